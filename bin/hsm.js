@@ -1,0 +1,13 @@
+#!/usr/bin/env node
+// The `hsm` command: runs the compiled CLI in dist/.
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const main = join(dirname(fileURLToPath(import.meta.url)), "..", "dist", "cli", "main.js");
+if (!existsSync(main)) {
+  console.error("hsm: the TypeScript sources are not compiled yet (dist/ is missing). Run: npm run build");
+  process.exit(1);
+}
+const { run } = await import(main);
+process.exitCode = await run(process.argv);

@@ -1,0 +1,12 @@
+{
+  "targets": [
+    {
+      "target_name": "hsm_native",
+      "sources": ["hsm_native.cc", "float16.cc"],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions"],
+      "cflags_cc": ["-O3", "-std=c++17", "-fno-math-errno"],
+      "defines": ["NAPI_VERSION=8"]
+    }
+  ]
+}

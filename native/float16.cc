@@ -1,0 +1,164 @@
+#include "float16.h"
+
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HSM_X86 1
+#endif
+
+namespace hsm {
+namespace {
+
+inline uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The scalar reference; src/store/float16.ts is its twin.
+inline uint16_t F32BitsToF16Bits(uint32_t f) {
+  const uint16_t sign = static_cast<uint16_t>((f >> 16) & 0x8000u);
+  const uint32_t f_exp = f & 0x7f800000u;
+  if (f_exp >= 0x47800000u) {
+    if (f_exp == 0x7f800000u) {
+      const uint32_t f_sig = f & 0x007fffffu;
+      if (f_sig != 0) {
+        // NaN: keep the payload's top bits but never let it become inf.
+        uint16_t ret = static_cast<uint16_t>(0x7c00u + (f_sig >> 13));
+        if (ret == 0x7c00u) ret++;
+        return static_cast<uint16_t>(sign + ret);
+      }
+    }
+    return static_cast<uint16_t>(sign + 0x7c00u);
+  }
+  if (f_exp <= 0x38000000u) {
+    if (f_exp < 0x33000000u) return sign;
+    const uint32_t e = f_exp >> 23;
+    uint32_t f_sig = 0x00800000u + (f & 0x007fffffu);
+    if ((f_sig & ((1u << (126 - e)) - 1)) != 0) f_sig |= 1;  // keep sticky bits
+    f_sig >>= (113 - e);
+    if ((f_sig & 0x3fffu) != 0x1000u || (f & 0x07ffu) != 0) f_sig += 0x1000u;
+    return static_cast<uint16_t>(sign + (f_sig >> 13));
+  }
+  const uint16_t h_exp = static_cast<uint16_t>((f_exp - 0x38000000u) >> 13);
+  uint32_t f_sig = f & 0x007fffffu;
+  if ((f_sig & 0x3fffu) != 0x1000u) f_sig += 0x1000u;
+  // A carry out of the significand bumps the exponent, up to inf.
+  return static_cast<uint16_t>(sign + h_exp + (f_sig >> 13));
+}
+
+inline uint32_t F16BitsToF32Bits(uint16_t h) {
+  const uint32_t h_exp = h & 0x7c00u;
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  if (h_exp == 0) {
+    uint32_t h_sig = h & 0x03ffu;
+    if (h_sig == 0) return sign;
+    h_sig <<= 1;
+    uint32_t e = 0;
+    while ((h_sig & 0x0400u) == 0) {
+      h_sig <<= 1;
+      e++;
+    }
+    return sign + ((127 - 15 - e) << 23) + ((h_sig & 0x03ffu) << 13);
+  }
+  if (h_exp == 0x7c00u) return sign + 0x7f800000u + (static_cast<uint32_t>(h & 0x03ffu) << 13);
+  return sign + ((static_cast<uint32_t>(h & 0x7fffu) + 0x1c000u) << 13);
+}
+
+void F32ToF16Portable(const float* src, uint16_t* dst, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = F32BitsToF16Bits(Bits(src[i]));
+}
+
+void F16ToF32Portable(const uint16_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = FromBits(F16BitsToF32Bits(src[i]));
+}
+
+#ifdef HSM_X86
+// F16C rounds like NumPy on every finite value and infinity, but quiets NaNs
+// (NumPy keeps the payload as it is), so NaN lanes are redone by the scalar path.
+__attribute__((target("avx2,f16c"))) void F32ToF16F16c(const float* src, uint16_t* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+    const int nan = _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    if (__builtin_expect(nan != 0, 0)) {
+      for (int k = 0; k < 8; k++) {
+        if (nan & (1 << k)) dst[i + k] = F32BitsToF16Bits(Bits(src[i + k]));
+      }
+    }
+  }
+  F32ToF16Portable(src + i, dst + i, n - i);
+}
+
+__attribute__((target("avx2,f16c"))) void F16ToF32F16c(const uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m256 x = _mm256_cvtph_ps(h);
+    _mm256_storeu_ps(dst + i, x);
+    const int nan = _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    if (__builtin_expect(nan != 0, 0)) {
+      for (int k = 0; k < 8; k++) {
+        if (nan & (1 << k)) dst[i + k] = FromBits(F16BitsToF32Bits(src[i + k]));
+      }
+    }
+  }
+  F16ToF32Portable(src + i, dst + i, n - i);
+}
+
+bool DetectF16c() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+#endif
+
+}  // namespace
+
+bool HasF16c() {
+#ifdef HSM_X86
+  static const bool has = DetectF16c();
+  return has;
+#else
+  return false;
+#endif
+}
+
+void F32ToF16(const float* src, uint16_t* dst, size_t n) {
+#ifdef HSM_X86
+  if (HasF16c()) return F32ToF16F16c(src, dst, n);
+#endif
+  F32ToF16Portable(src, dst, n);
+}
+
+void F16ToF32(const uint16_t* src, float* dst, size_t n) {
+#ifdef HSM_X86
+  if (HasF16c()) return F16ToF32F16c(src, dst, n);
+#endif
+  F16ToF32Portable(src, dst, n);
+}
+
+void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {
+  // Branch-free so the compiler vectorizes it; magnitude bits order like values.
+  uint64_t bad = 0;
+  uint16_t best = 0;
+  for (size_t i = 0; i < n; i++) {
+    const uint16_t m = src[i] & 0x7fffu;
+    const bool finite = m < 0x7c00u;
+    bad += finite ? 0 : 1;
+    const uint16_t v = finite ? m : 0;
+    best = v > best ? v : best;
+  }
+  *nonfinite = bad;
+  *max_bits = best;
+}
+
+}  // namespace hsm

@@ -1,0 +1,111 @@
+// Node-API surface of the native core. Validation of options lives in
+// TypeScript (src/native/); this file only checks what would be unsafe to
+// trust: argument kinds and buffer lengths.
+#include <node_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "float16.h"
+
+namespace {
+
+struct View {
+  void* data = nullptr;
+  size_t length = 0;
+};
+
+bool Fail(napi_env env, const char* message) {
+  napi_throw_type_error(env, nullptr, message);
+  return false;
+}
+
+// Reads argument `value` as a typed array of `type`; throws on anything else.
+bool GetTyped(napi_env env, napi_value value, napi_typedarray_type type, const char* message, View* out) {
+  bool is_typed = false;
+  if (napi_is_typedarray(env, value, &is_typed) != napi_ok || !is_typed) return Fail(env, message);
+  napi_typedarray_type actual;
+  napi_value buffer;
+  size_t offset;
+  // `data` already points at the view's first element (byteOffset included).
+  if (napi_get_typedarray_info(env, value, &actual, &out->length, &out->data, &buffer, &offset) != napi_ok ||
+      actual != type) {
+    return Fail(env, message);
+  }
+  return true;
+}
+
+bool GetArgs(napi_env env, napi_callback_info info, size_t want, napi_value* argv) {
+  size_t argc = want;
+  if (napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr) != napi_ok || argc < want) {
+    return Fail(env, "Expected more arguments");
+  }
+  return true;
+}
+
+napi_value F32ToF16(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  View src, dst;
+  if (!GetArgs(env, info, 2, argv) ||
+      !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for src", &src) ||
+      !GetTyped(env, argv[1], napi_uint16_array, "Expected Uint16Array for dst", &dst)) {
+    return nullptr;
+  }
+  if (src.length != dst.length) {
+    Fail(env, "Expected src and dst of equal length");
+    return nullptr;
+  }
+  hsm::F32ToF16(static_cast<const float*>(src.data), static_cast<uint16_t*>(dst.data), src.length);
+  return nullptr;
+}
+
+napi_value F16ToF32(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  View src, dst;
+  if (!GetArgs(env, info, 2, argv) ||
+      !GetTyped(env, argv[0], napi_uint16_array, "Expected Uint16Array for src", &src) ||
+      !GetTyped(env, argv[1], napi_float32_array, "Expected Float32Array for dst", &dst)) {
+    return nullptr;
+  }
+  if (src.length != dst.length) {
+    Fail(env, "Expected src and dst of equal length");
+    return nullptr;
+  }
+  hsm::F16ToF32(static_cast<const uint16_t*>(src.data), static_cast<float*>(dst.data), src.length);
+  return nullptr;
+}
+
+napi_value F16Stats(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  View src;
+  if (!GetArgs(env, info, 1, argv) ||
+      !GetTyped(env, argv[0], napi_uint16_array, "Expected Uint16Array for src", &src)) {
+    return nullptr;
+  }
+  uint64_t nonfinite = 0;
+  uint16_t max_bits = 0;
+  hsm::F16Stats(static_cast<const uint16_t*>(src.data), src.length, &nonfinite, &max_bits);
+  napi_value result, a, b;
+  napi_create_array_with_length(env, 2, &result);
+  napi_create_double(env, static_cast<double>(nonfinite), &a);
+  napi_create_uint32(env, max_bits, &b);
+  napi_set_element(env, result, 0, a);
+  napi_set_element(env, result, 1, b);
+  return result;
+}
+
+}  // namespace
+
+NAPI_MODULE_INIT() {
+  const napi_property_descriptor props[] = {
+      {"f32ToF16", nullptr, F32ToF16, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"f16ToF32", nullptr, F16ToF32, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"f16Stats", nullptr, F16Stats, nullptr, nullptr, nullptr, napi_default, nullptr},
+  };
+  napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
+  napi_value simd;
+  const char* name = hsm::HasF16c() ? "f16c" : "portable";
+  napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &simd);
+  napi_set_named_property(env, exports, "simd", simd);
+  return exports;
+}

@@ -1,0 +1,145 @@
+/**
+ * The query bank (contracts.md §1): JSONL, one query per line, in bank order.
+ * Read as a stream and validated line by line; the first bad line stops the read
+ * with a {@link BankError} naming the file, line and field.
+ */
+import { createReadStream } from "node:fs";
+import { createInterface } from "node:readline";
+
+import { BankError } from "../errors.js";
+
+export interface BankRow {
+  query_id: string;
+  fact_id: string;
+  condition_family: string;
+  query: string;
+  relation?: string;
+  language?: string;
+  target_slot?: string;
+  answer_type?: string;
+  answer_granularity?: string;
+  answer_in_subject_surface?: boolean;
+  use_for_main_forward: boolean;
+  use_for_reverse_analysis?: boolean;
+  use_for_recognition_analysis?: boolean;
+  answers: string[];
+  /** 1-based line in the bank file. */
+  line: number;
+}
+
+export const REQUIRED_STRINGS = ["query_id", "fact_id", "condition_family", "query"] as const;
+export const OPTIONAL_STRINGS = ["relation", "language", "target_slot", "answer_type", "answer_granularity"] as const;
+export const BOOLEANS = [
+  "answer_in_subject_surface",
+  "use_for_main_forward",
+  "use_for_reverse_analysis",
+  "use_for_recognition_analysis",
+] as const;
+export const REQUIRED_BOOLEANS = ["use_for_main_forward"] as const;
+
+function typeName(v: unknown): string {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "array";
+  return typeof v;
+}
+
+/** Validates one parsed line; throws a {@link BankError} for the first problem. */
+export function validateBankRow(value: unknown, file: string, line: number): BankRow {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new BankError(file, line, undefined, `expected a JSON object but received ${typeName(value)}`);
+  }
+  const o = value as Record<string, unknown>;
+  for (const key of REQUIRED_STRINGS) {
+    if (!(key in o)) throw new BankError(file, line, key, "is missing");
+    if (typeof o[key] !== "string") throw new BankError(file, line, key, `expected a string but received ${typeName(o[key])}`);
+    if ((o[key] as string).length === 0) throw new BankError(file, line, key, "is empty");
+  }
+  for (const key of OPTIONAL_STRINGS) {
+    if (key in o && typeof o[key] !== "string") {
+      throw new BankError(file, line, key, `expected a string but received ${typeName(o[key])}`);
+    }
+  }
+  for (const key of BOOLEANS) {
+    if (!(key in o)) {
+      if ((REQUIRED_BOOLEANS as readonly string[]).includes(key)) throw new BankError(file, line, key, "is missing");
+      continue;
+    }
+    if (typeof o[key] !== "boolean") throw new BankError(file, line, key, `expected true or false but received ${JSON.stringify(o[key])}`);
+  }
+  if ("answers" in o) {
+    const a = o.answers;
+    if (!Array.isArray(a)) throw new BankError(file, line, "answers", `expected an array of strings but received ${typeName(a)}`);
+    a.forEach((s, i) => {
+      if (typeof s !== "string") throw new BankError(file, line, `answers[${i}]`, `expected a string but received ${typeName(s)}`);
+    });
+  }
+  return { ...(o as object), answers: (o.answers as string[] | undefined) ?? [], line } as BankRow;
+}
+
+/**
+ * Streams a bank, yielding validated rows in order. Throws on the first bad
+ * line, including a duplicate `query_id` (naming the line that had it first).
+ */
+export async function* streamBank(file: string): AsyncGenerator<BankRow> {
+  const seen = new Map<string, number>();
+  const input = createReadStream(file, { encoding: "utf8" });
+  const lines = createInterface({ input, crlfDelay: Infinity });
+  let line = 0;
+  try {
+    for await (const text of lines) {
+      line++;
+      if (text.trim() === "") continue;
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch (err) {
+        throw new BankError(file, line, undefined, `is not valid JSON (${(err as Error).message})`, { cause: err });
+      }
+      const row = validateBankRow(value, file, line);
+      const first = seen.get(row.query_id);
+      if (first !== undefined) throw new BankError(file, line, "query_id", `duplicate "${row.query_id}" (first on line ${first})`);
+      seen.set(row.query_id, line);
+      yield row;
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") throw new BankError(file, 0, undefined, "no such file");
+    if ((err as NodeJS.ErrnoException).code === "EISDIR") throw new BankError(file, 0, undefined, "is a directory, not a JSONL file");
+    throw err;
+  } finally {
+    lines.close();
+    input.destroy();
+  }
+}
+
+/** Reads and validates a whole bank; nothing downstream starts until every line is known good. */
+export async function readBank(file: string): Promise<BankRow[]> {
+  const rows: BankRow[] = [];
+  for await (const row of streamBank(file)) rows.push(row);
+  if (rows.length === 0) throw new BankError(file, 0, undefined, "holds no queries");
+  return rows;
+}
+
+/** The rows that go through the model for hidden states, in bank order. */
+export function mainForwardRows(rows: readonly BankRow[]): BankRow[] {
+  return rows.filter((r) => r.use_for_main_forward);
+}
+
+/** Counts for a summary line. */
+export function summarizeBank(rows: readonly BankRow[]): {
+  rows: number;
+  mainForward: number;
+  facts: number;
+  families: Record<string, number>;
+} {
+  const families: Record<string, number> = {};
+  const facts = new Set<string>();
+  let mainForward = 0;
+  for (const r of rows) {
+    facts.add(r.fact_id);
+    if (r.use_for_main_forward) {
+      mainForward++;
+      families[r.condition_family] = (families[r.condition_family] ?? 0) + 1;
+    }
+  }
+  return { rows: rows.length, mainForward, facts: facts.size, families };
+}

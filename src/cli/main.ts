@@ -1,0 +1,192 @@
+/**
+ * The command line: parse flags, call the library, print results and errors.
+ * Every command is a thin shell over a library function.
+ */
+import { stat } from "node:fs/promises";
+import { availableParallelism } from "node:os";
+import { join, resolve } from "node:path";
+
+import { Command, CommanderError } from "commander";
+
+import { readBank, summarizeBank } from "../bank/bank.js";
+import { HsmError, UsageError } from "../errors.js";
+import { writeFixture, type FixtureOptions } from "../fixtures/synthetic.js";
+import { kernels } from "../native/index.js";
+import { DEFAULT_LAYER_RULE, selectLayers } from "../store/layers.js";
+import { verifyStore, type VerifyReport } from "../store/verify.js";
+import { createProgress } from "../util/progress.js";
+import { VERSION } from "../version.js";
+import { intOption } from "./options.js";
+
+/** Benchmark scale: the real bank's 44,416 rows, 39,258 main-forward, d = 1024, 8 stored layers. */
+export const BENCH_FIXTURE: FixtureOptions = { facts: 6543, d: 1024, layersTotal: 14, extraRows: 5158 };
+
+function out(text: string): void {
+  process.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
+}
+
+function mb(bytes: number): string {
+  return `${(bytes / 1e6).toFixed(1)} MB`;
+}
+
+/** Prints a verify report the way a person reads it; returns the exit code. */
+export function printVerifyReport(report: VerifyReport, seconds: number, json: boolean): number {
+  if (json) {
+    out(JSON.stringify({ ...report, seconds: Number(seconds.toFixed(3)) }, null, 2));
+    return report.ok ? 0 : 1;
+  }
+  for (const p of report.problems) out(`${join(report.store, p.file)}: ${p.message}`);
+  const bytes = report.files.reduce((s, f) => s + (f.bytes ?? 0), 0);
+  if (report.ok) {
+    out(`${report.store}: OK — ${report.files.length} files, ${report.rows} rows, complete; ${mb(bytes)} hashed in ${seconds.toFixed(2)} s`);
+    return 0;
+  }
+  const n = report.problems.length;
+  out(`${report.store}: ${n} problem${n === 1 ? "" : "s"}; do not trust this store`);
+  return 1;
+}
+
+export function buildProgram(): Command {
+  const program = new Command("hsm")
+    .description(
+      "Hidden-state metrics: extract last-token hidden states of a decoder model over a query bank, " +
+        "store them as float16 .npy files with a checksummed index.json, verify stores, and measure " +
+        "ISS and KTS over them.",
+    )
+    .version(VERSION)
+    .showHelpAfterError("(run with --help for usage)")
+    .configureHelp({ sortSubcommands: false });
+
+  program
+    .command("verify")
+    .summary("check a hidden-state store before trusting it")
+    .description(
+      "Check a hidden-state store before trusting it: the manifest's fields, that every listed file is a plain " +
+        "L###.npy inside the store (nothing outside it is ever opened), each .npy header against the manifest " +
+        "and the file size, and every file's sha256 (files hashed in parallel) with its non-finite count and " +
+        "largest finite magnitude.",
+    )
+    .addHelpText("after", "\nExit status: 0 when everything holds, 1 with one line per problem, 2 on a usage error.")
+    .argument("<store>", "store folder (holding index.json and L###.npy)")
+    .option("--json", "print a machine-readable report")
+    .option("-j, --jobs <n>", "files hashed at once (default: the core count)", intOption("--jobs", 1))
+    .action(async (store: string, opts: { json?: boolean; jobs?: number }) => {
+      const st = await stat(store).catch(() => undefined);
+      if (!st?.isDirectory()) throw new UsageError(`${store}: no such store folder`);
+      const t0 = performance.now();
+      const report = await verifyStore(store, { concurrency: opts.jobs ?? availableParallelism() });
+      process.exitCode = printVerifyReport(report, (performance.now() - t0) / 1000, Boolean(opts.json));
+    });
+
+  program
+    .command("fixture")
+    .summary("write a synthetic bank, store and scored file with planted structure")
+    .description(
+      "Write a synthetic fixture into a new folder: bank.jsonl, a complete store/ and scored.jsonl, with " +
+        "planted structure (fact identity that strengthens with depth, perturbation families that weaken " +
+        "it by different amounts, correctness planted along one direction). Small by default; --bench " +
+        "writes the benchmark scale (44,416 bank rows, 39,258 stored rows, d = 1024, 8 layers, about 640 MB).",
+    )
+    .argument("<out>", "folder to create")
+    .option("--facts <n>", "number of facts (6 stored rows each)", intOption("--facts", 2))
+    .option("--d <n>", "hidden size", intOption("--d", 2))
+    .option("--layers-total <n>", "decoder blocks L; layers with l/(L-1) >= 0.4 are stored", intOption("--layers-total", 1))
+    .option("--seed <n>", "random seed", intOption("--seed", 0))
+    .option("--extra-rows <n>", "bank rows outside the main forward pass", intOption("--extra-rows", 0))
+    .option("--nonfinite-rows <n>", "rows of the last layer given an inf value", intOption("--nonfinite-rows", 0))
+    .option("--bench", "benchmark scale (flags above still override)")
+    .option("-q, --quiet", "no progress on stderr")
+    .action(async (dir: string, opts: FixtureOptions & { bench?: boolean; quiet?: boolean; layersTotal?: number }) => {
+      const base = opts.bench ? BENCH_FIXTURE : {};
+      const options: FixtureOptions = { ...base };
+      for (const key of ["facts", "d", "layersTotal", "seed", "extraRows", "nonfiniteRows"] as const) {
+        if (opts[key] !== undefined) options[key] = opts[key];
+      }
+      const progress = createProgress("fixture", 1, { quiet: opts.quiet, unit: "rows" });
+      let total = 1;
+      options.onProgress = (_phase, done, all) => {
+        total = all;
+        progress.update(done);
+      };
+      const t0 = performance.now();
+      const result = await writeFixture(dir, options);
+      progress.end(`fixture: ${total} rows written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      out(
+        `${dir}: bank.jsonl (${result.rows} rows, ${result.mainForwardRows} main-forward), store/ (layers ${result.manifest.layers.join(", ")} ` +
+          `of ${result.manifest.num_layers}, d = ${result.manifest.d_model}), scored.jsonl`,
+      );
+    });
+
+  program
+    .command("check-bank")
+    .summary("validate a query bank and summarize it")
+    .description("Validate a query bank (JSONL, one query per line) and summarize it. A bad line is reported with its file, line number and field.")
+    .argument("<bank>", "bank JSONL file")
+    .action(async (bank: string) => {
+      const rows = await readBank(bank);
+      const s = summarizeBank(rows);
+      out(`${bank}: ${s.rows} rows, ${s.mainForward} main-forward, ${s.facts} facts`);
+      for (const [family, n] of Object.entries(s.families)) out(`  ${family.padEnd(16)} ${n}`);
+    });
+
+  program
+    .command("layers")
+    .summary("print the layers a store keeps for a model of L blocks")
+    .description("Print the decoder blocks a store keeps for a model of L blocks. The rule is evaluated in exact rational arithmetic, so 0.4 means 2/5.")
+    .argument("<L>", "number of decoder blocks", intOption("L", 1))
+    .option("--rule <expr>", "rule in l and L", DEFAULT_LAYER_RULE)
+    .action((L: number, opts: { rule: string }) => {
+      const layers = selectLayers(L, opts.rule);
+      out(`${layers.length} of ${L} layers (${opts.rule}): ${layers.join(", ")}`);
+    });
+
+  program
+    .command("demo")
+    .summary("run the main job on the embedded default")
+    .description(
+      "Run the main job on the embedded default: write a small synthetic fixture (bank, store, scored rows) " +
+        "and verify its store. Steps already done are skipped.",
+    )
+    .option("--out <dir>", "where to write everything", "hsm-demo")
+    .action(async (opts: { out: string }) => {
+      const dir = resolve(opts.out);
+      const fixture = join(dir, "fixture");
+      const done = await stat(join(fixture, "store", "index.json")).catch(() => undefined);
+      if (done) out(`fixture: ${fixture} exists, skipped`);
+      else {
+        const result = await writeFixture(fixture, {});
+        out(`fixture: ${fixture} — ${result.rows} bank rows, ${result.mainForwardRows} stored rows, layers ${result.manifest.layers.join(", ")}`);
+      }
+      const t0 = performance.now();
+      const report = await verifyStore(join(fixture, "store"));
+      process.exitCode = printVerifyReport(report, (performance.now() - t0) / 1000, false);
+      out(`native core: ${kernels().name} (${kernels().simd})`);
+    });
+
+  return program;
+}
+
+/** Runs the CLI on `argv` (as process.argv); returns the exit status. */
+export async function run(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  program.exitOverride();
+  for (const cmd of program.commands) cmd.exitOverride();
+  try {
+    await program.parseAsync(argv);
+    return typeof process.exitCode === "number" ? process.exitCode : 0;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      return err.code === "commander.helpDisplayed" || err.code === "commander.version" || err.code === "commander.help" ? 0 : 2;
+    }
+    if (err instanceof HsmError) {
+      process.stderr.write(`hsm: ${err.message}\n`);
+      return err.exitCode;
+    }
+    const e = err as Error;
+    process.stderr.write(`hsm: unexpected error: ${e.message}\n`);
+    if (process.env.HSM_DEBUG) process.stderr.write(`${e.stack}\n`);
+    else process.stderr.write("(set HSM_DEBUG=1 for a stack trace)\n");
+    return 1;
+  }
+}
+

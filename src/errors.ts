@@ -1,0 +1,66 @@
+/**
+ * Tagged error classes. Each carries the fields a caller needs to point the user
+ * at the problem, and a message that says what to change.
+ */
+
+/** Base class: the CLI prints `message` without a stack and exits with `exitCode`. */
+export class HsmError extends Error {
+  exitCode = 1;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** A bad command line: exit code 2. */
+export class UsageError extends HsmError {
+  override exitCode = 2;
+}
+
+/** A query-bank line that does not follow contracts.md §1. */
+export class BankError extends HsmError {
+  constructor(
+    readonly file: string,
+    readonly line: number,
+    readonly field: string | undefined,
+    problem: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${file}:${line}: ${field ? `field "${field}": ` : ""}${problem}`, options);
+  }
+}
+
+/** An `.npy` file whose header cannot be trusted. */
+export class NpyHeaderError extends HsmError {
+  constructor(
+    readonly path: string,
+    readonly field: string,
+    problem: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${path}: npy header ${field}: ${problem}`, options);
+  }
+}
+
+/** An `index.json` that does not follow contracts.md §3. */
+export class ManifestError extends HsmError {
+  constructor(
+    readonly path: string,
+    readonly key: string,
+    problem: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${path}: ${key ? `"${key}" ` : ""}${problem}`, options);
+  }
+}
+
+/** A store that cannot be written or resumed as asked. */
+export class StoreError extends HsmError {
+  constructor(
+    readonly path: string,
+    problem: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${path}: ${problem}`, options);
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * The one place that loads the native core (`native/`) and says what it exports.
+ * Everything else asks for {@link kernels} and gets either the native functions
+ * or their pure-TypeScript twins, which compute the same bits.
+ */
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import * as ts from "../store/float16.js";
+
+/** The numeric kernels every implementation provides. */
+export interface Kernels {
+  /** "native" or "typescript". */
+  readonly name: string;
+  /** Which code path runs inside: "f16c", "portable" or "typescript". */
+  readonly simd: string;
+  f32ToF16(src: Float32Array, dst: Uint16Array): void;
+  f16ToF32(src: Uint16Array, dst: Float32Array): void;
+  f16Stats(src: Uint16Array): ts.F16Stats;
+}
+
+/** What `hsm_native.node` exports; nothing else touches the addon. */
+interface NativeBinding {
+  simd: string;
+  f32ToF16(src: Float32Array, dst: Uint16Array): void;
+  f16ToF32(src: Uint16Array, dst: Float32Array): void;
+  f16Stats(src: Uint16Array): [number, number];
+}
+
+export const typescriptKernels: Kernels = {
+  name: "typescript",
+  simd: "typescript",
+  f32ToF16: ts.f32ToF16,
+  f16ToF32: ts.f16ToF32,
+  f16Stats: ts.f16Stats,
+};
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+/** Why the addon could not be loaded, one entry per place tried; empty when it loaded. */
+export const nativeLoadErrors: string[] = [];
+
+function loadBinding(): NativeBinding | undefined {
+  const require = createRequire(import.meta.url);
+  const candidates = [
+    process.env.HSM_NATIVE_PATH,
+    join(root, "native", "build", "Release", "hsm_native.node"),
+    join(root, "native", "build", "Debug", "hsm_native.node"),
+  ].filter((p): p is string => Boolean(p));
+  for (const path of candidates) {
+    try {
+      return require(path) as NativeBinding;
+    } catch (err) {
+      nativeLoadErrors.push(`${path}: ${(err as Error).message.split("\n")[0]}`);
+    }
+  }
+  return undefined;
+}
+
+function wrap(binding: NativeBinding): Kernels {
+  return {
+    name: "native",
+    simd: binding.simd,
+    f32ToF16: (src, dst) => binding.f32ToF16(src, dst),
+    f16ToF32: (src, dst) => binding.f16ToF32(src, dst),
+    f16Stats(src) {
+      const [nonfinite, maxBits] = binding.f16Stats(src);
+      return { nonfinite, maxAbs: ts.f16BitsToNumber(maxBits) };
+    },
+  };
+}
+
+const binding = loadBinding();
+
+/** The native kernels, or undefined where the addon did not build or load. */
+export const nativeKernels: Kernels | undefined = binding ? wrap(binding) : undefined;
+
+let warned = false;
+
+/**
+ * The kernels to use: native when loaded, unless `HSM_NATIVE=0` asks for the
+ * TypeScript path. Falling back prints one warning per process.
+ */
+export function kernels(): Kernels {
+  if (process.env.HSM_NATIVE === "0") return typescriptKernels;
+  if (nativeKernels) return nativeKernels;
+  if (!warned) {
+    warned = true;
+    process.emitWarning(
+      `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` +
+        nativeLoadErrors.map((e) => `  tried ${e}`).join("\n"),
+      { code: "HSM_NO_NATIVE" },
+    );
+  }
+  return typescriptKernels;
+}
+
+/** Every available implementation, for tests and benchmarks that compare them. */
+export function allKernels(): Kernels[] {
+  return nativeKernels ? [typescriptKernels, nativeKernels] : [typescriptKernels];
+}

@@ -1,0 +1,99 @@
+/**
+ * Where a store's bytes come from. The reader asks only for byte ranges of named
+ * files, so it runs the same over a folder, an in-memory map (tests) or, later,
+ * object storage.
+ */
+import { lstat, open, readFile } from "node:fs/promises";
+import { join } from "node:path";
+
+import { layerOfFileName } from "./layers.js";
+import { MANIFEST_NAME } from "./manifest.js";
+
+export interface StoreBackend {
+  /** A human-readable location for messages. */
+  readonly location: string;
+  /** Whole small files (the manifest). */
+  readAll(name: string): Promise<Uint8Array>;
+  /** Up to `length` bytes from `offset`; shorter only at the end of the file. */
+  read(name: string, offset: number, length: number): Promise<Uint8Array>;
+  size(name: string): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Only the manifest and plain `L###.npy` names are ever opened. */
+export function isStoreFileName(name: string): boolean {
+  return name === MANIFEST_NAME || layerOfFileName(name) !== undefined;
+}
+
+function guard(name: string, location: string): void {
+  if (!isStoreFileName(name)) throw new Error(`${location}: refusing to open "${name}", which is not a store file name`);
+}
+
+/** A store in a folder. Files are opened once and kept open until `close`. */
+export function directoryBackend(dir: string): StoreBackend {
+  const handles = new Map<string, Promise<import("node:fs/promises").FileHandle>>();
+  const handle = (name: string) => {
+    guard(name, dir);
+    let h = handles.get(name);
+    if (!h) {
+      h = (async () => {
+        const path = join(dir, name);
+        const st = await lstat(path);
+        if (!st.isFile()) throw new Error(`${path}: not a regular file`);
+        return open(path, "r");
+      })();
+      handles.set(name, h);
+    }
+    return h;
+  };
+  return {
+    location: dir,
+    async readAll(name) {
+      guard(name, dir);
+      return readFile(join(dir, name));
+    },
+    async read(name, offset, length) {
+      const fh = await handle(name);
+      const out = Buffer.allocUnsafeSlow(length);
+      let got = 0;
+      while (got < length) {
+        const { bytesRead } = await fh.read(out, got, length - got, offset + got);
+        if (bytesRead === 0) break;
+        got += bytesRead;
+      }
+      return got === length ? out : out.subarray(0, got);
+    },
+    async size(name) {
+      return (await (await handle(name)).stat()).size;
+    },
+    async close() {
+      const all = [...handles.values()];
+      handles.clear();
+      // A handle whose open failed has nothing to close.
+      await Promise.all(all.map((h) => h.then((fh) => fh.close()).catch(() => {})));
+    },
+  };
+}
+
+/** A store held in memory, for tests and for stores built on the fly. */
+export function memoryBackend(files: Map<string, Uint8Array>, location = "<memory>"): StoreBackend {
+  const get = (name: string) => {
+    guard(name, location);
+    const f = files.get(name);
+    if (!f) throw Object.assign(new Error(`${location}/${name}: no such file`), { code: "ENOENT" });
+    return f;
+  };
+  return {
+    location,
+    async readAll(name) {
+      return get(name);
+    },
+    async read(name, offset, length) {
+      return get(name).subarray(offset, offset + length);
+    },
+    async size(name) {
+      return get(name).length;
+    },
+    async close() {},
+  };
+}

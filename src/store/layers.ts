@@ -1,0 +1,86 @@
+/**
+ * Which decoder blocks a store keeps. The rule is an expression in `l` (block
+ * index, 0-based) and `L` (number of blocks), evaluated in exact rational
+ * arithmetic so that `l/(L-1) >= 0.4` has no floating-point edge: decimals such
+ * as 0.4 are read as the fraction 2/5.
+ */
+import { all, create, type FactoryFunctionMap, type MathNode } from "mathjs";
+
+import { UsageError } from "../errors.js";
+
+/** The rule of contracts.md §3. */
+export const DEFAULT_LAYER_RULE = "l/(L-1) >= 0.4";
+
+const math = create(all as FactoryFunctionMap, { number: "Fraction" });
+const FUNCTIONS = new Set(["mod", "floor", "ceil", "abs", "min", "max"]);
+
+/** A parsed rule; `test(l, L)` says whether block `l` of `L` is stored. */
+export interface LayerRule {
+  readonly text: string;
+  test(l: number, L: number): boolean;
+}
+
+/** Parses a rule, allowing only `l`, `L`, numbers, arithmetic, comparisons, logic and a few functions. */
+export function parseLayerRule(text: string): LayerRule {
+  let node: MathNode;
+  try {
+    node = math.parse(text);
+  } catch (err) {
+    throw new UsageError(`Expected a layer rule such as "${DEFAULT_LAYER_RULE}" but could not parse "${text}": ${(err as Error).message}`);
+  }
+  node.traverse((n, _path, parent) => {
+    if (n.type === "SymbolNode") {
+      const name = (n as unknown as { name: string }).name;
+      const isCallee = parent?.type === "FunctionNode" && (parent as unknown as { fn: MathNode }).fn === n;
+      if (isCallee ? !FUNCTIONS.has(name) : name !== "l" && name !== "L") {
+        throw new UsageError(
+          `Layer rule "${text}" uses "${name}"; it may use only l, L, numbers, + - * / ^, comparisons, and/or/not` +
+            ` and ${[...FUNCTIONS].join(", ")}`,
+        );
+      }
+    } else if (!["OperatorNode", "ParenthesisNode", "ConstantNode", "FunctionNode", "SymbolNode"].includes(n.type)) {
+      throw new UsageError(`Layer rule "${text}" contains a ${n.type}, which is not allowed`);
+    }
+  });
+  const code = node.compile();
+  return {
+    text,
+    test(l: number, L: number): boolean {
+      let result: unknown;
+      try {
+        result = code.evaluate({ l: math.fraction(l), L: math.fraction(L) });
+      } catch (err) {
+        throw new UsageError(`Layer rule "${text}" cannot be evaluated at l = ${l}, L = ${L}: ${(err as Error).message}`);
+      }
+      if (typeof result !== "boolean") {
+        throw new UsageError(`Layer rule "${text}" must give true or false, but gives ${math.format(result)} at l = ${l}, L = ${L}`);
+      }
+      return result;
+    },
+  };
+}
+
+/**
+ * The stored blocks of a model with `L` blocks, ascending.
+ * @example selectLayers(46) // [18, 19, …, 45]: 28 layers
+ */
+export function selectLayers(L: number, rule: string | LayerRule = DEFAULT_LAYER_RULE): number[] {
+  if (!Number.isSafeInteger(L) || L < 1) throw new UsageError(`Expected a positive integer number of layers but received ${L}`);
+  const parsed = typeof rule === "string" ? parseLayerRule(rule) : rule;
+  const out: number[] = [];
+  // With one block, l/(L-1) is 0/0; that single block is the model's only state.
+  if (L === 1) return parsed.text === DEFAULT_LAYER_RULE ? [0] : parsed.test(0, 1) ? [0] : [];
+  for (let l = 0; l < L; l++) if (parsed.test(l, L)) out.push(l);
+  return out;
+}
+
+/** `L018.npy` for layer 18. */
+export function layerFileName(layer: number): string {
+  return `L${String(layer).padStart(3, "0")}.npy`;
+}
+
+/** The layer a plain store file name denotes, or undefined for any other name. */
+export function layerOfFileName(name: string): number | undefined {
+  const m = /^L(\d{3})\.npy$/.exec(name);
+  return m ? Number(m[1]) : undefined;
+}

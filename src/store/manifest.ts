@@ -1,0 +1,222 @@
+/**
+ * `index.json`, the store's manifest (contracts.md §3): its type, a validator
+ * that lists every problem instead of stopping at the first, and an atomic
+ * writer (temp file + fsync + rename + directory fsync).
+ */
+import { open, rename, unlink } from "node:fs/promises";
+import { join } from "node:path";
+
+import { ManifestError } from "../errors.js";
+import { layerFileName, layerOfFileName } from "./layers.js";
+
+export const MANIFEST_NAME = "index.json";
+export const STORE_FORMAT = "hidden-states/1";
+
+export interface FileEntry {
+  layer: number;
+  shape: [number, number];
+  bytes: number;
+  /** Hex sha256 of the whole file; empty until the store is complete. */
+  sha256: string;
+  /** Count of ±inf and NaN values. */
+  nonfinite: number;
+  /** Largest finite magnitude; null until the store is complete. */
+  max_abs: number | null;
+}
+
+export interface PromptSpec {
+  anchor: string;
+  other: string;
+}
+
+export interface Manifest {
+  format: typeof STORE_FORMAT;
+  model: string;
+  model_sha256: string;
+  num_layers: number;
+  d_model: number;
+  layers: number[];
+  layer_rule: string;
+  last_layer_final_norm: boolean;
+  probe_position: "last_valid_input_token";
+  prompt: PromptSpec;
+  max_prompt_len: number;
+  padding_side: "left";
+  truncation_side: "left";
+  /** The dtype the model ran in; the files are always float16. */
+  dtype: string;
+  query_ids: string[];
+  fact_ids: string[];
+  condition_families: string[];
+  files: Record<string, FileEntry>;
+  rows_done: number;
+  complete: boolean;
+  created_at: string;
+  tool_version: string;
+}
+
+/** One thing wrong with a manifest, in the words verify prints. */
+export interface ManifestProblem {
+  key: string;
+  message: string;
+}
+
+const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v);
+const isStr = (v: unknown): v is string => typeof v === "string";
+
+/**
+ * Every problem with a parsed manifest. An empty list means the object can be
+ * used as a {@link Manifest}. File names are checked for being plain `L###.npy`
+ * names, so a manifest pointing outside its store is reported, never followed.
+ */
+export function manifestProblems(value: unknown): ManifestProblem[] {
+  const problems: ManifestProblem[] = [];
+  const bad = (key: string, message: string) => problems.push({ key, message });
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    bad("", "is not a JSON object");
+    return problems;
+  }
+  const m = value as Record<string, unknown>;
+  if (m.format !== STORE_FORMAT) bad("format", `expected "${STORE_FORMAT}" but found ${JSON.stringify(m.format)}`);
+  for (const key of ["model", "model_sha256", "layer_rule", "probe_position", "dtype", "created_at", "tool_version"]) {
+    if (!isStr(m[key])) bad(key, `expected a string but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+  }
+  for (const key of ["num_layers", "d_model", "max_prompt_len", "rows_done"]) {
+    if (!isInt(m[key]) || (m[key] as number) < 0) bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+  }
+  for (const key of ["last_layer_final_norm", "complete"]) {
+    if (typeof m[key] !== "boolean") bad(key, `expected true or false but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+  }
+  const prompt = m.prompt as Record<string, unknown> | undefined;
+  if (typeof prompt !== "object" || prompt === null || !isStr(prompt.anchor) || !isStr(prompt.other)) {
+    bad("prompt", "expected an object with string templates \"anchor\" and \"other\"");
+  }
+  for (const key of ["query_ids", "fact_ids", "condition_families"]) {
+    const a = m[key];
+    if (!Array.isArray(a) || !a.every(isStr)) bad(key, "expected an array of strings");
+  }
+  const n = Array.isArray(m.query_ids) ? m.query_ids.length : undefined;
+  if (n !== undefined) {
+    for (const key of ["fact_ids", "condition_families"]) {
+      const a = m[key];
+      if (Array.isArray(a) && a.length !== n) bad(key, `has ${a.length} entries but query_ids has ${n}: one per row is required`);
+    }
+    const seen = new Set<string>();
+    for (const id of m.query_ids as unknown[]) {
+      if (seen.has(id as string)) {
+        bad("query_ids", `lists "${id}" twice`);
+        break;
+      }
+      seen.add(id as string);
+    }
+    if (isInt(m.rows_done) && m.rows_done > n) bad("rows_done", `is ${m.rows_done} but the store has only ${n} rows`);
+    if (m.complete === true && isInt(m.rows_done) && m.rows_done !== n) {
+      bad("complete", `is true but rows_done is ${m.rows_done} of ${n}`);
+    }
+  }
+  const layers = m.layers;
+  if (!Array.isArray(layers) || !layers.every(isInt)) bad("layers", "expected an array of integers");
+  else {
+    for (let i = 1; i < layers.length; i++) {
+      if ((layers[i] as number) <= (layers[i - 1] as number)) {
+        bad("layers", "must be strictly ascending");
+        break;
+      }
+    }
+    if (isInt(m.num_layers) && layers.some((l) => (l as number) < 0 || (l as number) >= (m.num_layers as number))) {
+      bad("layers", `holds a layer outside 0…${(m.num_layers as number) - 1}`);
+    }
+  }
+  const files = m.files;
+  if (typeof files !== "object" || files === null || Array.isArray(files)) {
+    bad("files", "expected an object mapping L###.npy names to entries");
+    return problems;
+  }
+  const named = new Set<number>();
+  for (const [name, entry] of Object.entries(files as Record<string, unknown>)) {
+    const layer = layerOfFileName(name);
+    if (layer === undefined) {
+      bad("files", `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`);
+      continue;
+    }
+    named.add(layer);
+    const e = entry as Record<string, unknown>;
+    const where = `files.${name}`;
+    if (typeof e !== "object" || e === null) {
+      bad(where, "expected an object");
+      continue;
+    }
+    if (e.layer !== layer) bad(`${where}.layer`, `is ${JSON.stringify(e.layer)} but the name says ${layer}`);
+    const shape = e.shape;
+    if (!Array.isArray(shape) || shape.length !== 2 || !shape.every(isInt)) bad(`${where}.shape`, "expected [rows, d_model]");
+    else {
+      if (n !== undefined && shape[0] !== n) bad(`${where}.shape`, `has ${shape[0]} rows but query_ids has ${n}`);
+      if (isInt(m.d_model) && shape[1] !== m.d_model) bad(`${where}.shape`, `has width ${shape[1]} but d_model is ${m.d_model}`);
+    }
+    if (!isInt(e.bytes) || e.bytes < 0) bad(`${where}.bytes`, "expected a non-negative integer");
+    if (!isStr(e.sha256) || (e.sha256 !== "" && !/^[0-9a-f]{64}$/.test(e.sha256))) bad(`${where}.sha256`, "expected 64 lowercase hex digits");
+    else if (m.complete === true && e.sha256 === "") bad(`${where}.sha256`, "is empty although the store is complete");
+    if (!isInt(e.nonfinite) || e.nonfinite < 0) bad(`${where}.nonfinite`, "expected a non-negative integer");
+    if (!(e.max_abs === null || (typeof e.max_abs === "number" && e.max_abs >= 0))) bad(`${where}.max_abs`, "expected a non-negative number or null");
+  }
+  if (Array.isArray(layers) && layers.every(isInt)) {
+    for (const l of layers as number[]) if (!named.has(l)) bad("files", `has no entry for layer ${l} (${layerFileName(l)})`);
+    for (const l of named) if (!(layers as number[]).includes(l)) bad("layers", `does not list layer ${l}, which files names`);
+  }
+  return problems;
+}
+
+/** Parses manifest text; throws a {@link ManifestError} for the first problem. */
+export function parseManifest(text: string, path: string): Manifest {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new ManifestError(path, "", `is not valid JSON (${(err as Error).message})`, { cause: err });
+  }
+  const problems = manifestProblems(value);
+  if (problems.length > 0) throw new ManifestError(path, problems[0]!.key, problems[0]!.message);
+  return value as Manifest;
+}
+
+/** Manifest text: one top-level key per line, long arrays kept on one line each. */
+export function formatManifest(m: Manifest): string {
+  const lines = Object.entries(m).map(([key, value]) => {
+    if (key === "files") {
+      const entries = Object.entries(value as Record<string, FileEntry>).map(
+        ([name, e]) => `    ${JSON.stringify(name)}: ${JSON.stringify(e)}`,
+      );
+      return `  "files": {\n${entries.join(",\n")}\n  }`;
+    }
+    return `  ${JSON.stringify(key)}: ${JSON.stringify(value)}`;
+  });
+  return `{\n${lines.join(",\n")}\n}\n`;
+}
+
+/** Writes `index.json` so that a reader sees the old or the new manifest, never a torn one. */
+export async function writeManifestAtomic(dir: string, m: Manifest): Promise<void> {
+  const final = join(dir, MANIFEST_NAME);
+  const temp = join(dir, `.${MANIFEST_NAME}.${process.pid}.tmp`);
+  const fh = await open(temp, "w");
+  try {
+    await fh.writeFile(formatManifest(m));
+    await fh.sync();
+  } catch (err) {
+    await fh.close();
+    await unlink(temp).catch(() => {});
+    throw err;
+  }
+  await fh.close();
+  await rename(temp, final);
+  await syncDir(dir);
+}
+
+/** fsyncs a directory so that a rename in it survives a crash. */
+export async function syncDir(dir: string): Promise<void> {
+  const fh = await open(dir, "r");
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}

@@ -1,0 +1,254 @@
+/**
+ * Writes a hidden-state store: every `L###.npy` preallocated at full size, row
+ * blocks written at their offsets, progress committed as `rows_done` (files
+ * fsynced first, then the manifest replaced atomically), and checksums recorded
+ * only when every row is in. A store can be reopened and resumed from `rows_done`.
+ */
+import { mkdir, open, stat, type FileHandle } from "node:fs/promises";
+import { availableParallelism } from "node:os";
+import { join } from "node:path";
+
+import { StoreError } from "../errors.js";
+import { kernels } from "../native/index.js";
+import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
+import { TOOL_VERSION } from "../version.js";
+import { hashFiles } from "./hash.js";
+import { layerFileName } from "./layers.js";
+import { MANIFEST_NAME, parseManifest, STORE_FORMAT, writeManifestAtomic, type FileEntry, type Manifest } from "./manifest.js";
+import { buildNpyHeader } from "./npy.js";
+
+/** What the caller knows before the first row: everything but the data. */
+export interface StoreInit {
+  model: string;
+  model_sha256: string;
+  num_layers: number;
+  d_model: number;
+  layers: number[];
+  layer_rule: string;
+  last_layer_final_norm: boolean;
+  dtype: string;
+  query_ids: string[];
+  fact_ids: string[];
+  condition_families: string[];
+  max_prompt_len?: number;
+}
+
+/** The manifest fields that must agree for a run to continue an existing store. */
+const IDENTITY = ["model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "query_ids"] as const;
+
+export class StoreWriter {
+  private readonly scratch = new Map<number, Uint16Array>();
+
+  private constructor(
+    readonly dir: string,
+    readonly manifest: Manifest,
+    private readonly handles: Map<number, FileHandle>,
+    private readonly dataOffset: Map<number, number>,
+  ) {}
+
+  /**
+   * Creates a new store in `dir` (made if missing), or reopens the store
+   * already there if it was made for the same model, rows and layers. A store
+   * for anything else is refused rather than mixed.
+   */
+  static async open(dir: string, init: StoreInit): Promise<StoreWriter> {
+    validateInit(init, dir);
+    await mkdir(dir, { recursive: true });
+    const existing = await readExisting(dir);
+    if (existing) return StoreWriter.resume(dir, existing, init);
+    return StoreWriter.create(dir, init);
+  }
+
+  private static async create(dir: string, init: StoreInit): Promise<StoreWriter> {
+    const n = init.query_ids.length;
+    const files: Record<string, FileEntry> = {};
+    const handles = new Map<number, FileHandle>();
+    const offsets = new Map<number, number>();
+    try {
+      for (const layer of init.layers) {
+        const name = layerFileName(layer);
+        const header = buildNpyHeader("<f2", [n, init.d_model]);
+        const bytes = header.length + n * init.d_model * 2;
+        const fh = await open(join(dir, name), "w+");
+        handles.set(layer, fh);
+        await fh.write(header, 0, header.length, 0);
+        await fh.truncate(bytes);
+        offsets.set(layer, header.length);
+        files[name] = { layer, shape: [n, init.d_model], bytes, sha256: "", nonfinite: 0, max_abs: null };
+      }
+    } catch (err) {
+      await Promise.all([...handles.values()].map((h) => h.close()));
+      throw new StoreError(dir, `could not create the store files: ${(err as Error).message}`, { cause: err });
+    }
+    const manifest: Manifest = {
+      format: STORE_FORMAT,
+      model: init.model,
+      model_sha256: init.model_sha256,
+      num_layers: init.num_layers,
+      d_model: init.d_model,
+      layers: [...init.layers],
+      layer_rule: init.layer_rule,
+      last_layer_final_norm: init.last_layer_final_norm,
+      probe_position: "last_valid_input_token",
+      prompt: { anchor: ANCHOR_TEMPLATE, other: PERTURBED_TEMPLATE },
+      max_prompt_len: init.max_prompt_len ?? 192,
+      padding_side: "left",
+      truncation_side: "left",
+      dtype: init.dtype,
+      query_ids: init.query_ids,
+      fact_ids: init.fact_ids,
+      condition_families: init.condition_families,
+      files,
+      rows_done: 0,
+      complete: false,
+      created_at: new Date().toISOString(),
+      tool_version: TOOL_VERSION,
+    };
+    const writer = new StoreWriter(dir, manifest, handles, offsets);
+    await writer.commit(0);
+    return writer;
+  }
+
+  private static async resume(dir: string, manifest: Manifest, init: StoreInit): Promise<StoreWriter> {
+    for (const key of IDENTITY) {
+      if (JSON.stringify(manifest[key]) !== JSON.stringify(init[key])) {
+        throw new StoreError(
+          dir,
+          `already holds a store made with a different ${key.replace(/_/g, " ")}; refusing to mix them. Use another --out folder or delete this one`,
+        );
+      }
+    }
+    const handles = new Map<number, FileHandle>();
+    const offsets = new Map<number, number>();
+    const writer = new StoreWriter(dir, manifest, handles, offsets);
+    if (manifest.complete) return writer;
+    try {
+      for (const layer of manifest.layers) {
+        const name = layerFileName(layer);
+        const entry = manifest.files[name]!;
+        const path = join(dir, name);
+        const st = await stat(path);
+        if (st.size !== entry.bytes) throw new StoreError(path, `is ${st.size} bytes, the manifest says ${entry.bytes}; cannot resume`);
+        handles.set(layer, await open(path, "r+"));
+        offsets.set(layer, buildNpyHeader("<f2", entry.shape).length);
+      }
+    } catch (err) {
+      await writer.close();
+      throw err;
+    }
+    return writer;
+  }
+
+  get rows(): number {
+    return this.manifest.query_ids.length;
+  }
+
+  get rowsDone(): number {
+    return this.manifest.rows_done;
+  }
+
+  get complete(): boolean {
+    return this.manifest.complete;
+  }
+
+  /** Writes float16 rows `[rowStart, rowStart + count)` of one layer. */
+  async writeRows(layer: number, rowStart: number, data: Uint16Array): Promise<void> {
+    const fh = this.handles.get(layer);
+    if (!fh) throw new StoreError(this.dir, this.complete ? "is complete; nothing more can be written" : `has no layer ${layer}`);
+    const d = this.manifest.d_model;
+    if (data.length % d !== 0 || rowStart < 0 || rowStart * d + data.length > this.rows * d) {
+      throw new RangeError(`Expected whole rows of width ${d} inside the store but received ${data.length} values at row ${rowStart}`);
+    }
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const position = this.dataOffset.get(layer)! + rowStart * d * 2;
+    let done = 0;
+    while (done < bytes.length) {
+      const { bytesWritten } = await fh.write(bytes, done, bytes.length - done, position + done);
+      done += bytesWritten;
+    }
+  }
+
+  /** Converts float32 rows to float16 exactly as NumPy does and writes them. */
+  async writeRowsF32(layer: number, rowStart: number, data: Float32Array): Promise<void> {
+    let half = this.scratch.get(layer);
+    if (!half || half.length < data.length) {
+      half = new Uint16Array(data.length);
+      this.scratch.set(layer, half);
+    }
+    const view = half.subarray(0, data.length);
+    kernels().f32ToF16(data, view);
+    await this.writeRows(layer, rowStart, view);
+  }
+
+  /** Makes rows `[0, rowsDone)` durable: fsync every file, then record the count. */
+  async commit(rowsDone: number): Promise<void> {
+    if (!Number.isSafeInteger(rowsDone) || rowsDone < 0 || rowsDone > this.rows) {
+      throw new RangeError(`Expected rows_done within 0…${this.rows} but received ${rowsDone}`);
+    }
+    await Promise.all([...this.handles.values()].map((h) => h.sync()));
+    this.manifest.rows_done = rowsDone;
+    await writeManifestAtomic(this.dir, this.manifest);
+  }
+
+  /**
+   * Seals a store whose rows are all written: fsync, hash every file (in
+   * parallel), record checksums and statistics, then `complete: true`.
+   */
+  async finish(concurrency = availableParallelism()): Promise<Manifest> {
+    if (this.complete) return this.manifest;
+    await this.commit(this.rows);
+    await this.closeFiles();
+    const names = this.manifest.layers.map(layerFileName);
+    const outcomes = await hashFiles(
+      names.map((name) => ({ path: join(this.dir, name), f16From: buildNpyHeader("<f2", this.manifest.files[name]!.shape).length })),
+      concurrency,
+    );
+    outcomes.forEach((o, i) => {
+      const name = names[i]!;
+      if (!o.ok) throw new StoreError(join(this.dir, name), `could not be hashed: ${o.message}`);
+      const entry = this.manifest.files[name]!;
+      entry.sha256 = o.result.sha256;
+      entry.nonfinite = o.result.stats!.nonfinite;
+      entry.max_abs = o.result.stats!.maxAbs;
+    });
+    this.manifest.complete = true;
+    await writeManifestAtomic(this.dir, this.manifest);
+    return this.manifest;
+  }
+
+  private async closeFiles(): Promise<void> {
+    const all = [...this.handles.values()];
+    this.handles.clear();
+    await Promise.all(all.map((h) => h.close()));
+  }
+
+  async close(): Promise<void> {
+    await this.closeFiles();
+  }
+}
+
+async function readExisting(dir: string): Promise<Manifest | undefined> {
+  const path = join(dir, MANIFEST_NAME);
+  let text: string;
+  try {
+    const fh = await open(path, "r");
+    try {
+      text = await fh.readFile("utf8");
+    } finally {
+      await fh.close();
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw err;
+  }
+  return parseManifest(text, path);
+}
+
+function validateInit(init: StoreInit, dir: string): void {
+  const n = init.query_ids.length;
+  if (init.fact_ids.length !== n || init.condition_families.length !== n) {
+    throw new StoreError(dir, `needs one fact id and family per row: ${n} query ids, ${init.fact_ids.length} fact ids, ${init.condition_families.length} families`);
+  }
+  if (!Number.isSafeInteger(init.d_model) || init.d_model < 1) throw new StoreError(dir, `d_model must be a positive integer, not ${init.d_model}`);
+  if (init.layers.length === 0) throw new StoreError(dir, "needs at least one layer to store");
+}

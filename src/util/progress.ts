@@ -1,0 +1,50 @@
+/**
+ * Progress on stderr: a redrawn line with rate and ETA on a terminal, a plain
+ * line every few seconds otherwise (logs, CI), nothing with `quiet`.
+ */
+export interface Progress {
+  update(done: number, phase?: string): void;
+  end(message?: string): void;
+}
+
+export function createProgress(label: string, total: number, options: { quiet?: boolean; unit?: string; stream?: NodeJS.WriteStream } = {}): Progress {
+  const stream = options.stream ?? process.stderr;
+  if (options.quiet) return { update() {}, end() {} };
+  const tty = Boolean(stream.isTTY);
+  const unit = options.unit ?? "rows";
+  const start = performance.now();
+  let last = 0;
+  let lastDone = 0;
+  const line = (done: number, phase?: string) => {
+    const secs = (performance.now() - start) / 1000;
+    const rate = done / Math.max(secs, 1e-9);
+    const eta = rate > 0 ? (total - done) / rate : Infinity;
+    const pct = total > 0 ? ((100 * done) / total).toFixed(1) : "100.0";
+    return `${label}${phase ? ` [${phase}]` : ""}: ${done}/${total} ${unit} (${pct}%), ${fmtRate(rate)} ${unit}/s, ETA ${fmtTime(eta)}`;
+  };
+  return {
+    update(done, phase) {
+      lastDone = done;
+      const now = performance.now();
+      if (now - last < (tty ? 100 : 5000) && done < total) return;
+      last = now;
+      stream.write(tty ? `\r\x1b[K${line(done, phase)}` : `${line(done, phase)}\n`);
+    },
+    end(message) {
+      const secs = ((performance.now() - start) / 1000).toFixed(1);
+      const text = message ?? `${label}: ${lastDone} ${unit} in ${secs} s`;
+      stream.write(tty ? `\r\x1b[K${text}\n` : `${text}\n`);
+    },
+  };
+}
+
+function fmtRate(r: number): string {
+  return r >= 100 ? r.toFixed(0) : r.toFixed(1);
+}
+
+function fmtTime(s: number): string {
+  if (!Number.isFinite(s)) return "?";
+  if (s < 60) return `${s.toFixed(0)} s`;
+  const m = Math.floor(s / 60);
+  return m < 60 ? `${m} min ${Math.round(s % 60)} s` : `${Math.floor(m / 60)} h ${m % 60} min`;
+}

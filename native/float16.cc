@@ -115,6 +115,40 @@ __attribute__((target("avx2,f16c"))) void F16ToF32F16c(const uint16_t* src, floa
   F16ToF32Portable(src + i, dst + i, n - i);
 }
 
+// Non-finite count and largest finite magnitude, 16 halves a step. Lane counters
+// are 16-bit, so they are folded into the total before they can wrap.
+__attribute__((target("avx2"))) void F16StatsAvx2(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {
+  const __m256i mag_mask = _mm256_set1_epi16(0x7fff);
+  const __m256i last_finite = _mm256_set1_epi16(0x7bff);
+  __m256i best = _mm256_setzero_si256();
+  uint64_t bad = 0;
+  size_t i = 0;
+  while (i + 16 <= n) {
+    __m256i count = _mm256_setzero_si256();
+    const size_t stop = (n - i) / 16 > 32767 ? i + 16 * 32767 : i + ((n - i) / 16) * 16;
+    for (; i < stop; i += 16) {
+      const __m256i m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)), mag_mask);
+      const __m256i nf = _mm256_cmpgt_epi16(m, last_finite);  // magnitudes fit in signed 16 bits
+      count = _mm256_sub_epi16(count, nf);
+      best = _mm256_max_epu16(best, _mm256_andnot_si256(nf, m));
+    }
+    alignas(32) uint16_t lanes[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), count);
+    for (uint16_t c : lanes) bad += c;
+  }
+  alignas(32) uint16_t lanes[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), best);
+  uint16_t top = 0;
+  for (uint16_t v : lanes) top = v > top ? v : top;
+  for (; i < n; i++) {
+    const uint16_t m = src[i] & 0x7fffu;
+    if (m >= 0x7c00u) bad++;
+    else if (m > top) top = m;
+  }
+  *nonfinite = bad;
+  *max_bits = top;
+}
+
 bool DetectF16c() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
@@ -147,6 +181,9 @@ void F16ToF32(const uint16_t* src, float* dst, size_t n) {
 }
 
 void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {
+#ifdef HSM_X86
+  if (HasF16c()) return F16StatsAvx2(src, n, nonfinite, max_bits);
+#endif
   // Branch-free so the compiler vectorizes it; magnitude bits order like values.
   uint64_t bad = 0;
   uint16_t best = 0;

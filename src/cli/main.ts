@@ -8,15 +8,22 @@ import { join, resolve } from "node:path";
 
 import { Command, CommanderError } from "commander";
 
-import { readBank, summarizeBank } from "../bank/bank.js";
 import { HsmError, UsageError } from "../errors.js";
-import { writeFixture, type FixtureOptions } from "../fixtures/synthetic.js";
-import { kernels } from "../native/index.js";
-import { DEFAULT_LAYER_RULE, selectLayers } from "../store/layers.js";
-import { verifyStore, type VerifyReport } from "../store/verify.js";
+import type { FixtureOptions } from "../fixtures/synthetic.js";
+import type { VerifyReport } from "../store/verify.js";
 import { createProgress } from "../util/progress.js";
 import { VERSION } from "../version.js";
 import { intOption } from "./options.js";
+
+// Commands load what they need when they run: `hsm verify` should not pay for
+// the expression parser that only the layer rule uses.
+const lib = {
+  bank: () => import("../bank/bank.js"),
+  fixtures: () => import("../fixtures/synthetic.js"),
+  layers: () => import("../store/layers.js"),
+  native: () => import("../native/index.js"),
+  verify: () => import("../store/verify.js"),
+};
 
 /** Benchmark scale: the real bank's 44,416 rows, 39,258 main-forward, d = 1024, 8 stored layers. */
 export const BENCH_FIXTURE: FixtureOptions = { facts: 6543, d: 1024, layersTotal: 14, extraRows: 5158 };
@@ -73,6 +80,8 @@ export function buildProgram(): Command {
     .action(async (store: string, opts: { json?: boolean; jobs?: number }) => {
       const st = await stat(store).catch(() => undefined);
       if (!st?.isDirectory()) throw new UsageError(`${store}: no such store folder`);
+      const [{ kernels }, { verifyStore }] = await Promise.all([lib.native(), lib.verify()]);
+      kernels(); // says once, here, if the native core is missing
       const t0 = performance.now();
       const report = await verifyStore(store, { concurrency: opts.jobs ?? availableParallelism() });
       process.exitCode = printVerifyReport(report, (performance.now() - t0) / 1000, Boolean(opts.json));
@@ -102,15 +111,16 @@ export function buildProgram(): Command {
       for (const key of ["facts", "d", "layersTotal", "seed", "extraRows", "nonfiniteRows"] as const) {
         if (opts[key] !== undefined) options[key] = opts[key];
       }
-      const progress = createProgress("fixture", 1, { quiet: opts.quiet, unit: "rows" });
-      let total = 1;
+      const progress = createProgress("fixture", 0, { quiet: opts.quiet, unit: "layer rows" });
+      let total = 0;
       options.onProgress = (_phase, done, all) => {
         total = all;
-        progress.update(done);
+        progress.update(done, all);
       };
+      const { writeFixture } = await lib.fixtures();
       const t0 = performance.now();
       const result = await writeFixture(dir, options);
-      progress.end(`fixture: ${total} rows written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      progress.end(`fixture: ${total} layer rows written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
       out(
         `${dir}: bank.jsonl (${result.rows} rows, ${result.mainForwardRows} main-forward), store/ (layers ${result.manifest.layers.join(", ")} ` +
           `of ${result.manifest.num_layers}, d = ${result.manifest.d_model}), scored.jsonl`,
@@ -123,6 +133,7 @@ export function buildProgram(): Command {
     .description("Validate a query bank (JSONL, one query per line) and summarize it. A bad line is reported with its file, line number and field.")
     .argument("<bank>", "bank JSONL file")
     .action(async (bank: string) => {
+      const { readBank, summarizeBank } = await lib.bank();
       const rows = await readBank(bank);
       const s = summarizeBank(rows);
       out(`${bank}: ${s.rows} rows, ${s.mainForward} main-forward, ${s.facts} facts`);
@@ -134,8 +145,9 @@ export function buildProgram(): Command {
     .summary("print the layers a store keeps for a model of L blocks")
     .description("Print the decoder blocks a store keeps for a model of L blocks. The rule is evaluated in exact rational arithmetic, so 0.4 means 2/5.")
     .argument("<L>", "number of decoder blocks", intOption("L", 1))
-    .option("--rule <expr>", "rule in l and L", DEFAULT_LAYER_RULE)
-    .action((L: number, opts: { rule: string }) => {
+    .option("--rule <expr>", "rule in l and L", "l/(L-1) >= 0.4")
+    .action(async (L: number, opts: { rule: string }) => {
+      const { selectLayers } = await lib.layers();
       const layers = selectLayers(L, opts.rule);
       out(`${layers.length} of ${L} layers (${opts.rule}): ${layers.join(", ")}`);
     });
@@ -149,6 +161,7 @@ export function buildProgram(): Command {
     )
     .option("--out <dir>", "where to write everything", "hsm-demo")
     .action(async (opts: { out: string }) => {
+      const [{ writeFixture }, { verifyStore }, { kernels }] = await Promise.all([lib.fixtures(), lib.verify(), lib.native()]);
       const dir = resolve(opts.out);
       const fixture = join(dir, "fixture");
       const done = await stat(join(fixture, "store", "index.json")).catch(() => undefined);

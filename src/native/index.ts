@@ -43,11 +43,10 @@ export const nativeLoadErrors: string[] = [];
 
 function loadBinding(): NativeBinding | undefined {
   const require = createRequire(import.meta.url);
-  const candidates = [
-    process.env.HSM_NATIVE_PATH,
-    join(root, "native", "build", "Release", "hsm_native.node"),
-    join(root, "native", "build", "Debug", "hsm_native.node"),
-  ].filter((p): p is string => Boolean(p));
+  // HSM_NATIVE_PATH names the one addon to try (a custom build, or a missing one to test the fallback).
+  const candidates = process.env.HSM_NATIVE_PATH
+    ? [process.env.HSM_NATIVE_PATH]
+    : [join(root, "native", "build", "Release", "hsm_native.node"), join(root, "native", "build", "Debug", "hsm_native.node")];
   for (const path of candidates) {
     try {
       return require(path) as NativeBinding;
@@ -80,12 +79,13 @@ let warned = false;
 
 /**
  * The kernels to use: native when loaded, unless `HSM_NATIVE=0` asks for the
- * TypeScript path. Falling back prints one warning per process.
+ * TypeScript path. Falling back prints one warning per process (`quiet` for
+ * worker threads, whose parent has already warned).
  */
-export function kernels(): Kernels {
+export function kernels(options: { quiet?: boolean } = {}): Kernels {
   if (process.env.HSM_NATIVE === "0") return typescriptKernels;
   if (nativeKernels) return nativeKernels;
-  if (!warned) {
+  if (!warned && !options.quiet) {
     warned = true;
     process.emitWarning(
       `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` +

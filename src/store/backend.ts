@@ -6,7 +6,7 @@
 import { lstat, open, readFile } from "node:fs/promises";
 import { join } from "node:path";
 
-import { layerOfFileName } from "./layers.js";
+import { layerOfFileName } from "./names.js";
 import { MANIFEST_NAME } from "./manifest.js";
 
 export interface StoreBackend {

@@ -7,7 +7,7 @@ import { open, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 
 import { ManifestError } from "../errors.js";
-import { layerFileName, layerOfFileName } from "./layers.js";
+import { layerFileName, layerOfFileName } from "./names.js";
 
 export const MANIFEST_NAME = "index.json";
 export const STORE_FORMAT = "hidden-states/1";

@@ -6,7 +6,7 @@
 import { ManifestError, NpyHeaderError, StoreError } from "../errors.js";
 import { kernels } from "../native/index.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
-import { layerFileName } from "./layers.js";
+import { layerFileName } from "./names.js";
 import { MANIFEST_NAME, parseManifest, type Manifest } from "./manifest.js";
 import { NPY_MAX_HEADER, parseNpyHeader, type NpyHeader } from "./npy.js";
 

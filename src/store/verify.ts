@@ -10,7 +10,7 @@ import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
 import { hashFiles } from "./hash.js";
-import { layerOfFileName } from "./layers.js";
+import { layerOfFileName } from "./names.js";
 import { MANIFEST_NAME, manifestProblems, type Manifest } from "./manifest.js";
 import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
 import { headerMismatch } from "./reader.js";
@@ -151,6 +151,8 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     }
     file.sha256 = o.result.sha256;
     if (m.complete !== true) return; // no checksums to compare yet
+    // A file already reported as cut short or mislabelled cannot match its checksum; saying so adds nothing.
+    if (report.problems.some((p) => p.file === name)) return;
     let good = true;
     if (o.result.sha256 !== entry.sha256) {
       good = false;

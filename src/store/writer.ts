@@ -13,7 +13,7 @@ import { kernels } from "../native/index.js";
 import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";
-import { layerFileName } from "./layers.js";
+import { layerFileName } from "./names.js";
 import { MANIFEST_NAME, parseManifest, STORE_FORMAT, writeManifestAtomic, type FileEntry, type Manifest } from "./manifest.js";
 import { buildNpyHeader } from "./npy.js";
 

@@ -3,7 +3,8 @@
  * line every few seconds otherwise (logs, CI), nothing with `quiet`.
  */
 export interface Progress {
-  update(done: number, phase?: string): void;
+  /** Reports `done` units; `total` may be learnt late and change. */
+  update(done: number, total?: number, phase?: string): void;
   end(message?: string): void;
 }
 
@@ -23,7 +24,8 @@ export function createProgress(label: string, total: number, options: { quiet?: 
     return `${label}${phase ? ` [${phase}]` : ""}: ${done}/${total} ${unit} (${pct}%), ${fmtRate(rate)} ${unit}/s, ETA ${fmtTime(eta)}`;
   };
   return {
-    update(done, phase) {
+    update(done, newTotal, phase) {
+      if (newTotal !== undefined) total = newTotal;
       lastDone = done;
       const now = performance.now();
       if (now - last < (tty ? 100 : 5000) && done < total) return;

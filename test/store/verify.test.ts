@@ -1,0 +1,189 @@
+/**
+ * `verifyStore` on a good fixture store and on one corruption at a time. Each
+ * corruption must be reported with the file it concerns and its own message.
+ */
+import { cpSync, openSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync, writeSync, closeSync, statSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { verifyStore, type VerifyReport } from "../../src/store/verify.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir();
+const good = join(dir, "fx", "store");
+let n = 0;
+
+beforeAll(async () => {
+  await writeFixture(join(dir, "fx"), { facts: 12, d: 16, layersTotal: 6, seed: 3, nonfiniteRows: 2 });
+});
+
+/** A copy of the good store with one thing done to it. */
+function corrupt(change: (store: string) => void): string {
+  const store = join(dir, `case-${n++}`);
+  cpSync(good, store, { recursive: true });
+  change(store);
+  return store;
+}
+
+function editManifest(store: string, edit: (m: Record<string, any>) => void): void {
+  const path = join(store, "index.json");
+  const m = JSON.parse(readFileSync(path, "utf8"));
+  edit(m);
+  writeFileSync(path, JSON.stringify(m));
+}
+
+function lines(r: VerifyReport): string[] {
+  return r.problems.map((p) => `${p.file}: [${p.problem}] ${p.message}`);
+}
+
+describe("verifyStore", () => {
+  it("passes a fixture store, reporting every file", async () => {
+    const r = await verifyStore(good);
+    expect(lines(r)).toEqual([]);
+    expect(r).toMatchObject({ ok: true, complete: true, rows: 72, rows_done: 72 });
+    expect(r.files.map((f) => [f.name, f.ok])).toEqual([["L002.npy", true], ["L003.npy", true], ["L004.npy", true], ["L005.npy", true]]);
+    // The planted inf rows are counted in the last layer and agree on recount.
+    const m = JSON.parse(readFileSync(join(good, "index.json"), "utf8"));
+    expect(m.files["L005.npy"].nonfinite).toBe(2);
+  });
+
+  it("gives the same answer hashing one file at a time", async () => {
+    expect((await verifyStore(good, { concurrency: 1 })).ok).toBe(true);
+  });
+
+  it.each([
+    [
+      "a truncated file",
+      (s: string) => truncateSync(join(s, "L003.npy"), statSync(join(s, "L003.npy")).size - 100),
+      ["L003.npy: [size] is 2332 bytes but the manifest says 2432 (truncated)", "L003.npy: [npy-header] header shape (72, 16) needs 2432 bytes but the file holds 2332 (truncated)"],
+    ],
+    [
+      "a flipped byte in the data",
+      (s: string) => {
+        const fd = openSync(join(s, "L004.npy"), "r+");
+        writeSync(fd, Buffer.from([0x5a]), 0, 1, 1000);
+        closeSync(fd);
+      },
+      [/^L004\.npy: \[sha256\] sha256 is [0-9a-f]{64}, the manifest says [0-9a-f]{64}: the file changed after it was written$/],
+    ],
+    [
+      "a header whose shape does not match the file's size",
+      (s: string) => {
+        const path = join(s, "L002.npy");
+        const b = readFileSync(path);
+        b.set(Buffer.from("(71, 16)"), b.indexOf("(72, 16)"));
+        writeFileSync(path, b);
+      },
+      [/^L002\.npy: \[npy-header\] header shape is \(71, 16\), the manifest says \(72, 16\)$/],
+    ],
+    [
+      "a header that is not an npy header",
+      (s: string) => {
+        const path = join(s, "L002.npy");
+        const b = readFileSync(path);
+        b[0] = 0x00;
+        writeFileSync(path, b);
+      },
+      [/^L002\.npy: \[npy-header\] npy header magic: is not \\x93NUMPY: not an npy file$/],
+    ],
+    [
+      "a missing file",
+      (s: string) => rmSync(join(s, "L005.npy")),
+      ["L005.npy: [file-missing] is listed in the manifest but missing"],
+    ],
+    [
+      "a file replaced by a symbolic link",
+      (s: string) => {
+        rmSync(join(s, "L005.npy"));
+        symlinkSync(join(good, "L005.npy"), join(s, "L005.npy"));
+      },
+      ["L005.npy: [not-regular-file] is a symbolic link; a store holds its own files"],
+    ],
+    [
+      "a stray layer file the manifest does not list",
+      (s: string) => cpSync(join(s, "L002.npy"), join(s, "L001.npy")),
+      ["L001.npy: [unlisted-file] is in the store folder but not in the manifest"],
+    ],
+    [
+      "a manifest that is not JSON",
+      (s: string) => writeFileSync(join(s, "index.json"), '{"format": "hidden-states/1", '),
+      [/^index\.json: \[manifest-json\] is not valid JSON \(.+\)$/],
+    ],
+    ["a missing manifest", (s: string) => rmSync(join(s, "index.json")), ["index.json: [manifest-missing] is missing"]],
+    [
+      "a manifest naming a file outside the store",
+      (s: string) =>
+        editManifest(s, (m) => {
+          m.files["../L002.npy"] = m.files["L002.npy"];
+          delete m.files["L002.npy"];
+        }),
+      [
+        'index.json: [unsafe-name] "files" names "../L002.npy", which is not a plain L###.npy file inside the store; it was not opened',
+        'index.json: [manifest-field] "files" has no entry for layer 2 (L002.npy)',
+        "L002.npy: [unlisted-file] is in the store folder but not in the manifest",
+      ],
+    ],
+    [
+      "a manifest naming an absolute path",
+      (s: string) =>
+        editManifest(s, (m) => {
+          m.files["/etc/passwd"] = m.files["L003.npy"];
+        }),
+      ['index.json: [unsafe-name] "files" names "/etc/passwd", which is not a plain L###.npy file inside the store; it was not opened'],
+    ],
+    [
+      "query_ids with a row missing",
+      (s: string) => editManifest(s, (m) => m.query_ids.pop()),
+      [
+        'index.json: [manifest-field] "fact_ids" has 72 entries but query_ids has 71: one per row is required',
+        'index.json: [manifest-field] "condition_families" has 72 entries but query_ids has 71: one per row is required',
+        'index.json: [manifest-field] "rows_done" is 72 but the store has only 71 rows',
+        'index.json: [manifest-field] "complete" is true but rows_done is 72 of 71',
+        'index.json: [manifest-field] "files.L002.npy.shape" has 72 rows but query_ids has 71',
+        'index.json: [manifest-field] "files.L003.npy.shape" has 72 rows but query_ids has 71',
+        'index.json: [manifest-field] "files.L004.npy.shape" has 72 rows but query_ids has 71',
+        'index.json: [manifest-field] "files.L005.npy.shape" has 72 rows but query_ids has 71',
+        "L002.npy: [npy-header] header shape is (72, 16), the manifest says (71, 16)",
+        "L003.npy: [npy-header] header shape is (72, 16), the manifest says (71, 16)",
+        "L004.npy: [npy-header] header shape is (72, 16), the manifest says (71, 16)",
+        "L005.npy: [npy-header] header shape is (72, 16), the manifest says (71, 16)",
+      ],
+    ],
+    [
+      "an incomplete store",
+      (s: string) =>
+        editManifest(s, (m) => {
+          m.complete = false;
+          m.rows_done = 40;
+        }),
+      ["index.json: [incomplete] the store is incomplete: 40 of 72 rows written and no checksums yet"],
+    ],
+    [
+      "a duplicate query id",
+      (s: string) => editManifest(s, (m) => (m.query_ids[5] = m.query_ids[4])),
+      [/^index\.json: \[manifest-field\] "query_ids" lists "query_\d+" twice$/],
+    ],
+    [
+      "a non-finite count that disagrees with the data",
+      (s: string) => editManifest(s, (m) => (m.files["L005.npy"].nonfinite = 0)),
+      ["L005.npy: [nonfinite] holds 2 non-finite values, the manifest says 0"],
+    ],
+    [
+      "a layer list that disagrees with the files",
+      (s: string) => editManifest(s, (m) => m.layers.push(9)),
+      [
+        'index.json: [manifest-field] "layers" holds a layer outside 0…5',
+        'index.json: [manifest-field] "files" has no entry for layer 9 (L009.npy)',
+      ],
+    ],
+  ])("reports %s", async (_what, change, expected) => {
+    const store = corrupt(change);
+    const r = await verifyStore(store);
+    expect(r.ok).toBe(false);
+    const got = lines(r);
+    expect(got).toHaveLength(expected.length);
+    expected.forEach((want, i) => (typeof want === "string" ? expect(got[i]).toBe(want) : expect(got[i]).toMatch(want)));
+  });
+});

@@ -1,0 +1,118 @@
+/**
+ * The `hsm` command as a user runs it: the compiled CLI in a child process,
+ * checked for exit status, stdout and stderr.
+ */
+import { spawnSync } from "node:child_process";
+import { cpSync, openSync, writeSync, closeSync, writeFileSync, existsSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { tempDir } from "../helpers/tmp.js";
+
+const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+const dir = tempDir();
+
+function hsm(args: string[], env: Record<string, string> = {}) {
+  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", env: { ...process.env, ...env }, cwd: dir });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+beforeAll(() => {
+  const r = hsm(["fixture", join(dir, "fx"), "--facts", "10", "--d", "8", "--quiet"]);
+  expect(r.stderr).toBe("");
+  expect(r.status).toBe(0);
+});
+
+describe("hsm", () => {
+  it("explains itself", () => {
+    const r = hsm(["--help"]);
+    expect(r.status).toBe(0);
+    for (const cmd of ["verify", "fixture", "check-bank", "layers", "demo"]) expect(r.stdout).toContain(cmd);
+    expect(hsm(["verify", "--help"]).stdout).toMatch(/Exit status: 0 when everything holds, 1 with one line per problem, 2 on a usage error/);
+  });
+
+  it("verify: exit 0 on a good store", () => {
+    const r = hsm(["verify", join(dir, "fx", "store")]);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toMatch(/store: OK — 4 files, 60 rows, complete; 0\.\d MB hashed in \d+\.\d\d s\n$/);
+    const json = JSON.parse(hsm(["verify", "--json", join(dir, "fx", "store")]).stdout);
+    expect(json).toMatchObject({ ok: true, complete: true, rows: 60, problems: [] });
+    expect(json.files).toHaveLength(4);
+  });
+
+  it("verify: exit 1 with one line per problem naming the file", () => {
+    const store = join(dir, "bad");
+    cpSync(join(dir, "fx", "store"), store, { recursive: true });
+    const fd = openSync(join(store, "L003.npy"), "r+");
+    writeSync(fd, Buffer.from([1, 2, 3]), 0, 3, 200);
+    closeSync(fd);
+    writeFileSync(join(store, "L004.npy"), "this is not a numpy file at all");
+    const r = hsm(["verify", store]);
+    expect(r.status).toBe(1);
+    const lines = r.stdout.trim().split("\n");
+    expect(lines[0]).toBe(`${store}/L004.npy: is 31 bytes but the manifest says 1088 (truncated)`);
+    expect(lines[1]).toMatch(new RegExp(`^${store}/L004\\.npy: npy header magic: is not \\\\x93NUMPY`));
+    expect(lines[2]).toMatch(new RegExp(`^${store}/L003\\.npy: sha256 is [0-9a-f]{64}, the manifest says`));
+    expect(lines[3]).toBe(`${store}: 3 problems; do not trust this store`);
+    expect(r.stderr).toBe("");
+    const json = JSON.parse(hsm(["verify", "--json", store]).stdout);
+    expect(json.problems.map((p: { file: string; problem: string }) => `${p.file}:${p.problem}`)).toEqual([
+      "L004.npy:size",
+      "L004.npy:npy-header",
+      "L003.npy:sha256",
+    ]);
+  });
+
+  it("verify: exit 2 on usage errors, without a stack trace", () => {
+    const missing = hsm(["verify", join(dir, "nowhere")]);
+    expect(missing.status).toBe(2);
+    expect(missing.stderr).toBe(`hsm: ${join(dir, "nowhere")}: no such store folder\n`);
+    const jobs = hsm(["verify", "--jobs", "0", join(dir, "fx", "store")]);
+    expect(jobs.status).toBe(2);
+    expect(jobs.stderr).toContain('Expected an integer of at least 1 for --jobs but received "0"');
+    expect(hsm(["verify"]).status).toBe(2);
+    expect(hsm(["frobnicate"]).status).toBe(2);
+  });
+
+  it("check-bank: summarizes a good bank and names the line and field of a bad one", () => {
+    const ok = hsm(["check-bank", join(dir, "fx", "bank.jsonl")]);
+    expect(ok.status).toBe(0);
+    expect(ok.stdout).toMatch(/bank\.jsonl: 68 rows, 60 main-forward, 10 facts\n {2}anchor {11}10\n/);
+    const bad = join(dir, "bad.jsonl");
+    writeFileSync(bad, '{"query_id": "q1", "fact_id": "f", "condition_family": "anchor", "query": "x", "use_for_main_forward": "yes"}\n');
+    const r = hsm(["check-bank", bad]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe(`hsm: ${bad}:1: field "use_for_main_forward": expected true or false but received "yes"\n`);
+  });
+
+  it("fixture: refuses to overwrite, and writes nothing for bad flags", () => {
+    const r = hsm(["fixture", join(dir, "fx")]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/already exists; choose a new folder/);
+    const bad = hsm(["fixture", join(dir, "fx2"), "--d", "1"]);
+    expect(bad.status).toBe(2);
+    expect(existsSync(join(dir, "fx2"))).toBe(false);
+  });
+
+  it("layers: prints the stored blocks", () => {
+    expect(hsm(["layers", "46"]).stdout).toBe(`28 of 46 layers (l/(L-1) >= 0.4): ${Array.from({ length: 28 }, (_, i) => i + 18).join(", ")}\n`);
+  });
+
+  it("works without the native core, and says so once", () => {
+    const r = hsm(["verify", join(dir, "fx", "store")], { HSM_NATIVE_PATH: join(dir, "missing.node") });
+    expect(r.status).toBe(0);
+    expect(r.stderr.match(/the native core is not loaded/g)).toHaveLength(1);
+    expect(r.stderr).toContain("npm run build:native");
+  });
+
+  it("demo: runs the main job on the embedded default, then skips what is done", () => {
+    const first = hsm(["demo", "--out", join(dir, "demo")]);
+    expect(first.status).toBe(0);
+    expect(first.stdout).toMatch(/fixture: .*demo\/fixture — 407 bank rows, 360 stored rows, layers 2, 3, 4, 5/);
+    expect(first.stdout).toMatch(/store: OK — 4 files, 360 rows, complete/);
+    const second = hsm(["demo", "--out", join(dir, "demo")]);
+    expect(second.status).toBe(0);
+    expect(second.stdout).toMatch(/exists, skipped/);
+  });
+});

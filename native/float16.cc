@@ -1,6 +1,9 @@
 #include "float16.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -83,12 +86,19 @@ void F16ToF32Portable(const uint16_t* src, float* dst, size_t n) {
 #ifdef HSM_X86
 // F16C rounds like NumPy on every finite value and infinity, but quiets NaNs
 // (NumPy keeps the payload as it is), so NaN lanes are redone by the scalar path.
-__attribute__((target("avx2,f16c"))) void F32ToF16F16c(const float* src, uint16_t* dst, size_t n) {
+// Destinations larger than about half the last-level cache are written with
+// streaming stores, which skip reading each line before overwriting it; smaller
+// ones stay in cache for whoever reads them next.
+constexpr size_t kStreamBytes = size_t{16} << 20;
+
+template <bool kStream>
+__attribute__((target("avx2,f16c"))) void F32ToF16F16cLoop(const float* src, uint16_t* dst, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 x = _mm256_loadu_ps(src + i);
     const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+    if (kStream) _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), h);
+    else _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
     const int nan = _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     if (__builtin_expect(nan != 0, 0)) {
       for (int k = 0; k < 8; k++) {
@@ -99,12 +109,23 @@ __attribute__((target("avx2,f16c"))) void F32ToF16F16c(const float* src, uint16_
   F32ToF16Portable(src + i, dst + i, n - i);
 }
 
-__attribute__((target("avx2,f16c"))) void F16ToF32F16c(const uint16_t* src, float* dst, size_t n) {
+__attribute__((target("avx2,f16c"))) void F32ToF16F16c(const float* src, uint16_t* dst, size_t n, bool stream) {
+  if (!stream || reinterpret_cast<uintptr_t>(dst) % 2 != 0) return F32ToF16F16cLoop<false>(src, dst, n);
+  // Align the destination to 16 bytes for the streaming stores.
+  const size_t head = std::min(n, ((16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16) / 2);
+  F32ToF16Portable(src, dst, head);
+  F32ToF16F16cLoop<true>(src + head, dst + head, n - head);
+  _mm_sfence();
+}
+
+template <bool kStream>
+__attribute__((target("avx2,f16c"))) void F16ToF32F16cLoop(const uint16_t* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     const __m256 x = _mm256_cvtph_ps(h);
-    _mm256_storeu_ps(dst + i, x);
+    if (kStream) _mm256_stream_ps(dst + i, x);
+    else _mm256_storeu_ps(dst + i, x);
     const int nan = _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     if (__builtin_expect(nan != 0, 0)) {
       for (int k = 0; k < 8; k++) {
@@ -113,6 +134,14 @@ __attribute__((target("avx2,f16c"))) void F16ToF32F16c(const uint16_t* src, floa
     }
   }
   F16ToF32Portable(src + i, dst + i, n - i);
+}
+
+__attribute__((target("avx2,f16c"))) void F16ToF32F16c(const uint16_t* src, float* dst, size_t n, bool stream) {
+  if (!stream || reinterpret_cast<uintptr_t>(dst) % 4 != 0) return F16ToF32F16cLoop<false>(src, dst, n);
+  const size_t head = std::min(n, ((32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32) / 4);
+  F16ToF32Portable(src, dst, head);
+  F16ToF32F16cLoop<true>(src + head, dst + head, n - head);
+  _mm_sfence();
 }
 
 // Non-finite count and largest finite magnitude, 16 halves a step. Lane counters
@@ -155,6 +184,27 @@ bool DetectF16c() {
 }
 #endif
 
+// Splits [0, n) across the cores for buffers big enough to repay a thread
+// start (tens of microseconds); conversion is bound by memory bandwidth, which
+// one core alone does not saturate.
+template <typename Fn>
+void ParallelFor(size_t n, Fn fn) {
+  constexpr size_t kMinPerThread = size_t{1} << 19;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min<size_t>({cores, 8, n / kMinPerThread});
+  if (threads <= 1) return fn(size_t{0}, n);
+  // Chunk boundaries on multiples of 64 elements keep every vector step whole.
+  const size_t chunk = ((n + threads - 1) / threads + 63) & ~size_t{63};
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; t++) {
+    const size_t begin = std::min(n, t * chunk);
+    const size_t end = std::min(n, begin + chunk);
+    if (begin < end) pool.emplace_back([=] { fn(begin, end); });
+  }
+  fn(0, std::min(n, chunk));
+  for (auto& th : pool) th.join();
+}
+
 }  // namespace
 
 bool HasF16c() {
@@ -167,17 +217,21 @@ bool HasF16c() {
 }
 
 void F32ToF16(const float* src, uint16_t* dst, size_t n) {
+  ParallelFor(n, [=](size_t begin, size_t end) {
 #ifdef HSM_X86
-  if (HasF16c()) return F32ToF16F16c(src, dst, n);
+    if (HasF16c()) return F32ToF16F16c(src + begin, dst + begin, end - begin, n * 2 >= kStreamBytes);
 #endif
-  F32ToF16Portable(src, dst, n);
+    F32ToF16Portable(src + begin, dst + begin, end - begin);
+  });
 }
 
 void F16ToF32(const uint16_t* src, float* dst, size_t n) {
+  ParallelFor(n, [=](size_t begin, size_t end) {
 #ifdef HSM_X86
-  if (HasF16c()) return F16ToF32F16c(src, dst, n);
+    if (HasF16c()) return F16ToF32F16c(src + begin, dst + begin, end - begin, n * 4 >= kStreamBytes);
 #endif
-  F16ToF32Portable(src, dst, n);
+    F16ToF32Portable(src + begin, dst + begin, end - begin);
+  });
 }
 
 void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {

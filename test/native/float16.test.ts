@@ -164,6 +164,22 @@ describe("native core", () => {
     expect(Buffer.from(wb.buffer).equals(Buffer.from(wa.buffer))).toBe(true);
     expect(nativeKernels!.f16Stats(a)).toEqual(typescriptKernels.f16Stats(a));
   });
+
+  it.runIf(Boolean(nativeKernels))("agrees on buffers big enough for threads and streaming stores, at unaligned offsets", () => {
+    const n = 9_000_003;
+    const backing = randomFloat32(n + 5, 13);
+    const src = backing.subarray(3, 3 + n);
+    const a = new Uint16Array(n + 1).subarray(1); // destination off 16-byte alignment
+    const b = new Uint16Array(n);
+    nativeKernels!.f32ToF16(src, a);
+    typescriptKernels.f32ToF16(src, b);
+    expect(Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer))).toBe(true);
+    const wa = new Float32Array(n + 3).subarray(3);
+    const wb = new Float32Array(n);
+    nativeKernels!.f16ToF32(a, wa);
+    typescriptKernels.f16ToF32(b, wb);
+    expect(Buffer.from(wa.buffer, wa.byteOffset, wa.byteLength).equals(Buffer.from(wb.buffer))).toBe(true);
+  });
 });
 
 describe.skipIf(!hasNumpy && !numpyRequired)("float16 against NumPy's astype", () => {

@@ -1,0 +1,120 @@
+#!/usr/bin/env node
+// npm run bench — the store benchmarks, each against a peer measured in the same run:
+//   1. `hsm verify` on the benchmark-scale fixture vs `sha256sum` over the same files;
+//   2. float32 <-> float16 conversion, native core vs the TypeScript fallback.
+// Medians of several runs; the machine is shared, so ratios matter more than seconds.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
+const fixture = join(benchDir, "fixture");
+const store = join(fixture, "store");
+const runs = Number(process.env.HSM_BENCH_RUNS ?? 7);
+const bin = join(root, "bin", "hsm.js");
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+
+function timeCommand(cmd, args) {
+  const t0 = performance.now();
+  const r = spawnSync(cmd, args, { stdio: ["ignore", "pipe", "pipe"], maxBuffer: 1 << 26 });
+  const secs = (performance.now() - t0) / 1000;
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed: ${r.stderr}`);
+  return secs;
+}
+
+mkdirSync(benchDir, { recursive: true });
+if (!existsSync(join(store, "index.json"))) {
+  console.error(`writing the benchmark-scale fixture to ${fixture} (once; reused by later runs)`);
+  const r = spawnSync(process.execPath, [bin, "fixture", fixture, "--bench"], { stdio: "inherit" });
+  if (r.status !== 0) process.exit(1);
+}
+const files = readdirSync(store).filter((n) => n.endsWith(".npy")).sort().map((n) => join(store, n));
+const bytes = files.reduce((s, f) => s + readFileSync(f).length, 0);
+
+// Warm the page cache so both tools read from memory, not disk.
+for (const f of files) readFileSync(f);
+
+const verifyTimes = [];
+const shaTimes = [];
+for (let i = 0; i < runs; i++) {
+  // Alternate so that background load hits both alike.
+  verifyTimes.push(timeCommand(process.execPath, [bin, "verify", store]));
+  shaTimes.push(timeCommand("sha256sum", files));
+}
+
+// Two sizes: a row block that stays in cache (1M values, what the store reader
+// and writer convert at a time) and a whole-layer buffer far larger than cache.
+const { nativeKernels, typescriptKernels } = await import(join(root, "dist", "native", "index.js"));
+const conv = {};
+for (const n of [1 << 20, 1 << 24]) {
+  const src = new Float32Array(n);
+  for (let i = 0; i < n; i++) src[i] = Math.sin(i) * 1000 * (i % 7);
+  const half = new Uint16Array(n);
+  const wide = new Float32Array(n);
+  const reps = Math.max(runs, Math.round((runs * (1 << 24)) / n / 4));
+  const convMedian = (k, dir) => {
+    const ts = [];
+    for (let i = 0; i <= reps; i++) {
+      const t0 = performance.now();
+      if (dir === "f32->f16") k.f32ToF16(src, half);
+      else k.f16ToF32(half, wide);
+      if (i > 0) ts.push((performance.now() - t0) / 1000); // the first run pays the page faults
+    }
+    return median(ts);
+  };
+  for (const dir of ["f32->f16", "f16->f32"]) {
+    // Alternate the implementations so that background load hits both alike.
+    const t = { typescript: [], native: [] };
+    for (let r = 0; r < 3; r++) {
+      t.typescript.push(convMedian(typescriptKernels, dir));
+      if (nativeKernels) t.native.push(convMedian(nativeKernels, dir));
+    }
+    conv[`${dir} ${n >= 1 << 24 ? "16M" : "1M"}`] = { n, typescript: median(t.typescript), native: nativeKernels ? median(t.native) : undefined };
+  }
+}
+
+const results = {
+  date: new Date().toISOString(),
+  runs,
+  verify: {
+    files: files.length,
+    bytes,
+    hsm_verify_s: median(verifyTimes),
+    sha256sum_s: median(shaTimes),
+    speedup_vs_sha256sum: median(shaTimes) / median(verifyTimes),
+  },
+  float16: Object.fromEntries(
+    Object.entries(conv).map(([dir, t]) => [
+      dir,
+      {
+        values: t.n,
+        typescript_s: t.typescript,
+        native_s: t.native ?? null,
+        native_gvalues_per_s: t.native ? t.n / t.native / 1e9 : null,
+        speedup_native_vs_typescript: t.native ? t.typescript / t.native : null,
+      },
+    ]),
+  ),
+  native: nativeKernels ? nativeKernels.simd : "not built",
+};
+writeFileSync(join(benchDir, "bench-store.json"), JSON.stringify(results, null, 2) + "\n");
+
+const v = results.verify;
+console.log(`hsm verify vs sha256sum — ${v.files} files, ${(v.bytes / 1e6).toFixed(1)} MB, median of ${runs} (whole commands, page cache warm)`);
+console.log(`  hsm verify   ${v.hsm_verify_s.toFixed(3)} s`);
+console.log(`  sha256sum    ${v.sha256sum_s.toFixed(3)} s`);
+console.log(`  ratio        ${v.speedup_vs_sha256sum.toFixed(2)}x faster`);
+console.log(`float16 conversion — native core: ${results.native}; medians`);
+for (const [dir, r] of Object.entries(results.float16)) {
+  const nat = r.native_s ? `native ${(r.native_s * 1000).toFixed(2)} ms (${r.native_gvalues_per_s.toFixed(2)} G values/s)` : "native n/a";
+  const ratio = r.speedup_native_vs_typescript ? `${r.speedup_native_vs_typescript.toFixed(1)}x` : "n/a";
+  console.log(`  ${dir.padEnd(13)} typescript ${(r.typescript_s * 1000).toFixed(2)} ms, ${nat}, ratio ${ratio}`);
+}
+console.log(`results: ${join(benchDir, "bench-store.json")}`);

@@ -43,36 +43,32 @@ bool GetArgs(napi_env env, napi_callback_info info, size_t want, napi_value* arg
   return true;
 }
 
-napi_value F32ToF16(napi_env env, napi_callback_info info) {
+// One converter shape for both directions: (src, dst) of equal length.
+template <typename Src, typename Dst, napi_typedarray_type kSrc, napi_typedarray_type kDst>
+napi_value Convert(napi_env env, napi_callback_info info, const char* src_message, const char* dst_message,
+                   void (*convert)(const Src*, Dst*, size_t)) {
   napi_value argv[2];
   View src, dst;
-  if (!GetArgs(env, info, 2, argv) ||
-      !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for src", &src) ||
-      !GetTyped(env, argv[1], napi_uint16_array, "Expected Uint16Array for dst", &dst)) {
+  if (!GetArgs(env, info, 2, argv) || !GetTyped(env, argv[0], kSrc, src_message, &src) ||
+      !GetTyped(env, argv[1], kDst, dst_message, &dst)) {
     return nullptr;
   }
   if (src.length != dst.length) {
     Fail(env, "Expected src and dst of equal length");
     return nullptr;
   }
-  hsm::F32ToF16(static_cast<const float*>(src.data), static_cast<uint16_t*>(dst.data), src.length);
+  convert(static_cast<const Src*>(src.data), static_cast<Dst*>(dst.data), src.length);
   return nullptr;
 }
 
+napi_value F32ToF16(napi_env env, napi_callback_info info) {
+  return Convert<float, uint16_t, napi_float32_array, napi_uint16_array>(
+      env, info, "Expected Float32Array for src", "Expected Uint16Array for dst", hsm::F32ToF16);
+}
+
 napi_value F16ToF32(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  View src, dst;
-  if (!GetArgs(env, info, 2, argv) ||
-      !GetTyped(env, argv[0], napi_uint16_array, "Expected Uint16Array for src", &src) ||
-      !GetTyped(env, argv[1], napi_float32_array, "Expected Float32Array for dst", &dst)) {
-    return nullptr;
-  }
-  if (src.length != dst.length) {
-    Fail(env, "Expected src and dst of equal length");
-    return nullptr;
-  }
-  hsm::F16ToF32(static_cast<const uint16_t*>(src.data), static_cast<float*>(dst.data), src.length);
-  return nullptr;
+  return Convert<uint16_t, float, napi_uint16_array, napi_float32_array>(
+      env, info, "Expected Uint16Array for src", "Expected Float32Array for dst", hsm::F16ToF32);
 }
 
 napi_value F16Stats(napi_env env, napi_callback_info info) {

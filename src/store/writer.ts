@@ -18,20 +18,20 @@ import { MANIFEST_NAME, parseManifest, STORE_FORMAT, writeManifestAtomic, type F
 import { buildNpyHeader } from "./npy.js";
 
 /** What the caller knows before the first row: everything but the data. */
-export interface StoreInit {
-  model: string;
-  model_sha256: string;
-  num_layers: number;
-  d_model: number;
-  layers: number[];
-  layer_rule: string;
-  last_layer_final_norm: boolean;
-  dtype: string;
-  query_ids: string[];
-  fact_ids: string[];
-  condition_families: string[];
-  max_prompt_len?: number;
-}
+export type StoreInit = Pick<
+  Manifest,
+  | "model"
+  | "model_sha256"
+  | "num_layers"
+  | "d_model"
+  | "layers"
+  | "layer_rule"
+  | "last_layer_final_norm"
+  | "dtype"
+  | "query_ids"
+  | "fact_ids"
+  | "condition_families"
+> & { max_prompt_len?: number };
 
 /** The manifest fields that must agree for a run to continue an existing store. */
 const IDENTITY = ["model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "query_ids"] as const;

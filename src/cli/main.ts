@@ -23,6 +23,8 @@ const lib = {
   layers: () => import("../store/layers.js"),
   native: () => import("../native/index.js"),
   verify: () => import("../store/verify.js"),
+  extract: () => import("../runner/extract.js"),
+  merge: () => import("../store/merge.js"),
 };
 
 /** Benchmark scale: the real bank's 44,416 rows, 39,258 main-forward, d = 1024, 8 stored layers. */
@@ -85,6 +87,118 @@ export function buildProgram(): Command {
       const t0 = performance.now();
       const report = await verifyStore(store, { concurrency: opts.jobs ?? availableParallelism() });
       process.exitCode = printVerifyReport(report, (performance.now() - t0) / 1000, Boolean(opts.json));
+    });
+
+  program
+    .command("inspect-model")
+    .summary("show what hsm finds in a model folder: layers, width, and the tensor stored for each layer")
+    .description(
+      "Read a model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json) and print the number of " +
+        "decoder blocks L, d_model, the tokenizer's special prefix, and for every stored layer the graph tensor chosen " +
+        "and how it was found: graph outputs named hidden_states.N, torch/optimum node names (/model/layers.N/…), or " +
+        "--hidden-tensors.",
+    )
+    .argument("<model-dir>", "model folder")
+    .option("--layers <expr>", "layer rule in l and L", "l/(L-1) >= 0.4")
+    .option("--hidden-tensors <map>", "LAYER=TENSOR pairs, comma-separated; 'final' names the last block's post-norm state")
+    .option("--json", "print as JSON")
+    .action(async (dir: string, opts: { layers: string; hiddenTensors?: string; json?: boolean }) => {
+      const { inspectModel } = await lib.extract();
+      const { inspection: i } = await inspectModel(dir, { layerRule: opts.layers, hiddenTensors: opts.hiddenTensors });
+      if (opts.json) return out(JSON.stringify(i, null, 2));
+      out(`${dir}: ${i.numLayers} decoder blocks, d_model ${i.dModel}, vocabulary ${i.vocabSize} (tokenizer ${i.tokenizerSize})`);
+      out(`inputs: ${i.inputs.map((v) => `${v.name} [${(v.shape ?? []).join(", ")}]`).join(", ")}`);
+      out(`outputs: ${i.outputs.length > 6 ? `${i.outputs.slice(0, 6).join(", ")}, … (${i.outputs.length})` : i.outputs.join(", ")}`);
+      out(`special prefix tokens: ${i.addsPrefix.length ? i.addsPrefix.join(", ") : "none"}`);
+      out(`hidden states found by ${i.plan.strategy}; stored layers (${opts.layers}): ${i.storedLayers.join(", ")}`);
+      for (const l of i.storedLayers) {
+        const t = i.plan.tensors.find((x) => x.layer === l)!;
+        out(`  L${String(l).padStart(3, "0")}  ${t.tensor}  — ${t.how}`);
+      }
+    });
+
+  program
+    .command("extract")
+    .summary("store last-token hidden states of a model over a bank")
+    .description(
+      "Run the model over every main-forward query of the bank and store, for each decoder block l with the layer rule " +
+        "true, the hidden state at the last prompt token as float16 L###.npy files with index.json. Progress is committed " +
+        "in blocks of rows: a run that is stopped, even with kill -9, continues when started again with the same arguments " +
+        "and produces the same bytes. A complete store is left alone. Shards (--shard K/N) extract contiguous row blocks " +
+        "into stores of their own, joined with hsm merge.",
+    )
+    .requiredOption("--model-dir <dir>", "model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json)")
+    .requiredOption("--bank <file>", "query bank JSONL")
+    .requiredOption("--out <dir>", "store folder to write")
+    .option("--model <name>", "model name recorded in the manifest (default: the folder's name)")
+    .option("--batch-size <n>", "prompts per forward pass", intOption("--batch-size", 1), 16)
+    .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--threads <n>", "onnxruntime intra-op threads (default: all cores)", intOption("--threads", 1))
+    .option("--layers <expr>", "layer rule in l and L", "l/(L-1) >= 0.4")
+    .option("--shard <K/N>", "extract shard K (0-based) of N into --out")
+    .option("--hidden-tensors <map>", "LAYER=TENSOR pairs for graphs hsm cannot read by itself")
+    .option("--commit-rows <n>", "rows per durable commit and shard boundary; keep it equal across resumes and shards", intOption("--commit-rows", 1), 1024)
+    .option("-q, --quiet", "no progress on stderr")
+    .action(
+      async (opts: {
+        modelDir: string;
+        bank: string;
+        out: string;
+        model?: string;
+        batchSize: number;
+        device: string;
+        threads?: number;
+        layers: string;
+        shard?: string;
+        hiddenTensors?: string;
+        commitRows: number;
+        quiet?: boolean;
+      }) => {
+        if (opts.device !== "cpu" && opts.device !== "cuda") throw new UsageError(`Expected --device cpu or cuda but received "${opts.device}"`);
+        const { extract, parseShard } = await lib.extract();
+        const progress = createProgress("extract", 0, { quiet: opts.quiet });
+        const result = await extract({
+          modelDir: opts.modelDir,
+          bank: opts.bank,
+          out: opts.out,
+          model: opts.model,
+          batchSize: opts.batchSize,
+          device: opts.device,
+          threads: opts.threads,
+          layerRule: opts.layers,
+          shard: opts.shard ? parseShard(opts.shard) : undefined,
+          hiddenTensors: opts.hiddenTensors,
+          commitRows: opts.commitRows,
+          onProgress: (done, total) => progress.update(done, total),
+          log: (m) => process.stderr.write(`hsm: ${m}\n`),
+        });
+        const m = result.manifest;
+        if (result.alreadyComplete) {
+          out(`${opts.out}: already complete (${m.query_ids.length} rows, layers ${m.layers.join(", ")}); nothing to do`);
+          return;
+        }
+        progress.end(`extract: ${result.rowsExtracted} rows in ${result.seconds.toFixed(1)} s (${(result.rowsExtracted / result.seconds).toFixed(1)} rows/s)`);
+        out(`${opts.out}: ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")} of ${m.num_layers}, complete`);
+      },
+    );
+
+  program
+    .command("merge")
+    .summary("join shard stores into one store")
+    .description(
+      "Verify each shard store (made by hsm extract --shard K/N) and join them, in shard order, into one store whose " +
+        "files and checksums equal a single-process run. Shards must come from one model, layer rule and bank, and cover " +
+        "every row exactly once.",
+    )
+    .argument("<out>", "store folder to write")
+    .argument("<shards...>", "shard store folders, in any order")
+    .option("-q, --quiet", "no progress on stderr")
+    .action(async (outDir: string, shards: string[], opts: { quiet?: boolean }) => {
+      const { mergeShards } = await lib.merge();
+      const progress = createProgress("merge", 0, { quiet: opts.quiet });
+      const m = await mergeShards(outDir, shards, { onProgress: (d, t) => progress.update(d, t) });
+      progress.end(`merge: ${shards.length} shards joined`);
+      out(`${outDir}: ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")}, complete`);
     });
 
   program

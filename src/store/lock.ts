@@ -1,0 +1,70 @@
+/**
+ * One writer per store: a lock file created exclusively, holding the writer's
+ * pid and host. A lock left by a process that no longer runs (killed with
+ * `kill -9`, say) is taken over; a live one is refused.
+ */
+import { readFileSync, unlinkSync } from "node:fs";
+import { open, readFile, unlink } from "node:fs/promises";
+import { hostname } from "node:os";
+import { join } from "node:path";
+
+import { StoreError } from "../errors.js";
+
+export const LOCK_NAME = ".hsm.lock";
+
+interface LockInfo {
+  pid: number;
+  host: string;
+  started: string;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Takes the store's lock; the returned function releases it (also done at process exit). */
+export async function acquireLock(dir: string): Promise<() => Promise<void>> {
+  const path = join(dir, LOCK_NAME);
+  const mine: LockInfo = { pid: process.pid, host: hostname(), started: new Date().toISOString() };
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fh = await open(path, "wx");
+      await fh.writeFile(JSON.stringify(mine) + "\n");
+      await fh.close();
+      const onExit = () => {
+        try {
+          if ((JSON.parse(readFileSync(path, "utf8")) as LockInfo).pid === process.pid) unlinkSync(path);
+        } catch {
+          /* already gone */
+        }
+      };
+      process.once("exit", onExit);
+      return async () => {
+        process.removeListener("exit", onExit);
+        await unlink(path).catch(() => {});
+      };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+      let other: LockInfo | undefined;
+      try {
+        other = JSON.parse(await readFile(path, "utf8")) as LockInfo;
+      } catch {
+        other = undefined; // torn or empty: its writer died while writing it
+      }
+      if (other && (other.host !== mine.host || alive(other.pid))) {
+        throw new StoreError(
+          dir,
+          `is being written by another hsm process (pid ${other.pid} on ${other.host}, since ${other.started}); ` +
+            `wait for it to finish, or stop it. If it is gone, delete ${path}`,
+        );
+      }
+      await unlink(path).catch(() => {});
+    }
+  }
+  throw new StoreError(dir, `could not take the lock ${path}`);
+}

@@ -1,0 +1,79 @@
+/**
+ * `hsm merge`: joins shard stores (from `hsm extract --shard K/N`) into one
+ * store whose files and checksums equal a single-process run. Every shard is
+ * verified first; shards must come from one model and layer set and cover the
+ * rows exactly once.
+ */
+import { HsmError } from "../errors.js";
+import type { Manifest } from "./manifest.js";
+import { StoreReader } from "./reader.js";
+import { verifyStore } from "./verify.js";
+import { StoreWriter } from "./writer.js";
+
+const SAME = ["model", "model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "dtype", "max_prompt_len"] as const;
+
+export async function mergeShards(out: string, shardDirs: string[], options: { onProgress?: (done: number, total: number) => void } = {}): Promise<Manifest> {
+  if (shardDirs.length === 0) throw new HsmError("merge needs at least one shard store");
+  const readers: StoreReader[] = [];
+  try {
+    for (const dir of shardDirs) {
+      const report = await verifyStore(dir);
+      if (!report.ok) throw new HsmError(`${dir}: shard does not verify (${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")})`);
+      readers.push(await StoreReader.open(dir));
+    }
+    for (const [i, r] of readers.entries()) {
+      if (!r.manifest.shard) throw new HsmError(`${shardDirs[i]}: is not a shard store (made without --shard)`);
+      for (const key of SAME) {
+        if (JSON.stringify(r.manifest[key]) !== JSON.stringify(readers[0]!.manifest[key])) {
+          throw new HsmError(`${shardDirs[i]}: ${key} differs from ${shardDirs[0]}'s; these shards are not of one run`);
+        }
+      }
+    }
+    readers.sort((a, b) => a.manifest.shard!.index - b.manifest.shard!.index);
+    const count = readers[0]!.manifest.shard!.count;
+    const total = readers[0]!.manifest.shard!.rows_total;
+    let next = 0;
+    readers.forEach((r, k) => {
+      const s = r.manifest.shard!;
+      if (s.count !== count || s.rows_total !== total) throw new HsmError(`${r.backend.location}: shard of ${s.count} over ${s.rows_total} rows, others say ${count} over ${total}`);
+      if (s.index !== k) throw new HsmError(k < count ? `shard ${k}/${count} is missing` : `shard ${s.index}/${count} is given twice`);
+      if (s.row_start !== next) throw new HsmError(`${r.backend.location}: starts at row ${s.row_start}, expected ${next}`);
+      next = s.row_end;
+    });
+    if (readers.length !== count) throw new HsmError(`shard ${readers.length}/${count} is missing: ${count} shards are needed, ${readers.length} given`);
+    if (next !== total) throw new HsmError(`the shards cover rows 0…${next} of ${total}`);
+
+    const m0 = readers[0]!.manifest;
+    const writer = await StoreWriter.open(out, {
+      model: m0.model,
+      model_sha256: m0.model_sha256,
+      num_layers: m0.num_layers,
+      d_model: m0.d_model,
+      layers: m0.layers,
+      layer_rule: m0.layer_rule,
+      last_layer_final_norm: m0.last_layer_final_norm,
+      dtype: m0.dtype,
+      max_prompt_len: m0.max_prompt_len,
+      query_ids: readers.flatMap((r) => r.manifest.query_ids),
+      fact_ids: readers.flatMap((r) => r.manifest.fact_ids),
+      condition_families: readers.flatMap((r) => r.manifest.condition_families),
+    });
+    try {
+      if (writer.complete) return writer.manifest;
+      let done = 0;
+      for (const r of readers) {
+        for (const layer of m0.layers) {
+          for await (const block of r.blocks(layer, 4096)) await writer.writeRows(layer, r.manifest.shard!.row_start + block.start, block.data);
+        }
+        done += r.rows;
+        await writer.commit(done);
+        options.onProgress?.(done, total);
+      }
+      return await writer.finish();
+    } finally {
+      await writer.close();
+    }
+  } finally {
+    await Promise.all(readers.map((r) => r.close()));
+  }
+}

@@ -1,0 +1,93 @@
+/**
+ * An independent forward pass of the generated Llama-style model, in float64,
+ * one unpadded sequence at a time, straight from the weights (not from the
+ * ONNX graph). Returns, per decoder block, the residual stream at the last
+ * position; the last block's entry has the final norm applied, as HuggingFace's
+ * `hidden_states[L]`.
+ */
+import type { LlamaConfig, LlamaWeights } from "../../src/models/llama.js";
+
+function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
+  let s = 0;
+  for (const v of x) s += v * v;
+  const r = 1 / Math.sqrt(s / x.length + eps);
+  return x.map((v, i) => w[i]! * v * r);
+}
+
+/** y = W x for W in [out, in] (HuggingFace orientation). */
+function linear(w: Float32Array, x: Float64Array, out: number): Float64Array {
+  const inp = x.length;
+  const y = new Float64Array(out);
+  for (let o = 0; o < out; o++) {
+    let s = 0;
+    for (let i = 0; i < inp; i++) s += w[o * inp + i]! * x[i]!;
+    y[o] = s;
+  }
+  return y;
+}
+
+function rope(v: Float64Array, pos: number, hd: number, theta: number): Float64Array {
+  const half = hd / 2;
+  const out = new Float64Array(hd);
+  for (let i = 0; i < half; i++) {
+    const angle = pos / Math.pow(theta, (2 * i) / hd);
+    const c = Math.cos(angle);
+    const s = Math.sin(angle);
+    out[i] = v[i]! * c - v[i + half]! * s;
+    out[i + half] = v[i + half]! * c + v[i]! * s;
+  }
+  return out;
+}
+
+export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[]): Float64Array[] {
+  const d = c.hidden_size;
+  const H = c.num_attention_heads;
+  const KV = c.num_key_value_heads;
+  const hd = c.head_dim;
+  const T = ids.length;
+  let xs = ids.map((id) => Float64Array.from(w.embed.subarray(id * d, (id + 1) * d)));
+  const result: Float64Array[] = [];
+  for (const lw of w.layers) {
+    const hs = xs.map((x) => rmsNorm(x, lw.inputNorm, c.rms_norm_eps));
+    const q = hs.map((h, t) => {
+      const all = linear(lw.q, h, H * hd);
+      return Array.from({ length: H }, (_, k) => rope(all.subarray(k * hd, (k + 1) * hd), t, hd, c.rope_theta));
+    });
+    const k = hs.map((h, t) => {
+      const all = linear(lw.k, h, KV * hd);
+      return Array.from({ length: KV }, (_, j) => rope(all.subarray(j * hd, (j + 1) * hd), t, hd, c.rope_theta));
+    });
+    const v = hs.map((h) => {
+      const all = linear(lw.v, h, KV * hd);
+      return Array.from({ length: KV }, (_, j) => all.subarray(j * hd, (j + 1) * hd));
+    });
+    const next: Float64Array[] = [];
+    for (let t = 0; t < T; t++) {
+      const ctx = new Float64Array(H * hd);
+      for (let head = 0; head < H; head++) {
+        const kvh = Math.floor(head / (H / KV));
+        const scores = Array.from({ length: t + 1 }, (_, s) => {
+          let dot = 0;
+          for (let i = 0; i < hd; i++) dot += q[t]![head]![i]! * k[s]![kvh]![i]!;
+          return dot / Math.sqrt(hd);
+        });
+        const m = Math.max(...scores);
+        const e = scores.map((s) => Math.exp(s - m));
+        const z = e.reduce((a, b) => a + b, 0);
+        for (let s = 0; s <= t; s++) for (let i = 0; i < hd; i++) ctx[head * hd + i]! += (e[s]! / z) * v[s]![kvh]![i]!;
+      }
+      const o = linear(lw.o, ctx, d);
+      const x1 = xs[t]!.map((x, i) => x + o[i]!);
+      const h2 = rmsNorm(x1, lw.postNorm, c.rms_norm_eps);
+      const gate = linear(lw.gate, h2, c.intermediate_size);
+      const up = linear(lw.up, h2, c.intermediate_size);
+      const act = gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!);
+      const down = linear(lw.down, act, d);
+      next.push(x1.map((x, i) => x + down[i]!));
+    }
+    xs = next;
+    result.push(xs[T - 1]!);
+  }
+  result[result.length - 1] = rmsNorm(result[result.length - 1]!, w.norm, c.rms_norm_eps);
+  return result;
+}

@@ -25,6 +25,7 @@ const lib = {
   verify: () => import("../store/verify.js"),
   extract: () => import("../runner/extract.js"),
   merge: () => import("../store/merge.js"),
+  models: () => import("../models/llama.js"),
 };
 
 /** Benchmark scale: the real bank's 44,416 rows, 39,258 main-forward, d = 1024, 8 stored layers. */
@@ -199,6 +200,43 @@ export function buildProgram(): Command {
       const m = await mergeShards(outDir, shards, { onProgress: (d, t) => progress.update(d, t) });
       progress.end(`merge: ${shards.length} shards joined`);
       out(`${outDir}: ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")}, complete`);
+    });
+
+  program
+    .command("make-model")
+    .summary("write a small Llama-style ONNX model folder with seeded random weights")
+    .description(
+      "Write a Llama-style decoder (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, final norm) with seeded " +
+        "random weights as an ONNX model folder shaped like an optimum export: model.onnx with torch-style node names and " +
+        "only logits (and, with --with-past, the KV cache) as outputs, config.json, and a real HuggingFace tokenizer.",
+    )
+    .argument("<dir>", "model folder to write (replaced if present)")
+    .option("--layers <n>", "decoder blocks", intOption("--layers", 1), 4)
+    .option("--hidden <n>", "d_model", intOption("--hidden", 2), 64)
+    .option("--heads <n>", "attention heads", intOption("--heads", 1), 4)
+    .option("--kv-heads <n>", "key/value heads (divides --heads)", intOption("--kv-heads", 1))
+    .option("--intermediate <n>", "MLP width (default 2 × hidden)", intOption("--intermediate", 1))
+    .option("--tokenizer <name>", "llama3.1 (adds a BOS) or qwen3 (does not)", "llama3.1")
+    .option("--seed <n>", "weight seed", intOption("--seed", 0), 1234)
+    .option("--with-past", "add past_key_values.* inputs and present.* outputs")
+    .action(async (dir: string, opts: { layers: number; hidden: number; heads: number; kvHeads?: number; intermediate?: number; tokenizer: string; seed: number; withPast?: boolean }) => {
+      const { writeTinyModel, TOKENIZERS } = await lib.models();
+      if (!(opts.tokenizer in TOKENIZERS)) throw new UsageError(`Expected --tokenizer ${Object.keys(TOKENIZERS).join(" or ")} but received "${opts.tokenizer}"`);
+      if (opts.hidden % opts.heads !== 0 || (opts.hidden / opts.heads) % 2 !== 0) throw new UsageError(`Expected --hidden to be an even multiple of --heads per head, but ${opts.hidden} / ${opts.heads} is not`);
+      const kv = opts.kvHeads ?? Math.max(1, opts.heads / 2);
+      if (opts.heads % kv !== 0) throw new UsageError(`Expected --kv-heads to divide --heads (${opts.heads}) but received ${kv}`);
+      const t0 = performance.now();
+      const c = await writeTinyModel(dir, {
+        layers: opts.layers,
+        hidden: opts.hidden,
+        heads: opts.heads,
+        kvHeads: kv,
+        intermediate: opts.intermediate,
+        tokenizer: opts.tokenizer as "llama3.1" | "qwen3",
+        seed: opts.seed,
+        withPast: Boolean(opts.withPast),
+      });
+      out(`${dir}: ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, ${c.num_attention_heads} heads (${c.num_key_value_heads} KV), vocabulary ${c.vocab_size}; written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     });
 
   program

@@ -6,6 +6,7 @@
  * last committed block and ends byte-identical to an uninterrupted one, and
  * shards cut on block boundaries merge into exactly the single-process store.
  */
+import { readFile } from "node:fs/promises";
 import { basename } from "node:path";
 
 import * as ort from "onnxruntime-node";
@@ -21,9 +22,9 @@ import { StoreWriter } from "../store/writer.js";
 import { leftPad, planBatches } from "./batching.js";
 import { detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
 import { openModelDir, sha256File } from "./model-dir.js";
-import { loadModel, num, valueShape } from "./onnx-graph.js";
+import { decodeModel, num, valueShape } from "./onnx-graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
-import { createSession, type Device } from "./session.js";
+import { createSession, stageModel, type Device } from "./session.js";
 import { MAX_PROMPT_LEN, PromptTokenizer } from "./tokenizer.js";
 
 /** Rows per durable commit; also the alignment of shard boundaries. */
@@ -91,9 +92,13 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
   const md = await openModelDir(modelDir);
   const tokenizer = await PromptTokenizer.load(modelDir);
   tokenizer.checkVocab(md.config.vocabSize, `${modelDir}/tokenizer.json`);
-  const model = await loadModel(md.onnxPath).catch((err: Error) => {
-    throw new HsmError(`${md.onnxPath}: is not a readable ONNX model (${err.message})`);
-  });
+  const source = await readFile(md.onnxPath);
+  let model;
+  try {
+    model = decodeModel(source);
+  } catch (err) {
+    throw new HsmError(`${md.onnxPath}: is not a readable ONNX model (${(err as Error).message})`);
+  }
   const L = md.config.numLayers;
   const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
   const plan = detectHiddenTensors(model.graph!, L, explicit);
@@ -112,7 +117,7 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
     inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
   };
-  return { inspection, model, tokenizer, md };
+  return { inspection, model, source, tokenizer, md };
 }
 
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
@@ -126,7 +131,8 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const bankRows = await readBank(o.bank);
   const main = mainForwardRows(bankRows);
   if (main.length === 0) throw new HsmError(`${o.bank}: no row has use_for_main_forward: true, so there is nothing to extract`);
-  const { inspection, model, tokenizer, md } = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors });
+  const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors });
+  const { inspection, tokenizer, md } = inspected;
   const layers = inspection.storedLayers;
   const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
   const [start, end] = o.shard ? shardRange(main.length, o.shard.index, o.shard.count, commitRows) : [0, main.length];
@@ -161,14 +167,19 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const release = await acquireLock(o.out);
   try {
     const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
-    const { bytes, removedNodes, keptNodes } = rewriteForExtraction(model, tensors, inspection.dModel);
-    log(`graph rewritten: ${keptNodes} nodes kept, ${removedNodes} removed (LM head and unused outputs)`);
-    const session = await createSession(bytes, o.modelDir, { device: o.device, threads: o.threads });
-    const extraInputs = model.graph!.input!.filter((v) => !["input_ids", "attention_mask", "position_ids"].includes(v.name!));
+    const stage = await stageModel(o.modelDir);
+    const rewritten = rewriteForExtraction(inspected.model, tensors, inspection.dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined);
+    log(`graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`);
+    const graphInputs = inspected.model.graph!.input!;
+    const extraInputs = graphInputs.filter((v) => !["input_ids", "attention_mask", "position_ids"].includes(v.name!));
     for (const v of extraInputs) {
       if (!/^past_key_values\.|^past\./.test(v.name!)) throw new HsmError(`the model has an input "${v.name}" that hsm does not know how to feed`);
     }
-    const inputNames = new Set(model.graph!.input!.map((v) => v.name!));
+    const inputNames = new Set(graphInputs.map((v) => v.name!));
+    // The decoded model and the file it came from are no longer needed: let them go before onnxruntime loads the weights.
+    inspected.model = undefined as never;
+    inspected.source = undefined as never;
+    const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads });
     const d = inspection.dModel;
     const n = layers.length;
     const blocks = layers.map(() => new Uint16Array(commitRows * d));

@@ -25,7 +25,12 @@ export function num(x: unknown): number {
 }
 
 export async function loadModel(path: string): Promise<ModelProto> {
-  return onnx.ModelProto.decode(await readFile(path));
+  return decodeModel(await readFile(path));
+}
+
+/** Decodes model bytes; tensor payloads stay views into `bytes`, not copies. */
+export function decodeModel(bytes: Uint8Array): ModelProto {
+  return onnx.ModelProto.decode(bytes);
 }
 
 export function encodeModel(model: import("onnx-proto").onnx.IModelProto): Uint8Array {

@@ -15,8 +15,19 @@ export interface RewriteResult {
   keptNodes: number;
 }
 
-/** Rewrites `model` in place and returns its encoding. `tensors` are in stored-layer order. */
-export function rewriteForExtraction(model: ModelProto, tensors: HiddenTensor[], dModel: number): RewriteResult {
+/**
+ * Rewrites `model` in place and returns its encoding. `tensors` are in
+ * stored-layer order. When `source` (the bytes `model` was decoded from) is
+ * given, every large initializer is turned into an external-data reference to
+ * its own bytes inside the original file (named `source.name` where the session
+ * loads), so the rewritten model is a few kilobytes and no weight is copied.
+ */
+export function rewriteForExtraction(
+  model: ModelProto,
+  tensors: HiddenTensor[],
+  dModel: number,
+  source?: { bytes: Uint8Array; name: string },
+): RewriteResult {
   const graph = model.graph!;
   const taken = new Set((graph.node ?? []).map((n) => n.name!).filter(Boolean));
   const g = new GraphBuilder(taken);
@@ -32,7 +43,25 @@ export function rewriteForExtraction(model: ModelProto, tensors: HiddenTensor[],
   graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
   graph.output = [valueInfo(HIDDEN_OUTPUT, DataType.FLOAT16, ["batch_size", tensors.length, dModel])];
   const { removedNodes } = pruneGraph(graph);
+  if (source) externalizeInitializers(graph, source.bytes, source.name);
   return { bytes: encodeModel(model), removedNodes, keptNodes: graph.node.length };
+}
+
+/** Points initializers whose raw bytes lie inside `source` at those bytes, by offset. */
+function externalizeInitializers(graph: NonNullable<ModelProto["graph"]>, source: Uint8Array, name: string): void {
+  for (const t of graph.initializer ?? []) {
+    const raw = t.rawData;
+    if (!raw || raw.length < 4096 || raw.buffer !== source.buffer) continue;
+    const offset = raw.byteOffset - source.byteOffset;
+    if (offset < 0 || offset + raw.length > source.length) continue;
+    t.rawData = new Uint8Array(0);
+    t.dataLocation = 1; // EXTERNAL
+    t.externalData = [
+      { key: "location", value: name },
+      { key: "offset", value: String(offset) },
+      { key: "length", value: String(raw.length) },
+    ];
+  }
 }
 
 /**

@@ -1,10 +1,18 @@
 /**
  * onnxruntime-node sessions: CPU by default, CUDA on request — and a clear
  * error, never a silent fall-back, when the CUDA provider is not installed.
+ *
+ * The rewritten model reads its weights straight from the original file by
+ * offset (external data), so it must sit in a folder where that file appears
+ * under a plain name: onnxruntime refuses external data reached through a
+ * symbolic link that leaves the model's folder. A hard link in a private
+ * temporary folder does; where the file system will not allow one, the
+ * rewritten model is staged beside the original for the moment the session
+ * loads, and failing that the weights are copied inline.
  */
-import { mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promises";
+import { access, constants, link, mkdtemp, readdir, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 
 import * as ort from "onnxruntime-node";
 
@@ -21,12 +29,44 @@ export interface SessionOptions {
 export const CUDA_HELP =
   "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12)";
 
-/**
- * Opens a session over model bytes. A model with external weights is loaded
- * from a private folder that links to the original weight files, so their
- * relative paths still resolve.
- */
-export async function createSession(bytes: Uint8Array, modelDir: string, options: SessionOptions = {}): Promise<ort.InferenceSession> {
+/** Where a rewritten model is loaded from, and the name it gives the original file. */
+export interface Stage {
+  dir: string;
+  /** The original model file as the rewritten graph names it in external-data locations. */
+  sourceName: string;
+  modelFile: string;
+  cleanup(): Promise<void>;
+}
+
+function externalFiles(names: string[]): string[] {
+  return names.filter((n) => n !== "model.onnx" && /\.(onnx_data|onnx\.data|data)$/.test(n));
+}
+
+/** Prepares a folder to load a rewritten model from; undefined when weights must be inlined. */
+export async function stageModel(modelDir: string): Promise<Stage | undefined> {
+  const names = await readdir(modelDir);
+  const temp = await mkdtemp(join(tmpdir(), "hsm-model-"));
+  try {
+    await link(join(modelDir, "model.onnx"), join(temp, "hsm-source-model.onnx"));
+    for (const name of externalFiles(names)) await link(join(modelDir, name), join(temp, name));
+    return { dir: temp, sourceName: "hsm-source-model.onnx", modelFile: "hsm-rewritten.onnx", cleanup: () => rm(temp, { recursive: true, force: true }) };
+  } catch {
+    await rm(temp, { recursive: true, force: true });
+  }
+  try {
+    await access(modelDir, constants.W_OK);
+    const modelFile = `.hsm-rewritten-${process.pid}.onnx`;
+    return { dir: modelDir, sourceName: "model.onnx", modelFile, cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}) };
+  } catch {
+    if (externalFiles(names).length > 0) {
+      throw new HsmError(`${modelDir}: a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model`);
+    }
+    return undefined;
+  }
+}
+
+/** Opens a session over model bytes, staged as {@link stageModel} decided (inline when `stage` is undefined). */
+export async function createSession(bytes: Uint8Array, stage: Stage | undefined, options: SessionOptions = {}): Promise<ort.InferenceSession> {
   const device = options.device ?? "cpu";
   const sessionOptions: ort.InferenceSession.SessionOptions = {
     executionProviders: device === "cuda" ? ["cuda"] : ["cpu"],
@@ -34,20 +74,15 @@ export async function createSession(bytes: Uint8Array, modelDir: string, options
     logSeverityLevel: 3,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
   };
-  const external = (await readdir(modelDir)).filter((n) => n !== "model.onnx" && (n.endsWith(".onnx_data") || n.endsWith(".onnx.data") || n.endsWith(".data")));
   try {
-    if (external.length === 0) return await ort.InferenceSession.create(bytes, sessionOptions);
-    const dir = await mkdtemp(join(tmpdir(), "hsm-model-"));
-    try {
-      for (const name of external) await symlink(resolve(modelDir, name), join(dir, name));
-      await writeFile(join(dir, "model.onnx"), bytes);
-      return await ort.InferenceSession.create(join(dir, "model.onnx"), sessionOptions);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+    if (!stage) return await ort.InferenceSession.create(bytes, sessionOptions);
+    await writeFile(join(stage.dir, stage.modelFile), bytes);
+    return await ort.InferenceSession.create(join(stage.dir, stage.modelFile), sessionOptions);
   } catch (err) {
     const message = (err as Error).message;
     if (device === "cuda") throw new HsmError(`the CUDA execution provider could not be used (${message.split("\n")[0]}); ${CUDA_HELP}`);
     throw new HsmError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
+  } finally {
+    await stage?.cleanup();
   }
 }

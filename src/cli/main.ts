@@ -171,7 +171,7 @@ export function buildProgram(): Command {
           hiddenTensors: opts.hiddenTensors,
           commitRows: opts.commitRows,
           onProgress: (done, total) => progress.update(done, total),
-          log: (m) => process.stderr.write(`hsm: ${m}\n`),
+          log: (m, level) => (level === "warn" || !opts.quiet) && process.stderr.write(`hsm: ${m}\n`),
         });
         const m = result.manifest;
         if (result.alreadyComplete) {

@@ -64,6 +64,8 @@ export interface TinyModelOptions {
   seed?: number;
   /** Add `past_key_values.*` inputs and `present.*` outputs, as optimum's with-past exports have. */
   withPast?: boolean;
+  /** Standard deviation of the embeddings (1 by default); large values overflow float16 downstream. */
+  embedScale?: number;
 }
 
 export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
@@ -87,14 +89,14 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
 }
 
 /** Seeded weights of a useful scale: activations of order one, norms near one. */
-export function generateWeights(c: LlamaConfig, seed: number): LlamaWeights {
+export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1): LlamaWeights {
   const d = c.hidden_size;
   const hd = c.head_dim;
   const rng = (stream: number) => new Rng(seed, stream);
   const linear = (stream: number, out: number, inp: number) => rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp));
   const norm = (stream: number) => rng(stream).fillNormal(new Float32Array(d), 0.1).map((x) => 1 + x);
   return {
-    embed: rng(1).fillNormal(new Float32Array(c.vocab_size * d), 1),
+    embed: rng(1).fillNormal(new Float32Array(c.vocab_size * d), embedScale),
     layers: Array.from({ length: c.num_hidden_layers }, (_, i) => {
       const s = 100 + 20 * i;
       return {
@@ -284,7 +286,7 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
  */
 export async function writeTinyModel(dir: string, o: TinyModelOptions = {}): Promise<LlamaConfig> {
   const config = tinyConfig(o);
-  const weights = generateWeights(config, o.seed ?? 1234);
+  const weights = generateWeights(config, o.seed ?? 1234, o.embedScale ?? 1);
   const temp = `${dir}.partial-${process.pid}`;
   await rm(temp, { recursive: true, force: true });
   await mkdir(temp, { recursive: true });

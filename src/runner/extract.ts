@@ -6,8 +6,8 @@
  * last committed block and ends byte-identical to an uninterrupted one, and
  * shards cut on block boundaries merge into exactly the single-process store.
  */
-import { readFile } from "node:fs/promises";
-import { basename } from "node:path";
+import { mkdir, readFile } from "node:fs/promises";
+import { basename, join } from "node:path";
 
 import * as ort from "onnxruntime-node";
 
@@ -16,9 +16,9 @@ import { buildPrompt } from "../bank/prompt.js";
 import { HsmError, UsageError } from "../errors.js";
 import { DEFAULT_LAYER_RULE, selectLayers } from "../store/layers.js";
 import { acquireLock } from "../store/lock.js";
-import type { Manifest, ShardInfo } from "../store/manifest.js";
+import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
-import { StoreWriter } from "../store/writer.js";
+import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { leftPad, planBatches } from "./batching.js";
 import { detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
 import { openModelDir, sha256File } from "./model-dir.js";
@@ -47,8 +47,8 @@ export interface ExtractOptions {
   commitRows?: number;
   /** Called after each committed block. */
   onProgress?: (done: number, total: number) => void;
-  /** Messages for the user (warnings, what was found). */
-  log?: (message: string) => void;
+  /** Messages for the user: what was done ("info") and what to look at ("warn"). */
+  log?: (message: string, level: "info" | "warn") => void;
 }
 
 export interface ExtractResult {
@@ -57,6 +57,14 @@ export interface ExtractResult {
   alreadyComplete: boolean;
   rowsExtracted: number;
   seconds: number;
+}
+
+async function isComplete(dir: string): Promise<boolean> {
+  try {
+    return JSON.parse(await readFile(join(dir, MANIFEST_NAME), "utf8")).complete === true;
+  } catch {
+    return false;
+  }
 }
 
 /** Rows `[start, end)` of shard `index` of `count`, cut on commit-block boundaries. */
@@ -145,7 +153,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     : undefined;
   const modelSha = await sha256File(md.onnxPath);
 
-  const writer = await StoreWriter.open(o.out, {
+  const init: StoreInit = {
     model: o.model ?? basename(o.modelDir.replace(/\/+$/, "")),
     model_sha256: modelSha,
     num_layers: inspection.numLayers,
@@ -159,27 +167,34 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     condition_families: rows.map((r) => r.condition_family),
     max_prompt_len: MAX_PROMPT_LEN,
     ...(shard ? { shard } : {}),
-  });
-  if (writer.complete) {
+  };
+  // A finished store is left alone (after checking it was made the same way).
+  if (await isComplete(o.out)) {
+    const writer = await StoreWriter.open(o.out, init);
     await writer.close();
     return { manifest: writer.manifest, alreadyComplete: true, rowsExtracted: 0, seconds: (performance.now() - t0) / 1000 };
   }
-  const release = await acquireLock(o.out);
+  // The session is made before the store: a model or device that cannot run leaves nothing behind.
+  const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
+  const stage = await stageModel(o.modelDir);
+  const rewritten = rewriteForExtraction(inspected.model, tensors, inspection.dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined);
+  const graphInputs = inspected.model.graph!.input!;
+  const extraInputs = graphInputs.filter((v) => !["input_ids", "attention_mask", "position_ids"].includes(v.name!));
+  for (const v of extraInputs) {
+    if (!/^past_key_values\.|^past\./.test(v.name!)) throw new HsmError(`the model has an input "${v.name}" that hsm does not know how to feed`);
+  }
+  const inputNames = new Set(graphInputs.map((v) => v.name!));
+  // The decoded model and the file it came from are no longer needed: let them go before onnxruntime loads the weights.
+  inspected.model = undefined as never;
+  inspected.source = undefined as never;
+  const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads });
+  log(`graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`, "info");
+  let release: (() => Promise<void>) | undefined;
+  let writer: StoreWriter | undefined;
   try {
-    const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
-    const stage = await stageModel(o.modelDir);
-    const rewritten = rewriteForExtraction(inspected.model, tensors, inspection.dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined);
-    log(`graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`);
-    const graphInputs = inspected.model.graph!.input!;
-    const extraInputs = graphInputs.filter((v) => !["input_ids", "attention_mask", "position_ids"].includes(v.name!));
-    for (const v of extraInputs) {
-      if (!/^past_key_values\.|^past\./.test(v.name!)) throw new HsmError(`the model has an input "${v.name}" that hsm does not know how to feed`);
-    }
-    const inputNames = new Set(graphInputs.map((v) => v.name!));
-    // The decoded model and the file it came from are no longer needed: let them go before onnxruntime loads the weights.
-    inspected.model = undefined as never;
-    inspected.source = undefined as never;
-    const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads });
+    await mkdir(o.out, { recursive: true });
+    release = await acquireLock(o.out);
+    writer = await StoreWriter.open(o.out, init);
     const d = inspection.dModel;
     const n = layers.length;
     const blocks = layers.map(() => new Uint16Array(commitRows * d));
@@ -218,7 +233,6 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       done = blockEnd;
       o.onProgress?.(done, rows.length);
     }
-    await session.release();
     const manifest = await writer.finish();
     await writer.close();
     const overflowed = layers.filter((l) => manifest.files[layerFileName(l)]!.nonfinite > 0);
@@ -226,11 +240,13 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       log(
         `warning: values beyond float16's range were stored as ±inf (as NumPy's astype does) in layer(s) ` +
           overflowed.map((l) => `${l} (${manifest.files[layerFileName(l)]!.nonfinite})`).join(", "),
+        "warn",
       );
     }
     return { manifest, alreadyComplete: false, rowsExtracted: rows.length - resumedAt, seconds: (performance.now() - t0) / 1000 };
   } finally {
-    await writer.close();
-    await release();
+    await session.release().catch(() => {});
+    await writer?.close();
+    await release?.();
   }
 }

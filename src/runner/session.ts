@@ -18,6 +18,9 @@ import * as ort from "onnxruntime-node";
 
 import { HsmError } from "../errors.js";
 
+// Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
+ort.env.logLevel = "fatal";
+
 export type Device = "cpu" | "cuda";
 
 export interface SessionOptions {

@@ -45,7 +45,7 @@ export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[]):
   const KV = c.num_key_value_heads;
   const hd = c.head_dim;
   const T = ids.length;
-  let xs = ids.map((id) => Float64Array.from(w.embed.subarray(id * d, (id + 1) * d)));
+  let xs: Float64Array[] = ids.map((id) => Float64Array.from(w.embed.subarray(id * d, (id + 1) * d)));
   const result: Float64Array[] = [];
   for (const lw of w.layers) {
     const hs = xs.map((x) => rmsNorm(x, lw.inputNorm, c.rms_norm_eps));

@@ -18,6 +18,7 @@ import { extract, inspectModel, shardRange } from "../../src/runner/extract.js";
 import { encodeModel, loadModel } from "../../src/runner/onnx-graph.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { referenceHidden } from "../helpers/llama-reference.js";
+import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
@@ -161,7 +162,7 @@ describe("hsm extract", () => {
     await expectMatchesReference(join(dir, "qwen-store"), QWEN, qwenDir, bank);
   });
 
-  it("passes hsm verify, and numpy reads what it wrote (see the store tests)", () => {
+  it("writes a store that hsm verify passes", () => {
     const r = hsm(["verify", join(dir, "b16")]);
     expect(r.status).toBe(0);
   });
@@ -287,6 +288,52 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     writeFileSync(join(m, "model.onnx"), encodeModel(model));
     const line = run(m, bank, "anonymous");
     expect(line).toMatch(/no decoder blocks found: node names do not follow \/model\/layers\.N\/ .*--hidden-tensors; candidate tensors: .*\/model\/layers\.4\/Add_1_output_0/);
+  });
+});
+
+describe("hsm extract: overflow, devices, interoperability", () => {
+  it("stores values beyond float16's range as ±inf, counts them per layer and warns once naming the layers", async () => {
+    const m = join(dir, "hot");
+    await writeTinyModel(m, { layers: 3, hidden: 32, heads: 4, kvHeads: 2, seed: 9, embedScale: 4e4 });
+    const out = join(dir, "hot-store");
+    const r = hsm(["extract", "--model-dir", m, "--bank", bank, "--out", out, "--quiet"]);
+    expect(r.status).toBe(0);
+    const manifest = JSON.parse(readFileSync(join(out, "index.json"), "utf8"));
+    const counts = manifest.layers.map((l: number) => manifest.files[`L00${l}.npy`].nonfinite);
+    expect(counts[0]).toBeGreaterThan(0); // the residual stream carries the huge embeddings
+    expect(counts.at(-1)).toBe(0); // the final norm brings it back into range
+    const warnings = r.stderr.split("\n").filter((l) => l.includes("beyond float16's range"));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain(`layer(s) 1 (${counts[0]})`);
+    expect(hsm(["verify", out]).status).toBe(0);
+  });
+
+  it("says clearly when the CUDA provider is missing, and writes nothing", () => {
+    const out = join(dir, "cuda-store");
+    const r = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", out, "--device", "cuda", "--quiet"]);
+    if (r.status === 0) return; // a machine with the CUDA provider installed
+    expect(r.status).toBe(1);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/the CUDA execution provider could not be used .*npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12/);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it.skipIf(!hasNumpy && !numpyRequired)("writes files numpy.load reads, equal to what hsm reads", async () => {
+    const store = join(dir, "b16");
+    const sums = python(
+      `import numpy as np, json, sys
+m = json.load(open(sys.argv[1] + "/index.json"))
+for l in m["layers"]:
+    a = np.load(sys.argv[1] + "/L%03d.npy" % l, mmap_mode="r")
+    assert a.dtype == np.float16 and a.shape == (len(m["query_ids"]), m["d_model"])
+    print(int(a.view(np.uint16).astype(np.uint64).sum()))`,
+      store,
+    ).trim().split("\n").map(Number);
+    const reader = await StoreReader.open(store);
+    const mine = [];
+    for (const l of reader.manifest.layers) mine.push((await reader.readRows(l, 0, reader.rows)).reduce((a, b) => a + b, 0));
+    await reader.close();
+    expect(sums).toEqual(mine);
   });
 });
 

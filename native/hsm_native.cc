@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "float16.h"
+#include "rank.h"
 
 namespace {
 
@@ -90,6 +91,48 @@ napi_value F16Stats(napi_env env, napi_callback_info info) {
   return result;
 }
 
+bool GetCount(napi_env env, napi_value v, const char* message, size_t* out) {
+  double n = -1;
+  if (napi_get_value_double(env, v, &n) != napi_ok || !(n >= 0) || n != static_cast<double>(static_cast<size_t>(n))) {
+    return Fail(env, message);
+  }
+  *out = static_cast<size_t>(n);
+  return true;
+}
+
+// rankAgainstAnchors(x, nRows, a, nAnchors, d, own, ownScore, above, threads)
+napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
+  napi_value argv[9];
+  View x, a, own, own_score, above;
+  size_t n_rows, n_anchors, d, threads;
+  if (!GetArgs(env, info, 9, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for x", &x) ||
+      !GetCount(env, argv[1], "Expected a row count", &n_rows) ||
+      !GetTyped(env, argv[2], napi_float32_array, "Expected Float32Array for anchors", &a) ||
+      !GetCount(env, argv[3], "Expected an anchor count", &n_anchors) || !GetCount(env, argv[4], "Expected d", &d) ||
+      !GetTyped(env, argv[5], napi_int32_array, "Expected Int32Array for own", &own) ||
+      !GetTyped(env, argv[6], napi_float32_array, "Expected Float32Array for ownScore", &own_score) ||
+      !GetTyped(env, argv[7], napi_int32_array, "Expected Int32Array for above", &above) ||
+      !GetCount(env, argv[8], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (x.length < n_rows * d || a.length < n_anchors * d || own.length < n_rows || own_score.length < n_rows ||
+      above.length < n_rows) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  const int32_t* owns = static_cast<const int32_t*>(own.data);
+  for (size_t i = 0; i < n_rows; i++) {
+    if (owns[i] >= static_cast<int64_t>(n_anchors)) {
+      Fail(env, "Expected own anchor indices below the anchor count");
+      return nullptr;
+    }
+  }
+  hsm::RankAgainstAnchors(static_cast<const float*>(x.data), n_rows, static_cast<const float*>(a.data), n_anchors, d, owns,
+                          static_cast<float*>(own_score.data), static_cast<int32_t*>(above.data),
+                          static_cast<int>(threads < 1 ? 1 : threads));
+  return nullptr;
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -97,6 +140,7 @@ NAPI_MODULE_INIT() {
       {"f32ToF16", nullptr, F32ToF16, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"f16ToF32", nullptr, F16ToF32, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"f16Stats", nullptr, F16Stats, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"rankAgainstAnchors", nullptr, RankAgainstAnchors, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   napi_value simd;

@@ -8,6 +8,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import * as ts from "../store/float16.js";
+import { rankAgainstAnchorsTs } from "../metrics/rank.js";
 
 /** The numeric kernels every implementation provides. */
 export interface Kernels {
@@ -18,6 +19,21 @@ export interface Kernels {
   f32ToF16(src: Float32Array, dst: Uint16Array): void;
   f16ToF32(src: Uint16Array, dst: Float32Array): void;
   f16Stats(src: Uint16Array): ts.F16Stats;
+  /**
+   * ISS's fused kernel: rows of `x` (n × d) against anchors `a` (F × d); per row
+   * the score against anchor `own[i]` and the number of other anchors above it.
+   */
+  rankAgainstAnchors(
+    x: Float32Array,
+    nRows: number,
+    a: Float32Array,
+    nAnchors: number,
+    d: number,
+    own: Int32Array,
+    ownScore: Float32Array,
+    above: Int32Array,
+    threads: number,
+  ): void;
 }
 
 /** What `hsm_native.node` exports; nothing else touches the addon. */
@@ -26,6 +42,7 @@ interface NativeBinding {
   f32ToF16(src: Float32Array, dst: Uint16Array): void;
   f16ToF32(src: Uint16Array, dst: Float32Array): void;
   f16Stats(src: Uint16Array): [number, number];
+  rankAgainstAnchors: Kernels["rankAgainstAnchors"];
 }
 
 export const typescriptKernels: Kernels = {
@@ -34,6 +51,7 @@ export const typescriptKernels: Kernels = {
   f32ToF16: ts.f32ToF16,
   f16ToF32: ts.f16ToF32,
   f16Stats: ts.f16Stats,
+  rankAgainstAnchors: (x, n, a, f, d, own, ownScore, above) => rankAgainstAnchorsTs(x, n, a, f, d, own, ownScore, above),
 };
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -67,6 +85,7 @@ function wrap(binding: NativeBinding): Kernels {
       const [nonfinite, maxBits] = binding.f16Stats(src);
       return { nonfinite, maxAbs: ts.f16BitsToNumber(maxBits) };
     },
+    rankAgainstAnchors: (x, n, a, f, d, own, ownScore, above, threads) => binding.rankAgainstAnchors(x, n, a, f, d, own, ownScore, above, threads),
   };
 }
 

@@ -1,0 +1,264 @@
+/**
+ * The KTS probe: L2-regularized logistic regression with an unpenalized
+ * intercept, minimizing ½‖w‖² + C·Σ log(1 + exp(−s_i (w·z_i + b))) on
+ * standardized features — scikit-learn's LogisticRegression(C) objective —
+ * by L-BFGS, until the largest gradient component is at most 1e-5·C·n_train
+ * or 2,000 iterations have passed.
+ *
+ * The K folds of a layer are trained together: every fold reads the same raw
+ * anchor rows, so one matrix product per step serves all of them. Standardizing
+ * is folded into the weights (w·z = (w/σ)·h − (w/σ)·μ), which lets the
+ * products run on the raw rows.
+ */
+
+/** Matrix products on a fixed row matrix H (n × d, float32, row-major). */
+export interface RowProducts {
+  readonly n: number;
+  readonly d: number;
+  /** H · V for V (d × k, column j at V[j*d …]): returns n × k, row-major. */
+  times(v: Float64Array, k: number): Promise<Float64Array>;
+  /** Hᵀ · G for G (n × k, row-major): returns d × k as k columns (column j at [j*d …]). */
+  transposeTimes(g: Float64Array, k: number): Promise<Float64Array>;
+  dispose(): void;
+}
+
+/** Products in plain TypeScript: the reference, and the fallback when nothing faster is present. */
+export function typescriptProducts(h: Float32Array, n: number, d: number): RowProducts {
+  return {
+    n,
+    d,
+    async times(v, k) {
+      const out = new Float64Array(n * k);
+      for (let i = 0; i < n; i++) {
+        for (let j = 0; j < k; j++) {
+          let s = 0;
+          for (let c = 0; c < d; c++) s += h[i * d + c]! * v[j * d + c]!;
+          out[i * k + j] = s;
+        }
+      }
+      return out;
+    },
+    async transposeTimes(g, k) {
+      const out = new Float64Array(d * k);
+      for (let i = 0; i < n; i++) {
+        for (let j = 0; j < k; j++) {
+          const gij = g[i * k + j]!;
+          if (gij === 0) continue;
+          for (let c = 0; c < d; c++) out[j * d + c]! += gij * h[i * d + c]!;
+        }
+      }
+      return out;
+    },
+    dispose() {},
+  };
+}
+
+export interface FoldProblem {
+  /** Rows of H this fold trains on. */
+  train: Int32Array;
+}
+
+export interface ProbeOptions {
+  c: number;
+  maxIterations?: number;
+  history?: number;
+}
+
+export interface TrainedProbe {
+  /** Effective weights on raw rows: score = v·h + offset. */
+  v: Float64Array;
+  offset: number;
+  converged: boolean;
+  iterations: number;
+  /** Largest gradient component at the end, and the bound it had to meet. */
+  gradMax: number;
+  tolerance: number;
+  /** Standardized-space weights and intercept, as scikit-learn reports them. */
+  w: Float64Array;
+  b: number;
+}
+
+const log1pExp = (t: number) => (t > 0 ? t + Math.log1p(Math.exp(-t)) : Math.log1p(Math.exp(t)));
+const sigmoid = (t: number) => (t >= 0 ? 1 / (1 + Math.exp(-t)) : Math.exp(t) / (1 + Math.exp(t)));
+
+/**
+ * Trains one probe per fold. `y` holds 0/1 labels for the rows of H; each fold
+ * standardizes with its own training rows' mean and population deviation (a
+ * deviation below 1e-8 divides by 1).
+ */
+export async function trainProbes(h: Float32Array, products: RowProducts, y: Uint8Array, folds: FoldProblem[], o: ProbeOptions): Promise<TrainedProbe[]> {
+  const { n, d } = products;
+  const K = folds.length;
+  const C = o.c;
+  const maxIt = o.maxIterations ?? 2000;
+  const m = o.history ?? 10;
+
+  // Per-fold standardization statistics and training masks.
+  const mean = new Float64Array(K * d);
+  const scale = new Float64Array(K * d);
+  const inTrain = new Uint8Array(K * n);
+  folds.forEach((f, k) => {
+    for (const i of f.train) {
+      inTrain[k * n + i] = 1;
+      for (let c = 0; c < d; c++) mean[k * d + c]! += h[i * d + c]!;
+    }
+    for (let c = 0; c < d; c++) mean[k * d + c]! /= f.train.length;
+    const ss = new Float64Array(d);
+    for (const i of f.train) for (let c = 0; c < d; c++) ss[c]! += (h[i * d + c]! - mean[k * d + c]!) ** 2;
+    for (let c = 0; c < d; c++) {
+      const sd = Math.sqrt(ss[c]! / f.train.length);
+      scale[k * d + c] = sd < 1e-8 ? 1 : sd;
+    }
+  });
+  const sgn = Float64Array.from(y, (v) => (v ? 1 : -1));
+
+  // θ_k = (w_k ∈ R^d, b_k); evaluate objective and gradient for every fold at once.
+  const evaluate = async (theta: Float64Array[]) => {
+    const v = new Float64Array(K * d);
+    const offset = new Float64Array(K);
+    for (let k = 0; k < K; k++) {
+      let o2 = theta[k]![d]!;
+      for (let c = 0; c < d; c++) {
+        const vc = theta[k]![c]! / scale[k * d + c]!;
+        v[k * d + c] = vc;
+        o2 -= vc * mean[k * d + c]!;
+      }
+      offset[k] = o2;
+    }
+    const margins = await products.times(v, K);
+    const g = new Float64Array(n * K);
+    const loss = new Float64Array(K);
+    const gsum = new Float64Array(K);
+    for (let i = 0; i < n; i++) {
+      for (let k = 0; k < K; k++) {
+        if (!inTrain[k * n + i]) continue;
+        const t = sgn[i]! * (margins[i * K + k]! + offset[k]!);
+        loss[k]! += log1pExp(-t);
+        const gi = -sgn[i]! * sigmoid(-t);
+        g[i * K + k] = gi;
+        gsum[k]! += gi;
+      }
+    }
+    const ht = await products.transposeTimes(g, K);
+    const values: number[] = [];
+    const grads: Float64Array[] = [];
+    for (let k = 0; k < K; k++) {
+      const th = theta[k]!;
+      let reg = 0;
+      const grad = new Float64Array(d + 1);
+      for (let c = 0; c < d; c++) {
+        reg += th[c]! * th[c]!;
+        grad[c] = th[c]! + (C * (ht[k * d + c]! - mean[k * d + c]! * gsum[k]!)) / scale[k * d + c]!;
+      }
+      grad[d] = C * gsum[k]!;
+      values.push(0.5 * reg + C * loss[k]!);
+      grads.push(grad);
+    }
+    return { values, grads, v, offset };
+  };
+
+  const dot = (a: Float64Array, b: Float64Array) => {
+    let s = 0;
+    for (let i = 0; i < a.length; i++) s += a[i]! * b[i]!;
+    return s;
+  };
+  const maxAbs = (a: Float64Array) => a.reduce((x, v) => Math.max(x, Math.abs(v)), 0);
+
+  const theta: Float64Array[] = folds.map(() => new Float64Array(d + 1));
+  let { values: f, grads: g, v: vAll, offset: offAll } = await evaluate(theta);
+  const tol = folds.map((fold) => 1e-5 * C * fold.train.length);
+  const done = folds.map((_, k) => maxAbs(g[k]!) <= tol[k]!);
+  const iterations = new Array<number>(K).fill(0);
+  const hist = folds.map(() => ({ s: [] as Float64Array[], y: [] as Float64Array[], rho: [] as number[] }));
+  const finalV = folds.map((_, k) => vAll.slice(k * d, (k + 1) * d));
+  const finalOffset = Array.from(offAll);
+
+  for (let it = 0; it < maxIt && done.some((x) => !x); it++) {
+    // Directions by the two-loop recursion.
+    const dir: Float64Array[] = theta.map((_, k) => {
+      if (done[k]) return new Float64Array(d + 1);
+      const q = Float64Array.from(g[k]!);
+      const H = hist[k]!;
+      const alpha: number[] = [];
+      for (let j = H.s.length - 1; j >= 0; j--) {
+        const a = H.rho[j]! * dot(H.s[j]!, q);
+        alpha[j] = a;
+        for (let c = 0; c <= d; c++) q[c]! -= a * H.y[j]![c]!;
+      }
+      let gamma = 1;
+      if (H.s.length) gamma = dot(H.s.at(-1)!, H.y.at(-1)!) / dot(H.y.at(-1)!, H.y.at(-1)!);
+      for (let c = 0; c <= d; c++) q[c]! *= gamma;
+      for (let j = 0; j < H.s.length; j++) {
+        const b = H.rho[j]! * dot(H.y[j]!, q);
+        for (let c = 0; c <= d; c++) q[c]! += H.s[j]! [c]! * (alpha[j]! - b);
+      }
+      for (let c = 0; c <= d; c++) q[c] = -q[c]!;
+      return q;
+    });
+    // Backtracking line search (Armijo), all folds' trial points evaluated together.
+    const step = theta.map((_, k) => (done[k] ? 0 : hist[k]!.s.length ? 1 : Math.min(1, 1 / Math.max(maxAbs(g[k]!), 1e-12))));
+    const slope = theta.map((_, k) => dot(g[k]!, dir[k]!));
+    const searching = theta.map((_, k) => !done[k]);
+    const accepted: (Float64Array | undefined)[] = new Array(K);
+    let newF = f.slice();
+    let newG = g.slice();
+    for (let tries = 0; tries < 40 && searching.some(Boolean); tries++) {
+      const trial = theta.map((th, k) => {
+        if (!searching[k]) return accepted[k] ?? th;
+        const t = Float64Array.from(th);
+        for (let c = 0; c <= d; c++) t[c]! += step[k]! * dir[k]![c]!;
+        return t;
+      });
+      const e = await evaluate(trial);
+      for (let k = 0; k < K; k++) {
+        if (!searching[k]) continue;
+        if (e.values[k]! <= f[k]! + 1e-4 * step[k]! * slope[k]! || tries === 39) {
+          searching[k] = false;
+          accepted[k] = trial[k]!;
+          newF[k] = e.values[k]!;
+          newG[k] = e.grads[k]!;
+          finalV[k] = e.v.slice(k * d, (k + 1) * d);
+          finalOffset[k] = e.offset[k]!;
+        } else step[k]! *= 0.5;
+      }
+    }
+    for (let k = 0; k < K; k++) {
+      if (done[k]) continue;
+      const s = new Float64Array(d + 1);
+      const yv = new Float64Array(d + 1);
+      for (let c = 0; c <= d; c++) {
+        s[c] = accepted[k]![c]! - theta[k]![c]!;
+        yv[c] = newG[k]![c]! - g[k]![c]!;
+      }
+      const sy = dot(s, yv);
+      if (sy > 1e-12) {
+        const H = hist[k]!;
+        H.s.push(s);
+        H.y.push(yv);
+        H.rho.push(1 / sy);
+        if (H.s.length > m) {
+          H.s.shift();
+          H.y.shift();
+          H.rho.shift();
+        }
+      }
+      theta[k] = accepted[k]!;
+      iterations[k]!++;
+      if (maxAbs(newG[k]!) <= tol[k]!) done[k] = true;
+    }
+    f = newF;
+    g = newG;
+    newF = [];
+    newG = [];
+  }
+  return folds.map((_, k) => ({
+    v: finalV[k]!,
+    offset: finalOffset[k]!,
+    converged: done[k]!,
+    iterations: iterations[k]!,
+    gradMax: maxAbs(g[k]!),
+    tolerance: tol[k]!,
+    w: theta[k]!.slice(0, d),
+    b: theta[k]![d]!,
+  }));
+}

@@ -1,0 +1,109 @@
+/** Small statistics shared by ISS and KTS: folds, percentiles, bootstrap, AUROC. */
+import { Rng } from "../util/random.js";
+
+/** FNV-1a, 32 bits, over the UTF-8 bytes of `text` (metrics.md: folds). */
+export function fnv1a32(text: string): number {
+  let h = 0x811c9dc5;
+  for (const byte of new TextEncoder().encode(text)) {
+    h ^= byte;
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h >>> 0;
+}
+
+/** NumPy's default percentile (linear interpolation between order statistics), q in [0, 100]. */
+export function percentile(values: Float64Array | number[], q: number): number {
+  const v = Float64Array.from(values).sort();
+  if (v.length === 0) return NaN;
+  const pos = ((v.length - 1) * q) / 100;
+  const lo = Math.floor(pos);
+  const hi = Math.ceil(pos);
+  return v[lo]! + (v[hi]! - v[lo]!) * (pos - lo);
+}
+
+export const DEFAULT_SEED = 20260101;
+export const DEFAULT_BOOTSTRAP = 1000;
+
+/**
+ * The generator of one bootstrap: xoshiro128** (src/util/random.ts) seeded with
+ * the user's seed and a stream derived from the metric, layer and family, so
+ * every (layer, family) gets the same draws on every backend and in any order.
+ */
+export function bootstrapRng(seed: number, metric: string, layer: number, family: string): Rng {
+  return new Rng(seed, fnv1a32(`${metric}/${layer}/${family}`));
+}
+
+/**
+ * Draws `b` multisets of `n` items with replacement; calls `replicate` with the
+ * count of each item in the draw.
+ */
+export function bootstrap(n: number, b: number, rng: Rng, replicate: (counts: Int32Array) => number): Float64Array {
+  const out = new Float64Array(b);
+  const counts = new Int32Array(n);
+  for (let r = 0; r < b; r++) {
+    counts.fill(0);
+    for (let i = 0; i < n; i++) counts[rng.int(n)]!++;
+    out[r] = replicate(counts);
+  }
+  return out;
+}
+
+/** 95% percentile interval, skipping replicates that are not numbers. */
+export function interval(replicates: Float64Array): [number | null, number | null] {
+  const ok = replicates.filter((x) => Number.isFinite(x));
+  if (ok.length === 0) return [null, null];
+  return [percentile(ok, 2.5), percentile(ok, 97.5)];
+}
+
+/**
+ * AUROC of scores against 0/1 labels, each row weighted (a fact drawn twice
+ * counts twice): the Mann–Whitney statistic with ties counted ½. `order` sorts
+ * the rows by score ascending and is computed once by {@link scoreOrder}.
+ * Null when a class has no weight.
+ */
+export function weightedAuroc(scores: Float64Array, labels: Uint8Array, weights: Float64Array | Int32Array, order: Int32Array): number | null {
+  let negBelow = 0;
+  let sumPos = 0;
+  let sumNeg = 0;
+  let wins = 0;
+  let i = 0;
+  while (i < order.length) {
+    // One group of tied scores at a time.
+    let j = i;
+    let pos = 0;
+    let neg = 0;
+    const s = scores[order[i]!]!;
+    while (j < order.length && scores[order[j]!] === s) {
+      const r = order[j]!;
+      const w = weights[r]!;
+      if (labels[r]) pos += w;
+      else neg += w;
+      j++;
+    }
+    wins += pos * (negBelow + neg / 2);
+    negBelow += neg;
+    sumPos += pos;
+    sumNeg += neg;
+    i = j;
+  }
+  if (sumPos === 0 || sumNeg === 0) return null;
+  return wins / (sumPos * sumNeg);
+}
+
+/** Row indices sorted by score, ascending (ties in index order). */
+export function scoreOrder(scores: Float64Array): Int32Array {
+  return Int32Array.from(scores.keys()).sort((a, b) => scores[a]! - scores[b]! || a - b);
+}
+
+/** Means within groups, then the mean of those means (fact-macro), weighting groups by `counts`. */
+export function macroMean(groupSums: Float64Array, groupSizes: Int32Array, counts?: Int32Array): number {
+  let total = 0;
+  let n = 0;
+  for (let g = 0; g < groupSums.length; g++) {
+    const c = counts ? counts[g]! : 1;
+    if (c === 0 || groupSizes[g] === 0) continue;
+    total += (c * groupSums[g]!) / groupSizes[g]!;
+    n += c;
+  }
+  return n === 0 ? NaN : total / n;
+}

@@ -26,7 +26,23 @@ const lib = {
   extract: () => import("../runner/extract.js"),
   merge: () => import("../store/merge.js"),
   models: () => import("../models/llama.js"),
+  metrics: () => import("../metrics/compute.js"),
+  report: () => import("../metrics/report.js"),
 };
+
+/** Parses `18,20-24` into [18, 20, 21, 22, 23, 24]. */
+export function parseLayerList(text: string): number[] {
+  const out: number[] = [];
+  for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const m = /^(\d+)(?:-(\d+))?$/.exec(part);
+    if (!m) throw new UsageError(`Expected --layers like 18,20-24 but received "${text}"`);
+    const a = Number(m[1]);
+    const b = m[2] === undefined ? a : Number(m[2]);
+    if (b < a) throw new UsageError(`Expected an ascending range in --layers but received "${part}"`);
+    for (let l = a; l <= b; l++) out.push(l);
+  }
+  return [...new Set(out)].sort((x, y) => x - y);
+}
 
 /** Benchmark scale: the real bank's 44,416 rows, 39,258 main-forward, d = 1024, 8 stored layers. */
 export const BENCH_FIXTURE: FixtureOptions = { facts: 6543, d: 1024, layersTotal: 14, extraRows: 5158 };
@@ -201,6 +217,101 @@ export function buildProgram(): Command {
       progress.end(`merge: ${shards.length} shards joined`);
       out(`${outDir}: ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")}, complete`);
     });
+
+  program
+    .command("metrics")
+    .summary("compute ISS and KTS over a hidden-state store")
+    .description(
+      "Compute ISS (does a perturbed question stay near its fact's anchor question inside the model?) and, with --scored, " +
+        "KTS (does a correctness probe trained on anchors transfer to perturbed questions?) for every stored layer and " +
+        "condition family, as defined in docs/metrics.md. Writes iss.json, kts.json, their .csv twins and iss.svg, kts.svg " +
+        "under --out, and prints a compact table.",
+    )
+    .argument("<store>", "hidden-state store folder")
+    .option("--scored <file>", "scored JSONL (needed for KTS)")
+    .option("--metrics <list>", "iss, kts or iss,kts (default: both with --scored, else iss)")
+    .option("--out <dir>", "output folder (default: outputs/metrics/<model>)")
+    .option("--backend <name>", "auto, native, tfjs-node, wasm or typescript", "auto")
+    .option("--probe-c <c>", "inverse L2 strength of the KTS probe", (v: string) => {
+      const c = Number(v);
+      if (!(c > 0)) throw new UsageError(`Expected a positive number for --probe-c but received "${v}"`);
+      return c;
+    }, 0.01)
+    .option("--folds <k>", "KTS folds", intOption("--folds", 2), 5)
+    .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1), 1000)
+    .option("--seed <s>", "bootstrap seed", intOption("--seed", 0), 20260101)
+    .option("--layers <list>", "stored layers to compute, e.g. 18,20-24 (default: all)")
+    .option("--families <list>", "families to report, comma-separated (default: all)")
+    .option("--allow-incomplete", "read a store whose extraction has not finished (its rows so far)")
+    .option("--abstain-as-incorrect", "count abstentions as incorrect in KTS")
+    .option("--allow-missing-labels", "leave out store rows without a scored row instead of stopping")
+    .option("--verify", "hash every store file against its manifest first")
+    .option("-q, --quiet", "no progress on stderr")
+    .action(
+      async (
+        store: string,
+        opts: {
+          scored?: string;
+          metrics?: string;
+          out?: string;
+          backend: string;
+          probeC: number;
+          folds: number;
+          bootstrap: number;
+          seed: number;
+          layers?: string;
+          families?: string;
+          allowIncomplete?: boolean;
+          abstainAsIncorrect?: boolean;
+          allowMissingLabels?: boolean;
+          verify?: boolean;
+          quiet?: boolean;
+        },
+      ) => {
+        const metrics = (opts.metrics ?? (opts.scored ? "iss,kts" : "iss")).split(",").map((m) => m.trim());
+        for (const m of metrics) if (m !== "iss" && m !== "kts") throw new UsageError(`Expected --metrics iss, kts or iss,kts but received "${opts.metrics}"`);
+        const st = await stat(store).catch(() => undefined);
+        if (!st?.isDirectory()) throw new UsageError(`${store}: no such store folder`);
+        if (opts.verify) {
+          const { verifyStore } = await lib.verify();
+          const report = await verifyStore(store);
+          if (!report.ok) throw new HsmError(`${store} does not verify:\n${report.problems.map((p) => `  ${p.file}: ${p.message}`).join("\n")}`);
+        }
+        const [{ computeMetrics }, { writeResults, formatTable }, { StoreReader }] = await Promise.all([lib.metrics(), lib.report(), import("../store/reader.js")]);
+        const reader = await StoreReader.open(store, { allowIncomplete: opts.allowIncomplete });
+        const manifest = reader.manifest;
+        await reader.close();
+        const t0 = performance.now();
+        const result = await computeMetrics(store, {
+          metrics: metrics as ("iss" | "kts")[],
+          scored: opts.scored,
+          backend: opts.backend as "auto",
+          probeC: opts.probeC,
+          folds: opts.folds,
+          bootstrap: opts.bootstrap,
+          seed: opts.seed,
+          layers: opts.layers ? parseLayerList(opts.layers) : undefined,
+          families: opts.families?.split(",").map((f) => f.trim()),
+          allowIncomplete: opts.allowIncomplete,
+          abstainAsIncorrect: opts.abstainAsIncorrect,
+          allowMissingLabels: opts.allowMissingLabels,
+          onProgress: opts.quiet ? undefined : (layer, phase) => process.stderr.write(`metrics: layer ${layer}: ${phase}\n`),
+        });
+        const dir = opts.out ?? join("outputs", "metrics", manifest.model);
+        const files = await writeResults(dir, result, manifest, store);
+        const secs = ((performance.now() - t0) / 1000).toFixed(1);
+        if (result.iss.length) out(formatTable("ISS (fact-macro margin; higher: perturbed questions stay near their anchor)", result.iss.map((r) => ({ layer: r.layer, family: r.family, value: r.iss }))) + "\n");
+        if (result.kts.length) {
+          out(formatTable("KTS (1: the anchor probe's signal transfers fully; 0: not at all)", result.kts.filter((r) => r.family !== "anchor").map((r) => ({ layer: r.layer, family: r.family, value: r.kts }))) + "\n");
+          const nulls = [...new Set(result.kts.filter((r) => r.family !== "anchor" && r.kts === null).map((r) => r.kts_null_reason))];
+          for (const reason of nulls) out(`  — ${reason}`);
+          const nc = result.kts.filter((r) => r.family === "anchor" && r.probes_not_converged > 0);
+          for (const r of nc) out(`  layer ${r.layer}: ${r.probes_not_converged} probe(s) did not converge in 2,000 iterations`);
+        }
+        out(`backend: ${result.backend.name} (tfjs ${result.backend.tfjs}, native ${result.backend.simd}); ${secs} s`);
+        out(`wrote ${[...files.json, ...files.csv, ...files.svg].join(", ")}`);
+      },
+    );
 
   program
     .command("make-model")

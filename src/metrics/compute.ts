@@ -11,7 +11,7 @@ import { StoreReader } from "../store/reader.js";
 import { openBackend, type BackendName, type MetricsBackend } from "./backends.js";
 import { NO_LABEL, readLabels } from "./labels.js";
 import { trainProbes } from "./probe.js";
-import { bootstrap, bootstrapRng, DEFAULT_BOOTSTRAP, DEFAULT_SEED, fnv1a32, interval, scoreOrder, weightedAuroc } from "./stats.js";
+import { bootstrap, bootstrapRng, DEFAULT_BOOTSTRAP, DEFAULT_SEED, fnv1a32, interval, SortedScores } from "./stats.js";
 
 export const ALL_FAMILIES = "all";
 
@@ -382,8 +382,16 @@ async function ktsLayer(
   }));
 
   // Train one probe per fold on the anchors of the other folds.
+  // The anchors, centred and scaled by their own statistics so that float32 products stay accurate.
+  const gMean = new Float64Array(d);
+  const gScale = new Float64Array(d);
+  for (const r of anchors) for (let j = 0; j < d; j++) gMean[j]! += h[r * d + j]! / anchors.length;
+  for (const r of anchors) for (let j = 0; j < d; j++) gScale[j]! += (h[r * d + j]! - gMean[j]!) ** 2 / anchors.length;
+  for (let j = 0; j < d; j++) gScale[j] = Math.sqrt(gScale[j]!) || 1;
   const ha = new Float32Array(anchors.length * d);
-  anchors.forEach((r, i) => ha.set(h.subarray(r * d, (r + 1) * d), i * d));
+  anchors.forEach((r, i) => {
+    for (let j = 0; j < d; j++) ha[i * d + j] = (h[r * d + j]! - gMean[j]!) / gScale[j]!;
+  });
   const ya = Uint8Array.from(anchors, (r) => y[r]!);
   const folds = Array.from({ length: o.K }, (_, k) => ({ train: Int32Array.from(anchors.keys()).filter((i) => fold(facts[anchors[i]!]!) !== k) }));
   for (const [k, f] of folds.entries()) {
@@ -396,7 +404,7 @@ async function ktsLayer(
   const products = await o.backend.products(ha, anchors.length, d);
   let probes;
   try {
-    probes = await trainProbes(ha, products, ya, folds, { c: o.C });
+    probes = await trainProbes(ha, products, ya, folds, { c: o.C, prescale: { mean: gMean, scale: gScale } });
   } finally {
     products.dispose();
   }
@@ -410,19 +418,13 @@ async function ktsLayer(
     score[i] = s;
   }
 
-  // AUROC over a set of rows with per-fact weights, via one sort per group.
+  // Each group's rows sorted once; bootstrap replicates then reweight facts in one pass.
   const prepared = (rows: number[]) => {
     const { id, names } = indexBy(facts, rows);
-    const s = Float64Array.from(rows, (i) => score[i]!);
-    const lab = Uint8Array.from(rows, (i) => y[i]!);
-    return { id, names, s, lab, order: scoreOrder(s) };
-  };
-  const aurocWith = (g: ReturnType<typeof prepared>, factWeight: (name: string, f: number) => number) => {
-    const w = Float64Array.from(g.id, (f) => factWeight(g.names[f]!, f));
-    return weightedAuroc(g.s, g.lab, w, g.order);
+    return { names, sorted: new SortedScores(Float64Array.from(rows, (i) => score[i]!), Uint8Array.from(rows, (i) => y[i]!), id) };
   };
   const anchorGroup = prepared(groups[0]!.rows);
-  const anchorAuroc = aurocWith(anchorGroup, () => 1);
+  const anchorAuroc = anchorGroup.sorted.auroc();
   const anchorFactIndex = new Map(anchorGroup.names.map((n, f) => [n, f]));
 
   return groups.map(({ family, rows }) => {
@@ -433,24 +435,22 @@ async function ktsLayer(
       return row;
     }
     const g = family === ANCHOR_FAMILY ? anchorGroup : prepared(rows);
-    row.auroc = aurocWith(g, () => 1);
+    row.auroc = g.sorted.auroc();
     const nf = g.names.length;
-    const rng = bootstrapRng(o.seed, "kts", layer, family);
+    // For the paired anchor AUROC: which anchor fact each of this family's facts is (-1: none).
+    const toAnchor = Int32Array.from(g.names, (name) => anchorFactIndex.get(name) ?? -1);
+    const anchorWeights = new Float64Array(anchorGroup.names.length);
     const aucReps = new Float64Array(o.B);
     const ktsReps = new Float64Array(o.B);
-    const anchorWeights = new Float64Array(anchorGroup.names.length);
     let r = 0;
-    bootstrap(nf, o.B, rng, (counts) => {
-      const fam = aurocWith(g, (_n, f) => counts[f]!);
+    bootstrap(nf, o.B, bootstrapRng(o.seed, "kts", layer, family), (counts) => {
+      const fam = g.sorted.auroc(counts);
       aucReps[r] = fam ?? NaN;
       if (family !== ANCHOR_FAMILY) {
         // Paired: the same drawn facts decide the anchor's AUROC.
         anchorWeights.fill(0);
-        g.names.forEach((name, f) => {
-          const a = anchorFactIndex.get(name);
-          if (a !== undefined) anchorWeights[a]! += counts[f]!;
-        });
-        const anc = aurocWith(anchorGroup, (_n, f) => anchorWeights[f]!);
+        for (let f = 0; f < nf; f++) if (toAnchor[f]! >= 0) anchorWeights[toAnchor[f]!]! += counts[f]!;
+        const anc = anchorGroup.sorted.auroc(anchorWeights);
         ktsReps[r] = fam === null || anc === null || anc <= 0.55 ? NaN : (fam - 0.5) / (anc - 0.5);
       }
       r++;

@@ -62,6 +62,13 @@ export interface ProbeOptions {
   c: number;
   maxIterations?: number;
   history?: number;
+  /**
+   * How the rows given were prepared from the raw ones: h' = (h − mean) / scale.
+   * Products on rows of order one keep float32 rounding far below the stopping
+   * tolerance, which raw rows with large dimensions would not. Weights come
+   * back for raw rows, and the 1e-8 deviation rule applies to raw deviations.
+   */
+  prescale?: { mean: Float64Array; scale: Float64Array };
 }
 
 export interface TrainedProbe {
@@ -107,7 +114,8 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
     for (const i of f.train) for (let c = 0; c < d; c++) ss[c]! += (h[i * d + c]! - mean[k * d + c]!) ** 2;
     for (let c = 0; c < d; c++) {
       const sd = Math.sqrt(ss[c]! / f.train.length);
-      scale[k * d + c] = sd < 1e-8 ? 1 : sd;
+      const raw = o.prescale ? o.prescale.scale[c]! : 1;
+      scale[k * d + c] = sd * raw < 1e-8 ? 1 / raw : sd;
     }
   });
   const sgn = Float64Array.from(y, (v) => (v ? 1 : -1));
@@ -212,7 +220,11 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
       const e = await evaluate(trial);
       for (let k = 0; k < K; k++) {
         if (!searching[k]) continue;
-        if (e.values[k]! <= f[k]! + 1e-4 * step[k]! * slope[k]! || tries === 39) {
+        // Armijo, or — where float32 products make the objective too noisy to see a decrease that
+        // small — a step that shrinks the gradient without raising the objective beyond its noise.
+        const armijo = e.values[k]! <= f[k]! + 1e-4 * step[k]! * slope[k]!;
+        const withinNoise = e.values[k]! <= f[k]! + 1e-6 * Math.abs(f[k]!) && maxAbs(e.grads[k]!) < maxAbs(g[k]!);
+        if (armijo || withinNoise || tries === 39) {
           searching[k] = false;
           accepted[k] = trial[k]!;
           newF[k] = e.values[k]!;
@@ -250,6 +262,16 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
     g = newG;
     newF = [];
     newG = [];
+  }
+  // Back to raw rows: v·h' + o = (v/scale)·h + o − (v/scale)·mean.
+  if (o.prescale) {
+    for (let k = 0; k < K; k++) {
+      const v = finalV[k]!;
+      for (let c = 0; c < d; c++) {
+        v[c] = v[c]! / o.prescale.scale[c]!;
+        finalOffset[k] = finalOffset[k]! - v[c]! * o.prescale.mean[c]!;
+      }
+    }
   }
   return folds.map((_, k) => ({
     v: finalV[k]!,

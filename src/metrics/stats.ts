@@ -56,38 +56,47 @@ export function interval(replicates: Float64Array): [number | null, number | nul
 }
 
 /**
- * AUROC of scores against 0/1 labels, each row weighted (a fact drawn twice
- * counts twice): the Mann–Whitney statistic with ties counted ½. `order` sorts
- * the rows by score ascending and is computed once by {@link scoreOrder}.
- * Null when a class has no weight.
+ * A group of scored rows prepared for many weighted AUROCs: rows sorted by
+ * score once, tie groups marked, each row's weight looked up by its fact.
+ * {@link SortedScores.auroc} is then one linear pass per bootstrap replicate.
  */
-export function weightedAuroc(scores: Float64Array, labels: Uint8Array, weights: Float64Array | Int32Array, order: Int32Array): number | null {
-  let negBelow = 0;
-  let sumPos = 0;
-  let sumNeg = 0;
-  let wins = 0;
-  let i = 0;
-  while (i < order.length) {
-    // One group of tied scores at a time.
-    let j = i;
-    let pos = 0;
-    let neg = 0;
-    const s = scores[order[i]!]!;
-    while (j < order.length && scores[order[j]!] === s) {
-      const r = order[j]!;
-      const w = weights[r]!;
-      if (labels[r]) pos += w;
-      else neg += w;
-      j++;
-    }
-    wins += pos * (negBelow + neg / 2);
-    negBelow += neg;
-    sumPos += pos;
-    sumNeg += neg;
-    i = j;
+export class SortedScores {
+  private readonly fact: Int32Array;
+  private readonly label: Uint8Array;
+  /** Start of each run of equal scores in sorted order, plus the end. */
+  private readonly ties: Int32Array;
+
+  constructor(scores: Float64Array, labels: Uint8Array, factOfRow: Int32Array) {
+    const order = scoreOrder(scores);
+    this.fact = Int32Array.from(order, (r) => factOfRow[r]!);
+    this.label = Uint8Array.from(order, (r) => labels[r]!);
+    const ties: number[] = [];
+    for (let i = 0; i < order.length; i++) if (i === 0 || scores[order[i]!] !== scores[order[i - 1]!]) ties.push(i);
+    ties.push(order.length);
+    this.ties = Int32Array.from(ties);
   }
-  if (sumPos === 0 || sumNeg === 0) return null;
-  return wins / (sumPos * sumNeg);
+
+  /** AUROC with each row weighted by `factWeight[its fact]` (1 each when omitted); null when a class has no weight. */
+  auroc(factWeight?: Float64Array | Int32Array): number | null {
+    const { fact, label, ties } = this;
+    let negBelow = 0;
+    let sumPos = 0;
+    let wins = 0;
+    for (let t = 0; t + 1 < ties.length; t++) {
+      let pos = 0;
+      let neg = 0;
+      for (let i = ties[t]!; i < ties[t + 1]!; i++) {
+        const w = factWeight ? factWeight[fact[i]!]! : 1;
+        if (label[i]) pos += w;
+        else neg += w;
+      }
+      wins += pos * (negBelow + neg / 2);
+      negBelow += neg;
+      sumPos += pos;
+    }
+    if (sumPos === 0 || negBelow === 0) return null;
+    return wins / (sumPos * negBelow);
+  }
 }
 
 /** Row indices sorted by score, ascending (ties in index order). */

@@ -103,16 +103,3 @@ export class SortedScores {
 export function scoreOrder(scores: Float64Array): Int32Array {
   return Int32Array.from(scores.keys()).sort((a, b) => scores[a]! - scores[b]! || a - b);
 }
-
-/** Means within groups, then the mean of those means (fact-macro), weighting groups by `counts`. */
-export function macroMean(groupSums: Float64Array, groupSizes: Int32Array, counts?: Int32Array): number {
-  let total = 0;
-  let n = 0;
-  for (let g = 0; g < groupSums.length; g++) {
-    const c = counts ? counts[g]! : 1;
-    if (c === 0 || groupSizes[g] === 0) continue;
-    total += (c * groupSums[g]!) / groupSizes[g]!;
-    n += c;
-  }
-  return n === 0 ? NaN : total / n;
-}

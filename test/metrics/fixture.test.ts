@@ -1,0 +1,93 @@
+/**
+ * Metrics on a planted fixture: the numbers behave as planted, every backend
+ * agrees within metrics.md's tolerances, and so does an independent NumPy +
+ * scikit-learn implementation (scripts/metrics_peer.py).
+ */
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { computeMetrics, type MetricsResult } from "../../src/metrics/compute.js";
+import { FIXTURE_FAMILIES, writeFixture } from "../../src/fixtures/synthetic.js";
+import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-metrics-fx-");
+const fx = { store: join(dir, "fx", "store"), scored: join(dir, "fx", "scored.jsonl") };
+const results: Record<string, MetricsResult> = {};
+const MILD_TO_STRONG = Object.entries(FIXTURE_FAMILIES).sort((a, b) => a[1] - b[1]).map(([f]) => f);
+
+beforeAll(async () => {
+  await writeFixture(join(dir, "fx"), { facts: 400, d: 32, layersTotal: 6, seed: 11 });
+  for (const backend of ["typescript", "native", "wasm"] as const) results[backend] = await computeMetrics(fx.store, { scored: fx.scored, backend });
+});
+
+/** metrics.md's tolerance for agreement between implementations, by field. */
+function agree(field: string, a: number | null, b: number | null, width = 0) {
+  if (a === null || b === null) return expect(a).toBe(b);
+  const tol: Record<string, number> = { iss: 1e-4, own_cos: 1e-4, other_cos: 1e-4, auroc: 5e-3, kts: 2e-2 };
+  if (field in tol) return expect(Math.abs(a - b)).toBeLessThanOrEqual(tol[field]!);
+  if (field.endsWith("_ci_low") || field.endsWith("_ci_high")) return expect(Math.abs(a - b)).toBeLessThanOrEqual(Math.max(0.02, 0.15 * width));
+  // r_at_1 and mrr: exact up to summation order (no near-ties in this fixture); counts exactly.
+  return Number.isInteger(a) && Number.isInteger(b) ? expect(a).toBe(b) : expect(Math.abs(a - b)).toBeLessThanOrEqual(1e-12);
+}
+
+describe("metrics on a planted fixture", () => {
+  it("ISS and r_at_1 rise with depth; mild families sit above strong ones", () => {
+    const iss = results.typescript!.iss;
+    const at = (layer: number, family: string) => iss.find((r) => r.layer === layer && r.family === family)!;
+    for (const f of [...MILD_TO_STRONG, "all"]) {
+      expect(at(5, f).iss!).toBeGreaterThan(at(2, f).iss!);
+      expect(at(5, f).r_at_1!).toBeGreaterThanOrEqual(at(2, f).r_at_1!);
+    }
+    expect(at(2, "translation").r_at_1!).toBeLessThan(at(5, "translation").r_at_1!);
+    for (const layer of [2, 3, 4, 5]) {
+      for (let k = 1; k < MILD_TO_STRONG.length; k++) expect(at(layer, MILD_TO_STRONG[k - 1]!).iss!).toBeGreaterThan(at(layer, MILD_TO_STRONG[k]!).iss!);
+    }
+  });
+
+  it("KTS is near 1 for mild families and lower for strong ones", () => {
+    const kts = results.typescript!.kts;
+    for (const layer of [4, 5]) {
+      const at = (family: string) => kts.find((r) => r.layer === layer && r.family === family)!;
+      expect(at("anchor").auroc!).toBeGreaterThan(0.7);
+      expect(Math.abs(at("paraphrase").kts! - 1)).toBeLessThan(0.2);
+      expect(at("translation").kts!).toBeLessThan(at("paraphrase").kts! - 0.2);
+      expect(at("anchor").probes_not_converged).toBe(0);
+    }
+  });
+
+  it("every backend agrees within the tolerances", () => {
+    const ref = results.typescript!;
+    for (const backend of ["native", "wasm"]) {
+      const other = results[backend]!;
+      for (const [metric, rows] of [["iss", ref.iss], ["kts", ref.kts]] as const) {
+        rows.forEach((row, i) => {
+          const o = (other[metric] as typeof rows)[i]!;
+          for (const [field, value] of Object.entries(row)) {
+            if (typeof value === "string" || field === "kts_null_reason") continue;
+            const base = field.replace(/_ci_(low|high)$/, "");
+            const lo = (row as unknown as Record<string, number>)[`${base}_ci_low`];
+            const hi = (row as unknown as Record<string, number>)[`${base}_ci_high`];
+            agree(field, value as number | null, (o as unknown as Record<string, number | null>)[field]!, lo !== undefined && hi !== undefined ? hi - lo : 0);
+          }
+        });
+      }
+    }
+  });
+
+  it.skipIf(!hasNumpy && !numpyRequired)("agrees with a NumPy + scikit-learn implementation of the same definitions", () => {
+    const peer = JSON.parse(python(`import runpy, sys; sys.argv = ["metrics_peer.py", sys.argv[1], "--scored", sys.argv[2]]; runpy.run_path(sys.argv[0] if False else "${join(import.meta.dirname, "..", "..", "scripts", "metrics_peer.py")}", run_name="__main__")`, fx.store, fx.scored));
+    const mine = results.native!;
+    for (const p of peer.iss) {
+      const m = mine.iss.find((r) => r.layer === p.layer && r.family === p.family)!;
+      for (const f of ["iss", "own_cos", "other_cos", "r_at_1", "mrr", "n_queries", "n_facts"]) agree(f, m[f as keyof typeof m] as number, p[f]);
+      agree("iss_ci_low", m.iss_ci_low, p.iss_ci_low, m.iss_ci_high! - m.iss_ci_low!);
+      agree("iss_ci_high", m.iss_ci_high, p.iss_ci_high, m.iss_ci_high! - m.iss_ci_low!);
+    }
+    for (const p of peer.kts) {
+      const m = mine.kts.find((r) => r.layer === p.layer && r.family === p.family)!;
+      for (const f of ["auroc", "kts", "n_queries", "n_correct"]) agree(f, m[f as keyof typeof m] as number, p[f]);
+    }
+  });
+});

@@ -1,0 +1,105 @@
+/**
+ * The probe reaches scikit-learn's optimum, meets its own stopping rule when
+ * checked independently, and trains folds together exactly as it would alone.
+ */
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { describe, expect, it } from "vitest";
+
+import { openBackend } from "../../src/metrics/backends.js";
+import { trainProbes, typescriptProducts } from "../../src/metrics/probe.js";
+import { percentile } from "../../src/metrics/stats.js";
+import { Rng } from "../../src/util/random.js";
+import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-probe-");
+
+function problem(n: number, d: number, seed: number) {
+  const rng = new Rng(seed);
+  const h = new Float32Array(n * d);
+  for (let i = 0; i < n; i++) for (let j = 0; j < d; j++) h[i * d + j] = rng.normal() * (j + 1) + (j === 2 ? 40 : 0);
+  const y = Uint8Array.from({ length: n }, (_, i) => (h[i * d]! + 0.3 * h[i * d + 1]! + rng.normal() > 0 ? 1 : 0));
+  return { h, y };
+}
+
+/** The objective's gradient at (w, b), in float64, written out independently of the probe. */
+function gradient(h: Float32Array, y: Uint8Array, rows: Int32Array, d: number, c: number, w: Float64Array, b: number): Float64Array {
+  const mean = new Float64Array(d);
+  const sd = new Float64Array(d);
+  for (const i of rows) for (let j = 0; j < d; j++) mean[j]! += h[i * d + j]! / rows.length;
+  for (const i of rows) for (let j = 0; j < d; j++) sd[j]! += (h[i * d + j]! - mean[j]!) ** 2 / rows.length;
+  const g = new Float64Array(d + 1);
+  for (let j = 0; j < d; j++) g[j] = w[j]!;
+  for (const i of rows) {
+    const s = y[i] ? 1 : -1;
+    let m = b;
+    const z = new Float64Array(d);
+    for (let j = 0; j < d; j++) {
+      z[j] = (h[i * d + j]! - mean[j]!) / (Math.sqrt(sd[j]!) < 1e-8 ? 1 : Math.sqrt(sd[j]!));
+      m += w[j]! * z[j]!;
+    }
+    const coef = (-s * c) / (1 + Math.exp(s * m));
+    for (let j = 0; j < d; j++) g[j]! += coef * z[j]!;
+    g[d]! += coef;
+  }
+  return g;
+}
+
+describe("probe", () => {
+  const n = 400;
+  const d = 6;
+  const { h, y } = problem(n, d, 4);
+  const all = Int32Array.from({ length: n }, (_, i) => i);
+  const folds = [0, 1, 2].map((k) => ({ train: all.filter((i) => i % 3 !== k) }));
+
+  it("meets its stopping rule, checked with an independent gradient, on every backend", async () => {
+    for (const name of ["typescript", "native", "wasm"] as const) {
+      const backend = await openBackend(name);
+      const products = await backend.products(h, n, d);
+      const probes = await trainProbes(h, products, y, folds, { c: 0.05 });
+      products.dispose();
+      probes.forEach((p, k) => {
+        expect(p.converged).toBe(true);
+        const g = gradient(h, y, folds[k]!.train, d, 0.05, p.w, p.b);
+        expect(Math.max(...g.map(Math.abs))).toBeLessThanOrEqual(1e-5 * 0.05 * folds[k]!.train.length * 1.01);
+      });
+    }
+  });
+
+  it("trains each fold as if alone", async () => {
+    const together = await trainProbes(h, typescriptProducts(h, n, d), y, folds, { c: 0.05 });
+    const alone = await trainProbes(h, typescriptProducts(h, n, d), y, [folds[1]!], { c: 0.05 });
+    alone[0]!.w.forEach((v, j) => expect(together[1]!.w[j]!).toBeCloseTo(v, 4));
+  });
+
+  it.skipIf(!hasNumpy && !numpyRequired)("reaches scikit-learn's LogisticRegression(C) optimum", async () => {
+    const probes = await trainProbes(h, typescriptProducts(h, n, d), y, [folds[0]!], { c: 0.05 });
+    writeFileSync(join(dir, "h.f4"), new Uint8Array(h.buffer));
+    writeFileSync(join(dir, "y.u1"), y);
+    const out = python(
+      `import numpy as np, sys, json
+from sklearn.linear_model import LogisticRegression
+d = sys.argv[1]
+H = np.fromfile(d + "/h.f4", dtype="<f4").reshape(-1, ${d}).astype(np.float64)
+y = np.fromfile(d + "/y.u1", dtype=np.uint8)
+tr = np.arange(len(H)) % 3 != 0
+X = H[tr]; mu = X.mean(0); sd = X.std(0); sd[sd < 1e-8] = 1
+clf = LogisticRegression(C=0.05, tol=1e-10, max_iter=10000).fit((X - mu) / sd, y[tr])
+print(json.dumps({"w": clf.coef_[0].tolist(), "b": float(clf.intercept_[0])}))`,
+      dir,
+    );
+    const sk = JSON.parse(out) as { w: number[]; b: number };
+    sk.w.forEach((v, j) => expect(probes[0]!.w[j]!).toBeCloseTo(v, 3));
+    expect(probes[0]!.b).toBeCloseTo(sk.b, 3);
+  });
+});
+
+describe("percentile", () => {
+  it("interpolates linearly between order statistics, as NumPy does", () => {
+    expect(percentile([4, 1, 3, 2], 2.5)).toBeCloseTo(1.075, 12);
+    expect(percentile([4, 1, 3, 2], 97.5)).toBeCloseTo(3.925, 12);
+    expect(percentile([7], 50)).toBe(7);
+  });
+});

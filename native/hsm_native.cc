@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "bootstrap.h"
 #include "float16.h"
+#include "products.h"
 #include "rank.h"
 
 namespace {
@@ -133,6 +135,132 @@ napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
+bool GetU32(napi_env env, napi_value v, const char* message, uint32_t* out) {
+  if (napi_get_value_uint32(env, v, out) != napi_ok) return Fail(env, message);
+  return true;
+}
+
+bool IsNull(napi_env env, napi_value v) {
+  napi_valuetype t;
+  return napi_typeof(env, v, &t) == napi_ok && (t == napi_null || t == napi_undefined);
+}
+
+// bootstrapMean(seed, stream, values, b, out)
+napi_value BootstrapMean(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  uint32_t seed, stream;
+  size_t b;
+  View values, out;
+  if (!GetArgs(env, info, 5, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
+      !GetU32(env, argv[1], "Expected a 32-bit stream", &stream) ||
+      !GetTyped(env, argv[2], napi_float64_array, "Expected Float64Array for values", &values) ||
+      !GetCount(env, argv[3], "Expected a replicate count", &b) ||
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for out", &out)) {
+    return nullptr;
+  }
+  if (out.length < b) {
+    Fail(env, "Expected out to hold every replicate");
+    return nullptr;
+  }
+  hsm::BootstrapMean(seed, stream, static_cast<const double*>(values.data), values.length, b, static_cast<double*>(out.data));
+  return nullptr;
+}
+
+bool GetGroup(napi_env env, napi_value* argv, size_t n_facts, hsm::SortedGroup* g, size_t* rows) {
+  View fact, label, ties;
+  if (!GetTyped(env, argv[0], napi_int32_array, "Expected Int32Array for fact", &fact) ||
+      !GetTyped(env, argv[1], napi_uint8_array, "Expected Uint8Array for label", &label) ||
+      !GetTyped(env, argv[2], napi_int32_array, "Expected Int32Array for ties", &ties)) {
+    return false;
+  }
+  const int32_t* f = static_cast<const int32_t*>(fact.data);
+  const int32_t* t = static_cast<const int32_t*>(ties.data);
+  if (fact.length != label.length || ties.length < 1 || t[0] != 0 || static_cast<size_t>(t[ties.length - 1]) != fact.length) {
+    return Fail(env, "Expected a sorted group whose ties run from 0 to its row count");
+  }
+  for (size_t i = 1; i < ties.length; i++) {
+    if (t[i] < t[i - 1]) return Fail(env, "Expected ascending tie boundaries");
+  }
+  for (size_t i = 0; i < fact.length; i++) {
+    if (f[i] < 0 || static_cast<size_t>(f[i]) >= n_facts) return Fail(env, "Expected fact indices below the fact count");
+  }
+  *g = {f, static_cast<const uint8_t*>(label.data), t, ties.length - 1, n_facts};
+  *rows = fact.length;
+  return true;
+}
+
+// bootstrapAuroc(seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts, toPaired, pOut)
+napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
+  napi_value argv[14];
+  uint32_t seed, stream;
+  size_t n_facts, b, rows, p_facts = 0, p_rows = 0;
+  hsm::SortedGroup group, paired;
+  View out, to_paired, p_out;
+  if (!GetArgs(env, info, 14, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
+      !GetU32(env, argv[1], "Expected a 32-bit stream", &stream) ||
+      !GetCount(env, argv[5], "Expected a fact count", &n_facts) || !GetGroup(env, argv + 2, n_facts, &group, &rows) ||
+      !GetCount(env, argv[6], "Expected a replicate count", &b) ||
+      !GetTyped(env, argv[7], napi_float64_array, "Expected Float64Array for out", &out)) {
+    return nullptr;
+  }
+  if (out.length < b) {
+    Fail(env, "Expected out to hold every replicate");
+    return nullptr;
+  }
+  const bool has_paired = !IsNull(env, argv[8]);
+  if (has_paired) {
+    if (!GetCount(env, argv[11], "Expected a paired fact count", &p_facts) || !GetGroup(env, argv + 8, p_facts, &paired, &p_rows) ||
+        !GetTyped(env, argv[12], napi_int32_array, "Expected Int32Array for toPaired", &to_paired) ||
+        !GetTyped(env, argv[13], napi_float64_array, "Expected Float64Array for pairedOut", &p_out)) {
+      return nullptr;
+    }
+    const int32_t* tp = static_cast<const int32_t*>(to_paired.data);
+    if (to_paired.length != n_facts || p_out.length < b) {
+      Fail(env, "Expected toPaired per fact and pairedOut per replicate");
+      return nullptr;
+    }
+    for (size_t f = 0; f < n_facts; f++) {
+      if (tp[f] >= static_cast<int64_t>(p_facts)) {
+        Fail(env, "Expected paired fact indices below the paired fact count");
+        return nullptr;
+      }
+    }
+  }
+  hsm::BootstrapAuroc(seed, stream, group, b, static_cast<double*>(out.data), has_paired ? &paired : nullptr,
+                      has_paired ? static_cast<const int32_t*>(to_paired.data) : nullptr,
+                      has_paired ? static_cast<double*>(p_out.data) : nullptr);
+  return nullptr;
+}
+
+// rowsTimes(h, n, d, v, k, out, threads) and rowsTransposeTimes(h, n, d, g, k, out, threads)
+template <bool kTranspose>
+napi_value Products(napi_env env, napi_callback_info info) {
+  napi_value argv[7];
+  View h, in, out;
+  size_t n, d, k, threads;
+  if (!GetArgs(env, info, 7, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+      !GetCount(env, argv[1], "Expected a row count", &n) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[3], napi_float64_array, "Expected Float64Array for the right-hand side", &in) ||
+      !GetCount(env, argv[4], "Expected a column count", &k) ||
+      !GetTyped(env, argv[5], napi_float64_array, "Expected Float64Array for out", &out) ||
+      !GetCount(env, argv[6], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  const size_t in_len = kTranspose ? n * k : k * d;
+  const size_t out_len = kTranspose ? k * d : n * k;
+  if (h.length < n * d || in.length < in_len || out.length < out_len) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  const int nt = static_cast<int>(threads < 1 ? 1 : threads);
+  if (kTranspose) {
+    hsm::RowsTransposeTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k, static_cast<double*>(out.data), nt);
+  } else {
+    hsm::RowsTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k, static_cast<double*>(out.data), nt);
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -141,6 +269,10 @@ NAPI_MODULE_INIT() {
       {"f16ToF32", nullptr, F16ToF32, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"f16Stats", nullptr, F16Stats, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"rankAgainstAnchors", nullptr, RankAgainstAnchors, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"bootstrapMean", nullptr, BootstrapMean, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"bootstrapAuroc", nullptr, BootstrapAuroc, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"rowsTimes", nullptr, Products<false>, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"rowsTransposeTimes", nullptr, Products<true>, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   napi_value simd;

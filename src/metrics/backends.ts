@@ -1,8 +1,9 @@
 /**
  * Where the metrics' heavy arithmetic runs. Every backend computes the same
  * numbers within metrics.md's tolerances:
- * - `native`: ISS's fused rank kernel in the native core (both cores, the
- *   similarity matrix never held); the probe's products on TensorFlow.js.
+ * - `native`: the native core for everything heavy — ISS's fused rank kernel
+ *   (both cores, the similarity matrix never held), the probe's products and
+ *   the bootstrap replicates.
  * - `tfjs-node`, `wasm`: TensorFlow.js for everything — the similarity
  *   products in row blocks (ranks counted as each block arrives) and the
  *   probe's products. `tfjs-node` only where the user installed it.
@@ -13,7 +14,7 @@ import { dirname, join } from "node:path";
 
 import { HsmError, UsageError } from "../errors.js";
 import { kernels, nativeKernels } from "../native/index.js";
-import { typescriptProducts, type RowProducts } from "./probe.js";
+import { kernelProducts, typescriptProducts, type RowProducts } from "./probe.js";
 import { rankAgainstAnchorsTs } from "./rank.js";
 
 export const BACKENDS = ["auto", "native", "tfjs-node", "wasm", "typescript"] as const;
@@ -117,11 +118,10 @@ export async function openBackend(name: BackendName = "auto"): Promise<MetricsBa
     if (!nativeKernels || process.env.HSM_NATIVE === "0") {
       throw new HsmError("--backend native needs the native core, which is not built here; run npm run build:native, or use --backend wasm");
     }
-    const { tf, name: tfName } = await loadTf("best");
     const k = kernels();
     return {
       name: "native",
-      tfjs: tfName,
+      tfjs: "none",
       async rank(x, rows, a, nA, d, own, ownScore, above) {
         // The kernel reads contiguous rows; gather them in slices to bound the copy.
         const slice = 8192;
@@ -131,7 +131,7 @@ export async function openBackend(name: BackendName = "auto"): Promise<MetricsBa
         }
       },
       async products(h, n, d) {
-        return tfProducts(tf, h, n, d);
+        return kernelProducts(h, n, d, k, threads);
       },
     };
   }

@@ -4,6 +4,8 @@
  * streamed in row blocks into one float32 matrix, KTS reads it raw, then ISS
  * centres and normalizes it in place; nothing else of its size is held.
  */
+import { availableParallelism } from "node:os";
+
 import { HsmError } from "../errors.js";
 import { kernels } from "../native/index.js";
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
@@ -11,9 +13,10 @@ import { StoreReader } from "../store/reader.js";
 import { openBackend, type BackendName, type MetricsBackend } from "./backends.js";
 import { NO_LABEL, readLabels } from "./labels.js";
 import { trainProbes } from "./probe.js";
-import { bootstrap, bootstrapRng, DEFAULT_BOOTSTRAP, DEFAULT_SEED, fnv1a32, interval, SortedScores } from "./stats.js";
+import { bootstrapStream, DEFAULT_BOOTSTRAP, DEFAULT_SEED, fnv1a32, interval, SortedScores } from "./stats.js";
 
 export const ALL_FAMILIES = "all";
+const threads = availableParallelism();
 
 export interface MetricsOptions {
   metrics?: ("iss" | "kts")[];
@@ -154,6 +157,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       const finite = new Uint8Array(N).fill(1);
       for await (const block of reader.blocks(layer, 4096)) {
         kernels().f16ToF32(block.data, h.subarray(block.start * d, (block.start + block.count) * d));
+        if (kernels().f16Stats(block.data).nonfinite === 0) continue; // the usual case: nothing to look for
         for (let i = 0; i < block.count; i++) {
           const row = block.data.subarray(i * d, (i + 1) * d);
           for (let j = 0; j < d; j++) {
@@ -312,11 +316,9 @@ async function issLayer(
       const factMeans = sums.map((s) => Float64Array.from(s, (v, f) => v / size[f]!));
       const macro = (v: Float64Array) => v.reduce((a, b) => a + b, 0) / nf;
       const margins = factMeans[0]!;
-      const reps = bootstrap(nf, o.B, bootstrapRng(o.seed, "iss", layer, family), (counts) => {
-        let s = 0;
-        for (let f = 0; f < nf; f++) s += counts[f]! * margins[f]!;
-        return s / nf;
-      });
+      const reps = new Float64Array(o.B);
+      const bs = bootstrapStream(o.seed, "iss", layer, family);
+      kernels().bootstrapMean(bs.seed, bs.stream, margins, o.B, reps);
       const [lo, hi] = interval(reps);
       Object.assign(row, {
         n_facts: nf,
@@ -409,19 +411,21 @@ async function ktsLayer(
     products.dispose();
   }
   const notConverged = probes.filter((p) => !p.converged).length;
-  // Out-of-fold scores for every labelled row.
+  // Out-of-fold scores for every labelled row: every row against every fold's probe in one product, then its own fold's column.
+  const v = new Float64Array(o.K * d);
+  probes.forEach((p, k) => v.set(p.v, k * d));
+  const all = new Float64Array(N * o.K);
+  kernels().rowsTimes(h, N, d, v, o.K, all, threads);
   const score = new Float64Array(N);
   for (const i of labelled) {
-    const p = probes[fold(facts[i]!)]!;
-    let s = p.offset;
-    for (let j = 0; j < d; j++) s += p.v[j]! * h[i * d + j]!;
-    score[i] = s;
+    const k = fold(facts[i]!);
+    score[i] = all[i * o.K + k]! + probes[k]!.offset;
   }
 
   // Each group's rows sorted once; bootstrap replicates then reweight facts in one pass.
   const prepared = (rows: number[]) => {
     const { id, names } = indexBy(facts, rows);
-    return { names, sorted: new SortedScores(Float64Array.from(rows, (i) => score[i]!), Uint8Array.from(rows, (i) => y[i]!), id) };
+    return { names, sorted: new SortedScores(Float64Array.from(rows, (i) => score[i]!), Uint8Array.from(rows, (i) => y[i]!), id, names.length) };
   };
   const anchorGroup = prepared(groups[0]!.rows);
   const anchorAuroc = anchorGroup.sorted.auroc();
@@ -436,25 +440,17 @@ async function ktsLayer(
     }
     const g = family === ANCHOR_FAMILY ? anchorGroup : prepared(rows);
     row.auroc = g.sorted.auroc();
-    const nf = g.names.length;
     // For the paired anchor AUROC: which anchor fact each of this family's facts is (-1: none).
     const toAnchor = Int32Array.from(g.names, (name) => anchorFactIndex.get(name) ?? -1);
-    const anchorWeights = new Float64Array(anchorGroup.names.length);
     const aucReps = new Float64Array(o.B);
-    const ktsReps = new Float64Array(o.B);
-    let r = 0;
-    bootstrap(nf, o.B, bootstrapRng(o.seed, "kts", layer, family), (counts) => {
-      const fam = g.sorted.auroc(counts);
-      aucReps[r] = fam ?? NaN;
-      if (family !== ANCHOR_FAMILY) {
-        // Paired: the same drawn facts decide the anchor's AUROC.
-        anchorWeights.fill(0);
-        for (let f = 0; f < nf; f++) if (toAnchor[f]! >= 0) anchorWeights[toAnchor[f]!]! += counts[f]!;
-        const anc = anchorGroup.sorted.auroc(anchorWeights);
-        ktsReps[r] = fam === null || anc === null || anc <= 0.55 ? NaN : (fam - 0.5) / (anc - 0.5);
-      }
-      r++;
-      return 0;
+    const ancReps = new Float64Array(o.B);
+    const bs = bootstrapStream(o.seed, "kts", layer, family);
+    // Paired: the same drawn facts decide the anchor's AUROC in each replicate.
+    if (family === ANCHOR_FAMILY) kernels().bootstrapAuroc(bs.seed, bs.stream, g.sorted, o.B, aucReps);
+    else kernels().bootstrapAuroc(bs.seed, bs.stream, g.sorted, o.B, aucReps, anchorGroup.sorted, toAnchor, ancReps);
+    const ktsReps = aucReps.map((fam, r) => {
+      const anc = ancReps[r]!;
+      return Number.isNaN(fam) || Number.isNaN(anc) || anc <= 0.55 ? NaN : (fam - 0.5) / (anc - 0.5);
     });
     [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
     if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";

@@ -22,35 +22,57 @@ export interface RowProducts {
   dispose(): void;
 }
 
-/** Products in plain TypeScript: the reference, and the fallback when nothing faster is present. */
-export function typescriptProducts(h: Float32Array, n: number, d: number): RowProducts {
+/** H · V in plain TypeScript; twin of the native core's rowsTimes. */
+export function rowsTimesTs(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, _threads?: number): void {
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < k; j++) {
+      let s = 0;
+      for (let c = 0; c < d; c++) s += h[i * d + c]! * v[j * d + c]!;
+      out[i * k + j] = s;
+    }
+  }
+}
+
+/** Hᵀ · G in plain TypeScript; twin of the native core's rowsTransposeTimes. */
+export function rowsTransposeTimesTs(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, _threads?: number): void {
+  out.fill(0, 0, k * d);
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < k; j++) {
+      const gij = g[i * k + j]!;
+      if (gij === 0) continue;
+      for (let c = 0; c < d; c++) out[j * d + c]! += gij * h[i * d + c]!;
+    }
+  }
+}
+
+/** Products through a kernel set: the TypeScript twins by default, the native core's when given. */
+export function kernelProducts(
+  h: Float32Array,
+  n: number,
+  d: number,
+  k: Pick<import("../native/index.js").Kernels, "rowsTimes" | "rowsTransposeTimes"> = { rowsTimes: rowsTimesTs, rowsTransposeTimes: rowsTransposeTimesTs },
+  threads = 1,
+): RowProducts {
   return {
     n,
     d,
-    async times(v, k) {
-      const out = new Float64Array(n * k);
-      for (let i = 0; i < n; i++) {
-        for (let j = 0; j < k; j++) {
-          let s = 0;
-          for (let c = 0; c < d; c++) s += h[i * d + c]! * v[j * d + c]!;
-          out[i * k + j] = s;
-        }
-      }
+    async times(v, cols) {
+      const out = new Float64Array(n * cols);
+      k.rowsTimes(h, n, d, v, cols, out, threads);
       return out;
     },
-    async transposeTimes(g, k) {
-      const out = new Float64Array(d * k);
-      for (let i = 0; i < n; i++) {
-        for (let j = 0; j < k; j++) {
-          const gij = g[i * k + j]!;
-          if (gij === 0) continue;
-          for (let c = 0; c < d; c++) out[j * d + c]! += gij * h[i * d + c]!;
-        }
-      }
+    async transposeTimes(g, cols) {
+      const out = new Float64Array(d * cols);
+      k.rowsTransposeTimes(h, n, d, g, cols, out, threads);
       return out;
     },
     dispose() {},
   };
+}
+
+/** Products in plain TypeScript: the reference, and the fallback when nothing faster is present. */
+export function typescriptProducts(h: Float32Array, n: number, d: number): RowProducts {
+  return kernelProducts(h, n, d);
 }
 
 export interface FoldProblem {
@@ -100,20 +122,27 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
   const maxIt = o.maxIterations ?? 2000;
   const m = o.history ?? 10;
 
-  // Per-fold standardization statistics and training masks.
+  // Per-fold standardization statistics (one pass per fold, row-major) and training masks.
   const mean = new Float64Array(K * d);
   const scale = new Float64Array(K * d);
   const inTrain = new Uint8Array(K * n);
   folds.forEach((f, k) => {
+    const mk = mean.subarray(k * d, (k + 1) * d);
+    const ss = new Float64Array(d);
     for (const i of f.train) {
       inTrain[k * n + i] = 1;
-      for (let c = 0; c < d; c++) mean[k * d + c]! += h[i * d + c]!;
+      const row = h.subarray(i * d, (i + 1) * d);
+      for (let c = 0; c < d; c++) {
+        const v = row[c]!;
+        mk[c]! += v;
+        ss[c]! += v * v;
+      }
     }
-    for (let c = 0; c < d; c++) mean[k * d + c]! /= f.train.length;
-    const ss = new Float64Array(d);
-    for (const i of f.train) for (let c = 0; c < d; c++) ss[c]! += (h[i * d + c]! - mean[k * d + c]!) ** 2;
+    const cnt = f.train.length;
     for (let c = 0; c < d; c++) {
-      const sd = Math.sqrt(ss[c]! / f.train.length);
+      mk[c]! /= cnt;
+      // Rows arrive centred and scaled (see prescale), so the one-pass variance loses nothing.
+      const sd = Math.sqrt(Math.max(ss[c]! / cnt - mk[c]! * mk[c]!, 0));
       const raw = o.prescale ? o.prescale.scale[c]! : 1;
       scale[k * d + c] = sd * raw < 1e-8 ? 1 / raw : sd;
     }

@@ -25,19 +25,23 @@ export const DEFAULT_SEED = 20260101;
 export const DEFAULT_BOOTSTRAP = 1000;
 
 /**
- * The generator of one bootstrap: xoshiro128** (src/util/random.ts) seeded with
- * the user's seed and a stream derived from the metric, layer and family, so
- * every (layer, family) gets the same draws on every backend and in any order.
+ * Where one bootstrap's draws come from: xoshiro128** (src/util/random.ts, and
+ * its twin in native/bootstrap.cc) seeded with the user's seed and a stream
+ * derived from the metric, layer and family, so every (layer, family) gets the
+ * same draws on every backend and in any order.
  */
-export function bootstrapRng(seed: number, metric: string, layer: number, family: string): Rng {
-  return new Rng(seed, fnv1a32(`${metric}/${layer}/${family}`));
+export interface BootstrapStream {
+  seed: number;
+  stream: number;
 }
 
-/**
- * Draws `b` multisets of `n` items with replacement; calls `replicate` with the
- * count of each item in the draw.
- */
-export function bootstrap(n: number, b: number, rng: Rng, replicate: (counts: Int32Array) => number): Float64Array {
+export function bootstrapStream(seed: number, metric: string, layer: number, family: string): BootstrapStream {
+  return { seed: seed >>> 0, stream: fnv1a32(`${metric}/${layer}/${family}`) };
+}
+
+/** Draws `b` multisets of `n` items with replacement; calls `replicate` with each draw's counts. */
+export function bootstrap(n: number, b: number, s: BootstrapStream, replicate: (counts: Int32Array) => number): Float64Array {
+  const rng = new Rng(s.seed, s.stream);
   const out = new Float64Array(b);
   const counts = new Int32Array(n);
   for (let r = 0; r < b; r++) {
@@ -46,6 +50,77 @@ export function bootstrap(n: number, b: number, rng: Rng, replicate: (counts: In
     out[r] = replicate(counts);
   }
   return out;
+}
+
+/** Replicates of the mean over facts of `values` (one per fact). TypeScript twin of native bootstrapMean. */
+export function bootstrapMeanTs(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): void {
+  const n = values.length;
+  out.set(
+    bootstrap(n, b, { seed, stream }, (counts) => {
+      let s = 0;
+      for (let f = 0; f < n; f++) s += counts[f]! * values[f]!;
+      return s / n;
+    }),
+  );
+}
+
+/** The arrays of a {@link SortedScores}, as the native kernel takes them. */
+export interface SortedArrays {
+  fact: Int32Array;
+  label: Uint8Array;
+  ties: Int32Array;
+  nFacts: number;
+}
+
+/**
+ * Replicates of a group's fact-weighted AUROC (NaN where a class has no
+ * weight); with `paired`, also the paired group's AUROC under the same draw,
+ * each fact's count carried to `toPaired[f]`. TypeScript twin of native bootstrapAuroc.
+ */
+export function bootstrapAurocTs(
+  seed: number,
+  stream: number,
+  g: SortedArrays,
+  b: number,
+  out: Float64Array,
+  paired?: SortedArrays,
+  toPaired?: Int32Array,
+  pairedOut?: Float64Array,
+): void {
+  const pw = new Float64Array(paired ? paired.nFacts : 0);
+  let r = 0;
+  bootstrap(g.nFacts, b, { seed, stream }, (counts) => {
+    out[r] = sortedAuroc(g, counts) ?? NaN;
+    if (paired) {
+      pw.fill(0);
+      for (let f = 0; f < g.nFacts; f++) if (toPaired![f]! >= 0) pw[toPaired![f]!]! += counts[f]!;
+      pairedOut![r] = sortedAuroc(paired, pw) ?? NaN;
+    }
+    r++;
+    return 0;
+  });
+}
+
+/** One weighted AUROC pass over rows sorted by score. */
+export function sortedAuroc(g: SortedArrays, factWeight?: Float64Array | Int32Array): number | null {
+  const { fact, label, ties } = g;
+  let negBelow = 0;
+  let sumPos = 0;
+  let wins = 0;
+  for (let t = 0; t + 1 < ties.length; t++) {
+    let pos = 0;
+    let neg = 0;
+    for (let i = ties[t]!; i < ties[t + 1]!; i++) {
+      const w = factWeight ? factWeight[fact[i]!]! : 1;
+      if (label[i]) pos += w;
+      else neg += w;
+    }
+    wins += pos * (negBelow + neg / 2);
+    negBelow += neg;
+    sumPos += pos;
+  }
+  if (sumPos === 0 || negBelow === 0) return null;
+  return wins / (sumPos * negBelow);
 }
 
 /** 95% percentile interval, skipping replicates that are not numbers. */
@@ -60,13 +135,18 @@ export function interval(replicates: Float64Array): [number | null, number | nul
  * score once, tie groups marked, each row's weight looked up by its fact.
  * {@link SortedScores.auroc} is then one linear pass per bootstrap replicate.
  */
-export class SortedScores {
-  private readonly fact: Int32Array;
-  private readonly label: Uint8Array;
+export class SortedScores implements SortedArrays {
+  readonly fact: Int32Array;
+  readonly label: Uint8Array;
   /** Start of each run of equal scores in sorted order, plus the end. */
-  private readonly ties: Int32Array;
+  readonly ties: Int32Array;
 
-  constructor(scores: Float64Array, labels: Uint8Array, factOfRow: Int32Array) {
+  constructor(
+    scores: Float64Array,
+    labels: Uint8Array,
+    factOfRow: Int32Array,
+    readonly nFacts: number,
+  ) {
     const order = scoreOrder(scores);
     this.fact = Int32Array.from(order, (r) => factOfRow[r]!);
     this.label = Uint8Array.from(order, (r) => labels[r]!);
@@ -78,24 +158,7 @@ export class SortedScores {
 
   /** AUROC with each row weighted by `factWeight[its fact]` (1 each when omitted); null when a class has no weight. */
   auroc(factWeight?: Float64Array | Int32Array): number | null {
-    const { fact, label, ties } = this;
-    let negBelow = 0;
-    let sumPos = 0;
-    let wins = 0;
-    for (let t = 0; t + 1 < ties.length; t++) {
-      let pos = 0;
-      let neg = 0;
-      for (let i = ties[t]!; i < ties[t + 1]!; i++) {
-        const w = factWeight ? factWeight[fact[i]!]! : 1;
-        if (label[i]) pos += w;
-        else neg += w;
-      }
-      wins += pos * (negBelow + neg / 2);
-      negBelow += neg;
-      sumPos += pos;
-    }
-    if (sumPos === 0 || negBelow === 0) return null;
-    return wins / (sumPos * negBelow);
+    return sortedAuroc(this, factWeight);
   }
 }
 

@@ -9,6 +9,8 @@ import { fileURLToPath } from "node:url";
 
 import * as ts from "../store/float16.js";
 import { rankAgainstAnchorsTs } from "../metrics/rank.js";
+import { bootstrapAurocTs, bootstrapMeanTs } from "../metrics/stats.js";
+import { rowsTimesTs, rowsTransposeTimesTs } from "../metrics/probe.js";
 
 /** The numeric kernels every implementation provides. */
 export interface Kernels {
@@ -34,6 +36,23 @@ export interface Kernels {
     above: Int32Array,
     threads: number,
   ): void;
+  /** out (n × k) = H · V, column j of V at v[j·d …] (see src/metrics/probe.ts). */
+  rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
+  /** out (k columns of d) = Hᵀ · G for G (n × k). */
+  rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
+  /** Bootstrap replicates of a mean over facts (see src/metrics/stats.ts). */
+  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): void;
+  /** Bootstrap replicates of a weighted AUROC, optionally paired (see src/metrics/stats.ts). */
+  bootstrapAuroc(
+    seed: number,
+    stream: number,
+    group: { fact: Int32Array; label: Uint8Array; ties: Int32Array; nFacts: number },
+    b: number,
+    out: Float64Array,
+    paired?: { fact: Int32Array; label: Uint8Array; ties: Int32Array; nFacts: number },
+    toPaired?: Int32Array,
+    pairedOut?: Float64Array,
+  ): void;
 }
 
 /** What `hsm_native.node` exports; nothing else touches the addon. */
@@ -43,6 +62,25 @@ interface NativeBinding {
   f16ToF32(src: Uint16Array, dst: Float32Array): void;
   f16Stats(src: Uint16Array): [number, number];
   rankAgainstAnchors: Kernels["rankAgainstAnchors"];
+  bootstrapMean: Kernels["bootstrapMean"];
+  rowsTimes: Kernels["rowsTimes"];
+  rowsTransposeTimes: Kernels["rowsTransposeTimes"];
+  bootstrapAuroc(
+    seed: number,
+    stream: number,
+    fact: Int32Array,
+    label: Uint8Array,
+    ties: Int32Array,
+    nFacts: number,
+    b: number,
+    out: Float64Array,
+    pFact: Int32Array | null,
+    pLabel: Uint8Array | null,
+    pTies: Int32Array | null,
+    pNFacts: number,
+    toPaired: Int32Array | null,
+    pOut: Float64Array | null,
+  ): void;
 }
 
 export const typescriptKernels: Kernels = {
@@ -52,6 +90,10 @@ export const typescriptKernels: Kernels = {
   f16ToF32: ts.f16ToF32,
   f16Stats: ts.f16Stats,
   rankAgainstAnchors: (x, n, a, f, d, own, ownScore, above) => rankAgainstAnchorsTs(x, n, a, f, d, own, ownScore, above),
+  bootstrapMean: bootstrapMeanTs,
+  bootstrapAuroc: bootstrapAurocTs,
+  rowsTimes: rowsTimesTs,
+  rowsTransposeTimes: rowsTransposeTimesTs,
 };
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -86,6 +128,11 @@ function wrap(binding: NativeBinding): Kernels {
       return { nonfinite, maxAbs: ts.f16BitsToNumber(maxBits) };
     },
     rankAgainstAnchors: (x, n, a, f, d, own, ownScore, above, threads) => binding.rankAgainstAnchors(x, n, a, f, d, own, ownScore, above, threads),
+    bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out),
+    rowsTimes: (h, n, d, v, k, out, threads) => binding.rowsTimes(h, n, d, v, k, out, threads),
+    rowsTransposeTimes: (h, n, d, g, k, out, threads) => binding.rowsTransposeTimes(h, n, d, g, k, out, threads),
+    bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
+      binding.bootstrapAuroc(seed, stream, g.fact, g.label, g.ties, g.nFacts, b, out, p?.fact ?? null, p?.label ?? null, p?.ties ?? null, p?.nFacts ?? 0, toPaired ?? null, pOut ?? null),
   };
 }
 

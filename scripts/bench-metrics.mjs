@@ -1,0 +1,95 @@
+#!/usr/bin/env node
+// npm run bench:metrics — `hsm metrics` (ISS and KTS, each backend) against a
+// straightforward NumPy + scikit-learn implementation of the same definitions
+// (scripts/metrics_peer.py), on the benchmark-scale fixture (39,258 rows,
+// d = 1024, 8 layers), in the same run: wall time and peak memory of each
+// process, medians of several runs, and the similarity kernel's GFLOP/s beside
+// this machine's float32 matrix-multiply peak (NumPy's BLAS) measured here too.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
+const fixture = join(benchDir, "fixture");
+const store = join(fixture, "store");
+const scored = join(fixture, "scored.jsonl");
+const runs = Number(process.env.HSM_BENCH_RUNS ?? 3);
+const backends = (process.env.HSM_BENCH_BACKENDS ?? "native,wasm").split(",");
+const python = process.env.HSM_PYTHON ?? "/usr/bin/python3";
+const bin = join(root, "bin", "hsm.js");
+mkdirSync(benchDir, { recursive: true });
+if (!existsSync(join(store, "index.json"))) {
+  const r = spawnSync(process.execPath, [bin, "fixture", fixture, "--bench"], { stdio: "inherit" });
+  if (r.status !== 0) process.exit(1);
+}
+
+const median = (xs) => {
+  const v = [...xs].sort((a, b) => a - b);
+  const m = v.length >> 1;
+  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+};
+function timed(cmd, args) {
+  const r = spawnSync("/usr/bin/time", ["-f", "%e %M", cmd, ...args], { encoding: "utf8", maxBuffer: 1 << 26 });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed:\n${r.stderr}`);
+  const [secs, kb] = r.stderr.trim().split("\n").at(-1).split(" ").map(Number);
+  return { secs, mb: kb / 1024 };
+}
+
+const results = { date: new Date().toISOString(), runs, rows: 39258, d: 1024, layers: 8, metrics: {} };
+for (const metric of ["iss", "kts"]) {
+  const entry = (results.metrics[metric] = {});
+  const samples = Object.fromEntries([...backends, "peer"].map((b) => [b, []]));
+  for (let i = 0; i < runs; i++) {
+    // Interleave the contenders so that background load hits them alike.
+    for (const b of backends) {
+      samples[b].push(timed(process.execPath, [bin, "metrics", store, "--scored", scored, "--metrics", metric, "--backend", b, "--out", join(benchDir, `metrics-${b}`), "--quiet"]));
+    }
+    samples.peer.push(timed(python, [join(root, "scripts", "metrics_peer.py"), store, "--scored", scored, "--metrics", metric, "--out", join(benchDir, `peer-${metric}.json`)]));
+    console.error(`${metric} run ${i + 1}/${runs}: ${Object.entries(samples).map(([b, s]) => `${b} ${s.at(-1).secs.toFixed(1)} s`).join(", ")}`);
+  }
+  for (const [b, s] of Object.entries(samples)) entry[b] = { seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) };
+  for (const b of backends) {
+    entry[b].time_vs_peer = entry[b].seconds / entry.peer.seconds;
+    entry[b].memory_vs_peer = entry[b].peak_mb / entry.peer.peak_mb;
+  }
+}
+
+// The similarity kernel alone, on one layer's shape, against NumPy's float32 GEMM on the same shape.
+const kernel = spawnSync(process.execPath, ["-e", `
+  const { nativeKernels: k } = await import(${JSON.stringify(join(root, "dist", "native", "index.js"))});
+  const { Rng } = await import(${JSON.stringify(join(root, "dist", "util", "random.js"))});
+  const n = 32715, F = 6543, d = 1024, rng = new Rng(1);
+  const x = rng.fillNormal(new Float32Array(n * d), 1 / 32), a = rng.fillNormal(new Float32Array(F * d), 1 / 32);
+  const own = Int32Array.from({ length: n }, (_, i) => i % F), s = new Float32Array(n), c = new Int32Array(n);
+  const ts = [];
+  for (let r = 0; r < 3; r++) { const t = performance.now(); k.rankAgainstAnchors(x, n, a, F, d, own, s, c, 2); ts.push((performance.now() - t) / 1000); }
+  ts.sort((p, q) => p - q);
+  console.log(JSON.stringify({ seconds: ts[1], gflops: 2 * n * F * d / ts[1] / 1e9 }));
+`], { encoding: "utf8", input: "" , env: process.env });
+const peak = spawnSync(python, ["-c", `
+import numpy as np, time, json
+x = np.random.rand(32715, 1024).astype(np.float32); a = np.random.rand(6543, 1024).astype(np.float32)
+ts = []
+for _ in range(3):
+    t = time.perf_counter(); x @ a.T; ts.append(time.perf_counter() - t)
+ts.sort(); print(json.dumps({"seconds": ts[1], "gflops": 2 * 32715 * 6543 * 1024 / ts[1] / 1e9}))
+`], { encoding: "utf8" });
+try {
+  results.kernel = JSON.parse(kernel.stdout.trim().split("\n").at(-1));
+} catch {
+  results.kernel = { error: kernel.stderr.slice(0, 300) };
+}
+results.numpy_sgemm = JSON.parse(peak.stdout.trim());
+writeFileSync(join(benchDir, "bench-metrics.json"), JSON.stringify(results, null, 2) + "\n");
+
+console.log(`hsm metrics vs NumPy + scikit-learn — 39,258 rows, d = 1024, 8 layers; medians of ${runs}`);
+for (const [metric, entry] of Object.entries(results.metrics)) {
+  console.log(`  ${metric.toUpperCase()}: peer ${entry.peer.seconds.toFixed(1)} s, ${entry.peer.peak_mb.toFixed(0)} MB`);
+  for (const b of backends) {
+    const e = entry[b];
+    console.log(`    ${b.padEnd(10)} ${e.seconds.toFixed(1)} s (${e.time_vs_peer.toFixed(2)}x the peer's time), ${e.peak_mb.toFixed(0)} MB (${e.memory_vs_peer.toFixed(2)}x its memory)`);
+  }
+}
+if (results.kernel.gflops) console.log(`  similarity kernel ${results.kernel.gflops.toFixed(0)} GFLOP/s; NumPy float32 GEMM on the same shape ${results.numpy_sgemm.gflops.toFixed(0)} GFLOP/s`);

@@ -1,6 +1,7 @@
 #include "rank.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -59,8 +60,18 @@ void TilePortable(const float* x, size_t d, size_t r0, size_t nr, const float* p
 }
 
 #ifdef HSM_X86
+// One row against one panel, lane for lane the same fused multiply-adds as the eight-row tile below.
+__attribute__((target("avx512f"))) void RowAvx512(const float* xi, size_t d, const float* panel, float* scores) {
+  __m512 c = _mm512_setzero_ps();
+  for (size_t k = 0; k < d; k++) c = _mm512_fmadd_ps(_mm512_set1_ps(xi[k]), _mm512_loadu_ps(panel + k * kPanel), c);
+  _mm512_storeu_ps(scores, c);
+}
+
 __attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, size_t r0, size_t nr, const float* panel, float* scores) {
-  if (nr != kRows) return TilePortable(x, d, r0, nr, panel, scores);
+  if (nr != kRows) {
+    for (size_t i = 0; i < nr; i++) RowAvx512(x + (r0 + i) * d, d, panel, scores + i * kPanel);
+    return;
+  }
   __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
   __m512 c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps(), c6 = _mm512_setzero_ps(), c7 = _mm512_setzero_ps();
   const float* x0 = x + r0 * d;
@@ -89,6 +100,108 @@ bool HasAvx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f");
 }
+
+bool HasAvx512Bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+
+// bfloat16, rounded to nearest even (inputs are finite: the rows are unit vectors).
+inline uint32_t Bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// Screening with bfloat16 products, exact where it matters. Rows and anchors
+// are unit vectors, so a bfloat16 dot product (each factor rounded with
+// relative error at most 2^-9, products summed in float32) is within
+// 2^-8 + 2^-13 < kScreen of the float32 one. An anchor scoring clearly above
+// or below a row's own score is counted from the screen; a (row, panel) pair
+// with any anchor within kScreen of the own score is recomputed in float32 by
+// the same tile arithmetic as the float32 path, so every count equals that path's.
+constexpr float kScreen = 1.0f / 128;
+
+__attribute__((target("avx512f,avx512bf16"))) void ScreenTile(const uint32_t* xb /* rows x dp */, size_t dp, size_t nr,
+                                                              const uint32_t* panel /* dp x 16 */, __m512* out) {
+  if (nr == kRows) {
+    // Eight named accumulators stay in registers; an indexed array would not.
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
+    __m512 c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps(), c6 = _mm512_setzero_ps(), c7 = _mm512_setzero_ps();
+    const uint32_t *x0 = xb, *x1 = xb + dp, *x2 = xb + 2 * dp, *x3 = xb + 3 * dp;
+    const uint32_t *x4 = xb + 4 * dp, *x5 = xb + 5 * dp, *x6 = xb + 6 * dp, *x7 = xb + 7 * dp;
+    for (size_t k = 0; k < dp; k++) {
+      const __m512bh p = (__m512bh)_mm512_loadu_si512(panel + k * kPanel);
+      c0 = _mm512_dpbf16_ps(c0, (__m512bh)_mm512_set1_epi32(static_cast<int>(x0[k])), p);
+      c1 = _mm512_dpbf16_ps(c1, (__m512bh)_mm512_set1_epi32(static_cast<int>(x1[k])), p);
+      c2 = _mm512_dpbf16_ps(c2, (__m512bh)_mm512_set1_epi32(static_cast<int>(x2[k])), p);
+      c3 = _mm512_dpbf16_ps(c3, (__m512bh)_mm512_set1_epi32(static_cast<int>(x3[k])), p);
+      c4 = _mm512_dpbf16_ps(c4, (__m512bh)_mm512_set1_epi32(static_cast<int>(x4[k])), p);
+      c5 = _mm512_dpbf16_ps(c5, (__m512bh)_mm512_set1_epi32(static_cast<int>(x5[k])), p);
+      c6 = _mm512_dpbf16_ps(c6, (__m512bh)_mm512_set1_epi32(static_cast<int>(x6[k])), p);
+      c7 = _mm512_dpbf16_ps(c7, (__m512bh)_mm512_set1_epi32(static_cast<int>(x7[k])), p);
+    }
+    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3, out[4] = c4, out[5] = c5, out[6] = c6, out[7] = c7;
+    return;
+  }
+  for (size_t i = 0; i < nr; i++) {
+    __m512 c = _mm512_setzero_ps();
+    for (size_t k = 0; k < dp; k++) {
+      c = _mm512_dpbf16_ps(c, (__m512bh)_mm512_set1_epi32(static_cast<int>(xb[i * dp + k])), (__m512bh)_mm512_loadu_si512(panel + k * kPanel));
+    }
+    out[i] = c;
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, size_t d, size_t r_begin, size_t r_end,
+                                                                const float* packed, const uint32_t* packed_bf, size_t n_panels,
+                                                                size_t n_anchors, const int32_t* own, const float* own_score, int32_t* above) {
+  const size_t dp = (d + 1) / 2;
+  // This thread's rows as bfloat16 pairs (k, k+1), zero-padded, converted once.
+  std::vector<uint32_t> xb((r_end - r_begin) * dp);
+  for (size_t r = r_begin; r < r_end; r++) {
+    const float* xi = x + r * d;
+    uint32_t* out = xb.data() + (r - r_begin) * dp;
+    for (size_t k = 0; k < dp; k++) {
+      const uint32_t lo = Bf16(xi[2 * k]);
+      const uint32_t hi = 2 * k + 1 < d ? Bf16(xi[2 * k + 1]) : 0;
+      out[k] = lo | (hi << 16);
+    }
+  }
+  float exact[kRows * kPanel];
+  __m512 acc[kRows];
+  for (size_t b0 = 0; b0 < n_panels; b0 += kBlockPanels) {
+    const size_t b1 = std::min(n_panels, b0 + kBlockPanels);
+    for (size_t r0 = r_begin; r0 < r_end; r0 += kRows) {
+      const size_t nr = std::min(kRows, r_end - r0);
+      for (size_t p = b0; p < b1; p++) {
+        ScreenTile(xb.data() + (r0 - r_begin) * dp, dp, nr, packed_bf + p * kPanel * dp, acc);
+        const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
+        const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
+        for (size_t i = 0; i < nr; i++) {
+          const size_t r = r0 + i;
+          if (own[r] < 0) continue;
+          __mmask16 mine = lanes;
+          if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
+          const __m512 o = _mm512_set1_ps(own_score[r]);
+          const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, acc[i], _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
+          const __mmask16 near = _mm512_mask_cmp_ps_mask(mine, acc[i], _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
+          if (near == 0) {
+            above[r] += __builtin_popcount(high);
+            continue;
+          }
+          // Too close to call: this row against this panel in float32, as the float32 path does it.
+          RowAvx512(x + r * d, d, packed + p * kPanel * d, exact);
+          int32_t c = 0;
+          for (size_t j = 0; j < valid; j++) {
+            if (static_cast<int32_t>(p * kPanel + j) != own[r] && exact[j] > own_score[r]) c++;
+          }
+          above[r] += c;
+        }
+      }
+    }
+  }
+}
 #endif
 
 }  // namespace
@@ -111,6 +224,31 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
   size_t n_panels = 0;
   const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels);
 #ifdef HSM_X86
+  static const bool bf16 = HasAvx512Bf16() && std::getenv("HSM_NO_BF16") == nullptr;
+  if (bf16) {
+    // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
+    const size_t dp = (d + 1) / 2;
+    std::unique_ptr<uint32_t[]> packed_bf(new uint32_t[n_panels * kPanel * dp]());
+    for (size_t g = 0; g < n_anchors; g++) {
+      uint32_t* panel = packed_bf.get() + (g / kPanel) * kPanel * dp;
+      for (size_t k = 0; k < dp; k++) {
+        const uint32_t lo = Bf16(a[g * d + 2 * k]);
+        const uint32_t hi = 2 * k + 1 < d ? Bf16(a[g * d + 2 * k + 1]) : 0;
+        panel[k * kPanel + g % kPanel] = lo | (hi << 16);
+      }
+    }
+    const size_t tiles = (n_rows + kRows - 1) / kRows;
+    const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, tiles));
+    std::vector<std::thread> pool;
+    auto work = [&](size_t t) {
+      const size_t first = std::min(n_rows, tiles * t / nt * kRows), last = std::min(n_rows, tiles * (t + 1) / nt * kRows);
+      RankBf16Rows(x, d, first, last, packed.get(), packed_bf.get(), n_panels, n_anchors, own, own_score, above);
+    };
+    for (size_t t = 1; t < nt; t++) pool.emplace_back(work, t);
+    work(0);
+    for (auto& th : pool) th.join();
+    return;
+  }
   static const bool avx512 = HasAvx512();
   const auto tile = avx512 ? TileAvx512 : TilePortable;
 #else

@@ -55,6 +55,27 @@ function mb(bytes: number): string {
   return `${(bytes / 1e6).toFixed(1)} MB`;
 }
 
+/** The ISS and KTS tables, null reasons, non-converged probes, backend and files written. */
+function printMetrics(
+  result: import("../metrics/compute.js").MetricsResult,
+  files: import("../metrics/report.js").WrittenFiles,
+  seconds: number,
+  formatTable: typeof import("../metrics/report.js").formatTable,
+): void {
+  if (result.iss.length) out(formatTable("ISS (fact-macro margin; higher: perturbed questions stay near their anchor)", result.iss.map((r) => ({ layer: r.layer, family: r.family, value: r.iss }))) + "\n");
+  if (result.kts.length) {
+    out(formatTable("KTS (1: the anchor probe's signal transfers fully; 0: not at all)", result.kts.filter((r) => r.family !== "anchor").map((r) => ({ layer: r.layer, family: r.family, value: r.kts }))) + "\n");
+    const nulls = [...new Set(result.kts.filter((r) => r.family !== "anchor" && r.kts === null).map((r) => r.kts_null_reason))];
+    for (const reason of nulls) out(`  — ${reason}`);
+    for (const r of result.kts.filter((x) => x.family === "anchor" && x.probes_not_converged > 0)) {
+      out(`  layer ${r.layer}: ${r.probes_not_converged} probe(s) did not converge in 2,000 iterations`);
+    }
+  }
+  out(`backend: ${result.backend.name} (tfjs ${result.backend.tfjs}, native ${result.backend.simd}); ${seconds.toFixed(1)} s`);
+  out(`wrote ${[...files.json, ...files.csv].join(", ")}`);
+  out(`plots: ${files.svg.join(", ")}`);
+}
+
 /** Prints a verify report the way a person reads it; returns the exit code. */
 export function printVerifyReport(report: VerifyReport, seconds: number, json: boolean): number {
   if (json) {
@@ -299,17 +320,7 @@ export function buildProgram(): Command {
         });
         const dir = opts.out ?? join("outputs", "metrics", manifest.model);
         const files = await writeResults(dir, result, manifest, store);
-        const secs = ((performance.now() - t0) / 1000).toFixed(1);
-        if (result.iss.length) out(formatTable("ISS (fact-macro margin; higher: perturbed questions stay near their anchor)", result.iss.map((r) => ({ layer: r.layer, family: r.family, value: r.iss }))) + "\n");
-        if (result.kts.length) {
-          out(formatTable("KTS (1: the anchor probe's signal transfers fully; 0: not at all)", result.kts.filter((r) => r.family !== "anchor").map((r) => ({ layer: r.layer, family: r.family, value: r.kts }))) + "\n");
-          const nulls = [...new Set(result.kts.filter((r) => r.family !== "anchor" && r.kts === null).map((r) => r.kts_null_reason))];
-          for (const reason of nulls) out(`  — ${reason}`);
-          const nc = result.kts.filter((r) => r.family === "anchor" && r.probes_not_converged > 0);
-          for (const r of nc) out(`  layer ${r.layer}: ${r.probes_not_converged} probe(s) did not converge in 2,000 iterations`);
-        }
-        out(`backend: ${result.backend.name} (tfjs ${result.backend.tfjs}, native ${result.backend.simd}); ${secs} s`);
-        out(`wrote ${[...files.json, ...files.csv, ...files.svg].join(", ")}`);
+        printMetrics(result, files, (performance.now() - t0) / 1000, formatTable);
       },
     );
 
@@ -419,12 +430,19 @@ export function buildProgram(): Command {
     .command("demo")
     .summary("run the main job on the embedded default")
     .description(
-      "Run the main job on the embedded default: write a small synthetic fixture (bank, store, scored rows) " +
-        "and verify its store. Steps already done are skipped.",
+      "Run the main job on the embedded default: write a small synthetic fixture (bank, store, scored rows), verify " +
+        "its store, and compute ISS and KTS over it, printing the tables and the paths of the plots. Steps already done " +
+        "are skipped.",
     )
     .option("--out <dir>", "where to write everything", "hsm-demo")
     .action(async (opts: { out: string }) => {
-      const [{ writeFixture }, { verifyStore }, { kernels }] = await Promise.all([lib.fixtures(), lib.verify(), lib.native()]);
+      const [{ writeFixture }, { verifyStore }, { computeMetrics }, { writeResults, formatTable }, { StoreReader }] = await Promise.all([
+        lib.fixtures(),
+        lib.verify(),
+        lib.metrics(),
+        lib.report(),
+        import("../store/reader.js"),
+      ]);
       const dir = resolve(opts.out);
       const fixture = join(dir, "fixture");
       const done = await stat(join(fixture, "store", "index.json")).catch(() => undefined);
@@ -435,8 +453,18 @@ export function buildProgram(): Command {
       }
       const t0 = performance.now();
       const report = await verifyStore(join(fixture, "store"));
-      process.exitCode = printVerifyReport(report, (performance.now() - t0) / 1000, false);
-      out(`native core: ${kernels().name} (${kernels().simd})`);
+      if (printVerifyReport(report, (performance.now() - t0) / 1000, false) !== 0) {
+        process.exitCode = 1;
+        return;
+      }
+      const t1 = performance.now();
+      const store = join(fixture, "store");
+      const result = await computeMetrics(store, { scored: join(fixture, "scored.jsonl") });
+      const reader = await StoreReader.open(store);
+      const files = await writeResults(join(dir, "metrics"), result, reader.manifest, store);
+      await reader.close();
+      out("");
+      printMetrics(result, files, (performance.now() - t1) / 1000, formatTable);
     });
 
   return program;

@@ -52,11 +52,14 @@ export function svgPlot(title: string, rows: { layer: number; family: string; va
     `<rect width="${W}" height="${H}" fill="white"/>`,
     `<text x="${W / 2 - m.r / 2}" y="22" text-anchor="middle" font-size="15">${escapeXml(title)}</text>`,
   ];
-  // Axes and ticks.
-  for (let k = 0; k <= 5; k++) {
-    const v = y0 + ((y1 - y0) * k) / 5;
+  // Axes and ticks at round values: steps of 1, 2 or 5 times a power of ten.
+  const raw = (y1 - y0) / 5;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((s) => s * mag).find((s) => s >= raw)!;
+  const digits = Math.max(0, -Math.floor(Math.log10(step)));
+  for (let v = Math.ceil(y0 / step) * step; v <= y1 + 1e-12; v += step) {
     parts.push(`<line x1="${m.l}" x2="${W - m.r}" y1="${f(y(v))}" y2="${f(y(v))}" stroke="#e5e5e5"/>`);
-    parts.push(`<text x="${m.l - 6}" y="${f(y(v) + 4)}" text-anchor="end">${v.toFixed(2)}</text>`);
+    parts.push(`<text x="${m.l - 6}" y="${f(y(v) + 4)}" text-anchor="end">${(Math.abs(v) < step / 1e6 ? 0 : v).toFixed(digits)}</text>`);
   }
   for (const l of layers) parts.push(`<text x="${f(x(l))}" y="${H - m.b + 16}" text-anchor="middle">${l}</text>`);
   parts.push(`<text x="${(m.l + W - m.r) / 2}" y="${H - 10}" text-anchor="middle">layer</text>`);

@@ -111,6 +111,9 @@ describe("hsm", () => {
     expect(first.status).toBe(0);
     expect(first.stdout).toMatch(/fixture: .*demo\/fixture — 407 bank rows, 360 stored rows, layers 2, 3, 4, 5/);
     expect(first.stdout).toMatch(/store: OK — 4 files, 360 rows, complete/);
+    expect(first.stdout).toMatch(/^ISS \(fact-macro margin/m);
+    expect(first.stdout).toMatch(/^KTS \(1: the anchor probe/m);
+    expect(first.stdout).toContain(`plots: ${join(dir, "demo", "metrics", "iss.svg")}, ${join(dir, "demo", "metrics", "kts.svg")}`);
     const second = hsm(["demo", "--out", join(dir, "demo")]);
     expect(second.status).toBe(0);
     expect(second.stdout).toMatch(/exists, skipped/);

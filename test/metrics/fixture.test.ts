@@ -10,6 +10,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { computeMetrics, type MetricsResult } from "../../src/metrics/compute.js";
 import { FIXTURE_FAMILIES, writeFixture } from "../../src/fixtures/synthetic.js";
 import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
+import { BACKENDS } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-metrics-fx-");
@@ -19,7 +20,7 @@ const MILD_TO_STRONG = Object.entries(FIXTURE_FAMILIES).sort((a, b) => a[1] - b[
 
 beforeAll(async () => {
   await writeFixture(join(dir, "fx"), { facts: 400, d: 32, layersTotal: 6, seed: 11 });
-  for (const backend of ["typescript", "native", "wasm"] as const) results[backend] = await computeMetrics(fx.store, { scored: fx.scored, backend });
+  for (const backend of BACKENDS) results[backend] = await computeMetrics(fx.store, { scored: fx.scored, backend });
 });
 
 /** metrics.md's tolerance for agreement between implementations, by field. */
@@ -59,7 +60,7 @@ describe("metrics on a planted fixture", () => {
 
   it("every backend agrees within the tolerances", () => {
     const ref = results.typescript!;
-    for (const backend of ["native", "wasm"]) {
+    for (const backend of BACKENDS.filter((b) => b !== "typescript")) {
       const other = results[backend]!;
       for (const [metric, rows] of [["iss", ref.iss], ["kts", ref.kts]] as const) {
         rows.forEach((row, i) => {
@@ -78,7 +79,7 @@ describe("metrics on a planted fixture", () => {
 
   it.skipIf(!hasNumpy && !numpyRequired)("agrees with a NumPy + scikit-learn implementation of the same definitions", () => {
     const peer = JSON.parse(python(`import runpy, sys; sys.argv = ["metrics_peer.py", sys.argv[1], "--scored", sys.argv[2]]; runpy.run_path(sys.argv[0] if False else "${join(import.meta.dirname, "..", "..", "scripts", "metrics_peer.py")}", run_name="__main__")`, fx.store, fx.scored));
-    const mine = results.native!;
+    const mine = results[BACKENDS.at(-1)!]!;
     for (const p of peer.iss) {
       const m = mine.iss.find((r) => r.layer === p.layer && r.family === p.family)!;
       for (const f of ["iss", "own_cos", "other_cos", "r_at_1", "mrr", "n_queries", "n_facts"]) agree(f, m[f as keyof typeof m] as number, p[f]);

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { computeMetrics, type IssRow } from "../../src/metrics/compute.js";
+import { BACKENDS } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
 import { tinyStore, type TinyRow } from "./tiny-store.js";
 
@@ -35,7 +36,7 @@ const EXPECTED: Record<string, Partial<IssRow>> = {
 };
 
 let n = 0;
-async function iss(rows: TinyRow[], backend = "typescript" as const) {
+async function iss(rows: TinyRow[], backend: (typeof BACKENDS)[number] = "typescript") {
   const { store } = await tinyStore(join(dir, `case-${n++}`), rows);
   return (await computeMetrics(store, { metrics: ["iss"], backend, bootstrap: 200 })).iss;
 }
@@ -58,7 +59,7 @@ describe("ISS, hand-computed", () => {
   });
 
   it("the same numbers on every backend", async () => {
-    for (const backend of ["native", "wasm"] as const) expectRows(await iss(BASE, backend), EXPECTED);
+    for (const backend of BACKENDS) expectRows(await iss(BASE, backend), EXPECTED);
   });
 
   it("drops non-finite rows from everything, and counts them", async () => {
@@ -101,7 +102,7 @@ describe("ISS, hand-computed", () => {
   it("gives the same intervals for the same seed on every backend", async () => {
     const { store } = await tinyStore(join(dir, "seeded"), BASE);
     const a = await computeMetrics(store, { metrics: ["iss"], backend: "typescript", seed: 5 });
-    const b = await computeMetrics(store, { metrics: ["iss"], backend: "native", seed: 5 });
+    const b = await computeMetrics(store, { metrics: ["iss"], backend: BACKENDS.at(-1)!, seed: 5 });
     expect(a.iss.map((r) => [r.iss_ci_low, r.iss_ci_high])).toEqual(b.iss.map((r) => [r.iss_ci_low, r.iss_ci_high]));
   });
 });

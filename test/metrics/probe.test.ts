@@ -12,6 +12,7 @@ import { trainProbes, typescriptProducts } from "../../src/metrics/probe.js";
 import { percentile } from "../../src/metrics/stats.js";
 import { Rng } from "../../src/util/random.js";
 import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
+import { BACKENDS } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-probe-");
@@ -55,7 +56,7 @@ describe("probe", () => {
   const folds = [0, 1, 2].map((k) => ({ train: all.filter((i) => i % 3 !== k) }));
 
   it("meets its stopping rule, checked with an independent gradient, on every backend", async () => {
-    for (const name of ["typescript", "native", "wasm"] as const) {
+    for (const name of BACKENDS) {
       const backend = await openBackend(name);
       const products = await backend.products(h, n, d);
       const probes = await trainProbes(h, products, y, folds, { c: 0.05 });

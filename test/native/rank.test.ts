@@ -1,0 +1,77 @@
+/**
+ * ISS's fused rank kernel: the native core against its TypeScript twin, on rows
+ * with planted near-ties, at odd sizes (partial tiles and panels), with rows
+ * that have no own anchor; both native paths (bfloat16 screening where the CPU
+ * has it, plain float32 otherwise) must count exactly as the twin does.
+ */
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+
+import { describe, expect, it } from "vitest";
+
+import { nativeKernels, typescriptKernels } from "../../src/native/index.js";
+import { Rng } from "../../src/util/random.js";
+
+function unitRows(n: number, d: number, rng: Rng): Float32Array {
+  const x = rng.fillNormal(new Float32Array(n * d));
+  for (let i = 0; i < n; i++) {
+    let s = 0;
+    for (let j = 0; j < d; j++) s += x[i * d + j]! ** 2;
+    for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(s);
+  }
+  return x;
+}
+
+function rankCase(seed: number) {
+  const rng = new Rng(seed);
+  const n = 517;
+  const F = 83;
+  const d = 97;
+  const a = unitRows(F, d, rng);
+  const x = unitRows(n, d, rng);
+  // Every third row sits almost on an anchor, so scores crowd around its own.
+  for (let i = 0; i < n; i += 3) for (let j = 0; j < d; j++) x[i * d + j] = 0.5 * a[((i * 7) % F) * d + j]! + 0.002 * x[i * d + j]!;
+  // Exact ties: some rows equal to another row's anchor.
+  for (let i = 1; i < n; i += 11) x.set(a.subarray(((i * 5) % F) * d, ((i * 5) % F + 1) * d), i * d);
+  const own = Int32Array.from({ length: n }, (_, i) => (i % 13 === 0 ? -1 : (i * 7) % F));
+  return { x, a, n, F, d, own };
+}
+
+describe("rank kernel", () => {
+  it.runIf(Boolean(nativeKernels))("counts exactly as the TypeScript twin", () => {
+    for (const seed of [1, 2, 3]) {
+      const { x, a, n, F, d, own } = rankCase(seed);
+      const s1 = new Float32Array(n);
+      const s2 = new Float32Array(n);
+      const c1 = new Int32Array(n);
+      const c2 = new Int32Array(n);
+      typescriptKernels.rankAgainstAnchors(x, n, a, F, d, own, s1, c1, 1);
+      nativeKernels!.rankAgainstAnchors(x, n, a, F, d, own, s2, c2, 2);
+      expect(Array.from(c2)).toEqual(Array.from(c1));
+      s1.forEach((v, i) => expect(Math.abs(s2[i]! - v)).toBeLessThan(1e-5));
+      own.forEach((o, i) => o < 0 && expect([s2[i], c2[i]]).toEqual([0, 0]));
+    }
+  });
+
+  it.runIf(Boolean(nativeKernels))("gives the same counts without bfloat16 screening", () => {
+    const counts = (env: Record<string, string>) => {
+      const r = spawnSync(process.execPath, ["--input-type=module", "-e", probeScript], { encoding: "utf8", env: { ...process.env, ...env } });
+      expect(r.stderr).toBe("");
+      return r.stdout;
+    };
+    expect(counts({ HSM_NO_BF16: "1" })).toBe(counts({}));
+  });
+});
+
+/** A child computes counts on a fixed case, so each process picks its kernel path once. */
+const probeScript = `
+const { nativeKernels: k } = await import(${JSON.stringify(join(import.meta.dirname, "..", "..", "dist", "native", "index.js"))});
+const { Rng } = await import(${JSON.stringify(join(import.meta.dirname, "..", "..", "dist", "util", "random.js"))});
+const rng = new Rng(9), n = 301, F = 57, d = 1030;
+const unit = (m) => { const x = rng.fillNormal(new Float32Array(m * d)); for (let i = 0; i < m; i++) { let s = 0; for (let j = 0; j < d; j++) s += x[i*d+j]**2; for (let j = 0; j < d; j++) x[i*d+j] /= Math.sqrt(s); } return x; };
+const a = unit(F), x = unit(n);
+for (let i = 0; i < n; i += 2) for (let j = 0; j < d; j++) x[i*d+j] = 0.3 * a[(i % F)*d+j] + 0.01 * x[i*d+j];
+const own = Int32Array.from({ length: n }, (_, i) => i % F), s = new Float32Array(n), c = new Int32Array(n);
+k.rankAgainstAnchors(x, n, a, F, d, own, s, c, 2);
+process.stdout.write(Array.from(c).join(","));
+`;

@@ -7,9 +7,11 @@ import { spawnSync } from "node:child_process";
 export const PYTHON = process.env.HSM_PYTHON ?? "/usr/bin/python3";
 export const numpyRequired = process.env.HSM_REQUIRE_NUMPY === "1";
 export const hasNumpy = spawnSync(PYTHON, ["-c", "import numpy"], { stdio: "ignore" }).status === 0;
+/** scikit-learn, for the tests that compare with an independent NumPy + scikit-learn implementation. */
+export const hasSklearn = hasNumpy && spawnSync(PYTHON, ["-c", "import sklearn"], { stdio: "ignore" }).status === 0;
 
-if (numpyRequired && !hasNumpy) {
-  throw new Error(`HSM_REQUIRE_NUMPY=1 but ${PYTHON} cannot import numpy (apt-get install python3-numpy)`);
+if (numpyRequired && !hasSklearn) {
+  throw new Error(`HSM_REQUIRE_NUMPY=1 but ${PYTHON} cannot import numpy and sklearn (apt-get install python3-numpy python3-sklearn)`);
 }
 
 /** Runs a Python snippet with `args` as sys.argv[1:]; returns stdout, throws with stderr on failure. */

@@ -9,7 +9,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { computeMetrics, type MetricsResult } from "../../src/metrics/compute.js";
 import { FIXTURE_FAMILIES, writeFixture } from "../../src/fixtures/synthetic.js";
-import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
+import { hasSklearn, numpyRequired, python } from "../helpers/numpy.js";
 import { BACKENDS } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -77,7 +77,7 @@ describe("metrics on a planted fixture", () => {
     }
   });
 
-  it.skipIf(!hasNumpy && !numpyRequired)("agrees with a NumPy + scikit-learn implementation of the same definitions", () => {
+  it.skipIf(!hasSklearn && !numpyRequired)("agrees with a NumPy + scikit-learn implementation of the same definitions", () => {
     const peer = JSON.parse(python(`import runpy, sys; sys.argv = ["metrics_peer.py", sys.argv[1], "--scored", sys.argv[2]]; runpy.run_path(sys.argv[0] if False else "${join(import.meta.dirname, "..", "..", "scripts", "metrics_peer.py")}", run_name="__main__")`, fx.store, fx.scored));
     const mine = results[BACKENDS.at(-1)!]!;
     for (const p of peer.iss) {

@@ -11,7 +11,7 @@ import { openBackend } from "../../src/metrics/backends.js";
 import { trainProbes, typescriptProducts } from "../../src/metrics/probe.js";
 import { percentile } from "../../src/metrics/stats.js";
 import { Rng } from "../../src/util/random.js";
-import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
+import { hasSklearn, numpyRequired, python } from "../helpers/numpy.js";
 import { BACKENDS } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -75,7 +75,7 @@ describe("probe", () => {
     alone[0]!.w.forEach((v, j) => expect(together[1]!.w[j]!).toBeCloseTo(v, 4));
   });
 
-  it.skipIf(!hasNumpy && !numpyRequired)("reaches scikit-learn's LogisticRegression(C) optimum", async () => {
+  it.skipIf(!hasSklearn && !numpyRequired)("reaches scikit-learn's LogisticRegression(C) optimum", async () => {
     const probes = await trainProbes(h, typescriptProducts(h, n, d), y, [folds[0]!], { c: 0.05 });
     writeFileSync(join(dir, "h.f4"), new Uint8Array(h.buffer));
     writeFileSync(join(dir, "y.u1"), y);

@@ -1,0 +1,165 @@
+/**
+ * Scoring a generation against the bank's gold answer and aliases. The rules
+ * are named, and each scored row says which one decided (`scorer`):
+ *
+ * 1. Span: the first non-blank line of the continuation, with an answer prefix
+ *    ("Answer:", "A:", "The answer is", "Final answer:") removed, wrapping
+ *    quotes or brackets removed, and trailing punctuation removed.
+ * 2. Comparison form: Unicode NFKC, case folded, articles (a, an, the) and
+ *    punctuation dropped (periods and apostrophes join, others separate),
+ *    whitespace collapsed.
+ * Then, in order, the first rule that applies:
+ * - `empty_span` → unparseable: nothing is left of the span.
+ * - `abstain_phrase` → abstain: a refusal or don't-know answer.
+ * - `exact_alias` → correct: the span equals an alias.
+ * - `multiple_candidates` → ambiguous: the span lists candidates ("Canada or
+ *   Mexico", "Canada, Mexico") and one of them is an alias but not all are.
+ * - `alias_in_span_negated` → ambiguous, needs review: an alias occurs as whole
+ *   words, but so does a negation ("not Paris").
+ * - `alias_in_span` → correct: an alias occurs in the span as whole words.
+ * - `no_alias_match` → incorrect.
+ * `needs_manual_review` is set where a rule was unsure: a negated match, a long
+ * span (over 12 words) decided by containment or by no match, or a span cut off
+ * by the token limit.
+ */
+
+export const SCORER_RULES = [
+  "empty_span",
+  "abstain_phrase",
+  "exact_alias",
+  "multiple_candidates",
+  "alias_in_span_negated",
+  "alias_in_span",
+  "no_alias_match",
+] as const;
+export type ScorerRule = (typeof SCORER_RULES)[number];
+export type Label = "correct" | "incorrect" | "ambiguous" | "abstain" | "unparseable";
+
+export interface ScoreResult {
+  span: string;
+  flags: string[];
+  label: Label;
+  matched_alias: string | null;
+  scorer: ScorerRule;
+  needs_manual_review: boolean;
+}
+
+const PREFIX = /^(?:final\s+answer|the\s+answer\s+is|answer|a)\s*[:：\-–—]\s*|^the\s+answer\s+is\s+/iu;
+const WRAPPERS: [string, string][] = [
+  ['"', '"'],
+  ["'", "'"],
+  ["“", "”"],
+  ["‘", "’"],
+  ["«", "»"],
+  ["„", "“"],
+  ["(", ")"],
+  ["[", "]"],
+  ["*", "*"],
+  ["**", "**"],
+  ["`", "`"],
+];
+const TRAILING = /[\s.,;:!?。、，；：！？…]+$/u;
+const ARTICLES = new Set(["a", "an", "the"]);
+const NEGATIONS = new Set(["not", "never", "no", "isn't", "isnt", "wasn't", "wasnt", "neither", "nor"]);
+const ABSTAIN = [
+  /\bi\s+(?:do\s+not|don'?t|dont)\s+know\b/iu,
+  /\bi\s*(?:am|'m)\s+not\s+(?:sure|certain)\b/iu,
+  /\bnot\s+sure\b/iu,
+  /\bno\s+idea\b/iu,
+  /\bi\s+(?:cannot|can'?t|can\s+not)\s+(?:answer|say|tell|determine|know|provide|help)\b/iu,
+  /\b(?:unknown|unsure|uncertain)\b/iu,
+  /\bcannot\s+be\s+determined\b/iu,
+  /\bi\s+(?:have\s+no|lack)\s+(?:information|knowledge|data)\b/iu,
+  /^n\/?a$/iu,
+];
+const SEPARATORS = /\s+(?:or|and|and\/or)\s+|\s*[,;/|]\s*/iu;
+
+/**
+ * The comparison form: NFKC, case folded, no articles or punctuation, single
+ * spaces. Periods and apostrophes join what they separate ("U.S.A." → "usa");
+ * other punctuation separates words.
+ */
+export function normalizeAnswer(text: string): string {
+  const folded = text.normalize("NFKC").toLocaleLowerCase("und");
+  const words = folded
+    .replace(/[.'’]/gu, "")
+    .replace(/[\p{P}\p{S}]+/gu, " ")
+    .split(/\s+/u)
+    .filter((w) => w && !ARTICLES.has(w));
+  return words.join(" ");
+}
+
+/** Extracts the answer span from a raw continuation; returns it with the flags of what was done. */
+export function extractSpan(raw: string): { span: string; flags: string[] } {
+  const flags: string[] = [];
+  const lines = raw.split(/\r?\n/u);
+  const index = lines.findIndex((l) => l.trim() !== "");
+  if (index < 0) return { span: "", flags: ["blank_response"] };
+  if (index > 0) flags.push("leading_blank_lines");
+  if (lines.length > index + 1) flags.push("multi_line");
+  let span = lines[index]!.trim();
+  const withoutPrefix = span.replace(PREFIX, "");
+  if (withoutPrefix !== span) {
+    flags.push("prefix_stripped");
+    span = withoutPrefix.trim();
+  }
+  span = span.replace(TRAILING, "");
+  for (let changed = true; changed; ) {
+    changed = false;
+    for (const [open, close] of WRAPPERS) {
+      if (span.length >= open.length + close.length && span.startsWith(open) && span.endsWith(close)) {
+        span = span.slice(open.length, span.length - close.length).trim().replace(TRAILING, "");
+        if (!flags.includes("wrapper_stripped")) flags.push("wrapper_stripped");
+        changed = true;
+      }
+    }
+  }
+  return { span, flags };
+}
+
+function containsWords(haystack: string, needle: string): boolean {
+  if (!needle) return false;
+  return ` ${haystack} `.includes(` ${needle} `);
+}
+
+/**
+ * Scores one continuation against the gold answers (the first is the gold
+ * answer, the rest its aliases).
+ * @example scoreResponse(" Canada\nExplanation: …", ["Canada"]).label // "correct"
+ */
+export function scoreResponse(raw: string, answers: readonly string[], options: { truncated?: boolean } = {}): ScoreResult {
+  const { span, flags } = extractSpan(raw);
+  if (options.truncated) flags.push("hit_token_limit");
+  const norm = normalizeAnswer(span);
+  const aliases = answers.map((a) => ({ alias: a, norm: normalizeAnswer(a) })).filter((a) => a.norm !== "");
+  const words = norm ? norm.split(" ") : [];
+  const long = words.length > 12;
+  const result = (label: Label, scorer: ScorerRule, matched: string | null, review = false): ScoreResult => ({
+    span,
+    flags,
+    label,
+    matched_alias: matched,
+    scorer,
+    needs_manual_review: review,
+  });
+  if (norm === "") return result("unparseable", "empty_span", null);
+  if (ABSTAIN.some((re) => re.test(span))) return result("abstain", "abstain_phrase", null);
+  const exact = aliases.find((a) => a.norm === norm);
+  if (exact) return result("correct", "exact_alias", exact.alias);
+  // Several candidates, one of them right: "Canada or Mexico".
+  const parts = span.split(SEPARATORS).map(normalizeAnswer).filter(Boolean);
+  if (parts.length > 1) {
+    const hits = parts.filter((p) => aliases.some((a) => a.norm === p));
+    if (hits.length > 0 && hits.length < parts.length) {
+      const alias = aliases.find((a) => hits.includes(a.norm))!;
+      return result("ambiguous", "multiple_candidates", alias.alias);
+    }
+  }
+  // Longest alias first, so "New York City" wins over "York".
+  const contained = [...aliases].sort((x, y) => y.norm.length - x.norm.length).find((a) => containsWords(norm, a.norm));
+  if (contained) {
+    if (words.some((w) => NEGATIONS.has(w))) return result("ambiguous", "alias_in_span_negated", contained.alias, true);
+    return result("correct", "alias_in_span", contained.alias, long || Boolean(options.truncated && !raw.includes("\n")));
+  }
+  return result("incorrect", "no_alias_match", null, long);
+}

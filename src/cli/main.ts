@@ -27,6 +27,8 @@ const lib = {
   merge: () => import("../store/merge.js"),
   models: () => import("../models/llama.js"),
   metrics: () => import("../metrics/compute.js"),
+  generate: () => import("../runner/generate.js"),
+  score: () => import("../score/score-file.js"),
   report: () => import("../metrics/report.js"),
 };
 
@@ -219,6 +221,52 @@ export function buildProgram(): Command {
         out(`${opts.out}: ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")} of ${m.num_layers}, complete`);
       },
     );
+
+  program
+    .command("generate")
+    .summary("greedy answers of a model to every query of a bank")
+    .description(
+      "Greedy decoding (num_beams 1, max_new_tokens 24) of every bank query with the benchmark's prompts, left truncation " +
+        "to 192 tokens and left padding, batched by length; with the KV cache when the model has past_key_values inputs. " +
+        "Writes one JSON line per query (query_id, fact_id, condition_family, model, prompt, raw_response, " +
+        "generated_tokens, finish_reason). A rerun skips the query_ids already written.",
+    )
+    .requiredOption("--model-dir <dir>", "model folder")
+    .requiredOption("--bank <file>", "query bank JSONL")
+    .requiredOption("--out <file>", "generations JSONL, e.g. outputs/evaluation/<model>.jsonl")
+    .option("--model <name>", "model name written on each line (default: the folder's name)")
+    .option("--batch-size <n>", "prompts per batch", intOption("--batch-size", 1), 16)
+    .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--threads <n>", "onnxruntime intra-op threads", intOption("--threads", 1))
+    .option("--max-new-tokens <n>", "tokens to generate at most", intOption("--max-new-tokens", 1), 24)
+    .option("-q, --quiet", "no progress on stderr")
+    .action(async (opts: { modelDir: string; bank: string; out: string; model?: string; batchSize: number; device: string; threads?: number; maxNewTokens: number; quiet?: boolean }) => {
+      if (opts.device !== "cpu" && opts.device !== "cuda") throw new UsageError(`Expected --device cpu or cuda but received "${opts.device}"`);
+      const { generate } = await lib.generate();
+      const progress = createProgress("generate", 0, { quiet: opts.quiet });
+      const r = await generate({ ...opts, device: opts.device, onProgress: (d, t) => progress.update(d, t) });
+      progress.end(`generate: ${r.written} queries in ${r.seconds.toFixed(1)} s`);
+      out(`${opts.out}: ${r.written} generated${r.skipped ? `, ${r.skipped} already there` : ""}`);
+    });
+
+  program
+    .command("score")
+    .summary("label generations against the bank's answers")
+    .description(
+      "Score each generation against the bank's gold answer and aliases (rules in docs/scoring.md): label correct, " +
+        "incorrect, ambiguous, abstain or unparseable, with the span, the alias matched, the rule that decided, flags and " +
+        "whether a person should look. Writes one scored row per generation, in bank order.",
+    )
+    .requiredOption("--bank <file>", "query bank JSONL")
+    .requiredOption("--generations <file>", "generations JSONL")
+    .requiredOption("--out <file>", "scored JSONL, e.g. outputs/evaluation/<model>.scored.jsonl")
+    .option("--allow-missing", "skip generations of unknown queries and queries without a generation, counting them")
+    .action(async (opts: { bank: string; generations: string; out: string; allowMissing?: boolean }) => {
+      const { scoreFile } = await lib.score();
+      const s = await scoreFile(opts);
+      out(`${opts.out}: ${s.rows} rows — ${Object.entries(s.labels).map(([l, n]) => `${l} ${n}`).join(", ")}; ${s.needsReview} to review`);
+      if (s.missing || s.unknown) process.stderr.write(`hsm: warning: ${s.missing} bank queries without a generation, ${s.unknown} generations for unknown queries (skipped)\n`);
+    });
 
   program
     .command("merge")

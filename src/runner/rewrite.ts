@@ -47,6 +47,11 @@ export function rewriteForExtraction(
   return { bytes: encodeModel(model), removedNodes, keptNodes: graph.node.length };
 }
 
+/** Points a model's large initializers at their bytes in the file it was decoded from (see rewriteForExtraction). */
+export function rewriteWeightsInPlace(model: ModelProto, source: Uint8Array, name: string): void {
+  externalizeInitializers(model.graph!, source, name);
+}
+
 /** Points initializers whose raw bytes lie inside `source` at those bytes, by offset. */
 function externalizeInitializers(graph: NonNullable<ModelProto["graph"]>, source: Uint8Array, name: string): void {
   for (const t of graph.initializer ?? []) {

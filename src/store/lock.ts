@@ -27,9 +27,9 @@ function alive(pid: number): boolean {
   }
 }
 
-/** Takes the store's lock; the returned function releases it (also done at process exit). */
-export async function acquireLock(dir: string): Promise<() => Promise<void>> {
-  const path = join(dir, LOCK_NAME);
+/** Takes the lock `name` in `dir` (a store's, by default); the returned function releases it (also done at process exit). */
+export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => Promise<void>> {
+  const path = join(dir, name);
   const mine: LockInfo = { pid: process.pid, host: hostname(), started: new Date().toISOString() };
   for (let attempt = 0; attempt < 2; attempt++) {
     try {

@@ -1,0 +1,141 @@
+/**
+ * `hsm score`: joins generations with the bank on query_id and writes one
+ * scored row per generation, in bank order, with every field of the output
+ * schema. Written to a temporary file and renamed, so a failure leaves nothing.
+ */
+import { createReadStream } from "node:fs";
+import { rename, rm, writeFile } from "node:fs/promises";
+import { createInterface } from "node:readline";
+
+import { readBank, type BankRow } from "../bank/bank.js";
+import { HsmError } from "../errors.js";
+import { scoreResponse, type ScoreResult } from "./scorer.js";
+
+export interface Generation {
+  query_id: string;
+  raw_response: string;
+  model?: string;
+  prompt?: string;
+  fact_id?: string;
+  condition_family?: string;
+  generated_tokens?: number;
+  finish_reason?: string;
+  line: number;
+}
+
+export class GenerationsError extends HsmError {
+  constructor(
+    readonly file: string,
+    readonly line: number,
+    readonly field: string | undefined,
+    problem: string,
+  ) {
+    super(`${file}${line ? `:${line}` : ""}: ${field ? `field "${field}": ` : ""}${problem}`);
+  }
+}
+
+/** Reads a generations JSONL file; `query_id` and `raw_response` are required, duplicates refused. */
+export async function readGenerations(file: string): Promise<Map<string, Generation>> {
+  const out = new Map<string, Generation>();
+  let line = 0;
+  try {
+    for await (const text of createInterface({ input: createReadStream(file, { encoding: "utf8" }), crlfDelay: Infinity })) {
+      line++;
+      if (!text.trim()) continue;
+      let g: Record<string, unknown>;
+      try {
+        g = JSON.parse(text);
+      } catch (err) {
+        throw new GenerationsError(file, line, undefined, `is not valid JSON (${(err as Error).message})`);
+      }
+      if (typeof g.query_id !== "string" || !g.query_id) throw new GenerationsError(file, line, "query_id", "is missing or not a string");
+      if (typeof g.raw_response !== "string") throw new GenerationsError(file, line, "raw_response", "is missing or not a string");
+      const first = out.get(g.query_id);
+      if (first) throw new GenerationsError(file, line, "query_id", `duplicate "${g.query_id}" (first on line ${first.line})`);
+      out.set(g.query_id, { ...(g as object), line } as Generation);
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") throw new GenerationsError(file, 0, undefined, "no such file");
+    throw err;
+  }
+  return out;
+}
+
+/** The scored row of the output schema, field for field. */
+export function scoredRow(row: BankRow, g: Generation, model: string, s: ScoreResult): Record<string, unknown> {
+  return {
+    query_id: row.query_id,
+    model: g.model ?? model,
+    fact_id: row.fact_id,
+    relation: row.relation ?? null,
+    condition_family: row.condition_family,
+    language: row.language ?? null,
+    target_slot: row.target_slot ?? null,
+    answer_type: row.answer_type ?? null,
+    answer_granularity: row.answer_granularity ?? null,
+    answer_in_subject_surface: row.answer_in_subject_surface ?? null,
+    use_for_main_forward: row.use_for_main_forward,
+    use_for_reverse_analysis: row.use_for_reverse_analysis ?? null,
+    use_for_recognition_analysis: row.use_for_recognition_analysis ?? null,
+    raw_response: g.raw_response,
+    span: s.span,
+    flags: s.flags,
+    label: s.label,
+    matched_alias: s.matched_alias,
+    scorer: s.scorer,
+    needs_manual_review: s.needs_manual_review,
+  };
+}
+
+export interface ScoreOptions {
+  bank: string;
+  generations: string;
+  out: string;
+  /** Count generations for unknown queries and queries without generations as warnings instead of stopping. */
+  allowMissing?: boolean;
+  model?: string;
+}
+
+export interface ScoreSummary {
+  rows: number;
+  labels: Record<string, number>;
+  missing: number;
+  unknown: number;
+  needsReview: number;
+}
+
+export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
+  const bank = await readBank(o.bank);
+  const gens = await readGenerations(o.generations);
+  const known = new Set(bank.map((r) => r.query_id));
+  const unknown = [...gens.values()].filter((g) => !known.has(g.query_id));
+  const missing = bank.filter((r) => !gens.has(r.query_id));
+  if (!o.allowMissing) {
+    if (unknown.length) {
+      throw new GenerationsError(o.generations, unknown[0]!.line, "query_id", `"${unknown[0]!.query_id}" is not in the bank ${o.bank} (${unknown.length} such generation(s)); pass --allow-missing to skip them`);
+    }
+    if (missing.length) {
+      throw new GenerationsError(o.generations, 0, undefined, `has no generation for ${missing.length} of the bank's ${bank.length} queries (first: "${missing[0]!.query_id}", ${o.bank}:${missing[0]!.line}); pass --allow-missing to score the rest`);
+    }
+  }
+  const summary: ScoreSummary = { rows: 0, labels: {}, missing: missing.length, unknown: unknown.length, needsReview: 0 };
+  const lines: string[] = [];
+  for (const row of bank) {
+    const g = gens.get(row.query_id);
+    if (!g) continue;
+    const s = scoreResponse(g.raw_response, row.answers, { truncated: g.finish_reason === "length" });
+    lines.push(JSON.stringify(scoredRow(row, g, o.model ?? "unknown", s)));
+    summary.rows++;
+    summary.labels[s.label] = (summary.labels[s.label] ?? 0) + 1;
+    if (s.needs_manual_review) summary.needsReview++;
+  }
+  const temp = `${o.out}.${process.pid}.tmp`;
+  try {
+    await writeFile(temp, lines.join("\n") + (lines.length ? "\n" : ""));
+    await rename(temp, o.out);
+  } catch (err) {
+    await rm(temp, { force: true });
+    throw err;
+  }
+  return summary;
+}

@@ -29,6 +29,7 @@ const lib = {
   metrics: () => import("../metrics/compute.js"),
   generate: () => import("../runner/generate.js"),
   score: () => import("../score/score-file.js"),
+  export: () => import("../export/export.js"),
   report: () => import("../metrics/report.js"),
 };
 
@@ -266,6 +267,31 @@ export function buildProgram(): Command {
       const s = await scoreFile(opts);
       out(`${opts.out}: ${s.rows} rows — ${Object.entries(s.labels).map(([l, n]) => `${l} ${n}`).join(", ")}; ${s.needsReview} to review`);
       if (s.missing || s.unknown) process.stderr.write(`hsm: warning: ${s.missing} bank queries without a generation, ${s.unknown} generations for unknown queries (skipped)\n`);
+    });
+
+  program
+    .command("export")
+    .summary("write scored rows as Every Eval Ever or Microsoft Foundry files")
+    .description(
+      "Every Eval Ever (--format eee): an aggregate record (accuracy per condition family, decoding settings, and a pointer " +
+        "to the samples file with its sha256 and row count) beside instance-level samples (schema instance_level_eval_0.3.0, " +
+        "every record validated), under OUT/data/<benchmark>/<developer>/<model>/. Foundry (--format foundry): JSONL with " +
+        "query, response and ground_truth, or --messages for the messages form.",
+    )
+    .requiredOption("--format <format>", "eee or foundry")
+    .requiredOption("--scored <file>", "scored JSONL")
+    .requiredOption("--bank <file>", "query bank JSONL (prompts and gold answers)")
+    .requiredOption("--out <path>", "folder (eee) or JSONL file (foundry)")
+    .option("--model-id <id>", "model id in HuggingFace form, e.g. meta-llama/Llama-3.1-8B")
+    .option("--developer <name>", "the model's developer")
+    .option("--organization <name>", "who ran the evaluation")
+    .option("--benchmark <name>", "benchmark name (default: the bank file's name)")
+    .option("--messages", "foundry: messages form")
+    .action(async (opts: { format: string; scored: string; bank: string; out: string; modelId?: string; developer?: string; organization?: string; benchmark?: string; messages?: boolean }) => {
+      if (opts.format !== "eee" && opts.format !== "foundry") throw new UsageError(`Expected --format eee or foundry but received "${opts.format}"`);
+      const { exportScored } = await lib.export();
+      const r = await exportScored({ ...opts, format: opts.format });
+      out(`${opts.format}: ${r.rows} rows → ${r.files.join(", ")}`);
     });
 
   program

@@ -1,0 +1,173 @@
+/**
+ * Every Eval Ever export: the instance-level samples (one record per scored
+ * row, `instance_level_eval_0.3.0`) and an aggregate record (accuracy per
+ * condition family, with the decoding settings and a pointer to the samples
+ * file carrying its sha256 and row count), in the repository's layout
+ * `data/<benchmark>/<developer>/<model>/`.
+ *
+ * `sample_hash` is sha256 over the UTF-8 bytes of `JSON.stringify([input.raw,
+ * input.reference])` — the prompt and the gold answers, unambiguously joined.
+ */
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { mkdir, rename, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import type { BankRow } from "../bank/bank.js";
+import { buildPrompt } from "../bank/prompt.js";
+import { MAX_NEW_TOKENS } from "../runner/generate.js";
+import { MAX_PROMPT_LEN } from "../runner/tokenizer.js";
+import { VERSION } from "../version.js";
+import type { Schema } from "./validate.js";
+
+export const INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.3.0";
+export const AGGREGATE_SCHEMA_VERSION = "0.2.1";
+
+/** The instance-level schema, as published (src/export/schemas/). */
+export function instanceSchema(): Schema {
+  const here = dirname(fileURLToPath(import.meta.url));
+  for (const p of [join(here, "schemas", "instance_level_eval_0.3.0.json"), join(here, "..", "..", "src", "export", "schemas", "instance_level_eval_0.3.0.json")]) {
+    try {
+      return JSON.parse(readFileSync(p, "utf8")) as Schema;
+    } catch {
+      /* try the next place */
+    }
+  }
+  throw new Error("the instance-level schema file is missing from this installation");
+}
+
+export interface ScoredRow {
+  query_id: string;
+  model?: string;
+  fact_id: string;
+  condition_family: string;
+  raw_response: string;
+  span: string;
+  flags: string[];
+  label: string;
+  matched_alias: string | null;
+  scorer: string;
+  needs_manual_review: boolean;
+  [key: string]: unknown;
+}
+
+export interface ExportIdentity {
+  benchmark: string;
+  modelId: string;
+  developer: string;
+  organization: string;
+  evaluationId: string;
+}
+
+const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");
+
+export function sampleHash(raw: string, reference: string[]): string {
+  return sha256(JSON.stringify([raw, reference]));
+}
+
+/** One instance record, valid against the instance-level schema. */
+export function instanceRecord(row: ScoredRow, bank: BankRow, id: ExportIdentity): Record<string, unknown> {
+  const prompt = buildPrompt(bank);
+  const evaluationName = `${id.benchmark}/${row.condition_family}`;
+  const metadata: Record<string, string> = {
+    fact_id: row.fact_id,
+    condition_family: row.condition_family,
+    label: row.label,
+    scorer: row.scorer,
+    matched_alias: row.matched_alias ?? "",
+    needs_manual_review: String(row.needs_manual_review),
+    flags: row.flags.join(","),
+  };
+  for (const key of ["relation", "language", "target_slot", "answer_type", "answer_granularity", "answer_in_subject_surface", "use_for_main_forward", "use_for_reverse_analysis", "use_for_recognition_analysis"]) {
+    const v = (row as Record<string, unknown>)[key] ?? (bank as unknown as Record<string, unknown>)[key];
+    if (v !== undefined && v !== null) metadata[key] = String(v);
+  }
+  return {
+    schema_version: INSTANCE_SCHEMA_VERSION,
+    evaluation_id: id.evaluationId,
+    model_id: id.modelId,
+    evaluation_name: evaluationName,
+    evaluation_result_id: evaluationName,
+    sample_id: row.query_id,
+    sample_hash: sampleHash(prompt, bank.answers),
+    interaction_type: "single_turn",
+    input: { raw: prompt, formatted: prompt, reference: bank.answers, choices: null },
+    output: { raw: [row.raw_response], reasoning_trace: null },
+    answer_attribution: [{ turn_idx: 0, source: "output.raw", extracted_value: row.span, extraction_method: row.scorer, is_terminal: true }],
+    evaluation: { score: row.label === "correct" ? 1 : 0, is_correct: row.label === "correct", num_turns: 1 },
+    metadata,
+  };
+}
+
+/** The aggregate record: accuracy per condition family, decoding settings, the samples file. */
+export function aggregateRecord(rows: ScoredRow[], id: ExportIdentity, samples: { path: string; sha256: string; rows: number }, now = new Date()): Record<string, unknown> {
+  const families = [...new Set(rows.map((r) => r.condition_family))].sort();
+  return {
+    schema_version: AGGREGATE_SCHEMA_VERSION,
+    evaluation_id: id.evaluationId,
+    evaluation_timestamp: now.toISOString(),
+    retrieved_timestamp: String(Math.floor(now.getTime() / 1000)),
+    source_metadata: { source_name: "hsm", source_type: "evaluation_run", source_organization_name: id.organization, evaluator_relationship: "third_party" },
+    eval_library: { name: "hsm", version: VERSION },
+    model_info: { name: id.modelId.split("/").at(-1), id: id.modelId, developer: id.developer, inference_platform: "onnxruntime" },
+    evaluation_results: families.map((family) => {
+      const mine = rows.filter((r) => r.condition_family === family);
+      const correct = mine.filter((r) => r.label === "correct").length;
+      const name = `${id.benchmark}/${family}`;
+      return {
+        evaluation_name: name,
+        evaluation_result_id: name,
+        source_data: { dataset_name: id.benchmark, source_type: "other", additional_details: { condition_family: family } },
+        metric_config: { evaluation_description: `accuracy on ${family} questions (label "correct" / all scored rows)`, lower_is_better: false, score_type: "continuous", min_score: 0, max_score: 1 },
+        score_details: {
+          score: mine.length ? correct / mine.length : 0,
+          details: Object.fromEntries(["correct", "incorrect", "ambiguous", "abstain", "unparseable"].map((l) => [l, String(mine.filter((r) => r.label === l).length)])),
+          uncertainty: { num_samples: mine.length },
+        },
+        generation_config: {
+          generation_args: { temperature: 0, top_p: null, top_k: null, max_tokens: MAX_NEW_TOKENS, reasoning: false, prompt_template: "anchor: Question: {query}\\nAnswer with only the shortest correct answer.\\nAnswer: | other: {query}\\nAnswer:" },
+          additional_details: { num_beams: "1", do_sample: "false", max_prompt_len: String(MAX_PROMPT_LEN), truncation_side: "left", padding_side: "left", chat_template: "none" },
+        },
+      };
+    }),
+    detailed_evaluation_results: { format: "jsonl", file_path: samples.path, hash_algorithm: "sha256", checksum: samples.sha256, total_rows: samples.rows },
+  };
+}
+
+async function writeAtomic(path: string, text: string): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const temp = `${path}.${process.pid}.tmp`;
+  await writeFile(temp, text);
+  await rename(temp, path);
+}
+
+/** Writes the aggregate record and its samples; returns their paths. */
+export async function writeEee(outDir: string, rows: ScoredRow[], bank: Map<string, BankRow>, id: ExportIdentity): Promise<{ aggregate: string; samples: string; records: Record<string, unknown>[] }> {
+  const safe = (s: string) => s.replace(/[^A-Za-z0-9._-]+/g, "_");
+  const dir = join(outDir, "data", safe(id.benchmark), safe(id.developer), safe(id.modelId.split("/").at(-1)!));
+  const stem = safe(id.evaluationId);
+  const records = rows.map((r) => instanceRecord(r, bank.get(r.query_id)!, id));
+  const samplesText = records.map((r) => JSON.stringify(r)).join("\n") + "\n";
+  const samplesPath = join(dir, `${stem}_samples.jsonl`);
+  await writeAtomic(samplesPath, samplesText);
+  const aggregate = aggregateRecord(rows, id, { path: `${stem}_samples.jsonl`, sha256: sha256(samplesText), rows: records.length });
+  const aggregatePath = join(dir, `${stem}.json`);
+  await writeAtomic(aggregatePath, JSON.stringify(aggregate, null, 2) + "\n");
+  return { aggregate: aggregatePath, samples: samplesPath, records };
+}
+
+/** Foundry evaluation JSONL: query, response, ground_truth — or messages and ground_truth. */
+export function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<string, unknown> {
+  const prompt = buildPrompt(bank);
+  const truth = bank.answers[0] ?? "";
+  const extra = { query_id: row.query_id, condition_family: row.condition_family, label: row.label };
+  if (messages) {
+    return { messages: [{ role: "user", content: prompt }, { role: "assistant", content: row.raw_response }], ground_truth: truth, ...extra };
+  }
+  return { query: prompt, response: row.raw_response, ground_truth: truth, ...extra };
+}
+
+export async function writeFoundry(path: string, rows: ScoredRow[], bank: Map<string, BankRow>, messages = false): Promise<void> {
+  await writeAtomic(path, rows.map((r) => JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages))).join("\n") + "\n");
+}

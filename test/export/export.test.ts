@@ -1,0 +1,91 @@
+/** Exports of a fixture: every EEE record valid against the published schema; Foundry's columns. */
+import { createHash } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { instanceSchema, sampleHash } from "../../src/export/eee.js";
+import { exportScored } from "../../src/export/export.js";
+import { validate } from "../../src/export/validate.js";
+import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-export-");
+const fx = { bank: join(dir, "fx", "bank.jsonl"), scored: join(dir, "fx", "scored.jsonl") };
+const schema = instanceSchema();
+
+beforeAll(async () => {
+  await writeFixture(join(dir, "fx"), { facts: 30, d: 8 });
+});
+
+describe("the schema validator", () => {
+  const good = {
+    schema_version: "instance_level_eval_0.3.0",
+    evaluation_id: "e",
+    model_id: "m/x",
+    evaluation_name: "b/anchor",
+    sample_id: "q1",
+    interaction_type: "single_turn",
+    input: { raw: "Q", reference: ["A"] },
+    output: { raw: ["A"] },
+    answer_attribution: [{ turn_idx: 0, source: "output.raw", extracted_value: "A", extraction_method: "exact_alias", is_terminal: true }],
+    evaluation: { score: 1, is_correct: true },
+  };
+
+  it("accepts a minimal valid record", () => expect(validate(good, schema)).toEqual([]));
+
+  it.each([
+    ["a missing required field", { ...good, sample_id: undefined }, '$ is missing required property "sample_id"'],
+    ["an unknown top-level field", { ...good, extra: 1 }, '$ has property "extra", which is not allowed'],
+    ["a bad enum value", { ...good, interaction_type: "chat" }, '$.interaction_type must be one of "single_turn", "multi_turn", "agentic", not "chat"'],
+    ["a wrong type", { ...good, evaluation: { score: "1", is_correct: true } }, "$.evaluation.score must be of type number, not string"],
+    ["single_turn with messages", { ...good, messages: [{ turn_idx: 0, role: "user" }] }, "$.messages must be of type null, not array"],
+    ["single_turn without output", { ...good, output: undefined }, '$ is missing required property "output"'],
+    ["an attribution without turn_idx or event_id", { ...good, answer_attribution: [{ source: "s", extracted_value: "v", extraction_method: "m", is_terminal: true }] }, "$.answer_attribution[0] matches none of the schemas in anyOf"],
+    ["a negative turn index", { ...good, answer_attribution: [{ ...good.answer_attribution[0], turn_idx: -1 }] }, "$.answer_attribution[0].turn_idx must be at least 0"],
+    ["metadata that is not strings", { ...good, metadata: { n: 3 } }, "$.metadata.n must be of type string, not integer"],
+  ])("rejects %s", (_what, record, message) => {
+    const clean = JSON.parse(JSON.stringify(record));
+    expect(validate(clean, schema).map((e) => `${e.path} ${e.message}`)).toContain(message);
+  });
+});
+
+describe("hsm export", () => {
+  it("writes Every Eval Ever samples that all validate, and an aggregate that points at them", async () => {
+    const out = join(dir, "eee");
+    const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out, modelId: "hsm/synthetic-fixture", organization: "tests" });
+    const folder = join(out, "data", "bank", "hsm", "synthetic-fixture");
+    expect(r.files.every((f) => f.startsWith(folder))).toBe(true);
+    const samplesFile = readdirSync(folder).find((f) => f.endsWith("_samples.jsonl"))!;
+    const text = readFileSync(join(folder, samplesFile), "utf8");
+    const records = text.trim().split("\n").map((l) => JSON.parse(l));
+    expect(records).toHaveLength(r.rows);
+    for (const rec of records) {
+      expect(validate(rec, schema)).toEqual([]);
+      expect(rec.sample_hash).toBe(sampleHash(rec.input.raw, rec.input.reference));
+      expect(rec.evaluation.is_correct).toBe(rec.metadata.label === "correct");
+      expect(Object.values(rec.metadata).every((v) => typeof v === "string")).toBe(true);
+    }
+    const aggregate = JSON.parse(readFileSync(join(folder, samplesFile.replace("_samples.jsonl", ".json")), "utf8"));
+    expect(aggregate.detailed_evaluation_results).toEqual({ format: "jsonl", file_path: samplesFile, hash_algorithm: "sha256", checksum: createHash("sha256").update(text).digest("hex"), total_rows: records.length });
+    const anchor = aggregate.evaluation_results.find((e: { evaluation_name: string }) => e.evaluation_name === "bank/anchor");
+    const anchors = records.filter((x) => x.metadata.condition_family === "anchor");
+    expect(anchor.score_details.score).toBeCloseTo(anchors.filter((x) => x.evaluation.is_correct).length / anchors.length, 12);
+    expect(anchor.generation_config.generation_args).toMatchObject({ temperature: 0, max_tokens: 24 });
+    // every instance's evaluation_result_id names an aggregate result
+    const ids = new Set(aggregate.evaluation_results.map((e: { evaluation_result_id: string }) => e.evaluation_result_id));
+    expect(records.every((x) => ids.has(x.evaluation_result_id))).toBe(true);
+  });
+
+  it("writes Foundry JSONL with query, response and ground_truth, or messages", async () => {
+    await exportScored({ format: "foundry", scored: fx.scored, bank: fx.bank, out: join(dir, "foundry.jsonl") });
+    await exportScored({ format: "foundry", scored: fx.scored, bank: fx.bank, out: join(dir, "foundry-m.jsonl"), messages: true });
+    const plain = readFileSync(join(dir, "foundry.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const msgs = readFileSync(join(dir, "foundry-m.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(plain[0]).toMatchObject({ query: "Question: What is the capital of Land 0?\nAnswer with only the shortest correct answer.\nAnswer:", ground_truth: "City 0" });
+    expect(typeof plain[0].response).toBe("string");
+    expect(msgs[0].messages).toEqual([{ role: "user", content: plain[0].query }, { role: "assistant", content: plain[0].response }]);
+    expect(msgs[0].ground_truth).toBe("City 0");
+  });
+});

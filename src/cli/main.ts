@@ -4,7 +4,8 @@
  */
 import { stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { Command, CommanderError } from "commander";
 
@@ -30,6 +31,7 @@ const lib = {
   generate: () => import("../runner/generate.js"),
   score: () => import("../score/score-file.js"),
   export: () => import("../export/export.js"),
+  pipeline: () => import("../pipeline/run.js"),
   report: () => import("../metrics/report.js"),
 };
 
@@ -45,6 +47,23 @@ export function parseLayerList(text: string): number[] {
     for (let l = a; l <= b; l++) out.push(l);
   }
   return [...new Set(out)].sort((x, y) => x - y);
+}
+
+/** The embedded default: a small Llama-style model with a KV cache, and the bundled bank. */
+const DEMO_MODEL = { layers: 6, hidden: 64, heads: 4, kvHeads: 2, withPast: true, seed: 20260101 } as const;
+const DEMO_BANK = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "data", "demo-bank.jsonl");
+
+/** A progress callback per pipeline step, on stderr. */
+function progressFor(quiet?: boolean): ((step: string, done: number, total: number) => void) | undefined {
+  if (quiet) return undefined;
+  const bars = new Map<string, ReturnType<typeof createProgress>>();
+  return (step, done, total) => {
+    let bar = bars.get(step);
+    if (!bar) bars.set(step, (bar = createProgress(step, total, { unit: step === "generate" ? "queries" : "rows" })));
+    if (done < total) return bar.update(done, total);
+    bar.end();
+    bars.delete(step);
+  };
 }
 
 /** Benchmark scale: the real bank's 44,416 rows, 39,258 main-forward, d = 1024, 8 stored layers. */
@@ -501,44 +520,54 @@ export function buildProgram(): Command {
     });
 
   program
+    .command("run")
+    .summary("the whole pipeline for one model: generate, score, extract, verify, metrics, exports")
+    .description(
+      "One command per model: greedy generations, scored rows, the hidden-state store, its verification, ISS and KTS, and " +
+        "the Every Eval Ever and Foundry exports, under --outputs in the benchmark's layout (evaluation/, hidden/, metrics/, " +
+        "eee/, foundry/). Finished steps are skipped, unfinished ones resumed.",
+    )
+    .requiredOption("--model-dir <dir>", "model folder")
+    .requiredOption("--bank <file>", "query bank JSONL")
+    .option("--outputs <dir>", "output root", "outputs")
+    .option("--model <name>", "model name (default: the folder's name)")
+    .option("--batch-size <n>", "prompts per batch", intOption("--batch-size", 1), 16)
+    .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--threads <n>", "onnxruntime intra-op threads", intOption("--threads", 1))
+    .option("-q, --quiet", "no progress on stderr")
+    .action(async (opts: { modelDir: string; bank: string; outputs: string; model?: string; batchSize: number; device: string; threads?: number; quiet?: boolean }) => {
+      if (opts.device !== "cpu" && opts.device !== "cuda") throw new UsageError(`Expected --device cpu or cuda but received "${opts.device}"`);
+      const [{ runPipeline }, { formatTable }] = await Promise.all([lib.pipeline(), lib.report()]);
+      const t0 = performance.now();
+      const r = await runPipeline({ ...opts, device: opts.device, log: (step, m) => out(`${step}: ${m}`), onProgress: progressFor(opts.quiet) });
+      out("");
+      printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000, formatTable);
+    });
+
+  program
     .command("demo")
     .summary("run the main job on the embedded default")
     .description(
-      "Run the main job on the embedded default: write a small synthetic fixture (bank, store, scored rows), verify " +
-        "its store, and compute ISS and KTS over it, printing the tables and the paths of the plots. Steps already done " +
-        "are skipped.",
+      "Run the whole pipeline on the embedded default: a small Llama-style model generated here (seeded random weights, a " +
+        "real Llama 3.1 tokenizer) and the bundled 125-query bank. Writes the model, generations, scored rows, store, " +
+        "metrics, plots and both exports under --out, and ends with the ISS and KTS tables and the paths of the plots. " +
+        "Steps already done are skipped.",
     )
     .option("--out <dir>", "where to write everything", "hsm-demo")
-    .action(async (opts: { out: string }) => {
-      const [{ writeFixture }, { verifyStore }, { computeMetrics }, { writeResults, formatTable }, { StoreReader }] = await Promise.all([
-        lib.fixtures(),
-        lib.verify(),
-        lib.metrics(),
-        lib.report(),
-        import("../store/reader.js"),
-      ]);
+    .option("-q, --quiet", "no progress on stderr")
+    .action(async (opts: { out: string; quiet?: boolean }) => {
+      const [{ runPipeline }, { formatTable }, { writeTinyModel }] = await Promise.all([lib.pipeline(), lib.report(), lib.models()]);
       const dir = resolve(opts.out);
-      const fixture = join(dir, "fixture");
-      const done = await stat(join(fixture, "store", "index.json")).catch(() => undefined);
-      if (done) out(`fixture: ${fixture} exists, skipped`);
-      else {
-        const result = await writeFixture(fixture, {});
-        out(`fixture: ${fixture} — ${result.rows} bank rows, ${result.mainForwardRows} stored rows, layers ${result.manifest.layers.join(", ")}`);
-      }
+      const modelDir = join(dir, "model");
       const t0 = performance.now();
-      const report = await verifyStore(join(fixture, "store"));
-      if (printVerifyReport(report, (performance.now() - t0) / 1000, false) !== 0) {
-        process.exitCode = 1;
-        return;
+      if (await stat(join(modelDir, "model.onnx")).catch(() => undefined)) out(`model: ${modelDir} exists, skipped`);
+      else {
+        const c = await writeTinyModel(modelDir, DEMO_MODEL);
+        out(`model: ${modelDir} — ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, seeded random weights (its answers are noise; the pipeline is real)`);
       }
-      const t1 = performance.now();
-      const store = join(fixture, "store");
-      const result = await computeMetrics(store, { scored: join(fixture, "scored.jsonl") });
-      const reader = await StoreReader.open(store);
-      const files = await writeResults(join(dir, "metrics"), result, reader.manifest, store);
-      await reader.close();
+      const r = await runPipeline({ modelDir, bank: DEMO_BANK, outputs: dir, model: "tiny-llama", log: (step, m) => out(`${step}: ${m}`), onProgress: progressFor(opts.quiet) });
       out("");
-      printMetrics(result, files, (performance.now() - t1) / 1000, formatTable);
+      printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000, formatTable);
     });
 
   return program;

@@ -106,16 +106,26 @@ describe("hsm", () => {
     expect(r.stderr).toContain("npm run build:native");
   });
 
-  it("demo: runs the main job on the embedded default, then skips what is done", () => {
-    const first = hsm(["demo", "--out", join(dir, "demo")]);
+  it("demo: runs the whole pipeline on the embedded default, then skips what is done", () => {
+    const first = hsm(["demo", "--out", join(dir, "demo"), "--quiet"]);
+    expect(first.stderr).toBe("");
     expect(first.status).toBe(0);
-    expect(first.stdout).toMatch(/fixture: .*demo\/fixture — 407 bank rows, 360 stored rows, layers 2, 3, 4, 5/);
-    expect(first.stdout).toMatch(/store: OK — 4 files, 360 rows, complete/);
+    expect(first.stdout).toMatch(/^model: .*demo\/model — 6 layers, d_model 64/m);
+    expect(first.stdout).toMatch(/^generate: 125 queries answered/m);
+    expect(first.stdout).toMatch(/^score: 125 rows: /m);
+    expect(first.stdout).toMatch(/^extract: 120 rows/m);
+    expect(first.stdout).toMatch(/^verify: 4 files, checksums match$/m);
     expect(first.stdout).toMatch(/^ISS \(fact-macro margin/m);
     expect(first.stdout).toMatch(/^KTS \(1: the anchor probe/m);
-    expect(first.stdout).toContain(`plots: ${join(dir, "demo", "metrics", "iss.svg")}, ${join(dir, "demo", "metrics", "kts.svg")}`);
-    const second = hsm(["demo", "--out", join(dir, "demo")]);
+    expect(first.stdout).toContain(`plots: ${join(dir, "demo", "metrics", "tiny-llama", "iss.svg")}, ${join(dir, "demo", "metrics", "tiny-llama", "kts.svg")}`);
+    for (const f of ["evaluation/tiny-llama.jsonl", "evaluation/tiny-llama.scored.jsonl", "hidden/tiny-llama/index.json", "metrics/tiny-llama/iss.json", "foundry/tiny-llama.jsonl"]) {
+      expect(existsSync(join(dir, "demo", f))).toBe(true);
+    }
+    const second = hsm(["demo", "--out", join(dir, "demo"), "--quiet"]);
     expect(second.status).toBe(0);
-    expect(second.stdout).toMatch(/exists, skipped/);
+    expect(second.stdout).toMatch(/^model: .* exists, skipped$/m);
+    expect(second.stdout).toMatch(/^generate: all 125 queries already answered, skipped$/m);
+    expect(second.stdout).toMatch(/^score: up to date, skipped$/m);
+    expect(second.stdout).toMatch(/^extract: store complete, skipped$/m);
   });
 });

@@ -1,0 +1,89 @@
+/**
+ * `hsm run`: the whole pipeline for one model — generate, score, extract,
+ * verify, metrics, exports — into the benchmark's layout under `outputs`:
+ *
+ *   evaluation/<model>.jsonl, evaluation/<model>.scored.jsonl
+ *   hidden/<model>/                 (the store)
+ *   metrics/<model>/                (iss/kts .json, .csv, .svg)
+ *   eee/data/…, foundry/<model>.jsonl
+ *
+ * Each step is skipped when its output is already complete and newer than its inputs.
+ */
+import { stat } from "node:fs/promises";
+import { basename, join } from "node:path";
+
+import { HsmError } from "../errors.js";
+import { exportScored } from "../export/export.js";
+import { computeMetrics, type MetricsResult } from "../metrics/compute.js";
+import { writeResults, type WrittenFiles } from "../metrics/report.js";
+import { extract } from "../runner/extract.js";
+import { generate } from "../runner/generate.js";
+import type { Device } from "../runner/session.js";
+import { scoreFile } from "../score/score-file.js";
+import { StoreReader } from "../store/reader.js";
+import { verifyStore } from "../store/verify.js";
+
+export interface RunOptions {
+  modelDir: string;
+  bank: string;
+  outputs: string;
+  model?: string;
+  batchSize?: number;
+  device?: Device;
+  threads?: number;
+  /** What each step did, for the user. */
+  log?: (step: string, message: string) => void;
+  onProgress?: (step: string, done: number, total: number) => void;
+}
+
+export interface RunResult {
+  paths: { generations: string; scored: string; store: string; metrics: string; eee: string; foundry: string };
+  metrics: MetricsResult;
+  files: WrittenFiles;
+}
+
+async function mtime(path: string): Promise<number | undefined> {
+  return (await stat(path).catch(() => undefined))?.mtimeMs;
+}
+
+export async function runPipeline(o: RunOptions): Promise<RunResult> {
+  const log = o.log ?? (() => {});
+  const model = o.model ?? basename(o.modelDir.replace(/\/+$/, ""));
+  const paths = {
+    generations: join(o.outputs, "evaluation", `${model}.jsonl`),
+    scored: join(o.outputs, "evaluation", `${model}.scored.jsonl`),
+    store: join(o.outputs, "hidden", model),
+    metrics: join(o.outputs, "metrics", model),
+    eee: join(o.outputs, "eee"),
+    foundry: join(o.outputs, "foundry", `${model}.jsonl`),
+  };
+  const common = { modelDir: o.modelDir, bank: o.bank, model, batchSize: o.batchSize, device: o.device, threads: o.threads };
+
+  const g = await generate({ ...common, out: paths.generations, onProgress: (d, t) => o.onProgress?.("generate", d, t) });
+  log("generate", g.written ? `${g.written} queries answered (${g.seconds.toFixed(1)} s)` : `all ${g.skipped} queries already answered, skipped`);
+
+  const [genTime, scoredTime] = await Promise.all([mtime(paths.generations), mtime(paths.scored)]);
+  if (scoredTime !== undefined && genTime !== undefined && scoredTime >= genTime && g.written === 0) log("score", "up to date, skipped");
+  else {
+    const s = await scoreFile({ bank: o.bank, generations: paths.generations, out: paths.scored, model });
+    log("score", `${s.rows} rows: ${Object.entries(s.labels).map(([l, n]) => `${l} ${n}`).join(", ")}`);
+  }
+
+  const e = await extract({ ...common, out: paths.store, onProgress: (d, t) => o.onProgress?.("extract", d, t) });
+  log("extract", e.alreadyComplete ? "store complete, skipped" : `${e.rowsExtracted} rows (${e.seconds.toFixed(1)} s)`);
+
+  const report = await verifyStore(paths.store);
+  if (!report.ok) throw new HsmError(`${paths.store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`);
+  log("verify", `${report.files.length} files, checksums match`);
+
+  const metrics = await computeMetrics(paths.store, { scored: paths.scored });
+  const reader = await StoreReader.open(paths.store);
+  const files = await writeResults(paths.metrics, metrics, reader.manifest, paths.store);
+  await reader.close();
+  log("metrics", `ISS and KTS for ${reader.manifest.layers.length} layers`);
+
+  const eee = await exportScored({ format: "eee", scored: paths.scored, bank: o.bank, out: paths.eee, benchmark: basename(o.bank).replace(/\.jsonl?$/, "") });
+  await exportScored({ format: "foundry", scored: paths.scored, bank: o.bank, out: paths.foundry });
+  log("export", `Every Eval Ever: ${eee.files.join(", ")}; Foundry: ${paths.foundry}`);
+  return { paths, metrics, files };
+}

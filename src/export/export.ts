@@ -1,11 +1,10 @@
 /** `hsm export`: scored rows to Every Eval Ever or Microsoft Foundry files. */
-import { createReadStream } from "node:fs";
 import { basename } from "node:path";
-import { createInterface } from "node:readline";
 
 import { readBank } from "../bank/bank.js";
 import { HsmError } from "../errors.js";
 import { LABELS } from "../metrics/labels.js";
+import { jsonLines } from "../util/jsonl.js";
 import { instanceSchema, writeEee, writeFoundry, type ScoredRow } from "./eee.js";
 import { validate } from "./validate.js";
 
@@ -25,21 +24,12 @@ export interface ExportOptions {
 
 async function readScored(file: string): Promise<ScoredRow[]> {
   const rows: ScoredRow[] = [];
-  let line = 0;
-  for await (const text of createInterface({ input: createReadStream(file, { encoding: "utf8" }), crlfDelay: Infinity })) {
-    line++;
-    if (!text.trim()) continue;
-    let r: Record<string, unknown>;
-    try {
-      r = JSON.parse(text);
-    } catch (err) {
-      throw new HsmError(`${file}:${line}: is not valid JSON (${(err as Error).message})`);
-    }
+  for await (const { value: r, line } of jsonLines(file, (l, problem) => new HsmError(`${file}${l ? `:${l}` : ""}: ${problem}`))) {
     for (const key of ["query_id", "raw_response", "label", "condition_family", "fact_id"]) {
       if (typeof r[key] !== "string") throw new HsmError(`${file}:${line}: field "${key}": expected a string`);
     }
     if (!(LABELS as readonly string[]).includes(r.label as string)) throw new HsmError(`${file}:${line}: field "label": ${JSON.stringify(r.label)} is not one of ${LABELS.join(", ")}`);
-    rows.push({ span: "", flags: [], matched_alias: null, scorer: "unknown", needs_manual_review: false, ...(r as object) } as unknown as ScoredRow);
+    rows.push({ span: "", flags: [], matched_alias: null, scorer: "unknown", needs_manual_review: false, ...r } as unknown as ScoredRow);
   }
   return rows;
 }

@@ -2,10 +2,8 @@
  * Labels for KTS, from the scored file (joined on query_id): 1 for correct,
  * 0 for incorrect, left out otherwise (abstain counts as 0 on request).
  */
-import { createReadStream } from "node:fs";
-import { createInterface } from "node:readline";
-
 import { HsmError } from "../errors.js";
+import { jsonLines } from "../util/jsonl.js";
 
 export const LABELS = ["correct", "incorrect", "ambiguous", "abstain", "unparseable"] as const;
 /** The marker for a row that has no 0/1 label. */
@@ -32,32 +30,18 @@ export async function readLabels(file: string, queryIds: readonly string[], o: L
   const y = new Uint8Array(queryIds.length).fill(NO_LABEL);
   const seen = new Uint8Array(queryIds.length);
   const counts: Record<string, number> = {};
-  let line = 0;
-  try {
-    for await (const text of createInterface({ input: createReadStream(file, { encoding: "utf8" }), crlfDelay: Infinity })) {
-      line++;
-      if (!text.trim()) continue;
-      let row: Record<string, unknown>;
-      try {
-        row = JSON.parse(text);
-      } catch (err) {
-        throw new ScoredError(file, line, `is not valid JSON (${(err as Error).message})`);
-      }
-      if (typeof row.query_id !== "string") throw new ScoredError(file, line, `field "query_id": expected a string`);
-      const label = row.label;
-      if (typeof label !== "string" || !(LABELS as readonly string[]).includes(label)) {
-        throw new ScoredError(file, line, `field "label": ${JSON.stringify(label)} is not one of ${LABELS.join(", ")}`);
-      }
-      counts[label] = (counts[label] ?? 0) + 1;
-      const i = want.get(row.query_id);
-      if (i === undefined) continue; // rows outside the store (not main-forward) are fine
-      if (seen[i]) throw new ScoredError(file, line, `field "query_id": "${row.query_id}" is scored twice`);
-      seen[i] = 1;
-      y[i] = label === "correct" ? 1 : label === "incorrect" || (label === "abstain" && o.abstainAsIncorrect) ? 0 : NO_LABEL;
+  for await (const { value: row, line } of jsonLines(file, (l, problem) => new ScoredError(file, l, problem))) {
+    if (typeof row.query_id !== "string") throw new ScoredError(file, line, `field "query_id": expected a string`);
+    const label = row.label;
+    if (typeof label !== "string" || !(LABELS as readonly string[]).includes(label)) {
+      throw new ScoredError(file, line, `field "label": ${JSON.stringify(label)} is not one of ${LABELS.join(", ")}`);
     }
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") throw new ScoredError(file, 0, "no such file");
-    throw err;
+    counts[label] = (counts[label] ?? 0) + 1;
+    const i = want.get(row.query_id);
+    if (i === undefined) continue; // rows outside the store (not main-forward) are fine
+    if (seen[i]) throw new ScoredError(file, line, `field "query_id": "${row.query_id}" is scored twice`);
+    seen[i] = 1;
+    y[i] = label === "correct" ? 1 : label === "incorrect" || (label === "abstain" && o.abstainAsIncorrect) ? 0 : NO_LABEL;
   }
   let missing = 0;
   let firstMissing = -1;

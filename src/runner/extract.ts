@@ -24,29 +24,19 @@ import { detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./de
 import { openModelDir, sha256File } from "./model-dir.js";
 import { decodeModel, num, valueShape } from "./onnx-graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
-import { createSession, stageModel, type Device } from "./session.js";
+import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { MAX_PROMPT_LEN, PromptTokenizer } from "./tokenizer.js";
 
 /** Rows per durable commit; also the alignment of shard boundaries. */
 export const COMMIT_ROWS = 1024;
 
-export interface ExtractOptions {
-  modelDir: string;
-  bank: string;
-  out: string;
-  /** Name recorded in the manifest; default the model folder's name. */
-  model?: string;
-  batchSize?: number;
-  device?: Device;
-  threads?: number;
+export interface ExtractOptions extends ModelRunOptions {
   /** Layer rule in l and L. */
   layerRule?: string;
   /** `K/N`: this process extracts shard K (0-based) of N. */
   shard?: { index: number; count: number };
   hiddenTensors?: string;
   commitRows?: number;
-  /** Called after each committed block. */
-  onProgress?: (done: number, total: number) => void;
   /** Messages for the user: what was done ("info") and what to look at ("warn"). */
   log?: (message: string, level: "info" | "warn") => void;
 }

@@ -20,23 +20,15 @@ import { acquireLock } from "../store/lock.js";
 import { leftPad, planBatches } from "./batching.js";
 import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
-import { createSession, stageModel, type Device } from "./session.js";
+import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
 
 export const MAX_NEW_TOKENS = 24;
 export const NEXT_TOKEN = "hsm_next_token";
 
-export interface GenerateOptions {
-  modelDir: string;
-  bank: string;
-  out: string;
-  model?: string;
-  batchSize?: number;
-  device?: Device;
-  threads?: number;
+export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
-  onProgress?: (done: number, total: number) => void;
 }
 
 /**

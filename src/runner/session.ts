@@ -23,6 +23,19 @@ ort.env.logLevel = "fatal";
 
 export type Device = "cpu" | "cuda";
 
+/** What every command that runs a model over a bank is told. */
+export interface ModelRunOptions {
+  modelDir: string;
+  bank: string;
+  out: string;
+  /** Name recorded in the outputs; default the model folder's name. */
+  model?: string;
+  batchSize?: number;
+  device?: Device;
+  threads?: number;
+  onProgress?: (done: number, total: number) => void;
+}
+
 export interface SessionOptions {
   device?: Device;
   /** Intra-op threads; default: onnxruntime's choice (the core count). */

@@ -3,12 +3,11 @@
  * scored row per generation, in bank order, with every field of the output
  * schema. Written to a temporary file and renamed, so a failure leaves nothing.
  */
-import { createReadStream } from "node:fs";
 import { rename, rm, writeFile } from "node:fs/promises";
-import { createInterface } from "node:readline";
 
 import { readBank, type BankRow } from "../bank/bank.js";
 import { HsmError } from "../errors.js";
+import { jsonLines } from "../util/jsonl.js";
 import { scoreResponse, type ScoreResult } from "./scorer.js";
 
 export interface Generation {
@@ -37,26 +36,12 @@ export class GenerationsError extends HsmError {
 /** Reads a generations JSONL file; `query_id` and `raw_response` are required, duplicates refused. */
 export async function readGenerations(file: string): Promise<Map<string, Generation>> {
   const out = new Map<string, Generation>();
-  let line = 0;
-  try {
-    for await (const text of createInterface({ input: createReadStream(file, { encoding: "utf8" }), crlfDelay: Infinity })) {
-      line++;
-      if (!text.trim()) continue;
-      let g: Record<string, unknown>;
-      try {
-        g = JSON.parse(text);
-      } catch (err) {
-        throw new GenerationsError(file, line, undefined, `is not valid JSON (${(err as Error).message})`);
-      }
-      if (typeof g.query_id !== "string" || !g.query_id) throw new GenerationsError(file, line, "query_id", "is missing or not a string");
-      if (typeof g.raw_response !== "string") throw new GenerationsError(file, line, "raw_response", "is missing or not a string");
-      const first = out.get(g.query_id);
-      if (first) throw new GenerationsError(file, line, "query_id", `duplicate "${g.query_id}" (first on line ${first.line})`);
-      out.set(g.query_id, { ...(g as object), line } as Generation);
-    }
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") throw new GenerationsError(file, 0, undefined, "no such file");
-    throw err;
+  for await (const { value: g, line } of jsonLines(file, (l, problem) => new GenerationsError(file, l, undefined, problem))) {
+    if (typeof g.query_id !== "string" || !g.query_id) throw new GenerationsError(file, line, "query_id", "is missing or not a string");
+    if (typeof g.raw_response !== "string") throw new GenerationsError(file, line, "raw_response", "is missing or not a string");
+    const first = out.get(g.query_id);
+    if (first) throw new GenerationsError(file, line, "query_id", `duplicate "${g.query_id}" (first on line ${first.line})`);
+    out.set(g.query_id, { ...g, line } as unknown as Generation);
   }
   return out;
 }

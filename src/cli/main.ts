@@ -53,6 +53,18 @@ export function parseLayerList(text: string): number[] {
 const DEMO_MODEL = { layers: 6, hidden: 64, heads: 4, kvHeads: 2, withPast: true, seed: 20260101 } as const;
 const DEMO_BANK = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "data", "demo-bank.jsonl");
 
+/** The options of every command that runs a model over a bank. */
+function modelRunOptions(cmd: Command, out: string): Command {
+  return cmd
+    .requiredOption("--model-dir <dir>", "model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json)")
+    .requiredOption("--bank <file>", "query bank JSONL")
+    .requiredOption("--out <path>", out)
+    .option("--model <name>", "model name recorded in the outputs (default: the folder's name)")
+    .option("--batch-size <n>", "prompts per forward pass", intOption("--batch-size", 1), 16)
+    .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--threads <n>", "onnxruntime intra-op threads (default: all cores)", intOption("--threads", 1));
+}
+
 /** A progress callback per pipeline step, on stderr. */
 function progressFor(quiet?: boolean): ((step: string, done: number, total: number) => void) | undefined {
   if (quiet) return undefined;
@@ -177,7 +189,7 @@ export function buildProgram(): Command {
       }
     });
 
-  program
+  const extractCommand = program
     .command("extract")
     .summary("store last-token hidden states of a model over a bank")
     .description(
@@ -186,14 +198,8 @@ export function buildProgram(): Command {
         "in blocks of rows: a run that is stopped, even with kill -9, continues when started again with the same arguments " +
         "and produces the same bytes. A complete store is left alone. Shards (--shard K/N) extract contiguous row blocks " +
         "into stores of their own, joined with hsm merge.",
-    )
-    .requiredOption("--model-dir <dir>", "model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json)")
-    .requiredOption("--bank <file>", "query bank JSONL")
-    .requiredOption("--out <dir>", "store folder to write")
-    .option("--model <name>", "model name recorded in the manifest (default: the folder's name)")
-    .option("--batch-size <n>", "prompts per forward pass", intOption("--batch-size", 1), 16)
-    .option("--device <device>", "cpu or cuda", "cpu")
-    .option("--threads <n>", "onnxruntime intra-op threads (default: all cores)", intOption("--threads", 1))
+    );
+  modelRunOptions(extractCommand, "store folder to write")
     .option("--layers <expr>", "layer rule in l and L", "l/(L-1) >= 0.4")
     .option("--shard <K/N>", "extract shard K (0-based) of N into --out")
     .option("--hidden-tensors <map>", "LAYER=TENSOR pairs for graphs hsm cannot read by itself")
@@ -242,7 +248,7 @@ export function buildProgram(): Command {
       },
     );
 
-  program
+  const generateCommand = program
     .command("generate")
     .summary("greedy answers of a model to every query of a bank")
     .description(
@@ -250,14 +256,8 @@ export function buildProgram(): Command {
         "to 192 tokens and left padding, batched by length; with the KV cache when the model has past_key_values inputs. " +
         "Writes one JSON line per query (query_id, fact_id, condition_family, model, prompt, raw_response, " +
         "generated_tokens, finish_reason). A rerun skips the query_ids already written.",
-    )
-    .requiredOption("--model-dir <dir>", "model folder")
-    .requiredOption("--bank <file>", "query bank JSONL")
-    .requiredOption("--out <file>", "generations JSONL, e.g. outputs/evaluation/<model>.jsonl")
-    .option("--model <name>", "model name written on each line (default: the folder's name)")
-    .option("--batch-size <n>", "prompts per batch", intOption("--batch-size", 1), 16)
-    .option("--device <device>", "cpu or cuda", "cpu")
-    .option("--threads <n>", "onnxruntime intra-op threads", intOption("--threads", 1))
+    );
+  modelRunOptions(generateCommand, "generations JSONL, e.g. outputs/evaluation/<model>.jsonl")
     .option("--max-new-tokens <n>", "tokens to generate at most", intOption("--max-new-tokens", 1), 24)
     .option("-q, --quiet", "no progress on stderr")
     .action(async (opts: { modelDir: string; bank: string; out: string; model?: string; batchSize: number; device: string; threads?: number; maxNewTokens: number; quiet?: boolean }) => {

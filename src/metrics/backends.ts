@@ -107,7 +107,7 @@ export async function openBackend(name: BackendName = "auto"): Promise<MetricsBa
       name: "typescript",
       tfjs: "none",
       async rank(x, rows, a, nA, d, own, ownScore, above) {
-        rankAgainstAnchorsTs(gather(x, rows, 0, rows.length, d), rows.length, a, nA, d, own, ownScore, above);
+        rankAgainstAnchorsTs(gather(x, rows, 0, rows.length, d), rows.length, a, nA, d, own, ownScore, above, 1);
       },
       async products(h, n, d) {
         return typescriptProducts(h, n, d);

@@ -1,9 +1,5 @@
-/**
- * The TypeScript twin of the native rank kernel (native/rank.cc): for each
- * query row, its score against its own anchor and how many other anchors score
- * strictly higher. Slow but plain: the reference the native kernel is tested against.
- */
-export function rankAgainstAnchorsTs(
+/** ISS's rank kernel: rows of `x` (n × d) against anchors `a` (F × d). */
+export type RankAgainstAnchors = (
   x: Float32Array,
   nRows: number,
   a: Float32Array,
@@ -12,7 +8,15 @@ export function rankAgainstAnchorsTs(
   own: Int32Array,
   ownScore: Float32Array,
   above: Int32Array,
-): void {
+  threads: number,
+) => void;
+
+/**
+ * The TypeScript twin of the native rank kernel (native/rank.cc): for each
+ * query row, its score against its own anchor and how many other anchors score
+ * strictly higher. Slow but plain: the reference the native kernel is tested against.
+ */
+export const rankAgainstAnchorsTs: RankAgainstAnchors = (x, nRows, a, nAnchors, d, own, ownScore, above) => {
   const acc = new Float32Array(1);
   for (let r = 0; r < nRows; r++) {
     above[r] = 0;
@@ -34,4 +38,4 @@ export function rankAgainstAnchorsTs(
     }
     above[r] = count;
   }
-}
+};

@@ -8,7 +8,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import * as ts from "../store/float16.js";
-import { rankAgainstAnchorsTs } from "../metrics/rank.js";
+import { rankAgainstAnchorsTs, type RankAgainstAnchors } from "../metrics/rank.js";
 import { bootstrapAurocTs, bootstrapMeanTs } from "../metrics/stats.js";
 import { rowsTimesTs, rowsTransposeTimesTs } from "../metrics/probe.js";
 
@@ -25,17 +25,7 @@ export interface Kernels {
    * ISS's fused kernel: rows of `x` (n × d) against anchors `a` (F × d); per row
    * the score against anchor `own[i]` and the number of other anchors above it.
    */
-  rankAgainstAnchors(
-    x: Float32Array,
-    nRows: number,
-    a: Float32Array,
-    nAnchors: number,
-    d: number,
-    own: Int32Array,
-    ownScore: Float32Array,
-    above: Int32Array,
-    threads: number,
-  ): void;
+  rankAgainstAnchors: RankAgainstAnchors;
   /** out (n × k) = H · V, column j of V at v[j·d …] (see src/metrics/probe.ts). */
   rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
   /** out (k columns of d) = Hᵀ · G for G (n × k). */
@@ -89,7 +79,7 @@ export const typescriptKernels: Kernels = {
   f32ToF16: ts.f32ToF16,
   f16ToF32: ts.f16ToF32,
   f16Stats: ts.f16Stats,
-  rankAgainstAnchors: (x, n, a, f, d, own, ownScore, above) => rankAgainstAnchorsTs(x, n, a, f, d, own, ownScore, above),
+  rankAgainstAnchors: rankAgainstAnchorsTs,
   bootstrapMean: bootstrapMeanTs,
   bootstrapAuroc: bootstrapAurocTs,
   rowsTimes: rowsTimesTs,

@@ -130,9 +130,14 @@ export function printVerifyReport(report: VerifyReport, seconds: number, json: b
 export function buildProgram(): Command {
   const program = new Command("hsm")
     .description(
-      "Hidden-state metrics: extract last-token hidden states of a decoder model over a query bank, " +
-        "store them as float16 .npy files with a checksummed index.json, verify stores, and measure " +
-        "ISS and KTS over them.",
+      "Hidden-state metrics: run a decoder model (ONNX) over a bank of short factual questions — greedy answers, " +
+        "scoring, and the last-token hidden states of its upper layers as float16 .npy stores with a checksummed " +
+        "index.json — verify stores, measure ISS and KTS over them, and export to Every Eval Ever and Foundry.",
+    )
+    .addHelpText(
+      "after",
+      "\nStart with `hsm demo`. For a model: `hsm run --model-dir DIR --bank BANK` does every step;\n" +
+        "generate, score, extract, verify, metrics and export run them one by one.",
     )
     .version(VERSION)
     .showHelpAfterError("(run with --help for usage)")

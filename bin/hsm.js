@@ -9,5 +9,10 @@ if (!existsSync(main)) {
   console.error("hsm: the TypeScript sources are not compiled yet (dist/ is missing). Run: npm run build");
   process.exit(1);
 }
+// `hsm … | head` closes the pipe early: that is the reader's choice, not an error.
+process.stdout.on("error", (err) => {
+  if (err.code === "EPIPE") process.exit(0);
+  throw err;
+});
 const { run } = await import(main);
 process.exitCode = await run(process.argv);

@@ -95,6 +95,12 @@ describe("hsm", () => {
     expect(existsSync(join(dir, "fx2"))).toBe(false);
   });
 
+  it("ends quietly when its reader closes the pipe early (hsm … | head)", () => {
+    const r = spawnSync("/bin/sh", ["-c", `"${process.execPath}" "${BIN}" --help | head -c 1 > /dev/null`], { encoding: "utf8" });
+    expect(r.status).toBe(0);
+    expect(r.stderr).toBe("");
+  });
+
   it("layers: prints the stored blocks", () => {
     expect(hsm(["layers", "46"]).stdout).toBe(`28 of 46 layers (l/(L-1) >= 0.4): ${Array.from({ length: 28 }, (_, i) => i + 18).join(", ")}\n`);
   });

@@ -6,6 +6,7 @@
  * last committed block and ends byte-identical to an uninterrupted one, and
  * shards cut on block boundaries merge into exactly the single-process store.
  */
+import { createHash } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 
@@ -21,7 +22,7 @@ import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { leftPad, planBatches } from "./batching.js";
 import { detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
-import { openModelDir, sha256File } from "./model-dir.js";
+import { openModelDir } from "./model-dir.js";
 import { decodeModel, num, valueShape } from "./onnx-graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
@@ -115,7 +116,7 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
     inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
   };
-  return { inspection, model, source, tokenizer, md };
+  return { inspection, model, source, tokenizer };
 }
 
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
@@ -130,7 +131,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const main = mainForwardRows(bankRows);
   if (main.length === 0) throw new HsmError(`${o.bank}: no row has use_for_main_forward: true, so there is nothing to extract`);
   const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors });
-  const { inspection, tokenizer, md } = inspected;
+  const { inspection, tokenizer } = inspected;
   const layers = inspection.storedLayers;
   const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
   const [start, end] = o.shard ? shardRange(main.length, o.shard.index, o.shard.count, commitRows) : [0, main.length];
@@ -141,7 +142,8 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const shard: ShardInfo | undefined = o.shard
     ? { index: o.shard.index, count: o.shard.count, row_start: start, row_end: end, rows_total: main.length }
     : undefined;
-  const modelSha = await sha256File(md.onnxPath);
+  // inspectModel read the file already; hash those bytes rather than reading it again.
+  const modelSha = createHash("sha256").update(inspected.source).digest("hex");
 
   const init: StoreInit = {
     model: o.model ?? basename(o.modelDir.replace(/\/+$/, "")),

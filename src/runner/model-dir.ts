@@ -3,8 +3,6 @@
  * `model.onnx_data` when the weights live outside), `config.json`,
  * `tokenizer.json`, `tokenizer_config.json`.
  */
-import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 
@@ -74,11 +72,4 @@ export async function openModelDir(dir: string): Promise<ModelDir> {
       raw,
     },
   };
-}
-
-/** sha256 of a file, streamed. */
-export async function sha256File(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path, { highWaterMark: 4 << 20 })) hash.update(chunk as Buffer);
-  return hash.digest("hex");
 }

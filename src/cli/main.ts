@@ -396,10 +396,7 @@ export function buildProgram(): Command {
           const report = await verifyStore(store);
           if (!report.ok) throw new HsmError(`${store} does not verify:\n${report.problems.map((p) => `  ${p.file}: ${p.message}`).join("\n")}`);
         }
-        const [{ computeMetrics }, { writeResults, formatTable }, { StoreReader }] = await Promise.all([lib.metrics(), lib.report(), import("../store/reader.js")]);
-        const reader = await StoreReader.open(store, { allowIncomplete: opts.allowIncomplete });
-        const manifest = reader.manifest;
-        await reader.close();
+        const [{ computeMetrics }, { writeResults, formatTable }] = await Promise.all([lib.metrics(), lib.report()]);
         const t0 = performance.now();
         const result = await computeMetrics(store, {
           metrics: metrics as ("iss" | "kts")[],
@@ -416,8 +413,8 @@ export function buildProgram(): Command {
           allowMissingLabels: opts.allowMissingLabels,
           onProgress: opts.quiet ? undefined : (layer, phase) => process.stderr.write(`metrics: layer ${layer}: ${phase}\n`),
         });
-        const dir = opts.out ?? join("outputs", "metrics", manifest.model);
-        const files = await writeResults(dir, result, manifest, store);
+        const dir = opts.out ?? join("outputs", "metrics", result.manifest.model);
+        const files = await writeResults(dir, result, store);
         printMetrics(result, files, (performance.now() - t0) / 1000, formatTable);
       },
     );

@@ -9,6 +9,7 @@ import { availableParallelism } from "node:os";
 import { HsmError } from "../errors.js";
 import { kernels } from "../native/index.js";
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
+import type { Manifest } from "../store/manifest.js";
 import { StoreReader } from "../store/reader.js";
 import { openBackend, type BackendName, type MetricsBackend } from "./backends.js";
 import { NO_LABEL, readLabels } from "./labels.js";
@@ -72,6 +73,8 @@ export interface KtsRow {
 }
 
 export interface MetricsResult {
+  /** The manifest of the store the metrics were computed over (for the output files). */
+  manifest: Manifest;
   config: Record<string, unknown>;
   backend: { name: string; tfjs: string; simd: string };
   iss: IssRow[];
@@ -121,11 +124,12 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     let labels: Uint8Array | undefined;
     if (metrics.includes("kts")) {
       if (!o.scored) throw new MetricsError("KTS needs the scored file: pass --scored SCORED.jsonl (or --metrics iss)");
-      labels = (await readLabels(o.scored, m.query_ids.slice(0, N), o)).y;
+      labels = await readLabels(o.scored, m.query_ids.slice(0, N), o);
     }
     const backend = await openBackend(o.backend ?? "auto");
     const h = new Float32Array(N * d);
     const result: MetricsResult = {
+      manifest: m,
       config: {
         metrics,
         store,

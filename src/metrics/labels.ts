@@ -25,18 +25,16 @@ export interface LabelOptions {
 }
 
 /** 0/1 (or NO_LABEL) for each of `queryIds`, read from a scored JSONL file. */
-export async function readLabels(file: string, queryIds: readonly string[], o: LabelOptions = {}): Promise<{ y: Uint8Array; missing: number; counts: Record<string, number> }> {
+export async function readLabels(file: string, queryIds: readonly string[], o: LabelOptions = {}): Promise<Uint8Array> {
   const want = new Map(queryIds.map((q, i) => [q, i]));
   const y = new Uint8Array(queryIds.length).fill(NO_LABEL);
   const seen = new Uint8Array(queryIds.length);
-  const counts: Record<string, number> = {};
   for await (const { value: row, line } of jsonLines(file, (l, problem) => new ScoredError(file, l, problem))) {
     if (typeof row.query_id !== "string") throw new ScoredError(file, line, `field "query_id": expected a string`);
     const label = row.label;
     if (typeof label !== "string" || !(LABELS as readonly string[]).includes(label)) {
       throw new ScoredError(file, line, `field "label": ${JSON.stringify(label)} is not one of ${LABELS.join(", ")}`);
     }
-    counts[label] = (counts[label] ?? 0) + 1;
     const i = want.get(row.query_id);
     if (i === undefined) continue; // rows outside the store (not main-forward) are fine
     if (seen[i]) throw new ScoredError(file, line, `field "query_id": "${row.query_id}" is scored twice`);
@@ -58,5 +56,5 @@ export async function readLabels(file: string, queryIds: readonly string[], o: L
       `${missing} of the store's ${queryIds.length} rows have no scored row (first: "${queryIds[firstMissing]}"); pass --allow-missing-labels to leave them out`,
     );
   }
-  return { y, missing, counts };
+  return y;
 }

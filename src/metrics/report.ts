@@ -8,7 +8,6 @@
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
-import type { Manifest } from "../store/manifest.js";
 import type { IssRow, KtsRow, MetricsResult } from "./compute.js";
 
 async function writeAtomic(path: string, text: string): Promise<void> {
@@ -94,7 +93,8 @@ export interface WrittenFiles {
 }
 
 /** Writes the results under `dir`; returns the paths written. */
-export async function writeResults(dir: string, result: MetricsResult, manifest: Manifest, storePath: string): Promise<WrittenFiles> {
+export async function writeResults(dir: string, result: MetricsResult, storePath: string): Promise<WrittenFiles> {
+  const manifest = result.manifest;
   await mkdir(dir, { recursive: true });
   const store = { path: storePath, files_sha256: Object.fromEntries(Object.entries(manifest.files).map(([n, e]) => [n, e.sha256])) };
   const written: WrittenFiles = { json: [], csv: [], svg: [] };

@@ -20,7 +20,6 @@ import { extract } from "../runner/extract.js";
 import { generate } from "../runner/generate.js";
 import type { Device } from "../runner/session.js";
 import { scoreFile } from "../score/score-file.js";
-import { StoreReader } from "../store/reader.js";
 import { verifyStore } from "../store/verify.js";
 
 export interface RunOptions {
@@ -77,10 +76,8 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
   log("verify", `${report.files.length} files, checksums match`);
 
   const metrics = await computeMetrics(paths.store, { scored: paths.scored });
-  const reader = await StoreReader.open(paths.store);
-  const files = await writeResults(paths.metrics, metrics, reader.manifest, paths.store);
-  await reader.close();
-  log("metrics", `ISS and KTS for ${reader.manifest.layers.length} layers`);
+  const files = await writeResults(paths.metrics, metrics, paths.store);
+  log("metrics", `ISS and KTS for ${metrics.manifest.layers.length} layers`);
 
   const eee = await exportScored({ format: "eee", scored: paths.scored, bank: o.bank, out: paths.eee, benchmark: basename(o.bank).replace(/\.jsonl?$/, "") });
   await exportScored({ format: "foundry", scored: paths.scored, bank: o.bank, out: paths.foundry });

@@ -1,5 +1,7 @@
 #include "float16.h"
 
+#include "cpu.h"
+
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -178,10 +180,6 @@ __attribute__((target("avx2"))) void F16StatsAvx2(const uint16_t* src, size_t n,
   *max_bits = top;
 }
 
-bool DetectF16c() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-}
 #endif
 
 // Splits [0, n) across the cores for buffers big enough to repay a thread
@@ -207,14 +205,7 @@ void ParallelFor(size_t n, Fn fn) {
 
 }  // namespace
 
-bool HasF16c() {
-#ifdef HSM_X86
-  static const bool has = DetectF16c();
-  return has;
-#else
-  return false;
-#endif
-}
+bool HasF16c() { return HasAvx2F16c(); }
 
 void F32ToF16(const float* src, uint16_t* dst, size_t n) {
   ParallelFor(n, [=](size_t begin, size_t end) {

@@ -1,5 +1,7 @@
 #include "products.h"
 
+#include "cpu.h"
+
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -57,11 +59,6 @@ __attribute__((target("avx512f"))) void AxpyAvx512(float alpha, const float* x, 
   for (; i + 16 <= d; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
   for (; i < d; i++) y[i] += alpha * x[i];
 }
-
-bool Avx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-}
 #endif
 
 void AxpyPortable(float alpha, const float* x, float* y, size_t d) {
@@ -73,8 +70,7 @@ void AxpyPortable(float alpha, const float* x, float* y, size_t d) {
 void RowsTimes(const float* h, size_t n, size_t d, const double* v, size_t k, double* out, int threads) {
   std::vector<float> vf(v, v + k * d);
 #ifdef HSM_X86
-  static const bool avx512 = Avx512();
-  const auto dot = avx512 ? DotAvx512 : DotPortable;
+  const auto dot = HasAvx512() ? DotAvx512 : DotPortable;
 #else
   const auto dot = DotPortable;
 #endif
@@ -87,8 +83,7 @@ void RowsTimes(const float* h, size_t n, size_t d, const double* v, size_t k, do
 
 void RowsTransposeTimes(const float* h, size_t n, size_t d, const double* g, size_t k, double* out, int threads) {
 #ifdef HSM_X86
-  static const bool avx512 = Avx512();
-  const auto axpy = avx512 ? AxpyAvx512 : AxpyPortable;
+  const auto axpy = HasAvx512() ? AxpyAvx512 : AxpyPortable;
 #else
   const auto axpy = AxpyPortable;
 #endif

@@ -1,5 +1,7 @@
 #include "rank.h"
 
+#include "cpu.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -96,15 +98,6 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, siz
   _mm512_storeu_ps(scores + 7 * kPanel, c7);
 }
 
-bool HasAvx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-}
-
-bool HasAvx512Bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-}
 
 // bfloat16, rounded to nearest even (inputs are finite: the rows are unit vectors).
 inline uint32_t Bf16(float f) {
@@ -249,8 +242,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     for (auto& th : pool) th.join();
     return;
   }
-  static const bool avx512 = HasAvx512();
-  const auto tile = avx512 ? TileAvx512 : TilePortable;
+  const auto tile = HasAvx512() ? TileAvx512 : TilePortable;
 #else
   const auto tile = TilePortable;
 #endif

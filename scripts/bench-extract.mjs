@@ -9,6 +9,8 @@ import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { median, timed } from "./bench-util.mjs";
+
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
 const runs = Number(process.env.HSM_BENCH_RUNS ?? 3);
@@ -42,31 +44,19 @@ if (!existsSync(bank)) {
   writeFileSync(bank, lines.join("\n") + "\n");
 }
 
-const median = (xs) => {
-  const v = [...xs].sort((a, b) => a - b);
-  const m = v.length >> 1;
-  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-};
-
-function timed(args) {
-  const r = spawnSync("/usr/bin/time", ["-f", "%e %M", process.execPath, ...args], { encoding: "utf8", maxBuffer: 1 << 26 });
-  if (r.status !== 0) throw new Error(`${args.join(" ")} failed:\n${r.stderr}`);
-  const [secs, kb] = r.stderr.trim().split("\n").at(-1).split(" ").map(Number);
-  return { secs, kb, stdout: r.stdout };
-}
 
 const hsm = [];
 const naive = [];
 for (let i = 0; i < runs; i++) {
   const out = join(benchDir, "extract-store");
   rmSync(out, { recursive: true, force: true });
-  const h = timed([bin, "extract", "--model-dir", modelDir, "--bank", bank, "--out", out, "--batch-size", batch, "--quiet"]);
-  hsm.push({ rows_per_s: rowsWanted / h.secs, secs: h.secs, mb: h.kb / 1024 });
-  console.error(`run ${i + 1}/${runs}: hsm ${h.secs.toFixed(1)} s, ${(h.kb / 1024).toFixed(0)} MB`);
+  const h = timed(process.execPath, [bin, "extract", "--model-dir", modelDir, "--bank", bank, "--out", out, "--batch-size", batch, "--quiet"]);
+  hsm.push({ rows_per_s: rowsWanted / h.secs, secs: h.secs, mb: h.mb });
+  console.error(`run ${i + 1}/${runs}: hsm ${h.secs.toFixed(1)} s, ${h.mb.toFixed(0)} MB`);
   if (i < naiveRuns) {
-    const n = timed([join(root, "scripts", "bench-extract-naive.mjs"), modelDir, bank, batch]);
-    naive.push({ rows_per_s: rowsWanted / n.secs, secs: n.secs, mb: n.kb / 1024 });
-    console.error(`run ${i + 1}/${naiveRuns}: naive ${n.secs.toFixed(1)} s, ${(n.kb / 1024).toFixed(0)} MB`);
+    const n = timed(process.execPath, [join(root, "scripts", "bench-extract-naive.mjs"), modelDir, bank, batch]);
+    naive.push({ rows_per_s: rowsWanted / n.secs, secs: n.secs, mb: n.mb });
+    console.error(`run ${i + 1}/${naiveRuns}: naive ${n.secs.toFixed(1)} s, ${n.mb.toFixed(0)} MB`);
   }
 }
 const res = {

@@ -10,6 +10,8 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { median, timed } from "./bench-util.mjs";
+
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
 const fixture = join(benchDir, "fixture");
@@ -27,17 +29,6 @@ if (!existsSync(join(store, "index.json"))) {
   if (r.status !== 0) process.exit(1);
 }
 
-const median = (xs) => {
-  const v = [...xs].sort((a, b) => a - b);
-  const m = v.length >> 1;
-  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-};
-function timed(cmd, args) {
-  const r = spawnSync("/usr/bin/time", ["-f", "%e %M", cmd, ...args], { encoding: "utf8", maxBuffer: 1 << 26 });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed:\n${r.stderr}`);
-  const [secs, kb] = r.stderr.trim().split("\n").at(-1).split(" ").map(Number);
-  return { secs, mb: kb / 1024 };
-}
 
 const results = { date: new Date().toISOString(), runs, rows: 39258, d: 1024, layers: 8, metrics: {} };
 for (const metric of ["iss", "kts"]) {

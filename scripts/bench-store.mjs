@@ -8,6 +8,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { median } from "./bench-util.mjs";
+
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
 const fixture = join(benchDir, "fixture");
@@ -15,11 +17,6 @@ const store = join(fixture, "store");
 const runs = Number(process.env.HSM_BENCH_RUNS ?? 7);
 const bin = join(root, "bin", "hsm.js");
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 
 function timeCommand(cmd, args) {
   const t0 = performance.now();

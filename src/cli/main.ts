@@ -65,15 +65,16 @@ function modelRunOptions(cmd: Command, out: string): Command {
     .option("--threads <n>", "onnxruntime intra-op threads (default: all cores)", intOption("--threads", 1));
 }
 
-/** A progress callback per pipeline step, on stderr. */
+/** A progress callback per pipeline step, on stderr; each step's result is logged by the pipeline itself. */
 function progressFor(quiet?: boolean): ((step: string, done: number, total: number) => void) | undefined {
   if (quiet) return undefined;
   const bars = new Map<string, ReturnType<typeof createProgress>>();
   return (step, done, total) => {
     let bar = bars.get(step);
     if (!bar) bars.set(step, (bar = createProgress(step, total, { unit: step === "generate" ? "queries" : "rows" })));
-    if (done < total) return bar.update(done, total);
-    bar.end();
+    bar.update(done, total);
+    if (done < total) return;
+    bar.end(null);
     bars.delete(step);
   };
 }

@@ -5,7 +5,8 @@
 export interface Progress {
   /** Reports `done` units; `total` may be learnt late and change. */
   update(done: number, total?: number, phase?: string): void;
-  end(message?: string): void;
+  /** Finishes: prints `message` (by default a count and the time taken), or with null only clears the line. */
+  end(message?: string | null): void;
 }
 
 export function createProgress(label: string, total: number, options: { quiet?: boolean; unit?: string; stream?: NodeJS.WriteStream } = {}): Progress {
@@ -14,7 +15,8 @@ export function createProgress(label: string, total: number, options: { quiet?: 
   const tty = Boolean(stream.isTTY);
   const unit = options.unit ?? "rows";
   const start = performance.now();
-  let last = 0;
+  // The first periodic line comes one interval after the start, not at once.
+  let last = start;
   let lastDone = 0;
   const line = (done: number, phase?: string) => {
     const secs = (performance.now() - start) / 1000;
@@ -28,11 +30,16 @@ export function createProgress(label: string, total: number, options: { quiet?: 
       if (newTotal !== undefined) total = newTotal;
       lastDone = done;
       const now = performance.now();
-      if (now - last < (tty ? 100 : 5000) && done < total) return;
+      // Completion is reported once, by end(); here only the way there.
+      if (done === 0 || done >= total || now - last < (tty ? 100 : 5000)) return;
       last = now;
       stream.write(tty ? `\r\x1b[K${line(done, phase)}` : `${line(done, phase)}\n`);
     },
     end(message) {
+      if (message === null) {
+        if (tty) stream.write("\r\x1b[K");
+        return;
+      }
       const secs = ((performance.now() - start) / 1000).toFixed(1);
       const text = message ?? `${label}: ${lastDone} ${unit} in ${secs} s`;
       stream.write(tty ? `\r\x1b[K${text}\n` : `${text}\n`);

@@ -3,9 +3,12 @@
  * at the problem, and a message that says what to change.
  */
 
+/** Exit statuses of the `hsm` command: a problem with the data, with the command line, or inside hsm. */
+export const EXIT = { ok: 0, data: 1, usage: 2, internal: 3 } as const;
+
 /** Base class: the CLI prints `message` without a stack and exits with `exitCode`. */
 export class HsmError extends Error {
-  exitCode = 1;
+  exitCode: number = EXIT.data;
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = new.target.name;
@@ -14,7 +17,12 @@ export class HsmError extends Error {
 
 /** A bad command line: exit code 2. */
 export class UsageError extends HsmError {
-  override exitCode = 2;
+  override exitCode: number = EXIT.usage;
+}
+
+/** A broken promise inside hsm itself (a bug, or an installation missing its own files): exit code 3. */
+export class InternalError extends HsmError {
+  override exitCode: number = EXIT.internal;
 }
 
 /** A query-bank line that does not follow contracts.md §1. */

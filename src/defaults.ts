@@ -1,0 +1,39 @@
+/**
+ * Every default value of the library, defined once. The CLI's `--help` shows
+ * these; library functions fall back to them; nothing else repeats a literal.
+ */
+
+/** contracts.md §3: store every block `l` with `l/(L−1) ≥ 0.4`. */
+export const DEFAULT_LAYER_RULE = "l/(L-1) >= 0.4";
+/** contracts.md §2: prompts longer than this lose tokens from the left. */
+export const MAX_PROMPT_LEN = 192;
+/** contracts.md §4: greedy decoding stops after this many new tokens. */
+export const MAX_NEW_TOKENS = 24;
+/** Prompts per forward pass in `extract` and `generate`. */
+export const DEFAULT_BATCH_SIZE = 16;
+/** Rows per durable commit (and shard boundary) of an extraction. */
+export const DEFAULT_COMMIT_ROWS = 1024;
+/** Where onnxruntime runs. */
+export const DEFAULT_DEVICE = "cpu";
+
+/** metrics.md: the KTS probe's inverse L2 strength. */
+export const DEFAULT_PROBE_C = 0.01;
+/** metrics.md: KTS folds over facts. */
+export const DEFAULT_FOLDS = 5;
+/** metrics.md: bootstrap replicates per interval. */
+export const DEFAULT_BOOTSTRAP = 1000;
+/** metrics.md: the bootstrap seed (also the fixture generator's). */
+export const DEFAULT_SEED = 20260101;
+/** The metrics backend chosen when none is named. */
+export const DEFAULT_BACKEND = "auto";
+
+/** `hsm run`'s output root. */
+export const DEFAULT_OUTPUTS = "outputs";
+/** `hsm demo`'s output folder. */
+export const DEFAULT_DEMO_OUT = "hsm-demo";
+
+/** The model name recorded in outputs when none is given: the model folder's own name. */
+export function defaultModelName(modelDir: string): string {
+  const trimmed = modelDir.replace(/[\\/]+$/, "");
+  return trimmed.slice(Math.max(trimmed.lastIndexOf("/"), trimmed.lastIndexOf("\\")) + 1) || trimmed;
+}

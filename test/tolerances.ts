@@ -1,0 +1,20 @@
+/**
+ * Every numeric tolerance the tests use, with the reason for each. A test that
+ * compares floating-point results names one of these instead of a literal.
+ */
+
+/** Float64 sums of the same numbers in another order: a few ulps at the scales tested. */
+export const FLOAT64_REORDER = 1e-9;
+/** Results reported to six decimals (hand-computed ISS/KTS cases worked in float64). */
+export const HAND_COMPUTED_DIGITS = 6;
+/**
+ * ISS own/other cosines from float32 products (native lanes, TensorFlow.js) against
+ * float64 TypeScript loops: float32 accumulation over d ≤ 1024 terms of unit vectors.
+ */
+export const COSINE_F32 = 1e-5;
+/** KTS AUROC from probes fitted with float32 products vs float64: the optimum moves by ~1e-6, AUROC by at most this. */
+export const AUROC_BACKENDS = 1e-3;
+/** Probe weights against scikit-learn's lbfgs optimum at the stopping rule max|∇| ≤ 1e-5·C·n. */
+export const PROBE_VS_SKLEARN = 1e-3;
+/** float16 storage of a float32 value: half an ulp of float16 relative, 2^-11. */
+export const FLOAT16_RELATIVE = 2 ** -11;

@@ -37,3 +37,6 @@ export function defaultModelName(modelDir: string): string {
   const trimmed = modelDir.replace(/[\\/]+$/, "");
   return trimmed.slice(Math.max(trimmed.lastIndexOf("/"), trimmed.lastIndexOf("\\")) + 1) || trimmed;
 }
+
+/** The name outputs record for a model, developer or organization that neither the command line nor the input names. */
+export const UNNAMED = "unknown";

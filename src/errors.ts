@@ -25,8 +25,11 @@ export class InternalError extends HsmError {
   override exitCode: number = EXIT.internal;
 }
 
-/** A query-bank line that does not follow contracts.md §1. */
-export class BankError extends HsmError {
+/**
+ * A problem with one line of a JSONL input (or with the whole file, `line` 0):
+ * `FILE:LINE: field "F": problem`.
+ */
+export class JsonlError extends HsmError {
   constructor(
     readonly file: string,
     readonly line: number,
@@ -34,7 +37,35 @@ export class BankError extends HsmError {
     problem: string,
     options?: { cause?: unknown },
   ) {
-    super(`${file}:${line}: ${field ? `field "${field}": ` : ""}${problem}`, options);
+    super(`${file}${line > 0 ? `:${line}` : ""}: ${field ? `field "${field}": ` : ""}${problem}`, options);
+  }
+}
+
+/** A query-bank line that does not follow contracts.md §1. */
+export class BankError extends JsonlError {}
+
+/** A generations line that does not follow contracts.md §4, or generations that do not match the bank. */
+export class GenerationsError extends JsonlError {}
+
+/** A scored line that does not follow contracts.md §4, or scored rows that do not match the bank or the store. */
+export class ScoredError extends JsonlError {}
+
+/** Why a file named by the user could not be used. */
+export type FileProblem = "missing" | "unreadable" | "unwritable";
+
+/**
+ * A file or folder that is missing, cannot be read or cannot be written, with
+ * the operating system's reason (`code`: ENOENT, EACCES, EISDIR, EIO, ENOSPC …).
+ */
+export class FileError extends HsmError {
+  constructor(
+    readonly path: string,
+    readonly problem: FileProblem,
+    readonly code: string | undefined,
+    description: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${path}: ${description}`, options);
   }
 }
 
@@ -43,7 +74,7 @@ export class NpyHeaderError extends HsmError {
   constructor(
     readonly path: string,
     readonly field: string,
-    problem: string,
+    readonly problem: string,
     options?: { cause?: unknown },
   ) {
     super(`${path}: npy header ${field}: ${problem}`, options);

@@ -3,10 +3,8 @@
  * Read as a stream and validated line by line; the first bad line stops the read
  * with a {@link BankError} naming the file, line and field.
  */
-import { createReadStream } from "node:fs";
-import { createInterface } from "node:readline";
-
 import { BankError } from "../errors.js";
+import { jsonLines } from "../util/jsonl.js";
 
 export interface BankRow {
   query_id: string;
@@ -27,15 +25,15 @@ export interface BankRow {
   line: number;
 }
 
-export const REQUIRED_STRINGS = ["query_id", "fact_id", "condition_family", "query"] as const;
-export const OPTIONAL_STRINGS = ["relation", "language", "target_slot", "answer_type", "answer_granularity"] as const;
-export const BOOLEANS = [
+const REQUIRED_STRINGS = ["query_id", "fact_id", "condition_family", "query"] as const;
+const OPTIONAL_STRINGS = ["relation", "language", "target_slot", "answer_type", "answer_granularity"] as const;
+const BOOLEANS = [
   "answer_in_subject_surface",
   "use_for_main_forward",
   "use_for_reverse_analysis",
   "use_for_recognition_analysis",
 ] as const;
-export const REQUIRED_BOOLEANS = ["use_for_main_forward"] as const;
+const REQUIRED_BOOLEANS = ["use_for_main_forward"] as const;
 
 function typeName(v: unknown): string {
   if (v === null) return "null";
@@ -44,11 +42,7 @@ function typeName(v: unknown): string {
 }
 
 /** Validates one parsed line; throws a {@link BankError} for the first problem. */
-export function validateBankRow(value: unknown, file: string, line: number): BankRow {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new BankError(file, line, undefined, `expected a JSON object but received ${typeName(value)}`);
-  }
-  const o = value as Record<string, unknown>;
+function validateBankRow(o: Record<string, unknown>, file: string, line: number): BankRow {
   for (const key of REQUIRED_STRINGS) {
     if (!(key in o)) throw new BankError(file, line, key, "is missing");
     if (typeof o[key] !== "string") throw new BankError(file, line, key, `expected a string but received ${typeName(o[key])}`);
@@ -80,34 +74,14 @@ export function validateBankRow(value: unknown, file: string, line: number): Ban
  * Streams a bank, yielding validated rows in order. Throws on the first bad
  * line, including a duplicate `query_id` (naming the line that had it first).
  */
-export async function* streamBank(file: string): AsyncGenerator<BankRow> {
+async function* streamBank(file: string): AsyncGenerator<BankRow> {
   const seen = new Map<string, number>();
-  const input = createReadStream(file, { encoding: "utf8" });
-  const lines = createInterface({ input, crlfDelay: Infinity });
-  let line = 0;
-  try {
-    for await (const text of lines) {
-      line++;
-      if (text.trim() === "") continue;
-      let value: unknown;
-      try {
-        value = JSON.parse(text);
-      } catch (err) {
-        throw new BankError(file, line, undefined, `is not valid JSON (${(err as Error).message})`, { cause: err });
-      }
-      const row = validateBankRow(value, file, line);
-      const first = seen.get(row.query_id);
-      if (first !== undefined) throw new BankError(file, line, "query_id", `duplicate "${row.query_id}" (first on line ${first})`);
-      seen.set(row.query_id, line);
-      yield row;
-    }
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") throw new BankError(file, 0, undefined, "no such file");
-    if ((err as NodeJS.ErrnoException).code === "EISDIR") throw new BankError(file, 0, undefined, "is a directory, not a JSONL file");
-    throw err;
-  } finally {
-    lines.close();
-    input.destroy();
+  for await (const { value, line } of jsonLines(file, (l, problem, cause) => new BankError(file, l, undefined, problem, { cause }))) {
+    const row = validateBankRow(value, file, line);
+    const first = seen.get(row.query_id);
+    if (first !== undefined) throw new BankError(file, line, "query_id", `duplicate "${row.query_id}" (first on line ${first})`);
+    seen.set(row.query_id, line);
+    yield row;
   }
 }
 

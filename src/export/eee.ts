@@ -10,31 +10,48 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { mkdir, rename, writeFile } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import type { BankRow } from "../bank/bank.js";
-import { buildPrompt } from "../bank/prompt.js";
-import { MAX_NEW_TOKENS } from "../runner/generate.js";
-import { MAX_PROMPT_LEN } from "../runner/tokenizer.js";
+import { ANCHOR_TEMPLATE, buildPrompt, PERTURBED_TEMPLATE } from "../bank/prompt.js";
+import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
+import { InternalError } from "../errors.js";
+import { LABELS } from "../score/labels.js";
+import { fileError, writeFileAtomic } from "../util/fs.js";
 import { VERSION } from "../version.js";
 import type { Schema } from "./validate.js";
 
-export const INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.3.0";
-export const AGGREGATE_SCHEMA_VERSION = "0.2.1";
+const INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.3.0";
+const AGGREGATE_SCHEMA_VERSION = "0.2.1";
+const SCHEMA_FILE = `${INSTANCE_SCHEMA_VERSION}.json`;
 
-/** The instance-level schema, as published (src/export/schemas/). */
-export function instanceSchema(): Schema {
-  const here = dirname(fileURLToPath(import.meta.url));
-  for (const p of [join(here, "schemas", "instance_level_eval_0.3.0.json"), join(here, "..", "..", "src", "export", "schemas", "instance_level_eval_0.3.0.json")]) {
+/** Where the published schema lies: beside this module (src/), or in src/ seen from the build (dist/). */
+function schemaPlaces(here: string): string[] {
+  return [join(here, "schemas", SCHEMA_FILE), join(here, "..", "..", "src", "export", "schemas", SCHEMA_FILE)];
+}
+
+/**
+ * The instance-level schema, as published (src/export/schemas/). Its absence or
+ * a damaged copy is a broken installation, not a user's mistake.
+ */
+export function instanceSchema(places = schemaPlaces(dirname(fileURLToPath(import.meta.url)))): Schema {
+  for (const p of places) {
+    let text: string;
     try {
-      return JSON.parse(readFileSync(p, "utf8")) as Schema;
-    } catch {
-      /* try the next place */
+      text = readFileSync(p, "utf8");
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") continue;
+      throw new InternalError(`the instance-level schema of this installation ${fileError(err, p).message}; reinstall hsm`, { cause: err });
+    }
+    try {
+      return JSON.parse(text) as Schema;
+    } catch (err) {
+      throw new InternalError(`the instance-level schema of this installation, ${p}, is not valid JSON (${(err as Error).message}); reinstall hsm`, { cause: err });
     }
   }
-  throw new Error("the instance-level schema file is missing from this installation");
+  throw new InternalError(`the instance-level schema file ${SCHEMA_FILE} is missing from this installation (looked in ${places.join(", ")}); reinstall hsm`);
 }
 
 export interface ScoredRow {
@@ -60,6 +77,9 @@ export interface ExportIdentity {
   evaluationId: string;
 }
 
+/** Both prompt templates on one line, each newline written as the two characters backslash and n. */
+const PROMPT_TEMPLATES = `anchor: ${ANCHOR_TEMPLATE.replace(/\n/g, "\\n")} | other: ${PERTURBED_TEMPLATE.replace(/\n/g, "\\n")}`;
+
 const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");
 
 export function sampleHash(raw: string, reference: string[]): string {
@@ -67,7 +87,7 @@ export function sampleHash(raw: string, reference: string[]): string {
 }
 
 /** One instance record, valid against the instance-level schema. */
-export function instanceRecord(row: ScoredRow, bank: BankRow, id: ExportIdentity): Record<string, unknown> {
+function instanceRecord(row: ScoredRow, bank: BankRow, id: ExportIdentity): Record<string, unknown> {
   const prompt = buildPrompt(bank);
   const evaluationName = `${id.benchmark}/${row.condition_family}`;
   const metadata: Record<string, string> = {
@@ -101,7 +121,7 @@ export function instanceRecord(row: ScoredRow, bank: BankRow, id: ExportIdentity
 }
 
 /** The aggregate record: accuracy per condition family, decoding settings, the samples file. */
-export function aggregateRecord(rows: ScoredRow[], id: ExportIdentity, samples: { path: string; sha256: string; rows: number }, now = new Date()): Record<string, unknown> {
+function aggregateRecord(rows: ScoredRow[], id: ExportIdentity, samples: { path: string; sha256: string; rows: number }, now = new Date()): Record<string, unknown> {
   const families = [...new Set(rows.map((r) => r.condition_family))].sort();
   return {
     schema_version: AGGREGATE_SCHEMA_VERSION,
@@ -122,11 +142,11 @@ export function aggregateRecord(rows: ScoredRow[], id: ExportIdentity, samples: 
         metric_config: { evaluation_description: `accuracy on ${family} questions (label "correct" / all scored rows)`, lower_is_better: false, score_type: "continuous", min_score: 0, max_score: 1 },
         score_details: {
           score: mine.length ? correct / mine.length : 0,
-          details: Object.fromEntries(["correct", "incorrect", "ambiguous", "abstain", "unparseable"].map((l) => [l, String(mine.filter((r) => r.label === l).length)])),
+          details: Object.fromEntries(LABELS.map((l) => [l, String(mine.filter((r) => r.label === l).length)])),
           uncertainty: { num_samples: mine.length },
         },
         generation_config: {
-          generation_args: { temperature: 0, top_p: null, top_k: null, max_tokens: MAX_NEW_TOKENS, reasoning: false, prompt_template: "anchor: Question: {query}\\nAnswer with only the shortest correct answer.\\nAnswer: | other: {query}\\nAnswer:" },
+          generation_args: { temperature: 0, top_p: null, top_k: null, max_tokens: MAX_NEW_TOKENS, reasoning: false, prompt_template: PROMPT_TEMPLATES },
           additional_details: { num_beams: "1", do_sample: "false", max_prompt_len: String(MAX_PROMPT_LEN), truncation_side: "left", padding_side: "left", chat_template: "none" },
         },
       };
@@ -136,10 +156,12 @@ export function aggregateRecord(rows: ScoredRow[], id: ExportIdentity, samples: 
 }
 
 async function writeAtomic(path: string, text: string): Promise<void> {
-  await mkdir(dirname(path), { recursive: true });
-  const temp = `${path}.${process.pid}.tmp`;
-  await writeFile(temp, text);
-  await rename(temp, path);
+  try {
+    await mkdir(dirname(path), { recursive: true });
+  } catch (err) {
+    throw fileError(err, dirname(path), "write");
+  }
+  await writeFileAtomic(path, text);
 }
 
 /** Writes the aggregate record and its samples; returns their paths. */
@@ -158,7 +180,7 @@ export async function writeEee(outDir: string, rows: ScoredRow[], bank: Map<stri
 }
 
 /** Foundry evaluation JSONL: query, response, ground_truth — or messages and ground_truth. */
-export function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<string, unknown> {
+function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<string, unknown> {
   const prompt = buildPrompt(bank);
   const truth = bank.answers[0] ?? "";
   const extra = { query_id: row.query_id, condition_family: row.condition_family, label: row.label };

@@ -1,12 +1,12 @@
 /**
  * `hsm score`: joins generations with the bank on query_id and writes one
  * scored row per generation, in bank order, with every field of the output
- * schema. Written to a temporary file and renamed, so a failure leaves nothing.
+ * schema. Written atomically (see writeFileAtomic), so a failure leaves nothing.
  */
-import { rename, rm, writeFile } from "node:fs/promises";
-
 import { readBank, type BankRow } from "../bank/bank.js";
-import { HsmError } from "../errors.js";
+import { UNNAMED } from "../defaults.js";
+import { GenerationsError } from "../errors.js";
+import { writeFileAtomic } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { scoreResponse, type ScoreResult } from "./scorer.js";
 
@@ -22,21 +22,10 @@ export interface Generation {
   line: number;
 }
 
-export class GenerationsError extends HsmError {
-  constructor(
-    readonly file: string,
-    readonly line: number,
-    readonly field: string | undefined,
-    problem: string,
-  ) {
-    super(`${file}${line ? `:${line}` : ""}: ${field ? `field "${field}": ` : ""}${problem}`);
-  }
-}
-
 /** Reads a generations JSONL file; `query_id` and `raw_response` are required, duplicates refused. */
 export async function readGenerations(file: string): Promise<Map<string, Generation>> {
   const out = new Map<string, Generation>();
-  for await (const { value: g, line } of jsonLines(file, (l, problem) => new GenerationsError(file, l, undefined, problem))) {
+  for await (const { value: g, line } of jsonLines(file, (l, problem, cause) => new GenerationsError(file, l, undefined, problem, { cause }))) {
     if (typeof g.query_id !== "string" || !g.query_id) throw new GenerationsError(file, line, "query_id", "is missing or not a string");
     if (typeof g.raw_response !== "string") throw new GenerationsError(file, line, "raw_response", "is missing or not a string");
     const first = out.get(g.query_id);
@@ -47,7 +36,7 @@ export async function readGenerations(file: string): Promise<Map<string, Generat
 }
 
 /** The scored row of the output schema, field for field. */
-export function scoredRow(row: BankRow, g: Generation, model: string, s: ScoreResult): Record<string, unknown> {
+function scoredRow(row: BankRow, g: Generation, model: string, s: ScoreResult): Record<string, unknown> {
   return {
     query_id: row.query_id,
     model: g.model ?? model,
@@ -78,6 +67,7 @@ export interface ScoreOptions {
   out: string;
   /** Count generations for unknown queries and queries without generations as warnings instead of stopping. */
   allowMissing?: boolean;
+  /** The model name for generations that do not record one (default: "unknown"). */
   model?: string;
 }
 
@@ -109,18 +99,11 @@ export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
     const g = gens.get(row.query_id);
     if (!g) continue;
     const s = scoreResponse(g.raw_response, row.answers, { truncated: g.finish_reason === "length" });
-    lines.push(JSON.stringify(scoredRow(row, g, o.model ?? "unknown", s)));
+    lines.push(JSON.stringify(scoredRow(row, g, o.model ?? UNNAMED, s)));
     summary.rows++;
     summary.labels[s.label] = (summary.labels[s.label] ?? 0) + 1;
     if (s.needs_manual_review) summary.needsReview++;
   }
-  const temp = `${o.out}.${process.pid}.tmp`;
-  try {
-    await writeFile(temp, lines.join("\n") + (lines.length ? "\n" : ""));
-    await rename(temp, o.out);
-  } catch (err) {
-    await rm(temp, { force: true });
-    throw err;
-  }
+  await writeFileAtomic(o.out, lines.join("\n") + (lines.length ? "\n" : ""));
   return summary;
 }

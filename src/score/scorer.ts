@@ -23,6 +23,10 @@
  * by the token limit.
  */
 
+import type { Label } from "./labels.js";
+
+export type { Label };
+
 export const SCORER_RULES = [
   "empty_span",
   "abstain_phrase",
@@ -33,7 +37,6 @@ export const SCORER_RULES = [
   "no_alias_match",
 ] as const;
 export type ScorerRule = (typeof SCORER_RULES)[number];
-export type Label = "correct" | "incorrect" | "ambiguous" | "abstain" | "unparseable";
 
 export interface ScoreResult {
   span: string;

@@ -6,9 +6,15 @@
 import { lstat, open, readFile } from "node:fs/promises";
 import { join } from "node:path";
 
+import { FileError, StoreError } from "../errors.js";
+import { fileError } from "../util/fs.js";
 import { layerOfFileName } from "./names.js";
 import { MANIFEST_NAME } from "./manifest.js";
 
+/**
+ * A store's source of bytes. Every method rejects with an hsm error naming the
+ * file: a {@link FileError} for a file that is missing or cannot be read.
+ */
 export interface StoreBackend {
   /** A human-readable location for messages. */
   readonly location: string;
@@ -21,12 +27,10 @@ export interface StoreBackend {
 }
 
 /** Only the manifest and plain `L###.npy` names are ever opened. */
-export function isStoreFileName(name: string): boolean {
-  return name === MANIFEST_NAME || layerOfFileName(name) !== undefined;
-}
-
 function guard(name: string, location: string): void {
-  if (!isStoreFileName(name)) throw new Error(`${location}: refusing to open "${name}", which is not a store file name`);
+  if (name !== MANIFEST_NAME && layerOfFileName(name) === undefined) {
+    throw new StoreError(location, `refusing to open "${name}", which is not a store file name (index.json or L###.npy)`);
+  }
 }
 
 /** A store in a folder. Files are opened once and kept open until `close`. */
@@ -38,9 +42,15 @@ export function directoryBackend(dir: string): StoreBackend {
     if (!h) {
       h = (async () => {
         const path = join(dir, name);
-        const st = await lstat(path);
-        if (!st.isFile()) throw new Error(`${path}: not a regular file`);
-        return open(path, "r");
+        try {
+          const st = await lstat(path);
+          if (!st.isFile()) {
+            throw new StoreError(path, st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file");
+          }
+          return await open(path, "r");
+        } catch (err) {
+          throw fileError(err, path);
+        }
       })();
       handles.set(name, h);
     }
@@ -50,21 +60,34 @@ export function directoryBackend(dir: string): StoreBackend {
     location: dir,
     async readAll(name) {
       guard(name, dir);
-      return readFile(join(dir, name));
+      try {
+        return await readFile(join(dir, name));
+      } catch (err) {
+        throw fileError(err, join(dir, name));
+      }
     },
     async read(name, offset, length) {
       const fh = await handle(name);
       const out = Buffer.allocUnsafeSlow(length);
       let got = 0;
-      while (got < length) {
-        const { bytesRead } = await fh.read(out, got, length - got, offset + got);
-        if (bytesRead === 0) break;
-        got += bytesRead;
+      try {
+        while (got < length) {
+          const { bytesRead } = await fh.read(out, got, length - got, offset + got);
+          if (bytesRead === 0) break;
+          got += bytesRead;
+        }
+      } catch (err) {
+        throw fileError(err, join(dir, name));
       }
       return got === length ? out : out.subarray(0, got);
     },
     async size(name) {
-      return (await (await handle(name)).stat()).size;
+      const fh = await handle(name);
+      try {
+        return (await fh.stat()).size;
+      } catch (err) {
+        throw fileError(err, join(dir, name));
+      }
     },
     async close() {
       const all = [...handles.values()];
@@ -80,7 +103,7 @@ export function memoryBackend(files: Map<string, Uint8Array>, location = "<memor
   const get = (name: string) => {
     guard(name, location);
     const f = files.get(name);
-    if (!f) throw Object.assign(new Error(`${location}/${name}: no such file`), { code: "ENOENT" });
+    if (!f) throw new FileError(`${location}/${name}`, "missing", "ENOENT", "does not exist");
     return f;
   };
   return {

@@ -6,10 +6,10 @@
  */
 import { all, create, type FactoryFunctionMap, type MathNode } from "mathjs";
 
+import { DEFAULT_LAYER_RULE } from "../defaults.js";
 import { UsageError } from "../errors.js";
 
-/** The rule of contracts.md §3. */
-export const DEFAULT_LAYER_RULE = "l/(L-1) >= 0.4";
+export { DEFAULT_LAYER_RULE };
 
 const math = create(all as FactoryFunctionMap, { number: "Fraction" });
 const FUNCTIONS = new Set(["mod", "floor", "ceil", "abs", "min", "max"]);

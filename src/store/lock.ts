@@ -9,8 +9,9 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 
 import { StoreError } from "../errors.js";
+import { fileError } from "../util/fs.js";
 
-export const LOCK_NAME = ".hsm.lock";
+const LOCK_NAME = ".hsm.lock";
 
 interface LockInfo {
   pid: number;
@@ -49,7 +50,7 @@ export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => 
         await unlink(path).catch(() => {});
       };
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw fileError(err, path, "write");
       let other: LockInfo | undefined;
       try {
         other = JSON.parse(await readFile(path, "utf8")) as LockInfo;

@@ -3,10 +3,10 @@
  * that lists every problem instead of stopping at the first, and an atomic
  * writer (temp file + fsync + rename + directory fsync).
  */
-import { open, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 
 import { ManifestError } from "../errors.js";
+import { writeFileAtomic } from "../util/fs.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 
 export const MANIFEST_NAME = "index.json";
@@ -69,6 +69,8 @@ export interface ShardInfo {
 /** One thing wrong with a manifest, in the words verify prints. */
 export interface ManifestProblem {
   key: string;
+  /** `unsafe-name`: a file name that is not a plain `L###.npy` inside the store (never opened); `manifest-field`: anything else. */
+  code: "unsafe-name" | "manifest-field";
   message: string;
 }
 
@@ -82,7 +84,7 @@ const isStr = (v: unknown): v is string => typeof v === "string";
  */
 export function manifestProblems(value: unknown): ManifestProblem[] {
   const problems: ManifestProblem[] = [];
-  const bad = (key: string, message: string) => problems.push({ key, message });
+  const bad = (key: string, message: string, code: ManifestProblem["code"] = "manifest-field") => problems.push({ key, code, message });
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     bad("", "is not a JSON object");
     return problems;
@@ -147,7 +149,7 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
   for (const [name, entry] of Object.entries(files as Record<string, unknown>)) {
     const layer = layerOfFileName(name);
     if (layer === undefined) {
-      bad("files", `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`);
+      bad("files", `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`, "unsafe-name");
       continue;
     }
     named.add(layer);
@@ -191,7 +193,7 @@ export function parseManifest(text: string, path: string): Manifest {
 }
 
 /** Manifest text: one top-level key per line, long arrays kept on one line each. */
-export function formatManifest(m: Manifest): string {
+function formatManifest(m: Manifest): string {
   const lines = Object.entries(m).map(([key, value]) => {
     if (key === "files") {
       const entries = Object.entries(value as Record<string, FileEntry>).map(
@@ -206,28 +208,5 @@ export function formatManifest(m: Manifest): string {
 
 /** Writes `index.json` so that a reader sees the old or the new manifest, never a torn one. */
 export async function writeManifestAtomic(dir: string, m: Manifest): Promise<void> {
-  const final = join(dir, MANIFEST_NAME);
-  const temp = join(dir, `.${MANIFEST_NAME}.${process.pid}.tmp`);
-  const fh = await open(temp, "w");
-  try {
-    await fh.writeFile(formatManifest(m));
-    await fh.sync();
-  } catch (err) {
-    await fh.close();
-    await unlink(temp).catch(() => {});
-    throw err;
-  }
-  await fh.close();
-  await rename(temp, final);
-  await syncDir(dir);
-}
-
-/** fsyncs a directory so that a rename in it survives a crash. */
-export async function syncDir(dir: string): Promise<void> {
-  const fh = await open(dir, "r");
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
+  await writeFileAtomic(join(dir, MANIFEST_NAME), formatManifest(m));
 }

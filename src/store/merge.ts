@@ -4,7 +4,7 @@
  * verified first; shards must come from one model and layer set and cover the
  * rows exactly once.
  */
-import { HsmError } from "../errors.js";
+import { StoreError, UsageError } from "../errors.js";
 import type { Manifest } from "./manifest.js";
 import { StoreReader } from "./reader.js";
 import { verifyStore } from "./verify.js";
@@ -13,19 +13,19 @@ import { StoreWriter } from "./writer.js";
 const SAME = ["model", "model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "dtype", "max_prompt_len"] as const;
 
 export async function mergeShards(out: string, shardDirs: string[], options: { onProgress?: (done: number, total: number) => void } = {}): Promise<Manifest> {
-  if (shardDirs.length === 0) throw new HsmError("merge needs at least one shard store");
+  if (shardDirs.length === 0) throw new UsageError("Expected at least one shard store to merge but received none");
   const readers: StoreReader[] = [];
   try {
     for (const dir of shardDirs) {
       const report = await verifyStore(dir);
-      if (!report.ok) throw new HsmError(`${dir}: shard does not verify (${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")})`);
+      if (!report.ok) throw new StoreError(dir, `shard does not verify (${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")})`);
       readers.push(await StoreReader.open(dir));
     }
     for (const [i, r] of readers.entries()) {
-      if (!r.manifest.shard) throw new HsmError(`${shardDirs[i]}: is not a shard store (made without --shard)`);
+      if (!r.manifest.shard) throw new StoreError(shardDirs[i]!, "is not a shard store (made without --shard)");
       for (const key of SAME) {
         if (JSON.stringify(r.manifest[key]) !== JSON.stringify(readers[0]!.manifest[key])) {
-          throw new HsmError(`${shardDirs[i]}: ${key} differs from ${shardDirs[0]}'s; these shards are not of one run`);
+          throw new StoreError(shardDirs[i]!, `${key} differs from ${shardDirs[0]}'s; these shards are not of one run`);
         }
       }
     }
@@ -35,13 +35,13 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
     let next = 0;
     readers.forEach((r, k) => {
       const s = r.manifest.shard!;
-      if (s.count !== count || s.rows_total !== total) throw new HsmError(`${r.backend.location}: shard of ${s.count} over ${s.rows_total} rows, others say ${count} over ${total}`);
-      if (s.index !== k) throw new HsmError(k < count ? `shard ${k}/${count} is missing` : `shard ${s.index}/${count} is given twice`);
-      if (s.row_start !== next) throw new HsmError(`${r.backend.location}: starts at row ${s.row_start}, expected ${next}`);
+      if (s.count !== count || s.rows_total !== total) throw new StoreError(r.backend.location, `shard of ${s.count} over ${s.rows_total} rows, others say ${count} over ${total}`);
+      if (s.index !== k) throw new StoreError(r.backend.location, k < count && s.index > k ? `shard ${k}/${count} is missing` : `shard ${s.index}/${count} is given twice`);
+      if (s.row_start !== next) throw new StoreError(r.backend.location, `starts at row ${s.row_start}, expected ${next}`);
       next = s.row_end;
     });
-    if (readers.length !== count) throw new HsmError(`shard ${readers.length}/${count} is missing: ${count} shards are needed, ${readers.length} given`);
-    if (next !== total) throw new HsmError(`the shards cover rows 0…${next} of ${total}`);
+    if (readers.length !== count) throw new StoreError(out, `shard ${readers.length}/${count} is missing: ${count} shards are needed, ${readers.length} given`);
+    if (next !== total) throw new StoreError(out, `the shards cover rows 0…${next} of ${total}`);
 
     const m0 = readers[0]!.manifest;
     const writer = await StoreWriter.open(out, {

@@ -2,9 +2,10 @@
  * Whole small `.npy` files, read or written in one go (test data, probe
  * weights). Large arrays go through the store's streaming reader instead.
  */
-import { open, readFile, rename, unlink } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 
 import { NpyHeaderError } from "../errors.js";
+import { fileError, writeFileAtomic } from "../util/fs.js";
 import { buildNpyHeader, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface NpyArray {
@@ -15,7 +16,12 @@ export interface NpyArray {
 
 /** Reads a C-order little-endian float16/32/64 `.npy` file. */
 export async function readNpyFile(path: string): Promise<NpyArray> {
-  const bytes = await readFile(path);
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (err) {
+    throw fileError(err, path);
+  }
   const header = parseNpyHeader(bytes, path);
   if (header.fortranOrder) {
     throw new NpyHeaderError(path, "fortran_order", "is True; hsm reads C-order arrays only (save np.ascontiguousarray(a) instead)");
@@ -36,17 +42,5 @@ export async function writeNpyFile(path: string, shape: number[], data: Uint16Ar
   const header = buildNpyHeader(data instanceof Uint16Array ? "<f2" : "<f4", shape);
   const count = shape.reduce((a, b) => a * b, 1);
   if (count !== data.length) throw new RangeError(`Expected ${count} values for shape (${shape.join(", ")}) but received ${data.length}`);
-  const temp = `${path}.${process.pid}.tmp`;
-  const fh = await open(temp, "w");
-  try {
-    await fh.write(header);
-    await fh.write(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
-    await fh.sync();
-    await fh.close();
-    await rename(temp, path);
-  } catch (err) {
-    await fh.close().catch(() => {});
-    await unlink(temp).catch(() => {});
-    throw err;
-  }
+  await writeFileAtomic(path, [header, new Uint8Array(data.buffer, data.byteOffset, data.byteLength)]);
 }

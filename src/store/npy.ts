@@ -8,7 +8,7 @@ import { NpyHeaderError } from "../errors.js";
 
 export const NPY_MAGIC = Uint8Array.from([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]); // \x93NUMPY
 /** The data of every file we write starts at a multiple of this. */
-export const NPY_ALIGN = 64;
+const NPY_ALIGN = 64;
 /** Headers longer than this are refused before they are parsed. */
 export const NPY_MAX_HEADER = 1 << 16;
 
@@ -56,12 +56,6 @@ export function buildNpyHeader(descr: NpyDescr, shape: readonly number[]): Uint8
   return out;
 }
 
-/** How many bytes to read from the start of a file to be sure of holding its whole header. */
-export function npyPreludeLength(prelude: Uint8Array, path: string): number {
-  const { headerStart, headerLen } = readPrelude(prelude, path);
-  return headerStart + headerLen;
-}
-
 function readPrelude(bytes: Uint8Array, path: string): { version: string; headerStart: number; headerLen: number } {
   if (bytes.length < 10) throw new NpyHeaderError(path, "magic", `file is ${bytes.length} bytes, too short to be an npy file`);
   for (let i = 0; i < NPY_MAGIC.length; i++) {
@@ -84,7 +78,8 @@ function readPrelude(bytes: Uint8Array, path: string): { version: string; header
 
 /**
  * Parses and validates an npy header. `bytes` holds at least the start of the
- * file (see {@link npyPreludeLength}); `path` names the file in errors.
+ * file (the first `NPY_MAX_HEADER + 12` bytes always suffice); `path` names the
+ * file in errors.
  */
 export function parseNpyHeader(bytes: Uint8Array, path: string): NpyHeader {
   const { version, headerStart, headerLen } = readPrelude(bytes, path);

@@ -3,7 +3,7 @@
  * loading a whole file. Every header is checked against the manifest when the
  * store is opened.
  */
-import { ManifestError, NpyHeaderError, StoreError } from "../errors.js";
+import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.js";
 import { kernels } from "../native/index.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { layerFileName } from "./names.js";
@@ -45,7 +45,10 @@ export class StoreReader {
       try {
         text = Buffer.from(await backend.readAll(MANIFEST_NAME)).toString("utf8");
       } catch (err) {
-        throw new StoreError(backend.location, `has no readable ${MANIFEST_NAME} (${(err as Error).message}); is this a hidden-state store?`);
+        if (err instanceof FileError && err.problem === "missing") {
+          throw new StoreError(backend.location, `has no ${MANIFEST_NAME}; is this a hidden-state store?`, { cause: err });
+        }
+        throw err;
       }
       const manifest = parseManifest(text, where);
       if (!manifest.complete && !options.allowIncomplete) {

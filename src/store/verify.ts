@@ -5,9 +5,12 @@
  * manifest and the file size; then every file is re-hashed, in parallel, and its
  * float16 statistics recounted in the same pass.
  */
-import { lstat, open, readdir, readFile } from "node:fs/promises";
+import { lstat, open, readdir, readFile, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
+
+import { FileError, NpyHeaderError } from "../errors.js";
+import { fileError, osReason } from "../util/fs.js";
 
 import { hashFiles } from "./hash.js";
 import { layerOfFileName } from "./names.js";
@@ -45,16 +48,32 @@ export interface VerifyOptions {
   concurrency?: number;
 }
 
+/**
+ * Checks a store folder and reports every problem found (an empty list when
+ * the store can be trusted). Throws a {@link FileError} only when `dir` itself
+ * is missing or not a folder, since then there is nothing to check.
+ */
 export async function verifyStore(dir: string, options: VerifyOptions = {}): Promise<VerifyReport> {
   const report: VerifyReport = { store: dir, ok: false, complete: null, rows: null, rows_done: null, files: [], problems: [] };
   const problem = (file: string, code: string, message: string) => report.problems.push({ file, problem: code, message });
+
+  let folder;
+  try {
+    folder = await stat(dir);
+  } catch (err) {
+    throw fileError(err, dir);
+  }
+  if (!folder.isDirectory()) {
+    throw new FileError(dir, "unreadable", "ENOTDIR", "is not a folder; a store is a folder holding index.json and L###.npy files");
+  }
 
   let text: string;
   try {
     text = await readFile(join(dir, MANIFEST_NAME), "utf8");
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    problem(MANIFEST_NAME, "manifest-missing", code === "ENOENT" ? "is missing" : `cannot be read (${(err as Error).message})`);
+    const e = err as NodeJS.ErrnoException;
+    if (e.code === "ENOENT") problem(MANIFEST_NAME, "manifest-missing", "is missing");
+    else problem(MANIFEST_NAME, "manifest-unreadable", `cannot be read: ${osReason(e)}`);
     return report;
   }
   let value: unknown;
@@ -64,10 +83,7 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${(err as Error).message})`);
     return report;
   }
-  for (const p of manifestProblems(value)) {
-    const unsafe = p.message.includes("not a plain L###.npy");
-    problem(MANIFEST_NAME, unsafe ? "unsafe-name" : "manifest-field", p.key ? `"${p.key}" ${p.message}` : p.message);
-  }
+  for (const p of manifestProblems(value)) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   const m = value as Partial<Manifest>;
   if (typeof m.complete === "boolean") report.complete = m.complete;
   if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
@@ -91,8 +107,10 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     let st;
     try {
       st = await lstat(path);
-    } catch {
-      problem(name, "file-missing", "is listed in the manifest but missing");
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      if (e.code === "ENOENT") problem(name, "file-missing", "is listed in the manifest but missing");
+      else problem(name, "unreadable", `cannot be read: ${osReason(e)}`);
       continue;
     }
     if (!st.isFile()) {
@@ -103,13 +121,17 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     if (Number.isSafeInteger(entry.bytes) && st.size !== entry.bytes) {
       problem(name, "size", `is ${st.size} bytes but the manifest says ${entry.bytes}${st.size < entry.bytes ? " (truncated)" : ""}`);
     }
-    const fh = await open(path, "r");
-    let prelude: Buffer;
+    const prelude = Buffer.alloc(Math.min(st.size, NPY_MAX_HEADER + 12));
     try {
-      prelude = Buffer.alloc(Math.min(st.size, NPY_MAX_HEADER + 12));
-      await fh.read(prelude, 0, prelude.length, 0);
-    } finally {
-      await fh.close();
+      const fh = await open(path, "r");
+      try {
+        await fh.read(prelude, 0, prelude.length, 0);
+      } finally {
+        await fh.close();
+      }
+    } catch (err) {
+      problem(name, "unreadable", `cannot be read: ${osReason(err as NodeJS.ErrnoException)}`);
+      continue;
     }
     let dataOffset: number;
     try {
@@ -120,7 +142,8 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
         if (mismatch) problem(name, "npy-header", mismatch);
       }
     } catch (err) {
-      problem(name, "npy-header", (err as Error).message.replace(`${name}: `, ""));
+      if (!(err instanceof NpyHeaderError)) throw err;
+      problem(name, "npy-header", `npy header ${err.field}: ${err.problem}`);
       continue;
     }
     toHash.push({ name, dataOffset });
@@ -146,7 +169,7 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     const entry = m.files![name]!;
     const file = report.files.find((f) => f.name === name)!;
     if (!o.ok) {
-      problem(name, "read", `could not be read (${o.message})`);
+      problem(name, "unreadable", `cannot be read: ${osReason(o)}`);
       return;
     }
     file.sha256 = o.result.sha256;

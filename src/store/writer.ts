@@ -4,13 +4,15 @@
  * fsynced first, then the manifest replaced atomically), and checksums recorded
  * only when every row is in. A store can be reopened and resumed from `rows_done`.
  */
-import { mkdir, open, stat, type FileHandle } from "node:fs/promises";
+import { mkdir, open, readFile, stat, type FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
+import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
+import { MAX_PROMPT_LEN } from "../defaults.js";
 import { StoreError } from "../errors.js";
 import { kernels } from "../native/index.js";
-import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
+import { fileError, osReason } from "../util/fs.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";
 import { layerFileName } from "./names.js";
@@ -53,7 +55,11 @@ export class StoreWriter {
    */
   static async open(dir: string, init: StoreInit): Promise<StoreWriter> {
     validateInit(init, dir);
-    await mkdir(dir, { recursive: true });
+    try {
+      await mkdir(dir, { recursive: true });
+    } catch (err) {
+      throw fileError(err, dir, "write");
+    }
     const existing = await readExisting(dir);
     if (existing) return StoreWriter.resume(dir, existing, init);
     return StoreWriter.create(dir, init);
@@ -69,16 +75,20 @@ export class StoreWriter {
         const name = layerFileName(layer);
         const header = buildNpyHeader("<f2", [n, init.d_model]);
         const bytes = header.length + n * init.d_model * 2;
-        const fh = await open(join(dir, name), "w+");
-        handles.set(layer, fh);
-        await fh.write(header, 0, header.length, 0);
-        await fh.truncate(bytes);
+        try {
+          const fh = await open(join(dir, name), "w+");
+          handles.set(layer, fh);
+          await fh.write(header, 0, header.length, 0);
+          await fh.truncate(bytes);
+        } catch (err) {
+          throw fileError(err, join(dir, name), "write");
+        }
         offsets.set(layer, header.length);
         files[name] = { layer, shape: [n, init.d_model], bytes, sha256: "", nonfinite: 0, max_abs: null };
       }
     } catch (err) {
       await Promise.all([...handles.values()].map((h) => h.close()));
-      throw new StoreError(dir, `could not create the store files: ${(err as Error).message}`, { cause: err });
+      throw err;
     }
     const manifest: Manifest = {
       format: STORE_FORMAT,
@@ -91,7 +101,7 @@ export class StoreWriter {
       last_layer_final_norm: init.last_layer_final_norm,
       probe_position: "last_valid_input_token",
       prompt: { anchor: ANCHOR_TEMPLATE, other: PERTURBED_TEMPLATE },
-      max_prompt_len: init.max_prompt_len ?? 192,
+      max_prompt_len: init.max_prompt_len ?? MAX_PROMPT_LEN,
       padding_side: "left",
       truncation_side: "left",
       dtype: init.dtype,
@@ -128,9 +138,18 @@ export class StoreWriter {
         const name = layerFileName(layer);
         const entry = manifest.files[name]!;
         const path = join(dir, name);
-        const st = await stat(path);
+        let st;
+        try {
+          st = await stat(path);
+        } catch (err) {
+          throw fileError(err, path);
+        }
         if (st.size !== entry.bytes) throw new StoreError(path, `is ${st.size} bytes, the manifest says ${entry.bytes}; cannot resume`);
-        handles.set(layer, await open(path, "r+"));
+        try {
+          handles.set(layer, await open(path, "r+"));
+        } catch (err) {
+          throw fileError(err, path, "write");
+        }
         offsets.set(layer, buildNpyHeader("<f2", entry.shape).length);
       }
     } catch (err) {
@@ -163,9 +182,13 @@ export class StoreWriter {
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     const position = this.dataOffset.get(layer)! + rowStart * d * 2;
     let done = 0;
-    while (done < bytes.length) {
-      const { bytesWritten } = await fh.write(bytes, done, bytes.length - done, position + done);
-      done += bytesWritten;
+    try {
+      while (done < bytes.length) {
+        const { bytesWritten } = await fh.write(bytes, done, bytes.length - done, position + done);
+        done += bytesWritten;
+      }
+    } catch (err) {
+      throw fileError(err, join(this.dir, layerFileName(layer)), "write");
     }
   }
 
@@ -186,7 +209,13 @@ export class StoreWriter {
     if (!Number.isSafeInteger(rowsDone) || rowsDone < 0 || rowsDone > this.rows) {
       throw new RangeError(`Expected rows_done within 0…${this.rows} but received ${rowsDone}`);
     }
-    await Promise.all([...this.handles.values()].map((h) => h.sync()));
+    await Promise.all(
+      [...this.handles].map(([layer, h]) =>
+        h.sync().catch((err: unknown) => {
+          throw fileError(err, join(this.dir, layerFileName(layer)), "write");
+        }),
+      ),
+    );
     this.manifest.rows_done = rowsDone;
     await writeManifestAtomic(this.dir, this.manifest);
   }
@@ -206,7 +235,7 @@ export class StoreWriter {
     );
     outcomes.forEach((o, i) => {
       const name = names[i]!;
-      if (!o.ok) throw new StoreError(join(this.dir, name), `could not be hashed: ${o.message}`);
+      if (!o.ok) throw new StoreError(join(this.dir, name), `could not be hashed: ${o.code ? osReason(o) : o.message}`);
       const entry = this.manifest.files[name]!;
       entry.sha256 = o.result.sha256;
       entry.nonfinite = o.result.stats!.nonfinite;
@@ -232,15 +261,10 @@ async function readExisting(dir: string): Promise<Manifest | undefined> {
   const path = join(dir, MANIFEST_NAME);
   let text: string;
   try {
-    const fh = await open(path, "r");
-    try {
-      text = await fh.readFile("utf8");
-    } finally {
-      await fh.close();
-    }
+    text = await readFile(path, "utf8");
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw err;
+    throw fileError(err, path);
   }
   return parseManifest(text, path);
 }

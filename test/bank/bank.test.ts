@@ -1,11 +1,11 @@
-import { writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
 import { mainForwardRows, readBank, summarizeBank } from "../../src/bank/bank.js";
 import { buildPrompt } from "../../src/bank/prompt.js";
-import { BankError } from "../../src/errors.js";
+import { BankError, EXIT, FileError } from "../../src/errors.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir();
@@ -89,9 +89,24 @@ describe("query bank", () => {
     expect(e.message).toMatch(message as RegExp);
   });
 
-  it("reports a missing file and an empty bank", async () => {
-    expect((await bankError(join(dir, "nope.jsonl"))).message).toMatch(/nope\.jsonl:0: no such file/);
-    expect((await bankError(bank("empty.jsonl", [""]))).message).toMatch(/holds no queries/);
+  it("reports an empty bank naming the file", async () => {
+    const path = bank("empty.jsonl", [""]);
+    const e = await bankError(path);
+    expect([e.message, e.line, e.field, e.exitCode]).toEqual([`${path}: holds no queries`, 0, undefined, EXIT.data]);
+  });
+
+  it("reports a missing bank as missing and an unreadable one as unreadable, with the reason", async () => {
+    const missing = join(dir, "nope.jsonl");
+    await expect(readBank(missing)).rejects.toMatchObject({ constructor: FileError, message: `${missing}: does not exist`, problem: "missing", code: "ENOENT", exitCode: EXIT.data });
+    const folder = join(dir, "a-folder.jsonl");
+    mkdirSync(folder);
+    await expect(readBank(folder)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${folder}: cannot be read: it is a directory (EISDIR)`,
+      problem: "unreadable",
+      code: "EISDIR",
+      exitCode: EXIT.data,
+    });
   });
 });
 

@@ -13,7 +13,7 @@ describe("generations file", () => {
     ["a duplicate query_id", ['{"query_id": "q1", "raw_response": " a"}', '{"query_id": "q1", "raw_response": " b"}'], /gens\.jsonl:2: field "query_id": duplicate "q1" \(first on line 1\)$/],
     ["a missing raw_response", ['{"query_id": "q1"}'], /gens\.jsonl:1: field "raw_response": is missing or not a string$/],
     ["a line that is not JSON", ['{"query_id": '], /gens\.jsonl:1: is not valid JSON/],
-    ["an array line", ["[1]"], /gens\.jsonl:1: expected a JSON object$/],
+    ["an array line", ["[1]"], /gens\.jsonl:1: expected a JSON object but received array$/],
   ])("names the line of %s", async (_what, lines, message) => {
     const file = join(dir, "gens.jsonl");
     writeFileSync(file, lines.join("\n") + "\n");

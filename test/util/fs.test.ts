@@ -1,0 +1,125 @@
+/**
+ * The file helpers: operating-system errors become tagged errors naming the
+ * path and the reason; writeFileAtomic leaves the old content or the new, and
+ * never a temporary file, whatever fails.
+ */
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+
+import { describe, expect, it } from "vitest";
+
+import { EXIT, FileError, HsmError, StoreError } from "../../src/errors.js";
+import { fileError, osReason, writeFileAtomic } from "../../src/util/fs.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-fs-");
+
+/** An error as Node's fs module makes them. */
+function errno(code: string, text: string, syscall = "open", path = "/x"): NodeJS.ErrnoException {
+  return Object.assign(new Error(`${code}: ${text}, ${syscall} '${path}'`), { code, syscall, path });
+}
+
+describe("fileError", () => {
+  it("reports a missing file as missing", async () => {
+    const path = join(dir, "absent.jsonl");
+    const err = await readFile(path).catch((e: unknown) => e);
+    const e = fileError(err, path);
+    expect(e).toBeInstanceOf(FileError);
+    expect(e).toMatchObject({ message: `${path}: does not exist`, path, problem: "missing", code: "ENOENT", exitCode: EXIT.data, cause: err });
+  });
+
+  it("reports a folder given as a file as unreadable, with the OS reason", async () => {
+    const err = await readFile(dir).catch((e: unknown) => e);
+    expect(fileError(err, dir)).toMatchObject({
+      constructor: FileError,
+      message: `${dir}: cannot be read: it is a directory (EISDIR)`,
+      problem: "unreadable",
+      code: "EISDIR",
+      exitCode: EXIT.data,
+    });
+  });
+
+  it.each([
+    ["EACCES", "permission denied", "read", "bank.jsonl: cannot be read: permission denied (EACCES)"],
+    ["EIO", "i/o error", "read", "bank.jsonl: cannot be read: input/output error (EIO)"],
+    ["ENOSPC", "no space left on device", "write", "bank.jsonl: cannot be written: no space left on device (ENOSPC)"],
+    ["EROFS", "read-only file system", "write", "bank.jsonl: cannot be written: read-only file system (EROFS)"],
+    ["ENOENT", "no such file or directory", "write", "bank.jsonl: cannot be written: its folder does not exist (ENOENT)"],
+    // A code hsm has no words for keeps the operating system's own.
+    ["ESTALE", "stale file handle", "read", "bank.jsonl: cannot be read: stale file handle (ESTALE)"],
+  ] as const)("words %s on %s", (code, text, action, message) => {
+    const e = fileError(errno(code, text), "bank.jsonl", action);
+    expect(e).toBeInstanceOf(FileError);
+    expect(e).toMatchObject({ message, code, problem: action === "read" ? "unreadable" : "unwritable", exitCode: EXIT.data });
+  });
+
+  it("passes hsm's own errors and errors without an errno code through unchanged", () => {
+    const own = new StoreError("s", "is broken");
+    expect(fileError(own, "x")).toBe(own);
+    const bug = new TypeError("x is not a function");
+    expect(fileError(bug, "x")).toBe(bug);
+    expect(fileError(bug, "x")).not.toBeInstanceOf(HsmError);
+  });
+
+  it("says why in words and code for the reports that list problems", () => {
+    expect(osReason(errno("EISDIR", "illegal operation on a directory", "read"))).toBe("it is a directory (EISDIR)");
+    expect(osReason({ message: "something odd" })).toBe("something odd");
+  });
+});
+
+describe("writeFileAtomic", () => {
+  it("writes text, bytes and pieces, and leaves no temporary file", async () => {
+    const folder = join(dir, "ok");
+    mkdirSync(folder);
+    await writeFileAtomic(join(folder, "a.txt"), "héllo\n");
+    await writeFileAtomic(join(folder, "b.bin"), Uint8Array.from([0, 255, 7]));
+    await writeFileAtomic(join(folder, "c.txt"), ["one,", Uint8Array.from([0x74, 0x77, 0x6f]), ",three"]);
+    expect(readFileSync(join(folder, "a.txt"), "utf8")).toBe("héllo\n");
+    expect(Array.from(readFileSync(join(folder, "b.bin")))).toEqual([0, 255, 7]);
+    expect(readFileSync(join(folder, "c.txt"), "utf8")).toBe("one,two,three");
+    await writeFileAtomic(join(folder, "a.txt"), "replaced");
+    expect(readFileSync(join(folder, "a.txt"), "utf8")).toBe("replaced");
+    expect(readdirSync(folder).sort()).toEqual(["a.txt", "b.bin", "c.txt"]);
+  });
+
+  it("keeps the old content and removes its temporary file when the data fails midway", async () => {
+    const folder = join(dir, "fail-midway");
+    mkdirSync(folder);
+    const path = join(folder, "scored.jsonl");
+    writeFileSync(path, "old\n");
+    const full = errno("ENOSPC", "no space left on device", "write", path);
+    async function* pieces() {
+      yield "new line 1\n";
+      yield "new line 2\n";
+      throw full;
+    }
+    const err = await writeFileAtomic(path, pieces()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(FileError);
+    expect(err).toMatchObject({ message: `${path}: cannot be written: no space left on device (ENOSPC)`, problem: "unwritable", code: "ENOSPC", exitCode: EXIT.data, cause: full });
+    expect(readFileSync(path, "utf8")).toBe("old\n");
+    expect(readdirSync(folder)).toEqual(["scored.jsonl"]);
+  });
+
+  it("keeps what is there and removes its temporary file when the rename fails", async () => {
+    const folder = join(dir, "fail-rename");
+    mkdirSync(join(folder, "target", "inside"), { recursive: true });
+    const path = join(folder, "target");
+    await expect(writeFileAtomic(path, "text")).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${path}: cannot be written: it is a directory (EISDIR)`,
+      exitCode: EXIT.data,
+    });
+    expect(readdirSync(folder)).toEqual(["target"]);
+    expect(readdirSync(path)).toEqual(["inside"]);
+  });
+
+  it("names the path when its folder does not exist", async () => {
+    const path = join(dir, "no-such-folder", "out.jsonl");
+    await expect(writeFileAtomic(path, "x")).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${path}: cannot be written: its folder does not exist (ENOENT)`,
+      exitCode: EXIT.data,
+    });
+  });
+});

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { mainForwardRows, readBank, summarizeBank } from "../../src/bank/bank.js";
-import { buildPrompt } from "../../src/bank/prompt.js";
+import { ANCHOR_TEMPLATE, buildPrompt, PERTURBED_TEMPLATE } from "../../src/bank/prompt.js";
 import { BankError, EXIT, FileError } from "../../src/errors.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -118,6 +118,14 @@ describe("prompts", () => {
     expect(buildPrompt({ condition_family: "paraphrase", query: "In which jurisdiction is AAFC legally in force?" })).toBe(
       "In which jurisdiction is AAFC legally in force?\nAnswer:",
     );
+  });
+
+  it("builds every prompt from the two published templates", () => {
+    expect(ANCHOR_TEMPLATE).toBe("Question: {query}\nAnswer with only the shortest correct answer.\nAnswer:");
+    expect(PERTURBED_TEMPLATE).toBe("{query}\nAnswer:");
+    for (const [family, template] of [["anchor", ANCHOR_TEMPLATE], ["distractor", PERTURBED_TEMPLATE]] as const) {
+      expect(buildPrompt({ condition_family: family, query: "Q?" })).toBe(template.split("{query}").join("Q?"));
+    }
   });
 
   it("keeps the query verbatim: no template syntax inside it is interpreted", () => {

@@ -1,10 +1,12 @@
 /** Exports of a fixture: every EEE record valid against the published schema; Foundry's columns. */
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
+import { EXIT, InternalError, ScoredError } from "../../src/errors.js";
 import { instanceSchema, sampleHash } from "../../src/export/eee.js";
 import { exportScored } from "../../src/export/export.js";
 import { validate } from "../../src/export/validate.js";
@@ -87,5 +89,88 @@ describe("hsm export", () => {
     expect(typeof plain[0].response).toBe("string");
     expect(msgs[0].messages).toEqual([{ role: "user", content: plain[0].query }, { role: "assistant", content: plain[0].response }]);
     expect(msgs[0].ground_truth).toBe("City 0");
+  });
+});
+
+describe("export errors and settings", () => {
+  it("records the prompt templates and every label in the aggregate", async () => {
+    const out = join(dir, "eee-settings");
+    const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out, modelId: "hsm/x" });
+    const aggregate = JSON.parse(readFileSync(r.files[0]!, "utf8"));
+    const result = aggregate.evaluation_results[0];
+    // The text contracts.md §2 gives, newlines written as backslash-n.
+    expect(result.generation_config.generation_args.prompt_template).toBe(
+      "anchor: Question: {query}\\nAnswer with only the shortest correct answer.\\nAnswer: | other: {query}\\nAnswer:",
+    );
+    expect(result.generation_config.additional_details.max_prompt_len).toBe("192");
+    expect(Object.keys(result.score_details.details)).toEqual(["correct", "incorrect", "ambiguous", "abstain", "unparseable"]);
+  });
+
+  it("names the developer and organization unknown when nobody does", async () => {
+    const out = join(dir, "eee-unnamed");
+    const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out });
+    const aggregate = JSON.parse(readFileSync(r.files[0]!, "utf8"));
+    expect(aggregate.model_info).toMatchObject({ id: "unknown/synthetic-fixture", developer: "unknown" });
+    expect(aggregate.source_metadata.source_organization_name).toBe("unknown");
+  });
+
+  it.each([
+    ["a missing field", { query_id: "query_00000001", raw_response: "x", label: "correct", condition_family: "anchor" }, ':1: field "fact_id": expected a string but received nothing'],
+    ["a label outside the list", { query_id: "query_00000001", raw_response: "x", label: "right", condition_family: "anchor", fact_id: "f" }, ':1: field "label": "right" is not one of correct, incorrect, ambiguous, abstain, unparseable'],
+  ])("names the line and field of %s", async (_what, row, tail) => {
+    const scored = join(dir, `scored-${tail.length}.jsonl`);
+    writeFileSync(scored, JSON.stringify(row) + "\n");
+    await expect(exportScored({ format: "foundry", scored, bank: fx.bank, out: join(dir, "never.jsonl") })).rejects.toMatchObject({
+      constructor: ScoredError,
+      message: scored + tail,
+      exitCode: EXIT.data,
+    });
+  });
+
+  it("names the line of a scored row whose query the bank lacks", async () => {
+    const scored = join(dir, "scored-unknown.jsonl");
+    const row = { query_id: "query_99999999", raw_response: "x", label: "correct", condition_family: "anchor", fact_id: "f" };
+    writeFileSync(scored, `${readFileSync(fx.scored, "utf8").split("\n")[0]}\n\n${JSON.stringify(row)}\n`);
+    await expect(exportScored({ format: "foundry", scored, bank: fx.bank, out: join(dir, "never.jsonl") })).rejects.toMatchObject({
+      constructor: ScoredError,
+      message: `${scored}:3: field "query_id": "query_99999999" is not in the bank ${fx.bank}`,
+    });
+  });
+
+  it("calls a schema missing from the installation an internal error", () => {
+    const places = [join(dir, "nowhere", "a.json"), join(dir, "nowhere", "b.json")];
+    let err: unknown;
+    try {
+      instanceSchema(places);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(InternalError);
+    expect((err as InternalError).message).toBe(
+      `the instance-level schema file instance_level_eval_0.3.0.json is missing from this installation (looked in ${places.join(", ")}); reinstall hsm`,
+    );
+    expect((err as InternalError).exitCode).toBe(EXIT.internal);
+    const broken = join(dir, "broken-schema.json");
+    writeFileSync(broken, "{");
+    expect(() => instanceSchema([broken])).toThrow(InternalError);
+    expect(() => instanceSchema([broken])).toThrow(new RegExp(`^the instance-level schema of this installation, ${broken}, is not valid JSON \\(.+\\); reinstall hsm$`));
+  });
+
+  it("does not load the model runner (and with it onnxruntime): its imports stay outside src/runner", () => {
+    const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+    const seen = new Set<string>();
+    const visit = (file: string) => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      const text = readFileSync(file, "utf8");
+      for (const m of text.matchAll(/^(?:import|export)\s[^;]*?from\s+"([^"]+)"/gms)) {
+        const spec = m[1]!;
+        if (spec.startsWith(".")) visit(join(dirname(file), spec.replace(/\.js$/, ".ts")));
+        else expect(spec, `${file} imports ${spec}`).not.toMatch(/onnxruntime/);
+      }
+    };
+    visit(join(root, "src", "export", "export.ts"));
+    expect(seen.size).toBeGreaterThan(5);
+    expect([...seen].filter((f) => f.includes(`${join("src", "runner")}`))).toEqual([]);
   });
 });

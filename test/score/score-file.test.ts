@@ -1,9 +1,11 @@
-import { writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
-import { readGenerations } from "../../src/score/score-file.js";
+import { UNNAMED } from "../../src/defaults.js";
+import { EXIT, FileError, GenerationsError } from "../../src/errors.js";
+import { readGenerations, scoreFile } from "../../src/score/score-file.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-gens-");
@@ -26,5 +28,53 @@ describe("generations file", () => {
     const g = await readGenerations(file);
     expect([...g.keys()]).toEqual(["q1", "q2"]);
     expect(g.get("q2")!.line).toBe(3);
+  });
+});
+
+describe("scoreFile", () => {
+  const bankLines = [
+    { query_id: "q1", fact_id: "f1", condition_family: "anchor", query: "Capital of France?", use_for_main_forward: true, answers: ["Paris"] },
+    { query_id: "q2", fact_id: "f1", condition_family: "typo", query: "Captial of France?", use_for_main_forward: true, answers: ["Paris"] },
+  ].map((r) => JSON.stringify(r));
+
+  function setup(name: string, gens: object[]): { bank: string; generations: string; out: string } {
+    const bank = join(dir, `${name}.bank.jsonl`);
+    const generations = join(dir, `${name}.gens.jsonl`);
+    writeFileSync(bank, bankLines.join("\n") + "\n");
+    writeFileSync(generations, gens.map((g) => JSON.stringify(g)).join("\n") + "\n");
+    return { bank, generations, out: join(dir, `${name}.scored.jsonl`) };
+  }
+
+  it("writes one row per generation in bank order, the model named by the generation, else by the caller, else unknown", async () => {
+    const o = setup("order", [{ query_id: "q2", raw_response: " Lyon" }, { query_id: "q1", raw_response: " Paris", model: "m-gen" }]);
+    const s = await scoreFile(o);
+    expect(s).toEqual({ rows: 2, labels: { correct: 1, incorrect: 1 }, missing: 0, unknown: 0, needsReview: 0 });
+    const rows = readFileSync(o.out, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(rows.map((r) => [r.query_id, r.model, r.label])).toEqual([["q1", "m-gen", "correct"], ["q2", UNNAMED, "incorrect"]]);
+    expect(UNNAMED).toBe("unknown");
+    await scoreFile({ ...o, model: "m-cli" });
+    expect(readFileSync(o.out, "utf8").trim().split("\n").map((l) => JSON.parse(l).model)).toEqual(["m-gen", "m-cli"]);
+    expect(readdirSync(dir).filter((n) => n.includes(".tmp"))).toEqual([]);
+  });
+
+  it("names a generation for a query the bank lacks, and a bank query without a generation", async () => {
+    const extra = setup("extra", [{ query_id: "q1", raw_response: "a" }, { query_id: "q2", raw_response: "b" }, { query_id: "q9", raw_response: "c" }]);
+    await expect(scoreFile(extra)).rejects.toMatchObject({
+      constructor: GenerationsError,
+      message: `${extra.generations}:3: field "query_id": "q9" is not in the bank ${extra.bank} (1 such generation(s)); pass --allow-missing to skip them`,
+      exitCode: EXIT.data,
+    });
+    const short = setup("short", [{ query_id: "q2", raw_response: "b" }]);
+    await expect(scoreFile(short)).rejects.toMatchObject({
+      constructor: GenerationsError,
+      message: `${short.generations}: has no generation for 1 of the bank's 2 queries (first: "q1", ${short.bank}:1); pass --allow-missing to score the rest`,
+    });
+    expect(existsSync(short.out)).toBe(false);
+  });
+
+  it("reports a missing generations file as missing", async () => {
+    const o = setup("nofile", []);
+    const generations = join(dir, "absent.jsonl");
+    await expect(scoreFile({ ...o, generations })).rejects.toMatchObject({ constructor: FileError, message: `${generations}: does not exist`, exitCode: EXIT.data });
   });
 });

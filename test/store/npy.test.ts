@@ -4,7 +4,7 @@ import { join } from "node:path";
 import npyjs from "npyjs";
 import { describe, expect, it } from "vitest";
 
-import { NpyHeaderError } from "../../src/errors.js";
+import { EXIT, FileError, NpyHeaderError } from "../../src/errors.js";
 import { buildNpyHeader, parseNpyHeader } from "../../src/store/npy.js";
 import { readNpyFile, writeNpyFile } from "../../src/store/npy-file.js";
 import { f32ToF16 } from "../../src/store/float16.js";
@@ -49,6 +49,7 @@ describe("npy header", () => {
       const e = error as NpyHeaderError;
       expect(e.path).toBe(`attacks/${name}`);
       expect(e.field).toBe(attack.field);
+      expect(e.exitCode).toBe(EXIT.data);
       expect(e.message).toMatch(attack.message);
       expect(e.message.startsWith(`attacks/${name}: npy header ${attack.field}:`)).toBe(true);
     });
@@ -78,6 +79,11 @@ describe("npy files", () => {
     await writeNpyFile(path, [4, 6], new Uint16Array(24));
     writeFileSync(path, readFileSync(path).subarray(0, 128 + 40));
     await expect(readNpyFile(path)).rejects.toThrow(/needs 48 bytes of data but the file holds 40/);
+  });
+
+  it("name a missing file as missing", async () => {
+    const path = join(dir, "absent.npy");
+    await expect(readNpyFile(path)).rejects.toMatchObject({ constructor: FileError, message: `${path}: does not exist`, exitCode: EXIT.data });
   });
 });
 

@@ -1,10 +1,12 @@
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
+import { EXIT, FileError, StoreError } from "../../src/errors.js";
 import { memoryBackend } from "../../src/store/backend.js";
 import { f16ToF32, f32ToF16 } from "../../src/store/float16.js";
+import { acquireLock } from "../../src/store/lock.js";
 import { parseManifest } from "../../src/store/manifest.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { StoreWriter, type StoreInit } from "../../src/store/writer.js";
@@ -52,12 +54,18 @@ async function writeAll(dir: string, blocks: number[][]): Promise<void> {
   await w.close();
 }
 
-describe("store writer and reader", () => {
-  const dir = tempDir();
+/** A complete store of every row, written in two commits, in its own folder. */
+async function wholeStore(name: string): Promise<string> {
+  const store = join(dir, name);
+  await writeAll(store, [[0, 20], [20, 17]]);
+  return store;
+}
 
+const dir = tempDir();
+
+describe("store writer and reader", () => {
   it("writes a complete store that reads back as NumPy's astype(float16) of the input", async () => {
-    const store = join(dir, "whole");
-    await writeAll(store, [[0, 20], [20, 17]]);
+    const store = await wholeStore("whole");
     const m = parseManifest(readFileSync(join(store, "index.json"), "utf8"), "index.json");
     expect(m).toMatchObject({ complete: true, rows_done: N, layers: [2, 3], d_model: D });
     expect(m.files["L002.npy"]).toMatchObject({ layer: 2, shape: [N, D], nonfinite: 2, max_abs: 65504 });
@@ -81,7 +89,7 @@ describe("store writer and reader", () => {
   });
 
   it("resumes from rows_done and ends byte-identical to an uninterrupted run", async () => {
-    const whole = join(dir, "whole");
+    const whole = await wholeStore("whole-for-resume");
     const resumed = join(dir, "resumed");
     const w1 = await StoreWriter.open(resumed, init());
     for (const layer of [2, 3]) await w1.writeRowsF32(layer, 0, rows(layer).subarray(0, 15 * D));
@@ -102,14 +110,14 @@ describe("store writer and reader", () => {
   });
 
   it("refuses to continue a store made for another model or row set", async () => {
-    const store = join(dir, "whole");
+    const store = await wholeStore("whole-for-refusal");
     await expect(StoreWriter.open(store, init({ model_sha256: "b".repeat(64) }))).rejects.toThrow(/different model sha256; refusing to mix/);
     await expect(StoreWriter.open(store, init({ layers: [3] }))).rejects.toThrow(/different layers/);
     await expect(StoreWriter.open(store, init({ query_ids: init().query_ids.map((q) => q + "x") }))).rejects.toThrow(/different query ids/);
   });
 
   it("reopens a complete store as complete, writing nothing", async () => {
-    const store = join(dir, "whole");
+    const store = await wholeStore("whole-for-reopen");
     const before = readFileSync(join(store, "index.json"));
     const w = await StoreWriter.open(store, init());
     expect(w.complete).toBe(true);
@@ -133,7 +141,7 @@ describe("store writer and reader", () => {
   });
 
   it("reads from any byte source: the same store held in memory", async () => {
-    const store = join(dir, "whole");
+    const store = await wholeStore("whole-for-memory");
     const files = new Map(readdirSync(store).map((name) => [name, new Uint8Array(readFileSync(join(store, name)))]));
     const r = await StoreReader.open(memoryBackend(files, "mem"));
     const fromDisk = await StoreReader.open(store);
@@ -154,5 +162,80 @@ describe("store writer and reader", () => {
     await expect(w.writeRows(2, 0, new Uint16Array(D + 1))).rejects.toThrow(/whole rows of width 8/);
     await expect(w.commit(38)).rejects.toThrow(RangeError);
     await w.close();
+  });
+});
+
+describe("store errors name the file and say what is wrong", () => {
+  it("a folder without index.json is not a store", async () => {
+    const store = join(dir, "empty-folder");
+    mkdirSync(store);
+    await expect(StoreReader.open(store)).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${store}: has no index.json; is this a hidden-state store?`,
+      exitCode: EXIT.data,
+    });
+  });
+
+  it("an index.json that cannot be read is unreadable, not missing", async () => {
+    const store = join(dir, "manifest-folder");
+    mkdirSync(join(store, "index.json"), { recursive: true });
+    await expect(StoreReader.open(store)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${store}/index.json: cannot be read: it is a directory (EISDIR)`,
+      exitCode: EXIT.data,
+    });
+  });
+
+  it("a layer file that is gone, or a link, is named", async () => {
+    const store = await wholeStore("whole-for-errors");
+    renameSync(join(store, "L003.npy"), join(store, "moved.npy"));
+    await expect(StoreReader.open(store)).rejects.toMatchObject({ constructor: FileError, message: `${store}/L003.npy: does not exist`, exitCode: EXIT.data });
+    symlinkSync(join(store, "moved.npy"), join(store, "L003.npy"));
+    await expect(StoreReader.open(store)).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${store}/L003.npy: is a symbolic link; a store holds its own files`,
+      exitCode: EXIT.data,
+    });
+  });
+
+  it("only store file names are ever opened, and a missing file in memory is missing", async () => {
+    const backend = memoryBackend(new Map(), "mem");
+    await expect(backend.readAll("../secret")).rejects.toMatchObject({
+      constructor: StoreError,
+      message: 'mem: refusing to open "../secret", which is not a store file name (index.json or L###.npy)',
+    });
+    await expect(backend.readAll("index.json")).rejects.toMatchObject({ constructor: FileError, message: "mem/index.json: does not exist", code: "ENOENT" });
+    await expect(StoreReader.open(memoryBackend(new Map(), "mem"))).rejects.toMatchObject({ constructor: StoreError, message: "mem: has no index.json; is this a hidden-state store?" });
+  });
+
+  it("a store that cannot be created names the path and the reason", async () => {
+    const notAFolder = join(dir, "a-file");
+    writeFileSync(notAFolder, "x");
+    const store = join(notAFolder, "store");
+    await expect(StoreWriter.open(store, init())).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${store}: cannot be written: a component of the path is not a directory (ENOTDIR)`,
+      problem: "unwritable",
+      exitCode: EXIT.data,
+    });
+  });
+
+  it("a store to resume whose manifest cannot be read is unreadable", async () => {
+    const store = join(dir, "resume-unreadable");
+    mkdirSync(join(store, "index.json"), { recursive: true });
+    await expect(StoreWriter.open(store, init())).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${store}/index.json: cannot be read: it is a directory (EISDIR)`,
+      exitCode: EXIT.data,
+    });
+  });
+
+  it("a lock in a folder that does not exist names the lock file", async () => {
+    const store = join(dir, "never-made");
+    await expect(acquireLock(store)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${store}/.hsm.lock: cannot be written: its folder does not exist (ENOENT)`,
+      exitCode: EXIT.data,
+    });
   });
 });

@@ -2,12 +2,13 @@
  * `verifyStore` on a good fixture store and on one corruption at a time. Each
  * corruption must be reported with the file it concerns and its own message.
  */
-import { cpSync, openSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync, writeSync, closeSync, statSync } from "node:fs";
+import { cpSync, mkdirSync, openSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync, writeSync, closeSync, statSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { EXIT, FileError } from "../../src/errors.js";
 import { verifyStore, type VerifyReport } from "../../src/store/verify.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -113,6 +114,27 @@ describe("verifyStore", () => {
     ],
     ["a missing manifest", (s: string) => rmSync(join(s, "index.json")), ["index.json: [manifest-missing] is missing"]],
     [
+      "a manifest that cannot be read",
+      (s: string) => {
+        rmSync(join(s, "index.json"));
+        mkdirSync(join(s, "index.json"));
+      },
+      ["index.json: [manifest-unreadable] cannot be read: it is a directory (EISDIR)"],
+    ],
+    [
+      "a field whose value reads like an unsafe name (the kind of problem is not guessed from its text)",
+      (s: string) => editManifest(s, (m) => (m.format = "not a plain L###.npy")),
+      ['index.json: [manifest-field] "format" expected "hidden-states/1" but found "not a plain L###.npy"'],
+    ],
+    [
+      "a listed file that is a folder",
+      (s: string) => {
+        rmSync(join(s, "L004.npy"));
+        mkdirSync(join(s, "L004.npy"));
+      },
+      ["L004.npy: [not-regular-file] is not a regular file"],
+    ],
+    [
       "a manifest naming a file outside the store",
       (s: string) =>
         editManifest(s, (m) => {
@@ -185,5 +207,16 @@ describe("verifyStore", () => {
     const got = lines(r);
     expect(got).toHaveLength(expected.length);
     expected.forEach((want, i) => (typeof want === "string" ? expect(got[i]).toBe(want) : expect(got[i]).toMatch(want)));
+  });
+
+  it("throws, naming it, for a store folder that is missing or not a folder", async () => {
+    const missing = join(dir, "no-store");
+    await expect(verifyStore(missing)).rejects.toMatchObject({ constructor: FileError, message: `${missing}: does not exist`, exitCode: EXIT.data });
+    const file = join(good, "L002.npy");
+    await expect(verifyStore(file)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${file}: is not a folder; a store is a folder holding index.json and L###.npy files`,
+      exitCode: EXIT.data,
+    });
   });
 });

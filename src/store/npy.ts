@@ -13,7 +13,7 @@ const NPY_ALIGN = 64;
 export const NPY_MAX_HEADER = 1 << 16;
 
 /** The element types the store and its readers understand. */
-export const NPY_DTYPES = {
+const NPY_DTYPES = {
   "<f2": { bytes: 2, name: "float16" },
   "<f4": { bytes: 4, name: "float32" },
   "<f8": { bytes: 8, name: "float64" },

@@ -3,7 +3,7 @@
  * files, so it runs the same over a folder, an in-memory map (tests) or, later,
  * object storage.
  */
-import { lstat, open, readFile } from "node:fs/promises";
+import { lstat, open, readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { FileError, StoreError } from "../errors.js";
@@ -23,12 +23,18 @@ export interface StoreBackend {
   /** Up to `length` bytes from `offset`; shorter only at the end of the file. */
   read(name: string, offset: number, length: number): Promise<Uint8Array>;
   size(name: string): Promise<number>;
+  /** The store file names present (`index.json`, `L###.npy`); other names are left out. */
+  list(): Promise<string[]>;
   close(): Promise<void>;
+}
+
+function isStoreFileName(name: string): boolean {
+  return name === MANIFEST_NAME || layerOfFileName(name) !== undefined;
 }
 
 /** Only the manifest and plain `L###.npy` names are ever opened. */
 function guard(name: string, location: string): void {
-  if (name !== MANIFEST_NAME && layerOfFileName(name) === undefined) {
+  if (!isStoreFileName(name)) {
     throw new StoreError(location, `refusing to open "${name}", which is not a store file name (index.json or L###.npy)`);
   }
 }
@@ -89,6 +95,13 @@ export function directoryBackend(dir: string): StoreBackend {
         throw fileError(err, join(dir, name));
       }
     },
+    async list() {
+      try {
+        return (await readdir(dir)).filter(isStoreFileName).sort();
+      } catch (err) {
+        throw fileError(err, dir);
+      }
+    },
     async close() {
       const all = [...handles.values()];
       handles.clear();
@@ -116,6 +129,9 @@ export function memoryBackend(files: Map<string, Uint8Array>, location = "<memor
     },
     async size(name) {
       return get(name).length;
+    },
+    async list() {
+      return [...files.keys()].filter(isStoreFileName).sort();
     },
     async close() {},
   };

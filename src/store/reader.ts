@@ -3,21 +3,30 @@
  * loading a whole file. Every header is checked against the manifest when the
  * store is opened.
  */
+import { readBank, type BankRow } from "../bank/bank.js";
+import { defaultModelName, UNNAMED } from "../defaults.js";
 import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.js";
 import { kernels } from "../native/index.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
-import { layerFileName } from "./names.js";
+import { isNativeManifest, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import { layerFileName, layerOfFileName } from "./names.js";
 import { MANIFEST_NAME, parseManifest, type Manifest } from "./manifest.js";
 import { NPY_MAX_HEADER, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface OpenOptions {
   /** Read a store whose `complete` is false (only its first `rows_done` rows). */
   allowIncomplete?: boolean;
+  /**
+   * The query bank (a path, or its rows) for a store written by another tool
+   * whose manifest lacks fact ids and condition families: they are taken from
+   * the bank, joined on `query_id`.
+   */
+  bank?: string | readonly BankRow[];
 }
 
 /** Checks a parsed header against what the manifest promises for that file. */
-export function headerMismatch(h: NpyHeader, rows: number, d: number, fileSize: number): string | undefined {
-  if (h.descr !== "<f2") return `dtype is '${h.descr}', expected '<f2' (float16)`;
+export function headerMismatch(h: NpyHeader, rows: number, d: number, fileSize: number, dtypes: readonly string[] = ["<f2"]): string | undefined {
+  if (!dtypes.includes(h.descr)) return `dtype is '${h.descr}', expected ${dtypes.map((t) => `'${t}'`).join(" or ")} (${dtypes.map((t) => (t === "<f2" ? "float16" : "float32")).join(" or ")})`;
   if (h.fortranOrder) return "is Fortran-ordered, expected C order";
   if (h.shape.length !== 2 || h.shape[0] !== rows || h.shape[1] !== d) {
     return `header shape is (${h.shape.join(", ")}), the manifest says (${rows}, ${d})`;
@@ -29,14 +38,28 @@ export function headerMismatch(h: NpyHeader, rows: number, d: number, fileSize: 
   return undefined;
 }
 
+/** What a foreign store's manifest did not give, filled from its files and the bank. */
+interface Layout {
+  offsets: Map<number, number>;
+  /** Layers stored as float32 (`<f4`), converted to float16 on read. */
+  float32: Set<number>;
+}
+
 export class StoreReader {
   private constructor(
     readonly backend: StoreBackend,
     readonly manifest: Manifest,
-    private readonly dataOffsets: Map<number, number>,
+    private readonly layout: Layout,
+    /** Set for a store written by another tool: its manifest as read, before hsm filled the gaps. */
+    readonly foreign?: ForeignManifest,
   ) {}
 
-  /** Opens a store folder (or any backend) and validates manifest and headers. */
+  /**
+   * Opens a store folder (or any backend) and validates manifest and headers.
+   * hsm's own stores must carry every field; a store written by another tool
+   * needs only its row order, layers and checksums, with fact ids and
+   * families from `options.bank` where it lacks them (see docs/store.md).
+   */
   static async open(source: string | StoreBackend, options: OpenOptions = {}): Promise<StoreReader> {
     const backend = typeof source === "string" ? directoryBackend(source) : source;
     try {
@@ -50,7 +73,15 @@ export class StoreReader {
         }
         throw err;
       }
-      const manifest = parseManifest(text, where);
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch (err) {
+        throw new ManifestError(where, "", `is not valid JSON (${(err as Error).message})`, { cause: err });
+      }
+      const { manifest, layout, foreign } = isNativeManifest(value)
+        ? await openNative(backend, parseManifest(text, where))
+        : await openForeign(backend, value, where, options);
       if (!manifest.complete && !options.allowIncomplete) {
         throw new ManifestError(
           where,
@@ -58,18 +89,7 @@ export class StoreReader {
           `is false: ${manifest.rows_done} of ${manifest.query_ids.length} rows written. Finish the run, or pass --allow-incomplete to read the rows so far`,
         );
       }
-      const offsets = new Map<number, number>();
-      for (const layer of manifest.layers) {
-        const name = layerFileName(layer);
-        const path = `${backend.location}/${name}`;
-        const size = await backend.size(name);
-        const prelude = await backend.read(name, 0, Math.min(size, NPY_MAX_HEADER + 12));
-        const header = parseNpyHeader(prelude, path);
-        const problem = headerMismatch(header, manifest.query_ids.length, manifest.d_model, size);
-        if (problem) throw new NpyHeaderError(path, "shape", problem);
-        offsets.set(layer, header.dataOffset);
-      }
-      return new StoreReader(backend, manifest, offsets);
+      return new StoreReader(backend, manifest, layout, foreign);
     } catch (err) {
       await backend.close();
       throw err;
@@ -91,26 +111,40 @@ export class StoreReader {
 
   /** Float16 bits of rows `[start, start + count)` of `layer`, row-major. */
   async readRows(layer: number, start: number, count: number): Promise<Uint16Array> {
-    const offset = this.dataOffsets.get(layer);
+    if (this.layout.float32.has(layer)) {
+      const wide = await this.readRaw(layer, start, count, 4);
+      const half = new Uint16Array(wide.length);
+      kernels().f32ToF16(wide, half);
+      return half;
+    }
+    return this.readRaw(layer, start, count, 2);
+  }
+
+  /** The same rows as float32: widened from float16, or as stored in a float32 store. */
+  async readRowsF32(layer: number, start: number, count: number): Promise<Float32Array> {
+    if (this.layout.float32.has(layer)) return this.readRaw(layer, start, count, 4);
+    const half = await this.readRaw(layer, start, count, 2);
+    const out = new Float32Array(half.length);
+    kernels().f16ToF32(half, out);
+    return out;
+  }
+
+  private async readRaw(layer: number, start: number, count: number, size: 2): Promise<Uint16Array>;
+  private async readRaw(layer: number, start: number, count: number, size: 4): Promise<Float32Array>;
+  private async readRaw(layer: number, start: number, count: number, size: 2 | 4): Promise<Uint16Array | Float32Array> {
+    const offset = this.layout.offsets.get(layer);
     if (offset === undefined) throw new StoreError(this.backend.location, `holds no layer ${layer} (it has ${this.manifest.layers.join(", ")})`);
     if (!Number.isSafeInteger(start) || !Number.isSafeInteger(count) || start < 0 || count < 0 || start + count > this.readableRows) {
       throw new RangeError(`Expected rows within 0…${this.readableRows} but received ${start}…${start + count}`);
     }
     const d = this.dModel;
-    const bytes = await this.backend.read(layerFileName(layer), offset + start * d * 2, count * d * 2);
-    if (bytes.length !== count * d * 2) {
+    const bytes = await this.backend.read(layerFileName(layer), offset + start * d * size, count * d * size);
+    if (bytes.length !== count * d * size) {
       throw new StoreError(`${this.backend.location}/${layerFileName(layer)}`, "ended early while reading (was it truncated?)");
     }
-    if (bytes.byteOffset % 2 === 0) return new Uint16Array(bytes.buffer, bytes.byteOffset, count * d);
-    return new Uint16Array(bytes.slice().buffer);
-  }
-
-  /** The same rows widened to float32. */
-  async readRowsF32(layer: number, start: number, count: number): Promise<Float32Array> {
-    const half = await this.readRows(layer, start, count);
-    const out = new Float32Array(half.length);
-    kernels().f16ToF32(half, out);
-    return out;
+    // A typed view needs an aligned offset; copy the rare unaligned read.
+    const aligned = bytes.byteOffset % size === 0 ? bytes : bytes.slice();
+    return size === 2 ? new Uint16Array(aligned.buffer, aligned.byteOffset, count * d) : new Float32Array(aligned.buffer, aligned.byteOffset, count * d);
   }
 
   /** Streams a layer in blocks of at most `blockRows` rows. */
@@ -124,4 +158,69 @@ export class StoreReader {
   async close(): Promise<void> {
     await this.backend.close();
   }
+}
+
+/** Reads the header of one layer file. */
+async function readHeader(backend: StoreBackend, layer: number): Promise<{ header: NpyHeader; size: number; path: string }> {
+  const name = layerFileName(layer);
+  const path = `${backend.location}/${name}`;
+  const size = await backend.size(name);
+  const prelude = await backend.read(name, 0, Math.min(size, NPY_MAX_HEADER + 12));
+  return { header: parseNpyHeader(prelude, path), size, path };
+}
+
+async function openNative(backend: StoreBackend, manifest: Manifest): Promise<{ manifest: Manifest; layout: Layout; foreign?: undefined }> {
+  const offsets = new Map<number, number>();
+  for (const layer of manifest.layers) {
+    const { header, size, path } = await readHeader(backend, layer);
+    const problem = headerMismatch(header, manifest.query_ids.length, manifest.d_model, size);
+    if (problem) throw new NpyHeaderError(path, "shape", problem);
+    offsets.set(layer, header.dataOffset);
+  }
+  return { manifest, layout: { offsets, float32: new Set() } };
+}
+
+async function openForeign(
+  backend: StoreBackend,
+  value: unknown,
+  where: string,
+  options: OpenOptions,
+): Promise<{ manifest: Manifest; layout: Layout; foreign: ForeignManifest }> {
+  const { manifest: f, problems } = parseForeignManifest(value);
+  if (!f) throw new ManifestError(where, problems[0]!.key, problems[0]!.message);
+  if (problems.length > 0) throw new ManifestError(where, problems[0]!.key, problems[0]!.message);
+  const layers = f.layers ?? (await backend.list()).map(layerOfFileName).filter((l): l is number => l !== undefined);
+  if (layers.length === 0) throw new StoreError(backend.location, "holds no L###.npy files and its manifest lists no layers");
+  for (const l of layers) {
+    if (!f.checksums.has(layerFileName(l))) throw new ManifestError(where, "", `records no checksum for ${layerFileName(l)}, so its content cannot be trusted`);
+  }
+  const n = f.queryIds.length;
+  const offsets = new Map<number, number>();
+  const float32 = new Set<number>();
+  const sizes = new Map<string, number>();
+  let d = f.dModel;
+  for (const layer of layers) {
+    const { header, size, path } = await readHeader(backend, layer);
+    // The width comes from the manifest if it records one, else from the first file; all must agree.
+    d ??= header.shape[1];
+    const problem = headerMismatch(header, n, d ?? -1, size, ["<f2", "<f4"]);
+    if (problem) throw new NpyHeaderError(path, "shape", problem);
+    offsets.set(layer, header.dataOffset);
+    sizes.set(layerFileName(layer), size);
+    if (header.descr === "<f4") float32.add(layer);
+  }
+  let factIds = f.factIds;
+  let families = f.families;
+  if (!factIds || !families) {
+    if (options.bank === undefined) {
+      throw new ManifestError(where, "", "records no fact ids or condition families; pass the query bank (--bank BANK) to take them from it");
+    }
+    const bank = typeof options.bank === "string" ? await readBank(options.bank) : options.bank;
+    const joined = joinBank(f.queryIds, bank, where, typeof options.bank === "string" ? options.bank : "given");
+    factIds ??= joined.factIds;
+    families ??= joined.families;
+  }
+  // A store folder is named for its model (outputs/hidden/<model>/).
+  const manifest = normalizedManifest(f, { layers, dModel: d!, sizes, factIds, families, model: defaultModelName(backend.location) || UNNAMED });
+  return { manifest, layout: { offsets, float32 }, foreign: f };
 }

@@ -1,0 +1,249 @@
+/**
+ * Stores written by other tools (contracts.md §3, last paragraph): an
+ * `index.json` that gives the row order, the layers and a sha256 per file, and
+ * perhaps `complete`, but not hsm's other fields. This module reads such a
+ * manifest into what hsm needs, saying what it does not record, and joins the
+ * rows with a bank for the fact ids and condition families.
+ */
+import type { BankRow } from "../bank/bank.js";
+import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
+import { DEFAULT_LAYER_RULE, MAX_PROMPT_LEN } from "../defaults.js";
+import { ManifestError } from "../errors.js";
+import { selectLayers } from "./layers.js";
+import { layerFileName, layerOfFileName } from "./names.js";
+import { STORE_FORMAT, type Manifest, type ManifestProblem } from "./manifest.js";
+
+/** The keys, in the order tried, that may hold the row order. */
+const ROW_ORDER_KEYS = ["query_ids", "query_order", "queries", "rows"] as const;
+/** The keys, in the order tried, that may hold the checksums. */
+const CHECKSUM_KEYS = ["files", "checksums", "sha256"] as const;
+
+/** What a foreign manifest gives. Everything but the row order and the checksums may be absent. */
+export interface ForeignManifest {
+  queryIds: string[];
+  /** Parallel to `queryIds` where the row entries carry them. */
+  factIds?: string[];
+  families?: string[];
+  /** As listed; absent when the manifest lists none (then the `L###.npy` names in the folder say). */
+  layers?: number[];
+  /** sha256 hex per `L###.npy` name. */
+  checksums: Map<string, string>;
+  /** Plain names the checksums cover that are not store files (never opened). */
+  otherFiles: string[];
+  complete?: boolean;
+  rowsDone?: number;
+  model?: string;
+  numLayers?: number;
+  dModel?: number;
+  dtype?: string;
+  lastLayerFinalNorm?: boolean;
+  /** Per-file non-finite counts, where the manifest records them. */
+  nonfinite: Map<string, number>;
+}
+
+/** Whether `value` claims to be hsm's own manifest (and is then held to every field). */
+export function isNativeManifest(value: unknown): boolean {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && (value as Record<string, unknown>).format === STORE_FORMAT;
+}
+
+const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+const isHex = (v: unknown): v is string => typeof v === "string" && /^[0-9a-fA-F]{64}$/.test(v);
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** A name that tries to leave the store folder. */
+function unsafe(name: string): boolean {
+  return name.includes("/") || name.includes("\\") || name === "." || name === ".." || name.includes("\0");
+}
+
+/**
+ * Reads a foreign manifest. Problems are what makes it unusable (no row order,
+ * no checksums, a name outside the store); everything else it lacks is left
+ * undefined for the caller to fill and to note.
+ */
+export function parseForeignManifest(value: unknown): { manifest?: ForeignManifest; problems: ManifestProblem[] } {
+  const problems: ManifestProblem[] = [];
+  const bad = (key: string, message: string, code: ManifestProblem["code"] = "manifest-field") => problems.push({ key, code, message });
+  if (!isObject(value)) {
+    bad("", "is not a JSON object");
+    return { problems };
+  }
+  const m = value;
+
+  // Row order: a list of ids, or of objects with query_id (and perhaps fact_id, condition_family).
+  let queryIds: string[] | undefined;
+  let factIds: string[] | undefined;
+  let families: string[] | undefined;
+  const orderKey = ROW_ORDER_KEYS.find((k) => Array.isArray(m[k]));
+  if (orderKey === undefined) {
+    bad("", `gives no row order: expected a list of query ids (or of objects with "query_id") under one of ${ROW_ORDER_KEYS.join(", ")}`);
+  } else {
+    const list = m[orderKey] as unknown[];
+    if (list.every((v) => typeof v === "string")) queryIds = list as string[];
+    else if (list.every((v) => isObject(v) && typeof v.query_id === "string")) {
+      const rows = list as Record<string, unknown>[];
+      queryIds = rows.map((r) => r.query_id as string);
+      if (rows.every((r) => typeof r.fact_id === "string")) factIds = rows.map((r) => r.fact_id as string);
+      if (rows.every((r) => typeof r.condition_family === "string")) families = rows.map((r) => r.condition_family as string);
+    } else {
+      const at = list.findIndex((v) => typeof v !== "string" && !(isObject(v) && typeof v.query_id === "string"));
+      bad(orderKey, `expected a list of query ids or of objects with a string "query_id", but entry ${at} is ${JSON.stringify(list[at])}`);
+    }
+  }
+  if (queryIds) {
+    const seen = new Set<string>();
+    for (const id of queryIds) {
+      if (seen.has(id)) {
+        bad(orderKey!, `lists "${id}" twice`);
+        break;
+      }
+      seen.add(id);
+    }
+  }
+  if (!factIds && Array.isArray(m.fact_ids) && m.fact_ids.every((v) => typeof v === "string")) factIds = m.fact_ids as string[];
+  if (!families && Array.isArray(m.condition_families) && m.condition_families.every((v) => typeof v === "string")) {
+    families = m.condition_families as string[];
+  }
+  for (const [key, list] of [["fact_ids", factIds], ["condition_families", families]] as const) {
+    if (queryIds && list && list.length !== queryIds.length) bad(key, `has ${list.length} entries but the row order has ${queryIds.length}: one per row is required`);
+  }
+
+  // Layers: a list of integers, if given.
+  let layers: number[] | undefined;
+  if (m.layers !== undefined) {
+    if (!Array.isArray(m.layers) || !m.layers.every(isInt)) bad("layers", "expected a list of non-negative integers");
+    else if (m.layers.some((l, i) => i > 0 && l <= (m.layers as number[])[i - 1]!)) bad("layers", "must be strictly ascending");
+    else layers = m.layers as number[];
+  }
+
+  // Checksums: a {file: hex} map, {file: {sha256}} entries, or a list of {file|name|path, sha256}.
+  const checksums = new Map<string, string>();
+  const nonfinite = new Map<string, number>();
+  const otherFiles: string[] = [];
+  const checksumKey = CHECKSUM_KEYS.find((k) => isObject(m[k]) || Array.isArray(m[k]));
+  const add = (key: string, name: unknown, entry: unknown) => {
+    if (typeof name !== "string") return bad(key, `holds an entry without a file name: ${JSON.stringify(entry)}`);
+    if (unsafe(name)) return bad(key, `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`, "unsafe-name");
+    const hex = isObject(entry) ? entry.sha256 : entry;
+    if (layerOfFileName(name) === undefined) return void otherFiles.push(name);
+    if (!isHex(hex)) return bad(`${key}.${name}`, `expected a sha256 of 64 hex digits but found ${JSON.stringify(hex) ?? "nothing"}`);
+    checksums.set(name, hex.toLowerCase());
+    if (isObject(entry) && isInt(entry.nonfinite)) nonfinite.set(name, entry.nonfinite);
+  };
+  if (checksumKey === undefined) {
+    bad("", `records no checksums: expected a {file: sha256} map, or per-file entries with "sha256", under one of ${CHECKSUM_KEYS.join(", ")}`);
+  } else if (Array.isArray(m[checksumKey])) {
+    for (const e of m[checksumKey] as unknown[]) add(checksumKey, isObject(e) ? (e.file ?? e.name ?? e.path) : undefined, e);
+  } else {
+    for (const [name, e] of Object.entries(m[checksumKey] as Record<string, unknown>)) add(checksumKey, name, e);
+  }
+  if (layers) {
+    for (const l of layers) {
+      const name = layerFileName(l);
+      if (checksumKey !== undefined && !checksums.has(name)) bad(checksumKey, `has no checksum for layer ${l} (${name})`);
+    }
+  }
+
+  if (m.complete !== undefined && typeof m.complete !== "boolean") bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
+  if (problems.length > 0 || !queryIds) return { problems };
+  const text = (k: string) => (typeof m[k] === "string" && m[k] !== "" ? (m[k] as string) : undefined);
+  const manifest: ForeignManifest = {
+    queryIds,
+    ...(factIds ? { factIds } : {}),
+    ...(families ? { families } : {}),
+    ...(layers ? { layers } : {}),
+    checksums,
+    otherFiles,
+    nonfinite,
+    ...(typeof m.complete === "boolean" ? { complete: m.complete } : {}),
+    ...(isInt(m.rows_done) ? { rowsDone: m.rows_done } : {}),
+    ...(text("model") ?? text("model_name") ? { model: text("model") ?? text("model_name") } : {}),
+    ...(isInt(m.num_layers) ? { numLayers: m.num_layers } : {}),
+    ...(isInt(m.d_model) ? { dModel: m.d_model } : {}),
+    ...(text("dtype") ? { dtype: text("dtype") } : {}),
+    ...(typeof m.last_layer_final_norm === "boolean" ? { lastLayerFinalNorm: m.last_layer_final_norm } : {}),
+  };
+  return { manifest, problems };
+}
+
+/**
+ * The fact id and condition family of each row, from the bank, joined on
+ * `query_id`. Every id must be in the bank.
+ */
+export function joinBank(queryIds: readonly string[], bank: readonly BankRow[], where: string, bankName: string): { factIds: string[]; families: string[] } {
+  const byId = new Map(bank.map((r) => [r.query_id, r]));
+  const missing = queryIds.map((q, i) => [q, i] as const).filter(([q]) => !byId.has(q));
+  if (missing.length > 0) {
+    const [q, i] = missing[0]!;
+    throw new ManifestError(where, "query_ids", `row ${i} is query "${q}", which the bank ${bankName} lacks (${missing.length} of ${queryIds.length} rows are not in it); is this the bank the store was made from?`);
+  }
+  return { factIds: queryIds.map((q) => byId.get(q)!.fact_id), families: queryIds.map((q) => byId.get(q)!.condition_family) };
+}
+
+/**
+ * The block count and layer rule that explain `layers`: hsm's rule where it
+ * selects exactly these layers of `numLayers` (or of max + 1) blocks, else a
+ * rule that lists them.
+ */
+export function explainLayers(layers: readonly number[], numLayers?: number): { numLayers: number; rule: string } {
+  const L = numLayers ?? Math.max(...layers) + 1;
+  const same = (a: readonly number[]) => a.length === layers.length && a.every((l, i) => l === layers[i]);
+  if (same(selectLayers(L))) return { numLayers: L, rule: DEFAULT_LAYER_RULE };
+  return { numLayers: L, rule: layers.map((l) => `l == ${l}`).join(" or ") };
+}
+
+/** Everything a foreign manifest does not record, in words for `verify`'s notes. */
+export function unrecorded(f: ForeignManifest): string[] {
+  const notes: string[] = [];
+  if (!f.factIds || !f.families) notes.push("records no fact ids or condition families (they come from the bank)");
+  if (!f.layers) notes.push("lists no layers (the L###.npy names in the folder give them)");
+  if (f.complete === undefined) notes.push('records no "complete" flag (the store is taken as complete)');
+  if (!f.model) notes.push("does not name the model");
+  if (f.numLayers === undefined) notes.push("does not record the model's block count (taken as the highest stored layer + 1)");
+  if (f.dModel === undefined) notes.push("does not record d_model (the .npy headers give it)");
+  if (f.nonfinite.size === 0) notes.push("records no non-finite counts (counted here instead)");
+  notes.push("records no model checksum, prompt settings, byte sizes, largest magnitudes or provenance");
+  return notes;
+}
+
+/**
+ * The manifest hsm would have written for a foreign store, from what it
+ * records, what its files' headers say, and the bank's fact ids and families.
+ */
+export function normalizedManifest(
+  f: ForeignManifest,
+  o: { layers: number[]; dModel: number; sizes: ReadonlyMap<string, number>; factIds: string[]; families: string[]; model: string },
+): Manifest {
+  const n = f.queryIds.length;
+  const { numLayers, rule } = explainLayers(o.layers, f.numLayers);
+  const complete = f.complete ?? true;
+  return {
+    format: STORE_FORMAT,
+    model: f.model ?? o.model,
+    model_sha256: "",
+    num_layers: numLayers,
+    d_model: o.dModel,
+    layers: o.layers,
+    layer_rule: rule,
+    // HuggingFace's hidden_states[L] carries the final norm; a store of the last block follows it.
+    last_layer_final_norm: f.lastLayerFinalNorm ?? o.layers.at(-1) === numLayers - 1,
+    probe_position: "last_valid_input_token",
+    prompt: { anchor: ANCHOR_TEMPLATE, other: PERTURBED_TEMPLATE },
+    max_prompt_len: MAX_PROMPT_LEN,
+    padding_side: "left",
+    truncation_side: "left",
+    dtype: f.dtype ?? "unknown",
+    query_ids: f.queryIds,
+    fact_ids: o.factIds,
+    condition_families: o.families,
+    files: Object.fromEntries(
+      o.layers.map((layer) => {
+        const name = layerFileName(layer);
+        return [name, { layer, shape: [n, o.dModel], bytes: o.sizes.get(name) ?? 0, sha256: f.checksums.get(name) ?? "", nonfinite: f.nonfinite.get(name) ?? 0, max_abs: null }];
+      }),
+    ),
+    rows_done: complete ? n : Math.min(f.rowsDone ?? 0, n),
+    complete,
+    created_at: "",
+    tool_version: "",
+  };
+}

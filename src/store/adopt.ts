@@ -1,0 +1,160 @@
+/**
+ * Adopting a store written by another tool: hash every `L###.npy`, join the
+ * rows with the bank, and write the `index.json` hsm would have written, after
+ * which every command treats the store as its own. A foreign `index.json` is
+ * kept beside it as `index.orig.json`.
+ */
+import { lstat, open, readdir, readFile } from "node:fs/promises";
+import { availableParallelism } from "node:os";
+import { join } from "node:path";
+
+import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
+import { defaultModelName, UNNAMED } from "../defaults.js";
+import { ManifestError, StoreError } from "../errors.js";
+import { TOOL_VERSION } from "../version.js";
+import { fileError, osReason, writeFileAtomic } from "../util/fs.js";
+import { isNativeManifest, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import { hashFiles } from "./hash.js";
+import { acquireLock } from "./lock.js";
+import { MANIFEST_NAME, parseManifest, writeManifestAtomic, type Manifest } from "./manifest.js";
+import { layerFileName, layerOfFileName } from "./names.js";
+import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
+import { headerMismatch } from "./reader.js";
+
+/** Where a foreign manifest is kept once adopted. */
+export const ORIGINAL_MANIFEST_NAME = "index.orig.json";
+
+export interface AdoptOptions {
+  /** The query bank the store was made from (a path, or its rows). */
+  bank: string | readonly BankRow[];
+  /** The model name to record; default: the foreign manifest's, else the store folder's name. */
+  model?: string;
+  /** Files hashed at once; default the core count. */
+  concurrency?: number;
+}
+
+/**
+ * Writes a conforming `index.json` for the folder of `L###.npy` files `dir`.
+ * The row order is the foreign manifest's where there is one, else the bank's
+ * main-forward rows; every file is hashed, and checksums a foreign manifest
+ * records must match. A store that is already hsm's is returned unchanged.
+ * @example await adoptStore("outputs/hidden/llama", { bank: "bank.jsonl" })
+ */
+export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest> {
+  const where = join(dir, MANIFEST_NAME);
+  const release = await acquireLock(dir);
+  try {
+    let original: Buffer | undefined;
+    try {
+      original = await readFile(where);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw fileError(err, where);
+    }
+    let foreign: ForeignManifest | undefined;
+    if (original) {
+      let value: unknown;
+      try {
+        value = JSON.parse(original.toString("utf8"));
+      } catch (err) {
+        throw new ManifestError(where, "", `is not valid JSON (${(err as Error).message}); move it away to adopt the store from the bank alone`, { cause: err });
+      }
+      if (isNativeManifest(value)) return parseManifest(original.toString("utf8"), where);
+      const parsed = parseForeignManifest(value);
+      if (!parsed.manifest) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
+      if (parsed.problems.length > 0) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
+      foreign = parsed.manifest;
+      if (foreign.complete === false) throw new StoreError(dir, "is incomplete by its own manifest (complete: false); finish writing it before adopting it");
+    }
+
+    const bankName = typeof o.bank === "string" ? o.bank : "given";
+    const bank = typeof o.bank === "string" ? await readBank(o.bank) : o.bank;
+    const queryIds = foreign?.queryIds ?? mainForwardRows(bank).map((r) => r.query_id);
+    const joined = joinBank(queryIds, bank, where, bankName);
+    const n = queryIds.length;
+
+    let names: string[];
+    try {
+      names = (await readdir(dir)).filter((name) => layerOfFileName(name) !== undefined).sort();
+    } catch (err) {
+      throw fileError(err, dir);
+    }
+    const layers = foreign?.layers ?? names.map((name) => layerOfFileName(name)!);
+    if (layers.length === 0) throw new StoreError(dir, "holds no L###.npy files to adopt");
+    const unlisted = names.filter((name) => !layers.includes(layerOfFileName(name)!));
+    if (unlisted.length > 0) throw new StoreError(join(dir, unlisted[0]!), "is in the store folder but not among the layers its manifest lists");
+
+    // Every header must describe float16 rows of one width, one per query.
+    let d = foreign?.dModel;
+    const sizes = new Map<string, number>();
+    const offsets: number[] = [];
+    for (const layer of layers) {
+      const name = layerFileName(layer);
+      const path = join(dir, name);
+      const prelude = await readPrelude(path);
+      const header = parseNpyHeader(prelude.bytes, path);
+      if (header.descr === "<f4") {
+        throw new StoreError(path, "holds float32 ('<f4'); hsm's stores hold float16. Read it without adopting (verify and metrics with --bank), or convert it with numpy's astype(np.float16) first");
+      }
+      d ??= header.shape[1];
+      const problem = headerMismatch(header, n, d ?? -1, prelude.size);
+      if (problem) throw new StoreError(path, `${problem}${header.shape[0] !== n ? ` (${n} rows in the row order)` : ""}`);
+      sizes.set(name, prelude.size);
+      offsets.push(header.dataOffset);
+    }
+
+    const outcomes = await hashFiles(
+      layers.map((l, i) => ({ path: join(dir, layerFileName(l)), f16From: offsets[i]! })),
+      o.concurrency ?? availableParallelism(),
+    );
+    const base: ForeignManifest = foreign ?? { queryIds, checksums: new Map(), otherFiles: [], nonfinite: new Map() };
+    const manifest = normalizedManifest(base, {
+      layers,
+      dModel: d!,
+      sizes,
+      factIds: joined.factIds,
+      families: joined.families,
+      model: defaultModelName(dir) || UNNAMED,
+    });
+    if (o.model !== undefined) manifest.model = o.model;
+    outcomes.forEach((outcome, i) => {
+      const name = layerFileName(layers[i]!);
+      const path = join(dir, name);
+      if (!outcome.ok) throw new StoreError(path, `cannot be read: ${osReason(outcome)}`);
+      const recorded = foreign?.checksums.get(name);
+      if (recorded !== undefined && recorded !== outcome.result.sha256) {
+        throw new StoreError(path, `sha256 is ${outcome.result.sha256}, its manifest says ${recorded}: the file changed after it was written; not adopted`);
+      }
+      const entry = manifest.files[name]!;
+      entry.sha256 = outcome.result.sha256;
+      entry.nonfinite = outcome.result.stats!.nonfinite;
+      entry.max_abs = outcome.result.stats!.maxAbs;
+    });
+    manifest.created_at = new Date().toISOString();
+    manifest.tool_version = TOOL_VERSION;
+
+    // Keep the foreign manifest first, so that no moment lacks either.
+    if (original) await writeFileAtomic(join(dir, ORIGINAL_MANIFEST_NAME), original);
+    await writeManifestAtomic(dir, manifest);
+    return manifest;
+  } finally {
+    await release();
+  }
+}
+
+/** The first bytes of a layer file (enough for any header) and its size; only regular files are opened. */
+async function readPrelude(path: string): Promise<{ bytes: Buffer; size: number }> {
+  try {
+    const st = await lstat(path);
+    if (!st.isFile()) throw new StoreError(path, st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file");
+    const bytes = Buffer.alloc(Math.min(st.size, NPY_MAX_HEADER + 12));
+    const fh = await open(path, "r");
+    try {
+      await fh.read(bytes, 0, bytes.length, 0);
+    } finally {
+      await fh.close();
+    }
+    return { bytes, size: st.size };
+  } catch (err) {
+    throw fileError(err, path);
+  }
+}

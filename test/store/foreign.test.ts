@@ -1,0 +1,218 @@
+/**
+ * Stores written by other tools: the same data under the manifests other tools
+ * write must read back exactly as hsm's own store of it, with fact ids and
+ * families from the bank; what cannot be trusted is refused, naming why.
+ */
+import { createHash } from "node:crypto";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { readBank } from "../../src/bank/bank.js";
+import { EXIT, ManifestError, StoreError } from "../../src/errors.js";
+import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { computeMetrics } from "../../src/metrics/compute.js";
+import { adoptStore } from "../../src/store/adopt.js";
+import { f16ToF32 } from "../../src/store/float16.js";
+import { writeNpyFile } from "../../src/store/npy-file.js";
+import { StoreReader } from "../../src/store/reader.js";
+import { verifyStore } from "../../src/store/verify.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-foreign-");
+const fx = { bank: join(dir, "fx", "bank.jsonl"), store: join(dir, "fx", "store") };
+const LAYER_FILES = ["L002.npy", "L003.npy", "L004.npy", "L005.npy"];
+let native: { query_ids: string[]; fact_ids: string[]; condition_families: string[]; layers: number[] };
+
+const sha256 = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+beforeAll(async () => {
+  await writeFixture(join(dir, "fx"), { facts: 9, d: 8, layersTotal: 6, seed: 11, nonfiniteRows: 1 });
+  native = JSON.parse(readFileSync(join(fx.store, "index.json"), "utf8"));
+});
+
+/** A folder holding copies of the native store's layer files and, if given, this index.json. */
+function foreignStore(name: string, index?: unknown): string {
+  const store = join(dir, name);
+  mkdirSync(store, { recursive: true });
+  for (const f of LAYER_FILES) copyFileSync(join(fx.store, f), join(store, f));
+  if (index !== undefined) writeFileSync(join(store, "index.json"), JSON.stringify(index));
+  return store;
+}
+
+/** Every row of every layer, as float16 bits, with the row metadata. */
+async function contents(store: string, bank?: string): Promise<unknown> {
+  const r = await StoreReader.open(store, bank ? { bank } : {});
+  try {
+    const layers: Record<number, number[]> = {};
+    for (const l of r.manifest.layers) layers[l] = Array.from(await r.readRows(l, 0, r.rows));
+    const m = r.manifest;
+    return { query_ids: m.query_ids, fact_ids: m.fact_ids, condition_families: m.condition_families, layers: m.layers, d: m.d_model, rows: layers };
+  } finally {
+    await r.close();
+  }
+}
+
+describe("reading a store written by another tool", () => {
+  it("with only row order, layers, checksums and complete: the same rows, facts and families as the native store", async () => {
+    const store = foreignStore("python-pipeline", {
+      query_order: native.query_ids,
+      layers: native.layers,
+      files: Object.fromEntries(LAYER_FILES.map((f) => [f, { sha256: sha256(join(fx.store, f)) }])),
+      complete: true,
+    });
+    expect(await contents(store, fx.bank)).toEqual(await contents(fx.store));
+  });
+
+  it("with a {file: sha256} map and layers from the file names", async () => {
+    const store = foreignStore("checksum-map", { query_ids: native.query_ids, checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])) });
+    expect(await contents(store, fx.bank)).toEqual(await contents(fx.store));
+    const r = await StoreReader.open(store, { bank: await readBank(fx.bank) });
+    expect(r.foreign?.complete).toBeUndefined();
+    expect(r.manifest).toMatchObject({ complete: true, num_layers: 6, layer_rule: "l/(L-1) >= 0.4", model: "checksum-map", last_layer_final_norm: true });
+    await r.close();
+  });
+
+  it("with rows that carry their own fact ids and families, ISS needs no bank and equals the native store's", async () => {
+    const store = foreignStore("self-described", {
+      rows: native.query_ids.map((q, i) => ({ query_id: q, fact_id: native.fact_ids[i], condition_family: native.condition_families[i] })),
+      sha256: LAYER_FILES.map((f) => ({ file: f, sha256: sha256(join(fx.store, f)) })),
+    });
+    const options = { metrics: ["iss" as const], bootstrap: 40, backend: "typescript" };
+    const ours = await computeMetrics(fx.store, options);
+    const theirs = await computeMetrics(store, options);
+    expect(theirs.iss).toEqual(ours.iss);
+  });
+
+  it("in float32: converted to float16 on read, exactly as the native store holds it", async () => {
+    const index = { query_ids: native.query_ids, checksums: {} as Record<string, string> };
+    const store = join(dir, "float32");
+    mkdirSync(store);
+    const r = await StoreReader.open(fx.store);
+    for (const l of r.manifest.layers) {
+      const wide = new Float32Array(r.rows * r.dModel);
+      f16ToF32(await r.readRows(l, 0, r.rows), wide);
+      const path = join(store, `L00${l}.npy`);
+      await writeNpyFile(path, [r.rows, r.dModel], wide);
+      index.checksums[`L00${l}.npy`] = sha256(path);
+    }
+    await r.close();
+    writeFileSync(join(store, "index.json"), JSON.stringify(index));
+    expect(await contents(store, fx.bank)).toEqual(await contents(fx.store));
+    const f = await StoreReader.open(store, { bank: fx.bank });
+    const g = await StoreReader.open(fx.store);
+    expect(Array.from(await f.readRowsF32(4, 3, 2))).toEqual(Array.from(await g.readRowsF32(4, 3, 2)));
+    await Promise.all([f.close(), g.close()]);
+  });
+
+  it.each([
+    [
+      "a layer file in the folder without a checksum",
+      { query_ids: ["a"], checksums: {} },
+      undefined,
+      "index.json: records no checksum for L002.npy, so its content cannot be trusted",
+    ],
+    [
+      "no row order",
+      { checksums: {} },
+      undefined,
+      "index.json: gives no row order: expected a list of query ids (or of objects with \"query_id\") under one of query_ids, query_order, queries, rows",
+    ],
+    [
+      "no checksums",
+      { query_ids: ["a"], layers: [2] },
+      undefined,
+      'index.json: records no checksums: expected a {file: sha256} map, or per-file entries with "sha256", under one of files, checksums, sha256',
+    ],
+    [
+      "a checksum for a name outside the store",
+      { query_ids: ["a"], checksums: { "../L002.npy": "0".repeat(64) } },
+      undefined,
+      'index.json: "checksums" names "../L002.npy", which is not a plain L###.npy file inside the store; it was not opened',
+    ],
+    [
+      "a layer without a checksum",
+      { query_ids: ["a"], layers: [2, 3], checksums: { "L002.npy": "0".repeat(64) } },
+      undefined,
+      'index.json: "checksums" has no checksum for layer 3 (L003.npy)',
+    ],
+  ])("refuses a manifest with %s", async (_what, index, bank, tail) => {
+    const store = foreignStore(`refuse-${tail.length}`, index);
+    await expect(StoreReader.open(store, bank ? { bank } : {})).rejects.toMatchObject({ constructor: ManifestError, message: `${store}/${tail}`, exitCode: EXIT.data });
+  });
+
+  it("asks for the bank when the manifest records no fact ids", async () => {
+    const store = foreignStore("no-bank", { query_ids: native.query_ids, checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])) });
+    await expect(StoreReader.open(store)).rejects.toMatchObject({
+      constructor: ManifestError,
+      message: `${store}/index.json: records no fact ids or condition families; pass the query bank (--bank BANK) to take them from it`,
+      exitCode: EXIT.data,
+    });
+  });
+
+  it("names the first row whose query the bank lacks", async () => {
+    const ids = [...native.query_ids];
+    ids[3] = "query_from_elsewhere";
+    const store = foreignStore("bank-mismatch", { query_ids: ids, checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])) });
+    await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toMatchObject({
+      constructor: ManifestError,
+      message: `${store}/index.json: "query_ids" row 3 is query "query_from_elsewhere", which the bank ${fx.bank} lacks (1 of ${ids.length} rows are not in it); is this the bank the store was made from?`,
+    });
+  });
+});
+
+describe("adoptStore", () => {
+  it("writes the manifest hsm would have written for a bare folder of L###.npy: verify passes and the rows equal the native store's", async () => {
+    const store = foreignStore("bare");
+    const m = await adoptStore(store, { bank: fx.bank, model: "synthetic-fixture" });
+    const ours = JSON.parse(readFileSync(join(fx.store, "index.json"), "utf8"));
+    expect(m.files).toEqual(ours.files);
+    for (const key of ["query_ids", "fact_ids", "condition_families", "layers", "num_layers", "d_model", "layer_rule", "model", "complete", "rows_done"]) {
+      expect(m[key as keyof typeof m]).toEqual(ours[key]);
+    }
+    const report = await verifyStore(store);
+    expect(report.problems).toEqual([]);
+    expect(await contents(store)).toEqual(await contents(fx.store));
+    expect(readdirSync(store).sort()).toEqual([...LAYER_FILES, "index.json"]);
+  });
+
+  it("keeps a foreign index.json as index.orig.json and takes its row order and checksums", async () => {
+    const index = { query_order: native.query_ids, checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])), complete: true };
+    const store = foreignStore("with-index", index);
+    const before = readFileSync(join(store, "index.json"));
+    const m = await adoptStore(store, { bank: fx.bank });
+    expect(readFileSync(join(store, "index.orig.json")).equals(before)).toBe(true);
+    expect(m.model).toBe("with-index");
+    expect((await verifyStore(store)).ok).toBe(true);
+    // A second adoption finds hsm's own manifest and changes nothing.
+    const again = readFileSync(join(store, "index.json"));
+    await adoptStore(store, { bank: fx.bank });
+    expect(readFileSync(join(store, "index.json")).equals(again)).toBe(true);
+  });
+
+  it("refuses a file whose checksum disagrees with its manifest, writing nothing", async () => {
+    const sums = Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))]));
+    sums["L004.npy"] = "f".repeat(64);
+    const store = foreignStore("bad-sum", { query_ids: native.query_ids, checksums: sums });
+    await expect(adoptStore(store, { bank: fx.bank })).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${join(store, "L004.npy")}: sha256 is ${sha256(join(fx.store, "L004.npy"))}, its manifest says ${"f".repeat(64)}: the file changed after it was written; not adopted`,
+      exitCode: EXIT.data,
+    });
+    expect(existsSync(join(store, "index.orig.json"))).toBe(false);
+    expect(JSON.parse(readFileSync(join(store, "index.json"), "utf8")).checksums).toEqual(sums);
+  });
+
+  it("refuses files whose rows are not the bank's main-forward rows", async () => {
+    const store = foreignStore("wrong-rows");
+    const lines = readFileSync(fx.bank, "utf8").trim().split("\n");
+    const bank = join(dir, "short-bank.jsonl");
+    writeFileSync(bank, lines.filter((l) => !l.includes(native.query_ids[0]!)).join("\n") + "\n");
+    const n = native.query_ids.length - 1;
+    await expect(adoptStore(store, { bank })).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${join(store, "L002.npy")}: header shape is (${n + 1}, 8), the manifest says (${n}, 8) (${n} rows in the row order)`,
+    });
+  });
+});

@@ -79,7 +79,7 @@ describe("reading a store written by another tool", () => {
       rows: native.query_ids.map((q, i) => ({ query_id: q, fact_id: native.fact_ids[i], condition_family: native.condition_families[i] })),
       sha256: LAYER_FILES.map((f) => ({ file: f, sha256: sha256(join(fx.store, f)) })),
     });
-    const options = { metrics: ["iss" as const], bootstrap: 40, backend: "typescript" };
+    const options = { metrics: ["iss" as const], bootstrap: 40, backend: "typescript" as const };
     const ours = await computeMetrics(fx.store, options);
     const theirs = await computeMetrics(store, options);
     expect(theirs.iss).toEqual(ours.iss);

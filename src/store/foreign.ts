@@ -41,9 +41,16 @@ export interface ForeignManifest {
   nonfinite: Map<string, number>;
 }
 
-/** Whether `value` claims to be hsm's own manifest (and is then held to every field). */
+/**
+ * Whether `value` claims to be hsm's own manifest, and is then held to every
+ * field: its `format` names hsm's store format (any version), or it carries
+ * `tool_version`, which hsm always writes. A damaged hsm manifest is thus
+ * reported as damaged, not read leniently as another tool's.
+ */
 export function isNativeManifest(value: unknown): boolean {
-  return typeof value === "object" && value !== null && !Array.isArray(value) && (value as Record<string, unknown>).format === STORE_FORMAT;
+  if (!isObject(value)) return false;
+  const format = value.format;
+  return (typeof format === "string" && format.startsWith(STORE_FORMAT.split("/")[0]! + "/")) || "tool_version" in value;
 }
 
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
@@ -165,17 +172,23 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
   return { manifest, problems };
 }
 
+/** Why the rows cannot be joined with the bank (their first query the bank lacks), or undefined when they can. */
+export function bankMismatch(queryIds: readonly string[], bank: readonly BankRow[], bankName: string): string | undefined {
+  const known = new Set(bank.map((r) => r.query_id));
+  const missing = queryIds.map((q, i) => [q, i] as const).filter(([q]) => !known.has(q));
+  if (missing.length === 0) return undefined;
+  const [q, i] = missing[0]!;
+  return `row ${i} is query "${q}", which the bank ${bankName} lacks (${missing.length} of ${queryIds.length} rows are not in it); is this the bank the store was made from?`;
+}
+
 /**
  * The fact id and condition family of each row, from the bank, joined on
  * `query_id`. Every id must be in the bank.
  */
 export function joinBank(queryIds: readonly string[], bank: readonly BankRow[], where: string, bankName: string): { factIds: string[]; families: string[] } {
+  const mismatch = bankMismatch(queryIds, bank, bankName);
+  if (mismatch) throw new ManifestError(where, "query_ids", mismatch);
   const byId = new Map(bank.map((r) => [r.query_id, r]));
-  const missing = queryIds.map((q, i) => [q, i] as const).filter(([q]) => !byId.has(q));
-  if (missing.length > 0) {
-    const [q, i] = missing[0]!;
-    throw new ManifestError(where, "query_ids", `row ${i} is query "${q}", which the bank ${bankName} lacks (${missing.length} of ${queryIds.length} rows are not in it); is this the bank the store was made from?`);
-  }
   return { factIds: queryIds.map((q) => byId.get(q)!.fact_id), families: queryIds.map((q) => byId.get(q)!.condition_family) };
 }
 

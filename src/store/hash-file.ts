@@ -13,6 +13,8 @@ export interface HashJob {
   path: string;
   /** Byte offset where float16 data starts; omit to skip the statistics. */
   f16From?: number;
+  /** Byte offset where float32 data starts (stores written by other tools); counted like float16. */
+  f32From?: number;
 }
 
 export interface HashResult {
@@ -29,7 +31,10 @@ export function hashFileSync(job: HashJob): HashResult {
   const buf = Buffer.allocUnsafeSlow(CHUNK);
   const fd = openSync(job.path, "r");
   const k = kernels({ quiet: true });
-  const statsFrom = job.f16From !== undefined && job.f16From % 2 === 0 ? job.f16From : undefined;
+  // Elements of 2 or 4 bytes never straddle a chunk when the data starts at a multiple of their size.
+  const width = job.f32From !== undefined ? 4 : 2;
+  const from = job.f32From ?? job.f16From;
+  const statsFrom = from !== undefined && from % width === 0 ? from : undefined;
   let nonfinite = 0;
   let maxAbs = 0;
   let pos = 0;
@@ -40,8 +45,9 @@ export function hashFileSync(job: HashJob): HashResult {
       hash.update(n === CHUNK ? buf : buf.subarray(0, n));
       if (statsFrom !== undefined && pos + n > statsFrom) {
         const start = Math.max(statsFrom - pos, 0);
-        const halves = Math.floor((n - start) / 2);
-        const s = k.f16Stats(new Uint16Array(buf.buffer, buf.byteOffset + start, halves));
+        const count = Math.floor((n - start) / width);
+        const s =
+          width === 2 ? k.f16Stats(new Uint16Array(buf.buffer, buf.byteOffset + start, count)) : f32Stats(new Float32Array(buf.buffer, buf.byteOffset + start, count));
         nonfinite += s.nonfinite;
         if (s.maxAbs > maxAbs) maxAbs = s.maxAbs;
       }
@@ -53,4 +59,16 @@ export function hashFileSync(job: HashJob): HashResult {
   const result: HashResult = { sha256: hash.digest("hex"), bytes: pos };
   if (statsFrom !== undefined) result.stats = { nonfinite, maxAbs };
   return result;
+}
+
+/** The non-finite count and largest finite magnitude of float32 values. */
+function f32Stats(src: Float32Array): F16Stats {
+  let nonfinite = 0;
+  let maxAbs = 0;
+  for (let i = 0; i < src.length; i++) {
+    const v = Math.abs(src[i]!);
+    if (!(v <= Number.MAX_VALUE)) nonfinite++;
+    else if (v > maxAbs) maxAbs = v;
+  }
+  return { nonfinite, maxAbs };
 }

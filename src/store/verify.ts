@@ -3,17 +3,19 @@
  * manifest is validated first; only plain `L###.npy` names inside the store are
  * ever opened (symbolic links are refused); each header is checked against the
  * manifest and the file size; then every file is re-hashed, in parallel, and its
- * float16 statistics recounted in the same pass.
+ * statistics recounted in the same pass. A store written by another tool is held
+ * to what its manifest records; what it does not record is noted, not failed.
  */
 import { lstat, open, readdir, readFile, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
+import { readBank, type BankRow } from "../bank/bank.js";
 import { FileError, NpyHeaderError } from "../errors.js";
 import { fileError, osReason } from "../util/fs.js";
-
+import { bankMismatch, isNativeManifest, parseForeignManifest, unrecorded } from "./foreign.js";
 import { hashFiles } from "./hash.js";
-import { layerOfFileName } from "./names.js";
+import { layerFileName, layerOfFileName } from "./names.js";
 import { MANIFEST_NAME, manifestProblems, type Manifest } from "./manifest.js";
 import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
 import { headerMismatch } from "./reader.js";
@@ -26,10 +28,21 @@ export interface VerifyProblem {
   message: string;
 }
 
+/** Something a store written by another tool does not record, so it was not checked. */
+export interface VerifyNote {
+  file: string;
+  /** A stable code: "not-recorded", "not-a-store-file", "no-bank". */
+  note: string;
+  message: string;
+}
+
 export interface VerifiedFile {
   name: string;
   bytes: number | null;
   sha256: string | null;
+  /** Counted while hashing: values that are ±inf or NaN, and the largest finite magnitude. */
+  nonfinite: number | null;
+  max_abs: number | null;
   ok: boolean;
 }
 
@@ -41,11 +54,27 @@ export interface VerifyReport {
   rows_done: number | null;
   files: VerifiedFile[];
   problems: VerifyProblem[];
+  /** True for a store written by another tool (its manifest is not hsm's `hidden-states/1`). */
+  foreign: boolean;
+  /** What a foreign manifest does not record; empty for hsm's own stores. */
+  notes: VerifyNote[];
 }
 
 export interface VerifyOptions {
   /** Files hashed at once; default the core count. */
   concurrency?: number;
+  /** The query bank (a path, or its rows): a foreign store's rows are checked against it. */
+  bank?: string | readonly BankRow[];
+}
+
+/** What a file must be, as far as the manifest says. */
+interface Expected {
+  name: string;
+  bytes?: number;
+  /** Undefined where the manifest records none. */
+  sha256?: string;
+  nonfinite?: number;
+  maxAbs?: number | null;
 }
 
 /**
@@ -54,7 +83,7 @@ export interface VerifyOptions {
  * is missing or not a folder, since then there is nothing to check.
  */
 export async function verifyStore(dir: string, options: VerifyOptions = {}): Promise<VerifyReport> {
-  const report: VerifyReport = { store: dir, ok: false, complete: null, rows: null, rows_done: null, files: [], problems: [] };
+  const report: VerifyReport = { store: dir, ok: false, complete: null, rows: null, rows_done: null, files: [], problems: [], foreign: false, notes: [] };
   const problem = (file: string, code: string, message: string) => report.problems.push({ file, problem: code, message });
 
   let folder;
@@ -83,26 +112,18 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${(err as Error).message})`);
     return report;
   }
-  for (const p of manifestProblems(value)) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
-  const m = value as Partial<Manifest>;
-  if (typeof m.complete === "boolean") report.complete = m.complete;
-  if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
-  if (Number.isSafeInteger(m.rows_done)) report.rows_done = m.rows_done!;
-  if (m.complete === false) {
-    problem(MANIFEST_NAME, "incomplete", `the store is incomplete: ${m.rows_done} of ${report.rows} rows written and no checksums yet`);
-  }
+  const native = isNativeManifest(value);
+  report.foreign = !native;
+  const plan = native ? planNative(value, problem, report) : await planForeign(value, problem, report, options, dir);
+  if (!plan) return report;
+  const { listed, rows, dtypes, compare } = plan;
+  let d = plan.d;
 
-  // The files we may open: plain names, with the structure needed to check them.
-  const listed =
-    typeof m.files === "object" && m.files !== null
-      ? Object.entries(m.files).filter(([name, e]) => layerOfFileName(name) !== undefined && typeof e === "object" && e !== null)
-      : [];
-  const rows = report.rows;
-  const d = Number.isSafeInteger(m.d_model) ? m.d_model! : null;
-  const toHash: { name: string; dataOffset: number }[] = [];
-  for (const [name, entry] of listed) {
+  const toHash: { name: string; dataOffset: number; float32: boolean }[] = [];
+  for (const entry of listed) {
+    const { name } = entry;
     const path = join(dir, name);
-    const file: VerifiedFile = { name, bytes: null, sha256: null, ok: false };
+    const file: VerifiedFile = { name, bytes: null, sha256: null, nonfinite: null, max_abs: null, ok: false };
     report.files.push(file);
     let st;
     try {
@@ -118,7 +139,7 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
       continue;
     }
     file.bytes = st.size;
-    if (Number.isSafeInteger(entry.bytes) && st.size !== entry.bytes) {
+    if (entry.bytes !== undefined && st.size !== entry.bytes) {
       problem(name, "size", `is ${st.size} bytes but the manifest says ${entry.bytes}${st.size < entry.bytes ? " (truncated)" : ""}`);
     }
     const prelude = Buffer.alloc(Math.min(st.size, NPY_MAX_HEADER + 12));
@@ -133,26 +154,27 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
       problem(name, "unreadable", `cannot be read: ${osReason(err as NodeJS.ErrnoException)}`);
       continue;
     }
-    let dataOffset: number;
+    let header;
     try {
-      const header = parseNpyHeader(prelude, name);
-      dataOffset = header.dataOffset;
-      if (rows !== null && d !== null) {
-        const mismatch = headerMismatch(header, rows, d, st.size);
-        if (mismatch) problem(name, "npy-header", mismatch);
-      }
+      header = parseNpyHeader(prelude, name);
     } catch (err) {
       if (!(err instanceof NpyHeaderError)) throw err;
       problem(name, "npy-header", `npy header ${err.field}: ${err.problem}`);
       continue;
     }
-    toHash.push({ name, dataOffset });
+    // A manifest that does not record the width leaves it to the first file; the others must agree.
+    if (d === null && !native && header.shape.length === 2) d = header.shape[1]!;
+    if (rows !== null && d !== null) {
+      const mismatch = headerMismatch(header, rows, d, st.size, dtypes);
+      if (mismatch) problem(name, "npy-header", mismatch);
+    }
+    toHash.push({ name, dataOffset: header.dataOffset, float32: header.descr === "<f4" });
   }
 
   // Files in the folder that the manifest does not account for.
   try {
     const present = await readdir(dir);
-    const known = new Set(listed.map(([name]) => name));
+    const known = new Set(listed.map((e) => e.name));
     for (const name of present) {
       if (layerOfFileName(name) !== undefined && !known.has(name)) problem(name, "unlisted-file", "is in the store folder but not in the manifest");
     }
@@ -161,35 +183,115 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
   }
 
   const outcomes = await hashFiles(
-    toHash.map((f) => ({ path: join(dir, f.name), f16From: f.dataOffset })),
+    toHash.map((f) => ({ path: join(dir, f.name), ...(f.float32 ? { f32From: f.dataOffset } : { f16From: f.dataOffset }) })),
     options.concurrency ?? availableParallelism(),
   );
   outcomes.forEach((o, i) => {
     const { name } = toHash[i]!;
-    const entry = m.files![name]!;
+    const entry = listed.find((e) => e.name === name)!;
     const file = report.files.find((f) => f.name === name)!;
     if (!o.ok) {
       problem(name, "unreadable", `cannot be read: ${osReason(o)}`);
       return;
     }
     file.sha256 = o.result.sha256;
-    if (m.complete !== true) return; // no checksums to compare yet
+    file.nonfinite = o.result.stats?.nonfinite ?? null;
+    file.max_abs = o.result.stats?.maxAbs ?? null;
+    if (!compare) return; // no checksums to compare yet
     // A file already reported as cut short or mislabelled cannot match its checksum; saying so adds nothing.
     if (report.problems.some((p) => p.file === name)) return;
     let good = true;
-    if (o.result.sha256 !== entry.sha256) {
+    if (entry.sha256 !== undefined && o.result.sha256 !== entry.sha256) {
       good = false;
       problem(name, "sha256", `sha256 is ${o.result.sha256}, the manifest says ${entry.sha256 || "(none)"}: the file changed after it was written`);
     }
     const stats = o.result.stats;
-    if (good && stats && stats.nonfinite !== entry.nonfinite) {
+    if (good && stats && entry.nonfinite !== undefined && stats.nonfinite !== entry.nonfinite) {
       problem(name, "nonfinite", `holds ${stats.nonfinite} non-finite values, the manifest says ${entry.nonfinite}`);
     }
-    if (good && stats && entry.max_abs !== stats.maxAbs) {
-      problem(name, "max-abs", `largest finite magnitude is ${stats.maxAbs}, the manifest says ${entry.max_abs}`);
+    if (good && stats && entry.maxAbs !== undefined && entry.maxAbs !== stats.maxAbs) {
+      problem(name, "max-abs", `largest finite magnitude is ${stats.maxAbs}, the manifest says ${entry.maxAbs}`);
     }
   });
   for (const f of report.files) f.ok = f.sha256 !== null && !report.problems.some((p) => p.file === f.name);
   report.ok = report.problems.length === 0;
   return report;
+}
+
+type ProblemSink = (file: string, code: string, message: string) => void;
+
+interface Plan {
+  listed: Expected[];
+  rows: number | null;
+  d: number | null;
+  dtypes: readonly string[];
+  /** Whether checksums and statistics are compared (not while a store is incomplete). */
+  compare: boolean;
+}
+
+/** hsm's own manifest: every field required, every file entry compared. */
+function planNative(value: unknown, problem: ProblemSink, report: VerifyReport): Plan {
+  for (const p of manifestProblems(value)) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
+  const m = value as Partial<Manifest>;
+  if (typeof m.complete === "boolean") report.complete = m.complete;
+  if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
+  if (Number.isSafeInteger(m.rows_done)) report.rows_done = m.rows_done!;
+  if (m.complete === false) {
+    problem(MANIFEST_NAME, "incomplete", `the store is incomplete: ${m.rows_done} of ${report.rows} rows written and no checksums yet`);
+  }
+  // The files we may open: plain names, with the structure needed to check them.
+  const listed =
+    typeof m.files === "object" && m.files !== null
+      ? Object.entries(m.files)
+          .filter(([name, e]) => layerOfFileName(name) !== undefined && typeof e === "object" && e !== null)
+          .map(([name, e]) => ({
+            name,
+            ...(Number.isSafeInteger(e.bytes) ? { bytes: e.bytes } : {}),
+            sha256: typeof e.sha256 === "string" ? e.sha256 : "",
+            nonfinite: e.nonfinite,
+            maxAbs: e.max_abs,
+          }))
+      : [];
+  return { listed, rows: report.rows, d: Number.isSafeInteger(m.d_model) ? m.d_model! : null, dtypes: ["<f2"], compare: m.complete === true };
+}
+
+/** A manifest written by another tool: row order, layers and checksums checked; the rest noted. */
+async function planForeign(value: unknown, problem: ProblemSink, report: VerifyReport, options: VerifyOptions, dir: string): Promise<Plan | undefined> {
+  const { manifest: f, problems } = parseForeignManifest(value);
+  for (const p of problems) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
+  if (!f) return undefined;
+  const note = (file: string, code: string, message: string) => report.notes.push({ file, note: code, message });
+  for (const message of unrecorded(f)) note(MANIFEST_NAME, "not-recorded", message);
+  for (const name of f.otherFiles) note(name, "not-a-store-file", "has a checksum in the manifest but is not a store file; not opened");
+  report.rows = f.queryIds.length;
+  report.complete = f.complete ?? null;
+  report.rows_done = f.rowsDone ?? null;
+  if (f.complete === false) problem(MANIFEST_NAME, "incomplete", "the store is incomplete by its own manifest (complete: false)");
+
+  if (!f.factIds || !f.families) {
+    if (options.bank === undefined) {
+      note(MANIFEST_NAME, "no-bank", "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)");
+    } else {
+      const bank = typeof options.bank === "string" ? await readBank(options.bank) : options.bank;
+      const mismatch = bankMismatch(f.queryIds, bank, typeof options.bank === "string" ? options.bank : "given");
+      if (mismatch) problem(MANIFEST_NAME, "bank-join", `"query_ids" ${mismatch}`);
+    }
+  }
+
+  let layers = f.layers;
+  if (!layers) {
+    try {
+      layers = (await readdir(dir)).map(layerOfFileName).filter((l): l is number => l !== undefined).sort((a, b) => a - b);
+    } catch (err) {
+      throw fileError(err, dir);
+    }
+  }
+  if (layers.length === 0) problem(MANIFEST_NAME, "no-layers", "lists no layers and the folder holds no L###.npy files");
+  const listed = layers.map((l) => {
+    const name = layerFileName(l);
+    const sha256 = f.checksums.get(name);
+    if (sha256 === undefined) problem(name, "sha256-missing", "has no checksum in the manifest, so its content cannot be trusted");
+    return { name, ...(sha256 !== undefined ? { sha256 } : {}), ...(f.nonfinite.has(name) ? { nonfinite: f.nonfinite.get(name)! } : {}) };
+  });
+  return { listed, rows: f.queryIds.length, d: f.dModel ?? null, dtypes: ["<f2", "<f4"], compare: f.complete !== false };
 }

@@ -216,3 +216,90 @@ describe("adoptStore", () => {
     });
   });
 });
+
+describe("verifying a store written by another tool", () => {
+  const sums = () => Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))]));
+
+  it("checks what it records and notes what it does not", async () => {
+    const store = foreignStore("verify-good", { query_order: native.query_ids, layers: native.layers, checksums: sums(), complete: true });
+    const r = await verifyStore(store, { bank: fx.bank });
+    expect(r.problems).toEqual([]);
+    expect(r).toMatchObject({ ok: true, foreign: true, complete: true, rows: native.query_ids.length });
+    expect(r.notes.map((n) => `${n.file}: [${n.note}] ${n.message}`)).toEqual([
+      "index.json: [not-recorded] records no fact ids or condition families (they come from the bank)",
+      "index.json: [not-recorded] does not name the model",
+      "index.json: [not-recorded] does not record the model's block count (taken as the highest stored layer + 1)",
+      "index.json: [not-recorded] does not record d_model (the .npy headers give it)",
+      "index.json: [not-recorded] records no non-finite counts (counted here instead)",
+      "index.json: [not-recorded] records no model checksum, prompt settings, byte sizes, largest magnitudes or provenance",
+    ]);
+    // The counts hsm would have recorded, recounted: the fixture plants one inf in the last layer.
+    const ours = JSON.parse(readFileSync(join(fx.store, "index.json"), "utf8"));
+    expect(r.files.map((f) => [f.name, f.nonfinite, f.max_abs])).toEqual(LAYER_FILES.map((f) => [f, ours.files[f].nonfinite, ours.files[f].max_abs]));
+    const bare = await verifyStore(store);
+    expect(bare.ok).toBe(true);
+    expect(bare.notes.at(-1)).toEqual({ file: "index.json", note: "no-bank", message: "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)" });
+  });
+
+  it("counts float32 files too", async () => {
+    const store = join(dir, "verify-f32");
+    mkdirSync(store);
+    const values = Float32Array.from([1.5, -Infinity, 3e38, NaN, -7, 0]);
+    await writeNpyFile(join(store, "L004.npy"), [3, 2], values);
+    writeFileSync(join(store, "index.json"), JSON.stringify({ query_ids: ["a", "b", "c"], checksums: { "L004.npy": sha256(join(store, "L004.npy")) } }));
+    const r = await verifyStore(store, { concurrency: 1 });
+    expect(r.problems).toEqual([]);
+    expect(r.files).toEqual([{ name: "L004.npy", bytes: 128 + 24, sha256: sha256(join(store, "L004.npy")), nonfinite: 2, max_abs: Math.fround(3e38), ok: true }]);
+  });
+
+  it.each([
+    [
+      "a changed file",
+      (s: string) => {
+        const b = readFileSync(join(s, "L003.npy"));
+        b[b.length - 1]! ^= 0x01;
+        writeFileSync(join(s, "L003.npy"), b);
+      },
+      (_s: string) => [/^L003\.npy: \[sha256\] sha256 is [0-9a-f]{64}, the manifest says [0-9a-f]{64}: the file changed after it was written$/],
+    ],
+    [
+      "a truncated file",
+      (s: string) => writeFileSync(join(s, "L002.npy"), readFileSync(join(s, "L002.npy")).subarray(0, 300)),
+      (_s: string) => [`L002.npy: [npy-header] header shape (${native.query_ids.length}, 8) needs ${128 + native.query_ids.length * 16} bytes but the file holds 300 (truncated)`],
+    ],
+    [
+      "a file of another width",
+      (s: string) => {
+        const b = readFileSync(join(s, "L004.npy"));
+        b.set(Buffer.from(`(${native.query_ids.length / 2}, 16)`.padEnd(`(${native.query_ids.length}, 8)`.length)), b.indexOf(`(${native.query_ids.length}, 8)`));
+        writeFileSync(join(s, "L004.npy"), b);
+      },
+      (_s: string) => [`L004.npy: [npy-header] header shape is (${native.query_ids.length / 2}, 16), the manifest says (${native.query_ids.length}, 8)`],
+    ],
+    [
+      "a layer file without a checksum",
+      (s: string) => copyFileSync(join(s, "L002.npy"), join(s, "L001.npy")),
+      (_s: string) => ["L001.npy: [sha256-missing] has no checksum in the manifest, so its content cannot be trusted"],
+    ],
+  ])("reports %s", async (what, change, expected) => {
+    const store = foreignStore(`verify-${what.replace(/ /g, "-")}`, { query_ids: native.query_ids, checksums: sums() });
+    change(store);
+    const r = await verifyStore(store, { bank: fx.bank });
+    const lines = r.problems.map((p) => `${p.file}: [${p.problem}] ${p.message}`);
+    const want = expected(store);
+    expect(lines).toHaveLength(want.length);
+    want.forEach((w, i) => (typeof w === "string" ? expect(lines[i]).toBe(w) : expect(lines[i]).toMatch(w)));
+    expect(r.ok).toBe(false);
+  });
+
+  it("reports rows the bank lacks and a store incomplete by its own manifest", async () => {
+    const ids = [...native.query_ids];
+    ids[0] = "query_elsewhere";
+    const store = foreignStore("verify-bank", { query_ids: ids, checksums: sums(), complete: false });
+    const r = await verifyStore(store, { bank: fx.bank });
+    expect(r.problems.map((p) => `${p.file}: [${p.problem}] ${p.message}`)).toEqual([
+      "index.json: [incomplete] the store is incomplete by its own manifest (complete: false)",
+      `index.json: [bank-join] "query_ids" row 0 is query "query_elsewhere", which the bank ${fx.bank} lacks (1 of ${ids.length} rows are not in it); is this the bank the store was made from?`,
+    ]);
+  });
+});

@@ -87,7 +87,7 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
   const sessionOptions: ort.InferenceSession.SessionOptions = {
     executionProviders: device === "cuda" ? ["cuda"] : ["cpu"],
     graphOptimizationLevel: "all",
-    logSeverityLevel: 3,
+    logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
   };
   try {

@@ -27,6 +27,7 @@ import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { syncDir } from "../store/manifest.js";
 import { leftPad, planBatches } from "./batching.js";
+import { DetectionError } from "./detect.js";
 import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
 import { isPastInput, pastFor } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
@@ -92,7 +93,7 @@ export class GenerationError extends HsmError {
 export function rewriteForGeneration(model: ModelProto): { cached: boolean } {
   const graph = model.graph!;
   const logits = (graph.output ?? []).find((o) => o.name === "logits");
-  if (!logits) throw new HsmError(`the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`);
+  if (!logits) throw new DetectionError(`the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`);
   const { producer } = graphIndex(graph);
   const g = new GraphBuilder(new Set((graph.node ?? []).map((n) => n.name!)));
   const last = g.ints("/hsm/constants/last_positions", [-1]);

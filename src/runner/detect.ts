@@ -22,6 +22,15 @@ export interface HiddenPlan {
   inputs: InputPlan;
 }
 
+/**
+ * How a graph's inputs are fed: the plan of the first style that recognizes
+ * it, or feeding by name when none does (generation needs no hidden states).
+ */
+export function planInputs(graph: GraphProto, numLayers: number, styles: readonly GraphStyle[] = STYLES): InputPlan {
+  const style = styles.find((s) => s.recognize(graph, { numLayers }));
+  return (style?.inputs ?? standardInputs)(graph);
+}
+
 export function detectHiddenTensors(graph: GraphProto, numLayers: number, given?: ReadonlyMap<number, string>, styles: readonly GraphStyle[] = STYLES): HiddenPlan {
   const context = { numLayers, given };
   const style = styles.find((s) => s.recognize(graph, context));

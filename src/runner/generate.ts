@@ -27,7 +27,7 @@ import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { syncDir } from "../store/manifest.js";
 import { leftPad, planBatches } from "./batching.js";
-import { DetectionError } from "./detect.js";
+import { DetectionError, planInputs } from "./detect.js";
 import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
 import { isPastInput, pastFor } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
@@ -188,6 +188,11 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
   const source = await readFile(md.onnxPath);
   const model = decodeModel(source);
+  const plan = planInputs(model.graph!, md.config.numLayers);
+  if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
+  if (plan.paddingSide !== "left" || plan.feeds.some((f) => f.kind === "use_cache_branch")) {
+    throw new DetectionError(`${md.onnxPath}: generation does not yet run graphs that need ${plan.paddingSide} padding or a use_cache_branch input`);
+  }
   const inputs = new Map(model.graph!.input!.map((v) => [v.name!, v]));
   const { cached } = rewriteForGeneration(model);
   const stage = await stageModel(o.modelDir);

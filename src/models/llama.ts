@@ -10,6 +10,7 @@ import { copyFile, mkdir, rename, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
+import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
 import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
 import { DataType, encodeModel, GraphBuilder, valueInfo } from "../runner/onnx-graph.js";
@@ -146,7 +147,7 @@ export function tokenizerFiles(name: TokenizerName): { tokenizer: string; config
   let dir = dirname(entry);
   while (!existsSync(join(dir, "models", "tokenizer.json"))) {
     const up = dirname(dir);
-    if (up === dir) throw new Error(`${TOKENIZERS[name].pkg} holds no models/tokenizer.json`);
+    if (up === dir) throw new InternalError(`${TOKENIZERS[name].pkg} holds no models/tokenizer.json; reinstall it (npm ci)`);
     dir = up;
   }
   return { tokenizer: join(dir, "models", "tokenizer.json"), config: join(dir, "models", "tokenizer_config.json") };

@@ -29,7 +29,7 @@ import { syncDir } from "../store/manifest.js";
 import { leftPad, planBatches } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
 import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
-import { isPastInput, pastFor } from "./kv-cache.js";
+import { isPastInput, isPresentOutput, pastFor } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
@@ -112,7 +112,7 @@ export function rewriteForGeneration(model: ModelProto): { cached: boolean } {
   g.nodes.push({ name: "/hsm/next_token", opType: "Squeeze", input: [arg, g.ints("/hsm/constants/axes_1", [1])], output: [NEXT_TOKEN] });
   graph.node = [...(graph.node ?? []), ...g.nodes];
   graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
-  const presents = (graph.output ?? []).filter((o) => o.name!.startsWith("present"));
+  const presents = (graph.output ?? []).filter((o) => isPresentOutput(o.name!));
   graph.output = [valueInfo(NEXT_TOKEN, DataType.INT64, ["batch_size"]), ...presents];
   pruneGraph(graph);
   return { cached: presents.length > 0 };

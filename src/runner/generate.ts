@@ -13,10 +13,8 @@
  * when run alone is written with an `error` field instead of an answer (and
  * tried again by the next run); a model that fails on every query stops the run.
  */
-import { createReadStream } from "node:fs";
-import { mkdir, open, readFile, rename, stat, truncate, unlink } from "node:fs/promises";
+import { mkdir, open, readFile, rename, truncate, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { createInterface } from "node:readline";
 
 import * as ort from "onnxruntime-node";
 
@@ -64,10 +62,10 @@ export interface GenerateResult {
 export class GenerationsFileError extends HsmError {
   constructor(
     readonly path: string,
-    readonly line: number,
+    readonly line: number | undefined,
     problem: string,
   ) {
-    super(`${path}:${line}: ${problem}`);
+    super(`${path}${line ? `:${line}` : ""}: ${problem}`);
   }
 }
 
@@ -120,21 +118,26 @@ export function rewriteForGeneration(model: ModelProto): { cached: boolean } {
 
 /**
  * Reads what a previous run wrote: the query_ids answered, and whether rows
- * carrying an `error` are to be tried again. A last line cut off mid-write is
- * removed; any other line that is not a generations row stops the run.
+ * carrying an `error` are to be tried again. A last line cut off mid-write (no
+ * newline yet) is removed; any other line that is not a generations row stops
+ * the run.
  */
 async function resumeFile(path: string): Promise<{ done: Set<string>; keep: string[] | undefined }> {
   const done = new Set<string>();
-  const st = await stat(path).catch(() => undefined);
-  if (!st) return { done, keep: undefined };
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { done, keep: undefined };
+    throw new GenerationsFileError(path, undefined, `cannot be read (${(err as Error).message})`);
+  }
   const kept: string[] = [];
   let failedRows = 0;
-  let good = 0;
-  let offset = 0;
+  let start = 0;
   let lineNo = 0;
-  for await (const line of createInterface({ input: createReadStream(path, { encoding: "utf8" }), crlfDelay: Infinity })) {
+  for (let end = bytes.indexOf(10); end >= 0; start = end + 1, end = bytes.indexOf(10, start)) {
     lineNo++;
-    offset += Buffer.byteLength(line, "utf8") + 1;
+    const line = bytes.toString("utf8", start, end);
     let row: { query_id?: unknown; error?: unknown } | undefined;
     try {
       row = JSON.parse(line);
@@ -142,18 +145,16 @@ async function resumeFile(path: string): Promise<{ done: Set<string>; keep: stri
       row = undefined;
     }
     if (!row || typeof row !== "object" || typeof row.query_id !== "string") {
-      // Only a torn last line can be repaired; anything else is someone else's file.
-      if (offset < st.size) throw new GenerationsFileError(path, lineNo, "is not a generations row (a JSON object with a query_id); refusing to append to this file");
-      continue;
+      throw new GenerationsFileError(path, lineNo, "is not a generations row (a JSON object with a query_id); refusing to append to this file");
     }
     if (row.error !== undefined) failedRows++;
     else {
       done.add(row.query_id);
       kept.push(line);
     }
-    good = Math.min(offset, st.size);
   }
-  if (good < st.size) await truncate(path, good);
+  // What follows the last newline is a line torn by a crash.
+  if (start < bytes.length) await truncate(path, start);
   return { done, keep: failedRows > 0 ? kept : undefined };
 }
 

@@ -235,6 +235,16 @@ describe("hsm generate, killed and resumed", () => {
     expect(again.stdout).toMatch(/0 generated, 150 already there/);
   });
 
+  it("takes a last row without its newline for a torn one, and never glues lines together", async () => {
+    const full = join(dir, "newline-full.jsonl");
+    await generate({ modelDir: modelDir("withPast"), bank, out: full, batchSize: 4 });
+    const out = join(dir, "newline.jsonl");
+    const text = readFileSync(full, "utf8");
+    writeFileSync(out, text.slice(0, text.indexOf("\n"))); // one whole row, newline missing
+    expect(await generate({ modelDir: modelDir("withPast"), bank, out, batchSize: 4 })).toMatchObject({ written: 12, skipped: 0 });
+    expect(readFileSync(out, "utf8")).toBe(text);
+  });
+
   it("refuses to append to a file that holds something else, naming the line", async () => {
     const out = join(dir, "foreign.jsonl");
     writeFileSync(out, '{"query_id":"q0","raw_response":""}\nnot json\n{"query_id":"q2","raw_response":""}\n');

@@ -18,3 +18,5 @@ export const AUROC_BACKENDS = 1e-3;
 export const PROBE_VS_SKLEARN = 1e-3;
 /** float16 storage of a float32 value: half an ulp of float16 relative, 2^-11. */
 export const FLOAT16_RELATIVE = 2 ** -11;
+/** Logits of the tiny generated models from onnxruntime (float32) against the float64 reference: float32 rounding over d ≤ 64 products. */
+export const LOGITS_F32 = 1e-4;

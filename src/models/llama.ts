@@ -10,7 +10,9 @@ import { copyFile, mkdir, rename, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
+import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
+import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
 import { DataType, encodeModel, GraphBuilder, valueInfo } from "../runner/onnx-graph.js";
 
 /** The fields of a HuggingFace `config.json` that this architecture reads. */
@@ -45,7 +47,12 @@ export interface LlamaWeights {
   }[];
   norm: Float32Array; // [d]
   lmHead: Float32Array; // [V, d]
+  /** Forced transitions (see {@link TinyModelOptions.forcedNext}). */
+  forcedNext?: readonly (readonly [from: number, to: number])[];
 }
+
+/** What a forced transition adds to the logit of its token. */
+export const FORCED_LOGIT = 100;
 
 /** Which tokenizer package a generated model borrows, and its vocabulary. */
 export const TOKENIZERS = {
@@ -66,6 +73,17 @@ export interface TinyModelOptions {
   withPast?: boolean;
   /** Standard deviation of the embeddings (1 by default); large values overflow float16 downstream. */
   embedScale?: number;
+  /**
+   * Forced transitions `[from, to]`: whenever the input token is `from`, the
+   * logit of `to` is raised by {@link FORCED_LOGIT}, so greedy decoding emits
+   * chosen tokens (an EOS first, special tokens, split UTF-8) on a real graph.
+   * Built into the LM head: its input gains one feature per transition.
+   */
+  forcedNext?: readonly (readonly [from: number, to: number])[];
+  /** Positions the rotary tables cover (`max_position_embeddings`, 2048 by default). */
+  maxPositions?: number;
+  /** `eos_token_id` written to config.json, replacing the tokenizer's. */
+  eosTokenId?: number | number[];
 }
 
 export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
@@ -82,10 +100,16 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
     rms_norm_eps: 1e-5,
     rope_theta: 500000,
     vocab_size: tok.vocab,
-    max_position_embeddings: 2048,
+    max_position_embeddings: o.maxPositions ?? 2048,
     bos_token_id: tok.bos,
-    eos_token_id: tok.eos,
+    eos_token_id: o.eosTokenId ?? tok.eos,
   };
+}
+
+/** The weights {@link writeTinyModel} writes for these options. */
+export function tinyWeights(o: TinyModelOptions = {}): LlamaWeights {
+  const weights = generateWeights(tinyConfig(o), o.seed ?? 1234, o.embedScale ?? 1);
+  return o.forcedNext?.length ? { ...weights, forcedNext: o.forcedNext } : weights;
 }
 
 /** Seeded weights of a useful scale: activations of order one, norms near one. */
@@ -123,7 +147,7 @@ export function tokenizerFiles(name: TokenizerName): { tokenizer: string; config
   let dir = dirname(entry);
   while (!existsSync(join(dir, "models", "tokenizer.json"))) {
     const up = dirname(dir);
-    if (up === dir) throw new Error(`${TOKENIZERS[name].pkg} holds no models/tokenizer.json`);
+    if (up === dir) throw new InternalError(`${TOKENIZERS[name].pkg} holds no models/tokenizer.json; reinstall it (npm ci)`);
     dir = up;
   }
   return { tokenizer: join(dir, "models", "tokenizer.json"), config: join(dir, "models", "tokenizer_config.json") };
@@ -233,17 +257,17 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     let kr = rope(A, k);
     let vv = v;
     if (withPast) {
-      const pk = `past_key_values.${i}.key`;
-      const pv = `past_key_values.${i}.value`;
+      const pk = pastInputName(i, "key");
+      const pv = pastInputName(i, "value");
       inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
       inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
       kr = g.op1(A, "Concat", [pk, kr], { axis: 2 });
       vv = g.op1(A, "Concat", [pv, v], { axis: 2 });
       // The present tensors are the concatenations themselves, renamed through Identity.
-      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [`present.${i}.key`] });
-      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [`present.${i}.value`] });
-      outputs.push(valueInfo(`present.${i}.key`, DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
-      outputs.push(valueInfo(`present.${i}.value`, DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [presentOutputName(i, "key")] });
+      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
+      outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+      outputs.push(valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
     }
     const expand = (t: string) => g.op1(A, "Reshape", [g.op1(A, "Expand", [g.op1(A, "Unsqueeze", [t, axes2]), repeat]), mergeKv]);
     const kx = expand(kr);
@@ -265,10 +289,23 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     x = g.op1(L, "Add", [x1, down]);
   });
   const normed = rmsNorm("/model/norm", x, w.norm, "model.norm.weight");
+  const forced = w.forcedNext ?? [];
+  let headIn = normed;
+  let head = transpose(w.lmHead, c.vocab_size, d);
+  if (forced.length > 0) {
+    // One feature per transition, 1 where the input token is its `from`; its LM-head row raises `to`.
+    const from = g.ints("/lm_head/constants/forced_from", forced.map(([f]) => f));
+    const hit = g.op1("/lm_head", "Equal", [g.op1("/lm_head", "Unsqueeze", ["input_ids", axisLast]), from]); // [B, T, K]
+    headIn = g.op1("/lm_head", "Concat", [normed, g.op1("/lm_head", "Cast", [hit], { to: DataType.FLOAT })], { axis: -1 });
+    const grown = new Float32Array((d + forced.length) * c.vocab_size);
+    grown.set(head);
+    forced.forEach(([, to], k) => (grown[(d + k) * c.vocab_size + to] = FORCED_LOGIT));
+    head = grown;
+  }
   g.nodes.push({
     name: "/lm_head/MatMul",
     opType: "MatMul",
-    input: [normed, g.floats("lm_head.weight", transpose(w.lmHead, c.vocab_size, d), [d, c.vocab_size])],
+    input: [headIn, g.floats("lm_head.weight", head, [d + forced.length, c.vocab_size])],
     output: ["logits"],
   });
 
@@ -286,7 +323,7 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
  */
 export async function writeTinyModel(dir: string, o: TinyModelOptions = {}): Promise<LlamaConfig> {
   const config = tinyConfig(o);
-  const weights = generateWeights(config, o.seed ?? 1234, o.embedScale ?? 1);
+  const weights = tinyWeights(o);
   const temp = `${dir}.partial-${process.pid}`;
   await rm(temp, { recursive: true, force: true });
   await mkdir(temp, { recursive: true });

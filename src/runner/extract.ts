@@ -8,28 +8,35 @@
  */
 import { createHash } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
-import { basename, join } from "node:path";
-
-import * as ort from "onnxruntime-node";
+import { join } from "node:path";
 
 import { mainForwardRows, readBank } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { HsmError, UsageError } from "../errors.js";
-import { DEFAULT_LAYER_RULE, selectLayers } from "../store/layers.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_ROWS, DEFAULT_LAYER_RULE, defaultModelName, MAX_PROMPT_LEN } from "../defaults.js";
+import { HsmError, InternalError, UsageError } from "../errors.js";
+import { selectLayers } from "../store/layers.js";
 import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { leftPad, planBatches } from "./batching.js";
-import { detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
-import { openModelDir } from "./model-dir.js";
+import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
+import { promptFeeds } from "./feeds.js";
+import { ModelDirError, openModelDir } from "./model-dir.js";
 import { decodeModel, num, valueShape } from "./onnx-graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
-import { MAX_PROMPT_LEN, PromptTokenizer } from "./tokenizer.js";
+import { PromptTokenizer } from "./tokenizer.js";
 
-/** Rows per durable commit; also the alignment of shard boundaries. */
-export const COMMIT_ROWS = 1024;
+/** A bank with no row to run. */
+export class EmptyBankError extends HsmError {
+  constructor(
+    readonly path: string,
+    problem: string,
+  ) {
+    super(`${path}: ${problem}`);
+  }
+}
 
 export interface ExtractOptions extends ModelRunOptions {
   /** Layer rule in l and L. */
@@ -59,7 +66,7 @@ async function isComplete(dir: string): Promise<boolean> {
 }
 
 /** Rows `[start, end)` of shard `index` of `count`, cut on commit-block boundaries. */
-export function shardRange(total: number, index: number, count: number, commitRows = COMMIT_ROWS): [number, number] {
+export function shardRange(total: number, index: number, count: number, commitRows = DEFAULT_COMMIT_ROWS): [number, number] {
   const cut = (k: number) => (k >= count ? total : Math.min(total, Math.floor((k * total) / count / commitRows) * commitRows));
   return [cut(index), cut(index + 1)];
 }
@@ -96,14 +103,14 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
   try {
     model = decodeModel(source);
   } catch (err) {
-    throw new HsmError(`${md.onnxPath}: is not a readable ONNX model (${(err as Error).message})`);
+    throw new ModelDirError(md.onnxPath, `is not a readable ONNX model (${(err as Error).message})`);
   }
   const L = md.config.numLayers;
   const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
   const plan = detectHiddenTensors(model.graph!, L, explicit);
   const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);
   const missing = storedLayers.filter((l) => !plan.tensors.some((t) => t.layer === l));
-  if (missing.length) throw new HsmError(`no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`);
+  if (missing.length) throw new DetectionError(`no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`);
   const inspection: ModelInspection = {
     dir: modelDir,
     numLayers: L,
@@ -122,14 +129,14 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const t0 = performance.now();
   const log = o.log ?? (() => {});
-  const batchSize = o.batchSize ?? 16;
-  const commitRows = o.commitRows ?? COMMIT_ROWS;
+  const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
+  const commitRows = o.commitRows ?? DEFAULT_COMMIT_ROWS;
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
 
   // Everything is checked before anything is written.
   const bankRows = await readBank(o.bank);
   const main = mainForwardRows(bankRows);
-  if (main.length === 0) throw new HsmError(`${o.bank}: no row has use_for_main_forward: true, so there is nothing to extract`);
+  if (main.length === 0) throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
   const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors });
   const { inspection, tokenizer } = inspected;
   const layers = inspection.storedLayers;
@@ -146,7 +153,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const modelSha = createHash("sha256").update(inspected.source).digest("hex");
 
   const init: StoreInit = {
-    model: o.model ?? basename(o.modelDir.replace(/\/+$/, "")),
+    model: o.model ?? defaultModelName(o.modelDir),
     model_sha256: modelSha,
     num_layers: inspection.numLayers,
     d_model: inspection.dModel,
@@ -170,12 +177,9 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
   const stage = await stageModel(o.modelDir);
   const rewritten = rewriteForExtraction(inspected.model, tensors, inspection.dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined);
-  const graphInputs = inspected.model.graph!.input!;
-  const extraInputs = graphInputs.filter((v) => !["input_ids", "attention_mask", "position_ids"].includes(v.name!));
-  for (const v of extraInputs) {
-    if (!/^past_key_values\.|^past\./.test(v.name!)) throw new HsmError(`the model has an input "${v.name}" that hsm does not know how to feed`);
-  }
-  const inputNames = new Set(graphInputs.map((v) => v.name!));
+  const { feeds: inputFeeds, unknown, paddingSide } = inspection.plan.inputs;
+  if (unknown.length > 0) throw new DetectionError(`the model has an input "${unknown[0]}" that hsm does not know how to feed`);
+  if (paddingSide !== "left") throw new DetectionError(`graphs of style ${inspection.plan.strategy} need ${paddingSide} padding, which extraction does not do yet`);
   // The decoded model and the file it came from are no longer needed: let them go before onnxruntime loads the weights.
   inspected.model = undefined as never;
   inspected.source = undefined as never;
@@ -199,19 +203,11 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       for (const batch of planBatches(lengths, batchSize)) {
         const seqs = batch.map((i) => tokens[done + i]!);
         const f = leftPad(seqs, tokenizer.padId);
-        const feeds: Record<string, ort.Tensor> = {
-          input_ids: new ort.Tensor("int64", f.inputIds, [f.batch, f.length]),
-          attention_mask: new ort.Tensor("int64", f.attentionMask, [f.batch, f.length]),
-        };
-        if (inputNames.has("position_ids")) feeds.position_ids = new ort.Tensor("int64", f.positionIds, [f.batch, f.length]);
-        for (const v of extraInputs) {
-          const shape = (valueShape(v) ?? []).map((s, k) => (k === 0 ? f.batch : typeof s === "number" ? s : 0));
-          feeds[v.name!] = new ort.Tensor("float32", new Float32Array(0), shape);
-        }
+        const feeds = promptFeeds(inputFeeds, f);
         const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
         const data = out.data as Uint16Array;
         if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
-          throw new HsmError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`);
+          throw new InternalError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`);
         }
         batch.forEach((i, b) => {
           for (let k = 0; k < n; k++) blocks[k]!.set(data.subarray((b * n + k) * d, (b * n + k + 1) * d), i * d);

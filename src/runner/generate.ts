@@ -1,34 +1,86 @@
 /**
  * `hsm generate`: greedy decoding (num_beams 1, max_new_tokens 24) with the
- * prompts, left truncation and left padding of extraction. The graph is
- * rewritten so that the LM head runs on the last position only and the argmax
- * happens inside it; models with `past_key_values.*` inputs decode with the KV
- * cache, others recompute the whole sequence each step. Resumable: a rerun
- * skips the query_ids already written and never duplicates a line.
+ * prompts, left truncation and left padding of extraction, under the decoding
+ * rules of contracts.md §4 (see decoding.ts). The graph is rewritten so that
+ * the LM head runs on the last position only and the argmax happens inside it;
+ * models with KV-cache inputs decode with the cache, others recompute the whole
+ * sequence each step.
+ *
+ * Every batch is appended and fsynced as soon as it is done, so a stopped run
+ * loses nothing it finished. A rerun skips the query_ids already written,
+ * never duplicates a line, and plans the same batches, so a killed and resumed
+ * run ends with the same file as an uninterrupted one. A query that fails even
+ * when run alone is written with an `error` field instead of an answer (and
+ * tried again by the next run); a model that fails on every query stops the run.
  */
-import { createReadStream } from "node:fs";
-import { mkdir, open, readFile, stat, truncate } from "node:fs/promises";
-import { basename, dirname } from "node:path";
-import { createInterface } from "node:readline";
+import { mkdir, open, readFile, rename, truncate, unlink } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 
 import * as ort from "onnxruntime-node";
 
 import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { HsmError } from "../errors.js";
+import { DEFAULT_BATCH_SIZE, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
+import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
+import { syncDir } from "../store/manifest.js";
 import { leftPad, planBatches } from "./batching.js";
+import { DetectionError, planInputs } from "./detect.js";
+import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
+import { isPastInput, isPresentOutput, pastFor } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
+import { rewriteWeightsInPlace } from "./rewrite.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
-import { rewriteWeightsInPlace } from "./rewrite.js";
 
-export const MAX_NEW_TOKENS = 24;
-export const NEXT_TOKEN = "hsm_next_token";
+export { MAX_NEW_TOKENS };
+
+const NEXT_TOKEN = "hsm_next_token";
+/** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
+const SORT_WINDOW = 256;
+/** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
+const FAILURES_BEFORE_STOP = 8;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
+  /** Messages for the user: what was done ("info") and what to look at ("warn"). */
+  log?: (message: string, level: "info" | "warn") => void;
+}
+
+export interface GenerateResult {
+  /** Rows written with an answer by this run. */
+  written: number;
+  /** Rows already in the file with an answer. */
+  skipped: number;
+  /** Rows written with an `error` field by this run. */
+  failed: number;
+  seconds: number;
+}
+
+/** A generations file this run cannot continue. */
+export class GenerationsFileError extends HsmError {
+  constructor(
+    readonly path: string,
+    readonly line: number | undefined,
+    problem: string,
+  ) {
+    super(`${path}${line ? `:${line}` : ""}: ${problem}`);
+  }
+}
+
+/** A model that failed on every query tried, so nothing could be generated. */
+export class GenerationError extends HsmError {
+  constructor(
+    readonly queryIds: string[],
+    cause: unknown,
+  ) {
+    super(
+      `generation failed on ${queryIds.length} queries in a row (${queryIds.slice(0, 3).join(", ")}${queryIds.length > 3 ? ", …" : ""}), even one at a time, ` +
+        `and none succeeded: ${(cause as Error).message?.split("\n")[0] ?? String(cause)}. Answers written before them are kept; rerunning resumes there`,
+      { cause },
+    );
+  }
 }
 
 /**
@@ -39,7 +91,7 @@ export interface GenerateOptions extends ModelRunOptions {
 export function rewriteForGeneration(model: ModelProto): { cached: boolean } {
   const graph = model.graph!;
   const logits = (graph.output ?? []).find((o) => o.name === "logits");
-  if (!logits) throw new HsmError(`the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`);
+  if (!logits) throw new DetectionError(`the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`);
   const { producer } = graphIndex(graph);
   const g = new GraphBuilder(new Set((graph.node ?? []).map((n) => n.name!)));
   const last = g.ints("/hsm/constants/last_positions", [-1]);
@@ -58,135 +110,225 @@ export function rewriteForGeneration(model: ModelProto): { cached: boolean } {
   g.nodes.push({ name: "/hsm/next_token", opType: "Squeeze", input: [arg, g.ints("/hsm/constants/axes_1", [1])], output: [NEXT_TOKEN] });
   graph.node = [...(graph.node ?? []), ...g.nodes];
   graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
-  const presents = (graph.output ?? []).filter((o) => o.name!.startsWith("present"));
+  const presents = (graph.output ?? []).filter((o) => isPresentOutput(o.name!));
   graph.output = [valueInfo(NEXT_TOKEN, DataType.INT64, ["batch_size"]), ...presents];
   pruneGraph(graph);
   return { cached: presents.length > 0 };
 }
 
-/** The past input that a present output feeds on the next step. */
-export function pastNameFor(present: string): string {
-  return present.replace(/^present/, "past_key_values");
-}
-
-/** Reads what a previous run wrote; a last line cut off mid-write is removed. */
-async function resumeFile(path: string): Promise<{ ids: Set<string> }> {
-  const ids = new Set<string>();
-  const st = await stat(path).catch(() => undefined);
-  if (!st) return { ids };
-  let good = 0;
-  let offset = 0;
+/**
+ * Reads what a previous run wrote: the query_ids answered, and whether rows
+ * carrying an `error` are to be tried again. A last line cut off mid-write (no
+ * newline yet) is removed; any other line that is not a generations row stops
+ * the run.
+ */
+async function resumeFile(path: string): Promise<{ done: Set<string>; keep: string[] | undefined }> {
+  const done = new Set<string>();
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { done, keep: undefined };
+    throw new GenerationsFileError(path, undefined, `cannot be read (${(err as Error).message})`);
+  }
+  const kept: string[] = [];
+  let failedRows = 0;
+  let start = 0;
   let lineNo = 0;
-  for await (const line of createInterface({ input: createReadStream(path, { encoding: "utf8" }), crlfDelay: Infinity })) {
+  for (let end = bytes.indexOf(10); end >= 0; start = end + 1, end = bytes.indexOf(10, start)) {
     lineNo++;
-    const bytes = Buffer.byteLength(line, "utf8") + 1;
+    const line = bytes.toString("utf8", start, end);
+    let row: { query_id?: unknown; error?: unknown } | undefined;
     try {
-      const row = JSON.parse(line) as { query_id?: unknown };
-      if (typeof row.query_id !== "string") throw new Error("no query_id");
-      ids.add(row.query_id);
-      offset += bytes;
-      good = offset;
+      row = JSON.parse(line);
     } catch {
-      // Only a torn last line can be repaired; anything else is someone else's file.
-      offset += bytes;
-      if (offset < st.size) throw new HsmError(`${path}:${lineNo}: is not a generations line; refusing to append to this file`);
+      row = undefined;
+    }
+    if (!row || typeof row !== "object" || typeof row.query_id !== "string") {
+      throw new GenerationsFileError(path, lineNo, "is not a generations row (a JSON object with a query_id); refusing to append to this file");
+    }
+    if (row.error !== undefined) failedRows++;
+    else {
+      done.add(row.query_id);
+      kept.push(line);
     }
   }
-  if (good < st.size) await truncate(path, good);
-  return { ids };
+  // What follows the last newline is a line torn by a crash.
+  if (start < bytes.length) await truncate(path, start);
+  return { done, keep: failedRows > 0 ? kept : undefined };
 }
 
-export async function generate(o: GenerateOptions): Promise<{ written: number; skipped: number; seconds: number }> {
+/** Replaces `path` with `lines`, atomically (temp file, fsync, rename). */
+async function rewriteLines(path: string, lines: string[]): Promise<void> {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
+  const fh = await open(temp, "w");
+  try {
+    await fh.writeFile(lines.map((l) => `${l}\n`).join(""));
+    await fh.sync();
+  } catch (err) {
+    await fh.close();
+    await unlink(temp).catch(() => {});
+    throw err;
+  }
+  await fh.close();
+  await rename(temp, path);
+  await syncDir(dirname(path));
+}
+
+export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const t0 = performance.now();
+  const log = o.log ?? (() => {});
   const maxNew = o.maxNewTokens ?? MAX_NEW_TOKENS;
-  const batchSize = o.batchSize ?? 16;
+  const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+  if (!Number.isSafeInteger(maxNew) || maxNew < 1) throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir);
   const tokenizer = await PromptTokenizer.load(o.modelDir);
   tokenizer.checkVocab(md.config.vocabSize, `${o.modelDir}/tokenizer.json`);
-  const eos = new Set<number>(tokenizer.eosIds);
-  const cfgEos = md.config.raw.eos_token_id;
-  for (const id of Array.isArray(cfgEos) ? cfgEos : cfgEos === undefined || cfgEos === null ? [] : [cfgEos]) eos.add(Number(id));
+  const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
   const source = await readFile(md.onnxPath);
   const model = decodeModel(source);
+  const plan = planInputs(model.graph!, md.config.numLayers);
+  if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
+  if (plan.paddingSide !== "left" || plan.feeds.some((f) => f.kind === "use_cache_branch")) {
+    throw new DetectionError(`${md.onnxPath}: generation does not yet run graphs that need ${plan.paddingSide} padding or a use_cache_branch input`);
+  }
   const inputs = new Map(model.graph!.input!.map((v) => [v.name!, v]));
   const { cached } = rewriteForGeneration(model);
   const stage = await stageModel(o.modelDir);
   // Weights stay where they are, read by offset from the original file (see extraction).
   if (stage) rewriteWeightsInPlace(model, source, stage.sourceName);
   const session = await createSession(encodeModel(model), stage, { device: o.device, threads: o.threads });
-  const pastInputs = [...inputs.values()].filter((v) => /^past_key_values\.|^past\./.test(v.name!));
-  const modelName = o.model ?? basename(o.modelDir.replace(/\/+$/, ""));
+  const pastInputs = [...inputs.values()].filter((v) => isPastInput(v.name!));
+  const modelName = o.model ?? defaultModelName(o.modelDir);
+  const prompts = rows.map((r) => buildPrompt(r));
+  const tokens = prompts.map((p) => tokenizer.encode(p));
+  const decode = (batch: number[][]) => decodeBatch(session, batch, tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"));
 
   await mkdir(dirname(o.out), { recursive: true });
   // One writer per generations file.
   const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
   try {
-    const done = await resumeFile(o.out);
-    const todo = rows.filter((r) => !done.ids.has(r.query_id));
+    const { done, keep } = await resumeFile(o.out);
+    if (keep) await rewriteLines(o.out, keep);
     const fh = await open(o.out, "a");
     let written = 0;
-    o.onProgress?.(done.ids.size, rows.length);
+    let failed = 0;
+    // Failures are held back until some query succeeds: a model that cannot run at all writes no error rows.
+    let pending: { i: number; err: unknown }[] = [];
+    const answered = () => done.size + written;
+    const row = (i: number, fields: Record<string, unknown>) => {
+      const r: BankRow = rows[i]!;
+      return JSON.stringify({ query_id: r.query_id, fact_id: r.fact_id, condition_family: r.condition_family, model: modelName, prompt: prompts[i], ...fields });
+    };
+    const failure = (i: number, err: unknown) => row(i, { error: (err as Error).message?.split("\n")[0] ?? String(err) });
+    o.onProgress?.(done.size, rows.length);
     try {
-      const chunk = 256;
-      for (let c = 0; c < todo.length; c += chunk) {
-        const part = todo.slice(c, c + chunk);
-        const prompts = part.map((r) => buildPrompt(r));
-        const tokens = prompts.map((p) => tokenizer.encode(p));
-        const lines: string[] = [];
-        for (const batch of planBatches(tokens.map((t) => t.length), batchSize)) {
-          const results = await decodeBatch(session, batch.map((i) => tokens[i]!), tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"));
-          batch.forEach((i, b) => {
-            const r: BankRow = part[i]!;
-            const res = results[b]!;
-            lines.push(
-              JSON.stringify({
-                query_id: r.query_id,
-                fact_id: r.fact_id,
-                condition_family: r.condition_family,
-                model: modelName,
-                prompt: prompts[i],
-                raw_response: tokenizer.decode(res.tokens),
-                generated_tokens: res.generated,
-                finish_reason: res.finish,
-              }),
-            );
-          });
+      for (const batch of planAll(tokens, batchSize)) {
+        const missing = batch.filter((i) => !done.has(rows[i]!.query_id));
+        if (missing.length === 0) continue;
+        // The whole batch runs even when some of its rows are written already: the rest then comes out as it would have.
+        const results = await decodeOrIsolate(decode, batch.map((i) => tokens[i]!), batch.map((i) => missing.includes(i)));
+        const answers: string[] = [];
+        const failures: { i: number; err: unknown }[] = [];
+        batch.forEach((i, b) => {
+          const res = results[b];
+          if (res === undefined) return;
+          if (res instanceof Error) failures.push({ i, err: res });
+          else {
+            try {
+              answers.push(row(i, { ...answerFields(res, eos, (ids) => tokenizer.decode(ids)) }));
+            } catch (err) {
+              failures.push({ i, err });
+            }
+          }
+        });
+        let errors: string[] = [];
+        if (answers.length > 0 || answered() > 0) {
+          errors = [...pending, ...failures].map((f) => failure(f.i, f.err));
+          pending = [];
+        } else {
+          pending.push(...failures);
+          if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
+            throw new GenerationError(pending.map((f) => rows[f.i]!.query_id), pending[0]!.err);
+          }
         }
-        await fh.write(lines.join("\n") + "\n");
+        if (answers.length + errors.length === 0) continue;
+        await fh.write([...answers, ...errors].map((l) => `${l}\n`).join(""));
         await fh.sync();
-        written += part.length;
-        o.onProgress?.(done.ids.size + written, rows.length);
+        written += answers.length;
+        failed += errors.length;
+        o.onProgress?.(answered() + failed, rows.length);
       }
     } finally {
       await fh.close();
     }
-    return { written, skipped: done.ids.size, seconds: (performance.now() - t0) / 1000 };
+    if (failed > 0) {
+      log(`warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`, "warn");
+    }
+    return { written, skipped: done.size, failed, seconds: (performance.now() - t0) / 1000 };
   } finally {
     await session.release().catch(() => {});
     await release();
   }
 }
 
-interface Decoded {
-  tokens: number[];
-  generated: number;
-  finish: "eos" | "length";
+/** Every batch of the run, in order: windows of bank order, each sorted by length. */
+function planAll(tokens: number[][], batchSize: number): number[][] {
+  const plan: number[][] = [];
+  for (let c = 0; c < tokens.length; c += SORT_WINDOW) {
+    const lengths = tokens.slice(c, c + SORT_WINDOW).map((t) => t.length);
+    for (const batch of planBatches(lengths, batchSize)) plan.push(batch.map((i) => c + i));
+  }
+  return plan;
 }
 
+/**
+ * Runs a batch; when it fails, runs each wanted row alone so that one bad row
+ * costs only itself. Per row: the generated ids, the error it failed with, or
+ * undefined for rows not wanted.
+ */
+async function decodeOrIsolate(
+  decode: (batch: number[][]) => Promise<number[][]>,
+  prompts: number[][],
+  wanted: boolean[],
+): Promise<(number[] | Error | undefined)[]> {
+  try {
+    const ids = await decode(prompts);
+    return ids.map((r, b) => (wanted[b] ? r : undefined));
+  } catch (err) {
+    if (prompts.length === 1) return [err instanceof Error ? err : new Error(String(err))];
+    const out: (number[] | Error | undefined)[] = [];
+    for (const [b, p] of prompts.entries()) {
+      if (!wanted[b]) {
+        out.push(undefined);
+        continue;
+      }
+      try {
+        out.push((await decode([p]))[0]!);
+      } catch (e) {
+        out.push(e instanceof Error ? e : new Error(String(e)));
+      }
+    }
+    return out;
+  }
+}
+
+/** Greedy decoding of one batch: per row, the generated ids (the EOS that stopped it included). */
 async function decodeBatch(
   session: ort.InferenceSession,
   prompts: number[][],
   padId: number,
-  eos: Set<number>,
+  eos: ReadonlySet<number>,
   maxNew: number,
   cached: boolean,
   pastInputs: ValueInfoProto[],
   wantsPositions: boolean,
-): Promise<Decoded[]> {
+): Promise<number[][]> {
   const B = prompts.length;
-  const out: Decoded[] = prompts.map(() => ({ tokens: [], generated: 0, finish: "length" }));
-  const finished = new Array<boolean>(B).fill(false);
+  const greedy = new GreedyRows(B, eos, maxNew);
+  const pastNames = new Set(pastInputs.map((v) => v.name!));
   // Step 0 reads the whole left-padded prompt; later steps one token each (or, without a cache, everything again).
   let seqs = prompts.map((p) => [...p]);
   let f = leftPad(seqs, padId);
@@ -201,7 +343,7 @@ async function decodeBatch(
   let ids = f.inputIds;
   let idsLen = f.length;
   let positions = f.positionIds;
-  for (let step = 0; step < maxNew; step++) {
+  while (!greedy.done()) {
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor("int64", ids, [B, idsLen]),
       attention_mask: new ort.Tensor("int64", mask, [B, maskLen]),
@@ -210,22 +352,16 @@ async function decodeBatch(
     if (wantsPositions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
     const result = await session.run(feeds);
     const next = result[NEXT_TOKEN]!.data as BigInt64Array;
-    for (let b = 0; b < B; b++) {
-      if (finished[b]) continue;
-      const t = Number(next[b]!);
-      out[b]!.generated++;
-      if (eos.has(t)) {
-        finished[b] = true;
-        out[b]!.finish = "eos";
-      } else out[b]!.tokens.push(t);
-    }
-    if (finished.every(Boolean)) break;
+    if (greedy.push(next)) break;
     // The next step's inputs: every row advances by its chosen token (finished rows too; their output is ignored).
     const chosen = Array.from(next, (v) => Number(v));
     lastPos = lastPos.map((p) => p + 1);
     if (cached) {
       past = {};
-      for (const [name, tensor] of Object.entries(result)) if (name.startsWith("present")) past[pastNameFor(name)] = tensor;
+      for (const [name, tensor] of Object.entries(result)) {
+        const input = pastFor(name, pastNames);
+        if (input) past[input] = tensor;
+      }
       ids = BigInt64Array.from(chosen, (t) => BigInt(t));
       idsLen = 1;
       const grown = new BigInt64Array(B * (maskLen + 1));
@@ -246,5 +382,5 @@ async function decodeBatch(
       positions = f.positionIds;
     }
   }
-  return out;
+  return greedy.ids;
 }

@@ -17,11 +17,18 @@ import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 
 import { HsmError } from "../errors.js";
+import { ModelDirError } from "./model-dir.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
 
 export type Device = "cpu" | "cuda";
+
+/** A device onnxruntime cannot use here, with what to install. */
+export class DeviceError extends HsmError {}
+
+/** A model onnxruntime refuses to load. */
+export class ModelLoadError extends HsmError {}
 
 /** What every command that runs a model over a bank is told. */
 export interface ModelRunOptions {
@@ -75,7 +82,7 @@ export async function stageModel(modelDir: string): Promise<Stage | undefined> {
     return { dir: modelDir, sourceName: "model.onnx", modelFile, cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}) };
   } catch {
     if (externalFiles(names).length > 0) {
-      throw new HsmError(`${modelDir}: a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model`);
+      throw new ModelDirError(modelDir, `a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model`);
     }
     return undefined;
   }
@@ -87,7 +94,7 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
   const sessionOptions: ort.InferenceSession.SessionOptions = {
     executionProviders: device === "cuda" ? ["cuda"] : ["cpu"],
     graphOptimizationLevel: "all",
-    logSeverityLevel: 3,
+    logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
   };
   try {
@@ -96,8 +103,8 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
     return await ort.InferenceSession.create(join(stage.dir, stage.modelFile), sessionOptions);
   } catch (err) {
     const message = (err as Error).message;
-    if (device === "cuda") throw new HsmError(`the CUDA execution provider could not be used (${message.split("\n")[0]}); ${CUDA_HELP}`);
-    throw new HsmError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
+    if (device === "cuda") throw new DeviceError(`the CUDA execution provider could not be used (${message.split("\n")[0]}); ${CUDA_HELP}`);
+    throw new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
   } finally {
     await stage?.cleanup();
   }

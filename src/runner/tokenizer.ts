@@ -9,9 +9,10 @@ import { join } from "node:path";
 
 import { Tokenizer } from "@huggingface/tokenizers";
 
+import { MAX_PROMPT_LEN } from "../defaults.js";
 import { ModelDirError } from "./model-dir.js";
 
-export const MAX_PROMPT_LEN = 192;
+export { MAX_PROMPT_LEN };
 
 export class PromptTokenizer {
   private constructor(
@@ -23,6 +24,8 @@ export class PromptTokenizer {
     readonly size: number,
     readonly padId: number,
     readonly eosIds: number[],
+    /** 1 for ids that decode to text, 0 for special tokens and ids the tokenizer does not know. */
+    private readonly textual: Uint8Array,
   ) {}
 
   static async load(dir: string): Promise<PromptTokenizer> {
@@ -59,7 +62,13 @@ export class PromptTokenizer {
     };
     const eos = tokenId(config.eos_token);
     const padId = tokenId(config.pad_token) ?? eos ?? 0;
-    return new PromptTokenizer(tokenizer, full.slice(0, at), full.slice(at + plain.length), size, padId, eos === undefined ? [] : [eos]);
+    // HuggingFace's skip_special_tokens drops exactly the added tokens tokenizer.json marks special.
+    const textual = new Uint8Array(size);
+    for (const id of vocab.values()) textual[id] = 1;
+    for (const t of (json.added_tokens ?? []) as { id?: unknown; special?: unknown }[]) {
+      if (t.special === true && typeof t.id === "number" && t.id < size) textual[t.id] = 0;
+    }
+    return new PromptTokenizer(tokenizer, full.slice(0, at), full.slice(at + plain.length), size, padId, eos === undefined ? [] : [eos], textual);
   }
 
   /**
@@ -73,9 +82,18 @@ export class PromptTokenizer {
     return [...this.prefix, ...kept, ...this.suffix];
   }
 
-  decode(ids: number[]): string {
-    return this.tokenizer.decode(ids, { skip_special_tokens: false });
+  /**
+   * The text of generated ids as HuggingFace's `decode(ids,
+   * skip_special_tokens=True, clean_up_tokenization_spaces=False)` gives it:
+   * special tokens (and ids the tokenizer does not know) skipped, the bytes of
+   * the rest decoded at once (U+FFFD for invalid sequences), nothing stripped.
+   */
+  decode(ids: readonly number[]): string {
+    const kept = ids.filter((id) => id >= 0 && id < this.size && this.textual[id] === 1);
+    if (kept.length === 0) return "";
+    return this.tokenizer.decode(kept, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
   }
+
 
   /**
    * Checks that this tokenizer belongs to a model whose embedding has

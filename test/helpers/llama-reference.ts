@@ -3,9 +3,10 @@
  * one unpadded sequence at a time, straight from the weights (not from the
  * ONNX graph). Returns, per decoder block, the residual stream at the last
  * position; the last block's entry has the final norm applied, as HuggingFace's
- * `hidden_states[L]`.
+ * `hidden_states[L]`. Also greedy decoding over it and a byte-level decoder of
+ * its own, for the generation tests.
  */
-import type { LlamaConfig, LlamaWeights } from "../../src/models/llama.js";
+import { FORCED_LOGIT, type LlamaConfig, type LlamaWeights } from "../../src/models/llama.js";
 
 function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
   let s = 0;
@@ -90,4 +91,82 @@ export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[]):
   }
   result[result.length - 1] = rmsNorm(result[result.length - 1]!, w.norm, c.rms_norm_eps);
   return result;
+}
+
+/** The logits of the next token after `ids`: the LM head over the last position's post-norm state, plus any forced transition. */
+export function referenceLogits(c: LlamaConfig, w: LlamaWeights, ids: number[]): Float64Array {
+  const h = referenceHidden(c, w, ids).at(-1)!;
+  const logits = linear(w.lmHead, h, c.vocab_size);
+  for (const [from, to] of w.forcedNext ?? []) if (ids.at(-1) === from) logits[to]! += FORCED_LOGIT;
+  return logits;
+}
+
+/**
+ * Greedy decoding by full recomputation, one unpadded prompt at a time: the
+ * ids generated, the EOS that stopped it included.
+ */
+export function referenceGreedy(c: LlamaConfig, w: LlamaWeights, prompt: number[], eos: ReadonlySet<number>, maxNew: number): number[] {
+  const out: number[] = [];
+  while (out.length < maxNew) {
+    const logits = referenceLogits(c, w, [...prompt, ...out]);
+    let best = 0;
+    for (let v = 1; v < logits.length; v++) if (logits[v]! > logits[best]!) best = v;
+    out.push(best);
+    if (eos.has(best)) break;
+  }
+  return out;
+}
+
+/** GPT-2's byte ↔ printable-character table, as byte-level BPE tokenizers define it. */
+function unicodeToByte(): Map<string, number> {
+  const bytes: number[] = [];
+  for (let b = 0x21; b <= 0x7e; b++) bytes.push(b);
+  for (let b = 0xa1; b <= 0xac; b++) bytes.push(b);
+  for (let b = 0xae; b <= 0xff; b++) bytes.push(b);
+  const chars = [...bytes];
+  let n = 0;
+  for (let b = 0; b < 256; b++) {
+    if (!bytes.includes(b)) {
+      bytes.push(b);
+      chars.push(256 + n++);
+    }
+  }
+  return new Map(bytes.map((b, i) => [String.fromCodePoint(chars[i]!), b]));
+}
+
+/**
+ * A byte-level decoder written from tokenizer.json alone, as HuggingFace's
+ * `decode(ids, skip_special_tokens=True)` works: special added tokens dropped,
+ * other added tokens kept as their text, every other token mapped back to its
+ * bytes, and the bytes between added tokens decoded at once (U+FFFD for
+ * invalid sequences).
+ */
+export function referenceDecoder(tokenizerJson: string): (ids: number[]) => string {
+  const json = JSON.parse(tokenizerJson) as { model: { vocab: Record<string, number> }; added_tokens: { id: number; content: string; special: boolean }[] };
+  const pieces = new Map<number, string>();
+  for (const [piece, id] of Object.entries(json.model.vocab)) pieces.set(id, piece);
+  const added = new Map(json.added_tokens.map((t) => [t.id, t]));
+  const toByte = unicodeToByte();
+  return (ids) => {
+    let text = "";
+    let bytes: number[] = [];
+    const flush = () => {
+      text += new TextDecoder("utf-8").decode(Uint8Array.from(bytes));
+      bytes = [];
+    };
+    for (const id of ids) {
+      const a = added.get(id);
+      if (a?.special) continue;
+      if (a) {
+        flush();
+        text += a.content;
+        continue;
+      }
+      const piece = pieces.get(id);
+      if (piece === undefined) continue;
+      for (const ch of piece) bytes.push(toByte.get(ch)!);
+    }
+    flush();
+    return text;
+  };
 }

@@ -17,6 +17,7 @@ import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel, shardRange } from "../../src/runner/extract.js";
 import { encodeModel, loadModel } from "../../src/runner/onnx-graph.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
+import { Rng } from "../../src/util/random.js";
 import { referenceHidden } from "../helpers/llama-reference.js";
 import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -59,6 +60,26 @@ const bigBank = join(dir, "big-bank.jsonl");
 function hsm(args: string[]) {
   return spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8" });
 }
+
+/** A fixture made on first use, so that no test depends on another having run. */
+function once<T>(make: () => Promise<T>): () => Promise<T> {
+  let made: Promise<T> | undefined;
+  return () => (made ??= make());
+}
+
+const bigArgs = (out: string) => [BIN, "extract", "--model-dir", llamaDir, "--bank", bigBank, "--out", out, "--batch-size", "4", "--commit-rows", "16", "--quiet"];
+/** The store of `bank` at batch size 16. */
+const storeB16 = once(async () => {
+  const out = join(dir, "b16");
+  const result = await extract({ modelDir: llamaDir, bank, out, batchSize: 16 });
+  return { out, result };
+});
+/** An uninterrupted run over `bigBank` through the command line. */
+const wholeStore = once(async () => {
+  const out = join(dir, "whole");
+  expect(spawnSync(process.execPath, bigArgs(out)).status).toBe(0);
+  return out;
+});
 
 beforeAll(async () => {
   await writeTinyModel(llamaDir, LLAMA);
@@ -149,10 +170,10 @@ describe("hsm inspect-model", () => {
 
 describe("hsm extract", () => {
   it("stores what an independent forward pass computes, at batch sizes 16 and 1", async () => {
-    const a = await extract({ modelDir: llamaDir, bank, out: join(dir, "b16"), batchSize: 16 });
+    const { out: b16, result: a } = await storeB16();
     expect(a.manifest).toMatchObject({ complete: true, layers: [2, 3, 4], last_layer_final_norm: true, d_model: 64, num_layers: 5 });
     expect(a.manifest.query_ids).toHaveLength(27);
-    await expectMatchesReference(join(dir, "b16"), LLAMA, llamaDir, bank);
+    await expectMatchesReference(b16, LLAMA, llamaDir, bank);
     await extract({ modelDir: llamaDir, bank, out: join(dir, "b1"), batchSize: 1 });
     await expectMatchesReference(join(dir, "b1"), LLAMA, llamaDir, bank);
   });
@@ -162,16 +183,17 @@ describe("hsm extract", () => {
     await expectMatchesReference(join(dir, "qwen-store"), QWEN, qwenDir, bank);
   });
 
-  it("writes a store that hsm verify passes", () => {
-    const r = hsm(["verify", join(dir, "b16")]);
+  it("writes a store that hsm verify passes", async () => {
+    const r = hsm(["verify", (await storeB16()).out]);
     expect(r.status).toBe(0);
   });
 
   it("does nothing to a complete store, and refuses one made differently", async () => {
-    const again = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", join(dir, "b16"), "--quiet"]);
+    const { out: b16 } = await storeB16();
+    const again = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", b16, "--quiet"]);
     expect(again.status).toBe(0);
     expect(again.stdout).toMatch(/already complete \(27 rows, layers 2, 3, 4\); nothing to do/);
-    const other = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", join(dir, "b16"), "--layers", "l >= 1", "--quiet"]);
+    const other = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", b16, "--layers", "l >= 1", "--quiet"]);
     expect(other.status).toBe(1);
     expect(other.stderr).toMatch(/already holds a store made with a different layers; refusing to mix them/);
   });
@@ -191,18 +213,17 @@ describe("hsm extract", () => {
     expect(r.stderr).toMatch(new RegExp(`is being written by another hsm process \\(pid ${process.pid}`));
   });
 
-  it("resumes after kill -9 at a random point and ends byte-identical", async () => {
-    const args = (out: string) => [BIN, "extract", "--model-dir", llamaDir, "--bank", bigBank, "--out", out, "--batch-size", "4", "--commit-rows", "16", "--quiet"];
-    expect(spawnSync(process.execPath, args(join(dir, "whole"))).status).toBe(0);
+  it("resumes after kill -9 at a seeded point and ends byte-identical", async () => {
+    const whole = await wholeStore();
     const out = join(dir, "killed");
-    const target = 16 * (1 + Math.floor(Math.random() * 10)); // somewhere in 16…160 of 270 rows
-    const child = spawn(process.execPath, args(out), { stdio: "ignore" });
+    const target = 16 * (1 + (new Rng(7, 1).u32() % 10)); // somewhere in 16…160 of 270 rows
+    const child = spawn(process.execPath, bigArgs(out), { stdio: "ignore" });
     let killedAt = -1;
-    await new Promise<void>((resolve) => {
+    const signal = await new Promise<NodeJS.Signals | null>((resolve) => {
       const poll = setInterval(() => {
         try {
           const m = JSON.parse(readFileSync(join(out, "index.json"), "utf8"));
-          if (m.rows_done >= target) {
+          if (m.rows_done >= target && killedAt < 0) {
             child.kill("SIGKILL");
             killedAt = m.rows_done;
           }
@@ -210,23 +231,25 @@ describe("hsm extract", () => {
           /* not written yet, or mid-rename */
         }
       }, 2);
-      child.on("exit", () => {
+      child.on("exit", (_code, sig) => {
         clearInterval(poll);
-        resolve();
+        resolve(sig);
       });
     });
+    expect(signal).toBe("SIGKILL");
     expect(killedAt).toBeGreaterThanOrEqual(target);
     expect(killedAt).toBeLessThan(270);
     expect(existsSync(join(out, ".hsm.lock"))).toBe(true); // left behind by the killed process
-    const resumed = spawnSync(process.execPath, args(out), { encoding: "utf8" });
+    const resumed = spawnSync(process.execPath, bigArgs(out), { encoding: "utf8" });
     expect(resumed.status).toBe(0);
     for (const f of ["L002.npy", "L003.npy", "L004.npy"]) {
-      expect(readFileSync(join(out, f)).equals(readFileSync(join(dir, "whole", f)))).toBe(true);
+      expect(readFileSync(join(out, f)).equals(readFileSync(join(whole, f)))).toBe(true);
     }
     expect(existsSync(join(out, ".hsm.lock"))).toBe(false);
   });
 
   it("splits into shards on block boundaries whose merge equals the single run", async () => {
+    const whole = await wholeStore();
     expect(shardRange(270, 0, 3, 16)).toEqual([0, 80]);
     expect(shardRange(270, 1, 3, 16)).toEqual([80, 176]);
     expect(shardRange(270, 2, 3, 16)).toEqual([176, 270]);
@@ -239,10 +262,10 @@ describe("hsm extract", () => {
     const r = hsm(["merge", merged, shards[2]!, shards[0]!, shards[1]!, "--quiet"]);
     expect(r.stderr).toBe("");
     expect(r.status).toBe(0);
-    const whole = JSON.parse(readFileSync(join(dir, "whole", "index.json"), "utf8"));
+    const single = JSON.parse(readFileSync(join(whole, "index.json"), "utf8"));
     const m = JSON.parse(readFileSync(join(merged, "index.json"), "utf8"));
-    expect({ ...m, created_at: 0 }).toEqual({ ...whole, created_at: 0 });
-    for (const f of ["L002.npy", "L003.npy", "L004.npy"]) expect(readFileSync(join(merged, f)).equals(readFileSync(join(dir, "whole", f)))).toBe(true);
+    expect({ ...m, created_at: 0 }).toEqual({ ...single, created_at: 0 });
+    for (const f of ["L002.npy", "L003.npy", "L004.npy"]) expect(readFileSync(join(merged, f)).equals(readFileSync(join(whole, f)))).toBe(true);
     const missing = hsm(["merge", join(dir, "merged-2"), shards[0]!, shards[2]!, "--quiet"]);
     expect(missing.status).toBe(1);
     expect(missing.stderr).toMatch(/shard 1\/3 is missing/);
@@ -308,10 +331,16 @@ describe("hsm extract: overflow, devices, interoperability", () => {
     expect(hsm(["verify", out]).status).toBe(0);
   });
 
-  it("says clearly when the CUDA provider is missing, and writes nothing", () => {
+  it("on CUDA: stores what the reference computes where the provider works, else says what to install and writes nothing", async () => {
     const out = join(dir, "cuda-store");
     const r = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", out, "--device", "cuda", "--quiet"]);
-    if (r.status === 0) return; // a machine with the CUDA provider installed
+    if (r.status === 0) {
+      // A machine with the CUDA provider installed.
+      expect(r.stderr).toBe("");
+      expect(hsm(["verify", out]).status).toBe(0);
+      await expectMatchesReference(out, LLAMA, llamaDir, bank);
+      return;
+    }
     expect(r.status).toBe(1);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toMatch(/the CUDA execution provider could not be used .*npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12/);
@@ -319,7 +348,7 @@ describe("hsm extract: overflow, devices, interoperability", () => {
   });
 
   it.skipIf(!hasNumpy && !numpyRequired)("writes files numpy.load reads, equal to what hsm reads", async () => {
-    const store = join(dir, "b16");
+    const { out: store } = await storeB16();
     const sums = python(
       `import numpy as np, json, sys
 m = json.load(open(sys.argv[1] + "/index.json"))

@@ -6,8 +6,8 @@
 import { createHash } from "node:crypto";
 import { closeSync, openSync, readSync } from "node:fs";
 
-import { kernels } from "../native/index.js";
-import type { F16Stats } from "./float16.js";
+import { storeKernels } from "../kernels/registry.js";
+import type { F16Stats } from "../kernels/types.js";
 
 export interface HashJob {
   path: string;
@@ -28,7 +28,7 @@ export function hashFileSync(job: HashJob): HashResult {
   // allocUnsafeSlow gives a buffer of its own at offset 0, so 16-bit views are aligned.
   const buf = Buffer.allocUnsafeSlow(CHUNK);
   const fd = openSync(job.path, "r");
-  const k = kernels({ quiet: true });
+  const k = storeKernels({ quiet: true });
   const statsFrom = job.f16From !== undefined && job.f16From % 2 === 0 ? job.f16From : undefined;
   let nonfinite = 0;
   let maxAbs = 0;

@@ -4,7 +4,7 @@
  * store is opened.
  */
 import { ManifestError, NpyHeaderError, StoreError } from "../errors.js";
-import { kernels } from "../native/index.js";
+import { storeKernels } from "../kernels/registry.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { layerFileName } from "./names.js";
 import { MANIFEST_NAME, parseManifest, type Manifest } from "./manifest.js";
@@ -106,7 +106,7 @@ export class StoreReader {
   async readRowsF32(layer: number, start: number, count: number): Promise<Float32Array> {
     const half = await this.readRows(layer, start, count);
     const out = new Float32Array(half.length);
-    kernels().f16ToF32(half, out);
+    storeKernels().f16ToF32(half, out);
     return out;
   }
 

@@ -9,7 +9,7 @@ import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
 import { StoreError } from "../errors.js";
-import { kernels } from "../native/index.js";
+import { storeKernels } from "../kernels/registry.js";
 import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";
@@ -177,7 +177,7 @@ export class StoreWriter {
       this.scratch.set(layer, half);
     }
     const view = half.subarray(0, data.length);
-    kernels().f32ToF16(data, view);
+    storeKernels().f32ToF16(data, view);
     await this.writeRows(layer, rowStart, view);
   }
 

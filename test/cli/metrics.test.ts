@@ -26,7 +26,7 @@ describe("hsm metrics", () => {
     const out = join(dir, "out");
     const r = hsm(["metrics", store, "--scored", scored, "--out", out, "--bootstrap", "200", "--layers", "2,4-5"]);
     expect(r.status).toBe(0);
-    expect(r.stderr).toMatch(/metrics: layer 2: read\nmetrics: layer 2: kts\nmetrics: layer 2: iss\n/);
+    expect(r.stderr).toMatch(/metrics: layer 2: read\nmetrics: layer 2: iss\nmetrics: layer 2: kts\n/);
     expect(r.stdout).toMatch(/^ISS \(fact-macro margin.*\nlayer +distractor +paraphrase +reorder +translation +typo +all\n2 +-?\d\.\d{3}/m);
     expect(r.stdout).toMatch(/^KTS \(1: the anchor probe's signal transfers fully; 0: not at all\)\n/m);
     expect(r.stdout).toMatch(/backend: \w+/);
@@ -81,7 +81,7 @@ describe("hsm metrics", () => {
     const kts = hsm(["metrics", store, "--metrics", "kts", "--quiet"]);
     expect(kts.status).toBe(1);
     expect(kts.stderr).toBe("hsm: KTS needs the scored file: pass --scored SCORED.jsonl (or --metrics iss)\n");
-    expect(hsm(["metrics", store, "--backend", "gpu"]).stderr).toMatch(/Expected --backend auto\|native\|tfjs-node\|wasm\|typescript but received "gpu"/);
+    expect(hsm(["metrics", store, "--backend", "gpu"]).stderr).toMatch(/Expected --backend auto\|native\|tfjs-node\|tfjs-node-gpu\|webgpu\|wasm\|typescript but received "gpu"/);
     expect(hsm(["metrics", store, "--layers", "7"]).stderr).toMatch(/layer 7 is not stored \(stored: 2, 3, 4, 5\)/);
     expect(hsm(["metrics", store, "--layers", "x"]).status).toBe(2);
     const tfnode = hsm(["metrics", store, "--backend", "tfjs-node", "--quiet"]);

@@ -14,7 +14,7 @@ import { describe, expect, it } from "vitest";
 import { computeMetrics, type IssRow } from "../../src/metrics/compute.js";
 import { BACKENDS } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
-import { tinyStore, type TinyRow } from "./tiny-store.js";
+import { tinyStore, type TinyRow } from "../helpers/tiny-store.js";
 
 const dir = tempDir("hsm-iss-");
 const r2 = Math.SQRT1_2;

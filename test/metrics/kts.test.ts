@@ -15,7 +15,7 @@ import { describe, expect, it } from "vitest";
 import { computeMetrics, type KtsRow } from "../../src/metrics/compute.js";
 import { fnv1a32 } from "../../src/metrics/stats.js";
 import { tempDir } from "../helpers/tmp.js";
-import { tinyStore, type TinyRow } from "./tiny-store.js";
+import { tinyStore, type TinyRow } from "../helpers/tiny-store.js";
 
 const dir = tempDir("hsm-kts-");
 

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { memoryBackend } from "../../src/store/backend.js";
-import { f16ToF32, f32ToF16 } from "../../src/store/float16.js";
+import { f16ToF32, f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { parseManifest } from "../../src/store/manifest.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { StoreWriter, type StoreInit } from "../../src/store/writer.js";

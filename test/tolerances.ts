@@ -18,3 +18,11 @@ export const AUROC_BACKENDS = 1e-3;
 export const PROBE_VS_SKLEARN = 1e-3;
 /** float16 storage of a float32 value: half an ulp of float16 relative, 2^-11. */
 export const FLOAT16_RELATIVE = 2 ** -11;
+/** One float32 rounding of a value of order one (kernels that store float64 results as float32). */
+export const FLOAT32_ROUNDING = 2 ** -24;
+/**
+ * Row products (H·V, Hᵀ·G) of float32 rows with float64 right-hand sides, relative to the
+ * largest entry: the native core and TensorFlow.js accumulate in float32 (d ≤ 1024 terms),
+ * the TypeScript loops in float64.
+ */
+export const PRODUCTS_F32 = 1e-5;

@@ -2,7 +2,7 @@
  * One suite over every backend available here (test/helpers/backends.ts):
  * each kernel of each resolved set checked against an independent expectation
  * — float64 loops written out here, a pairwise AUROC, a BigInt twin of the
- * generator — bitwise where the kernel is exact (see src/kernels/types.ts),
+ * generator (test/helpers/reference-rng.ts) — bitwise where the kernel is exact (see src/kernels/types.ts),
  * within test/tolerances.ts otherwise. The float16 kernels have their own,
  * longer suite (float16.test.ts) over the same backends.
  */
@@ -11,42 +11,8 @@ import { describe, expect, it } from "vitest";
 import { KERNEL_NAMES, type Kernels, type SortedArrays } from "../../src/kernels/types.js";
 import { Rng } from "../../src/util/random.js";
 import { AVAILABLE } from "../helpers/backends.js";
+import { referenceDraws } from "../helpers/reference-rng.js";
 import { COSINE_F32, FLOAT32_ROUNDING, FLOAT64_REORDER, PRODUCTS_F32 } from "../tolerances.js";
-
-/** xoshiro128** seeded as metrics.md says, in BigInt arithmetic: an independent twin of the generator. */
-function referenceDraws(seed: number, stream: number, n: number, b: number): Int32Array[] {
-  const M = 0xffffffffn;
-  const mul = (x: bigint, y: bigint) => (x * y) & M;
-  const rotl = (x: bigint, k: bigint) => ((x << k) | (x >> (32n - k))) & M;
-  let s = (BigInt(seed >>> 0) ^ mul(BigInt(stream) + 1n, 0x9e3779b9n)) & M;
-  const next = () => {
-    s = (s + 0x9e3779b9n) & M;
-    let z = s;
-    z = mul(z ^ (z >> 16n), 0x85ebca6bn);
-    z = mul(z ^ (z >> 13n), 0xc2b2ae35n);
-    return z ^ (z >> 16n);
-  };
-  let [a, bb, c, d] = [next(), next(), next(), next()];
-  if ((a | bb | c | d) === 0n) a = 1n;
-  const u32 = () => {
-    const result = mul(rotl(mul(bb, 5n), 7n), 9n);
-    const t = (bb << 9n) & M;
-    c ^= a;
-    d ^= bb;
-    bb ^= c;
-    a ^= d;
-    c ^= t;
-    d = rotl(d, 11n);
-    return result;
-  };
-  const out: Int32Array[] = [];
-  for (let r = 0; r < b; r++) {
-    const counts = new Int32Array(n);
-    for (let i = 0; i < n; i++) counts[Math.floor((Number(u32()) / 2 ** 32) * n)]!++;
-    out.push(counts);
-  }
-  return out;
-}
 
 /** Weighted Mann–Whitney AUROC over every (positive, negative) pair, ties ½; NaN when a class has no weight. */
 function pairwiseAuroc(scores: number[], labels: number[], weight: number[]): number {

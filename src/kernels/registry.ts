@@ -17,7 +17,7 @@ import { availableParallelism } from "node:os";
 
 import { HsmError, UsageError } from "../errors.js";
 import { nativeKernels as loadNative, nativeLoadErrors, nativeSimd, type NativeKernels } from "../native/index.js";
-import { loadTf, tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
+import { tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
 import { typescriptKernels } from "./typescript/index.js";
 import { KERNEL_NAMES, type KernelName, type KernelOptions, type Kernels } from "./types.js";
 
@@ -165,14 +165,4 @@ export function storeKernels(options: { quiet?: boolean } = {}): Pick<Kernels, "
     );
   }
   return typescriptKernels;
-}
-
-/** Whether TensorFlow.js can run on `name` here (for tests that run every backend). */
-export async function tfAvailable(name: TfBackendName): Promise<boolean> {
-  try {
-    await loadTf(name);
-    return true;
-  } catch {
-    return false;
-  }
 }

@@ -72,7 +72,7 @@ async function register(name: TfBackendName, tf: Tf): Promise<void> {
 }
 
 /** Loads TensorFlow.js on backend `name` once; throws TfUnavailable where it cannot run. */
-export function loadTf(name: TfBackendName): Promise<Tf> {
+function loadTf(name: TfBackendName): Promise<Tf> {
   let p = loaded.get(name);
   if (!p) {
     p = (async () => {

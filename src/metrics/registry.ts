@@ -12,8 +12,3 @@ export type MetricRegistry = readonly Metric<MetricRow>[];
 
 /** The built-in metrics. */
 export const METRICS: MetricRegistry = [ISS, KTS];
-
-/** The metric called `name` in `registry`, or undefined. */
-export function findMetric(name: string, registry: MetricRegistry = METRICS): Metric<MetricRow> | undefined {
-  return registry.find((m) => m.name === name);
-}

@@ -96,7 +96,7 @@ export interface WrittenFiles {
 }
 
 /** A metric's rows as the table and the plot show them: the shown rows' value and interval. */
-export function shownValues(metric: Metric<MetricRow>, rows: MetricRow[]): { layer: number; family: string; value: number | null; low: number | null; high: number | null }[] {
+function shownValues(metric: Metric<MetricRow>, rows: MetricRow[]): { layer: number; family: string; value: number | null; low: number | null; high: number | null }[] {
   const c = metric.columns;
   const get = (r: MetricRow, k: string) => ((r as unknown as Record<string, number | null | undefined>)[k] ?? null);
   return rows.filter((r) => metric.shown?.(r) ?? true).map((r) => ({ layer: r.layer, family: r.family, value: get(r, c.value), low: get(r, c.low), high: get(r, c.high) }));

@@ -99,7 +99,7 @@ void BootstrapMean(uint32_t seed, uint32_t stream, const double* values, size_t 
 }
 
 void BootstrapAuroc(uint32_t seed, uint32_t stream, const SortedGroup& group, size_t b, double* out,
-                    const SortedGroup* paired, const int32_t* to_paired, double* paired_out) {
+                    const SortedGroup* paired, const int32_t* to_paired, double* paired_out, int threads) {
   // The draws are one sequential stream; the AUROC passes over them are independent and split across cores.
   const size_t n = group.n_facts;
   Rng rng(seed, stream);
@@ -123,7 +123,7 @@ void BootstrapAuroc(uint32_t seed, uint32_t stream, const SortedGroup& group, si
       }
     }
   };
-  const size_t nt = std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), b / 16 + 1));
+  const size_t nt = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, threads)), b / 16 + 1));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < nt; t++) pool.emplace_back(work, b * t / nt, b * (t + 1) / nt);
   work(0, b / nt);

@@ -25,7 +25,8 @@ struct SortedGroup {
 // with rows weighted by their fact's count (NaN when a class has no weight).
 // With paired != nullptr, also paired_out[r] = the paired group's AUROC with
 // weights carried over by to_paired[f] (the paired fact of fact f, or -1).
+// The draws are sequential; the AUROC passes run on up to `threads` threads.
 void BootstrapAuroc(uint32_t seed, uint32_t stream, const SortedGroup& group, size_t b, double* out,
-                    const SortedGroup* paired, const int32_t* to_paired, double* paired_out);
+                    const SortedGroup* paired, const int32_t* to_paired, double* paired_out, int threads);
 
 }  // namespace hsm

@@ -182,14 +182,13 @@ __attribute__((target("avx2"))) void F16StatsAvx2(const uint16_t* src, size_t n,
 
 #endif
 
-// Splits [0, n) across the cores for buffers big enough to repay a thread
-// start (tens of microseconds); conversion is bound by memory bandwidth, which
-// one core alone does not saturate.
+// Splits [0, n) across up to `max_threads` threads (at most 8) for buffers big
+// enough to repay a thread start (tens of microseconds); conversion is bound by
+// memory bandwidth, which one core alone does not saturate.
 template <typename Fn>
-void ParallelFor(size_t n, Fn fn) {
+void ParallelFor(size_t n, int max_threads, Fn fn) {
   constexpr size_t kMinPerThread = size_t{1} << 19;
-  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const size_t threads = std::min<size_t>({cores, 8, n / kMinPerThread});
+  const size_t threads = std::min<size_t>({static_cast<size_t>(std::max(1, max_threads)), 8, n / kMinPerThread});
   if (threads <= 1) return fn(size_t{0}, n);
   // Chunk boundaries on multiples of 64 elements keep every vector step whole.
   const size_t chunk = ((n + threads - 1) / threads + 63) & ~size_t{63};
@@ -207,8 +206,8 @@ void ParallelFor(size_t n, Fn fn) {
 
 bool HasF16c() { return HasAvx2F16c(); }
 
-void F32ToF16(const float* src, uint16_t* dst, size_t n) {
-  ParallelFor(n, [=](size_t begin, size_t end) {
+void F32ToF16(const float* src, uint16_t* dst, size_t n, int threads) {
+  ParallelFor(n, threads, [=](size_t begin, size_t end) {
 #ifdef HSM_X86
     if (HasF16c()) return F32ToF16F16c(src + begin, dst + begin, end - begin, n * 2 >= kStreamBytes);
 #endif
@@ -216,8 +215,8 @@ void F32ToF16(const float* src, uint16_t* dst, size_t n) {
   });
 }
 
-void F16ToF32(const uint16_t* src, float* dst, size_t n) {
-  ParallelFor(n, [=](size_t begin, size_t end) {
+void F16ToF32(const uint16_t* src, float* dst, size_t n, int threads) {
+  ParallelFor(n, threads, [=](size_t begin, size_t end) {
 #ifdef HSM_X86
     if (HasF16c()) return F16ToF32F16c(src + begin, dst + begin, end - begin, n * 4 >= kStreamBytes);
 #endif

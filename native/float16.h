@@ -9,8 +9,9 @@ namespace hsm {
 // True when this CPU has F16C and AVX2 and the fast paths are in use.
 bool HasF16c();
 
-void F32ToF16(const float* src, uint16_t* dst, size_t n);
-void F16ToF32(const uint16_t* src, float* dst, size_t n);
+// Large buffers are split across up to `threads` threads (at most 8).
+void F32ToF16(const float* src, uint16_t* dst, size_t n, int threads);
+void F16ToF32(const uint16_t* src, float* dst, size_t n, int threads);
 
 // Non-finite count and the largest finite magnitude, as float16 bits.
 void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits);

@@ -1,5 +1,6 @@
-// Node-API surface of the native core. Validation of options lives in
-// TypeScript (src/native/); this file only checks what would be unsafe to
+// Node-API surface of the native core. Options (thread counts, whether to use
+// bfloat16) are decided in TypeScript (src/native/) and arrive as arguments;
+// this file reads no environment and only checks what would be unsafe to
 // trust: argument kinds and buffer lengths.
 #include <node_api.h>
 
@@ -46,21 +47,33 @@ bool GetArgs(napi_env env, napi_callback_info info, size_t want, napi_value* arg
   return true;
 }
 
-// One converter shape for both directions: (src, dst) of equal length.
+bool GetCount(napi_env env, napi_value v, const char* message, size_t* out) {
+  double n = -1;
+  if (napi_get_value_double(env, v, &n) != napi_ok || !(n >= 0) || n != static_cast<double>(static_cast<size_t>(n))) {
+    return Fail(env, message);
+  }
+  *out = static_cast<size_t>(n);
+  return true;
+}
+
+int Threads(size_t threads) { return static_cast<int>(threads < 1 ? 1 : threads); }
+
+// One converter shape for both directions: (src, dst, threads), src and dst of equal length.
 template <typename Src, typename Dst, napi_typedarray_type kSrc, napi_typedarray_type kDst>
 napi_value Convert(napi_env env, napi_callback_info info, const char* src_message, const char* dst_message,
-                   void (*convert)(const Src*, Dst*, size_t)) {
-  napi_value argv[2];
+                   void (*convert)(const Src*, Dst*, size_t, int)) {
+  napi_value argv[3];
   View src, dst;
-  if (!GetArgs(env, info, 2, argv) || !GetTyped(env, argv[0], kSrc, src_message, &src) ||
-      !GetTyped(env, argv[1], kDst, dst_message, &dst)) {
+  size_t threads;
+  if (!GetArgs(env, info, 3, argv) || !GetTyped(env, argv[0], kSrc, src_message, &src) ||
+      !GetTyped(env, argv[1], kDst, dst_message, &dst) || !GetCount(env, argv[2], "Expected a thread count", &threads)) {
     return nullptr;
   }
   if (src.length != dst.length) {
     Fail(env, "Expected src and dst of equal length");
     return nullptr;
   }
-  convert(static_cast<const Src*>(src.data), static_cast<Dst*>(dst.data), src.length);
+  convert(static_cast<const Src*>(src.data), static_cast<Dst*>(dst.data), src.length, Threads(threads));
   return nullptr;
 }
 
@@ -93,21 +106,13 @@ napi_value F16Stats(napi_env env, napi_callback_info info) {
   return result;
 }
 
-bool GetCount(napi_env env, napi_value v, const char* message, size_t* out) {
-  double n = -1;
-  if (napi_get_value_double(env, v, &n) != napi_ok || !(n >= 0) || n != static_cast<double>(static_cast<size_t>(n))) {
-    return Fail(env, message);
-  }
-  *out = static_cast<size_t>(n);
-  return true;
-}
-
-// rankAgainstAnchors(x, nRows, a, nAnchors, d, own, ownScore, above, threads)
+// rankAgainstAnchors(x, nRows, a, nAnchors, d, own, ownScore, above, threads, allowBf16)
 napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
-  napi_value argv[9];
+  napi_value argv[10];
+  bool allow_bf16 = false;
   View x, a, own, own_score, above;
   size_t n_rows, n_anchors, d, threads;
-  if (!GetArgs(env, info, 9, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for x", &x) ||
+  if (!GetArgs(env, info, 10, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for x", &x) ||
       !GetCount(env, argv[1], "Expected a row count", &n_rows) ||
       !GetTyped(env, argv[2], napi_float32_array, "Expected Float32Array for anchors", &a) ||
       !GetCount(env, argv[3], "Expected an anchor count", &n_anchors) || !GetCount(env, argv[4], "Expected d", &d) ||
@@ -115,6 +120,10 @@ napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
       !GetTyped(env, argv[6], napi_float32_array, "Expected Float32Array for ownScore", &own_score) ||
       !GetTyped(env, argv[7], napi_int32_array, "Expected Int32Array for above", &above) ||
       !GetCount(env, argv[8], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (napi_get_value_bool(env, argv[9], &allow_bf16) != napi_ok) {
+    Fail(env, "Expected a boolean allowBf16");
     return nullptr;
   }
   if (x.length < n_rows * d || a.length < n_anchors * d || own.length < n_rows || own_score.length < n_rows ||
@@ -131,7 +140,7 @@ napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
   }
   hsm::RankAgainstAnchors(static_cast<const float*>(x.data), n_rows, static_cast<const float*>(a.data), n_anchors, d, owns,
                           static_cast<float*>(own_score.data), static_cast<int32_t*>(above.data),
-                          static_cast<int>(threads < 1 ? 1 : threads));
+                          Threads(threads), allow_bf16);
   return nullptr;
 }
 
@@ -189,18 +198,19 @@ bool GetGroup(napi_env env, napi_value* argv, size_t n_facts, hsm::SortedGroup* 
   return true;
 }
 
-// bootstrapAuroc(seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts, toPaired, pOut)
+// bootstrapAuroc(seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts, toPaired, pOut, threads)
 napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
-  napi_value argv[14];
+  napi_value argv[15];
   uint32_t seed, stream;
-  size_t n_facts, b, rows, p_facts = 0, p_rows = 0;
+  size_t n_facts, b, rows, p_facts = 0, p_rows = 0, threads;
   hsm::SortedGroup group, paired;
   View out, to_paired, p_out;
-  if (!GetArgs(env, info, 14, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
+  if (!GetArgs(env, info, 15, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
       !GetU32(env, argv[1], "Expected a 32-bit stream", &stream) ||
       !GetCount(env, argv[5], "Expected a fact count", &n_facts) || !GetGroup(env, argv + 2, n_facts, &group, &rows) ||
       !GetCount(env, argv[6], "Expected a replicate count", &b) ||
-      !GetTyped(env, argv[7], napi_float64_array, "Expected Float64Array for out", &out)) {
+      !GetTyped(env, argv[7], napi_float64_array, "Expected Float64Array for out", &out) ||
+      !GetCount(env, argv[14], "Expected a thread count", &threads)) {
     return nullptr;
   }
   if (out.length < b) {
@@ -228,7 +238,7 @@ napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
   }
   hsm::BootstrapAuroc(seed, stream, group, b, static_cast<double*>(out.data), has_paired ? &paired : nullptr,
                       has_paired ? static_cast<const int32_t*>(to_paired.data) : nullptr,
-                      has_paired ? static_cast<double*>(p_out.data) : nullptr);
+                      has_paired ? static_cast<double*>(p_out.data) : nullptr, Threads(threads));
   return nullptr;
 }
 
@@ -252,7 +262,7 @@ napi_value Products(napi_env env, napi_callback_info info) {
     Fail(env, "Expected buffers large enough for the given counts");
     return nullptr;
   }
-  const int nt = static_cast<int>(threads < 1 ? 1 : threads);
+  const int nt = Threads(threads);
   if (kTranspose) {
     hsm::RowsTransposeTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k, static_cast<double*>(out.data), nt);
   } else {

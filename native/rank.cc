@@ -200,7 +200,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
 }  // namespace
 
 void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_anchors, size_t d,
-                        const int32_t* own, float* own_score, int32_t* above, int threads) {
+                        const int32_t* own, float* own_score, int32_t* above, int threads, bool allow_bf16) {
   // Own scores first, in the same float32 arithmetic the tiles use for everything else.
   for (size_t r = 0; r < n_rows; r++) {
     above[r] = 0;
@@ -217,7 +217,8 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
   size_t n_panels = 0;
   const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels);
 #ifdef HSM_X86
-  static const bool bf16 = HasAvx512Bf16() && std::getenv("HSM_NO_BF16") == nullptr;
+  static const bool has_bf16 = HasAvx512Bf16();
+  const bool bf16 = has_bf16 && allow_bf16;
   if (bf16) {
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
     const size_t dp = (d + 1) / 2;

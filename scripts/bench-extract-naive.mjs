@@ -19,7 +19,7 @@ const { detectHiddenTensors } = await import(join(dist, "runner", "detect.js"));
 const { addHiddenOutputs } = await import(join(dist, "runner", "rewrite.js"));
 const { leftPad } = await import(join(dist, "runner", "batching.js"));
 const { selectLayers } = await import(join(dist, "store", "layers.js"));
-const { f32ToF16 } = await import(join(dist, "store", "float16.js"));
+const { f32ToF16 } = await import(join(dist, "kernels", "typescript", "float16.js"));
 
 const [modelDir, bankPath, batchArg] = process.argv.slice(2);
 const batchSize = Number(batchArg ?? 16);

@@ -20,3 +20,20 @@ export const PROBE_VS_SKLEARN = 1e-3;
 export const FLOAT16_RELATIVE = 2 ** -11;
 /** Logits of the tiny generated models from onnxruntime (float32) against the float64 reference: float32 rounding over d ≤ 64 products. */
 export const LOGITS_F32 = 1e-4;
+/** One float32 rounding of a value of order one (kernels that store float64 results as float32). */
+export const FLOAT32_ROUNDING = 2 ** -24;
+/**
+ * Row products (H·V, Hᵀ·G) of float32 rows with float64 right-hand sides, relative to the
+ * largest entry: the native core and TensorFlow.js accumulate in float32 (d ≤ 1024 terms),
+ * the TypeScript loops in float64.
+ */
+export const PRODUCTS_F32 = 1e-5;
+/** metrics.md, agreement between implementations: point estimates (iss, own_cos, other_cos), absolute. */
+export const METRICS_POINT = 1e-4;
+/** metrics.md: auroc, absolute (probes fitted with float32 vs float64 products). */
+export const METRICS_AUROC = 5e-3;
+/** metrics.md: kts, absolute (a ratio of AUROC differences amplifies theirs). */
+export const METRICS_KTS = 2e-2;
+/** metrics.md: intervals from different generators agree within max(this, METRICS_INTERVAL_RELATIVE × width). */
+export const METRICS_INTERVAL_ABSOLUTE = 0.02;
+export const METRICS_INTERVAL_RELATIVE = 0.15;

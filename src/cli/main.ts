@@ -22,7 +22,7 @@ const lib = {
   bank: () => import("../bank/bank.js"),
   fixtures: () => import("../fixtures/synthetic.js"),
   layers: () => import("../store/layers.js"),
-  native: () => import("../native/index.js"),
+  kernels: () => import("../kernels/registry.js"),
   verify: () => import("../store/verify.js"),
   extract: () => import("../runner/extract.js"),
   merge: () => import("../store/merge.js"),
@@ -160,8 +160,8 @@ export function buildProgram(): Command {
     .action(async (store: string, opts: { json?: boolean; jobs?: number }) => {
       const st = await stat(store).catch(() => undefined);
       if (!st?.isDirectory()) throw new UsageError(`${store}: no such store folder`);
-      const [{ kernels }, { verifyStore }] = await Promise.all([lib.native(), lib.verify()]);
-      kernels(); // says once, here, if the native core is missing
+      const [{ storeKernels }, { verifyStore }] = await Promise.all([lib.kernels(), lib.verify()]);
+      storeKernels(); // says once, here, if the native core is missing
       const t0 = performance.now();
       const report = await verifyStore(store, { concurrency: opts.jobs ?? availableParallelism() });
       process.exitCode = printVerifyReport(report, (performance.now() - t0) / 1000, Boolean(opts.json));

@@ -11,69 +11,11 @@
  * products run on the raw rows.
  */
 
-/** Matrix products on a fixed row matrix H (n × d, float32, row-major). */
-export interface RowProducts {
-  readonly n: number;
-  readonly d: number;
-  /** H · V for V (d × k, column j at V[j*d …]): returns n × k, row-major. */
-  times(v: Float64Array, k: number): Promise<Float64Array>;
-  /** Hᵀ · G for G (n × k, row-major): returns d × k as k columns (column j at [j*d …]). */
-  transposeTimes(g: Float64Array, k: number): Promise<Float64Array>;
-  dispose(): void;
-}
+import type { Kernels, RowProducts } from "../kernels/types.js";
+import { typescriptKernels } from "../kernels/typescript/index.js";
 
-/** H · V in plain TypeScript; twin of the native core's rowsTimes. */
-export function rowsTimesTs(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, _threads?: number): void {
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < k; j++) {
-      let s = 0;
-      for (let c = 0; c < d; c++) s += h[i * d + c]! * v[j * d + c]!;
-      out[i * k + j] = s;
-    }
-  }
-}
-
-/** Hᵀ · G in plain TypeScript; twin of the native core's rowsTransposeTimes. */
-export function rowsTransposeTimesTs(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, _threads?: number): void {
-  out.fill(0, 0, k * d);
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < k; j++) {
-      const gij = g[i * k + j]!;
-      if (gij === 0) continue;
-      for (let c = 0; c < d; c++) out[j * d + c]! += gij * h[i * d + c]!;
-    }
-  }
-}
-
-/** Products through a kernel set: the TypeScript twins by default, the native core's when given. */
-export function kernelProducts(
-  h: Float32Array,
-  n: number,
-  d: number,
-  k: Pick<import("../native/index.js").Kernels, "rowsTimes" | "rowsTransposeTimes"> = { rowsTimes: rowsTimesTs, rowsTransposeTimes: rowsTransposeTimesTs },
-  threads = 1,
-): RowProducts {
-  return {
-    n,
-    d,
-    async times(v, cols) {
-      const out = new Float64Array(n * cols);
-      k.rowsTimes(h, n, d, v, cols, out, threads);
-      return out;
-    },
-    async transposeTimes(g, cols) {
-      const out = new Float64Array(d * cols);
-      k.rowsTransposeTimes(h, n, d, g, cols, out, threads);
-      return out;
-    },
-    dispose() {},
-  };
-}
-
-/** Products in plain TypeScript: the reference, and the fallback when nothing faster is present. */
-export function typescriptProducts(h: Float32Array, n: number, d: number): RowProducts {
-  return kernelProducts(h, n, d);
-}
+/** The L-BFGS iteration limit (metrics.md). */
+export const PROBE_MAX_ITERATIONS = 2000;
 
 export interface FoldProblem {
   /** Rows of H this fold trains on. */
@@ -91,6 +33,8 @@ export interface ProbeOptions {
    * back for raw rows, and the 1e-8 deviation rule applies to raw deviations.
    */
   prescale?: { mean: Float64Array; scale: Float64Array };
+  /** Where the per-fold moments are computed (default: TypeScript). */
+  kernels?: Pick<Kernels, "foldMoments">;
 }
 
 export interface TrainedProbe {
@@ -119,25 +63,17 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
   const { n, d } = products;
   const K = folds.length;
   const C = o.c;
-  const maxIt = o.maxIterations ?? 2000;
+  const maxIt = o.maxIterations ?? PROBE_MAX_ITERATIONS;
   const m = o.history ?? 10;
 
-  // Per-fold standardization statistics (one pass per fold, row-major) and training masks.
-  const mean = new Float64Array(K * d);
+  // Per-fold standardization statistics and training masks.
+  const { sum: mean, sumSquares } = (o.kernels ?? typescriptKernels).foldMoments(h, d, folds.map((f) => f.train));
   const scale = new Float64Array(K * d);
   const inTrain = new Uint8Array(K * n);
   folds.forEach((f, k) => {
+    for (const i of f.train) inTrain[k * n + i] = 1;
     const mk = mean.subarray(k * d, (k + 1) * d);
-    const ss = new Float64Array(d);
-    for (const i of f.train) {
-      inTrain[k * n + i] = 1;
-      const row = h.subarray(i * d, (i + 1) * d);
-      for (let c = 0; c < d; c++) {
-        const v = row[c]!;
-        mk[c]! += v;
-        ss[c]! += v * v;
-      }
-    }
+    const ss = sumSquares.subarray(k * d, (k + 1) * d);
     const cnt = f.train.length;
     for (let c = 0; c < d; c++) {
       mk[c]! /= cnt;

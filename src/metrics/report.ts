@@ -1,14 +1,17 @@
 /**
- * Metric results on disk (contracts.md §5): `iss.json` / `kts.json` with the
- * store's checksums and every knob, their `.csv` twins, a per-layer plot of
- * each metric (one line per family, 95% bands) as SVG, and the compact table
- * the CLI prints. Files are written only once everything is computed, each
- * atomically.
+ * Metric results on disk (contracts.md §5): `<metric>.json` (`iss.json`,
+ * `kts.json`) with the store's checksums and every knob, their `.csv` twins, a
+ * per-layer plot of each metric (one line per family, 95% bands) as SVG, and
+ * the compact table the CLI prints. What each metric shows comes from its
+ * registry entry (src/metrics/metric.ts). Files are written only once
+ * everything is computed, each atomically.
  */
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
-import type { IssRow, KtsRow, MetricsResult } from "./compute.js";
+import type { MetricsResult } from "./compute.js";
+import type { Metric, MetricRow } from "./metric.js";
+import { METRICS, type MetricRegistry } from "./registry.js";
 
 async function writeAtomic(path: string, text: string): Promise<void> {
   const temp = `${path}.${process.pid}.tmp`;
@@ -92,31 +95,53 @@ export interface WrittenFiles {
   svg: string[];
 }
 
-/** Writes the results under `dir`; returns the paths written. */
-export async function writeResults(dir: string, result: MetricsResult, storePath: string): Promise<WrittenFiles> {
+/** A metric's rows as the table and the plot show them: the shown rows' value and interval. */
+function shownValues(metric: Metric<MetricRow>, rows: MetricRow[]): { layer: number; family: string; value: number | null; low: number | null; high: number | null }[] {
+  const c = metric.columns;
+  const get = (r: MetricRow, k: string) => ((r as unknown as Record<string, number | null | undefined>)[k] ?? null);
+  return rows.filter((r) => metric.shown?.(r) ?? true).map((r) => ({ layer: r.layer, family: r.family, value: get(r, c.value), low: get(r, c.low), high: get(r, c.high) }));
+}
+
+/** Writes the results under `dir`, one JSON, CSV and SVG per metric with rows; returns the paths written. */
+export async function writeResults(dir: string, result: MetricsResult, storePath: string, registry: MetricRegistry = METRICS): Promise<WrittenFiles> {
   const manifest = result.manifest;
   await mkdir(dir, { recursive: true });
   const store = { path: storePath, files_sha256: Object.fromEntries(Object.entries(manifest.files).map(([n, e]) => [n, e.sha256])) };
   const written: WrittenFiles = { json: [], csv: [], svg: [] };
-  const emit = async (metric: "ISS" | "KTS", rows: (IssRow | KtsRow)[]) => {
-    if (rows.length === 0) return;
-    const base = metric.toLowerCase();
-    const json = { metric, model: manifest.model, store, config: { ...result.config, backend_detail: result.backend }, rows };
-    const paths = [join(dir, `${base}.json`), join(dir, `${base}.csv`), join(dir, `${base}.svg`)];
-    const plotRows =
-      metric === "ISS"
-        ? (rows as IssRow[]).map((r) => ({ layer: r.layer, family: r.family, value: r.iss, low: r.iss_ci_low, high: r.iss_ci_high }))
-        : (rows as KtsRow[]).filter((r) => r.family !== "anchor").map((r) => ({ layer: r.layer, family: r.family, value: r.kts, low: r.kts_ci_low, high: r.kts_ci_high }));
+  for (const metric of registry) {
+    const rows = result.rows[metric.name] ?? [];
+    if (rows.length === 0) continue;
+    const json = { metric: metric.title, model: manifest.model, store, config: { ...result.config, backend_detail: result.backend }, rows };
+    const paths = [join(dir, `${metric.name}.json`), join(dir, `${metric.name}.csv`), join(dir, `${metric.name}.svg`)];
     await writeAtomic(paths[0]!, JSON.stringify(json, null, 2) + "\n");
     await writeAtomic(paths[1]!, toCsv(rows));
-    await writeAtomic(paths[2]!, svgPlot(`${metric} by layer — ${manifest.model}`, plotRows));
+    await writeAtomic(paths[2]!, svgPlot(`${metric.title} by layer — ${manifest.model}`, shownValues(metric, rows)));
     written.json.push(paths[0]!);
     written.csv.push(paths[1]!);
     written.svg.push(paths[2]!);
-  };
-  await emit("ISS", result.iss);
-  await emit("KTS", result.kts);
+  }
   return written;
+}
+
+/** The default notes under a metric's table: the distinct reasons its shown values are null. */
+function nullReasons(metric: Metric<MetricRow>, rows: MetricRow[]): string[] {
+  const reason = metric.columns.nullReason;
+  if (!reason) return [];
+  const field = (r: MetricRow, k: string) => (r as unknown as Record<string, unknown>)[k];
+  const nulls = rows.filter((r) => (metric.shown?.(r) ?? true) && field(r, metric.columns.value) === null);
+  return [...new Set(nulls.map((r) => `  — ${String(field(r, reason))}`))];
+}
+
+/** Every computed metric's table, each followed by its notes (null reasons, probes that did not converge). */
+export function formatTables(result: MetricsResult, registry: MetricRegistry = METRICS): string {
+  const parts: string[] = [];
+  for (const metric of registry) {
+    const rows = result.rows[metric.name] ?? [];
+    if (rows.length === 0) continue;
+    const notes = metric.notes ? metric.notes(rows) : nullReasons(metric, rows);
+    parts.push([formatTable(metric.tableTitle, shownValues(metric, rows)) + "\n", ...notes].join("\n"));
+  }
+  return parts.join("\n");
 }
 
 /** Layers down, families across: one metric per cell. */

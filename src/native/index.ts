@@ -1,60 +1,27 @@
 /**
- * The one place that loads the native core (`native/`) and says what it exports.
- * Everything else asks for {@link kernels} and gets either the native functions
- * or their pure-TypeScript twins, which compute the same bits.
+ * The one place that loads the native core (`native/`) and adapts what it
+ * exports to the kernel interface (src/kernels/types.ts). Every option — the
+ * thread count, whether the rank kernel may use bfloat16 — arrives here from
+ * TypeScript and is passed to the addon as an argument.
  */
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import * as ts from "../store/float16.js";
-import { rankAgainstAnchorsTs, type RankAgainstAnchors } from "../metrics/rank.js";
-import { bootstrapAurocTs, bootstrapMeanTs } from "../metrics/stats.js";
-import { rowsTimesTs, rowsTransposeTimesTs } from "../metrics/probe.js";
-
-/** The numeric kernels every implementation provides. */
-export interface Kernels {
-  /** "native" or "typescript". */
-  readonly name: string;
-  /** Which code path runs inside: "f16c", "portable" or "typescript". */
-  readonly simd: string;
-  f32ToF16(src: Float32Array, dst: Uint16Array): void;
-  f16ToF32(src: Uint16Array, dst: Float32Array): void;
-  f16Stats(src: Uint16Array): ts.F16Stats;
-  /**
-   * ISS's fused kernel: rows of `x` (n × d) against anchors `a` (F × d); per row
-   * the score against anchor `own[i]` and the number of other anchors above it.
-   */
-  rankAgainstAnchors: RankAgainstAnchors;
-  /** out (n × k) = H · V, column j of V at v[j·d …] (see src/metrics/probe.ts). */
-  rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
-  /** out (k columns of d) = Hᵀ · G for G (n × k). */
-  rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
-  /** Bootstrap replicates of a mean over facts (see src/metrics/stats.ts). */
-  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): void;
-  /** Bootstrap replicates of a weighted AUROC, optionally paired (see src/metrics/stats.ts). */
-  bootstrapAuroc(
-    seed: number,
-    stream: number,
-    group: { fact: Int32Array; label: Uint8Array; ties: Int32Array; nFacts: number },
-    b: number,
-    out: Float64Array,
-    paired?: { fact: Int32Array; label: Uint8Array; ties: Int32Array; nFacts: number },
-    toPaired?: Int32Array,
-    pairedOut?: Float64Array,
-  ): void;
-}
+import { f16BitsToNumber } from "../kernels/typescript/float16.js";
+import { syncProducts } from "../kernels/typescript/products.js";
+import type { KernelOptions, Kernels } from "../kernels/types.js";
 
 /** What `hsm_native.node` exports; nothing else touches the addon. */
 interface NativeBinding {
   simd: string;
-  f32ToF16(src: Float32Array, dst: Uint16Array): void;
-  f16ToF32(src: Uint16Array, dst: Float32Array): void;
+  f32ToF16(src: Float32Array, dst: Uint16Array, threads: number): void;
+  f16ToF32(src: Uint16Array, dst: Float32Array, threads: number): void;
   f16Stats(src: Uint16Array): [number, number];
-  rankAgainstAnchors: Kernels["rankAgainstAnchors"];
-  bootstrapMean: Kernels["bootstrapMean"];
-  rowsTimes: Kernels["rowsTimes"];
-  rowsTransposeTimes: Kernels["rowsTransposeTimes"];
+  rankAgainstAnchors(x: Float32Array, nRows: number, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array, threads: number, allowBf16: boolean): void;
+  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): void;
+  rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
+  rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
   bootstrapAuroc(
     seed: number,
     stream: number,
@@ -70,21 +37,12 @@ interface NativeBinding {
     pNFacts: number,
     toPaired: Int32Array | null,
     pOut: Float64Array | null,
+    threads: number,
   ): void;
 }
 
-export const typescriptKernels: Kernels = {
-  name: "typescript",
-  simd: "typescript",
-  f32ToF16: ts.f32ToF16,
-  f16ToF32: ts.f16ToF32,
-  f16Stats: ts.f16Stats,
-  rankAgainstAnchors: rankAgainstAnchorsTs,
-  bootstrapMean: bootstrapMeanTs,
-  bootstrapAuroc: bootstrapAurocTs,
-  rowsTimes: rowsTimesTs,
-  rowsTransposeTimes: rowsTransposeTimesTs,
-};
+/** The kernels the native core implements. */
+export type NativeKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "rank" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc">;
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -107,52 +65,44 @@ function loadBinding(): NativeBinding | undefined {
   return undefined;
 }
 
-function wrap(binding: NativeBinding): Kernels {
-  return {
-    name: "native",
-    simd: binding.simd,
-    f32ToF16: (src, dst) => binding.f32ToF16(src, dst),
-    f16ToF32: (src, dst) => binding.f16ToF32(src, dst),
-    f16Stats(src) {
-      const [nonfinite, maxBits] = binding.f16Stats(src);
-      return { nonfinite, maxAbs: ts.f16BitsToNumber(maxBits) };
-    },
-    rankAgainstAnchors: (x, n, a, f, d, own, ownScore, above, threads) => binding.rankAgainstAnchors(x, n, a, f, d, own, ownScore, above, threads),
-    bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out),
-    rowsTimes: (h, n, d, v, k, out, threads) => binding.rowsTimes(h, n, d, v, k, out, threads),
-    rowsTransposeTimes: (h, n, d, g, k, out, threads) => binding.rowsTransposeTimes(h, n, d, g, k, out, threads),
-    bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
-      binding.bootstrapAuroc(seed, stream, g.fact, g.label, g.ties, g.nFacts, b, out, p?.fact ?? null, p?.label ?? null, p?.ties ?? null, p?.nFacts ?? 0, toPaired ?? null, pOut ?? null),
-  };
-}
-
 const binding = loadBinding();
 
-/** The native kernels, or undefined where the addon did not build or load. */
-export const nativeKernels: Kernels | undefined = binding ? wrap(binding) : undefined;
+/** Which code path runs inside the addon ("f16c" or "portable"), or undefined where it did not load. */
+export const nativeSimd: string | undefined = binding?.simd;
 
-let warned = false;
+/** Rows the rank kernel gathers at a time: the kernel reads contiguous rows; slices bound the copy. */
+const RANK_SLICE = 8192;
 
-/**
- * The kernels to use: native when loaded, unless `HSM_NATIVE=0` asks for the
- * TypeScript path. Falling back prints one warning per process (`quiet` for
- * worker threads, whose parent has already warned).
- */
-export function kernels(options: { quiet?: boolean } = {}): Kernels {
-  if (process.env.HSM_NATIVE === "0") return typescriptKernels;
-  if (nativeKernels) return nativeKernels;
-  if (!warned && !options.quiet) {
-    warned = true;
-    process.emitWarning(
-      `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` +
-        nativeLoadErrors.map((e) => `  tried ${e}`).join("\n"),
-      { code: "HSM_NO_NATIVE" },
-    );
-  }
-  return typescriptKernels;
-}
-
-/** Every available implementation, for tests and benchmarks that compare them. */
-export function allKernels(): Kernels[] {
-  return nativeKernels ? [typescriptKernels, nativeKernels] : [typescriptKernels];
+/** The native kernels with `o`'s options bound, or undefined where the addon did not build or load. */
+export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
+  if (!binding) return undefined;
+  const threads = o.threads;
+  return {
+    f32ToF16: (src, dst) => binding.f32ToF16(src, dst, threads),
+    f16ToF32: (src, dst) => binding.f16ToF32(src, dst, threads),
+    f16Stats(src) {
+      const [nonfinite, maxBits] = binding.f16Stats(src);
+      return { nonfinite, maxAbs: f16BitsToNumber(maxBits) };
+    },
+    rank(x, rows, a, nAnchors, d, own, ownScore, above) {
+      for (let from = 0; from < rows.length; from += RANK_SLICE) {
+        const to = Math.min(rows.length, from + RANK_SLICE);
+        const block = new Float32Array((to - from) * d);
+        for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
+        binding.rankAgainstAnchors(block, to - from, a, nAnchors, d, own.subarray(from, to), ownScore.subarray(from, to), above.subarray(from, to), threads, o.allowBf16);
+      }
+    },
+    products: (h, n, d) =>
+      syncProducts(
+        h,
+        n,
+        d,
+        (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
+        (h, n, d, g, k, out) => binding.rowsTransposeTimes(h, n, d, g, k, out, threads),
+      ),
+    rowsTimes: (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
+    bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out),
+    bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
+      binding.bootstrapAuroc(seed, stream, g.fact, g.label, g.ties, g.nFacts, b, out, p?.fact ?? null, p?.label ?? null, p?.ties ?? null, p?.nFacts ?? 0, toPaired ?? null, pOut ?? null, threads),
+  };
 }

@@ -23,7 +23,7 @@ import { buildPrompt } from "../bank/prompt.js";
 import { DEFAULT_BATCH_SIZE, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
-import { syncDir } from "../store/manifest.js";
+import { syncDir } from "../util/fs.js";
 import { leftPad, planBatches } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
 import { answerFields, GreedyRows, readEosIds } from "./decoding.js";

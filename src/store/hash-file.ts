@@ -6,8 +6,8 @@
 import { createHash } from "node:crypto";
 import { closeSync, openSync, readSync } from "node:fs";
 
-import { kernels } from "../native/index.js";
-import type { F16Stats } from "./float16.js";
+import { storeKernels } from "../kernels/registry.js";
+import type { F16Stats } from "../kernels/types.js";
 
 export interface HashJob {
   path: string;
@@ -30,7 +30,7 @@ export function hashFileSync(job: HashJob): HashResult {
   // allocUnsafeSlow gives a buffer of its own at offset 0, so 16-bit views are aligned.
   const buf = Buffer.allocUnsafeSlow(CHUNK);
   const fd = openSync(job.path, "r");
-  const k = kernels({ quiet: true });
+  const k = storeKernels({ quiet: true });
   // Elements of 2 or 4 bytes never straddle a chunk when the data starts at a multiple of their size.
   const width = job.f32From !== undefined ? 4 : 2;
   const from = job.f32From ?? job.f16From;

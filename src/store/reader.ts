@@ -6,7 +6,7 @@
 import { readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
 import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.js";
-import { kernels } from "../native/index.js";
+import { storeKernels } from "../kernels/registry.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { isNativeManifest, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName, layerOfFileName } from "./names.js";
@@ -114,7 +114,7 @@ export class StoreReader {
     if (this.layout.float32.has(layer)) {
       const wide = await this.readRaw(layer, start, count, 4);
       const half = new Uint16Array(wide.length);
-      kernels().f32ToF16(wide, half);
+      storeKernels().f32ToF16(wide, half);
       return half;
     }
     return this.readRaw(layer, start, count, 2);
@@ -125,7 +125,7 @@ export class StoreReader {
     if (this.layout.float32.has(layer)) return this.readRaw(layer, start, count, 4);
     const half = await this.readRaw(layer, start, count, 2);
     const out = new Float32Array(half.length);
-    kernels().f16ToF32(half, out);
+    storeKernels().f16ToF32(half, out);
     return out;
   }
 

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { StoreError } from "../errors.js";
-import { kernels } from "../native/index.js";
+import { storeKernels } from "../kernels/registry.js";
 import { fileError, osReason } from "../util/fs.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";
@@ -200,7 +200,7 @@ export class StoreWriter {
       this.scratch.set(layer, half);
     }
     const view = half.subarray(0, data.length);
-    kernels().f32ToF16(data, view);
+    storeKernels().f32ToF16(data, view);
     await this.writeRows(layer, rowStart, view);
   }
 

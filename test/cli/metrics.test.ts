@@ -6,6 +6,10 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { kernelOptions } from "../../src/kernels/registry.js";
+import { KERNEL_NAMES } from "../../src/kernels/types.js";
+import { nativeKernels } from "../../src/native/index.js";
+import { agreeRows } from "../helpers/agree.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
@@ -13,9 +17,18 @@ const dir = tempDir("hsm-cli-metrics-");
 const store = join(dir, "fx", "store");
 const scored = join(dir, "fx", "scored.jsonl");
 
-function hsm(args: string[]) {
-  return spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", cwd: dir });
+function hsm(args: string[], env: Record<string, string> = {}) {
+  return spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", cwd: dir, env: { ...process.env, ...env } });
 }
+
+/** Whether @tensorflow/tfjs-node loads here (it is an optional dependency). */
+const TFJS_NODE = await import("@tensorflow/tfjs-node" as string).then(
+  () => true,
+  () => false,
+);
+
+/** Whether this checkout has the native core built (and not switched off). */
+const NATIVE_BUILT = nativeKernels(kernelOptions()) !== undefined && process.env.HSM_NATIVE !== "0";
 
 beforeAll(async () => {
   await writeFixture(join(dir, "fx"), { facts: 120, d: 16, layersTotal: 6, seed: 2 });
@@ -26,7 +39,7 @@ describe("hsm metrics", () => {
     const out = join(dir, "out");
     const r = hsm(["metrics", store, "--scored", scored, "--out", out, "--bootstrap", "200", "--layers", "2,4-5"]);
     expect(r.status).toBe(0);
-    expect(r.stderr).toMatch(/metrics: layer 2: read\nmetrics: layer 2: kts\nmetrics: layer 2: iss\n/);
+    expect(r.stderr).toMatch(/metrics: layer 2: read\nmetrics: layer 2: iss\nmetrics: layer 2: kts\n/);
     expect(r.stdout).toMatch(/^ISS \(fact-macro margin.*\nlayer +distractor +paraphrase +reorder +translation +typo +all\n2 +-?\d\.\d{3}/m);
     expect(r.stdout).toMatch(/^KTS \(1: the anchor probe's signal transfers fully; 0: not at all\)\n/m);
     expect(r.stdout).toMatch(/backend: \w+/);
@@ -81,10 +94,75 @@ describe("hsm metrics", () => {
     const kts = hsm(["metrics", store, "--metrics", "kts", "--quiet"]);
     expect(kts.status).toBe(1);
     expect(kts.stderr).toBe("hsm: KTS needs the scored file: pass --scored SCORED.jsonl (or --metrics iss)\n");
-    expect(hsm(["metrics", store, "--backend", "gpu"]).stderr).toMatch(/Expected --backend auto\|native\|tfjs-node\|wasm\|typescript but received "gpu"/);
+    expect(hsm(["metrics", store, "--backend", "gpu"]).stderr).toMatch(/Expected --backend auto\|native\|tfjs-node\|tfjs-node-gpu\|webgpu\|wasm\|typescript but received "gpu"/);
     expect(hsm(["metrics", store, "--layers", "7"]).stderr).toMatch(/layer 7 is not stored \(stored: 2, 3, 4, 5\)/);
     expect(hsm(["metrics", store, "--layers", "x"]).status).toBe(2);
-    const tfnode = hsm(["metrics", store, "--backend", "tfjs-node", "--quiet"]);
-    if (tfnode.status !== 0) expect(tfnode.stderr).toMatch(/--backend tfjs-node needs @tensorflow\/tfjs-node, which is not installed here/);
+    const tfnode = hsm(["metrics", store, "--backend", "tfjs-node", "--quiet", "--bootstrap", "20", "--out", join(dir, "tfnode")]);
+    if (TFJS_NODE) {
+      expect(tfnode.status).toBe(0);
+      expect(JSON.parse(readFileSync(join(dir, "tfnode", "iss.json"), "utf8")).config.kernels.rank).toBe("tfjs-node");
+    } else {
+      expect(tfnode.status).toBe(1);
+      expect(tfnode.stderr).toMatch(/--backend tfjs-node needs @tensorflow\/tfjs-node, which is not installed here/);
+    }
+  });
+});
+
+/**
+ * The backends as a user selects them, in child processes: with the native
+ * core absent, typescript and wasm give native's rows within metrics.md's
+ * tolerances, record which implementation ran each kernel, and ISS's intervals
+ * are identical (the same generator over the same per-fact margins).
+ */
+describe("hsm metrics --backend, the native core absent", () => {
+  const run = (backend: string, env: Record<string, string> = {}) => {
+    const out = join(dir, `backend-${backend}`);
+    const r = spawnSync(process.execPath, [BIN, "metrics", store, "--scored", scored, "--out", out, "--backend", backend, "--bootstrap", "200", "--quiet"], {
+      encoding: "utf8",
+      cwd: dir,
+      env: { ...process.env, ...env },
+    });
+    expect(r.stderr).toBe("");
+    expect(r.status).toBe(0);
+    const read = (m: string) => JSON.parse(readFileSync(join(out, `${m}.json`), "utf8")) as { config: { backend: string; kernels: Record<string, string> }; rows: Record<string, unknown>[] };
+    return { iss: read("iss"), kts: read("kts"), stdout: r.stdout };
+  };
+  const absent = { HSM_NATIVE_PATH: join(dir, "no-such-addon.node") };
+  const reference = () => (NATIVE_BUILT ? run("native") : run("typescript"));
+
+  it("typescript records typescript for every kernel and agrees with native", () => {
+    const ts = run("typescript", absent);
+    expect(ts.iss.config.backend).toBe("typescript");
+    expect(Object.keys(ts.iss.config.kernels).sort()).toEqual([...KERNEL_NAMES].sort());
+    expect(new Set(Object.values(ts.iss.config.kernels))).toEqual(new Set(["typescript"]));
+    expect(ts.kts.config.kernels).toEqual(ts.iss.config.kernels);
+    expect(ts.stdout).toMatch(/backend: typescript \(tfjs none, native typescript\)/);
+    const ref = reference();
+    agreeRows(ref.iss.rows, ts.iss.rows);
+    agreeRows(ref.kts.rows, ts.kts.rows);
+    for (const [i, row] of ref.iss.rows.entries()) expect([ts.iss.rows[i]!.iss_ci_low, ts.iss.rows[i]!.iss_ci_high]).toEqual([row.iss_ci_low, row.iss_ci_high]);
+  });
+
+  it("wasm records wasm for its kernels and typescript, its named fallback, for the rest", () => {
+    const wasm = run("wasm", absent);
+    expect(wasm.iss.config.backend).toBe("wasm");
+    const mine = Object.entries(wasm.iss.config.kernels).filter(([, b]) => b === "wasm").map(([k]) => k);
+    expect(mine.sort()).toEqual(["products", "rank", "rowsTimes"]);
+    for (const [k, b] of Object.entries(wasm.iss.config.kernels)) if (b !== "wasm") expect([k, b]).toEqual([k, "typescript"]);
+    const ref = reference();
+    agreeRows(ref.iss.rows, wasm.iss.rows);
+    agreeRows(ref.kts.rows, wasm.kts.rows);
+    for (const [i, row] of ref.iss.rows.entries()) expect([wasm.iss.rows[i]!.iss_ci_low, wasm.iss.rows[i]!.iss_ci_high]).toEqual([row.iss_ci_low, row.iss_ci_high]);
+  });
+
+  it.runIf(NATIVE_BUILT)("native records native for the kernels the core implements", () => {
+    const native = run("native");
+    expect(native.iss.config.kernels).toMatchObject({ f16ToF32: "native", rank: "native", products: "native", rowsTimes: "native", bootstrapMean: "native", bootstrapAuroc: "native", centreRows: "typescript" });
+  });
+
+  it("native, asked for by name where the core is absent, says how to build it", () => {
+    const r = hsm(["metrics", store, "--backend", "native", "--quiet"], absent);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/^hsm: --backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n/);
   });
 });

@@ -9,6 +9,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { computeMetrics, type MetricsResult } from "../../src/metrics/compute.js";
 import { FIXTURE_FAMILIES, writeFixture } from "../../src/fixtures/synthetic.js";
+import { agree, agreeRows } from "../helpers/agree.js";
 import { hasSklearn, numpyRequired, python } from "../helpers/numpy.js";
 import { BACKENDS } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -22,16 +23,6 @@ beforeAll(async () => {
   await writeFixture(join(dir, "fx"), { facts: 400, d: 32, layersTotal: 6, seed: 11 });
   for (const backend of BACKENDS) results[backend] = await computeMetrics(fx.store, { scored: fx.scored, backend });
 });
-
-/** metrics.md's tolerance for agreement between implementations, by field. */
-function agree(field: string, a: number | null, b: number | null, width = 0) {
-  if (a === null || b === null) return expect(a).toBe(b);
-  const tol: Record<string, number> = { iss: 1e-4, own_cos: 1e-4, other_cos: 1e-4, auroc: 5e-3, kts: 2e-2 };
-  if (field in tol) return expect(Math.abs(a - b)).toBeLessThanOrEqual(tol[field]!);
-  if (field.endsWith("_ci_low") || field.endsWith("_ci_high")) return expect(Math.abs(a - b)).toBeLessThanOrEqual(Math.max(0.02, 0.15 * width));
-  // r_at_1 and mrr: exact up to summation order (no near-ties in this fixture); counts exactly.
-  return Number.isInteger(a) && Number.isInteger(b) ? expect(a).toBe(b) : expect(Math.abs(a - b)).toBeLessThanOrEqual(1e-12);
-}
 
 describe("metrics on a planted fixture", () => {
   it("ISS and r_at_1 rise with depth; mild families sit above strong ones", () => {
@@ -61,19 +52,8 @@ describe("metrics on a planted fixture", () => {
   it("every backend agrees within the tolerances", () => {
     const ref = results.typescript!;
     for (const backend of BACKENDS.filter((b) => b !== "typescript")) {
-      const other = results[backend]!;
-      for (const [metric, rows] of [["iss", ref.iss], ["kts", ref.kts]] as const) {
-        rows.forEach((row, i) => {
-          const o = (other[metric] as typeof rows)[i]!;
-          for (const [field, value] of Object.entries(row)) {
-            if (typeof value === "string" || field === "kts_null_reason") continue;
-            const base = field.replace(/_ci_(low|high)$/, "");
-            const lo = (row as unknown as Record<string, number>)[`${base}_ci_low`];
-            const hi = (row as unknown as Record<string, number>)[`${base}_ci_high`];
-            agree(field, value as number | null, (o as unknown as Record<string, number | null>)[field]!, lo !== undefined && hi !== undefined ? hi - lo : 0);
-          }
-        });
-      }
+      agreeRows(ref.iss, results[backend]!.iss);
+      agreeRows(ref.kts, results[backend]!.kts);
     }
   });
 

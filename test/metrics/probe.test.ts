@@ -7,8 +7,9 @@ import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
-import { openBackend } from "../../src/metrics/backends.js";
-import { trainProbes, typescriptProducts } from "../../src/metrics/probe.js";
+import { openKernels } from "../../src/kernels/registry.js";
+import { typescriptKernels } from "../../src/kernels/typescript/index.js";
+import { trainProbes } from "../../src/metrics/probe.js";
 import { percentile } from "../../src/metrics/stats.js";
 import { Rng } from "../../src/util/random.js";
 import { hasSklearn, numpyRequired, python } from "../helpers/numpy.js";
@@ -57,8 +58,8 @@ describe("probe", () => {
 
   it("meets its stopping rule, checked with an independent gradient, on every backend", async () => {
     for (const name of BACKENDS) {
-      const backend = await openBackend(name);
-      const products = await backend.products(h, n, d);
+      const { kernels } = await openKernels(name);
+      const products = await kernels.products(h, n, d);
       const probes = await trainProbes(h, products, y, folds, { c: 0.05 });
       products.dispose();
       probes.forEach((p, k) => {
@@ -70,13 +71,13 @@ describe("probe", () => {
   });
 
   it("trains each fold as if alone", async () => {
-    const together = await trainProbes(h, typescriptProducts(h, n, d), y, folds, { c: 0.05 });
-    const alone = await trainProbes(h, typescriptProducts(h, n, d), y, [folds[1]!], { c: 0.05 });
+    const together = await trainProbes(h, await typescriptKernels.products(h, n, d), y, folds, { c: 0.05 });
+    const alone = await trainProbes(h, await typescriptKernels.products(h, n, d), y, [folds[1]!], { c: 0.05 });
     alone[0]!.w.forEach((v, j) => expect(together[1]!.w[j]!).toBeCloseTo(v, 4));
   });
 
   it.skipIf(!hasSklearn && !numpyRequired)("reaches scikit-learn's LogisticRegression(C) optimum", async () => {
-    const probes = await trainProbes(h, typescriptProducts(h, n, d), y, [folds[0]!], { c: 0.05 });
+    const probes = await trainProbes(h, await typescriptKernels.products(h, n, d), y, [folds[0]!], { c: 0.05 });
     writeFileSync(join(dir, "h.f4"), new Uint8Array(h.buffer));
     writeFileSync(join(dir, "y.u1"), y);
     const out = python(

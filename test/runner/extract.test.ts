@@ -12,7 +12,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
 import { generateWeights, tinyConfig, tokenizerFiles, writeTinyModel, type TinyModelOptions } from "../../src/models/llama.js";
-import { f16BitsToNumber, f32ToF16 } from "../../src/store/float16.js";
+import { f16BitsToNumber, f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel, shardRange } from "../../src/runner/extract.js";
 import { encodeModel, loadModel } from "../../src/runner/onnx-graph.js";

@@ -14,7 +14,7 @@ import { EXIT, ManifestError, StoreError } from "../../src/errors.js";
 import { writeFixture } from "../../src/fixtures/synthetic.js";
 import { computeMetrics } from "../../src/metrics/compute.js";
 import { adoptStore } from "../../src/store/adopt.js";
-import { f16ToF32 } from "../../src/store/float16.js";
+import { f16ToF32 } from "../../src/kernels/typescript/float16.js";
 import { writeNpyFile } from "../../src/store/npy-file.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { verifyStore } from "../../src/store/verify.js";

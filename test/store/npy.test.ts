@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { EXIT, FileError, NpyHeaderError } from "../../src/errors.js";
 import { buildNpyHeader, parseNpyHeader } from "../../src/store/npy.js";
 import { readNpyFile, writeNpyFile } from "../../src/store/npy-file.js";
-import { f32ToF16 } from "../../src/store/float16.js";
+import { f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { ATTACKS } from "./attacks.js";
 import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";

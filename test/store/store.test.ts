@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 
 import { EXIT, FileError, StoreError } from "../../src/errors.js";
 import { memoryBackend } from "../../src/store/backend.js";
-import { f16ToF32, f32ToF16 } from "../../src/store/float16.js";
+import { f16ToF32, f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { acquireLock } from "../../src/store/lock.js";
 import { parseManifest } from "../../src/store/manifest.js";
 import { StoreReader } from "../../src/store/reader.js";

@@ -1,15 +1,20 @@
 /**
- * One suite over every float16 implementation (TypeScript reference and the
- * native core): all 65,536 halves, hand-computed rounding cases, and a million
- * random float32 values compared between the implementations and with NumPy.
+ * The float16 kernels of every backend available here (each resolves them to
+ * its own or its fallback's): all 65,536 halves, hand-computed rounding cases,
+ * and a million random float32 values compared between the implementations
+ * and with NumPy.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
-import { allKernels, nativeKernels, typescriptKernels, type Kernels } from "../../src/native/index.js";
+import { kernelOptions } from "../../src/kernels/registry.js";
+import { typescriptKernels } from "../../src/kernels/typescript/index.js";
+import type { Kernels } from "../../src/kernels/types.js";
+import { nativeKernels as loadNative } from "../../src/native/index.js";
 import { Rng } from "../../src/util/random.js";
+import { AVAILABLE } from "../helpers/backends.js";
 import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -22,6 +27,9 @@ function halfValue(h: number): number {
   if (e === 31) return m === 0 ? sign * Infinity : NaN;
   return sign * (1 + m / 1024) * 2 ** (e - 15);
 }
+
+const nativeKernels = loadNative(kernelOptions());
+const BACKENDS = AVAILABLE.map((r) => [r.backend, r.kernels] as const);
 
 function f32(bits: number): number {
   return new Float32Array(new Uint32Array([bits]).buffer)[0]!;
@@ -61,7 +69,7 @@ function f32Bits(x: number): number {
   return new Uint32Array(new Float32Array([x]).buffer)[0]!;
 }
 
-describe.each(allKernels().map((k) => [k.name, k] as const))("float16 kernels: %s", (_name, k) => {
+describe.each(BACKENDS)("float16 kernels: %s", (_name, k) => {
   it("widens every half exactly, NaN payloads kept", () => {
     const out = new Float32Array(65536);
     k.f16ToF32(ALL_HALVES, out);
@@ -147,7 +155,7 @@ describe.each(allKernels().map((k) => [k.name, k] as const))("float16 kernels: %
 
 describe("native core", () => {
   it.runIf(process.env.HSM_REQUIRE_NATIVE === "1")("is built and loaded", () => {
-    expect(nativeKernels?.name).toBe("native");
+    expect(AVAILABLE.find((r) => r.backend === "native")?.implementations.f32ToF16).toBe("native");
   });
 
   it.runIf(Boolean(nativeKernels))("agrees with the TypeScript reference on a million random float32 values", () => {
@@ -200,12 +208,12 @@ h.astype(np.float32).tofile(d + "/halves.f4")`,
     );
     const want = new Uint16Array(readFileSync(join(dir, "out.f2")).buffer.slice(0));
     const wantHalves = new Uint32Array(readFileSync(join(dir, "halves.f4")).buffer.slice(0));
-    for (const k of allKernels()) {
+    for (const [name, k] of BACKENDS) {
       const got = new Uint16Array(src.length);
       k.f32ToF16(src, got);
       let mismatches = 0;
       for (let i = 0; i < got.length; i++) if (got[i] !== want[i]) mismatches++;
-      expect({ kernel: k.name, mismatches }).toEqual({ kernel: k.name, mismatches: 0 });
+      expect({ backend: name, mismatches }).toEqual({ backend: name, mismatches: 0 });
       const wide = new Float32Array(65536);
       k.f16ToF32(ALL_HALVES, wide);
       expect(Buffer.from(wide.buffer).equals(Buffer.from(wantHalves.buffer))).toBe(true);

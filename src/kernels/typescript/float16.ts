@@ -5,8 +5,9 @@
  * with its payload's top bits (never turned into inf, never quieted).
  *
  * This is the pure-TypeScript reference. The native core implements the same
- * functions faster; `src/native/` picks one and tests hold them equal.
+ * functions faster; the kernel tests hold every backend to these bits.
  */
+import type { F16Stats } from "../types.js";
 
 /** Converts the bits of one float32 to the bits of the nearest float16. */
 export function f32BitsToF16Bits(f: number): number {
@@ -102,12 +103,6 @@ export function f16ToF32(src: Uint16Array, dst: Float32Array): void {
   for (let i = 0; i < src.length; i++) out[i] = t[src[i]!]!;
 }
 
-/** What a store records per file: how many values are not finite, and the largest finite magnitude. */
-export interface F16Stats {
-  nonfinite: number;
-  maxAbs: number;
-}
-
 /** Counts non-finite halves and finds the largest finite magnitude. */
 export function f16Stats(src: Uint16Array): F16Stats {
   let nonfinite = 0;
@@ -125,12 +120,6 @@ export function f16Stats(src: Uint16Array): F16Stats {
 export function f16BitsToNumber(h: number): number {
   scratchU32[0] = f16BitsToF32Bits(h);
   return scratchF32[0]!;
-}
-
-/** The float16 bits NumPy would store for the number `x` (first rounded to float32). */
-export function numberToF16Bits(x: number): number {
-  scratchF32[0] = x;
-  return f32BitsToF16Bits(scratchU32[0]!);
 }
 
 const scratchF32 = new Float32Array(1);

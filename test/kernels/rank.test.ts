@@ -4,12 +4,11 @@
  * that have no own anchor; both native paths (bfloat16 screening where the CPU
  * has it, plain float32 otherwise) must count exactly as the twin does.
  */
-import { spawnSync } from "node:child_process";
-import { join } from "node:path";
-
 import { describe, expect, it } from "vitest";
 
-import { nativeKernels, typescriptKernels } from "../../src/native/index.js";
+import { kernelOptions } from "../../src/kernels/registry.js";
+import { typescriptKernels } from "../../src/kernels/typescript/index.js";
+import { nativeKernels as loadNative } from "../../src/native/index.js";
 import { Rng } from "../../src/util/random.js";
 
 function unitRows(n: number, d: number, rng: Rng): Float32Array {
@@ -37,6 +36,10 @@ function rankCase(seed: number) {
   return { x, a, n, F, d, own };
 }
 
+const nativeKernels = loadNative({ threads: 2, allowBf16: true });
+const nativeFloat32 = loadNative({ threads: 3, allowBf16: false });
+const all = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
+
 describe("rank kernel", () => {
   it.runIf(Boolean(nativeKernels))("counts exactly as the TypeScript twin", () => {
     for (const seed of [1, 2, 3]) {
@@ -45,8 +48,8 @@ describe("rank kernel", () => {
       const s2 = new Float32Array(n);
       const c1 = new Int32Array(n);
       const c2 = new Int32Array(n);
-      typescriptKernels.rankAgainstAnchors(x, n, a, F, d, own, s1, c1, 1);
-      nativeKernels!.rankAgainstAnchors(x, n, a, F, d, own, s2, c2, 2);
+      typescriptKernels.rank(x, all(n), a, F, d, own, s1, c1);
+      nativeKernels!.rank(x, all(n), a, F, d, own, s2, c2);
       expect(Array.from(c2)).toEqual(Array.from(c1));
       s1.forEach((v, i) => expect(Math.abs(s2[i]! - v)).toBeLessThan(1e-5));
       own.forEach((o, i) => o < 0 && expect([s2[i], c2[i]]).toEqual([0, 0]));
@@ -54,24 +57,36 @@ describe("rank kernel", () => {
   });
 
   it.runIf(Boolean(nativeKernels))("gives the same counts without bfloat16 screening", () => {
-    const counts = (env: Record<string, string>) => {
-      const r = spawnSync(process.execPath, ["--input-type=module", "-e", probeScript], { encoding: "utf8", env: { ...process.env, ...env } });
-      expect(r.stderr).toBe("");
-      return r.stdout;
+    const rng = new Rng(9);
+    const n = 301;
+    const F = 57;
+    const d = 1030;
+    const a = unitRows(F, d, rng);
+    const x = unitRows(n, d, rng);
+    for (let i = 0; i < n; i += 2) for (let j = 0; j < d; j++) x[i * d + j] = 0.3 * a[(i % F) * d + j]! + 0.01 * x[i * d + j]!;
+    const own = Int32Array.from({ length: n }, (_, i) => i % F);
+    const counts = (k: NonNullable<typeof nativeKernels>) => {
+      const c = new Int32Array(n);
+      k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
+      return Array.from(c);
     };
-    expect(counts({ HSM_NO_BF16: "1" })).toBe(counts({}));
+    const reference = new Int32Array(n);
+    typescriptKernels.rank(x, all(n), a, F, d, own, new Float32Array(n), reference);
+    expect(counts(nativeKernels!)).toEqual(Array.from(reference));
+    expect(counts(nativeFloat32!)).toEqual(Array.from(reference));
+  });
+
+  it("HSM_NO_BF16 turns the screening off, read once in TypeScript", () => {
+    const saved = process.env.HSM_NO_BF16;
+    try {
+      delete process.env.HSM_NO_BF16;
+      expect(kernelOptions().allowBf16).toBe(true);
+      process.env.HSM_NO_BF16 = "1";
+      expect(kernelOptions().allowBf16).toBe(false);
+      expect(kernelOptions({ allowBf16: true }).allowBf16).toBe(true);
+    } finally {
+      if (saved === undefined) delete process.env.HSM_NO_BF16;
+      else process.env.HSM_NO_BF16 = saved;
+    }
   });
 });
-
-/** A child computes counts on a fixed case, so each process picks its kernel path once. */
-const probeScript = `
-const { nativeKernels: k } = await import(${JSON.stringify(join(import.meta.dirname, "..", "..", "dist", "native", "index.js"))});
-const { Rng } = await import(${JSON.stringify(join(import.meta.dirname, "..", "..", "dist", "util", "random.js"))});
-const rng = new Rng(9), n = 301, F = 57, d = 1030;
-const unit = (m) => { const x = rng.fillNormal(new Float32Array(m * d)); for (let i = 0; i < m; i++) { let s = 0; for (let j = 0; j < d; j++) s += x[i*d+j]**2; for (let j = 0; j < d; j++) x[i*d+j] /= Math.sqrt(s); } return x; };
-const a = unit(F), x = unit(n);
-for (let i = 0; i < n; i += 2) for (let j = 0; j < d; j++) x[i*d+j] = 0.3 * a[(i % F)*d+j] + 0.01 * x[i*d+j];
-const own = Int32Array.from({ length: n }, (_, i) => i % F), s = new Float32Array(n), c = new Int32Array(n);
-k.rankAgainstAnchors(x, n, a, F, d, own, s, c, 2);
-process.stdout.write(Array.from(c).join(","));
-`;

@@ -1,0 +1,168 @@
+/**
+ * Where the heavy arithmetic runs. A backend implements some kernels and
+ * names the backend its missing kernels fall back to, kernel by kernel;
+ * choosing a backend chooses the whole resolved set, and the set records which
+ * implementation serves each kernel.
+ *
+ * | backend | implements | falls back to |
+ * |---|---|---|
+ * | `native` | float16 conversion and stats, rank, products, bootstrap | `typescript` |
+ * | `tfjs-node`, `tfjs-node-gpu`, `webgpu`, `wasm` | rank, products, rowsTimes (TensorFlow.js) | `typescript` |
+ * | `typescript` | everything | — |
+ *
+ * `auto` takes the first available of native, tfjs-node-gpu, webgpu,
+ * tfjs-node, wasm.
+ */
+import { availableParallelism } from "node:os";
+
+import { HsmError, UsageError } from "../errors.js";
+import { nativeKernels as loadNative, nativeLoadErrors, nativeSimd, type NativeKernels } from "../native/index.js";
+import { tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
+import { typescriptKernels } from "./typescript/index.js";
+import { KERNEL_NAMES, type KernelName, type KernelOptions, type Kernels } from "./types.js";
+
+export const BACKENDS = ["auto", "native", "tfjs-node", "tfjs-node-gpu", "webgpu", "wasm", "typescript"] as const;
+export type BackendName = (typeof BACKENDS)[number];
+export type ConcreteBackend = Exclude<BackendName, "auto">;
+
+/** A backend cannot run here; the message says why and what to do. */
+export class BackendUnavailable extends HsmError {
+  constructor(
+    message: string,
+    /** Its packages are not installed (rather than installed and unable to run). */
+    readonly notInstalled = false,
+  ) {
+    super(message);
+  }
+}
+
+/** The native kernels, unless the addon is missing or HSM_NATIVE=0 asks for TypeScript. */
+function nativeKernels(o: KernelOptions): NativeKernels | undefined {
+  return process.env.HSM_NATIVE === "0" ? undefined : loadNative(o);
+}
+
+interface BackendDef {
+  /** Where kernels this backend lacks come from. */
+  fallback: ConcreteBackend | null;
+  /** The kernels it implements; throws BackendUnavailable where it cannot run. */
+  load(o: KernelOptions): Promise<Partial<Kernels>>;
+  /** The TensorFlow.js backend behind it, for the result's detail ("none" otherwise). */
+  tfjs: string;
+}
+
+function tfBackend(name: TfBackendName): BackendDef {
+  return {
+    fallback: "typescript",
+    tfjs: name,
+    async load() {
+      try {
+        return await tfKernels(name);
+      } catch (err) {
+        if (err instanceof TfUnavailable) throw new BackendUnavailable(err.message, err.notInstalled);
+        throw err;
+      }
+    },
+  };
+}
+
+const DEFINITIONS: Record<ConcreteBackend, BackendDef> = {
+  typescript: { fallback: null, tfjs: "none", load: async () => typescriptKernels },
+  native: {
+    fallback: "typescript",
+    tfjs: "none",
+    async load(o) {
+      const k = nativeKernels(o);
+      if (!k) {
+        const why = process.env.HSM_NATIVE === "0" ? ["HSM_NATIVE=0 is set"] : nativeLoadErrors.map((e) => `tried ${e}`);
+        throw new BackendUnavailable(`--backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n${why.map((w) => `  ${w}`).join("\n")}`);
+      }
+      return k;
+    },
+  },
+  "tfjs-node": tfBackend("tfjs-node"),
+  "tfjs-node-gpu": tfBackend("tfjs-node-gpu"),
+  webgpu: tfBackend("webgpu"),
+  wasm: tfBackend("wasm"),
+};
+
+/** The order `auto` tries. */
+const AUTO_ORDER: ConcreteBackend[] = ["native", "tfjs-node-gpu", "webgpu", "tfjs-node", "wasm"];
+
+/** A complete kernel set, and what computes each kernel. */
+export interface ResolvedKernels {
+  /** The backend chosen. */
+  readonly backend: ConcreteBackend;
+  readonly kernels: Kernels;
+  /** Per kernel, the backend whose implementation runs. */
+  readonly implementations: Record<KernelName, ConcreteBackend>;
+  /** The TensorFlow.js backend in use ("none" without one) and the native core's code path ("typescript" where no native kernel runs). */
+  readonly detail: { tfjs: string; simd: string };
+}
+
+export interface OpenOptions extends Partial<KernelOptions> {
+  /** Told one line per backend `auto` passes over because it cannot run here. */
+  onSkip?: (backend: ConcreteBackend, reason: string) => void;
+}
+
+/** The options every kernel receives: threads from the machine, bfloat16 unless HSM_NO_BF16 is set. */
+export function kernelOptions(o: Partial<KernelOptions> = {}): KernelOptions {
+  return {
+    threads: Math.max(1, Math.floor(o.threads ?? availableParallelism())),
+    allowBf16: o.allowBf16 ?? !process.env.HSM_NO_BF16,
+  };
+}
+
+async function resolve(name: ConcreteBackend, o: KernelOptions): Promise<ResolvedKernels> {
+  const chain: { name: ConcreteBackend; kernels: Partial<Kernels> }[] = [];
+  for (let b: ConcreteBackend | null = name; b; b = DEFINITIONS[b].fallback) chain.push({ name: b, kernels: await DEFINITIONS[b].load(o) });
+  const kernels = {} as Record<KernelName, unknown>;
+  const implementations = {} as Record<KernelName, ConcreteBackend>;
+  for (const k of KERNEL_NAMES) {
+    const from = chain.find((c) => c.kernels[k] !== undefined)!;
+    kernels[k] = from.kernels[k];
+    implementations[k] = from.name;
+  }
+  const usesNative = Object.values(implementations).includes("native");
+  return { backend: name, kernels: kernels as unknown as Kernels, implementations, detail: { tfjs: DEFINITIONS[name].tfjs, simd: usesNative ? nativeSimd! : "typescript" } };
+}
+
+/**
+ * The kernel set of backend `name`. A named backend that cannot run here
+ * throws BackendUnavailable; `auto` moves on to the next, telling `onSkip`
+ * why (silently past TensorFlow.js packages that are not installed).
+ */
+export async function openKernels(name: BackendName, o: OpenOptions = {}): Promise<ResolvedKernels> {
+  if (!BACKENDS.includes(name)) throw new UsageError(`Expected --backend ${BACKENDS.join("|")} but received "${name}"`);
+  const options = kernelOptions(o);
+  if (name !== "auto") return resolve(name, options);
+  for (const candidate of AUTO_ORDER) {
+    try {
+      return await resolve(candidate, options);
+    } catch (err) {
+      if (!(err instanceof BackendUnavailable)) throw err;
+      if (!err.notInstalled) o.onSkip?.(candidate, err.message.split("\n")[0]!);
+    }
+  }
+  return resolve("typescript", options);
+}
+
+let warned = false;
+let forStore: Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats"> | undefined;
+
+/**
+ * The synchronous kernels the store uses (float16 conversion and stats): the
+ * native core's where it loaded, else TypeScript's, with one warning per
+ * process (`quiet` for worker threads, whose parent has already warned).
+ */
+export function storeKernels(options: { quiet?: boolean } = {}): Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats"> {
+  forStore ??= nativeKernels(kernelOptions());
+  if (forStore) return forStore;
+  if (!warned && !options.quiet) {
+    warned = true;
+    process.emitWarning(
+      `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` + nativeLoadErrors.map((e) => `  tried ${e}`).join("\n"),
+      { code: "HSM_NO_NATIVE" },
+    );
+  }
+  return typescriptKernels;
+}

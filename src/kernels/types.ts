@@ -1,0 +1,133 @@
+/**
+ * The numeric kernels: every heavy loop of `hsm`, behind one interface that
+ * each backend (src/kernels/registry.ts) implements in part and completes from
+ * a named fallback.
+ *
+ * What agrees across implementations, kernel by kernel:
+ * - `f32ToF16`, `f16ToF32`, `f16Stats`: exact — the same bits everywhere
+ *   (NumPy's conversion).
+ * - `bootstrapMean`, `bootstrapAuroc`: the same draws everywhere (one
+ *   generator); the replicates are equal bit for bit, as every implementation
+ *   sums the same terms in the same order.
+ * - `rank`: own scores are float32 dot products (equal to the float32
+ *   reference within float32 accumulation order); the counts above are exact
+ *   except for anchors whose score lies within that rounding of the row's own.
+ * - `products`, `rowsTimes`: the TypeScript loops accumulate in float64; the
+ *   native core multiplies float32 rows in float32 lanes; TensorFlow.js in
+ *   float32. They agree within float32 accumulation error, not bitwise.
+ * - `centreRows`, `anchorCosines`, `standardizeRows`, `foldMoments`: float64
+ *   sums in a fixed order; one implementation (TypeScript) today.
+ */
+
+/** Maybe a promise: TensorFlow.js kernels read results back asynchronously. */
+export type MaybePromise<T> = T | Promise<T>;
+
+/** What a store records per file: how many values are not finite, and the largest finite magnitude. */
+export interface F16Stats {
+  nonfinite: number;
+  maxAbs: number;
+}
+
+/** A group of scored rows sorted by score, as the AUROC kernels take them. */
+export interface SortedArrays {
+  /** Each row's fact, as an index below nFacts. */
+  fact: Int32Array;
+  /** Each row's 0/1 label. */
+  label: Uint8Array;
+  /** Start of each run of equal scores in sorted order, plus the row count. */
+  ties: Int32Array;
+  nFacts: number;
+}
+
+/** Matrix products on a fixed row matrix H (n × d, float32, row-major). */
+export interface RowProducts {
+  readonly n: number;
+  readonly d: number;
+  /** H · V for V (d × k, column j at V[j*d …]): returns n × k, row-major. */
+  times(v: Float64Array, k: number): Promise<Float64Array>;
+  /** Hᵀ · G for G (n × k, row-major): returns d × k as k columns (column j at [j*d …]). */
+  transposeTimes(g: Float64Array, k: number): Promise<Float64Array>;
+  dispose(): void;
+}
+
+export interface Kernels {
+  /** float32 → float16 bits, NumPy's rounding; `src` and `dst` of equal length. */
+  f32ToF16(src: Float32Array, dst: Uint16Array): void;
+  /** float16 bits → float32, exact. */
+  f16ToF32(src: Uint16Array, dst: Float32Array): void;
+  /** Non-finite count and largest finite magnitude of float16 bits. */
+  f16Stats(src: Uint16Array): F16Stats;
+  /**
+   * ISS's preparation: the rows of `h` (n × d) marked in `valid`, centred on
+   * their float64 mean and scaled to unit length, written to `out` (n × d;
+   * `h` is only read). Rows of zero length are unmarked in `valid`. Returns
+   * how many rows are left unmarked.
+   */
+  centreRows(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array): number;
+  /**
+   * ISS's rank kernel: for query i, row `rows[i]` of `x` against anchors `a`
+   * (nAnchors × d): `ownScore[i]` = its float32 dot product with anchor
+   * `own[i]`, `above[i]` = how many other anchors score strictly higher
+   * (own[i] < 0: 0 and 0).
+   */
+  rank(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array): MaybePromise<void>;
+  /**
+   * ISS's cosines in float64: for query i, `ownCos[i]` = x·a_own and
+   * `otherCos[i]` = (x·Σa − x·a_own)/(nAnchors − 1), x = row `rows[i]` of `x`.
+   */
+  anchorCosines(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array): void;
+  /**
+   * KTS's prescale: rows `rows` of `h` gathered, centred and scaled by their
+   * own float64 mean and population deviation (a zero deviation divides by 1).
+   */
+  standardizeRows(h: Float32Array, rows: Int32Array, d: number): { rows: Float32Array; mean: Float64Array; scale: Float64Array };
+  /** Per fold k, the float64 sums of the rows `folds[k]` of h (n × d) and of their squares: K × d each. */
+  foldMoments(h: Float32Array, d: number, folds: Int32Array[]): { sum: Float64Array; sumSquares: Float64Array };
+  /** Products on a fixed row matrix, for the probe's training steps. */
+  products(h: Float32Array, n: number, d: number): MaybePromise<RowProducts>;
+  /** out (n × k, row-major) = H · V, column j of V at v[j·d …]. */
+  rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array): MaybePromise<void>;
+  /** Bootstrap replicates of the mean over facts of `values` (one per fact). */
+  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): MaybePromise<void>;
+  /**
+   * Bootstrap replicates of a group's fact-weighted AUROC (NaN where a class
+   * has no weight); with `paired`, also the paired group's AUROC under the same
+   * draw, each fact's count carried to `toPaired[f]` (−1: none).
+   */
+  bootstrapAuroc(
+    seed: number,
+    stream: number,
+    group: SortedArrays,
+    b: number,
+    out: Float64Array,
+    paired?: SortedArrays,
+    toPaired?: Int32Array,
+    pairedOut?: Float64Array,
+  ): MaybePromise<void>;
+}
+
+export type KernelName = keyof Kernels;
+
+/** Every kernel, in the order results list them. */
+export const KERNEL_NAMES: readonly KernelName[] = [
+  "f32ToF16",
+  "f16ToF32",
+  "f16Stats",
+  "centreRows",
+  "rank",
+  "anchorCosines",
+  "standardizeRows",
+  "foldMoments",
+  "products",
+  "rowsTimes",
+  "bootstrapMean",
+  "bootstrapAuroc",
+];
+
+/** Options every backend receives; decided in TypeScript, passed to each kernel. */
+export interface KernelOptions {
+  /** Threads a native kernel may use (default: os.availableParallelism()). */
+  threads: number;
+  /** Whether the native rank kernel may screen with bfloat16 (HSM_NO_BF16 unset). */
+  allowBf16: boolean;
+}

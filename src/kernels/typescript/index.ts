@@ -1,0 +1,22 @@
+/** Every kernel in plain TypeScript: the reference, and the fallback every other backend names. */
+import type { Kernels } from "../types.js";
+import { bootstrapAurocTs, bootstrapMeanTs } from "./bootstrap.js";
+import { f16Stats, f16ToF32, f32ToF16 } from "./float16.js";
+import { rowsTimesTs, rowsTransposeTimesTs, syncProducts } from "./products.js";
+import { rankTs } from "./rank.js";
+import { anchorCosinesTs, centreRowsTs, foldMomentsTs, standardizeRowsTs } from "./rows.js";
+
+export const typescriptKernels: Kernels = {
+  f32ToF16,
+  f16ToF32,
+  f16Stats,
+  centreRows: centreRowsTs,
+  rank: rankTs,
+  anchorCosines: anchorCosinesTs,
+  standardizeRows: standardizeRowsTs,
+  foldMoments: foldMomentsTs,
+  products: (h, n, d) => syncProducts(h, n, d, rowsTimesTs, rowsTransposeTimesTs),
+  rowsTimes: rowsTimesTs,
+  bootstrapMean: bootstrapMeanTs,
+  bootstrapAuroc: bootstrapAurocTs,
+};

@@ -1,0 +1,54 @@
+/**
+ * The probe's matrix products in plain TypeScript, accumulated in float64
+ * (the native core accumulates float32 lanes, TensorFlow.js float32: they agree
+ * within float32 accumulation error, not bit for bit).
+ */
+import type { RowProducts } from "../types.js";
+
+/** out (n × k) = H · V, column j of V at v[j·d …]. */
+export function rowsTimesTs(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array): void {
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < k; j++) {
+      let s = 0;
+      for (let c = 0; c < d; c++) s += h[i * d + c]! * v[j * d + c]!;
+      out[i * k + j] = s;
+    }
+  }
+}
+
+/** out (k columns of d) = Hᵀ · G for G (n × k, row-major). */
+export function rowsTransposeTimesTs(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array): void {
+  out.fill(0, 0, k * d);
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < k; j++) {
+      const gij = g[i * k + j]!;
+      if (gij === 0) continue;
+      for (let c = 0; c < d; c++) out[j * d + c]! += gij * h[i * d + c]!;
+    }
+  }
+}
+
+/** Row products from a pair of synchronous functions (the TypeScript loops, or the native core's). */
+export function syncProducts(
+  h: Float32Array,
+  n: number,
+  d: number,
+  times: (h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array) => void,
+  transposeTimes: (h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array) => void,
+): RowProducts {
+  return {
+    n,
+    d,
+    async times(v, cols) {
+      const out = new Float64Array(n * cols);
+      times(h, n, d, v, cols, out);
+      return out;
+    },
+    async transposeTimes(g, cols) {
+      const out = new Float64Array(d * cols);
+      transposeTimes(h, n, d, g, cols, out);
+      return out;
+    },
+    dispose() {},
+  };
+}

@@ -1,0 +1,88 @@
+/**
+ * The row passes ISS and KTS make over a layer before their heavy products:
+ * centring and normalizing, cosines against the anchors, standardizing, and
+ * per-fold moments. Float64 sums in a fixed order.
+ */
+
+export function centreRowsTs(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array): number {
+  // Centre on the mean of the usable rows (float64 sums), then normalize each row.
+  const mu = new Float64Array(d);
+  let nValid = 0;
+  for (let i = 0; i < n; i++) {
+    if (!valid[i]) continue;
+    nValid++;
+    for (let j = 0; j < d; j++) mu[j]! += h[i * d + j]!;
+  }
+  for (let j = 0; j < d; j++) mu[j]! /= Math.max(nValid, 1);
+  let excluded = 0;
+  for (let i = 0; i < n; i++) {
+    if (!valid[i]) {
+      excluded++;
+      continue;
+    }
+    const src = h.subarray(i * d, (i + 1) * d);
+    const row = out.subarray(i * d, (i + 1) * d);
+    let ss = 0;
+    for (let j = 0; j < d; j++) {
+      row[j] = src[j]! - mu[j]!;
+      ss += row[j]! * row[j]!;
+    }
+    if (ss === 0) {
+      valid[i] = 0;
+      excluded++;
+      continue;
+    }
+    const inv = 1 / Math.sqrt(ss);
+    for (let j = 0; j < d; j++) row[j] = row[j]! * inv;
+  }
+  return excluded;
+}
+
+export function anchorCosinesTs(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array): void {
+  const sum = new Float64Array(d);
+  for (let g = 0; g < nAnchors; g++) for (let j = 0; j < d; j++) sum[j]! += a[g * d + j]!;
+  for (let k = 0; k < rows.length; k++) {
+    const xo = rows[k]! * d;
+    const ao = own[k]! * d;
+    let s = 0;
+    let t = 0;
+    for (let j = 0; j < d; j++) {
+      s += x[xo + j]! * a[ao + j]!;
+      t += x[xo + j]! * sum[j]!;
+    }
+    ownCos[k] = s;
+    otherCos[k] = (t - s) / (nAnchors - 1);
+  }
+}
+
+export function standardizeRowsTs(h: Float32Array, rows: Int32Array, d: number): { rows: Float32Array; mean: Float64Array; scale: Float64Array } {
+  const n = rows.length;
+  const mean = new Float64Array(d);
+  const scale = new Float64Array(d);
+  for (const r of rows) for (let j = 0; j < d; j++) mean[j]! += h[r * d + j]! / n;
+  for (const r of rows) for (let j = 0; j < d; j++) scale[j]! += (h[r * d + j]! - mean[j]!) ** 2 / n;
+  for (let j = 0; j < d; j++) scale[j] = Math.sqrt(scale[j]!) || 1;
+  const out = new Float32Array(n * d);
+  rows.forEach((r, i) => {
+    for (let j = 0; j < d; j++) out[i * d + j] = (h[r * d + j]! - mean[j]!) / scale[j]!;
+  });
+  return { rows: out, mean, scale };
+}
+
+export function foldMomentsTs(h: Float32Array, d: number, folds: Int32Array[]): { sum: Float64Array; sumSquares: Float64Array } {
+  const sum = new Float64Array(folds.length * d);
+  const sumSquares = new Float64Array(folds.length * d);
+  folds.forEach((rows, k) => {
+    const s = sum.subarray(k * d, (k + 1) * d);
+    const ss = sumSquares.subarray(k * d, (k + 1) * d);
+    for (const i of rows) {
+      const row = h.subarray(i * d, (i + 1) * d);
+      for (let c = 0; c < d; c++) {
+        const v = row[c]!;
+        s[c]! += v;
+        ss[c]! += v * v;
+      }
+    }
+  });
+  return { sum, sumSquares };
+}

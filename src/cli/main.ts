@@ -9,7 +9,7 @@ import { EXIT, HsmError } from "../errors.js";
 import { VERSION } from "../index.js";
 import { COMMANDS } from "./commands/index.js";
 
-export function buildProgram(): Command {
+function buildProgram(): Command {
   const program = new Command("hsm")
     .description(
       "Hidden-state metrics: run a decoder model (ONNX) over a bank of short factual questions — greedy answers, " +

@@ -12,9 +12,9 @@ import { pathKind } from "./paths.js";
 import { runPipeline, type RunOptions, type RunResult } from "./run.js";
 
 /** The embedded default model: six blocks, d_model 64, with a KV cache. */
-export const DEMO_MODEL = { layers: 6, hidden: 64, heads: 4, kvHeads: 2, withPast: true, seed: 20260101 } as const;
+const DEMO_MODEL = { layers: 6, hidden: 64, heads: 4, kvHeads: 2, withPast: true, seed: 20260101 } as const;
 /** The name the demo's outputs are filed under. */
-export const DEMO_MODEL_NAME = "tiny-llama";
+const DEMO_MODEL_NAME = "tiny-llama";
 const DEMO_BANK = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "data", "demo-bank.jsonl");
 
 export interface DemoOptions {

@@ -8,7 +8,7 @@ import { access, constants, stat } from "node:fs/promises";
 import { HsmError, UsageError } from "../errors.js";
 
 /** `EACCES: permission denied` from Node's `EACCES: permission denied, stat '/x'`. */
-export function osReason(err: unknown): string {
+function osReason(err: unknown): string {
   const e = err as NodeJS.ErrnoException;
   return (e.message ?? String(err)).split(", ")[0] ?? String(err);
 }

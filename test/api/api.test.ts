@@ -27,6 +27,14 @@ describe('import … from "hsm"', () => {
     expect(hsm.VERSION).toBe(pkg.version);
   });
 
+  it("docs/api.md shows every exported function", () => {
+    const doc = readFileSync(join(import.meta.dirname, "..", "..", "docs", "api.md"), "utf8");
+    const functions = Object.entries(hsm).filter(([name, value]) => typeof value === "function" && /^[a-z]/.test(name));
+    expect(functions.length).toBeGreaterThan(20);
+    expect(functions.map(([name]) => name).filter((name) => !doc.includes(`\`${name}(`) && !doc.includes(`\`${name}\``))).toEqual([]);
+    expect(functions.map(([name]) => name).filter((name) => !new RegExp(`\\b${name}\\(`).test(doc.split("```ts").slice(1).join("")))).toEqual(["defaultModelName"]);
+  });
+
   it("selectLayers applies the layer rule: l/(L-1) >= 0.4", async () => {
     expect(await hsm.selectLayers(46)).toEqual(Array.from({ length: 28 }, (_, i) => i + 18));
     expect(await hsm.selectLayers(14)).toEqual([6, 7, 8, 9, 10, 11, 12, 13]);

@@ -27,13 +27,14 @@ export interface RunMetricsResult {
  * twins and plots. Without `metrics`, KTS is computed only when `scored` is given.
  */
 export async function runMetrics(store: string, o: RunMetricsOptions = {}): Promise<RunMetricsResult> {
+  const { out, verify, ...options } = o;
   await requireStoreFolder(store);
-  if (o.verify) {
+  if (verify) {
     const report = await verifyStore(store);
     if (!report.ok) throw new HsmError(`${store} does not verify:\n${report.problems.map((p) => `  ${p.file}: ${p.message}`).join("\n")}`);
   }
   const metrics = o.metrics ?? (o.scored ? ["iss", "kts"] : ["iss"]);
-  const result = await computeMetrics(store, { ...o, metrics });
-  const dir = o.out ?? join(DEFAULT_OUTPUTS, "metrics", result.manifest.model);
+  const result = await computeMetrics(store, { ...options, metrics });
+  const dir = out ?? join(DEFAULT_OUTPUTS, "metrics", result.manifest.model);
   return { result, files: await writeResults(dir, result, store), dir };
 }

@@ -14,13 +14,13 @@ interface ExtractFlags extends ModelRunFlags {
 }
 
 async function action(opts: ExtractFlags): Promise<void> {
-  const progress = createProgress("extract", 0, { quiet: opts.quiet });
-  const { layers, ...rest } = opts;
+  const { layers, quiet, ...rest } = opts;
+  const progress = createProgress("extract", 0, { quiet });
   const result = await extract({
     ...rest,
     layerRule: layers,
     onProgress: (done, total) => progress.update(done, total),
-    log: (m, level) => (level === "warn" || !opts.quiet) && process.stderr.write(`hsm: ${m}\n`),
+    log: (m, level) => (level === "warn" || !quiet) && process.stderr.write(`hsm: ${m}\n`),
   });
   const m = result.manifest;
   if (result.alreadyComplete) {

@@ -6,8 +6,9 @@ import { intOption, modelRunOptions, type ModelRunFlags } from "../options.js";
 import { out } from "../print.js";
 
 async function action(opts: ModelRunFlags & { out: string; maxNewTokens: number }): Promise<void> {
-  const progress = createProgress("generate", 0, { quiet: opts.quiet });
-  const r = await generate({ ...opts, onProgress: (d, t) => progress.update(d, t) });
+  const { quiet, ...rest } = opts;
+  const progress = createProgress("generate", 0, { quiet });
+  const r = await generate({ ...rest, onProgress: (d, t) => progress.update(d, t) });
   progress.end(`generate: ${r.written} queries in ${r.seconds.toFixed(1)} s`);
   out(`${opts.out}: ${r.written} generated${r.skipped ? `, ${r.skipped} already there` : ""}`);
 }

@@ -16,8 +16,9 @@ function metricList(value: string): MetricName[] {
 
 async function action(store: string, opts: RunMetricsOptions & { quiet?: boolean }): Promise<void> {
   const t0 = performance.now();
-  const onProgress = opts.quiet ? undefined : (layer: number, phase: string) => process.stderr.write(`metrics: layer ${layer}: ${phase}\n`);
-  const { result, files } = await runMetrics(store, { ...opts, onProgress });
+  const { quiet, ...options } = opts;
+  const onProgress = quiet ? undefined : (layer: number, phase: string) => process.stderr.write(`metrics: layer ${layer}: ${phase}\n`);
+  const { result, files } = await runMetrics(store, { ...options, onProgress });
   printMetrics(result, files, (performance.now() - t0) / 1000);
 }
 

@@ -7,7 +7,8 @@ import { logStep, out, printMetrics, progressFor } from "../print.js";
 
 async function action(opts: ModelRunFlags & { outputs: string }): Promise<void> {
   const t0 = performance.now();
-  const r = await runPipeline({ ...opts, log: logStep, onProgress: progressFor(opts.quiet) });
+  const { quiet, ...rest } = opts;
+  const r = await runPipeline({ ...rest, log: logStep, onProgress: progressFor(quiet) });
   out("");
   printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000);
 }

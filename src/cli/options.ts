@@ -1,4 +1,7 @@
-/** Option parsers that turn bad flags into usage errors with the flag's name. */
+/** Option parsers that turn bad flags into usage errors with the flag's name, and the options commands share. */
+import type { Command } from "commander";
+
+import { DEFAULT_BATCH_SIZE, DEFAULT_DEVICE, DEVICES } from "../defaults.js";
 import { UsageError } from "../errors.js";
 
 export function intOption(flag: string, min = 0): (value: string) => number {
@@ -9,4 +12,74 @@ export function intOption(flag: string, min = 0): (value: string) => number {
     }
     return n;
   };
+}
+
+/** One of a closed set: `Expected --format eee or foundry but received "x"`. */
+export function choiceOption<T extends string>(flag: string, choices: readonly T[]): (value: string) => T {
+  return (value: string) => {
+    if (!(choices as readonly string[]).includes(value)) {
+      throw new UsageError(`Expected ${flag} ${choices.slice(0, -1).join(", ")} or ${choices.at(-1)} but received "${value}"`);
+    }
+    return value as T;
+  };
+}
+
+/** A number greater than zero. */
+export function positiveOption(flag: string): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (!(n > 0)) throw new UsageError(`Expected a positive number for ${flag} but received "${value}"`);
+    return n;
+  };
+}
+
+/** A comma-separated list, trimmed. */
+export function listOption(value: string): string[] {
+  return value.split(",").map((v) => v.trim());
+}
+
+/** Parses `18,20-24` into [18, 20, 21, 22, 23, 24]. */
+export function parseLayerList(text: string): number[] {
+  const out: number[] = [];
+  for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const m = /^(\d+)(?:-(\d+))?$/.exec(part);
+    if (!m) throw new UsageError(`Expected --layers like 18,20-24 but received "${text}"`);
+    const a = Number(m[1]);
+    const b = m[2] === undefined ? a : Number(m[2]);
+    if (b < a) throw new UsageError(`Expected an ascending range in --layers but received "${part}"`);
+    for (let l = a; l <= b; l++) out.push(l);
+  }
+  return [...new Set(out)].sort((x, y) => x - y);
+}
+
+/** Where a model-running command writes: `--out` for one file or store, `--outputs` for a whole run. */
+export interface OutputOption {
+  flags: string;
+  description: string;
+  defaultValue?: string;
+}
+
+/** The options of every command that runs a model over a bank (extract, generate, run). */
+export function modelRunOptions(cmd: Command, output: OutputOption): Command {
+  cmd
+    .requiredOption("--model-dir <dir>", "model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json)")
+    .requiredOption("--bank <file>", "query bank JSONL");
+  if (output.defaultValue === undefined) cmd.requiredOption(output.flags, output.description);
+  else cmd.option(output.flags, output.description, output.defaultValue);
+  return cmd
+    .option("--model <name>", "model name recorded in the outputs (default: the folder's name)")
+    .option("--batch-size <n>", "prompts per forward pass", intOption("--batch-size", 1), DEFAULT_BATCH_SIZE)
+    .option("--device <device>", DEVICES.join(" or "), choiceOption("--device", DEVICES), DEFAULT_DEVICE)
+    .option("--threads <n>", "onnxruntime intra-op threads (default: all cores)", intOption("--threads", 1));
+}
+
+/** What {@link modelRunOptions} gives an action. */
+export interface ModelRunFlags {
+  modelDir: string;
+  bank: string;
+  model?: string;
+  batchSize: number;
+  device: (typeof DEVICES)[number];
+  threads?: number;
+  quiet?: boolean;
 }

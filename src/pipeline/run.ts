@@ -9,9 +9,9 @@
  *
  * Each step is skipped when its output is already complete and newer than its inputs.
  */
-import { stat } from "node:fs/promises";
 import { basename, join } from "node:path";
 
+import { DEFAULT_OUTPUTS, defaultModelName } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { exportScored } from "../export/export.js";
 import { computeMetrics, type MetricsResult } from "../metrics/compute.js";
@@ -21,11 +21,13 @@ import { generate } from "../runner/generate.js";
 import type { Device } from "../runner/session.js";
 import { scoreFile } from "../score/score-file.js";
 import { verifyStore } from "../store/verify.js";
+import { mtimeOf } from "./paths.js";
 
 export interface RunOptions {
   modelDir: string;
   bank: string;
-  outputs: string;
+  /** Output root; default `outputs`. */
+  outputs?: string;
   model?: string;
   batchSize?: number;
   device?: Device;
@@ -41,27 +43,24 @@ export interface RunResult {
   files: WrittenFiles;
 }
 
-async function mtime(path: string): Promise<number | undefined> {
-  return (await stat(path).catch(() => undefined))?.mtimeMs;
-}
-
 export async function runPipeline(o: RunOptions): Promise<RunResult> {
   const log = o.log ?? (() => {});
-  const model = o.model ?? basename(o.modelDir.replace(/\/+$/, ""));
+  const model = o.model ?? defaultModelName(o.modelDir);
+  const outputs = o.outputs ?? DEFAULT_OUTPUTS;
   const paths = {
-    generations: join(o.outputs, "evaluation", `${model}.jsonl`),
-    scored: join(o.outputs, "evaluation", `${model}.scored.jsonl`),
-    store: join(o.outputs, "hidden", model),
-    metrics: join(o.outputs, "metrics", model),
-    eee: join(o.outputs, "eee"),
-    foundry: join(o.outputs, "foundry", `${model}.jsonl`),
+    generations: join(outputs, "evaluation", `${model}.jsonl`),
+    scored: join(outputs, "evaluation", `${model}.scored.jsonl`),
+    store: join(outputs, "hidden", model),
+    metrics: join(outputs, "metrics", model),
+    eee: join(outputs, "eee"),
+    foundry: join(outputs, "foundry", `${model}.jsonl`),
   };
   const common = { modelDir: o.modelDir, bank: o.bank, model, batchSize: o.batchSize, device: o.device, threads: o.threads };
 
   const g = await generate({ ...common, out: paths.generations, onProgress: (d, t) => o.onProgress?.("generate", d, t) });
   log("generate", g.written ? `${g.written} queries answered (${g.seconds.toFixed(1)} s)` : `all ${g.skipped} queries already answered, skipped`);
 
-  const [genTime, scoredTime] = await Promise.all([mtime(paths.generations), mtime(paths.scored)]);
+  const [genTime, scoredTime] = await Promise.all([mtimeOf(paths.generations, "generations file"), mtimeOf(paths.scored, "scored file")]);
   if (scoredTime !== undefined && genTime !== undefined && scoredTime >= genTime && g.written === 0) log("score", "up to date, skipped");
   else {
     const s = await scoreFile({ bank: o.bank, generations: paths.generations, out: paths.scored, model });

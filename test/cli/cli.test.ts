@@ -3,15 +3,20 @@
  * checked for exit status, stdout and stderr.
  */
 import { spawnSync } from "node:child_process";
-import { cpSync, openSync, writeSync, closeSync, writeFileSync, existsSync } from "node:fs";
+import { chmodSync, cpSync, openSync, writeSync, closeSync, writeFileSync, existsSync, mkdirSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 
+import { exitStatusFor } from "../../src/cli/main.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_LAYER_RULE, DEFAULT_TINY_MODEL, MAX_NEW_TOKENS } from "../../src/defaults.js";
+import { EXIT, HsmError, UsageError } from "../../src/errors.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
 const dir = tempDir();
+// Permission bits do not stop root, so the permission cases run only for other users.
+const root = process.getuid?.() === 0;
 
 function hsm(args: string[], env: Record<string, string> = {}) {
   const r = spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", env: { ...process.env, ...env }, cwd: dir });
@@ -75,6 +80,80 @@ describe("hsm", () => {
     expect(hsm(["frobnicate"]).status).toBe(2);
   });
 
+  it("verify: a file is not a store folder, and an unreadable path says why rather than 'no such'", () => {
+    const file = join(dir, "fx", "bank.jsonl");
+    const r = hsm(["verify", file]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toBe(`hsm: ${file}: is a file, not a store folder\n`);
+    const loop = join(dir, "loop");
+    symlinkSync(loop, loop);
+    for (const cmd of ["verify", "metrics"]) {
+      const u = hsm([cmd, loop]);
+      expect(u.status).toBe(1);
+      expect(u.stderr).toBe(`hsm: ${loop}: the store folder cannot be read (ELOOP: too many symbolic links encountered)\n`);
+    }
+  });
+
+  it.skipIf(root)("verify: a folder without read permission is unreadable, not missing (skipped as root: permissions do not stop root)", () => {
+    const locked = join(dir, "locked-store");
+    cpSync(join(dir, "fx", "store"), locked, { recursive: true });
+    chmodSync(locked, 0o000);
+    try {
+      const r = hsm(["verify", locked]);
+      expect(r.status).toBe(1);
+      expect(r.stderr).toBe(`hsm: ${locked}: the store folder cannot be read (EACCES: permission denied)\n`);
+    } finally {
+      chmodSync(locked, 0o700);
+    }
+  });
+
+  it.skipIf(root)("check-bank: a file without read permission is unreadable, not missing (skipped as root: permissions do not stop root)", () => {
+    const locked = join(dir, "locked.jsonl");
+    cpSync(join(dir, "fx", "bank.jsonl"), locked);
+    chmodSync(locked, 0o000);
+    const r = hsm(["check-bank", locked]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/permission denied/i);
+    expect(r.stderr).not.toMatch(/no such|unexpected error/);
+  });
+
+  it("check-bank: a folder where the bank should be is named as a folder", () => {
+    const folder = join(dir, "bank-folder");
+    mkdirSync(folder);
+    const r = hsm(["check-bank", folder]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe(`hsm: ${folder}:0: is a directory, not a JSONL file\n`);
+  });
+
+  it("--device is one closed set for extract, generate and run, checked before any work", () => {
+    const bank = join(dir, "fx", "bank.jsonl");
+    for (const [cmd, out] of [["extract", "--out"], ["generate", "--out"], ["run", "--outputs"]] as const) {
+      const r = hsm([cmd, "--model-dir", join(dir, "no-model"), "--bank", bank, out, join(dir, `dev-${cmd}`), "--device", "tpu"]);
+      expect(r.status).toBe(2);
+      expect(r.stderr).toMatch(/^hsm: Expected --device cpu or cuda but received "tpu"\n/);
+      expect(existsSync(join(dir, `dev-${cmd}`))).toBe(false);
+    }
+  });
+
+  it("export: --format is checked; make-model: the geometry is checked before anything is written", () => {
+    const fx = join(dir, "fx");
+    const e = hsm(["export", "--format", "xml", "--scored", join(fx, "scored.jsonl"), "--bank", join(fx, "bank.jsonl"), "--out", join(dir, "x")]);
+    expect(e.status).toBe(2);
+    expect(e.stderr).toMatch(/^hsm: Expected --format eee or foundry but received "xml"\n/);
+    const m = hsm(["make-model", join(dir, "bad-model"), "--hidden", "6", "--heads", "4"]);
+    expect(m.status).toBe(2);
+    expect(m.stderr).toBe("hsm: Expected --hidden to be an even multiple of --heads per head, but 6 / 4 is not\n");
+    expect(existsSync(join(dir, "bad-model"))).toBe(false);
+  });
+
+  it("--help shows the library's defaults", () => {
+    const extract = hsm(["extract", "--help"]).stdout;
+    expect(extract).toContain(`(default: ${DEFAULT_BATCH_SIZE})`);
+    expect(extract).toContain(`(default: "${DEFAULT_LAYER_RULE}")`);
+    expect(hsm(["generate", "--help"]).stdout).toMatch(new RegExp(`max_new_tokens ${MAX_NEW_TOKENS}[^]*tokens to generate at most \\(default: ${MAX_NEW_TOKENS}\\)`));
+    expect(hsm(["make-model", "--help"]).stdout).toContain(`weight seed (default: ${DEFAULT_TINY_MODEL.seed})`);
+  });
+
   it("check-bank: summarizes a good bank and names the line and field of a bad one", () => {
     const ok = hsm(["check-bank", join(dir, "fx", "bank.jsonl")]);
     expect(ok.status).toBe(0);
@@ -133,5 +212,34 @@ describe("hsm", () => {
     expect(second.stdout).toMatch(/^generate: all 125 queries already answered, skipped$/m);
     expect(second.stdout).toMatch(/^score: up to date, skipped$/m);
     expect(second.stdout).toMatch(/^extract: store complete, skipped$/m);
+  });
+});
+
+describe("exit statuses", () => {
+  const stderr: string[] = [];
+  afterEach(() => {
+    vi.restoreAllMocks();
+    stderr.length = 0;
+  });
+  const capture = () => vi.spyOn(process.stderr, "write").mockImplementation((chunk) => (stderr.push(String(chunk)), true));
+
+  it("an HsmError exits with its own status and message: data 1, usage 2", () => {
+    capture();
+    expect(exitStatusFor(new HsmError("bank.jsonl:3: bad"))).toBe(1);
+    expect(exitStatusFor(new UsageError("Expected --x"))).toBe(2);
+    expect(stderr).toEqual(["hsm: bank.jsonl:3: bad\n", "hsm: Expected --x\n"]);
+  });
+
+  it("anything else is a bug in hsm: status 3, 'unexpected error', and the HSM_DEBUG hint or the stack", () => {
+    capture();
+    vi.stubEnv("HSM_DEBUG", "");
+    expect(exitStatusFor(new TypeError("x is undefined"))).toBe(EXIT.internal);
+    expect(EXIT.internal).toBe(3);
+    expect(stderr).toEqual(["hsm: unexpected error: x is undefined\n", "(set HSM_DEBUG=1 for a stack trace)\n"]);
+    stderr.length = 0;
+    vi.stubEnv("HSM_DEBUG", "1");
+    expect(exitStatusFor(new RangeError("boom"))).toBe(3);
+    expect(stderr[1]).toMatch(/^RangeError: boom\n {4}at /);
+    vi.unstubAllEnvs();
   });
 });

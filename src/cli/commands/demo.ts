@@ -1,0 +1,27 @@
+import type { Command } from "commander";
+
+import { DEFAULT_DEMO_OUT } from "../../defaults.js";
+import { runDemo } from "../../index.js";
+import { logStep, out, printMetrics, progressFor } from "../print.js";
+
+async function action(opts: { out: string; quiet?: boolean }): Promise<void> {
+  const t0 = performance.now();
+  const r = await runDemo({ out: opts.out, log: logStep, onProgress: progressFor(opts.quiet) });
+  out("");
+  printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000);
+}
+
+export function demoCommand(program: Command): void {
+  program
+    .command("demo")
+    .summary("run the main job on the embedded default")
+    .description(
+      "Run the whole pipeline on the embedded default: a small Llama-style model generated here (seeded random weights, a " +
+        "real Llama 3.1 tokenizer) and the bundled 125-query bank. Writes the model, generations, scored rows, store, " +
+        "metrics, plots and both exports under --out, and ends with the ISS and KTS tables and the paths of the plots. " +
+        "Steps already done are skipped.",
+    )
+    .option("--out <dir>", "where to write everything", DEFAULT_DEMO_OUT)
+    .option("-q, --quiet", "no progress on stderr")
+    .action(action);
+}

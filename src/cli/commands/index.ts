@@ -1,0 +1,34 @@
+/** Every command, in the order `hsm --help` lists them; each adds itself to the program. */
+import type { Command } from "commander";
+
+import { checkBankCommand } from "./check-bank.js";
+import { demoCommand } from "./demo.js";
+import { exportCommand } from "./export.js";
+import { extractCommand } from "./extract.js";
+import { fixtureCommand } from "./fixture.js";
+import { generateCommand } from "./generate.js";
+import { inspectModelCommand } from "./inspect-model.js";
+import { layersCommand } from "./layers.js";
+import { makeModelCommand } from "./make-model.js";
+import { mergeCommand } from "./merge.js";
+import { metricsCommand } from "./metrics.js";
+import { runCommand } from "./run.js";
+import { scoreCommand } from "./score.js";
+import { verifyCommand } from "./verify.js";
+
+export const COMMANDS: readonly ((program: Command) => void)[] = [
+  verifyCommand,
+  inspectModelCommand,
+  extractCommand,
+  generateCommand,
+  scoreCommand,
+  exportCommand,
+  mergeCommand,
+  metricsCommand,
+  makeModelCommand,
+  fixtureCommand,
+  checkBankCommand,
+  layersCommand,
+  runCommand,
+  demoCommand,
+];

@@ -1,0 +1,36 @@
+import type { Command } from "commander";
+
+import { DEFAULT_TINY_MODEL } from "../../defaults.js";
+import { writeTinyModel, type TinyModelOptions } from "../../index.js";
+import { intOption } from "../options.js";
+import { out } from "../print.js";
+
+async function action(dir: string, opts: TinyModelOptions): Promise<void> {
+  const t0 = performance.now();
+  const c = await writeTinyModel(dir, { ...opts, withPast: Boolean(opts.withPast) });
+  out(
+    `${dir}: ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, ${c.num_attention_heads} heads (${c.num_key_value_heads} KV), ` +
+      `vocabulary ${c.vocab_size}; written in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+  );
+}
+
+export function makeModelCommand(program: Command): void {
+  program
+    .command("make-model")
+    .summary("write a small Llama-style ONNX model folder with seeded random weights")
+    .description(
+      "Write a Llama-style decoder (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, final norm) with seeded " +
+        "random weights as an ONNX model folder shaped like an optimum export: model.onnx with torch-style node names and " +
+        "only logits (and, with --with-past, the KV cache) as outputs, config.json, and a real HuggingFace tokenizer.",
+    )
+    .argument("<dir>", "model folder to write (replaced if present)")
+    .option("--layers <n>", "decoder blocks", intOption("--layers", 1), DEFAULT_TINY_MODEL.layers)
+    .option("--hidden <n>", "d_model", intOption("--hidden", 2), DEFAULT_TINY_MODEL.hidden)
+    .option("--heads <n>", "attention heads", intOption("--heads", 1), DEFAULT_TINY_MODEL.heads)
+    .option("--kv-heads <n>", "key/value heads (divides --heads)", intOption("--kv-heads", 1))
+    .option("--intermediate <n>", "MLP width (default 2 × hidden)", intOption("--intermediate", 1))
+    .option("--tokenizer <name>", "llama3.1 (adds a BOS) or qwen3 (does not)", DEFAULT_TINY_MODEL.tokenizer)
+    .option("--seed <n>", "weight seed", intOption("--seed", 0), DEFAULT_TINY_MODEL.seed)
+    .option("--with-past", "add past_key_values.* inputs and present.* outputs")
+    .action(action);
+}

@@ -1,0 +1,128 @@
+/**
+ * The hsm library: every step the `hsm` command runs, as typed functions
+ * (`import { extract, verifyStore } from "hsm"`). docs/api.md has an example of each.
+ *
+ * Importing "hsm" is cheap. Modules that load onnxruntime-node, TensorFlow.js,
+ * the native core, protobuf or the expression parser are imported on a
+ * function's first call, which is why those functions are async even where the
+ * work itself is not (`selectLayers`).
+ */
+import type { BankSummary } from "./pipeline/bank.js";
+import type { DemoOptions, DemoResult } from "./pipeline/demo.js";
+import type { RunMetricsOptions, RunMetricsResult } from "./pipeline/metrics.js";
+import type { RunOptions, RunResult } from "./pipeline/run.js";
+import type { ExportOptions } from "./export/export.js";
+import type { FixtureOptions, FixtureResult } from "./fixtures/synthetic.js";
+import type { FixturePreset } from "./fixtures/presets.js";
+import type { MetricsOptions, MetricsResult } from "./metrics/compute.js";
+import type { LlamaConfig, TinyModelOptions } from "./models/llama.js";
+import type { ExtractOptions as RunnerExtractOptions, ExtractResult, ModelInspection } from "./runner/extract.js";
+import type { GenerateOptions } from "./runner/generate.js";
+import type { ScoreOptions, ScoreSummary } from "./score/score-file.js";
+import type { Manifest } from "./store/manifest.js";
+import type { VerifyOptions, VerifyReport } from "./store/verify.js";
+
+// Light modules: loaded with "hsm" itself.
+export * from "./defaults.js";
+export * from "./errors.js";
+export { VERSION, TOOL_VERSION } from "./version.js";
+export { createProgress, type Progress } from "./util/progress.js";
+export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
+export { formatTable, writeResults, type WrittenFiles } from "./metrics/report.js";
+export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
+
+export type { BankSummary, DemoOptions, DemoResult, RunMetricsOptions, RunMetricsResult, RunOptions, RunResult };
+export type { ExportOptions, FixtureOptions, FixtureResult, MetricsOptions, MetricsResult, LlamaConfig, TinyModelOptions };
+export type { ExtractResult, ModelInspection, GenerateOptions, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
+export type { IssRow, KtsRow } from "./metrics/compute.js";
+export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
+export type { Device } from "./runner/session.js";
+export type { TokenizerName } from "./models/llama.js";
+
+/** {@link extract}'s options; `shard` may also be written `"K/N"`. */
+export interface ExtractOptions extends Omit<RunnerExtractOptions, "shard"> {
+  shard?: { index: number; count: number } | string;
+}
+
+/** Stores the last-token hidden states of a model's upper layers over a bank; resumable. */
+export async function extract(o: ExtractOptions): Promise<ExtractResult> {
+  const m = await import("./runner/extract.js");
+  return m.extract({ ...o, shard: typeof o.shard === "string" ? m.parseShard(o.shard) : o.shard });
+}
+
+/** What hsm finds in a model folder: L, d_model, the tokenizer's prefix, and the tensor stored for each layer. */
+export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string } = {}): Promise<ModelInspection> {
+  return (await (await import("./runner/extract.js")).inspectModel(modelDir, options)).inspection;
+}
+
+/** Greedy answers to every bank query, appended to a JSONL file; a rerun skips the queries already answered. */
+export async function generate(o: GenerateOptions): Promise<{ written: number; skipped: number; seconds: number }> {
+  return (await import("./runner/generate.js")).generate(o);
+}
+
+/** Labels generations against the bank's answers and writes the scored JSONL. */
+export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
+  return (await import("./score/score-file.js")).scoreFile(o);
+}
+
+/** Writes scored rows as Every Eval Ever (validated) or Foundry files. */
+export async function exportScored(o: ExportOptions): Promise<{ files: string[]; rows: number }> {
+  return (await import("./export/export.js")).exportScored(o);
+}
+
+/** Checks a store: manifest, names, headers, sizes, sha256 of every file. Never throws for a bad store; reports it. */
+export async function verifyStore(dir: string, options: VerifyOptions = {}): Promise<VerifyReport> {
+  return (await import("./store/verify.js")).verifyStore(dir, options);
+}
+
+/** {@link verifyStore} for a folder a user named: missing or unreadable folders are errors that say which. */
+export async function verifyStoreFolder(dir: string, options: VerifyOptions = {}): Promise<{ report: VerifyReport; seconds: number }> {
+  return (await import("./pipeline/verify.js")).verifyStoreFolder(dir, options);
+}
+
+/** Joins shard stores into the store a single run would have written. */
+export async function mergeShards(out: string, shardDirs: string[], options: { onProgress?: (done: number, total: number) => void } = {}): Promise<Manifest> {
+  return (await import("./store/merge.js")).mergeShards(out, shardDirs, options);
+}
+
+/** ISS and KTS rows for every stored layer and family; writes nothing. */
+export async function computeMetrics(store: string, o: MetricsOptions = {}): Promise<MetricsResult> {
+  return (await import("./metrics/compute.js")).computeMetrics(store, o);
+}
+
+/** `hsm metrics`: checks (and with `verify`, hashes) the store, computes the metrics and writes their files. */
+export async function runMetrics(store: string, o: RunMetricsOptions = {}): Promise<RunMetricsResult> {
+  return (await import("./pipeline/metrics.js")).runMetrics(store, o);
+}
+
+/** The whole pipeline for one model into `outputs/`; finished steps are skipped. */
+export async function runPipeline(o: RunOptions): Promise<RunResult> {
+  return (await import("./pipeline/run.js")).runPipeline(o);
+}
+
+/** The whole pipeline on the embedded default model and bank. */
+export async function runDemo(o: DemoOptions = {}): Promise<DemoResult> {
+  return (await import("./pipeline/demo.js")).runDemo(o);
+}
+
+/** The blocks a store keeps for a model of `L` blocks under a layer rule in `l` and `L` (exact rational arithmetic). */
+export async function selectLayers(L: number, rule?: string): Promise<number[]> {
+  return (await import("./store/layers.js")).selectLayers(L, rule);
+}
+
+/** Validates a whole bank and counts rows, main-forward rows, facts and families. */
+export async function checkBank(file: string): Promise<BankSummary> {
+  return (await import("./pipeline/bank.js")).checkBank(file);
+}
+
+/** Writes a synthetic bank, store and scored file with planted structure into a new folder. */
+export async function writeFixture(out: string, options: FixtureOptions & { preset?: FixturePreset } = {}): Promise<FixtureResult> {
+  const [{ writeFixture: write }, { withPreset }] = await Promise.all([import("./fixtures/synthetic.js"), import("./fixtures/presets.js")]);
+  return write(out, withPreset(options));
+}
+
+/** Writes a small Llama-style ONNX model folder with seeded random weights, after checking its geometry. */
+export async function writeTinyModel(dir: string, options: TinyModelOptions = {}): Promise<LlamaConfig> {
+  const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([import("./models/llama.js"), import("./models/options.js")]);
+  return write(dir, validateTinyModelOptions(options));
+}

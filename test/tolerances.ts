@@ -18,3 +18,7 @@ export const AUROC_BACKENDS = 1e-3;
 export const PROBE_VS_SKLEARN = 1e-3;
 /** float16 storage of a float32 value: half an ulp of float16 relative, 2^-11. */
 export const FLOAT16_RELATIVE = 2 ** -11;
+/** Two implementations replaying the same bootstrap draws in float64: sums in another order, a few ulps of values ≤ 1. */
+export const SAME_DRAWS_FLOAT64 = 1e-12;
+/** McNemar p-values from ~n/2 logarithms summed in float64 against exact rational arithmetic: relative error. */
+export const BINOMIAL_TAIL_RELATIVE = 1e-11;

@@ -54,7 +54,7 @@ export interface Study {
   /** How the models are run: prompts per batch, device, onnxruntime threads. */
   run: { batchSize?: number; device?: "cpu" | "cuda"; threads?: number };
   models: StudyModel[];
-  /** Where each field path (e.g. `generation.max_new_tokens`) sits in the file, for later messages. */
+  /** Where each given field (`bank`, `outputs`, `generation.<key>`) sits in the file, for later messages. */
   lines: Record<string, number | undefined>;
 }
 
@@ -211,7 +211,7 @@ export function parseStudy(text: string, file: string): Study {
   const run = checkRun(c, top.run);
   const models = checkModels(c, top.models, base);
   const lines: Record<string, number | undefined> = {};
-  for (const key of GENERATION_FIELDS) if (doc.hasIn(["generation", key])) lines[`generation.${key}`] = c.line(["generation", key]);
+  for (const path of [["bank"], ["outputs"], ...GENERATION_FIELDS.map((key) => ["generation", key])]) if (doc.hasIn(path)) lines[path.join(".")] = c.line(path);
   return { file, bank, outputs, generation, run, models, lines };
 }
 

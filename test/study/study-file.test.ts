@@ -67,6 +67,8 @@ describe("a valid study file", () => {
         { name: "llama-instruct", outputs: "/data/old-outputs", line: 19 },
       ],
       lines: {
+        bank: 2,
+        outputs: 3,
         "generation.max_new_tokens": 5,
         "generation.max_prompt_len": 6,
         "generation.seed": 7,

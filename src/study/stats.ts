@@ -67,6 +67,39 @@ export function mcnemarExact(b: number, c: number): number {
   return Math.min(1, 2 * Math.exp(logTerm + Math.log(tail)));
 }
 
+/** Two models' correctness on the queries both answered: the 2×2 table, McNemar's p and the accuracy difference A − B. */
+export interface PairedCorrectness {
+  /** Queries both models answered. */
+  n: number;
+  bothRight: number;
+  /** A right, B wrong (McNemar's b). */
+  onlyA: number;
+  /** B right, A wrong (McNemar's c). */
+  onlyB: number;
+  bothWrong: number;
+  p: number;
+  /** (onlyA − onlyB)/n: accuracy of A minus accuracy of B on the shared queries; null when n is 0. */
+  difference: number | null;
+}
+
+/**
+ * McNemar's exact test of two models on the same queries, joined on query id
+ * (queries one model lacks are left out); `true` means answered correctly.
+ */
+export function pairedCorrectness(a: ReadonlyMap<string, boolean>, b: ReadonlyMap<string, boolean>): PairedCorrectness {
+  const t = { n: 0, bothRight: 0, onlyA: 0, onlyB: 0, bothWrong: 0 };
+  for (const [query, rightA] of a) {
+    const rightB = b.get(query);
+    if (rightB === undefined) continue;
+    t.n++;
+    if (rightA && rightB) t.bothRight++;
+    else if (rightA) t.onlyA++;
+    else if (rightB) t.onlyB++;
+    else t.bothWrong++;
+  }
+  return { ...t, p: mcnemarExact(t.onlyA, t.onlyB), difference: t.n ? (t.onlyA - t.onlyB) / t.n : null };
+}
+
 /**
  * Benjamini–Hochberg adjusted p-values, in the input's order: for the i-th
  * smallest of m p-values, `min(1, min_{j ≥ i} m·p_(j)/j)`. Entries that are

@@ -6,7 +6,7 @@
  * run) are verified where they are. The outcome is written to
  * `<outputs>/study.json` and summarized as a table.
  */
-import { mkdir, rename, stat, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
@@ -108,8 +108,8 @@ async function accuracyOf(scored: string): Promise<Accuracy> {
   return { correct, queries, accuracy: queries ? correct / queries : null, accuracyInterval: queries ? wilsonInterval(correct, queries) : null };
 }
 
-/** Checks an imported model's files where they are: scored rows, a store that verifies, and both metric results. */
-async function checkImport(model: StudyModel, paths: ModelPaths): Promise<void> {
+/** Checks an imported model's files where they are: scored rows, a store that verifies and matches the study's prompt length, and both metric results. */
+async function checkImport(study: Study, model: StudyModel, paths: ModelPaths): Promise<void> {
   const missing: string[] = [];
   if (!(await exists(paths.scored))) missing.push(paths.scored);
   for (const f of ["iss.json", "kts.json"]) if (!(await exists(join(paths.metrics, f)))) missing.push(join(paths.metrics, f));
@@ -119,6 +119,11 @@ async function checkImport(model: StudyModel, paths: ModelPaths): Promise<void> 
   }
   const report = await verifyStore(paths.store);
   if (!report.ok) throw new HsmError(`${paths.store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`);
+  // Stores written by other tools may not record it; where recorded, it must be the study's.
+  const recorded = JSON.parse(await readFile(join(paths.store, "index.json"), "utf8")).max_prompt_len;
+  if (recorded !== undefined && recorded !== study.generation.max_prompt_len) {
+    throw new HsmError(`${paths.store} was extracted with max_prompt_len = ${recorded} but the study's generation.max_prompt_len is ${study.generation.max_prompt_len}; compare models run with the same settings`);
+  }
 }
 
 async function runModel(study: Study, model: StudyModel, o: StudyOptions): Promise<ModelSummary> {
@@ -127,7 +132,7 @@ async function runModel(study: Study, model: StudyModel, o: StudyOptions): Promi
   const t0 = performance.now();
   const base = { name: model.name, outputs, paths };
   try {
-    if (model.modelDir === undefined) await checkImport(model, paths);
+    if (model.modelDir === undefined) await checkImport(study, model, paths);
     else {
       await runPipeline({
         modelDir: model.modelDir,

@@ -12,6 +12,7 @@ import {
   factSampler,
   mcnemarExact,
   pairedAurocDifference,
+  pairedCorrectness,
   pairedFactMeanDifference,
   pairedKtsDifference,
   pairedStream,
@@ -134,6 +135,14 @@ describe("McNemar's exact test", () => {
       expect(p).toBeGreaterThan(0);
       expect(p).toBeLessThan(1);
     }
+  });
+
+  it("tabulates two models' answers on the queries both have", () => {
+    const a = new Map([["q1", true], ["q2", true], ["q3", false], ["q4", false], ["q5", true], ["q6", true], ["only-a", true]]);
+    const b = new Map([["q1", true], ["q2", false], ["q3", true], ["q4", false], ["q5", false], ["q6", false], ["only-b", false]]);
+    // Shared q1…q6: both right q1; A only q2, q5, q6; B only q3; both wrong q4. b = 3, c = 1: p = 2·(1 + 4)/16.
+    expect(pairedCorrectness(a, b)).toEqual({ n: 6, bothRight: 1, onlyA: 3, onlyB: 1, bothWrong: 1, p: 0.625, difference: 2 / 6 });
+    expect(pairedCorrectness(a, new Map())).toEqual({ n: 0, bothRight: 0, onlyA: 0, onlyB: 0, bothWrong: 0, p: 1, difference: null });
   });
 
   it("rejects counts that are not counts", () => {

@@ -132,6 +132,17 @@ models:
     );
     expect(s.models[1]!.error).toBeInstanceOf(HsmError);
   });
+
+  it("reports an imported store extracted with another prompt length than the study's", async () => {
+    const importing = join(dir, "import-128.yaml");
+    writeFileSync(importing, `bank: ${BANK}\noutputs: out3\ngeneration: {max_prompt_len: 128}\nmodels:\n  - { name: tiny-c, outputs: out }\n`);
+    const s = await runStudy(importing);
+    const store = join(dir, "out", "hidden", "tiny-c");
+    expect(s.models[0]).toMatchObject({
+      status: "failed",
+      message: `${store} was extracted with max_prompt_len = 192 but the study's generation.max_prompt_len is 128; compare models run with the same settings`,
+    });
+  });
 });
 
 describe("a study that cannot run", () => {

@@ -37,3 +37,7 @@ export const METRICS_KTS = 2e-2;
 /** metrics.md: intervals from different generators agree within max(this, METRICS_INTERVAL_RELATIVE × width). */
 export const METRICS_INTERVAL_ABSOLUTE = 0.02;
 export const METRICS_INTERVAL_RELATIVE = 0.15;
+/** Two implementations replaying the same bootstrap draws in float64: sums in another order, a few ulps of values ≤ 1. */
+export const SAME_DRAWS_FLOAT64 = 1e-12;
+/** McNemar p-values from ~n/2 logarithms summed in float64 against exact rational arithmetic: relative error. */
+export const BINOMIAL_TAIL_RELATIVE = 1e-11;

@@ -22,7 +22,7 @@ import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
 import { headerMismatch } from "./reader.js";
 
 /** Where a foreign manifest is kept once adopted. */
-export const ORIGINAL_MANIFEST_NAME = "index.orig.json";
+const ORIGINAL_MANIFEST_NAME = "index.orig.json";
 
 export interface AdoptOptions {
   /** The query bank the store was made from (a path, or its rows). */

@@ -197,7 +197,7 @@ export function joinBank(queryIds: readonly string[], bank: readonly BankRow[], 
  * selects exactly these layers of `numLayers` (or of max + 1) blocks, else a
  * rule that lists them.
  */
-export function explainLayers(layers: readonly number[], numLayers?: number): { numLayers: number; rule: string } {
+function explainLayers(layers: readonly number[], numLayers?: number): { numLayers: number; rule: string } {
   const L = numLayers ?? Math.max(...layers) + 1;
   const same = (a: readonly number[]) => a.length === layers.length && a.every((l, i) => l === layers[i]);
   if (same(selectLayers(L))) return { numLayers: L, rule: DEFAULT_LAYER_RULE };

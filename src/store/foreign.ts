@@ -1,5 +1,5 @@
 /**
- * Stores written by other tools (contracts.md §3, last paragraph): an
+ * Stores written by other tools (docs/store.md): an
  * `index.json` that gives the row order, the layers and a sha256 per file, and
  * perhaps `complete`, but not hsm's other fields. This module reads such a
  * manifest into what hsm needs, saying what it does not record, and joins the

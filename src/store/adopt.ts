@@ -60,8 +60,7 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
       }
       if (isNativeManifest(value)) return parseManifest(original.toString("utf8"), where);
       const parsed = parseForeignManifest(value);
-      if (!parsed.manifest) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
-      if (parsed.problems.length > 0) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
+      if (!parsed.manifest || parsed.problems.length > 0) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
       foreign = parsed.manifest;
       if (foreign.complete === false) throw new StoreError(dir, "is incomplete by its own manifest (complete: false); finish writing it before adopting it");
     }

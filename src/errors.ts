@@ -41,13 +41,13 @@ export class JsonlError extends HsmError {
   }
 }
 
-/** A query-bank line that does not follow contracts.md §1. */
+/** A query-bank line that is not a valid query (a field missing, of the wrong type, or a duplicate id). */
 export class BankError extends JsonlError {}
 
-/** A generations line that does not follow contracts.md §4, or generations that do not match the bank. */
+/** A generations line without `query_id` or `raw_response`, or generations that do not match the bank. */
 export class GenerationsError extends JsonlError {}
 
-/** A scored line that does not follow contracts.md §4, or scored rows that do not match the bank or the store. */
+/** A scored line without a required field or with an unknown label, or scored rows that do not match the bank or the store. */
 export class ScoredError extends JsonlError {}
 
 /** Why a file named by the user could not be used. */
@@ -81,7 +81,7 @@ export class NpyHeaderError extends HsmError {
   }
 }
 
-/** An `index.json` that does not follow contracts.md §3. */
+/** An `index.json` that does not describe a readable store (docs/store.md). */
 export class ManifestError extends HsmError {
   constructor(
     readonly path: string,

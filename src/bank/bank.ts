@@ -1,5 +1,5 @@
 /**
- * The query bank (contracts.md §1): JSONL, one query per line, in bank order.
+ * The query bank: JSONL, one query per line, in bank order.
  * Read as a stream and validated line by line; the first bad line stops the read
  * with a {@link BankError} naming the file, line and field.
  */

@@ -1,5 +1,5 @@
 /**
- * Prompt construction, exactly the benchmark's `build_prompt` (contracts.md §2).
+ * Prompt construction, exactly the benchmark's `build_prompt`.
  * No chat template, for base and instruct models alike. The two templates below
  * are the only place the prompt text is written down.
  */

@@ -22,7 +22,7 @@ import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
 import { headerMismatch } from "./reader.js";
 
 /** Where a foreign manifest is kept once adopted. */
-export const ORIGINAL_MANIFEST_NAME = "index.orig.json";
+const ORIGINAL_MANIFEST_NAME = "index.orig.json";
 
 export interface AdoptOptions {
   /** The query bank the store was made from (a path, or its rows). */
@@ -60,8 +60,7 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
       }
       if (isNativeManifest(value)) return parseManifest(original.toString("utf8"), where);
       const parsed = parseForeignManifest(value);
-      if (!parsed.manifest) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
-      if (parsed.problems.length > 0) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
+      if (!parsed.manifest || parsed.problems.length > 0) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
       foreign = parsed.manifest;
       if (foreign.complete === false) throw new StoreError(dir, "is incomplete by its own manifest (complete: false); finish writing it before adopting it");
     }

@@ -1,5 +1,5 @@
 /**
- * Stores written by other tools (contracts.md §3, last paragraph): an
+ * Stores written by other tools (docs/store.md): an
  * `index.json` that gives the row order, the layers and a sha256 per file, and
  * perhaps `complete`, but not hsm's other fields. This module reads such a
  * manifest into what hsm needs, saying what it does not record, and joins the
@@ -197,7 +197,7 @@ export function joinBank(queryIds: readonly string[], bank: readonly BankRow[], 
  * selects exactly these layers of `numLayers` (or of max + 1) blocks, else a
  * rule that lists them.
  */
-export function explainLayers(layers: readonly number[], numLayers?: number): { numLayers: number; rule: string } {
+function explainLayers(layers: readonly number[], numLayers?: number): { numLayers: number; rule: string } {
   const L = numLayers ?? Math.max(...layers) + 1;
   const same = (a: readonly number[]) => a.length === layers.length && a.every((l, i) => l === layers[i]);
   if (same(selectLayers(L))) return { numLayers: L, rule: DEFAULT_LAYER_RULE };

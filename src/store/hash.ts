@@ -16,13 +16,15 @@ export type { HashJob, HashResult };
 /** The result for one job, or the error that stopped it (a file that vanished, say). */
 export type HashOutcome = { ok: true; result: HashResult } | { ok: false; message: string; code?: string };
 
+/**
+ * The compiled worker beside this module. Run from the TypeScript sources (as
+ * the tests do) there is none, and files are hashed on the calling thread: a
+ * worker from some earlier build could compute with code older than the
+ * sources.
+ */
 function workerScript(): string | undefined {
-  const here = dirname(fileURLToPath(import.meta.url));
-  // From dist/ the compiled sibling; from src/ (tests) the build's copy.
-  for (const p of [join(here, "hash-worker.js"), join(here, "..", "..", "dist", "store", "hash-worker.js")]) {
-    if (existsSync(p)) return p;
-  }
-  return undefined;
+  const p = join(dirname(fileURLToPath(import.meta.url)), "hash-worker.js");
+  return existsSync(p) ? p : undefined;
 }
 
 /** Hashes `jobs`, `concurrency` at a time (default: the core count); results in job order. */

@@ -187,8 +187,7 @@ async function openForeign(
   options: OpenOptions,
 ): Promise<{ manifest: Manifest; layout: Layout; foreign: ForeignManifest }> {
   const { manifest: f, problems } = parseForeignManifest(value);
-  if (!f) throw new ManifestError(where, problems[0]!.key, problems[0]!.message);
-  if (problems.length > 0) throw new ManifestError(where, problems[0]!.key, problems[0]!.message);
+  if (!f || problems.length > 0) throw new ManifestError(where, problems[0]!.key, problems[0]!.message);
   const layers = f.layers ?? (await backend.list()).map(layerOfFileName).filter((l): l is number => l !== undefined);
   if (layers.length === 0) throw new StoreError(backend.location, "holds no L###.npy files and its manifest lists no layers");
   for (const l of layers) {

@@ -41,3 +41,11 @@ export const METRICS_INTERVAL_RELATIVE = 0.15;
 export const SAME_DRAWS_FLOAT64 = 1e-12;
 /** McNemar p-values from ~n/2 logarithms summed in float64 against exact rational arithmetic: relative error. */
 export const BINOMIAL_TAIL_RELATIVE = 1e-11;
+/** Ratios of small integer counts (hand-counted AUROCs, percentiles of a few values) computed in float64. */
+export const COUNTED_DIGITS = 12;
+/** The probe against scikit-learn in toBeCloseTo digits (|Δ| < 5e-4): weights of order one, see PROBE_VS_SKLEARN. */
+export const PROBE_VS_SKLEARN_DIGITS = 3;
+/** One fold trained beside others vs alone: the same problem, stopped at the same rule by different iterates. */
+export const PROBE_FOLDS_TOGETHER_DIGITS = 4;
+/** The stopping rule checked with an independently recomputed float64 gradient: relative slack for float32 products. */
+export const GRADIENT_RECOMPUTED = 0.01;

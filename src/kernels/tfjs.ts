@@ -34,7 +34,8 @@ function firstLine(err: unknown): string {
   return String((err as Error)?.message ?? err).split("\n")[0]!;
 }
 
-async function register(name: TfBackendName, tf: Tf): Promise<void> {
+/** Imports what backend `name` needs and registers it with TensorFlow.js. */
+async function register(name: TfBackendName): Promise<void> {
   if (name === "wasm") {
     const wasm = await import("@tensorflow/tfjs-backend-wasm");
     wasm.setWasmPaths(join(dirname(createRequire(import.meta.url).resolve("@tensorflow/tfjs-backend-wasm")), "/"));
@@ -68,7 +69,6 @@ async function register(name: TfBackendName, tf: Tf): Promise<void> {
   } catch (err) {
     throw new TfUnavailable(`--backend ${name} needs ${pkg}, which is not installed here (${firstLine(err)}); npm install ${pkg}, or use --backend wasm`, true);
   }
-  void tf;
 }
 
 /** Loads TensorFlow.js on backend `name` once; throws TfUnavailable where it cannot run. */
@@ -77,7 +77,7 @@ function loadTf(name: TfBackendName): Promise<Tf> {
   if (!p) {
     p = (async () => {
       const tf = await import("@tensorflow/tfjs-core");
-      await register(name, tf);
+      await register(name);
       if (!(await tf.setBackend(TF_NAME[name]))) throw new TfUnavailable(`--backend ${name}: TensorFlow.js could not start its ${TF_NAME[name]} backend`, false);
       await tf.ready();
       return tf;

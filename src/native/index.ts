@@ -87,8 +87,11 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
     rank(x, rows, a, nAnchors, d, own, ownScore, above) {
       for (let from = 0; from < rows.length; from += RANK_SLICE) {
         const to = Math.min(rows.length, from + RANK_SLICE);
-        const block = new Float32Array((to - from) * d);
-        for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
+        let contiguous = true;
+        for (let i = from + 1; i < to && contiguous; i++) contiguous = rows[i] === rows[i - 1]! + 1;
+        // A run of consecutive rows is read in place; any other selection is gathered.
+        const block = contiguous ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d) : new Float32Array((to - from) * d);
+        if (!contiguous) for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
         binding.rankAgainstAnchors(block, to - from, a, nAnchors, d, own.subarray(from, to), ownScore.subarray(from, to), above.subarray(from, to), threads, o.allowBf16);
       }
     },

@@ -10,6 +10,7 @@ import { kernelOptions } from "../../src/kernels/registry.js";
 import { typescriptKernels } from "../../src/kernels/typescript/index.js";
 import { nativeKernels as loadNative } from "../../src/native/index.js";
 import { Rng } from "../../src/util/random.js";
+import { COSINE_F32 } from "../tolerances.js";
 
 function unitRows(n: number, d: number, rng: Rng): Float32Array {
   const x = rng.fillNormal(new Float32Array(n * d));
@@ -51,7 +52,7 @@ describe("rank kernel", () => {
       typescriptKernels.rank(x, all(n), a, F, d, own, s1, c1);
       nativeKernels!.rank(x, all(n), a, F, d, own, s2, c2);
       expect(Array.from(c2)).toEqual(Array.from(c1));
-      s1.forEach((v, i) => expect(Math.abs(s2[i]! - v)).toBeLessThan(1e-5));
+      s1.forEach((v, i) => expect(Math.abs(s2[i]! - v)).toBeLessThan(COSINE_F32));
       own.forEach((o, i) => o < 0 && expect([s2[i], c2[i]]).toEqual([0, 0]));
     }
   });

@@ -15,7 +15,7 @@ import { computeMetrics, type IssRow } from "../../src/metrics/compute.js";
 import { BACKENDS } from "../helpers/backends.js";
 import { referenceDraws, referenceFnv1a, referencePercentile } from "../helpers/reference-rng.js";
 import { tempDir } from "../helpers/tmp.js";
-import { HAND_COMPUTED_DIGITS } from "../tolerances.js";
+import { FLOAT64_REORDER, HAND_COMPUTED_DIGITS } from "../tolerances.js";
 import { tinyStore, type TinyRow } from "../helpers/tiny-store.js";
 
 const dir = tempDir("hsm-iss-");
@@ -47,11 +47,11 @@ function expectRows(rows: IssRow[], expected: Record<string, Partial<IssRow>>, c
   expect(rows.map((r) => r.family)).toEqual(["para", "typo", "all"]);
   for (const row of rows) {
     for (const [k, v] of Object.entries({ ...expected[row.family], ...counts })) {
-      if (typeof v === "number" && !Number.isInteger(v)) expect(row[k as keyof IssRow] as number).toBeCloseTo(v, 6);
+      if (typeof v === "number" && !Number.isInteger(v)) expect(row[k as keyof IssRow] as number).toBeCloseTo(v, HAND_COMPUTED_DIGITS);
       else expect(row[k as keyof IssRow]).toBe(v);
     }
-    expect(row.iss_ci_low!).toBeLessThanOrEqual(row.iss! + 1e-9);
-    expect(row.iss_ci_high!).toBeGreaterThanOrEqual(row.iss! - 1e-9);
+    expect(row.iss_ci_low!).toBeLessThanOrEqual(row.iss! + FLOAT64_REORDER);
+    expect(row.iss_ci_high!).toBeGreaterThanOrEqual(row.iss! - FLOAT64_REORDER);
   }
 }
 
@@ -85,9 +85,9 @@ describe("ISS, hand-computed", () => {
     const [para] = await iss(rows);
     const own = -2 / Math.sqrt(6);
     const other = -1 / Math.sqrt(3);
-    expect(para!.own_cos!).toBeCloseTo(own, 6);
-    expect(para!.other_cos!).toBeCloseTo(other, 6);
-    expect(para!.iss!).toBeCloseTo(own - other, 6);
+    expect(para!.own_cos!).toBeCloseTo(own, HAND_COMPUTED_DIGITS);
+    expect(para!.other_cos!).toBeCloseTo(other, HAND_COMPUTED_DIGITS);
+    expect(para!.iss!).toBeCloseTo(own - other, HAND_COMPUTED_DIGITS);
     expect(para!.r_at_1).toBe(0);
     expect(para!.mrr).toBe(0.5);
   });

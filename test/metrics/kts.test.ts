@@ -16,6 +16,7 @@ import { computeMetrics, type KtsRow } from "../../src/metrics/compute.js";
 import { fnv1a32 } from "../../src/metrics/stats.js";
 import { tempDir } from "../helpers/tmp.js";
 import { tinyStore, type TinyRow } from "../helpers/tiny-store.js";
+import { COUNTED_DIGITS } from "../tolerances.js";
 
 const dir = tempDir("hsm-kts-");
 
@@ -70,8 +71,8 @@ describe("KTS, hand-computed", () => {
     // Pooled: positives 4 at s+, 4 at s0, 4 at s−; negatives 4 at s−, 4 at s0, 4 at s+.
     // Wins: 4·(8 + 2) + 4·(4 + 2) + 4·(0 + 2) = 72 of 12·12 = 144.
     expect(rows.all!.n_queries).toBe(24);
-    expect(rows.all!.auroc!).toBeCloseTo(72 / 144, 12);
-    expect(rows.all!.kts!).toBeCloseTo(0, 12);
+    expect(rows.all!.auroc!).toBeCloseTo(72 / 144, COUNTED_DIGITS);
+    expect(rows.all!.kts!).toBeCloseTo(0, COUNTED_DIGITS);
   });
 
   it("counts abstentions as incorrect when asked", async () => {
@@ -79,7 +80,7 @@ describe("KTS, hand-computed", () => {
     const rows = by(await kts([...rowsFor((c) => (c ? 1 : -1)), ...extra], { abstainAsIncorrect: true }));
     expect(rows.same).toMatchObject({ n_queries: 9, n_correct: 4 });
     // One negative now ties with the four positives at s+: each wins 4 + ½ of 5 negatives.
-    expect(rows.same!.auroc!).toBeCloseTo((4 * 4.5) / (4 * 5), 12);
+    expect(rows.same!.auroc!).toBeCloseTo((4 * 4.5) / (4 * 5), COUNTED_DIGITS);
   });
 
   it("is null with its reason when the anchors teach nothing (auroc_anchor ≤ 0.55)", async () => {

@@ -14,6 +14,8 @@ import { computeMetrics } from "../../src/metrics/compute.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricSettings } from "../../src/metrics/metric.js";
 import { METRICS } from "../../src/metrics/registry.js";
 import { formatTables, writeResults } from "../../src/metrics/report.js";
+import { typescriptKernels } from "../../src/kernels/typescript/index.js";
+import { Rng } from "../../src/util/random.js";
 import { tempDir } from "../helpers/tmp.js";
 import { tinyStore, type TinyRow } from "../helpers/tiny-store.js";
 
@@ -120,5 +122,42 @@ describe("a third metric in its own registry", () => {
 
   it("leaves the built-in registry as it was", () => {
     expect(METRICS.map((m) => m.name)).toEqual(["iss", "kts"]);
+  });
+});
+
+describe("the built-in metrics", () => {
+  it("leave the layer's rows as read, so their order does not matter", async () => {
+    const rng = new Rng(17);
+    const facts: string[] = [];
+    const families: string[] = [];
+    for (let f = 0; f < 40; f++) for (const family of ["anchor", "para", "typo"]) (facts.push(`f${f}`), families.push(family));
+    const n = facts.length;
+    const d = 8;
+    const h = Float32Array.from({ length: n * d }, () => rng.normal() * 3 + 1);
+    const labels = Uint8Array.from({ length: n }, (_, i) => (h[i * d]! + rng.normal() > 1 ? 1 : 0));
+    const data = (): LayerData => {
+      let own: Float32Array | undefined;
+      return {
+        layer: 1,
+        n,
+        d,
+        h,
+        finite: new Uint8Array(n).fill(1),
+        facts,
+        families,
+        familyNames: ["para", "typo"],
+        labels,
+        kernels: typescriptKernels,
+        buffer: (length) => (own ??= new Float32Array(length)),
+      };
+    };
+    const settings = { probeC: 0.01, folds: 3, bootstrap: 50, seed: 1 };
+    const before = h.slice();
+    const alone = await Promise.all(METRICS.map((m) => m.compute(data(), settings)));
+    expect(h).toEqual(before);
+    const reversed = [];
+    for (const m of [...METRICS].reverse()) reversed.unshift(await m.compute(data(), settings));
+    expect(reversed).toEqual(alone);
+    expect(h).toEqual(before);
   });
 });

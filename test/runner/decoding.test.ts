@@ -56,6 +56,18 @@ describe("answer fields (contracts.md §4)", () => {
   }
 });
 
+describe("answer fields with Qwen 3's tokenizer", () => {
+  it("keeps added tokens that are not marked special as their text, and skips the special ones", async () => {
+    const qwen = await PromptTokenizer.load(dirname(tokenizerFiles("qwen3").tokenizer));
+    const [PARIS_Q, TOOL_CALL, IM_END, ENDOFTEXT] = [12095, 151657, 151645, 151643];
+    expect(answerFields([PARIS_Q, TOOL_CALL, PARIS_Q, IM_END], new Set([ENDOFTEXT]), (ids) => qwen.decode(ids))).toEqual({
+      raw_response: " Paris<tool_call> Paris",
+      generated_tokens: 4,
+      finish_reason: "length",
+    });
+  });
+});
+
 describe("greedy bookkeeping", () => {
   it("stops each row on its first EOS or its 24th token, and ignores later steps of finished rows", () => {
     const g = new GreedyRows(3, LIST, 24);

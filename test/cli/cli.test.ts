@@ -122,7 +122,7 @@ describe("hsm", () => {
     mkdirSync(folder);
     const r = hsm(["check-bank", folder]);
     expect(r.status).toBe(1);
-    expect(r.stderr).toBe(`hsm: ${folder}:0: is a directory, not a JSONL file\n`);
+    expect(r.stderr).toBe(`hsm: ${folder}: cannot be read: it is a directory (EISDIR)\n`);
   });
 
   it("--device is one closed set for extract, generate and run, checked before any work", () => {

@@ -70,10 +70,7 @@ describe("start-up", () => {
     expect(r.modules.filter((m) => ORT.test(m) || TFJS.test(m))).toEqual([]);
   });
 
-  // KNOWN FAILURE, kept visible: src/export/eee.ts takes MAX_NEW_TOKENS and MAX_PROMPT_LEN from runner/,
-  // whose modules load onnxruntime-node. Once eee.ts reads them from src/defaults.ts this test passes,
-  // vitest reports the `.fails` as an error, and `.fails` must be removed.
-  it.fails("hsm export loads neither", () => {
+  it("hsm export loads neither", () => {
     const r = loaded(["export", "--format", "foundry", "--scored", join(fx, "scored.jsonl"), "--bank", join(fx, "bank.jsonl"), "--out", join(dir, "foundry.jsonl")]);
     expect(r.status).toBe(0);
     expect(r.modules.some((m) => m.includes("/dist/export/export.js"))).toBe(true);

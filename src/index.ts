@@ -7,6 +7,7 @@
  * function's first call, which is why those functions are async even where the
  * work itself is not (`selectLayers`).
  */
+import type { AdoptOptions } from "./store/adopt.js";
 import type { BankSummary } from "./pipeline/bank.js";
 import type { DemoOptions, DemoResult } from "./pipeline/demo.js";
 import type { RunMetricsOptions, RunMetricsResult } from "./pipeline/metrics.js";
@@ -29,6 +30,7 @@ export { VERSION, TOOL_VERSION } from "./version.js";
 export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable, writeResults, type WrittenFiles } from "./metrics/report.js";
+export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
 
 export type { BankSummary, DemoOptions, DemoResult, RunMetricsOptions, RunMetricsResult, RunOptions, RunResult };
@@ -36,6 +38,7 @@ export type { ExportOptions, FixtureOptions, FixtureResult, MetricsOptions, Metr
 export type { ExtractResult, ModelInspection, GenerateOptions, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
 export type { IssRow, KtsRow } from "./metrics/compute.js";
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
+export type { AdoptOptions } from "./store/adopt.js";
 export type { Device } from "./runner/session.js";
 export type { TokenizerName } from "./models/llama.js";
 
@@ -78,6 +81,11 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
 /** {@link verifyStore} for a folder a user named: missing or unreadable folders are errors that say which. */
 export async function verifyStoreFolder(dir: string, options: VerifyOptions = {}): Promise<{ report: VerifyReport; seconds: number }> {
   return (await import("./pipeline/verify.js")).verifyStoreFolder(dir, options);
+}
+
+/** Writes a conforming index.json for a folder of L###.npy written by another tool (rows from the bank); a foreign index.json is kept as index.orig.json. */
+export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest> {
+  return (await import("./store/adopt.js")).adoptStore(dir, o);
 }
 
 /** Joins shard stores into the store a single run would have written. */

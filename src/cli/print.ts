@@ -57,6 +57,7 @@ export function printVerifyReport(report: VerifyReport, seconds: number, json: b
     return report.ok ? 0 : 1;
   }
   for (const p of report.problems) out(`${join(report.store, p.file)}: ${p.message}`);
+  for (const n of report.notes) out(`${join(report.store, n.file)}: note: ${n.message}`);
   const bytes = report.files.reduce((s, f) => s + (f.bytes ?? 0), 0);
   if (report.ok) {
     out(`${report.store}: OK — ${report.files.length} files, ${report.rows} rows, complete; ${mb(bytes)} hashed in ${seconds.toFixed(2)} s`);

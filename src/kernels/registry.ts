@@ -21,8 +21,9 @@ import { tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
 import { typescriptKernels } from "./typescript/index.js";
 import { KERNEL_NAMES, type KernelName, type KernelOptions, type Kernels } from "./types.js";
 
-export const BACKENDS = ["auto", "native", "tfjs-node", "tfjs-node-gpu", "webgpu", "wasm", "typescript"] as const;
-export type BackendName = (typeof BACKENDS)[number];
+import { BACKENDS, type BackendName } from "./names.js";
+
+export { BACKENDS, type BackendName };
 export type ConcreteBackend = Exclude<BackendName, "auto">;
 
 /** A backend cannot run here; the message says why and what to do. */

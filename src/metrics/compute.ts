@@ -22,6 +22,8 @@ export type { IssRow } from "./iss.js";
 export type { KtsRow } from "./kts.js";
 
 export interface MetricsOptions {
+  /** The query bank, for stores written by other tools whose manifest lacks fact ids and families. */
+  bank?: string;
   /** Metric names from the registry (default: every metric of the registry). */
   metrics?: string[];
   /** The metrics available (default: the built-in ones). */
@@ -73,7 +75,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
   if (!(C > 0)) throw new MetricsError(`Expected a positive --probe-c but received ${C}`);
   if (!Number.isSafeInteger(K) || K < 2) throw new MetricsError(`Expected --folds of at least 2 but received ${K}`);
   if (!Number.isSafeInteger(B) || B < 1) throw new MetricsError(`Expected --bootstrap of at least 1 but received ${B}`);
-  const reader = await StoreReader.open(store, { allowIncomplete: o.allowIncomplete });
+  const reader = await StoreReader.open(store, { allowIncomplete: o.allowIncomplete, bank: o.bank });
   try {
     const m = reader.manifest;
     const N = reader.readableRows;

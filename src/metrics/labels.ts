@@ -2,22 +2,12 @@
  * Labels for KTS, from the scored file (joined on query_id): 1 for correct,
  * 0 for incorrect, left out otherwise (abstain counts as 0 on request).
  */
-import { HsmError } from "../errors.js";
+import { ScoredError } from "../errors.js";
+import { LABELS } from "../score/labels.js";
 import { jsonLines } from "../util/jsonl.js";
 
-export const LABELS = ["correct", "incorrect", "ambiguous", "abstain", "unparseable"] as const;
 /** The marker for a row that has no 0/1 label. */
 export const NO_LABEL = 255;
-
-export class ScoredError extends HsmError {
-  constructor(
-    readonly file: string,
-    readonly line: number,
-    problem: string,
-  ) {
-    super(`${file}${line > 0 ? `:${line}` : ""}: ${problem}`);
-  }
-}
 
 export interface LabelOptions {
   abstainAsIncorrect?: boolean;
@@ -29,15 +19,15 @@ export async function readLabels(file: string, queryIds: readonly string[], o: L
   const want = new Map(queryIds.map((q, i) => [q, i]));
   const y = new Uint8Array(queryIds.length).fill(NO_LABEL);
   const seen = new Uint8Array(queryIds.length);
-  for await (const { value: row, line } of jsonLines(file, (l, problem) => new ScoredError(file, l, problem))) {
-    if (typeof row.query_id !== "string") throw new ScoredError(file, line, `field "query_id": expected a string`);
+  for await (const { value: row, line } of jsonLines(file, (l, problem, cause) => new ScoredError(file, l, undefined, problem, { cause }))) {
+    if (typeof row.query_id !== "string") throw new ScoredError(file, line, "query_id", "expected a string");
     const label = row.label;
     if (typeof label !== "string" || !(LABELS as readonly string[]).includes(label)) {
-      throw new ScoredError(file, line, `field "label": ${JSON.stringify(label)} is not one of ${LABELS.join(", ")}`);
+      throw new ScoredError(file, line, "label", `${JSON.stringify(label)} is not one of ${LABELS.join(", ")}`);
     }
     const i = want.get(row.query_id);
     if (i === undefined) continue; // rows outside the store (not main-forward) are fine
-    if (seen[i]) throw new ScoredError(file, line, `field "query_id": "${row.query_id}" is scored twice`);
+    if (seen[i]) throw new ScoredError(file, line, "query_id", `"${row.query_id}" is scored twice`);
     seen[i] = 1;
     y[i] = label === "correct" ? 1 : label === "incorrect" || (label === "abstain" && o.abstainAsIncorrect) ? 0 : NO_LABEL;
   }
@@ -53,6 +43,7 @@ export async function readLabels(file: string, queryIds: readonly string[], o: L
     throw new ScoredError(
       file,
       0,
+      undefined,
       `${missing} of the store's ${queryIds.length} rows have no scored row (first: "${queryIds[firstMissing]}"); pass --allow-missing-labels to leave them out`,
     );
   }

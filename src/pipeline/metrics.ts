@@ -30,7 +30,7 @@ export async function runMetrics(store: string, o: RunMetricsOptions = {}): Prom
   const { out, verify, ...options } = o;
   await requireStoreFolder(store);
   if (verify) {
-    const report = await verifyStore(store);
+    const report = await verifyStore(store, { bank: o.bank });
     if (!report.ok) throw new HsmError(`${store} does not verify:\n${report.problems.map((p) => `  ${p.file}: ${p.message}`).join("\n")}`);
   }
   const metrics = o.metrics ?? (o.scored ? ["iss", "kts"] : ["iss"]);

@@ -1,6 +1,7 @@
 /** Every command, in the order `hsm --help` lists them; each adds itself to the program. */
 import type { Command } from "commander";
 
+import { adoptCommand } from "./adopt.js";
 import { checkBankCommand } from "./check-bank.js";
 import { demoCommand } from "./demo.js";
 import { exportCommand } from "./export.js";
@@ -24,6 +25,7 @@ export const COMMANDS: readonly ((program: Command) => void)[] = [
   scoreCommand,
   exportCommand,
   mergeCommand,
+  adoptCommand,
   metricsCommand,
   makeModelCommand,
   fixtureCommand,

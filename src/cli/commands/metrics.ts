@@ -2,7 +2,7 @@ import type { Command } from "commander";
 
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../../defaults.js";
 import { UsageError } from "../../errors.js";
-import { runMetrics, type RunMetricsOptions } from "../../index.js";
+import { BACKENDS, runMetrics, type RunMetricsOptions } from "../../index.js";
 import { intOption, listOption, parseLayerList, positiveOption } from "../options.js";
 import { printMetrics } from "../print.js";
 
@@ -36,7 +36,8 @@ export function metricsCommand(program: Command): void {
     .option("--scored <file>", "scored JSONL (needed for KTS)")
     .option("--metrics <list>", "iss, kts or iss,kts (default: both with --scored, else iss)", metricList)
     .option("--out <dir>", "output folder (default: outputs/metrics/<model>)")
-    .option("--backend <name>", "auto, native, tfjs-node, wasm or typescript", DEFAULT_BACKEND)
+    .option("--backend <name>", BACKENDS.join(", "), DEFAULT_BACKEND)
+    .option("--bank <file>", "query bank, for a store from another tool whose index.json lacks fact ids and families")
     .option("--probe-c <c>", "inverse L2 strength of the KTS probe", positiveOption("--probe-c"), DEFAULT_PROBE_C)
     .option("--folds <k>", "KTS folds", intOption("--folds", 2), DEFAULT_FOLDS)
     .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1), DEFAULT_BOOTSTRAP)

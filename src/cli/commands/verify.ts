@@ -18,8 +18,9 @@ export function verifyCommand(program: Command): void {
     .argument("<store>", "store folder (holding index.json and L###.npy)")
     .option("--json", "print a machine-readable report")
     .option("-j, --jobs <n>", "files hashed at once (default: the core count)", intOption("--jobs", 1))
-    .action(async (store: string, opts: { json?: boolean; jobs?: number }) => {
-      const { report, seconds } = await verifyStoreFolder(store, { concurrency: opts.jobs });
+    .option("--bank <file>", "query bank: a store from another tool has its rows checked against it")
+    .action(async (store: string, opts: { json?: boolean; jobs?: number; bank?: string }) => {
+      const { report, seconds } = await verifyStoreFolder(store, { concurrency: opts.jobs, bank: opts.bank });
       process.exitCode = printVerifyReport(report, seconds, Boolean(opts.json));
     });
 }

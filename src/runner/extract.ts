@@ -177,9 +177,16 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
   const stage = await stageModel(o.modelDir);
   const rewritten = rewriteForExtraction(inspected.model, tensors, inspection.dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined);
-  const { feeds: inputFeeds, unknown, paddingSide } = inspection.plan.inputs;
-  if (unknown.length > 0) throw new DetectionError(`the model has an input "${unknown[0]}" that hsm does not know how to feed`);
-  if (paddingSide !== "left") throw new DetectionError(`graphs of style ${inspection.plan.strategy} need ${paddingSide} padding, which extraction does not do yet`);
+  // Only the inputs the rewritten graph still reads are fed.
+  const live = new Set((inspected.model.graph!.input ?? []).map((v) => v.name!));
+  const { paddingSide } = inspection.plan.inputs;
+  const inputFeeds = inspection.plan.inputs.feeds.filter((f) => live.has(f.name));
+  const unknown = inspection.plan.inputs.unknown.filter((name) => live.has(name));
+  if (unknown.length > 0 || paddingSide !== "left") {
+    await stage?.cleanup();
+    if (unknown.length > 0) throw new DetectionError(`the model has an input "${unknown[0]}" that hsm does not know how to feed`);
+    throw new DetectionError(`graphs of style ${inspection.plan.strategy} need ${paddingSide} padding, which extraction does not do yet`);
+  }
   // The decoded model and the file it came from are no longer needed: let them go before onnxruntime loads the weights.
   inspected.model = undefined as never;
   inspected.source = undefined as never;

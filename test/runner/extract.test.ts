@@ -15,7 +15,7 @@ import { generateWeights, tinyConfig, tokenizerFiles, writeTinyModel, type TinyM
 import { f16BitsToNumber, f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel, shardRange } from "../../src/runner/extract.js";
-import { encodeModel, loadModel } from "../../src/runner/onnx-graph.js";
+import { DataType, encodeModel, loadModel, valueInfo } from "../../src/runner/onnx-graph.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { Rng } from "../../src/util/random.js";
 import { referenceHidden } from "../helpers/llama-reference.js";
@@ -311,6 +311,40 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     writeFileSync(join(m, "model.onnx"), encodeModel(model));
     const line = run(m, bank, "anonymous");
     expect(line).toMatch(/no decoder blocks found: node names do not follow \/model\/layers\.N\/ .*--hidden-tensors; candidate tensors: .*\/model\/layers\.4\/Add_1_output_0/);
+  });
+});
+
+describe("hsm extract and the inputs of a graph", () => {
+  /** The llama model with an extra int64 input `name`, added to the token ids when `used`. */
+  async function withExtraInput(name: string, used: boolean): Promise<string> {
+    const model = await loadModel(join(llamaDir, "model.onnx"));
+    const graph = model.graph!;
+    graph.input!.push(valueInfo(name, DataType.INT64, ["batch_size", "sequence_length"]));
+    if (used) {
+      const embed = graph.node!.find((n) => n.name === "/model/embed_tokens/Gather")!;
+      embed.input![1] = "ids_plus_extra";
+      graph.node!.unshift({ name: "/model/embed_tokens/Add_extra", opType: "Add", input: ["input_ids", name], output: ["ids_plus_extra"] });
+    }
+    const m = join(dir, `extra-input-${used}`);
+    cpSync(llamaDir, m, { recursive: true });
+    writeFileSync(join(m, "model.onnx"), encodeModel(model));
+    return m;
+  }
+
+  it("stops with the name of an input it cannot feed, writing nothing", async () => {
+    const m = await withExtraInput("token_type_ids", true);
+    const out = join(dir, "extra-input-store");
+    const r = hsm(["extract", "--model-dir", m, "--bank", bank, "--out", out, "--quiet"]);
+    expect(r.status).toBe(1);
+    expect(r.stderr.trim()).toBe('hsm: the model has an input "token_type_ids" that hsm does not know how to feed');
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("ignores an input the stored layers do not read", async () => {
+    const m = await withExtraInput("token_type_ids", false);
+    const out = join(dir, "unused-input-store");
+    await extract({ modelDir: m, bank, out, batchSize: 8 });
+    await expectMatchesReference(out, LLAMA, m, bank);
   });
 });
 

@@ -131,6 +131,7 @@ export async function writeFixture(out: string, options: FixtureOptions & { pres
 
 /** Writes a small Llama-style ONNX model folder with seeded random weights, after checking its geometry. */
 export async function writeTinyModel(dir: string, options: TinyModelOptions = {}): Promise<LlamaConfig> {
-  const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([import("./models/llama.js"), import("./models/options.js")]);
-  return write(dir, validateTinyModelOptions(options));
+  const [{ writeTinyModel: write }, { modelFiles, validateTinyModelOptions }] = await Promise.all([import("./models/llama.js"), import("./models/options.js")]);
+  const valid = validateTinyModelOptions(options);
+  return write(dir, valid, modelFiles(valid));
 }

@@ -49,3 +49,17 @@ export const PROBE_VS_SKLEARN_DIGITS = 3;
 export const PROBE_FOLDS_TOGETHER_DIGITS = 4;
 /** The stopping rule checked with an independently recomputed float64 gradient: relative slack for float32 products. */
 export const GRADIENT_RECOMPUTED = 0.01;
+/**
+ * float16 graphs (every activation rounded to float16 after each operator): error of a stored
+ * state per decoder block passed, relative to the row's RMS. Derivation in docs/extract.md
+ * ("float16 graphs"): about 2^-11 per rounding, ~16 roundings on a block's path, so 16 · 2^-11 ≈ 0.008.
+ */
+export const FLOAT16_COMPUTE_PER_LAYER = 16 * 2 ** -11;
+/**
+ * int8 graphs with activations quantized per tensor (DynamicQuantizeLinear), against a float64
+ * emulation of the same quantization: where an activation lies within float32 noise of a rounding
+ * boundary the two pick neighbouring codes, moving a projection by one code step (the activation
+ * range / 255 times a weight row), and later blocks carry that on: largest seen 0.045 of the row's
+ * RMS (3 blocks, 18 rows up to 192 tokens), allowed twice that. A wrong tensor is off by the RMS itself.
+ */
+export const INT8_CODE_FLIPS = 0.1;

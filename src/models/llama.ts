@@ -84,6 +84,8 @@ export interface TinyModelOptions {
   maxPositions?: number;
   /** `eos_token_id` written to config.json, replacing the tokenizer's. */
   eosTokenId?: number | number[];
+  /** The export style written (`hsm make-model --style`, see options.ts); plain float32 `model.onnx` by default. */
+  style?: string;
 }
 
 export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
@@ -160,8 +162,19 @@ function transpose(w: Float32Array, out: number, inp: number): Float32Array {
   return t;
 }
 
-/** The ONNX graph of the model, torch-export style. */
-export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false): Uint8Array {
+/**
+ * Emits one linear layer `y = x Wᵀ` for a weight in HuggingFace orientation
+ * ([out, in]) under `scope`, its initializers named from `name`; returns y.
+ * The default is a MatMul on the transposed float32 weight, as torch exports it;
+ * quantized writers (quantize.ts) pass their own.
+ */
+export type LinearWriter = (g: GraphBuilder, scope: string, x: string, name: string, weight: Float32Array, out: number, inp: number) => string;
+
+export const float32Linear: LinearWriter = (g, scope, x, name, weight, out, inp) =>
+  g.op1(scope, "MatMul", [x, g.floats(name, transpose(weight, out, inp), [inp, out])]);
+
+/** The ONNX graph of the model, torch-export style; `linear` writes every projection and the LM head. */
+export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false, linear: LinearWriter = float32Linear): Uint8Array {
   const g = new GraphBuilder();
   const d = c.hidden_size;
   const H = c.num_attention_heads;
@@ -248,8 +261,7 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     const A = `${L}/self_attn`;
     const pre = `model.layers.${i}`;
     const h = rmsNorm(`${L}/input_layernorm`, x, lw.inputNorm, `${pre}.input_layernorm.weight`);
-    const proj = (name: string, wt: Float32Array, out: number) =>
-      g.op1(`${A}/${name}`, "MatMul", [h, g.floats(`${pre}.self_attn.${name}.weight`, transpose(wt, out, d), [d, out])]);
+    const proj = (name: string, wt: Float32Array, out: number) => linear(g, `${A}/${name}`, h, `${pre}.self_attn.${name}.weight`, wt, out, d);
     const q = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("q_proj", lw.q, H * hd), heads4(H)])], { perm: [0, 2, 1, 3] });
     const k = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("k_proj", lw.k, KV * hd), heads4(KV)])], { perm: [0, 2, 1, 3] });
     const v = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("v_proj", lw.v, KV * hd), heads4(KV)])], { perm: [0, 2, 1, 3] });
@@ -275,17 +287,14 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     const scores = g.op1(A, "Mul", [g.op1(A, "MatMul", [qr, g.op1(A, "Transpose", [kx], { perm: [0, 1, 3, 2] })]), scale]);
     const probs = g.op1(A, "Softmax", [g.op1(A, "Add", [scores, bias])], { axis: -1 });
     const ctx = g.op1(A, "Reshape", [g.op1(A, "Transpose", [g.op1(A, "MatMul", [probs, vx])], { perm: [0, 2, 1, 3] }), mergeHeads]);
-    const attnOut = g.op1(`${A}/o_proj`, "MatMul", [ctx, g.floats(`${pre}.self_attn.o_proj.weight`, transpose(lw.o, d, H * hd), [H * hd, d])]);
+    const attnOut = linear(g, `${A}/o_proj`, ctx, `${pre}.self_attn.o_proj.weight`, lw.o, d, H * hd);
     const x1 = g.op1(L, "Add", [x, attnOut]);
     const h2 = rmsNorm(`${L}/post_attention_layernorm`, x1, lw.postNorm, `${pre}.post_attention_layernorm.weight`);
     const I = c.intermediate_size;
-    const gate = g.op1(`${L}/mlp/gate_proj`, "MatMul", [h2, g.floats(`${pre}.mlp.gate_proj.weight`, transpose(lw.gate, I, d), [d, I])]);
-    const up = g.op1(`${L}/mlp/up_proj`, "MatMul", [h2, g.floats(`${pre}.mlp.up_proj.weight`, transpose(lw.up, I, d), [d, I])]);
+    const gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
+    const up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
     const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
-    const down = g.op1(`${L}/mlp/down_proj`, "MatMul", [
-      g.op1(`${L}/mlp`, "Mul", [act, up]),
-      g.floats(`${pre}.mlp.down_proj.weight`, transpose(lw.down, d, I), [I, d]),
-    ]);
+    const down = linear(g, `${L}/mlp/down_proj`, g.op1(`${L}/mlp`, "Mul", [act, up]), `${pre}.mlp.down_proj.weight`, lw.down, d, I);
     x = g.op1(L, "Add", [x1, down]);
   });
   const normed = rmsNorm("/model/norm", x, w.norm, "model.norm.weight");
@@ -317,25 +326,36 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
   });
 }
 
+/** The `config.json` a HuggingFace export of this model has. */
+export function hfConfigJson(config: LlamaConfig, withPast: boolean): string {
+  return JSON.stringify({ architectures: ["LlamaForCausalLM"], model_type: "llama", torch_dtype: "float32", tie_word_embeddings: false, use_cache: withPast, ...config }, null, 2) + "\n";
+}
+
+/** The files of a model folder besides the tokenizer's, by relative path (see writeTinyModel). */
+export type ModelFiles = (config: LlamaConfig, weights: LlamaWeights) => Record<string, Uint8Array | string>;
+
 /**
  * Writes a model folder (`model.onnx`, `config.json`, `tokenizer.json`,
  * `tokenizer_config.json`), atomically: built beside `dir`, then renamed.
+ * `files` replaces the first two with another layout (quantize.ts, genai.ts).
  */
-export async function writeTinyModel(dir: string, o: TinyModelOptions = {}): Promise<LlamaConfig> {
+export async function writeTinyModel(dir: string, o: TinyModelOptions = {}, files?: ModelFiles): Promise<LlamaConfig> {
   const config = tinyConfig(o);
   const weights = tinyWeights(o);
   const temp = `${dir}.partial-${process.pid}`;
   await rm(temp, { recursive: true, force: true });
   await mkdir(temp, { recursive: true });
   try {
-    await writeFile(join(temp, "model.onnx"), buildLlamaOnnx(config, weights, o.withPast ?? false));
-    await writeFile(
-      join(temp, "config.json"),
-      JSON.stringify({ architectures: ["LlamaForCausalLM"], model_type: "llama", torch_dtype: "float32", tie_word_embeddings: false, use_cache: o.withPast ?? false, ...config }, null, 2) + "\n",
-    );
-    const files = tokenizerFiles(o.tokenizer ?? "llama3.1");
-    await copyFile(files.tokenizer, join(temp, "tokenizer.json"));
-    await copyFile(files.config, join(temp, "tokenizer_config.json"));
+    const layout = files
+      ? files(config, weights)
+      : { "model.onnx": buildLlamaOnnx(config, weights, o.withPast ?? false), "config.json": hfConfigJson(config, o.withPast ?? false) };
+    for (const [name, bytes] of Object.entries(layout)) {
+      await mkdir(dirname(join(temp, name)), { recursive: true });
+      await writeFile(join(temp, name), bytes);
+    }
+    const tok = tokenizerFiles(o.tokenizer ?? "llama3.1");
+    await copyFile(tok.tokenizer, join(temp, "tokenizer.json"));
+    await copyFile(tok.config, join(temp, "tokenizer_config.json"));
     await rm(dir, { recursive: true, force: true });
     await rename(temp, dir);
   } catch (err) {

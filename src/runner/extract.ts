@@ -24,6 +24,7 @@ import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, type HiddenP
 import { promptFeeds } from "./feeds.js";
 import { ModelDirError, openModelDir } from "./model-dir.js";
 import { decodeModel, num, valueShape } from "./onnx-graph.js";
+import { graphPrecision, type GraphPrecision } from "./precision.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
@@ -83,19 +84,23 @@ export function parseShard(text: string): { index: number; count: number } {
 /** Everything about a model that extraction needs, and what `inspect-model` prints. */
 export interface ModelInspection {
   dir: string;
+  /** The graph file run (model.onnx, or the one picked under onnx/). */
+  onnxPath: string;
   numLayers: number;
   dModel: number;
   vocabSize: number;
   tokenizerSize: number;
   addsPrefix: number[];
   plan: HiddenPlan;
+  /** The compute dtype and weight format of the graph. */
+  precision: GraphPrecision;
   storedLayers: number[];
   inputs: { name: string; shape: (number | string)[] | undefined }[];
   outputs: string[];
 }
 
-export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string } = {}) {
-  const md = await openModelDir(modelDir);
+export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {}) {
+  const md = await openModelDir(modelDir, options.modelFile);
   const tokenizer = await PromptTokenizer.load(modelDir);
   tokenizer.checkVocab(md.config.vocabSize, `${modelDir}/tokenizer.json`);
   const source = await readFile(md.onnxPath);
@@ -113,12 +118,14 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
   if (missing.length) throw new DetectionError(`no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`);
   const inspection: ModelInspection = {
     dir: modelDir,
+    onnxPath: md.onnxPath,
     numLayers: L,
     dModel: md.config.hiddenSize,
     vocabSize: md.config.vocabSize,
     tokenizerSize: tokenizer.size,
     addsPrefix: tokenizer.prefix,
     plan,
+    precision: graphPrecision(model.graph!),
     storedLayers,
     inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
@@ -137,7 +144,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const bankRows = await readBank(o.bank);
   const main = mainForwardRows(bankRows);
   if (main.length === 0) throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
-  const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors });
+  const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors, modelFile: o.modelFile });
   const { inspection, tokenizer } = inspected;
   const layers = inspection.storedLayers;
   const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
@@ -160,7 +167,9 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     layers,
     layer_rule: o.layerRule ?? DEFAULT_LAYER_RULE,
     last_layer_final_norm: inspection.plan.lastLayerFinalNorm && layers.includes(inspection.numLayers - 1),
-    dtype: "float32",
+    dtype: inspection.precision.dtype,
+    weights: inspection.precision.weights,
+    padding_side: inspection.plan.inputs.paddingSide,
     query_ids: rows.map((r) => r.query_id),
     fact_ids: rows.map((r) => r.fact_id),
     condition_families: rows.map((r) => r.condition_family),
@@ -175,7 +184,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   }
   // The session is made before the store: a model or device that cannot run leaves nothing behind.
   const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
-  const stage = await stageModel(o.modelDir);
+  const stage = await stageModel(inspection.onnxPath);
   const rewritten = rewriteForExtraction(inspected.model, tensors, inspection.dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined);
   // Only the inputs the rewritten graph still reads are fed.
   const live = new Set((inspected.model.graph!.input ?? []).map((v) => v.name!));
@@ -191,6 +200,9 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   inspected.model = undefined as never;
   inspected.source = undefined as never;
   const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads });
+  // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
+  const rowsPerRun = inspection.precision.batchDependent ? 1 : batchSize;
+  if (rowsPerRun < batchSize) log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
   log(`graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`, "info");
   let release: (() => Promise<void>) | undefined;
   let writer: StoreWriter | undefined;
@@ -207,7 +219,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     while (done < rows.length) {
       const blockEnd = Math.min(rows.length, done + commitRows);
       const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
-      for (const batch of planBatches(lengths, batchSize)) {
+      for (const batch of planBatches(lengths, rowsPerRun)) {
         const seqs = batch.map((i) => tokens[done + i]!);
         const f = leftPad(seqs, tokenizer.padId);
         const feeds = promptFeeds(inputFeeds, f);

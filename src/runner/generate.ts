@@ -183,7 +183,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
   if (!Number.isSafeInteger(maxNew) || maxNew < 1) throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
   const rows = await readBank(o.bank);
-  const md = await openModelDir(o.modelDir);
+  const md = await openModelDir(o.modelDir, o.modelFile);
   const tokenizer = await PromptTokenizer.load(o.modelDir);
   tokenizer.checkVocab(md.config.vocabSize, `${o.modelDir}/tokenizer.json`);
   const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
@@ -196,7 +196,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   }
   const inputs = new Map(model.graph!.input!.map((v) => [v.name!, v]));
   const { cached } = rewriteForGeneration(model);
-  const stage = await stageModel(o.modelDir);
+  const stage = await stageModel(md.onnxPath);
   // Weights stay where they are, read by offset from the original file (see extraction).
   if (stage) rewriteWeightsInPlace(model, source, stage.sourceName);
   const session = await createSession(encodeModel(model), stage, { device: o.device, threads: o.threads });

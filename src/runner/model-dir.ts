@@ -1,10 +1,14 @@
 /**
  * A model folder as HuggingFace/optimum exports it: `model.onnx` (with
  * `model.onnx_data` when the weights live outside), `config.json`,
- * `tokenizer.json`, `tokenizer_config.json`.
+ * `tokenizer.json`, `tokenizer_config.json`. Two other layouts are read too:
+ * transformers.js / onnx-community folders keep their graphs under `onnx/`
+ * (`model.onnx`, `model_q4.onnx`, `model_fp16.onnx`, …; one is picked with
+ * `--model-file` when there are several), and onnxruntime-genai builds have
+ * `genai_config.json` instead of `config.json`.
  */
-import { readFile, stat } from "node:fs/promises";
-import { join } from "node:path";
+import { readdir, readFile, stat } from "node:fs/promises";
+import { join, relative } from "node:path";
 
 import { HsmError } from "../errors.js";
 
@@ -45,26 +49,76 @@ function pickInt(raw: Record<string, unknown>, keys: string[], path: string): nu
   throw new ModelDirError(path, `has none of ${keys.map((k) => `"${k}"`).join(", ")} as a positive integer`);
 }
 
-/** Checks the folder's files and reads its config; no model is loaded yet. */
-export async function openModelDir(dir: string): Promise<ModelDir> {
-  const st = await stat(dir).catch(() => undefined);
-  if (!st?.isDirectory()) throw new ModelDirError(dir, "no such model folder");
-  for (const name of MODEL_FILES) {
-    const f = await stat(join(dir, name)).catch(() => undefined);
-    if (!f?.isFile()) {
-      throw new ModelDirError(join(dir, name), `is missing; a model folder holds ${MODEL_FILES.join(", ")} (an optimum ONNX export)`);
-    }
-  }
-  const path = join(dir, "config.json");
-  let raw: Record<string, unknown>;
+const isFile = async (path: string) => (await stat(path).catch(() => undefined))?.isFile() ?? false;
+
+async function readJson(path: string): Promise<Record<string, unknown>> {
   try {
-    raw = JSON.parse(await readFile(path, "utf8"));
+    return JSON.parse(await readFile(path, "utf8"));
   } catch (err) {
     throw new ModelDirError(path, `is not valid JSON (${(err as Error).message})`);
   }
+}
+
+/**
+ * The fields of an onnxruntime-genai `genai_config.json` under the names
+ * config.json uses (`model.decoder.num_hidden_layers` → `num_hidden_layers`, …),
+ * and the graph file it names.
+ */
+function fromGenaiConfig(genai: Record<string, unknown>): { raw: Record<string, unknown>; filename?: string } {
+  const model = (genai.model ?? {}) as Record<string, unknown>;
+  const decoder = (model.decoder ?? {}) as Record<string, unknown>;
+  const raw: Record<string, unknown> = { model_type: model.type, vocab_size: model.vocab_size, bos_token_id: model.bos_token_id, eos_token_id: model.eos_token_id };
+  for (const key of ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_size"]) raw[key] = decoder[key];
+  return { raw, filename: typeof decoder.filename === "string" ? decoder.filename : undefined };
+}
+
+/**
+ * The graph to run: `file` when given (relative to the folder), else
+ * `model.onnx`, else the one `.onnx` under `onnx/`; several there without a
+ * choice stop with the list.
+ */
+async function pickOnnx(dir: string, file: string | undefined, preferred: string | undefined): Promise<string> {
+  if (file !== undefined) {
+    for (const candidate of [join(dir, file), join(dir, "onnx", file)]) if (await isFile(candidate)) return candidate;
+    throw new ModelDirError(join(dir, file), `is missing; the folder holds ${(await onnxFiles(dir)).join(", ") || "no .onnx file"}`);
+  }
+  for (const name of [preferred, "model.onnx"]) if (name && (await isFile(join(dir, name)))) return join(dir, name);
+  const found = (await onnxFiles(dir)).filter((f) => f.startsWith("onnx/"));
+  if (found.length === 1) return join(dir, found[0]!);
+  if (found.length > 1) throw new ModelDirError(dir, `holds several graphs (${found.join(", ")}); pick one with --model-file`);
+  throw new ModelDirError(join(dir, "model.onnx"), `is missing; a model folder holds ${MODEL_FILES.join(", ")} (an optimum ONNX export)`);
+}
+
+async function onnxFiles(dir: string): Promise<string[]> {
+  const names: string[] = [];
+  for (const sub of [dir, join(dir, "onnx")]) {
+    const entries = await readdir(sub).catch(() => [] as string[]);
+    names.push(...entries.filter((n) => n.endsWith(".onnx")).map((n) => relative(dir, join(sub, n))));
+  }
+  return names.sort();
+}
+
+/** Checks the folder's files and reads its config; no model is loaded yet. `modelFile` picks one graph of several. */
+export async function openModelDir(dir: string, modelFile?: string): Promise<ModelDir> {
+  const st = await stat(dir).catch(() => undefined);
+  if (!st?.isDirectory()) throw new ModelDirError(dir, "no such model folder");
+  let path = join(dir, "config.json");
+  let raw: Record<string, unknown>;
+  let preferred: string | undefined;
+  if (!(await isFile(path)) && (await isFile(join(dir, "genai_config.json")))) {
+    path = join(dir, "genai_config.json");
+    ({ raw, filename: preferred } = fromGenaiConfig(await readJson(path)));
+  } else {
+    for (const name of MODEL_FILES.filter((n) => n !== "model.onnx")) {
+      if (!(await isFile(join(dir, name)))) {
+        throw new ModelDirError(join(dir, name), `is missing; a model folder holds ${MODEL_FILES.join(", ")} (an optimum ONNX export)`);
+      }
+    }
+    raw = await readJson(path);
+  }
   return {
     dir,
-    onnxPath: join(dir, "model.onnx"),
+    onnxPath: await pickOnnx(dir, modelFile, preferred),
     config: {
       numLayers: pickInt(raw, ["num_hidden_layers", "n_layer", "num_layers"], path),
       hiddenSize: pickInt(raw, ["hidden_size", "n_embd", "d_model"], path),

@@ -12,7 +12,7 @@
  */
 import { access, constants, link, mkdtemp, readdir, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 
 import * as ort from "onnxruntime-node";
 
@@ -33,6 +33,8 @@ export class ModelLoadError extends HsmError {}
 /** What every command that runs a model over a bank is told. */
 export interface ModelRunOptions {
   modelDir: string;
+  /** The graph to run when the folder holds several (`onnx/model_q4.onnx`, …); see model-dir.ts. */
+  modelFile?: string;
   bank: string;
   out: string;
   /** Name recorded in the outputs; default the model folder's name. */
@@ -61,16 +63,18 @@ export interface Stage {
   cleanup(): Promise<void>;
 }
 
+/** External weight files: `model.onnx_data`, `model.onnx.data`, transformers.js' `model_q4.onnx_data` and its chunks `…_data_1`, …. */
 function externalFiles(names: string[]): string[] {
-  return names.filter((n) => n !== "model.onnx" && /\.(onnx_data|onnx\.data|data)$/.test(n));
+  return names.filter((n) => /(\.onnx_data|\.onnx\.data|\.data|_data)(_\d+)?$/.test(n));
 }
 
-/** Prepares a folder to load a rewritten model from; undefined when weights must be inlined. */
-export async function stageModel(modelDir: string): Promise<Stage | undefined> {
+/** Prepares a folder to load a rewritten model of the graph at `onnxPath` from; undefined when weights must be inlined. */
+export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
+  const modelDir = dirname(onnxPath);
   const names = await readdir(modelDir);
   const temp = await mkdtemp(join(tmpdir(), "hsm-model-"));
   try {
-    await link(join(modelDir, "model.onnx"), join(temp, "hsm-source-model.onnx"));
+    await link(onnxPath, join(temp, "hsm-source-model.onnx"));
     for (const name of externalFiles(names)) await link(join(modelDir, name), join(temp, name));
     return { dir: temp, sourceName: "hsm-source-model.onnx", modelFile: "hsm-rewritten.onnx", cleanup: () => rm(temp, { recursive: true, force: true }) };
   } catch {
@@ -79,7 +83,7 @@ export async function stageModel(modelDir: string): Promise<Stage | undefined> {
   try {
     await access(modelDir, constants.W_OK);
     const modelFile = `.hsm-rewritten-${process.pid}.onnx`;
-    return { dir: modelDir, sourceName: "model.onnx", modelFile, cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}) };
+    return { dir: modelDir, sourceName: basename(onnxPath), modelFile, cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}) };
   } catch {
     if (externalFiles(names).length > 0) {
       throw new ModelDirError(modelDir, `a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model`);

@@ -41,10 +41,13 @@ export interface Manifest {
   probe_position: "last_valid_input_token";
   prompt: PromptSpec;
   max_prompt_len: number;
-  padding_side: "left";
+  /** "right" for graphs whose attention ignores a left-padding mask (GroupQueryAttention). */
+  padding_side: "left" | "right";
   truncation_side: "left";
   /** The dtype the model ran in; the files are always float16. */
   dtype: string;
+  /** The graph's weight format (`float32`, `float16`, `bfloat16`, `int4`, `int8`, `nf4`); absent in stores made before it was recorded. */
+  weights?: string;
   query_ids: string[];
   fact_ids: string[];
   condition_families: string[];
@@ -97,6 +100,7 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
   for (const key of ["num_layers", "d_model", "max_prompt_len", "rows_done"]) {
     if (!isInt(m[key]) || (m[key] as number) < 0) bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
   }
+  if (m.weights !== undefined && !isStr(m.weights)) bad("weights", `expected a string but found ${JSON.stringify(m.weights)}`);
   for (const key of ["last_layer_final_norm", "complete"]) {
     if (typeof m[key] !== "boolean") bad(key, `expected true or false but found ${JSON.stringify(m[key]) ?? "nothing"}`);
   }

@@ -10,7 +10,7 @@ import { StoreReader } from "./reader.js";
 import { verifyStore } from "./verify.js";
 import { StoreWriter } from "./writer.js";
 
-const SAME = ["model", "model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "dtype", "max_prompt_len"] as const;
+const SAME = ["model", "model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "dtype", "weights", "padding_side", "max_prompt_len"] as const;
 
 export async function mergeShards(out: string, shardDirs: string[], options: { onProgress?: (done: number, total: number) => void } = {}): Promise<Manifest> {
   if (shardDirs.length === 0) throw new UsageError("Expected at least one shard store to merge but received none");
@@ -53,6 +53,8 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
       layer_rule: m0.layer_rule,
       last_layer_final_norm: m0.last_layer_final_norm,
       dtype: m0.dtype,
+      ...(m0.weights ? { weights: m0.weights } : {}),
+      padding_side: m0.padding_side,
       max_prompt_len: m0.max_prompt_len,
       query_ids: readers.flatMap((r) => r.manifest.query_ids),
       fact_ids: readers.flatMap((r) => r.manifest.fact_ids),

@@ -33,7 +33,7 @@ export type StoreInit = Pick<
   | "query_ids"
   | "fact_ids"
   | "condition_families"
-> & { max_prompt_len?: number; shard?: Manifest["shard"] };
+> & { max_prompt_len?: number; shard?: Manifest["shard"]; padding_side?: Manifest["padding_side"]; weights?: string };
 
 /** The manifest fields that must agree for a run to continue an existing store. */
 const IDENTITY = ["model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "query_ids", "shard"] as const;
@@ -102,9 +102,10 @@ export class StoreWriter {
       probe_position: "last_valid_input_token",
       prompt: { anchor: ANCHOR_TEMPLATE, other: PERTURBED_TEMPLATE },
       max_prompt_len: init.max_prompt_len ?? MAX_PROMPT_LEN,
-      padding_side: "left",
+      padding_side: init.padding_side ?? "left",
       truncation_side: "left",
       dtype: init.dtype,
+      ...(init.weights ? { weights: init.weights } : {}),
       query_ids: init.query_ids,
       fact_ids: init.fact_ids,
       condition_families: init.condition_families,

@@ -9,7 +9,7 @@ async function action(dir: string, opts: TinyModelOptions): Promise<void> {
   const t0 = performance.now();
   const c = await writeTinyModel(dir, { ...opts, withPast: Boolean(opts.withPast) });
   out(
-    `${dir}: ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, ${c.num_attention_heads} heads (${c.num_key_value_heads} KV), ` +
+    `${dir}: ${opts.style ?? "plain"} style, ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, ${c.num_attention_heads} heads (${c.num_key_value_heads} KV), ` +
       `vocabulary ${c.vocab_size}; written in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
   );
 }
@@ -32,5 +32,10 @@ export function makeModelCommand(program: Command): void {
     .option("--tokenizer <name>", "llama3.1 (adds a BOS) or qwen3 (does not)", DEFAULT_TINY_MODEL.tokenizer)
     .option("--seed <n>", "weight seed", intOption("--seed", 0), DEFAULT_TINY_MODEL.seed)
     .option("--with-past", "add past_key_values.* inputs and present.* outputs")
+    .option(
+      "--style <style>",
+      "plain; with-past; q4, int8, nf4, fp16 or q4f16 (a transformers.js folder: onnx/model_q4.onnx, …)",
+      "plain",
+    )
     .action(action);
 }

@@ -1,0 +1,117 @@
+/**
+ * Extraction on quantized and float16 graphs laid out as transformers.js
+ * folders (onnx/model_q4.onnx, …): the stored states against the float64
+ * reference on the weights the graph really multiplies by (dequantized; for
+ * int8, activations quantized per tensor as DynamicQuantizeLinear does), at
+ * batch sizes 16 and 1 with padded batches and a prompt past 192 tokens, and
+ * the manifest's dtype and weights.
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { buildPrompt } from "../../src/bank/prompt.js";
+import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/models/llama.js";
+import { quantizedFiles, styleWeights, type QuantizedStyle } from "../../src/models/quantize.js";
+import { extract, inspectModel } from "../../src/runner/extract.js";
+import { PromptTokenizer } from "../../src/runner/tokenizer.js";
+import { StoreReader } from "../../src/store/reader.js";
+import { referenceHidden } from "../helpers/llama-reference.js";
+import { referenceHiddenInt8 } from "../helpers/quantized-reference.js";
+import { tempDir } from "../helpers/tmp.js";
+import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, INT8_CODE_FLIPS } from "../tolerances.js";
+
+const dir = tempDir("hsm-quantized-");
+const OPTS: TinyModelOptions = { layers: 3, hidden: 64, heads: 4, kvHeads: 2, withPast: true, seed: 11 };
+const bank = join(dir, "bank.jsonl");
+const QUERIES = [
+  "What is the capital of France?",
+  "Who wrote Don Quixote?",
+  "Ok?",
+  `${"Setting the scene at some length, ".repeat(40)}what is the boiling point of water?`,
+  "Which element has the chemical symbol Fe, and is it magnetic at room temperature?",
+  "Name the largest planet.",
+];
+
+beforeAll(() => {
+  const lines = Array.from({ length: 18 }, (_, i) =>
+    JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: i % 2 ? "typo" : "anchor", query: `${QUERIES[i % QUERIES.length]} ${i}`, use_for_main_forward: true, answers: ["x"] }),
+  );
+  writeFileSync(bank, lines.join("\n") + "\n");
+});
+
+/**
+ * The largest error of a store against the reference, in units of the allowed
+ * error: float16 storage (2^-11 relative, doubled for the float32 noise
+ * beneath it) plus, for float16 graphs, FLOAT16_COMPUTE_PER_LAYER per block
+ * passed, and for int8 graphs INT8_CODE_FLIPS, relative to the row's
+ * root-mean-square; and the share of values beyond the storage bound alone.
+ */
+async function worstError(store: string, modelDir: string, style: QuantizedStyle): Promise<{ worst: number; beyondStorage: number }> {
+  const config = tinyConfig(OPTS);
+  // The int8 reference quantizes the float32 weights itself, activations with them.
+  const weights = style === "int8" ? tinyWeights(OPTS) : styleWeights(style, tinyWeights(OPTS));
+  const tok = await PromptTokenizer.load(modelDir);
+  const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+  const reader = await StoreReader.open(store);
+  const float16 = reader.manifest.dtype === "float16";
+  let worst = 0;
+  let beyondStorage = 0;
+  let total = 0;
+  for (const [i, row] of rows.entries()) {
+    const ids = tok.encode(buildPrompt(row));
+    const ref = style === "int8" ? referenceHiddenInt8(config, weights, ids) : referenceHidden(config, weights, ids);
+    for (const layer of reader.manifest.layers) {
+      const got = await reader.readRowsF32(layer, i, 1);
+      const want = ref[layer]!;
+      const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
+      want.forEach((w, j) => {
+        const allowed =
+          2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) +
+          (float16 ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0) +
+          (style === "int8" ? INT8_CODE_FLIPS * rms : 0);
+        const storage = 2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms);
+        if (Math.abs(got[j]! - w) > storage) beyondStorage++;
+        total++;
+        worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
+      });
+    }
+  }
+  await reader.close();
+  return { worst, beyondStorage: beyondStorage / total };
+}
+
+const EXPECTED = {
+  q4: { file: "onnx/model_q4.onnx", dtype: "float32", weights: "int4" },
+  int8: { file: "onnx/model_quantized.onnx", dtype: "float32", weights: "int8" },
+  nf4: { file: "onnx/model_bnb4.onnx", dtype: "float32", weights: "nf4" },
+  fp16: { file: "onnx/model_fp16.onnx", dtype: "float16", weights: "float16" },
+  q4f16: { file: "onnx/model_q4f16.onnx", dtype: "float16", weights: "int4" },
+} as const;
+
+describe.each(Object.keys(EXPECTED) as QuantizedStyle[])("a transformers.js %s folder", (style) => {
+  const modelDir = join(dir, style);
+  beforeAll(async () => {
+    await writeTinyModel(modelDir, OPTS, quantizedFiles(style, true));
+  });
+
+  it("is found under onnx/ with its weight format and compute dtype", async () => {
+    const { inspection } = await inspectModel(modelDir);
+    expect(inspection.onnxPath).toBe(join(modelDir, EXPECTED[style].file));
+    expect(inspection.plan.strategy).toBe("torch-names");
+    expect(inspection.precision).toMatchObject({ dtype: EXPECTED[style].dtype, weights: EXPECTED[style].weights, batchDependent: style === "int8" });
+  });
+
+  it("stores the reference states of its own weights at batch sizes 16 and 1", async () => {
+    for (const batchSize of [16, 1]) {
+      const out = join(dir, `${style}-b${batchSize}`);
+      const { manifest } = await extract({ modelDir, bank, out, batchSize });
+      expect(manifest).toMatchObject({ dtype: EXPECTED[style].dtype, weights: EXPECTED[style].weights, padding_side: "left", complete: true });
+      const { worst, beyondStorage } = await worstError(out, modelDir, style);
+      expect(worst).toBeLessThanOrEqual(1);
+      // Graphs computing in float32 on exact weights are as exact as float32 ones: every value within float16 storage.
+      if (style !== "int8" && manifest.dtype === "float32") expect(beyondStorage).toBe(0);
+    }
+  });
+});

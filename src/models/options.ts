@@ -2,20 +2,25 @@
 import { DEFAULT_TINY_MODEL } from "../defaults.js";
 import { UsageError } from "../errors.js";
 import { TOKENIZERS, type ModelFiles, type TinyModelOptions, type TokenizerName } from "./llama.js";
+import { genaiFiles } from "./genai.js";
 import { QUANTIZED_STYLES, quantizedFiles, type QuantizedStyle } from "./quantize.js";
 
 /**
  * The export styles `hsm make-model --style` writes: `plain` (torch-style
- * model.onnx), `with-past` (plus the KV cache), and the transformers.js
- * quantized and float16 files of quantize.ts.
+ * model.onnx), `with-past` (plus the KV cache), the onnxruntime-genai builds
+ * of genai.ts (fp32, fp16, int4), and the transformers.js quantized and
+ * float16 files of quantize.ts.
  */
-export const MODEL_STYLES = ["plain", "with-past", ...(Object.keys(QUANTIZED_STYLES) as QuantizedStyle[])] as const;
+export const MODEL_STYLES = ["plain", "with-past", "genai", "genai-fp16", "genai-int4", ...(Object.keys(QUANTIZED_STYLES) as QuantizedStyle[])] as const;
 export type ModelStyle = (typeof MODEL_STYLES)[number];
 
 /** The files a style writes besides the tokenizer's; undefined for the plain layout (model.onnx + config.json). */
 export function modelFiles(o: TinyModelOptions): ModelFiles | undefined {
   const style = (o.style ?? "plain") as ModelStyle;
   if (style === "plain" || style === "with-past") return undefined;
+  if (style === "genai") return genaiFiles("fp32");
+  if (style === "genai-fp16") return genaiFiles("fp16");
+  if (style === "genai-int4") return genaiFiles("int4");
   return quantizedFiles(style, o.withPast ?? false);
 }
 

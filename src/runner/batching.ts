@@ -37,3 +37,20 @@ export function leftPad(sequences: readonly number[][], padId: number): BatchFee
   });
   return { batch: B, length: T, inputIds, attentionMask, positionIds };
 }
+
+/** Right-pads `sequences` to their longest: every row's tokens start at position 0 (GroupQueryAttention graphs). */
+export function rightPad(sequences: readonly number[][], padId: number): BatchFeeds {
+  const B = sequences.length;
+  const T = Math.max(1, ...sequences.map((s) => s.length));
+  const inputIds = new BigInt64Array(B * T).fill(BigInt(padId));
+  const attentionMask = new BigInt64Array(B * T);
+  const positionIds = new BigInt64Array(B * T);
+  sequences.forEach((s, b) => {
+    for (let j = 0; j < s.length; j++) {
+      inputIds[b * T + j] = BigInt(s[j]!);
+      attentionMask[b * T + j] = 1n;
+      positionIds[b * T + j] = BigInt(j);
+    }
+  });
+  return { batch: B, length: T, inputIds, attentionMask, positionIds };
+}

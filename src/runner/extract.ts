@@ -19,7 +19,7 @@ import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
-import { leftPad, planBatches } from "./batching.js";
+import { leftPad, planBatches, rightPad } from "./batching.js";
 import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
 import { promptFeeds } from "./feeds.js";
 import { ModelDirError, openModelDir } from "./model-dir.js";
@@ -185,17 +185,29 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   // The session is made before the store: a model or device that cannot run leaves nothing behind.
   const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
   const stage = await stageModel(inspection.onnxPath);
-  const rewritten = rewriteForExtraction(inspected.model, tensors, inspection.dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined);
+  const { paddingSide } = inspection.plan.inputs;
+  // Right-padded rows are read at their last real token, found from the mask inside the graph.
+  const mask = inspection.plan.inputs.feeds.find((f) => f.kind === "attention_mask")?.name;
+  if (paddingSide === "right" && mask === undefined) {
+    await stage?.cleanup();
+    throw new DetectionError(`graphs of style ${inspection.plan.strategy} are right-padded, but this one has no attention_mask input to find each row's last token`);
+  }
+  const rewritten = rewriteForExtraction(
+    inspected.model,
+    tensors,
+    inspection.dModel,
+    stage ? { bytes: inspected.source, name: stage.sourceName } : undefined,
+    paddingSide === "right" ? mask : undefined,
+  );
   // Only the inputs the rewritten graph still reads are fed.
   const live = new Set((inspected.model.graph!.input ?? []).map((v) => v.name!));
-  const { paddingSide } = inspection.plan.inputs;
   const inputFeeds = inspection.plan.inputs.feeds.filter((f) => live.has(f.name));
   const unknown = inspection.plan.inputs.unknown.filter((name) => live.has(name));
-  if (unknown.length > 0 || paddingSide !== "left") {
+  if (unknown.length > 0) {
     await stage?.cleanup();
-    if (unknown.length > 0) throw new DetectionError(`the model has an input "${unknown[0]}" that hsm does not know how to feed`);
-    throw new DetectionError(`graphs of style ${inspection.plan.strategy} need ${paddingSide} padding, which extraction does not do yet`);
+    throw new DetectionError(`the model has an input "${unknown[0]}" that hsm does not know how to feed`);
   }
+  const pad = paddingSide === "right" ? rightPad : leftPad;
   // The decoded model and the file it came from are no longer needed: let them go before onnxruntime loads the weights.
   inspected.model = undefined as never;
   inspected.source = undefined as never;
@@ -221,7 +233,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
       for (const batch of planBatches(lengths, rowsPerRun)) {
         const seqs = batch.map((i) => tokens[done + i]!);
-        const f = leftPad(seqs, tokenizer.padId);
+        const f = pad(seqs, tokenizer.padId);
         const feeds = promptFeeds(inputFeeds, f);
         const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
         const data = out.data as Uint16Array;

@@ -27,16 +27,13 @@ export function rewriteForExtraction(
   tensors: HiddenTensor[],
   dModel: number,
   source?: { bytes: Uint8Array; name: string },
+  rightPaddedMask?: string,
 ): RewriteResult {
   const graph = model.graph!;
   const taken = new Set((graph.node ?? []).map((n) => n.name!).filter(Boolean));
   const g = new GraphBuilder(taken);
-  const last = g.ints("/hsm/constants/last_position", [-1], []);
-  const axis1 = g.ints("/hsm/constants/axes_1", [1]);
-  const rows = tensors.map((t) => {
-    const at = g.op1(`/hsm/layer.${t.layer}`, "Gather", [t.tensor, last], { axis: 1 }); // [B, d]
-    return g.op1(`/hsm/layer.${t.layer}`, "Unsqueeze", [at, axis1]); // [B, 1, d]
-  });
+  const probe = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask, dModel);
+  const rows = tensors.map((t) => probe(t.tensor, `/hsm/layer.${t.layer}`));
   const stacked = rows.length === 1 ? rows[0]! : g.op1("/hsm", "Concat", rows, { axis: 1 });
   g.nodes.push({ name: "/hsm/Cast", opType: "Cast", input: [stacked], output: [HIDDEN_OUTPUT], attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }] });
   graph.node = [...(graph.node ?? []), ...g.nodes];
@@ -45,6 +42,27 @@ export function rewriteForExtraction(
   const { removedNodes } = pruneGraph(graph);
   if (source) externalizeInitializers(graph, source.bytes, source.name);
   return { bytes: encodeModel(model), removedNodes, keptNodes: graph.node.length };
+}
+
+/** Left padding: every row's last real token is the last position; `[B, T, d]` → `[B, 1, d]`. */
+function lastPosition(g: GraphBuilder): (tensor: string, scope: string) => string {
+  const last = g.ints("/hsm/constants/last_position", [-1], []);
+  const axis1 = g.ints("/hsm/constants/axes_1", [1]);
+  return (tensor, scope) => g.op1(scope, "Unsqueeze", [g.op1(scope, "Gather", [tensor, last], { axis: 1 }), axis1]);
+}
+
+/**
+ * Right padding: row b's last real token is at sum(mask_b) − 1, gathered per
+ * row (GatherElements over positions with that index repeated across d);
+ * `[B, T, d]` → `[B, 1, d]`.
+ */
+function lastRealToken(g: GraphBuilder, mask: string, dModel: number): (tensor: string, scope: string) => string {
+  const S = "/hsm/probe";
+  const count = g.op1(S, "ReduceSum", [mask, g.ints("/hsm/constants/axes_1", [1])], { keepdims: 1 }); // [B, 1]
+  const index = g.op1(S, "Sub", [count, g.ints("/hsm/constants/one", [1], [])]);
+  const index3 = g.op1(S, "Unsqueeze", [index, g.ints("/hsm/constants/axes_2", [2])]); // [B, 1, 1]
+  const spread = g.op1(S, "Expand", [index3, g.ints("/hsm/constants/shape_1_1_d", [1, 1, dModel])]); // [B, 1, d]
+  return (tensor, scope) => g.op1(scope, "GatherElements", [tensor, spread], { axis: 1 });
 }
 
 /** Points a model's large initializers at their bytes in the file it was decoded from (see rewriteForExtraction). */

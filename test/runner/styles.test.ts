@@ -37,8 +37,8 @@ function graph(o: { hiddenOutputs?: boolean; names?: boolean; inputs?: string[] 
 }
 
 describe("graph-style registry", () => {
-  it("is ordered explicit, graph-outputs, torch-names", () => {
-    expect(STYLES.map((s) => s.name)).toEqual(["explicit", "graph-outputs", "torch-names"]);
+  it("is ordered explicit, graph-outputs, genai, torch-names", () => {
+    expect(STYLES.map((s) => s.name)).toEqual(["explicit", "graph-outputs", "genai", "torch-names"]);
   });
 
   it("uses the first style that recognizes the graph", () => {

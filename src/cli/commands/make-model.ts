@@ -34,7 +34,7 @@ export function makeModelCommand(program: Command): void {
     .option("--with-past", "add past_key_values.* inputs and present.* outputs")
     .option(
       "--style <style>",
-      "plain; with-past; q4, int8, nf4, fp16 or q4f16 (a transformers.js folder: onnx/model_q4.onnx, …)",
+      "plain; with-past; genai, genai-fp16 or genai-int4 (an onnxruntime-genai build); q4, int8, nf4, fp16 or q4f16 (a transformers.js folder: onnx/model_q4.onnx, …)",
       "plain",
     )
     .action(action);

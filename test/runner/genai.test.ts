@@ -1,0 +1,132 @@
+/**
+ * onnxruntime-genai builds (GroupQueryAttention, SkipSimplifiedLayerNormalization
+ * residuals, genai_config.json, model.onnx.data): detection, why they are
+ * right-padded, and the stored states against the float64 reference at batch
+ * sizes 16 and 1 with padded batches and a prompt past 192 tokens.
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import * as ort from "onnxruntime-node";
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { buildPrompt } from "../../src/bank/prompt.js";
+import { genaiFiles } from "../../src/models/genai.js";
+import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/models/llama.js";
+import { roundWeightsToFloat16, styleWeights } from "../../src/models/quantize.js";
+import { extract, inspectModel } from "../../src/runner/extract.js";
+import { PromptTokenizer } from "../../src/runner/tokenizer.js";
+import { StoreReader } from "../../src/store/reader.js";
+import { referenceHidden, referenceLogits } from "../helpers/llama-reference.js";
+import { tempDir } from "../helpers/tmp.js";
+import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, LOGITS_F32 } from "../tolerances.js";
+
+const dir = tempDir("hsm-genai-");
+const OPTS: TinyModelOptions = { layers: 3, hidden: 64, heads: 4, kvHeads: 2, seed: 21 };
+const bank = join(dir, "bank.jsonl");
+const QUERIES = [
+  "What is the capital of France?",
+  "Ok?",
+  `${"Setting the scene at some length, ".repeat(40)}what is the boiling point of water?`,
+  "Which element has the chemical symbol Fe, and is it magnetic at room temperature?",
+  "Who wrote Don Quixote?",
+];
+
+beforeAll(() => {
+  const lines = Array.from({ length: 17 }, (_, i) =>
+    JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]} ${i}`, use_for_main_forward: true, answers: ["x"] }),
+  );
+  writeFileSync(bank, lines.join("\n") + "\n");
+});
+
+const made = new Map<string, Promise<unknown>>();
+function model(precision: "fp32" | "fp16" | "int4"): Promise<string> {
+  const d = join(dir, `genai-${precision}`);
+  if (!made.has(d)) made.set(d, writeTinyModel(d, OPTS, genaiFiles(precision)));
+  return made.get(d)!.then(() => d);
+}
+
+describe("an onnxruntime-genai build", () => {
+  it("is recognized by its fused operators, and each block's state is output 3 of the next block's SkipLayerNorm", async () => {
+    const d = await model("fp32");
+    const { inspection } = await inspectModel(d);
+    expect(inspection.plan.strategy).toBe("genai");
+    expect(inspection.plan.tensors.map((t) => t.how)).toEqual([
+      "output 3 (input_skip_bias_sum) of /model/layers.1/input_layernorm/SkipLayerNorm",
+      "output 3 (input_skip_bias_sum) of /model/layers.2/input_layernorm/SkipLayerNorm",
+      "output 0 of /model/layers.3/final_norm_layernorm/SkipLayerNorm (after the final norm)",
+    ]);
+    expect(inspection.plan.inputs.paddingSide).toBe("right");
+    expect(inspection.numLayers).toBe(3); // from genai_config.json: the folder has no config.json
+    expect(inspection.inputs.map((i) => i.name)).not.toContain("position_ids");
+  });
+
+  it("gives every right-padded row the logits of its unpadded run, and left-padded rows wrong ones", async () => {
+    const d = await model("fp32");
+    const session = await ort.InferenceSession.create(join(d, "model.onnx"));
+    const config = tinyConfig(OPTS);
+    const weights = tinyWeights(OPTS);
+    const seqs = [
+      [128000, 791, 6864, 315, 9822, 374, 12366, 13, 578],
+      [128000, 791, 6864],
+      [128000, 55, 66, 77, 88, 99],
+    ];
+    const B = seqs.length;
+    const T = 9;
+    const run = async (side: "left" | "right") => {
+      const ids = new BigInt64Array(B * T);
+      const mask = new BigInt64Array(B * T);
+      seqs.forEach((s, b) => s.forEach((t, j) => ((ids[b * T + (side === "left" ? T - s.length : 0) + j] = BigInt(t)), (mask[b * T + (side === "left" ? T - s.length : 0) + j] = 1n))));
+      const feeds: Record<string, ort.Tensor> = { input_ids: new ort.Tensor("int64", ids, [B, T]), attention_mask: new ort.Tensor("int64", mask, [B, T]) };
+      for (const kind of ["key", "value"]) for (let l = 0; l < 3; l++) feeds[`past_key_values.${l}.${kind}`] = new ort.Tensor("float32", new Float32Array(0), [B, 2, 0, 16]);
+      const logits = (await session.run(feeds)).logits!.data as Float32Array;
+      // Each row's largest deviation from the reference at its last real token, over the first 1000 logits.
+      return seqs.map((s, b) => {
+        const want = referenceLogits(config, weights, s);
+        const at = side === "left" ? T - 1 : s.length - 1;
+        let worst = 0;
+        for (let v = 0; v < 1000; v++) worst = Math.max(worst, Math.abs(logits[(b * T + at) * config.vocab_size + v]! - want[v]!));
+        return worst;
+      });
+    };
+    for (const e of await run("right")) expect(e).toBeLessThan(LOGITS_F32);
+    const left = await run("left");
+    expect(left[0]).toBeLessThan(LOGITS_F32); // the longest row has no padding
+    expect(Math.min(left[1]!, left[2]!)).toBeGreaterThan(0.1);
+    await session.release();
+  });
+
+  it.each(["fp32", "fp16", "int4"] as const)("%s: stores the reference states at batch sizes 16 and 1, right-padded", async (precision) => {
+    const d = await model(precision);
+    const config = tinyConfig(OPTS);
+    const base = tinyWeights(OPTS);
+    const weights = precision === "int4" ? styleWeights("q4", base) : precision === "fp16" ? roundWeightsToFloat16(base) : base;
+    const tok = await PromptTokenizer.load(d);
+    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    for (const batchSize of [16, 1]) {
+      const out = join(dir, `store-${precision}-${batchSize}`);
+      const { manifest } = await extract({ modelDir: d, bank, out, batchSize });
+      expect(manifest).toMatchObject({
+        padding_side: "right",
+        dtype: precision === "fp16" ? "float16" : "float32",
+        weights: { fp32: "float32", fp16: "float16", int4: "int4" }[precision],
+      });
+      const reader = await StoreReader.open(out);
+      let worst = 0;
+      for (const [i, row] of rows.entries()) {
+        const ref = referenceHidden(config, weights, tok.encode(buildPrompt(row)));
+        for (const layer of manifest.layers) {
+          const got = await reader.readRowsF32(layer, i, 1);
+          const want = ref[layer]!;
+          const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
+          want.forEach((w, j) => {
+            const allowed = 2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) + (precision === "fp16" ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0);
+            worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
+          });
+        }
+      }
+      await reader.close();
+      expect(worst).toBeLessThanOrEqual(1);
+    }
+  });
+});

@@ -54,7 +54,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
 }
 
 /** What hsm finds in a model folder: L, d_model, the tokenizer's prefix, and the tensor stored for each layer. */
-export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string } = {}): Promise<ModelInspection> {
+export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {}): Promise<ModelInspection> {
   return (await (await import("./runner/extract.js")).inspectModel(modelDir, options)).inspection;
 }
 

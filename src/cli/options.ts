@@ -67,15 +67,20 @@ export function modelRunOptions(cmd: Command, output: OutputOption): Command {
   if (output.defaultValue === undefined) cmd.requiredOption(output.flags, output.description);
   else cmd.option(output.flags, output.description, output.defaultValue);
   return cmd
+    .option("--model-file <file>", MODEL_FILE_HELP)
     .option("--model <name>", "model name recorded in the outputs (default: the folder's name)")
     .option("--batch-size <n>", "prompts per forward pass", intOption("--batch-size", 1), DEFAULT_BATCH_SIZE)
     .option("--device <device>", DEVICES.join(" or "), choiceOption("--device", DEVICES), DEFAULT_DEVICE)
     .option("--threads <n>", "onnxruntime intra-op threads (default: all cores)", intOption("--threads", 1));
 }
 
+/** The help of `--model-file`, shared by every command that opens a model folder. */
+export const MODEL_FILE_HELP = "the graph to run when the folder holds several, e.g. model_q4.onnx (looked for in the folder, then in onnx/)";
+
 /** What {@link modelRunOptions} gives an action. */
 export interface ModelRunFlags {
   modelDir: string;
+  modelFile?: string;
   bank: string;
   model?: string;
   batchSize: number;

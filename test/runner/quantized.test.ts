@@ -6,7 +6,8 @@
  * batch sizes 16 and 1 with padded batches and a prompt past 192 tokens, and
  * the manifest's dtype and weights.
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -113,5 +114,27 @@ describe.each(Object.keys(EXPECTED) as QuantizedStyle[])("a transformers.js %s f
       // Graphs computing in float32 on exact weights are as exact as float32 ones: every value within float16 storage.
       if (style !== "int8" && manifest.dtype === "float32") expect(beyondStorage).toBe(0);
     }
+  });
+});
+
+describe("a folder with several graphs under onnx/", () => {
+  const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+  const hsm = (args: string[]) => spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8" });
+
+  it("stops with one line listing them, and runs the one --model-file names", async () => {
+    const both = join(dir, "both");
+    await writeTinyModel(both, OPTS, quantizedFiles("q4", true));
+    await writeTinyModel(join(dir, "fp16-extra"), OPTS, quantizedFiles("fp16", true));
+    copyFileSync(join(dir, "fp16-extra", "onnx", "model_fp16.onnx"), join(both, "onnx", "model_fp16.onnx"));
+    const r = hsm(["inspect-model", both]);
+    expect(r.status).toBe(1);
+    expect(r.stderr.trim().split("\n")).toEqual([`hsm: ${both}: holds several graphs (onnx/model_fp16.onnx, onnx/model_q4.onnx); pick one with --model-file`]);
+    const missing = hsm(["inspect-model", both, "--model-file", "model_int8.onnx"]);
+    expect(missing.stderr.trim()).toBe(`hsm: ${join(both, "model_int8.onnx")}: is missing; the folder holds onnx/model_fp16.onnx, onnx/model_q4.onnx`);
+    const out = join(dir, "both-store");
+    const x = hsm(["extract", "--model-dir", both, "--model-file", "model_fp16.onnx", "--bank", bank, "--out", out, "--quiet"]);
+    expect(x.status).toBe(0);
+    const m = JSON.parse(readFileSync(join(out, "index.json"), "utf8"));
+    expect(m).toMatchObject({ dtype: "float16", weights: "float16", complete: true });
   });
 });

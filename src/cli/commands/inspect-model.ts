@@ -2,6 +2,7 @@ import type { Command } from "commander";
 
 import { DEFAULT_LAYER_RULE } from "../../defaults.js";
 import { inspectModel, type ModelInspection } from "../../index.js";
+import { MODEL_FILE_HELP } from "../options.js";
 import { out } from "../print.js";
 
 function printInspection(dir: string, rule: string, i: ModelInspection): void {
@@ -29,9 +30,10 @@ export function inspectModelCommand(program: Command): void {
     .argument("<model-dir>", "model folder")
     .option("--layers <expr>", "layer rule in l and L", DEFAULT_LAYER_RULE)
     .option("--hidden-tensors <map>", "LAYER=TENSOR pairs, comma-separated; 'final' names the last block's post-norm state")
+    .option("--model-file <file>", MODEL_FILE_HELP)
     .option("--json", "print as JSON")
-    .action(async (dir: string, opts: { layers: string; hiddenTensors?: string; json?: boolean }) => {
-      const i = await inspectModel(dir, { layerRule: opts.layers, hiddenTensors: opts.hiddenTensors });
+    .action(async (dir: string, opts: { layers: string; hiddenTensors?: string; modelFile?: string; json?: boolean }) => {
+      const i = await inspectModel(dir, { layerRule: opts.layers, hiddenTensors: opts.hiddenTensors, modelFile: opts.modelFile });
       if (opts.json) out(JSON.stringify(i, null, 2));
       else printInspection(dir, opts.layers, i);
     });

@@ -14,7 +14,7 @@
 import { DataType, decodeModel, encodeModel, GraphBuilder, valueInfo, type ModelProto } from "../runner/onnx-graph.js";
 import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
 import type { LinearWriter, LlamaConfig, LlamaWeights, ModelFiles } from "./llama.js";
-import { convertToFloat16, linearWriter, type LinearFormat } from "./quantize.js";
+import { convertToFloat16, externalizeWeights, linearWriter, type LinearFormat } from "./quantize.js";
 
 const MS = "com.microsoft";
 
@@ -132,35 +132,6 @@ function transposed(m: Float32Array, out: number, inp: number): Float32Array {
   return t;
 }
 
-/** Moves every initializer of 1 KiB or more to `dataFile`, as the builder does; returns that file's bytes. */
-function externalize(model: ModelProto, dataFile: string): Uint8Array {
-  const chunks: Uint8Array[] = [];
-  let offset = 0;
-  for (const t of model.graph!.initializer ?? []) {
-    const raw = t.rawData;
-    if (!raw || raw.length < 1024) continue;
-    const pad = (64 - (offset % 64)) % 64;
-    if (pad) chunks.push(new Uint8Array(pad));
-    offset += pad;
-    chunks.push(raw);
-    t.rawData = new Uint8Array(0);
-    t.dataLocation = 1;
-    t.externalData = [
-      { key: "location", value: dataFile },
-      { key: "offset", value: String(offset) },
-      { key: "length", value: String(raw.length) },
-    ];
-    offset += raw.length;
-  }
-  const out = new Uint8Array(offset);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
-}
-
 /** The genai builds `hsm make-model --style genai` writes: fp32, fp16, int4. */
 export type GenaiPrecision = "fp32" | "fp16" | "int4";
 
@@ -170,7 +141,7 @@ export function genaiFiles(precision: GenaiPrecision = "fp32"): ModelFiles {
     const linear: LinearFormat = precision === "int4" ? "int4" : "float32";
     const model = decodeModel(encodeModel(buildGenaiModel(c, w, linearWriter(linear))));
     if (precision === "fp16") convertToFloat16(model);
-    const data = externalize(model, "model.onnx.data");
+    const data = externalizeWeights(model, "model.onnx.data");
     const genai = {
       model: {
         bos_token_id: c.bos_token_id,
@@ -193,6 +164,6 @@ export function genaiFiles(precision: GenaiPrecision = "fp32"): ModelFiles {
       },
       search: { do_sample: false, max_length: c.max_position_embeddings, num_beams: 1, past_present_share_buffer: false },
     };
-    return { "model.onnx": encodeModel(model), "model.onnx.data": data, "genai_config.json": JSON.stringify(genai, null, 2) + "\n" };
+    return { "model.onnx": encodeModel(model), ...data, "genai_config.json": JSON.stringify(genai, null, 2) + "\n" };
   };
 }

@@ -287,10 +287,53 @@ export const QUANTIZED_STYLES = {
 } as const satisfies Record<string, { file: string; linear: LinearFormat; float16: boolean }>;
 export type QuantizedStyle = keyof typeof QUANTIZED_STYLES;
 
-/** A transformers.js-style folder: `config.json` and the style's graph under `onnx/`. */
-export function quantizedFiles(style: QuantizedStyle, withPast: boolean): ModelFiles {
+/**
+ * Moves every initializer of 1 KiB or more into external data files named
+ * `dataFile`, then `dataFile_1`, `dataFile_2`, … each time `chunkBytes` would
+ * be passed (transformers.js' chunks); returns those files' bytes by name.
+ */
+export function externalizeWeights(model: ModelProto, dataFile: string, chunkBytes = Infinity): Record<string, Uint8Array> {
+  const files: Record<string, Uint8Array[]> = {};
+  let chunk = 0;
+  let offset = 0;
+  const name = () => (chunk === 0 ? dataFile : `${dataFile}_${chunk}`);
+  for (const t of model.graph!.initializer ?? []) {
+    const raw = t.rawData;
+    if (!raw || raw.length < 1024) continue;
+    if (offset > 0 && offset + raw.length > chunkBytes) {
+      chunk++;
+      offset = 0;
+    }
+    const parts = (files[name()] ??= []);
+    const pad = (64 - (offset % 64)) % 64;
+    if (pad) parts.push(new Uint8Array(pad));
+    offset += pad;
+    parts.push(raw);
+    t.rawData = new Uint8Array(0);
+    t.dataLocation = 1; // EXTERNAL
+    t.externalData = [
+      { key: "location", value: name().split("/").pop()! },
+      { key: "offset", value: String(offset) },
+      { key: "length", value: String(raw.length) },
+    ];
+    offset += raw.length;
+  }
+  return Object.fromEntries(Object.entries(files).map(([n, parts]) => [n, Buffer.concat(parts)]));
+}
+
+/**
+ * A transformers.js-style folder: `config.json` and the style's graph under
+ * `onnx/`; with `chunkBytes`, its weights in `<file>_data`, `<file>_data_1`, ….
+ */
+export function quantizedFiles(style: QuantizedStyle, withPast: boolean, chunkBytes?: number): ModelFiles {
   const s = QUANTIZED_STYLES[style];
-  return (config, weights) => ({ [s.file]: buildQuantizedOnnx(config, weights, withPast, s.linear, s.float16), "config.json": hfConfigJson(config, withPast) });
+  return (config, weights) => {
+    const bytes = buildQuantizedOnnx(config, weights, withPast, s.linear, s.float16);
+    if (chunkBytes === undefined) return { [s.file]: bytes, "config.json": hfConfigJson(config, withPast) };
+    const model = decodeModel(bytes);
+    const data = externalizeWeights(model, `${s.file}_data`, chunkBytes);
+    return { [s.file]: encodeModel(model), ...data, "config.json": hfConfigJson(config, withPast) };
+  };
 }
 
 /**

@@ -1,10 +1,12 @@
 /**
  * `hsm generate`: greedy decoding (num_beams 1, max_new_tokens 24) with the
- * prompts, left truncation and left padding of extraction, under the decoding
+ * prompts, left truncation and padding of extraction (left, or right for
+ * GroupQueryAttention graphs, as the graph style says), under the decoding
  * rules of contracts.md §4 (see decoding.ts). The graph is rewritten so that
- * the LM head runs on the last position only and the argmax happens inside it;
- * models with KV-cache inputs decode with the cache, others recompute the whole
- * sequence each step.
+ * the LM head runs on each row's next-token position only and the argmax
+ * happens inside it; models with KV-cache inputs decode with the cache, others
+ * recompute the whole sequence each step. Graphs that quantize activations per
+ * tensor decode one row at a time.
  *
  * Every batch is appended and fsynced as soon as it is done, so a stopped run
  * loses nothing it finished. A rerun skips the query_ids already written,
@@ -24,12 +26,13 @@ import { DEFAULT_BATCH_SIZE, defaultModelName, MAX_NEW_TOKENS } from "../default
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { syncDir } from "../util/fs.js";
-import { leftPad, planBatches } from "./batching.js";
+import { leftPad, planBatches, rightPad } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
 import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
 import { isPastInput, isPresentOutput, pastFor } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
+import { graphPrecision } from "./precision.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
@@ -84,27 +87,29 @@ export class GenerationError extends HsmError {
 }
 
 /**
- * Rewrites a decoder for greedy steps: the LM head's MatMul reads only the last
- * position, an ArgMax picks the next token inside the graph, and the outputs
- * are that token and the KV cache (`present.*`).
+ * Rewrites a decoder for greedy steps: the LM head's MatMul reads only the
+ * position of each row's next token, an ArgMax picks the next token inside the
+ * graph, and the outputs are that token and the KV cache (`present.*`). With
+ * left padding that position is the last; with right padding
+ * (`rightPaddedMask` names the mask input) it is row b's last real token,
+ * min(sum(mask_b) − 1, S − 1): the prompt's last token on the first step, and
+ * the one new token on cached steps.
  */
-export function rewriteForGeneration(model: ModelProto): { cached: boolean } {
+export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string): { cached: boolean } {
   const graph = model.graph!;
   const logits = (graph.output ?? []).find((o) => o.name === "logits");
   if (!logits) throw new DetectionError(`the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`);
   const { producer } = graphIndex(graph);
   const g = new GraphBuilder(new Set((graph.node ?? []).map((n) => n.name!)));
-  const last = g.ints("/hsm/constants/last_positions", [-1]);
+  const pick = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask);
   const head = producer.get("logits");
   let lastLogits: string;
   if (head?.opType === "MatMul") {
-    // Gather the last position before the LM head: [B, T, d] → [B, 1, d].
-    const hidden = head.input![0]!;
-    const gathered = g.op1("/hsm/lm_head", "Gather", [hidden, last], { axis: 1 });
-    head.input![0] = gathered;
+    // Gather the position before the LM head: [B, T, d] → [B, 1, d].
+    head.input![0] = pick(head.input![0]!);
     lastLogits = "logits";
   } else {
-    lastLogits = g.op1("/hsm/lm_head", "Gather", ["logits", last], { axis: 1 });
+    lastLogits = pick("logits");
   }
   const arg = g.op1("/hsm", "ArgMax", [lastLogits], { axis: -1, keepdims: 0 }); // [B, 1]
   g.nodes.push({ name: "/hsm/next_token", opType: "Squeeze", input: [arg, g.ints("/hsm/constants/axes_1", [1])], output: [NEXT_TOKEN] });
@@ -114,6 +119,27 @@ export function rewriteForGeneration(model: ModelProto): { cached: boolean } {
   graph.output = [valueInfo(NEXT_TOKEN, DataType.INT64, ["batch_size"]), ...presents];
   pruneGraph(graph);
   return { cached: presents.length > 0 };
+}
+
+/** `[B, T, x]` → `[B, 1, x]` at the last position. */
+function lastPosition(g: GraphBuilder): (tensor: string) => string {
+  const last = g.ints("/hsm/constants/last_positions", [-1]);
+  return (tensor) => g.op1("/hsm/lm_head", "Gather", [tensor, last], { axis: 1 });
+}
+
+/** `[B, S, x]` → `[B, 1, x]` at min(sum(mask_b) − 1, S − 1), per row. */
+function lastRealToken(g: GraphBuilder, mask: string): (tensor: string) => string {
+  const S = "/hsm/next_position";
+  const one = g.ints("/hsm/constants/one", [1]);
+  const count = g.op1(S, "ReduceSum", [mask, g.ints("/hsm/constants/axes_1", [1])], { keepdims: 1 }); // [B, 1]
+  const steps = g.op1(S, "Slice", [g.op1(S, "Shape", ["input_ids"]), one, g.ints("/hsm/constants/two", [2])]); // [1]: S
+  const index = g.op1(S, "Sub", [g.op1(S, "Min", [count, steps]), one]); // [B, 1]
+  return (tensor) => {
+    const width = g.op1(S, "Slice", [g.op1(S, "Shape", [tensor]), g.ints("/hsm/constants/two", [2]), g.ints("/hsm/constants/three", [3])]);
+    const target = g.op1(S, "Concat", [one, one, width], { axis: 0 }); // [1, 1, x]
+    const spread = g.op1(S, "Expand", [g.op1(S, "Unsqueeze", [index, g.ints("/hsm/constants/axes_2", [2])]), target]);
+    return g.op1(S, "GatherElements", [tensor, spread], { axis: 1 });
+  };
 }
 
 /**
@@ -191,11 +217,15 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const model = decodeModel(source);
   const plan = planInputs(model.graph!, md.config.numLayers);
   if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
-  if (plan.paddingSide !== "left" || plan.feeds.some((f) => f.kind === "use_cache_branch")) {
-    throw new DetectionError(`${md.onnxPath}: generation does not yet run graphs that need ${plan.paddingSide} padding or a use_cache_branch input`);
+  if (plan.feeds.some((f) => f.kind === "use_cache_branch")) {
+    throw new DetectionError(`${md.onnxPath}: generation does not yet run graphs that need a use_cache_branch input`);
   }
   const inputs = new Map(model.graph!.input!.map((v) => [v.name!, v]));
-  const { cached } = rewriteForGeneration(model);
+  const right = plan.paddingSide === "right";
+  if (right && !inputs.has("attention_mask")) throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
+  // Activations quantized per tensor make a row's tokens depend on its batch: such graphs decode one row at a time.
+  const rowsPerRun = graphPrecision(model.graph!).batchDependent ? 1 : batchSize;
+  const { cached } = rewriteForGeneration(model, right ? "attention_mask" : undefined);
   const stage = await stageModel(md.onnxPath);
   // Weights stay where they are, read by offset from the original file (see extraction).
   if (stage) rewriteWeightsInPlace(model, source, stage.sourceName);
@@ -204,7 +234,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const modelName = o.model ?? defaultModelName(o.modelDir);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
-  const decode = (batch: number[][]) => decodeBatch(session, batch, tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"));
+  const decode = (batch: number[][]) => decodeBatch(session, batch, tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"), right ? rightPad : leftPad);
 
   await mkdir(dirname(o.out), { recursive: true });
   // One writer per generations file.
@@ -225,7 +255,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const failure = (i: number, err: unknown) => row(i, { error: (err as Error).message?.split("\n")[0] ?? String(err) });
     o.onProgress?.(done.size, rows.length);
     try {
-      for (const batch of planAll(tokens, batchSize)) {
+      for (const batch of planAll(tokens, rowsPerRun)) {
         const missing = batch.filter((i) => !done.has(rows[i]!.query_id));
         if (missing.length === 0) continue;
         // The whole batch runs even when some of its rows are written already: the rest then comes out as it would have.
@@ -325,13 +355,15 @@ async function decodeBatch(
   cached: boolean,
   pastInputs: ValueInfoProto[],
   wantsPositions: boolean,
+  pad: typeof leftPad,
 ): Promise<number[][]> {
   const B = prompts.length;
   const greedy = new GreedyRows(B, eos, maxNew);
   const pastNames = new Set(pastInputs.map((v) => v.name!));
-  // Step 0 reads the whole left-padded prompt; later steps one token each (or, without a cache, everything again).
+  // Step 0 reads the whole padded prompt; later steps one token each (or, without a cache, everything again).
+  // With the cache, each row's mask grows by one: GroupQueryAttention graphs read only its sum (a row's length).
   let seqs = prompts.map((p) => [...p]);
-  let f = leftPad(seqs, padId);
+  let f = pad(seqs, padId);
   let mask = f.attentionMask;
   let maskLen = f.length;
   let lastPos = prompts.map((p) => p.length - 1);
@@ -374,7 +406,7 @@ async function decodeBatch(
       positions = BigInt64Array.from(lastPos, (p) => BigInt(p));
     } else {
       seqs = seqs.map((s, b) => [...s, chosen[b]!]);
-      f = leftPad(seqs, padId);
+      f = pad(seqs, padId);
       ids = f.inputIds;
       idsLen = f.length;
       mask = f.attentionMask;

@@ -7,7 +7,7 @@
  * the manifest's dtype and weights.
  */
 import { spawnSync } from "node:child_process";
-import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -136,5 +136,20 @@ describe("a folder with several graphs under onnx/", () => {
     expect(x.status).toBe(0);
     const m = JSON.parse(readFileSync(join(out, "index.json"), "utf8"));
     expect(m).toMatchObject({ dtype: "float16", weights: "float16", complete: true });
+  });
+});
+
+describe("a transformers.js graph with its weights in <file>_data chunks", () => {
+  it("stores exactly what the same graph with inline weights stores", async () => {
+    const chunked = join(dir, "q4-chunked");
+    await writeTinyModel(chunked, OPTS, quantizedFiles("q4", true, 4 << 20));
+    const files = readdirSync(join(chunked, "onnx")).sort();
+    expect(files.slice(0, 3)).toEqual(["model_q4.onnx", "model_q4.onnx_data", "model_q4.onnx_data_1"]);
+    expect(files.slice(3).every((f) => /^model_q4\.onnx_data_\d+$/.test(f))).toBe(true);
+    const inline = join(dir, "q4-inline");
+    await writeTinyModel(inline, OPTS, quantizedFiles("q4", true));
+    const a = await extract({ modelDir: chunked, bank, out: join(dir, "q4-chunked-store"), batchSize: 16 });
+    const b = await extract({ modelDir: inline, bank, out: join(dir, "q4-inline-store"), batchSize: 16 });
+    for (const [name, entry] of Object.entries(b.manifest.files)) expect(a.manifest.files[name]!.sha256).toBe(entry.sha256);
   });
 });

@@ -16,9 +16,10 @@ import { buildPrompt } from "../../src/bank/prompt.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/models/llama.js";
 import { quantizedFiles, styleWeights, type QuantizedStyle } from "../../src/models/quantize.js";
 import { extract, inspectModel } from "../../src/runner/extract.js";
+import { generate } from "../../src/runner/generate.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
-import { referenceHidden } from "../helpers/llama-reference.js";
+import { referenceDecoder, referenceGreedy, referenceHidden } from "../helpers/llama-reference.js";
 import { referenceHiddenInt8 } from "../helpers/quantized-reference.js";
 import { tempDir } from "../helpers/tmp.js";
 import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, INT8_CODE_FLIPS } from "../tolerances.js";
@@ -151,5 +152,28 @@ describe("a transformers.js graph with its weights in <file>_data chunks", () =>
     const a = await extract({ modelDir: chunked, bank, out: join(dir, "q4-chunked-store"), batchSize: 16 });
     const b = await extract({ modelDir: inline, bank, out: join(dir, "q4-inline-store"), batchSize: 16 });
     for (const [name, entry] of Object.entries(b.manifest.files)) expect(a.manifest.files[name]!.sha256).toBe(entry.sha256);
+  });
+});
+
+describe("generation on a transformers.js q4 folder", () => {
+  it("gives the float64 greedy text of the dequantized weights at batch sizes 8 and 1, with the KV cache", async () => {
+    const modelDir = join(dir, "q4");
+    await writeTinyModel(modelDir, OPTS, quantizedFiles("q4", true));
+    const config = tinyConfig(OPTS);
+    const weights = styleWeights("q4", tinyWeights(OPTS));
+    const tok = await PromptTokenizer.load(modelDir);
+    const decode = referenceDecoder(readFileSync(join(modelDir, "tokenizer.json"), "utf8"));
+    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);
+    const small = join(dir, "gen-bank.jsonl");
+    writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    const eos = new Set([config.eos_token_id ?? []].flat());
+    const want = rows.map((r) => decode(referenceGreedy(config, weights, tok.encode(buildPrompt(r)), eos, 6)));
+    expect(new Set(want).size).toBeGreaterThan(3);
+    for (const batchSize of [8, 1]) {
+      const out = join(dir, `q4-gen-${batchSize}.jsonl`);
+      await generate({ modelDir, bank: small, out, batchSize, maxNewTokens: 6 });
+      const got = new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r.raw_response]));
+      expect(rows.map((r) => got.get(r.query_id))).toEqual(want);
+    }
   });
 });

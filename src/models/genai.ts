@@ -132,15 +132,15 @@ function transposed(m: Float32Array, out: number, inp: number): Float32Array {
   return t;
 }
 
-/** The genai builds `hsm make-model --style genai` writes: fp32, fp16, int4. */
-export type GenaiPrecision = "fp32" | "fp16" | "int4";
+/** The genai builds `hsm make-model --style genai` writes: fp32, fp16 (float32 inputs and outputs, as CPU builds), fp16-io (float16 KV cache and logits, as CUDA builds), int4. */
+export type GenaiPrecision = "fp32" | "fp16" | "fp16-io" | "int4";
 
 /** A genai folder: `model.onnx`, `model.onnx.data`, `genai_config.json` (no config.json). */
 export function genaiFiles(precision: GenaiPrecision = "fp32"): ModelFiles {
   return (c, w) => {
     const linear: LinearFormat = precision === "int4" ? "int4" : "float32";
     const model = decodeModel(encodeModel(buildGenaiModel(c, w, linearWriter(linear))));
-    if (precision === "fp16") convertToFloat16(model);
+    if (precision === "fp16" || precision === "fp16-io") convertToFloat16(model, precision === "fp16");
     const data = externalizeWeights(model, "model.onnx.data");
     const genai = {
       model: {

@@ -240,10 +240,14 @@ function tensorToFloat16(t: TensorProto): void {
 /**
  * Converts a float32 graph to float16 in place: float initializers, `Cast`s
  * to float and float value types become float16; float inputs and outputs keep
- * float32 behind `Cast`s, as onnxconverter's `keep_io_types` writes them.
+ * float32 behind `Cast`s, as onnxconverter's `keep_io_types` writes them, or,
+ * with `keepIoTypes` false, become float16 too (as CUDA genai builds have them).
  */
-export function convertToFloat16(model: ModelProto): void {
+export function convertToFloat16(model: ModelProto, keepIoTypes = true): void {
   const graph: GraphProto = model.graph!;
+  if (!keepIoTypes) {
+    for (const v of [...(graph.input ?? []), ...(graph.output ?? [])]) if (v.type?.tensorType?.elemType === DataType.FLOAT) v.type.tensorType.elemType = DataType.FLOAT16;
+  }
   for (const t of graph.initializer ?? []) if (t.dataType === DataType.FLOAT && t.rawData) tensorToFloat16(t);
   for (const n of graph.node ?? []) {
     for (const a of n.attribute ?? []) if (n.opType === "Cast" && a.name === "to" && Number(a.i) === DataType.FLOAT) a.i = DataType.FLOAT16;

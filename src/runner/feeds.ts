@@ -10,7 +10,7 @@ import type { InputPlan } from "./styles/style.js";
 
 export function promptFeeds(plan: InputPlan["feeds"], f: BatchFeeds): Record<string, ort.Tensor> {
   const feeds: Record<string, ort.Tensor> = {};
-  for (const { name, kind, dims } of plan) {
+  for (const { name, kind, dims, float16 } of plan) {
     if (kind === "input_ids") feeds[name] = new ort.Tensor("int64", f.inputIds, [f.batch, f.length]);
     else if (kind === "attention_mask") feeds[name] = new ort.Tensor("int64", f.attentionMask, [f.batch, f.length]);
     else if (kind === "position_ids") feeds[name] = new ort.Tensor("int64", f.positionIds, [f.batch, f.length]);
@@ -18,7 +18,7 @@ export function promptFeeds(plan: InputPlan["feeds"], f: BatchFeeds): Record<str
     else {
       // Batch first, then the fixed dimensions; every unnamed length (the past sequence) is 0.
       const shape = dims.map((s, k) => (k === 0 ? f.batch : typeof s === "number" ? s : 0));
-      feeds[name] = new ort.Tensor("float32", new Float32Array(0), shape);
+      feeds[name] = float16 ? new ort.Tensor("float16", new Uint16Array(0), shape) : new ort.Tensor("float32", new Float32Array(0), shape);
     }
   }
   return feeds;

@@ -370,7 +370,7 @@ async function decodeBatch(
   let past: Record<string, ort.Tensor> = {};
   for (const v of pastInputs) {
     const shape = (valueShape(v) ?? []).map((s, k) => (k === 0 ? B : typeof s === "number" ? s : 0));
-    past[v.name!] = new ort.Tensor("float32", new Float32Array(0), shape);
+    past[v.name!] = v.type?.tensorType?.elemType === DataType.FLOAT16 ? new ort.Tensor("float16", new Uint16Array(0), shape) : new ort.Tensor("float32", new Float32Array(0), shape);
   }
   let ids = f.inputIds;
   let idsLen = f.length;

@@ -11,7 +11,7 @@ import * as ort from "onnxruntime-node";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
-import { genaiFiles } from "../../src/models/genai.js";
+import { genaiFiles, type GenaiPrecision } from "../../src/models/genai.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/models/llama.js";
 import { roundWeightsToFloat16, styleWeights } from "../../src/models/quantize.js";
 import { extract, inspectModel } from "../../src/runner/extract.js";
@@ -41,7 +41,7 @@ beforeAll(() => {
 });
 
 const made = new Map<string, Promise<unknown>>();
-function model(precision: "fp32" | "fp16" | "int4"): Promise<string> {
+function model(precision: GenaiPrecision): Promise<string> {
   const d = join(dir, `genai-${precision}`);
   if (!made.has(d)) made.set(d, writeTinyModel(d, OPTS, genaiFiles(precision)));
   return made.get(d)!.then(() => d);
@@ -101,7 +101,8 @@ describe("an onnxruntime-genai build", () => {
     const d = await model(precision);
     const config = tinyConfig(OPTS);
     const base = tinyWeights(OPTS);
-    const weights = precision === "int4" ? styleWeights("q4", base) : precision === "fp16" ? roundWeightsToFloat16(base) : base;
+    const float16 = precision.startsWith("fp16");
+    const weights = precision === "int4" ? styleWeights("q4", base) : float16 ? roundWeightsToFloat16(base) : base;
     const tok = await PromptTokenizer.load(d);
     const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
     for (const batchSize of [16, 1]) {
@@ -109,8 +110,8 @@ describe("an onnxruntime-genai build", () => {
       const { manifest } = await extract({ modelDir: d, bank, out, batchSize });
       expect(manifest).toMatchObject({
         padding_side: "right",
-        dtype: precision === "fp16" ? "float16" : "float32",
-        weights: { fp32: "float32", fp16: "float16", int4: "int4" }[precision],
+        dtype: float16 ? "float16" : "float32",
+        weights: float16 ? "float16" : precision === "int4" ? "int4" : "float32",
       });
       const reader = await StoreReader.open(out);
       let worst = 0;
@@ -121,7 +122,7 @@ describe("an onnxruntime-genai build", () => {
           const want = ref[layer]!;
           const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
           want.forEach((w, j) => {
-            const allowed = 2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) + (precision === "fp16" ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0);
+            const allowed = 2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) + (float16 ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0);
             worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
           });
         }
@@ -133,10 +134,10 @@ describe("an onnxruntime-genai build", () => {
 });
 
 describe("generation on an onnxruntime-genai build", () => {
-  it("gives the float64 greedy reference's text at batch sizes 8 and 1, right-padded with the KV cache", async () => {
-    const d = await model("fp32");
+  it.each(["fp32", "int4"] as const)("%s: gives the float64 greedy reference's text at batch sizes 8 and 1, right-padded with the KV cache", async (precision) => {
+    const d = await model(precision);
     const config = tinyConfig(OPTS);
-    const weights = tinyWeights(OPTS);
+    const weights = precision === "int4" ? styleWeights("q4", tinyWeights(OPTS)) : tinyWeights(OPTS);
     const tok = await PromptTokenizer.load(d);
     const decode = referenceDecoder(readFileSync(join(d, "tokenizer.json"), "utf8"));
     const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);
@@ -146,10 +147,24 @@ describe("generation on an onnxruntime-genai build", () => {
     const want = rows.map((r) => decode(referenceGreedy(config, weights, tok.encode(buildPrompt(r)), eos, 6)));
     expect(new Set(want).size).toBeGreaterThan(3); // rows answer differently: a row read at another row's position would show
     for (const batchSize of [8, 1]) {
-      const out = join(dir, `gen-${batchSize}.jsonl`);
+      const out = join(dir, `gen-${precision}-${batchSize}.jsonl`);
       await generate({ modelDir: d, bank: small, out, batchSize, maxNewTokens: 6 });
       const got = new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r.raw_response]));
       expect(rows.map((r) => got.get(r.query_id))).toEqual(want);
     }
+  });
+});
+
+describe("a CUDA-style genai build (float16 KV cache and logits)", () => {
+  it("generates the same text at batch sizes 8 and 1, feeding float16 past tensors", async () => {
+    const d = await model("fp16-io");
+    const texts: string[][] = [];
+    for (const batchSize of [8, 1]) {
+      const out = join(dir, `gen-fp16-io-${batchSize}.jsonl`);
+      await generate({ modelDir: d, bank, out, batchSize, maxNewTokens: 6 });
+      texts.push(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).sort((a, b) => a.query_id.localeCompare(b.query_id)).map((r) => r.raw_response));
+    }
+    expect(texts[0]).toEqual(texts[1]);
+    expect(new Set(texts[0]).size).toBeGreaterThan(3);
   });
 });

@@ -6,7 +6,7 @@
  */
 import { HsmError } from "../../errors.js";
 import { isPastInput } from "../kv-cache.js";
-import { valueShape, type GraphProto, type NodeProto } from "../onnx-graph.js";
+import { DataType, valueShape, type GraphProto, type NodeProto } from "../onnx-graph.js";
 
 /** Where the stored state of one layer comes from. */
 export interface HiddenTensor {
@@ -33,7 +33,7 @@ export type FeedKind = "input_ids" | "attention_mask" | "position_ids" | "past" 
 /** How a style's graph is run. */
 export interface InputPlan {
   /** Every input fed, with its declared shape (numbers for fixed dimensions). */
-  feeds: { name: string; kind: FeedKind; dims: (number | string)[] }[];
+  feeds: { name: string; kind: FeedKind; dims: (number | string)[]; float16?: boolean }[];
   /** Graph inputs no feed kind covers: a run stops on them with an error naming them. */
   unknown: string[];
   /** Where batches are padded; "right" for graphs whose attention ignores a left-padding mask. */
@@ -71,7 +71,8 @@ export function standardInputs(graph: GraphProto): InputPlan {
     const name = v.name!;
     const dims = valueShape(v) ?? [];
     if (direct.has(name)) feeds.push({ name, kind: name as FeedKind, dims });
-    else if (isPastInput(name)) feeds.push({ name, kind: "past", dims });
+    // CUDA builds take float16 KV-cache inputs.
+    else if (isPastInput(name)) feeds.push({ name, kind: "past", dims, ...(v.type?.tensorType?.elemType === DataType.FLOAT16 ? { float16: true } : {}) });
     else unknown.push(name);
   }
   return { feeds, unknown, paddingSide: "left" };

@@ -25,6 +25,8 @@ import { mtimeOf } from "./paths.js";
 
 export interface RunOptions {
   modelDir: string;
+  /** The graph to run when the model folder holds several (see ModelRunOptions). */
+  modelFile?: string;
   bank: string;
   /** Output root; default `outputs`. */
   outputs?: string;
@@ -55,7 +57,7 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
     eee: join(outputs, "eee"),
     foundry: join(outputs, "foundry", `${model}.jsonl`),
   };
-  const common = { modelDir: o.modelDir, bank: o.bank, model, batchSize: o.batchSize, device: o.device, threads: o.threads };
+  const common = { modelDir: o.modelDir, modelFile: o.modelFile, bank: o.bank, model, batchSize: o.batchSize, device: o.device, threads: o.threads };
 
   const g = await generate({ ...common, out: paths.generations, onProgress: (d, t) => o.onProgress?.("generate", d, t) });
   log("generate", g.written ? `${g.written} queries answered (${g.seconds.toFixed(1)} s)` : `all ${g.skipped} queries already answered, skipped`);

@@ -5,7 +5,7 @@
 // 2,000-row bank of realistic prompt lengths (most 10–80 tokens, a few past 192).
 // Rows/s include tokenization and model load; peak memory is each process's max RSS.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -51,7 +51,8 @@ for (let i = 0; i < runs; i++) {
   const out = join(benchDir, "extract-store");
   rmSync(out, { recursive: true, force: true });
   const h = timed(process.execPath, [bin, "extract", "--model-dir", modelDir, "--bank", bank, "--out", out, "--batch-size", batch, "--quiet"]);
-  hsm.push({ rows_per_s: rowsWanted / h.secs, secs: h.secs, mb: h.mb });
+  const check = JSON.parse(readFileSync(join(out, "index.json"), "utf8")).self_check;
+  hsm.push({ rows_per_s: rowsWanted / h.secs, secs: h.secs, mb: h.mb, check_share: check.seconds / h.secs });
   console.error(`run ${i + 1}/${runs}: hsm ${h.secs.toFixed(1)} s, ${h.mb.toFixed(0)} MB`);
   if (i < naiveRuns) {
     const n = timed(process.execPath, [join(root, "scripts", "bench-extract-naive.mjs"), modelDir, bank, batch]);
@@ -65,7 +66,7 @@ const res = {
   batch_size: Number(batch),
   runs,
   naive_runs: naive.length,
-  hsm: { rows_per_s: median(hsm.map((x) => x.rows_per_s)), peak_mb: median(hsm.map((x) => x.mb)) },
+  hsm: { rows_per_s: median(hsm.map((x) => x.rows_per_s)), peak_mb: median(hsm.map((x) => x.mb)), self_check_share: median(hsm.map((x) => x.check_share)) },
   naive: { rows_per_s: median(naive.map((x) => x.rows_per_s)), peak_mb: median(naive.map((x) => x.mb)) },
 };
 res.speedup = res.hsm.rows_per_s / res.naive.rows_per_s;
@@ -73,5 +74,6 @@ res.memory_ratio = res.hsm.peak_mb / res.naive.peak_mb;
 writeFileSync(join(benchDir, "bench-extract.json"), JSON.stringify(res, null, 2) + "\n");
 console.log(`hsm extract vs naive onnxruntime-node — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}; medians of ${runs} and ${naive.length} runs`);
 console.log(`  hsm extract   ${res.hsm.rows_per_s.toFixed(1)} rows/s, peak ${res.hsm.peak_mb.toFixed(0)} MB`);
+console.log(`  self-check    ${(100 * res.hsm.self_check_share).toFixed(1)}% of the hsm run (32 rows re-run alone at batch 1)`);
 console.log(`  naive         ${res.naive.rows_per_s.toFixed(1)} rows/s, peak ${res.naive.peak_mb.toFixed(0)} MB`);
 console.log(`  ratio         ${res.speedup.toFixed(2)}x the rows/s at ${(100 * res.memory_ratio).toFixed(0)}% of the peak memory`);

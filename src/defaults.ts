@@ -13,6 +13,10 @@ export const MAX_NEW_TOKENS = 24;
 export const DEFAULT_BATCH_SIZE = 16;
 /** Rows per durable commit (and shard boundary) of an extraction. */
 export const DEFAULT_COMMIT_ROWS = 1024;
+/** Rows of an extraction re-run alone at batch 1 to check the batched states (0: no check). */
+export const DEFAULT_SELF_CHECK_ROWS = 32;
+/** Rows of a generation regenerated alone at batch 1 to check the batched texts (0: no check). */
+export const DEFAULT_GENERATE_CHECK_ROWS = 16;
 /** Where onnxruntime runs. */
 export const DEFAULT_DEVICE = "cpu";
 

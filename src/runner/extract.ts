@@ -12,7 +12,7 @@ import { join } from "node:path";
 
 import { mainForwardRows, readBank } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_ROWS, DEFAULT_LAYER_RULE, defaultModelName, MAX_PROMPT_LEN } from "../defaults.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_ROWS, DEFAULT_LAYER_RULE, DEFAULT_SELF_CHECK_ROWS, defaultModelName, MAX_PROMPT_LEN } from "../defaults.js";
 import { HsmError, InternalError, UsageError } from "../errors.js";
 import { selectLayers } from "../store/layers.js";
 import { acquireLock } from "../store/lock.js";
@@ -25,6 +25,7 @@ import { promptFeeds } from "./feeds.js";
 import { ModelDirError, openModelDir } from "./model-dir.js";
 import { decodeModel, num, valueShape } from "./onnx-graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
+import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "./self-check.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
@@ -45,6 +46,8 @@ export interface ExtractOptions extends ModelRunOptions {
   shard?: { index: number; count: number };
   hiddenTensors?: string;
   commitRows?: number;
+  /** Rows re-run alone at batch 1 once every row is stored, to check the batched states; 0 turns it off. */
+  selfCheck?: number;
   /** Messages for the user: what was done ("info") and what to look at ("warn"). */
   log?: (message: string, level: "info" | "warn") => void;
 }
@@ -209,7 +212,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
       for (const batch of planBatches(lengths, batchSize)) {
         const seqs = batch.map((i) => tokens[done + i]!);
-        const f = leftPad(seqs, tokenizer.padId);
+        const f = breakBatchingForTest(leftPad(seqs, tokenizer.padId));
         const feeds = promptFeeds(inputFeeds, f);
         const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
         const data = out.data as Uint16Array;
@@ -228,6 +231,10 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       done = blockEnd;
       o.onProgress?.(done, rows.length);
     }
+    const check = await runSelfCheck({ session, dir: o.out, layers, dModel: d, tokens, queryIds: init.query_ids, padId: tokenizer.padId, inputFeeds, batchSize, commitRows, count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS, dtype: init.dtype });
+    writer.manifest.self_check = check;
+    const warning = selfCheckWarning(check);
+    if (warning) log(warning, "warn");
     const manifest = await writer.finish();
     await writer.close();
     const overflowed = layers.filter((l) => manifest.files[layerFileName(l)]!.nonfinite > 0);

@@ -46,7 +46,7 @@ export function defaultModelName(modelDir: string): string {
 export const UNNAMED = "unknown";
 
 /** Where onnxruntime can run: the closed set `--device` accepts. */
-export const DEVICES = ["cpu", "cuda"] as const;
+export const DEVICES = ["cpu", "cuda", "webgpu"] as const;
 
 /** `hsm make-model`'s geometry when a flag is not given (`kvHeads`: half the heads, `intermediate`: twice the width). */
 export const DEFAULT_TINY_MODEL = { layers: 4, hidden: 64, heads: 4, tokenizer: "llama3.1", seed: 1234 } as const;

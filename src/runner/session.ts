@@ -1,6 +1,6 @@
 /**
- * onnxruntime-node sessions: CPU by default, CUDA on request — and a clear
- * error, never a silent fall-back, when the CUDA provider is not installed.
+ * onnxruntime-node sessions: CPU by default, CUDA or WebGPU on request — and a
+ * clear error, never a silent fall-back, when the provider cannot run.
  *
  * The rewritten model reads its weights straight from the original file by
  * offset (external data), so it must sit in a folder where that file appears
@@ -16,13 +16,14 @@ import { join } from "node:path";
 
 import * as ort from "onnxruntime-node";
 
+import { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { ModelDirError } from "./model-dir.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
 
-export type Device = "cpu" | "cuda";
+export type Device = (typeof DEVICES)[number];
 
 /** A device onnxruntime cannot use here, with what to install. */
 export class DeviceError extends HsmError {}
@@ -51,6 +52,36 @@ export interface SessionOptions {
 
 export const CUDA_HELP =
   "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12)";
+
+export const WEBGPU_HELP =
+  "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel), or use --device cpu";
+
+/**
+ * On Linux, WebGPU needs the Vulkan loader. Without it onnxruntime's WebGPU
+ * provider prints Vulkan warnings of its own before failing, so its absence is
+ * found first, by asking the dynamic loader for it.
+ */
+function vulkanMissing(): boolean {
+  if (process.platform !== "linux") return false;
+  try {
+    process.dlopen({ exports: {} }, "libvulkan.so.1");
+  } catch (err) {
+    return /cannot open shared object file/.test((err as Error).message);
+  }
+  return false;
+}
+
+/** The error for a device whose provider failed with `message`; undefined for the CPU. */
+export function deviceError(device: Device, message: string): DeviceError | undefined {
+  const first = message.split("\n")[0]!;
+  if (device === "cuda") return new DeviceError(`the CUDA execution provider could not be used (${first}); ${CUDA_HELP}`);
+  if (device === "webgpu") {
+    const adapter = /Failed to get a WebGPU adapter: ([^\n]*)/.exec(message);
+    const why = adapter ? `no WebGPU adapter was found (${adapter[1]!.trim()})` : `the WebGPU execution provider could not be used (${first})`;
+    return new DeviceError(`--device webgpu: ${why}; ${WEBGPU_HELP}`);
+  }
+  return undefined;
+}
 
 /** Where a rewritten model is loaded from, and the name it gives the original file. */
 export interface Stage {
@@ -91,8 +122,12 @@ export async function stageModel(modelDir: string): Promise<Stage | undefined> {
 /** Opens a session over model bytes, staged as {@link stageModel} decided (inline when `stage` is undefined). */
 export async function createSession(bytes: Uint8Array, stage: Stage | undefined, options: SessionOptions = {}): Promise<ort.InferenceSession> {
   const device = options.device ?? "cpu";
+  if (device === "webgpu" && vulkanMissing()) {
+    await stage?.cleanup();
+    throw new DeviceError(`--device webgpu: no Vulkan loader (libvulkan.so.1) is installed; ${WEBGPU_HELP}`);
+  }
   const sessionOptions: ort.InferenceSession.SessionOptions = {
-    executionProviders: device === "cuda" ? ["cuda"] : ["cpu"],
+    executionProviders: [device],
     graphOptimizationLevel: "all",
     logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
@@ -103,8 +138,7 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
     return await ort.InferenceSession.create(join(stage.dir, stage.modelFile), sessionOptions);
   } catch (err) {
     const message = (err as Error).message;
-    if (device === "cuda") throw new DeviceError(`the CUDA execution provider could not be used (${message.split("\n")[0]}); ${CUDA_HELP}`);
-    throw new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
+    throw deviceError(device, message) ?? new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
   } finally {
     await stage?.cleanup();
   }

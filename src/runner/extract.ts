@@ -23,6 +23,7 @@ import { leftPad, planBatches } from "./batching.js";
 import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
 import { promptFeeds } from "./feeds.js";
 import { ModelDirError, openModelDir } from "./model-dir.js";
+import { graphFormat, type GraphFormat } from "./model-report.js";
 import { decodeModel, num, valueShape } from "./onnx-graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "./self-check.js";
@@ -95,6 +96,8 @@ export interface ModelInspection {
   storedLayers: number[];
   inputs: { name: string; shape: (number | string)[] | undefined }[];
   outputs: string[];
+  /** The graph's compute dtype and weight format. */
+  format: GraphFormat;
 }
 
 export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string } = {}) {
@@ -125,6 +128,7 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
     storedLayers,
     inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
+    format: graphFormat(model.graph!),
   };
   return { inspection, model, source, tokenizer };
 }

@@ -20,17 +20,19 @@ import * as ort from "onnxruntime-node";
 
 import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { DEFAULT_BATCH_SIZE, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { syncDir } from "../util/fs.js";
 import { leftPad, planBatches } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
 import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
+import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput, pastFor } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
+import { breakBatchingForTest } from "./self-check.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
@@ -44,6 +46,8 @@ const FAILURES_BEFORE_STOP = 8;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
+  /** Rows regenerated alone at batch 1 after the run, whose text must not change (`<out>.check.json`); 0 turns it off. */
+  selfCheck?: number;
   /** Messages for the user: what was done ("info") and what to look at ("warn"). */
   log?: (message: string, level: "info" | "warn") => void;
 }
@@ -215,6 +219,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const fh = await open(o.out, "a");
     let written = 0;
     let failed = 0;
+    const texts = new Map<number, string>();
     // Failures are held back until some query succeeds: a model that cannot run at all writes no error rows.
     let pending: { i: number; err: unknown }[] = [];
     const answered = () => done.size + written;
@@ -238,7 +243,9 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
           if (res instanceof Error) failures.push({ i, err: res });
           else {
             try {
-              answers.push(row(i, { ...answerFields(res, eos, (ids) => tokenizer.decode(ids)) }));
+              const fields = answerFields(res, eos, (ids) => tokenizer.decode(ids));
+              answers.push(row(i, { ...fields }));
+              texts.set(i, fields.raw_response);
             } catch (err) {
               failures.push({ i, err });
             }
@@ -264,6 +271,10 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     } finally {
       await fh.close();
     }
+    const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, (ids) => tokenizer.decode(ids)).raw_response;
+    const check = await checkGenerations({ generateAlone: alone, tokens, queryIds: rows.map((r) => r.query_id), written: texts, batchSize, window: SORT_WINDOW, count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS, out: o.out });
+    const warning = check && generationCheckWarning(check, o.out);
+    if (warning) log(warning, "warn");
     if (failed > 0) {
       log(`warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`, "warn");
     }
@@ -331,7 +342,7 @@ async function decodeBatch(
   const pastNames = new Set(pastInputs.map((v) => v.name!));
   // Step 0 reads the whole left-padded prompt; later steps one token each (or, without a cache, everything again).
   let seqs = prompts.map((p) => [...p]);
-  let f = leftPad(seqs, padId);
+  let f = breakBatchingForTest(leftPad(seqs, padId));
   let mask = f.attentionMask;
   let maskLen = f.length;
   let lastPos = prompts.map((p) => p.length - 1);
@@ -374,7 +385,7 @@ async function decodeBatch(
       positions = BigInt64Array.from(lastPos, (p) => BigInt(p));
     } else {
       seqs = seqs.map((s, b) => [...s, chosen[b]!]);
-      f = leftPad(seqs, padId);
+      f = breakBatchingForTest(leftPad(seqs, padId));
       ids = f.inputIds;
       idsLen = f.length;
       mask = f.attentionMask;

@@ -54,23 +54,24 @@ export function breakBatchingForTest(f: BatchFeeds): BatchFeeds {
 /**
  * The rows to check: the `count − 1` rows with the most left padding in their
  * batches (ties in row order), plus the longest prompt; ascending row indices.
- * Batches are planned as extraction plans them: per commit block, by length.
+ * Batches are planned as extraction and generation plan them: per window of
+ * `window` rows in order, by length. Only rows `eligible` accepts are picked.
  */
-export function selfCheckRows(lengths: readonly number[], batchSize: number, commitRows: number, count: number): number[] {
-  if (count <= 0 || lengths.length === 0) return [];
+export function selfCheckRows(lengths: readonly number[], batchSize: number, window: number, count: number, eligible: (row: number) => boolean = () => true): number[] {
+  if (count <= 0 || !lengths.some((_, i) => eligible(i))) return [];
   const padding = new Array<number>(lengths.length).fill(0);
-  for (let start = 0; start < lengths.length; start += commitRows) {
-    const block = lengths.slice(start, start + commitRows);
+  for (let start = 0; start < lengths.length; start += window) {
+    const block = lengths.slice(start, start + window);
     for (const batch of planBatches(block, batchSize)) {
       const longest = Math.max(...batch.map((i) => block[i]!));
       for (const i of batch) padding[start + i] = longest - block[i]!;
     }
   }
-  let longest = 0;
-  lengths.forEach((n, i) => n > lengths[longest]! && (longest = i));
+  let longest = -1;
+  lengths.forEach((n, i) => eligible(i) && (longest < 0 || n > lengths[longest]!) && (longest = i));
   const byPadding = lengths
     .map((_, i) => i)
-    .filter((i) => i !== longest)
+    .filter((i) => i !== longest && eligible(i))
     .sort((a, b) => padding[b]! - padding[a]! || a - b);
   return [longest, ...byPadding.slice(0, count - 1)].sort((a, b) => a - b);
 }

@@ -139,6 +139,9 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   const commitRows = o.commitRows ?? DEFAULT_COMMIT_ROWS;
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+  if (o.selfCheck !== undefined && !(Number.isSafeInteger(o.selfCheck) && o.selfCheck >= 0)) {
+    throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
+  }
 
   // Everything is checked before anything is written.
   const bankRows = await readBank(o.bank);

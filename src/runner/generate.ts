@@ -186,6 +186,9 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
   if (!Number.isSafeInteger(maxNew) || maxNew < 1) throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
+  if (o.selfCheck !== undefined && !(Number.isSafeInteger(o.selfCheck) && o.selfCheck >= 0)) {
+    throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
+  }
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir);
   const tokenizer = await PromptTokenizer.load(o.modelDir);

@@ -130,7 +130,7 @@ describe("hsm", () => {
     for (const [cmd, out] of [["extract", "--out"], ["generate", "--out"], ["run", "--outputs"]] as const) {
       const r = hsm([cmd, "--model-dir", join(dir, "no-model"), "--bank", bank, out, join(dir, `dev-${cmd}`), "--device", "tpu"]);
       expect(r.status).toBe(2);
-      expect(r.stderr).toMatch(/^hsm: Expected --device cpu or cuda but received "tpu"\n/);
+      expect(r.stderr).toMatch(/^hsm: Expected --device cpu, cuda or webgpu but received "tpu"\n/);
       expect(existsSync(join(dir, `dev-${cmd}`))).toBe(false);
     }
   });

@@ -53,7 +53,10 @@ export function breakBatchingForTest(f: BatchFeeds): BatchFeeds {
 
 /**
  * The rows to check: the `count − 1` rows with the most left padding in their
- * batches (ties in row order), plus the longest prompt; ascending row indices.
+ * batches, plus the longest prompt; ascending row indices. Padding is ranked
+ * as the share of the row's padded length (ties: more padding, then row
+ * order): a padding bug weighs most on rows that are mostly padding, and
+ * those rows are short, which keeps the check cheap.
  * Batches are planned as extraction and generation plan them: per window of
  * `window` rows in order, by length. Only rows `eligible` accepts are picked.
  */
@@ -67,12 +70,13 @@ export function selfCheckRows(lengths: readonly number[], batchSize: number, win
       for (const i of batch) padding[start + i] = longest - block[i]!;
     }
   }
+  const share = (i: number) => padding[i]! / (padding[i]! + lengths[i]! || 1);
   let longest = -1;
   lengths.forEach((n, i) => eligible(i) && (longest < 0 || n > lengths[longest]!) && (longest = i));
   const byPadding = lengths
     .map((_, i) => i)
     .filter((i) => i !== longest && eligible(i))
-    .sort((a, b) => padding[b]! - padding[a]! || a - b);
+    .sort((a, b) => share(b) - share(a) || padding[b]! - padding[a]! || a - b);
   return [longest, ...byPadding.slice(0, count - 1)].sort((a, b) => a - b);
 }
 

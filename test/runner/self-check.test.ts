@@ -47,7 +47,7 @@ afterEach(() => {
 const half = (x: number) => f32BitsToF16Bits(new Uint32Array(Float32Array.of(x).buffer)[0]!);
 
 describe("the rows checked", () => {
-  it("are the longest prompt plus the rows with the most padding in their batches, within commit blocks", () => {
+  it("are the longest prompt plus the rows most made of padding in their batches, within commit blocks", () => {
     // Block [0, 4): batches by length {1:2, 0:3} and {3:5, 2:9}: padding 0,1,0,4. Block [4, 6): {5:1, 4:7}: padding 0,6.
     // The longest prompt is row 2; then rows 5 (6 pads) and 3 (4 pads).
     const lengths = [3, 2, 9, 5, 7, 1];
@@ -55,6 +55,11 @@ describe("the rows checked", () => {
     expect(selfCheckRows(lengths, 2, 4, 4)).toEqual([1, 2, 3, 5]);
     expect(selfCheckRows(lengths, 2, 4, 1)).toEqual([2]);
     expect(selfCheckRows(lengths, 2, 4, 0)).toEqual([]);
+    // Ranked by the share of the padded length: row 0 (8 of 10 padding) before row 2 (30 of 60).
+    expect(selfCheckRows([2, 10, 30, 60], 2, 4, 2)).toEqual([0, 3]);
+    expect(selfCheckRows([2, 10, 30, 60], 2, 4, 3)).toEqual([0, 2, 3]);
+    // Only eligible rows are picked.
+    expect(selfCheckRows([2, 10, 30, 60], 2, 4, 2, (i) => i !== 3)).toEqual([0, 2]);
     // More rows asked for than exist: every row, once.
     expect(selfCheckRows(lengths, 2, 4, 50)).toEqual([0, 1, 2, 3, 4, 5]);
   });

@@ -40,6 +40,7 @@ export type { IssRow, KtsRow } from "./metrics/compute.js";
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
 export type { AdoptOptions } from "./store/adopt.js";
 export type { Device } from "./runner/session.js";
+export { tensorMethod, type GraphFormat, type TensorMethod } from "./runner/model-report.js";
 export type { TokenizerName } from "./models/llama.js";
 
 /** {@link extract}'s options; `shard` may also be written `"K/N"`. */

@@ -137,6 +137,26 @@ describe("extraction's self-check", () => {
     expect(report.self_check?.status).toBe("warn");
   });
 
+  it("runs once, when a resumed run completes, over rows stored by both runs; a complete store is not checked again", async () => {
+    const out = join(dir, "resumed");
+    const stop = new Error("stopped");
+    const stopAfterFirstBlock = (done: number) => {
+      if (done >= 8) throw stop;
+    };
+    const first = extract({ modelDir, bank, out, batchSize: 4, commitRows: 8, selfCheck: 21, onProgress: stopAfterFirstBlock });
+    await expect(first).rejects.toBe(stop);
+    expect(JSON.parse(readFileSync(join(out, "index.json"), "utf8"))).toMatchObject({ rows_done: 8, complete: false });
+    expect(JSON.parse(readFileSync(join(out, "index.json"), "utf8")).self_check).toBeUndefined();
+    const second = await extract({ modelDir, bank, out, batchSize: 4, commitRows: 8, selfCheck: 21 });
+    const check = second.manifest.self_check!;
+    // Every row, those of the first run read back from the files included.
+    expect(check.rows).toBe(21);
+    expect(check.status).toBe("pass");
+    const third = await extract({ modelDir, bank, out, batchSize: 4, commitRows: 8, selfCheck: 21 });
+    expect(third.alreadyComplete).toBe(true);
+    expect(third.manifest.self_check).toEqual(check);
+  });
+
   it("runs on a shard's own rows, and a merge joins the shards' checks", async () => {
     const shards = [0, 1].map((index) => join(dir, `shard${index}`));
     const results = [];

@@ -1,8 +1,7 @@
 import type { Command } from "commander";
 
 import { DEFAULT_LAYER_RULE } from "../../defaults.js";
-import { inspectModel, type ModelInspection } from "../../index.js";
-import { tensorMethod } from "../../runner/model-report.js";
+import { inspectModel, tensorMethod, type ModelInspection } from "../../index.js";
 import { out } from "../print.js";
 
 /** What each feed kind receives, in words. */

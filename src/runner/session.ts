@@ -10,7 +10,9 @@
  * rewritten model is staged beside the original for the moment the session
  * loads, and failing that the weights are copied inline.
  */
+import { spawnSync } from "node:child_process";
 import { access, constants, link, mkdtemp, readdir, rm, unlink, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -19,6 +21,7 @@ import * as ort from "onnxruntime-node";
 import { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { ModelDirError } from "./model-dir.js";
+import { DataType, encodeModel, valueInfo } from "./onnx-graph.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
@@ -57,18 +60,26 @@ export const WEBGPU_HELP =
   "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel), or use --device cpu";
 
 /**
- * On Linux, WebGPU needs the Vulkan loader. Without it onnxruntime's WebGPU
- * provider prints Vulkan warnings of its own before failing, so its absence is
- * found first, by asking the dynamic loader for it.
+ * Whether onnxruntime's WebGPU provider finds an adapter: the message it
+ * fails with, or undefined when it works. Dawn and the Vulkan drivers print
+ * warnings of their own straight to stderr while they look for one, so the
+ * provider is tried first on a one-node model in a child process whose
+ * output is captured; the user sees only hsm's line.
  */
-function vulkanMissing(): boolean {
-  if (process.platform !== "linux") return false;
-  try {
-    process.dlopen({ exports: {} }, "libvulkan.so.1");
-  } catch (err) {
-    return /cannot open shared object file/.test((err as Error).message);
-  }
-  return false;
+function probeWebgpu(): string | undefined {
+  const probe = encodeModel({
+    irVersion: 8,
+    opsetImport: [{ domain: "", version: 17 }],
+    graph: { name: "webgpu-probe", node: [{ opType: "Identity", input: ["x"], output: ["y"] }], input: [valueInfo("x", DataType.FLOAT, [1])], output: [valueInfo("y", DataType.FLOAT, [1])] },
+  });
+  const script =
+    `const ort = require(${JSON.stringify(createRequire(import.meta.url).resolve("onnxruntime-node"))}); ort.env.logLevel = "fatal";` +
+    `ort.InferenceSession.create(Buffer.from(require("fs").readFileSync(0, "utf8"), "base64"), { executionProviders: ["webgpu"], logSeverityLevel: 4 })` +
+    `.then(() => process.stdout.write("ok"), (e) => process.stdout.write("error:" + e.message)).then(() => process.exit(0));`;
+  const r = spawnSync(process.execPath, ["-e", script], { input: Buffer.from(probe).toString("base64"), encoding: "utf8", timeout: 120_000 });
+  if (r.stdout === "ok") return undefined;
+  if (r.stdout?.startsWith("error:")) return r.stdout.slice("error:".length);
+  return `the probe ended without an answer (${r.error?.message ?? `exit status ${r.status ?? r.signal}`})`;
 }
 
 /** The error for a device whose provider failed with `message`; undefined for the CPU. */
@@ -122,9 +133,10 @@ export async function stageModel(modelDir: string): Promise<Stage | undefined> {
 /** Opens a session over model bytes, staged as {@link stageModel} decided (inline when `stage` is undefined). */
 export async function createSession(bytes: Uint8Array, stage: Stage | undefined, options: SessionOptions = {}): Promise<ort.InferenceSession> {
   const device = options.device ?? "cpu";
-  if (device === "webgpu" && vulkanMissing()) {
+  const unusable = device === "webgpu" ? probeWebgpu() : undefined;
+  if (unusable !== undefined) {
     await stage?.cleanup();
-    throw new DeviceError(`--device webgpu: no Vulkan loader (libvulkan.so.1) is installed; ${WEBGPU_HELP}`);
+    throw deviceError(device, unusable)!;
   }
   const sessionOptions: ort.InferenceSession.SessionOptions = {
     executionProviders: [device],

@@ -188,7 +188,7 @@ export function selfCheckWarning(check: SelfCheck): string | undefined {
 }
 
 /** The layer with the largest relative deviation (a non-finite one counts as the largest). */
-export function worstLayer(check: SelfCheck): SelfCheck["layers"][number] {
+function worstLayer(check: SelfCheck): SelfCheck["layers"][number] {
   const key = (r: number | null) => (r === null ? Infinity : r);
   return check.layers.reduce((w, l) => (key(l.max_rel_dev) > key(w.max_rel_dev) ? l : w), check.layers[0]!);
 }

@@ -18,7 +18,7 @@ import type { FixturePreset } from "./fixtures/presets.js";
 import type { MetricsOptions, MetricsResult } from "./metrics/compute.js";
 import type { LlamaConfig, TinyModelOptions } from "./models/llama.js";
 import type { ExtractOptions as RunnerExtractOptions, ExtractResult, ModelInspection } from "./runner/extract.js";
-import type { GenerateOptions } from "./runner/generate.js";
+import type { GenerateOptions, GenerateResult } from "./runner/generate.js";
 import type { ScoreOptions, ScoreSummary } from "./score/score-file.js";
 import type { Manifest } from "./store/manifest.js";
 import type { VerifyOptions, VerifyReport } from "./store/verify.js";
@@ -35,7 +35,7 @@ export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/p
 
 export type { BankSummary, DemoOptions, DemoResult, RunMetricsOptions, RunMetricsResult, RunOptions, RunResult };
 export type { ExportOptions, FixtureOptions, FixtureResult, MetricsOptions, MetricsResult, LlamaConfig, TinyModelOptions };
-export type { ExtractResult, ModelInspection, GenerateOptions, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
+export type { ExtractResult, ModelInspection, GenerateOptions, GenerateResult, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
 export type { IssRow, KtsRow } from "./metrics/compute.js";
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
 export type { AdoptOptions } from "./store/adopt.js";
@@ -59,7 +59,7 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
 }
 
 /** Greedy answers to every bank query, appended to a JSONL file; a rerun skips the queries already answered. */
-export async function generate(o: GenerateOptions): Promise<{ written: number; skipped: number; seconds: number }> {
+export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   return (await import("./runner/generate.js")).generate(o);
 }
 

@@ -34,7 +34,6 @@ import { rewriteWeightsInPlace } from "./rewrite.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
-export { MAX_NEW_TOKENS };
 
 const NEXT_TOKEN = "hsm_next_token";
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */

@@ -9,7 +9,6 @@ import { all, create, type FactoryFunctionMap, type MathNode } from "mathjs";
 import { DEFAULT_LAYER_RULE } from "../defaults.js";
 import { UsageError } from "../errors.js";
 
-export { DEFAULT_LAYER_RULE };
 
 const math = create(all as FactoryFunctionMap, { number: "Fraction" });
 const FUNCTIONS = new Set(["mod", "floor", "ceil", "abs", "min", "max"]);

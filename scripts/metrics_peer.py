@@ -75,33 +75,43 @@ def blas_info():
 
 
 class Sorted:
-    """A group's rows sorted once by score, for AUROC and its fact-weighted replicates."""
+    """A group's rows arranged once for AUROC and its fact-weighted bootstrap replicates.
+
+    The negatives are sorted by score; each positive knows how many negatives
+    score strictly below it and how many tie with it (counted one half), so a
+    replicate's AUROC is a running sum over the negatives' weights, read at
+    each positive: wins = Σ_pos w_i · (Σ_{neg below} w_j + ½ Σ_{neg tied} w_j).
+    """
 
     def __init__(self, scores, labels, fact):
-        order = np.argsort(scores, kind="stable")
-        s = scores[order]
-        self.fact = fact[order]
-        self.pos = labels[order] == 1
-        # Starts of runs of equal scores (ties count one half).
-        self.starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        self.ties = len(self.starts) < len(s)
+        pos = labels == 1
+        order = np.argsort(scores[~pos], kind="stable")
+        s_neg = scores[~pos][order]
+        self.neg_fact = fact[~pos][order]
+        self.pos_fact = fact[pos]
+        s_pos = scores[pos]
+        self.below = np.searchsorted(s_neg, s_pos, side="left")
+        upto = np.searchsorted(s_neg, s_pos, side="right")
+        # Positives tied with negatives: a small (tied positives × facts) matrix of the tied negatives' facts.
+        self.tied = np.flatnonzero(upto > self.below)
+        self.tie_facts = np.zeros((len(self.tied), fact.max() + 1 if len(fact) else 0), dtype=np.float32)
+        for r, i in enumerate(self.tied):
+            np.add.at(self.tie_facts[r], self.neg_fact[self.below[i]:upto[i]], 1)
 
     def auroc(self, w):
-        """AUROC per row of w (replicates × rows in sorted order); NaN where a class has no weight."""
-        pos = w * self.pos
-        neg = w - pos
-        if self.ties:
-            pos = np.add.reduceat(pos, self.starts, axis=1)
-            neg = np.add.reduceat(neg, self.starts, axis=1)
-        neg_cum = np.cumsum(neg, axis=1)
-        neg_cum -= 0.5 * neg
-        wins = np.einsum("ij,ij->i", pos, neg_cum, dtype=np.float64)
-        tp, tn = pos.sum(axis=1, dtype=np.float64), neg.sum(axis=1, dtype=np.float64)
+        """AUROC under each row of w (replicates × facts); NaN where a class has no weight."""
+        neg_cum = np.zeros((len(w), len(self.neg_fact) + 1), dtype=w.dtype)
+        np.cumsum(np.take(w, self.neg_fact, axis=1), axis=1, out=neg_cum[:, 1:])
+        w_pos = np.take(w, self.pos_fact, axis=1)
+        wins = np.einsum("ij,ij->i", w_pos, np.take(neg_cum, self.below, axis=1), dtype=np.float64)
+        if len(self.tied):
+            wins += 0.5 * np.einsum("ij,ij->i", w_pos[:, self.tied], w @ self.tie_facts.T, dtype=np.float64)
+        tp, tn = w_pos.sum(axis=1, dtype=np.float64), neg_cum[:, -1].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where((tp > 0) & (tn > 0), wins / (tp * tn), np.nan)
 
     def point(self):
-        a = self.auroc(np.ones((1, len(self.fact))))[0]
+        a = self.auroc(np.ones((1, self.tie_facts.shape[1]), dtype=np.float64))[0]
         return None if np.isnan(a) else float(a)
 
     def replicates(self, counts):
@@ -113,7 +123,7 @@ class Sorted:
         counts = counts.astype(np.float32)
         out = np.empty(len(counts))
         for b in range(0, len(counts), REPLICATE_BLOCK):
-            out[b:b + REPLICATE_BLOCK] = self.auroc(np.take(counts[b:b + REPLICATE_BLOCK], self.fact, axis=1))
+            out[b:b + REPLICATE_BLOCK] = self.auroc(counts[b:b + REPLICATE_BLOCK])
         return out
 
 

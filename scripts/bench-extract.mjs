@@ -76,8 +76,10 @@ for (const peer of ["torch", "naive"]) {
   if (v) console.log(`  vs ${peer === "torch" ? "PyTorch" : "naive ORT"}: ${v.speed.toFixed(2)}x the rows/s at ${(100 * v.memory).toFixed(0)}% of the peak memory`);
 }
 if (res.states?.layers) {
-  const worst = Object.values(res.states.layers).reduce((a, b) => ({ max_abs: Math.max(a.max_abs, b.max_abs), max_rel: Math.max(a.max_rel, b.max_rel) }));
-  console.log(`  states: the peer's ${res.states.within ? "match" : "DO NOT match"} hsm's store within float16 rounding (largest |Δ| ${worst.max_abs.toExponential(2)}, largest relative ${worst.max_rel.toExponential(2)} over float16-normal values)`);
+  const layers = Object.values(res.states.layers);
+  const worst = (k) => Math.max(...layers.map((l) => l[k])).toExponential(2);
+  console.log(`  states: the peer's ${res.states.within ? "match" : "DO NOT match"} hsm's store within float16 rounding in all ${layers.length} layers`);
+  console.log(`          largest |Δ| ${worst("max_abs")}; relative to the row's RMS ${worst("max_abs_over_row_scale")}; relative to the value ${worst("max_rel")} (values ≥ 2^-14)`);
   if (!res.states.within) process.exitCode = 1;
 } else if (res.states) console.log(`  states: comparison failed: ${res.states.error}`);
 if (!withTorch) console.log("  (no PyTorch peer: python3-torch is not installed)");

@@ -12,9 +12,9 @@ second implementation tests hold hsm's numbers to. Same definitions
 - KTS: scikit-learn's LogisticRegression (L-BFGS) per fold, its gradient
   tolerance set to metrics.md's stopping rule, the rule then checked on the
   spec's own objective (a fit that stopped early is resumed; one that misses
-  the rule after 2,000 iterations is counted in probes_not_converged); AUROC from one sort per family with ties
-  counted one half, its bootstrap replicates as fact-count weights over that
-  sort, all replicates at once.
+  the rule after 2,000 iterations is counted in probes_not_converged); AUROC
+  from one sort of each family's negatives (ties counted one half), bootstrap
+  replicates as fact-count weights over that sort, 128 replicates at a time.
 
 Bootstrap draws come from NumPy's PCG64 seeded with (seed, fnv1a32 of
 "metric/layer/family"), so intervals agree with hsm's within metrics.md's
@@ -173,7 +173,7 @@ def kts_layer(layer, H, finite, labels, fold, facts_code, fams, names, a, timing
                 not_converged += 1
                 break
         te = np.flatnonzero(usable & (fold == k))
-        score[te] = (H[te] - mu.astype(np.float32)) @ (clf.coef_[0] / sd).astype(np.float32) + clf.intercept_[0]
+        score[te] = clf.decision_function((H[te].astype(np.float64) - mu) / sd)
     timing["kts_probes"] += time.perf_counter() - t
     t = time.perf_counter()
     rows = []

@@ -139,6 +139,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   if (main.length === 0) throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
   const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors });
   const { inspection, tokenizer } = inspected;
+  for (const w of inspection.plan.warnings) log(`warning: ${w}`, "warn");
   const layers = inspection.storedLayers;
   const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
   const [start, end] = o.shard ? shardRange(main.length, o.shard.index, o.shard.count, commitRows) : [0, main.length];

@@ -13,7 +13,7 @@ import { dirname, join } from "node:path";
 import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
 import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
-import { DataType, encodeModel, GraphBuilder, valueInfo } from "../runner/onnx-graph.js";
+import { DataType, decodeModel, encodeModel, GraphBuilder, valueInfo } from "../runner/onnx-graph.js";
 
 /** The fields of a HuggingFace `config.json` that this architecture reads. */
 export interface LlamaConfig {
@@ -84,6 +84,18 @@ export interface TinyModelOptions {
   maxPositions?: number;
   /** `eos_token_id` written to config.json, replacing the tokenizer's. */
   eosTokenId?: number | number[];
+  /** False: no `position_ids` input; positions are counted inside the graph from the cache length (as some families export). */
+  positionIds?: boolean;
+  /** Weights in `model.onnx_data` beside `model.onnx` (ONNX external data), as large exports store them. */
+  externalData?: boolean;
+}
+
+/** Variations of the graph {@link buildLlamaOnnx} writes. */
+export interface GraphVariant {
+  /** Without past inputs, still output `present.*` (the key and value of the prompt), as optimum's no-past decoder does. */
+  present?: boolean;
+  /** False: no `position_ids` input (see {@link TinyModelOptions.positionIds}). */
+  positionIds?: boolean;
 }
 
 export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
@@ -161,7 +173,7 @@ function transpose(w: Float32Array, out: number, inp: number): Float32Array {
 }
 
 /** The ONNX graph of the model, torch-export style. */
-export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false): Uint8Array {
+export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false, variant: GraphVariant = {}): Uint8Array {
   const g = new GraphBuilder();
   const d = c.hidden_size;
   const H = c.num_attention_heads;
@@ -216,8 +228,11 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
       sinT[p * hd + i] = sinT[p * hd + i + half] = Math.sin(angle);
     }
   }
-  const cosG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.cos_cached", cosT, [c.max_position_embeddings, hd]), "position_ids"], { axis: 0 });
-  const sinG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.sin_cached", sinT, [c.max_position_embeddings, hd]), "position_ids"], { axis: 0 });
+  const hasPositions = variant.positionIds ?? true;
+  // Without a position_ids input: positions past … total − 1 for every row ([1, T]); rotary attention depends only on differences.
+  const positions = hasPositions ? "position_ids" : g.op1("/model/rotary_emb", "Unsqueeze", [qpos, "/model/constants/axes_0"]);
+  const cosG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.cos_cached", cosT, [c.max_position_embeddings, hd]), positions], { axis: 0 });
+  const sinG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.sin_cached", sinT, [c.max_position_embeddings, hd]), positions], { axis: 0 });
   const cos = g.op1("/model/rotary_emb", "Unsqueeze", [cosG, "/model/constants/axes_1"]);
   const sin = g.op1("/model/rotary_emb", "Unsqueeze", [sinG, "/model/constants/axes_1"]);
   const halfStart = i64("/model/constants/half_start", [0]);
@@ -239,7 +254,7 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
   const inputs = [
     valueInfo("input_ids", DataType.INT64, ["batch_size", "sequence_length"]),
     valueInfo("attention_mask", DataType.INT64, ["batch_size", "total_sequence_length"]),
-    valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"]),
+    ...(hasPositions ? [valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"])] : []),
   ];
   const outputs = [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", c.vocab_size])];
 
@@ -264,6 +279,11 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
       kr = g.op1(A, "Concat", [pk, kr], { axis: 2 });
       vv = g.op1(A, "Concat", [pv, v], { axis: 2 });
       // The present tensors are the concatenations themselves, renamed through Identity.
+      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [presentOutputName(i, "key")] });
+      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
+      outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+      outputs.push(valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+    } else if (variant.present) {
       g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [presentOutputName(i, "key")] });
       g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
       outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
@@ -318,6 +338,37 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
 }
 
 /**
+ * Moves every initializer of at least 1 KiB into one external-data file
+ * (`location`, beside the model), each aligned to 64 bytes, as torch.onnx
+ * and optimum write large models.
+ */
+export function moveWeightsOut(onnx: Uint8Array, location: string): { model: Uint8Array; data: Uint8Array } {
+  const model = decodeModel(onnx);
+  const chunks: Uint8Array[] = [];
+  let offset = 0;
+  for (const t of model.graph!.initializer ?? []) {
+    const raw = t.rawData;
+    if (!raw || raw.length < 1024) continue;
+    const pad = (64 - (offset % 64)) % 64;
+    if (pad) chunks.push(new Uint8Array(pad));
+    offset += pad;
+    chunks.push(raw.slice());
+    t.rawData = new Uint8Array(0);
+    t.dataLocation = 1; // EXTERNAL
+    t.externalData = [
+      { key: "location", value: location },
+      { key: "offset", value: String(offset) },
+      { key: "length", value: String(raw.length) },
+    ];
+    offset += raw.length;
+  }
+  const data = new Uint8Array(offset);
+  let at = 0;
+  for (const c of chunks) (data.set(c, at), (at += c.length));
+  return { model: encodeModel(model), data };
+}
+
+/**
  * Writes a model folder (`model.onnx`, `config.json`, `tokenizer.json`,
  * `tokenizer_config.json`), atomically: built beside `dir`, then renamed.
  */
@@ -328,7 +379,12 @@ export async function writeTinyModel(dir: string, o: TinyModelOptions = {}): Pro
   await rm(temp, { recursive: true, force: true });
   await mkdir(temp, { recursive: true });
   try {
-    await writeFile(join(temp, "model.onnx"), buildLlamaOnnx(config, weights, o.withPast ?? false));
+    const onnx = buildLlamaOnnx(config, weights, o.withPast ?? false, { positionIds: o.positionIds });
+    if (o.externalData) {
+      const { model, data } = moveWeightsOut(onnx, "model.onnx_data");
+      await writeFile(join(temp, "model.onnx"), model);
+      await writeFile(join(temp, "model.onnx_data"), data);
+    } else await writeFile(join(temp, "model.onnx"), onnx);
     await writeFile(
       join(temp, "config.json"),
       JSON.stringify({ architectures: ["LlamaForCausalLM"], model_type: "llama", torch_dtype: "float32", tie_word_embeddings: false, use_cache: o.withPast ?? false, ...config }, null, 2) + "\n",

@@ -41,8 +41,8 @@ function graph(o: { hiddenOutputs?: boolean; names?: boolean; inputs?: string[] 
 const NAMED = STYLES.filter((s) => s !== structuralStyle);
 
 describe("graph-style registry", () => {
-  it("is ordered explicit, graph-outputs, structural, torch-names", () => {
-    expect(STYLES.map((s) => s.name)).toEqual(["explicit", "graph-outputs", "structural", "torch-names"]);
+  it("is ordered optimum-merged (a preparation), explicit, graph-outputs, structural, torch-names", () => {
+    expect(STYLES.map((s) => s.name)).toEqual(["optimum-merged", "explicit", "graph-outputs", "structural", "torch-names"]);
   });
 
   it("tries structure for every graph with an embedding, and says what it saw when the structure is no decoder", () => {

@@ -2,6 +2,10 @@
  * The registry of graph styles, in the order they are tried; the first that
  * recognizes a graph locates its hidden states:
  *
+ * 0. `optimum-merged` — an optimum merged decoder (one `If` on
+ *    `use_cache_branch`) is prepared first: its no-past branch is inlined, and
+ *    the styles below read the inlined graph (a style with `prepare` changes
+ *    the graph rather than locating tensors in it).
  * 1. `explicit` — the user's `--hidden-tensors`, whenever given: a user who
  *    names tensors means them.
  * 2. `graph-outputs` — outputs `hidden_states.1 … hidden_states.L`: the
@@ -21,8 +25,9 @@
  */
 import { explicitStyle } from "./explicit.js";
 import { graphOutputsStyle } from "./graph-outputs.js";
+import { optimumMergedStyle } from "./optimum-merged.js";
 import type { GraphStyle } from "./style.js";
 import { structuralStyle } from "./structural.js";
 import { torchNamesStyle } from "./torch-names.js";
 
-export const STYLES: readonly GraphStyle[] = [explicitStyle, graphOutputsStyle, structuralStyle, torchNamesStyle];
+export const STYLES: readonly GraphStyle[] = [optimumMergedStyle, explicitStyle, graphOutputsStyle, structuralStyle, torchNamesStyle];

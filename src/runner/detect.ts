@@ -7,6 +7,7 @@
  */
 import { STYLES } from "./styles/index.js";
 import { candidates, DetectionError, type GraphStyle, type HiddenTensor, type InputPlan, standardInputs } from "./styles/style.js";
+import type { StyleRecord } from "../store/manifest.js";
 import type { GraphProto } from "./onnx-graph.js";
 
 export { parseHiddenTensorMap } from "./styles/explicit.js";
@@ -31,6 +32,15 @@ export interface HiddenPlan {
 /** The style as recorded: the preparing styles, then the one that located the tensors (`optimum-merged+structural`). */
 export function styleName(plan: Pick<HiddenPlan, "prepared" | "strategy">): string {
   return [...plan.prepared, plan.strategy].join("+");
+}
+
+/** The manifest's `style` field for the stored tensors of a plan. */
+export function styleRecord(plan: HiddenPlan, stored: HiddenTensor[]): StyleRecord {
+  return {
+    name: styleName(plan),
+    ...(plan.crossCheck ? { cross_check: plan.crossCheck } : {}),
+    layers: stored.map(({ layer, tensor, how }) => ({ layer, tensor, how })),
+  };
 }
 
 /**

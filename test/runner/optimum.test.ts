@@ -16,12 +16,13 @@ import { buildPrompt } from "../../src/bank/prompt.js";
 import { MAX_NEW_TOKENS } from "../../src/defaults.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/models/llama.js";
 import { MERGED_IF, USE_CACHE_BRANCH, writeMergedModel } from "../../src/models/merged.js";
+import { renameModelFile } from "../../src/models/rename.js";
 import { extract, inspectModel } from "../../src/runner/extract.js";
 import { generate } from "../../src/runner/generate.js";
 import { loadModel } from "../../src/runner/onnx-graph.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
-import { StoreReader } from "../../src/store/reader.js";
-import { referenceDecoder, referenceGreedy, referenceHidden, referenceLogits } from "../helpers/llama-reference.js";
+import { referenceDecoder, referenceGreedy, referenceLogits } from "../helpers/llama-reference.js";
+import { expectStoreMatchesReference } from "../helpers/reference-store.js";
 import { tempDir } from "../helpers/tmp.js";
 import { LOGITS_F32 } from "../tolerances.js";
 
@@ -34,6 +35,9 @@ const MODELS = {
   external: { ...BASE, withPast: true, externalData: true, positionIds: false },
   merged: { ...BASE, seed: 32 },
   mergedExternal: { ...BASE, seed: 33, externalData: true, positionIds: false },
+  /** Renamed after writing: torch dynamo's names, and none at all. */
+  dynamo: { ...BASE, seed: 34, withPast: true },
+  anonymous: { ...BASE, seed: 35 },
 } satisfies Record<string, TinyModelOptions>;
 type Name = keyof typeof MODELS;
 const modelDir = (name: Name) => join(dir, name);
@@ -48,28 +52,15 @@ beforeAll(async () => {
   await writeTinyModel(modelDir("external"), MODELS.external);
   await writeMergedModel(modelDir("merged"), MODELS.merged);
   await writeMergedModel(modelDir("mergedExternal"), MODELS.mergedExternal);
+  for (const name of ["dynamo", "anonymous"] as const) {
+    await writeTinyModel(modelDir(name), MODELS[name]);
+    await renameModelFile(modelDir(name), name === "dynamo" ? "dynamo-names" : "anonymous", 5);
+  }
 });
 
 const bankRows = () => readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
 
-/** Every stored row and layer within float16 rounding (one part in 2^10) plus float32 noise of the reference. */
-async function expectReference(store: string, name: Name) {
-  const o = MODELS[name];
-  const config = tinyConfig(o);
-  const weights = tinyWeights(o);
-  const tok = await PromptTokenizer.load(modelDir(name));
-  const reader = await StoreReader.open(store);
-  let worst = 0;
-  for (const [i, row] of bankRows().entries()) {
-    const ref = referenceHidden(config, weights, tok.encode(buildPrompt(row)));
-    for (const layer of reader.manifest.layers) {
-      const got = await reader.readRowsF32(layer, i, 1);
-      ref[layer]!.forEach((want, j) => (worst = Math.max(worst, Math.abs(got[j]! - want) / (Math.abs(want) * 2 ** -10 + 2e-3))));
-    }
-  }
-  await reader.close();
-  expect(worst).toBeLessThanOrEqual(1);
-}
+const expectReference = (store: string, name: Name) => expectStoreMatchesReference(store, MODELS[name], modelDir(name), bank);
 
 describe("the optimum writers", () => {
   it("write a merged decoder as optimum does: one If on use_cache_branch, layers only in the branches, shared weights hoisted", async () => {
@@ -128,8 +119,28 @@ describe("hsm extract on optimum exports", () => {
         const out = join(dir, `${name}-b${batchSize}`);
         const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize, layerRule: "l >= 0" });
         expect(manifest.layers).toEqual([0, 1]);
+        expect(manifest.style).toEqual({
+          name: "optimum-merged+structural",
+          cross_check: "names (torch-names) agree on all 2 blocks",
+          layers: [
+            { layer: 0, tensor: "/model/layers.0/Add_1_output_0", how: "structure: residual Add 2 of 4, the end of block 0 (/model/layers.0/Add_1)" },
+            { layer: 1, tensor: "/model/norm/Mul_1_output_0", how: "structure: final norm output between the last residual and the LM head (/model/norm/Mul_1)" },
+          ],
+        });
         await expectReference(out, name);
       }
+    });
+  }
+});
+
+describe("hsm extract on graphs whose names say nothing", () => {
+  for (const [name, seen] of [["dynamo", "dynamo-names"], ["anonymous", "anonymous"]] as const) {
+    it(`${seen}: found by structure, the reference at batch 16`, async () => {
+      const out = join(dir, `${name}-b16`);
+      const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize: 16, layerRule: "l >= 0" });
+      expect(manifest.style).toMatchObject({ name: "structural", cross_check: `names: none to check against (graph style seen: ${seen})` });
+      expect(manifest.style!.layers.map((l) => l.how.replace(/[,(].*$/, "").trim())).toEqual(["structure: residual Add 2 of 4", "structure: final norm output between the last residual and the LM head"]);
+      await expectReference(out, name);
     });
   }
 });

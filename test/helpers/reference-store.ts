@@ -11,6 +11,7 @@ import { buildPrompt } from "../../src/bank/prompt.js";
 import { tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/models/llama.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
+import { referenceHiddenFamily } from "./family-reference.js";
 import { referenceHidden } from "./llama-reference.js";
 
 export async function expectStoreMatchesReference(store: string, o: TinyModelOptions, modelDir: string, bankPath: string): Promise<void> {
@@ -21,7 +22,8 @@ export async function expectStoreMatchesReference(store: string, o: TinyModelOpt
   const reader = await StoreReader.open(store);
   let worst = 0;
   for (const [i, row] of rows.entries()) {
-    const ref = referenceHidden(config, weights, tok.encode(buildPrompt(row)));
+    const ids = tok.encode(buildPrompt(row));
+    const ref = weights.family ? referenceHiddenFamily(config, weights, ids) : referenceHidden(config, weights, ids);
     for (const layer of reader.manifest.layers) {
       const got = await reader.readRowsF32(layer, i, 1);
       ref[layer]!.forEach((want, j) => (worst = Math.max(worst, Math.abs(got[j]! - want) / (Math.abs(want) * 2 ** -10 + 2e-3))));

@@ -38,6 +38,9 @@ const MODELS = {
   /** Renamed after writing: torch dynamo's names, and none at all. */
   dynamo: { ...BASE, seed: 34, withPast: true },
   anonymous: { ...BASE, seed: 35 },
+  /** Other families' graph shapes (the reference follows them: test/helpers/family-reference.ts). */
+  gemma: { ...BASE, seed: 36, family: "gemma", withPast: true },
+  neox: { ...BASE, seed: 37, family: "neox" },
 } satisfies Record<string, TinyModelOptions>;
 type Name = keyof typeof MODELS;
 const modelDir = (name: Name) => join(dir, name);
@@ -52,6 +55,7 @@ beforeAll(async () => {
   await writeTinyModel(modelDir("external"), MODELS.external);
   await writeMergedModel(modelDir("merged"), MODELS.merged);
   await writeMergedModel(modelDir("mergedExternal"), MODELS.mergedExternal);
+  for (const name of ["gemma", "neox"] as const) await writeTinyModel(modelDir(name), MODELS[name]);
   for (const name of ["dynamo", "anonymous"] as const) {
     await writeTinyModel(modelDir(name), MODELS[name]);
     await renameModelFile(modelDir(name), name === "dynamo" ? "dynamo-names" : "anonymous", 5);
@@ -140,6 +144,17 @@ describe("hsm extract on graphs whose names say nothing", () => {
       const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize: 16, layerRule: "l >= 0" });
       expect(manifest.style).toMatchObject({ name: "structural", cross_check: `names: none to check against (graph style seen: ${seen})` });
       expect(manifest.style!.layers.map((l) => l.how.replace(/[,(].*$/, "").trim())).toEqual(["structure: residual Add 2 of 4", "structure: final norm output between the last residual and the LM head"]);
+      await expectReference(out, name);
+    });
+  }
+});
+
+describe("hsm extract on other families' graph shapes", () => {
+  for (const name of ["gemma", "neox"] as const) {
+    it(`${name}: found by structure, names agreeing, the reference at batch 16`, async () => {
+      const out = join(dir, `${name}-b16`);
+      const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize: 16, layerRule: "l >= 0" });
+      expect(manifest.style).toMatchObject({ name: "structural", cross_check: "names (torch-names) agree on all 2 blocks" });
       await expectReference(out, name);
     });
   }

@@ -46,6 +46,34 @@ describe("structural detection", () => {
   });
 });
 
+describe("structural detection on other families' graph shapes", () => {
+  it("gemma: the √d embedding scale and (1 + w) norms, four norms per block; two residual Adds per block", () => {
+    const o = { ...BASE, layers: 3, family: "gemma" } as const;
+    const g = graphOf(o);
+    expect(g.node!.some((n) => n.name === "/model/layers.0/post_feedforward_layernorm/Mul_1")).toBe(true);
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 4 of 6, the end of block 1/);
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, "anonymous", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+
+  it("neox: parallel attention and MLP, one residual Add per block", () => {
+    const o = { ...BASE, layers: 3, family: "neox" } as const;
+    const g = graphOf(o);
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 2 of 3, the end of block 1/);
+    expect(() => locateByStructure(g, 2)).toThrow(/the residual stream holds 3 blocks \(3 residual Adds, one per parallel block\) but config\.json's num_hidden_layers is 2/);
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, "dynamo-names", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+});
+
 describe("structural detection on renamed graphs", () => {
   const cases = RENAME_STYLES.flatMap((style) => [false, true].map((withPast) => [style, withPast] as const));
   it.each(cases)("finds on a %s graph (with past: %s) what names find on the original", (style, withPast) => {

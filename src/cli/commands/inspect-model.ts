@@ -24,8 +24,8 @@ export function inspectModelCommand(program: Command): void {
     .description(
       "Read a model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json) and print the number of " +
         "decoder blocks L, d_model, the tokenizer's special prefix, and for every stored layer the graph tensor chosen " +
-        "and how it was found: graph outputs named hidden_states.N, torch/optimum node names (/model/layers.N/…), or " +
-        "--hidden-tensors.",
+        "and how it was found: graph outputs named hidden_states.N, the graph's structure (residual stream; torch/optimum " +
+        "node names such as /model/layers.N/… as a cross-check), node names alone, or --hidden-tensors.",
     )
     .argument("<model-dir>", "model folder")
     .option("--layers <expr>", "layer rule in l and L", DEFAULT_LAYER_RULE)

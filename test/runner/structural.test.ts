@@ -60,6 +60,19 @@ describe("structural detection on other families' graph shapes", () => {
     expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
   });
 
+  it("gpt-2: position embeddings added to the token embeddings before the first block", () => {
+    const g = graphOf(BASE);
+    const embed = g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!;
+    const out = embed.output![0]!;
+    for (const n of g.node!) n.input = n.input!.map((i) => (i === out ? "/model/Add_wpe_output_0" : i));
+    const at = g.node!.indexOf(embed) + 1;
+    g.node!.splice(at, 0,
+      { name: "/model/wpe/Gather", opType: "Gather", input: ["model.embed_tokens.weight", "position_ids"], output: ["/model/wpe/Gather_output_0"] },
+      { name: "/model/Add_wpe", opType: "Add", input: [out, "/model/wpe/Gather_output_0"], output: ["/model/Add_wpe_output_0"] },
+    );
+    expect(byStructure(g, 2)).toEqual(byNames(g, 2));
+  });
+
   it("neox: parallel attention and MLP, one residual Add per block", () => {
     const o = { ...BASE, layers: 3, family: "neox" } as const;
     const g = graphOf(o);

@@ -14,9 +14,10 @@
  * - The final norm lies between the last residual and the LM head (the first
  *   matrix product after it); its output is the last normalizing operator
  *   (`Mul`, `Add`, `*Normalization`) on that chain.
- * - Only an elementwise scale (Gemma's √d `Mul`) or a `Cast`/`Identity` may sit
- *   on the stream besides the residual `Add`s; any other operator there is a
- *   fused op this unit does not know, and detection stops naming it.
+ * - Besides the residual `Add`s only a `Cast`/`Identity`/`Dropout` may sit on
+ *   the stream, and before the first block an elementwise scale or sum
+ *   (Gemma's √d `Mul`, GPT-2's position embeddings); any other operator there
+ *   is a fused op this unit does not know, and detection stops naming it.
  *
  * Node names are a cross-check: where torch/optimum names are present, the
  * tensors found by name are compared with the structure's, and a disagreement
@@ -27,8 +28,9 @@ import { DetectionError, type GraphStyle, type HiddenTensor, type Located } from
 import { torchNamesStyle } from "./torch-names.js";
 
 const SHAPE_ONLY = new Set(["Shape", "Size"]);
-const PASS_THROUGH = new Set(["Cast", "Identity"]);
-const SCALE = new Set(["Mul", "Div"]);
+const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout"]);
+/** Before the first block: the embedding scaled (Gemma's √d) or summed with position embeddings (GPT-2). */
+const EMBEDDING_OPS = new Set(["Mul", "Div", "Add"]);
 const NORM_OUTPUT = new Set(["Mul", "Add", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"]);
 const isAttention = (n: NodeProto) => n.opType === "Softmax" || /Attention$/.test(n.opType ?? "");
 const isProduct = (n: NodeProto) => /MatMul|Gemm/.test(n.opType ?? "");
@@ -146,7 +148,7 @@ function followStream(graph: GraphProto): ResidualStream {
       const sums = top?.opType === "Add" && (top.input ?? []).every((i) => i && i !== stream && fromStream(i));
       const kind: SegmentKind = attention ? (sums ? "parallel" : "attention") : segment.some(isProduct) ? "mlp" : "other";
       if (tail.length > 0) {
-        const odd = tail.find((t) => !PASS_THROUGH.has(t.opType ?? "") && !(residuals.length === 0 && SCALE.has(t.opType ?? "")));
+        const odd = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !(residuals.length === 0 && EMBEDDING_OPS.has(t.opType ?? ""))));
         if (odd) {
           throw new StructureError(`an operator it does not know, ${opName(odd)}, sits on the residual stream after residual Add ${residuals.length}`, streamTensors(residuals, source));
         }
@@ -166,7 +168,7 @@ function followStream(graph: GraphProto): ResidualStream {
   }
   const candidates = streamTensors(residuals, source);
   if (residuals.length === 0) {
-    const fused = tail.find((t) => !PASS_THROUGH.has(t.opType ?? "") && !SCALE.has(t.opType ?? ""));
+    const fused = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !EMBEDDING_OPS.has(t.opType ?? "")));
     throw new StructureError(
       fused ? `no residual Add follows the embedding; the stream runs through ${opName(fused)}, a fused op it does not know` : "no residual Add follows the embedding",
       tail.flatMap((t) => t.output ?? []).filter(Boolean),

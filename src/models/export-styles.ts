@@ -11,7 +11,6 @@ import { writeMergedModel } from "./merged.js";
 import { renameModelFile } from "./rename.js";
 
 export const MODEL_STYLES = ["plain", "with-past", "merged", "dynamo-names", "anonymous"] as const;
-export type ModelStyle = (typeof MODEL_STYLES)[number];
 
 /** Writes the tiny model folder in `style`; a UsageError naming the flag for an unknown style or family. */
 export async function writeModelInStyle(dir: string, style: string, o: TinyModelOptions): Promise<LlamaConfig> {

@@ -1,7 +1,7 @@
 /**
  * A store against the float64 reference forward pass of the tiny model it was
- * extracted from: every stored row and layer within float16 rounding (one
- * part in 2^10) plus float32 noise.
+ * extracted from: every stored row and layer within STORED_VS_REFERENCE
+ * (float16 rounding plus float32 noise).
  */
 import { readFileSync } from "node:fs";
 
@@ -12,6 +12,7 @@ import { tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/models
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { referenceHiddenFamily } from "./family-reference.js";
+import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { referenceHidden } from "./llama-reference.js";
 
 export async function expectStoreMatchesReference(store: string, o: TinyModelOptions, modelDir: string, bankPath: string): Promise<void> {
@@ -26,7 +27,7 @@ export async function expectStoreMatchesReference(store: string, o: TinyModelOpt
     const ref = weights.family ? referenceHiddenFamily(config, weights, ids) : referenceHidden(config, weights, ids);
     for (const layer of reader.manifest.layers) {
       const got = await reader.readRowsF32(layer, i, 1);
-      ref[layer]!.forEach((want, j) => (worst = Math.max(worst, Math.abs(got[j]! - want) / (Math.abs(want) * 2 ** -10 + 2e-3))));
+      ref[layer]!.forEach((want, j) => (worst = Math.max(worst, Math.abs(got[j]! - want) / (Math.abs(want) * STORED_VS_REFERENCE.relative + STORED_VS_REFERENCE.absolute))));
     }
   }
   await reader.close();

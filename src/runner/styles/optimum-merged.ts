@@ -25,7 +25,7 @@ function mergedIf(graph: GraphProto): NodeProto | undefined {
 }
 
 /** Replaces the merged decoder's If by its else branch, in place. */
-export function inlineElseBranch(graph: GraphProto): void {
+function inlineElseBranch(graph: GraphProto): void {
   const node = mergedIf(graph)!;
   const branch = node.attribute!.find((a) => a.name === "else_branch")!.g!;
   // The branch's outputs take the If's names.

@@ -36,10 +36,10 @@ const isAttention = (n: NodeProto) => n.opType === "Softmax" || /Attention$/.tes
 const isProduct = (n: NodeProto) => /MatMul|Gemm/.test(n.opType ?? "");
 const opName = (n: NodeProto) => `${n.domain ? `${n.domain}.` : ""}${n.opType}${n.name ? ` (${n.name})` : ""}`;
 
-export type SegmentKind = "attention" | "mlp" | "parallel" | "other";
+type SegmentKind = "attention" | "mlp" | "parallel" | "other";
 
 /** The residual stream of a decoder graph, as its structure shows it. */
-export interface ResidualStream {
+interface ResidualStream {
   /** The embedding's output (after any scale). */
   embedding: string;
   /** The residual Adds, in order, with what each adds to the stream. */
@@ -51,7 +51,7 @@ export interface ResidualStream {
 }
 
 /** The naming habit a graph shows, for messages and the manifest: torch-names, dynamo-names or anonymous. */
-export function namingSeen(graph: GraphProto): string {
+function namingSeen(graph: GraphProto): string {
   if (torchNamesStyle.recognize(graph, { numLayers: 0 })) return "torch-names";
   const nodes = graph.node ?? [];
   if (nodes.length > 0 && nodes.filter((n) => /^node_/.test(n.name ?? "")).length > nodes.length / 2) return "dynamo-names";
@@ -157,7 +157,7 @@ function followStream(graph: GraphProto): ResidualStream {
       stream = d.output![0]!;
       streamPos = pos.get(d)!;
       tail = [];
-    } else if (isProduct(d) || d === sink) {
+    } else if ((isProduct(d) && residuals.length > 0) || d === sink) {
       head = d;
       break;
     } else {
@@ -203,16 +203,6 @@ function streamTensors(residuals: ResidualStream["residuals"], source: string): 
   return [source, ...residuals.map((r) => r.node.output![0]!)];
 }
 
-/** The residual stream of a graph, or undefined when its structure cannot be read as a decoder. */
-export function residualStream(graph: GraphProto): ResidualStream | undefined {
-  try {
-    return followStream(graph);
-  } catch (err) {
-    if (err instanceof StructureError) return undefined;
-    throw err;
-  }
-}
-
 /** The one-line failure: what the structure showed, the naming style seen, the flag and candidates. */
 function failure(graph: GraphProto, problem: string, candidates: string[]): DetectionError {
   const shown = candidates.slice(-12);
@@ -249,7 +239,7 @@ export function locateByStructure(graph: GraphProto, numLayers: number): Located
  * The names cross-check: where torch/optimum names are present, what they
  * say beside what the structure found. Undefined when the graph has no such names.
  */
-export function crossCheckNames(graph: GraphProto, numLayers: number, found: HiddenTensor[]): { agree: boolean; note: string } | undefined {
+function crossCheckNames(graph: GraphProto, numLayers: number, found: HiddenTensor[]): { agree: boolean; note: string } | undefined {
   if (!torchNamesStyle.recognize(graph, { numLayers })) return undefined;
   let byName: HiddenTensor[];
   try {

@@ -73,6 +73,24 @@ describe("structural detection on other families' graph shapes", () => {
     expect(byStructure(g, 2)).toEqual(byNames(g, 2));
   });
 
+  it("reads of the embedding's shape and type (masks, rotary tables cast like it) are not part of the stream", () => {
+    // Detection only: the edited graph is never run.
+    const g = graphOf(BASE);
+    const embed = g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!.output![0]!;
+    const cos = g.node!.find((n) => n.name === "/model/rotary_emb/Gather")!;
+    g.node!.push({ name: "/model/rotary_emb/CastLike", opType: "CastLike", input: [cos.output![0]!, embed], output: ["cos_cast"] });
+    for (const n of g.node!) if (n.name !== "/model/rotary_emb/CastLike") n.input = n.input!.map((i) => (i === cos.output![0] ? "cos_cast" : i));
+    // Topological order: the CastLike right after the embedding, before every reader of the table.
+    g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!) + 1, 0, g.node!.pop()!);
+    const shape = { name: "/model/Shape_embeds", opType: "Shape", input: [embed], output: ["embeds_shape"] };
+    g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!) + 1, 0, shape);
+    const bias = g.node!.find((n) => n.opType === "Where")!;
+    const expand = { name: "/model/Expand_bias", opType: "Expand", input: [bias.output![0]!, "embeds_shape"], output: ["bias_expanded"] };
+    for (const n of g.node!) n.input = n.input!.map((i) => (i === bias.output![0] ? "bias_expanded" : i));
+    g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/layers.0/input_layernorm/Pow")!), 0, expand);
+    expect(byStructure(g, 2)).toEqual(byNames(g, 2));
+  });
+
   it("neox: parallel attention and MLP, one residual Add per block", () => {
     const o = { ...BASE, layers: 3, family: "neox" } as const;
     const g = graphOf(o);

@@ -104,9 +104,11 @@ function followStream(graph: GraphProto): ResidualStream {
   const below = new Set<NodeProto>();
   const stack = [source];
   while (stack.length) {
-    for (const c of consumers.get(stack.pop()!) ?? []) {
-      // A shape read is no data flow: masks built from the embedding's shape do not join the stream.
-      if (below.has(c) || SHAPE_ONLY.has(c.opType ?? "")) continue;
+    const t = stack.pop()!;
+    for (const c of consumers.get(t) ?? []) {
+      // A read of a shape or a type is no data flow: masks built from the embedding's shape, or rotary tables cast
+      // like it, do not join the stream.
+      if (below.has(c) || SHAPE_ONLY.has(c.opType ?? "") || (c.opType === "CastLike" && c.input![0] !== t)) continue;
       below.add(c);
       stack.push(...(c.output ?? []).filter(Boolean));
     }

@@ -19,7 +19,7 @@ import { MERGED_IF, USE_CACHE_BRANCH, writeMergedModel } from "../../src/models/
 import { renameModelFile } from "../../src/models/rename.js";
 import { extract, inspectModel } from "../../src/runner/extract.js";
 import { generate } from "../../src/runner/generate.js";
-import { loadModel } from "../../src/runner/onnx-graph.js";
+import { encodeModel, loadModel } from "../../src/runner/onnx-graph.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { referenceDecoder, referenceGreedy, referenceLogits } from "../helpers/llama-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
@@ -147,6 +147,24 @@ describe("hsm extract on graphs whose names say nothing", () => {
       await expectReference(out, name);
     });
   }
+});
+
+describe("hsm extract when names and structure disagree", () => {
+  it("warns once, records the disagreement in the manifest, and stores the structure's tensors (the reference)", async () => {
+    const m = join(dir, "misnamed");
+    await writeTinyModel(m, MODELS.anonymous);
+    const model = await loadModel(join(m, "model.onnx"));
+    // The final norm's last Mul moved out of the norm's scope by name: names take the Mul before it.
+    model.graph!.node!.find((n) => n.name === "/model/norm/Mul_1")!.name = "/lm_head/Mul";
+    writeFileSync(join(m, "model.onnx"), encodeModel(model));
+    const warnings: string[] = [];
+    const out = join(dir, "misnamed-b16");
+    const { manifest } = await extract({ modelDir: m, bank, out, batchSize: 16, log: (msg, level) => level === "warn" && warnings.push(msg) });
+    const note = "structure and names disagree on 1 layer(s) (layer 1: structure /model/norm/Mul_1_output_0, names /model/norm/Mul_output_0); the structure's tensors are used";
+    expect(warnings).toEqual([`warning: ${note}`]);
+    expect(manifest.style).toMatchObject({ name: "structural", cross_check: note, layers: [{ layer: 1, tensor: "/model/norm/Mul_1_output_0" }] });
+    await expectStoreMatchesReference(out, MODELS.anonymous, m, bank);
+  });
 });
 
 describe("hsm extract on other families' graph shapes", () => {

@@ -1,10 +1,13 @@
 /**
- * optimum exports beyond the plain graph: with-past graphs whose weights live
- * in `model.onnx_data` and that have no `position_ids` input, and the merged
- * decoder (one `If` on `use_cache_branch`). Extraction stores what the
- * independent float64 forward pass computes (batch 1 and 16, padded batches,
- * a prompt over 192 tokens); generation on the merged decoder writes the
- * float64 greedy reference's text at batch 1 and 8.
+ * Export styles beyond the plain optimum graph: with-past graphs whose weights
+ * live in `model.onnx_data` and that have no `position_ids` input, the merged
+ * decoder (one `If` on `use_cache_branch`), graphs renamed as the dynamo
+ * exporter names them or with no names at all, names that disagree with the
+ * structure, and other families' graph shapes (gemma, neox). Extraction
+ * stores what the independent float64 forward pass computes (batch 1 and 16,
+ * padded batches, a prompt over 192 tokens) and records the style in the
+ * manifest; generation on the merged decoder and the with-past graph writes
+ * the float64 greedy reference's text at batch 1 and 8.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

@@ -130,7 +130,11 @@ export async function writeFixture(out: string, options: FixtureOptions & { pres
 }
 
 /** Writes a small Llama-style ONNX model folder with seeded random weights, after checking its geometry. */
-export async function writeTinyModel(dir: string, options: TinyModelOptions = {}): Promise<LlamaConfig> {
+export async function writeTinyModel(dir: string, options: TinyModelOptions & { style?: string } = {}): Promise<LlamaConfig> {
   const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([import("./models/llama.js"), import("./models/options.js")]);
+  const { style, ...rest } = options;
+  if (style !== undefined || rest.family !== undefined) {
+    return (await import("./models/export-styles.js")).writeModelInStyle(dir, style ?? "plain", validateTinyModelOptions(rest));
+  }
   return write(dir, validateTinyModelOptions(options));
 }

@@ -55,6 +55,15 @@ export interface Manifest {
   tool_version: string;
   /** Present in a shard's store: which rows of the whole run it holds. */
   shard?: ShardInfo;
+  /** The export style recognized and how each stored tensor was found (written by hsm; absent in older stores). */
+  style?: StyleRecord;
+}
+
+/** The `style` field: the style (`optimum-merged+structural`), the names cross-check, and per stored layer the tensor and how it was found. */
+export interface StyleRecord {
+  name: string;
+  cross_check?: string;
+  layers: { layer: number; tensor: string; how: string }[];
 }
 
 export interface ShardInfo {

@@ -33,7 +33,7 @@ export type StoreInit = Pick<
   | "query_ids"
   | "fact_ids"
   | "condition_families"
-> & { max_prompt_len?: number; shard?: Manifest["shard"] };
+> & { max_prompt_len?: number; shard?: Manifest["shard"]; style?: Manifest["style"] };
 
 /** The manifest fields that must agree for a run to continue an existing store. */
 const IDENTITY = ["model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "query_ids", "shard"] as const;
@@ -114,6 +114,7 @@ export class StoreWriter {
       created_at: new Date().toISOString(),
       tool_version: TOOL_VERSION,
       ...(init.shard ? { shard: init.shard } : {}),
+      ...(init.style ? { style: init.style } : {}),
     };
     const writer = new StoreWriter(dir, manifest, handles, offsets);
     await writer.commit(0);

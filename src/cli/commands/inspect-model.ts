@@ -9,7 +9,8 @@ function printInspection(dir: string, rule: string, i: ModelInspection): void {
   out(`inputs: ${i.inputs.map((v) => `${v.name} [${(v.shape ?? []).join(", ")}]`).join(", ")}`);
   out(`outputs: ${i.outputs.length > 6 ? `${i.outputs.slice(0, 6).join(", ")}, … (${i.outputs.length})` : i.outputs.join(", ")}`);
   out(`special prefix tokens: ${i.addsPrefix.length ? i.addsPrefix.join(", ") : "none"}`);
-  out(`hidden states found by ${i.plan.strategy}; stored layers (${rule}): ${i.storedLayers.join(", ")}`);
+  out(`hidden states found by ${[...i.plan.prepared, i.plan.strategy].join("+")}; stored layers (${rule}): ${i.storedLayers.join(", ")}`);
+  if (i.plan.crossCheck) out(`cross-check: ${i.plan.crossCheck}`);
   for (const l of i.storedLayers) {
     const t = i.plan.tensors.find((x) => x.layer === l)!;
     out(`  L${String(l).padStart(3, "0")}  ${t.tensor}  — ${t.how}`);
@@ -23,8 +24,8 @@ export function inspectModelCommand(program: Command): void {
     .description(
       "Read a model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json) and print the number of " +
         "decoder blocks L, d_model, the tokenizer's special prefix, and for every stored layer the graph tensor chosen " +
-        "and how it was found: graph outputs named hidden_states.N, torch/optimum node names (/model/layers.N/…), or " +
-        "--hidden-tensors.",
+        "and how it was found: graph outputs named hidden_states.N, the graph's structure (residual stream; torch/optimum " +
+        "node names such as /model/layers.N/… as a cross-check), node names alone, or --hidden-tensors.",
     )
     .argument("<model-dir>", "model folder")
     .option("--layers <expr>", "layer rule in l and L", DEFAULT_LAYER_RULE)

@@ -154,24 +154,25 @@ bool IsNull(napi_env env, napi_value v) {
   return napi_typeof(env, v, &t) == napi_ok && (t == napi_null || t == napi_undefined);
 }
 
-// bootstrapMean(seed, stream, values, b, out)
+// bootstrapMean(seed, stream, values, b, out, threads)
 napi_value BootstrapMean(napi_env env, napi_callback_info info) {
-  napi_value argv[5];
+  napi_value argv[6];
   uint32_t seed, stream;
-  size_t b;
+  size_t b, threads;
   View values, out;
-  if (!GetArgs(env, info, 5, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
+  if (!GetArgs(env, info, 6, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
       !GetU32(env, argv[1], "Expected a 32-bit stream", &stream) ||
       !GetTyped(env, argv[2], napi_float64_array, "Expected Float64Array for values", &values) ||
       !GetCount(env, argv[3], "Expected a replicate count", &b) ||
-      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for out", &out)) {
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for out", &out) ||
+      !GetCount(env, argv[5], "Expected a thread count", &threads)) {
     return nullptr;
   }
   if (out.length < b) {
     Fail(env, "Expected out to hold every replicate");
     return nullptr;
   }
-  hsm::BootstrapMean(seed, stream, static_cast<const double*>(values.data), values.length, b, static_cast<double*>(out.data));
+  hsm::BootstrapMean(seed, stream, static_cast<const double*>(values.data), values.length, b, static_cast<double*>(out.data), Threads(threads));
   return nullptr;
 }
 

@@ -19,7 +19,7 @@ interface NativeBinding {
   f16ToF32(src: Uint16Array, dst: Float32Array, threads: number): void;
   f16Stats(src: Uint16Array): [number, number];
   rankAgainstAnchors(x: Float32Array, nRows: number, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array, threads: number, allowBf16: boolean): void;
-  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): void;
+  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array, threads: number): void;
   rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
   rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
   bootstrapAuroc(
@@ -104,7 +104,7 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         (h, n, d, g, k, out) => binding.rowsTransposeTimes(h, n, d, g, k, out, threads),
       ),
     rowsTimes: (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
-    bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out),
+    bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out, threads),
     bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
       binding.bootstrapAuroc(seed, stream, g.fact, g.label, g.ties, g.nFacts, b, out, p?.fact ?? null, p?.label ?? null, p?.ties ?? null, p?.nFacts ?? 0, toPaired ?? null, pOut ?? null, threads),
   };

@@ -33,8 +33,9 @@ function pairwiseAuroc(scores: number[], labels: number[], weight: number[]): nu
 }
 
 /** A sorted group (as SortedScores builds one) from scores with planted ties. */
-function group(rng: Rng, rows: number, nFacts: number): { g: SortedArrays; scores: number[]; labels: number[]; fact: number[] } {
-  const scores = Array.from({ length: rows }, () => Math.round(rng.normal() * 4) / 4);
+/** Rows with scores on a grid of 1/`grid` (coarse: many ties; fine: mostly distinct scores). */
+function group(rng: Rng, rows: number, nFacts: number, grid = 4): { g: SortedArrays; scores: number[]; labels: number[]; fact: number[] } {
+  const scores = Array.from({ length: rows }, () => Math.round(rng.normal() * grid) / grid);
   const fact = Array.from({ length: rows }, (_, i) => (i < nFacts ? i : rng.int(nFacts)));
   const labels = scores.map((s) => (s + rng.normal() > 0 ? 1 : 0));
   const order = Array.from(scores.keys()).sort((a, b) => scores[a]! - scores[b]! || a - b);
@@ -277,6 +278,25 @@ describe("exact kernels agree bit for bit across backends", () => {
       await kk.bootstrapAuroc(3, 9, fam.g, 100, out, anc.g, toPaired, paired);
       const mean = new Float64Array(100);
       await kk.bootstrapMean(3, 10, Float64Array.from({ length: 40 }, () => rng.normal()), 100, mean);
+      return [out, paired, mean];
+    };
+    const [got, want] = [await run(k), await run(reference)];
+    got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
+  });
+  // Large enough that native kernels split the replicates across threads, each
+  // starting the generator part-way through the stream; a replicate count that
+  // is no multiple of any lane width; distinct scores beside tied ones.
+  it.each(CASES)("%s, with replicates split across threads", async (_name, { kernels: k }) => {
+    const run = async (kk: Kernels) => {
+      const rng = new Rng(5);
+      const fam = group(rng, 12000, 3000, 1e6);
+      const anc = group(rng, 4000, 2500, 8);
+      const toPaired = Int32Array.from({ length: 3000 }, (_, f) => (f % 7 === 0 ? -1 : f % 2500));
+      const out = new Float64Array(203);
+      const paired = new Float64Array(203);
+      await kk.bootstrapAuroc(11, 12, fam.g, 203, out, anc.g, toPaired, paired);
+      const mean = new Float64Array(203);
+      await kk.bootstrapMean(11, 13, Float64Array.from({ length: 3000 }, () => rng.normal()), 203, mean);
       return [out, paired, mean];
     };
     const [got, want] = [await run(k), await run(reference)];

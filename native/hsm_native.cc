@@ -272,6 +272,35 @@ napi_value Products(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
+// logisticPass(h, n, d, v, offset, y, train, k, loss, gsum, grad, threads)
+napi_value LogisticPass(napi_env env, napi_callback_info info) {
+  napi_value argv[12];
+  View h, v, offset, y, train, loss, gsum, grad;
+  size_t n, d, k, threads;
+  if (!GetArgs(env, info, 12, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+      !GetCount(env, argv[1], "Expected a row count", &n) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[3], napi_float64_array, "Expected Float64Array for v", &v) ||
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for offset", &offset) ||
+      !GetTyped(env, argv[5], napi_uint8_array, "Expected Uint8Array for y", &y) ||
+      !GetTyped(env, argv[6], napi_uint8_array, "Expected Uint8Array for train", &train) ||
+      !GetCount(env, argv[7], "Expected a fold count", &k) ||
+      !GetTyped(env, argv[8], napi_float64_array, "Expected Float64Array for loss", &loss) ||
+      !GetTyped(env, argv[9], napi_float64_array, "Expected Float64Array for gsum", &gsum) ||
+      !GetTyped(env, argv[10], napi_float64_array, "Expected Float64Array for grad", &grad) ||
+      !GetCount(env, argv[11], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (h.length < n * d || v.length < k * d || offset.length < k || y.length < n || train.length < k * n || loss.length < k ||
+      gsum.length < k || grad.length < k * d) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  hsm::LogisticPass(static_cast<const float*>(h.data), n, d, static_cast<const double*>(v.data), static_cast<const double*>(offset.data),
+                    static_cast<const uint8_t*>(y.data), static_cast<const uint8_t*>(train.data), k, static_cast<double*>(loss.data),
+                    static_cast<double*>(gsum.data), static_cast<double*>(grad.data), Threads(threads));
+  return nullptr;
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -284,6 +313,7 @@ NAPI_MODULE_INIT() {
       {"bootstrapAuroc", nullptr, BootstrapAuroc, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"rowsTimes", nullptr, Products<false>, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"rowsTransposeTimes", nullptr, Products<true>, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"logisticPass", nullptr, LogisticPass, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   napi_value simd;

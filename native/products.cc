@@ -3,6 +3,7 @@
 #include "cpu.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -102,6 +103,62 @@ void RowsTransposeTimes(const float* h, size_t n, size_t d, const double* g, siz
     double s = 0;
     for (size_t t = 0; t < nt; t++) s += partial[t][c];
     out[c] = s;
+  }
+}
+
+namespace {
+// log(1 + e^t) and 1 / (1 + e^-t) without overflow, as src/metrics/probe.ts writes them.
+inline double Log1pExp(double t) { return t > 0 ? t + std::log1p(std::exp(-t)) : std::log1p(std::exp(t)); }
+inline double Sigmoid(double t) { return t >= 0 ? 1 / (1 + std::exp(-t)) : std::exp(t) / (1 + std::exp(t)); }
+}  // namespace
+
+void LogisticPass(const float* h, size_t n, size_t d, const double* v, const double* offset, const uint8_t* y,
+                  const uint8_t* train, size_t k, double* loss, double* gsum, double* grad, int threads) {
+#ifdef HSM_X86
+  const auto dot = HasAvx512() ? DotAvx512 : DotPortable;
+  const auto axpy = HasAvx512() ? AxpyAvx512 : AxpyPortable;
+#else
+  const auto dot = DotPortable;
+  const auto axpy = AxpyPortable;
+#endif
+  std::vector<float> vf(v, v + k * d);
+  const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, n / 256 + 1));
+  struct Partial {
+    std::vector<float> grad;
+    std::vector<double> loss, gsum;
+  };
+  std::vector<Partial> partial(nt);
+  SplitRows(n, static_cast<int>(nt), [&](size_t t, size_t begin, size_t end) {
+    Partial& p = partial[t];
+    p.grad.assign(k * d, 0.0f);
+    p.loss.assign(k, 0.0);
+    p.gsum.assign(k, 0.0);
+    for (size_t i = begin; i < end; i++) {
+      // The row is read from memory once: its margins, then its share of the gradient, while it is in cache.
+      const float* hi = h + i * d;
+      const double sign = y[i] ? 1.0 : -1.0;
+      for (size_t j = 0; j < k; j++) {
+        if (!train[j * n + i]) continue;
+        const double m = sign * (dot(hi, vf.data() + j * d, d) + offset[j]);
+        p.loss[j] += Log1pExp(-m);
+        const double g = -sign * Sigmoid(-m);
+        p.gsum[j] += g;
+        if (g != 0) axpy(static_cast<float>(g), hi, p.grad.data() + j * d, d);
+      }
+    }
+  });
+  for (size_t j = 0; j < k; j++) {
+    loss[j] = 0;
+    gsum[j] = 0;
+    for (size_t t = 0; t < nt; t++) {
+      loss[j] += partial[t].loss[j];
+      gsum[j] += partial[t].gsum[j];
+    }
+  }
+  for (size_t c = 0; c < k * d; c++) {
+    double s = 0;
+    for (size_t t = 0; t < nt; t++) s += partial[t].grad[c];
+    grad[c] = s;
   }
 }
 

@@ -47,7 +47,23 @@ export interface RowProducts {
   times(v: Float64Array, k: number): Promise<Float64Array>;
   /** Hᵀ · G for G (n × k, row-major): returns d × k as k columns (column j at [j*d …]). */
   transposeTimes(g: Float64Array, k: number): Promise<Float64Array>;
+  /**
+   * The logistic probe's objective and gradient for k folds in one pass over
+   * H, where a backend has it (else the probe uses `times` and
+   * `transposeTimes`): for fold j, over rows i with `train[j·n + i]` set,
+   * s = ±1 by `y[i]` and m = s·(H_i·v_j + offset[j]): `loss[j]` = Σ log(1 + e^−m),
+   * `gsum[j]` = Σ g_i, `grad` column j = Σ g_i H_i, with g_i = −s/(1 + e^m).
+   */
+  logistic?(v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number): Promise<LogisticPass>;
   dispose(): void;
+}
+
+/** What {@link RowProducts.logistic} returns, per fold. */
+export interface LogisticPass {
+  loss: Float64Array;
+  gsum: Float64Array;
+  /** k columns of d: column j at [j·d …]. */
+  grad: Float64Array;
 }
 
 export interface Kernels {

@@ -85,19 +85,8 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
   });
   const sgn = Float64Array.from(y, (v) => (v ? 1 : -1));
 
-  // θ_k = (w_k ∈ R^d, b_k); evaluate objective and gradient for every fold at once.
-  const evaluate = async (theta: Float64Array[]) => {
-    const v = new Float64Array(K * d);
-    const offset = new Float64Array(K);
-    for (let k = 0; k < K; k++) {
-      let o2 = theta[k]![d]!;
-      for (let c = 0; c < d; c++) {
-        const vc = theta[k]![c]! / scale[k * d + c]!;
-        v[k * d + c] = vc;
-        o2 -= vc * mean[k * d + c]!;
-      }
-      offset[k] = o2;
-    }
+  // Loss and gradient sums from the two products, where the backend has no fused pass.
+  const logisticPass = async (v: Float64Array, offset: Float64Array) => {
     const margins = await products.times(v, K);
     const g = new Float64Array(n * K);
     const loss = new Float64Array(K);
@@ -112,7 +101,23 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
         gsum[k]! += gi;
       }
     }
-    const ht = await products.transposeTimes(g, K);
+    return { loss, gsum, grad: await products.transposeTimes(g, K) };
+  };
+
+  // θ_k = (w_k ∈ R^d, b_k); evaluate objective and gradient for every fold at once.
+  const evaluate = async (theta: Float64Array[]) => {
+    const v = new Float64Array(K * d);
+    const offset = new Float64Array(K);
+    for (let k = 0; k < K; k++) {
+      let o2 = theta[k]![d]!;
+      for (let c = 0; c < d; c++) {
+        const vc = theta[k]![c]! / scale[k * d + c]!;
+        v[k * d + c] = vc;
+        o2 -= vc * mean[k * d + c]!;
+      }
+      offset[k] = o2;
+    }
+    const { loss, gsum, grad: ht } = products.logistic ? await products.logistic(v, offset, y, inTrain, K) : await logisticPass(v, offset);
     const values: number[] = [];
     const grads: Float64Array[] = [];
     for (let k = 0; k < K; k++) {

@@ -22,6 +22,7 @@ interface NativeBinding {
   bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array, threads: number): void;
   rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
   rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
+  logisticPass(h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, loss: Float64Array, gsum: Float64Array, grad: Float64Array, threads: number): void;
   bootstrapAuroc(
     seed: number,
     stream: number,
@@ -102,6 +103,7 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         d,
         (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
         (h, n, d, g, k, out) => binding.rowsTransposeTimes(h, n, d, g, k, out, threads),
+        (h, n, d, v, offset, y, train, k, out) => binding.logisticPass(h, n, d, v, offset, y, train, k, out.loss, out.gsum, out.grad, threads),
       ),
     rowsTimes: (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
     bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out, threads),

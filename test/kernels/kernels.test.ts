@@ -116,6 +116,42 @@ describe.each(CASES)("kernels on %s", (_name, { kernels: k }) => {
     }
   });
 
+  it("products' fused logistic pass, where a backend has one: loss and gradient sums within float32 accumulation", async () => {
+    const rng = new Rng(6);
+    const n = 700; // enough rows for the native pass to split them across threads
+    const d = 45;
+    const K = 3;
+    const h = normalRows(rng, n, d);
+    const v = Float64Array.from({ length: K * d }, () => rng.normal() * 0.3);
+    const offset = Float64Array.from({ length: K }, () => rng.normal());
+    const y = Uint8Array.from({ length: n }, () => (rng.normal() > 0 ? 1 : 0));
+    const train = Uint8Array.from({ length: K * n }, (_, i) => (i % K === 1 ? 0 : 1));
+    const want = { loss: new Float64Array(K), gsum: new Float64Array(K), grad: new Float64Array(K * d) };
+    for (let j = 0; j < K; j++) {
+      for (let i = 0; i < n; i++) {
+        if (!train[j * n + i]) continue;
+        let dot = offset[j]!;
+        for (let c = 0; c < d; c++) dot += h[i * d + c]! * v[j * d + c]!;
+        const s = y[i] ? 1 : -1;
+        want.loss[j]! += Math.log(1 + Math.exp(-s * dot));
+        const g = -s / (1 + Math.exp(s * dot));
+        want.gsum[j]! += g;
+        for (let c = 0; c < d; c++) want.grad[j * d + c]! += g * h[i * d + c]!;
+      }
+    }
+    const p = await k.products(h, n, d);
+    try {
+      if (!p.logistic) return; // this backend trains from its two products
+      const got = await p.logistic(v, offset, y, train, K);
+      for (const key of ["loss", "gsum", "grad"] as const) {
+        const scale = Math.max(...want[key].map(Math.abs));
+        want[key].forEach((w, i) => expect(Math.abs(got[key][i]! - w)).toBeLessThan(PRODUCTS_F32 * scale));
+      }
+    } finally {
+      p.dispose();
+    }
+  });
+
   it("products and rowsTimes: H·V and Hᵀ·G within float32 accumulation", async () => {
     const rng = new Rng(5);
     const n = 131;

@@ -22,6 +22,10 @@ interface NativeBinding {
   bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array, threads: number): void;
   rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
   rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
+  centreRows(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array, threads: number): number;
+  anchorCosines(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array, threads: number): void;
+  standardizeRows(h: Float32Array, rows: Int32Array, d: number, out: Float32Array, mean: Float64Array, scale: Float64Array, threads: number): void;
+  addMoments(h: Float32Array, rows: Int32Array, d: number, sum: Float64Array, sumSquares: Float64Array): void;
   logisticPass(h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, loss: Float64Array, gsum: Float64Array, grad: Float64Array, threads: number): void;
   bootstrapAuroc(
     seed: number,
@@ -43,7 +47,10 @@ interface NativeBinding {
 }
 
 /** The kernels the native core implements. */
-export type NativeKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "rank" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc">;
+export type NativeKernels = Pick<
+  Kernels,
+  "f32ToF16" | "f16ToF32" | "f16Stats" | "centreRows" | "rank" | "anchorCosines" | "standardizeRows" | "foldMoments" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc"
+>;
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -95,6 +102,19 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         if (!contiguous) for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
         binding.rankAgainstAnchors(block, to - from, a, nAnchors, d, own.subarray(from, to), ownScore.subarray(from, to), above.subarray(from, to), threads, o.allowBf16);
       }
+    },
+    centreRows: (h, n, d, valid, out) => binding.centreRows(h, n, d, valid, out, threads),
+    anchorCosines: (x, rows, a, nAnchors, d, own, ownCos, otherCos) => binding.anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads),
+    standardizeRows(h, rows, d) {
+      const out = { rows: new Float32Array(rows.length * d), mean: new Float64Array(d), scale: new Float64Array(d) };
+      binding.standardizeRows(h, rows, d, out.rows, out.mean, out.scale, threads);
+      return out;
+    },
+    foldMoments(h, d, folds) {
+      const sum = new Float64Array(folds.length * d);
+      const sumSquares = new Float64Array(folds.length * d);
+      folds.forEach((rows, k) => binding.addMoments(h, rows, d, sum.subarray(k * d, (k + 1) * d), sumSquares.subarray(k * d, (k + 1) * d)));
+      return { sum, sumSquares };
     },
     products: (h, n, d) =>
       syncProducts(

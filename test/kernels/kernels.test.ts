@@ -319,6 +319,32 @@ describe("exact kernels agree bit for bit across backends", () => {
     const [got, want] = [await run(k), await run(reference)];
     got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
   });
+  // The row passes: float64 sums in one fixed order everywhere, on enough rows for native threads.
+  it.each(CASES)("%s, row passes", async (_name, { kernels: k }) => {
+    const run = (kk: Kernels) => {
+      const rng = new Rng(9);
+      const n = 600;
+      const d = 130;
+      const h = normalRows(rng, n, d, 7);
+      for (let j = 0; j < d; j++) h[3 * d + j] = 1.5; // a row of one value, and (below) one column of one value
+      for (let i = 0; i < n; i++) h[i * d + 4] = -2.25;
+      const valid = Uint8Array.from({ length: n }, (_, i) => (i % 11 === 5 ? 0 : 1));
+      const centred = new Float32Array(n * d);
+      const excluded = kk.centreRows(h, n, d, valid, centred);
+      const rows = Int32Array.from({ length: 400 }, (_, i) => (i * 7) % n);
+      const anchors = centred.slice(0, 50 * d);
+      const own = Int32Array.from(rows, (r) => r % 50);
+      const ownCos = new Float64Array(rows.length);
+      const otherCos = new Float64Array(rows.length);
+      kk.anchorCosines(centred, rows, anchors, 50, d, own, ownCos, otherCos);
+      const st = kk.standardizeRows(h, rows, d);
+      const m = kk.foldMoments(st.rows, d, [rows.filter((r) => r % 3 !== 0).map((_, i) => i), Int32Array.from([]), Int32Array.from([5, 1, 5])]);
+      return [centred, valid, Float64Array.of(excluded), ownCos, otherCos, st.rows, st.mean, st.scale, m.sum, m.sumSquares];
+    };
+    const [got, want] = [run(k), run(reference)];
+    got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
+  });
+
   // Large enough that native kernels split the replicates across threads, each
   // starting the generator part-way through the stream; a replicate count that
   // is no multiple of any lane width; distinct scores beside tied ones.

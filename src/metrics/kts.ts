@@ -81,10 +81,13 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
   const products = await k.products(prescaled.rows, anchors.length, d);
   let probes;
   try {
-    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k });
+    // Adjacent layers' standardized features are alike: each fold starts from its solution on the layer before.
+    const start = data.carry?.get("probes") as Float64Array[] | undefined;
+    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k, start });
   } finally {
     products.dispose();
   }
+  data.carry?.set("probes", probes.map((p) => Float64Array.of(...p.w, p.b)));
   const notConverged = probes.filter((p) => !p.converged).length;
   // Out-of-fold scores for every labelled row: every row against every fold's probe in one product, then its own fold's column.
   const v = new Float64Array(K * d);

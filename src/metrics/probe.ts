@@ -33,6 +33,13 @@ export interface ProbeOptions {
    * back for raw rows, and the 1e-8 deviation rule applies to raw deviations.
    */
   prescale?: { mean: Float64Array; scale: Float64Array };
+  /**
+   * Starting points per fold (standardized weights, then the intercept), such
+   * as the folds' solutions on the layer before: the optimum is unique, so a
+   * start near it changes how many iterations it takes, not where they end.
+   * Missing or misshapen entries start from zero.
+   */
+  start?: Float64Array[];
   /** Where the per-fold moments are computed (default: TypeScript). */
   kernels?: Pick<Kernels, "foldMoments">;
 }
@@ -142,7 +149,7 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
   };
   const maxAbs = (a: Float64Array) => a.reduce((x, v) => Math.max(x, Math.abs(v)), 0);
 
-  const theta: Float64Array[] = folds.map(() => new Float64Array(d + 1));
+  const theta: Float64Array[] = folds.map((_, k) => (o.start?.[k]?.length === d + 1 ? Float64Array.from(o.start[k]!) : new Float64Array(d + 1)));
   let { values: f, grads: g, v: vAll, offset: offAll } = await evaluate(theta);
   const tol = folds.map((fold) => 1e-5 * C * fold.train.length);
   const done = folds.map((_, k) => maxAbs(g[k]!) <= tol[k]!);

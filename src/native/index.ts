@@ -85,6 +85,8 @@ const RANK_SLICE = 8192;
 export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
   if (!binding) return undefined;
   const threads = o.threads;
+  // The rank kernel's gathered rows: one buffer for every call, not a fresh one per slice for the collector to reclaim.
+  let gather = new Float32Array(0);
   return {
     f32ToF16: (src, dst) => binding.f32ToF16(src, dst, threads),
     f16ToF32: (src, dst) => binding.f16ToF32(src, dst, threads),
@@ -98,7 +100,8 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         let contiguous = true;
         for (let i = from + 1; i < to && contiguous; i++) contiguous = rows[i] === rows[i - 1]! + 1;
         // A run of consecutive rows is read in place; any other selection is gathered.
-        const block = contiguous ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d) : new Float32Array((to - from) * d);
+        if (!contiguous && gather.length < (to - from) * d) gather = new Float32Array(RANK_SLICE * d);
+        const block = contiguous ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d) : gather.subarray(0, (to - from) * d);
         if (!contiguous) for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
         binding.rankAgainstAnchors(block, to - from, a, nAnchors, d, own.subarray(from, to), ownScore.subarray(from, to), above.subarray(from, to), threads, o.allowBf16);
       }

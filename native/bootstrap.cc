@@ -164,9 +164,9 @@ size_t ThreadsFor(size_t work, size_t b, int threads) {
 
 #if defined(__x86_64__)
 // Sixteen replicates at once: weight[f * 16 + l] is fact f's count in replicate l.
-// (The masked conversions say the same as plain ones without GCC 12's false warning.)
 // Each replicate's sums are whole numbers (or halves) far below 2^53, so every
 // double operation is exact and each lane equals Auroc() on its own counts.
+// (The masked conversions do what plain ones do, without GCC 12's false warning.)
 constexpr size_t kLanes = 16;
 
 __attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const int32_t* weight, double* out) {

@@ -6,7 +6,7 @@
  *
  * | backend | implements | falls back to |
  * |---|---|---|
- * | `native` | float16 conversion and stats, rank, products, bootstrap | `typescript` |
+ * | `native` | everything | `typescript` (where the addon is missing a kernel) |
  * | `tfjs-node`, `tfjs-node-gpu`, `webgpu`, `wasm` | rank, products, rowsTimes (TensorFlow.js) | `typescript` |
  * | `typescript` | everything | — |
  *

@@ -16,7 +16,8 @@
  *   native core multiplies float32 rows in float32 lanes; TensorFlow.js in
  *   float32. They agree within float32 accumulation error, not bitwise.
  * - `centreRows`, `anchorCosines`, `standardizeRows`, `foldMoments`: float64
- *   sums in a fixed order; one implementation (TypeScript) today.
+ *   sums in a fixed order, the same in TypeScript and the native core: equal
+ *   bit for bit.
  */
 
 /** Maybe a promise: TensorFlow.js kernels read results back asynchronously. */
@@ -47,7 +48,23 @@ export interface RowProducts {
   times(v: Float64Array, k: number): Promise<Float64Array>;
   /** Hᵀ · G for G (n × k, row-major): returns d × k as k columns (column j at [j*d …]). */
   transposeTimes(g: Float64Array, k: number): Promise<Float64Array>;
+  /**
+   * The logistic probe's objective and gradient for k folds in one pass over
+   * H, where a backend has it (else the probe uses `times` and
+   * `transposeTimes`): for fold j, over rows i with `train[j·n + i]` set,
+   * s = ±1 by `y[i]` and m = s·(H_i·v_j + offset[j]): `loss[j]` = Σ log(1 + e^−m),
+   * `gsum[j]` = Σ g_i, `grad` column j = Σ g_i H_i, with g_i = −s/(1 + e^m).
+   */
+  logistic?(v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number): Promise<LogisticPass>;
   dispose(): void;
+}
+
+/** What {@link RowProducts.logistic} returns, per fold. */
+export interface LogisticPass {
+  loss: Float64Array;
+  gsum: Float64Array;
+  /** k columns of d: column j at [j·d …]. */
+  grad: Float64Array;
 }
 
 export interface Kernels {

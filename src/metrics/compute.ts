@@ -133,6 +133,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     };
     // One buffer per metric, reused across layers.
     const buffers = new Map<string, Float32Array>();
+    const carried = new Map(metrics.map((x) => [x.name, new Map<string, unknown>()]));
     for (const layer of layers) {
       o.onProgress?.(layer, "read");
       // Stream the layer in row blocks into one float32 matrix; note non-finite rows.
@@ -163,6 +164,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
           familyNames,
           labels,
           kernels: k,
+          carry: carried.get(metric.name)!,
           buffer(length) {
             let b = buffers.get(metric.name);
             if (!b || b.length < length) buffers.set(metric.name, (b = new Float32Array(length)));

@@ -19,9 +19,14 @@ interface NativeBinding {
   f16ToF32(src: Uint16Array, dst: Float32Array, threads: number): void;
   f16Stats(src: Uint16Array): [number, number];
   rankAgainstAnchors(x: Float32Array, nRows: number, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array, threads: number, allowBf16: boolean): void;
-  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): void;
+  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array, threads: number): void;
   rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
   rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
+  centreRows(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array, threads: number): number;
+  anchorCosines(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array, threads: number): void;
+  standardizeRows(h: Float32Array, rows: Int32Array, d: number, out: Float32Array, mean: Float64Array, scale: Float64Array, threads: number): void;
+  addMoments(h: Float32Array, rows: Int32Array, d: number, sum: Float64Array, sumSquares: Float64Array): void;
+  logisticPass(h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, loss: Float64Array, gsum: Float64Array, grad: Float64Array, threads: number): void;
   bootstrapAuroc(
     seed: number,
     stream: number,
@@ -42,7 +47,10 @@ interface NativeBinding {
 }
 
 /** The kernels the native core implements. */
-export type NativeKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "rank" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc">;
+export type NativeKernels = Pick<
+  Kernels,
+  "f32ToF16" | "f16ToF32" | "f16Stats" | "centreRows" | "rank" | "anchorCosines" | "standardizeRows" | "foldMoments" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc"
+>;
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -77,6 +85,8 @@ const RANK_SLICE = 8192;
 export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
   if (!binding) return undefined;
   const threads = o.threads;
+  // The rank kernel's gathered rows: one buffer for every call, not a fresh one per slice for the collector to reclaim.
+  let gather = new Float32Array(0);
   return {
     f32ToF16: (src, dst) => binding.f32ToF16(src, dst, threads),
     f16ToF32: (src, dst) => binding.f16ToF32(src, dst, threads),
@@ -90,10 +100,24 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         let contiguous = true;
         for (let i = from + 1; i < to && contiguous; i++) contiguous = rows[i] === rows[i - 1]! + 1;
         // A run of consecutive rows is read in place; any other selection is gathered.
-        const block = contiguous ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d) : new Float32Array((to - from) * d);
+        if (!contiguous && gather.length < (to - from) * d) gather = new Float32Array(RANK_SLICE * d);
+        const block = contiguous ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d) : gather.subarray(0, (to - from) * d);
         if (!contiguous) for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
         binding.rankAgainstAnchors(block, to - from, a, nAnchors, d, own.subarray(from, to), ownScore.subarray(from, to), above.subarray(from, to), threads, o.allowBf16);
       }
+    },
+    centreRows: (h, n, d, valid, out) => binding.centreRows(h, n, d, valid, out, threads),
+    anchorCosines: (x, rows, a, nAnchors, d, own, ownCos, otherCos) => binding.anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads),
+    standardizeRows(h, rows, d) {
+      const out = { rows: new Float32Array(rows.length * d), mean: new Float64Array(d), scale: new Float64Array(d) };
+      binding.standardizeRows(h, rows, d, out.rows, out.mean, out.scale, threads);
+      return out;
+    },
+    foldMoments(h, d, folds) {
+      const sum = new Float64Array(folds.length * d);
+      const sumSquares = new Float64Array(folds.length * d);
+      folds.forEach((rows, k) => binding.addMoments(h, rows, d, sum.subarray(k * d, (k + 1) * d), sumSquares.subarray(k * d, (k + 1) * d)));
+      return { sum, sumSquares };
     },
     products: (h, n, d) =>
       syncProducts(
@@ -102,9 +126,10 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         d,
         (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
         (h, n, d, g, k, out) => binding.rowsTransposeTimes(h, n, d, g, k, out, threads),
+        (h, n, d, v, offset, y, train, k, out) => binding.logisticPass(h, n, d, v, offset, y, train, k, out.loss, out.gsum, out.grad, threads),
       ),
     rowsTimes: (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
-    bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out),
+    bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out, threads),
     bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
       binding.bootstrapAuroc(seed, stream, g.fact, g.label, g.ties, g.nFacts, b, out, p?.fact ?? null, p?.label ?? null, p?.ties ?? null, p?.nFacts ?? 0, toPaired ?? null, pOut ?? null, threads),
   };

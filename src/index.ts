@@ -21,6 +21,10 @@ import type { GenerateOptions } from "./runner/generate.js";
 import type { ScoreOptions, ScoreSummary } from "./score/score-file.js";
 import type { Manifest } from "./store/manifest.js";
 import type { VerifyOptions, VerifyReport } from "./store/verify.js";
+import type { Study } from "./study/study-file.js";
+import type { StudyOptions } from "./study/study.js";
+import type { StudySummary } from "./study/layout.js";
+import type { CompareOptions, Comparison, LoadOptions } from "./report/compare.js";
 
 // Light modules: loaded with "hsm" itself.
 export * from "./defaults.js";
@@ -30,9 +34,15 @@ export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable, writeResults, type WrittenFiles } from "./metrics/report.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
+export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
+export { formatComparison } from "./report/format.js";
+export { matchDepth, type LayerPair } from "./report/depth.js";
 
 export type { BankSummary, DemoOptions, DemoResult, RunMetricsOptions, RunMetricsResult, RunOptions, RunResult };
 export type { ExportOptions, FixtureOptions, FixtureResult, MetricsOptions, MetricsResult, LlamaConfig, TinyModelOptions };
+export type { Study, StudyOptions, StudySummary, CompareOptions, Comparison, LoadOptions };
+export type { DepthComparison, FamilyComparison, Accuracy } from "./report/compare.js";
+export type { BackendName } from "./kernels/registry.js";
 export type { ExtractResult, ModelInspection, GenerateOptions, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
 export type { IssRow, KtsRow } from "./metrics/compute.js";
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
@@ -126,3 +136,19 @@ export async function writeTinyModel(dir: string, options: TinyModelOptions = {}
   const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([import("./models/llama.js"), import("./models/options.js")]);
   return write(dir, validateTinyModelOptions(options));
 }
+
+/** Reads and checks a study file (YAML, or JSON when named `.json`); errors name the file, line and field. */
+export async function readStudyFile(file: string): Promise<Study> {
+  return (await import("./study/study-file.js")).readStudyFile(file);
+}
+
+/** Runs every model of a study into its output root, skipping what is finished; one model's failure does not stop the others. */
+export async function runStudy(file: string | Study, o: StudyOptions = {}): Promise<StudySummary> {
+  return (await import("./study/study.js")).runStudy(file, o);
+}
+
+/** The paired comparison of two models of an outputs root: correctness per family, ISS and KTS at matched depth. */
+export async function compareModels(outputs: string, a: string, b: string, o: CompareOptions & LoadOptions = {}): Promise<Comparison> {
+  return (await import("./report/compare.js")).compareModels(outputs, a, b, o);
+}
+

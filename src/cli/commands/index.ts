@@ -2,6 +2,7 @@
 import type { Command } from "commander";
 
 import { checkBankCommand } from "./check-bank.js";
+import { compareCommand } from "./compare.js";
 import { demoCommand } from "./demo.js";
 import { exportCommand } from "./export.js";
 import { extractCommand } from "./extract.js";
@@ -14,6 +15,7 @@ import { mergeCommand } from "./merge.js";
 import { metricsCommand } from "./metrics.js";
 import { runCommand } from "./run.js";
 import { scoreCommand } from "./score.js";
+import { studyCommand } from "./study.js";
 import { verifyCommand } from "./verify.js";
 
 export const COMMANDS: readonly ((program: Command) => void)[] = [
@@ -30,5 +32,7 @@ export const COMMANDS: readonly ((program: Command) => void)[] = [
   checkBankCommand,
   layersCommand,
   runCommand,
+  studyCommand,
+  compareCommand,
   demoCommand,
 ];

@@ -25,6 +25,7 @@ import type { Study } from "./study/study-file.js";
 import type { StudyOptions } from "./study/study.js";
 import type { StudySummary } from "./study/layout.js";
 import type { CompareOptions, Comparison, LoadOptions } from "./report/compare.js";
+import type { ReportOptions, ReportResult } from "./report/build.js";
 
 // Light modules: loaded with "hsm" itself.
 export * from "./defaults.js";
@@ -40,7 +41,7 @@ export { matchDepth, type LayerPair } from "./report/depth.js";
 
 export type { BankSummary, DemoOptions, DemoResult, RunMetricsOptions, RunMetricsResult, RunOptions, RunResult };
 export type { ExportOptions, FixtureOptions, FixtureResult, MetricsOptions, MetricsResult, LlamaConfig, TinyModelOptions };
-export type { Study, StudyOptions, StudySummary, CompareOptions, Comparison, LoadOptions };
+export type { Study, StudyOptions, StudySummary, CompareOptions, Comparison, LoadOptions, ReportOptions, ReportResult };
 export type { DepthComparison, FamilyComparison, Accuracy } from "./report/compare.js";
 export type { BackendName } from "./kernels/registry.js";
 export type { ExtractResult, ModelInspection, GenerateOptions, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
@@ -152,3 +153,8 @@ export async function compareModels(outputs: string, a: string, b: string, o: Co
   return (await import("./report/compare.js")).compareModels(outputs, a, b, o);
 }
 
+
+/** Writes the self-contained HTML report of every model under an outputs root. */
+export async function writeReport(outputs: string, o: ReportOptions = {}): Promise<ReportResult> {
+  return (await import("./report/build.js")).writeReport(outputs, o);
+}

@@ -72,7 +72,7 @@ describe("src/cli", () => {
   const files = sourceFiles(CLI);
 
   it("has one file per command", () => {
-    const commands = ["verify", "inspect-model", "extract", "generate", "score", "export", "merge", "metrics", "make-model", "fixture", "check-bank", "layers", "run", "study", "compare", "demo"];
+    const commands = ["verify", "inspect-model", "extract", "generate", "score", "export", "merge", "metrics", "make-model", "fixture", "check-bank", "layers", "run", "study", "compare", "report", "demo"];
     expect(new Set(readdirSync(join(CLI, "commands")))).toEqual(new Set([...commands.map((c) => `${c}.ts`), "index.ts"]));
   });
 

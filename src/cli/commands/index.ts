@@ -14,6 +14,7 @@ import { makeModelCommand } from "./make-model.js";
 import { mergeCommand } from "./merge.js";
 import { metricsCommand } from "./metrics.js";
 import { runCommand } from "./run.js";
+import { reportCommand } from "./report.js";
 import { scoreCommand } from "./score.js";
 import { studyCommand } from "./study.js";
 import { verifyCommand } from "./verify.js";
@@ -34,5 +35,6 @@ export const COMMANDS: readonly ((program: Command) => void)[] = [
   runCommand,
   studyCommand,
   compareCommand,
+  reportCommand,
   demoCommand,
 ];

@@ -43,7 +43,7 @@ h1{font-size:22px;margin:20px 0 4px}h2{font-size:18px;margin:28px 0 8px;border-b
 .meta{color:#666;font-size:12px}nav a{margin-right:14px}
 table{border-collapse:collapse;font-variant-numeric:tabular-nums}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
 td:first-child,th:first-child{text-align:left}th{background:#f6f6f6}
-.mix{display:flex;width:120px;height:10px;margin-top:3px;background:#eee}.mix span{display:block;height:100%}
+.mix{display:flex;width:120px;height:6px;margin:3px 0 0 auto;background:#eee}.mix span{display:block;height:100%}
 .grid{display:flex;flex-wrap:wrap;gap:8px}.chart{margin:0;border:1px solid #eee}.chart figcaption{font-weight:600;padding:4px 8px}
 .legend span{display:inline-block;margin-right:16px}.legend i{display:inline-block;width:18px;height:3px;vertical-align:middle;margin-right:5px}
 .note{color:#666;font-style:italic}select,input{font:inherit;padding:2px 4px}
@@ -132,7 +132,7 @@ function accuracySection(d: PageData): string {
       const n = a.n as number;
       const bar = d.labels.map((l) => (mix[l] ? `<span style="width:${((100 * mix[l]) / n).toFixed(2)}%;background:${LABEL_COLORS[l]}" title="${l}: ${mix[l]}"></span>` : "")).join("");
       const acc = a.accuracy === null ? "—" : `${(a.accuracy as number).toFixed(4)} [${(a.low as number).toFixed(4)}, ${(a.high as number).toFixed(4)}]`;
-      return `<td>${acc}<br><span class="meta">${a.correct} of ${n}</span><div class="mix">${bar}</div></td>`;
+      return `<td>${acc} <span class="meta">${a.correct}/${n}</span><div class="mix">${bar}</div></td>`;
     });
     return `<tr><td>${esc(family)}</td>${cells.join("")}</tr>`;
   });

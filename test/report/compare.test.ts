@@ -5,18 +5,18 @@
  * models (different numbers of blocks) against counts and differences
  * computed here from the files.
  */
-import { cpSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { runMetrics, writeFixture } from "../../src/index.js";
 import { compareLoaded, compareModels, issFactValues, loadModel, type Comparison, type LoadedModel } from "../../src/report/compare.js";
 import { matchDepth, normalizedDepth } from "../../src/report/depth.js";
 import { formatComparison } from "../../src/report/format.js";
 import { listModels } from "../../src/report/outputs.js";
 import { FLOAT64_REORDER } from "../tolerances.js";
 import { tempDir } from "../helpers/tmp.js";
+import { syntheticModel } from "./synthetic.js";
 
 describe("matchDepth", () => {
   it("pairs equal depths of models with the same number of blocks", () => {
@@ -41,14 +41,6 @@ describe("matchDepth", () => {
 
 const dir = tempDir("hsm-compare-");
 const outputs = join(dir, "outputs");
-
-/** A synthetic model laid out under `outputs` as hsm run writes it, with its metrics. */
-async function syntheticModel(name: string, seed: number, layersTotal: number): Promise<void> {
-  const fx = await writeFixture(join(dir, `fx-${name}`), { facts: 40, d: 16, seed, layersTotal });
-  cpSync(fx.store, join(outputs, "hidden", name), { recursive: true });
-  cpSync(fx.scored, join(outputs, "evaluation", `${name}.scored.jsonl`));
-  await runMetrics(join(outputs, "hidden", name), { scored: join(outputs, "evaluation", `${name}.scored.jsonl`), out: join(outputs, "metrics", name), bootstrap: 20 });
-}
 
 type Row = Record<string, number | string | null>;
 const metricRows = (model: string, metric: string): Row[] => JSON.parse(readFileSync(join(outputs, "metrics", model, `${metric}.json`), "utf8")).rows;
@@ -85,8 +77,8 @@ describe("per-row values and the paired comparison", () => {
   let c: Comparison;
 
   beforeAll(async () => {
-    await syntheticModel("six", 1, 6);
-    await syntheticModel("ten", 2, 10);
+    await syntheticModel(outputs, dir, "six", 1, 6);
+    await syntheticModel(outputs, dir, "ten", 2, 10);
     const models = await listModels(outputs);
     expect(models.map((m) => m.name)).toEqual(["six", "ten"]);
     [a, b] = (await Promise.all(models.map((m) => loadModel(m)))) as [LoadedModel, LoadedModel];

@@ -7,7 +7,10 @@ import { out, progressFor } from "../print.js";
 async function printShards(file: string, n: number): Promise<void> {
   const commands = studyShardCommands(await readStudyFile(file), n);
   if (commands.length === 0) out("no model of this study runs here (every model is imported); nothing to extract");
-  for (const c of commands) out([`# ${c.model}: ${n} extraction shards, then the merge`, ...c.extract, c.merge, ""].join("\n"));
+  for (const c of commands) {
+    out([`# ${c.model}: ${n} extraction shards, then the merge`, ...c.extract, c.merge].join("\n"));
+    out("");
+  }
   if (commands.length) out(`then: hsm study ${file}`);
 }
 

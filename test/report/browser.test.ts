@@ -90,7 +90,11 @@ describe.skipIf(!present)("the report in chromium", () => {
     }
     expect(await page.locator("h2#kts + p + p + p.note").textContent()).toMatch(/^No KTS values: the probe cannot be trained/);
     await charts.first().screenshot({ path: join(shots, "iss-chart.png") });
-    await page.locator("h2#iss ~ div.grid").first().screenshot({ path: join(shots, "iss-charts.png") });
+    // The ISS section, heading to last panel (the README's picture).
+    const top = (await page.locator("h2#iss").boundingBox())!;
+    const grid = (await page.locator("h2#iss ~ div.grid").first().boundingBox())!;
+    const scroll = await page.evaluate("window.scrollY") as number;
+    await page.screenshot({ path: join(shots, "iss-charts.png"), fullPage: true, clip: { x: 12, y: top.y + scroll - 8, width: 1060, height: grid.y + grid.height - top.y + 16 } });
   });
 
   it("fills the comparison table from the precomputed pair, signs flipped when B is the first model", async () => {

@@ -103,7 +103,7 @@ async function openFact(f) {
       const x = c.models[m], label = x.label[r] < 0 ? "—" : D.labels[x.label[r]];
       return "<tr class=\\"model-answer\\"><td>" + esc(name) + "</td><td class=\\"answer\\">" + esc(x.answer[r] ?? "—") + "</td><td class=\\"label\\" style=\\"color:" + (D.labelColors[label] || "#222") + "\\">" + esc(label) + "</td><td>" + esc(x.alias[r] ?? "—") + "</td><td>" + (x.rank[r] ?? "—") + "</td></tr>";
     });
-    parts.push("<div class=\\"q\\"><pre><b>" + esc(D.families[c.family[r]]) + "</b> · " + esc(c.q[r]) + "\\n" + esc(c.prompt[r]) + "</pre><table><thead><tr><th>model</th><th>answer</th><th>label</th><th>matched alias</th><th>ISS rank (layer " + D.deepest.join(", ") + ")</th></tr></thead><tbody>" + rows.join("") + "</tbody></table></div>");
+    parts.push("<div class=\\"q\\"><pre><b>" + esc(D.families[c.family[r]]) + "</b> · " + esc(c.q[r]) + "\\n" + esc(c.prompt[r]) + "</pre><table><thead><tr><th>model</th><th>answer</th><th>label</th><th>matched alias</th><th>ISS rank (layer " + [...new Set(D.deepest)].join(", ") + ")</th></tr></thead><tbody>" + rows.join("") + "</tbody></table></div>");
   }
   $("#fact").innerHTML = parts.join("");
 }

@@ -26,7 +26,7 @@ import { listModels, readStudyRecord, type OutputsModel } from "./outputs.js";
 import { renderPage, type DrillDown } from "./page.js";
 
 /** Facts per drill-down chunk: one chunk is inflated and parsed when one of its facts is opened. */
-export const FACTS_PER_CHUNK = 64;
+const FACTS_PER_CHUNK = 64;
 
 export interface ReportOptions extends LoadOptions {
   /** The HTML file (default `<outputs>/report.html`). */

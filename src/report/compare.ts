@@ -7,6 +7,9 @@
  * difference and the KTS difference, from each row's margin and out-of-fold
  * probe score (src/report/per-row.ts). docs/report.md has the definitions.
  */
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BOOTSTRAP, DEFAULT_SEED } from "../defaults.js";
 import { ALL_FAMILIES } from "../metrics/metric.js";
@@ -34,7 +37,7 @@ export interface LoadedModel {
   values: StoreRowValues;
 }
 
-/** How a model's rows are read: the metrics' backend and KTS folds (those of iss.json and kts.json by default). */
+/** How a model's rows are read: the kernels' backend, and KTS's folds and C (by default those kts.json records). */
 export interface LoadOptions {
   backend?: BackendName;
   folds?: number;
@@ -42,14 +45,23 @@ export interface LoadOptions {
   onProgress?: (model: string, layer: number, phase: string) => void;
 }
 
-/** Reads a model's scored file and recomputes its per-row ISS and KTS values from its store. */
+/** The folds and probe C that the model's kts.json was computed with, where it records them. */
+async function ktsSettings(metrics: string): Promise<{ folds?: number; probeC?: number }> {
+  const text = await readFile(join(metrics, "kts.json"), "utf8").catch(() => null);
+  if (text === null) return {};
+  const config = (JSON.parse(text) as { config?: { folds?: number; probe_c?: number } }).config ?? {};
+  return { folds: config.folds, probeC: config.probe_c };
+}
+
+/** Reads a model's scored file and recomputes its per-row ISS and KTS values from its store (with kts.json's folds and C unless given). */
 export async function loadModel(model: OutputsModel, o: LoadOptions = {}): Promise<LoadedModel> {
   const scored = await readScored(model.paths.scored);
+  const recorded = await ktsSettings(model.paths.metrics);
   const values = await storeRowValues(model.paths.store, {
     scored: model.paths.scored,
     backend: o.backend,
-    folds: o.folds,
-    probeC: o.probeC,
+    folds: o.folds ?? recorded.folds,
+    probeC: o.probeC ?? recorded.probeC,
     onProgress: (layer, phase) => o.onProgress?.(model.name, layer, phase),
   });
   return { name: model.name, scored, values };

@@ -97,7 +97,7 @@ async function ktsRowValues(data: LayerData, s: MetricSettings): Promise<KtsRowV
 }
 
 /** ISS's per-row margins and ranks, as a metric unit. */
-export const ISS_ROWS: Metric<IssRowValues> = {
+const ISS_ROWS: Metric<IssRowValues> = {
   name: "iss",
   title: "ISS per row",
   tableTitle: "ISS per row",
@@ -107,7 +107,7 @@ export const ISS_ROWS: Metric<IssRowValues> = {
 };
 
 /** KTS's per-row out-of-fold probe scores, as a metric unit. */
-export const KTS_ROWS: Metric<KtsRowValues> = {
+const KTS_ROWS: Metric<KtsRowValues> = {
   name: "kts",
   title: "KTS per row",
   tableTitle: "KTS per row",

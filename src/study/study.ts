@@ -19,9 +19,6 @@ import { modelPaths, STUDY_RECORD, type ModelPaths, type ModelSummary, type Stud
 import { wilsonInterval } from "./stats.js";
 import { readStudyFile, StudyFileError, type Study, type StudyModel } from "./study-file.js";
 
-export { formatStudySummary, modelPaths, SHARDS_FOLDER, STUDY_RECORD, studyShardCommands } from "./layout.js";
-export type { ModelPaths, ModelSummary, ShardCommands, StudySummary } from "./layout.js";
-
 export interface StudyOptions {
   /** What each model's steps did, for the user. */
   log?: (model: string, step: string, message: string) => void;

@@ -78,7 +78,8 @@ describe("per-row values and the paired comparison", () => {
 
   beforeAll(async () => {
     await syntheticModel(outputs, dir, "six", 1, 6);
-    await syntheticModel(outputs, dir, "ten", 2, 10);
+    // Three folds, not the default five: the per-row scores must follow what kts.json recorded.
+    await syntheticModel(outputs, dir, "ten", 2, 10, 3);
     const models = await listModels(outputs);
     expect(models.map((m) => m.name)).toEqual(["six", "ten"]);
     [a, b] = (await Promise.all(models.map((m) => loadModel(m)))) as [LoadedModel, LoadedModel];
@@ -98,7 +99,7 @@ describe("per-row values and the paired comparison", () => {
     }
   });
 
-  it("per-row KTS scores give kts.json's AUROC per family", () => {
+  it("per-row KTS scores give kts.json's AUROC per family, with the folds it records", () => {
     const rows = metricRows("ten", "kts").filter((r) => r.auroc !== null);
     expect(rows.length).toBeGreaterThan(10);
     for (const row of rows) {

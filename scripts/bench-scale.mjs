@@ -21,15 +21,15 @@ const bin = join(root, "bin", "hsm.js");
 const SHARDS = 8;
 const GB = 1e9;
 
-/** Runs a command under /usr/bin/time: wall seconds and peak resident memory. */
+/** Runs a command under /usr/bin/time: wall seconds and peak resident memory; `inherit` shows its output (progress) live. */
 function timed(cmd, args, { inherit = false } = {}) {
+  const report = join(benchDir, ".time");
   const t0 = performance.now();
-  const r = spawnSync("/usr/bin/time", ["-f", "%M", cmd, ...args], { stdio: ["ignore", inherit ? "inherit" : "pipe", "pipe"], maxBuffer: 1 << 28 });
+  const r = spawnSync("/usr/bin/time", ["-f", "%M", "-o", report, cmd, ...args], { stdio: ["ignore", inherit ? "inherit" : "pipe", inherit ? "inherit" : "pipe"], maxBuffer: 1 << 28 });
   const secs = (performance.now() - t0) / 1000;
-  const err = r.stderr.toString();
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${err.slice(-2000)}`);
-  if (inherit) process.stderr.write(err.split("\n").slice(0, -2).join("\n") + "\n");
-  const rssKb = Number(err.trim().split("\n").at(-1));
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status})${inherit ? "" : `: ${r.stderr.toString().slice(-2000)}`}`);
+  const rssKb = Number(readFileSync(report, "utf8").trim().split("\n").at(-1));
+  rmSync(report, { force: true });
   return { secs, rssMb: rssKb / 1024 };
 }
 

@@ -12,6 +12,7 @@
 #include "products.h"
 #include "rank.h"
 #include "rows.h"
+#include "sha256.h"
 
 namespace {
 
@@ -405,6 +406,94 @@ napi_value AddMoments(napi_env env, napi_callback_info info) {
   hsm::AddMoments(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
                   static_cast<double*>(sum.data), static_cast<double*>(sum_squares.data));
   return nullptr;
+// The hash state lives in a Uint8Array the caller keeps (8-byte aligned, at least sizeof(Sha256State)).
+bool GetShaState(napi_env env, napi_value value, hsm::Sha256State** out) {
+  View v;
+  if (!GetTyped(env, value, napi_uint8_array, "Expected Uint8Array for state", &v)) return false;
+  if (v.length < sizeof(hsm::Sha256State) || reinterpret_cast<uintptr_t>(v.data) % 8 != 0) {
+    return Fail(env, "Expected an 8-byte aligned state of sha256StateBytes bytes");
+  }
+  *out = static_cast<hsm::Sha256State*>(v.data);
+  return true;
+}
+
+// sha256Init(state)
+napi_value Sha256Init(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  hsm::Sha256State* s;
+  if (!GetArgs(env, info, 1, argv) || !GetShaState(env, argv[0], &s)) return nullptr;
+  hsm::Sha256Init(s);
+  return nullptr;
+}
+
+// sha256Update(state, data, statsFrom, width): hashes data; counts values of `width` bytes (0, 2, 4) from statsFrom.
+napi_value Sha256Update(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  hsm::Sha256State* s;
+  View data;
+  size_t stats_from, width;
+  if (!GetArgs(env, info, 4, argv) || !GetShaState(env, argv[0], &s) ||
+      !GetTyped(env, argv[1], napi_uint8_array, "Expected Uint8Array for data", &data) ||
+      !GetCount(env, argv[2], "Expected a byte offset for statsFrom", &stats_from) ||
+      !GetCount(env, argv[3], "Expected 0, 2 or 4 for width", &width)) {
+    return nullptr;
+  }
+  if (width != 0 && width != 2 && width != 4) {
+    Fail(env, "Expected 0, 2 or 4 for width");
+    return nullptr;
+  }
+  hsm::Sha256Update(s, static_cast<const uint8_t*>(data.data), data.length, stats_from, static_cast<int>(width));
+  return nullptr;
+}
+
+// sha256Update2(stateA, dataA, statsFromA, stateB, dataB, statsFromB, width): sha256Update on two streams at once.
+napi_value Sha256Update2(napi_env env, napi_callback_info info) {
+  napi_value argv[7];
+  hsm::Sha256State *a, *b;
+  View data_a, data_b;
+  size_t from_a, from_b, width;
+  if (!GetArgs(env, info, 7, argv) || !GetShaState(env, argv[0], &a) ||
+      !GetTyped(env, argv[1], napi_uint8_array, "Expected Uint8Array for dataA", &data_a) ||
+      !GetCount(env, argv[2], "Expected a byte offset for statsFromA", &from_a) || !GetShaState(env, argv[3], &b) ||
+      !GetTyped(env, argv[4], napi_uint8_array, "Expected Uint8Array for dataB", &data_b) ||
+      !GetCount(env, argv[5], "Expected a byte offset for statsFromB", &from_b) ||
+      !GetCount(env, argv[6], "Expected 0, 2 or 4 for width", &width)) {
+    return nullptr;
+  }
+  if (width != 0 && width != 2 && width != 4) {
+    Fail(env, "Expected 0, 2 or 4 for width");
+    return nullptr;
+  }
+  if (a == b) {
+    Fail(env, "Expected two different states");
+    return nullptr;
+  }
+  hsm::Sha256Update2(a, static_cast<const uint8_t*>(data_a.data), data_a.length, from_a, b,
+                     static_cast<const uint8_t*>(data_b.data), data_b.length, from_b, static_cast<int>(width));
+  return nullptr;
+}
+
+// sha256Final(state, digest) -> [nonfinite, maxBits]; digest receives the 32 bytes.
+napi_value Sha256Final(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  hsm::Sha256State* s;
+  View digest;
+  if (!GetArgs(env, info, 2, argv) || !GetShaState(env, argv[0], &s) ||
+      !GetTyped(env, argv[1], napi_uint8_array, "Expected Uint8Array for digest", &digest)) {
+    return nullptr;
+  }
+  if (digest.length < 32) {
+    Fail(env, "Expected a digest buffer of 32 bytes");
+    return nullptr;
+  }
+  hsm::Sha256Final(s, static_cast<uint8_t*>(digest.data));
+  napi_value result, a, b;
+  napi_create_array_with_length(env, 2, &result);
+  napi_create_double(env, static_cast<double>(s->nonfinite), &a);
+  napi_create_uint32(env, s->max_bits, &b);
+  napi_set_element(env, result, 0, a);
+  napi_set_element(env, result, 1, b);
+  return result;
 }
 
 }  // namespace
@@ -424,11 +513,20 @@ NAPI_MODULE_INIT() {
       {"anchorCosines", nullptr, AnchorCosines, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"standardizeRows", nullptr, StandardizeRows, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"addMoments", nullptr, AddMoments, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Init", nullptr, Sha256Init, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Update", nullptr, Sha256Update, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Update2", nullptr, Sha256Update2, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Final", nullptr, Sha256Final, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   napi_value simd;
   const char* name = hsm::HasF16c() ? "f16c" : "portable";
   napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &simd);
   napi_set_named_property(env, exports, "simd", simd);
+  napi_value sha, state_bytes;
+  napi_create_string_utf8(env, hsm::HasShaNi() ? "sha-ni" : "portable", NAPI_AUTO_LENGTH, &sha);
+  napi_set_named_property(env, exports, "sha", sha);
+  napi_create_uint32(env, static_cast<uint32_t>(sizeof(hsm::Sha256State)), &state_bytes);
+  napi_set_named_property(env, exports, "sha256StateBytes", state_bytes);
   return exports;
 }

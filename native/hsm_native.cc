@@ -406,6 +406,8 @@ napi_value AddMoments(napi_env env, napi_callback_info info) {
   hsm::AddMoments(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
                   static_cast<double*>(sum.data), static_cast<double*>(sum_squares.data));
   return nullptr;
+}
+
 // The hash state lives in a Uint8Array the caller keeps (8-byte aligned, at least sizeof(Sha256State)).
 bool GetShaState(napi_env env, napi_value value, hsm::Sha256State** out) {
   View v;

@@ -49,3 +49,10 @@ export const PROBE_VS_SKLEARN_DIGITS = 3;
 export const PROBE_FOLDS_TOGETHER_DIGITS = 4;
 /** The stopping rule checked with an independently recomputed float64 gradient: relative slack for float32 products. */
 export const GRADIENT_RECOMPUTED = 0.01;
+/**
+ * A stored float16 state against the float64 reference forward pass, per element: |got − want| ≤ 2^-10·|want| + 2e-3 —
+ * float16 rounding (half an ulp is 2^-11 relative; twice that covers the float32 graph's own rounding before the cast)
+ * plus an absolute floor for elements near zero, where float32 sums over d ≤ 64 products differ from float64 by ~1e-6
+ * and float16's subnormal spacing is 6e-8.
+ */
+export const STORED_VS_REFERENCE = { relative: 2 ** -10, absolute: 2e-3 } as const;

@@ -20,7 +20,7 @@ import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { leftPad, planBatches } from "./batching.js";
-import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
+import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan } from "./detect.js";
 import { promptFeeds } from "./feeds.js";
 import { ModelDirError, openModelDir } from "./model-dir.js";
 import { graphFormat, type GraphFormat } from "./model-report.js";
@@ -149,6 +149,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   if (main.length === 0) throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
   const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors });
   const { inspection, tokenizer } = inspected;
+  for (const w of inspection.plan.warnings) log(`warning: ${w}`, "warn");
   const layers = inspection.storedLayers;
   const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
   const [start, end] = o.shard ? shardRange(main.length, o.shard.index, o.shard.count, commitRows) : [0, main.length];
@@ -176,6 +177,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     condition_families: rows.map((r) => r.condition_family),
     max_prompt_len: MAX_PROMPT_LEN,
     ...(shard ? { shard } : {}),
+    style: styleRecord(inspection.plan, tensors),
   };
   // A finished store is left alone (after checking it was made the same way).
   if (await isComplete(o.out)) {

@@ -36,7 +36,6 @@ import { breakBatchingForTest } from "./self-check.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
-export { MAX_NEW_TOKENS };
 
 const NEXT_TOKEN = "hsm_next_token";
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
@@ -198,8 +197,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const model = decodeModel(source);
   const plan = planInputs(model.graph!, md.config.numLayers);
   if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
-  if (plan.paddingSide !== "left" || plan.feeds.some((f) => f.kind === "use_cache_branch")) {
-    throw new DetectionError(`${md.onnxPath}: generation does not yet run graphs that need ${plan.paddingSide} padding or a use_cache_branch input`);
+  if (plan.paddingSide !== "left") {
+    throw new DetectionError(`${md.onnxPath}: generation does not yet run graphs that need ${plan.paddingSide} padding`);
   }
   const inputs = new Map(model.graph!.input!.map((v) => [v.name!, v]));
   const { cached } = rewriteForGeneration(model);
@@ -211,7 +210,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const modelName = o.model ?? defaultModelName(o.modelDir);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
-  const decode = (batch: number[][]) => decodeBatch(session, batch, tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"));
+  const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
+  const decode = (batch: number[][]) => decodeBatch(session, batch, tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"), branch);
 
   await mkdir(dirname(o.out), { recursive: true });
   // One writer per generations file.
@@ -339,6 +339,8 @@ async function decodeBatch(
   cached: boolean,
   pastInputs: ValueInfoProto[],
   wantsPositions: boolean,
+  /** A merged decoder's branch input: false on the first step (no cache yet), true after. */
+  cacheBranch?: string,
 ): Promise<number[][]> {
   const B = prompts.length;
   const greedy = new GreedyRows(B, eos, maxNew);
@@ -364,6 +366,7 @@ async function decodeBatch(
       ...(cached ? past : {}),
     };
     if (wantsPositions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
+    if (cacheBranch) feeds[cacheBranch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
     const result = await session.run(feeds);
     const next = result[NEXT_TOKEN]!.data as BigInt64Array;
     if (greedy.push(next)) break;

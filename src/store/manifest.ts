@@ -55,8 +55,17 @@ export interface Manifest {
   tool_version: string;
   /** Present in a shard's store: which rows of the whole run it holds. */
   shard?: ShardInfo;
+  /** The export style recognized and how each stored tensor was found (written by hsm; absent in older stores). */
+  style?: StyleRecord;
   /** Rows re-run alone at batch 1 unpadded, compared with the stored rows (docs/extract.md). */
   self_check?: SelfCheck;
+}
+
+/** The `style` field: the style (`optimum-merged+structural`), the names cross-check, and per stored layer the tensor and how it was found. */
+export interface StyleRecord {
+  name: string;
+  cross_check?: string;
+  layers: { layer: number; tensor: string; how: string }[];
 }
 
 /** The batch self-check: per layer, the largest deviation of rows re-run alone from the stored rows. */

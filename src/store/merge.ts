@@ -71,6 +71,7 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
       query_ids: readers.flatMap((r) => r.manifest.query_ids),
       fact_ids: readers.flatMap((r) => r.manifest.fact_ids),
       condition_families: readers.flatMap((r) => r.manifest.condition_families),
+      ...(m0.style ? { style: m0.style } : {}),
     });
     try {
       if (writer.complete) return writer.manifest;

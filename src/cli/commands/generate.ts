@@ -8,13 +8,11 @@ import { out } from "../print.js";
 async function action(opts: ModelRunFlags & { out: string; maxNewTokens: number; selfCheck: number }): Promise<void> {
   const { quiet, ...rest } = opts;
   const progress = createProgress("generate", 0, { quiet });
-  const r = await generate({
-    ...rest,
-    onProgress: (d, t) => progress.update(d, t),
-    log: (m, level) => (level === "warn" || !quiet) && process.stderr.write(`hsm: ${m}\n`),
-  });
+  const log = (m: string, level?: string) => (level === "warn" || !quiet) && process.stderr.write(`hsm: ${m}\n`);
+  const r = await generate({ ...rest, log, onProgress: (d, t) => progress.update(d, t) });
   progress.end(`generate: ${r.written} queries in ${r.seconds.toFixed(1)} s`);
   out(`${opts.out}: ${r.written} generated${r.skipped ? `, ${r.skipped} already there` : ""}`);
+  if (r.failed) process.stderr.write(`hsm: warning: ${r.failed} queries failed and carry an "error" field instead of an answer; run hsm generate again to retry them\n`);
 }
 
 export function generateCommand(program: Command): void {

@@ -27,7 +27,8 @@ function printInspection(dir: string, rule: string, i: ModelInspection): void {
   if (unknown.length) out(`not fed: ${unknown.join(", ")} (a run stops if the stored layers read them)`);
   out(`outputs: ${i.outputs.length > 6 ? `${i.outputs.slice(0, 6).join(", ")}, … (${i.outputs.length})` : i.outputs.join(", ")}`);
   out(`special prefix tokens: ${i.addsPrefix.length ? i.addsPrefix.join(", ") : "none"}`);
-  out(`hidden states found by ${i.plan.strategy}; stored layers (${rule}): ${i.storedLayers.join(", ")}`);
+  out(`hidden states found by ${[...i.plan.prepared, i.plan.strategy].join("+")}; stored layers (${rule}): ${i.storedLayers.join(", ")}`);
+  if (i.plan.crossCheck) out(`cross-check: ${i.plan.crossCheck}`);
   for (const l of i.storedLayers) {
     const t = i.plan.tensors.find((x) => x.layer === l)!;
     out(`  L${String(l).padStart(3, "0")}  ${t.tensor}  — ${t.how} [${tensorMethod(i.plan.strategy, t)}]`);

@@ -52,11 +52,11 @@ describe("hsm inspect-model", () => {
     const r = spawnSync(process.execPath, [BIN, "inspect-model", modelDir], { encoding: "utf8" });
     expect(r.status).toBe(0);
     const lines = r.stdout.split("\n");
-    expect(lines).toContain("style: torch-names; computes in float32, weights float32");
+    expect(lines).toContain("style: structural; computes in float32, weights float32");
     const feeds = lines.find((l) => l.startsWith("feeds"))!;
     expect(feeds).toMatch(/^feeds \(left padding\): input_ids ← token ids; attention_mask ← mask \(0 on padding\); position_ids ← cumsum\(mask\) − 1; past_key_values\.0\.key ← empty KV cache;/);
     expect(feeds.split("; ")).toHaveLength(3 + 2 * 3);
-    expect(lines).toContain("  L002  /model/norm/Mul_1_output_0  — final norm output (/model/norm/Mul_1) [names]");
+    expect(lines).toContain("  L002  /model/norm/Mul_1_output_0  — structure: final norm output between the last residual and the LM head (/model/norm/Mul_1) [structure]");
   });
 
   it("prints the same as JSON, and says a tensor named on the command line was given", () => {

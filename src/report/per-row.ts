@@ -10,7 +10,8 @@
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { computeMetrics, type MetricsOptions } from "../metrics/compute.js";
 import { NO_LABEL } from "../metrics/labels.js";
-import { ALL_FAMILIES, MetricsError, type LayerData, type Metric, type MetricRow, type MetricSettings } from "../metrics/metric.js";
+import { anchorVectors } from "../metrics/iss.js";
+import { ALL_FAMILIES, type LayerData, type Metric, type MetricRow, type MetricSettings } from "../metrics/metric.js";
 import { trainProbes } from "../metrics/probe.js";
 import { fnv1a32 } from "../metrics/stats.js";
 
@@ -33,27 +34,7 @@ async function issRowValues(data: LayerData): Promise<IssRowValues[]> {
   const x = data.buffer(N * d);
   const valid = Uint8Array.from(data.finite);
   k.centreRows(data.h, N, d, valid, x);
-  const anchorOf = new Map<string, number>();
-  const anchorRows: number[][] = [];
-  for (let i = 0; i < N; i++) {
-    if (!valid[i] || families[i] !== ANCHOR_FAMILY) continue;
-    let g = anchorOf.get(facts[i]!);
-    if (g === undefined) anchorOf.set(facts[i]!, (g = anchorRows.push([]) - 1));
-    anchorRows[g]!.push(i);
-  }
-  const F = anchorRows.length;
-  if (F < 2) throw new MetricsError(`layer ${layer}: ${F} fact(s) have a usable anchor row; ISS needs at least 2`);
-  const A = new Float32Array(F * d);
-  anchorRows.forEach((rows, g) => {
-    const a = A.subarray(g * d, (g + 1) * d);
-    if (rows.length === 1) a.set(x.subarray(rows[0]! * d, (rows[0]! + 1) * d));
-    else {
-      const sum = new Float64Array(d);
-      for (const r of rows) for (let j = 0; j < d; j++) sum[j]! += x[r * d + j]!;
-      const norm = Math.sqrt(sum.reduce((t, v) => t + v * v, 0));
-      for (let j = 0; j < d; j++) a[j] = sum[j]! / norm;
-    }
-  });
+  const { anchorOf, A, F } = anchorVectors(layer, x, valid, facts, families, N, d);
   const q: number[] = [];
   for (let i = 0; i < N; i++) if (valid[i] && families[i] !== ANCHOR_FAMILY && anchorOf.has(facts[i]!)) q.push(i);
   const rows = Int32Array.from(q);

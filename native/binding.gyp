@@ -2,10 +2,10 @@
   "targets": [
     {
       "target_name": "hsm_native",
-      "sources": ["hsm_native.cc", "float16.cc", "rank.cc", "bootstrap.cc", "products.cc"],
+      "sources": ["hsm_native.cc", "float16.cc", "rank.cc", "bootstrap.cc", "products.cc", "rows.cc", "sha256.cc"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions"],
-      "cflags_cc": ["-O3", "-std=c++17", "-fno-math-errno"],
+      "cflags_cc": ["-O3", "-std=c++17", "-fno-math-errno", "-ffp-contract=off"],
       "defines": ["NAPI_VERSION=8"]
     }
   ]

@@ -1,15 +1,68 @@
 #include "bootstrap.h"
 
+#include "cpu.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace hsm {
 namespace {
 
 inline uint32_t Rotl(uint32_t x, int k) { return (x << k) | (x >> (32 - k)); }
+
+// One step of the xoshiro128** state, without the output. Every operation is
+// an exclusive-or, shift or rotation, so a step is a linear map of the 128
+// state bits over GF(2).
+inline void Step(uint32_t s[4]) {
+  const uint32_t t = s[1] << 9;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = Rotl(s[3], 11);
+}
+
+// The step map raised to the powers 2^0 … 2^(kJumpBits − 1), each as its 128
+// columns (the images of the unit states), so that a thread can start its
+// share of the replicates where the one sequential stream would be.
+constexpr int kJumpBits = 48;
+struct JumpTable {
+  uint32_t col[kJumpBits][128][4];
+  JumpTable() {
+    for (int j = 0; j < 128; j++) {
+      uint32_t s[4] = {0, 0, 0, 0};
+      s[j / 32] = 1u << (j % 32);
+      Step(s);
+      std::copy(s, s + 4, col[0][j]);
+    }
+    for (int p = 1; p < kJumpBits; p++) {
+      for (int j = 0; j < 128; j++) Apply(p - 1, col[p - 1][j], col[p][j]);
+    }
+  }
+  // out = (step map)^(2^p) applied to v.
+  void Apply(int p, const uint32_t v[4], uint32_t out[4]) const {
+    uint32_t r[4] = {0, 0, 0, 0};
+    for (int j = 0; j < 128; j++) {
+      if ((v[j / 32] >> (j % 32)) & 1u) {
+        for (int w = 0; w < 4; w++) r[w] ^= col[p][j][w];
+      }
+    }
+    std::copy(r, r + 4, out);
+  }
+};
+
+const JumpTable& Jumps() {
+  static const JumpTable* table = new JumpTable();
+  return *table;
+}
 
 // Twin of class Rng in src/util/random.ts.
 class Rng {
@@ -48,6 +101,15 @@ class Rng {
     if (n < (size_t{1} << 21)) return static_cast<size_t>((static_cast<uint64_t>(u) * n) >> 32);
     return static_cast<size_t>(static_cast<int64_t>(static_cast<double>(u) * 0x1p-32 * static_cast<double>(n)));
   }
+  // The generator as it will be after `steps` more draws (each draw is one step).
+  void Skip(uint64_t steps) {
+    uint32_t s[4] = {a_, b_, c_, d_};
+    for (int p = 0; steps != 0 && p < kJumpBits; p++, steps >>= 1) {
+      if (steps & 1) Jumps().Apply(p, s, s);
+    }
+    for (; steps != 0; steps--) Step(s);  // beyond 2^48 draws: not reached in practice
+    a_ = s[0], b_ = s[1], c_ = s[2], d_ = s[3];
+  }
 
  private:
   uint32_t a_, b_, c_, d_;
@@ -85,49 +147,157 @@ double Auroc(const SortedGroup& g, const int32_t* weight) {
   return wins / (sum_pos * neg_below);
 }
 
+// Runs fn(first, last) over [0, b) split into `parts` contiguous shares, one thread each.
+template <typename Fn>
+void Shares(size_t b, size_t parts, Fn fn) {
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < parts; t++) pool.emplace_back(fn, b * t / parts, b * (t + 1) / parts);
+  fn(0, b / parts);
+  for (auto& th : pool) th.join();
+}
+
+// Threads worth starting for `work` draws-and-passes (a thread start costs tens of microseconds).
+size_t ThreadsFor(size_t work, size_t b, int threads) {
+  if (work < (size_t{1} << 18)) return 1;
+  return std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), b, 16}));
+}
+
+#if defined(__x86_64__)
+// Sixteen replicates at once: weight[f * 16 + l] is fact f's count in replicate l.
+// Each replicate's sums are whole numbers (or halves) far below 2^53, so every
+// double operation is exact and each lane equals Auroc() on its own counts.
+// (The masked conversions do what plain ones do, without GCC 12's false warning.)
+constexpr size_t kLanes = 16;
+
+__attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const int32_t* weight, double* out) {
+  const __m512d half = _mm512_set1_pd(0.5);
+  __m512d nb0 = _mm512_setzero_pd(), nb1 = _mm512_setzero_pd();
+  __m512d sp0 = _mm512_setzero_pd(), sp1 = _mm512_setzero_pd();
+  __m512d w0 = _mm512_setzero_pd(), w1 = _mm512_setzero_pd();
+  for (size_t t = 0; t < g.n_ties; t++) {
+    const int32_t begin = g.ties[t], end = g.ties[t + 1];
+    if (end - begin == 1) {
+      // A score of its own: a positive row wins against every negative below it.
+      const int32_t* c = weight + static_cast<size_t>(g.fact[begin]) * kLanes;
+      const __m512d c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+      const __m512d c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 8)));
+      if (g.label[begin]) {
+        w0 = _mm512_fmadd_pd(c0, nb0, w0);
+        w1 = _mm512_fmadd_pd(c1, nb1, w1);
+        sp0 = _mm512_add_pd(sp0, c0);
+        sp1 = _mm512_add_pd(sp1, c1);
+      } else {
+        nb0 = _mm512_add_pd(nb0, c0);
+        nb1 = _mm512_add_pd(nb1, c1);
+      }
+      continue;
+    }
+    __m512d p0 = _mm512_setzero_pd(), p1 = _mm512_setzero_pd(), a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (int32_t i = begin; i < end; i++) {
+      const int32_t* c = weight + static_cast<size_t>(g.fact[i]) * kLanes;
+      const __m512d c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+      const __m512d c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 8)));
+      if (g.label[i]) {
+        p0 = _mm512_add_pd(p0, c0);
+        p1 = _mm512_add_pd(p1, c1);
+      }
+      a0 = _mm512_add_pd(a0, c0);
+      a1 = _mm512_add_pd(a1, c1);
+    }
+    const __m512d n0 = _mm512_sub_pd(a0, p0), n1 = _mm512_sub_pd(a1, p1);
+    w0 = _mm512_fmadd_pd(p0, _mm512_fmadd_pd(n0, half, nb0), w0);
+    w1 = _mm512_fmadd_pd(p1, _mm512_fmadd_pd(n1, half, nb1), w1);
+    nb0 = _mm512_add_pd(nb0, n0);
+    nb1 = _mm512_add_pd(nb1, n1);
+    sp0 = _mm512_add_pd(sp0, p0);
+    sp1 = _mm512_add_pd(sp1, p1);
+  }
+  alignas(64) double wins[kLanes], pos[kLanes], neg[kLanes];
+  _mm512_store_pd(wins, w0);
+  _mm512_store_pd(wins + 8, w1);
+  _mm512_store_pd(pos, sp0);
+  _mm512_store_pd(pos + 8, sp1);
+  _mm512_store_pd(neg, nb0);
+  _mm512_store_pd(neg + 8, nb1);
+  for (size_t l = 0; l < kLanes; l++) {
+    out[l] = pos[l] == 0 || neg[l] == 0 ? std::numeric_limits<double>::quiet_NaN() : wins[l] / (pos[l] * neg[l]);
+  }
+}
+
+// Replicates [first, last) sixteen at a time, drawn from `rng` (already at replicate `first`).
+void BootstrapAurocLanes(Rng rng, size_t first, size_t last, const SortedGroup& group, double* out,
+                         const SortedGroup* paired, const int32_t* to_paired, double* paired_out) {
+  const size_t n = group.n_facts;
+  const size_t pn = paired ? paired->n_facts : 0;
+  std::vector<int32_t> counts(n), weight(n * kLanes), paired_weight(pn * kLanes);
+  double lanes[kLanes];
+  for (size_t r0 = first; r0 < last; r0 += kLanes) {
+    const size_t nl = std::min(kLanes, last - r0);
+    std::fill(weight.begin(), weight.end(), 0);
+    for (size_t l = 0; l < nl; l++) {
+      Draw(rng, counts);
+      for (size_t f = 0; f < n; f++) weight[f * kLanes + l] = counts[f];
+    }
+    AurocLanes(group, weight.data(), lanes);
+    std::copy(lanes, lanes + nl, out + r0);
+    if (!paired) continue;
+    std::fill(paired_weight.begin(), paired_weight.end(), 0);
+    for (size_t f = 0; f < n; f++) {
+      if (to_paired[f] < 0) continue;
+      int32_t* dst = paired_weight.data() + static_cast<size_t>(to_paired[f]) * kLanes;
+      const int32_t* src = weight.data() + f * kLanes;
+      for (size_t l = 0; l < kLanes; l++) dst[l] += src[l];
+    }
+    AurocLanes(*paired, paired_weight.data(), lanes);
+    std::copy(lanes, lanes + nl, paired_out + r0);
+  }
+}
+#endif
+
 }  // namespace
 
-void BootstrapMean(uint32_t seed, uint32_t stream, const double* values, size_t n, size_t b, double* out) {
-  Rng rng(seed, stream);
-  std::vector<int32_t> counts(n);
-  for (size_t r = 0; r < b; r++) {
-    Draw(rng, counts);
-    double s = 0;
-    for (size_t f = 0; f < n; f++) s += counts[f] * values[f];
-    out[r] = s / static_cast<double>(n);
-  }
+void BootstrapMean(uint32_t seed, uint32_t stream, const double* values, size_t n, size_t b, double* out, int threads) {
+  // One sequential stream of draws; each thread skips ahead to its share's first replicate.
+  const Rng start(seed, stream);
+  Shares(b, ThreadsFor(n * b, b, threads), [&](size_t first, size_t last) {
+    Rng rng = start;
+    rng.Skip(static_cast<uint64_t>(first) * n);
+    std::vector<int32_t> counts(n);
+    for (size_t r = first; r < last; r++) {
+      Draw(rng, counts);
+      double s = 0;
+      for (size_t f = 0; f < n; f++) s += counts[f] * values[f];
+      out[r] = s / static_cast<double>(n);
+    }
+  });
 }
 
 void BootstrapAuroc(uint32_t seed, uint32_t stream, const SortedGroup& group, size_t b, double* out,
                     const SortedGroup* paired, const int32_t* to_paired, double* paired_out, int threads) {
-  // The draws are one sequential stream; the AUROC passes over them are independent and split across cores.
+  // One sequential stream of draws; each thread skips ahead to its share's first replicate.
   const size_t n = group.n_facts;
-  Rng rng(seed, stream);
-  std::vector<int32_t> draws(b * n);
-  std::vector<int32_t> counts(n);
-  for (size_t r = 0; r < b; r++) {
-    Draw(rng, counts);
-    std::copy(counts.begin(), counts.end(), draws.begin() + r * n);
-  }
-  auto work = [&](size_t first, size_t last) {
+  const Rng start(seed, stream);
+  const size_t rows = static_cast<size_t>(group.ties[group.n_ties]) + (paired ? static_cast<size_t>(paired->ties[paired->n_ties]) : 0);
+  Shares(b, ThreadsFor((n + rows) * b, b, threads), [&](size_t first, size_t last) {
+    Rng rng = start;
+    rng.Skip(static_cast<uint64_t>(first) * n);
+#if defined(__x86_64__)
+    if (HasAvx512()) return BootstrapAurocLanes(rng, first, last, group, out, paired, to_paired, paired_out);
+#endif
+    std::vector<int32_t> counts(n);
     std::vector<int32_t> paired_weights(paired ? paired->n_facts : 0);
     for (size_t r = first; r < last; r++) {
-      const int32_t* c = draws.data() + r * n;
-      out[r] = Auroc(group, c);
+      Draw(rng, counts);
+      out[r] = Auroc(group, counts.data());
       if (paired) {
         std::fill(paired_weights.begin(), paired_weights.end(), 0);
         for (size_t f = 0; f < n; f++) {
-          if (to_paired[f] >= 0) paired_weights[to_paired[f]] += c[f];
+          if (to_paired[f] >= 0) paired_weights[to_paired[f]] += counts[f];
         }
         paired_out[r] = Auroc(*paired, paired_weights.data());
       }
     }
-  };
-  const size_t nt = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, threads)), b / 16 + 1));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(work, b * t / nt, b * (t + 1) / nt);
-  work(0, b / nt);
-  for (auto& th : pool) th.join();
+  });
 }
 
 }  // namespace hsm

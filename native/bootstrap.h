@@ -8,8 +8,10 @@
 namespace hsm {
 
 // For each of b replicates: draw n facts with replacement, then
-// out[r] = sum_f count_f * values[f] / n.
-void BootstrapMean(uint32_t seed, uint32_t stream, const double* values, size_t n, size_t b, double* out);
+// out[r] = sum_f count_f * values[f] / n. Replicates are split across up to
+// `threads` threads, each starting the generator where the sequential stream
+// would be at its first replicate.
+void BootstrapMean(uint32_t seed, uint32_t stream, const double* values, size_t n, size_t b, double* out, int threads);
 
 // A group of rows sorted by score: each row's fact and 0/1 label, and the
 // starts of runs of equal scores (ties[0] = 0, ties[n_ties] = rows).
@@ -25,7 +27,8 @@ struct SortedGroup {
 // with rows weighted by their fact's count (NaN when a class has no weight).
 // With paired != nullptr, also paired_out[r] = the paired group's AUROC with
 // weights carried over by to_paired[f] (the paired fact of fact f, or -1).
-// The draws are sequential; the AUROC passes run on up to `threads` threads.
+// Replicates (draws and passes) are split across up to `threads` threads as in
+// BootstrapMean; the results do not depend on the split.
 void BootstrapAuroc(uint32_t seed, uint32_t stream, const SortedGroup& group, size_t b, double* out,
                     const SortedGroup* paired, const int32_t* to_paired, double* paired_out, int threads);
 

@@ -11,6 +11,8 @@
 #include "float16.h"
 #include "products.h"
 #include "rank.h"
+#include "rows.h"
+#include "sha256.h"
 
 namespace {
 
@@ -154,24 +156,25 @@ bool IsNull(napi_env env, napi_value v) {
   return napi_typeof(env, v, &t) == napi_ok && (t == napi_null || t == napi_undefined);
 }
 
-// bootstrapMean(seed, stream, values, b, out)
+// bootstrapMean(seed, stream, values, b, out, threads)
 napi_value BootstrapMean(napi_env env, napi_callback_info info) {
-  napi_value argv[5];
+  napi_value argv[6];
   uint32_t seed, stream;
-  size_t b;
+  size_t b, threads;
   View values, out;
-  if (!GetArgs(env, info, 5, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
+  if (!GetArgs(env, info, 6, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
       !GetU32(env, argv[1], "Expected a 32-bit stream", &stream) ||
       !GetTyped(env, argv[2], napi_float64_array, "Expected Float64Array for values", &values) ||
       !GetCount(env, argv[3], "Expected a replicate count", &b) ||
-      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for out", &out)) {
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for out", &out) ||
+      !GetCount(env, argv[5], "Expected a thread count", &threads)) {
     return nullptr;
   }
   if (out.length < b) {
     Fail(env, "Expected out to hold every replicate");
     return nullptr;
   }
-  hsm::BootstrapMean(seed, stream, static_cast<const double*>(values.data), values.length, b, static_cast<double*>(out.data));
+  hsm::BootstrapMean(seed, stream, static_cast<const double*>(values.data), values.length, b, static_cast<double*>(out.data), Threads(threads));
   return nullptr;
 }
 
@@ -271,6 +274,230 @@ napi_value Products(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
+// logisticPass(h, n, d, v, offset, y, train, k, loss, gsum, grad, threads)
+napi_value LogisticPass(napi_env env, napi_callback_info info) {
+  napi_value argv[12];
+  View h, v, offset, y, train, loss, gsum, grad;
+  size_t n, d, k, threads;
+  if (!GetArgs(env, info, 12, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+      !GetCount(env, argv[1], "Expected a row count", &n) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[3], napi_float64_array, "Expected Float64Array for v", &v) ||
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for offset", &offset) ||
+      !GetTyped(env, argv[5], napi_uint8_array, "Expected Uint8Array for y", &y) ||
+      !GetTyped(env, argv[6], napi_uint8_array, "Expected Uint8Array for train", &train) ||
+      !GetCount(env, argv[7], "Expected a fold count", &k) ||
+      !GetTyped(env, argv[8], napi_float64_array, "Expected Float64Array for loss", &loss) ||
+      !GetTyped(env, argv[9], napi_float64_array, "Expected Float64Array for gsum", &gsum) ||
+      !GetTyped(env, argv[10], napi_float64_array, "Expected Float64Array for grad", &grad) ||
+      !GetCount(env, argv[11], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (h.length < n * d || v.length < k * d || offset.length < k || y.length < n || train.length < k * n || loss.length < k ||
+      gsum.length < k || grad.length < k * d) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  hsm::LogisticPass(static_cast<const float*>(h.data), n, d, static_cast<const double*>(v.data), static_cast<const double*>(offset.data),
+                    static_cast<const uint8_t*>(y.data), static_cast<const uint8_t*>(train.data), k, static_cast<double*>(loss.data),
+                    static_cast<double*>(gsum.data), static_cast<double*>(grad.data), Threads(threads));
+  return nullptr;
+}
+
+// centreRows(h, n, d, valid, out, threads) -> rows left unmarked
+napi_value CentreRows(napi_env env, napi_callback_info info) {
+  napi_value argv[6];
+  View h, valid, out;
+  size_t n, d, threads;
+  if (!GetArgs(env, info, 6, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+      !GetCount(env, argv[1], "Expected a row count", &n) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[3], napi_uint8_array, "Expected Uint8Array for valid", &valid) ||
+      !GetTyped(env, argv[4], napi_float32_array, "Expected Float32Array for out", &out) ||
+      !GetCount(env, argv[5], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (h.length < n * d || out.length < n * d || valid.length < n) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  const size_t excluded = hsm::CentreRows(static_cast<const float*>(h.data), n, d, static_cast<uint8_t*>(valid.data),
+                                          static_cast<float*>(out.data), Threads(threads));
+  napi_value result;
+  napi_create_double(env, static_cast<double>(excluded), &result);
+  return result;
+}
+
+// Every entry of `rows` below `limit`.
+bool RowsBelow(napi_env env, const View& rows, size_t limit, const char* message) {
+  const int32_t* r = static_cast<const int32_t*>(rows.data);
+  for (size_t i = 0; i < rows.length; i++) {
+    if (r[i] < 0 || static_cast<size_t>(r[i]) >= limit) return Fail(env, message);
+  }
+  return true;
+}
+
+// anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads)
+napi_value AnchorCosines(napi_env env, napi_callback_info info) {
+  napi_value argv[9];
+  View x, rows, a, own, own_cos, other_cos;
+  size_t n_anchors, d, threads;
+  if (!GetArgs(env, info, 9, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for x", &x) ||
+      !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) ||
+      !GetTyped(env, argv[2], napi_float32_array, "Expected Float32Array for anchors", &a) ||
+      !GetCount(env, argv[3], "Expected an anchor count", &n_anchors) || !GetCount(env, argv[4], "Expected d", &d) ||
+      !GetTyped(env, argv[5], napi_int32_array, "Expected Int32Array for own", &own) ||
+      !GetTyped(env, argv[6], napi_float64_array, "Expected Float64Array for ownCos", &own_cos) ||
+      !GetTyped(env, argv[7], napi_float64_array, "Expected Float64Array for otherCos", &other_cos) ||
+      !GetCount(env, argv[8], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  const size_t n = rows.length;
+  if (d == 0 || n_anchors < 2 || a.length < n_anchors * d || own.length < n || own_cos.length < n || other_cos.length < n) {
+    Fail(env, "Expected at least two anchors and buffers large enough for the given counts");
+    return nullptr;
+  }
+  if (!RowsBelow(env, rows, x.length / d, "Expected rows inside x") || !RowsBelow(env, own, n_anchors, "Expected own anchors below the anchor count")) {
+    return nullptr;
+  }
+  hsm::AnchorCosines(static_cast<const float*>(x.data), static_cast<const int32_t*>(rows.data), n, static_cast<const float*>(a.data),
+                     n_anchors, d, static_cast<const int32_t*>(own.data), static_cast<double*>(own_cos.data),
+                     static_cast<double*>(other_cos.data), Threads(threads));
+  return nullptr;
+}
+
+// standardizeRows(h, rows, d, out, mean, scale, threads)
+napi_value StandardizeRows(napi_env env, napi_callback_info info) {
+  napi_value argv[7];
+  View h, rows, out, mean, scale;
+  size_t d, threads;
+  if (!GetArgs(env, info, 7, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+      !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[3], napi_float32_array, "Expected Float32Array for out", &out) ||
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for mean", &mean) ||
+      !GetTyped(env, argv[5], napi_float64_array, "Expected Float64Array for scale", &scale) ||
+      !GetCount(env, argv[6], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (d == 0 || out.length < rows.length * d || mean.length < d || scale.length < d) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  if (!RowsBelow(env, rows, h.length / d, "Expected rows inside h")) return nullptr;
+  hsm::StandardizeRows(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
+                       static_cast<float*>(out.data), static_cast<double*>(mean.data), static_cast<double*>(scale.data), Threads(threads));
+  return nullptr;
+}
+
+// addMoments(h, rows, d, sum, sumSquares)
+napi_value AddMoments(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  View h, rows, sum, sum_squares;
+  size_t d;
+  if (!GetArgs(env, info, 5, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+      !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[3], napi_float64_array, "Expected Float64Array for sum", &sum) ||
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for sumSquares", &sum_squares)) {
+    return nullptr;
+  }
+  if (d == 0 || sum.length < d || sum_squares.length < d) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  if (!RowsBelow(env, rows, h.length / d, "Expected rows inside h")) return nullptr;
+  hsm::AddMoments(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
+                  static_cast<double*>(sum.data), static_cast<double*>(sum_squares.data));
+  return nullptr;
+}
+
+// The hash state lives in a Uint8Array the caller keeps (8-byte aligned, at least sizeof(Sha256State)).
+bool GetShaState(napi_env env, napi_value value, hsm::Sha256State** out) {
+  View v;
+  if (!GetTyped(env, value, napi_uint8_array, "Expected Uint8Array for state", &v)) return false;
+  if (v.length < sizeof(hsm::Sha256State) || reinterpret_cast<uintptr_t>(v.data) % 8 != 0) {
+    return Fail(env, "Expected an 8-byte aligned state of sha256StateBytes bytes");
+  }
+  *out = static_cast<hsm::Sha256State*>(v.data);
+  return true;
+}
+
+// sha256Init(state)
+napi_value Sha256Init(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  hsm::Sha256State* s;
+  if (!GetArgs(env, info, 1, argv) || !GetShaState(env, argv[0], &s)) return nullptr;
+  hsm::Sha256Init(s);
+  return nullptr;
+}
+
+// sha256Update(state, data, statsFrom, width): hashes data; counts values of `width` bytes (0, 2, 4) from statsFrom.
+napi_value Sha256Update(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  hsm::Sha256State* s;
+  View data;
+  size_t stats_from, width;
+  if (!GetArgs(env, info, 4, argv) || !GetShaState(env, argv[0], &s) ||
+      !GetTyped(env, argv[1], napi_uint8_array, "Expected Uint8Array for data", &data) ||
+      !GetCount(env, argv[2], "Expected a byte offset for statsFrom", &stats_from) ||
+      !GetCount(env, argv[3], "Expected 0, 2 or 4 for width", &width)) {
+    return nullptr;
+  }
+  if (width != 0 && width != 2 && width != 4) {
+    Fail(env, "Expected 0, 2 or 4 for width");
+    return nullptr;
+  }
+  hsm::Sha256Update(s, static_cast<const uint8_t*>(data.data), data.length, stats_from, static_cast<int>(width));
+  return nullptr;
+}
+
+// sha256Update2(stateA, dataA, statsFromA, stateB, dataB, statsFromB, width): sha256Update on two streams at once.
+napi_value Sha256Update2(napi_env env, napi_callback_info info) {
+  napi_value argv[7];
+  hsm::Sha256State *a, *b;
+  View data_a, data_b;
+  size_t from_a, from_b, width;
+  if (!GetArgs(env, info, 7, argv) || !GetShaState(env, argv[0], &a) ||
+      !GetTyped(env, argv[1], napi_uint8_array, "Expected Uint8Array for dataA", &data_a) ||
+      !GetCount(env, argv[2], "Expected a byte offset for statsFromA", &from_a) || !GetShaState(env, argv[3], &b) ||
+      !GetTyped(env, argv[4], napi_uint8_array, "Expected Uint8Array for dataB", &data_b) ||
+      !GetCount(env, argv[5], "Expected a byte offset for statsFromB", &from_b) ||
+      !GetCount(env, argv[6], "Expected 0, 2 or 4 for width", &width)) {
+    return nullptr;
+  }
+  if (width != 0 && width != 2 && width != 4) {
+    Fail(env, "Expected 0, 2 or 4 for width");
+    return nullptr;
+  }
+  if (a == b) {
+    Fail(env, "Expected two different states");
+    return nullptr;
+  }
+  hsm::Sha256Update2(a, static_cast<const uint8_t*>(data_a.data), data_a.length, from_a, b,
+                     static_cast<const uint8_t*>(data_b.data), data_b.length, from_b, static_cast<int>(width));
+  return nullptr;
+}
+
+// sha256Final(state, digest) -> [nonfinite, maxBits]; digest receives the 32 bytes.
+napi_value Sha256Final(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  hsm::Sha256State* s;
+  View digest;
+  if (!GetArgs(env, info, 2, argv) || !GetShaState(env, argv[0], &s) ||
+      !GetTyped(env, argv[1], napi_uint8_array, "Expected Uint8Array for digest", &digest)) {
+    return nullptr;
+  }
+  if (digest.length < 32) {
+    Fail(env, "Expected a digest buffer of 32 bytes");
+    return nullptr;
+  }
+  hsm::Sha256Final(s, static_cast<uint8_t*>(digest.data));
+  napi_value result, a, b;
+  napi_create_array_with_length(env, 2, &result);
+  napi_create_double(env, static_cast<double>(s->nonfinite), &a);
+  napi_create_uint32(env, s->max_bits, &b);
+  napi_set_element(env, result, 0, a);
+  napi_set_element(env, result, 1, b);
+  return result;
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -283,11 +510,25 @@ NAPI_MODULE_INIT() {
       {"bootstrapAuroc", nullptr, BootstrapAuroc, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"rowsTimes", nullptr, Products<false>, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"rowsTransposeTimes", nullptr, Products<true>, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"logisticPass", nullptr, LogisticPass, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"centreRows", nullptr, CentreRows, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"anchorCosines", nullptr, AnchorCosines, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"standardizeRows", nullptr, StandardizeRows, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"addMoments", nullptr, AddMoments, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Init", nullptr, Sha256Init, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Update", nullptr, Sha256Update, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Update2", nullptr, Sha256Update2, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Final", nullptr, Sha256Final, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   napi_value simd;
   const char* name = hsm::HasF16c() ? "f16c" : "portable";
   napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &simd);
   napi_set_named_property(env, exports, "simd", simd);
+  napi_value sha, state_bytes;
+  napi_create_string_utf8(env, hsm::HasShaNi() ? "sha-ni" : "portable", NAPI_AUTO_LENGTH, &sha);
+  napi_set_named_property(env, exports, "sha", sha);
+  napi_create_uint32(env, static_cast<uint32_t>(sizeof(hsm::Sha256State)), &state_bytes);
+  napi_set_named_property(env, exports, "sha256StateBytes", state_bytes);
   return exports;
 }

@@ -3,6 +3,7 @@
 #include "cpu.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -231,15 +232,22 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
         panel[k * kPanel + g % kPanel] = lo | (hi << 16);
       }
     }
-    const size_t tiles = (n_rows + kRows - 1) / kRows;
-    const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, tiles));
-    std::vector<std::thread> pool;
-    auto work = [&](size_t t) {
-      const size_t first = std::min(n_rows, tiles * t / nt * kRows), last = std::min(n_rows, tiles * (t + 1) / nt * kRows);
-      RankBf16Rows(x, d, first, last, packed.get(), packed_bf.get(), n_panels, n_anchors, own, own_score, above);
+    // Rows in chunks handed out one at a time, so that a thread the machine slows down (other
+    // processes on the same cores) takes fewer chunks instead of holding the others up at the end.
+    // Each chunk (1 MB as bfloat16) stays in cache while every anchor block streams past it.
+    constexpr size_t kChunkRows = 64 * kRows;
+    const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
+    const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
+    std::atomic<size_t> next{0};
+    auto work = [&]() {
+      for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
+        const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
+        RankBf16Rows(x, d, first, last, packed.get(), packed_bf.get(), n_panels, n_anchors, own, own_score, above);
+      }
     };
-    for (size_t t = 1; t < nt; t++) pool.emplace_back(work, t);
-    work(0);
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < nt; t++) pool.emplace_back(work);
+    work();
     for (auto& th : pool) th.join();
     return;
   }

@@ -1,77 +1,85 @@
 #!/usr/bin/env node
-// npm run bench:extract — `hsm extract` against the naive onnxruntime-node run
-// of the same model (scripts/bench-extract-naive.mjs), in the same session:
-// a 12-layer, d_model 512 Llama-style model with the Llama 3 vocabulary over a
-// 2,000-row bank of realistic prompt lengths (most 10–80 tokens, a few past 192).
-// Rows/s include tokenization and model load; peak memory is each process's max RSS.
+// npm run bench:extract — `hsm extract` against a PyTorch peer of the same
+// model in the same session (scripts/torch_peer.py: the model in plain
+// PyTorch as HuggingFace's LlamaModel computes it, from the same weights,
+// inference mode, two threads, length-sorted batches of 16, left padding with
+// explicit position ids): a 12-layer, d_model 512 Llama-style model with the
+// Llama 3 vocabulary over a 2,000-row bank of realistic prompt lengths (most
+// 10–80 tokens, a few past 192). Rows/s include model load; hsm's include
+// tokenization too, the peer's do not (Debian ships no Python tokenizers
+// package, so the peer reads token ids made by hsm's tokenizer beforehand).
+// Peak memory is each process's max RSS. The peer's states are compared with
+// hsm's store, so that both are shown to do the same work.
+//
+// HSM_BENCH_NAIVE=1 adds the naive onnxruntime-node run of the same model
+// (scripts/bench-extract-naive.mjs), several minutes a run on two cores.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { median, timed } from "./bench-util.mjs";
+import { benchModelAndBank, ensureTorch, envWithout, median, timed, writeTokenIds } from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
 const runs = Number(process.env.HSM_BENCH_RUNS ?? 3);
-// The naive peer takes several minutes a run on two cores; one run is the default.
-const naiveRuns = Number(process.env.HSM_BENCH_NAIVE_RUNS ?? 1);
+const naiveRuns = process.env.HSM_BENCH_NAIVE === "1" ? Number(process.env.HSM_BENCH_NAIVE_RUNS ?? 1) : 0;
 const rowsWanted = Number(process.env.HSM_BENCH_ROWS ?? 2000);
 const batch = process.env.HSM_BENCH_BATCH ?? "16";
-const modelDir = join(benchDir, "model-12x512");
-const bank = join(benchDir, `bank-${rowsWanted}.jsonl`);
+const python = process.env.HSM_PYTHON ?? "/usr/bin/python3";
 const bin = join(root, "bin", "hsm.js");
-mkdirSync(benchDir, { recursive: true });
+const peerScript = join(root, "scripts", "torch_peer.py");
+// OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, where set for old OpenBLAS bugs, pin a slower kernel for PyTorch's BLAS.
+const peerEnv = envWithout("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE");
 
-if (!existsSync(join(modelDir, "model.onnx"))) {
-  const r = spawnSync(process.execPath, [bin, "make-model", modelDir, "--layers", "12", "--hidden", "512", "--heads", "8", "--kv-heads", "4", "--intermediate", "1536"], { stdio: "inherit" });
+const { modelDir, bank } = benchModelAndBank(root, benchDir, rowsWanted);
+const ids = join(benchDir, `bank-${rowsWanted}.ids.json`);
+if (!existsSync(ids)) await writeTokenIds(root, modelDir, bank, ids);
+const withTorch = ensureTorch(python);
+const weights = join(benchDir, "model-12x512-torch");
+if (withTorch && !existsSync(join(weights, "lm_head.weight.npy"))) {
+  const r = spawnSync(python, [peerScript, "convert", modelDir, weights], { stdio: "inherit" });
   if (r.status !== 0) process.exit(1);
 }
 
-// A deterministic bank: lengths drawn so most prompts are 10–80 tokens and about 3% exceed 192.
-if (!existsSync(bank)) {
-  const words = "the of capital river city which year who wrote country largest first born name famous mountain island language currency president founded element discovered ocean border".split(" ");
-  let s = 12345;
-  const rand = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 4294967296);
-  const families = ["anchor", "paraphrase", "typo", "distractor", "translation", "reorder"];
-  const lines = [];
-  for (let i = 0; i < rowsWanted; i++) {
-    const u = rand();
-    const n = u < 0.03 ? 160 + Math.floor(rand() * 140) : u < 0.7 ? 4 + Math.floor(rand() * 24) : 28 + Math.floor(rand() * 30);
-    const q = Array.from({ length: n }, () => words[Math.floor(rand() * words.length)]).join(" ") + "?";
-    lines.push(JSON.stringify({ query_id: `q${i}`, fact_id: `f${Math.floor(i / 6)}`, condition_family: families[i % 6], query: q, use_for_main_forward: true, answers: ["x"] }));
-  }
-  writeFileSync(bank, lines.join("\n") + "\n");
-}
-
-
-const hsm = [];
-const naive = [];
+const store = join(benchDir, "extract-store");
+const peerOut = join(benchDir, "extract-torch");
+const samples = { hsm: [], torch: [], naive: [] };
+const sample = (t) => ({ rows_per_s: rowsWanted / t.secs, secs: t.secs, mb: t.mb });
 for (let i = 0; i < runs; i++) {
-  const out = join(benchDir, "extract-store");
-  rmSync(out, { recursive: true, force: true });
-  const h = timed(process.execPath, [bin, "extract", "--model-dir", modelDir, "--bank", bank, "--out", out, "--batch-size", batch, "--quiet"]);
-  hsm.push({ rows_per_s: rowsWanted / h.secs, secs: h.secs, mb: h.mb });
-  console.error(`run ${i + 1}/${runs}: hsm ${h.secs.toFixed(1)} s, ${h.mb.toFixed(0)} MB`);
-  if (i < naiveRuns) {
-    const n = timed(process.execPath, [join(root, "scripts", "bench-extract-naive.mjs"), modelDir, bank, batch]);
-    naive.push({ rows_per_s: rowsWanted / n.secs, secs: n.secs, mb: n.mb });
-    console.error(`run ${i + 1}/${naiveRuns}: naive ${n.secs.toFixed(1)} s, ${n.mb.toFixed(0)} MB`);
-  }
+  // Interleaved, so that background load hits the contenders alike.
+  rmSync(store, { recursive: true, force: true });
+  samples.hsm.push(sample(timed(process.execPath, [bin, "extract", "--model-dir", modelDir, "--bank", bank, "--out", store, "--batch-size", batch, "--quiet"])));
+  if (withTorch) samples.torch.push(sample(timed(python, [peerScript, "extract", modelDir, weights, ids, peerOut], peerEnv)));
+  if (i < naiveRuns) samples.naive.push(sample(timed(process.execPath, [join(root, "scripts", "bench-extract-naive.mjs"), modelDir, bank, batch])));
+  console.error(`run ${i + 1}/${runs}: ${Object.entries(samples).filter(([, s]) => s.length > i).map(([k, s]) => `${k} ${s.at(-1).secs.toFixed(1)} s, ${s.at(-1).mb.toFixed(0)} MB`).join("; ")}`);
 }
-const res = {
-  date: new Date().toISOString(),
-  rows: rowsWanted,
-  batch_size: Number(batch),
-  runs,
-  naive_runs: naive.length,
-  hsm: { rows_per_s: median(hsm.map((x) => x.rows_per_s)), peak_mb: median(hsm.map((x) => x.mb)) },
-  naive: { rows_per_s: median(naive.map((x) => x.rows_per_s)), peak_mb: median(naive.map((x) => x.mb)) },
-};
-res.speedup = res.hsm.rows_per_s / res.naive.rows_per_s;
-res.memory_ratio = res.hsm.peak_mb / res.naive.peak_mb;
+
+const summary = (s) => (s.length ? { runs: s.length, rows_per_s: median(s.map((x) => x.rows_per_s)), seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) } : null);
+const res = { date: new Date().toISOString(), rows: rowsWanted, batch_size: Number(batch), hsm: summary(samples.hsm), torch: summary(samples.torch), naive: summary(samples.naive) };
+if (withTorch) {
+  const cmp = spawnSync(python, [peerScript, "compare", store, peerOut], { encoding: "utf8" });
+  res.states = cmp.status === 0 ? JSON.parse(cmp.stdout) : { error: cmp.stderr.slice(-500) };
+}
+for (const peer of ["torch", "naive"]) {
+  if (res[peer]) res[`vs_${peer}`] = { speed: res.hsm.rows_per_s / res[peer].rows_per_s, memory: res.hsm.peak_mb / res[peer].peak_mb };
+}
 writeFileSync(join(benchDir, "bench-extract.json"), JSON.stringify(res, null, 2) + "\n");
-console.log(`hsm extract vs naive onnxruntime-node — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}; medians of ${runs} and ${naive.length} runs`);
-console.log(`  hsm extract   ${res.hsm.rows_per_s.toFixed(1)} rows/s, peak ${res.hsm.peak_mb.toFixed(0)} MB`);
-console.log(`  naive         ${res.naive.rows_per_s.toFixed(1)} rows/s, peak ${res.naive.peak_mb.toFixed(0)} MB`);
-console.log(`  ratio         ${res.speedup.toFixed(2)}x the rows/s at ${(100 * res.memory_ratio).toFixed(0)}% of the peak memory`);
+
+const line = (name, r) => `  ${name.padEnd(14)}${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}`;
+console.log(`hsm extract vs peers — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}`);
+console.log(line("hsm extract", res.hsm));
+if (res.torch) console.log(line("PyTorch peer", res.torch));
+if (res.naive) console.log(line("naive ORT", res.naive));
+for (const peer of ["torch", "naive"]) {
+  const v = res[`vs_${peer}`];
+  if (v) console.log(`  vs ${peer === "torch" ? "PyTorch" : "naive ORT"}: ${v.speed.toFixed(2)}x the rows/s at ${(100 * v.memory).toFixed(0)}% of the peak memory`);
+}
+if (res.states?.layers) {
+  const layers = Object.values(res.states.layers);
+  const worst = (k) => Math.max(...layers.map((l) => l[k])).toExponential(2);
+  console.log(`  states: the peer's ${res.states.within ? "match" : "DO NOT match"} hsm's store within float16 rounding in all ${layers.length} layers`);
+  console.log(`          largest |Δ| ${worst("max_abs")}; relative to the row's RMS ${worst("max_abs_over_row_scale")}; relative to the value ${worst("max_rel")} (values ≥ 2^-14)`);
+  if (!res.states.within) process.exitCode = 1;
+} else if (res.states) console.log(`  states: comparison failed: ${res.states.error}`);
+if (!withTorch) console.log("  (no PyTorch peer: python3-torch is not installed)");

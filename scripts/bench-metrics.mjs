@@ -1,16 +1,22 @@
 #!/usr/bin/env node
 // npm run bench:metrics — `hsm metrics` (ISS and KTS, each backend) against a
-// straightforward NumPy + scikit-learn implementation of the same definitions
-// (scripts/metrics_peer.py), on the benchmark-scale fixture (39,258 rows,
-// d = 1024, 8 layers), in the same run: wall time and peak memory of each
-// process, medians of several runs, and the similarity kernel's GFLOP/s beside
+// careful NumPy + scikit-learn implementation of the same definitions
+// (scripts/metrics_peer.py: one float32 GEMM per query block, vectorized
+// statistics and bootstrap, BLAS on both cores), on the benchmark-scale
+// fixture (39,258 rows, d = 1024, 8 layers), in the same run: wall time and
+// peak memory of each process, medians of several runs, whether the two agree
+// within metrics.md's tolerances, and the similarity kernel's GFLOP/s beside
 // this machine's float32 matrix-multiply peak (NumPy's BLAS) measured here too.
+//
+// OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, where the environment sets them to
+// work around old OpenBLAS bugs, pin a slower kernel; the peer and the GEMM
+// peak run without them, and the BLAS kernel they use is printed.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { median, timed } from "./bench-util.mjs";
+import { agreement, envWithout, median, timed } from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -23,6 +29,7 @@ const backends = (process.env.HSM_BENCH_BACKENDS ?? "native,wasm").split(",");
 const slowRuns = Number(process.env.HSM_BENCH_SLOW_RUNS ?? 1);
 const python = process.env.HSM_PYTHON ?? "/usr/bin/python3";
 const bin = join(root, "bin", "hsm.js");
+const peerEnv = envWithout("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE");
 mkdirSync(benchDir, { recursive: true });
 if (!existsSync(join(store, "index.json"))) {
   const r = spawnSync(process.execPath, [bin, "fixture", fixture, "--bench"], { stdio: "inherit" });
@@ -40,11 +47,15 @@ for (const metric of ["iss", "kts"]) {
       if (b !== "native" && i >= slowRuns) continue;
       samples[b].push(timed(process.execPath, [bin, "metrics", store, "--scored", scored, "--metrics", metric, "--backend", b, "--out", join(benchDir, `metrics-${b}`), "--quiet"]));
     }
-    samples.peer.push(timed(python, [join(root, "scripts", "metrics_peer.py"), store, "--scored", scored, "--metrics", metric, "--out", join(benchDir, `peer-${metric}.json`)]));
+    samples.peer.push(timed(python, [join(root, "scripts", "metrics_peer.py"), store, "--scored", scored, "--metrics", metric, "--out", join(benchDir, `peer-${metric}.json`)], peerEnv));
     console.error(`${metric} run ${i + 1}/${runs}: ${Object.entries(samples).filter(([, s]) => s.length > i).map(([b, s]) => `${b} ${s.at(-1).secs.toFixed(1)} s`).join(", ")}`);
   }
   for (const [b, s] of Object.entries(samples)) entry[b] = { seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) };
+  const peer = JSON.parse(readFileSync(join(benchDir, `peer-${metric}.json`), "utf8"));
+  entry.peer.phases = peer.peer.phases;
+  results.peer_blas = peer.peer.blas;
   for (const b of backends) {
+    entry[b].agreement = agreement(JSON.parse(readFileSync(join(benchDir, `metrics-${b}`, `${metric}.json`), "utf8")).rows, peer[metric]);
     entry[b].time_vs_peer = entry[b].seconds / entry.peer.seconds;
     entry[b].memory_vs_peer = entry[b].peak_mb / entry.peer.peak_mb;
   }
@@ -52,7 +63,9 @@ for (const metric of ["iss", "kts"]) {
 
 // The similarity kernel alone, on one layer's shape, against NumPy's float32 GEMM on the same shape.
 const kernel = spawnSync(process.execPath, ["-e", `
-  const { nativeKernels: k } = await import(${JSON.stringify(join(root, "dist", "native", "index.js"))});
+  const { nativeKernels } = await import(${JSON.stringify(join(root, "dist", "native", "index.js"))});
+  const { kernelOptions } = await import(${JSON.stringify(join(root, "dist", "kernels", "registry.js"))});
+  const k = nativeKernels(kernelOptions());
   const { Rng } = await import(${JSON.stringify(join(root, "dist", "util", "random.js"))});
   const n = 32715, F = 6543, d = 1024, rng = new Rng(1);
   // Unit rows and anchors, as ISS gives the kernel.
@@ -60,8 +73,9 @@ const kernel = spawnSync(process.execPath, ["-e", `
   const a = unit(F), x = unit(n);
   for (let i = 0; i < n; i++) for (let j = 0; j < d; j++) x[i*d+j] = 0.3 * a[(i % F)*d+j] + x[i*d+j];
   const own = Int32Array.from({ length: n }, (_, i) => i % F), s = new Float32Array(n), c = new Int32Array(n);
+  const rows = Int32Array.from({ length: n }, (_, i) => i);
   const ts = [];
-  for (let r = 0; r < 3; r++) { const t = performance.now(); k.rankAgainstAnchors(x, n, a, F, d, own, s, c, 2); ts.push((performance.now() - t) / 1000); }
+  for (let r = 0; r < 3; r++) { const t = performance.now(); k.rank(x, rows, a, F, d, own, s, c); ts.push((performance.now() - t) / 1000); }
   ts.sort((p, q) => p - q);
   console.log(JSON.stringify({ seconds: ts[1], gflops: 2 * n * F * d / ts[1] / 1e9 }));
 `], { encoding: "utf8", input: "" , env: process.env });
@@ -72,7 +86,7 @@ ts = []
 for _ in range(3):
     t = time.perf_counter(); x @ a.T; ts.append(time.perf_counter() - t)
 ts.sort(); print(json.dumps({"seconds": ts[1], "gflops": 2 * 32715 * 6543 * 1024 / ts[1] / 1e9}))
-`], { encoding: "utf8" });
+`], { encoding: "utf8", env: peerEnv });
 try {
   results.kernel = JSON.parse(kernel.stdout.trim().split("\n").at(-1));
 } catch {
@@ -81,12 +95,19 @@ try {
 results.numpy_sgemm = JSON.parse(peak.stdout.trim());
 writeFileSync(join(benchDir, "bench-metrics.json"), JSON.stringify(results, null, 2) + "\n");
 
+const fmt = (x) => (x === 0 ? "0" : x.toExponential(1));
 console.log(`hsm metrics vs NumPy + scikit-learn — 39,258 rows, d = 1024, 8 layers; medians of ${runs} runs (${slowRuns} for backends other than native)`);
+console.log(`  peer BLAS: ${results.peer_blas.map((p) => `${p.internal_api ?? "?"} ${p.version ?? ""} (${p.architecture ?? "?"} kernel, ${p.num_threads ?? "?"} threads)`).join("; ")}`);
 for (const [metric, entry] of Object.entries(results.metrics)) {
-  console.log(`  ${metric.toUpperCase()}: peer ${entry.peer.seconds.toFixed(1)} s, ${entry.peer.peak_mb.toFixed(0)} MB`);
+  const phases = Object.entries(entry.peer.phases).filter(([, s]) => s > 0).map(([k, s]) => `${k} ${s.toFixed(1)} s`).join(", ");
+  console.log(`  ${metric.toUpperCase()}: peer ${entry.peer.seconds.toFixed(1)} s, ${entry.peer.peak_mb.toFixed(0)} MB (last run: ${phases})`);
   for (const b of backends) {
     const e = entry[b];
     console.log(`    ${b.padEnd(10)} ${e.seconds.toFixed(1)} s (${e.time_vs_peer.toFixed(2)}x the peer's time), ${e.peak_mb.toFixed(0)} MB (${e.memory_vs_peer.toFixed(2)}x its memory)`);
+    const a = e.agreement;
+    const devs = Object.entries(a.maxDev).filter(([, v]) => v > 0).map(([f, v]) => `${f} ${fmt(v)}`).join(", ");
+    if (a.failures.length) process.exitCode = 1;
+    console.log(`               ${a.failures.length ? `DISAGREES with the peer on ${a.failures.length} fields: ${a.failures.slice(0, 3).join("; ")}` : `agrees with the peer on all ${a.rows} rows within metrics.md's tolerances`} (largest |Δ|: ${devs || "none"})`);
   }
 }
 if (results.kernel.gflops) console.log(`  similarity kernel ${results.kernel.gflops.toFixed(0)} GFLOP/s; NumPy float32 GEMM on the same shape ${results.numpy_sgemm.gflops.toFixed(0)} GFLOP/s`);

@@ -48,7 +48,7 @@ for (let i = 0; i < runs; i++) {
 
 // Two sizes: a row block that stays in cache (1M values, what the store reader
 // and writer convert at a time) and a whole-layer buffer far larger than cache.
-const { nativeSimd } = await import(join(root, "dist", "native", "index.js"));
+const { nativeSimd, nativeSha } = await import(join(root, "dist", "native", "index.js"));
 const { kernelOptions } = await import(join(root, "dist", "kernels", "registry.js"));
 const { typescriptKernels } = await import(join(root, "dist", "kernels", "typescript", "index.js"));
 const nativeKernels = (await import(join(root, "dist", "native", "index.js"))).nativeKernels(kernelOptions());
@@ -103,11 +103,12 @@ const results = {
     ]),
   ),
   native: nativeSimd ?? "not built",
+  sha256: nativeSha ?? "node:crypto",
 };
 writeFileSync(join(benchDir, "bench-store.json"), JSON.stringify(results, null, 2) + "\n");
 
 const v = results.verify;
-console.log(`hsm verify vs sha256sum — ${v.files} files, ${(v.bytes / 1e6).toFixed(1)} MB, median of ${runs} (whole commands, page cache warm)`);
+console.log(`hsm verify vs sha256sum — ${v.files} files, ${(v.bytes / 1e6).toFixed(1)} MB, median of ${runs} (whole commands, page cache warm; hsm's sha256: ${results.sha256})`);
 console.log(`  hsm verify   ${v.hsm_verify_s.toFixed(3)} s`);
 console.log(`  sha256sum    ${v.sha256sum_s.toFixed(3)} s`);
 console.log(`  ratio        ${v.speedup_vs_sha256sum.toFixed(2)}x faster`);

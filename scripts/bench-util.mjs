@@ -1,5 +1,8 @@
-// Shared by the benchmark scripts: medians, and a command's wall time and peak memory.
+// Shared by the benchmark scripts: medians, a command's wall time and peak
+// memory, and the tolerances two implementations of a metric must agree within.
 import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 
 export const median = (xs) => {
   const v = [...xs].sort((a, b) => a - b);
@@ -7,10 +10,130 @@ export const median = (xs) => {
   return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 };
 
-/** Runs `cmd args` under /usr/bin/time: wall seconds and peak resident memory (MB). */
-export function timed(cmd, args) {
-  const r = spawnSync("/usr/bin/time", ["-f", "%e %M", cmd, ...args], { encoding: "utf8", maxBuffer: 1 << 26 });
+/** Runs `cmd args` under /usr/bin/time: wall seconds, peak resident memory (MB) and stdout. `env` replaces the environment. */
+export function timed(cmd, args, env = process.env) {
+  const r = spawnSync("/usr/bin/time", ["-f", "%e %M", cmd, ...args], { encoding: "utf8", maxBuffer: 1 << 26, env });
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed:\n${r.stderr}`);
   const [secs, kb] = r.stderr.trim().split("\n").at(-1).split(" ").map(Number);
-  return { secs, mb: kb / 1024 };
+  return { secs, mb: kb / 1024, stdout: r.stdout };
+}
+
+/** The environment without the given variables. */
+export function envWithout(...names) {
+  const env = { ...process.env };
+  for (const n of names) delete env[n];
+  return env;
+}
+
+// metrics.md's tolerances for agreement between implementations.
+const POINT = { iss: 1e-4, own_cos: 1e-4, other_cos: 1e-4, auroc: 5e-3, kts: 2e-2 };
+const EXACT = ["n_queries", "n_facts", "n_correct", "excluded_nonfinite", "skipped_no_anchor"];
+// Exact except for rows whose own score is within 1e-6 of a competitor's, which neither side reports.
+const RANKS = ["r_at_1", "mrr"];
+
+/**
+ * Compares two implementations' rows (matched on layer and family) field by
+ * field: the largest deviation of each field, and the fields outside the
+ * tolerance. Intervals are held to max(0.02, 0.15 × the first side's width).
+ */
+export function agreement(mine, peer) {
+  const key = (r) => `${r.layer}/${r.family}`;
+  const peerRows = new Map(peer.map((r) => [key(r), r]));
+  const maxDev = {};
+  const failures = [];
+  const note = (field, dev, ok, row) => {
+    maxDev[field] = Math.max(maxDev[field] ?? 0, dev);
+    if (!ok) failures.push(`${key(row)} ${field}: ${row[field]} vs ${peerRows.get(key(row))[field]}`);
+  };
+  for (const m of mine) {
+    const p = peerRows.get(key(m));
+    if (!p) {
+      failures.push(`${key(m)}: missing from the peer`);
+      continue;
+    }
+    for (const field of Object.keys(m)) {
+      if (!(field in p) || typeof m[field] === "string" || field === "layer") continue;
+      const a = m[field];
+      const b = p[field];
+      if (a === null || b === null) {
+        note(field, 0, a === b, m);
+        continue;
+      }
+      const dev = Math.abs(a - b);
+      const ci = /^(.*)_ci_(low|high)$/.exec(field);
+      if (ci) note(field, dev, dev <= Math.max(0.02, 0.15 * (m[`${ci[1]}_ci_high`] - m[`${ci[1]}_ci_low`])), m);
+      else if (field in POINT) note(field, dev, dev <= POINT[field], m);
+      else if (EXACT.includes(field)) note(field, dev, dev === 0, m);
+      else if (RANKS.includes(field)) note(field, dev, true, m);
+    }
+  }
+  return { rows: mine.length, maxDev, failures };
+}
+
+/**
+ * Whether `python` can import torch and onnx (the PyTorch peers); installs
+ * Debian's python3-torch and python3-onnx with apt-get when missing and root,
+ * otherwise says how and returns false.
+ */
+export function ensureTorch(python) {
+  const has = () => spawnSync(python, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
+  if (has()) return true;
+  if (process.getuid?.() !== 0) {
+    console.error("The PyTorch peer needs Debian's python3-torch and python3-onnx: sudo apt-get install python3-torch python3-onnx");
+    return false;
+  }
+  console.error("installing python3-torch and python3-onnx for the PyTorch peer (apt-get)");
+  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+  spawnSync("apt-get", ["update", "-qq"], { stdio: "inherit", env });
+  spawnSync("apt-get", ["install", "-y", "-qq", "python3-torch", "python3-onnx"], { stdio: "inherit", env });
+  return has();
+}
+
+/**
+ * Tokenizes the main-forward rows of `bank` with hsm's own prompt and
+ * tokenizer (left truncation to 192 tokens, BOS kept) and writes their token
+ * ids to `out` as JSON (`query_ids`, and `ids`: one list per row, in bank
+ * order): the input of the PyTorch peers, since Debian ships no Python
+ * tokenizers package.
+ */
+export async function writeTokenIds(root, modelDir, bank, out) {
+  const dist = (...p) => import(join(root, "dist", ...p));
+  const { mainForwardRows, readBank } = await dist("bank", "bank.js");
+  const { buildPrompt } = await dist("bank", "prompt.js");
+  const { PromptTokenizer } = await dist("runner", "tokenizer.js");
+  const tokenizer = await PromptTokenizer.load(modelDir);
+  const rows = mainForwardRows(await readBank(bank));
+  writeFileSync(out, JSON.stringify({ query_ids: rows.map((r) => r.query_id), ids: rows.map((r) => tokenizer.encode(buildPrompt(r))) }));
+}
+
+/**
+ * The extraction and generation benchmarks' model and bank, made once under
+ * `benchDir`: a 12-layer, d_model 512 Llama-style model with the Llama 3
+ * vocabulary, and a deterministic bank of `rows` rows whose prompts are mostly
+ * 10–80 tokens, about 3% past 192.
+ */
+export function benchModelAndBank(root, benchDir, rows) {
+  const bin = join(root, "bin", "hsm.js");
+  const modelDir = join(benchDir, "model-12x512");
+  const bank = join(benchDir, `bank-${rows}.jsonl`);
+  mkdirSync(benchDir, { recursive: true });
+  if (!existsSync(join(modelDir, "model.onnx"))) {
+    const r = spawnSync(process.execPath, [bin, "make-model", modelDir, "--layers", "12", "--hidden", "512", "--heads", "8", "--kv-heads", "4", "--intermediate", "1536"], { stdio: "inherit" });
+    if (r.status !== 0) process.exit(1);
+  }
+  if (!existsSync(bank)) {
+    const words = "the of capital river city which year who wrote country largest first born name famous mountain island language currency president founded element discovered ocean border".split(" ");
+    let s = 12345;
+    const rand = () => (s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 4294967296;
+    const families = ["anchor", "paraphrase", "typo", "distractor", "translation", "reorder"];
+    const lines = [];
+    for (let i = 0; i < rows; i++) {
+      const u = rand();
+      const n = u < 0.03 ? 160 + Math.floor(rand() * 140) : u < 0.7 ? 4 + Math.floor(rand() * 24) : 28 + Math.floor(rand() * 30);
+      const q = Array.from({ length: n }, () => words[Math.floor(rand() * words.length)]).join(" ") + "?";
+      lines.push(JSON.stringify({ query_id: `q${i}`, fact_id: `f${Math.floor(i / 6)}`, condition_family: families[i % 6], query: q, use_for_main_forward: true, answers: ["x"] }));
+    }
+    writeFileSync(bank, lines.join("\n") + "\n");
+  }
+  return { modelDir, bank };
 }

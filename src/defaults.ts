@@ -13,6 +13,10 @@ export const MAX_NEW_TOKENS = 24;
 export const DEFAULT_BATCH_SIZE = 16;
 /** Rows per durable commit (and shard boundary) of an extraction. */
 export const DEFAULT_COMMIT_ROWS = 1024;
+/** Rows of an extraction re-run alone at batch 1 to check the batched states (0: no check). */
+export const DEFAULT_SELF_CHECK_ROWS = 32;
+/** Rows of a generation regenerated alone at batch 1 to check the batched texts (0: no check). */
+export const DEFAULT_GENERATE_CHECK_ROWS = 16;
 /** Where onnxruntime runs. */
 export const DEFAULT_DEVICE = "cpu";
 
@@ -42,7 +46,7 @@ export function defaultModelName(modelDir: string): string {
 export const UNNAMED = "unknown";
 
 /** Where onnxruntime can run: the closed set `--device` accepts. */
-export const DEVICES = ["cpu", "cuda"] as const;
+export const DEVICES = ["cpu", "cuda", "webgpu"] as const;
 
 /** `hsm make-model`'s geometry when a flag is not given (`kvHeads`: half the heads, `intermediate`: twice the width). */
 export const DEFAULT_TINY_MODEL = { layers: 4, hidden: 64, heads: 4, tokenizer: "llama3.1", seed: 1234 } as const;

@@ -103,3 +103,23 @@ export class StoreError extends HsmError {
     super(`${path}: ${problem}`, options);
   }
 }
+
+/** A store that does not fit in the free space of its file system; refused before anything is written. */
+export class DiskSpaceError extends StoreError {
+  constructor(
+    path: string,
+    /** Bytes the store still needs. */
+    readonly needed: number,
+    /** Bytes free for this user on the file system. */
+    readonly available: number,
+  ) {
+    super(
+      path,
+      `needs ${bytesText(needed)} of free space for the store, but its file system has ${bytesText(available)} free; free ${bytesText(needed - available)} more or write the store elsewhere`,
+    );
+  }
+}
+
+function bytesText(n: number): string {
+  return `${n.toLocaleString("en-US")} bytes (${n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : `${(n / 1e6).toFixed(2)} MB`})`;
+}

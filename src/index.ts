@@ -18,10 +18,15 @@ import type { FixturePreset } from "./fixtures/presets.js";
 import type { MetricsOptions, MetricsResult } from "./metrics/compute.js";
 import type { LlamaConfig, TinyModelOptions } from "./models/llama.js";
 import type { ExtractOptions as RunnerExtractOptions, ExtractResult, ModelInspection } from "./runner/extract.js";
-import type { GenerateOptions } from "./runner/generate.js";
+import type { GenerateOptions, GenerateResult } from "./runner/generate.js";
 import type { ScoreOptions, ScoreSummary } from "./score/score-file.js";
 import type { Manifest } from "./store/manifest.js";
 import type { VerifyOptions, VerifyReport } from "./store/verify.js";
+import type { Study } from "./study/study-file.js";
+import type { StudyOptions } from "./study/study.js";
+import type { StudySummary } from "./study/layout.js";
+import type { CompareOptions, Comparison, LoadOptions } from "./report/compare.js";
+import type { ReportOptions, ReportResult } from "./report/build.js";
 
 // Light modules: loaded with "hsm" itself.
 export * from "./defaults.js";
@@ -32,14 +37,20 @@ export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/b
 export { formatTable, writeResults, type WrittenFiles } from "./metrics/report.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
+export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
+export { formatComparison } from "./report/format.js";
+export { matchDepth, type LayerPair } from "./report/depth.js";
 
 export type { BankSummary, DemoOptions, DemoResult, RunMetricsOptions, RunMetricsResult, RunOptions, RunResult };
 export type { ExportOptions, FixtureOptions, FixtureResult, MetricsOptions, MetricsResult, LlamaConfig, TinyModelOptions };
-export type { ExtractResult, ModelInspection, GenerateOptions, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
+export type { Study, StudyOptions, StudySummary, CompareOptions, Comparison, LoadOptions, ReportOptions, ReportResult };
+export type { DepthComparison, FamilyComparison, Accuracy } from "./report/compare.js";
+export type { ExtractResult, ModelInspection, GenerateOptions, GenerateResult, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
 export type { IssRow, KtsRow } from "./metrics/compute.js";
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
 export type { AdoptOptions } from "./store/adopt.js";
 export type { Device } from "./runner/session.js";
+export { tensorMethod, type GraphFormat, type TensorMethod } from "./runner/model-report.js";
 export type { TokenizerName } from "./models/llama.js";
 
 /** {@link extract}'s options; `shard` may also be written `"K/N"`. */
@@ -59,7 +70,7 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
 }
 
 /** Greedy answers to every bank query, appended to a JSONL file; a rerun skips the queries already answered. */
-export async function generate(o: GenerateOptions): Promise<{ written: number; skipped: number; seconds: number }> {
+export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   return (await import("./runner/generate.js")).generate(o);
 }
 
@@ -130,8 +141,32 @@ export async function writeFixture(out: string, options: FixtureOptions & { pres
 }
 
 /** Writes a small Llama-style ONNX model folder with seeded random weights, after checking its geometry. */
-export async function writeTinyModel(dir: string, options: TinyModelOptions = {}): Promise<LlamaConfig> {
-  const [{ writeTinyModel: write }, { modelFiles, validateTinyModelOptions }] = await Promise.all([import("./models/llama.js"), import("./models/options.js")]);
-  const valid = validateTinyModelOptions(options);
-  return write(dir, valid, modelFiles(valid));
+export async function writeTinyModel(dir: string, options: TinyModelOptions & { style?: string } = {}): Promise<LlamaConfig> {
+  const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([import("./models/llama.js"), import("./models/options.js")]);
+  const { style, ...rest } = options;
+  if (style !== undefined || rest.family !== undefined) {
+    return (await import("./models/export-styles.js")).writeModelInStyle(dir, style ?? "plain", validateTinyModelOptions(rest));
+  }
+  return write(dir, validateTinyModelOptions(options));
+}
+
+/** Reads and checks a study file (YAML, or JSON when named `.json`); errors name the file, line and field. */
+export async function readStudyFile(file: string): Promise<Study> {
+  return (await import("./study/study-file.js")).readStudyFile(file);
+}
+
+/** Runs every model of a study into its output root, skipping what is finished; one model's failure does not stop the others. */
+export async function runStudy(file: string | Study, o: StudyOptions = {}): Promise<StudySummary> {
+  return (await import("./study/study.js")).runStudy(file, o);
+}
+
+/** The paired comparison of two models of an outputs root: correctness per family, ISS and KTS at matched depth. */
+export async function compareModels(outputs: string, a: string, b: string, o: CompareOptions & LoadOptions = {}): Promise<Comparison> {
+  return (await import("./report/compare.js")).compareModels(outputs, a, b, o);
+}
+
+
+/** Writes the self-contained HTML report of every model under an outputs root. */
+export async function writeReport(outputs: string, o: ReportOptions = {}): Promise<ReportResult> {
+  return (await import("./report/build.js")).writeReport(outputs, o);
 }

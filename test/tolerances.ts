@@ -63,3 +63,10 @@ export const FLOAT16_COMPUTE_PER_LAYER = 16 * 2 ** -11;
  * RMS (3 blocks, 18 rows up to 192 tokens), allowed twice that. A wrong tensor is off by the RMS itself.
  */
 export const INT8_CODE_FLIPS = 0.1;
+/**
+ * A stored float16 state against the float64 reference forward pass, per element: |got − want| ≤ 2^-10·|want| + 2e-3 —
+ * float16 rounding (half an ulp is 2^-11 relative; twice that covers the float32 graph's own rounding before the cast)
+ * plus an absolute floor for elements near zero, where float32 sums over d ≤ 64 products differ from float64 by ~1e-6
+ * and float16's subnormal spacing is 6e-8.
+ */
+export const STORED_VS_REFERENCE = { relative: 2 ** -10, absolute: 2e-3 } as const;

@@ -70,7 +70,7 @@ export function modelRunOptions(cmd: Command, output: OutputOption): Command {
     .option("--model-file <file>", MODEL_FILE_HELP)
     .option("--model <name>", "model name recorded in the outputs (default: the folder's name)")
     .option("--batch-size <n>", "prompts per forward pass", intOption("--batch-size", 1), DEFAULT_BATCH_SIZE)
-    .option("--device <device>", DEVICES.join(" or "), choiceOption("--device", DEVICES), DEFAULT_DEVICE)
+    .option("--device <device>", DEVICES.join(", "), choiceOption("--device", DEVICES), DEFAULT_DEVICE)
     .option("--threads <n>", "onnxruntime intra-op threads (default: all cores)", intOption("--threads", 1));
 }
 

@@ -6,7 +6,7 @@
  *
  * | backend | implements | falls back to |
  * |---|---|---|
- * | `native` | float16 conversion and stats, rank, products, bootstrap | `typescript` |
+ * | `native` | everything (hashing included) | `typescript` (where the addon is missing a kernel) |
  * | `tfjs-node`, `tfjs-node-gpu`, `webgpu`, `wasm` | rank, products, rowsTimes (TensorFlow.js) | `typescript` |
  * | `typescript` | everything | — |
  *
@@ -148,14 +148,14 @@ export async function openKernels(name: BackendName, o: OpenOptions = {}): Promi
 }
 
 let warned = false;
-let forStore: Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats"> | undefined;
+let forStore: Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> | undefined;
 
 /**
  * The synchronous kernels the store uses (float16 conversion and stats): the
  * native core's where it loaded, else TypeScript's, with one warning per
  * process (`quiet` for worker threads, whose parent has already warned).
  */
-export function storeKernels(options: { quiet?: boolean } = {}): Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats"> {
+export function storeKernels(options: { quiet?: boolean } = {}): Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> {
   forStore ??= nativeKernels(kernelOptions());
   if (forStore) return forStore;
   if (!warned && !options.quiet) {

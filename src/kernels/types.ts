@@ -6,6 +6,8 @@
  * What agrees across implementations, kernel by kernel:
  * - `f32ToF16`, `f16ToF32`, `f16Stats`: exact — the same bits everywhere
  *   (NumPy's conversion).
+ * - `sha256Stats`: exact — the digest node:crypto gives, and `f16Stats`'
+ *   (or the float32 equivalent's) counts.
  * - `bootstrapMean`, `bootstrapAuroc`: the same draws everywhere (one
  *   generator); the replicates are equal bit for bit, as every implementation
  *   sums the same terms in the same order.
@@ -16,7 +18,8 @@
  *   native core multiplies float32 rows in float32 lanes; TensorFlow.js in
  *   float32. They agree within float32 accumulation error, not bitwise.
  * - `centreRows`, `anchorCosines`, `standardizeRows`, `foldMoments`: float64
- *   sums in a fixed order; one implementation (TypeScript) today.
+ *   sums in a fixed order, the same in TypeScript and the native core: equal
+ *   bit for bit.
  */
 
 /** Maybe a promise: TensorFlow.js kernels read results back asynchronously. */
@@ -26,6 +29,24 @@ export type MaybePromise<T> = T | Promise<T>;
 export interface F16Stats {
   nonfinite: number;
   maxAbs: number;
+}
+
+/** One pass over a stream of bytes: its sha256 and the statistics of the float values it carries. */
+export interface Sha256Stream {
+  /**
+   * Hashes `chunk`; with a value width, also counts the values in
+   * `chunk[statsFrom…]` (default 0: all of it), whole values only. Chunks
+   * carrying values should start on a value boundary.
+   */
+  update(chunk: Uint8Array, statsFrom?: number): void;
+  /**
+   * `update(chunk, statsFrom)` here and `other.update(otherChunk,
+   * otherFrom)` together; the native core interleaves the two on one core,
+   * which hashes nearly twice as fast as one stream.
+   */
+  updateWith(chunk: Uint8Array, statsFrom: number, other: Sha256Stream, otherChunk: Uint8Array, otherFrom: number): void;
+  /** The hex digest, and the statistics when a width was given. Once; the stream is finished after it. */
+  digest(): { sha256: string; stats?: F16Stats };
 }
 
 /** A group of scored rows sorted by score, as the AUROC kernels take them. */
@@ -47,7 +68,23 @@ export interface RowProducts {
   times(v: Float64Array, k: number): Promise<Float64Array>;
   /** Hᵀ · G for G (n × k, row-major): returns d × k as k columns (column j at [j*d …]). */
   transposeTimes(g: Float64Array, k: number): Promise<Float64Array>;
+  /**
+   * The logistic probe's objective and gradient for k folds in one pass over
+   * H, where a backend has it (else the probe uses `times` and
+   * `transposeTimes`): for fold j, over rows i with `train[j·n + i]` set,
+   * s = ±1 by `y[i]` and m = s·(H_i·v_j + offset[j]): `loss[j]` = Σ log(1 + e^−m),
+   * `gsum[j]` = Σ g_i, `grad` column j = Σ g_i H_i, with g_i = −s/(1 + e^m).
+   */
+  logistic?(v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number): Promise<LogisticPass>;
   dispose(): void;
+}
+
+/** What {@link RowProducts.logistic} returns, per fold. */
+export interface LogisticPass {
+  loss: Float64Array;
+  gsum: Float64Array;
+  /** k columns of d: column j at [j·d …]. */
+  grad: Float64Array;
 }
 
 export interface Kernels {
@@ -57,6 +94,12 @@ export interface Kernels {
   f16ToF32(src: Uint16Array, dst: Float32Array): void;
   /** Non-finite count and largest finite magnitude of float16 bits. */
   f16Stats(src: Uint16Array): F16Stats;
+  /**
+   * A streamed sha256 that counts, in the same pass, the non-finite values and
+   * largest finite magnitude of the float16 (`width` 2) or float32 (4) values
+   * it is shown; 0 counts nothing.
+   */
+  sha256Stats(width: 0 | 2 | 4): Sha256Stream;
   /**
    * ISS's preparation: the rows of `h` (n × d) marked in `valid`, centred on
    * their float64 mean and scaled to unit length, written to `out` (n × d;
@@ -113,6 +156,7 @@ export const KERNEL_NAMES: readonly KernelName[] = [
   "f32ToF16",
   "f16ToF32",
   "f16Stats",
+  "sha256Stats",
   "centreRows",
   "rank",
   "anchorCosines",

@@ -44,7 +44,8 @@ export interface MetricsOptions {
   allowIncomplete?: boolean;
   abstainAsIncorrect?: boolean;
   allowMissingLabels?: boolean;
-  onProgress?: (layer: number, phase: string) => void;
+  /** Told as each layer's phase starts; `done` of `total` layers are finished (for a rate and ETA). */
+  onProgress?: (layer: number, phase: string, done: number, total: number) => void;
   /** Told why `--backend auto` passed over a backend (default: a process warning). */
   onBackendSkipped?: (backend: string, reason: string) => void;
 }
@@ -133,8 +134,9 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     };
     // One buffer per metric, reused across layers.
     const buffers = new Map<string, Float32Array>();
-    for (const layer of layers) {
-      o.onProgress?.(layer, "read");
+    const carried = new Map(metrics.map((x) => [x.name, new Map<string, unknown>()]));
+    for (const [done, layer] of layers.entries()) {
+      o.onProgress?.(layer, "read", done, layers.length);
       // Stream the layer in row blocks into one float32 matrix; note non-finite rows.
       const finite = new Uint8Array(N).fill(1);
       for await (const block of reader.blocks(layer, 4096)) {
@@ -151,7 +153,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
         }
       }
       for (const metric of metrics) {
-        o.onProgress?.(layer, metric.name);
+        o.onProgress?.(layer, metric.name, done, layers.length);
         const data: LayerData = {
           layer,
           n: N,
@@ -163,6 +165,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
           familyNames,
           labels,
           kernels: k,
+          carry: carried.get(metric.name)!,
           buffer(length) {
             let b = buffers.get(metric.name);
             if (!b || b.length < length) buffers.set(metric.name, (b = new Float32Array(length)));

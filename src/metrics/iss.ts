@@ -23,13 +23,20 @@ export interface IssRow {
   skipped_no_anchor: number;
 }
 
-export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRow[]> {
-  const { layer, n: N, d, facts, families, kernels: k } = data;
-  // Centred, unit-length rows in ISS's own buffer; the layer's rows stay as read.
-  const x = data.buffer(N * d);
-  const valid = Uint8Array.from(data.finite);
-  const excluded = k.centreRows(data.h, N, d, valid, x);
-  // Anchors: one vector per fact; several anchor rows average and renormalize.
+/**
+ * ISS's anchors over centred unit rows `x`: one vector per fact with a usable
+ * anchor row (several rows average and renormalize), `anchorOf` mapping each
+ * such fact to its index in `A` (F × d). Fewer than two stops the run.
+ */
+export function anchorVectors(
+  layer: number,
+  x: Float32Array,
+  valid: Uint8Array,
+  facts: readonly string[],
+  families: readonly string[],
+  N: number,
+  d: number,
+): { anchorOf: Map<string, number>; A: Float32Array; F: number } {
   const anchorOf = new Map<string, number>();
   const anchorRows: number[][] = [];
   for (let i = 0; i < N; i++) {
@@ -55,6 +62,16 @@ export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRo
       for (let j = 0; j < d; j++) a[j] = sum[j]! / norm;
     }
   });
+  return { anchorOf, A, F };
+}
+
+export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRow[]> {
+  const { layer, n: N, d, facts, families, kernels: k } = data;
+  // Centred, unit-length rows in ISS's own buffer; the layer's rows stay as read.
+  const x = data.buffer(N * d);
+  const valid = Uint8Array.from(data.finite);
+  const excluded = k.centreRows(data.h, N, d, valid, x);
+  const { anchorOf, A, F } = anchorVectors(layer, x, valid, facts, families, N, d);
   // Query rows: usable non-anchor rows of anchored facts.
   const q: number[] = [];
   let skipped = 0;

@@ -81,10 +81,13 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
   const products = await k.products(prescaled.rows, anchors.length, d);
   let probes;
   try {
-    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k });
+    // Adjacent layers' standardized features are alike: each fold starts from its solution on the layer before.
+    const start = data.carry?.get("probes") as Float64Array[] | undefined;
+    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k, start });
   } finally {
     products.dispose();
   }
+  data.carry?.set("probes", probes.map((p) => Float64Array.of(...p.w, p.b)));
   const notConverged = probes.filter((p) => !p.converged).length;
   // Out-of-fold scores for every labelled row: every row against every fold's probe in one product, then its own fold's column.
   const v = new Float64Array(K * d);
@@ -97,10 +100,18 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
     score[i] = all[i * K + j]! + probes[j]!.offset;
   }
 
-  // Each group's rows sorted once; bootstrap replicates then reweight facts in one pass.
+  // One sort of every labelled row by (score, row); a group's rows, listed in row order, take their
+  // order from it. Bootstrap replicates then reweight facts in one pass over each group.
+  const sortedRows = Int32Array.from(labelled).sort((a, b) => score[a]! - score[b]! || a - b);
+  const local = new Int32Array(N).fill(-1);
   const prepared = (rows: number[]) => {
     const { id, names } = indexBy(facts, rows);
-    return { names, sorted: new SortedScores(Float64Array.from(rows, (i) => score[i]!), Uint8Array.from(rows, (i) => y[i]!), id, names.length) };
+    rows.forEach((r, i) => (local[r] = i));
+    const order = new Int32Array(rows.length);
+    let at = 0;
+    for (const r of sortedRows) if (local[r]! >= 0) order[at++] = local[r]!;
+    for (const r of rows) local[r] = -1;
+    return { names, sorted: new SortedScores(Float64Array.from(rows, (i) => score[i]!), Uint8Array.from(rows, (i) => y[i]!), id, names.length, order) };
   };
   const anchorGroup = prepared(groups[0]!.rows);
   const anchorAuroc = anchorGroup.sorted.auroc();

@@ -31,6 +31,11 @@ export interface LayerData {
   kernels: Kernels;
   /** A float32 buffer of at least `length` values owned by this metric, reused across layers. */
   buffer(length: number): Float32Array;
+  /**
+   * What this metric kept from the layers computed before this one (in the
+   * order computed), for starting points only: results must not depend on it.
+   */
+  carry?: Map<string, unknown>;
 }
 
 /** The knobs every metric may read (resolved defaults). */

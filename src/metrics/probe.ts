@@ -33,6 +33,13 @@ export interface ProbeOptions {
    * back for raw rows, and the 1e-8 deviation rule applies to raw deviations.
    */
   prescale?: { mean: Float64Array; scale: Float64Array };
+  /**
+   * Starting points per fold (standardized weights, then the intercept), such
+   * as the folds' solutions on the layer before: the optimum is unique, so a
+   * start near it changes how many iterations it takes, not where they end.
+   * Missing or misshapen entries start from zero.
+   */
+  start?: Float64Array[];
   /** Where the per-fold moments are computed (default: TypeScript). */
   kernels?: Pick<Kernels, "foldMoments">;
 }
@@ -85,19 +92,8 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
   });
   const sgn = Float64Array.from(y, (v) => (v ? 1 : -1));
 
-  // θ_k = (w_k ∈ R^d, b_k); evaluate objective and gradient for every fold at once.
-  const evaluate = async (theta: Float64Array[]) => {
-    const v = new Float64Array(K * d);
-    const offset = new Float64Array(K);
-    for (let k = 0; k < K; k++) {
-      let o2 = theta[k]![d]!;
-      for (let c = 0; c < d; c++) {
-        const vc = theta[k]![c]! / scale[k * d + c]!;
-        v[k * d + c] = vc;
-        o2 -= vc * mean[k * d + c]!;
-      }
-      offset[k] = o2;
-    }
+  // Loss and gradient sums from the two products, where the backend has no fused pass.
+  const logisticPass = async (v: Float64Array, offset: Float64Array) => {
     const margins = await products.times(v, K);
     const g = new Float64Array(n * K);
     const loss = new Float64Array(K);
@@ -112,7 +108,23 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
         gsum[k]! += gi;
       }
     }
-    const ht = await products.transposeTimes(g, K);
+    return { loss, gsum, grad: await products.transposeTimes(g, K) };
+  };
+
+  // θ_k = (w_k ∈ R^d, b_k); evaluate objective and gradient for every fold at once.
+  const evaluate = async (theta: Float64Array[]) => {
+    const v = new Float64Array(K * d);
+    const offset = new Float64Array(K);
+    for (let k = 0; k < K; k++) {
+      let o2 = theta[k]![d]!;
+      for (let c = 0; c < d; c++) {
+        const vc = theta[k]![c]! / scale[k * d + c]!;
+        v[k * d + c] = vc;
+        o2 -= vc * mean[k * d + c]!;
+      }
+      offset[k] = o2;
+    }
+    const { loss, gsum, grad: ht } = products.logistic ? await products.logistic(v, offset, y, inTrain, K) : await logisticPass(v, offset);
     const values: number[] = [];
     const grads: Float64Array[] = [];
     for (let k = 0; k < K; k++) {
@@ -137,7 +149,7 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
   };
   const maxAbs = (a: Float64Array) => a.reduce((x, v) => Math.max(x, Math.abs(v)), 0);
 
-  const theta: Float64Array[] = folds.map(() => new Float64Array(d + 1));
+  const theta: Float64Array[] = folds.map((_, k) => (o.start?.[k]?.length === d + 1 ? Float64Array.from(o.start[k]!) : new Float64Array(d + 1)));
   let { values: f, grads: g, v: vAll, offset: offAll } = await evaluate(theta);
   const tol = folds.map((fold) => 1e-5 * C * fold.train.length);
   const done = folds.map((_, k) => maxAbs(g[k]!) <= tol[k]!);

@@ -9,6 +9,7 @@
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
+import { lineChart } from "../util/chart.js";
 import type { MetricsResult } from "./compute.js";
 import type { Metric, MetricRow } from "./metric.js";
 import { METRICS, type MetricRegistry } from "./registry.js";
@@ -30,63 +31,14 @@ export function toCsv(rows: object[]): string {
   return [keys.join(","), ...rows.map((r) => keys.map((k) => cell((r as Record<string, unknown>)[k])).join(","))].join("\n") + "\n";
 }
 
-const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-
 /** A line plot of `value` against layer, one line per family, with its interval as a band. */
 export function svgPlot(title: string, rows: { layer: number; family: string; value: number | null; low: number | null; high: number | null }[]): string {
-  const W = 760;
-  const H = 440;
-  const m = { l: 64, r: 150, t: 40, b: 48 };
   const layers = [...new Set(rows.map((r) => r.layer))].sort((a, b) => a - b);
-  const families = [...new Set(rows.map((r) => r.family))];
-  const ys = rows.flatMap((r) => [r.value, r.low, r.high]).filter((v): v is number => v !== null && Number.isFinite(v));
-  let y0 = ys.length ? Math.min(...ys) : 0;
-  let y1 = ys.length ? Math.max(...ys) : 1;
-  if (y1 - y0 < 1e-9) [y0, y1] = [y0 - 0.5, y1 + 0.5];
-  const pad = (y1 - y0) * 0.05;
-  y0 -= pad;
-  y1 += pad;
-  const x = (l: number) => m.l + (layers.length <= 1 ? (W - m.l - m.r) / 2 : ((l - layers[0]!) / (layers.at(-1)! - layers[0]!)) * (W - m.l - m.r));
-  const y = (v: number) => m.t + (1 - (v - y0) / (y1 - y0)) * (H - m.t - m.b);
-  const f = (v: number) => v.toFixed(1);
-  const parts: string[] = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
-    `<rect width="${W}" height="${H}" fill="white"/>`,
-    `<text x="${W / 2 - m.r / 2}" y="22" text-anchor="middle" font-size="15">${escapeXml(title)}</text>`,
-  ];
-  // Axes and ticks at round values: steps of 1, 2 or 5 times a power of ten.
-  const raw = (y1 - y0) / 5;
-  const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((s) => s * mag).find((s) => s >= raw)!;
-  const digits = Math.max(0, -Math.floor(Math.log10(step)));
-  for (let v = Math.ceil(y0 / step) * step; v <= y1 + 1e-12; v += step) {
-    parts.push(`<line x1="${m.l}" x2="${W - m.r}" y1="${f(y(v))}" y2="${f(y(v))}" stroke="#e5e5e5"/>`);
-    parts.push(`<text x="${m.l - 6}" y="${f(y(v) + 4)}" text-anchor="end">${(Math.abs(v) < step / 1e6 ? 0 : v).toFixed(digits)}</text>`);
-  }
-  for (const l of layers) parts.push(`<text x="${f(x(l))}" y="${H - m.b + 16}" text-anchor="middle">${l}</text>`);
-  parts.push(`<text x="${(m.l + W - m.r) / 2}" y="${H - 10}" text-anchor="middle">layer</text>`);
-  parts.push(`<line x1="${m.l}" x2="${m.l}" y1="${m.t}" y2="${H - m.b}" stroke="#333"/><line x1="${m.l}" x2="${W - m.r}" y1="${H - m.b}" y2="${H - m.b}" stroke="#333"/>`);
-  families.forEach((family, i) => {
-    const color = COLORS[i % COLORS.length]!;
-    const pts = rows.filter((r) => r.family === family).sort((a, b) => a.layer - b.layer);
-    const band = pts.filter((p) => p.low !== null && p.high !== null);
-    if (band.length > 1) {
-      const poly = [...band.map((p) => `${f(x(p.layer))},${f(y(p.high!))}`), ...band.reverse().map((p) => `${f(x(p.layer))},${f(y(p.low!))}`)];
-      parts.push(`<polygon points="${poly.join(" ")}" fill="${color}" fill-opacity="0.15" stroke="none"/>`);
-    }
-    const line = pts.filter((p) => p.value !== null && Number.isFinite(p.value));
-    if (line.length > 1) parts.push(`<polyline points="${line.map((p) => `${f(x(p.layer))},${f(y(p.value!))}`).join(" ")}" fill="none" stroke="${color}" stroke-width="2"/>`);
-    for (const p of line) parts.push(`<circle cx="${f(x(p.layer))}" cy="${f(y(p.value!))}" r="3" fill="${color}"/>`);
-    const ly = m.t + 10 + i * 18;
-    parts.push(`<line x1="${W - m.r + 14}" x2="${W - m.r + 34}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"/>`);
-    parts.push(`<text x="${W - m.r + 40}" y="${ly + 4}">${escapeXml(family)}</text>`);
-  });
-  parts.push("</svg>");
-  return parts.join("\n") + "\n";
-}
-
-function escapeXml(s: string): string {
-  return s.replace(/[<>&"]/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;" })[c]!);
+  const series = [...new Set(rows.map((r) => r.family))].map((family) => ({
+    name: family,
+    points: rows.filter((r) => r.family === family).map((r) => ({ x: r.layer, value: r.value, low: r.low, high: r.high })),
+  }));
+  return lineChart(series, { title, xLabel: "layer", xTicks: layers.map((l) => ({ x: l, label: String(l) })) });
 }
 
 export interface WrittenFiles {

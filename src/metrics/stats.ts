@@ -60,8 +60,9 @@ export class SortedScores implements SortedArrays {
     labels: Uint8Array,
     factOfRow: Int32Array,
     readonly nFacts: number,
+    /** The rows already in {@link scoreOrder}'s order, where the caller has it (default: sorted here). */
+    order: Int32Array = scoreOrder(scores),
   ) {
-    const order = scoreOrder(scores);
     this.fact = Int32Array.from(order, (r) => factOfRow[r]!);
     this.label = Uint8Array.from(order, (r) => labels[r]!);
     const ties: number[] = [];

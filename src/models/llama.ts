@@ -13,7 +13,7 @@ import { dirname, join } from "node:path";
 import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
 import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
-import { DataType, encodeModel, GraphBuilder, valueInfo } from "../runner/onnx-graph.js";
+import { DataType, decodeModel, encodeModel, GraphBuilder, valueInfo } from "../runner/onnx-graph.js";
 
 /** The fields of a HuggingFace `config.json` that this architecture reads. */
 export interface LlamaConfig {
@@ -31,8 +31,21 @@ export interface LlamaConfig {
   eos_token_id: number | number[] | null;
 }
 
+/**
+ * Graph shapes of other families, as far as the residual stream is concerned:
+ * `gemma` scales the embedding by √d (a `Mul`), applies norms as `(1 + w)`
+ * and has four norms per block (Gemma 2/3: the attention and MLP outputs are
+ * normed before their residual `Add`); `neox` has parallel blocks
+ * (`x + attn(ln1(x)) + mlp(ln2(x))`, one residual `Add` per block, as GPT-NeoX,
+ * GPT-J and Phi-2). Attention, rotary embeddings and the SwiGLU MLP stay Llama's.
+ */
+export type Family = "llama" | "gemma" | "neox";
+export const FAMILIES: readonly Family[] = ["llama", "gemma", "neox"];
+
 /** Weights in HuggingFace orientation: linear layers are [out, in]. */
 export interface LlamaWeights {
+  /** The family whose graph shape these weights are written in; `llama` when absent. */
+  family?: Family;
   embed: Float32Array; // [V, d]
   layers: {
     inputNorm: Float32Array; // [d]
@@ -44,6 +57,9 @@ export interface LlamaWeights {
     gate: Float32Array; // [I, d]
     up: Float32Array; // [I, d]
     down: Float32Array; // [d, I]
+    /** gemma: the norms of the attention and MLP outputs before their residual Adds. */
+    postAttnNorm?: Float32Array; // [d]
+    postFfNorm?: Float32Array; // [d]
   }[];
   norm: Float32Array; // [d]
   lmHead: Float32Array; // [V, d]
@@ -84,8 +100,22 @@ export interface TinyModelOptions {
   maxPositions?: number;
   /** `eos_token_id` written to config.json, replacing the tokenizer's. */
   eosTokenId?: number | number[];
-  /** The export style written (`hsm make-model --style`, see options.ts); plain float32 `model.onnx` by default. */
-  style?: string;
+  /** False: no `position_ids` input; positions are counted inside the graph from the cache length (as some families export). */
+  positionIds?: boolean;
+  /** Weights in `model.onnx_data` beside `model.onnx` (ONNX external data), as large exports store them. */
+  externalData?: boolean;
+  /** The graph shape of another family (see {@link Family}); `llama` by default. */
+  family?: Family;
+}
+
+/** Variations of the graph {@link buildLlamaOnnx} writes. */
+export interface GraphVariant {
+  /** Without past inputs, still output `present.*` (the key and value of the prompt), as optimum's no-past decoder does. */
+  present?: boolean;
+  /** False: no `position_ids` input (see {@link TinyModelOptions.positionIds}). */
+  positionIds?: boolean;
+  /** Writes every projection and the LM head; {@link float32Linear} (torch's MatMul) by default. */
+  linear?: LinearWriter;
 }
 
 export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
@@ -110,18 +140,20 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
 
 /** The weights {@link writeTinyModel} writes for these options. */
 export function tinyWeights(o: TinyModelOptions = {}): LlamaWeights {
-  const weights = generateWeights(tinyConfig(o), o.seed ?? 1234, o.embedScale ?? 1);
+  const weights = generateWeights(tinyConfig(o), o.seed ?? 1234, o.embedScale ?? 1, o.family);
   return o.forcedNext?.length ? { ...weights, forcedNext: o.forcedNext } : weights;
 }
 
 /** Seeded weights of a useful scale: activations of order one, norms near one. */
-export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1): LlamaWeights {
+export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1, family: Family = "llama"): LlamaWeights {
   const d = c.hidden_size;
   const hd = c.head_dim;
   const rng = (stream: number) => new Rng(seed, stream);
   const linear = (stream: number, out: number, inp: number) => rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp));
-  const norm = (stream: number) => rng(stream).fillNormal(new Float32Array(d), 0.1).map((x) => 1 + x);
+  // gemma stores w and applies 1 + w.
+  const norm = (stream: number) => rng(stream).fillNormal(new Float32Array(d), 0.1).map((x) => (family === "gemma" ? x : 1 + x));
   return {
+    ...(family !== "llama" ? { family } : {}),
     embed: rng(1).fillNormal(new Float32Array(c.vocab_size * d), embedScale),
     layers: Array.from({ length: c.num_hidden_layers }, (_, i) => {
       const s = 100 + 20 * i;
@@ -135,6 +167,7 @@ export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1): L
         gate: linear(s + 6, c.intermediate_size, d),
         up: linear(s + 7, c.intermediate_size, d),
         down: linear(s + 8, d, c.intermediate_size),
+        ...(family === "gemma" ? { postAttnNorm: norm(s + 9), postFfNorm: norm(s + 10) } : {}),
       };
     }),
     norm: norm(2),
@@ -173,8 +206,9 @@ export type LinearWriter = (g: GraphBuilder, scope: string, x: string, name: str
 export const float32Linear: LinearWriter = (g, scope, x, name, weight, out, inp) =>
   g.op1(scope, "MatMul", [x, g.floats(name, transpose(weight, out, inp), [inp, out])]);
 
-/** The ONNX graph of the model, torch-export style; `linear` writes every projection and the LM head. */
-export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false, linear: LinearWriter = float32Linear): Uint8Array {
+/** The ONNX graph of the model, torch-export style. */
+export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false, variant: GraphVariant = {}): Uint8Array {
+  const linear = variant.linear ?? float32Linear;
   const g = new GraphBuilder();
   const d = c.hidden_size;
   const H = c.num_attention_heads;
@@ -190,6 +224,7 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
   const i64 = (name: string, v: number[], dims?: number[]) => g.ints(name, v, dims);
   const axisLast = i64("/model/constants/axis_last", [-1]);
 
+  const gemma = w.family === "gemma";
   const rmsNorm = (scope: string, x: string, weight: Float32Array, wname: string) => {
     const p = g.op1(scope, "Pow", [x, two]);
     const m = g.op1(scope, "ReduceMean", [p], { axes: [-1], keepdims: 1 });
@@ -197,7 +232,8 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     const s = g.op1(scope, "Sqrt", [a]);
     const r = g.op1(scope, "Div", [one, s]);
     const y = g.op1(scope, "Mul", [x, r]);
-    return g.op1(scope, "Mul", [g.floats(wname, weight, [d]), y]);
+    const scaleBy = gemma ? g.op1(scope, "Add", [g.floats(wname, weight, [d]), one]) : g.floats(wname, weight, [d]);
+    return g.op1(scope, "Mul", [scaleBy, y]);
   };
 
   // Shapes and the attention bias, shared by every layer.
@@ -229,8 +265,11 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
       sinT[p * hd + i] = sinT[p * hd + i + half] = Math.sin(angle);
     }
   }
-  const cosG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.cos_cached", cosT, [c.max_position_embeddings, hd]), "position_ids"], { axis: 0 });
-  const sinG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.sin_cached", sinT, [c.max_position_embeddings, hd]), "position_ids"], { axis: 0 });
+  const hasPositions = variant.positionIds ?? true;
+  // Without a position_ids input: positions past … total − 1 for every row ([1, T]); rotary attention depends only on differences.
+  const positions = hasPositions ? "position_ids" : g.op1("/model/rotary_emb", "Unsqueeze", [qpos, "/model/constants/axes_0"]);
+  const cosG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.cos_cached", cosT, [c.max_position_embeddings, hd]), positions], { axis: 0 });
+  const sinG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.sin_cached", sinT, [c.max_position_embeddings, hd]), positions], { axis: 0 });
   const cos = g.op1("/model/rotary_emb", "Unsqueeze", [cosG, "/model/constants/axes_1"]);
   const sin = g.op1("/model/rotary_emb", "Unsqueeze", [sinG, "/model/constants/axes_1"]);
   const halfStart = i64("/model/constants/half_start", [0]);
@@ -249,10 +288,11 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
   const axes2 = i64("/model/constants/axes_2", [2]);
 
   let x = g.op1("/model/embed_tokens", "Gather", [g.floats("model.embed_tokens.weight", w.embed, [c.vocab_size, d]), "input_ids"], { axis: 0 });
+  if (gemma) x = g.op1("/model", "Mul", [x, scalar("/model/constants/normalizer", Math.sqrt(d))]);
   const inputs = [
     valueInfo("input_ids", DataType.INT64, ["batch_size", "sequence_length"]),
     valueInfo("attention_mask", DataType.INT64, ["batch_size", "total_sequence_length"]),
-    valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"]),
+    ...(hasPositions ? [valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"])] : []),
   ];
   const outputs = [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", c.vocab_size])];
 
@@ -280,6 +320,11 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
       g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
       outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
       outputs.push(valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+    } else if (variant.present) {
+      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [presentOutputName(i, "key")] });
+      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
+      outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+      outputs.push(valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
     }
     const expand = (t: string) => g.op1(A, "Reshape", [g.op1(A, "Expand", [g.op1(A, "Unsqueeze", [t, axes2]), repeat]), mergeKv]);
     const kx = expand(kr);
@@ -287,15 +332,21 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     const scores = g.op1(A, "Mul", [g.op1(A, "MatMul", [qr, g.op1(A, "Transpose", [kx], { perm: [0, 1, 3, 2] })]), scale]);
     const probs = g.op1(A, "Softmax", [g.op1(A, "Add", [scores, bias])], { axis: -1 });
     const ctx = g.op1(A, "Reshape", [g.op1(A, "Transpose", [g.op1(A, "MatMul", [probs, vx])], { perm: [0, 2, 1, 3] }), mergeHeads]);
-    const attnOut = linear(g, `${A}/o_proj`, ctx, `${pre}.self_attn.o_proj.weight`, lw.o, d, H * hd);
-    const x1 = g.op1(L, "Add", [x, attnOut]);
-    const h2 = rmsNorm(`${L}/post_attention_layernorm`, x1, lw.postNorm, `${pre}.post_attention_layernorm.weight`);
+    let attnOut = linear(g, `${A}/o_proj`, ctx, `${pre}.self_attn.o_proj.weight`, lw.o, d, H * hd);
+    if (lw.postAttnNorm) attnOut = rmsNorm(`${L}/post_attention_layernorm`, attnOut, lw.postAttnNorm, `${pre}.post_attention_layernorm.weight`);
+    const parallel = w.family === "neox";
+    // A parallel block's MLP reads the block's input; a sequential one the stream after attention.
+    const x1 = parallel ? x : g.op1(L, "Add", [x, attnOut]);
+    const mlpNorm = lw.postAttnNorm ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+    const h2 = rmsNorm(`${L}/${mlpNorm}`, x1, lw.postNorm, `${pre}.${mlpNorm}.weight`);
     const I = c.intermediate_size;
     const gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
     const up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
     const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
-    const down = linear(g, `${L}/mlp/down_proj`, g.op1(`${L}/mlp`, "Mul", [act, up]), `${pre}.mlp.down_proj.weight`, lw.down, d, I);
-    x = g.op1(L, "Add", [x1, down]);
+    let down = linear(g, `${L}/mlp/down_proj`, g.op1(`${L}/mlp`, "Mul", [act, up]), `${pre}.mlp.down_proj.weight`, lw.down, d, I);
+    if (lw.postFfNorm) down = rmsNorm(`${L}/post_feedforward_layernorm`, down, lw.postFfNorm, `${pre}.post_feedforward_layernorm.weight`);
+    // GPT-NeoX's order: mlp_output + attn_output + hidden_states.
+    x = parallel ? g.op1(L, "Add", [g.op1(L, "Add", [down, attnOut]), x]) : g.op1(L, "Add", [x1, down]);
   });
   const normed = rmsNorm("/model/norm", x, w.norm, "model.norm.weight");
   const forced = w.forcedNext ?? [];
@@ -326,30 +377,76 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
   });
 }
 
+/** What config.json says of each family. */
+const FAMILY_CONFIG: Record<Family, Record<string, unknown>> = {
+  llama: { architectures: ["LlamaForCausalLM"], model_type: "llama" },
+  gemma: { architectures: ["Gemma2ForCausalLM"], model_type: "gemma2" },
+  neox: { architectures: ["GPTNeoXForCausalLM"], model_type: "gpt_neox", use_parallel_residual: true },
+};
+
+/**
+ * Moves every initializer of at least 1 KiB into one external-data file
+ * (`location`, beside the model), each aligned to 64 bytes, as torch.onnx
+ * and optimum write large models.
+ */
+export function moveWeightsOut(onnx: Uint8Array, location: string): { model: Uint8Array; data: Uint8Array } {
+  const model = decodeModel(onnx);
+  const chunks: Uint8Array[] = [];
+  let offset = 0;
+  for (const t of model.graph!.initializer ?? []) {
+    const raw = t.rawData;
+    if (!raw || raw.length < 1024) continue;
+    const pad = (64 - (offset % 64)) % 64;
+    if (pad) chunks.push(new Uint8Array(pad));
+    offset += pad;
+    chunks.push(raw.slice());
+    t.rawData = new Uint8Array(0);
+    t.dataLocation = 1; // EXTERNAL
+    t.externalData = [
+      { key: "location", value: location },
+      { key: "offset", value: String(offset) },
+      { key: "length", value: String(raw.length) },
+    ];
+    offset += raw.length;
+  }
+  const data = new Uint8Array(offset);
+  let at = 0;
+  for (const c of chunks) (data.set(c, at), (at += c.length));
+  return { model: encodeModel(model), data };
+}
+
 /** The `config.json` a HuggingFace export of this model has. */
-export function hfConfigJson(config: LlamaConfig, withPast: boolean): string {
-  return JSON.stringify({ architectures: ["LlamaForCausalLM"], model_type: "llama", torch_dtype: "float32", tie_word_embeddings: false, use_cache: withPast, ...config }, null, 2) + "\n";
+export function hfConfigJson(config: LlamaConfig, withPast: boolean, family: Family = "llama"): string {
+  return JSON.stringify({ ...FAMILY_CONFIG[family], torch_dtype: "float32", tie_word_embeddings: false, use_cache: withPast, ...config }, null, 2) + "\n";
 }
 
 /** The files of a model folder besides the tokenizer's, by relative path (see writeTinyModel). */
 export type ModelFiles = (config: LlamaConfig, weights: LlamaWeights) => Record<string, Uint8Array | string>;
+
+/** The plain optimum layout: `model.onnx` (weights inline or in `model.onnx_data`) and `config.json`. */
+function plainFiles(o: TinyModelOptions): ModelFiles {
+  return (config, weights) => {
+    const onnx = buildLlamaOnnx(config, weights, o.withPast ?? false, { positionIds: o.positionIds });
+    const json = { "config.json": hfConfigJson(config, o.withPast ?? false, o.family) };
+    if (!o.externalData) return { "model.onnx": onnx, ...json };
+    const { model, data } = moveWeightsOut(onnx, "model.onnx_data");
+    return { "model.onnx": model, "model.onnx_data": data, ...json };
+  };
+}
 
 /**
  * Writes a model folder (`model.onnx`, `config.json`, `tokenizer.json`,
  * `tokenizer_config.json`), atomically: built beside `dir`, then renamed.
  * `files` replaces the first two with another layout (quantize.ts, genai.ts).
  */
-export async function writeTinyModel(dir: string, o: TinyModelOptions = {}, files?: ModelFiles): Promise<LlamaConfig> {
+export async function writeTinyModel(dir: string, o: TinyModelOptions = {}, files: ModelFiles = plainFiles(o)): Promise<LlamaConfig> {
   const config = tinyConfig(o);
   const weights = tinyWeights(o);
   const temp = `${dir}.partial-${process.pid}`;
   await rm(temp, { recursive: true, force: true });
   await mkdir(temp, { recursive: true });
   try {
-    const layout = files
-      ? files(config, weights)
-      : { "model.onnx": buildLlamaOnnx(config, weights, o.withPast ?? false), "config.json": hfConfigJson(config, o.withPast ?? false) };
-    for (const [name, bytes] of Object.entries(layout)) {
+    for (const [name, bytes] of Object.entries(files(config, weights))) {
       await mkdir(dirname(join(temp, name)), { recursive: true });
       await writeFile(join(temp, name), bytes);
     }

@@ -275,7 +275,7 @@ export function convertToFloat16(model: ModelProto, keepIoTypes = true): void {
 
 /** The ONNX bytes of the tiny model in a quantized or float16 style. */
 export function buildQuantizedOnnx(c: LlamaConfig, w: LlamaWeights, withPast: boolean, linear: LinearFormat, float16: boolean): Uint8Array {
-  const model = decodeModel(buildLlamaOnnx(c, w, withPast, linearWriter(linear)));
+  const model = decodeModel(buildLlamaOnnx(c, w, withPast, { linear: linearWriter(linear) }));
   if (linear !== "float32") model.opsetImport = [...(model.opsetImport ?? []), { domain: "com.microsoft", version: 1 }];
   if (float16) convertToFloat16(model);
   return encodeModel(model);
@@ -333,10 +333,10 @@ export function quantizedFiles(style: QuantizedStyle, withPast: boolean, chunkBy
   const s = QUANTIZED_STYLES[style];
   return (config, weights) => {
     const bytes = buildQuantizedOnnx(config, weights, withPast, s.linear, s.float16);
-    if (chunkBytes === undefined) return { [s.file]: bytes, "config.json": hfConfigJson(config, withPast) };
+    if (chunkBytes === undefined) return { [s.file]: bytes, "config.json": hfConfigJson(config, withPast, weights.family) };
     const model = decodeModel(bytes);
     const data = externalizeWeights(model, `${s.file}_data`, chunkBytes);
-    return { [s.file]: encodeModel(model), ...data, "config.json": hfConfigJson(config, withPast) };
+    return { [s.file]: encodeModel(model), ...data, "config.json": hfConfigJson(config, withPast, weights.family) };
   };
 }
 

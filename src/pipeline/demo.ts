@@ -1,13 +1,15 @@
 /**
  * `hsm demo`: the whole pipeline on the embedded default — a small Llama-style
  * model generated on the spot (seeded random weights, the real Llama 3.1
- * tokenizer) and the bundled 125-query bank — under one folder.
+ * tokenizer) and the bundled 125-query bank — under one folder, ending with
+ * the HTML report of its outputs.
  */
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { DEFAULT_DEMO_OUT } from "../defaults.js";
 import { writeTinyModel } from "../models/llama.js";
+import { writeReport } from "../report/build.js";
 import { pathKind } from "./paths.js";
 import { runPipeline, type RunOptions, type RunResult } from "./run.js";
 
@@ -27,9 +29,11 @@ export interface DemoOptions {
 
 export interface DemoResult extends RunResult {
   modelDir: string;
+  /** The HTML report (`<out>/report.html`). */
+  report: string;
 }
 
-/** Writes the model unless it is there, then runs {@link runPipeline}; steps already done are skipped. */
+/** Writes the model unless it is there, runs {@link runPipeline} (steps already done are skipped), then writes the report. */
 export async function runDemo(o: DemoOptions = {}): Promise<DemoResult> {
   const log = o.log ?? (() => {});
   const dir = resolve(o.out ?? DEFAULT_DEMO_OUT);
@@ -40,5 +44,7 @@ export async function runDemo(o: DemoOptions = {}): Promise<DemoResult> {
     log("model", `${modelDir} — ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, seeded random weights (its answers are noise; the pipeline is real)`);
   }
   const r = await runPipeline({ modelDir, bank: DEMO_BANK, outputs: dir, model: DEMO_MODEL_NAME, log: o.log, onProgress: o.onProgress });
-  return { ...r, modelDir };
+  const report = await writeReport(dir, { out: join(dir, "report.html") });
+  log("report", `${report.path} (${(report.bytes / 1e6).toFixed(2)} MB; open it in a browser)`);
+  return { ...r, modelDir, report: report.path };
 }

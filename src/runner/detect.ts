@@ -7,6 +7,7 @@
  */
 import { STYLES } from "./styles/index.js";
 import { candidates, DetectionError, type GraphStyle, type HiddenTensor, type InputPlan, standardInputs } from "./styles/style.js";
+import type { StyleRecord } from "../store/manifest.js";
 import type { GraphProto } from "./onnx-graph.js";
 
 export { parseHiddenTensorMap } from "./styles/explicit.js";
@@ -20,6 +21,26 @@ export interface HiddenPlan {
   lastLayerFinalNorm: boolean;
   /** How the graph's inputs are fed, and the padding side. */
   inputs: InputPlan;
+  /** Styles that prepared the graph before `strategy` located the tensors (e.g. a merged decoder inlined), in order. */
+  prepared: string[];
+  /** What a second method said about the same tensors (names beside structure). */
+  crossCheck?: string;
+  /** Disagreements to show the user; the plan stands. */
+  warnings: string[];
+}
+
+/** The style as recorded: the preparing styles, then the one that located the tensors (`optimum-merged+structural`). */
+export function styleName(plan: Pick<HiddenPlan, "prepared" | "strategy">): string {
+  return [...plan.prepared, plan.strategy].join("+");
+}
+
+/** The manifest's `style` field for the stored tensors of a plan. */
+export function styleRecord(plan: HiddenPlan, stored: HiddenTensor[]): StyleRecord {
+  return {
+    name: styleName(plan),
+    ...(plan.crossCheck ? { cross_check: plan.crossCheck } : {}),
+    layers: stored.map(({ layer, tensor, how }) => ({ layer, tensor, how })),
+  };
 }
 
 /**
@@ -33,12 +54,21 @@ export function planInputs(graph: GraphProto, numLayers: number, styles: readonl
 
 export function detectHiddenTensors(graph: GraphProto, numLayers: number, given?: ReadonlyMap<number, string>, styles: readonly GraphStyle[] = STYLES): HiddenPlan {
   const context = { numLayers, given };
-  const style = styles.find((s) => s.recognize(graph, context));
+  // Styles that prepare a graph (inline a merged decoder's branch) run first; the others then read the prepared graph.
+  const prepared: GraphStyle[] = [];
+  let style: GraphStyle | undefined;
+  for (;;) {
+    style = styles.find((s) => !prepared.includes(s) && s.recognize(graph, context));
+    if (!style?.prepare) break;
+    style.prepare(graph);
+    prepared.push(style);
+  }
   if (!style) {
     // Most general first: what the graph lacks, then the remedy.
     const lacks = styles.flatMap((s) => (s.notFound ? [s.notFound] : [])).reverse();
     throw new DetectionError(`no decoder blocks found: ${lacks.join(" and ")}. Name the tensors with --hidden-tensors; candidate tensors: ${candidates(graph)}`);
   }
-  const { tensors, lastLayerFinalNorm } = style.locate(graph, numLayers, context);
-  return { strategy: style.name, tensors, lastLayerFinalNorm, inputs: (style.inputs ?? standardInputs)(graph) };
+  const { tensors, lastLayerFinalNorm, crossCheck, warnings } = style.locate(graph, numLayers, context);
+  const inputs = (prepared.find((s) => s.inputs)?.inputs ?? style.inputs ?? standardInputs)(graph);
+  return { strategy: style.name, tensors, lastLayerFinalNorm, inputs, prepared: prepared.map((s) => s.name), ...(crossCheck ? { crossCheck } : {}), warnings: warnings ?? [] };
 }

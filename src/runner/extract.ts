@@ -12,7 +12,7 @@ import { join } from "node:path";
 
 import { mainForwardRows, readBank } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_ROWS, DEFAULT_LAYER_RULE, defaultModelName, MAX_PROMPT_LEN } from "../defaults.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_ROWS, DEFAULT_LAYER_RULE, DEFAULT_SELF_CHECK_ROWS, defaultModelName, MAX_PROMPT_LEN } from "../defaults.js";
 import { HsmError, InternalError, UsageError } from "../errors.js";
 import { selectLayers } from "../store/layers.js";
 import { acquireLock } from "../store/lock.js";
@@ -20,12 +20,13 @@ import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { leftPad, planBatches, rightPad } from "./batching.js";
-import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, type HiddenPlan } from "./detect.js";
+import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan } from "./detect.js";
 import { promptFeeds } from "./feeds.js";
 import { ModelDirError, openModelDir } from "./model-dir.js";
+import { graphFormat, type GraphFormat } from "./model-report.js";
 import { decodeModel, num, valueShape } from "./onnx-graph.js";
-import { graphPrecision, type GraphPrecision } from "./precision.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
+import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "./self-check.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
@@ -46,6 +47,8 @@ export interface ExtractOptions extends ModelRunOptions {
   shard?: { index: number; count: number };
   hiddenTensors?: string;
   commitRows?: number;
+  /** Rows re-run alone at batch 1 once every row is stored, to check the batched states; 0 turns it off. */
+  selfCheck?: number;
   /** Messages for the user: what was done ("info") and what to look at ("warn"). */
   log?: (message: string, level: "info" | "warn") => void;
 }
@@ -92,11 +95,11 @@ export interface ModelInspection {
   tokenizerSize: number;
   addsPrefix: number[];
   plan: HiddenPlan;
-  /** The compute dtype and weight format of the graph. */
-  precision: GraphPrecision;
   storedLayers: number[];
   inputs: { name: string; shape: (number | string)[] | undefined }[];
   outputs: string[];
+  /** The graph's compute dtype and weight format. */
+  format: GraphFormat;
 }
 
 export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {}) {
@@ -125,10 +128,10 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
     tokenizerSize: tokenizer.size,
     addsPrefix: tokenizer.prefix,
     plan,
-    precision: graphPrecision(model.graph!),
     storedLayers,
     inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
+    format: graphFormat(model.graph!),
   };
   return { inspection, model, source, tokenizer };
 }
@@ -139,6 +142,9 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   const commitRows = o.commitRows ?? DEFAULT_COMMIT_ROWS;
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+  if (o.selfCheck !== undefined && !(Number.isSafeInteger(o.selfCheck) && o.selfCheck >= 0)) {
+    throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
+  }
 
   // Everything is checked before anything is written.
   const bankRows = await readBank(o.bank);
@@ -146,6 +152,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   if (main.length === 0) throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
   const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors, modelFile: o.modelFile });
   const { inspection, tokenizer } = inspected;
+  for (const w of inspection.plan.warnings) log(`warning: ${w}`, "warn");
   const layers = inspection.storedLayers;
   const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
   const [start, end] = o.shard ? shardRange(main.length, o.shard.index, o.shard.count, commitRows) : [0, main.length];
@@ -167,14 +174,15 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     layers,
     layer_rule: o.layerRule ?? DEFAULT_LAYER_RULE,
     last_layer_final_norm: inspection.plan.lastLayerFinalNorm && layers.includes(inspection.numLayers - 1),
-    dtype: inspection.precision.dtype,
-    weights: inspection.precision.weights,
+    dtype: inspection.format.dtype,
+    weights: inspection.format.weights,
     padding_side: inspection.plan.inputs.paddingSide,
     query_ids: rows.map((r) => r.query_id),
     fact_ids: rows.map((r) => r.fact_id),
     condition_families: rows.map((r) => r.condition_family),
     max_prompt_len: MAX_PROMPT_LEN,
     ...(shard ? { shard } : {}),
+    style: styleRecord(inspection.plan, tensors),
   };
   // A finished store is left alone (after checking it was made the same way).
   if (await isComplete(o.out)) {
@@ -213,7 +221,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   inspected.source = undefined as never;
   const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads });
   // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
-  const rowsPerRun = inspection.precision.batchDependent ? 1 : batchSize;
+  const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
   if (rowsPerRun < batchSize) log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
   log(`graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`, "info");
   let release: (() => Promise<void>) | undefined;
@@ -233,7 +241,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
       for (const batch of planBatches(lengths, rowsPerRun)) {
         const seqs = batch.map((i) => tokens[done + i]!);
-        const f = pad(seqs, tokenizer.padId);
+        const f = breakBatchingForTest(pad(seqs, tokenizer.padId));
         const feeds = promptFeeds(inputFeeds, f);
         const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
         const data = out.data as Uint16Array;
@@ -252,6 +260,10 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       done = blockEnd;
       o.onProgress?.(done, rows.length);
     }
+    const check = await runSelfCheck({ session, dir: o.out, layers, dModel: d, tokens, queryIds: init.query_ids, padId: tokenizer.padId, inputFeeds, batchSize, commitRows, count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS, dtype: init.dtype });
+    writer.manifest.self_check = check;
+    const warning = selfCheckWarning(check);
+    if (warning) log(warning, "warn");
     const manifest = await writer.finish();
     await writer.close();
     const overflowed = layers.filter((l) => manifest.files[layerFileName(l)]!.nonfinite > 0);

@@ -22,22 +22,23 @@ import * as ort from "onnxruntime-node";
 
 import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { DEFAULT_BATCH_SIZE, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { syncDir } from "../util/fs.js";
 import { leftPad, planBatches, rightPad } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
 import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
+import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput, pastFor } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
-import { graphPrecision } from "./precision.js";
+import { graphFormat } from "./model-report.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
+import { breakBatchingForTest } from "./self-check.js";
 import { createSession, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
-export { MAX_NEW_TOKENS };
 
 const NEXT_TOKEN = "hsm_next_token";
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
@@ -47,6 +48,8 @@ const FAILURES_BEFORE_STOP = 8;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
+  /** Rows regenerated alone at batch 1 after the run, whose text must not change (`<out>.check.json`); 0 turns it off. */
+  selfCheck?: number;
   /** Messages for the user: what was done ("info") and what to look at ("warn"). */
   log?: (message: string, level: "info" | "warn") => void;
 }
@@ -208,6 +211,9 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
   if (!Number.isSafeInteger(maxNew) || maxNew < 1) throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
+  if (o.selfCheck !== undefined && !(Number.isSafeInteger(o.selfCheck) && o.selfCheck >= 0)) {
+    throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
+  }
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir, o.modelFile);
   const tokenizer = await PromptTokenizer.load(o.modelDir);
@@ -217,14 +223,11 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const model = decodeModel(source);
   const plan = planInputs(model.graph!, md.config.numLayers);
   if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
-  if (plan.feeds.some((f) => f.kind === "use_cache_branch")) {
-    throw new DetectionError(`${md.onnxPath}: generation does not yet run graphs that need a use_cache_branch input`);
-  }
   const inputs = new Map(model.graph!.input!.map((v) => [v.name!, v]));
   const right = plan.paddingSide === "right";
   if (right && !inputs.has("attention_mask")) throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
   // Activations quantized per tensor make a row's tokens depend on its batch: such graphs decode one row at a time.
-  const rowsPerRun = graphPrecision(model.graph!).batchDependent ? 1 : batchSize;
+  const rowsPerRun = graphFormat(model.graph!).batchDependent ? 1 : batchSize;
   const { cached } = rewriteForGeneration(model, right ? "attention_mask" : undefined);
   const stage = await stageModel(md.onnxPath);
   // Weights stay where they are, read by offset from the original file (see extraction).
@@ -234,7 +237,9 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const modelName = o.model ?? defaultModelName(o.modelDir);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
-  const decode = (batch: number[][]) => decodeBatch(session, batch, tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"), right ? rightPad : leftPad);
+  const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
+  const decode = (batch: number[][]) =>
+    decodeBatch(session, batch, tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"), right ? rightPad : leftPad, branch);
 
   await mkdir(dirname(o.out), { recursive: true });
   // One writer per generations file.
@@ -245,6 +250,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const fh = await open(o.out, "a");
     let written = 0;
     let failed = 0;
+    const texts = new Map<number, string>();
     // Failures are held back until some query succeeds: a model that cannot run at all writes no error rows.
     let pending: { i: number; err: unknown }[] = [];
     const answered = () => done.size + written;
@@ -268,7 +274,9 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
           if (res instanceof Error) failures.push({ i, err: res });
           else {
             try {
-              answers.push(row(i, { ...answerFields(res, eos, (ids) => tokenizer.decode(ids)) }));
+              const fields = answerFields(res, eos, (ids) => tokenizer.decode(ids));
+              answers.push(row(i, { ...fields }));
+              texts.set(i, fields.raw_response);
             } catch (err) {
               failures.push({ i, err });
             }
@@ -294,6 +302,10 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     } finally {
       await fh.close();
     }
+    const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, (ids) => tokenizer.decode(ids)).raw_response;
+    const check = await checkGenerations({ generateAlone: alone, tokens, queryIds: rows.map((r) => r.query_id), written: texts, batchSize, window: SORT_WINDOW, count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS, out: o.out });
+    const warning = check && generationCheckWarning(check, o.out);
+    if (warning) log(warning, "warn");
     if (failed > 0) {
       log(`warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`, "warn");
     }
@@ -356,6 +368,8 @@ async function decodeBatch(
   pastInputs: ValueInfoProto[],
   wantsPositions: boolean,
   pad: typeof leftPad,
+  /** A merged decoder's branch input: false on the first step (no cache yet), true after. */
+  cacheBranch?: string,
 ): Promise<number[][]> {
   const B = prompts.length;
   const greedy = new GreedyRows(B, eos, maxNew);
@@ -363,7 +377,7 @@ async function decodeBatch(
   // Step 0 reads the whole padded prompt; later steps one token each (or, without a cache, everything again).
   // With the cache, each row's mask grows by one: GroupQueryAttention graphs read only its sum (a row's length).
   let seqs = prompts.map((p) => [...p]);
-  let f = pad(seqs, padId);
+  let f = breakBatchingForTest(pad(seqs, padId));
   let mask = f.attentionMask;
   let maskLen = f.length;
   let lastPos = prompts.map((p) => p.length - 1);
@@ -382,6 +396,7 @@ async function decodeBatch(
       ...(cached ? past : {}),
     };
     if (wantsPositions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
+    if (cacheBranch) feeds[cacheBranch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
     const result = await session.run(feeds);
     const next = result[NEXT_TOKEN]!.data as BigInt64Array;
     if (greedy.push(next)) break;
@@ -406,7 +421,7 @@ async function decodeBatch(
       positions = BigInt64Array.from(lastPos, (p) => BigInt(p));
     } else {
       seqs = seqs.map((s, b) => [...s, chosen[b]!]);
-      f = pad(seqs, padId);
+      f = breakBatchingForTest(pad(seqs, padId));
       ids = f.inputIds;
       idsLen = f.length;
       mask = f.attentionMask;

@@ -1,6 +1,6 @@
 /**
- * onnxruntime-node sessions: CPU by default, CUDA on request — and a clear
- * error, never a silent fall-back, when the CUDA provider is not installed.
+ * onnxruntime-node sessions: CPU by default, CUDA or WebGPU on request — and a
+ * clear error, never a silent fall-back, when the provider cannot run.
  *
  * The rewritten model reads its weights straight from the original file by
  * offset (external data), so it must sit in a folder where that file appears
@@ -10,19 +10,23 @@
  * rewritten model is staged beside the original for the moment the session
  * loads, and failing that the weights are copied inline.
  */
+import { spawnSync } from "node:child_process";
 import { access, constants, link, mkdtemp, readdir, rm, unlink, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 
 import * as ort from "onnxruntime-node";
 
+import { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { ModelDirError } from "./model-dir.js";
+import { DataType, encodeModel, valueInfo } from "./onnx-graph.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
 
-export type Device = "cpu" | "cuda";
+export type Device = (typeof DEVICES)[number];
 
 /** A device onnxruntime cannot use here, with what to install. */
 export class DeviceError extends HsmError {}
@@ -53,6 +57,44 @@ export interface SessionOptions {
 
 export const CUDA_HELP =
   "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12)";
+
+const WEBGPU_HELP =
+  "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel), or use --device cpu";
+
+/**
+ * Whether onnxruntime's WebGPU provider finds an adapter: the message it
+ * fails with, or undefined when it works. Dawn and the Vulkan drivers print
+ * warnings of their own straight to stderr while they look for one, so the
+ * provider is tried first on a one-node model in a child process whose
+ * output is captured; the user sees only hsm's line.
+ */
+function probeWebgpu(): string | undefined {
+  const probe = encodeModel({
+    irVersion: 8,
+    opsetImport: [{ domain: "", version: 17 }],
+    graph: { name: "webgpu-probe", node: [{ opType: "Identity", input: ["x"], output: ["y"] }], input: [valueInfo("x", DataType.FLOAT, [1])], output: [valueInfo("y", DataType.FLOAT, [1])] },
+  });
+  const script =
+    `const ort = require(${JSON.stringify(createRequire(import.meta.url).resolve("onnxruntime-node"))}); ort.env.logLevel = "fatal";` +
+    `ort.InferenceSession.create(Buffer.from(require("fs").readFileSync(0, "utf8"), "base64"), { executionProviders: ["webgpu"], logSeverityLevel: 4 })` +
+    `.then(() => process.stdout.write("ok"), (e) => process.stdout.write("error:" + e.message)).then(() => process.exit(0));`;
+  const r = spawnSync(process.execPath, ["-e", script], { input: Buffer.from(probe).toString("base64"), encoding: "utf8", timeout: 120_000 });
+  if (r.stdout === "ok") return undefined;
+  if (r.stdout?.startsWith("error:")) return r.stdout.slice("error:".length);
+  return `the probe ended without an answer (${r.error?.message ?? `exit status ${r.status ?? r.signal}`})`;
+}
+
+/** The error for a device whose provider failed with `message`; undefined for the CPU. */
+export function deviceError(device: Device, message: string): DeviceError | undefined {
+  const first = message.split("\n")[0]!;
+  if (device === "cuda") return new DeviceError(`the CUDA execution provider could not be used (${first}); ${CUDA_HELP}`);
+  if (device === "webgpu") {
+    const adapter = /Failed to get a WebGPU adapter: ([^\n]*)/.exec(message);
+    const why = adapter ? `no WebGPU adapter was found (${adapter[1]!.trim()})` : `the WebGPU execution provider could not be used (${first})`;
+    return new DeviceError(`--device webgpu: ${why}; ${WEBGPU_HELP}`);
+  }
+  return undefined;
+}
 
 /** Where a rewritten model is loaded from, and the name it gives the original file. */
 export interface Stage {
@@ -95,8 +137,13 @@ export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
 /** Opens a session over model bytes, staged as {@link stageModel} decided (inline when `stage` is undefined). */
 export async function createSession(bytes: Uint8Array, stage: Stage | undefined, options: SessionOptions = {}): Promise<ort.InferenceSession> {
   const device = options.device ?? "cpu";
+  const unusable = device === "webgpu" ? probeWebgpu() : undefined;
+  if (unusable !== undefined) {
+    await stage?.cleanup();
+    throw deviceError(device, unusable)!;
+  }
   const sessionOptions: ort.InferenceSession.SessionOptions = {
-    executionProviders: device === "cuda" ? ["cuda"] : ["cpu"],
+    executionProviders: [device],
     graphOptimizationLevel: "all",
     logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
@@ -107,8 +154,7 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
     return await ort.InferenceSession.create(join(stage.dir, stage.modelFile), sessionOptions);
   } catch (err) {
     const message = (err as Error).message;
-    if (device === "cuda") throw new DeviceError(`the CUDA execution provider could not be used (${message.split("\n")[0]}); ${CUDA_HELP}`);
-    throw new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
+    throw deviceError(device, message) ?? new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
   } finally {
     await stage?.cleanup();
   }

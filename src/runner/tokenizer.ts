@@ -12,7 +12,6 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { ModelDirError } from "./model-dir.js";
 
-export { MAX_PROMPT_LEN };
 
 export class PromptTokenizer {
   private constructor(

@@ -27,6 +27,9 @@ export async function readGenerations(file: string): Promise<Map<string, Generat
   const out = new Map<string, Generation>();
   for await (const { value: g, line } of jsonLines(file, (l, problem, cause) => new GenerationsError(file, l, undefined, problem, { cause }))) {
     if (typeof g.query_id !== "string" || !g.query_id) throw new GenerationsError(file, line, "query_id", "is missing or not a string");
+    if (typeof g.error === "string" && typeof g.raw_response !== "string") {
+      throw new GenerationsError(file, line, "error", `generation failed for this query (${g.error}); run hsm generate again with the same --out to retry it`);
+    }
     if (typeof g.raw_response !== "string") throw new GenerationsError(file, line, "raw_response", "is missing or not a string");
     const first = out.get(g.query_id);
     if (first) throw new GenerationsError(file, line, "query_id", `duplicate "${g.query_id}" (first on line ${first.line})`);

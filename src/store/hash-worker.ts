@@ -1,13 +1,9 @@
-// Worker-thread entry: hashes the files it is sent, one at a time.
-import { parentPort } from "node:worker_threads";
+// Worker-thread entry: takes files from the shared counter until none is left (see hash.ts).
+import { parentPort, workerData } from "node:worker_threads";
 
-import { hashFileSync, type HashJob } from "./hash-file.js";
+import type { HashJob } from "./hash-file.js";
+import { hashTaken, type HashMessage } from "./hash.js";
 
-parentPort!.on("message", (msg: { id: number; job: HashJob }) => {
-  try {
-    parentPort!.postMessage({ id: msg.id, result: hashFileSync(msg.job) });
-  } catch (err) {
-    const e = err as NodeJS.ErrnoException;
-    parentPort!.postMessage({ id: msg.id, error: { message: e.message, code: e.code } });
-  }
-});
+const { jobs, next } = workerData as { jobs: HashJob[]; next: Int32Array };
+hashTaken(jobs, next, (ids, outcomes) => parentPort!.postMessage({ ids, outcomes } satisfies HashMessage));
+parentPort!.postMessage({ done: true } satisfies HashMessage);

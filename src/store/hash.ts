@@ -1,7 +1,10 @@
 /**
- * Hashes many files at once: one worker thread per core (or `concurrency`), each
- * streaming whole files through sha256. Node hashes on the calling thread, so
- * parallel hashing needs threads, not just parallel reads.
+ * Hashes many files at once: the calling thread and one worker thread per
+ * further core (or `concurrency` threads in all) take files two at a time from
+ * one shared counter and stream each pair through the hash kernel together.
+ * Node hashes on the calling thread, so parallel hashing needs threads, not
+ * just parallel reads; the calling thread works too rather than wait, so no
+ * thread start delays the first files. It is busy until its last pair is done.
  */
 import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
@@ -9,12 +12,15 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 
-import { hashFileSync, type HashJob, type HashResult } from "./hash-file.js";
+import { hashFilesSync, type HashJob, type HashOutcome, type HashResult } from "./hash-file.js";
 
-export type { HashJob, HashResult };
+export type { HashJob, HashOutcome, HashResult };
 
-/** The result for one job, or the error that stopped it (a file that vanished, say). */
-export type HashOutcome = { ok: true; result: HashResult } | { ok: false; message: string; code?: string };
+/** What a worker posts: the outcomes of each pair it took, then `done`. */
+export type HashMessage = { ids: number[]; outcomes: HashOutcome[] } | { done: true };
+
+/** Files a thread takes at a time (see hash-file.ts). */
+const TAKE = 2;
 
 /**
  * The compiled worker beside this module. Run from the TypeScript sources (as
@@ -27,41 +33,38 @@ function workerScript(): string | undefined {
   return existsSync(p) ? p : undefined;
 }
 
-/** Hashes `jobs`, `concurrency` at a time (default: the core count); results in job order. */
+/** Takes jobs from `next` until none is left, `TAKE` at a time; `report` gets each batch's outcomes. */
+export function hashTaken(jobs: readonly HashJob[], next: Int32Array, report: (ids: number[], outcomes: HashOutcome[]) => void): void {
+  for (let id = Atomics.add(next, 0, TAKE); id < jobs.length; id = Atomics.add(next, 0, TAKE)) {
+    const ids = Array.from({ length: Math.min(TAKE, jobs.length - id) }, (_, i) => id + i);
+    report(ids, hashFilesSync(ids.map((i) => jobs[i]!)));
+  }
+}
+
+/** Hashes `jobs`, on `concurrency` threads (default: the core count); results in job order. */
 export async function hashFiles(jobs: readonly HashJob[], concurrency = availableParallelism()): Promise<HashOutcome[]> {
   const outcomes: HashOutcome[] = new Array(jobs.length);
-  const threads = Math.max(1, Math.min(concurrency, jobs.length));
-  const script = workerScript();
-  if (threads <= 1 || !script) {
-    jobs.forEach((job, i) => {
-      try {
-        outcomes[i] = { ok: true, result: hashFileSync(job) };
-      } catch (err) {
-        const e = err as NodeJS.ErrnoException;
-        outcomes[i] = { ok: false, message: e.message, ...(e.code ? { code: e.code } : {}) };
-      }
-    });
-    return outcomes;
-  }
-  let next = 0;
-  const runWorker = () =>
-    new Promise<void>((resolve, reject) => {
-      const worker = new Worker(script);
-      const feed = () => {
-        if (next >= jobs.length) {
-          void worker.terminate().then(() => resolve());
-          return;
-        }
-        const id = next++;
-        worker.postMessage({ id, job: jobs[id] });
-      };
-      worker.on("message", (msg: { id: number; result?: HashResult; error?: { message: string; code?: string } }) => {
-        outcomes[msg.id] = msg.result ? { ok: true, result: msg.result } : { ok: false, ...msg.error! };
-        feed();
-      });
-      worker.on("error", reject);
-      feed();
-    });
-  await Promise.all(Array.from({ length: threads }, runWorker));
+  const threads = Math.max(1, Math.min(concurrency, Math.ceil(jobs.length / TAKE)));
+  const script = threads > 1 ? workerScript() : undefined;
+  const next = new Int32Array(new SharedArrayBuffer(4));
+  const keep = (ids: number[], got: HashOutcome[]) => ids.forEach((id, i) => (outcomes[id] = got[i]!));
+  const workers = script
+    ? Array.from(
+        { length: threads - 1 },
+        () =>
+          new Promise<void>((resolve, reject) => {
+            const worker = new Worker(script, { workerData: { jobs, next } });
+            let done = false;
+            worker.on("message", (msg: HashMessage) => {
+              if ("done" in msg) done = true;
+              else keep(msg.ids, msg.outcomes);
+            });
+            worker.on("error", reject);
+            worker.on("exit", (code) => (done ? resolve() : reject(new Error(`a hashing thread stopped with exit code ${code}`))));
+          }),
+      )
+    : [];
+  hashTaken(jobs, next, keep);
+  await Promise.all(workers);
   return outcomes;
 }

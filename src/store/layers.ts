@@ -4,14 +4,25 @@
  * arithmetic so that `l/(L-1) >= 0.4` has no floating-point edge: decimals such
  * as 0.4 are read as the fraction 2/5.
  */
-import { all, create, type FactoryFunctionMap, type MathNode } from "mathjs";
+import { createRequire } from "node:module";
+
+import type { FactoryFunctionMap, MathJsInstance, MathNode } from "mathjs";
 
 import { DEFAULT_LAYER_RULE } from "../defaults.js";
 import { UsageError } from "../errors.js";
 
-export { DEFAULT_LAYER_RULE };
 
-const math = create(all as FactoryFunctionMap, { number: "Fraction" });
+let mathjs: MathJsInstance | undefined;
+
+/** mathjs takes about a second to load, so it is loaded only when a rule must be parsed. */
+function math(): MathJsInstance {
+  if (!mathjs) {
+    const { all, create } = createRequire(import.meta.url)("mathjs") as typeof import("mathjs");
+    mathjs = create(all as FactoryFunctionMap, { number: "Fraction" });
+  }
+  return mathjs;
+}
+
 const FUNCTIONS = new Set(["mod", "floor", "ceil", "abs", "min", "max"]);
 
 /** A parsed rule; `test(l, L)` says whether block `l` of `L` is stored. */
@@ -22,9 +33,10 @@ export interface LayerRule {
 
 /** Parses a rule, allowing only `l`, `L`, numbers, arithmetic, comparisons, logic and a few functions. */
 export function parseLayerRule(text: string): LayerRule {
+  const m = math();
   let node: MathNode;
   try {
-    node = math.parse(text);
+    node = m.parse(text);
   } catch (err) {
     throw new UsageError(`Expected a layer rule such as "${DEFAULT_LAYER_RULE}" but could not parse "${text}": ${(err as Error).message}`);
   }
@@ -48,12 +60,12 @@ export function parseLayerRule(text: string): LayerRule {
     test(l: number, L: number): boolean {
       let result: unknown;
       try {
-        result = code.evaluate({ l: math.fraction(l), L: math.fraction(L) });
+        result = code.evaluate({ l: m.fraction(l), L: m.fraction(L) });
       } catch (err) {
         throw new UsageError(`Layer rule "${text}" cannot be evaluated at l = ${l}, L = ${L}: ${(err as Error).message}`);
       }
       if (typeof result !== "boolean") {
-        throw new UsageError(`Layer rule "${text}" must give true or false, but gives ${math.format(result)} at l = ${l}, L = ${L}`);
+        throw new UsageError(`Layer rule "${text}" must give true or false, but gives ${m.format(result)} at l = ${l}, L = ${L}`);
       }
       return result;
     },
@@ -66,9 +78,15 @@ export function parseLayerRule(text: string): LayerRule {
  */
 export function selectLayers(L: number, rule: string | LayerRule = DEFAULT_LAYER_RULE): number[] {
   if (!Number.isSafeInteger(L) || L < 1) throw new UsageError(`Expected a positive integer number of layers but received ${L}`);
-  const parsed = typeof rule === "string" ? parseLayerRule(rule) : rule;
   const out: number[] = [];
-  // With one block, l/(L-1) is 0/0; that single block is the model's only state.
+  if (rule === DEFAULT_LAYER_RULE) {
+    // With one block, l/(L-1) is 0/0; that single block is the model's only state.
+    if (L === 1) return [0];
+    // l/(L-1) >= 2/5 exactly, in integers.
+    for (let l = 0; l < L; l++) if (5 * l >= 2 * (L - 1)) out.push(l);
+    return out;
+  }
+  const parsed = typeof rule === "string" ? parseLayerRule(rule) : rule;
   if (L === 1) return parsed.text === DEFAULT_LAYER_RULE ? [0] : parsed.test(0, 1) ? [0] : [];
   for (let l = 0; l < L; l++) if (parsed.test(l, L)) out.push(l);
   return out;

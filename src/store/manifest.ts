@@ -58,6 +58,29 @@ export interface Manifest {
   tool_version: string;
   /** Present in a shard's store: which rows of the whole run it holds. */
   shard?: ShardInfo;
+  /** The export style recognized and how each stored tensor was found (written by hsm; absent in older stores). */
+  style?: StyleRecord;
+  /** Rows re-run alone at batch 1 unpadded, compared with the stored rows (docs/extract.md). */
+  self_check?: SelfCheck;
+}
+
+/** The `style` field: the style (`optimum-merged+structural`), the names cross-check, and per stored layer the tensor and how it was found. */
+export interface StyleRecord {
+  name: string;
+  cross_check?: string;
+  layers: { layer: number; tensor: string; how: string }[];
+}
+
+/** The batch self-check: per layer, the largest deviation of rows re-run alone from the stored rows. */
+export interface SelfCheck {
+  rows: number;
+  query_ids: string[];
+  /** `max_abs_dev`: largest absolute difference; `max_rel_dev`: that over the row's largest magnitude; null where a value is finite on one side only. */
+  layers: { layer: number; max_abs_dev: number | null; max_rel_dev: number | null }[];
+  /** The largest `max_rel_dev` that passes. */
+  tolerance: number;
+  status: "pass" | "warn" | "off";
+  seconds: number;
 }
 
 export interface ShardInfo {
@@ -142,6 +165,12 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
     }
     if (isInt(m.num_layers) && layers.some((l) => (l as number) < 0 || (l as number) >= (m.num_layers as number))) {
       bad("layers", `holds a layer outside 0…${(m.num_layers as number) - 1}`);
+    }
+  }
+  if (m.self_check !== undefined) {
+    const c = m.self_check as Record<string, unknown> | null;
+    if (typeof c !== "object" || c === null || !isInt(c.rows) || !Array.isArray(c.layers) || !["pass", "warn", "off"].includes(c.status as string)) {
+      bad("self_check", "expected an object with rows, layers and status pass, warn or off");
     }
   }
   const files = m.files;

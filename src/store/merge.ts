@@ -5,12 +5,26 @@
  * rows exactly once.
  */
 import { StoreError, UsageError } from "../errors.js";
-import type { Manifest } from "./manifest.js";
+import type { Manifest, SelfCheck } from "./manifest.js";
 import { StoreReader } from "./reader.js";
 import { verifyStore } from "./verify.js";
 import { StoreWriter } from "./writer.js";
 
 const SAME = ["model", "model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "dtype", "weights", "padding_side", "max_prompt_len"] as const;
+
+/** The shards' self-checks as one: every row checked, per layer the largest deviation; absent when a shard has none. */
+function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefined {
+  if (checks.some((c) => !c)) return undefined;
+  const all = checks as SelfCheck[];
+  const worst = (a: number | null, b: number | null) => (a === null || b === null ? null : Math.max(a, b));
+  const layers = all[0]!.layers.map(({ layer }) => {
+    const per = all.map((c) => c.layers.find((l) => l.layer === layer) ?? { max_abs_dev: 0, max_rel_dev: 0 });
+    return { layer, max_abs_dev: per.map((l) => l.max_abs_dev).reduce(worst), max_rel_dev: per.map((l) => l.max_rel_dev).reduce(worst) };
+  });
+  const status = all.some((c) => c.status === "warn") ? "warn" : all.every((c) => c.status === "off") ? "off" : "pass";
+  const seconds = Number(all.reduce((s, c) => s + c.seconds, 0).toFixed(3));
+  return { rows: all.reduce((s, c) => s + c.rows, 0), query_ids: all.flatMap((c) => c.query_ids), layers, tolerance: all[0]!.tolerance, status, seconds };
+}
 
 export async function mergeShards(out: string, shardDirs: string[], options: { onProgress?: (done: number, total: number) => void } = {}): Promise<Manifest> {
   if (shardDirs.length === 0) throw new UsageError("Expected at least one shard store to merge but received none");
@@ -59,9 +73,11 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
       query_ids: readers.flatMap((r) => r.manifest.query_ids),
       fact_ids: readers.flatMap((r) => r.manifest.fact_ids),
       condition_families: readers.flatMap((r) => r.manifest.condition_families),
+      ...(m0.style ? { style: m0.style } : {}),
     });
     try {
       if (writer.complete) return writer.manifest;
+      writer.manifest.self_check = mergeSelfChecks(readers.map((r) => r.manifest.self_check));
       let done = 0;
       for (const r of readers) {
         for (const layer of m0.layers) {

@@ -16,7 +16,7 @@ import { fileError, osReason } from "../util/fs.js";
 import { bankMismatch, isNativeManifest, parseForeignManifest, unrecorded } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { MANIFEST_NAME, manifestProblems, type Manifest } from "./manifest.js";
+import { MANIFEST_NAME, manifestProblems, type Manifest, type SelfCheck } from "./manifest.js";
 import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
 import { headerMismatch } from "./reader.js";
 
@@ -58,6 +58,8 @@ export interface VerifyReport {
   foreign: boolean;
   /** What a foreign manifest does not record; empty for hsm's own stores. */
   notes: VerifyNote[];
+  /** The manifest's batch self-check, summarized: the layer with the largest relative deviation (null: non-finite). */
+  self_check?: { rows: number; worst_layer: number | null; worst_rel_dev: number | null; status: string };
 }
 
 export interface VerifyOptions {
@@ -229,6 +231,12 @@ interface Plan {
   compare: boolean;
 }
 
+function summarizeSelfCheck(c: SelfCheck): NonNullable<VerifyReport["self_check"]> {
+  const key = (r: number | null) => (r === null ? Infinity : r);
+  const worst = c.layers.reduce<SelfCheck["layers"][number] | undefined>((w, l) => (!w || key(l.max_rel_dev) > key(w.max_rel_dev) ? l : w), undefined);
+  return { rows: c.rows, worst_layer: worst?.layer ?? null, worst_rel_dev: worst ? worst.max_rel_dev : 0, status: c.status };
+}
+
 /** hsm's own manifest: every field required, every file entry compared. */
 function planNative(value: unknown, problem: ProblemSink, report: VerifyReport): Plan {
   for (const p of manifestProblems(value)) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
@@ -236,6 +244,7 @@ function planNative(value: unknown, problem: ProblemSink, report: VerifyReport):
   if (typeof m.complete === "boolean") report.complete = m.complete;
   if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
   if (Number.isSafeInteger(m.rows_done)) report.rows_done = m.rows_done!;
+  if (m.self_check && Array.isArray(m.self_check.layers)) report.self_check = summarizeSelfCheck(m.self_check);
   if (m.complete === false) {
     problem(MANIFEST_NAME, "incomplete", `the store is incomplete: ${m.rows_done} of ${report.rows} rows written and no checksums yet`);
   }

@@ -4,13 +4,13 @@
  * fsynced first, then the manifest replaced atomically), and checksums recorded
  * only when every row is in. A store can be reopened and resumed from `rows_done`.
  */
-import { mkdir, open, readFile, stat, type FileHandle } from "node:fs/promises";
+import { mkdir, open, readFile, stat, statfs, unlink, type FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
 import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { MAX_PROMPT_LEN } from "../defaults.js";
-import { StoreError } from "../errors.js";
+import { DiskSpaceError, StoreError } from "../errors.js";
 import { storeKernels } from "../kernels/registry.js";
 import { fileError, osReason } from "../util/fs.js";
 import { TOOL_VERSION } from "../version.js";
@@ -33,7 +33,7 @@ export type StoreInit = Pick<
   | "query_ids"
   | "fact_ids"
   | "condition_families"
-> & { max_prompt_len?: number; shard?: Manifest["shard"]; padding_side?: Manifest["padding_side"]; weights?: string };
+> & { max_prompt_len?: number; shard?: Manifest["shard"]; style?: Manifest["style"]; padding_side?: Manifest["padding_side"]; weights?: string };
 
 /** The manifest fields that must agree for a run to continue an existing store. */
 const IDENTITY = ["model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "query_ids", "shard"] as const;
@@ -65,30 +65,19 @@ export class StoreWriter {
     return StoreWriter.create(dir, init);
   }
 
+  /**
+   * A new store: checks that the whole store fits in the free space, then
+   * allocates every file for real (zeros written, not a sparse file whose
+   * space another program could take later), so that a full disk stops a run
+   * before its first row rather than in its middle.
+   */
   private static async create(dir: string, init: StoreInit): Promise<StoreWriter> {
     const n = init.query_ids.length;
     const files: Record<string, FileEntry> = {};
-    const handles = new Map<number, FileHandle>();
-    const offsets = new Map<number, number>();
-    try {
-      for (const layer of init.layers) {
-        const name = layerFileName(layer);
-        const header = buildNpyHeader("<f2", [n, init.d_model]);
-        const bytes = header.length + n * init.d_model * 2;
-        try {
-          const fh = await open(join(dir, name), "w+");
-          handles.set(layer, fh);
-          await fh.write(header, 0, header.length, 0);
-          await fh.truncate(bytes);
-        } catch (err) {
-          throw fileError(err, join(dir, name), "write");
-        }
-        offsets.set(layer, header.length);
-        files[name] = { layer, shape: [n, init.d_model], bytes, sha256: "", nonfinite: 0, max_abs: null };
-      }
-    } catch (err) {
-      await Promise.all([...handles.values()].map((h) => h.close()));
-      throw err;
+    const header = buildNpyHeader("<f2", [n, init.d_model]);
+    for (const layer of init.layers) {
+      const bytes = header.length + n * init.d_model * 2;
+      files[layerFileName(layer)] = { layer, shape: [n, init.d_model], bytes, sha256: "", nonfinite: 0, max_abs: null };
     }
     const manifest: Manifest = {
       format: STORE_FORMAT,
@@ -115,7 +104,30 @@ export class StoreWriter {
       created_at: new Date().toISOString(),
       tool_version: TOOL_VERSION,
       ...(init.shard ? { shard: init.shard } : {}),
+      ...(init.style ? { style: init.style } : {}),
     };
+    await ensureSpace(dir, Object.values(files).reduce((sum, f) => sum + f.bytes, 0) + manifestRoom(manifest));
+    const handles = new Map<number, FileHandle>();
+    const offsets = new Map<number, number>();
+    try {
+      for (const layer of init.layers) {
+        const path = join(dir, layerFileName(layer));
+        try {
+          const fh = await open(path, "w+");
+          handles.set(layer, fh);
+          await allocate(fh, header.length, files[layerFileName(layer)]!.bytes);
+          await writeAll(fh, header, 0);
+        } catch (err) {
+          throw fileError(err, path, "write");
+        }
+        offsets.set(layer, header.length);
+      }
+    } catch (err) {
+      // The files hold nothing yet and no manifest names them: leave no partial store behind.
+      await Promise.all([...handles.values()].map((h) => h.close()));
+      await Promise.all([...handles.keys()].map((layer) => unlink(join(dir, layerFileName(layer))).catch(() => undefined)));
+      throw err;
+    }
     const writer = new StoreWriter(dir, manifest, handles, offsets);
     await writer.commit(0);
     return writer;
@@ -135,6 +147,8 @@ export class StoreWriter {
     const writer = new StoreWriter(dir, manifest, handles, offsets);
     if (manifest.complete) return writer;
     try {
+      // Files with holes (from a run whose allocation was cut short, or copied sparsely) are allocated again first.
+      const holes = new Map<number, number>();
       for (const layer of manifest.layers) {
         const name = layerFileName(layer);
         const entry = manifest.files[name]!;
@@ -146,12 +160,23 @@ export class StoreWriter {
           throw fileError(err, path);
         }
         if (st.size !== entry.bytes) throw new StoreError(path, `is ${st.size} bytes, the manifest says ${entry.bytes}; cannot resume`);
+        if (st.blocks * 512 < st.size) holes.set(layer, st.size - st.blocks * 512);
+      }
+      await ensureSpace(dir, [...holes.values()].reduce((a, b) => a + b, 0) + manifestRoom(manifest));
+      for (const layer of manifest.layers) {
+        const name = layerFileName(layer);
+        const entry = manifest.files[name]!;
+        const path = join(dir, name);
+        const offset = buildNpyHeader("<f2", entry.shape).length;
         try {
-          handles.set(layer, await open(path, "r+"));
+          const fh = await open(path, "r+");
+          handles.set(layer, fh);
+          // Rows from rows_done on are not committed: zeros may replace them.
+          if (holes.has(layer)) await allocate(fh, offset + manifest.rows_done * manifest.d_model * 2, entry.bytes);
         } catch (err) {
           throw fileError(err, path, "write");
         }
-        offsets.set(layer, buildNpyHeader("<f2", entry.shape).length);
+        offsets.set(layer, offset);
       }
     } catch (err) {
       await writer.close();
@@ -181,13 +206,8 @@ export class StoreWriter {
       throw new RangeError(`Expected whole rows of width ${d} inside the store but received ${data.length} values at row ${rowStart}`);
     }
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    const position = this.dataOffset.get(layer)! + rowStart * d * 2;
-    let done = 0;
     try {
-      while (done < bytes.length) {
-        const { bytesWritten } = await fh.write(bytes, done, bytes.length - done, position + done);
-        done += bytesWritten;
-      }
+      await writeAll(fh, bytes, this.dataOffset.get(layer)! + rowStart * d * 2);
     } catch (err) {
       throw fileError(err, join(this.dir, layerFileName(layer)), "write");
     }
@@ -256,6 +276,41 @@ export class StoreWriter {
   async close(): Promise<void> {
     await this.closeFiles();
   }
+}
+
+/** Bytes written at a time when a file is allocated. */
+const ALLOCATE_BLOCK = 8 << 20;
+
+let zeros: Uint8Array | undefined;
+
+/** Writes zeros over `[from, to)` so that the file system gives those bytes real blocks. */
+async function allocate(fh: FileHandle, from: number, to: number): Promise<void> {
+  zeros ??= new Uint8Array(ALLOCATE_BLOCK);
+  for (let pos = from; pos < to; pos += ALLOCATE_BLOCK) await writeAll(fh, zeros.subarray(0, Math.min(ALLOCATE_BLOCK, to - pos)), pos);
+}
+
+async function writeAll(fh: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
+  for (let done = 0; done < bytes.length; ) {
+    const { bytesWritten } = await fh.write(bytes, done, bytes.length - done, position + done);
+    done += bytesWritten;
+  }
+}
+
+/** Room for index.json while it is replaced: the old file and the new one side by side, with slack for growth. */
+function manifestRoom(manifest: Manifest): number {
+  return 2 * Buffer.byteLength(JSON.stringify(manifest, null, 2)) + (64 << 10);
+}
+
+/** Refuses, before anything is written, a store that needs more than the free space of `dir`'s file system. */
+async function ensureSpace(dir: string, needed: number): Promise<void> {
+  let available: number;
+  try {
+    const s = await statfs(dir);
+    available = s.bavail * s.bsize;
+  } catch (err) {
+    throw fileError(err, dir);
+  }
+  if (available < needed) throw new DiskSpaceError(dir, needed, available);
 }
 
 async function readExisting(dir: string): Promise<Manifest | undefined> {

@@ -3,7 +3,7 @@
  * checked for exit status, stdout and stderr.
  */
 import { spawnSync } from "node:child_process";
-import { chmodSync, cpSync, openSync, writeSync, closeSync, writeFileSync, existsSync, mkdirSync, symlinkSync } from "node:fs";
+import { chmodSync, cpSync, openSync, writeSync, closeSync, writeFileSync, existsSync, mkdirSync, readFileSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
@@ -130,7 +130,7 @@ describe("hsm", () => {
     for (const [cmd, out] of [["extract", "--out"], ["generate", "--out"], ["run", "--outputs"]] as const) {
       const r = hsm([cmd, "--model-dir", join(dir, "no-model"), "--bank", bank, out, join(dir, `dev-${cmd}`), "--device", "tpu"]);
       expect(r.status).toBe(2);
-      expect(r.stderr).toMatch(/^hsm: Expected --device cpu or cuda but received "tpu"\n/);
+      expect(r.stderr).toMatch(/^hsm: Expected --device cpu, cuda or webgpu but received "tpu"\n/);
       expect(existsSync(join(dir, `dev-${cmd}`))).toBe(false);
     }
   });
@@ -206,6 +206,8 @@ describe("hsm", () => {
     for (const f of ["evaluation/tiny-llama.jsonl", "evaluation/tiny-llama.scored.jsonl", "hidden/tiny-llama/index.json", "metrics/tiny-llama/iss.json", "foundry/tiny-llama.jsonl"]) {
       expect(existsSync(join(dir, "demo", f))).toBe(true);
     }
+    expect(first.stdout.trimEnd().split("\n").at(-1)).toBe(`report: ${join(dir, "demo", "report.html")}`);
+    expect(readFileSync(join(dir, "demo", "report.html"), "utf8")).toContain("<title>hsm report — tiny-llama</title>");
     const second = hsm(["demo", "--out", join(dir, "demo"), "--quiet"]);
     expect(second.status).toBe(0);
     expect(second.stdout).toMatch(/^model: .* exists, skipped$/m);

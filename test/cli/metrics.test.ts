@@ -157,7 +157,7 @@ describe("hsm metrics --backend, the native core absent", () => {
 
   it.runIf(NATIVE_BUILT)("native records native for the kernels the core implements", () => {
     const native = run("native");
-    expect(native.iss.config.kernels).toMatchObject({ f16ToF32: "native", rank: "native", products: "native", rowsTimes: "native", bootstrapMean: "native", bootstrapAuroc: "native", centreRows: "typescript" });
+    expect(native.iss.config.kernels).toMatchObject({ f16ToF32: "native", rank: "native", products: "native", rowsTimes: "native", bootstrapMean: "native", bootstrapAuroc: "native", centreRows: "native", standardizeRows: "native" });
   });
 
   it("native, asked for by name where the core is absent, says how to build it", () => {

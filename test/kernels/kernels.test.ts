@@ -33,8 +33,9 @@ function pairwiseAuroc(scores: number[], labels: number[], weight: number[]): nu
 }
 
 /** A sorted group (as SortedScores builds one) from scores with planted ties. */
-function group(rng: Rng, rows: number, nFacts: number): { g: SortedArrays; scores: number[]; labels: number[]; fact: number[] } {
-  const scores = Array.from({ length: rows }, () => Math.round(rng.normal() * 4) / 4);
+/** Rows with scores on a grid of 1/`grid` (coarse: many ties; fine: mostly distinct scores). */
+function group(rng: Rng, rows: number, nFacts: number, grid = 4): { g: SortedArrays; scores: number[]; labels: number[]; fact: number[] } {
+  const scores = Array.from({ length: rows }, () => Math.round(rng.normal() * grid) / grid);
   const fact = Array.from({ length: rows }, (_, i) => (i < nFacts ? i : rng.int(nFacts)));
   const labels = scores.map((s) => (s + rng.normal() > 0 ? 1 : 0));
   const order = Array.from(scores.keys()).sort((a, b) => scores[a]! - scores[b]! || a - b);
@@ -112,6 +113,42 @@ describe.each(CASES)("kernels on %s", (_name, { kernels: k }) => {
       }
       expect(above[i]!).toBeGreaterThanOrEqual(surely);
       expect(above[i]!).toBeLessThanOrEqual(maybe);
+    }
+  });
+
+  it("products' fused logistic pass, where a backend has one: loss and gradient sums within float32 accumulation", async () => {
+    const rng = new Rng(6);
+    const n = 700; // enough rows for the native pass to split them across threads
+    const d = 45;
+    const K = 3;
+    const h = normalRows(rng, n, d);
+    const v = Float64Array.from({ length: K * d }, () => rng.normal() * 0.3);
+    const offset = Float64Array.from({ length: K }, () => rng.normal());
+    const y = Uint8Array.from({ length: n }, () => (rng.normal() > 0 ? 1 : 0));
+    const train = Uint8Array.from({ length: K * n }, (_, i) => (i % K === 1 ? 0 : 1));
+    const want = { loss: new Float64Array(K), gsum: new Float64Array(K), grad: new Float64Array(K * d) };
+    for (let j = 0; j < K; j++) {
+      for (let i = 0; i < n; i++) {
+        if (!train[j * n + i]) continue;
+        let dot = offset[j]!;
+        for (let c = 0; c < d; c++) dot += h[i * d + c]! * v[j * d + c]!;
+        const s = y[i] ? 1 : -1;
+        want.loss[j]! += Math.log(1 + Math.exp(-s * dot));
+        const g = -s / (1 + Math.exp(s * dot));
+        want.gsum[j]! += g;
+        for (let c = 0; c < d; c++) want.grad[j * d + c]! += g * h[i * d + c]!;
+      }
+    }
+    const p = await k.products(h, n, d);
+    try {
+      if (!p.logistic) return; // this backend trains from its two products
+      const got = await p.logistic(v, offset, y, train, K);
+      for (const key of ["loss", "gsum", "grad"] as const) {
+        const scale = Math.max(...want[key].map(Math.abs));
+        want[key].forEach((w, i) => expect(Math.abs(got[key][i]! - w)).toBeLessThan(PRODUCTS_F32 * scale));
+      }
+    } finally {
+      p.dispose();
     }
   });
 
@@ -277,6 +314,51 @@ describe("exact kernels agree bit for bit across backends", () => {
       await kk.bootstrapAuroc(3, 9, fam.g, 100, out, anc.g, toPaired, paired);
       const mean = new Float64Array(100);
       await kk.bootstrapMean(3, 10, Float64Array.from({ length: 40 }, () => rng.normal()), 100, mean);
+      return [out, paired, mean];
+    };
+    const [got, want] = [await run(k), await run(reference)];
+    got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
+  });
+  // The row passes: float64 sums in one fixed order everywhere, on enough rows for native threads.
+  it.each(CASES)("%s, row passes", async (_name, { kernels: k }) => {
+    const run = (kk: Kernels) => {
+      const rng = new Rng(9);
+      const n = 600;
+      const d = 130;
+      const h = normalRows(rng, n, d, 7);
+      for (let j = 0; j < d; j++) h[3 * d + j] = 1.5; // a row of one value, and (below) one column of one value
+      for (let i = 0; i < n; i++) h[i * d + 4] = -2.25;
+      const valid = Uint8Array.from({ length: n }, (_, i) => (i % 11 === 5 ? 0 : 1));
+      const centred = new Float32Array(n * d);
+      const excluded = kk.centreRows(h, n, d, valid, centred);
+      const rows = Int32Array.from({ length: 400 }, (_, i) => (i * 7) % n);
+      const anchors = centred.slice(0, 50 * d);
+      const own = Int32Array.from(rows, (r) => r % 50);
+      const ownCos = new Float64Array(rows.length);
+      const otherCos = new Float64Array(rows.length);
+      kk.anchorCosines(centred, rows, anchors, 50, d, own, ownCos, otherCos);
+      const st = kk.standardizeRows(h, rows, d);
+      const m = kk.foldMoments(st.rows, d, [rows.filter((r) => r % 3 !== 0).map((_, i) => i), Int32Array.from([]), Int32Array.from([5, 1, 5])]);
+      return [centred, valid, Float64Array.of(excluded), ownCos, otherCos, st.rows, st.mean, st.scale, m.sum, m.sumSquares];
+    };
+    const [got, want] = [run(k), run(reference)];
+    got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
+  });
+
+  // Large enough that native kernels split the replicates across threads, each
+  // starting the generator part-way through the stream; a replicate count that
+  // is no multiple of any lane width; distinct scores beside tied ones.
+  it.each(CASES)("%s, with replicates split across threads", async (_name, { kernels: k }) => {
+    const run = async (kk: Kernels) => {
+      const rng = new Rng(5);
+      const fam = group(rng, 12000, 3000, 1e6);
+      const anc = group(rng, 4000, 2500, 8);
+      const toPaired = Int32Array.from({ length: 3000 }, (_, f) => (f % 7 === 0 ? -1 : f % 2500));
+      const out = new Float64Array(203);
+      const paired = new Float64Array(203);
+      await kk.bootstrapAuroc(11, 12, fam.g, 203, out, anc.g, toPaired, paired);
+      const mean = new Float64Array(203);
+      await kk.bootstrapMean(11, 13, Float64Array.from({ length: 3000 }, () => rng.normal()), 203, mean);
       return [out, paired, mean];
     };
     const [got, want] = [await run(k), await run(reference)];

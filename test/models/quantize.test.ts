@@ -1,9 +1,7 @@
 /** The quantizers behind make-model's q4, int8 and nf4 styles, and the --style check. */
 import { describe, expect, it } from "vitest";
 
-import { UsageError } from "../../src/errors.js";
 import { NF4_BLOCK, NF4_CODES, Q4_BLOCK, quantizeNf4, quantizeQ4, quantizeQ8 } from "../../src/models/quantize.js";
-import { validateTinyModelOptions } from "../../src/models/options.js";
 import { Rng } from "../../src/util/random.js";
 
 const N = 5;
@@ -48,14 +46,5 @@ describe("quantizers", () => {
       const x = w[i]! / m;
       for (const c of NF4_CODES) expect(Math.abs(NF4_CODES[code]! - x)).toBeLessThanOrEqual(Math.abs(c - x));
     }
-  });
-});
-
-describe("make-model --style", () => {
-  it("names the styles when given another", () => {
-    expect(() => validateTinyModelOptions({ style: "q5" })).toThrow(
-      new UsageError('Expected --style plain, with-past, genai, genai-fp16, genai-int4, q4, int8, nf4, fp16 or q4f16 but received "q5"'),
-    );
-    expect(validateTinyModelOptions({ style: "with-past" })).toMatchObject({ withPast: true });
   });
 });

@@ -101,8 +101,9 @@ describe.each(Object.keys(EXPECTED) as QuantizedStyle[])("a transformers.js %s f
   it("is found under onnx/ with its weight format and compute dtype", async () => {
     const { inspection } = await inspectModel(modelDir);
     expect(inspection.onnxPath).toBe(join(modelDir, EXPECTED[style].file));
-    expect(inspection.plan.strategy).toBe("torch-names");
-    expect(inspection.precision).toMatchObject({ dtype: EXPECTED[style].dtype, weights: EXPECTED[style].weights, batchDependent: style === "int8" });
+    expect(inspection.plan.strategy).toBe("structural");
+    expect(inspection.plan.crossCheck).toMatch(/^names \(torch-names\) agree on all \d+ blocks$/);
+    expect(inspection.format).toMatchObject({ dtype: EXPECTED[style].dtype, weights: EXPECTED[style].weights, batchDependent: style === "int8" });
   });
 
   it("stores the reference states of its own weights at batch sizes 16 and 1", async () => {

@@ -11,6 +11,7 @@ import { explicitStyle } from "../../src/runner/styles/explicit.js";
 import { graphOutputsStyle } from "../../src/runner/styles/graph-outputs.js";
 import { STYLES } from "../../src/runner/styles/index.js";
 import { standardInputs, type GraphStyle } from "../../src/runner/styles/style.js";
+import { structuralStyle } from "../../src/runner/styles/structural.js";
 import { torchNamesStyle } from "../../src/runner/styles/torch-names.js";
 
 /**
@@ -36,18 +37,27 @@ function graph(o: { hiddenOutputs?: boolean; names?: boolean; inputs?: string[] 
   return { name: "toy", node: g.nodes, input: inputs, output: outputs };
 }
 
+/** The registry without structure: the toy graphs have names but no decoder structure (no attention, no MLP). */
+const NAMED = STYLES.filter((s) => s !== structuralStyle);
+
 describe("graph-style registry", () => {
-  it("is ordered explicit, graph-outputs, genai, torch-names", () => {
-    expect(STYLES.map((s) => s.name)).toEqual(["explicit", "graph-outputs", "genai", "torch-names"]);
+  it("is ordered optimum-merged (a preparation), explicit, graph-outputs, genai, structural, torch-names", () => {
+    expect(STYLES.map((s) => s.name)).toEqual(["optimum-merged", "explicit", "graph-outputs", "genai", "structural", "torch-names"]);
+  });
+
+  it("tries structure for every graph with an embedding, and says what it saw when the structure is no decoder", () => {
+    expect(() => detectHiddenTensors(graph(), 2)).toThrow(
+      /^structure: block 0 is incomplete: residual Add 1 of 2 \(\/model\/layers\.0\/Add\) adds neither attention nor an MLP; a block may be missing \(graph style seen: torch-names\)\. Name the tensors with --hidden-tensors LAYER=TENSOR,…,final=TENSOR; candidate tensors: x0, x1, x2$/,
+    );
   });
 
   it("uses the first style that recognizes the graph", () => {
-    expect(detectHiddenTensors(graph(), 2)).toMatchObject({
+    expect(detectHiddenTensors(graph(), 2, undefined, NAMED)).toMatchObject({
       strategy: "torch-names",
       lastLayerFinalNorm: true,
       tensors: [{ layer: 0, tensor: "x1" }, { layer: 1, tensor: "normed" }],
     });
-    expect(detectHiddenTensors(graph({ hiddenOutputs: true }), 2).tensors.map((t) => t.tensor)).toEqual(["hidden_states.1", "hidden_states.2"]);
+    expect(detectHiddenTensors(graph({ hiddenOutputs: true }), 2, undefined, NAMED).tensors.map((t) => t.tensor)).toEqual(["hidden_states.1", "hidden_states.2"]);
     const given = detectHiddenTensors(graph({ hiddenOutputs: true }), 2, new Map([[0, "x0"]]));
     expect(given).toMatchObject({ strategy: "explicit", lastLayerFinalNorm: false, tensors: [{ layer: 0, tensor: "x0", how: "given with --hidden-tensors" }] });
   });
@@ -72,14 +82,14 @@ describe("graph-style registry", () => {
   });
 
   it("refuses a block count that disagrees with config.json, and an explicit tensor the graph lacks", () => {
-    expect(() => detectHiddenTensors(graph(), 3)).toThrow(/the graph has 2 decoder blocks by name but config\.json says 3/);
+    expect(() => detectHiddenTensors(graph(), 3, undefined, NAMED)).toThrow(/the graph has 2 decoder blocks by name but config\.json says 3/);
     expect(() => detectHiddenTensors(graph(), 2, new Map([[1, "nope"]]))).toThrow(/--hidden-tensors names "nope" for layer 1, but the graph has no such tensor/);
   });
 });
 
 describe("input plans", () => {
   it("feeds inputs by name, KV-cache inputs empty, and lists the inputs it cannot feed", () => {
-    const plan = detectHiddenTensors(graph({ inputs: ["attention_mask", "position_ids", "past_key_values.0.key", "past.1.value", "use_cache_branch", "pixel_values"] }), 2).inputs;
+    const plan = detectHiddenTensors(graph({ inputs: ["attention_mask", "position_ids", "past_key_values.0.key", "past.1.value", "use_cache_branch", "pixel_values"] }), 2, undefined, NAMED).inputs;
     expect(plan.feeds.map((f) => [f.name, f.kind])).toEqual([
       ["input_ids", "input_ids"],
       ["attention_mask", "attention_mask"],

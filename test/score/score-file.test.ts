@@ -16,6 +16,11 @@ describe("generations file", () => {
     ["a missing raw_response", ['{"query_id": "q1"}'], /gens\.jsonl:1: field "raw_response": is missing or not a string$/],
     ["a line that is not JSON", ['{"query_id": '], /gens\.jsonl:1: is not valid JSON/],
     ["an array line", ["[1]"], /gens\.jsonl:1: expected a JSON object but received array$/],
+    [
+      "a query whose generation failed",
+      ['{"query_id": "q1", "error": "onnxruntime: invalid dimensions"}'],
+      /gens\.jsonl:1: field "error": generation failed for this query \(onnxruntime: invalid dimensions\); run hsm generate again with the same --out to retry it$/,
+    ],
   ])("names the line of %s", async (_what, lines, message) => {
     const file = join(dir, "gens.jsonl");
     writeFileSync(file, lines.join("\n") + "\n");

@@ -11,10 +11,13 @@ describe("layer rule", () => {
   });
 
   it("equals the integer form 5·l ≥ 2·(L−1) for every L up to 400, where floating point would slip", () => {
+    // The default rule is computed in integers; the same text parsed and evaluated as fractions must agree.
+    const parsed = parseLayerRule("l/(L-1) >= 0.4");
     for (let L = 2; L <= 400; L++) {
       const want = [];
       for (let l = 0; l < L; l++) if (5 * l >= 2 * (L - 1)) want.push(l);
       expect(selectLayers(L)).toEqual(want);
+      expect(selectLayers(L, parsed)).toEqual(want);
     }
     // The edge itself: 2/5 of 10 is exactly 4, and 4/10 >= 0.4 holds exactly.
     expect(selectLayers(11)[0]).toBe(4);

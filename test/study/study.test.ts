@@ -13,7 +13,8 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { HsmError } from "../../src/errors.js";
 import { writeTinyModel } from "../../src/models/llama.js";
 import { parseStudy, StudyFileError } from "../../src/study/study-file.js";
-import { formatStudySummary, runStudy, studyShardCommands, type StudySummary } from "../../src/study/study.js";
+import { formatStudySummary, studyShardCommands, type StudySummary } from "../../src/study/layout.js";
+import { runStudy } from "../../src/study/study.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BANK = fileURLToPath(new URL("../../data/demo-bank.jsonl", import.meta.url));

@@ -9,6 +9,7 @@ async function action(opts: { out: string; quiet?: boolean }): Promise<void> {
   const r = await runDemo({ out: opts.out, log: logStep, onProgress: progressFor(opts.quiet) });
   out("");
   printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000);
+  out(`report: ${r.report}`);
 }
 
 export function demoCommand(program: Command): void {
@@ -18,7 +19,8 @@ export function demoCommand(program: Command): void {
     .description(
       "Run the whole pipeline on the embedded default: a small Llama-style model generated here (seeded random weights, a " +
         "real Llama 3.1 tokenizer) and the bundled 125-query bank. Writes the model, generations, scored rows, store, " +
-        "metrics, plots and both exports under --out, and ends with the ISS and KTS tables and the paths of the plots. " +
+        "metrics, plots, both exports and an HTML report under --out, and ends with the ISS and KTS tables and the paths of the " +
+        "plots and the report. " +
         "Steps already done are skipped.",
     )
     .option("--out <dir>", "where to write everything", DEFAULT_DEMO_OUT)

@@ -2,11 +2,13 @@ import type { Command } from "commander";
 
 import { DEFAULT_LAYER_RULE } from "../../defaults.js";
 import { createProgress, writeFixture, type FixtureOptions } from "../../index.js";
+import { UsageError } from "../../errors.js";
 import { intOption } from "../options.js";
 import { out } from "../print.js";
 
-async function action(dir: string, opts: FixtureOptions & { bench?: boolean; quiet?: boolean }): Promise<void> {
-  const { bench, quiet, ...given } = opts;
+async function action(dir: string, opts: FixtureOptions & { bench?: boolean; full?: boolean; quiet?: boolean }): Promise<void> {
+  const { bench, full, quiet, ...given } = opts;
+  if (bench && full) throw new UsageError("Expected one of --bench and --full but received both");
   const progress = createProgress("fixture", 0, { quiet, unit: "layer rows" });
   let total = 0;
   const onProgress = (_phase: string, done: number, all: number) => {
@@ -14,7 +16,7 @@ async function action(dir: string, opts: FixtureOptions & { bench?: boolean; qui
     progress.update(done, all);
   };
   const t0 = performance.now();
-  const result = await writeFixture(dir, { ...given, preset: bench ? "bench" : undefined, onProgress });
+  const result = await writeFixture(dir, { ...given, preset: full ? "full" : bench ? "bench" : undefined, onProgress });
   progress.end(`fixture: ${total} layer rows written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   const m = result.manifest;
   out(
@@ -31,7 +33,8 @@ export function fixtureCommand(program: Command): void {
       "Write a synthetic fixture into a new folder: bank.jsonl, a complete store/ and scored.jsonl, with " +
         "planted structure (fact identity that strengthens with depth, perturbation families that weaken " +
         "it by different amounts, correctness planted along one direction). Small by default; --bench " +
-        "writes the benchmark scale (44,416 bank rows, 39,258 stored rows, d = 1024, 8 layers, about 640 MB).",
+        "writes the benchmark scale (44,416 bank rows, 39,258 stored rows, d = 1024, 8 layers, about 640 MB); " +
+        "--full the same rows at the real stores' size (d = 4608, L = 46: 28 layers, about 10 GB).",
     )
     .argument("<out>", "folder to create")
     .option("--facts <n>", "number of facts (6 stored rows each)", intOption("--facts", 2))
@@ -41,6 +44,7 @@ export function fixtureCommand(program: Command): void {
     .option("--extra-rows <n>", "bank rows outside the main forward pass", intOption("--extra-rows", 0))
     .option("--nonfinite-rows <n>", "rows of the last layer given an inf value", intOption("--nonfinite-rows", 0))
     .option("--bench", "benchmark scale (flags above still override)")
+    .option("--full", "full scale: d = 4608, 28 of 46 layers, about 10 GB (flags above still override)")
     .option("-q, --quiet", "no progress on stderr")
     .action(action);
 }

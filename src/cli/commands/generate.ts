@@ -1,16 +1,18 @@
 import type { Command } from "commander";
 
-import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../../defaults.js";
+import { DEFAULT_GENERATE_CHECK_ROWS, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../../defaults.js";
 import { createProgress, generate } from "../../index.js";
 import { intOption, modelRunOptions, type ModelRunFlags } from "../options.js";
 import { out } from "../print.js";
 
-async function action(opts: ModelRunFlags & { out: string; maxNewTokens: number }): Promise<void> {
+async function action(opts: ModelRunFlags & { out: string; maxNewTokens: number; selfCheck: number }): Promise<void> {
   const { quiet, ...rest } = opts;
   const progress = createProgress("generate", 0, { quiet });
-  const r = await generate({ ...rest, onProgress: (d, t) => progress.update(d, t) });
+  const log = (m: string, level?: string) => (level === "warn" || !quiet) && process.stderr.write(`hsm: ${m}\n`);
+  const r = await generate({ ...rest, log, onProgress: (d, t) => progress.update(d, t) });
   progress.end(`generate: ${r.written} queries in ${r.seconds.toFixed(1)} s`);
   out(`${opts.out}: ${r.written} generated${r.skipped ? `, ${r.skipped} already there` : ""}`);
+  if (r.failed) process.stderr.write(`hsm: warning: ${r.failed} queries failed and carry an "error" field instead of an answer; run hsm generate again to retry them\n`);
 }
 
 export function generateCommand(program: Command): void {
@@ -25,6 +27,7 @@ export function generateCommand(program: Command): void {
     );
   modelRunOptions(cmd, { flags: "--out <path>", description: "generations JSONL, e.g. outputs/evaluation/<model>.jsonl" })
     .option("--max-new-tokens <n>", "tokens to generate at most", intOption("--max-new-tokens", 1), MAX_NEW_TOKENS)
+    .option("--self-check <n>", "answers regenerated alone at batch 1 that must not change, reported in <out>.check.json (0: off)", intOption("--self-check", 0), DEFAULT_GENERATE_CHECK_ROWS)
     .option("-q, --quiet", "no progress on stderr")
     .action(action);
 }

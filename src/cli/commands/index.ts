@@ -3,6 +3,7 @@ import type { Command } from "commander";
 
 import { adoptCommand } from "./adopt.js";
 import { checkBankCommand } from "./check-bank.js";
+import { compareCommand } from "./compare.js";
 import { demoCommand } from "./demo.js";
 import { exportCommand } from "./export.js";
 import { extractCommand } from "./extract.js";
@@ -14,7 +15,9 @@ import { makeModelCommand } from "./make-model.js";
 import { mergeCommand } from "./merge.js";
 import { metricsCommand } from "./metrics.js";
 import { runCommand } from "./run.js";
+import { reportCommand } from "./report.js";
 import { scoreCommand } from "./score.js";
+import { studyCommand } from "./study.js";
 import { verifyCommand } from "./verify.js";
 
 export const COMMANDS: readonly ((program: Command) => void)[] = [
@@ -32,5 +35,8 @@ export const COMMANDS: readonly ((program: Command) => void)[] = [
   checkBankCommand,
   layersCommand,
   runCommand,
+  studyCommand,
+  compareCommand,
+  reportCommand,
   demoCommand,
 ];

@@ -5,7 +5,7 @@ import { writeTinyModel, type TinyModelOptions } from "../../index.js";
 import { intOption } from "../options.js";
 import { out } from "../print.js";
 
-async function action(dir: string, opts: TinyModelOptions): Promise<void> {
+async function action(dir: string, opts: TinyModelOptions & { style?: string }): Promise<void> {
   const t0 = performance.now();
   const c = await writeTinyModel(dir, { ...opts, withPast: Boolean(opts.withPast) });
   out(
@@ -33,9 +33,12 @@ export function makeModelCommand(program: Command): void {
     .option("--seed <n>", "weight seed", intOption("--seed", 0), DEFAULT_TINY_MODEL.seed)
     .option("--with-past", "add past_key_values.* inputs and present.* outputs")
     .option(
-      "--style <style>",
-      "plain; with-past; genai, genai-fp16 or genai-int4 (an onnxruntime-genai build); q4, int8, nf4, fp16 or q4f16 (a transformers.js folder: onnx/model_q4.onnx, …)",
-      "plain",
+      "--style <name>",
+      "export style: plain, with-past, merged (optimum's decoder_model_merged in model.onnx), dynamo-names or anonymous (renamed graphs); " +
+        "genai, genai-fp16 or genai-int4 (an onnxruntime-genai build); q4, int8, nf4, fp16 or q4f16 (a transformers.js folder: onnx/model_q4.onnx, …)",
     )
+    .option("--family <name>", "graph shape: llama, gemma (√d embedding scale, (1 + w) norms, four norms per block) or neox (parallel blocks)")
+    .option("--external-data", "store the weights in model.onnx_data")
+    .option("--no-position-ids", "no position_ids input (positions counted inside the graph)")
     .action(action);
 }

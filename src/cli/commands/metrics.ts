@@ -2,7 +2,7 @@ import type { Command } from "commander";
 
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../../defaults.js";
 import { UsageError } from "../../errors.js";
-import { BACKENDS, runMetrics, type RunMetricsOptions } from "../../index.js";
+import { BACKENDS, createProgress, runMetrics, type RunMetricsOptions } from "../../index.js";
 import { intOption, listOption, parseLayerList, positiveOption } from "../options.js";
 import { printMetrics } from "../print.js";
 
@@ -17,7 +17,14 @@ function metricList(value: string): MetricName[] {
 async function action(store: string, opts: RunMetricsOptions & { quiet?: boolean }): Promise<void> {
   const t0 = performance.now();
   const { quiet, ...options } = opts;
-  const onProgress = quiet ? undefined : (layer: number, phase: string) => process.stderr.write(`metrics: layer ${layer}: ${phase}\n`);
+  // A line per layer and phase; on long runs, between layers, the layers done with a rate and an ETA.
+  const progress = createProgress("metrics", 0, { quiet, unit: "layers" });
+  const onProgress = quiet
+    ? undefined
+    : (layer: number, phase: string, done: number, total: number) => {
+        if (phase === "read") progress.update(done, total);
+        process.stderr.write(`metrics: layer ${layer}: ${phase}\n`);
+      };
   const { result, files } = await runMetrics(store, { ...options, onProgress });
   printMetrics(result, files, (performance.now() - t0) / 1000);
 }

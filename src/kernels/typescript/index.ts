@@ -4,12 +4,14 @@ import { bootstrapAurocTs, bootstrapMeanTs } from "./bootstrap.js";
 import { f16Stats, f16ToF32, f32ToF16 } from "./float16.js";
 import { rowsTimesTs, rowsTransposeTimesTs, syncProducts } from "./products.js";
 import { rankTs } from "./rank.js";
+import { sha256StatsTs } from "./sha256.js";
 import { anchorCosinesTs, centreRowsTs, foldMomentsTs, standardizeRowsTs } from "./rows.js";
 
 export const typescriptKernels: Kernels = {
   f32ToF16,
   f16ToF32,
   f16Stats,
+  sha256Stats: sha256StatsTs,
   centreRows: centreRowsTs,
   rank: rankTs,
   anchorCosines: anchorCosinesTs,

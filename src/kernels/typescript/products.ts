@@ -3,7 +3,7 @@
  * (the native core accumulates float32 lanes, TensorFlow.js float32: they agree
  * within float32 accumulation error, not bit for bit).
  */
-import type { RowProducts } from "../types.js";
+import type { LogisticPass, RowProducts } from "../types.js";
 
 /** out (n × k) = H · V, column j of V at v[j·d …]. */
 export function rowsTimesTs(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array): void {
@@ -28,13 +28,14 @@ export function rowsTransposeTimesTs(h: Float32Array, n: number, d: number, g: F
   }
 }
 
-/** Row products from a pair of synchronous functions (the TypeScript loops, or the native core's). */
+/** Row products from synchronous functions (the TypeScript loops, or the native core's, with its fused logistic pass). */
 export function syncProducts(
   h: Float32Array,
   n: number,
   d: number,
   times: (h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array) => void,
   transposeTimes: (h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array) => void,
+  logistic?: (h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, out: LogisticPass) => void,
 ): RowProducts {
   return {
     n,
@@ -49,6 +50,13 @@ export function syncProducts(
       transposeTimes(h, n, d, g, cols, out);
       return out;
     },
+    ...(logistic && {
+      async logistic(v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, cols: number) {
+        const out = { loss: new Float64Array(cols), gsum: new Float64Array(cols), grad: new Float64Array(cols * d) };
+        logistic(h, n, d, v, offset, y, train, cols, out);
+        return out;
+      },
+    }),
     dispose() {},
   };
 }

@@ -21,6 +21,10 @@ export interface Located {
   /** One entry per block found, ascending; the last block's is post-final-norm where `lastLayerFinalNorm`. */
   tensors: HiddenTensor[];
   lastLayerFinalNorm: boolean;
+  /** What a second method says about the same tensors (e.g. names beside structure), for `inspect-model` and the manifest. */
+  crossCheck?: string;
+  /** Disagreements the user should see; detection still succeeded. */
+  warnings?: string[];
 }
 
 /**
@@ -55,6 +59,12 @@ export interface GraphStyle {
   recognize(graph: GraphProto, context: StyleContext): boolean;
   /** The tensor of each block in `[0, numLayers)`; a {@link DetectionError} listing candidates when one cannot be found. */
   locate(graph: GraphProto, numLayers: number, context: StyleContext): Located;
+  /**
+   * For styles that turn a graph into one other styles read (a merged
+   * decoder's branch inlined): rewrites `graph` in place. Detection then goes
+   * on with the other styles, and extraction rewrites the prepared graph.
+   */
+  prepare?(graph: GraphProto): void;
   /** How the graph's inputs are fed and padded; {@link standardInputs} when absent. */
   inputs?(graph: GraphProto): InputPlan;
 }

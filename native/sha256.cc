@@ -1,0 +1,353 @@
+#include "sha256.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "float16.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define HSM_X86 1
+#endif
+
+namespace hsm {
+namespace {
+
+alignas(16) constexpr uint32_t kK[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+inline uint32_t LoadBe32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+// FIPS 180-4 as written: the reference, and the path on CPUs without SHA extensions.
+void BlocksPortable(uint32_t h[8], const uint8_t* data, size_t blocks) {
+  uint32_t w[64];
+  for (; blocks > 0; blocks--, data += 64) {
+    for (int t = 0; t < 16; t++) w[t] = LoadBe32(data + 4 * t);
+    for (int t = 16; t < 64; t++) {
+      const uint32_t s0 = Rotr(w[t - 15], 7) ^ Rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
+      const uint32_t s1 = Rotr(w[t - 2], 17) ^ Rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
+      w[t] = w[t - 16] + s0 + w[t - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
+    for (int t = 0; t < 64; t++) {
+      const uint32_t t1 = k + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[t] + w[t];
+      const uint32_t t2 = (Rotr(a, 2) ^ Rotr(a, 13) ^ Rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      k = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
+  }
+}
+
+#ifdef HSM_X86
+// The SHA extensions: four rounds per pair of sha256rnds2, the message
+// schedule by sha256msg1/sha256msg2. The state is kept as ABEF/CDGH.
+__attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNi(uint32_t h[8], const uint8_t* data, size_t blocks) {
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)), 0xB1);    // CDAB
+  __m128i state1 = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 4)), 0x1B);  // EFGH
+  __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);      // ABEF
+  state1 = _mm_blend_epi16(state1, tmp, 0xF0);           // CDGH
+  for (; blocks > 0; blocks--, data += 64) {
+    const __m128i abef = state0, cdgh = state1;
+    __m128i w[4];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+      if (r < 4) {
+        w[r] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * r)), swap);
+      } else {
+        // W[t..t+3] from W[t-16..t-13], W[t-12..t-9], W[t-8..t-5] and W[t-4..t-1].
+        const __m128i t7 = _mm_alignr_epi8(w[(r - 1) & 3], w[(r - 2) & 3], 4);
+        w[r & 3] = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(w[r & 3], w[(r - 3) & 3]), t7), w[(r - 1) & 3]);
+      }
+      __m128i msg = _mm_add_epi32(w[r & 3], _mm_load_si128(reinterpret_cast<const __m128i*>(kK + 4 * r)));
+      state1 = _mm_sha256rnds2_epu32(state1, state0, msg);
+      msg = _mm_shuffle_epi32(msg, 0x0E);
+      state0 = _mm_sha256rnds2_epu32(state0, state1, msg);
+    }
+    state0 = _mm_add_epi32(state0, abef);
+    state1 = _mm_add_epi32(state1, cdgh);
+  }
+  tmp = _mm_shuffle_epi32(state0, 0x1B);         // FEBA
+  state1 = _mm_shuffle_epi32(state1, 0xB1);      // DCHG
+  state0 = _mm_blend_epi16(tmp, state1, 0xF0);   // DCBA
+  state1 = _mm_alignr_epi8(state1, tmp, 8);      // HGFE
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h), state0);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), state1);
+}
+
+// Two independent messages at once: each sha256rnds2 waits on the one before
+// it, so a single message leaves the SHA unit idle between them; interleaving
+// a second message fills those cycles.
+__attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX2(uint32_t* h[2], const uint8_t* data[2], size_t blocks) {
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i state0[2], state1[2];
+  for (int j = 0; j < 2; j++) {
+    const __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h[j])), 0xB1);
+    const __m128i efgh = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h[j] + 4)), 0x1B);
+    state0[j] = _mm_alignr_epi8(tmp, efgh, 8);
+    state1[j] = _mm_blend_epi16(efgh, tmp, 0xF0);
+  }
+  const uint8_t* p[2] = {data[0], data[1]};
+  for (; blocks > 0; blocks--, p[0] += 64, p[1] += 64) {
+    const __m128i abef[2] = {state0[0], state0[1]}, cdgh[2] = {state1[0], state1[1]};
+    __m128i w[2][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+      const __m128i k = _mm_load_si128(reinterpret_cast<const __m128i*>(kK + 4 * r));
+#pragma GCC unroll 2
+      for (int j = 0; j < 2; j++) {
+        if (r < 4) {
+          w[j][r] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[j] + 16 * r)), swap);
+        } else {
+          const __m128i t7 = _mm_alignr_epi8(w[j][(r - 1) & 3], w[j][(r - 2) & 3], 4);
+          w[j][r & 3] = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(w[j][r & 3], w[j][(r - 3) & 3]), t7),
+                                             w[j][(r - 1) & 3]);
+        }
+        __m128i msg = _mm_add_epi32(w[j][r & 3], k);
+        state1[j] = _mm_sha256rnds2_epu32(state1[j], state0[j], msg);
+        msg = _mm_shuffle_epi32(msg, 0x0E);
+        state0[j] = _mm_sha256rnds2_epu32(state0[j], state1[j], msg);
+      }
+    }
+    for (int j = 0; j < 2; j++) {
+      state0[j] = _mm_add_epi32(state0[j], abef[j]);
+      state1[j] = _mm_add_epi32(state1[j], cdgh[j]);
+    }
+  }
+  for (int j = 0; j < 2; j++) {
+    const __m128i tmp = _mm_shuffle_epi32(state0[j], 0x1B);
+    const __m128i dchg = _mm_shuffle_epi32(state1[j], 0xB1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h[j]), _mm_blend_epi16(tmp, dchg, 0xF0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h[j] + 4), _mm_alignr_epi8(dchg, tmp, 8));
+  }
+}
+
+__attribute__((target("avx2"))) void F32StatsAvx2(const uint32_t* src, size_t n, uint64_t* nonfinite, uint32_t* max_bits) {
+  const __m256i mag_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i last_finite = _mm256_set1_epi32(0x7f7fffff);
+  __m256i best = _mm256_setzero_si256();
+  __m256i count = _mm256_setzero_si256();
+  size_t i = 0;
+  // Lanes count up to 2^31 each; callers pass tiles far smaller.
+  for (; i + 8 <= n; i += 8) {
+    const __m256i m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)), mag_mask);
+    const __m256i nf = _mm256_cmpgt_epi32(m, last_finite);  // magnitudes fit in signed 32 bits
+    count = _mm256_sub_epi32(count, nf);
+    best = _mm256_max_epu32(best, _mm256_andnot_si256(nf, m));
+  }
+  alignas(32) uint32_t lanes[8], counts[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), best);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(counts), count);
+  uint64_t bad = 0;
+  uint32_t top = 0;
+  for (int j = 0; j < 8; j++) bad += counts[j], top = std::max(top, lanes[j]);
+  for (; i < n; i++) {
+    const uint32_t m = src[i] & 0x7fffffffu;
+    if (m > 0x7f7fffffu) bad++;
+    else top = std::max(top, m);
+  }
+  *nonfinite = bad;
+  *max_bits = top;
+}
+#endif
+
+bool ShaNi() {
+#ifdef HSM_X86
+  static const bool yes = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSE4_1) || !(c & bit_SSSE3)) return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (b & bit_SHA) != 0;
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+void Blocks(uint32_t h[8], const uint8_t* data, size_t blocks) {
+#ifdef HSM_X86
+  if (ShaNi()) return BlocksShaNi(h, data, blocks);
+#endif
+  BlocksPortable(h, data, blocks);
+}
+
+// Magnitude bits order like the values they denote, so the largest bits are the largest value.
+void F32Stats(const uint32_t* src, size_t n, uint64_t* nonfinite, uint32_t* max_bits) {
+#ifdef HSM_X86
+  if (__builtin_cpu_supports("avx2")) return F32StatsAvx2(src, n, nonfinite, max_bits);
+#endif
+  uint64_t bad = 0;
+  uint32_t best = 0;
+  for (size_t i = 0; i < n; i++) {
+    const uint32_t m = src[i] & 0x7fffffffu;
+    const bool finite = m <= 0x7f7fffffu;
+    bad += finite ? 0 : 1;
+    best = std::max(best, finite ? m : 0u);
+  }
+  *nonfinite = bad;
+  *max_bits = best;
+}
+
+// Adds the bytes to the hashed total and completes a block held back from the
+// previous call; returns how many bytes that took.
+size_t TopUp(Sha256State* s, const uint8_t* p, size_t n) {
+  s->total += n;
+  if (s->pending_len == 0) return 0;
+  const size_t take = std::min<size_t>(64 - s->pending_len, n);
+  std::memcpy(s->pending + s->pending_len, p, take);
+  s->pending_len += static_cast<uint32_t>(take);
+  if (s->pending_len == 64) {
+    Blocks(s->h, s->pending, 1);
+    s->pending_len = 0;
+  }
+  return take;
+}
+
+// Holds back the bytes after the last whole block for the next call.
+void Stash(Sha256State* s, const uint8_t* p, size_t n) {
+  std::memcpy(s->pending + s->pending_len, p, n);
+  s->pending_len += static_cast<uint32_t>(n);
+}
+
+void HashBytes(Sha256State* s, const uint8_t* p, size_t n) {
+  const size_t took = TopUp(s, p, n);
+  p += took, n -= took;
+  Blocks(s->h, p, n / 64);
+  Stash(s, p + (n & ~size_t{63}), n & 63);
+}
+
+// HashBytes for two states at once, their common whole blocks interleaved.
+void HashBytes2(Sha256State* s[2], const uint8_t* p[2], size_t n[2]) {
+  for (int j = 0; j < 2; j++) {
+    const size_t took = TopUp(s[j], p[j], n[j]);
+    p[j] += took, n[j] -= took;
+  }
+  size_t common = std::min(n[0], n[1]) / 64;
+#ifdef HSM_X86
+  if (ShaNi() && common > 0) {
+    uint32_t* h[2] = {s[0]->h, s[1]->h};
+    BlocksShaNiX2(h, p, common);
+    p[0] += 64 * common, p[1] += 64 * common;
+    n[0] -= 64 * common, n[1] -= 64 * common;
+  }
+#endif
+  for (int j = 0; j < 2; j++) {
+    Blocks(s[j]->h, p[j], n[j] / 64);
+    Stash(s[j], p[j] + (n[j] & ~size_t{63}), n[j] & 63);
+  }
+}
+
+void Count(Sha256State* s, const uint8_t* p, size_t bytes, int width) {
+  uint64_t bad = 0;
+  if (width == 2) {
+    uint16_t top = 0;
+    // The data may sit at any byte offset; F16Stats reads with unaligned loads.
+    F16Stats(reinterpret_cast<const uint16_t*>(p), bytes / 2, &bad, &top);
+    s->max_bits = std::max<uint32_t>(s->max_bits, top);
+  } else {
+    uint32_t top = 0;
+    F32Stats(reinterpret_cast<const uint32_t*>(p), bytes / 4, &bad, &top);
+    s->max_bits = std::max(s->max_bits, top);
+  }
+  s->nonfinite += bad;
+}
+
+// Bytes hashed and then counted at a time: small enough to stay in L1/L2 between the two.
+constexpr size_t kTile = size_t{32} << 10;
+
+}  // namespace
+
+bool HasShaNi() { return ShaNi(); }
+
+void Sha256Init(Sha256State* s) {
+  static constexpr uint32_t kInit[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                        0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  std::memset(s, 0, sizeof *s);
+  std::memcpy(s->h, kInit, sizeof kInit);
+}
+
+void Sha256Update(Sha256State* s, const uint8_t* data, size_t n, size_t stats_from, int width) {
+  if (width != 2 && width != 4) stats_from = n;
+  stats_from = std::min(stats_from, n);
+  HashBytes(s, data, stats_from);
+  // Tiles are whole values long, so no value straddles two.
+  for (size_t at = stats_from; at < n; at += kTile) {
+    const size_t len = std::min(kTile, n - at);
+    HashBytes(s, data + at, len);
+    Count(s, data + at, len, width);
+  }
+}
+
+void Sha256Update2(Sha256State* a, const uint8_t* data_a, size_t n_a, size_t from_a, Sha256State* b,
+                   const uint8_t* data_b, size_t n_b, size_t from_b, int width) {
+  if (width != 2 && width != 4) from_a = n_a, from_b = n_b;
+  from_a = std::min(from_a, n_a);
+  from_b = std::min(from_b, n_b);
+  Sha256State* s[2] = {a, b};
+  const uint8_t* data[2] = {data_a, data_b};
+  const size_t n[2] = {n_a, n_b}, from[2] = {from_a, from_b};
+  {
+    const uint8_t* p[2] = {data_a, data_b};
+    size_t len[2] = {from_a, from_b};
+    HashBytes2(s, p, len);
+  }
+  // Tile by tile, both streams hashed together and then counted, as in Sha256Update.
+  for (size_t t = 0;; t += kTile) {
+    const uint8_t* p[2];
+    size_t len[2];
+    bool any = false;
+    for (int j = 0; j < 2; j++) {
+      const size_t at = from[j] + t;
+      len[j] = at < n[j] ? std::min(kTile, n[j] - at) : 0;
+      p[j] = data[j] + std::min(at, n[j]);
+      any = any || len[j] > 0;
+    }
+    if (!any) break;
+    size_t hashed[2] = {len[0], len[1]};
+    const uint8_t* q[2] = {p[0], p[1]};
+    HashBytes2(s, q, hashed);
+    for (int j = 0; j < 2; j++) {
+      if (len[j] > 0) Count(s[j], p[j], len[j], width);
+    }
+  }
+}
+
+void Sha256Final(Sha256State* s, uint8_t out[32]) {
+  const uint64_t bits = s->total * 8;
+  uint8_t tail[128] = {0};
+  const size_t len = s->pending_len;
+  std::memcpy(tail, s->pending, len);
+  tail[len] = 0x80;
+  const size_t blocks = len + 1 + 8 <= 64 ? 1 : 2;
+  for (int i = 0; i < 8; i++) tail[blocks * 64 - 1 - i] = static_cast<uint8_t>(bits >> (8 * i));
+  Blocks(s->h, tail, blocks);
+  for (int i = 0; i < 8; i++) {
+    out[4 * i] = static_cast<uint8_t>(s->h[i] >> 24);
+    out[4 * i + 1] = static_cast<uint8_t>(s->h[i] >> 16);
+    out[4 * i + 2] = static_cast<uint8_t>(s->h[i] >> 8);
+    out[4 * i + 3] = static_cast<uint8_t>(s->h[i]);
+  }
+  s->pending_len = 0;
+}
+
+}  // namespace hsm

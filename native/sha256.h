@@ -1,0 +1,37 @@
+// SHA-256 over a stream of chunks, with the non-finite count and largest
+// finite magnitude of the float16 or float32 values it carries counted in the
+// same pass (each tile is hashed, then counted while it is still in cache).
+// The state is plain data the caller keeps between chunks.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace hsm {
+
+struct Sha256State {
+  uint32_t h[8];
+  uint64_t total;      // bytes hashed so far
+  uint64_t nonfinite;  // values counted as ±inf or NaN
+  uint32_t max_bits;   // largest finite magnitude, as float16 or float32 bits
+  uint32_t pending_len;
+  uint8_t pending[64];
+};
+
+// True when this CPU has the SHA extensions and the fast path is in use.
+bool HasShaNi();
+
+void Sha256Init(Sha256State* s);
+
+// Hashes data[0, n); counts the values of `width` bytes (2: float16, 4:
+// float32; 0: none) in data[stats_from, n), whole values only.
+void Sha256Update(Sha256State* s, const uint8_t* data, size_t n, size_t stats_from, int width);
+
+// Sha256Update on two states at once; where the CPU has SHA extensions their
+// blocks are interleaved, which nearly doubles what one core hashes.
+void Sha256Update2(Sha256State* a, const uint8_t* data_a, size_t n_a, size_t from_a, Sha256State* b,
+                   const uint8_t* data_b, size_t n_b, size_t from_b, int width);
+
+// Pads, writes the 32-byte digest to `out`, and leaves `s` finished.
+void Sha256Final(Sha256State* s, uint8_t out[32]);
+
+}  // namespace hsm

@@ -1,0 +1,82 @@
+#!/usr/bin/env node
+// npm run bench:generate — `hsm generate` against a PyTorch peer of the same
+// model in the same session (scripts/torch_peer.py generate: the model in
+// plain PyTorch from the same weights, greedy decoding with a KV cache as
+// HuggingFace's generate does it, inference mode, two threads, length-sorted
+// batches of 16, left padding, at most 24 new tokens, stopping on config.json's
+// eos_token_id): the benchmark's 12-layer, d_model 512 model with the Llama 3
+// vocabulary over the same 2,000-row bank as bench:extract. Rows/s include
+// model load; hsm's include tokenization and decoding too, the peer's do not
+// (it reads token ids made by hsm's tokenizer, and its answers are decoded
+// afterwards by the same tokenizer to compare the texts with hsm's).
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { benchModelAndBank, ensureTorch, envWithout, median, timed, writeTokenIds } from "./bench-util.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
+const runs = Number(process.env.HSM_BENCH_RUNS ?? 3);
+const rowsWanted = Number(process.env.HSM_BENCH_ROWS ?? 2000);
+const batch = process.env.HSM_BENCH_BATCH ?? "16";
+const maxNew = "24";
+const python = process.env.HSM_PYTHON ?? "/usr/bin/python3";
+const bin = join(root, "bin", "hsm.js");
+const peerScript = join(root, "scripts", "torch_peer.py");
+const peerEnv = envWithout("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE");
+
+const { modelDir, bank } = benchModelAndBank(root, benchDir, rowsWanted);
+const ids = join(benchDir, `bank-${rowsWanted}.ids.json`);
+if (!existsSync(ids)) await writeTokenIds(root, modelDir, bank, ids);
+if (!ensureTorch(python)) {
+  console.log("no PyTorch peer: python3-torch is not installed");
+  process.exit(1);
+}
+const weights = join(benchDir, "model-12x512-torch");
+if (!existsSync(join(weights, "lm_head.weight.npy"))) {
+  const r = spawnSync(python, [peerScript, "convert", modelDir, weights], { stdio: "inherit" });
+  if (r.status !== 0) process.exit(1);
+}
+
+const hsmOut = join(benchDir, "generate-hsm.jsonl");
+const peerOut = join(benchDir, "generate-torch.json");
+const samples = { hsm: [], torch: [] };
+const sample = (t) => ({ rows_per_s: rowsWanted / t.secs, secs: t.secs, mb: t.mb });
+for (let i = 0; i < runs; i++) {
+  rmSync(hsmOut, { force: true });
+  samples.hsm.push(sample(timed(process.execPath, [bin, "generate", "--model-dir", modelDir, "--bank", bank, "--out", hsmOut, "--batch-size", batch, "--max-new-tokens", maxNew, "--quiet"])));
+  samples.torch.push(sample(timed(python, [peerScript, "generate", modelDir, weights, ids, peerOut, "--max-new-tokens", maxNew], peerEnv)));
+  console.error(`run ${i + 1}/${runs}: ${Object.entries(samples).map(([k, s]) => `${k} ${s.at(-1).secs.toFixed(1)} s, ${s.at(-1).mb.toFixed(0)} MB`).join("; ")}`);
+}
+
+// The peer's answers, decoded by hsm's tokenizer, against hsm's rows.
+const { PromptTokenizer } = await import(join(root, "dist", "runner", "tokenizer.js"));
+const tokenizer = await PromptTokenizer.load(modelDir);
+const hsmRows = new Map(readFileSync(hsmOut, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)).map((r) => [r.query_id, r]));
+const queryIds = JSON.parse(readFileSync(ids, "utf8")).query_ids;
+const peerRows = JSON.parse(readFileSync(peerOut, "utf8"));
+const differ = [];
+let sameTokens = 0;
+peerRows.forEach((p, i) => {
+  const h = hsmRows.get(queryIds[i]);
+  const text = tokenizer.decode(p.tokens);
+  if (h?.generated_tokens === p.tokens.length + (p.eos ? 1 : 0)) sameTokens++;
+  if (h?.raw_response !== text) differ.push({ query_id: queryIds[i], hsm: h?.raw_response ?? null, torch: text });
+});
+
+const summary = (s) => ({ runs: s.length, rows_per_s: median(s.map((x) => x.rows_per_s)), seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) });
+const res = { date: new Date().toISOString(), rows: rowsWanted, batch_size: Number(batch), max_new_tokens: Number(maxNew), hsm: summary(samples.hsm), torch: summary(samples.torch) };
+res.vs_torch = { speed: res.hsm.rows_per_s / res.torch.rows_per_s, memory: res.hsm.peak_mb / res.torch.peak_mb };
+res.texts = { rows: peerRows.length, same_text: peerRows.length - differ.length, same_token_count: sameTokens, first_differences: differ.slice(0, 5) };
+writeFileSync(join(benchDir, "bench-generate.json"), JSON.stringify(res, null, 2) + "\n");
+
+const line = (name, r) => `  ${name.padEnd(14)}${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}`;
+console.log(`hsm generate vs PyTorch — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}, at most ${maxNew} new tokens`);
+console.log(line("hsm generate", res.hsm));
+console.log(line("PyTorch peer", res.torch));
+console.log(`  vs PyTorch: ${res.vs_torch.speed.toFixed(2)}x the rows/s at ${(100 * res.vs_torch.memory).toFixed(0)}% of the peak memory`);
+console.log(`  texts: ${res.texts.same_text} of ${res.texts.rows} identical, ${sameTokens} with the same number of generated tokens`);
+for (const d of res.texts.first_differences) console.log(`    ${d.query_id}: hsm ${JSON.stringify(d.hsm)} vs PyTorch ${JSON.stringify(d.torch)}`);
+if (differ.length) process.exitCode = 1;

@@ -1,0 +1,237 @@
+/**
+ * `hsm report`: one self-contained HTML file for every model of an outputs
+ * root (docs/report.md). Everything is computed here, at build time: the
+ * accuracy table, the ISS and KTS small multiples (SVG, drawn by
+ * src/util/chart.ts), the paired comparison of every pair of models, and the
+ * per-fact drill-down, packed in chunks of facts that the page inflates only
+ * when a fact of the chunk is opened. The page itself only looks things up.
+ */
+import { mkdir, readFile, stat } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import { deflateRawSync } from "node:zlib";
+
+import { ANCHOR_FAMILY } from "../bank/prompt.js";
+import { UsageError } from "../errors.js";
+import { ALL_FAMILIES } from "../metrics/metric.js";
+import { LABELS } from "../score/labels.js";
+import { verifyStore } from "../store/verify.js";
+import { wilsonInterval } from "../study/stats.js";
+import { lineChart, type ChartSeries } from "../util/chart.js";
+import { writeFileAtomic } from "../util/fs.js";
+import { jsonLines } from "../util/jsonl.js";
+import { TOOL_VERSION } from "../version.js";
+import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
+import { normalizedDepth } from "./depth.js";
+import { listModels, readStudyRecord, type OutputsModel } from "./outputs.js";
+import { renderPage, type DrillDown } from "./page.js";
+
+/** Facts per drill-down chunk: one chunk is inflated and parsed when one of its facts is opened. */
+const FACTS_PER_CHUNK = 64;
+
+export interface ReportOptions extends LoadOptions {
+  /** The HTML file (default `<outputs>/report.html`). */
+  out?: string;
+  /** Paired bootstrap replicates and seed (defaults 1000, 20260101). */
+  replicates?: number;
+  seed?: number;
+  /** Hash every store against its manifest for the provenance section (default true). */
+  verify?: boolean;
+  /** What is being done, for the user. */
+  log?: (message: string) => void;
+}
+
+export interface ReportResult {
+  path: string;
+  bytes: number;
+  models: string[];
+  /** Bytes of the part of the page read at first view (everything but the fact chunks). */
+  firstViewBytes: number;
+}
+
+type Row = Record<string, unknown>;
+
+async function readJson(path: string): Promise<Row | null> {
+  const text = await readFile(path, "utf8").catch(() => null);
+  return text === null ? null : (JSON.parse(text) as Row);
+}
+
+/** Accuracy with its Wilson interval and the label mix, per family (anchor, the others, `all` pooling the non-anchor ones). */
+function accuracyTable(m: LoadedModel, families: string[]): Row[] {
+  return families.map((family) => {
+    const mix = Object.fromEntries(LABELS.map((l) => [l, 0])) as Record<string, number>;
+    let n = 0;
+    for (const q of m.scored.values()) {
+      if (family === ALL_FAMILIES ? q.family === ANCHOR_FAMILY : q.family !== family) continue;
+      n++;
+      mix[q.label] = (mix[q.label] ?? 0) + 1;
+    }
+    const [low, high] = wilsonInterval(mix.correct!, n);
+    return { family, n, correct: mix.correct, accuracy: n ? mix.correct! / n : null, low, high, mix };
+  });
+}
+
+/** Depth ticks every 0.1 (0.2 over a wide range) from below the shallowest layer to 1. */
+function depthTicks(minDepth: number): { x: number; label: string }[] {
+  const lo = Math.floor(minDepth * 10) / 10;
+  const step = 1 - lo > 0.6 ? 0.2 : 0.1;
+  const ticks = [];
+  for (let t = 1; t >= lo - 1e-9; t -= step) ticks.unshift({ x: Number(t.toFixed(2)), label: t.toFixed(1) });
+  return ticks;
+}
+
+/** One small multiple per family: the metric of every model against normalized depth, with its bootstrap band. */
+function smallMultiples(metric: "iss" | "kts", rows: Map<string, { L: number; rows: Row[] }>, families: string[]): { family: string; svg: string | null }[] {
+  const [value, low, high] = metric === "iss" ? ["iss", "iss_ci_low", "iss_ci_high"] : ["kts", "kts_ci_low", "kts_ci_high"];
+  const depths = [...rows.values()].flatMap((m) => m.rows.map((r) => normalizedDepth(r.layer as number, m.L)));
+  const ticks = depthTicks(depths.length ? Math.min(...depths) : 0);
+  return families.map((family) => {
+    const series: ChartSeries[] = [...rows].map(([name, m]) => ({
+      name,
+      points: m.rows.filter((r) => r.family === family).map((r) => ({ x: normalizedDepth(r.layer as number, m.L), value: r[value] as number | null, low: r[low] as number | null, high: r[high] as number | null })),
+    }));
+    const any = series.some((s) => s.points.some((p) => p.value !== null));
+    return { family, svg: any ? lineChart(series, { xLabel: "depth l/(L−1)", xTicks: ticks, width: 340, height: 230, legend: false }) : null };
+  });
+}
+
+/** The reasons a metric has no values, distinct, for the note shown instead of its charts. */
+function nullReasons(rows: Row[]): string[] {
+  return [...new Set(rows.filter((r) => r.family !== ANCHOR_FAMILY && r.kts === null).map((r) => String(r.kts_null_reason)))];
+}
+
+/** The generations' prompts by query id (the first model's file that has them). */
+async function promptsOf(models: OutputsModel[]): Promise<Map<string, string>> {
+  const prompts = new Map<string, string>();
+  for (const m of models) {
+    const exists = await stat(m.paths.generations).catch(() => undefined);
+    if (!exists) continue;
+    for await (const { value } of jsonLines(m.paths.generations, (line, problem) => new UsageError(`${m.paths.generations}:${line}: ${problem}`))) {
+      if (typeof value.query_id === "string" && typeof value.prompt === "string" && !prompts.has(value.query_id)) prompts.set(value.query_id, value.prompt);
+    }
+    if (prompts.size) break;
+  }
+  return prompts;
+}
+
+/** Each model's ISS rank of every query row at its deepest stored layer, by query id. */
+function deepestRanks(m: LoadedModel): Map<string, number> {
+  const layer = Math.max(...m.values.layers);
+  const v = m.values.iss.get(layer);
+  const out = new Map<string, number>();
+  if (v) v.rows.forEach((row, i) => out.set(m.values.queryIds[row]!, v.rank[i]!));
+  return out;
+}
+
+/**
+ * The drill-down: facts in code-unit order, in chunks of {@link FACTS_PER_CHUNK};
+ * each chunk is column arrays (query ids, family and label as indices into
+ * string tables, prompts, and per model answers, labels, aliases, ranks),
+ * deflated and base64-encoded.
+ */
+function factChunks(models: LoadedModel[], prompts: Map<string, string>, families: string[]): DrillDown {
+  const byFact = new Map<string, Set<string>>();
+  for (const m of models) {
+    for (const q of m.scored.values()) {
+      if (!byFact.has(q.fact)) byFact.set(q.fact, new Set());
+      byFact.get(q.fact)!.add(q.queryId);
+    }
+  }
+  const facts = [...byFact.keys()].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
+  const ranks = models.map(deepestRanks);
+  const any = (qid: string) => models.map((m) => m.scored.get(qid)).find((q) => q !== undefined)!;
+  const anchors = facts.map((f) => prompts.get([...byFact.get(f)!].find((q) => any(q).family === ANCHOR_FAMILY) ?? "") ?? "");
+  const chunks: string[] = [];
+  for (let start = 0; start < facts.length; start += FACTS_PER_CHUNK) {
+    const chunkFacts = facts.slice(start, start + FACTS_PER_CHUNK);
+    const queries = chunkFacts.map((f) => [...byFact.get(f)!].sort());
+    const flat = queries.flat();
+    const chunk = {
+      sizes: queries.map((q) => q.length),
+      q: flat,
+      family: flat.map((qid) => families.indexOf(any(qid).family)),
+      prompt: flat.map((qid) => prompts.get(qid) ?? ""),
+      models: models.map((m, i) => ({
+        answer: flat.map((qid) => m.scored.get(qid)?.answer ?? null),
+        label: flat.map((qid) => (m.scored.has(qid) ? LABELS.indexOf(m.scored.get(qid)!.label as (typeof LABELS)[number]) : -1)),
+        alias: flat.map((qid) => m.scored.get(qid)?.matchedAlias ?? null),
+        rank: flat.map((qid) => ranks[i]!.get(qid) ?? null),
+      })),
+    };
+    chunks.push(deflateRawSync(Buffer.from(JSON.stringify(chunk)), { level: 9 }).toString("base64"));
+  }
+  return { facts, anchors, chunks, perChunk: FACTS_PER_CHUNK, deepest: models.map((m) => Math.max(...m.values.layers)) };
+}
+
+/** Provenance of one model: its store's checksums and verification, and what produced its files. */
+async function provenance(m: OutputsModel, o: ReportOptions): Promise<Row> {
+  const manifest = (await readJson(join(m.paths.store, "index.json"))) ?? {};
+  const iss = await readJson(join(m.paths.metrics, "iss.json"));
+  const report = o.verify === false ? null : await verifyStore(m.paths.store);
+  const files = (manifest.files ?? {}) as Record<string, { sha256?: string; bytes?: number }>;
+  const selfCheck = Object.entries(manifest).filter(([k]) => /self.?check/i.test(k));
+  return {
+    store: resolve(m.paths.store),
+    verify: report === null ? "not checked (--no-verify)" : report.ok ? `OK — ${report.files.length} files, ${report.rows} rows, checksums match` : `${report.problems.length} problem(s): ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`,
+    verifyOk: report?.ok ?? null,
+    files: Object.entries(files).map(([name, f]) => [name, f.sha256 ?? "", f.bytes ?? null]),
+    tool_version: manifest.tool_version ?? null,
+    model_sha256: manifest.model_sha256 ?? null,
+    settings: { num_layers: manifest.num_layers, d_model: manifest.d_model, layers: manifest.layers, layer_rule: manifest.layer_rule, dtype: manifest.dtype, max_prompt_len: manifest.max_prompt_len, padding_side: manifest.padding_side, truncation_side: manifest.truncation_side, prompt: manifest.prompt },
+    metrics: iss ? iss.config : null,
+    selfCheck: selfCheck.length ? Object.fromEntries(selfCheck) : null,
+  };
+}
+
+/** Every pair i < j of models compared; the page flips a pair's signs when B is chosen before A. */
+function allPairs(models: LoadedModel[], o: ReportOptions): Record<string, Comparison> {
+  const pairs: Record<string, Comparison> = {};
+  for (let i = 0; i < models.length; i++) {
+    for (let j = i + 1; j < models.length; j++) {
+      o.log?.(`comparing ${models[i]!.name} with ${models[j]!.name}`);
+      pairs[`${i}:${j}`] = compareLoaded(models[i]!, models[j]!, { replicates: o.replicates, seed: o.seed });
+    }
+  }
+  return pairs;
+}
+
+/** Builds the report of every model under `outputs` and writes it as one HTML file. */
+export async function writeReport(outputs: string, o: ReportOptions = {}): Promise<ReportResult> {
+  const found = await listModels(outputs);
+  if (found.length === 0) throw new UsageError(`${outputs}: no model with scored rows (evaluation/<model>.scored.jsonl); run hsm run or hsm study first`);
+  const loaded: LoadedModel[] = [];
+  for (const m of found) {
+    o.log?.(`reading ${m.name}`);
+    loaded.push(await loadModel(m, o));
+  }
+  const families = [ANCHOR_FAMILY, ...[...new Set(loaded.flatMap((m) => [...m.scored.values()].map((q) => q.family)))].filter((f) => f !== ANCHOR_FAMILY).sort(), ALL_FAMILIES];
+  const metricRows = async (name: string) =>
+    new Map(await Promise.all(found.map(async (m, i) => [m.name, { L: loaded[i]!.values.numLayers, rows: ((await readJson(join(m.paths.metrics, `${name}.json`)))?.rows ?? []) as Row[] }] as const)));
+  const [iss, kts] = [await metricRows("iss"), await metricRows("kts")];
+  const chartFamilies = families.filter((f) => f !== ANCHOR_FAMILY && [...iss.values()].some((m) => m.rows.some((r) => r.family === f)));
+  const study = await readStudyRecord(outputs);
+  const data = {
+    title: `hsm report — ${found.map((m) => m.name).join(", ")}`,
+    outputs: resolve(outputs),
+    tool_version: TOOL_VERSION,
+    written_at: new Date().toISOString(),
+    generation: study?.generation ?? null,
+    bank: study?.bank ?? null,
+    families,
+    labels: LABELS,
+    models: found.map((m, i) => ({ name: m.name, L: loaded[i]!.values.numLayers, layers: loaded[i]!.values.layers, accuracy: accuracyTable(loaded[i]!, families) })),
+    charts: {
+      iss: smallMultiples("iss", iss, chartFamilies),
+      kts: smallMultiples("kts", kts, chartFamilies),
+      ktsNotes: [...new Set([...kts.values()].flatMap((m) => nullReasons(m.rows)))],
+    },
+    pairs: allPairs(loaded, o),
+    provenance: await Promise.all(found.map((m) => provenance(m, o))),
+  };
+  o.log?.("packing the facts");
+  const drill = factChunks(loaded, await promptsOf(found), families);
+  const { html, firstViewBytes } = renderPage(data, drill);
+  const path = o.out ?? join(outputs, "report.html");
+  await mkdir(dirname(resolve(path)), { recursive: true });
+  await writeFileAtomic(path, html);
+  return { path, bytes: Buffer.byteLength(html), models: found.map((m) => m.name), firstViewBytes };
+}

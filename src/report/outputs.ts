@@ -1,0 +1,95 @@
+/**
+ * The models of an outputs root, as `hsm run` and `hsm study` lay it out:
+ * `evaluation/<model>.scored.jsonl`, `hidden/<model>/`, `metrics/<model>/`.
+ * A study's `study.json` names its models (and where imported ones live);
+ * without one, every scored file under `evaluation/` is a model.
+ */
+import { readdir, readFile, stat } from "node:fs/promises";
+import { join } from "node:path";
+
+import { HsmError, JsonlError, UsageError } from "../errors.js";
+import { modelPaths, STUDY_RECORD, type ModelPaths } from "../study/layout.js";
+import { jsonLines } from "../util/jsonl.js";
+
+/** One scored query of one model. */
+export interface ScoredQuery {
+  queryId: string;
+  fact: string;
+  family: string;
+  label: string;
+  matchedAlias: string | null;
+  answer: string;
+}
+
+/** A model of an outputs root and where its files are. */
+export interface OutputsModel {
+  name: string;
+  paths: ModelPaths;
+}
+
+async function exists(path: string): Promise<boolean> {
+  return (await stat(path).catch(() => undefined)) !== undefined;
+}
+
+/** The study record of an outputs root, or undefined without one. */
+export async function readStudyRecord(outputs: string): Promise<Record<string, unknown> | undefined> {
+  const file = join(outputs, STUDY_RECORD);
+  if (!(await exists(file))) return undefined;
+  try {
+    return JSON.parse(await readFile(file, "utf8")) as Record<string, unknown>;
+  } catch (err) {
+    throw new HsmError(`${file}: not a study record (${(err as Error).message}); remove it or rerun hsm study`, { cause: err });
+  }
+}
+
+/** The models of an outputs root with a finished scored file, in the study's order (else by name). */
+export async function listModels(outputs: string): Promise<OutputsModel[]> {
+  if (!(await exists(outputs))) throw new UsageError(`${outputs}: no such outputs folder`);
+  const record = await readStudyRecord(outputs);
+  const found: OutputsModel[] = [];
+  if (record && Array.isArray(record.models)) {
+    for (const m of record.models as { name: string; paths?: ModelPaths }[]) {
+      const paths = m.paths ?? modelPaths(outputs, m.name);
+      if (await exists(paths.scored)) found.push({ name: m.name, paths });
+    }
+    return found;
+  }
+  const files = await readdir(join(outputs, "evaluation")).catch(() => [] as string[]);
+  for (const f of files.filter((x) => x.endsWith(".scored.jsonl")).sort()) {
+    const name = f.slice(0, -".scored.jsonl".length);
+    found.push({ name, paths: modelPaths(outputs, name) });
+  }
+  return found;
+}
+
+/** The named model of an outputs root; a UsageError listing the models there when it is not one of them. */
+export async function findModel(outputs: string, name: string): Promise<OutputsModel> {
+  const models = await listModels(outputs);
+  const m = models.find((x) => x.name === name);
+  if (!m) {
+    const known = models.length ? models.map((x) => x.name).join(", ") : "none (no evaluation/<model>.scored.jsonl)";
+    throw new UsageError(`${outputs}: no model "${name}" with scored rows; models there: ${known}`);
+  }
+  return m;
+}
+
+/** Reads a scored file: one entry per query, keyed by query id. */
+export async function readScored(file: string): Promise<Map<string, ScoredQuery>> {
+  const out = new Map<string, ScoredQuery>();
+  const fail = (line: number, problem: string, cause?: unknown) => new JsonlError(file, line, undefined, problem, { cause });
+  for await (const { value: v, line } of jsonLines(file, fail)) {
+    for (const field of ["query_id", "fact_id", "condition_family", "label"]) {
+      if (typeof v[field] !== "string") throw new JsonlError(file, line, field, `expected a string but received ${JSON.stringify(v[field])}`);
+    }
+    const answer = typeof v.span === "string" ? v.span : typeof v.raw_response === "string" ? v.raw_response : "";
+    out.set(v.query_id as string, {
+      queryId: v.query_id as string,
+      fact: v.fact_id as string,
+      family: v.condition_family as string,
+      label: v.label as string,
+      matchedAlias: typeof v.matched_alias === "string" ? v.matched_alias : null,
+      answer,
+    });
+  }
+  return out;
+}

@@ -1,0 +1,211 @@
+/**
+ * The report's HTML: static sections rendered here (accuracy, charts,
+ * provenance), the comparison and the fact drill-down filled by a small inline
+ * script from inline data. A Content-Security-Policy forbids every request,
+ * so the page works from file:// and never reaches the network.
+ */
+import { CHART_COLORS, escapeXml as esc } from "../util/chart.js";
+
+type Row = Record<string, unknown>;
+
+/** What the page shows; built by src/report/build.ts. */
+export interface PageData {
+  title: string;
+  outputs: string;
+  tool_version: string;
+  written_at: string;
+  generation: unknown;
+  bank: unknown;
+  families: string[];
+  labels: readonly string[];
+  models: { name: string; L: number; layers: number[]; accuracy: Row[] }[];
+  charts: { iss: { family: string; svg: string | null }[]; kts: { family: string; svg: string | null }[]; ktsNotes: string[] };
+  pairs: Record<string, unknown>;
+  provenance: Row[];
+}
+
+/** The drill-down: fact ids and anchor prompts for the list, and the deflated, base64 chunks of per-fact data. */
+export interface DrillDown {
+  facts: string[];
+  anchors: string[];
+  chunks: string[];
+  /** Facts per chunk. */
+  perChunk: number;
+  /** Each model's deepest stored layer (where the rank shown was taken). */
+  deepest: number[];
+}
+
+const LABEL_COLORS: Record<string, string> = { correct: "#2ca02c", incorrect: "#d62728", ambiguous: "#ff7f0e", abstain: "#7f7f7f", unparseable: "#9467bd" };
+
+const CSS = `
+body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0 20px 40px;color:#222}
+h1{font-size:22px;margin:20px 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.meta{color:#666;font-size:12px}nav a{margin-right:14px}
+table{border-collapse:collapse;font-variant-numeric:tabular-nums}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
+td:first-child,th:first-child{text-align:left}th{background:#f6f6f6}
+.mix{display:flex;width:120px;height:6px;margin:3px 0 0 auto;background:#eee}.mix span{display:block;height:100%}
+.grid{display:flex;flex-wrap:wrap;gap:8px}.chart{margin:0;border:1px solid #eee}.chart figcaption{font-weight:600;padding:4px 8px}
+.legend span{display:inline-block;margin-right:16px}.legend i{display:inline-block;width:18px;height:3px;vertical-align:middle;margin-right:5px}
+.note{color:#666;font-style:italic}select,input{font:inherit;padding:2px 4px}
+#fact-list{max-height:260px;overflow:auto;border:1px solid #eee;padding:0;margin:6px 0;list-style:none}
+#fact-list button{all:unset;cursor:pointer;display:block;padding:2px 8px;width:100%;box-sizing:border-box}#fact-list button:hover{background:#eef}
+.q{margin:10px 0;border:1px solid #eee}.q pre{margin:0;padding:6px 8px;background:#fafafa;white-space:pre-wrap}
+.answer{max-width:560px;text-align:left;white-space:pre-wrap;word-break:break-word}.label{font-weight:600}
+code{font-size:12px;word-break:break-all}details{margin:4px 0}
+`;
+
+/** The page's script: the comparison table from the precomputed pairs, and facts inflated on demand. */
+const SCRIPT = `"use strict";
+const D = JSON.parse(document.getElementById("hsm-data").textContent);
+const $ = (s) => document.querySelector(s);
+const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+const num = (v) => (v === null || v === undefined ? "—" : v.toFixed(4));
+const sgn = (v) => (v === null || v === undefined ? "—" : (v >= 0 ? "+" : "") + v.toFixed(4));
+const pv = (p) => (p < 1e-4 ? p.toExponential(1) : p.toFixed(4));
+function diff(d, flip) {
+  if (!d || d.difference === null) return "—";
+  return flip ? sgn(-d.difference) + " [" + sgn(-d.high) + ", " + sgn(-d.low) + "]" : sgn(d.difference) + " [" + sgn(d.low) + ", " + sgn(d.high) + "]";
+}
+function fillCompare() {
+  const a = Number($("#model-a").value), b = Number($("#model-b").value);
+  const fam = $("#cmp-families tbody"), dep = $("#cmp-depth tbody");
+  if (a === b) { fam.innerHTML = dep.innerHTML = ""; $("#cmp-note").textContent = "Choose two different models."; return; }
+  const flip = a > b, c = D.pairs[Math.min(a, b) + ":" + Math.max(a, b)];
+  $("#cmp-note").textContent = D.models[a] + " (A) vs " + D.models[b] + " (B); differences A − B; " + c.replicates + " bootstrap replicates over facts, seed " + c.seed + ".";
+  fam.innerHTML = c.families.map((f) => {
+    const [x, y] = flip ? [f.b, f.a] : [f.a, f.b];
+    const [onlyA, onlyB] = flip ? [f.paired.onlyB, f.paired.onlyA] : [f.paired.onlyA, f.paired.onlyB];
+    const d = f.paired.difference === null ? null : flip ? -f.paired.difference : f.paired.difference;
+    return "<tr><td>" + esc(f.family) + "</td><td>" + num(x.accuracy) + " [" + num(x.low) + ", " + num(x.high) + "]</td><td>" + num(y.accuracy) + " [" + num(y.low) + ", " + num(y.high) + "]</td><td>" + sgn(d) + "</td><td>" + onlyA + "</td><td>" + onlyB + "</td><td>" + pv(f.paired.p) + "</td><td>" + pv(f.pAdjusted) + "</td></tr>";
+  }).join("");
+  dep.innerHTML = c.depth.map((d) => {
+    const [la, lb, da, db] = flip ? [d.layerB, d.layerA, d.depthB, d.depthA] : [d.layerA, d.layerB, d.depthA, d.depthB];
+    return "<tr><td>" + esc(d.family) + "</td><td>" + la + " (" + da.toFixed(3) + ")</td><td>" + lb + " (" + db.toFixed(3) + ")</td><td>" + diff(d.iss, flip) + "</td><td>" + diff(d.kts, flip) + "</td><td>" + d.iss.nFacts + "</td></tr>";
+  }).join("");
+}
+const chunks = new Map();
+async function chunk(i) {
+  if (!chunks.has(i)) {
+    const bytes = Uint8Array.from(atob(document.getElementById("chunk-" + i).textContent), (ch) => ch.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
+    chunks.set(i, new Response(stream).text().then(JSON.parse));
+  }
+  return chunks.get(i);
+}
+async function openFact(f) {
+  const c = await chunk(Math.floor(f / D.perChunk));
+  const k = f % D.perChunk;
+  let start = 0;
+  for (let j = 0; j < k; j++) start += c.sizes[j];
+  const parts = ["<h3>" + esc(D.facts[f]) + "</h3>"];
+  for (let r = start; r < start + c.sizes[k]; r++) {
+    const rows = D.models.map((name, m) => {
+      const x = c.models[m], label = x.label[r] < 0 ? "—" : D.labels[x.label[r]];
+      return "<tr class=\\"model-answer\\"><td>" + esc(name) + "</td><td class=\\"answer\\">" + esc(x.answer[r] ?? "—") + "</td><td class=\\"label\\" style=\\"color:" + (D.labelColors[label] || "#222") + "\\">" + esc(label) + "</td><td>" + esc(x.alias[r] ?? "—") + "</td><td>" + (x.rank[r] ?? "—") + "</td></tr>";
+    });
+    parts.push("<div class=\\"q\\"><pre><b>" + esc(D.families[c.family[r]]) + "</b> · " + esc(c.q[r]) + "\\n" + esc(c.prompt[r]) + "</pre><table><thead><tr><th>model</th><th>answer</th><th>label</th><th>matched alias</th><th>ISS rank (layer " + [...new Set(D.deepest)].join(", ") + ")</th></tr></thead><tbody>" + rows.join("") + "</tbody></table></div>");
+  }
+  $("#fact").innerHTML = parts.join("");
+}
+function listFacts() {
+  const needle = $("#fact-search").value.trim().toLowerCase();
+  const hits = [];
+  for (let f = 0; f < D.facts.length && hits.length < 200; f++) {
+    if (!needle || D.facts[f].toLowerCase().includes(needle) || D.anchors[f].toLowerCase().includes(needle)) hits.push(f);
+  }
+  $("#fact-list").innerHTML = hits.map((f) => "<li><button data-fact=\\"" + f + "\\">" + esc(D.facts[f]) + " — " + esc(D.anchors[f].split("\\n").find((l) => l.startsWith("Question:")) || D.anchors[f]) + "</button></li>").join("");
+}
+$("#fact-list").addEventListener("click", (e) => { const b = e.target.closest("button"); if (b) openFact(Number(b.dataset.fact)); });
+$("#fact-search").addEventListener("input", listFacts);
+$("#model-a").addEventListener("change", fillCompare);
+$("#model-b").addEventListener("change", fillCompare);
+listFacts();
+fillCompare();
+`;
+
+function accuracySection(d: PageData): string {
+  const head = `<tr><th>family</th>${d.models.map((m) => `<th>${esc(m.name)}</th>`).join("")}</tr>`;
+  const rows = d.families.map((family) => {
+    const cells = d.models.map((m) => {
+      const a = m.accuracy.find((r) => r.family === family)!;
+      const mix = a.mix as Record<string, number>;
+      const n = a.n as number;
+      const bar = d.labels.map((l) => (mix[l] ? `<span style="width:${((100 * mix[l]) / n).toFixed(2)}%;background:${LABEL_COLORS[l]}" title="${l}: ${mix[l]}"></span>` : "")).join("");
+      const acc = a.accuracy === null ? "—" : `${(a.accuracy as number).toFixed(4)} [${(a.low as number).toFixed(4)}, ${(a.high as number).toFixed(4)}]`;
+      return `<td>${acc} <span class="meta">${a.correct}/${n}</span><div class="mix">${bar}</div></td>`;
+    });
+    return `<tr><td>${esc(family)}</td>${cells.join("")}</tr>`;
+  });
+  const key = d.labels.map((l) => `<span><i style="background:${LABEL_COLORS[l]}"></i>${l}</span>`).join("");
+  return `<h2 id="accuracy">Accuracy per condition family</h2><p class="meta">Wilson 95% intervals; "all" pools the non-anchor families. Bars: the label mix.</p><p class="legend">${key}</p><table>${head}${rows.join("")}</table>`;
+}
+
+function legend(d: PageData): string {
+  return `<p class="legend">${d.models.map((m, i) => `<span><i style="background:${CHART_COLORS[i % CHART_COLORS.length]}"></i>${esc(m.name)}</span>`).join("")}</p>`;
+}
+
+function chartsSection(id: string, title: string, charts: { family: string; svg: string | null }[], d: PageData, notes: string[] = []): string {
+  const shown = charts.filter((c) => c.svg !== null);
+  const figures = shown.map((c) => `<figure class="chart" data-family="${esc(c.family)}"><figcaption>${esc(c.family)}</figcaption>${c.svg}</figure>`).join("");
+  const empty = shown.length === 0 ? `<p class="note">No ${title} values${notes.length ? `: ${notes.map(esc).join("; ")}` : ""}.</p>` : "";
+  return `<h2 id="${id}">${title} by normalized depth l/(L−1)</h2><p class="meta">One panel per family, models overlaid; bands: the metric's 95% bootstrap interval over facts.</p>${legend(d)}${empty}<div class="grid">${figures}</div>`;
+}
+
+function compareSection(d: PageData): string {
+  const options = (selected: number) => d.models.map((m, i) => `<option value="${i}"${i === selected ? " selected" : ""}>${esc(m.name)}</option>`).join("");
+  return `<h2 id="compare">Paired comparison</h2>
+<p>A <select id="model-a">${options(0)}</select> B <select id="model-b">${options(Math.min(1, d.models.length - 1))}</select></p>
+<p id="cmp-note" class="meta"></p>
+<table id="cmp-families"><thead><tr><th>family</th><th>accuracy A [95%]</th><th>accuracy B [95%]</th><th>A − B</th><th>A only right</th><th>B only right</th><th>McNemar p</th><th>BH p</th></tr></thead><tbody></tbody></table>
+<p class="meta">ISS and KTS at matched depth: for each stored layer of the first model of the pair, the other's layer nearest in l/(L−1).</p>
+<table id="cmp-depth"><thead><tr><th>family</th><th>layer A (depth)</th><th>layer B (depth)</th><th>ΔISS [95%]</th><th>ΔKTS [95%]</th><th>facts</th></tr></thead><tbody></tbody></table>`;
+}
+
+function provenanceSection(d: PageData): string {
+  const json = (v: unknown) => `<code>${esc(JSON.stringify(v))}</code>`;
+  const blocks = d.models.map((m, i) => {
+    const p = d.provenance[i]!;
+    const files = (p.files as [string, string, number | null][]).map(([n, sha, bytes]) => `<tr><td>${esc(n)}</td><td><code>${esc(sha)}</code></td><td>${bytes ?? "—"}</td></tr>`).join("");
+    return `<h3>${esc(m.name)}</h3><p>store <code>${esc(String(p.store))}</code>: <b>${esc(String(p.verify))}</b></p>
+<p>written by ${esc(String(p.tool_version))}; model sha256 <code>${esc(String(p.model_sha256))}</code></p>
+<details><summary>store settings</summary>${json(p.settings)}</details>
+<details><summary>metrics settings</summary>${json(p.metrics)}</details>
+${p.selfCheck ? `<details open><summary>self-check</summary>${json(p.selfCheck)}</details>` : ""}
+<details><summary>checksums (${(p.files as unknown[]).length} files)</summary><table><tr><th>file</th><th>sha256</th><th>bytes</th></tr>${files}</table></details>`;
+  });
+  return `<h2 id="provenance">Provenance</h2><p>report written by ${esc(d.tool_version)} at ${esc(d.written_at)} from <code>${esc(d.outputs)}</code>${d.bank ? `; bank <code>${esc(String(d.bank))}</code>` : ""}</p><p>decoding: ${d.generation ? json(d.generation) : "greedy, as recorded in each store"}</p>${blocks.join("")}`;
+}
+
+/** JSON safe inside a script element. */
+function scriptJson(v: unknown): string {
+  return JSON.stringify(v).replace(/</g, "\\u003c");
+}
+
+/** The whole page, and how many of its bytes the first view reads (all but the fact chunks). */
+export function renderPage(d: PageData, drill: DrillDown): { html: string; firstViewBytes: number } {
+  const client = {
+    models: d.models.map((m) => m.name),
+    families: d.families,
+    labels: d.labels,
+    labelColors: LABEL_COLORS,
+    pairs: d.pairs,
+    facts: drill.facts,
+    anchors: drill.anchors,
+    deepest: drill.deepest,
+    perChunk: drill.perChunk,
+  };
+  const head = `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<link rel="icon" href="data:,"><title>${esc(d.title)}</title><style>${CSS}</style></head><body>
+<h1>${esc(d.title)}</h1><p class="meta">${d.models.length} models · ${drill.facts.length} facts · ${esc(d.outputs)}</p>
+<nav><a href="#accuracy">accuracy</a><a href="#iss">ISS</a><a href="#kts">KTS</a><a href="#compare">compare</a><a href="#facts">facts</a><a href="#provenance">provenance</a></nav>
+${accuracySection(d)}${chartsSection("iss", "ISS", d.charts.iss, d)}${chartsSection("kts", "KTS", d.charts.kts, d, d.charts.ktsNotes)}${compareSection(d)}
+<h2 id="facts">Facts</h2><p class="meta">Search fact ids or anchor questions; open a fact for every model's answer to its anchor and each perturbation.</p>
+<input id="fact-search" type="search" placeholder="fact id or question" size="40"><ul id="fact-list"></ul><div id="fact"></div>
+${provenanceSection(d)}
+<script type="application/json" id="hsm-data">${scriptJson(client)}</script>
+`;
+  const chunks = drill.chunks.map((c, i) => `<script type="application/octet-stream" id="chunk-${i}">${c}</script>`).join("\n");
+  const tail = `\n<script>${SCRIPT}</script></body></html>\n`;
+  return { html: head + chunks + tail, firstViewBytes: Buffer.byteLength(head) + Buffer.byteLength(tail) };
+}

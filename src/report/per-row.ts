@@ -1,0 +1,127 @@
+/**
+ * The per-row values behind ISS and KTS, which iss.json and kts.json only hold
+ * aggregated: each query row's ISS margin and rank, and each labelled row's
+ * out-of-fold KTS probe score. Paired bootstraps over facts need them. Both
+ * are metric units run by `computeMetrics` over the store, with the kernels
+ * and definitions of src/metrics/iss.ts and src/metrics/kts.ts
+ * (docs/metrics.md), so the fact-macro mean of the margins is the `iss` of
+ * iss.json for the same store.
+ */
+import { ANCHOR_FAMILY } from "../bank/prompt.js";
+import { computeMetrics, type MetricsOptions } from "../metrics/compute.js";
+import { NO_LABEL } from "../metrics/labels.js";
+import { anchorVectors } from "../metrics/iss.js";
+import { ALL_FAMILIES, type LayerData, type Metric, type MetricRow, type MetricSettings } from "../metrics/metric.js";
+import { trainProbes } from "../metrics/probe.js";
+import { fnv1a32 } from "../metrics/stats.js";
+
+/** One layer's ISS rows: the store row of each query row, its margin `own − other` (float64) and rank (1 = own anchor first). */
+export interface IssRowValues extends MetricRow {
+  rows: Int32Array;
+  margin: Float64Array;
+  rank: Int32Array;
+}
+
+/** One layer's KTS rows: each labelled store row, its out-of-fold probe score and label (1 correct, 0 incorrect); empty when no probe could be trained. */
+export interface KtsRowValues extends MetricRow {
+  rows: Int32Array;
+  score: Float64Array;
+  label: Uint8Array;
+}
+
+async function issRowValues(data: LayerData): Promise<IssRowValues[]> {
+  const { layer, n: N, d, facts, families, kernels: k } = data;
+  const x = data.buffer(N * d);
+  const valid = Uint8Array.from(data.finite);
+  k.centreRows(data.h, N, d, valid, x);
+  const { anchorOf, A, F } = anchorVectors(layer, x, valid, facts, families, N, d);
+  const q: number[] = [];
+  for (let i = 0; i < N; i++) if (valid[i] && families[i] !== ANCHOR_FAMILY && anchorOf.has(facts[i]!)) q.push(i);
+  const rows = Int32Array.from(q);
+  const own = Int32Array.from(q, (i) => anchorOf.get(facts[i]!)!);
+  const above = new Int32Array(rows.length);
+  await k.rank(x, rows, A, F, d, own, new Float32Array(rows.length), above);
+  const ownCos = new Float64Array(rows.length);
+  const otherCos = new Float64Array(rows.length);
+  k.anchorCosines(x, rows, A, F, d, own, ownCos, otherCos);
+  return [{ layer, family: ALL_FAMILIES, rows, margin: ownCos.map((o, i) => o - otherCos[i]!), rank: above.map((a) => a + 1) }];
+}
+
+async function ktsRowValues(data: LayerData, s: MetricSettings): Promise<KtsRowValues[]> {
+  const { layer, n: N, d, h, finite, facts, families, kernels: k } = data;
+  const y = data.labels!;
+  const K = s.folds;
+  const fold = facts.map((f) => fnv1a32(f) % K);
+  const labelled = Int32Array.from({ length: N }, (_, i) => i).filter((i) => finite[i] && y[i] !== NO_LABEL);
+  const empty = [{ layer, family: ALL_FAMILIES, rows: new Int32Array(0), score: new Float64Array(0), label: new Uint8Array(0) }];
+  const anchors = labelled.filter((i) => families[i] === ANCHOR_FAMILY);
+  const ya = Uint8Array.from(anchors, (r) => y[r]!);
+  const folds = Array.from({ length: K }, (_, j) => ({ train: Int32Array.from(anchors.keys()).filter((i) => fold[anchors[i]!] !== j) }));
+  for (const f of folds) {
+    const pos = f.train.reduce((t, i) => t + ya[i]!, 0);
+    if (f.train.length === 0 || pos === 0 || pos === f.train.length) return empty;
+  }
+  const prescaled = k.standardizeRows(h, anchors, d);
+  const products = await k.products(prescaled.rows, anchors.length, d);
+  let probes;
+  try {
+    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k });
+  } finally {
+    products.dispose();
+  }
+  const v = new Float64Array(K * d);
+  probes.forEach((p, j) => v.set(p.v, j * d));
+  const all = new Float64Array(N * K);
+  await k.rowsTimes(h, N, d, v, K, all);
+  const score = Float64Array.from(labelled, (i) => all[i * K + fold[i]!]! + probes[fold[i]!]!.offset);
+  return [{ layer, family: ALL_FAMILIES, rows: labelled, score, label: Uint8Array.from(labelled, (i) => y[i]!) }];
+}
+
+/** ISS's per-row margins and ranks, as a metric unit. */
+const ISS_ROWS: Metric<IssRowValues> = {
+  name: "iss",
+  title: "ISS per row",
+  tableTitle: "ISS per row",
+  needs: [],
+  compute: issRowValues,
+  columns: { value: "margin", low: "margin", high: "margin" },
+};
+
+/** KTS's per-row out-of-fold probe scores, as a metric unit. */
+const KTS_ROWS: Metric<KtsRowValues> = {
+  name: "kts",
+  title: "KTS per row",
+  tableTitle: "KTS per row",
+  needs: ["labels"],
+  compute: ktsRowValues,
+  columns: { value: "score", low: "score", high: "score" },
+};
+
+/** A store's per-row values for every stored layer, with the row order's facts, families and query ids. */
+export interface StoreRowValues {
+  layers: number[];
+  /** The model's number of blocks L (normalized depth is l/(L−1)). */
+  numLayers: number;
+  queryIds: readonly string[];
+  facts: readonly string[];
+  families: readonly string[];
+  iss: Map<number, IssRowValues>;
+  /** Absent without a scored file. */
+  kts: Map<number, KtsRowValues>;
+}
+
+/** Runs {@link ISS_ROWS} (and {@link KTS_ROWS} with `scored`) over a store with the metrics' settings. */
+export async function storeRowValues(store: string, o: Pick<MetricsOptions, "scored" | "backend" | "threads" | "probeC" | "folds" | "layers" | "onProgress"> = {}): Promise<StoreRowValues> {
+  const r = await computeMetrics(store, { ...o, registry: [ISS_ROWS, KTS_ROWS] as Metric<MetricRow>[], metrics: o.scored ? ["iss", "kts"] : ["iss"], onBackendSkipped: () => {} });
+  const m = r.manifest;
+  const n = r.config.rows as number;
+  return {
+    layers: r.config.layers as number[],
+    numLayers: m.num_layers,
+    queryIds: m.query_ids.slice(0, n),
+    facts: m.fact_ids.slice(0, n),
+    families: m.condition_families.slice(0, n),
+    iss: new Map((r.rows.iss as IssRowValues[]).map((x) => [x.layer, x])),
+    kts: new Map(((r.rows.kts ?? []) as KtsRowValues[]).map((x) => [x.layer, x])),
+  };
+}

@@ -1,0 +1,84 @@
+/**
+ * The float64 reference forward pass of test/helpers/llama-reference.ts,
+ * generalized to the other graph shapes of the tiny model (src/models/llama.ts
+ * `Family`): gemma (embedding × √d, norms applied as 1 + w, the attention and
+ * MLP outputs normed before their residual adds) and neox (parallel blocks:
+ * x + attn(ln1(x)) + mlp(ln2(x))). Written from the families' definitions,
+ * not from the ONNX graph. Returns, per block, the residual stream at the last
+ * position, the last block's after the final norm.
+ */
+import type { LlamaConfig, LlamaWeights } from "../../src/models/llama.js";
+
+function rmsNorm(x: Float64Array, w: Float32Array, eps: number, plusOne: boolean): Float64Array {
+  let s = 0;
+  for (const v of x) s += v * v;
+  const r = 1 / Math.sqrt(s / x.length + eps);
+  return x.map((v, i) => (plusOne ? 1 + w[i]! : w[i]!) * v * r);
+}
+
+function linear(w: Float32Array, x: Float64Array, out: number): Float64Array {
+  const y = new Float64Array(out);
+  for (let o = 0; o < out; o++) {
+    let s = 0;
+    for (let i = 0; i < x.length; i++) s += w[o * x.length + i]! * x[i]!;
+    y[o] = s;
+  }
+  return y;
+}
+
+function rope(v: Float64Array, pos: number, theta: number): Float64Array {
+  const hd = v.length;
+  const half = hd / 2;
+  const out = new Float64Array(hd);
+  for (let i = 0; i < half; i++) {
+    const a = pos / Math.pow(theta, (2 * i) / hd);
+    out[i] = v[i]! * Math.cos(a) - v[i + half]! * Math.sin(a);
+    out[i + half] = v[i + half]! * Math.cos(a) + v[i]! * Math.sin(a);
+  }
+  return out;
+}
+
+export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: number[]): Float64Array[] {
+  const family = w.family ?? "llama";
+  const gemma = family === "gemma";
+  const d = c.hidden_size;
+  const H = c.num_attention_heads;
+  const KV = c.num_key_value_heads;
+  const hd = c.head_dim;
+  const norm = (x: Float64Array, wt: Float32Array) => rmsNorm(x, wt, c.rms_norm_eps, gemma);
+  let xs = ids.map((id) => Float64Array.from(w.embed.subarray(id * d, (id + 1) * d)).map((v) => (gemma ? v * Math.sqrt(d) : v)));
+  const result: Float64Array[] = [];
+  for (const lw of w.layers) {
+    const hs = xs.map((x) => norm(x, lw.inputNorm));
+    const heads = (m: Float32Array, n: number, h: Float64Array, t: number, rotate: boolean) => {
+      const all = linear(m, h, n * hd);
+      return Array.from({ length: n }, (_, k) => (rotate ? rope(all.subarray(k * hd, (k + 1) * hd), t, c.rope_theta) : all.subarray(k * hd, (k + 1) * hd)));
+    };
+    const q = hs.map((h, t) => heads(lw.q, H, h, t, true));
+    const k = hs.map((h, t) => heads(lw.k, KV, h, t, true));
+    const v = hs.map((h, t) => heads(lw.v, KV, h, t, false));
+    xs = xs.map((x, t) => {
+      const ctx = new Float64Array(H * hd);
+      for (let head = 0; head < H; head++) {
+        const kvh = Math.floor(head / (H / KV));
+        const scores = Array.from({ length: t + 1 }, (_, s) => q[t]![head]!.reduce((a, qi, i) => a + qi * k[s]![kvh]![i]!, 0) / Math.sqrt(hd));
+        const m = Math.max(...scores);
+        const e = scores.map((sc) => Math.exp(sc - m));
+        const z = e.reduce((a, b) => a + b, 0);
+        for (let s = 0; s <= t; s++) for (let i = 0; i < hd; i++) ctx[head * hd + i]! += (e[s]! / z) * v[s]![kvh]![i]!;
+      }
+      let attn = linear(lw.o, ctx, d);
+      if (lw.postAttnNorm) attn = norm(attn, lw.postAttnNorm);
+      const x1 = family === "neox" ? x : x.map((xi, i) => xi + attn[i]!);
+      const h2 = norm(x1, lw.postNorm);
+      const gate = linear(lw.gate, h2, c.intermediate_size);
+      const up = linear(lw.up, h2, c.intermediate_size);
+      let mlp = linear(lw.down, gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!), d);
+      if (lw.postFfNorm) mlp = norm(mlp, lw.postFfNorm);
+      return family === "neox" ? x.map((xi, i) => mlp[i]! + attn[i]! + xi) : x1.map((xi, i) => xi + mlp[i]!);
+    });
+    result.push(xs.at(-1)!);
+  }
+  result[result.length - 1] = norm(result.at(-1)!, w.norm);
+  return result;
+}

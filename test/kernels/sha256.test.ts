@@ -1,0 +1,139 @@
+/**
+ * The hash kernel of every backend available here against node:crypto's
+ * sha256 (an independent implementation) and against float statistics counted
+ * value by value here: random lengths, chunks split at odd offsets, empty
+ * input, two streams updated together, and every float16 class of value.
+ */
+import { createHash } from "node:crypto";
+
+import { describe, expect, it } from "vitest";
+
+import { Rng } from "../../src/util/random.js";
+import { AVAILABLE } from "../helpers/backends.js";
+
+const BACKENDS = AVAILABLE.map((r) => [r.backend, r.kernels] as const);
+
+function randomBytes(rng: Rng, n: number): Uint8Array {
+  const out = new Uint8Array(n);
+  for (let i = 0; i < n; i++) out[i] = rng.u32() & 0xff;
+  return out;
+}
+
+function sha256(data: Uint8Array): string {
+  return createHash("sha256").update(data).digest("hex");
+}
+
+/** Cut points: random, so that chunks start and end at odd offsets and inside blocks. */
+function cuts(rng: Rng, n: number, pieces: number): number[] {
+  const at = new Set<number>([0, n]);
+  for (let i = 0; i < pieces; i++) at.add(rng.u32() % (n + 1));
+  return [...at].sort((a, b) => a - b);
+}
+
+/** Counted value by value from the definition: ±inf and NaN are not finite. */
+function expectedStats(values: number[]): { nonfinite: number; maxAbs: number } {
+  let nonfinite = 0;
+  let maxAbs = 0;
+  for (const v of values) {
+    if (!Number.isFinite(v)) nonfinite++;
+    else maxAbs = Math.max(maxAbs, Math.abs(v));
+  }
+  return { nonfinite, maxAbs };
+}
+
+function halfValue(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const m = h & 0x3ff;
+  if (e === 0) return sign * m * 2 ** -24;
+  if (e === 31) return m === 0 ? sign * Infinity : NaN;
+  return sign * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+describe.each(BACKENDS)("sha256Stats on %s", (_name, k) => {
+  it("gives node:crypto's digest for the empty input and for lengths around block edges", () => {
+    const rng = new Rng(7);
+    for (const n of [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000, 4096 + 3]) {
+      const data = randomBytes(rng, n);
+      const h = k.sha256Stats(0);
+      h.update(data);
+      expect(h.digest()).toEqual({ sha256: sha256(data) });
+    }
+    const empty = k.sha256Stats(2);
+    expect(empty.digest()).toEqual({ sha256: sha256(new Uint8Array(0)), stats: { nonfinite: 0, maxAbs: 0 } });
+  });
+
+  it("gives the same digest however the input is split, at odd offsets and with empty chunks", () => {
+    const rng = new Rng(11);
+    for (let trial = 0; trial < 20; trial++) {
+      const n = rng.u32() % 300_000;
+      const data = randomBytes(rng, n);
+      const h = k.sha256Stats(0);
+      const at = cuts(rng, n, 1 + (rng.u32() % 12));
+      h.update(data.subarray(0, 0));
+      for (let i = 1; i < at.length; i++) h.update(data.subarray(at[i - 1]!, at[i]!));
+      expect(h.digest().sha256).toBe(sha256(data));
+    }
+  });
+
+  it("updates two streams together as if each were alone, chunks of unequal lengths included", () => {
+    const rng = new Rng(13);
+    for (let trial = 0; trial < 10; trial++) {
+      const a = randomBytes(rng, rng.u32() % 200_000);
+      const b = randomBytes(rng, rng.u32() % 200_000);
+      const ha = k.sha256Stats(2);
+      const hb = k.sha256Stats(2);
+      const ca = cuts(rng, a.length, 6);
+      const cb = cuts(rng, b.length, 6);
+      // Even cut points keep every float16 value whole; the header (the first 128 bytes) is not counted.
+      const even = (xs: number[], n: number) => [...new Set(xs.map((x) => Math.min(n, x - (x % 2))).concat([n]))].sort((x, y) => x - y);
+      const ea = even(ca, a.length);
+      const eb = even(cb, b.length);
+      for (let i = 1; i < Math.max(ea.length, eb.length); i++) {
+        const pa = i < ea.length ? a.subarray(ea[i - 1]!, ea[i]!) : a.subarray(a.length);
+        const pb = i < eb.length ? b.subarray(eb[i - 1]!, eb[i]!) : b.subarray(b.length);
+        const fa = i < ea.length ? Math.max(0, 128 - ea[i - 1]!) : 0;
+        const fb = i < eb.length ? Math.max(0, 128 - eb[i - 1]!) : 0;
+        ha.updateWith(pa, Math.min(fa, pa.length), hb, pb, Math.min(fb, pb.length));
+      }
+      const halves = (x: Uint8Array) => {
+        const out: number[] = [];
+        for (let i = 128; i + 1 < x.length; i += 2) out.push(halfValue(x[i]! | (x[i + 1]! << 8)));
+        return out;
+      };
+      expect(ha.digest()).toEqual({ sha256: sha256(a), stats: expectedStats(halves(a)) });
+      expect(hb.digest()).toEqual({ sha256: sha256(b), stats: expectedStats(halves(b)) });
+    }
+  });
+
+  it("counts every float16 value class: all 65,536 halves, data starting after a header", () => {
+    const halves = new Uint16Array(65_536);
+    for (let i = 0; i < halves.length; i++) halves[i] = i;
+    const data = new Uint8Array(64 + halves.byteLength);
+    data.set(new Uint8Array(halves.buffer), 64);
+    const h = k.sha256Stats(2);
+    // Split inside the data at a value boundary, not at a block edge.
+    h.update(data.subarray(0, 64 + 2 * 3001), 64);
+    h.update(data.subarray(64 + 2 * 3001));
+    expect(h.digest()).toEqual({ sha256: sha256(data), stats: expectedStats(Array.from(halves, halfValue)) });
+    // 2 × 1024 × 2 − 2 NaN payloads (both signs) and 2 infinities; 65504 the largest finite half.
+    expect(expectedStats(Array.from(halves, halfValue))).toEqual({ nonfinite: 2048, maxAbs: 65504 });
+  });
+
+  it("counts float32 values: infinities, NaNs, the largest finite float32, negative zero", () => {
+    const rng = new Rng(17);
+    const values = new Float32Array(100_003);
+    for (let i = 0; i < values.length; i++) values[i] = (rng.u32() / 2 ** 32 - 0.5) * 1e6;
+    values[5] = Infinity;
+    values[77] = -Infinity;
+    values[1000] = NaN;
+    values[99_999] = -3.4028234663852886e38;
+    values[3] = -0;
+    const data = new Uint8Array(128 + values.byteLength);
+    data.set(new Uint8Array(values.buffer), 128);
+    const h = k.sha256Stats(4);
+    h.update(data.subarray(0, 128 + 4 * 777), 128);
+    h.update(data.subarray(128 + 4 * 777));
+    expect(h.digest()).toEqual({ sha256: sha256(data), stats: { nonfinite: 3, maxAbs: 3.4028234663852886e38 } });
+  });
+});

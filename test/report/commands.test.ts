@@ -1,0 +1,60 @@
+/** hsm study --shards, hsm compare and hsm report as a user runs them (the built CLI), on synthetic models. */
+import { spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { compareModels } from "../../src/report/compare.js";
+import { tempDir } from "../helpers/tmp.js";
+import { syntheticModel } from "./synthetic.js";
+
+const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+const dir = tempDir("hsm-report-cli-");
+const outputs = join(dir, "outputs");
+const hsm = (args: string[]) => spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", cwd: dir });
+
+beforeAll(async () => {
+  await syntheticModel(outputs, dir, "six", 1, 6);
+  await syntheticModel(outputs, dir, "ten", 2, 10);
+});
+
+describe("the study, compare and report commands", () => {
+  it("study --shards prints each model's extraction shards and merge, and runs nothing", () => {
+    writeFileSync(join(dir, "study.yaml"), `bank: ${join(dir, "fx-six", "bank.jsonl")}\noutputs: out\nmodels:\n  - { name: m1, model_dir: models/m1 }\n  - { name: old, outputs: ${outputs} }\n`);
+    const r = hsm(["study", "study.yaml", "--shards", "2"]);
+    expect(r.status).toBe(0);
+    expect(r.stdout.split("\n")).toEqual([
+      "# m1: 2 extraction shards, then the merge",
+      `hsm extract --model-dir ${join(dir, "models", "m1")} --bank ${join(dir, "fx-six", "bank.jsonl")} --out ${join(dir, "out", "shards", "m1", "0-of-2")} --model m1 --shard 0/2`,
+      `hsm extract --model-dir ${join(dir, "models", "m1")} --bank ${join(dir, "fx-six", "bank.jsonl")} --out ${join(dir, "out", "shards", "m1", "1-of-2")} --model m1 --shard 1/2`,
+      `hsm merge ${join(dir, "out", "hidden", "m1")} ${join(dir, "out", "shards", "m1", "0-of-2")} ${join(dir, "out", "shards", "m1", "1-of-2")}`,
+      "",
+      "then: hsm study study.yaml",
+      "",
+    ]);
+    expect(hsm(["study", "study.yaml", "--shards", "0"]).stderr).toContain('Expected an integer of at least 1 for --shards but received "0"');
+  });
+
+  it("compare --json prints what compareModels returns; an unknown model is a usage error", async () => {
+    const r = hsm(["compare", outputs, "six", "ten", "--json", "--bootstrap", "50", "-q"]);
+    expect(r.stderr).toBe("");
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual(JSON.parse(JSON.stringify(await compareModels(outputs, "six", "ten", { replicates: 50 }))));
+    const text = hsm(["compare", outputs, "ten", "six", "--bootstrap", "50", "-q"]);
+    expect(text.stdout.split("\n")[0]).toBe("ten (A) vs six (B): paired on the same queries and facts; differences are A − B");
+    const bad = hsm(["compare", outputs, "six", "seven"]);
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain(`no model "seven" with scored rows; models there: six, ten`);
+  });
+
+  it("report writes one HTML file and says where", () => {
+    const out = join(dir, "r", "report.html");
+    const r = hsm(["report", outputs, "--out", out, "--bootstrap", "50", "--no-verify", "-q"]);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toMatch(new RegExp(`^${out.replace(/[.]/g, "\\.")}: 2 models \\(six, ten\\), \\d+\\.\\d\\d MB \\(\\d+\\.\\d\\d MB read at first view\\)\\n$`));
+    const html = readFileSync(out, "utf8");
+    expect(html).toContain("not checked (--no-verify)");
+    expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);
+  });
+});

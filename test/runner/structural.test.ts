@@ -1,0 +1,175 @@
+/**
+ * Structural detection on generated decoders: it finds the same tensors as
+ * torch/optimum names on every named style, the same tensors on renamed
+ * copies (dynamo names, no names) as names do on the original, and stops in
+ * one line naming the style seen, the candidates and --hidden-tensors on a
+ * missing block, a block count that disagrees with config.json, and a fused
+ * op it does not know on the residual stream.
+ */
+import { describe, expect, it } from "vitest";
+
+import { buildLlamaOnnx, tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/models/llama.js";
+import { detectHiddenTensors, DetectionError } from "../../src/runner/detect.js";
+import { decodeModel, type GraphProto } from "../../src/runner/onnx-graph.js";
+import { renameGraph, RENAME_STYLES } from "../../src/models/rename.js";
+import { locateByStructure } from "../../src/runner/styles/structural.js";
+import { torchNamesStyle } from "../../src/runner/styles/torch-names.js";
+
+const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 3 };
+
+function graphOf(o: TinyModelOptions): GraphProto {
+  return decodeModel(buildLlamaOnnx(tinyConfig(o), tinyWeights(o), o.withPast ?? false)).graph!;
+}
+
+const byNames = (g: GraphProto, L: number) => torchNamesStyle.locate(g, L, { numLayers: L }).tensors.map((t) => t.tensor);
+const byStructure = (g: GraphProto, L: number) => locateByStructure(g, L).tensors.map((t) => t.tensor);
+
+describe("structural detection", () => {
+  const named: [string, TinyModelOptions][] = [
+    ["plain", BASE],
+    ["with-past", { ...BASE, withPast: true }],
+    ["forced LM-head features", { ...BASE, forcedNext: [[25, 7]] }],
+    ["three layers, one kv head", { ...BASE, layers: 3, kvHeads: 1 }],
+  ];
+  it.each(named)("finds what names find on the %s graph, and the registry uses it with names agreeing", (_label, o) => {
+    const g = graphOf(o);
+    const L = o.layers!;
+    const want = [...Array.from({ length: L - 1 }, (_, l) => `/model/layers.${l}/Add_1_output_0`), "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, L)).toEqual(want);
+    expect(byStructure(g, L)).toEqual(want);
+    const plan = detectHiddenTensors(g, L);
+    expect(plan.strategy).toBe("structural");
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(want);
+    expect(plan.crossCheck).toBe(`names (torch-names) agree on all ${L} blocks`);
+    expect(plan.warnings).toEqual([]);
+    expect(plan.tensors[0]!.how).toMatch(/^structure: residual Add 2 of \d+, the end of block 0/);
+  });
+});
+
+describe("structural detection on other families' graph shapes", () => {
+  it("gemma: the √d embedding scale and (1 + w) norms, four norms per block; two residual Adds per block", () => {
+    const o = { ...BASE, layers: 3, family: "gemma" } as const;
+    const g = graphOf(o);
+    expect(g.node!.some((n) => n.name === "/model/layers.0/post_feedforward_layernorm/Mul_1")).toBe(true);
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 4 of 6, the end of block 1/);
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, "anonymous", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+
+  it("gpt-2: position embeddings added to the token embeddings before the first block", () => {
+    const g = graphOf(BASE);
+    const embed = g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!;
+    const out = embed.output![0]!;
+    for (const n of g.node!) n.input = n.input!.map((i) => (i === out ? "/model/Add_wpe_output_0" : i));
+    const at = g.node!.indexOf(embed) + 1;
+    g.node!.splice(at, 0,
+      { name: "/model/wpe/Gather", opType: "Gather", input: ["model.embed_tokens.weight", "position_ids"], output: ["/model/wpe/Gather_output_0"] },
+      { name: "/model/Add_wpe", opType: "Add", input: [out, "/model/wpe/Gather_output_0"], output: ["/model/Add_wpe_output_0"] },
+    );
+    expect(byStructure(g, 2)).toEqual(byNames(g, 2));
+  });
+
+  it("reads of the embedding's shape and type (masks, rotary tables cast like it) are not part of the stream", () => {
+    // Detection only: the edited graph is never run.
+    const g = graphOf(BASE);
+    const embed = g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!.output![0]!;
+    const cos = g.node!.find((n) => n.name === "/model/rotary_emb/Gather")!;
+    g.node!.push({ name: "/model/rotary_emb/CastLike", opType: "CastLike", input: [cos.output![0]!, embed], output: ["cos_cast"] });
+    for (const n of g.node!) if (n.name !== "/model/rotary_emb/CastLike") n.input = n.input!.map((i) => (i === cos.output![0] ? "cos_cast" : i));
+    // Topological order: the CastLike right after the embedding, before every reader of the table.
+    g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!) + 1, 0, g.node!.pop()!);
+    const shape = { name: "/model/Shape_embeds", opType: "Shape", input: [embed], output: ["embeds_shape"] };
+    g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!) + 1, 0, shape);
+    const bias = g.node!.find((n) => n.opType === "Where")!;
+    const expand = { name: "/model/Expand_bias", opType: "Expand", input: [bias.output![0]!, "embeds_shape"], output: ["bias_expanded"] };
+    for (const n of g.node!) n.input = n.input!.map((i) => (i === bias.output![0] ? "bias_expanded" : i));
+    g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/layers.0/input_layernorm/Pow")!), 0, expand);
+    expect(byStructure(g, 2)).toEqual(byNames(g, 2));
+  });
+
+  it("neox: parallel attention and MLP, one residual Add per block", () => {
+    const o = { ...BASE, layers: 3, family: "neox" } as const;
+    const g = graphOf(o);
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 2 of 3, the end of block 1/);
+    expect(() => locateByStructure(g, 2)).toThrow(/the residual stream holds 3 blocks \(3 residual Adds, one per parallel block\) but config\.json's num_hidden_layers is 2/);
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, "dynamo-names", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+});
+
+describe("structural detection on renamed graphs", () => {
+  const cases = RENAME_STYLES.flatMap((style) => [false, true].map((withPast) => [style, withPast] as const));
+  it.each(cases)("finds on a %s graph (with past: %s) what names find on the original", (style, withPast) => {
+    const o = { ...BASE, layers: 3, withPast };
+    const original = graphOf(o);
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, style, 11);
+    expect(renamed.node!.some((n) => /layers\./.test(n.name ?? "") || /layers\./.test(n.output![0]!))).toBe(false);
+    const plan = detectHiddenTensors(renamed, 3);
+    expect(plan.strategy).toBe("structural");
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(byNames(original, 3).map((t) => map.get(t)));
+    expect(plan.crossCheck).toBe(`names: none to check against (graph style seen: ${style})`);
+    if (style === "dynamo-names") expect(renamed.node!.find((n) => n.opType === "Add")).toMatchObject({ name: "node_add", output: ["add"] });
+    else expect(renamed.node!.every((n) => n.name === "")).toBe(true);
+  });
+});
+
+describe("structural detection failures: one line, the style seen, the candidates, the flag", () => {
+  const TAIL = "Name the tensors with --hidden-tensors LAYER=TENSOR,…,final=TENSOR; candidate tensors: ";
+  const stream = (L: number) => ["/model/embed_tokens/Gather_output_0", ...Array.from({ length: L }, (_, l) => [`/model/layers.${l}/Add_output_0`, `/model/layers.${l}/Add_1_output_0`]).flat()];
+  const fails = (g: GraphProto, L: number) => {
+    let err: unknown;
+    try {
+      detectHiddenTensors(g, L);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(DetectionError);
+    expect((err as Error).message.split("\n")).toHaveLength(1);
+    return (err as Error).message;
+  };
+
+  it("a block count that disagrees with config.json", () => {
+    expect(fails(graphOf({ ...BASE, layers: 3 }), 4)).toBe(
+      `structure: the residual stream holds 3 blocks (6 residual Adds, two per pre-norm block) but config.json's num_hidden_layers is 4 (graph style seen: torch-names). ${TAIL}${stream(3).join(", ")}`,
+    );
+  });
+
+  it("a missing block: one block's MLP cut out of the stream", () => {
+    const g = graphOf({ ...BASE, layers: 3 });
+    for (const n of g.node!) n.input = n.input!.map((i) => (i === "/model/layers.1/Add_1_output_0" ? "/model/layers.1/Add_output_0" : i));
+    const cut = stream(3).filter((t) => t !== "/model/layers.1/Add_1_output_0");
+    expect(fails(g, 3)).toBe(
+      `structure: block 1 is incomplete: residual Add 3 of 5 (/model/layers.1/Add) adds attention with no MLP after it; a block may be missing (graph style seen: torch-names). ${TAIL}${cut.join(", ")}`,
+    );
+  });
+
+  it("an unknown fused op on the residual stream", () => {
+    const g = graphOf(BASE);
+    const add = g.node!.find((n) => n.name === "/model/layers.0/Add_1")!;
+    Object.assign(add, { opType: "SkipSimplifiedLayerNormalization", domain: "com.microsoft" });
+    for (const n of g.node!) n.name = "";
+    expect(fails(g, 2)).toBe(
+      `structure: an operator it does not know, com.microsoft.SkipSimplifiedLayerNormalization, sits on the residual stream after residual Add 1 (graph style seen: anonymous). ${TAIL}${stream(1).slice(0, 2).join(", ")}`,
+    );
+  });
+
+  it("names that disagree with the structure: a warning, and the structure's tensor is used", () => {
+    const g = graphOf(BASE);
+    // The final norm's last Mul moved out of the norm's scope by name: names now take the Mul before it.
+    g.node!.find((n) => n.name === "/model/norm/Mul_1")!.name = "/lm_head/Mul";
+    const plan = detectHiddenTensors(g, 2);
+    expect(plan.tensors.at(-1)!.tensor).toBe("/model/norm/Mul_1_output_0");
+    const note = "structure and names disagree on 1 layer(s) (layer 1: structure /model/norm/Mul_1_output_0, names /model/norm/Mul_output_0); the structure's tensors are used";
+    expect(plan.warnings).toEqual([note]);
+    expect(plan.crossCheck).toBe(note);
+  });
+});

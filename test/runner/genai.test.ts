@@ -4,7 +4,8 @@
  * right-padded, and the stored states against the float64 reference at batch
  * sizes 16 and 1 with padded batches and a prompt past 192 tokens.
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import * as ort from "onnxruntime-node";
@@ -18,11 +19,13 @@ import { extract, inspectModel } from "../../src/runner/extract.js";
 import { generate } from "../../src/runner/generate.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
+import { Rng } from "../../src/util/random.js";
 import { referenceDecoder, referenceGreedy, referenceHidden, referenceLogits } from "../helpers/llama-reference.js";
 import { tempDir } from "../helpers/tmp.js";
 import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, LOGITS_F32 } from "../tolerances.js";
 
 const dir = tempDir("hsm-genai-");
+const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
 const OPTS: TinyModelOptions = { layers: 3, hidden: 64, heads: 4, kvHeads: 2, seed: 21 };
 const bank = join(dir, "bank.jsonl");
 const QUERIES = [
@@ -166,5 +169,40 @@ describe("a CUDA-style genai build (float16 KV cache and logits)", () => {
     }
     expect(texts[0]).toEqual(texts[1]);
     expect(new Set(texts[0]).size).toBeGreaterThan(3);
+  });
+});
+
+describe("generation on an onnxruntime-genai build, killed and resumed", () => {
+  it("resumes after kill -9 at a seeded point into the same file as an uninterrupted run", async () => {
+    const d = await model("fp32");
+    const big = join(dir, "kill-bank.jsonl");
+    const rows = Array.from({ length: 60 }, (_, i) =>
+      JSON.stringify({ query_id: `k${i}`, fact_id: `f${i >> 1}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]} ${i}`, use_for_main_forward: true, answers: ["x"] }),
+    );
+    writeFileSync(big, rows.join("\n") + "\n");
+    const args = (out: string) => [BIN, "generate", "--model-dir", d, "--bank", big, "--out", out, "--batch-size", "4", "--max-new-tokens", "8", "--quiet"];
+    const whole = join(dir, "kill-whole.jsonl");
+    expect(spawnSync(process.execPath, args(whole)).status).toBe(0);
+    const out = join(dir, "kill-killed.jsonl");
+    const target = 4 + (new Rng(31, 1).u32() % 40); // rows written before the kill, somewhere in 4…43 of 60
+    const child = spawn(process.execPath, args(out), { stdio: "ignore" });
+    const exit = await new Promise<{ signal: NodeJS.Signals | null }>((resolve) => {
+      const poll = setInterval(() => {
+        const seen = existsSync(out) ? readFileSync(out, "utf8").split("\n").length - 1 : 0;
+        if (seen >= target) child.kill("SIGKILL");
+      }, 2);
+      child.on("exit", (_code, signal) => {
+        clearInterval(poll);
+        resolve({ signal });
+      });
+    });
+    expect(exit.signal).toBe("SIGKILL");
+    const partial = readFileSync(out, "utf8").split("\n").length - 1;
+    expect(partial).toBeGreaterThanOrEqual(target);
+    expect(partial).toBeLessThan(60);
+    const resumed = spawnSync(process.execPath, args(out), { encoding: "utf8" });
+    expect(resumed.status).toBe(0);
+    expect(resumed.stdout).toContain(`${60 - partial} generated, ${partial} already there`);
+    expect(readFileSync(out).equals(readFileSync(whole))).toBe(true);
   });
 });

@@ -3,7 +3,7 @@
 // careful NumPy + scikit-learn implementation of the same definitions
 // (scripts/metrics_peer.py: one float32 GEMM per query block, vectorized
 // statistics and bootstrap, BLAS on both cores), on the benchmark-scale
-// fixture (39,258 rows, d = 1024, 8 layers), in the same run: wall time and
+// fixture (39,260 rows, d = 1024, 8 layers), in the same run: wall time and
 // peak memory of each process, medians of several runs, whether the two agree
 // within metrics.md's tolerances, and the similarity kernel's GFLOP/s beside
 // this machine's float32 matrix-multiply peak (NumPy's BLAS) measured here too.
@@ -37,7 +37,7 @@ if (!existsSync(join(store, "index.json"))) {
 }
 
 
-const results = { date: new Date().toISOString(), runs, rows: 39258, d: 1024, layers: 8, metrics: {} };
+const results = { date: new Date().toISOString(), runs, rows: 39260, d: 1024, layers: 8, metrics: {} };
 for (const metric of ["iss", "kts"]) {
   const entry = (results.metrics[metric] = {});
   const samples = Object.fromEntries([...backends, "peer"].map((b) => [b, []]));
@@ -67,7 +67,7 @@ const kernel = spawnSync(process.execPath, ["-e", `
   const { kernelOptions } = await import(${JSON.stringify(join(root, "dist", "kernels", "registry.js"))});
   const k = nativeKernels(kernelOptions());
   const { Rng } = await import(${JSON.stringify(join(root, "dist", "util", "random.js"))});
-  const n = 32715, F = 6543, d = 1024, rng = new Rng(1);
+  const n = 32717, F = 6543, d = 1024, rng = new Rng(1);
   // Unit rows and anchors, as ISS gives the kernel.
   const unit = (m) => { const v = rng.fillNormal(new Float32Array(m * d)); for (let i = 0; i < m; i++) { let s = 0; for (let j = 0; j < d; j++) s += v[i*d+j] ** 2; s = Math.sqrt(s); for (let j = 0; j < d; j++) v[i*d+j] /= s; } return v; };
   const a = unit(F), x = unit(n);
@@ -81,11 +81,11 @@ const kernel = spawnSync(process.execPath, ["-e", `
 `], { encoding: "utf8", input: "" , env: process.env });
 const peak = spawnSync(python, ["-c", `
 import numpy as np, time, json
-x = np.random.rand(32715, 1024).astype(np.float32); a = np.random.rand(6543, 1024).astype(np.float32)
+x = np.random.rand(32717, 1024).astype(np.float32); a = np.random.rand(6543, 1024).astype(np.float32)
 ts = []
 for _ in range(3):
     t = time.perf_counter(); x @ a.T; ts.append(time.perf_counter() - t)
-ts.sort(); print(json.dumps({"seconds": ts[1], "gflops": 2 * 32715 * 6543 * 1024 / ts[1] / 1e9}))
+ts.sort(); print(json.dumps({"seconds": ts[1], "gflops": 2 * 32717 * 6543 * 1024 / ts[1] / 1e9}))
 `], { encoding: "utf8", env: peerEnv });
 try {
   results.kernel = JSON.parse(kernel.stdout.trim().split("\n").at(-1));
@@ -96,7 +96,7 @@ results.numpy_sgemm = JSON.parse(peak.stdout.trim());
 writeFileSync(join(benchDir, "bench-metrics.json"), JSON.stringify(results, null, 2) + "\n");
 
 const fmt = (x) => (x === 0 ? "0" : x.toExponential(1));
-console.log(`hsm metrics vs NumPy + scikit-learn — 39,258 rows, d = 1024, 8 layers; medians of ${runs} runs (${slowRuns} for backends other than native)`);
+console.log(`hsm metrics vs NumPy + scikit-learn — 39,260 rows, d = 1024, 8 layers; medians of ${runs} runs (${slowRuns} for backends other than native)`);
 console.log(`  peer BLAS: ${results.peer_blas.map((p) => `${p.internal_api ?? "?"} ${p.version ?? ""} (${p.architecture ?? "?"} kernel, ${p.num_threads ?? "?"} threads)`).join("; ")}`);
 for (const [metric, entry] of Object.entries(results.metrics)) {
   const phases = Object.entries(entry.peer.phases).filter(([, s]) => s > 0).map(([k, s]) => `${k} ${s.toFixed(1)} s`).join(", ");

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm run bench:scale — the store at the real size (39,258 rows × d = 4608 × 28
+// npm run bench:scale — the store at the real size (39,260 rows × d = 4608 × 28
 // of 46 layers, about 10 GB), written once with `hsm fixture --full`:
 //   1. `hsm verify` vs `sha256sum` over the same files (medians, page cache warm when memory allows);
 //   2. `hsm metrics` (ISS and KTS): time and peak RSS;
@@ -44,7 +44,7 @@ function memAvailable() {
 }
 
 mkdirSync(benchDir, { recursive: true });
-const expected = 28 * (128 + 39258 * 4608 * 2);
+const expected = 28 * (128 + 39260 * 4608 * 2);
 const need = (existsSync(join(store, "index.json")) ? 0 : expected) + 2 * expected + GB;
 if (freeBytes(benchDir) < need) {
   console.error(`bench:scale needs about ${(need / GB).toFixed(1)} GB free in ${benchDir} (fixture, 8 shards, merged store); only ${(freeBytes(benchDir) / GB).toFixed(1)} GB are`);

@@ -42,7 +42,7 @@ describe('import … from "hsm"', () => {
   });
 
   it("writeFixture, checkBank, verifyStore and exportScored agree on the fixture's counts", async () => {
-    // 10 facts × 6 main-forward rows, plus round(10 × 5158 / 6543) = 8 reverse rows; L = 6 stores l = 2…5.
+    // 10 facts × 6 main-forward rows, plus round(10 × 5156 / 6543) = 8 reverse rows; L = 6 stores l = 2…5.
     expect(await hsm.checkBank(join(fx, "bank.jsonl"))).toMatchObject({ rows: 68, mainForward: 60, facts: 10 });
     const report = await hsm.verifyStore(join(fx, "store"));
     expect(report).toMatchObject({ ok: true, complete: true, rows: 60, problems: [] });

@@ -33,15 +33,16 @@ export function fixtureCommand(program: Command): void {
       "Write a synthetic fixture into a new folder: bank.jsonl, a complete store/ and scored.jsonl, with " +
         "planted structure (fact identity that strengthens with depth, perturbation families that weaken " +
         "it by different amounts, correctness planted along one direction). Small by default; --bench " +
-        "writes the benchmark scale (44,416 bank rows, 39,258 stored rows, d = 1024, 8 layers, about 640 MB); " +
+        "writes the benchmark scale (44,416 bank rows, 39,260 stored rows, d = 1024, 8 layers, about 640 MB); " +
         "--full the same rows at the real stores' size (d = 4608, L = 46: 28 layers, about 10 GB).",
     )
     .argument("<out>", "folder to create")
-    .option("--facts <n>", "number of facts (6 stored rows each)", intOption("--facts", 2))
+    .option("--facts <n>", "number of facts (6 stored rows each, 7 for those given a second paraphrase)", intOption("--facts", 2))
     .option("--d <n>", "hidden size", intOption("--d", 2))
     .option("--layers-total <n>", `decoder blocks L; layers with ${DEFAULT_LAYER_RULE} are stored`, intOption("--layers-total", 1))
     .option("--seed <n>", "random seed", intOption("--seed", 0))
     .option("--extra-rows <n>", "bank rows outside the main forward pass", intOption("--extra-rows", 0))
+    .option("--extra-main-rows <n>", "stored rows beyond 6 per fact: a second paraphrase for this many facts", intOption("--extra-main-rows", 0))
     .option("--nonfinite-rows <n>", "rows of the last layer given an inf value", intOption("--nonfinite-rows", 0))
     .option("--bench", "benchmark scale (flags above still override)")
     .option("--full", "full scale: d = 4608, 28 of 46 layers, about 10 GB (flags above still override)")

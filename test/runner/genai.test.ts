@@ -137,10 +137,11 @@ describe("an onnxruntime-genai build", () => {
 });
 
 describe("generation on an onnxruntime-genai build", () => {
-  it.each(["fp32", "int4"] as const)("%s: gives the float64 greedy reference's text at batch sizes 8 and 1, right-padded with the KV cache", async (precision) => {
+  it.each(["fp32", "fp16", "int4"] as const)("%s: gives the float64 greedy reference's text at batch sizes 8 and 1, right-padded with the KV cache", async (precision) => {
     const d = await model(precision);
     const config = tinyConfig(OPTS);
-    const weights = precision === "int4" ? styleWeights("q4", tinyWeights(OPTS)) : tinyWeights(OPTS);
+    const base = tinyWeights(OPTS);
+    const weights = precision === "int4" ? styleWeights("q4", base) : precision === "fp16" ? roundWeightsToFloat16(base) : base;
     const tok = await PromptTokenizer.load(d);
     const decode = referenceDecoder(readFileSync(join(d, "tokenizer.json"), "utf8"));
     const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);

@@ -206,4 +206,9 @@ describe("hsm generate on optimum exports", () => {
   it("with-past, external weights, no position_ids: the reference's text at batch 1 and 8", async () => {
     await expectGreedy("external");
   });
+
+  it("dynamo names (with past) and no names at all: the reference's text at batch 1 and 8", async () => {
+    await expectGreedy("dynamo");
+    await expectGreedy("anonymous");
+  });
 });

@@ -156,22 +156,22 @@ describe("a transformers.js graph with its weights in <file>_data chunks", () =>
   });
 });
 
-describe("generation on a transformers.js q4 folder", () => {
-  it("gives the float64 greedy text of the dequantized weights at batch sizes 8 and 1, with the KV cache", async () => {
-    const modelDir = join(dir, "q4");
-    await writeTinyModel(modelDir, OPTS, quantizedFiles("q4", true));
+describe.each(["q4", "nf4", "fp16", "q4f16"] as const)("generation on a transformers.js %s folder", (style) => {
+  it("gives the float64 greedy text of the weights the graph multiplies by, at batch sizes 8 and 1, with the KV cache", async () => {
+    const modelDir = join(dir, `gen-${style}`);
+    await writeTinyModel(modelDir, OPTS, quantizedFiles(style, true));
     const config = tinyConfig(OPTS);
-    const weights = styleWeights("q4", tinyWeights(OPTS));
+    const weights = styleWeights(style, tinyWeights(OPTS));
     const tok = await PromptTokenizer.load(modelDir);
     const decode = referenceDecoder(readFileSync(join(modelDir, "tokenizer.json"), "utf8"));
     const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);
-    const small = join(dir, "gen-bank.jsonl");
+    const small = join(dir, `gen-bank-${style}.jsonl`);
     writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
     const eos = new Set([config.eos_token_id ?? []].flat());
     const want = rows.map((r) => decode(referenceGreedy(config, weights, tok.encode(buildPrompt(r)), eos, 6)));
     expect(new Set(want).size).toBeGreaterThan(3);
     for (const batchSize of [8, 1]) {
-      const out = join(dir, `q4-gen-${batchSize}.jsonl`);
+      const out = join(dir, `${style}-gen-${batchSize}.jsonl`);
       await generate({ modelDir, bank: small, out, batchSize, maxNewTokens: 6 });
       const got = new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r.raw_response]));
       expect(rows.map((r) => got.get(r.query_id))).toEqual(want);

@@ -20,37 +20,27 @@ export interface BatchFeeds {
   positionIds: BigInt64Array;
 }
 
-/** Left-pads `sequences` to their longest, with masks and positions counting only real tokens. */
-export function leftPad(sequences: readonly number[][], padId: number): BatchFeeds {
+/**
+ * Pads `sequences` to their longest, with masks and positions counting only
+ * real tokens: on the left (the default), or on the right, where every row's
+ * tokens start at position 0 (GroupQueryAttention graphs).
+ */
+function padBatch(sequences: readonly number[][], padId: number, side: "left" | "right"): BatchFeeds {
   const B = sequences.length;
   const T = Math.max(1, ...sequences.map((s) => s.length));
   const inputIds = new BigInt64Array(B * T).fill(BigInt(padId));
   const attentionMask = new BigInt64Array(B * T);
   const positionIds = new BigInt64Array(B * T);
   sequences.forEach((s, b) => {
-    const offset = T - s.length;
+    const start = b * T + (side === "left" ? T - s.length : 0);
     for (let j = 0; j < s.length; j++) {
-      inputIds[b * T + offset + j] = BigInt(s[j]!);
-      attentionMask[b * T + offset + j] = 1n;
-      positionIds[b * T + offset + j] = BigInt(j);
+      inputIds[start + j] = BigInt(s[j]!);
+      attentionMask[start + j] = 1n;
+      positionIds[start + j] = BigInt(j);
     }
   });
   return { batch: B, length: T, inputIds, attentionMask, positionIds };
 }
 
-/** Right-pads `sequences` to their longest: every row's tokens start at position 0 (GroupQueryAttention graphs). */
-export function rightPad(sequences: readonly number[][], padId: number): BatchFeeds {
-  const B = sequences.length;
-  const T = Math.max(1, ...sequences.map((s) => s.length));
-  const inputIds = new BigInt64Array(B * T).fill(BigInt(padId));
-  const attentionMask = new BigInt64Array(B * T);
-  const positionIds = new BigInt64Array(B * T);
-  sequences.forEach((s, b) => {
-    for (let j = 0; j < s.length; j++) {
-      inputIds[b * T + j] = BigInt(s[j]!);
-      attentionMask[b * T + j] = 1n;
-      positionIds[b * T + j] = BigInt(j);
-    }
-  });
-  return { batch: B, length: T, inputIds, attentionMask, positionIds };
-}
+export const leftPad = (sequences: readonly number[][], padId: number): BatchFeeds => padBatch(sequences, padId, "left");
+export const rightPad = (sequences: readonly number[][], padId: number): BatchFeeds => padBatch(sequences, padId, "right");

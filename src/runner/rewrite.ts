@@ -38,8 +38,14 @@ export function rewriteForExtraction(
   g.nodes.push({ name: "/hsm/Cast", opType: "Cast", input: [stacked], output: [HIDDEN_OUTPUT], attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }] });
   graph.node = [...(graph.node ?? []), ...g.nodes];
   graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
+  const original = graph.output ?? [];
   graph.output = [valueInfo(HIDDEN_OUTPUT, DataType.FLOAT16, ["batch_size", tensors.length, dModel])];
   const { removedNodes } = pruneGraph(graph);
+  // A node kept for the states keeps its other graph outputs (GroupQueryAttention's
+  // `present.*`): left dangling, onnxruntime's planner may write such an output
+  // in place into an input's buffer of another shape (the empty past) and fail.
+  const produced = new Set(graph.node!.flatMap((n) => n.output ?? []));
+  graph.output.push(...original.filter((v) => produced.has(v.name!)));
   if (source) externalizeInitializers(graph, source.bytes, source.name);
   return { bytes: encodeModel(model), removedNodes, keptNodes: graph.node.length };
 }

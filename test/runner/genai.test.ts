@@ -100,7 +100,7 @@ describe("an onnxruntime-genai build", () => {
     await session.release();
   });
 
-  it.each(["fp32", "fp16", "int4"] as const)("%s: stores the reference states at batch sizes 16 and 1, right-padded", async (precision) => {
+  it.each(["fp32", "fp16", "fp16-io", "int4"] as const)("%s: stores the reference states at batch sizes 16 and 1, right-padded", async (precision) => {
     const d = await model(precision);
     const config = tinyConfig(OPTS);
     const base = tinyWeights(OPTS);

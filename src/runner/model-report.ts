@@ -33,7 +33,7 @@ export interface GraphFormat {
 /** How a stored tensor was found. */
 export type TensorMethod = "structure" | "names" | "graph outputs" | "given";
 
-const METHOD_OF_STYLE: Record<string, TensorMethod> = { explicit: "given", "graph-outputs": "graph outputs", "torch-names": "names" };
+const METHOD_OF_STYLE: Record<string, TensorMethod> = { explicit: "given", "graph-outputs": "graph outputs", "torch-names": "names", genai: "names" };
 
 /** The method behind a located tensor: its own `method` where the style records one, else the style's. */
 export function tensorMethod(strategy: string, tensor: HiddenTensor): TensorMethod | string {

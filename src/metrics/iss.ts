@@ -28,7 +28,7 @@ export interface IssRow {
  * anchor row (several rows average and renormalize), `anchorOf` mapping each
  * such fact to its index in `A` (F × d). Fewer than two stops the run.
  */
-export function anchorVectors(
+function anchorVectors(
   layer: number,
   x: Float32Array,
   valid: Uint8Array,
@@ -65,14 +65,27 @@ export function anchorVectors(
   return { anchorOf, A, F };
 }
 
-export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRow[]> {
+/** Each query row's scores at one layer: the store rows, their rank among the anchors and their cosines. */
+export interface IssQueryScores {
+  /** Store rows of the query rows: usable non-anchor rows of anchored facts, in row order. */
+  rows: Int32Array;
+  /** Anchors scoring above the row's own (rank − 1). */
+  above: Int32Array;
+  /** Cosine with the own anchor, and the mean cosine with the others (float64). */
+  ownCos: Float64Array;
+  otherCos: Float64Array;
+  /** Rows left out as non-finite, and non-anchor rows whose fact has no usable anchor. */
+  excluded: number;
+  skipped: number;
+}
+
+/** Centres and normalizes the layer in ISS's own buffer (the layer's rows stay as read), builds the anchors and scores every query row. */
+export async function issQueryScores(data: LayerData): Promise<IssQueryScores> {
   const { layer, n: N, d, facts, families, kernels: k } = data;
-  // Centred, unit-length rows in ISS's own buffer; the layer's rows stay as read.
   const x = data.buffer(N * d);
   const valid = Uint8Array.from(data.finite);
   const excluded = k.centreRows(data.h, N, d, valid, x);
   const { anchorOf, A, F } = anchorVectors(layer, x, valid, facts, families, N, d);
-  // Query rows: usable non-anchor rows of anchored facts.
   const q: number[] = [];
   let skipped = 0;
   for (let i = 0; i < N; i++) {
@@ -82,13 +95,18 @@ export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRo
   }
   const rows = Int32Array.from(q);
   const own = Int32Array.from(q, (i) => anchorOf.get(facts[i]!)!);
-  const ownScore = new Float32Array(rows.length);
   const above = new Int32Array(rows.length);
-  await k.rank(x, rows, A, F, d, own, ownScore, above);
-  // Per row: own, other, margin (float64), rank.
+  await k.rank(x, rows, A, F, d, own, new Float32Array(rows.length), above);
   const ownCos = new Float64Array(rows.length);
   const otherCos = new Float64Array(rows.length);
   k.anchorCosines(x, rows, A, F, d, own, ownCos, otherCos);
+  return { rows, above, ownCos, otherCos, excluded, skipped };
+}
+
+export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRow[]> {
+  const { layer, facts, families, kernels: k } = data;
+  const { rows, above, ownCos, otherCos, excluded, skipped } = await issQueryScores(data);
+  const q = Array.from(rows);
   const out: IssRow[] = [];
   for (const family of [...data.familyNames, ALL_FAMILIES]) {
     const sel = q.map((_, i) => i).filter((i) => family === ALL_FAMILIES || families[rows[i]!] === family);

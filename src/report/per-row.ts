@@ -10,7 +10,7 @@
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { computeMetrics, type MetricsOptions } from "../metrics/compute.js";
 import { NO_LABEL } from "../metrics/labels.js";
-import { anchorVectors } from "../metrics/iss.js";
+import { issQueryScores } from "../metrics/iss.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricRow, type MetricSettings } from "../metrics/metric.js";
 import { trainProbes } from "../metrics/probe.js";
 import { fnv1a32 } from "../metrics/stats.js";
@@ -30,21 +30,8 @@ export interface KtsRowValues extends MetricRow {
 }
 
 async function issRowValues(data: LayerData): Promise<IssRowValues[]> {
-  const { layer, n: N, d, facts, families, kernels: k } = data;
-  const x = data.buffer(N * d);
-  const valid = Uint8Array.from(data.finite);
-  k.centreRows(data.h, N, d, valid, x);
-  const { anchorOf, A, F } = anchorVectors(layer, x, valid, facts, families, N, d);
-  const q: number[] = [];
-  for (let i = 0; i < N; i++) if (valid[i] && families[i] !== ANCHOR_FAMILY && anchorOf.has(facts[i]!)) q.push(i);
-  const rows = Int32Array.from(q);
-  const own = Int32Array.from(q, (i) => anchorOf.get(facts[i]!)!);
-  const above = new Int32Array(rows.length);
-  await k.rank(x, rows, A, F, d, own, new Float32Array(rows.length), above);
-  const ownCos = new Float64Array(rows.length);
-  const otherCos = new Float64Array(rows.length);
-  k.anchorCosines(x, rows, A, F, d, own, ownCos, otherCos);
-  return [{ layer, family: ALL_FAMILIES, rows, margin: ownCos.map((o, i) => o - otherCos[i]!), rank: above.map((a) => a + 1) }];
+  const { rows, above, ownCos, otherCos } = await issQueryScores(data);
+  return [{ layer: data.layer, family: ALL_FAMILIES, rows, margin: ownCos.map((o, i) => o - otherCos[i]!), rank: above.map((a) => a + 1) }];
 }
 
 async function ktsRowValues(data: LayerData, s: MetricSettings): Promise<KtsRowValues[]> {

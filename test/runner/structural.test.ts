@@ -91,6 +91,39 @@ describe("structural detection on other families' graph shapes", () => {
     expect(byStructure(g, 2)).toEqual(byNames(g, 2));
   });
 
+  it("qwen2: the bias Adds after the q, k and v MatMuls are not residual Adds", () => {
+    const o = { ...BASE, layers: 3, family: "qwen2" } as const;
+    const g = graphOf(o);
+    const biasAdds = g.node!.filter((n) => n.opType === "Add" && n.input!.some((i) => /_proj\.bias$/.test(i)));
+    expect(biasAdds.map((n) => n.name).slice(0, 3)).toEqual(["/model/layers.0/self_attn/q_proj/Add", "/model/layers.0/self_attn/k_proj/Add", "/model/layers.0/self_attn/v_proj/Add"]);
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 4 of 6, the end of block 1/);
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, "anonymous", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+
+  it("phi3: packed qkv and gate_up projections split, and LongRoPE's If choosing the rotary tables", () => {
+    const o = { ...BASE, layers: 3, family: "phi3" } as const;
+    const g = graphOf(o);
+    expect(g.node!.filter((n) => n.opType === "Split").map((n) => n.name).slice(0, 2)).toEqual(["/model/layers.0/self_attn/Split", "/model/layers.0/mlp/Split"]);
+    const rotary = g.node!.find((n) => n.opType === "If")!;
+    expect(rotary.attribute!.map((a) => [a.name, a.g!.node!.map((n) => n.opType)])).toEqual([
+      ["then_branch", ["Constant", "Constant"]],
+      ["else_branch", ["Constant", "Constant"]],
+    ]);
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    const plan = detectHiddenTensors(g, 3);
+    expect(plan).toMatchObject({ strategy: "structural", crossCheck: "names (torch-names) agree on all 3 blocks", warnings: [] });
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, "dynamo-names", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+
   it("neox: parallel attention and MLP, one residual Add per block", () => {
     const o = { ...BASE, layers: 3, family: "neox" } as const;
     const g = graphOf(o);

@@ -47,6 +47,11 @@ const MODELS = {
   neox: { ...BASE, seed: 37, family: "neox" },
   qwen2: { ...BASE, seed: 38, family: "qwen2", withPast: true },
   phi3: { ...BASE, seed: 39, family: "phi3" },
+  /** The same families as merged decoders and with dynamo names (the phi3 LongRoPE If nested in the merged If's branches). */
+  qwen2Merged: { ...BASE, seed: 41, family: "qwen2" },
+  phi3Merged: { ...BASE, seed: 42, family: "phi3" },
+  qwen2Dynamo: { ...BASE, seed: 43, family: "qwen2", withPast: true },
+  phi3Dynamo: { ...BASE, seed: 44, family: "phi3" },
   /** phi3 with a 64-position context: prompts over 32 tokens take LongRoPE's long-factor branch. */
   phi3Short: { ...BASE, seed: 40, family: "phi3", maxPositions: 64 },
 } satisfies Record<string, TinyModelOptions>;
@@ -64,9 +69,10 @@ beforeAll(async () => {
   await writeMergedModel(modelDir("merged"), MODELS.merged);
   await writeMergedModel(modelDir("mergedExternal"), MODELS.mergedExternal);
   for (const name of ["gemma", "neox", "qwen2", "phi3", "phi3Short"] as const) await writeTinyModel(modelDir(name), MODELS[name]);
-  for (const name of ["dynamo", "anonymous"] as const) {
+  for (const name of ["qwen2Merged", "phi3Merged"] as const) await writeMergedModel(modelDir(name), MODELS[name]);
+  for (const name of ["dynamo", "anonymous", "qwen2Dynamo", "phi3Dynamo"] as const) {
     await writeTinyModel(modelDir(name), MODELS[name]);
-    await renameModelFile(modelDir(name), name === "dynamo" ? "dynamo-names" : "anonymous", 5);
+    await renameModelFile(modelDir(name), name === "anonymous" ? "anonymous" : "dynamo-names", 5);
   }
 });
 
@@ -184,6 +190,20 @@ describe("hsm extract on other families' graph shapes", () => {
         expect(manifest.style).toMatchObject({ name: "structural", cross_check: "names (torch-names) agree on all 2 blocks" });
         await expectReference(out, name);
       }
+    });
+  }
+
+  for (const [name, style, seen] of [
+    ["qwen2Merged", "optimum-merged+structural", "names (torch-names) agree on all 2 blocks"],
+    ["phi3Merged", "optimum-merged+structural", "names (torch-names) agree on all 2 blocks"],
+    ["qwen2Dynamo", "structural", "names: none to check against (graph style seen: dynamo-names)"],
+    ["phi3Dynamo", "structural", "names: none to check against (graph style seen: dynamo-names)"],
+  ] as const) {
+    it(`${name}: ${style}, the reference at batch 16`, async () => {
+      const out = join(dir, `${name}-b16`);
+      const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize: 16, layerRule: "l >= 0" });
+      expect(manifest.style).toMatchObject({ name: style, cross_check: seen });
+      await expectReference(out, name);
     });
   }
 

@@ -22,10 +22,12 @@
  *   (`Mul`, `Add`, `*Normalization`) on that chain, or, where the last
  *   residual is a fused Skip norm (which then usually emits output 0 alone),
  *   that norm's output 0.
- * - Besides the residual `Add`s only a `Cast`/`Identity`/`Dropout` may sit on
- *   the stream, and before the first block an elementwise scale or sum
- *   (Gemma's √d `Mul`, GPT-2's position embeddings); any other operator there
- *   is a fused op this unit does not know, and detection stops naming it.
+ * - Besides the residual `Add`s and Skip norms only a `Cast`/`Identity`/
+ *   `Dropout` may sit on the stream, and before the first block an
+ *   elementwise scale or sum (Gemma's √d `Mul`, GPT-2's position embeddings);
+ *   any other operator there is a fused op this unit does not know, and
+ *   detection stops naming it (at once for an op of another domain, whose
+ *   outputs it cannot tell apart).
  *
  * Node names are a cross-check: where onnxruntime-genai or torch/optimum
  * names are present, the tensors found by name are compared with the

@@ -207,21 +207,34 @@ describe("hsm extract on other families' graph shapes", () => {
     });
   }
 
-  it("phi3: LongRoPE's If takes the short factors up to original_max_position_embeddings and the long ones past it (the reference at batch 1)", async () => {
-    const o = MODELS.phi3Short;
-    const config = tinyConfig(o);
-    expect(config).toMatchObject({ max_position_embeddings: 64, original_max_position_embeddings: 32 });
+  /** Prompts on both sides of the 64-position phi3's original_max_position_embeddings (32), all within its tables. */
+  async function longRopeBank(): Promise<string> {
     const tok = await PromptTokenizer.load(modelDir("phi3Short"));
     const queries = ["Ok?", "Who wrote Don Quixote?", "Name the river that flows through the capital of Hungary and the sea it reaches.", "Which element has the chemical symbol Fe, and is it magnetic at room temperature, or only when cold?"];
     const rows = queries.map((query, i) => ({ query_id: `p${i}`, fact_id: `p${i}`, condition_family: "anchor", query, use_for_main_forward: true, answers: ["x"] }));
     const lengths = rows.map((r) => tok.encode(buildPrompt(r)).length);
-    // Both branches are taken, and every prompt fits the tables.
     expect(lengths.some((n) => n <= 32) && lengths.some((n) => n > 32) && lengths.every((n) => n <= 64)).toBe(true);
-    const shortBank = join(dir, "phi3-short-bank.jsonl");
-    writeFileSync(shortBank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    const path = join(dir, "phi3-short-bank.jsonl");
+    writeFileSync(path, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    return path;
+  }
+
+  it("phi3: LongRoPE's If takes the short factors up to original_max_position_embeddings and the long ones past it (the reference at batch 1)", async () => {
+    const o = MODELS.phi3Short;
+    expect(tinyConfig(o)).toMatchObject({ max_position_embeddings: 64, original_max_position_embeddings: 32 });
+    const shortBank = await longRopeBank();
     const out = join(dir, "phi3Short-b1");
     await extract({ modelDir: modelDir("phi3Short"), bank: shortBank, out, batchSize: 1, layerRule: "l >= 0", selfCheck: 0 });
     await expectStoreMatchesReference(out, o, modelDir("phi3Short"), shortBank);
+  });
+
+  it("phi3: a batch holding a prompt past original_max_position_embeddings rotates its short rows with the long factors too, and the self-check warns", async () => {
+    const warnings: string[] = [];
+    const out = join(dir, "phi3Short-b4");
+    const { manifest } = await extract({ modelDir: modelDir("phi3Short"), bank: await longRopeBank(), out, batchSize: 4, layerRule: "l >= 0", log: (m, level) => level === "warn" && warnings.push(m) });
+    expect(manifest.self_check).toMatchObject({ status: "warn" });
+    expect(Math.max(...manifest.self_check!.layers.map((l) => l.max_rel_dev!))).toBeGreaterThan(manifest.self_check!.tolerance);
+    expect(warnings.some((w) => w.includes("SELF-CHECK FAILED"))).toBe(true);
   });
 });
 

@@ -13,7 +13,7 @@ import { dirname, join } from "node:path";
 import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
 import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
-import { DataType, decodeModel, encodeModel, GraphBuilder, valueInfo } from "../runner/onnx-graph.js";
+import { DataType, decodeModel, encodeModel, floatTensor, GraphBuilder, valueInfo, type GraphProto, type NodeProto } from "../runner/onnx-graph.js";
 
 /** The fields of a HuggingFace `config.json` that this architecture reads. */
 export interface LlamaConfig {
@@ -29,18 +29,30 @@ export interface LlamaConfig {
   max_position_embeddings: number;
   bos_token_id: number | null;
   eos_token_id: number | number[] | null;
+  /** phi3 (LongRoPE): the context the short factors serve; a longer sequence takes the long factors. */
+  original_max_position_embeddings?: number;
+  /** phi3 (LongRoPE): per rotary frequency, the factor dividing it (head_dim / 2 entries each). */
+  rope_scaling?: { type: "longrope"; short_factor: number[]; long_factor: number[] };
 }
 
 /**
  * Graph shapes of other families, as far as the residual stream is concerned:
  * `gemma` scales the embedding by √d (a `Mul`), applies norms as `(1 + w)`
  * and has four norms per block (Gemma 2/3: the attention and MLP outputs are
- * normed before their residual `Add`); `neox` has parallel blocks
+ * normed before their residual `Add`); `qwen2` adds a bias after the q, k and
+ * v projections (a `MatMul` then an `Add`, as torch exports `Linear(bias=True)`);
+ * `phi3` packs the projections (one `qkv_proj` whose output is `Split` into q,
+ * k and v, one `gate_up_proj` split in two) and has LongRoPE rotary tables: an
+ * `If` on the sequence length (`attention_mask`'s width) against
+ * `original_max_position_embeddings` picks the long-factor tables above it,
+ * the short-factor ones otherwise, both scaled by
+ * √(1 + ln(max / original) / ln(original)); `neox` has parallel blocks
  * (`x + attn(ln1(x)) + mlp(ln2(x))`, one residual `Add` per block, as GPT-NeoX,
- * GPT-J and Phi-2). Attention, rotary embeddings and the SwiGLU MLP stay Llama's.
+ * GPT-J and Phi-2). Otherwise attention, rotary embeddings and the SwiGLU MLP
+ * stay Llama's.
  */
-export type Family = "llama" | "gemma" | "neox";
-export const FAMILIES: readonly Family[] = ["llama", "gemma", "neox"];
+export type Family = "llama" | "gemma" | "qwen2" | "phi3" | "neox";
+export const FAMILIES: readonly Family[] = ["llama", "gemma", "qwen2", "phi3", "neox"];
 
 /** Weights in HuggingFace orientation: linear layers are [out, in]. */
 export interface LlamaWeights {
@@ -60,6 +72,10 @@ export interface LlamaWeights {
     /** gemma: the norms of the attention and MLP outputs before their residual Adds. */
     postAttnNorm?: Float32Array; // [d]
     postFfNorm?: Float32Array; // [d]
+    /** qwen2: the biases of the q, k and v projections. */
+    qBias?: Float32Array; // [H*hd]
+    kBias?: Float32Array; // [KV*hd]
+    vBias?: Float32Array; // [KV*hd]
   }[];
   norm: Float32Array; // [d]
   lmHead: Float32Array; // [V, d]
@@ -122,6 +138,16 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
   const hidden = o.hidden ?? 64;
   const heads = o.heads ?? 4;
   const tok = TOKENIZERS[o.tokenizer ?? "llama3.1"];
+  const maxPositions = o.maxPositions ?? 2048;
+  // LongRoPE factors of every rotary frequency: short ones in [1, 2), long ones in [1, 8).
+  const half = hidden / heads / 2;
+  const longrope =
+    o.family === "phi3"
+      ? {
+          original_max_position_embeddings: Math.floor(maxPositions / 2),
+          rope_scaling: { type: "longrope" as const, short_factor: Array.from({ length: half }, (_, i) => 1 + i / half), long_factor: Array.from({ length: half }, (_, i) => 1 + (7 * i) / half) },
+        }
+      : {};
   return {
     hidden_size: hidden,
     intermediate_size: o.intermediate ?? hidden * 2,
@@ -132,9 +158,10 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
     rms_norm_eps: 1e-5,
     rope_theta: 500000,
     vocab_size: tok.vocab,
-    max_position_embeddings: o.maxPositions ?? 2048,
+    max_position_embeddings: maxPositions,
     bos_token_id: tok.bos,
     eos_token_id: o.eosTokenId ?? tok.eos,
+    ...longrope,
   };
 }
 
@@ -152,6 +179,7 @@ export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1, fa
   const linear = (stream: number, out: number, inp: number) => rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp));
   // gemma stores w and applies 1 + w.
   const norm = (stream: number) => rng(stream).fillNormal(new Float32Array(d), 0.1).map((x) => (family === "gemma" ? x : 1 + x));
+  const bias = (stream: number, n: number) => rng(stream).fillNormal(new Float32Array(n), 0.5);
   return {
     ...(family !== "llama" ? { family } : {}),
     embed: rng(1).fillNormal(new Float32Array(c.vocab_size * d), embedScale),
@@ -168,6 +196,7 @@ export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1, fa
         up: linear(s + 7, c.intermediate_size, d),
         down: linear(s + 8, d, c.intermediate_size),
         ...(family === "gemma" ? { postAttnNorm: norm(s + 9), postFfNorm: norm(s + 10) } : {}),
+        ...(family === "qwen2" ? { qBias: bias(s + 11, c.num_attention_heads * hd), kBias: bias(s + 12, c.num_key_value_heads * hd), vBias: bias(s + 13, c.num_key_value_heads * hd) } : {}),
       };
     }),
     norm: norm(2),
@@ -206,6 +235,14 @@ export type LinearWriter = (g: GraphBuilder, scope: string, x: string, name: str
 export const float32Linear: LinearWriter = (g, scope, x, name, weight, out, inp) =>
   g.op1(scope, "MatMul", [x, g.floats(name, transpose(weight, out, inp), [inp, out])]);
 
+/** Matrices in [out, in] orientation stacked along `out`, as a packed projection holds them. */
+function concatRows(...parts: Float32Array[]): Float32Array {
+  const all = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) (all.set(p, at), (at += p.length));
+  return all;
+}
+
 /** The ONNX graph of the model, torch-export style. */
 export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false, variant: GraphVariant = {}): Uint8Array {
   const linear = variant.linear ?? float32Linear;
@@ -225,6 +262,8 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
   const axisLast = i64("/model/constants/axis_last", [-1]);
 
   const gemma = w.family === "gemma";
+  // phi3: one projection for q, k and v, one for gate and up.
+  const packed = w.family === "phi3";
   const rmsNorm = (scope: string, x: string, weight: Float32Array, wname: string) => {
     const p = g.op1(scope, "Pow", [x, two]);
     const m = g.op1(scope, "ReduceMean", [p], { axes: [-1], keepdims: 1 });
@@ -255,21 +294,63 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
 
   // Rotary tables, indexed by position_ids.
   const half = hd / 2;
-  const cosT = new Float32Array(c.max_position_embeddings * hd);
-  const sinT = new Float32Array(c.max_position_embeddings * hd);
-  for (let p = 0; p < c.max_position_embeddings; p++) {
-    for (let i = 0; i < half; i++) {
-      const invFreq = Math.fround(1 / Math.pow(c.rope_theta, (2 * i) / hd));
-      const angle = Math.fround(p * invFreq);
-      cosT[p * hd + i] = cosT[p * hd + i + half] = Math.cos(angle);
-      sinT[p * hd + i] = sinT[p * hd + i + half] = Math.sin(angle);
+  const tables = (factors?: number[]) => {
+    // LongRoPE's scale of both tables once the model's context exceeds the one it was trained for.
+    const original = c.original_max_position_embeddings ?? c.max_position_embeddings;
+    const ratio = c.max_position_embeddings / original;
+    const mscale = factors && ratio > 1 ? Math.sqrt(1 + Math.log(ratio) / Math.log(original)) : 1;
+    const cosT = new Float32Array(c.max_position_embeddings * hd);
+    const sinT = new Float32Array(c.max_position_embeddings * hd);
+    for (let p = 0; p < c.max_position_embeddings; p++) {
+      for (let i = 0; i < half; i++) {
+        const invFreq = Math.fround(1 / ((factors?.[i] ?? 1) * Math.pow(c.rope_theta, (2 * i) / hd)));
+        const angle = Math.fround(p * invFreq);
+        cosT[p * hd + i] = cosT[p * hd + i + half] = Math.cos(angle) * mscale;
+        sinT[p * hd + i] = sinT[p * hd + i + half] = Math.sin(angle) * mscale;
+      }
     }
+    return { cosT, sinT };
+  };
+  const tableDims = [c.max_position_embeddings, hd];
+  let cosTable: string;
+  let sinTable: string;
+  if (c.rope_scaling?.type === "longrope") {
+    // LongRoPE: an If on the sequence length picks the long-factor tables past the original context, both branches constants.
+    const original = c.original_max_position_embeddings ?? c.max_position_embeddings;
+    const longer = g.op1("/model/rotary_emb", "Greater", [total, i64("/model/constants/original_max_positions", [original], [])]);
+    const branch = (name: string, factors: number[]): GraphProto => {
+      const { cosT, sinT } = tables(factors);
+      const constant = (what: string, t: Float32Array): NodeProto => ({
+        name: `/model/rotary_emb/${name}/${what}`,
+        opType: "Constant",
+        input: [],
+        output: [`/model/rotary_emb/${name}/${what}_output_0`],
+        attribute: [{ name: "value", type: 4, t: floatTensor("", t, tableDims) }],
+      });
+      const node = [constant("cos", cosT), constant("sin", sinT)];
+      return { name, node, output: node.map((n) => valueInfo(n.output![0]!, DataType.FLOAT, tableDims)) };
+    };
+    [cosTable, sinTable] = ["/model/rotary_emb/If_output_0", "/model/rotary_emb/If_output_1"];
+    g.nodes.push({
+      name: "/model/rotary_emb/If",
+      opType: "If",
+      input: [longer],
+      output: [cosTable, sinTable],
+      attribute: [
+        { name: "then_branch", type: 5, g: branch("long_factor", c.rope_scaling.long_factor) },
+        { name: "else_branch", type: 5, g: branch("short_factor", c.rope_scaling.short_factor) },
+      ],
+    });
+  } else {
+    const { cosT, sinT } = tables();
+    cosTable = g.floats("model.rotary_emb.cos_cached", cosT, tableDims);
+    sinTable = g.floats("model.rotary_emb.sin_cached", sinT, tableDims);
   }
   const hasPositions = variant.positionIds ?? true;
   // Without a position_ids input: positions past … total − 1 for every row ([1, T]); rotary attention depends only on differences.
   const positions = hasPositions ? "position_ids" : g.op1("/model/rotary_emb", "Unsqueeze", [qpos, "/model/constants/axes_0"]);
-  const cosG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.cos_cached", cosT, [c.max_position_embeddings, hd]), positions], { axis: 0 });
-  const sinG = g.op1("/model/rotary_emb", "Gather", [g.floats("model.rotary_emb.sin_cached", sinT, [c.max_position_embeddings, hd]), positions], { axis: 0 });
+  const cosG = g.op1("/model/rotary_emb", "Gather", [cosTable, positions], { axis: 0 });
+  const sinG = g.op1("/model/rotary_emb", "Gather", [sinTable, positions], { axis: 0 });
   const cos = g.op1("/model/rotary_emb", "Unsqueeze", [cosG, "/model/constants/axes_1"]);
   const sin = g.op1("/model/rotary_emb", "Unsqueeze", [sinG, "/model/constants/axes_1"]);
   const halfStart = i64("/model/constants/half_start", [0]);
@@ -301,10 +382,19 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     const A = `${L}/self_attn`;
     const pre = `model.layers.${i}`;
     const h = rmsNorm(`${L}/input_layernorm`, x, lw.inputNorm, `${pre}.input_layernorm.weight`);
-    const proj = (name: string, wt: Float32Array, out: number) => linear(g, `${A}/${name}`, h, `${pre}.self_attn.${name}.weight`, wt, out, d);
-    const q = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("q_proj", lw.q, H * hd), heads4(H)])], { perm: [0, 2, 1, 3] });
-    const k = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("k_proj", lw.k, KV * hd), heads4(KV)])], { perm: [0, 2, 1, 3] });
-    const v = g.op1(A, "Transpose", [g.op1(A, "Reshape", [proj("v_proj", lw.v, KV * hd), heads4(KV)])], { perm: [0, 2, 1, 3] });
+    // torch exports Linear(bias=True) as a MatMul, then an Add of the bias.
+    const proj = (name: string, wt: Float32Array, out: number, b?: Float32Array) => {
+      const y = linear(g, `${A}/${name}`, h, `${pre}.self_attn.${name}.weight`, wt, out, d);
+      return b ? g.op1(`${A}/${name}`, "Add", [g.floats(`${pre}.self_attn.${name}.bias`, b, [out]), y]) : y;
+    };
+    let [qy, ky, vy]: string[] = [];
+    if (packed) {
+      const qkv = proj("qkv_proj", concatRows(lw.q, lw.k, lw.v), (H + 2 * KV) * hd);
+      [qy, ky, vy] = g.op(A, "Split", [qkv, i64("/model/constants/qkv_split", [H * hd, KV * hd, KV * hd])], { axis: -1 }, 3);
+    } else [qy, ky, vy] = [proj("q_proj", lw.q, H * hd, lw.qBias), proj("k_proj", lw.k, KV * hd, lw.kBias), proj("v_proj", lw.v, KV * hd, lw.vBias)];
+    const q = g.op1(A, "Transpose", [g.op1(A, "Reshape", [qy!, heads4(H)])], { perm: [0, 2, 1, 3] });
+    const k = g.op1(A, "Transpose", [g.op1(A, "Reshape", [ky!, heads4(KV)])], { perm: [0, 2, 1, 3] });
+    const v = g.op1(A, "Transpose", [g.op1(A, "Reshape", [vy!, heads4(KV)])], { perm: [0, 2, 1, 3] });
     const qr = rope(A, q);
     let kr = rope(A, k);
     let vv = v;
@@ -340,8 +430,15 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     const mlpNorm = lw.postAttnNorm ? "pre_feedforward_layernorm" : "post_attention_layernorm";
     const h2 = rmsNorm(`${L}/${mlpNorm}`, x1, lw.postNorm, `${pre}.${mlpNorm}.weight`);
     const I = c.intermediate_size;
-    const gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
-    const up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
+    let gate: string;
+    let up: string;
+    if (packed) {
+      const gateUp = linear(g, `${L}/mlp/gate_up_proj`, h2, `${pre}.mlp.gate_up_proj.weight`, concatRows(lw.gate, lw.up), 2 * I, d);
+      [gate, up] = g.op(`${L}/mlp`, "Split", [gateUp, i64("/model/constants/gate_up_split", [I, I])], { axis: -1 }, 2) as [string, string];
+    } else {
+      gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
+      up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
+    }
     const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
     let down = linear(g, `${L}/mlp/down_proj`, g.op1(`${L}/mlp`, "Mul", [act, up]), `${pre}.mlp.down_proj.weight`, lw.down, d, I);
     if (lw.postFfNorm) down = rmsNorm(`${L}/post_feedforward_layernorm`, down, lw.postFfNorm, `${pre}.post_feedforward_layernorm.weight`);
@@ -381,6 +478,8 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
 const FAMILY_CONFIG: Record<Family, Record<string, unknown>> = {
   llama: { architectures: ["LlamaForCausalLM"], model_type: "llama" },
   gemma: { architectures: ["Gemma2ForCausalLM"], model_type: "gemma2" },
+  qwen2: { architectures: ["Qwen2ForCausalLM"], model_type: "qwen2" },
+  phi3: { architectures: ["Phi3ForCausalLM"], model_type: "phi3" },
   neox: { architectures: ["GPTNeoXForCausalLM"], model_type: "gpt_neox", use_parallel_residual: true },
 };
 

@@ -251,6 +251,7 @@ export function convertToFloat16(model: ModelProto, keepIoTypes = true): void {
   for (const t of graph.initializer ?? []) if (t.dataType === DataType.FLOAT && t.rawData) tensorToFloat16(t);
   for (const n of graph.node ?? []) {
     for (const a of n.attribute ?? []) if (n.opType === "Cast" && a.name === "to" && Number(a.i) === DataType.FLOAT) a.i = DataType.FLOAT16;
+    for (const a of n.attribute ?? []) if (a.g) subgraphToFloat16(a.g);
   }
   const casts: NonNullable<GraphProto["node"]> = [];
   for (const v of graph.input ?? []) {
@@ -271,6 +272,18 @@ export function convertToFloat16(model: ModelProto, keepIoTypes = true): void {
   }
   graph.node = [...casts, ...(graph.node ?? []), ...tail];
   graph.valueInfo = [];
+}
+
+/** A subgraph's float32 constants and outputs as float16 (an If choosing constant tables, as LongRoPE's). */
+function subgraphToFloat16(graph: GraphProto): void {
+  for (const t of graph.initializer ?? []) if (t.dataType === DataType.FLOAT && t.rawData) tensorToFloat16(t);
+  for (const n of graph.node ?? []) {
+    for (const a of n.attribute ?? []) {
+      if (n.opType === "Constant" && a.t?.dataType === DataType.FLOAT && a.t.rawData) tensorToFloat16(a.t);
+      if (a.g) subgraphToFloat16(a.g);
+    }
+  }
+  for (const v of graph.output ?? []) if (v.type?.tensorType?.elemType === DataType.FLOAT) v.type.tensorType.elemType = DataType.FLOAT16;
 }
 
 /** The ONNX bytes of the tiny model in a quantized or float16 style. */

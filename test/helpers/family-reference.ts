@@ -2,7 +2,11 @@
  * The float64 reference forward pass of test/helpers/llama-reference.ts,
  * generalized to the other graph shapes of the tiny model (src/models/llama.ts
  * `Family`): gemma (embedding × √d, norms applied as 1 + w, the attention and
- * MLP outputs normed before their residual adds) and neox (parallel blocks:
+ * MLP outputs normed before their residual adds), qwen2 (q, k and v biases),
+ * phi3 (LongRoPE: each rotary frequency divided by the short factor, or the
+ * long one when the sequence is longer than original_max_position_embeddings,
+ * cos and sin scaled by √(1 + ln(max / original) / ln(original)); its packed
+ * projections compute the same as separate ones) and neox (parallel blocks:
  * x + attn(ln1(x)) + mlp(ln2(x))). Written from the families' definitions,
  * not from the ONNX graph. Returns, per block, the residual stream at the last
  * position, the last block's after the final norm.
@@ -26,16 +30,28 @@ function linear(w: Float32Array, x: Float64Array, out: number): Float64Array {
   return y;
 }
 
-function rope(v: Float64Array, pos: number, theta: number): Float64Array {
+/** Rotates by position `pos`; frequency i is divided by `factors[i]` and cos, sin scaled by `scale` (LongRoPE). */
+function rope(v: Float64Array, pos: number, theta: number, factors?: number[], scale = 1): Float64Array {
   const hd = v.length;
   const half = hd / 2;
   const out = new Float64Array(hd);
   for (let i = 0; i < half; i++) {
-    const a = pos / Math.pow(theta, (2 * i) / hd);
-    out[i] = v[i]! * Math.cos(a) - v[i + half]! * Math.sin(a);
-    out[i + half] = v[i + half]! * Math.cos(a) + v[i]! * Math.sin(a);
+    const a = pos / ((factors?.[i] ?? 1) * Math.pow(theta, (2 * i) / hd));
+    const cos = Math.cos(a) * scale;
+    const sin = Math.sin(a) * scale;
+    out[i] = v[i]! * cos - v[i + half]! * sin;
+    out[i + half] = v[i + half]! * cos + v[i]! * sin;
   }
   return out;
+}
+
+/** LongRoPE's factors and scale for a sequence of `length` tokens (none for other families). */
+function longRope(c: LlamaConfig, length: number): { factors?: number[]; scale: number } {
+  const s = c.rope_scaling;
+  if (s?.type !== "longrope") return { scale: 1 };
+  const original = c.original_max_position_embeddings!;
+  const ratio = c.max_position_embeddings / original;
+  return { factors: length > original ? s.long_factor : s.short_factor, scale: ratio > 1 ? Math.sqrt(1 + Math.log(ratio) / Math.log(original)) : 1 };
 }
 
 export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: number[]): Float64Array[] {
@@ -46,17 +62,19 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
   const KV = c.num_key_value_heads;
   const hd = c.head_dim;
   const norm = (x: Float64Array, wt: Float32Array) => rmsNorm(x, wt, c.rms_norm_eps, gemma);
+  const rotary = longRope(c, ids.length);
   let xs = ids.map((id) => Float64Array.from(w.embed.subarray(id * d, (id + 1) * d)).map((v) => (gemma ? v * Math.sqrt(d) : v)));
   const result: Float64Array[] = [];
   for (const lw of w.layers) {
     const hs = xs.map((x) => norm(x, lw.inputNorm));
-    const heads = (m: Float32Array, n: number, h: Float64Array, t: number, rotate: boolean) => {
+    const heads = (m: Float32Array, bias: Float32Array | undefined, n: number, h: Float64Array, t: number, rotate: boolean) => {
       const all = linear(m, h, n * hd);
-      return Array.from({ length: n }, (_, k) => (rotate ? rope(all.subarray(k * hd, (k + 1) * hd), t, c.rope_theta) : all.subarray(k * hd, (k + 1) * hd)));
+      if (bias) all.forEach((y, i) => (all[i] = y + bias[i]!));
+      return Array.from({ length: n }, (_, k) => (rotate ? rope(all.subarray(k * hd, (k + 1) * hd), t, c.rope_theta, rotary.factors, rotary.scale) : all.subarray(k * hd, (k + 1) * hd)));
     };
-    const q = hs.map((h, t) => heads(lw.q, H, h, t, true));
-    const k = hs.map((h, t) => heads(lw.k, KV, h, t, true));
-    const v = hs.map((h, t) => heads(lw.v, KV, h, t, false));
+    const q = hs.map((h, t) => heads(lw.q, lw.qBias, H, h, t, true));
+    const k = hs.map((h, t) => heads(lw.k, lw.kBias, KV, h, t, true));
+    const v = hs.map((h, t) => heads(lw.v, lw.vBias, KV, h, t, false));
     xs = xs.map((x, t) => {
       const ctx = new Float64Array(H * hd);
       for (let head = 0; head < H; head++) {

@@ -7,10 +7,12 @@ import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 
+import * as ort from "onnxruntime-node";
 import { describe, expect, it } from "vitest";
 
 import { writeTinyModel } from "../../src/index.js";
 import { MODEL_STYLES } from "../../src/models/export-styles.js";
+import { FAMILIES } from "../../src/models/llama.js";
 import { inspectModel } from "../../src/runner/extract.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -25,9 +27,9 @@ describe("make-model styles", () => {
     merged: { style: "optimum-merged+structural", inputs: "input_ids attention_mask position_ids past_key_values.0.key past_key_values.0.value past_key_values.1.key past_key_values.1.value use_cache_branch", names: "names (torch-names) agree on all 2 blocks" },
     "dynamo-names": { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names: none to check against (graph style seen: dynamo-names)" },
     anonymous: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names: none to check against (graph style seen: anonymous)" },
-    genai: { style: "genai", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: undefined },
-    "genai-fp16": { style: "genai", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: undefined },
-    "genai-int4": { style: "genai", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: undefined },
+    genai: { style: "structural", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: "names (genai) agree on all 2 blocks" },
+    "genai-fp16": { style: "structural", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: "names (genai) agree on all 2 blocks" },
+    "genai-int4": { style: "structural", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: "names (genai) agree on all 2 blocks" },
     q4: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
     int8: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
     nf4: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
@@ -46,10 +48,21 @@ describe("make-model styles", () => {
     }).toEqual(want);
   });
 
+  const familyStyles = FAMILIES.flatMap((family) => (["plain", "q4f16"] as const).map((style) => [family, style] as const));
+  it.each(familyStyles)("--family %s --style %s: written, loadable, recognized by structure with names agreeing", async (family, style) => {
+    const m = join(dir, `${family}-${style}`);
+    await writeTinyModel(m, { ...SMALL, style, family });
+    const { inspection } = await inspectModel(m);
+    expect([inspection.plan.strategy, inspection.plan.crossCheck]).toEqual(["structural", "names (torch-names) agree on all 2 blocks"]);
+    // A float16 graph loads only when every branch of phi3's LongRoPE If is float16 too.
+    const session = await ort.InferenceSession.create(join(m, style === "plain" ? "model.onnx" : "onnx/model_q4f16.onnx"));
+    await session.release();
+  });
+
   it("refuses an unknown style or family in one line, writing nothing", () => {
     for (const [flag, value, message] of [
       ["--style", "fancy", 'hsm: Expected --style plain, with-past, merged, dynamo-names, anonymous, genai, genai-fp16, genai-int4, q4, int8, nf4, fp16, q4f16 but received "fancy"'],
-      ["--family", "mamba", 'hsm: Expected --family llama, gemma, neox but received "mamba"'],
+      ["--family", "mamba", 'hsm: Expected --family llama, gemma, qwen2, phi3, neox but received "mamba"'],
     ] as const) {
       const out = join(dir, `bad-${value}`);
       const r = spawnSync(process.execPath, [BIN, "make-model", out, flag, value], { encoding: "utf8" });

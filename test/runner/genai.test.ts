@@ -1,6 +1,7 @@
 /**
  * onnxruntime-genai builds (GroupQueryAttention, SkipSimplifiedLayerNormalization
- * residuals, genai_config.json, model.onnx.data): detection, why they are
+ * residuals, genai_config.json, model.onnx.data): detection by structure with
+ * genai names agreeing, why they are
  * right-padded, and the stored states against the float64 reference at batch
  * sizes 16 and 1 with padded batches and a prompt past 192 tokens.
  */
@@ -16,6 +17,8 @@ import { genaiFiles, type GenaiPrecision } from "../../src/models/genai.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/models/llama.js";
 import { roundWeightsToFloat16, styleWeights } from "../../src/models/quantize.js";
 import { extract, inspectModel } from "../../src/runner/extract.js";
+import { loadModel } from "../../src/runner/onnx-graph.js";
+import { genaiStyle } from "../../src/runner/styles/genai.js";
 import { generate } from "../../src/runner/generate.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
@@ -51,11 +54,20 @@ function model(precision: GenaiPrecision): Promise<string> {
 }
 
 describe("an onnxruntime-genai build", () => {
-  it("is recognized by its fused operators, and each block's state is output 3 of the next block's SkipLayerNorm", async () => {
+  it("is read by structure through its Skip norms, each block's state output 3 of the next block's SkipLayerNorm, genai names agreeing", async () => {
     const d = await model("fp32");
     const { inspection } = await inspectModel(d);
-    expect(inspection.plan.strategy).toBe("genai");
+    expect(inspection.plan.strategy).toBe("structural");
+    expect(inspection.plan.crossCheck).toBe("names (genai) agree on all 3 blocks");
     expect(inspection.plan.tensors.map((t) => t.how)).toEqual([
+      "structure: residual sum 2 of 6 (output 3, input_skip_bias_sum, of SkipSimplifiedLayerNormalization), the end of block 0 (/model/layers.1/input_layernorm/SkipLayerNorm)",
+      "structure: residual sum 4 of 6 (output 3, input_skip_bias_sum, of SkipSimplifiedLayerNormalization), the end of block 1 (/model/layers.2/input_layernorm/SkipLayerNorm)",
+      "structure: output 0 of the last residual sum's SkipSimplifiedLayerNormalization, the final norm before the LM head (/model/layers.3/final_norm_layernorm/SkipLayerNorm)",
+    ]);
+    // The names say the same tensors: output 3 of the next block's input norm, output 0 of the final norm.
+    const byNames = genaiStyle.locate((await loadModel(join(d, "model.onnx"))).graph!, 3, { numLayers: 3 }).tensors;
+    expect(inspection.plan.tensors.map((t) => t.tensor)).toEqual(byNames.map((t) => t.tensor));
+    expect(byNames.map((t) => t.how)).toEqual([
       "output 3 (input_skip_bias_sum) of /model/layers.1/input_layernorm/SkipLayerNorm",
       "output 3 (input_skip_bias_sum) of /model/layers.2/input_layernorm/SkipLayerNorm",
       "output 0 of /model/layers.3/final_norm_layernorm/SkipLayerNorm (after the final norm)",

@@ -3,7 +3,8 @@
  * live in `model.onnx_data` and that have no `position_ids` input, the merged
  * decoder (one `If` on `use_cache_branch`), graphs renamed as the dynamo
  * exporter names them or with no names at all, names that disagree with the
- * structure, and other families' graph shapes (gemma, neox). Extraction
+ * structure, and other families' graph shapes (gemma, qwen2, phi3 with
+ * both LongRoPE branches, neox). Extraction
  * stores what the independent float64 forward pass computes (batch 1 and 16,
  * padded batches, a prompt over 192 tokens) and records the style in the
  * manifest; generation on the merged decoder and the with-past graph writes
@@ -44,6 +45,15 @@ const MODELS = {
   /** Other families' graph shapes (the reference follows them: test/helpers/family-reference.ts). */
   gemma: { ...BASE, seed: 36, family: "gemma", withPast: true },
   neox: { ...BASE, seed: 37, family: "neox" },
+  qwen2: { ...BASE, seed: 38, family: "qwen2", withPast: true },
+  phi3: { ...BASE, seed: 39, family: "phi3" },
+  /** The same families as merged decoders and with dynamo names (the phi3 LongRoPE If nested in the merged If's branches). */
+  qwen2Merged: { ...BASE, seed: 41, family: "qwen2" },
+  phi3Merged: { ...BASE, seed: 42, family: "phi3" },
+  qwen2Dynamo: { ...BASE, seed: 43, family: "qwen2", withPast: true },
+  phi3Dynamo: { ...BASE, seed: 44, family: "phi3" },
+  /** phi3 with a 64-position context: prompts over 32 tokens take LongRoPE's long-factor branch. */
+  phi3Short: { ...BASE, seed: 40, family: "phi3", maxPositions: 64 },
 } satisfies Record<string, TinyModelOptions>;
 type Name = keyof typeof MODELS;
 const modelDir = (name: Name) => join(dir, name);
@@ -58,10 +68,11 @@ beforeAll(async () => {
   await writeTinyModel(modelDir("external"), MODELS.external);
   await writeMergedModel(modelDir("merged"), MODELS.merged);
   await writeMergedModel(modelDir("mergedExternal"), MODELS.mergedExternal);
-  for (const name of ["gemma", "neox"] as const) await writeTinyModel(modelDir(name), MODELS[name]);
-  for (const name of ["dynamo", "anonymous"] as const) {
+  for (const name of ["gemma", "neox", "qwen2", "phi3", "phi3Short"] as const) await writeTinyModel(modelDir(name), MODELS[name]);
+  for (const name of ["qwen2Merged", "phi3Merged"] as const) await writeMergedModel(modelDir(name), MODELS[name]);
+  for (const name of ["dynamo", "anonymous", "qwen2Dynamo", "phi3Dynamo"] as const) {
     await writeTinyModel(modelDir(name), MODELS[name]);
-    await renameModelFile(modelDir(name), name === "dynamo" ? "dynamo-names" : "anonymous", 5);
+    await renameModelFile(modelDir(name), name === "anonymous" ? "anonymous" : "dynamo-names", 5);
   }
 });
 
@@ -171,14 +182,60 @@ describe("hsm extract when names and structure disagree", () => {
 });
 
 describe("hsm extract on other families' graph shapes", () => {
-  for (const name of ["gemma", "neox"] as const) {
-    it(`${name}: found by structure, names agreeing, the reference at batch 16`, async () => {
+  for (const name of ["gemma", "neox", "qwen2", "phi3"] as const) {
+    it(`${name}: found by structure, names agreeing, the reference at batch 16 and 1`, async () => {
+      for (const batchSize of [16, 1]) {
+        const out = join(dir, `${name}-b${batchSize}`);
+        const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize, layerRule: "l >= 0" });
+        expect(manifest.style).toMatchObject({ name: "structural", cross_check: "names (torch-names) agree on all 2 blocks" });
+        await expectReference(out, name);
+      }
+    });
+  }
+
+  for (const [name, style, seen] of [
+    ["qwen2Merged", "optimum-merged+structural", "names (torch-names) agree on all 2 blocks"],
+    ["phi3Merged", "optimum-merged+structural", "names (torch-names) agree on all 2 blocks"],
+    ["qwen2Dynamo", "structural", "names: none to check against (graph style seen: dynamo-names)"],
+    ["phi3Dynamo", "structural", "names: none to check against (graph style seen: dynamo-names)"],
+  ] as const) {
+    it(`${name}: ${style}, the reference at batch 16`, async () => {
       const out = join(dir, `${name}-b16`);
       const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize: 16, layerRule: "l >= 0" });
-      expect(manifest.style).toMatchObject({ name: "structural", cross_check: "names (torch-names) agree on all 2 blocks" });
+      expect(manifest.style).toMatchObject({ name: style, cross_check: seen });
       await expectReference(out, name);
     });
   }
+
+  /** Prompts on both sides of the 64-position phi3's original_max_position_embeddings (32), all within its tables. */
+  async function longRopeBank(): Promise<string> {
+    const tok = await PromptTokenizer.load(modelDir("phi3Short"));
+    const queries = ["Ok?", "Who wrote Don Quixote?", "Name the river that flows through the capital of Hungary and the sea it reaches.", "Which element has the chemical symbol Fe, and is it magnetic at room temperature, or only when cold?"];
+    const rows = queries.map((query, i) => ({ query_id: `p${i}`, fact_id: `p${i}`, condition_family: "anchor", query, use_for_main_forward: true, answers: ["x"] }));
+    const lengths = rows.map((r) => tok.encode(buildPrompt(r)).length);
+    expect(lengths.some((n) => n <= 32) && lengths.some((n) => n > 32) && lengths.every((n) => n <= 64)).toBe(true);
+    const path = join(dir, "phi3-short-bank.jsonl");
+    writeFileSync(path, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    return path;
+  }
+
+  it("phi3: LongRoPE's If takes the short factors up to original_max_position_embeddings and the long ones past it (the reference at batch 1)", async () => {
+    const o = MODELS.phi3Short;
+    expect(tinyConfig(o)).toMatchObject({ max_position_embeddings: 64, original_max_position_embeddings: 32 });
+    const shortBank = await longRopeBank();
+    const out = join(dir, "phi3Short-b1");
+    await extract({ modelDir: modelDir("phi3Short"), bank: shortBank, out, batchSize: 1, layerRule: "l >= 0", selfCheck: 0 });
+    await expectStoreMatchesReference(out, o, modelDir("phi3Short"), shortBank);
+  });
+
+  it("phi3: a batch holding a prompt past original_max_position_embeddings rotates its short rows with the long factors too, and the self-check warns", async () => {
+    const warnings: string[] = [];
+    const out = join(dir, "phi3Short-b4");
+    const { manifest } = await extract({ modelDir: modelDir("phi3Short"), bank: await longRopeBank(), out, batchSize: 4, layerRule: "l >= 0", log: (m, level) => level === "warn" && warnings.push(m) });
+    expect(manifest.self_check).toMatchObject({ status: "warn" });
+    expect(Math.max(...manifest.self_check!.layers.map((l) => l.max_rel_dev!))).toBeGreaterThan(manifest.self_check!.tolerance);
+    expect(warnings.some((w) => w.includes("SELF-CHECK FAILED"))).toBe(true);
+  });
 });
 
 describe("hsm generate on optimum exports", () => {

@@ -4,7 +4,8 @@
  * reference on the weights the graph really multiplies by (dequantized; for
  * int8, activations quantized per tensor as DynamicQuantizeLinear does), at
  * batch sizes 16 and 1 with padded batches and a prompt past 192 tokens, and
- * the manifest's dtype and weights.
+ * the manifest's dtype and weights; the other families' graph shapes as q4
+ * and fp16 folders at batch size 16.
  */
 import { spawnSync } from "node:child_process";
 import { copyFileSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -20,6 +21,7 @@ import { generate } from "../../src/runner/generate.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { referenceDecoder, referenceGreedy, referenceHidden } from "../helpers/llama-reference.js";
+import { referenceHiddenFamily } from "../helpers/family-reference.js";
 import { referenceHiddenInt8 } from "../helpers/quantized-reference.js";
 import { tempDir } from "../helpers/tmp.js";
 import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, INT8_CODE_FLIPS } from "../tolerances.js";
@@ -50,10 +52,10 @@ beforeAll(() => {
  * passed, and for int8 graphs INT8_CODE_FLIPS, relative to the row's
  * root-mean-square; and the share of values beyond the storage bound alone.
  */
-async function worstError(store: string, modelDir: string, style: QuantizedStyle): Promise<{ worst: number; beyondStorage: number }> {
-  const config = tinyConfig(OPTS);
+async function worstError(store: string, modelDir: string, style: QuantizedStyle, o: TinyModelOptions = OPTS): Promise<{ worst: number; beyondStorage: number }> {
+  const config = tinyConfig(o);
   // The int8 reference quantizes the float32 weights itself, activations with them.
-  const weights = style === "int8" ? tinyWeights(OPTS) : styleWeights(style, tinyWeights(OPTS));
+  const weights = style === "int8" ? tinyWeights(o) : styleWeights(style, tinyWeights(o));
   const tok = await PromptTokenizer.load(modelDir);
   const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
   const reader = await StoreReader.open(store);
@@ -63,7 +65,7 @@ async function worstError(store: string, modelDir: string, style: QuantizedStyle
   let total = 0;
   for (const [i, row] of rows.entries()) {
     const ids = tok.encode(buildPrompt(row));
-    const ref = style === "int8" ? referenceHiddenInt8(config, weights, ids) : referenceHidden(config, weights, ids);
+    const ref = style === "int8" ? referenceHiddenInt8(config, weights, ids) : weights.family ? referenceHiddenFamily(config, weights, ids) : referenceHidden(config, weights, ids);
     for (const layer of reader.manifest.layers) {
       const got = await reader.readRowsF32(layer, i, 1);
       const want = ref[layer]!;
@@ -116,6 +118,19 @@ describe.each(Object.keys(EXPECTED) as QuantizedStyle[])("a transformers.js %s f
       // Graphs computing in float32 on exact weights are as exact as float32 ones: every value within float16 storage.
       if (style !== "int8" && manifest.dtype === "float32") expect(beyondStorage).toBe(0);
     }
+  });
+});
+
+describe("other families' graph shapes as transformers.js q4 and fp16 folders", () => {
+  const cases = (["gemma", "qwen2", "phi3", "neox"] as const).flatMap((family) => (["q4", "fp16"] as const).map((style) => [family, style] as const));
+  it.each(cases)("%s, %s: found by structure with names agreeing, the reference states of its own weights at batch size 16", async (family, style) => {
+    const o: TinyModelOptions = { ...OPTS, family, seed: 12 };
+    const modelDir = join(dir, `${family}-${style}`);
+    await writeTinyModel(modelDir, o, quantizedFiles(style, true));
+    const out = join(dir, `${family}-${style}-b16`);
+    const { manifest } = await extract({ modelDir, bank, out, batchSize: 16 });
+    expect(manifest).toMatchObject({ dtype: EXPECTED[style].dtype, weights: EXPECTED[style].weights, style: { name: "structural", cross_check: "names (torch-names) agree on all 3 blocks" } });
+    expect((await worstError(out, modelDir, style, o)).worst).toBeLessThanOrEqual(1);
   });
 });
 

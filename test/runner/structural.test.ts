@@ -4,13 +4,17 @@
  * copies (dynamo names, no names) as names do on the original, and stops in
  * one line naming the style seen, the candidates and --hidden-tensors on a
  * missing block, a block count that disagrees with config.json, and a fused
- * op it does not know on the residual stream.
+ * op it does not know on the residual stream. onnxruntime-genai graphs are
+ * read through their Skip norms, genai names agreeing.
  */
 import { describe, expect, it } from "vitest";
 
 import { buildLlamaOnnx, tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/models/llama.js";
 import { detectHiddenTensors, DetectionError } from "../../src/runner/detect.js";
-import { decodeModel, type GraphProto } from "../../src/runner/onnx-graph.js";
+import { buildGenaiModel } from "../../src/models/genai.js";
+import { convertToFloat16, linearWriter } from "../../src/models/quantize.js";
+import { decodeModel, encodeModel, type GraphProto } from "../../src/runner/onnx-graph.js";
+import { genaiStyle } from "../../src/runner/styles/genai.js";
 import { renameGraph, RENAME_STYLES } from "../../src/models/rename.js";
 import { locateByStructure } from "../../src/runner/styles/structural.js";
 import { torchNamesStyle } from "../../src/runner/styles/torch-names.js";
@@ -20,6 +24,16 @@ const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, se
 function graphOf(o: TinyModelOptions): GraphProto {
   return decodeModel(buildLlamaOnnx(tinyConfig(o), tinyWeights(o), o.withPast ?? false)).graph!;
 }
+
+/** The genai build of the tiny model, as onnxruntime-genai's builder lays it out. */
+function genaiGraph(layers: number, precision: "fp32" | "fp16" | "int4" = "fp32"): GraphProto {
+  const o = { ...BASE, layers };
+  const model = buildGenaiModel(tinyConfig(o), tinyWeights(o), linearWriter(precision === "int4" ? "int4" : "float32"));
+  if (precision === "fp16") convertToFloat16(model);
+  return decodeModel(encodeModel(model)).graph!;
+}
+/** Output 3 (the residual sum) of block l's input or post-attention Skip norm. */
+const skipSum = (l: number, norm: "input" | "post_attention") => `/model/layers.${l}/${norm}_layernorm/SkipSimplifiedLayerNormalization_output_3`;
 
 const byNames = (g: GraphProto, L: number) => torchNamesStyle.locate(g, L, { numLayers: L }).tensors.map((t) => t.tensor);
 const byStructure = (g: GraphProto, L: number) => locateByStructure(g, L).tensors.map((t) => t.tensor);
@@ -91,6 +105,39 @@ describe("structural detection on other families' graph shapes", () => {
     expect(byStructure(g, 2)).toEqual(byNames(g, 2));
   });
 
+  it("qwen2: the bias Adds after the q, k and v MatMuls are not residual Adds", () => {
+    const o = { ...BASE, layers: 3, family: "qwen2" } as const;
+    const g = graphOf(o);
+    const biasAdds = g.node!.filter((n) => n.opType === "Add" && n.input!.some((i) => /_proj\.bias$/.test(i)));
+    expect(biasAdds.map((n) => n.name).slice(0, 3)).toEqual(["/model/layers.0/self_attn/q_proj/Add", "/model/layers.0/self_attn/k_proj/Add", "/model/layers.0/self_attn/v_proj/Add"]);
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 4 of 6, the end of block 1/);
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, "anonymous", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+
+  it("phi3: packed qkv and gate_up projections split, and LongRoPE's If choosing the rotary tables", () => {
+    const o = { ...BASE, layers: 3, family: "phi3" } as const;
+    const g = graphOf(o);
+    expect(g.node!.filter((n) => n.opType === "Split").map((n) => n.name).slice(0, 2)).toEqual(["/model/layers.0/self_attn/Split", "/model/layers.0/mlp/Split"]);
+    const rotary = g.node!.find((n) => n.opType === "If")!;
+    expect(rotary.attribute!.map((a) => [a.name, a.g!.node!.map((n) => n.opType)])).toEqual([
+      ["then_branch", ["Constant", "Constant"]],
+      ["else_branch", ["Constant", "Constant"]],
+    ]);
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    const plan = detectHiddenTensors(g, 3);
+    expect(plan).toMatchObject({ strategy: "structural", crossCheck: "names (torch-names) agree on all 3 blocks", warnings: [] });
+    const renamed = graphOf(o);
+    const map = renameGraph(renamed, "dynamo-names", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+
   it("neox: parallel attention and MLP, one residual Add per block", () => {
     const o = { ...BASE, layers: 3, family: "neox" } as const;
     const g = graphOf(o);
@@ -102,6 +149,36 @@ describe("structural detection on other families' graph shapes", () => {
     const renamed = graphOf(o);
     const map = renameGraph(renamed, "dynamo-names", 2);
     expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+  });
+});
+
+describe("structural detection on onnxruntime-genai graphs (Skip norms, GroupQueryAttention)", () => {
+  const genaiNames = (g: GraphProto, L: number) => genaiStyle.locate(g, L, { numLayers: L }).tensors.map((t) => t.tensor);
+  it.each(["fp32", "fp16", "int4"] as const)("%s: finds output 3 of each next input Skip norm and output 0 of the final one, as genai names do", (precision) => {
+    const g = genaiGraph(3, precision);
+    const want = [skipSum(1, "input"), skipSum(2, "input"), "/model/layers.3/final_norm_layernorm/SkipSimplifiedLayerNormalization_output_0"];
+    expect(genaiNames(g, 3)).toEqual(want);
+    expect(byStructure(g, 3)).toEqual(want);
+    const plan = detectHiddenTensors(g, 3);
+    expect(plan).toMatchObject({ strategy: "structural", crossCheck: "names (genai) agree on all 3 blocks", warnings: [], inputs: { paddingSide: "right" } });
+    expect(plan.tensors[1]!.how).toBe(
+      "structure: residual sum 4 of 6 (output 3, input_skip_bias_sum, of SkipSimplifiedLayerNormalization), the end of block 1 (/model/layers.2/input_layernorm/SkipLayerNorm)",
+    );
+  });
+
+  it("finds the same on a genai graph stripped of its names, padded right for its GroupQueryAttention", () => {
+    const original = genaiGraph(3);
+    const renamed = genaiGraph(3);
+    const map = renameGraph(renamed, "anonymous", 4);
+    const plan = detectHiddenTensors(renamed, 3);
+    expect(plan).toMatchObject({ strategy: "structural", crossCheck: "names: none to check against (graph style seen: anonymous)", inputs: { paddingSide: "right" } });
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(genaiNames(original, 3).map((t) => map.get(t)));
+  });
+
+  it("a block count that disagrees with genai_config.json: one line naming the style seen, the candidates and the flag", () => {
+    expect(() => detectHiddenTensors(genaiGraph(3), 4)).toThrow(
+      /^structure: the residual stream holds 3 blocks \(6 residual sums, two per pre-norm block\) but config\.json's num_hidden_layers is 4 \(graph style seen: genai\)\. Name the tensors with --hidden-tensors LAYER=TENSOR,…,final=TENSOR; candidate tensors: \/model\/embed_tokens\/Gather_output_0, [^\n]*$/,
+    );
   });
 });
 
@@ -155,10 +232,30 @@ describe("structural detection failures: one line, the style seen, the candidate
   it("an unknown fused op on the residual stream", () => {
     const g = graphOf(BASE);
     const add = g.node!.find((n) => n.name === "/model/layers.0/Add_1")!;
-    Object.assign(add, { opType: "SkipSimplifiedLayerNormalization", domain: "com.microsoft" });
+    Object.assign(add, { opType: "FusedAddRmsNorm", domain: "com.example" });
     for (const n of g.node!) n.name = "";
     expect(fails(g, 2)).toBe(
-      `structure: an operator it does not know, com.microsoft.SkipSimplifiedLayerNormalization, sits on the residual stream after residual Add 1 (graph style seen: anonymous). ${TAIL}${stream(1).slice(0, 2).join(", ")}`,
+      `structure: an operator it does not know, com.example.FusedAddRmsNorm, sits on the residual stream after residual Add 1 (graph style seen: anonymous). ${TAIL}${stream(1).slice(0, 2).join(", ")}`,
+    );
+  });
+
+  it("an unknown fused op in place of a genai Skip norm", () => {
+    const g = genaiGraph(3);
+    const skip = g.node!.find((n) => n.name === "/model/layers.1/input_layernorm/SkipLayerNorm")!;
+    Object.assign(skip, { opType: "SkipGroupRmsNorm", domain: "com.example" });
+    expect(fails(g, 3)).toBe(
+      `structure: an operator it does not know, com.example.SkipGroupRmsNorm (/model/layers.1/input_layernorm/SkipLayerNorm), sits on the residual stream after residual sum 1 (graph style seen: genai). ${TAIL}/model/embed_tokens/Gather_output_0, ${skipSum(0, "post_attention")}`,
+    );
+  });
+
+  it("a genai Skip norm that does not emit the residual sum, yet the stream goes on", () => {
+    const g = genaiGraph(3);
+    const skip = g.node!.find((n) => n.name === "/model/layers.1/input_layernorm/SkipLayerNorm")!;
+    const sum = skip.output![3]!;
+    skip.output = [skip.output![0]!];
+    for (const n of g.node!) n.input = n.input!.map((i) => (i === sum ? skip.output![0]! : i));
+    expect(fails(g, 3)).toBe(
+      `structure: com.microsoft.SkipSimplifiedLayerNormalization (/model/layers.1/input_layernorm/SkipLayerNorm) gives only its normalized output 0, not the residual sum (output 3), yet the stream goes on after it to com.microsoft.SkipSimplifiedLayerNormalization (/model/layers.1/post_attention_layernorm/SkipLayerNorm) (graph style seen: genai). ${TAIL}/model/embed_tokens/Gather_output_0, ${skipSum(0, "post_attention")}`,
     );
   });
 

@@ -41,8 +41,8 @@ function graph(o: { hiddenOutputs?: boolean; names?: boolean; inputs?: string[] 
 const NAMED = STYLES.filter((s) => s !== structuralStyle);
 
 describe("graph-style registry", () => {
-  it("is ordered optimum-merged (a preparation), explicit, graph-outputs, genai, structural, torch-names", () => {
-    expect(STYLES.map((s) => s.name)).toEqual(["optimum-merged", "explicit", "graph-outputs", "genai", "structural", "torch-names"]);
+  it("is ordered optimum-merged (a preparation), explicit, graph-outputs, structural, genai, torch-names", () => {
+    expect(STYLES.map((s) => s.name)).toEqual(["optimum-merged", "explicit", "graph-outputs", "structural", "genai", "torch-names"]);
   });
 
   it("tries structure for every graph with an embedding, and says what it saw when the structure is no decoder", () => {
@@ -101,6 +101,15 @@ describe("input plans", () => {
     expect(plan.feeds[3]!.dims).toEqual(["batch_size", 2, "past_sequence_length", 4]);
     expect(plan.unknown).toEqual(["pixel_values"]);
     expect(plan.paddingSide).toBe("left");
+  });
+
+  it("pads a GroupQueryAttention graph right whichever style finds its states, --hidden-tensors included", () => {
+    const gqa = graph({ inputs: ["attention_mask"] });
+    gqa.node!.splice(1, 0, { name: "/model/layers.0/attn/GroupQueryAttention", opType: "GroupQueryAttention", domain: "com.microsoft", input: ["x0", "x0", "x0"], output: ["attn"] });
+    expect(detectHiddenTensors(gqa, 2, new Map([[0, "x1"]])).inputs.paddingSide).toBe("right");
+    expect(detectHiddenTensors(gqa, 2, undefined, NAMED).inputs.paddingSide).toBe("right");
+    expect(planInputs(gqa, 2).paddingSide).toBe("right");
+    expect(detectHiddenTensors(graph(), 2, new Map([[0, "x1"]])).inputs.paddingSide).toBe("left");
   });
 
   it("plans inputs by name for a graph no style recognizes, and by its style's plan otherwise", () => {

@@ -12,11 +12,16 @@
  * position them 0…n−1 by themselves: a left-padded row is wrong (its tokens
  * get the positions of the padding before them, and the padding is attended
  * to), so these graphs are fed right-padded batches and the state is read at
- * each row's last real token. Past inputs are matched by name
- * (`past_key_values.N.key` / `.value`, in any order).
+ * each row's last real token (standardInputs pads any GroupQueryAttention
+ * graph so, whichever style finds its states). Past inputs are matched by
+ * name (`past_key_values.N.key` / `.value`, in any order).
+ *
+ * The structural style reads these graphs too (the Skip norms are fused
+ * residual adds) and comes first; these names are then its cross-check, and
+ * this style locates the states only where the structure cannot be followed.
  */
 import type { NodeProto } from "../onnx-graph.js";
-import { DetectionError, standardInputs, type GraphStyle, type HiddenTensor } from "./style.js";
+import { DetectionError, type GraphStyle, type HiddenTensor } from "./style.js";
 
 const SKIP_OPS = new Set(["SkipSimplifiedLayerNormalization", "SkipLayerNormalization"]);
 const blockNorm = (l: number) => `/model/layers.${l}/input_layernorm/SkipLayerNorm`;
@@ -55,5 +60,4 @@ export const genaiStyle: GraphStyle = {
     tensors.push({ layer: numLayers - 1, tensor: last.output[0], how: `output 0 of ${last.name} (after the final norm)` });
     return { tensors, lastLayerFinalNorm: true };
   },
-  inputs: (graph) => ({ ...standardInputs(graph), paddingSide: "right" }),
 };

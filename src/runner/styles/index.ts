@@ -10,14 +10,15 @@
  *    names tensors means them.
  * 2. `graph-outputs` — outputs `hidden_states.1 … hidden_states.L`: the
  *    exporter said where the states are.
- * 3. `genai` — onnxruntime-genai builds (GroupQueryAttention, SkipLayerNorm
- *    residuals): the residual stream runs through fused normalizations
- *    rather than `Add` nodes, so they are read by the ops' documented outputs.
- * 4. `structural` — the residual stream followed from the embedding to the
+ * 3. `structural` — the residual stream followed from the embedding to the
  *    LM head (structural.ts): it reads any graph whose embedding `Gather`
  *    reads `input_ids`, whatever its names, so it is tried for every such
- *    graph, and checks torch/optimum names against what it finds (a
- *    disagreement is a warning; structure wins).
+ *    graph — onnxruntime-genai builds included, whose residual adds are fused
+ *    into Skip norms — and checks genai or torch/optimum names against what
+ *    it finds (a disagreement is a warning; structure wins).
+ * 4. `genai` — onnxruntime-genai node names (`/model/layers.N/
+ *    input_layernorm/SkipLayerNorm` and its output 3), for genai graphs whose
+ *    structure cannot be followed from an embedding.
  * 5. `torch-names` — torch/optimum node names (`/model/layers.N/…`), for
  *    graphs whose structure cannot be followed from an embedding.
  *
@@ -34,4 +35,4 @@ import type { GraphStyle } from "./style.js";
 import { structuralStyle } from "./structural.js";
 import { torchNamesStyle } from "./torch-names.js";
 
-export const STYLES: readonly GraphStyle[] = [optimumMergedStyle, explicitStyle, graphOutputsStyle, genaiStyle, structuralStyle, torchNamesStyle];
+export const STYLES: readonly GraphStyle[] = [optimumMergedStyle, explicitStyle, graphOutputsStyle, structuralStyle, genaiStyle, torchNamesStyle];

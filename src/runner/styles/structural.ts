@@ -11,19 +11,30 @@
  *   (attention: a `Softmax` or an `*Attention` op; an MLP: matrix products and
  *   no attention; parallel: attention whose branch sums two branches).
  * - The block count must equal config.json's `num_hidden_layers`.
+ * - A residual `Add` may be fused with the norm after it: com.microsoft
+ *   `SkipSimplifiedLayerNormalization` / `SkipLayerNormalization`
+ *   (onnxruntime-genai builds) read the stream and a sublayer's output as
+ *   inputs 0 and 1; output 3 (`input_skip_bias_sum`) is their sum, the stream
+ *   after that add, and output 0 the normalized value the next sublayer reads.
+ *   `GroupQueryAttention` counts as attention (any `*Attention` op does).
  * - The final norm lies between the last residual and the LM head (the first
  *   matrix product after it); its output is the last normalizing operator
- *   (`Mul`, `Add`, `*Normalization`) on that chain.
- * - Besides the residual `Add`s only a `Cast`/`Identity`/`Dropout` may sit on
- *   the stream, and before the first block an elementwise scale or sum
- *   (Gemma's √d `Mul`, GPT-2's position embeddings); any other operator there
- *   is a fused op this unit does not know, and detection stops naming it.
+ *   (`Mul`, `Add`, `*Normalization`) on that chain, or, where the last
+ *   residual is a fused Skip norm (which then usually emits output 0 alone),
+ *   that norm's output 0.
+ * - Besides the residual `Add`s and Skip norms only a `Cast`/`Identity`/
+ *   `Dropout` may sit on the stream, and before the first block an
+ *   elementwise scale or sum (Gemma's √d `Mul`, GPT-2's position embeddings);
+ *   any other operator there is a fused op this unit does not know, and
+ *   detection stops naming it (at once for an op of another domain, whose
+ *   outputs it cannot tell apart).
  *
- * Node names are a cross-check: where torch/optimum names are present, the
- * tensors found by name are compared with the structure's, and a disagreement
- * is reported (structure wins).
+ * Node names are a cross-check: where onnxruntime-genai or torch/optimum
+ * names are present, the tensors found by name are compared with the
+ * structure's, and a disagreement is reported (structure wins).
  */
 import { graphIndex, type GraphProto, type NodeProto } from "../onnx-graph.js";
+import { genaiStyle } from "./genai.js";
 import { DetectionError, type GraphStyle, type HiddenTensor, type Located } from "./style.js";
 import { torchNamesStyle } from "./torch-names.js";
 
@@ -32,6 +43,11 @@ const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout"]);
 /** Before the first block: the embedding scaled (Gemma's √d) or summed with position embeddings (GPT-2). */
 const EMBEDDING_OPS = new Set(["Mul", "Div", "Add"]);
 const NORM_OUTPUT = new Set(["Mul", "Add", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"]);
+/** A residual add fused with the norm after it (com.microsoft): inputs 0 and 1 summed, output 3 the sum, output 0 normalized. */
+const SKIP_NORMS = new Set(["SkipSimplifiedLayerNormalization", "SkipLayerNormalization"]);
+const isSkipNorm = (n: NodeProto) => SKIP_NORMS.has(n.opType ?? "") && (!n.domain || n.domain === "com.microsoft");
+/** How a residual is called in messages: an `Add`, or the sum inside a fused Skip norm. */
+const residualWord = (n: NodeProto) => (isSkipNorm(n) ? "residual sum" : "residual Add");
 const isAttention = (n: NodeProto) => n.opType === "Softmax" || /Attention$/.test(n.opType ?? "");
 const isProduct = (n: NodeProto) => /MatMul|Gemm/.test(n.opType ?? "");
 const opName = (n: NodeProto) => `${n.domain ? `${n.domain}.` : ""}${n.opType}${n.name ? ` (${n.name})` : ""}`;
@@ -42,17 +58,21 @@ type SegmentKind = "attention" | "mlp" | "parallel" | "other";
 interface ResidualStream {
   /** The embedding's output (after any scale). */
   embedding: string;
-  /** The residual Adds, in order, with what each adds to the stream. */
-  residuals: { node: NodeProto; kind: SegmentKind }[];
+  /** The residual Adds (or fused Skip norms), in order, with what each adds to the stream and the tensor of the sum (absent where a Skip norm does not emit it). */
+  residuals: { node: NodeProto; kind: SegmentKind; sum?: string }[];
   /** Per decoder block, the index in `residuals` of the Add that ends it. */
   blockEnds: number[];
   /** The final norm's output and the node producing it. */
   finalNorm: { tensor: string; node: NodeProto };
 }
 
-/** The naming habit a graph shows, for messages and the manifest: torch-names, dynamo-names or anonymous. */
+/** The styles whose names cross-check the structure, the more specific first (genai graphs also have `/model/layers.N/` names). */
+const NAMERS: readonly GraphStyle[] = [genaiStyle, torchNamesStyle];
+
+/** The naming habit a graph shows, for messages and the manifest: genai, torch-names, dynamo-names or anonymous. */
 function namingSeen(graph: GraphProto): string {
-  if (torchNamesStyle.recognize(graph, { numLayers: 0 })) return "torch-names";
+  const namer = NAMERS.find((s) => s.recognize(graph, { numLayers: 0 }));
+  if (namer) return namer.name;
   const nodes = graph.node ?? [];
   if (nodes.length > 0 && nodes.filter((n) => /^node_/.test(n.name ?? "")).length > nodes.length / 2) return "dynamo-names";
   return "anonymous";
@@ -140,9 +160,19 @@ function followStream(graph: GraphProto): ResidualStream {
   let streamPos = pos.get(embed)!;
   let tail: NodeProto[] = [];
   let head: NodeProto | undefined;
+  // A fused Skip norm that emitted no sum: the stream may not go on after it.
+  let closed: NodeProto | undefined;
   for (const d of dominators) {
-    const ins = (d.input ?? []).filter(Boolean);
-    if (d.opType === "Add" && !d.domain && ins.length === 2 && ins.includes(stream) && ins.every(fromStream)) {
+    const skip = isSkipNorm(d);
+    // The two summands: an Add's inputs, or a Skip norm's inputs 0 and 1 (its weights follow them).
+    const ins = skip ? (d.input ?? []).slice(0, 2).filter(Boolean) : (d.input ?? []).filter(Boolean);
+    if ((skip || (d.opType === "Add" && !d.domain)) && ins.length === 2 && ins.includes(stream) && ins.every(fromStream)) {
+      if (closed) {
+        throw new StructureError(
+          `${opName(closed)} gives only its normalized output 0, not the residual sum (output 3), yet the stream goes on after it to ${opName(d)}`,
+          streamTensors(residuals, source),
+        );
+      }
       const branch = ins[0] === stream ? ins[1]! : ins[0]!;
       const segment = ordered.filter((n) => pos.get(n)! > streamPos && pos.get(n)! < pos.get(d)!);
       const top = producer.get(branch);
@@ -152,17 +182,23 @@ function followStream(graph: GraphProto): ResidualStream {
       if (tail.length > 0) {
         const odd = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !(residuals.length === 0 && EMBEDDING_OPS.has(t.opType ?? ""))));
         if (odd) {
-          throw new StructureError(`an operator it does not know, ${opName(odd)}, sits on the residual stream after residual Add ${residuals.length}`, streamTensors(residuals, source));
+          throw new StructureError(`an operator it does not know, ${opName(odd)}, sits on the residual stream after ${residualWord(residuals.at(-1)?.node ?? d)} ${residuals.length}`, streamTensors(residuals, source));
         }
       }
-      residuals.push({ node: d, kind });
-      stream = d.output![0]!;
+      const sum = skip ? d.output?.[3] || undefined : d.output![0]!;
+      residuals.push({ node: d, kind, ...(sum ? { sum } : {}) });
+      if (!sum) closed = d;
+      stream = sum ?? d.output![0]!;
       streamPos = pos.get(d)!;
       tail = [];
     } else if ((isProduct(d) && residuals.length > 0) || d === sink) {
       head = d;
       break;
     } else {
+      // A fused op of some domain that is no norm: where the stream goes on after it cannot be told.
+      if (residuals.length > 0 && d.domain && !NORM_OUTPUT.has(d.opType ?? "")) {
+        throw new StructureError(`an operator it does not know, ${opName(d)}, sits on the residual stream after ${residualWord(residuals.at(-1)!.node)} ${residuals.length}`, streamTensors(residuals, source));
+      }
       // The stream flows through every dominator; what may sit there is checked at the next residual Add.
       tail.push(d);
       stream = d.output![0]!;
@@ -177,8 +213,12 @@ function followStream(graph: GraphProto): ResidualStream {
     );
   }
   if (!head) throw new StructureError("no LM head (a matrix product to the logits) follows the last residual Add", candidates);
-  const norm = [...tail].reverse().find((t) => NORM_OUTPUT.has(t.opType ?? ""));
-  if (!norm) throw new StructureError(`no final norm between the last residual Add (${residuals.at(-1)!.node.name}) and the LM head`, candidates);
+  const last = residuals.at(-1)!.node;
+  // A norm after the last residual, else the last residual's own (a fused Skip norm), with nothing but casts after it.
+  const norm =
+    [...tail].reverse().find((t) => NORM_OUTPUT.has(t.opType ?? "")) ??
+    (isSkipNorm(last) && tail.every((t) => !t.domain && PASS_THROUGH.has(t.opType ?? "")) ? last : undefined);
+  if (!norm) throw new StructureError(`no final norm between the last ${residualWord(last)} (${last.name}) and the LM head`, candidates);
 
   // Blocks: attention then MLP, or one parallel segment.
   const blockEnds: number[] = [];
@@ -193,7 +233,7 @@ function followStream(graph: GraphProto): ResidualStream {
     } else {
       const what = kind === "attention" ? "attention with no MLP after it" : kind === "mlp" ? "an MLP with no attention before it" : "neither attention nor an MLP";
       throw new StructureError(
-        `block ${blockEnds.length} is incomplete: residual Add ${i + 1} of ${residuals.length} (${residuals[i]!.node.name || residuals[i]!.node.output![0]}) adds ${what}; a block may be missing`,
+        `block ${blockEnds.length} is incomplete: ${residualWord(residuals[i]!.node)} ${i + 1} of ${residuals.length} (${residuals[i]!.node.name || residuals[i]!.node.output![0]}) adds ${what}; a block may be missing`,
         candidates,
       );
     }
@@ -202,7 +242,7 @@ function followStream(graph: GraphProto): ResidualStream {
 }
 
 function streamTensors(residuals: ResidualStream["residuals"], source: string): string[] {
-  return [source, ...residuals.map((r) => r.node.output![0]!)];
+  return [source, ...residuals.flatMap((r) => (r.sum ? [r.sum] : []))];
 }
 
 /** The one-line failure: what the structure showed, the naming style seen, the flag and candidates. */
@@ -224,33 +264,44 @@ export function locateByStructure(graph: GraphProto, numLayers: number): Located
     throw err;
   }
   const candidates = streamTensors(s.residuals, s.embedding);
+  const word = residualWord(s.residuals[0]!.node);
   if (s.blockEnds.length !== numLayers) {
     const perBlock = s.residuals[s.blockEnds[0]!]!.kind === "parallel" ? "one per parallel block" : "two per pre-norm block";
-    throw failure(graph, `the residual stream holds ${s.blockEnds.length} blocks (${s.residuals.length} residual Adds, ${perBlock}) but config.json's num_hidden_layers is ${numLayers}`, candidates);
+    throw failure(graph, `the residual stream holds ${s.blockEnds.length} blocks (${s.residuals.length} ${word}s, ${perBlock}) but config.json's num_hidden_layers is ${numLayers}`, candidates);
   }
   const tensors: HiddenTensor[] = s.blockEnds.slice(0, -1).map((end, l) => {
-    const node = s.residuals[end]!.node;
-    return { layer: l, tensor: node.output![0]!, how: `structure: residual Add ${end + 1} of ${s.residuals.length}, the end of block ${l}${node.name ? ` (${node.name})` : ""}` };
+    const { node, sum } = s.residuals[end]!;
+    const what = isSkipNorm(node) ? `residual sum ${end + 1} of ${s.residuals.length} (output 3, input_skip_bias_sum, of ${node.opType})` : `residual Add ${end + 1} of ${s.residuals.length}`;
+    return { layer: l, tensor: sum!, how: `structure: ${what}, the end of block ${l}${node.name ? ` (${node.name})` : ""}` };
   });
   const norm = s.finalNorm;
-  tensors.push({ layer: numLayers - 1, tensor: norm.tensor, how: `structure: final norm output between the last residual and the LM head${norm.node.name ? ` (${norm.node.name})` : ""}` });
+  const fused = isSkipNorm(norm.node) && norm.node === s.residuals.at(-1)!.node;
+  tensors.push({
+    layer: numLayers - 1,
+    tensor: norm.tensor,
+    how: fused
+      ? `structure: output 0 of the last residual sum's ${norm.node.opType}, the final norm before the LM head${norm.node.name ? ` (${norm.node.name})` : ""}`
+      : `structure: final norm output between the last residual and the LM head${norm.node.name ? ` (${norm.node.name})` : ""}`,
+  });
   return { tensors, lastLayerFinalNorm: true };
 }
 
 /**
- * The names cross-check: where torch/optimum names are present, what they
- * say beside what the structure found. Undefined when the graph has no such names.
+ * The names cross-check: where onnxruntime-genai or torch/optimum names are
+ * present, what they say beside what the structure found. Undefined when the
+ * graph has no such names.
  */
 function crossCheckNames(graph: GraphProto, numLayers: number, found: HiddenTensor[]): { agree: boolean; note: string } | undefined {
-  if (!torchNamesStyle.recognize(graph, { numLayers })) return undefined;
+  const namer = NAMERS.find((s) => s.recognize(graph, { numLayers }));
+  if (!namer) return undefined;
   let byName: HiddenTensor[];
   try {
-    byName = torchNamesStyle.locate(graph, numLayers, { numLayers }).tensors;
+    byName = namer.locate(graph, numLayers, { numLayers }).tensors;
   } catch (err) {
     return { agree: false, note: `structure and names disagree: names find no answer (${(err as Error).message.split(". ")[0]}); the structure's tensors are used` };
   }
   const differ = found.filter((t) => byName.find((b) => b.layer === t.layer)?.tensor !== t.tensor);
-  if (differ.length === 0) return { agree: true, note: `names (torch-names) agree on all ${numLayers} blocks` };
+  if (differ.length === 0) return { agree: true, note: `names (${namer.name}) agree on all ${numLayers} blocks` };
   const shown = differ.slice(0, 3).map((t) => `layer ${t.layer}: structure ${t.tensor}, names ${byName.find((b) => b.layer === t.layer)?.tensor ?? "none"}`);
   return { agree: false, note: `structure and names disagree on ${differ.length} layer(s) (${shown.join("; ")}${differ.length > 3 ? "; …" : ""}); the structure's tensors are used` };
 }

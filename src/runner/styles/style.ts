@@ -72,7 +72,18 @@ export interface GraphStyle {
 /** Hidden states that cannot be found as asked, with what to do. */
 export class DetectionError extends HsmError {}
 
-/** Inputs fed by name, as optimum exports name them; left padding. */
+/**
+ * The padding a graph's attention needs: right for com.microsoft
+ * `GroupQueryAttention`, whose CPU and CUDA kernels read a prompt's tokens
+ * from position 0 of each row and position them 0…n−1 themselves (a
+ * left-padded row gets its padding's positions and attends to the padding);
+ * left otherwise, the mask hiding the padding.
+ */
+export function paddingSideOf(graph: GraphProto): InputPlan["paddingSide"] {
+  return (graph.node ?? []).some((n) => n.opType === "GroupQueryAttention") ? "right" : "left";
+}
+
+/** Inputs fed by name, as optimum exports name them; padded as {@link paddingSideOf} says, whichever style found the states. */
 export function standardInputs(graph: GraphProto): InputPlan {
   const feeds: InputPlan["feeds"] = [];
   const unknown: string[] = [];
@@ -85,7 +96,7 @@ export function standardInputs(graph: GraphProto): InputPlan {
     else if (isPastInput(name)) feeds.push({ name, kind: "past", dims, ...(v.type?.tensorType?.elemType === DataType.FLOAT16 ? { float16: true } : {}) });
     else unknown.push(name);
   }
-  return { feeds, unknown, paddingSide: "left" };
+  return { feeds, unknown, paddingSide: paddingSideOf(graph) };
 }
 
 /** A short list of tensors a user could name: Add and norm outputs, last ones first. */

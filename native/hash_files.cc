@@ -16,10 +16,10 @@
 namespace hsm {
 namespace {
 
-// Bytes read per call: two lanes' chunks stay in a core's L2 cache between the
+// Bytes read per call: all lanes' chunks stay in a core's L2 cache between the
 // read and the hash, and system calls cost nothing at this size. A multiple of
 // 4, so no counted value straddles two chunks.
-constexpr size_t kChunk = size_t{256} << 10;
+constexpr size_t kChunk = size_t{128} << 10;
 
 // One file in progress on a thread.
 struct Lane {
@@ -34,6 +34,7 @@ struct Lane {
 struct Shared {
   const FileHashJob* jobs;
   size_t n;
+  int lanes;  // files each thread keeps going
   FileHashResult* out;
   std::atomic<size_t> next{0};
 };
@@ -99,18 +100,25 @@ void Work(Shared& sh) {
   struct Free {
     void operator()(uint8_t* p) const { std::free(p); }
   };
-  std::unique_ptr<uint8_t, Free> mem(static_cast<uint8_t*>(std::aligned_alloc(4096, 2 * kChunk)));
+  std::unique_ptr<uint8_t, Free> mem(static_cast<uint8_t*>(std::aligned_alloc(4096, kMaxLanes * kChunk)));
   if (!mem) {
     // No memory for buffers: every job this thread would take fails with ENOMEM.
     for (size_t i = sh.next.fetch_add(1); i < sh.n; i = sh.next.fetch_add(1)) sh.out[i] = FileHashResult{}, sh.out[i].error = ENOMEM;
     return;
   }
-  Lane lanes[2];
-  lanes[0].buf = mem.get();
-  lanes[1].buf = mem.get() + kChunk;
-  bool active[2] = {Take(sh, lanes[0]), Take(sh, lanes[1])};
-  while (active[0] || active[1]) {
-    for (int j = 0; j < 2; j++) {
+  Lane lanes[kMaxLanes];
+  bool active[kMaxLanes] = {};
+  for (int j = 0; j < sh.lanes; j++) {
+    lanes[j].buf = mem.get() + j * kChunk;
+    active[j] = Take(sh, lanes[j]);
+  }
+  for (;;) {
+    Sha256State* states[kMaxLanes];
+    const uint8_t* data[kMaxLanes];
+    size_t len[kMaxLanes], from[kMaxLanes];
+    int width[kMaxLanes];
+    int count = 0;
+    for (int j = 0; j < kMaxLanes; j++) {
       // A lane at its file's end finishes it and takes the next file.
       while (active[j]) {
         const int error = Read(lanes[j]);
@@ -118,16 +126,14 @@ void Work(Shared& sh) {
         Finish(sh, lanes[j], error);
         active[j] = Take(sh, lanes[j]);
       }
+      if (!active[j]) continue;
+      states[count] = &lanes[j].state, data[count] = lanes[j].buf, len[count] = lanes[j].len;
+      from[count] = StatsOffset(sh, lanes[j]), width[count] = sh.jobs[lanes[j].job].width;
+      count++;
     }
-    Lane &a = lanes[0], &b = lanes[1];
-    if (active[0] && active[1] && sh.jobs[a.job].width == sh.jobs[b.job].width) {
-      Sha256Update2(&a.state, a.buf, a.len, StatsOffset(sh, a), &b.state, b.buf, b.len, StatsOffset(sh, b), sh.jobs[a.job].width);
-    } else {
-      for (int j = 0; j < 2; j++) {
-        if (active[j]) Sha256Update(&lanes[j].state, lanes[j].buf, lanes[j].len, StatsOffset(sh, lanes[j]), sh.jobs[lanes[j].job].width);
-      }
-    }
-    for (int j = 0; j < 2; j++) {
+    if (count == 0) break;
+    Sha256UpdateN(states, data, len, from, width, count);
+    for (int j = 0; j < kMaxLanes; j++) {
       if (active[j]) lanes[j].pos += lanes[j].len;
     }
   }
@@ -138,8 +144,10 @@ void Work(Shared& sh) {
 void Sha256Files(const FileHashJob* jobs, size_t n, int threads, FileHashResult* out) {
   Shared sh;
   sh.jobs = jobs, sh.n = n, sh.out = out;
-  // Each thread keeps two files going, so more threads than half the files would idle.
-  const size_t want = std::min<size_t>(static_cast<size_t>(std::max(1, threads)), (n + 1) / 2);
+  // Files are shared evenly, up to kMaxLanes going at a time per thread: one
+  // file per core hashes faster than two on one core.
+  const size_t want = std::min<size_t>(static_cast<size_t>(std::max(1, threads)), std::max<size_t>(1, n));
+  sh.lanes = static_cast<int>(std::clamp<size_t>((n + want - 1) / want, 1, kMaxLanes));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < want; t++) {
     try {

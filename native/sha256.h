@@ -31,6 +31,12 @@ void Sha256Update(Sha256State* s, const uint8_t* data, size_t n, size_t stats_fr
 void Sha256Update2(Sha256State* a, const uint8_t* data_a, size_t n_a, size_t from_a, Sha256State* b,
                    const uint8_t* data_b, size_t n_b, size_t from_b, int width);
 
+// Sha256Update on up to kMaxLanes states at once, each with its own values'
+// width; their blocks are interleaved as in Sha256Update2.
+constexpr int kMaxLanes = 4;
+void Sha256UpdateN(Sha256State* const s[], const uint8_t* const data[], const size_t n[], const size_t stats_from[],
+                   const int width[], int count);
+
 // Pads, writes the 32-byte digest to `out`, and leaves `s` finished.
 void Sha256Final(Sha256State* s, uint8_t out[32]);
 

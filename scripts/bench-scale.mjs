@@ -5,6 +5,7 @@
 //   2. `hsm metrics` (ISS and KTS): time and peak RSS;
 //   3. `hsm merge` of 8 shards cut from the fixture: time and peak RSS, then a verify of the result.
 // Free disk space is checked before anything is written; each figure is printed as it is measured.
+// HSM_BENCH_SCALE_ONLY=verify runs only the first (no shards are cut, so only the fixture needs the space).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statfsSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -20,6 +21,11 @@ const runs = Number(process.env.HSM_BENCH_RUNS ?? 3);
 const bin = join(root, "bin", "hsm.js");
 const SHARDS = 8;
 const GB = 1e9;
+const only = process.env.HSM_BENCH_SCALE_ONLY;
+if (only !== undefined && only !== "verify") {
+  console.error(`HSM_BENCH_SCALE_ONLY takes "verify" (or is unset for every figure), not "${only}"`);
+  process.exit(2);
+}
 
 /** Runs a command under /usr/bin/time: wall seconds and peak resident memory; `inherit` shows its output (progress) live. */
 function timed(cmd, args, { inherit = false } = {}) {
@@ -45,9 +51,9 @@ function memAvailable() {
 
 mkdirSync(benchDir, { recursive: true });
 const expected = 28 * (128 + 39260 * 4608 * 2);
-const need = (existsSync(join(store, "index.json")) ? 0 : expected) + 2 * expected + GB;
+const need = (existsSync(join(store, "index.json")) ? 0 : expected) + (only ? 0 : 2 * expected) + GB;
 if (freeBytes(benchDir) < need) {
-  console.error(`bench:scale needs about ${(need / GB).toFixed(1)} GB free in ${benchDir} (fixture, 8 shards, merged store); only ${(freeBytes(benchDir) / GB).toFixed(1)} GB are`);
+  console.error(`bench:scale needs about ${(need / GB).toFixed(1)} GB free in ${benchDir} (${only ? "the fixture" : "fixture, 8 shards, merged store"}); only ${(freeBytes(benchDir) / GB).toFixed(1)} GB are`);
   process.exit(1);
 }
 const results = { date: new Date().toISOString(), runs };
@@ -87,6 +93,11 @@ console.log(`hsm verify vs sha256sum — ${v.files} files, ${(v.bytes / GB).toFi
 console.log(`  hsm verify   ${v.hsm_verify_s.toFixed(2)} s (peak RSS ${v.hsm_verify_peak_rss_mb.toFixed(0)} MB)`);
 console.log(`  sha256sum    ${v.sha256sum_s.toFixed(2)} s`);
 console.log(`  ratio        ${v.speedup_vs_sha256sum.toFixed(2)}x faster`);
+if (only === "verify") {
+  writeFileSync(join(benchDir, "bench-scale.json"), JSON.stringify(results, null, 2) + "\n");
+  console.log(`results: ${join(benchDir, "bench-scale.json")}`);
+  process.exit(0);
+}
 
 // 2. metrics.
 const metricsOut = join(benchDir, "full-metrics");

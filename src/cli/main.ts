@@ -7,9 +7,18 @@ import { Command, CommanderError } from "commander";
 
 import { EXIT, HsmError } from "../errors.js";
 import { VERSION } from "../index.js";
-import { COMMANDS } from "./commands/index.js";
 
-function buildProgram(): Command {
+/**
+ * The commands to build: all of them, except for `hsm verify`, which loads
+ * only its own (start-up is a visible share of verifying a store, and no other
+ * command's modules are needed to parse its command line or print its help).
+ */
+async function commandsFor(argv: string[]): Promise<readonly ((program: Command) => void)[]> {
+  if (argv[2] === "verify") return [(await import("./commands/verify.js")).verifyCommand];
+  return (await import("./commands/index.js")).COMMANDS;
+}
+
+function buildProgram(commands: readonly ((program: Command) => void)[]): Command {
   const program = new Command("hsm")
     .description(
       "Hidden-state metrics: run a decoder model (ONNX) over a bank of short factual questions — greedy answers, " +
@@ -24,7 +33,7 @@ function buildProgram(): Command {
     .version(VERSION)
     .showHelpAfterError("(run with --help for usage)")
     .configureHelp({ sortSubcommands: false });
-  for (const add of COMMANDS) add(program);
+  for (const add of commands) add(program);
   return program;
 }
 
@@ -49,7 +58,7 @@ export function exitStatusFor(err: unknown): number {
 
 /** Runs the CLI on `argv` (as process.argv); returns the exit status. */
 export async function run(argv: string[]): Promise<number> {
-  const program = buildProgram();
+  const program = buildProgram(await commandsFor(argv));
   program.exitOverride();
   for (const cmd of program.commands) cmd.exitOverride();
   try {

@@ -19,7 +19,7 @@ import { HsmError, UsageError } from "../errors.js";
 import { nativeKernels as loadNative, nativeLoadErrors, nativeSimd, type NativeKernels } from "../native/index.js";
 import { tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
 import { typescriptKernels } from "./typescript/index.js";
-import { KERNEL_NAMES, type KernelName, type KernelOptions, type Kernels } from "./types.js";
+import { KERNEL_NAMES, type KernelName, type KernelOptions, type Kernels, type Sha256Files } from "./types.js";
 
 import { BACKENDS, type BackendName } from "./names.js";
 
@@ -148,14 +148,18 @@ export async function openKernels(name: BackendName, o: OpenOptions = {}): Promi
 }
 
 let warned = false;
-let forStore: Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> | undefined;
+
+/** What the store computes with: float16 conversion and statistics, hashing, and whole-file hashing where the native core has it. */
+export type StoreKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> & { sha256Files?: Sha256Files };
+
+let forStore: StoreKernels | undefined;
 
 /**
  * The synchronous kernels the store uses (float16 conversion and stats): the
  * native core's where it loaded, else TypeScript's, with one warning per
  * process (`quiet` for worker threads, whose parent has already warned).
  */
-export function storeKernels(options: { quiet?: boolean } = {}): Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> {
+export function storeKernels(options: { quiet?: boolean } = {}): StoreKernels {
   forStore ??= nativeKernels(kernelOptions());
   if (forStore) return forStore;
   if (!warned && !options.quiet) {

@@ -49,6 +49,30 @@ export interface Sha256Stream {
   digest(): { sha256: string; stats?: F16Stats };
 }
 
+/** A file for {@link Sha256Files}: its values, of `width` bytes (0: none counted), start at byte `statsFrom`. */
+export interface FileHashJob {
+  path: string;
+  statsFrom: number;
+  width: 0 | 2 | 4;
+}
+
+/** A whole file's sha256, its length, and the statistics when a width was given. */
+export interface FileHash {
+  sha256: string;
+  bytes: number;
+  stats?: F16Stats;
+}
+
+/**
+ * Whole files through `sha256Stats`, read and hashed on up to `threads`
+ * native threads without passing through JavaScript; one entry per job,
+ * undefined for a file that could not be opened or read (the caller reads it
+ * again to learn why). Not one of the kernels a backend must provide: only the
+ * native core has it; without it the store spreads files over worker threads
+ * (src/store/hash.ts).
+ */
+export type Sha256Files = (jobs: readonly FileHashJob[], threads: number) => Promise<(FileHash | undefined)[]>;
+
 /** A group of scored rows sorted by score, as the AUROC kernels take them. */
 export interface SortedArrays {
   /** Each row's fact, as an index below nFacts. */

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 
 import { f16BitsToNumber } from "../kernels/typescript/float16.js";
 import { syncProducts } from "../kernels/typescript/products.js";
-import type { KernelOptions, Kernels, Sha256Stream } from "../kernels/types.js";
+import type { FileHash, KernelOptions, Kernels, Sha256Files, Sha256Stream } from "../kernels/types.js";
 
 /** What `hsm_native.node` exports; nothing else touches the addon. */
 interface NativeBinding {
@@ -26,6 +26,8 @@ interface NativeBinding {
   sha256Update(state: Uint8Array, data: Uint8Array, statsFrom: number, width: number): void;
   sha256Update2(stateA: Uint8Array, dataA: Uint8Array, statsFromA: number, stateB: Uint8Array, dataB: Uint8Array, statsFromB: number, width: number): void;
   sha256Final(state: Uint8Array, digest: Uint8Array): [number, number];
+  /** Per path: [hex digest, bytes, nonfinite, maxBits], or the errno of the failed open or read. */
+  sha256Files(paths: string[], statsFrom: Float64Array, widths: Uint8Array, threads: number): Promise<([string, number, number, number] | number)[]>;
   rankAgainstAnchors(x: Float32Array, nRows: number, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array, threads: number, allowBf16: boolean): void;
   bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array, threads: number): void;
   rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
@@ -54,11 +56,11 @@ interface NativeBinding {
   ): void;
 }
 
-/** The kernels the native core implements. */
+/** The kernels the native core implements, and whole-file hashing (which only the native core does). */
 export type NativeKernels = Pick<
   Kernels,
   "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats" | "centreRows" | "rank" | "anchorCosines" | "standardizeRows" | "foldMoments" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc"
->;
+> & { sha256Files: Sha256Files };
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -139,6 +141,20 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
       };
       shaStates.set(stream, { state, width });
       return stream;
+    },
+    async sha256Files(jobs, threads) {
+      const got = await b.sha256Files(
+        jobs.map((j) => j.path),
+        Float64Array.from(jobs, (j) => j.statsFrom),
+        Uint8Array.from(jobs, (j) => j.width),
+        threads,
+      );
+      return got.map((r, i): FileHash | undefined => {
+        if (typeof r === "number") return undefined;
+        const [sha256, bytes, nonfinite, maxBits] = r;
+        const width = jobs[i]!.width;
+        return width === 0 ? { sha256, bytes } : { sha256, bytes, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
+      });
     },
     rank(x, rows, a, nAnchors, d, own, ownScore, above) {
       for (let from = 0; from < rows.length; from += RANK_SLICE) {

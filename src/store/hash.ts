@@ -1,10 +1,12 @@
 /**
- * Hashes many files at once: the calling thread and one worker thread per
- * further core (or `concurrency` threads in all) take files two at a time from
- * one shared counter and stream each pair through the hash kernel together.
- * Node hashes on the calling thread, so parallel hashing needs threads, not
- * just parallel reads; the calling thread works too rather than wait, so no
- * thread start delays the first files. It is busy until its last pair is done.
+ * Hashes many files at once. With the native core, its own threads read and
+ * hash whole files (up to four at a time per thread, see native/hash_files.h) and
+ * JavaScript never touches the bytes. Without it, the calling thread and one
+ * worker thread per further core (or `concurrency` threads in all) take files
+ * two at a time from one shared counter and stream each pair through the hash
+ * kernel together. Node hashes on the calling thread, so parallel hashing
+ * needs threads, not just parallel reads; the calling thread works too rather
+ * than wait, so no thread start delays the first files.
  */
 import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
@@ -12,6 +14,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 
+import { storeKernels } from "../kernels/registry.js";
+import type { FileHashJob } from "../kernels/types.js";
 import { hashFilesSync, type HashJob, type HashOutcome, type HashResult } from "./hash-file.js";
 
 export type { HashJob, HashOutcome, HashResult };
@@ -41,8 +45,25 @@ export function hashTaken(jobs: readonly HashJob[], next: Int32Array, report: (i
   }
 }
 
+/** What the native core is asked for a job: values counted only when they start on a value boundary (as in hash-file.ts). */
+function fileJob(job: HashJob): FileHashJob {
+  const width = job.f32From !== undefined ? 4 : 2;
+  const from = job.f32From ?? job.f16From;
+  return from !== undefined && from % width === 0 ? { path: job.path, statsFrom: from, width } : { path: job.path, statsFrom: 0, width: 0 };
+}
+
 /** Hashes `jobs`, on `concurrency` threads (default: the core count); results in job order. */
 export async function hashFiles(jobs: readonly HashJob[], concurrency = availableParallelism()): Promise<HashOutcome[]> {
+  const { sha256Files } = storeKernels({ quiet: true });
+  if (sha256Files) {
+    const hashed = await sha256Files(jobs.map(fileJob), Math.max(1, concurrency));
+    // A file the native core could not read is read again here, so that its error is Node's, word for word.
+    return hashed.map((result, i) => (result ? { ok: true, result } : hashFilesSync([jobs[i]!])[0]!));
+  }
+  return hashInWorkers(jobs, concurrency);
+}
+
+async function hashInWorkers(jobs: readonly HashJob[], concurrency: number): Promise<HashOutcome[]> {
   const outcomes: HashOutcome[] = new Array(jobs.length);
   const threads = Math.max(1, Math.min(concurrency, Math.ceil(jobs.length / TAKE)));
   const script = threads > 1 ? workerScript() : undefined;

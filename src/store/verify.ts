@@ -2,9 +2,12 @@
  * `hsm verify`: everything that must hold before a store is trusted. The
  * manifest is validated first; only plain `L###.npy` names inside the store are
  * ever opened (symbolic links are refused); each header is checked against the
- * manifest and the file size; then every file is re-hashed, in parallel, and its
- * statistics recounted in the same pass. A store written by another tool is held
- * to what its manifest records; what it does not record is noted, not failed.
+ * manifest and the file size; and every file is re-hashed, in parallel, and its
+ * statistics recounted in the same pass. The hashing starts first, on every
+ * store file in the folder, and runs while the manifest and headers are
+ * checked; only the files the manifest lists count. A store written by another
+ * tool is held to what its manifest records; what it does not record is noted,
+ * not failed.
  */
 import { lstat, open, readdir, readFile, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
@@ -14,7 +17,7 @@ import { readBank, type BankRow } from "../bank/bank.js";
 import { FileError, NpyHeaderError } from "../errors.js";
 import { fileError, osReason } from "../util/fs.js";
 import { bankMismatch, isNativeManifest, parseForeignManifest, unrecorded } from "./foreign.js";
-import { hashFiles } from "./hash.js";
+import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import { MANIFEST_NAME, manifestProblems, type Manifest, type SelfCheck } from "./manifest.js";
 import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
@@ -107,21 +110,27 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     else problem(MANIFEST_NAME, "manifest-unreadable", `cannot be read: ${osReason(e)}`);
     return report;
   }
+  const concurrency = options.concurrency ?? availableParallelism();
+  const ahead = await hashAhead(dir, concurrency);
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (err) {
     problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${(err as Error).message})`);
+    await ahead.outcomes; // no hashing left running behind the report
     return report;
   }
   const native = isNativeManifest(value);
   report.foreign = !native;
   const plan = native ? planNative(value, problem, report) : await planForeign(value, problem, report, options, dir);
-  if (!plan) return report;
+  if (!plan) {
+    await ahead.outcomes;
+    return report;
+  }
   const { listed, rows, dtypes, compare } = plan;
   let d = plan.d;
 
-  const toHash: { name: string; dataOffset: number; float32: boolean }[] = [];
+  const toHash: HashPlan[] = [];
   for (const entry of listed) {
     const { name } = entry;
     const path = join(dir, name);
@@ -184,10 +193,7 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     /* the folder itself was readable a moment ago; nothing more to add */
   }
 
-  const outcomes = await hashFiles(
-    toHash.map((f) => ({ path: join(dir, f.name), ...(f.float32 ? { f32From: f.dataOffset } : { f16From: f.dataOffset }) })),
-    options.concurrency ?? availableParallelism(),
-  );
+  const outcomes = await hashedAsPlanned(dir, toHash, ahead, concurrency);
   outcomes.forEach((o, i) => {
     const { name } = toHash[i]!;
     const entry = listed.find((e) => e.name === name)!;
@@ -221,6 +227,75 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
 }
 
 type ProblemSink = (file: string, code: string, message: string) => void;
+
+/** A file to hash: where its values start, and whether they are float32 (else float16). */
+interface HashPlan {
+  name: string;
+  dataOffset: number;
+  float32: boolean;
+}
+
+function hashJob(dir: string, f: HashPlan): HashJob {
+  return { path: join(dir, f.name), ...(f.float32 ? { f32From: f.dataOffset } : { f16From: f.dataOffset }) };
+}
+
+/** Files being hashed ahead of the manifest's checks, and their outcomes to come (in `plans` order). */
+interface HashAhead {
+  plans: HashPlan[];
+  outcomes: Promise<HashOutcome[]>;
+}
+
+/**
+ * Starts hashing every regular `L###.npy` in the folder whose header parses,
+ * before the manifest is parsed and checked: the hashing threads work while
+ * this thread checks. Symbolic links and anything else but regular files are
+ * not opened; which files count is decided later, from the manifest (see
+ * {@link hashedAsPlanned}).
+ */
+async function hashAhead(dir: string, concurrency: number): Promise<HashAhead> {
+  let names: string[] = [];
+  try {
+    names = (await readdir(dir, { withFileTypes: true })).filter((e) => e.isFile() && layerOfFileName(e.name) !== undefined).map((e) => e.name);
+  } catch {
+    /* nothing hashed ahead; the checks below say what is wrong */
+  }
+  const found = await Promise.all(names.map((name) => planOf(dir, name)));
+  const plans = found.filter((p): p is HashPlan => p !== undefined);
+  const outcomes = hashFiles(plans.map((f) => hashJob(dir, f)), concurrency);
+  outcomes.catch(() => {}); // a failure surfaces where the outcomes are awaited, not as an unhandled rejection meanwhile
+  return { plans, outcomes };
+}
+
+/** A file's hash plan from its header, or undefined where it cannot be read or its header does not parse. */
+async function planOf(dir: string, name: string): Promise<HashPlan | undefined> {
+  try {
+    const fh = await open(join(dir, name), "r");
+    try {
+      const prelude = Buffer.alloc(NPY_MAX_HEADER + 12);
+      const { bytesRead } = await fh.read(prelude, 0, prelude.length, 0);
+      const header = parseNpyHeader(prelude.subarray(0, bytesRead), name);
+      return { name, dataOffset: header.dataOffset, float32: header.descr === "<f4" };
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    return undefined;
+  }
+}
+
+/** The outcomes for `toHash`, in order: those hashed ahead as planned, the rest hashed now. */
+async function hashedAsPlanned(dir: string, toHash: readonly HashPlan[], ahead: HashAhead, concurrency: number): Promise<HashOutcome[]> {
+  const early = await ahead.outcomes;
+  const byName = new Map(ahead.plans.map((p, i) => [p.name, { plan: p, outcome: early[i]! }]));
+  const same = (a: HashPlan, b: HashPlan) => a.dataOffset === b.dataOffset && a.float32 === b.float32;
+  const late = toHash.filter((f) => {
+    const got = byName.get(f.name);
+    return !got || !same(got.plan, f);
+  });
+  const lateOutcomes = late.length > 0 ? await hashFiles(late.map((f) => hashJob(dir, f)), concurrency) : [];
+  const fromLate = new Map(late.map((f, i) => [f.name, lateOutcomes[i]!]));
+  return toHash.map((f) => fromLate.get(f.name) ?? byName.get(f.name)!.outcome);
+}
 
 interface Plan {
   listed: Expected[];

@@ -1,6 +1,6 @@
 /**
  * Start-up stays light: `hsm verify` and `hsm export` never load onnxruntime-node
- * or TensorFlow.js. A preload records every module the process resolves (ESM
+ * or TensorFlow.js, and `hsm verify` loads no other command's module. A preload records every module the process resolves (ESM
  * resolve hook) and every CommonJS module in require.cache at exit; commands
  * that do need those libraries show that the recording sees them.
  */
@@ -68,6 +68,12 @@ describe("start-up", () => {
     expect(r.status).toBe(0);
     expect(r.modules.some((m) => m.includes("/dist/store/verify.js"))).toBe(true);
     expect(r.modules.filter((m) => ORT.test(m) || TFJS.test(m))).toEqual([]);
+    // Only its own command module, not the other commands'.
+    expect(new Set(r.modules.filter((m) => /[\\/]dist[\\/]cli[\\/]commands[\\/]/.test(m)).map((m) => m.split(/[\\/]/).pop()))).toEqual(new Set(["verify.js"]));
+    const help = spawnSync(process.execPath, [BIN, "verify", "--help"], { encoding: "utf8" });
+    expect(help.status).toBe(0);
+    expect(help.stdout).toMatch(/^Usage: hsm verify \[options\] <store>/);
+    expect(help.stdout).toContain("--bank <file>");
   });
 
   it("hsm export loads neither", () => {

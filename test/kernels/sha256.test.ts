@@ -2,14 +2,20 @@
  * The hash kernel of every backend available here against node:crypto's
  * sha256 (an independent implementation) and against float statistics counted
  * value by value here: random lengths, chunks split at odd offsets, empty
- * input, two streams updated together, and every float16 class of value.
+ * input, two streams updated together, and every float16 class of value;
+ * then the native core's whole-file hashing against the same references.
  */
 import { createHash } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
+import { kernelOptions } from "../../src/kernels/registry.js";
+import { nativeKernels } from "../../src/native/index.js";
 import { Rng } from "../../src/util/random.js";
 import { AVAILABLE } from "../helpers/backends.js";
+import { tempDir } from "../helpers/tmp.js";
 
 const BACKENDS = AVAILABLE.map((r) => [r.backend, r.kernels] as const);
 
@@ -135,5 +141,70 @@ describe.each(BACKENDS)("sha256Stats on %s", (_name, k) => {
     h.update(data.subarray(0, 128 + 4 * 777), 128);
     h.update(data.subarray(128 + 4 * 777));
     expect(h.digest()).toEqual({ sha256: sha256(data), stats: { nonfinite: 3, maxAbs: 3.4028234663852886e38 } });
+  });
+});
+
+const native = nativeKernels(kernelOptions());
+
+describe.skipIf(!native)("sha256Files (native core)", () => {
+  const dir = tempDir("hsm-sha256-files-");
+  const rng = new Rng(19);
+  const CHUNK = 256 << 10; // the native read size: lengths around it cross chunk edges
+  const write = (name: string, data: Uint8Array) => {
+    writeFileSync(join(dir, name), data);
+    return join(dir, name);
+  };
+
+  it("gives node:crypto's digest and the length of files around block and chunk edges, on 1 to 8 threads", async () => {
+    const datas = [0, 1, 63, 64, 65, 1000, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 37, 3 * CHUNK].map((n) => randomBytes(rng, n));
+    const jobs = datas.map((d, i) => ({ path: write(`bytes-${i}.bin`, d), statsFrom: 0, width: 0 as const }));
+    for (const threads of [1, 2, 3, 8]) {
+      const got = await native!.sha256Files(jobs, threads);
+      expect(got).toEqual(datas.map((d) => ({ sha256: sha256(d), bytes: d.length })));
+    }
+  });
+
+  it("counts float16 values after a header across chunk edges, and float32 values, files of both widths together", async () => {
+    // Every half value, twice over, so that infinities and NaNs sit on both sides of a chunk edge.
+    const halves = new Uint16Array(2 * 65_536 + 5);
+    for (let i = 0; i < halves.length; i++) halves[i] = (i * 7919) & 0xffff;
+    const f16 = new Uint8Array(128 + halves.byteLength);
+    f16.set(new Uint8Array(halves.buffer), 128);
+    const floats = new Float32Array(CHUNK / 4 + 1001);
+    for (let i = 0; i < floats.length; i++) floats[i] = (rng.u32() / 2 ** 32 - 0.5) * 1e30;
+    floats[CHUNK / 4 - 32] = Infinity;
+    floats[CHUNK / 4 - 31] = NaN;
+    floats[CHUNK / 4 + 7] = -3.4028234663852886e38;
+    const f32 = new Uint8Array(64 + floats.byteLength);
+    f32.set(new Uint8Array(floats.buffer), 64);
+    const jobs = [
+      { path: write("a.f16", f16), statsFrom: 128, width: 2 as const },
+      { path: write("b.f32", f32), statsFrom: 64, width: 4 as const },
+      { path: write("c.f16", f16.subarray(0, f16.length - 1)), statsFrom: 128, width: 2 as const },
+      { path: join(dir, "a.f16"), statsFrom: 0, width: 0 as const },
+    ];
+    const want = [
+      { sha256: sha256(f16), bytes: f16.length, stats: expectedStats(Array.from(halves, halfValue)) },
+      { sha256: sha256(f32), bytes: f32.length, stats: expectedStats(Array.from(floats)) },
+      // A trailing odd byte is hashed but is no value.
+      { sha256: sha256(f16.subarray(0, f16.length - 1)), bytes: f16.length - 1, stats: expectedStats(Array.from(halves.subarray(0, halves.length - 1), halfValue)) },
+      { sha256: sha256(f16), bytes: f16.length },
+    ];
+    expect(want[1]!.stats).toEqual({ nonfinite: 2, maxAbs: 3.4028234663852886e38 });
+    for (const threads of [1, 2]) expect(await native!.sha256Files(jobs, threads)).toEqual(want);
+  });
+
+  it("gives undefined for a file it cannot open or read, and still hashes the others", async () => {
+    const data = randomBytes(rng, 5000);
+    const path = write("ok.bin", data);
+    const got = await native!.sha256Files(
+      [
+        { path: join(dir, "missing.bin"), statsFrom: 0, width: 0 },
+        { path, statsFrom: 0, width: 0 },
+        { path: dir, statsFrom: 0, width: 0 },
+      ],
+      2,
+    );
+    expect(got).toEqual([undefined, { sha256: sha256(data), bytes: 5000 }, undefined]);
   });
 });

@@ -29,6 +29,8 @@ const SCORE_DEPTH = 6;
 /** The heads and head size of the keys and values as the attention products see them (after repeating shared heads). */
 export interface AttentionShape {
   heads: number;
+  /** Heads of the keys and values before grouped-query attention repeats them. */
+  kvHeads: number;
   headDim: number;
 }
 
@@ -40,13 +42,43 @@ export function attentionShape(config: Record<string, unknown>): AttentionShape 
   const heads = pick("num_attention_heads", "n_head", "num_heads");
   const hidden = pick("hidden_size", "n_embd", "d_model");
   const headDim = pick("head_dim") ?? (heads && hidden && hidden % heads === 0 ? hidden / heads : undefined);
-  return heads && headDim ? { heads, headDim } : undefined;
+  const kvHeads = pick("num_key_value_heads", "n_head_kv", "num_kv_heads") ?? heads;
+  return heads && kvHeads && headDim ? { heads, kvHeads, headDim } : undefined;
 }
 
 /** The two products of one attention: scores (its input 1 the keys, transposed) and context (its input 1 the values). */
 interface AttentionSite {
   scores: NodeProto;
   context: NodeProto;
+}
+
+/** Where a cache joins the graph: input `index` of `reader`, along `axis` (the sequence's); `kv` where heads are not repeated yet. */
+interface CachePoint {
+  reader: NodeProto;
+  index: number;
+  axis: -1 | -2;
+  kv: boolean;
+}
+
+/**
+ * Moves a cache point back past what only rearranges the sequence's tensor:
+ * the keys' transpose (`[…, S, d]` → `[…, d, S]`) and grouped-query
+ * attention's repetition of key/value heads (Unsqueeze → Expand → Reshape, as
+ * HuggingFace's repeat_kv exports), so that the cache holds each key/value
+ * head once, sequence on the axis before last.
+ */
+function earliestPoint(point: CachePoint, producer: ReadonlyMap<string, NodeProto>, consumers: ReadonlyMap<string, NodeProto[]>): CachePoint {
+  const from = (p: CachePoint) => producer.get(p.reader.input![p.index]!);
+  const only = (n: NodeProto) => (consumers.get(n.output![0]!) ?? []).length === 1;
+  let p = point;
+  const t = from(p);
+  const perm = t?.opType === "Transpose" ? (t.attribute ?? []).find((a) => a.name === "perm")?.ints?.map(num) : undefined;
+  if (p.axis === -1 && t && only(t) && perm?.join() === "0,1,3,2") p = { reader: t, index: 0, axis: -2, kv: false };
+  const reshape = from(p);
+  const expand = reshape?.opType === "Reshape" && only(reshape) ? producer.get(reshape.input![0]!) : undefined;
+  const unsqueeze = expand?.opType === "Expand" && only(expand) ? producer.get(expand.input![0]!) : undefined;
+  if (p.axis === -2 && unsqueeze?.opType === "Unsqueeze" && only(unsqueeze)) p = { reader: unsqueeze, index: 0, axis: -2, kv: true };
+  return p;
 }
 
 function softmaxAxis(node: NodeProto, opset: number): number {
@@ -98,10 +130,11 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
 
 /**
  * Adds a KV cache to a graph without one, in place: per attention, inputs
- * `past_key_values.N.key` `[batch, heads, headDim, past]` (keys as the
- * scores' product reads them) and `past_key_values.N.value`
- * `[batch, heads, past, headDim]`, concatenated before the products and
- * output as `present.N.*`. Present outputs the graph already has (of the
+ * `past_key_values.N.key` and `.value` concatenated with the keys and values
+ * along the sequence and output as `present.N.*` — `[batch, kvHeads, past,
+ * headDim]` before repeated heads where the graph shows them (see
+ * {@link earliestPoint}), else as the products read them (keys
+ * `[batch, heads, headDim, past]`). Present outputs the graph already has (of the
  * prompt alone) are dropped. False, and the graph untouched, where the graph
  * has past inputs, no attention mask, fused attention operators, or not one
  * Softmax attention per decoder block.
@@ -112,24 +145,29 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
   const sites = findSites(graph, opset);
   if (!sites || sites.length !== numLayers) return false;
   const floatType = (graph.output ?? []).find((o) => o.name === "logits")?.type?.tensorType?.elemType ?? DataType.FLOAT;
-  const { heads, headDim } = shape;
-  // Each concatenation goes right before the product that reads it, keeping the nodes in topological order.
-  const before = new Map<NodeProto, NodeProto>();
+  const { producer, consumers } = graphIndex(graph);
+  // Each concatenation goes right before the node that reads it, keeping the nodes in topological order.
+  const before = new Map<NodeProto, NodeProto[]>();
   const added = [];
   const outputs = [];
   for (const [i, { scores, context }] of sites.entries()) {
-    const key = { past: pastInputName(i, "key"), present: presentOutputName(i, "key") };
-    const value = { past: pastInputName(i, "value"), present: presentOutputName(i, "value") };
-    added.push(valueInfo(key.past, floatType, ["batch_size", heads, headDim, "past_sequence_length"]));
-    added.push(valueInfo(value.past, floatType, ["batch_size", heads, "past_sequence_length", headDim]));
-    outputs.push(valueInfo(key.present, floatType, ["batch_size", heads, headDim, "total_sequence_length"]));
-    outputs.push(valueInfo(value.present, floatType, ["batch_size", heads, "total_sequence_length", headDim]));
-    before.set(scores, { name: `/hsm/cache.${i}/key`, opType: "Concat", input: [key.past, scores.input![1]!], output: [key.present], attribute: [{ name: "axis", type: INT, i: -1 }] });
-    before.set(context, { name: `/hsm/cache.${i}/value`, opType: "Concat", input: [value.past, context.input![1]!], output: [value.present], attribute: [{ name: "axis", type: INT, i: -2 }] });
-    scores.input![1] = key.present;
-    context.input![1] = value.present;
+    for (const [kind, start] of [
+      ["key", { reader: scores, index: 1, axis: -1, kv: false }],
+      ["value", { reader: context, index: 1, axis: -2, kv: false }],
+    ] as const) {
+      const { reader, index, axis, kv } = earliestPoint(start, producer, consumers);
+      const past = pastInputName(i, kind);
+      const present = presentOutputName(i, kind);
+      const heads = kv ? shape.kvHeads : shape.heads;
+      const dims = (length: string) => (axis === -1 ? ["batch_size", heads, shape.headDim, length] : ["batch_size", heads, length, shape.headDim]);
+      added.push(valueInfo(past, floatType, dims("past_sequence_length")));
+      outputs.push(valueInfo(present, floatType, dims("total_sequence_length")));
+      const concat = { name: `/hsm/cache.${i}/${kind}`, opType: "Concat", input: [past, reader.input![index]!], output: [present], attribute: [{ name: "axis", type: INT, i: axis }] };
+      before.set(reader, [...(before.get(reader) ?? []), concat]);
+      reader.input![index] = present;
+    }
   }
-  graph.node = (graph.node ?? []).flatMap((n) => (before.has(n) ? [before.get(n)!, n] : [n]));
+  graph.node = (graph.node ?? []).flatMap((n) => [...(before.get(n) ?? []), n]);
   graph.input = [...inputs, ...added];
   graph.output = [...(graph.output ?? []).filter((o) => !isPresentOutput(o.name!)), ...outputs];
   return true;

@@ -243,7 +243,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const stage = await stageModel(md.onnxPath);
   // Weights stay where they are, read by offset from the original file (see extraction).
   if (stage) rewriteWeightsInPlace(model, source, stage.sourceName);
-  const session = await createSession(encodeModel(model), stage, { device: o.device, threads: o.threads });
+  const session = await createSession(encodeModel(model), stage, { device: o.device, threads: o.threads, spin: false });
   const pastInputs = (added ? model.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!));
   const modelName = o.model ?? defaultModelName(o.modelDir);
   const prompts = rows.map((r) => buildPrompt(r));

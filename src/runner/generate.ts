@@ -39,7 +39,7 @@ import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, prun
 import { graphFormat } from "./model-report.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
 import { breakBatchingForTest } from "./self-check.js";
-import { createSession, stageModel, type ModelRunOptions } from "./session.js";
+import { createSession, ModelLoadError, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
 
@@ -237,20 +237,34 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
-  const opset = (model.opsetImport ?? []).find((o) => !o.domain)?.version;
-  const added = !batchDependent && !right && !branch && shape !== undefined && addKvCache(model.graph!, num(opset ?? 0), md.config.numLayers, shape);
-  const { cached } = rewriteForGeneration(model, right ? "attention_mask" : undefined);
-  const stage = await stageModel(md.onnxPath);
-  // Weights stay where they are, read by offset from the original file (see extraction).
-  if (stage) rewriteWeightsInPlace(model, source, stage.sourceName);
-  const session = await createSession(encodeModel(model), stage, { device: o.device, threads: o.threads, spin: false });
-  const pastInputs = (added ? model.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!));
+  const opset = num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0);
+  const canAdd = !batchDependent && !right && !branch && shape !== undefined;
+  let added = false;
+  const openSession = async (m: ModelProto, addCache: boolean) => {
+    added = addCache && addKvCache(m.graph!, opset, md.config.numLayers, shape!);
+    const { cached } = rewriteForGeneration(m, right ? "attention_mask" : undefined);
+    const stage = await stageModel(md.onnxPath);
+    // Weights stay where they are, read by offset from the original file (see extraction).
+    if (stage) rewriteWeightsInPlace(m, source, stage.sourceName);
+    const session = await createSession(encodeModel(m), stage, { device: o.device, threads: o.threads, spin: false });
+    const pastInputs = (added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!));
+    return { session, cached: cached && pastInputs.length > 0, pastInputs };
+  };
+  let opened: Awaited<ReturnType<typeof openSession>>;
+  try {
+    opened = await openSession(model, canAdd);
+  } catch (err) {
+    // An added cache onnxruntime refuses (its tensors typed unlike the graph's keys) leaves the graph as exported.
+    if (!added || !(err instanceof ModelLoadError)) throw err;
+    opened = await openSession(decodeModel(source), false);
+  }
+  const { session, pastInputs } = opened;
   const modelName = o.model ?? defaultModelName(o.modelDir);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
   const decodeWith = (batch: number[][], useCache: boolean, newTokens: number) =>
     decodeBatch(session, batch, tokenizer.padId, eos, newTokens, useCache, pastInputs, inputs.has("position_ids"), right ? rightPad : leftPad, branch);
-  let useCache = cached && pastInputs.length > 0;
+  let useCache = opened.cached;
   if (added) {
     useCache = await addedCacheAgrees(decodeWith, tokens);
     log(useCache ? "the model has no KV cache: decoding with one added to the graph" : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step", "info");

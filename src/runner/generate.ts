@@ -4,7 +4,9 @@
  * GroupQueryAttention graphs, as the graph style says), under the decoding
  * rules of contracts.md §4 (see decoding.ts). The graph is rewritten so that
  * the LM head runs on each row's next-token position only and the argmax
- * happens inside it; models with KV-cache inputs decode with the cache, others
+ * happens inside it; models with KV-cache inputs decode with the cache. Models
+ * without one get a cache added to the graph (add-cache.ts), used only where it
+ * gives the tokens full recomputation gives on a few prompts; otherwise they
  * recompute the whole sequence each step. Graphs that quantize activations per
  * tensor decode one row at a time.
  *
@@ -28,15 +30,16 @@ import { acquireLock } from "../store/lock.js";
 import { syncDir } from "../util/fs.js";
 import { leftPad, planBatches, rightPad } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
+import { addKvCache, attentionShape } from "./add-cache.js";
 import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
 import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput, pastFor } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
-import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
+import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
 import { graphFormat } from "./model-report.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
 import { breakBatchingForTest } from "./self-check.js";
-import { createSession, stageModel, type ModelRunOptions } from "./session.js";
+import { createSession, ModelLoadError, stageModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
 
@@ -45,6 +48,8 @@ const NEXT_TOKEN = "hsm_next_token";
 const SORT_WINDOW = 256;
 /** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
 const FAILURES_BEFORE_STOP = 8;
+/** New tokens an added KV cache must agree on with full recomputation before it is used. */
+const CACHE_PROBE_TOKENS = 4;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
@@ -227,19 +232,44 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const right = plan.paddingSide === "right";
   if (right && !inputs.has("attention_mask")) throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
   // Activations quantized per tensor make a row's tokens depend on its batch: such graphs decode one row at a time.
-  const rowsPerRun = graphFormat(model.graph!).batchDependent ? 1 : batchSize;
-  const { cached } = rewriteForGeneration(model, right ? "attention_mask" : undefined);
-  const stage = await stageModel(md.onnxPath);
-  // Weights stay where they are, read by offset from the original file (see extraction).
-  if (stage) rewriteWeightsInPlace(model, source, stage.sourceName);
-  const session = await createSession(encodeModel(model), stage, { device: o.device, threads: o.threads });
-  const pastInputs = [...inputs.values()].filter((v) => isPastInput(v.name!));
+  const batchDependent = graphFormat(model.graph!).batchDependent;
+  const rowsPerRun = batchDependent ? 1 : batchSize;
+  const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
+  // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
+  const shape = attentionShape(md.config.raw);
+  const opset = num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0);
+  const canAdd = !batchDependent && !right && !branch && shape !== undefined;
+  let added = false;
+  const openSession = async (m: ModelProto, addCache: boolean) => {
+    added = addCache && addKvCache(m.graph!, opset, md.config.numLayers, shape!);
+    const { cached } = rewriteForGeneration(m, right ? "attention_mask" : undefined);
+    const stage = await stageModel(md.onnxPath);
+    // Weights stay where they are, read by offset from the original file (see extraction).
+    if (stage) rewriteWeightsInPlace(m, source, stage.sourceName);
+    const session = await createSession(encodeModel(m), stage, { device: o.device, threads: o.threads, spin: false });
+    const pastInputs = (added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!));
+    return { session, cached: cached && pastInputs.length > 0, pastInputs };
+  };
+  let opened: Awaited<ReturnType<typeof openSession>>;
+  try {
+    opened = await openSession(model, canAdd);
+  } catch (err) {
+    // An added cache onnxruntime refuses (its tensors typed unlike the graph's keys) leaves the graph as exported.
+    if (!added || !(err instanceof ModelLoadError)) throw err;
+    opened = await openSession(decodeModel(source), false);
+  }
+  const { session, pastInputs } = opened;
   const modelName = o.model ?? defaultModelName(o.modelDir);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
-  const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
-  const decode = (batch: number[][]) =>
-    decodeBatch(session, batch, tokenizer.padId, eos, maxNew, cached, pastInputs, inputs.has("position_ids"), right ? rightPad : leftPad, branch);
+  const decodeWith = (batch: number[][], useCache: boolean, newTokens: number) =>
+    decodeBatch(session, batch, tokenizer.padId, eos, newTokens, useCache, pastInputs, inputs.has("position_ids"), right ? rightPad : leftPad, branch);
+  let useCache = opened.cached;
+  if (added) {
+    useCache = await addedCacheAgrees(decodeWith, tokens);
+    log(useCache ? "the model has no KV cache: decoding with one added to the graph" : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step", "info");
+  }
+  const decode = (batch: number[][]) => decodeWith(batch, useCache, maxNew);
 
   await mkdir(dirname(o.out), { recursive: true });
   // One writer per generations file.
@@ -327,6 +357,27 @@ function planAll(tokens: number[][], batchSize: number): number[][] {
 }
 
 /**
+ * Whether a KV cache added to the graph gives the tokens of full
+ * recomputation: the shortest prompt and one of another length (so that left
+ * padding is exercised) are decoded both ways for a few tokens. A cache that
+ * fails to run does not agree.
+ */
+async function addedCacheAgrees(decodeWith: (batch: number[][], useCache: boolean, newTokens: number) => Promise<number[][]>, tokens: number[][]): Promise<boolean> {
+  const order = tokens.map((_, i) => i).sort((a, b) => tokens[a]!.length - tokens[b]!.length || a - b);
+  if (order.length === 0) return false;
+  const shortest = order[0]!;
+  const other = order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
+  const probe = [...new Set([shortest, other])].map((i) => tokens[i]!);
+  try {
+    const withCache = await decodeWith(probe, true, CACHE_PROBE_TOKENS);
+    const recomputed = await decodeWith(probe, false, CACHE_PROBE_TOKENS);
+    return JSON.stringify(withCache) === JSON.stringify(recomputed);
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Runs a batch; when it fails, runs each wanted row alone so that one bad row
  * costs only itself. Per row: the generated ids, the error it failed with, or
  * undefined for rows not wanted.
@@ -364,6 +415,7 @@ async function decodeBatch(
   padId: number,
   eos: ReadonlySet<number>,
   maxNew: number,
+  /** Whether steps after the first read the cache (else every step recomputes the whole sequence, with empty past inputs). */
   cached: boolean,
   pastInputs: ValueInfoProto[],
   wantsPositions: boolean,
@@ -393,7 +445,7 @@ async function decodeBatch(
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor("int64", ids, [B, idsLen]),
       attention_mask: new ort.Tensor("int64", mask, [B, maskLen]),
-      ...(cached ? past : {}),
+      ...past,
     };
     if (wantsPositions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
     if (cacheBranch) feeds[cacheBranch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);

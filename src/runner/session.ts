@@ -53,6 +53,12 @@ export interface SessionOptions {
   device?: Device;
   /** Intra-op threads; default: onnxruntime's choice (the core count). */
   threads?: number;
+  /**
+   * False: idle intra-op threads sleep instead of spinning. For many short
+   * runs (a decoding step each), where spinning threads take the cores from
+   * the thread that prepares the next run and from other processes.
+   */
+  spin?: boolean;
 }
 
 export const CUDA_HELP =
@@ -147,6 +153,7 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
     graphOptimizationLevel: "all",
     logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
+    ...(options.spin === false ? { extra: { session: { intra_op: { allow_spinning: "0" } } } } : {}),
   };
   try {
     if (!stage) return await ort.InferenceSession.create(bytes, sessionOptions);

@@ -25,6 +25,7 @@ export interface FoldProblem {
 export interface ProbeOptions {
   c: number;
   maxIterations?: number;
+  /** L-BFGS's memory: curvature pairs kept (default 20; on the benchmark's layers 20 takes a tenth fewer passes than 10). */
   history?: number;
   /**
    * How the rows given were prepared from the raw ones: h' = (h − mean) / scale.
@@ -71,7 +72,7 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
   const K = folds.length;
   const C = o.c;
   const maxIt = o.maxIterations ?? PROBE_MAX_ITERATIONS;
-  const m = o.history ?? 10;
+  const m = o.history ?? 20;
 
   // Per-fold standardization statistics and training masks.
   const { sum: mean, sumSquares } = (o.kernels ?? typescriptKernels).foldMoments(h, d, folds.map((f) => f.train));

@@ -109,6 +109,23 @@ function layout(data: LayerData, K: number, key: string): Layout {
   return { key, labelled: Int32Array.from(labelled), anchors, ya, folds, foldOf, groups, groupOf, factOf, pooledFactOf };
 }
 
+/**
+ * `rows` (ascending) ordered by (score, row): the scores sorted by the typed array's own sort, each row then
+ * taking the next free place in its score's run, in row order.
+ */
+function orderByScore(rows: Int32Array, score: Float64Array): Int32Array {
+  const sorted = Float64Array.from(rows, (r) => score[r]!).sort();
+  const next = new Map<number, number>();
+  for (let i = sorted.length - 1; i >= 0; i--) next.set(sorted[i]!, i);
+  const out = new Int32Array(rows.length);
+  for (const r of rows) {
+    const at = next.get(score[r]!)!;
+    out[at] = r;
+    next.set(score[r]!, at + 1);
+  }
+  return out;
+}
+
 export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
   const { layer, n: N, d, h, finite, kernels: k } = data;
   const y = data.labels!;
@@ -172,7 +189,7 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
 
   // One sort of every labelled row by (score, row); each group takes its rows in that order, with
   // runs of equal scores marked. Bootstrap replicates then reweight facts in one pass over each group.
-  const sortedRows = labelled.slice().sort((a, b) => score[a]! - score[b]! || a - b);
+  const sortedRows = orderByScore(labelled, score);
   const sorted = groups.map((g) => ({ fact: new Int32Array(g.rows.length), label: new Uint8Array(g.rows.length), ties: [] as number[], at: 0, last: NaN }));
   const place = (o: (typeof sorted)[number], r: number, fact: number) => {
     if (o.at === 0 || score[r] !== o.last) o.ties.push(o.at);

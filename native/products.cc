@@ -129,9 +129,9 @@ __attribute__((target("avx512f"))) inline double LaneSum(__m512 acc) {
 
 // Register tiles for the logistic pass. Margins: four rows against up to five
 // weight columns, each 16-float step of a row feeding every column and each
-// step of a column feeding the four rows. Tails of d are masked loads and
-// stores. The columns are a parameter pack, so that every accumulator has a
-// constant index and stays in a register.
+// step of a column feeding the four rows. Tails of d are masked loads. The
+// columns are a parameter pack, so that every accumulator has a constant
+// index and stays in a register.
 template <size_t... J>
 __attribute__((target("avx512f"))) inline void MarginTile(const float* const* rows, const float* vf, size_t d, double* out /* 4 x J */,
                                                            std::index_sequence<J...>) {

@@ -29,7 +29,7 @@ export interface KtsRow {
   excluded_nonfinite: number;
 }
 
-/** One reported group of labelled rows: its family's rows in row order, each row's fact as a dense id. */
+/** One reported group of labelled rows: a family's rows (or, for `all`, every non-anchor row) in row order. */
 interface Group {
   family: string;
   rows: Int32Array;
@@ -42,10 +42,11 @@ interface Group {
 
 /**
  * What a layer's KTS needs that depends only on which rows are labelled and finite, not on the
- * layer's values: the same for every layer whose rows are all finite, so built once and kept.
+ * layer's values: the same for every layer with the same non-finite rows (usually none), so built
+ * once and kept across layers.
  */
 interface Layout {
-  /** The non-finite rows it was built for. */
+  /** The fold count and the non-finite rows it was built for. */
   key: string;
   labelled: Int32Array;
   anchors: Int32Array;

@@ -101,6 +101,9 @@ class Rng {
     if (n < (size_t{1} << 21)) return static_cast<size_t>((static_cast<uint64_t>(u) * n) >> 32);
     return static_cast<size_t>(static_cast<int64_t>(static_cast<double>(u) * 0x1p-32 * static_cast<double>(n)));
   }
+  // The four state words, for lanes that run this generator's steps side by side.
+  void State(uint32_t out[4]) const { out[0] = a_, out[1] = b_, out[2] = c_, out[3] = d_; }
+
   // The generator as it will be after `steps` more draws (each draw is one step).
   void Skip(uint64_t steps) {
     uint32_t s[4] = {a_, b_, c_, d_};
@@ -168,6 +171,8 @@ size_t ThreadsFor(size_t work, size_t b, int threads) {
 // double operation is exact and each lane equals Auroc() on its own counts.
 // (The masked conversions do what plain ones do, without GCC 12's false warning.)
 constexpr size_t kLanes = 16;
+// Below this many items a draw is the high half of a 32 x 32-bit product (Rng::Int).
+constexpr size_t kLaneItems = size_t{1} << 21;
 
 __attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const int32_t* weight, double* out) {
   const __m512d half = _mm512_set1_pd(0.5);
@@ -224,33 +229,126 @@ __attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const i
   }
 }
 
-// Replicates [first, last) sixteen at a time, drawn from `rng` (already at replicate `first`).
+// Sixteen generators side by side, lane l the generator of one replicate: its
+// state is the sequential stream's at that replicate's first draw, so lane l
+// draws what Draw() would for it. Below 2^21 items Int(n) is the high half of
+// u32 * n, which the even/odd 32 x 32 -> 64 multiplies give exactly.
+class RngLanes {
+ public:
+  // Lane l starts `starts[l]` replicates of n draws after `rng`.
+  RngLanes(const Rng& rng, const size_t* starts, size_t n) {
+    for (size_t l = 0; l < kLanes; l++) {
+      Rng lane = rng;
+      lane.Skip(static_cast<uint64_t>(starts[l]) * n);
+      uint32_t w[4];
+      lane.State(w);
+      for (int k = 0; k < 4; k++) s_[k][l] = w[k];
+    }
+  }
+
+  // One replicate per lane: n draws of Int(n), each lane's counts added to
+  // weight[f * 16 + l] (which the caller has zeroed).
+  __attribute__((target("avx512f"))) void Draw(size_t n, int32_t* weight) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i nv = _mm512_set1_epi64(static_cast<long long>(n));
+    const __m512i five = _mm512_set1_epi32(5), nine = _mm512_set1_epi32(9);
+    __m512i a = _mm512_load_si512(s_[0]), b = _mm512_load_si512(s_[1]), c = _mm512_load_si512(s_[2]), d = _mm512_load_si512(s_[3]);
+    alignas(64) int32_t at[kLanes];
+    // (The zero-masked forms do what the plain ones do, without GCC 12's false uninitialized warning.)
+    constexpr __mmask16 all = 0xffff;
+    constexpr __mmask8 all64 = 0xff;
+    for (size_t i = 0; i < n; i++) {
+      const __m512i u = _mm512_mullo_epi32(_mm512_maskz_rol_epi32(all, _mm512_mullo_epi32(b, five), 7), nine);
+      const __m512i t = _mm512_maskz_slli_epi32(all, b, 9);
+      c = _mm512_xor_si512(c, a);
+      d = _mm512_xor_si512(d, b);
+      b = _mm512_xor_si512(b, c);
+      a = _mm512_xor_si512(a, d);
+      c = _mm512_xor_si512(c, t);
+      d = _mm512_maskz_rol_epi32(all, d, 11);
+      const __m512i even = _mm512_maskz_srli_epi64(all64, _mm512_maskz_mul_epu32(all64, u, nv), 32);
+      const __m512i odd = _mm512_maskz_mul_epu32(all64, _mm512_maskz_srli_epi64(all64, u, 32), nv);
+      const __m512i item = _mm512_mask_blend_epi32(0xAAAA, even, odd);
+      _mm512_store_si512(at, _mm512_add_epi32(_mm512_maskz_slli_epi32(all, item, 4), lane));
+      for (size_t l = 0; l < kLanes; l++) weight[at[l]]++;
+    }
+    _mm512_store_si512(s_[0], a);
+    _mm512_store_si512(s_[1], b);
+    _mm512_store_si512(s_[2], c);
+    _mm512_store_si512(s_[3], d);
+  }
+
+ private:
+  alignas(64) uint32_t s_[4][kLanes];
+};
+
+// Replicates [first, last) split into sixteen runs of consecutive replicates,
+// one per lane; step t draws replicate t of every run at once. `rng` is at
+// replicate `first`. fn(weight, replicate of each lane or -1) then reads the
+// counts, weight[f * 16 + l] for fact f in lane l.
+template <typename Fn>
+void LaneReplicates(Rng rng, size_t first, size_t last, size_t n, Fn fn) {
+  const size_t count = last - first;
+  size_t starts[kLanes], ends[kLanes];
+  for (size_t l = 0; l < kLanes; l++) starts[l] = count * l / kLanes, ends[l] = count * (l + 1) / kLanes;
+  RngLanes lanes(rng, starts, n);
+  std::vector<int32_t> weight(n * kLanes);
+  int64_t replicate[kLanes];
+  for (size_t t = 0; t < (count + kLanes - 1) / kLanes; t++) {
+    std::fill(weight.begin(), weight.end(), 0);
+    lanes.Draw(n, weight.data());
+    for (size_t l = 0; l < kLanes; l++) replicate[l] = starts[l] + t < ends[l] ? static_cast<int64_t>(first + starts[l] + t) : -1;
+    fn(weight.data(), replicate);
+  }
+}
+
+// Replicates [first, last), sixteen at a time, drawn from `rng` (already at replicate `first`).
 void BootstrapAurocLanes(Rng rng, size_t first, size_t last, const SortedGroup& group, double* out,
                          const SortedGroup* paired, const int32_t* to_paired, double* paired_out) {
   const size_t n = group.n_facts;
   const size_t pn = paired ? paired->n_facts : 0;
-  std::vector<int32_t> counts(n), weight(n * kLanes), paired_weight(pn * kLanes);
+  std::vector<int32_t> paired_weight(pn * kLanes);
   double lanes[kLanes];
-  for (size_t r0 = first; r0 < last; r0 += kLanes) {
-    const size_t nl = std::min(kLanes, last - r0);
-    std::fill(weight.begin(), weight.end(), 0);
-    for (size_t l = 0; l < nl; l++) {
-      Draw(rng, counts);
-      for (size_t f = 0; f < n; f++) weight[f * kLanes + l] = counts[f];
-    }
-    AurocLanes(group, weight.data(), lanes);
-    std::copy(lanes, lanes + nl, out + r0);
-    if (!paired) continue;
+  LaneReplicates(rng, first, last, n, [&](const int32_t* weight, const int64_t* replicate) {
+    AurocLanes(group, weight, lanes);
+    for (size_t l = 0; l < kLanes; l++)
+      if (replicate[l] >= 0) out[replicate[l]] = lanes[l];
+    if (!paired) return;
     std::fill(paired_weight.begin(), paired_weight.end(), 0);
     for (size_t f = 0; f < n; f++) {
       if (to_paired[f] < 0) continue;
       int32_t* dst = paired_weight.data() + static_cast<size_t>(to_paired[f]) * kLanes;
-      const int32_t* src = weight.data() + f * kLanes;
+      const int32_t* src = weight + f * kLanes;
       for (size_t l = 0; l < kLanes; l++) dst[l] += src[l];
     }
     AurocLanes(*paired, paired_weight.data(), lanes);
-    std::copy(lanes, lanes + nl, paired_out + r0);
+    for (size_t l = 0; l < kLanes; l++)
+      if (replicate[l] >= 0) paired_out[replicate[l]] = lanes[l];
+  });
+}
+
+// Per lane, sum_f count_f * values[f] in f order (a product, then a sum, as the scalar loop does).
+__attribute__((target("avx512f"))) void MeanSums(const int32_t* weight, const double* values, size_t n, double* sums) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (size_t f = 0; f < n; f++) {
+    const int32_t* c = weight + f * kLanes;
+    const __m512d v = _mm512_set1_pd(values[f]);
+    const __m512d c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+    const __m512d c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 8)));
+    s0 = _mm512_add_pd(s0, _mm512_mul_pd(c0, v));
+    s1 = _mm512_add_pd(s1, _mm512_mul_pd(c1, v));
   }
+  _mm512_storeu_pd(sums, s0);
+  _mm512_storeu_pd(sums + 8, s1);
+}
+
+void BootstrapMeanLanes(Rng rng, size_t first, size_t last, const double* values, size_t n, double* out) {
+  double sums[kLanes];
+  LaneReplicates(rng, first, last, n, [&](const int32_t* weight, const int64_t* replicate) {
+    MeanSums(weight, values, n, sums);
+    for (size_t l = 0; l < kLanes; l++)
+      if (replicate[l] >= 0) out[replicate[l]] = sums[l] / static_cast<double>(n);
+  });
 }
 #endif
 
@@ -262,6 +360,9 @@ void BootstrapMean(uint32_t seed, uint32_t stream, const double* values, size_t 
   Shares(b, ThreadsFor(n * b, b, threads), [&](size_t first, size_t last) {
     Rng rng = start;
     rng.Skip(static_cast<uint64_t>(first) * n);
+#if defined(__x86_64__)
+    if (HasAvx512() && n < kLaneItems) return BootstrapMeanLanes(rng, first, last, values, n, out);
+#endif
     std::vector<int32_t> counts(n);
     for (size_t r = first; r < last; r++) {
       Draw(rng, counts);
@@ -282,7 +383,7 @@ void BootstrapAuroc(uint32_t seed, uint32_t stream, const SortedGroup& group, si
     Rng rng = start;
     rng.Skip(static_cast<uint64_t>(first) * n);
 #if defined(__x86_64__)
-    if (HasAvx512()) return BootstrapAurocLanes(rng, first, last, group, out, paired, to_paired, paired_out);
+    if (HasAvx512() && n < kLaneItems) return BootstrapAurocLanes(rng, first, last, group, out, paired, to_paired, paired_out);
 #endif
     std::vector<int32_t> counts(n);
     std::vector<int32_t> paired_weights(paired ? paired->n_facts : 0);

@@ -391,15 +391,16 @@ napi_value StandardizeRows(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
-// addMoments(h, rows, d, sum, sumSquares)
+// addMoments(h, rows, d, sum, sumSquares, threads)
 napi_value AddMoments(napi_env env, napi_callback_info info) {
-  napi_value argv[5];
+  napi_value argv[6];
   View h, rows, sum, sum_squares;
-  size_t d;
-  if (!GetArgs(env, info, 5, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+  size_t d, threads;
+  if (!GetArgs(env, info, 6, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
       !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) || !GetCount(env, argv[2], "Expected d", &d) ||
       !GetTyped(env, argv[3], napi_float64_array, "Expected Float64Array for sum", &sum) ||
-      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for sumSquares", &sum_squares)) {
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for sumSquares", &sum_squares) ||
+      !GetCount(env, argv[5], "Expected a thread count", &threads)) {
     return nullptr;
   }
   if (d == 0 || sum.length < d || sum_squares.length < d) {
@@ -408,7 +409,7 @@ napi_value AddMoments(napi_env env, napi_callback_info info) {
   }
   if (!RowsBelow(env, rows, h.length / d, "Expected rows inside h")) return nullptr;
   hsm::AddMoments(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
-                  static_cast<double*>(sum.data), static_cast<double*>(sum_squares.data));
+                  static_cast<double*>(sum.data), static_cast<double*>(sum_squares.data), Threads(threads));
   return nullptr;
 }
 

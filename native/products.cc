@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -117,62 +118,77 @@ inline LogisticTerms Logistic(double m) {
 }
 
 #ifdef HSM_X86
-// Register tiles for the logistic pass: R rows against J weight columns.
-// Margins: each 16-float step of a row feeds J accumulators; each step of a
-// column feeds R. Gradient: each step of a gradient column takes R rows'
-// shares at once. Tails of d are masked loads and stores.
-template <int R, int J>
-__attribute__((target("avx512f"))) inline void MarginTile(const float* const* rows, const float* vf, size_t d, double* out /* R x J */) {
-  __m512 acc[R][J];
-  for (int r = 0; r < R; r++)
-    for (int j = 0; j < J; j++) acc[r][j] = _mm512_setzero_ps();
+// The sixteen lanes summed in double, first to last.
+__attribute__((target("avx512f"))) inline double LaneSum(__m512 acc) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  double s = 0;
+  for (float l : lanes) s += l;
+  return s;
+}
+
+// Register tiles for the logistic pass. Margins: four rows against up to five
+// weight columns, each 16-float step of a row feeding every column and each
+// step of a column feeding the four rows. Tails of d are masked loads. The
+// columns are a parameter pack, so that every accumulator has a constant
+// index and stays in a register.
+template <size_t... J>
+__attribute__((target("avx512f"))) inline void MarginTile(const float* const* rows, const float* vf, size_t d, double* out /* 4 x J */,
+                                                           std::index_sequence<J...>) {
+  constexpr size_t kJ = sizeof...(J);
+  __m512 a0[kJ] = {((void)J, _mm512_setzero_ps())...};
+  __m512 a1[kJ] = {((void)J, _mm512_setzero_ps())...};
+  __m512 a2[kJ] = {((void)J, _mm512_setzero_ps())...};
+  __m512 a3[kJ] = {((void)J, _mm512_setzero_ps())...};
+  for (size_t c = 0; c < d; c += 16) {
+    const __mmask16 m = d - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (d - c)) - 1);
+    const __m512 x0 = _mm512_maskz_loadu_ps(m, rows[0] + c), x1 = _mm512_maskz_loadu_ps(m, rows[1] + c);
+    const __m512 x2 = _mm512_maskz_loadu_ps(m, rows[2] + c), x3 = _mm512_maskz_loadu_ps(m, rows[3] + c);
+    const __m512 v[kJ] = {_mm512_maskz_loadu_ps(m, vf + J * d + c)...};
+    ((a0[J] = _mm512_fmadd_ps(x0, v[J], a0[J])), ...);
+    ((a1[J] = _mm512_fmadd_ps(x1, v[J], a1[J])), ...);
+    ((a2[J] = _mm512_fmadd_ps(x2, v[J], a2[J])), ...);
+    ((a3[J] = _mm512_fmadd_ps(x3, v[J], a3[J])), ...);
+  }
+  ((out[0 * kJ + J] = LaneSum(a0[J])), ...);
+  ((out[1 * kJ + J] = LaneSum(a1[J])), ...);
+  ((out[2 * kJ + J] = LaneSum(a2[J])), ...);
+  ((out[3 * kJ + J] = LaneSum(a3[J])), ...);
+}
+
+// Gradient shares of R rows for all k columns, g[j * R + r] for row r and
+// column j: each 16-float step of the rows is loaded once and feeds every
+// column, whose partial sums take the rows in order (as one row at a time would).
+template <int R>
+__attribute__((target("avx512f"))) inline void GradientRows(const float* const* rows, const float* g, size_t d, size_t k, float* grad) {
   for (size_t c = 0; c < d; c += 16) {
     const __mmask16 m = d - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (d - c)) - 1);
     __m512 x[R];
     for (int r = 0; r < R; r++) x[r] = _mm512_maskz_loadu_ps(m, rows[r] + c);
-    for (int j = 0; j < J; j++) {
-      const __m512 v = _mm512_maskz_loadu_ps(m, vf + j * d + c);
-      for (int r = 0; r < R; r++) acc[r][j] = _mm512_fmadd_ps(x[r], v, acc[r][j]);
-    }
-  }
-  alignas(64) float lanes[16];
-  for (int r = 0; r < R; r++) {
-    for (int j = 0; j < J; j++) {
-      _mm512_store_ps(lanes, acc[r][j]);
-      double s = 0;
-      for (float l : lanes) s += l;
-      out[r * J + j] = s;
+    for (size_t j = 0; j < k; j++) {
+      float* out = grad + j * d + c;
+      __m512 acc = _mm512_maskz_loadu_ps(m, out);
+      for (int r = 0; r < R; r++) acc = _mm512_fmadd_ps(_mm512_set1_ps(g[j * R + r]), x[r], acc);
+      _mm512_mask_storeu_ps(out, m, acc);
     }
   }
 }
 
-template <int R>
-__attribute__((target("avx512f"))) inline void GradientTile(const float* const* rows, const float* g /* R */, size_t d, float* grad) {
-  __m512 gr[R];
-  for (int r = 0; r < R; r++) gr[r] = _mm512_set1_ps(g[r]);
-  for (size_t c = 0; c < d; c += 16) {
-    const __mmask16 m = d - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (d - c)) - 1);
-    __m512 acc = _mm512_maskz_loadu_ps(m, grad + c);
-    for (int r = 0; r < R; r++) acc = _mm512_fmadd_ps(gr[r], _mm512_maskz_loadu_ps(m, rows[r] + c), acc);
-    _mm512_mask_storeu_ps(grad + c, m, acc);
-  }
-}
-
-// Margins of R rows against all k columns, J columns at a time.
-template <int R>
-__attribute__((target("avx512f"))) void Margins(const float* const* rows, const float* vf, size_t d, size_t k, double* out /* R x k */) {
-  double tile[R * 4];
+// Margins of four rows against all k columns, up to five columns at a time
+// (one fold each; every margin is summed the same way whatever the tile's width).
+__attribute__((target("avx512f"))) void Margins4(const float* const* rows, const float* vf, size_t d, size_t k, double* out /* 4 x k */) {
+  double tile[4 * 5];
   for (size_t j0 = 0; j0 < k;) {
-    const size_t left = k - j0;
-    const int J = left >= 4 ? 4 : static_cast<int>(left);
+    const size_t J = std::min<size_t>(5, k - j0);
     switch (J) {
-      case 4: MarginTile<R, 4>(rows, vf + j0 * d, d, tile); break;
-      case 3: MarginTile<R, 3>(rows, vf + j0 * d, d, tile); break;
-      case 2: MarginTile<R, 2>(rows, vf + j0 * d, d, tile); break;
-      default: MarginTile<R, 1>(rows, vf + j0 * d, d, tile); break;
+      case 5: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<5>()); break;
+      case 4: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<4>()); break;
+      case 3: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<3>()); break;
+      case 2: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<2>()); break;
+      default: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<1>()); break;
     }
-    for (int r = 0; r < R; r++)
-      for (int j = 0; j < J; j++) out[r * k + j0 + j] = tile[r * J + j];
+    for (size_t r = 0; r < 4; r++)
+      for (size_t j = 0; j < J; j++) out[r * k + j0 + j] = tile[r * J + j];
     j0 += J;
   }
 }
@@ -203,20 +219,25 @@ void LogisticPass(const float* h, size_t n, size_t d, const double* v, const dou
     p.grad.assign(k * d, 0.0f);
     p.loss.assign(k, 0.0);
     p.gsum.assign(k, 0.0);
-    constexpr size_t kTile = 4;
+    // Rows eight at a time, read from memory once: their margins (four-row register tiles), then their
+    // gradient shares while they are in cache.
+    constexpr size_t kTile = 8, kMarginTile = 4;
     std::vector<double> margin(kTile * k);
     std::vector<float> g(k * kTile);
-    // Rows a tile at a time, read from memory once: their margins, then their gradient shares while they are in cache.
     for (size_t i0 = begin; i0 < end; i0 += kTile) {
       const size_t nr = std::min(kTile, end - i0);
       const float* rows[kTile];
       for (size_t r = 0; r < nr; r++) rows[r] = h + (i0 + r) * d;
+      for (size_t r0 = 0; r0 < nr; r0 += kMarginTile) {
 #ifdef HSM_X86
-      if (tiles && nr == kTile) Margins<kTile>(rows, vf.data(), d, k, margin.data());
-      else
+        if (tiles && nr - r0 >= kMarginTile) {
+          Margins4(rows + r0, vf.data(), d, k, margin.data() + r0 * k);
+          continue;
+        }
 #endif
-        for (size_t r = 0; r < nr; r++)
+        for (size_t r = r0; r < nr; r++)
           for (size_t j = 0; j < k; j++) margin[r * k + j] = dot(rows[r], vf.data() + j * d, d);
+      }
       for (size_t r = 0; r < nr; r++) {
         const size_t i = i0 + r;
         const double sign = y[i] ? 1.0 : -1.0;
@@ -231,13 +252,13 @@ void LogisticPass(const float* h, size_t n, size_t d, const double* v, const dou
           g[j * kTile + r] = static_cast<float>(gi);
         }
       }
-      for (size_t j = 0; j < k; j++) {
 #ifdef HSM_X86
-        if (tiles && nr == kTile) {
-          GradientTile<kTile>(rows, g.data() + j * kTile, d, p.grad.data() + j * d);
-          continue;
-        }
+      if (tiles && nr == kTile) {
+        GradientRows<kTile>(rows, g.data(), d, k, p.grad.data());
+        continue;
+      }
 #endif
+      for (size_t j = 0; j < k; j++) {
         for (size_t r = 0; r < nr; r++) {
           if (g[j * kTile + r] != 0) axpy(g[j * kTile + r], rows[r], p.grad.data() + j * d, d);
         }

@@ -25,13 +25,26 @@ constexpr size_t kRows = 8;       // rows per micro-tile
 // Anchors packed panel by panel: panel p holds anchors [16p, 16p+16) transposed,
 // so that for each k the 16 values a[16p + j][k] are contiguous. Missing anchors
 // past the end are zero and never counted.
-std::unique_ptr<float[]> Pack(const float* a, size_t n_anchors, size_t d, size_t* n_panels) {
+// fn(begin, end) over [0, n) in up to `threads` contiguous shares, one thread each.
+template <typename Fn>
+void Shares(size_t n, int threads, Fn fn) {
+  const size_t nt = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, threads)), n));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < nt; t++) pool.emplace_back(fn, n * t / nt, n * (t + 1) / nt);
+  fn(0, n / nt);
+  for (auto& th : pool) th.join();
+}
+
+// Panels of kPanel anchors, each threads' share of panels written by it.
+std::unique_ptr<float[]> Pack(const float* a, size_t n_anchors, size_t d, size_t* n_panels, int threads) {
   *n_panels = (n_anchors + kPanel - 1) / kPanel;
   std::unique_ptr<float[]> packed(new float[*n_panels * kPanel * d]());
-  for (size_t g = 0; g < n_anchors; g++) {
-    float* panel = packed.get() + (g / kPanel) * kPanel * d;
-    for (size_t k = 0; k < d; k++) panel[k * kPanel + g % kPanel] = a[g * d + k];
-  }
+  Shares(*n_panels, threads, [&](size_t p0, size_t p1) {
+    for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
+      float* panel = packed.get() + (g / kPanel) * kPanel * d;
+      for (size_t k = 0; k < d; k++) panel[k * kPanel + g % kPanel] = a[g * d + k];
+    }
+  });
   return packed;
 }
 
@@ -202,21 +215,24 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
 
 void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_anchors, size_t d,
                         const int32_t* own, float* own_score, int32_t* above, int threads, bool allow_bf16) {
-  // Own scores first, in the same float32 arithmetic the tiles use for everything else.
-  for (size_t r = 0; r < n_rows; r++) {
-    above[r] = 0;
-    if (own[r] < 0) {
-      own_score[r] = 0;
-      continue;
+  // Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
+  // across threads, each row's sum in order on one thread).
+  Shares(n_rows, n_rows >= 256 ? threads : 1, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; r++) {
+      above[r] = 0;
+      if (own[r] < 0) {
+        own_score[r] = 0;
+        continue;
+      }
+      const float* xr = x + r * d;
+      const float* ar = a + static_cast<size_t>(own[r]) * d;
+      float s = 0;
+      for (size_t k = 0; k < d; k++) s += xr[k] * ar[k];
+      own_score[r] = s;
     }
-    const float* xr = x + r * d;
-    const float* ar = a + static_cast<size_t>(own[r]) * d;
-    float s = 0;
-    for (size_t k = 0; k < d; k++) s += xr[k] * ar[k];
-    own_score[r] = s;
-  }
+  });
   size_t n_panels = 0;
-  const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels);
+  const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels, threads);
 #ifdef HSM_X86
   static const bool has_bf16 = HasAvx512Bf16();
   const bool bf16 = has_bf16 && allow_bf16;
@@ -224,14 +240,16 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
     const size_t dp = (d + 1) / 2;
     std::unique_ptr<uint32_t[]> packed_bf(new uint32_t[n_panels * kPanel * dp]());
-    for (size_t g = 0; g < n_anchors; g++) {
-      uint32_t* panel = packed_bf.get() + (g / kPanel) * kPanel * dp;
-      for (size_t k = 0; k < dp; k++) {
-        const uint32_t lo = Bf16(a[g * d + 2 * k]);
-        const uint32_t hi = 2 * k + 1 < d ? Bf16(a[g * d + 2 * k + 1]) : 0;
-        panel[k * kPanel + g % kPanel] = lo | (hi << 16);
+    Shares(n_panels, threads, [&](size_t p0, size_t p1) {
+      for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
+        uint32_t* panel = packed_bf.get() + (g / kPanel) * kPanel * dp;
+        for (size_t k = 0; k < dp; k++) {
+          const uint32_t lo = Bf16(a[g * d + 2 * k]);
+          const uint32_t hi = 2 * k + 1 < d ? Bf16(a[g * d + 2 * k + 1]) : 0;
+          panel[k * kPanel + g % kPanel] = lo | (hi << 16);
+        }
       }
-    }
+    });
     // Rows in chunks handed out one at a time, so that a thread the machine slows down (other
     // processes on the same cores) takes fewer chunks instead of holding the others up at the end.
     // Each chunk (1 MB as bfloat16) stays in cache while every anchor block streams past it.

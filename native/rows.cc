@@ -1,5 +1,7 @@
 #include "rows.h"
 
+#include "cpu.h"
+
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -76,22 +78,89 @@ void AnchorCosines(const float* x, const int32_t* rows, size_t n_rows, const flo
   });
 }
 
+namespace {
+
+// fn(begin, end) over the columns [0, d) in up to `threads` blocks of whole 16-column steps: each
+// column's sums still run over the rows in order, on one thread.
+template <typename Fn>
+void SplitColumns(size_t n_rows, size_t d, int threads, Fn fn) {
+  const size_t steps = (d + 15) / 16;
+  const size_t nt = std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n_rows * d / (size_t{1} << 16) + 1, steps}));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < nt; t++) pool.emplace_back(fn, std::min(d, steps * t / nt * 16), std::min(d, steps * (t + 1) / nt * 16));
+  fn(0, std::min(d, steps / nt * 16));
+  for (auto& th : pool) th.join();
+}
+
+// The column loops below, each element's operations as written (no contraction, no reassociation),
+// so a wider vector only runs more columns at once: the AVX-512 copies give the portable ones' bits.
+template <typename Body>
+inline __attribute__((always_inline)) void RowSums(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, Body body) {
+  for (size_t i = 0; i < n_rows; i++) {
+    const float* row = h + static_cast<size_t>(rows[i]) * d;
+    for (size_t j = begin; j < end; j++) body(j, row[j]);
+  }
+}
+
+void MeanPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* mean) {
+  const double n = static_cast<double>(n_rows);
+  RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { mean[j] += v / n; });
+}
+void VariancePortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, const double* mean, double* var) {
+  const double n = static_cast<double>(n_rows);
+  RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) {
+    const double c = v - mean[j];
+    var[j] += c * c / n;
+  });
+}
+void MomentsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* sum, double* sum_squares) {
+  RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float f) {
+    const double v = f;
+    sum[j] += v;
+    sum_squares[j] += v * v;
+  });
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void MeanAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* mean) {
+  const double n = static_cast<double>(n_rows);
+  RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { mean[j] += v / n; });
+}
+__attribute__((target("avx512f"))) void VarianceAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, const double* mean,
+                                                       double* var) {
+  const double n = static_cast<double>(n_rows);
+  RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) {
+    const double c = v - mean[j];
+    var[j] += c * c / n;
+  });
+}
+__attribute__((target("avx512f"))) void MomentsAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* sum,
+                                                      double* sum_squares) {
+  RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float f) {
+    const double v = f;
+    sum[j] += v;
+    sum_squares[j] += v * v;
+  });
+}
+const auto kMean = HasAvx512() ? MeanAvx512 : MeanPortable;
+const auto kVariance = HasAvx512() ? VarianceAvx512 : VariancePortable;
+const auto kMoments = HasAvx512() ? MomentsAvx512 : MomentsPortable;
+#else
+const auto kMean = MeanPortable;
+const auto kVariance = VariancePortable;
+const auto kMoments = MomentsPortable;
+#endif
+
+}  // namespace
+
 void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean, double* scale,
                      int threads) {
-  const double n = static_cast<double>(n_rows);
   std::fill(mean, mean + d, 0.0);
   std::fill(scale, scale + d, 0.0);
-  for (size_t i = 0; i < n_rows; i++) {
-    const float* row = h + static_cast<size_t>(rows[i]) * d;
-    for (size_t j = 0; j < d; j++) mean[j] += row[j] / n;
-  }
-  for (size_t i = 0; i < n_rows; i++) {
-    const float* row = h + static_cast<size_t>(rows[i]) * d;
-    for (size_t j = 0; j < d; j++) {
-      const double c = row[j] - mean[j];
-      scale[j] += c * c / n;
-    }
-  }
+  SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) {
+    kMean(h, rows, n_rows, d, begin, end, mean);
+    kVariance(h, rows, n_rows, d, begin, end, mean, scale);
+  });
   for (size_t j = 0; j < d; j++) {
     scale[j] = std::sqrt(scale[j]);
     if (scale[j] == 0 || std::isnan(scale[j])) scale[j] = 1;  // JavaScript's `|| 1`
@@ -104,15 +173,8 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
   });
 }
 
-void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares) {
-  for (size_t i = 0; i < n_rows; i++) {
-    const float* row = h + static_cast<size_t>(rows[i]) * d;
-    for (size_t j = 0; j < d; j++) {
-      const double v = row[j];
-      sum[j] += v;
-      sum_squares[j] += v * v;
-    }
-  }
+void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares, int threads) {
+  SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) { kMoments(h, rows, n_rows, d, begin, end, sum, sum_squares); });
 }
 
 }  // namespace hsm

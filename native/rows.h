@@ -22,7 +22,8 @@ void AnchorCosines(const float* x, const int32_t* rows, size_t n_rows, const flo
 void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean, double* scale,
                      int threads);
 
-// Adds the rows `rows` of h, and their squares, into sum and sum_squares (d each), in row order.
-void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares);
+// Adds the rows `rows` of h, and their squares, into sum and sum_squares (d each), in row order
+// (threads take blocks of columns).
+void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares, int threads);
 
 }  // namespace hsm

@@ -25,6 +25,7 @@ const store = join(fixture, "store");
 const scored = join(fixture, "scored.jsonl");
 const runs = Number(process.env.HSM_BENCH_RUNS ?? 3);
 const backends = (process.env.HSM_BENCH_BACKENDS ?? "native,wasm").split(",");
+const metricNames = (process.env.HSM_BENCH_METRICS ?? "iss,kts").split(",");
 // The wasm backend is single-threaded and slow at ISS's products; it runs once unless asked.
 const slowRuns = Number(process.env.HSM_BENCH_SLOW_RUNS ?? 1);
 const python = process.env.HSM_PYTHON ?? "/usr/bin/python3";
@@ -38,7 +39,7 @@ if (!existsSync(join(store, "index.json"))) {
 
 
 const results = { date: new Date().toISOString(), runs, rows: 39260, d: 1024, layers: 8, metrics: {} };
-for (const metric of ["iss", "kts"]) {
+for (const metric of metricNames) {
   const entry = (results.metrics[metric] = {});
   const samples = Object.fromEntries([...backends, "peer"].map((b) => [b, []]));
   for (let i = 0; i < runs; i++) {

@@ -1,9 +1,9 @@
 /**
  * Runs the requested metrics (src/metrics/registry.ts) over a hidden-state
  * store, exactly as docs/metrics.md defines them. One layer at a time: the
- * layer is streamed in row blocks into one float32 matrix, read once, and
- * handed read-only to each metric in turn; every kernel comes from the one
- * backend selected.
+ * layer is read in row blocks (requested while the layer before is computed)
+ * into one float32 matrix, read once, and handed read-only to each metric in
+ * turn; every kernel comes from the one backend selected.
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";
@@ -135,11 +135,25 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     // One buffer per metric, reused across layers.
     const buffers = new Map<string, Float32Array>();
     const carried = new Map(metrics.map((x) => [x.name, new Map<string, unknown>()]));
+    // Every block of a layer is requested at once, so the reads run on I/O threads while the
+    // metrics compute the layer before; the next layer's are requested once this one is widened.
+    const BLOCK_ROWS = 4096;
+    const requestLayer = (layer: number) => {
+      const blocks: Promise<{ start: number; count: number; data: Uint16Array }>[] = [];
+      for (let start = 0; start < N; start += BLOCK_ROWS) {
+        const count = Math.min(BLOCK_ROWS, N - start);
+        blocks.push(reader.readRows(layer, start, count).then((data) => ({ start, count, data })));
+      }
+      const all = Promise.all(blocks);
+      all.catch(() => {}); // awaited below; a read that fails while the layer before is computed must not go unhandled first
+      return all;
+    };
+    let requested = layers.length ? requestLayer(layers[0]!) : undefined;
     for (const [done, layer] of layers.entries()) {
       o.onProgress?.(layer, "read", done, layers.length);
-      // Stream the layer in row blocks into one float32 matrix; note non-finite rows.
+      // Widen the layer into one float32 matrix; note non-finite rows.
       const finite = new Uint8Array(N).fill(1);
-      for await (const block of reader.blocks(layer, 4096)) {
+      for (const block of await requested!) {
         k.f16ToF32(block.data, h.subarray(block.start * d, (block.start + block.count) * d));
         if (k.f16Stats(block.data).nonfinite === 0) continue; // the usual case: nothing to look for
         for (let i = 0; i < block.count; i++) {
@@ -152,6 +166,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
           }
         }
       }
+      requested = done + 1 < layers.length ? requestLayer(layers[done + 1]!) : undefined;
       for (const metric of metrics) {
         o.onProgress?.(layer, metric.name, done, layers.length);
         const data: LayerData = {

@@ -5,9 +5,11 @@
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { NO_LABEL } from "./labels.js";
+import { sortedAuroc } from "../kernels/typescript/bootstrap.js";
+import type { SortedArrays } from "../kernels/types.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricSettings } from "./metric.js";
 import { PROBE_MAX_ITERATIONS, trainProbes } from "./probe.js";
-import { bootstrapStream, fnv1a32, indexBy, interval, SortedScores } from "./stats.js";
+import { bootstrapStream, fnv1a32, indexBy, interval } from "./stats.js";
 
 export interface KtsRow {
   layer: number;
@@ -27,11 +29,44 @@ export interface KtsRow {
   excluded_nonfinite: number;
 }
 
-export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
-  const { layer, n: N, d, h, finite, facts, families, kernels: k } = data;
+/** One reported group of labelled rows: a family's rows (or, for `all`, every non-anchor row) in row order. */
+interface Group {
+  family: string;
+  rows: Int32Array;
+  /** The group's facts, in order of first appearance over its rows. */
+  names: string[];
+  /** Which anchor fact each of the group's facts is (−1: none), for the paired anchor AUROC. */
+  toAnchor: Int32Array;
+  nCorrect: number;
+}
+
+/**
+ * What a layer's KTS needs that depends only on which rows are labelled and finite, not on the
+ * layer's values: the same for every layer with the same non-finite rows (usually none), so built
+ * once and kept across layers.
+ */
+interface Layout {
+  /** The fold count and the non-finite rows it was built for. */
+  key: string;
+  labelled: Int32Array;
+  anchors: Int32Array;
+  /** The anchors' labels, and the folds (indices into `anchors`) each probe trains on. */
+  ya: Uint8Array;
+  folds: { train: Int32Array }[];
+  /** Per row of the store: its fold (labelled rows only). */
+  foldOf: Int32Array;
+  /** The anchor group first, then each family, then all. */
+  groups: Group[];
+  /** Per row of the store: its family's group (−1: none), and its fact there as an index into the group's names. */
+  groupOf: Int32Array;
+  factOf: Int32Array;
+  /** Per row of the store: its fact in the pooled group (last of `groups`), −1 where it is not pooled. */
+  pooledFactOf: Int32Array;
+}
+
+function layout(data: LayerData, K: number, key: string): Layout {
+  const { n: N, finite, facts, families } = data;
   const y = data.labels!;
-  const K = s.folds;
-  const excluded = finite.reduce((t, v) => t + (v ? 0 : 1), 0);
   const foldCache = new Map<string, number>();
   const fold = (f: string) => {
     let j = foldCache.get(f);
@@ -41,39 +76,95 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
   const labelled: number[] = [];
   for (let i = 0; i < N; i++) if (finite[i] && y[i] !== NO_LABEL) labelled.push(i);
   const anchors = Int32Array.from(labelled.filter((i) => families[i] === ANCHOR_FAMILY));
-  const base = (family: string, rowsOf: number[]): KtsRow => {
-    const nCorrect = rowsOf.reduce((t, i) => t + (y[i] === 1 ? 1 : 0), 0);
-    return {
-      layer,
+  const foldOf = new Int32Array(N).fill(-1);
+  for (const i of labelled) foldOf[i] = fold(facts[i]!);
+  const ya = Uint8Array.from(anchors, (r) => y[r]!);
+  const folds = Array.from({ length: K }, (_, j) => ({ train: Int32Array.from(anchors.keys()).filter((i) => foldOf[anchors[i]!] !== j) }));
+  const names = [ANCHOR_FAMILY, ...data.familyNames, ALL_FAMILIES];
+  const index = new Map(names.map((f, g) => [f, g]));
+  const pooled = names.length - 1;
+  const groupOf = new Int32Array(N).fill(-1);
+  const factOf = new Int32Array(N).fill(-1);
+  const pooledFactOf = new Int32Array(N).fill(-1);
+  const members: number[][] = names.map(() => []);
+  for (const i of labelled) {
+    const g = index.get(families[i]!) ?? -1;
+    groupOf[i] = g;
+    if (g >= 0) members[g]!.push(i);
+    if (families[i] !== ANCHOR_FAMILY) members[pooled]!.push(i);
+  }
+  const groups: Group[] = [];
+  for (const [g, family] of names.entries()) {
+    const rows = Int32Array.from(members[g]!);
+    const { id, names: factNames } = indexBy(facts, rows);
+    rows.forEach((r, i) => ((g === pooled ? pooledFactOf : factOf)[r] = id[i]!));
+    const anchorFact = g === 0 ? undefined : new Map(groups[0]!.names.map((n, f) => [n, f]));
+    groups.push({
       family,
-      n_queries: rowsOf.length,
-      n_facts: new Set(rowsOf.map((i) => facts[i]!)).size,
-      n_correct: nCorrect,
-      accuracy: rowsOf.length ? nCorrect / rowsOf.length : null,
-      auroc: null,
-      auroc_ci_low: null,
-      auroc_ci_high: null,
-      kts: null,
-      kts_ci_low: null,
-      kts_ci_high: null,
-      kts_null_reason: null,
-      probes_not_converged: 0,
-      excluded_nonfinite: excluded,
-    };
-  };
-  const groups = [ANCHOR_FAMILY, ...data.familyNames, ALL_FAMILIES].map((family) => ({
-    family,
-    rows: labelled.filter((i) => (family === ALL_FAMILIES ? families[i] !== ANCHOR_FAMILY : families[i] === family)),
-  }));
+      rows,
+      names: factNames,
+      toAnchor: anchorFact ? Int32Array.from(factNames, (n) => anchorFact.get(n) ?? -1) : Int32Array.from(factNames.keys()),
+      nCorrect: rows.reduce((t, i) => t + (y[i] === 1 ? 1 : 0), 0),
+    });
+  }
+  return { key, labelled: Int32Array.from(labelled), anchors, ya, folds, foldOf, groups, groupOf, factOf, pooledFactOf };
+}
+
+/**
+ * `rows` (ascending) ordered by (score, row): the scores sorted by the typed array's own sort, each row then
+ * taking the next free place in its score's run, in row order.
+ */
+function orderByScore(rows: Int32Array, score: Float64Array): Int32Array {
+  const sorted = Float64Array.from(rows, (r) => score[r]!).sort();
+  const next = new Map<number, number>();
+  for (let i = sorted.length - 1; i >= 0; i--) next.set(sorted[i]!, i);
+  const out = new Int32Array(rows.length);
+  for (const r of rows) {
+    const at = next.get(score[r]!)!;
+    out[at] = r;
+    next.set(score[r]!, at + 1);
+  }
+  return out;
+}
+
+export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
+  const { layer, n: N, d, h, finite, kernels: k } = data;
+  const y = data.labels!;
+  const K = s.folds;
+  let excluded = 0;
+  const nonfinite: number[] = [];
+  for (let i = 0; i < N; i++) if (!finite[i]) nonfinite.push(i), excluded++;
+  const key = `${K}:${nonfinite.join(",")}`;
+  let lay = data.carry?.get("layout") as Layout | undefined;
+  if (!lay || lay.key !== key) {
+    lay = layout(data, K, key);
+    data.carry?.set("layout", lay);
+  }
+  const { labelled, anchors, ya, folds, foldOf, groups, groupOf, factOf, pooledFactOf } = lay;
+  const base = (g: Group): KtsRow => ({
+    layer,
+    family: g.family,
+    n_queries: g.rows.length,
+    n_facts: g.names.length,
+    n_correct: g.nCorrect,
+    accuracy: g.rows.length ? g.nCorrect / g.rows.length : null,
+    auroc: null,
+    auroc_ci_low: null,
+    auroc_ci_high: null,
+    kts: null,
+    kts_ci_low: null,
+    kts_ci_high: null,
+    kts_null_reason: null,
+    probes_not_converged: 0,
+    excluded_nonfinite: excluded,
+  });
 
   // One probe per fold, trained on the anchors of the other folds.
-  const ya = Uint8Array.from(anchors, (r) => y[r]!);
-  const folds = Array.from({ length: K }, (_, j) => ({ train: Int32Array.from(anchors.keys()).filter((i) => fold(facts[anchors[i]!]!) !== j) }));
   for (const [j, f] of folds.entries()) {
     const pos = f.train.reduce((t, i) => t + ya[i]!, 0);
     if (f.train.length === 0 || pos === 0 || pos === f.train.length) {
       const only = f.train.length === 0 ? "no labelled anchor rows" : pos === 0 ? 'only "incorrect" anchors' : 'only "correct" anchors';
-      return groups.map((g) => ({ ...base(g.family, g.rows), kts_null_reason: `the probe cannot be trained: training fold ${j} has ${only}` }));
+      return groups.map((g) => ({ ...base(g), kts_null_reason: `the probe cannot be trained: training fold ${j} has ${only}` }));
     }
   }
   // The anchors, centred and scaled by their own statistics so that float32 products stay accurate.
@@ -95,47 +186,45 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
   const all = new Float64Array(N * K);
   await k.rowsTimes(h, N, d, v, K, all);
   const score = new Float64Array(N);
-  for (const i of labelled) {
-    const j = fold(facts[i]!);
-    score[i] = all[i * K + j]! + probes[j]!.offset;
-  }
+  for (const i of labelled) score[i] = all[i * K + foldOf[i]!]! + probes[foldOf[i]!]!.offset;
 
-  // One sort of every labelled row by (score, row); a group's rows, listed in row order, take their
-  // order from it. Bootstrap replicates then reweight facts in one pass over each group.
-  const sortedRows = Int32Array.from(labelled).sort((a, b) => score[a]! - score[b]! || a - b);
-  const local = new Int32Array(N).fill(-1);
-  const prepared = (rows: number[]) => {
-    const { id, names } = indexBy(facts, rows);
-    rows.forEach((r, i) => (local[r] = i));
-    const order = new Int32Array(rows.length);
-    let at = 0;
-    for (const r of sortedRows) if (local[r]! >= 0) order[at++] = local[r]!;
-    for (const r of rows) local[r] = -1;
-    return { names, sorted: new SortedScores(Float64Array.from(rows, (i) => score[i]!), Uint8Array.from(rows, (i) => y[i]!), id, names.length, order) };
+  // One sort of every labelled row by (score, row); each group takes its rows in that order, with
+  // runs of equal scores marked. Bootstrap replicates then reweight facts in one pass over each group.
+  const sortedRows = orderByScore(labelled, score);
+  const sorted = groups.map((g) => ({ fact: new Int32Array(g.rows.length), label: new Uint8Array(g.rows.length), ties: [] as number[], at: 0, last: NaN }));
+  const place = (o: (typeof sorted)[number], r: number, fact: number) => {
+    if (o.at === 0 || score[r] !== o.last) o.ties.push(o.at);
+    o.last = score[r]!;
+    o.fact[o.at] = fact;
+    o.label[o.at++] = y[r]!;
   };
-  const anchorGroup = prepared(groups[0]!.rows);
-  const anchorAuroc = anchorGroup.sorted.auroc();
-  const anchorFactIndex = new Map(anchorGroup.names.map((n, f) => [n, f]));
+  const pooled = sorted.at(-1)!;
+  for (const r of sortedRows) {
+    if (groupOf[r]! >= 0) place(sorted[groupOf[r]!]!, r, factOf[r]!);
+    if (pooledFactOf[r]! >= 0) place(pooled, r, pooledFactOf[r]!);
+  }
+  const arrays: SortedArrays[] = sorted.map((o, gi) => ({ fact: o.fact, label: o.label, ties: Int32Array.from([...o.ties, o.at]), nFacts: groups[gi]!.names.length }));
+  const anchorSorted = arrays[0]!;
+  const anchorAuroc = sortedAuroc(anchorSorted);
 
   const out: KtsRow[] = [];
-  for (const { family, rows } of groups) {
-    const row = base(family, rows);
+  for (const [gi, g] of groups.entries()) {
+    const { family } = g;
+    const row = base(g);
     row.probes_not_converged = notConverged;
     out.push(row);
-    if (rows.length === 0) {
+    if (g.rows.length === 0) {
       row.kts_null_reason = "no labelled rows";
       continue;
     }
-    const g = family === ANCHOR_FAMILY ? anchorGroup : prepared(rows);
-    row.auroc = g.sorted.auroc();
-    // For the paired anchor AUROC: which anchor fact each of this family's facts is (-1: none).
-    const toAnchor = Int32Array.from(g.names, (name) => anchorFactIndex.get(name) ?? -1);
+    const sortedGroup = arrays[gi]!;
+    row.auroc = sortedAuroc(sortedGroup);
     const aucReps = new Float64Array(s.bootstrap);
     const ancReps = new Float64Array(s.bootstrap);
     const bs = bootstrapStream(s.seed, "kts", layer, family);
     // Paired: the same drawn facts decide the anchor's AUROC in each replicate.
-    if (family === ANCHOR_FAMILY) await k.bootstrapAuroc(bs.seed, bs.stream, g.sorted, s.bootstrap, aucReps);
-    else await k.bootstrapAuroc(bs.seed, bs.stream, g.sorted, s.bootstrap, aucReps, anchorGroup.sorted, toAnchor, ancReps);
+    if (family === ANCHOR_FAMILY) await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps);
+    else await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
     const ktsReps = aucReps.map((fam, r) => {
       const anc = ancReps[r]!;
       return Number.isNaN(fam) || Number.isNaN(anc) || anc <= 0.55 ? NaN : (fam - 0.5) / (anc - 0.5);

@@ -33,7 +33,8 @@ export interface LayerData {
   buffer(length: number): Float32Array;
   /**
    * What this metric kept from the layers computed before this one (in the
-   * order computed), for starting points only: results must not depend on it.
+   * order computed), for starting points and for work that does not depend on
+   * the layer's values: results must not depend on it.
    */
   carry?: Map<string, unknown>;
 }

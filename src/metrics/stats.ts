@@ -2,10 +2,12 @@
 import { sortedAuroc } from "../kernels/typescript/bootstrap.js";
 import type { SortedArrays } from "../kernels/types.js";
 
+const utf8 = new TextEncoder();
+
 /** FNV-1a, 32 bits, over the UTF-8 bytes of `text` (metrics.md: folds). */
 export function fnv1a32(text: string): number {
   let h = 0x811c9dc5;
-  for (const byte of new TextEncoder().encode(text)) {
+  for (const byte of utf8.encode(text)) {
     h ^= byte;
     h = Math.imul(h, 0x01000193) >>> 0;
   }

@@ -35,7 +35,7 @@ interface NativeBinding {
   centreRows(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array, threads: number): number;
   anchorCosines(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array, threads: number): void;
   standardizeRows(h: Float32Array, rows: Int32Array, d: number, out: Float32Array, mean: Float64Array, scale: Float64Array, threads: number): void;
-  addMoments(h: Float32Array, rows: Int32Array, d: number, sum: Float64Array, sumSquares: Float64Array): void;
+  addMoments(h: Float32Array, rows: Int32Array, d: number, sum: Float64Array, sumSquares: Float64Array, threads: number): void;
   logisticPass(h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, loss: Float64Array, gsum: Float64Array, grad: Float64Array, threads: number): void;
   bootstrapAuroc(
     seed: number,
@@ -178,7 +178,7 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
     foldMoments(h, d, folds) {
       const sum = new Float64Array(folds.length * d);
       const sumSquares = new Float64Array(folds.length * d);
-      folds.forEach((rows, k) => binding.addMoments(h, rows, d, sum.subarray(k * d, (k + 1) * d), sumSquares.subarray(k * d, (k + 1) * d)));
+      folds.forEach((rows, k) => binding.addMoments(h, rows, d, sum.subarray(k * d, (k + 1) * d), sumSquares.subarray(k * d, (k + 1) * d), threads));
       return { sum, sumSquares };
     },
     products: (h, n, d) =>

@@ -45,7 +45,7 @@ interface Group {
  * layer's values: the same for every layer with the same non-finite rows (usually none), so built
  * once and kept across layers.
  */
-interface Layout {
+export interface Layout {
   /** The fold count and the non-finite rows it was built for. */
   key: string;
   labelled: Int32Array;
@@ -127,9 +127,20 @@ function orderByScore(rows: Int32Array, score: Float64Array): Int32Array {
   return out;
 }
 
-export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
-  const { layer, n: N, d, h, finite, kernels: k } = data;
-  const y = data.labels!;
+/** A layer's out-of-fold probe scores: per store row (labelled rows only), or why no probe could be trained. */
+export interface KtsScores {
+  layout: Layout;
+  /** Rows left out as non-finite. */
+  excluded: number;
+  score: Float64Array;
+  notConverged: number;
+  /** Set when a fold cannot be trained; `score` is then empty. */
+  nullReason?: string;
+}
+
+/** Trains one probe per fold on the other folds' anchors and scores every labelled row with its own fold's probe. */
+export async function ktsScores(data: LayerData, s: MetricSettings): Promise<KtsScores> {
+  const { n: N, d, h, finite, kernels: k } = data;
   const K = s.folds;
   let excluded = 0;
   const nonfinite: number[] = [];
@@ -140,7 +151,41 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
     lay = layout(data, K, key);
     data.carry?.set("layout", lay);
   }
-  const { labelled, anchors, ya, folds, foldOf, groups, groupOf, factOf, pooledFactOf } = lay;
+  const { labelled, anchors, ya, folds, foldOf } = lay;
+  for (const [j, f] of folds.entries()) {
+    const pos = f.train.reduce((t, i) => t + ya[i]!, 0);
+    if (f.train.length === 0 || pos === 0 || pos === f.train.length) {
+      const only = f.train.length === 0 ? "no labelled anchor rows" : pos === 0 ? 'only "incorrect" anchors' : 'only "correct" anchors';
+      return { layout: lay, excluded, score: new Float64Array(0), notConverged: 0, nullReason: `the probe cannot be trained: training fold ${j} has ${only}` };
+    }
+  }
+  // The anchors, centred and scaled by their own statistics so that float32 products stay accurate.
+  const prescaled = k.standardizeRows(h, anchors, d);
+  const products = await k.products(prescaled.rows, anchors.length, d);
+  let probes;
+  try {
+    // Adjacent layers' standardized features are alike: each fold starts from its solution on the layer before.
+    const start = data.carry?.get("probes") as Float64Array[] | undefined;
+    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k, start });
+  } finally {
+    products.dispose();
+  }
+  data.carry?.set("probes", probes.map((p) => Float64Array.of(...p.w, p.b)));
+  // Out-of-fold scores for every labelled row: every row against every fold's probe in one product, then its own fold's column.
+  const v = new Float64Array(K * d);
+  probes.forEach((p, j) => v.set(p.v, j * d));
+  const all = new Float64Array(N * K);
+  await k.rowsTimes(h, N, d, v, K, all);
+  const score = new Float64Array(N);
+  for (const i of labelled) score[i] = all[i * K + foldOf[i]!]! + probes[foldOf[i]!]!.offset;
+  return { layout: lay, excluded, score, notConverged: probes.filter((p) => !p.converged).length };
+}
+
+export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
+  const { layer, kernels: k } = data;
+  const y = data.labels!;
+  const { layout: lay, excluded, score, notConverged, nullReason } = await ktsScores(data, s);
+  const { labelled, groups, groupOf, factOf, pooledFactOf } = lay;
   const base = (g: Group): KtsRow => ({
     layer,
     family: g.family,
@@ -158,35 +203,7 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
     probes_not_converged: 0,
     excluded_nonfinite: excluded,
   });
-
-  // One probe per fold, trained on the anchors of the other folds.
-  for (const [j, f] of folds.entries()) {
-    const pos = f.train.reduce((t, i) => t + ya[i]!, 0);
-    if (f.train.length === 0 || pos === 0 || pos === f.train.length) {
-      const only = f.train.length === 0 ? "no labelled anchor rows" : pos === 0 ? 'only "incorrect" anchors' : 'only "correct" anchors';
-      return groups.map((g) => ({ ...base(g), kts_null_reason: `the probe cannot be trained: training fold ${j} has ${only}` }));
-    }
-  }
-  // The anchors, centred and scaled by their own statistics so that float32 products stay accurate.
-  const prescaled = k.standardizeRows(h, anchors, d);
-  const products = await k.products(prescaled.rows, anchors.length, d);
-  let probes;
-  try {
-    // Adjacent layers' standardized features are alike: each fold starts from its solution on the layer before.
-    const start = data.carry?.get("probes") as Float64Array[] | undefined;
-    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k, start });
-  } finally {
-    products.dispose();
-  }
-  data.carry?.set("probes", probes.map((p) => Float64Array.of(...p.w, p.b)));
-  const notConverged = probes.filter((p) => !p.converged).length;
-  // Out-of-fold scores for every labelled row: every row against every fold's probe in one product, then its own fold's column.
-  const v = new Float64Array(K * d);
-  probes.forEach((p, j) => v.set(p.v, j * d));
-  const all = new Float64Array(N * K);
-  await k.rowsTimes(h, N, d, v, K, all);
-  const score = new Float64Array(N);
-  for (const i of labelled) score[i] = all[i * K + foldOf[i]!]! + probes[foldOf[i]!]!.offset;
+  if (nullReason) return groups.map((g) => ({ ...base(g), kts_null_reason: nullReason }));
 
   // One sort of every labelled row by (score, row); each group takes its rows in that order, with
   // runs of equal scores marked. Bootstrap replicates then reweight facts in one pass over each group.

@@ -2,18 +2,15 @@
  * The per-row values behind ISS and KTS, which iss.json and kts.json only hold
  * aggregated: each query row's ISS margin and rank, and each labelled row's
  * out-of-fold KTS probe score. Paired bootstraps over facts need them. Both
- * are metric units run by `computeMetrics` over the store, with the kernels
- * and definitions of src/metrics/iss.ts and src/metrics/kts.ts
- * (docs/metrics.md), so the fact-macro mean of the margins is the `iss` of
- * iss.json for the same store.
+ * are metric units run by `computeMetrics` over the store that call ISS's and
+ * KTS's own scoring (`issQueryScores`, `ktsScores`), so the fact-macro mean of
+ * the margins is the `iss` of iss.json for the same store, and the scores are
+ * those behind kts.json's AUROCs.
  */
-import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { computeMetrics, type MetricsOptions } from "../metrics/compute.js";
-import { NO_LABEL } from "../metrics/labels.js";
 import { issQueryScores } from "../metrics/iss.js";
+import { ktsScores } from "../metrics/kts.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricRow, type MetricSettings } from "../metrics/metric.js";
-import { trainProbes } from "../metrics/probe.js";
-import { fnv1a32 } from "../metrics/stats.js";
 
 /** One layer's ISS rows: the store row of each query row, its margin `own − other` (float64) and rank (1 = own anchor first). */
 export interface IssRowValues extends MetricRow {
@@ -35,33 +32,9 @@ async function issRowValues(data: LayerData): Promise<IssRowValues[]> {
 }
 
 async function ktsRowValues(data: LayerData, s: MetricSettings): Promise<KtsRowValues[]> {
-  const { layer, n: N, d, h, finite, facts, families, kernels: k } = data;
-  const y = data.labels!;
-  const K = s.folds;
-  const fold = facts.map((f) => fnv1a32(f) % K);
-  const labelled = Int32Array.from({ length: N }, (_, i) => i).filter((i) => finite[i] && y[i] !== NO_LABEL);
-  const empty = [{ layer, family: ALL_FAMILIES, rows: new Int32Array(0), score: new Float64Array(0), label: new Uint8Array(0) }];
-  const anchors = labelled.filter((i) => families[i] === ANCHOR_FAMILY);
-  const ya = Uint8Array.from(anchors, (r) => y[r]!);
-  const folds = Array.from({ length: K }, (_, j) => ({ train: Int32Array.from(anchors.keys()).filter((i) => fold[anchors[i]!] !== j) }));
-  for (const f of folds) {
-    const pos = f.train.reduce((t, i) => t + ya[i]!, 0);
-    if (f.train.length === 0 || pos === 0 || pos === f.train.length) return empty;
-  }
-  const prescaled = k.standardizeRows(h, anchors, d);
-  const products = await k.products(prescaled.rows, anchors.length, d);
-  let probes;
-  try {
-    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k });
-  } finally {
-    products.dispose();
-  }
-  const v = new Float64Array(K * d);
-  probes.forEach((p, j) => v.set(p.v, j * d));
-  const all = new Float64Array(N * K);
-  await k.rowsTimes(h, N, d, v, K, all);
-  const score = Float64Array.from(labelled, (i) => all[i * K + fold[i]!]! + probes[fold[i]!]!.offset);
-  return [{ layer, family: ALL_FAMILIES, rows: labelled, score, label: Uint8Array.from(labelled, (i) => y[i]!) }];
+  const { layout, score, nullReason } = await ktsScores(data, s);
+  const rows = nullReason ? new Int32Array(0) : layout.labelled;
+  return [{ layer: data.layer, family: ALL_FAMILIES, rows, score: Float64Array.from(rows, (i) => score[i]!), label: Uint8Array.from(rows, (i) => data.labels![i]!) }];
 }
 
 /** ISS's per-row margins and ranks, as a metric unit. */

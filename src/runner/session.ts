@@ -53,6 +53,8 @@ export interface SessionOptions {
   device?: Device;
   /** Intra-op threads; default: onnxruntime's choice (the core count). */
   threads?: number;
+  /** Further onnxruntime settings a command chooses for its own workload (extraction's: extract.ts). */
+  tuning?: Pick<ort.InferenceSession.SessionOptions, "executionMode" | "enableCpuMemArena" | "enableMemPattern" | "extra">;
 }
 
 export const CUDA_HELP =
@@ -147,6 +149,7 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
     graphOptimizationLevel: "all",
     logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
+    ...options.tuning,
   };
   try {
     if (!stage) return await ort.InferenceSession.create(bytes, sessionOptions);

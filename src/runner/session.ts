@@ -54,7 +54,7 @@ export interface SessionOptions {
   /** Intra-op threads; default: onnxruntime's choice (the core count). */
   threads?: number;
   /** Further onnxruntime settings a command chooses for its own workload (extraction's: extract.ts). */
-  tuning?: Pick<ort.InferenceSession.SessionOptions, "executionMode" | "enableCpuMemArena" | "enableMemPattern" | "extra">;
+  tuning?: Pick<ort.InferenceSession.SessionOptions, "extra">;
 }
 
 export const CUDA_HELP =

@@ -11,14 +11,26 @@
 // Peak memory is each process's max RSS. The peer's states are compared with
 // hsm's store, so that both are shown to do the same work.
 //
+// The same model is also extracted in the q4 and fp16 styles make-model
+// writes from the same seeded weights (transformers.js files: 4-bit
+// MatMulNBits projections; float16 throughout behind float32 inputs and
+// outputs), made once under .bench/; HSM_BENCH_STYLES picks them
+// (comma-separated, "" for none). Every hsm line shows the self-check's share
+// of the run's wall time (the manifest's self_check.seconds).
+//
+// HSM_BENCH_RUNS (default 3) and HSM_BENCH_ROWS (default 2000) shorten a run;
+// figures are medians over the runs, taken in turn so that background load
+// hits every contender alike.
+//
 // HSM_BENCH_NAIVE=1 adds the naive onnxruntime-node run of the same model
 // (scripts/bench-extract-naive.mjs), several minutes a run on two cores.
 import { spawnSync } from "node:child_process";
-import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { loadavg } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { benchModelAndBank, ensureTorch, envWithout, median, timed, writeTokenIds } from "./bench-util.mjs";
+import { benchModelAndBank, benchModelInStyle, ensureTorch, envWithout, median, timed, writeTokenIds } from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -32,7 +44,9 @@ const peerScript = join(root, "scripts", "torch_peer.py");
 // OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, where set for old OpenBLAS bugs, pin a slower kernel for PyTorch's BLAS.
 const peerEnv = envWithout("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE");
 
+const styles = (process.env.HSM_BENCH_STYLES ?? "q4,fp16").split(",").map((x) => x.trim()).filter(Boolean);
 const { modelDir, bank } = benchModelAndBank(root, benchDir, rowsWanted);
+const styleDirs = Object.fromEntries(styles.map((style) => [style, benchModelInStyle(root, benchDir, style)]));
 const ids = join(benchDir, `bank-${rowsWanted}.ids.json`);
 if (!existsSync(ids)) await writeTokenIds(root, modelDir, bank, ids);
 const withTorch = ensureTorch(python);
@@ -44,19 +58,44 @@ if (withTorch && !existsSync(join(weights, "lm_head.weight.npy"))) {
 
 const store = join(benchDir, "extract-store");
 const peerOut = join(benchDir, "extract-torch");
-const samples = { hsm: [], torch: [], naive: [] };
+const samples = { hsm: [], torch: [], naive: [], ...Object.fromEntries(styles.map((style) => [style, []])) };
 const sample = (t) => ({ rows_per_s: rowsWanted / t.secs, secs: t.secs, mb: t.mb });
+/** One timed `hsm extract` into a fresh `out`, with the self-check's share of its wall time. */
+const hsmRun = (dir, out) => {
+  rmSync(out, { recursive: true, force: true });
+  const s = sample(timed(process.execPath, [bin, "extract", "--model-dir", dir, "--bank", bank, "--out", out, "--batch-size", batch, "--quiet"]));
+  const check = JSON.parse(readFileSync(join(out, "index.json"), "utf8")).self_check;
+  return { ...s, self_check: check.seconds / s.secs, self_check_status: check.status };
+};
 for (let i = 0; i < runs; i++) {
   // Interleaved, so that background load hits the contenders alike.
-  rmSync(store, { recursive: true, force: true });
-  samples.hsm.push(sample(timed(process.execPath, [bin, "extract", "--model-dir", modelDir, "--bank", bank, "--out", store, "--batch-size", batch, "--quiet"])));
+  samples.hsm.push(hsmRun(modelDir, store));
   if (withTorch) samples.torch.push(sample(timed(python, [peerScript, "extract", modelDir, weights, ids, peerOut], peerEnv)));
+  for (const style of styles) samples[style].push(hsmRun(styleDirs[style], `${store}-${style}`));
   if (i < naiveRuns) samples.naive.push(sample(timed(process.execPath, [join(root, "scripts", "bench-extract-naive.mjs"), modelDir, bank, batch])));
   console.error(`run ${i + 1}/${runs}: ${Object.entries(samples).filter(([, s]) => s.length > i).map(([k, s]) => `${k} ${s.at(-1).secs.toFixed(1)} s, ${s.at(-1).mb.toFixed(0)} MB`).join("; ")}`);
 }
 
-const summary = (s) => (s.length ? { runs: s.length, rows_per_s: median(s.map((x) => x.rows_per_s)), seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) } : null);
-const res = { date: new Date().toISOString(), rows: rowsWanted, batch_size: Number(batch), hsm: summary(samples.hsm), torch: summary(samples.torch), naive: summary(samples.naive) };
+const summary = (s) =>
+  s.length
+    ? {
+        runs: s.length,
+        rows_per_s: median(s.map((x) => x.rows_per_s)),
+        seconds: median(s.map((x) => x.secs)),
+        peak_mb: median(s.map((x) => x.mb)),
+        ...(s[0].self_check === undefined ? {} : { self_check_share: median(s.map((x) => x.self_check)), self_check_status: [...new Set(s.map((x) => x.self_check_status))].join("/") }),
+      }
+    : null;
+const res = {
+  date: new Date().toISOString(),
+  rows: rowsWanted,
+  batch_size: Number(batch),
+  load_average: loadavg(),
+  hsm: summary(samples.hsm),
+  torch: summary(samples.torch),
+  naive: summary(samples.naive),
+  styles: Object.fromEntries(styles.map((style) => [style, summary(samples[style])])),
+};
 if (withTorch) {
   const cmp = spawnSync(python, [peerScript, "compare", store, peerOut], { encoding: "utf8" });
   res.states = cmp.status === 0 ? JSON.parse(cmp.stdout) : { error: cmp.stderr.slice(-500) };
@@ -66,10 +105,17 @@ for (const peer of ["torch", "naive"]) {
 }
 writeFileSync(join(benchDir, "bench-extract.json"), JSON.stringify(res, null, 2) + "\n");
 
-const line = (name, r) => `  ${name.padEnd(14)}${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}`;
-console.log(`hsm extract vs peers — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}`);
-console.log(line("hsm extract", res.hsm));
-if (res.torch) console.log(line("PyTorch peer", res.torch));
+const line = (name, r) =>
+  `  ${name.padEnd(18)}${r.rows_per_s.toFixed(1).padStart(6)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB` +
+  (r.self_check_share === undefined ? "" : `, self-check ${(100 * r.self_check_share).toFixed(1)}% (${r.self_check_status})`) +
+  `, median of ${r.runs}`;
+console.log(`hsm extract vs peers — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}; load average ${res.load_average.map((x) => x.toFixed(2)).join(" ")}`);
+console.log(line("hsm extract fp32", res.hsm));
+for (const style of styles) {
+  const r = res.styles[style];
+  console.log(line(`hsm extract ${style}`, r) + ` — ${(r.rows_per_s / res.hsm.rows_per_s).toFixed(2)}x fp32`);
+}
+if (res.torch) console.log(line("PyTorch peer fp32", res.torch));
 if (res.naive) console.log(line("naive ORT", res.naive));
 for (const peer of ["torch", "naive"]) {
   const v = res[`vs_${peer}`];

@@ -106,6 +106,24 @@ export async function writeTokenIds(root, modelDir, bank, out) {
   writeFileSync(out, JSON.stringify({ query_ids: rows.map((r) => r.query_id), ids: rows.map((r) => tokenizer.encode(buildPrompt(r))) }));
 }
 
+// The benchmark model's geometry, as make-model flags (its seed is make-model's default).
+const BENCH_MODEL_ARGS = ["--layers", "12", "--hidden", "512", "--heads", "8", "--kv-heads", "4", "--intermediate", "1536"];
+
+/**
+ * The benchmark model written in another make-model `--style` (`q4`, `fp16`,
+ * …) from the same seeded weights, made once under `benchDir`; returns its
+ * folder.
+ */
+export function benchModelInStyle(root, benchDir, style) {
+  const dir = join(benchDir, `model-12x512-${style}`);
+  if (!existsSync(join(dir, "config.json"))) {
+    mkdirSync(benchDir, { recursive: true });
+    const r = spawnSync(process.execPath, [join(root, "bin", "hsm.js"), "make-model", dir, "--style", style, ...BENCH_MODEL_ARGS], { stdio: "inherit" });
+    if (r.status !== 0) process.exit(1);
+  }
+  return dir;
+}
+
 /**
  * The extraction and generation benchmarks' model and bank, made once under
  * `benchDir`: a 12-layer, d_model 512 Llama-style model with the Llama 3
@@ -118,7 +136,7 @@ export function benchModelAndBank(root, benchDir, rows) {
   const bank = join(benchDir, `bank-${rows}.jsonl`);
   mkdirSync(benchDir, { recursive: true });
   if (!existsSync(join(modelDir, "model.onnx"))) {
-    const r = spawnSync(process.execPath, [bin, "make-model", modelDir, "--layers", "12", "--hidden", "512", "--heads", "8", "--kv-heads", "4", "--intermediate", "1536"], { stdio: "inherit" });
+    const r = spawnSync(process.execPath, [bin, "make-model", modelDir, ...BENCH_MODEL_ARGS], { stdio: "inherit" });
     if (r.status !== 0) process.exit(1);
   }
   if (!existsSync(bank)) {

@@ -9,6 +9,8 @@
 import { createHash } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 
 import { mainForwardRows, readBank } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
@@ -20,15 +22,53 @@ import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { leftPad, planBatches, rightPad } from "./batching.js";
-import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan } from "./detect.js";
+import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan, type HiddenTensor } from "./detect.js";
 import { promptFeeds } from "./feeds.js";
 import { ModelDirError, openModelDir } from "./model-dir.js";
 import { graphFormat, type GraphFormat } from "./model-report.js";
-import { decodeModel, num, valueShape } from "./onnx-graph.js";
-import { HIDDEN_OUTPUT, rewriteForExtraction } from "./rewrite.js";
+import { decodeModel, num, valueShape, type ModelProto } from "./onnx-graph.js";
+import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "./rewrite.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "./self-check.js";
-import { createSession, stageModel, type ModelRunOptions } from "./session.js";
+import { createSession, stageModel, type ModelRunOptions, type Stage } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
+
+/**
+ * Runs a full garbage collection now. The model file read for inspection is
+ * as large as the weights onnxruntime is about to map; V8 would free it only
+ * at some later collection, so both would be resident at once and the peak
+ * memory would nearly double.
+ */
+function collectGarbage(): void {
+  setFlagsFromString("--expose-gc");
+  (runInNewContext("gc") as () => void)();
+}
+
+/** The SHA-256 of the model file read for inspection. */
+function sha256(inspected: { source: Uint8Array }): string {
+  return createHash("sha256").update(inspected.source).digest("hex");
+}
+
+/**
+ * Rewrites the inspected model for extraction (weights by reference into the
+ * staged file where there is one) and drops the decoded model and the file's
+ * bytes from `inspected`: nothing else holds them, so they can be collected
+ * before onnxruntime maps the weights. Done in a function of its own so that
+ * no variable of the caller's still points at them. Returns the rewritten
+ * model and the inputs it still reads.
+ */
+function rewriteAndRelease(
+  inspected: { model: ModelProto; source: Uint8Array },
+  tensors: HiddenTensor[],
+  dModel: number,
+  stage: Stage | undefined,
+  rightPaddedMask: string | undefined,
+): { rewritten: RewriteResult; live: Set<string> } {
+  const rewritten = rewriteForExtraction(inspected.model, tensors, dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined, rightPaddedMask);
+  const live = new Set((inspected.model.graph!.input ?? []).map((v) => v.name!));
+  inspected.model = undefined as never;
+  inspected.source = undefined as never;
+  return { rewritten, live };
+}
 
 /** A bank with no row to run. */
 export class EmptyBankError extends HsmError {
@@ -104,9 +144,12 @@ export interface ModelInspection {
 
 export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {}) {
   const md = await openModelDir(modelDir, options.modelFile);
+  // The model file is read while the tokenizer loads; a tokenizer error is reported first.
+  const reading = readFile(md.onnxPath);
+  reading.catch(() => {});
   const tokenizer = await PromptTokenizer.load(modelDir);
   tokenizer.checkVocab(md.config.vocabSize, `${modelDir}/tokenizer.json`);
-  const source = await readFile(md.onnxPath);
+  const source = await reading;
   let model;
   try {
     model = decodeModel(source);
@@ -164,7 +207,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     ? { index: o.shard.index, count: o.shard.count, row_start: start, row_end: end, rows_total: main.length }
     : undefined;
   // inspectModel read the file already; hash those bytes rather than reading it again.
-  const modelSha = createHash("sha256").update(inspected.source).digest("hex");
+  const modelSha = sha256(inspected);
 
   const init: StoreInit = {
     model: o.model ?? defaultModelName(o.modelDir),
@@ -200,15 +243,8 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     await stage?.cleanup();
     throw new DetectionError(`graphs of style ${inspection.plan.strategy} are right-padded, but this one has no attention_mask input to find each row's last token`);
   }
-  const rewritten = rewriteForExtraction(
-    inspected.model,
-    tensors,
-    inspection.dModel,
-    stage ? { bytes: inspected.source, name: stage.sourceName } : undefined,
-    paddingSide === "right" ? mask : undefined,
-  );
+  const { rewritten, live } = rewriteAndRelease(inspected, tensors, inspection.dModel, stage, paddingSide === "right" ? mask : undefined);
   // Only the inputs the rewritten graph still reads are fed.
-  const live = new Set((inspected.model.graph!.input ?? []).map((v) => v.name!));
   const inputFeeds = inspection.plan.inputs.feeds.filter((f) => live.has(f.name));
   const unknown = inspection.plan.inputs.unknown.filter((name) => live.has(name));
   if (unknown.length > 0) {
@@ -216,10 +252,8 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     throw new DetectionError(`the model has an input "${unknown[0]}" that hsm does not know how to feed`);
   }
   const pad = paddingSide === "right" ? rightPad : leftPad;
-  // The decoded model and the file it came from are no longer needed: let them go before onnxruntime loads the weights.
-  inspected.model = undefined as never;
-  inspected.source = undefined as never;
-  const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads });
+  collectGarbage();
+  const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads, spin: false });
   // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
   const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
   if (rowsPerRun < batchSize) log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");

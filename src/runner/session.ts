@@ -54,9 +54,10 @@ export interface SessionOptions {
   /** Intra-op threads; default: onnxruntime's choice (the core count). */
   threads?: number;
   /**
-   * False: idle intra-op threads sleep instead of spinning. For many short
-   * runs (a decoding step each), where spinning threads take the cores from
-   * the thread that prepares the next run and from other processes.
+   * False: idle intra-op threads sleep instead of spinning: spinning threads
+   * take the cores from the thread with work and from other processes
+   * (generation's short steps; extraction on shared cores, where spinning
+   * cost a fifth of the CPU time).
    */
   spin?: boolean;
 }

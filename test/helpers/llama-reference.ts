@@ -8,7 +8,8 @@
  */
 import { FORCED_LOGIT, type LlamaConfig, type LlamaWeights } from "../../src/models/llama.js";
 
-function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
+/** RMSNorm with weight `w`, in float64. */
+export function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
   let s = 0;
   for (const v of x) s += v * v;
   const r = 1 / Math.sqrt(s / x.length + eps);
@@ -27,7 +28,8 @@ function linear(w: Float32Array, x: Float64Array, out: number): Float64Array {
   return y;
 }
 
-function rope(v: Float64Array, pos: number, hd: number, theta: number): Float64Array {
+/** Rotary embedding of one head at position `pos` (rotate-half layout), in float64. */
+export function rope(v: Float64Array, pos: number, hd: number, theta: number): Float64Array {
   const half = hd / 2;
   const out = new Float64Array(hd);
   for (let i = 0; i < half; i++) {

@@ -8,6 +8,7 @@
  */
 import type { LlamaConfig, LlamaWeights } from "../../src/models/llama.js";
 import { quantizeQ8 } from "../../src/models/quantize.js";
+import { rmsNorm, rope } from "./llama-reference.js";
 
 const roundEven = (x: number) => {
   const r = Math.round(x);
@@ -34,24 +35,6 @@ function quantizedLinear(w: Float32Array, xs: Float64Array[], out: number): Floa
     }
     return y;
   });
-}
-
-function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
-  let s = 0;
-  for (const v of x) s += v * v;
-  const r = 1 / Math.sqrt(s / x.length + eps);
-  return x.map((v, i) => w[i]! * v * r);
-}
-
-function rope(v: Float64Array, pos: number, hd: number, theta: number): Float64Array {
-  const half = hd / 2;
-  const out = new Float64Array(hd);
-  for (let i = 0; i < half; i++) {
-    const angle = pos / Math.pow(theta, (2 * i) / hd);
-    out[i] = v[i]! * Math.cos(angle) - v[i + half]! * Math.sin(angle);
-    out[i + half] = v[i + half]! * Math.cos(angle) + v[i]! * Math.sin(angle);
-  }
-  return out;
 }
 
 /** Per block, the residual stream at the last position (the last block after the final norm), for an int8 dynamic-quantized graph. */

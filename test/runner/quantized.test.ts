@@ -193,3 +193,43 @@ describe.each(["q4", "nf4", "fp16", "q4f16"] as const)("generation on a transfor
     }
   });
 });
+
+describe("generation on a transformers.js int8 folder (activations quantized per tensor)", () => {
+  it("decodes rows one at a time: the same text at batch sizes 8 and 1, and the first token the int8 reference's", async () => {
+    const modelDir = join(dir, "gen-int8");
+    await writeTinyModel(modelDir, OPTS, quantizedFiles("int8", true));
+    const config = tinyConfig(OPTS);
+    const weights = tinyWeights(OPTS);
+    const tok = await PromptTokenizer.load(modelDir);
+    const decode = referenceDecoder(readFileSync(join(modelDir, "tokenizer.json"), "utf8"));
+    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);
+    const small = join(dir, "gen-bank-int8.jsonl");
+    writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    // The first step reads the whole prompt, as the reference quantizes it: its token is the LM head's argmax over the int8 state.
+    const eos = new Set([config.eos_token_id ?? []].flat());
+    const first = rows.map((r) => {
+      const h = referenceHiddenInt8(config, weights, tok.encode(buildPrompt(r))).at(-1)!;
+      let best = 0;
+      let bestLogit = -Infinity;
+      for (let v = 0; v < config.vocab_size; v++) {
+        let s = 0;
+        for (let i = 0; i < h.length; i++) s += weights.lmHead[v * h.length + i]! * h[i]!;
+        if (s > bestLogit) (best = v), (bestLogit = s);
+      }
+      return eos.has(best) ? "" : decode([best]);
+    });
+    const read = (out: string) => new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r]));
+    const one = join(dir, "int8-gen-first.jsonl");
+    await generate({ modelDir, bank: small, out: one, batchSize: 8, maxNewTokens: 1 });
+    const got = read(one);
+    expect(rows.map((r) => got.get(r.query_id)!.raw_response)).toEqual(first);
+    const texts = [];
+    for (const batchSize of [8, 1]) {
+      const out = join(dir, `int8-gen-${batchSize}.jsonl`);
+      await generate({ modelDir, bank: small, out, batchSize, maxNewTokens: 6 });
+      texts.push(rows.map((r) => read(out).get(r.query_id)!.raw_response));
+    }
+    expect(new Set(texts[0]).size).toBeGreaterThan(3);
+    expect(texts[1]).toEqual(texts[0]);
+  });
+});

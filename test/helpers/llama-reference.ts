@@ -8,8 +8,7 @@
  */
 import { FORCED_LOGIT, type LlamaConfig, type LlamaWeights } from "../../src/models/llama.js";
 
-/** RMSNorm with weight `w`, in float64. */
-export function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
+function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
   let s = 0;
   for (const v of x) s += v * v;
   const r = 1 / Math.sqrt(s / x.length + eps);
@@ -28,8 +27,7 @@ function linear(w: Float32Array, x: Float64Array, out: number): Float64Array {
   return y;
 }
 
-/** Rotary embedding of one head at position `pos` (rotate-half layout), in float64. */
-export function rope(v: Float64Array, pos: number, hd: number, theta: number): Float64Array {
+function rope(v: Float64Array, pos: number, hd: number, theta: number): Float64Array {
   const half = hd / 2;
   const out = new Float64Array(hd);
   for (let i = 0; i < half; i++) {
@@ -42,7 +40,14 @@ export function rope(v: Float64Array, pos: number, hd: number, theta: number): F
   return out;
 }
 
-export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[]): Float64Array[] {
+/** A projection of every position at once: `y_t = W x_t` for W in [out, in]. Graphs that quantize activations per tensor need all positions together. */
+export type Projection = (w: Float32Array, xs: Float64Array[], out: number) => Float64Array[];
+
+/** Each position on its own, in float64. */
+export const float64Projection: Projection = (w, xs, out) => xs.map((x) => linear(w, x, out));
+
+/** Per block, the residual stream at the last position (the last block after the final norm); `project` computes every projection. */
+export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[], project: Projection = float64Projection): Float64Array[] {
   const d = c.hidden_size;
   const H = c.num_attention_heads;
   const KV = c.num_key_value_heads;
@@ -52,20 +57,12 @@ export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[]):
   const result: Float64Array[] = [];
   for (const lw of w.layers) {
     const hs = xs.map((x) => rmsNorm(x, lw.inputNorm, c.rms_norm_eps));
-    const q = hs.map((h, t) => {
-      const all = linear(lw.q, h, H * hd);
-      return Array.from({ length: H }, (_, k) => rope(all.subarray(k * hd, (k + 1) * hd), t, hd, c.rope_theta));
-    });
-    const k = hs.map((h, t) => {
-      const all = linear(lw.k, h, KV * hd);
-      return Array.from({ length: KV }, (_, j) => rope(all.subarray(j * hd, (j + 1) * hd), t, hd, c.rope_theta));
-    });
-    const v = hs.map((h) => {
-      const all = linear(lw.v, h, KV * hd);
-      return Array.from({ length: KV }, (_, j) => all.subarray(j * hd, (j + 1) * hd));
-    });
-    const next: Float64Array[] = [];
-    for (let t = 0; t < T; t++) {
+    const heads = (all: Float64Array[], n: number, rotate: boolean) =>
+      all.map((a, t) => Array.from({ length: n }, (_, j) => (rotate ? rope(a.subarray(j * hd, (j + 1) * hd), t, hd, c.rope_theta) : a.subarray(j * hd, (j + 1) * hd))));
+    const q = heads(project(lw.q, hs, H * hd), H, true);
+    const k = heads(project(lw.k, hs, KV * hd), KV, true);
+    const v = heads(project(lw.v, hs, KV * hd), KV, false);
+    const ctxs = Array.from({ length: T }, (_, t) => {
       const ctx = new Float64Array(H * hd);
       for (let head = 0; head < H; head++) {
         const kvh = Math.floor(head / (H / KV));
@@ -79,25 +76,25 @@ export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[]):
         const z = e.reduce((a, b) => a + b, 0);
         for (let s = 0; s <= t; s++) for (let i = 0; i < hd; i++) ctx[head * hd + i]! += (e[s]! / z) * v[s]![kvh]![i]!;
       }
-      const o = linear(lw.o, ctx, d);
-      const x1 = xs[t]!.map((x, i) => x + o[i]!);
-      const h2 = rmsNorm(x1, lw.postNorm, c.rms_norm_eps);
-      const gate = linear(lw.gate, h2, c.intermediate_size);
-      const up = linear(lw.up, h2, c.intermediate_size);
-      const act = gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!);
-      const down = linear(lw.down, act, d);
-      next.push(x1.map((x, i) => x + down[i]!));
-    }
-    xs = next;
+      return ctx;
+    });
+    const o = project(lw.o, ctxs, d);
+    const x1 = xs.map((x, t) => x.map((xi, i) => xi + o[t]![i]!));
+    const h2 = x1.map((x) => rmsNorm(x, lw.postNorm, c.rms_norm_eps));
+    const gate = project(lw.gate, h2, c.intermediate_size);
+    const up = project(lw.up, h2, c.intermediate_size);
+    const act = gate.map((g, t) => g.map((gi, i) => (gi / (1 + Math.exp(-gi))) * up[t]![i]!));
+    const down = project(lw.down, act, d);
+    xs = x1.map((x, t) => x.map((xi, i) => xi + down[t]![i]!));
     result.push(xs[T - 1]!);
   }
   result[result.length - 1] = rmsNorm(result[result.length - 1]!, w.norm, c.rms_norm_eps);
   return result;
 }
 
-/** The logits of the next token after `ids`: the LM head over the last position's post-norm state, plus any forced transition. */
-export function referenceLogits(c: LlamaConfig, w: LlamaWeights, ids: number[]): Float64Array {
-  const h = referenceHidden(c, w, ids).at(-1)!;
+/** The logits of the next token after `ids`: the LM head (float64, never quantized) over the last position's post-norm state, plus any forced transition. */
+export function referenceLogits(c: LlamaConfig, w: LlamaWeights, ids: number[], project: Projection = float64Projection): Float64Array {
+  const h = referenceHidden(c, w, ids, project).at(-1)!;
   const logits = linear(w.lmHead, h, c.vocab_size);
   for (const [from, to] of w.forcedNext ?? []) if (ids.at(-1) === from) logits[to]! += FORCED_LOGIT;
   return logits;

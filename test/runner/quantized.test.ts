@@ -20,9 +20,9 @@ import { extract, inspectModel } from "../../src/runner/extract.js";
 import { generate } from "../../src/runner/generate.js";
 import { PromptTokenizer } from "../../src/runner/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
-import { referenceDecoder, referenceGreedy, referenceHidden } from "../helpers/llama-reference.js";
+import { referenceDecoder, referenceGreedy, referenceHidden, referenceLogits } from "../helpers/llama-reference.js";
 import { referenceHiddenFamily } from "../helpers/family-reference.js";
-import { referenceHiddenInt8 } from "../helpers/quantized-reference.js";
+import { int8Projection } from "../helpers/quantized-reference.js";
 import { tempDir } from "../helpers/tmp.js";
 import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, INT8_CODE_FLIPS } from "../tolerances.js";
 
@@ -65,7 +65,7 @@ async function worstError(store: string, modelDir: string, style: QuantizedStyle
   let total = 0;
   for (const [i, row] of rows.entries()) {
     const ids = tok.encode(buildPrompt(row));
-    const ref = style === "int8" ? referenceHiddenInt8(config, weights, ids) : weights.family ? referenceHiddenFamily(config, weights, ids) : referenceHidden(config, weights, ids);
+    const ref = style === "int8" ? referenceHidden(config, weights, ids, int8Projection) : weights.family ? referenceHiddenFamily(config, weights, ids) : referenceHidden(config, weights, ids);
     for (const layer of reader.manifest.layers) {
       const got = await reader.readRowsF32(layer, i, 1);
       const want = ref[layer]!;
@@ -208,14 +208,8 @@ describe("generation on a transformers.js int8 folder (activations quantized per
     // The first step reads the whole prompt, as the reference quantizes it: its token is the LM head's argmax over the int8 state.
     const eos = new Set([config.eos_token_id ?? []].flat());
     const first = rows.map((r) => {
-      const h = referenceHiddenInt8(config, weights, tok.encode(buildPrompt(r))).at(-1)!;
-      let best = 0;
-      let bestLogit = -Infinity;
-      for (let v = 0; v < config.vocab_size; v++) {
-        let s = 0;
-        for (let i = 0; i < h.length; i++) s += weights.lmHead[v * h.length + i]! * h[i]!;
-        if (s > bestLogit) (best = v), (bestLogit = s);
-      }
+      const logits = referenceLogits(config, weights, tok.encode(buildPrompt(r)), int8Projection);
+      const best = logits.reduce((at, v, i) => (v > logits[at]! ? i : at), 0);
       return eos.has(best) ? "" : decode([best]);
     });
     const read = (out: string) => new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r]));

@@ -15,7 +15,7 @@ import { buildGenaiModel } from "../../src/models/genai.js";
 import { convertToFloat16, linearWriter } from "../../src/models/quantize.js";
 import { decodeModel, encodeModel, type GraphProto } from "../../src/runner/onnx-graph.js";
 import { genaiStyle } from "../../src/runner/styles/genai.js";
-import { renameGraph, RENAME_STYLES } from "../../src/models/rename.js";
+import { renameGraph, RENAME_STYLES, type RenameStyle } from "../../src/models/rename.js";
 import { locateByStructure } from "../../src/runner/styles/structural.js";
 import { torchNamesStyle } from "../../src/runner/styles/torch-names.js";
 
@@ -60,18 +60,27 @@ describe("structural detection", () => {
   });
 });
 
+/**
+ * Names and structure agree on the 3-block graph of `o` (each block's last residual Add, then the final norm),
+ * and structure finds the same tensors once the graph is renamed in `style`.
+ */
+function expectThreeBlocks(o: TinyModelOptions, style: RenameStyle): void {
+  const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+  const g = graphOf(o);
+  expect(byNames(g, 3)).toEqual(want);
+  expect(byStructure(g, 3)).toEqual(want);
+  const renamed = graphOf(o);
+  const map = renameGraph(renamed, style, 2);
+  expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+}
+
 describe("structural detection on other families' graph shapes", () => {
   it("gemma: the √d embedding scale and (1 + w) norms, four norms per block; two residual Adds per block", () => {
     const o = { ...BASE, layers: 3, family: "gemma" } as const;
     const g = graphOf(o);
     expect(g.node!.some((n) => n.name === "/model/layers.0/post_feedforward_layernorm/Mul_1")).toBe(true);
-    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
-    expect(byNames(g, 3)).toEqual(want);
-    expect(byStructure(g, 3)).toEqual(want);
+    expectThreeBlocks(o, "anonymous");
     expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 4 of 6, the end of block 1/);
-    const renamed = graphOf(o);
-    const map = renameGraph(renamed, "anonymous", 2);
-    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
   });
 
   it("gpt-2: position embeddings added to the token embeddings before the first block", () => {
@@ -110,13 +119,8 @@ describe("structural detection on other families' graph shapes", () => {
     const g = graphOf(o);
     const biasAdds = g.node!.filter((n) => n.opType === "Add" && n.input!.some((i) => /_proj\.bias$/.test(i)));
     expect(biasAdds.map((n) => n.name).slice(0, 3)).toEqual(["/model/layers.0/self_attn/q_proj/Add", "/model/layers.0/self_attn/k_proj/Add", "/model/layers.0/self_attn/v_proj/Add"]);
-    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
-    expect(byNames(g, 3)).toEqual(want);
-    expect(byStructure(g, 3)).toEqual(want);
+    expectThreeBlocks(o, "anonymous");
     expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 4 of 6, the end of block 1/);
-    const renamed = graphOf(o);
-    const map = renameGraph(renamed, "anonymous", 2);
-    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
   });
 
   it("phi3: packed qkv and gate_up projections split, and LongRoPE's If choosing the rotary tables", () => {
@@ -128,27 +132,17 @@ describe("structural detection on other families' graph shapes", () => {
       ["then_branch", ["Constant", "Constant"]],
       ["else_branch", ["Constant", "Constant"]],
     ]);
-    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
-    expect(byNames(g, 3)).toEqual(want);
-    expect(byStructure(g, 3)).toEqual(want);
+    expectThreeBlocks(o, "dynamo-names");
     const plan = detectHiddenTensors(g, 3);
     expect(plan).toMatchObject({ strategy: "structural", crossCheck: "names (torch-names) agree on all 3 blocks", warnings: [] });
-    const renamed = graphOf(o);
-    const map = renameGraph(renamed, "dynamo-names", 2);
-    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
   });
 
   it("neox: parallel attention and MLP, one residual Add per block", () => {
     const o = { ...BASE, layers: 3, family: "neox" } as const;
     const g = graphOf(o);
-    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
-    expect(byNames(g, 3)).toEqual(want);
-    expect(byStructure(g, 3)).toEqual(want);
+    expectThreeBlocks(o, "dynamo-names");
     expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 2 of 3, the end of block 1/);
     expect(() => locateByStructure(g, 2)).toThrow(/the residual stream holds 3 blocks \(3 residual Adds, one per parallel block\) but config\.json's num_hidden_layers is 2/);
-    const renamed = graphOf(o);
-    const map = renameGraph(renamed, "dynamo-names", 2);
-    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
   });
 });
 

@@ -13,8 +13,8 @@
  */
 import { DataType, decodeModel, encodeModel, GraphBuilder, valueInfo, type ModelProto } from "../runner/onnx-graph.js";
 import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
-import type { LinearWriter, LlamaConfig, LlamaWeights, ModelFiles } from "./llama.js";
-import { convertToFloat16, externalizeWeights, linearWriter, type LinearFormat } from "./quantize.js";
+import { externalizeWeights, type LinearWriter, type LlamaConfig, type LlamaWeights, type ModelFiles } from "./llama.js";
+import { convertToFloat16, linearWriter, type LinearFormat } from "./quantize.js";
 
 const MS = "com.microsoft";
 

@@ -13,7 +13,7 @@ import { dirname, join } from "node:path";
 import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
 import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
-import { DataType, decodeModel, encodeModel, floatTensor, GraphBuilder, valueInfo, type GraphProto, type NodeProto } from "../runner/onnx-graph.js";
+import { DataType, decodeModel, encodeModel, floatTensor, GraphBuilder, pointToExternalData, valueInfo, type GraphProto, type ModelProto, type NodeProto } from "../runner/onnx-graph.js";
 
 /** The fields of a HuggingFace `config.json` that this architecture reads. */
 export interface LlamaConfig {
@@ -484,35 +484,34 @@ const FAMILY_CONFIG: Record<Family, Record<string, unknown>> = {
 };
 
 /**
- * Moves every initializer of at least 1 KiB into one external-data file
- * (`location`, beside the model), each aligned to 64 bytes, as torch.onnx
- * and optimum write large models.
+ * Moves every initializer of 1 KiB or more into external data files named
+ * `dataFile`, then `dataFile_1`, `dataFile_2`, … each time `chunkBytes` would
+ * be passed (transformers.js' chunks), each aligned to 64 bytes as torch.onnx
+ * and optimum write large models; returns those files' bytes by name.
  */
-export function moveWeightsOut(onnx: Uint8Array, location: string): { model: Uint8Array; data: Uint8Array } {
-  const model = decodeModel(onnx);
-  const chunks: Uint8Array[] = [];
+export function externalizeWeights(model: ModelProto, dataFile: string, chunkBytes = Infinity): Record<string, Uint8Array> {
+  const files: Record<string, Uint8Array[]> = {};
+  let chunk = 0;
   let offset = 0;
+  const name = () => (chunk === 0 ? dataFile : `${dataFile}_${chunk}`);
   for (const t of model.graph!.initializer ?? []) {
     const raw = t.rawData;
     if (!raw || raw.length < 1024) continue;
+    if (offset > 0 && offset + raw.length > chunkBytes) {
+      chunk++;
+      offset = 0;
+    }
+    const parts = (files[name()] ??= []);
     const pad = (64 - (offset % 64)) % 64;
-    if (pad) chunks.push(new Uint8Array(pad));
+    if (pad) parts.push(new Uint8Array(pad));
     offset += pad;
-    chunks.push(raw.slice());
-    t.rawData = new Uint8Array(0);
-    t.dataLocation = 1; // EXTERNAL
-    t.externalData = [
-      { key: "location", value: location },
-      { key: "offset", value: String(offset) },
-      { key: "length", value: String(raw.length) },
-    ];
+    parts.push(raw);
+    pointToExternalData(t, name().split("/").pop()!, offset, raw.length);
     offset += raw.length;
   }
-  const data = new Uint8Array(offset);
-  let at = 0;
-  for (const c of chunks) (data.set(c, at), (at += c.length));
-  return { model: encodeModel(model), data };
+  return Object.fromEntries(Object.entries(files).map(([n, parts]) => [n, Buffer.concat(parts)]));
 }
+
 
 /** The `config.json` a HuggingFace export of this model has. */
 export function hfConfigJson(config: LlamaConfig, withPast: boolean, family: Family = "llama"): string {
@@ -528,8 +527,9 @@ function plainFiles(o: TinyModelOptions): ModelFiles {
     const onnx = buildLlamaOnnx(config, weights, o.withPast ?? false, { positionIds: o.positionIds });
     const json = { "config.json": hfConfigJson(config, o.withPast ?? false, o.family) };
     if (!o.externalData) return { "model.onnx": onnx, ...json };
-    const { model, data } = moveWeightsOut(onnx, "model.onnx_data");
-    return { "model.onnx": model, "model.onnx_data": data, ...json };
+    const model = decodeModel(onnx);
+    const data = externalizeWeights(model, "model.onnx_data");
+    return { "model.onnx": encodeModel(model), ...data, ...json };
   };
 }
 

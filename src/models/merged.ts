@@ -10,7 +10,7 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { DataType, decodeModel, encodeModel, valueInfo, type GraphProto, type TensorProto } from "../runner/onnx-graph.js";
-import { buildLlamaOnnx, moveWeightsOut, tinyConfig, tinyWeights, writeTinyModel, type LlamaConfig, type LlamaWeights, type TinyModelOptions } from "./llama.js";
+import { buildLlamaOnnx, externalizeWeights, tinyConfig, tinyWeights, writeTinyModel, type LlamaConfig, type LlamaWeights, type TinyModelOptions } from "./llama.js";
 
 export const MERGED_IF = "optimum::if";
 export const USE_CACHE_BRANCH = "use_cache_branch";
@@ -81,9 +81,10 @@ export async function writeMergedModel(dir: string, o: TinyModelOptions = {}): P
   const config = await writeTinyModel(dir, { ...o, withPast: true, externalData: false });
   const merged = buildMergedOnnx(config, tinyWeights(o), o.positionIds ?? true);
   if (o.externalData) {
-    const { model, data } = moveWeightsOut(merged, "model.onnx_data");
-    await writeFile(join(dir, "model.onnx"), model);
-    await writeFile(join(dir, "model.onnx_data"), data);
+    const model = decodeModel(merged);
+    const data = externalizeWeights(model, "model.onnx_data");
+    await writeFile(join(dir, "model.onnx"), encodeModel(model));
+    for (const [name, bytes] of Object.entries(data)) await writeFile(join(dir, name), bytes);
   } else await writeFile(join(dir, "model.onnx"), merged);
   return tinyConfig(o);
 }

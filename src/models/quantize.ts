@@ -18,7 +18,7 @@
  */
 import { f16ToF32, f32ToF16 } from "../kernels/typescript/float16.js";
 import { DataType, decodeModel, encodeModel, type GraphProto, type ModelProto, type TensorProto } from "../runner/onnx-graph.js";
-import { buildLlamaOnnx, float32Linear, hfConfigJson, type LinearWriter, type LlamaConfig, type LlamaWeights, type ModelFiles } from "./llama.js";
+import { buildLlamaOnnx, externalizeWeights, float32Linear, hfConfigJson, type LinearWriter, type LlamaConfig, type LlamaWeights, type ModelFiles } from "./llama.js";
 
 /** Weight formats of a written or read graph (the manifest's `weights`). */
 export type WeightFormat = "float32" | "float16" | "int4" | "int8" | "nf4";
@@ -303,40 +303,6 @@ export const QUANTIZED_STYLES = {
   q4f16: { file: "onnx/model_q4f16.onnx", linear: "int4", float16: true },
 } as const satisfies Record<string, { file: string; linear: LinearFormat; float16: boolean }>;
 export type QuantizedStyle = keyof typeof QUANTIZED_STYLES;
-
-/**
- * Moves every initializer of 1 KiB or more into external data files named
- * `dataFile`, then `dataFile_1`, `dataFile_2`, … each time `chunkBytes` would
- * be passed (transformers.js' chunks); returns those files' bytes by name.
- */
-export function externalizeWeights(model: ModelProto, dataFile: string, chunkBytes = Infinity): Record<string, Uint8Array> {
-  const files: Record<string, Uint8Array[]> = {};
-  let chunk = 0;
-  let offset = 0;
-  const name = () => (chunk === 0 ? dataFile : `${dataFile}_${chunk}`);
-  for (const t of model.graph!.initializer ?? []) {
-    const raw = t.rawData;
-    if (!raw || raw.length < 1024) continue;
-    if (offset > 0 && offset + raw.length > chunkBytes) {
-      chunk++;
-      offset = 0;
-    }
-    const parts = (files[name()] ??= []);
-    const pad = (64 - (offset % 64)) % 64;
-    if (pad) parts.push(new Uint8Array(pad));
-    offset += pad;
-    parts.push(raw);
-    t.rawData = new Uint8Array(0);
-    t.dataLocation = 1; // EXTERNAL
-    t.externalData = [
-      { key: "location", value: name().split("/").pop()! },
-      { key: "offset", value: String(offset) },
-      { key: "length", value: String(raw.length) },
-    ];
-    offset += raw.length;
-  }
-  return Object.fromEntries(Object.entries(files).map(([n, parts]) => [n, Buffer.concat(parts)]));
-}
 
 /**
  * A transformers.js-style folder: `config.json` and the style's graph under

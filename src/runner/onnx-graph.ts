@@ -181,3 +181,14 @@ export function pruneGraph(graph: GraphProto): { removedNodes: number } {
   graph.valueInfo = (graph.valueInfo ?? []).filter((v) => needed.has(v.name!));
   return { removedNodes: before - graph.node.length };
 }
+
+/** Points initializer `t` at `length` bytes at `offset` of the external-data file `location` (its raw bytes dropped). */
+export function pointToExternalData(t: TensorProto, location: string, offset: number, length: number): void {
+  t.rawData = new Uint8Array(0);
+  t.dataLocation = 1; // EXTERNAL
+  t.externalData = [
+    { key: "location", value: location },
+    { key: "offset", value: String(offset) },
+    { key: "length", value: String(length) },
+  ];
+}

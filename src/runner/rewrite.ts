@@ -4,7 +4,7 @@
  * to float16 inside the graph — one `[B, n_layers, d]` output — and every node
  * that output does not depend on (the LM head, the KV-cache outputs) is removed.
  */
-import { DataType, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type GraphProto, type ModelProto, type NodeProto } from "./onnx-graph.js";
+import { DataType, encodeModel, GraphBuilder, graphIndex, num, pointToExternalData, pruneGraph, valueInfo, type GraphProto, type ModelProto, type NodeProto } from "./onnx-graph.js";
 import type { HiddenTensor } from "./detect.js";
 
 export const HIDDEN_OUTPUT = "hsm_hidden_states";
@@ -206,13 +206,7 @@ function externalizeInitializers(graph: NonNullable<ModelProto["graph"]>, source
     if (!raw || raw.length < 4096 || raw.buffer !== source.buffer) continue;
     const offset = raw.byteOffset - source.byteOffset;
     if (offset < 0 || offset + raw.length > source.length) continue;
-    t.rawData = new Uint8Array(0);
-    t.dataLocation = 1; // EXTERNAL
-    t.externalData = [
-      { key: "location", value: name },
-      { key: "offset", value: String(offset) },
-      { key: "length", value: String(raw.length) },
-    ];
+    pointToExternalData(t, name, offset, raw.length);
   }
 }
 

@@ -140,9 +140,10 @@ const merged = join(benchDir, "full-merged");
 rmSync(merged, { recursive: true, force: true });
 const mg = timed(process.execPath, [bin, "merge", merged, ...shards, "--quiet"]);
 const check = timed(process.execPath, [bin, "verify", merged]);
+const [mergedFiles, storeFiles] = [merged, store].map((s) => JSON.parse(readFileSync(join(s, "index.json"), "utf8")).files);
 const same = files.every((f) => {
   const name = f.slice(store.length + 1);
-  return JSON.parse(readFileSync(join(merged, "index.json"), "utf8")).files[name].sha256 === JSON.parse(readFileSync(join(store, "index.json"), "utf8")).files[name].sha256;
+  return mergedFiles[name].sha256 === storeFiles[name].sha256;
 });
 results.merge = { shards: SHARDS, seconds: mg.secs, peak_rss_mb: mg.rssMb, verify_s: check.secs, files_equal_fixture: same };
 console.log(`hsm merge of ${SHARDS} shards ${mg.secs.toFixed(1)} s, peak RSS ${mg.rssMb.toFixed(0)} MB; final verify ${check.secs.toFixed(1)} s: ok, files ${same ? "equal" : "DIFFER from"} the fixture's`);

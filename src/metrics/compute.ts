@@ -174,12 +174,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       o.onProgress?.(layer, "read", done, layers.length);
       const finite = new Uint8Array(N).fill(1);
       if (requested) for (const block of await requested) widen(block, finite);
-      else {
-        for (let start = 0; start < N; start += BLOCK_ROWS) {
-          const count = Math.min(BLOCK_ROWS, N - start);
-          widen({ start, count, data: await reader.readRows(layer, start, count) }, finite);
-        }
-      }
+      else for await (const block of reader.blocks(layer, BLOCK_ROWS)) widen(block, finite);
       requested = readAhead && done + 1 < layers.length ? requestLayer(layers[done + 1]!) : undefined;
       for (const metric of metrics) {
         o.onProgress?.(layer, metric.name, done, layers.length);

@@ -235,14 +235,7 @@ void Stash(Sha256State* s, const uint8_t* p, size_t n) {
   s->pending_len += static_cast<uint32_t>(n);
 }
 
-void HashBytes(Sha256State* s, const uint8_t* p, size_t n) {
-  const size_t took = TopUp(s, p, n);
-  p += took, n -= took;
-  Blocks(s->h, p, n / 64);
-  Stash(s, p + (n & ~size_t{63}), n & 63);
-}
-
-// HashBytes for up to kMaxLanes states at once: while several have whole
+// Hashes up to kMaxLanes streams at once: while several have whole
 // blocks left, their common blocks go through the interleaved kernel.
 void HashBytesN(Sha256State* const s[], const uint8_t* p[], size_t n[], int count) {
   for (int j = 0; j < count; j++) {
@@ -302,18 +295,6 @@ void Sha256Init(Sha256State* s) {
   std::memcpy(s->h, kInit, sizeof kInit);
 }
 
-void Sha256Update(Sha256State* s, const uint8_t* data, size_t n, size_t stats_from, int width) {
-  if (width != 2 && width != 4) stats_from = n;
-  stats_from = std::min(stats_from, n);
-  HashBytes(s, data, stats_from);
-  // Tiles are whole values long, so no value straddles two.
-  for (size_t at = stats_from; at < n; at += kTile) {
-    const size_t len = std::min(kTile, n - at);
-    HashBytes(s, data + at, len);
-    Count(s, data + at, len, width);
-  }
-}
-
 void Sha256UpdateN(Sha256State* const s[], const uint8_t* const data[], const size_t n[], const size_t stats_from[],
                    const int width[], int count) {
   size_t from[kMaxLanes];
@@ -324,7 +305,7 @@ void Sha256UpdateN(Sha256State* const s[], const uint8_t* const data[], const si
     for (int j = 0; j < count; j++) p[j] = data[j], len[j] = from[j];
     HashBytesN(s, p, len, count);
   }
-  // Tile by tile, every stream's tile hashed together and then counted, as in Sha256Update.
+  // Tile by tile, every stream's tile hashed together and then counted, as one stream alone would be.
   for (size_t t = 0;; t += kTile) {
     const uint8_t* p[kMaxLanes];
     const uint8_t* q[kMaxLanes];
@@ -370,6 +351,10 @@ void Sha256Final(Sha256State* s, uint8_t out[32]) {
     out[4 * i + 3] = static_cast<uint8_t>(s->h[i]);
   }
   s->pending_len = 0;
+}
+
+void Sha256Update(Sha256State* s, const uint8_t* data, size_t n, size_t stats_from, int width) {
+  Sha256UpdateN(&s, &data, &n, &stats_from, &width, 1);
 }
 
 }  // namespace hsm

@@ -26,10 +26,27 @@ inline bool HasAvx512Bf16() {
   }();
   return yes;
 }
+inline bool HasAvx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+}
+// The SHA extensions, with the SSSE3 and SSE4.1 their kernel also uses.
+inline bool HasSha() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sha") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1");
+  }();
+  return yes;
+}
 #else
 inline bool HasAvx2F16c() { return false; }
 inline bool HasAvx512() { return false; }
 inline bool HasAvx512Bf16() { return false; }
+inline bool HasAvx2() { return false; }
+inline bool HasSha() { return false; }
 #endif
 
 }  // namespace hsm

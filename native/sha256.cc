@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu.h"
 #include "float16.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define HSM_X86 1
 #endif
@@ -176,19 +176,7 @@ __attribute__((target("avx2"))) void F32StatsAvx2(const uint32_t* src, size_t n,
 }
 #endif
 
-bool ShaNi() {
-#ifdef HSM_X86
-  static const bool yes = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSE4_1) || !(c & bit_SSSE3)) return false;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (b & bit_SHA) != 0;
-  }();
-  return yes;
-#else
-  return false;
-#endif
-}
+bool ShaNi() { return HasSha(); }
 
 void Blocks(uint32_t h[8], const uint8_t* data, size_t blocks) {
 #ifdef HSM_X86
@@ -200,7 +188,7 @@ void Blocks(uint32_t h[8], const uint8_t* data, size_t blocks) {
 // Magnitude bits order like the values they denote, so the largest bits are the largest value.
 void F32Stats(const uint32_t* src, size_t n, uint64_t* nonfinite, uint32_t* max_bits) {
 #ifdef HSM_X86
-  if (__builtin_cpu_supports("avx2")) return F32StatsAvx2(src, n, nonfinite, max_bits);
+  if (HasAvx2()) return F32StatsAvx2(src, n, nonfinite, max_bits);
 #endif
   uint64_t bad = 0;
   uint32_t best = 0;

@@ -13,7 +13,7 @@
  */
 import { DataType, decodeModel, encodeModel, GraphBuilder, valueInfo, type ModelProto } from "../runner/onnx-graph.js";
 import { pastInputName, presentOutputName } from "../runner/kv-cache.js";
-import { externalizeWeights, type LinearWriter, type LlamaConfig, type LlamaWeights, type ModelFiles } from "./llama.js";
+import { externalizeWeights, transpose, type LinearWriter, type LlamaConfig, type LlamaWeights, type ModelFiles } from "./llama.js";
 import { convertToFloat16, linearWriter, type LinearFormat } from "./quantize.js";
 
 const MS = "com.microsoft";
@@ -114,7 +114,7 @@ export function buildGenaiModel(c: LlamaConfig, w: LlamaWeights, linear: LinearW
     if (n.output!.length === 4) n.output = [n.output![0]!, "", "", n.output![3]!];
   }
   for (const n of g.nodes) if (n.opType === "SimplifiedLayerNormalization") n.name = n.name!.replace(/SimplifiedLayerNormalization$/, "LayerNorm");
-  g.nodes.push({ name: "/lm_head/MatMul", opType: "MatMul", input: [final!, g.floats("lm_head.weight", transposed(w.lmHead, c.vocab_size, d), [d, c.vocab_size])], output: ["logits"] });
+  g.nodes.push({ name: "/lm_head/MatMul", opType: "MatMul", input: [final!, g.floats("lm_head.weight", transpose(w.lmHead, c.vocab_size, d), [d, c.vocab_size])], output: ["logits"] });
   return {
     irVersion: 8,
     producerName: "hsm tiny-llama (onnxruntime-genai layout)",
@@ -124,12 +124,6 @@ export function buildGenaiModel(c: LlamaConfig, w: LlamaWeights, linear: LinearW
     ],
     graph: { name: "main_graph", node: g.nodes, initializer: g.initializers, input: inputs, output: outputs },
   } as ModelProto;
-}
-
-function transposed(m: Float32Array, out: number, inp: number): Float32Array {
-  const t = new Float32Array(m.length);
-  for (let r = 0; r < out; r++) for (let col = 0; col < inp; col++) t[col * out + r] = m[r * inp + col]!;
-  return t;
 }
 
 /** The genai builds `hsm make-model --style genai` writes: fp32, fp16 (float32 inputs and outputs, as CPU builds), fp16-io (float16 KV cache and logits, as CUDA builds), int4. */

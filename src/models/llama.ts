@@ -218,7 +218,8 @@ export function tokenizerFiles(name: TokenizerName): { tokenizer: string; config
 }
 
 /** [out, in] → [in, out], the orientation MatMul initializers have in exported graphs. */
-function transpose(w: Float32Array, out: number, inp: number): Float32Array {
+/** A weight in HuggingFace orientation [out, in] as the [in, out] matrix a MatMul reads. */
+export function transpose(w: Float32Array, out: number, inp: number): Float32Array {
   const t = new Float32Array(w.length);
   for (let r = 0; r < out; r++) for (let c = 0; c < inp; c++) t[c * out + r] = w[r * inp + c]!;
   return t;

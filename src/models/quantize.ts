@@ -20,9 +20,6 @@ import { f16ToF32, f32ToF16 } from "../kernels/typescript/float16.js";
 import { DataType, decodeModel, encodeModel, type GraphProto, type ModelProto, type TensorProto } from "../runner/onnx-graph.js";
 import { buildLlamaOnnx, externalizeWeights, float32Linear, hfConfigJson, type LinearWriter, type LlamaConfig, type LlamaWeights, type ModelFiles } from "./llama.js";
 
-/** Weight formats of a written or read graph (the manifest's `weights`). */
-export type WeightFormat = "float32" | "float16" | "int4" | "int8" | "nf4";
-
 /** How the projections are stored. */
 export type LinearFormat = "float32" | "int4" | "int4-symmetric" | "int8" | "nf4";
 

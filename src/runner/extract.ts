@@ -9,8 +9,6 @@
 import { createHash } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 
 import { mainForwardRows, readBank } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
@@ -31,17 +29,7 @@ import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "./rewri
 import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "./self-check.js";
 import { createSession, stageModel, type ModelRunOptions, type Stage } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
-
-/**
- * Runs a full garbage collection now. The model file read for inspection is
- * as large as the weights onnxruntime is about to map; V8 would free it only
- * at some later collection, so both would be resident at once and the peak
- * memory would nearly double.
- */
-function collectGarbage(): void {
-  setFlagsFromString("--expose-gc");
-  (runInNewContext("gc") as () => void)();
-}
+import { collectGarbage } from "../util/memory.js";
 
 /** The SHA-256 of the model file read for inspection. */
 function sha256(inspected: { source: Uint8Array }): string {

@@ -18,32 +18,32 @@
  * tried again by the next run); a model that fails on every query stops the run.
  */
 import { mkdir, open, readFile, rename, truncate, unlink } from "node:fs/promises";
+import { availableParallelism } from "node:os";
 import { basename, dirname, join } from "node:path";
-
-import * as ort from "onnxruntime-node";
 
 import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKERS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { syncDir } from "../util/fs.js";
-import { leftPad, planBatches, rightPad } from "./batching.js";
+import { planBatches } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
 import { addKvCache, attentionShape } from "./add-cache.js";
-import { answerFields, GreedyRows, readEosIds } from "./decoding.js";
+import { NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode.js";
+import { sessionDecoders, workerDecoders, workerScript, type Decoders } from "./decoders.js";
+import { answerFields, readEosIds } from "./decoding.js";
 import { checkGenerations, generationCheckWarning } from "./generate-check.js";
-import { isPastInput, isPresentOutput, pastFor } from "./kv-cache.js";
+import { isPastInput, isPresentOutput } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
-import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, valueShape, type ModelProto, type ValueInfoProto } from "./onnx-graph.js";
+import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type ModelProto } from "./onnx-graph.js";
 import { graphFormat } from "./model-report.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
-import { breakBatchingForTest } from "./self-check.js";
-import { createSession, ModelLoadError, stageModel, type ModelRunOptions } from "./session.js";
+import { loadSession, ModelLoadError, stageModel, withStagedModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
+import { collectGarbage } from "../util/memory.js";
 
 
-const NEXT_TOKEN = "hsm_next_token";
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
 const SORT_WINDOW = 256;
 /** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
@@ -53,6 +53,8 @@ const CACHE_PROBE_TOKENS = 4;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
+  /** Batches decoded at once, each by a session of its own in a worker thread; default 2 on the CPU, else 1. */
+  workers?: number;
   /** Rows regenerated alone at batch 1 after the run, whose text must not change (`<out>.check.json`); 0 turns it off. */
   selfCheck?: number;
   /** Messages for the user: what was done ("info") and what to look at ("warn"). */
@@ -224,7 +226,9 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const tokenizer = await PromptTokenizer.load(o.modelDir);
   tokenizer.checkVocab(md.config.vocabSize, `${o.modelDir}/tokenizer.json`);
   const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
-  const source = await readFile(md.onnxPath);
+  const prompts = rows.map((r) => buildPrompt(r));
+  const tokens = prompts.map((p) => tokenizer.encode(p));
+  let source: Buffer | undefined = await readFile(md.onnxPath);
   const model = decodeModel(source);
   const plan = planInputs(model.graph!, md.config.numLayers);
   if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
@@ -233,44 +237,82 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   if (right && !inputs.has("attention_mask")) throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
   // Activations quantized per tensor make a row's tokens depend on its batch: such graphs decode one row at a time.
   const batchDependent = graphFormat(model.graph!).batchDependent;
-  const rowsPerRun = batchDependent ? 1 : batchSize;
+  const batches = planAll(tokens, batchDependent ? 1 : batchSize);
   const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
+  const setup: DecodeSetup = { padId: tokenizer.padId, eos: [...eos], maxNewTokens: maxNew, past: [], positions: inputs.has("position_ids"), right, branch };
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
   const opset = num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0);
   const canAdd = !batchDependent && !right && !branch && shape !== undefined;
+  const device = o.device ?? "cpu";
+  const workers = Math.min(o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1), batches.length);
+  const sessionOptions = { device, threads: o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined), spin: false };
   let added = false;
-  const openSession = async (m: ModelProto, addCache: boolean) => {
+  const openDecoders = async (m: ModelProto, addCache: boolean) => {
     added = addCache && addKvCache(m.graph!, opset, md.config.numLayers, shape!);
     const { cached } = rewriteForGeneration(m, right ? "attention_mask" : undefined);
     const stage = await stageModel(md.onnxPath);
     // Weights stay where they are, read by offset from the original file (see extraction).
-    if (stage) rewriteWeightsInPlace(m, source, stage.sourceName);
-    const session = await createSession(encodeModel(m), stage, { device: o.device, threads: o.threads, spin: false });
-    const pastInputs = (added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!));
-    return { session, cached: cached && pastInputs.length > 0, pastInputs };
+    if (stage) rewriteWeightsInPlace(m, source ?? (await readFile(md.onnxPath)), stage.sourceName);
+    const past = pastInputs((added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!)));
+    const s = { ...setup, past };
+    const bytes = encodeModel(m);
+    // The file's bytes are not needed again unless the session fails to load; onnxruntime is about to map the weights.
+    source = undefined;
+    if (stage) collectGarbage();
+    const script = workerScript();
+    const decoders = await withStagedModel(bytes, stage, device, async (file) =>
+      typeof file === "string" && script && workers > 1
+        ? workerDecoders(script, workers, { model: file, options: sessionOptions, setup: s })
+        : sessionDecoders(await loadSession(file, sessionOptions), s),
+    );
+    return { decoders, cached: cached && past.length > 0 };
   };
-  let opened: Awaited<ReturnType<typeof openSession>>;
+  let opened: Awaited<ReturnType<typeof openDecoders>>;
   try {
-    opened = await openSession(model, canAdd);
+    opened = await openDecoders(model, canAdd);
   } catch (err) {
     // An added cache onnxruntime refuses (its tensors typed unlike the graph's keys) leaves the graph as exported.
     if (!added || !(err instanceof ModelLoadError)) throw err;
-    opened = await openSession(decodeModel(source), false);
+    opened = await openDecoders(decodeModel(await readFile(md.onnxPath)), false);
   }
-  const { session, pastInputs } = opened;
+  const { decoders } = opened;
+  if (decoders.parallel > 1) log(`decoding ${decoders.parallel} batches at once, each by an onnxruntime session of its own (${sessionOptions.threads} thread${sessionOptions.threads === 1 ? "" : "s"} each)`, "info");
   const modelName = o.model ?? defaultModelName(o.modelDir);
-  const prompts = rows.map((r) => buildPrompt(r));
-  const tokens = prompts.map((p) => tokenizer.encode(p));
-  const decodeWith = (batch: number[][], useCache: boolean, newTokens: number) =>
-    decodeBatch(session, batch, tokenizer.padId, eos, newTokens, useCache, pastInputs, inputs.has("position_ids"), right ? rightPad : leftPad, branch);
   let useCache = opened.cached;
-  if (added) {
-    useCache = await addedCacheAgrees(decodeWith, tokens);
-    log(useCache ? "the model has no KV cache: decoding with one added to the graph" : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step", "info");
+  try {
+    if (added) {
+      useCache = await addedCacheAgrees(decoders, tokens);
+      log(useCache ? "the model has no KV cache: decoding with one added to the graph" : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step", "info");
+    }
+    return await generateRows(o, { rows, prompts, tokens, batches, eos, modelName, decoders, useCache, log, batchSize, t0, detokenize: (ids) => tokenizer.decode(ids) });
+  } finally {
+    await decoders.close().catch(() => {});
   }
-  const decode = (batch: number[][]) => decodeWith(batch, useCache, maxNew);
+}
 
+interface Generation {
+  rows: BankRow[];
+  prompts: string[];
+  tokens: number[][];
+  batches: number[][];
+  eos: ReadonlySet<number>;
+  modelName: string;
+  decoders: Decoders;
+  useCache: boolean;
+  log: (message: string, level: "info" | "warn") => void;
+  batchSize: number;
+  t0: number;
+  detokenize: (ids: number[]) => string;
+}
+
+/**
+ * Decodes every batch not written yet and appends it, in the order of the
+ * plan, however many batches are decoded at once.
+ */
+async function generateRows(o: GenerateOptions, g: Generation): Promise<GenerateResult> {
+  const { rows, prompts, tokens, eos, modelName, decoders, log } = g;
+  const decode = (batch: number[][]) => decoders.decode(batch, g.useCache);
   await mkdir(dirname(o.out), { recursive: true });
   // One writer per generations file.
   const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
@@ -290,58 +332,65 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     };
     const failure = (i: number, err: unknown) => row(i, { error: (err as Error).message?.split("\n")[0] ?? String(err) });
     o.onProgress?.(done.size, rows.length);
-    try {
-      for (const batch of planAll(tokens, rowsPerRun)) {
-        const missing = batch.filter((i) => !done.has(rows[i]!.query_id));
-        if (missing.length === 0) continue;
-        // The whole batch runs even when some of its rows are written already: the rest then comes out as it would have.
-        const results = await decodeOrIsolate(decode, batch.map((i) => tokens[i]!), batch.map((i) => missing.includes(i)));
-        const answers: string[] = [];
-        const failures: { i: number; err: unknown }[] = [];
-        batch.forEach((i, b) => {
-          const res = results[b];
-          if (res === undefined) return;
-          if (res instanceof Error) failures.push({ i, err: res });
-          else {
-            try {
-              const fields = answerFields(res, eos, (ids) => tokenizer.decode(ids));
-              answers.push(row(i, { ...fields }));
-              texts.set(i, fields.raw_response);
-            } catch (err) {
-              failures.push({ i, err });
-            }
-          }
-        });
-        let errors: string[] = [];
-        if (answers.length > 0 || answered() > 0) {
-          errors = [...pending, ...failures].map((f) => failure(f.i, f.err));
-          pending = [];
-        } else {
-          pending.push(...failures);
-          if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
-            throw new GenerationError(pending.map((f) => rows[f.i]!.query_id), pending[0]!.err);
+    const write = async (batch: number[], results: (number[] | Error | undefined)[]) => {
+      const answers: string[] = [];
+      const failures: { i: number; err: unknown }[] = [];
+      batch.forEach((i, b) => {
+        const res = results[b];
+        if (res === undefined) return;
+        if (res instanceof Error) failures.push({ i, err: res });
+        else {
+          try {
+            const fields = answerFields(res, eos, g.detokenize);
+            answers.push(row(i, { ...fields }));
+            texts.set(i, fields.raw_response);
+          } catch (err) {
+            failures.push({ i, err });
           }
         }
-        if (answers.length + errors.length === 0) continue;
-        await fh.write([...answers, ...errors].map((l) => `${l}\n`).join(""));
-        await fh.sync();
-        written += answers.length;
-        failed += errors.length;
-        o.onProgress?.(answered() + failed, rows.length);
+      });
+      let errors: string[] = [];
+      if (answers.length > 0 || answered() > 0) {
+        errors = [...pending, ...failures].map((f) => failure(f.i, f.err));
+        pending = [];
+      } else {
+        pending.push(...failures);
+        if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
+          throw new GenerationError(pending.map((f) => rows[f.i]!.query_id), pending[0]!.err);
+        }
       }
+      if (answers.length + errors.length === 0) return;
+      await fh.write([...answers, ...errors].map((l) => `${l}\n`).join(""));
+      await fh.sync();
+      written += answers.length;
+      failed += errors.length;
+      o.onProgress?.(answered() + failed, rows.length);
+    };
+    // Up to `parallel` batches are decoding while the oldest is written; none of these promises rejects.
+    const inFlight: { batch: number[]; results: Promise<(number[] | Error | undefined)[]> }[] = [];
+    try {
+      for (const batch of g.batches) {
+        const wanted = batch.map((i) => !done.has(rows[i]!.query_id));
+        if (!wanted.includes(true)) continue;
+        // The whole batch runs even when some of its rows are written already: the rest then comes out as it would have.
+        inFlight.push({ batch, results: decodeOrIsolate(decode, batch.map((i) => tokens[i]!), wanted) });
+        if (inFlight.length < decoders.parallel) continue;
+        const oldest = inFlight.shift()!;
+        await write(oldest.batch, await oldest.results);
+      }
+      for (const { batch, results } of inFlight.splice(0)) await write(batch, await results);
     } finally {
       await fh.close();
     }
-    const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, (ids) => tokenizer.decode(ids)).raw_response;
-    const check = await checkGenerations({ generateAlone: alone, tokens, queryIds: rows.map((r) => r.query_id), written: texts, batchSize, window: SORT_WINDOW, count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS, out: o.out });
+    const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, g.detokenize).raw_response;
+    const check = await checkGenerations({ generateAlone: alone, tokens, queryIds: rows.map((r) => r.query_id), written: texts, batchSize: g.batchSize, window: SORT_WINDOW, count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS, out: o.out });
     const warning = check && generationCheckWarning(check, o.out);
     if (warning) log(warning, "warn");
     if (failed > 0) {
       log(`warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`, "warn");
     }
-    return { written, skipped: done.size, failed, seconds: (performance.now() - t0) / 1000 };
+    return { written, skipped: done.size, failed, seconds: (performance.now() - g.t0) / 1000 };
   } finally {
-    await session.release().catch(() => {});
     await release();
   }
 }
@@ -362,15 +411,15 @@ function planAll(tokens: number[][], batchSize: number): number[][] {
  * padding is exercised) are decoded both ways for a few tokens. A cache that
  * fails to run does not agree.
  */
-async function addedCacheAgrees(decodeWith: (batch: number[][], useCache: boolean, newTokens: number) => Promise<number[][]>, tokens: number[][]): Promise<boolean> {
+async function addedCacheAgrees(decoders: Decoders, tokens: number[][]): Promise<boolean> {
   const order = tokens.map((_, i) => i).sort((a, b) => tokens[a]!.length - tokens[b]!.length || a - b);
   if (order.length === 0) return false;
   const shortest = order[0]!;
   const other = order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
   const probe = [...new Set([shortest, other])].map((i) => tokens[i]!);
   try {
-    const withCache = await decodeWith(probe, true, CACHE_PROBE_TOKENS);
-    const recomputed = await decodeWith(probe, false, CACHE_PROBE_TOKENS);
+    const withCache = await decoders.decode(probe, true, CACHE_PROBE_TOKENS);
+    const recomputed = await decoders.decode(probe, false, CACHE_PROBE_TOKENS);
     return JSON.stringify(withCache) === JSON.stringify(recomputed);
   } catch {
     return false;
@@ -406,80 +455,4 @@ async function decodeOrIsolate(
     }
     return out;
   }
-}
-
-/** Greedy decoding of one batch: per row, the generated ids (the EOS that stopped it included). */
-async function decodeBatch(
-  session: ort.InferenceSession,
-  prompts: number[][],
-  padId: number,
-  eos: ReadonlySet<number>,
-  maxNew: number,
-  /** Whether steps after the first read the cache (else every step recomputes the whole sequence, with empty past inputs). */
-  cached: boolean,
-  pastInputs: ValueInfoProto[],
-  wantsPositions: boolean,
-  pad: typeof leftPad,
-  /** A merged decoder's branch input: false on the first step (no cache yet), true after. */
-  cacheBranch?: string,
-): Promise<number[][]> {
-  const B = prompts.length;
-  const greedy = new GreedyRows(B, eos, maxNew);
-  const pastNames = new Set(pastInputs.map((v) => v.name!));
-  // Step 0 reads the whole padded prompt; later steps one token each (or, without a cache, everything again).
-  // With the cache, each row's mask grows by one: GroupQueryAttention graphs read only its sum (a row's length).
-  let seqs = prompts.map((p) => [...p]);
-  let f = breakBatchingForTest(pad(seqs, padId));
-  let mask = f.attentionMask;
-  let maskLen = f.length;
-  let lastPos = prompts.map((p) => p.length - 1);
-  let past: Record<string, ort.Tensor> = {};
-  for (const v of pastInputs) {
-    const shape = (valueShape(v) ?? []).map((s, k) => (k === 0 ? B : typeof s === "number" ? s : 0));
-    past[v.name!] = v.type?.tensorType?.elemType === DataType.FLOAT16 ? new ort.Tensor("float16", new Uint16Array(0), shape) : new ort.Tensor("float32", new Float32Array(0), shape);
-  }
-  let ids = f.inputIds;
-  let idsLen = f.length;
-  let positions = f.positionIds;
-  while (!greedy.done()) {
-    const feeds: Record<string, ort.Tensor> = {
-      input_ids: new ort.Tensor("int64", ids, [B, idsLen]),
-      attention_mask: new ort.Tensor("int64", mask, [B, maskLen]),
-      ...past,
-    };
-    if (wantsPositions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
-    if (cacheBranch) feeds[cacheBranch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
-    const result = await session.run(feeds);
-    const next = result[NEXT_TOKEN]!.data as BigInt64Array;
-    if (greedy.push(next)) break;
-    // The next step's inputs: every row advances by its chosen token (finished rows too; their output is ignored).
-    const chosen = Array.from(next, (v) => Number(v));
-    lastPos = lastPos.map((p) => p + 1);
-    if (cached) {
-      past = {};
-      for (const [name, tensor] of Object.entries(result)) {
-        const input = pastFor(name, pastNames);
-        if (input) past[input] = tensor;
-      }
-      ids = BigInt64Array.from(chosen, (t) => BigInt(t));
-      idsLen = 1;
-      const grown = new BigInt64Array(B * (maskLen + 1));
-      for (let b = 0; b < B; b++) {
-        grown.set(mask.subarray(b * maskLen, (b + 1) * maskLen), b * (maskLen + 1));
-        grown[b * (maskLen + 1) + maskLen] = 1n;
-      }
-      mask = grown;
-      maskLen++;
-      positions = BigInt64Array.from(lastPos, (p) => BigInt(p));
-    } else {
-      seqs = seqs.map((s, b) => [...s, chosen[b]!]);
-      f = breakBatchingForTest(pad(seqs, padId));
-      ids = f.inputIds;
-      idsLen = f.length;
-      mask = f.attentionMask;
-      maskLen = f.length;
-      positions = f.positionIds;
-    }
-  }
-  return greedy.ids;
 }

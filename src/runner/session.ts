@@ -143,27 +143,45 @@ export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
 
 /** Opens a session over model bytes, staged as {@link stageModel} decided (inline when `stage` is undefined). */
 export async function createSession(bytes: Uint8Array, stage: Stage | undefined, options: SessionOptions = {}): Promise<ort.InferenceSession> {
-  const device = options.device ?? "cpu";
-  const unusable = device === "webgpu" ? probeWebgpu() : undefined;
-  if (unusable !== undefined) {
+  return withStagedModel(bytes, stage, options.device ?? "cpu", (model) => loadSession(model, options));
+}
+
+/**
+ * Runs `load` on the model as {@link stageModel} decided — the staged file's
+ * path, or the bytes themselves when `stage` is undefined — and removes the
+ * stage afterwards, whatever happened. A device onnxruntime cannot use here
+ * fails first, before anything is written.
+ */
+export async function withStagedModel<T>(bytes: Uint8Array, stage: Stage | undefined, device: Device, load: (model: string | Uint8Array) => Promise<T>): Promise<T> {
+  try {
+    const unusable = device === "webgpu" ? probeWebgpu() : undefined;
+    if (unusable !== undefined) throw deviceError(device, unusable)!;
+    if (!stage) return await load(bytes);
+    await writeFile(join(stage.dir, stage.modelFile), bytes);
+    return await load(join(stage.dir, stage.modelFile));
+  } finally {
     await stage?.cleanup();
-    throw deviceError(device, unusable)!;
   }
-  const sessionOptions: ort.InferenceSession.SessionOptions = {
-    executionProviders: [device],
+}
+
+/** onnxruntime's options for {@link SessionOptions}. */
+function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOptions {
+  return {
+    executionProviders: [options.device ?? "cpu"],
     graphOptimizationLevel: "all",
     logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
     ...(options.spin === false ? { extra: { session: { intra_op: { allow_spinning: "0" } } } } : {}),
   };
+}
+
+/** A session over a model file or its bytes; what onnxruntime fails with becomes a {@link DeviceError} or {@link ModelLoadError}. */
+export async function loadSession(model: string | Uint8Array, options: SessionOptions): Promise<ort.InferenceSession> {
+  const device = options.device ?? "cpu";
   try {
-    if (!stage) return await ort.InferenceSession.create(bytes, sessionOptions);
-    await writeFile(join(stage.dir, stage.modelFile), bytes);
-    return await ort.InferenceSession.create(join(stage.dir, stage.modelFile), sessionOptions);
+    return typeof model === "string" ? await ort.InferenceSession.create(model, ortOptions(options)) : await ort.InferenceSession.create(model, ortOptions(options));
   } catch (err) {
     const message = (err as Error).message;
     throw deviceError(device, message) ?? new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
-  } finally {
-    await stage?.cleanup();
   }
 }

@@ -153,6 +153,24 @@ describe("hsm generate against a float64 greedy reference", () => {
   });
 });
 
+describe("hsm generate on worker threads", () => {
+  const cli = (name: ModelName, out: string, ...extra: string[]) =>
+    spawnSync(process.execPath, [BIN, "generate", "--model-dir", modelDir(name), "--bank", bank, "--out", out, "--batch-size", "2", "--self-check", "0", ...extra], { encoding: "utf8" });
+
+  it("gives the reference's rows with two batches decoding at once, the order of the file unchanged", async () => {
+    for (const name of ["withPast", "noPast", "mixed"] as const) {
+      const two = join(dir, `${name}-workers-2.jsonl`);
+      const one = join(dir, `${name}-workers-1.jsonl`);
+      const r = cli(name, two, "--workers", "2", "--threads", "1");
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stderr).toContain("decoding 2 batches at once, each by an onnxruntime session of its own (1 thread each)");
+      expect(cli(name, one, "--workers", "1").status).toBe(0);
+      expect(readFileSync(two, "utf8")).toBe(readFileSync(one, "utf8"));
+    }
+    await expectReference("mixed", byId(join(dir, "mixed-workers-2.jsonl")));
+  });
+});
+
 describe("hsm generate when a query cannot run", () => {
   // Rotary tables of 64 positions: the long prompt (192 tokens) fails inside onnxruntime, the others fit.
   const short: TinyModelOptions = { ...MODELS.withPast, maxPositions: 64 };
@@ -174,6 +192,10 @@ describe("hsm generate when a query cannot run", () => {
     await generate({ modelDir: modelDir("withPast"), bank, out: roomy, batchSize: 8, model: "short-context" });
     const plain = byId(roomy);
     for (const [id, row] of rows) if (!["q4", "q10"].includes(id)) expect(row).toEqual(plain.get(id));
+    // Two batches decoding at once on worker threads: the same rows, the same errors.
+    const threaded = join(dir, "short-context-workers.jsonl");
+    expect(spawnSync(process.execPath, [BIN, "generate", "--model-dir", m, "--bank", bank, "--out", threaded, "--batch-size", "4", "--workers", "2", "--quiet"]).status).toBe(0);
+    expect(byId(threaded)).toEqual(rows);
     const again = await generate({ modelDir: m, bank, out, batchSize: 8 });
     expect(again).toMatchObject({ written: 0, failed: 2, skipped: 10 });
     const lines = readRows(out);

@@ -1,0 +1,116 @@
+/**
+ * Greedy decoding of one batch on a session rewritten by
+ * `rewriteForGeneration` (generate.ts): the step loop, with or without the
+ * KV cache. Everything it needs besides the session is plain data
+ * ({@link DecodeSetup}), so that worker threads (generate-worker.ts) run the
+ * same loop as the main thread.
+ */
+import * as ort from "onnxruntime-node";
+
+import { leftPad, rightPad } from "./batching.js";
+import { GreedyRows } from "./decoding.js";
+import { pastFor } from "./kv-cache.js";
+import { DataType, valueShape, type ValueInfoProto } from "./onnx-graph.js";
+import { breakBatchingForTest } from "./self-check.js";
+
+/** The output of a rewritten graph: each row's next token. */
+export const NEXT_TOKEN = "hsm_next_token";
+
+/** A KV-cache input: its name, its shape with every unnamed dimension 0, and whether it is float16. */
+export interface PastInput {
+  name: string;
+  dims: number[];
+  float16: boolean;
+}
+
+/** What a decoding loop needs to know about the model and its tokenizer. */
+export interface DecodeSetup {
+  padId: number;
+  eos: number[];
+  maxNewTokens: number;
+  past: PastInput[];
+  /** Whether the graph reads `position_ids`. */
+  positions: boolean;
+  /** Right padding (GroupQueryAttention graphs) instead of left. */
+  right: boolean;
+  /** A merged decoder's branch input: false on the first step (no cache yet), true after. */
+  branch?: string;
+}
+
+/** The past inputs of a graph as {@link DecodeSetup} describes them. */
+export function pastInputs(values: readonly ValueInfoProto[]): PastInput[] {
+  return values.map((v) => ({
+    name: v.name!,
+    dims: (valueShape(v) ?? []).map((s) => (typeof s === "number" ? s : 0)),
+    float16: v.type?.tensorType?.elemType === DataType.FLOAT16,
+  }));
+}
+
+/**
+ * Greedy decoding of one batch: per row, the generated ids (the EOS that
+ * stopped it included). `cached`: whether steps after the first read the
+ * cache (else every step recomputes the whole sequence, with empty past
+ * inputs); `newTokens` overrides the setup's maximum.
+ */
+export async function decodeBatch(session: ort.InferenceSession, setup: DecodeSetup, prompts: number[][], cached: boolean, newTokens = setup.maxNewTokens): Promise<number[][]> {
+  const B = prompts.length;
+  const pad = setup.right ? rightPad : leftPad;
+  const greedy = new GreedyRows(B, new Set(setup.eos), newTokens);
+  const pastNames = new Set(setup.past.map((p) => p.name));
+  // Step 0 reads the whole padded prompt; later steps one token each (or, without a cache, everything again).
+  // With the cache, each row's mask grows by one: GroupQueryAttention graphs read only its sum (a row's length).
+  let seqs = prompts.map((p) => [...p]);
+  let f = breakBatchingForTest(pad(seqs, setup.padId));
+  let mask = f.attentionMask;
+  let maskLen = f.length;
+  let lastPos = prompts.map((p) => p.length - 1);
+  let past: Record<string, ort.Tensor> = {};
+  for (const p of setup.past) {
+    const shape = p.dims.map((s, k) => (k === 0 ? B : s));
+    past[p.name] = p.float16 ? new ort.Tensor("float16", new Uint16Array(0), shape) : new ort.Tensor("float32", new Float32Array(0), shape);
+  }
+  let ids = f.inputIds;
+  let idsLen = f.length;
+  let positions = f.positionIds;
+  while (!greedy.done()) {
+    const feeds: Record<string, ort.Tensor> = {
+      input_ids: new ort.Tensor("int64", ids, [B, idsLen]),
+      attention_mask: new ort.Tensor("int64", mask, [B, maskLen]),
+      ...past,
+    };
+    if (setup.positions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
+    if (setup.branch) feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
+    const result = await session.run(feeds);
+    const next = result[NEXT_TOKEN]!.data as BigInt64Array;
+    if (greedy.push(next)) break;
+    // The next step's inputs: every row advances by its chosen token (finished rows too; their output is ignored).
+    const chosen = Array.from(next, (v) => Number(v));
+    lastPos = lastPos.map((p) => p + 1);
+    if (cached) {
+      past = {};
+      for (const [name, tensor] of Object.entries(result)) {
+        const input = pastFor(name, pastNames);
+        if (input) past[input] = tensor;
+      }
+      ids = BigInt64Array.from(chosen, (t) => BigInt(t));
+      idsLen = 1;
+      const grown = new BigInt64Array(B * (maskLen + 1));
+      for (let b = 0; b < B; b++) {
+        grown.set(mask.subarray(b * maskLen, (b + 1) * maskLen), b * (maskLen + 1));
+        grown[b * (maskLen + 1) + maskLen] = 1n;
+      }
+      mask = grown;
+      maskLen++;
+      positions = BigInt64Array.from(lastPos, (p) => BigInt(p));
+    } else {
+      seqs = seqs.map((s, b) => [...s, chosen[b]!]);
+      f = breakBatchingForTest(pad(seqs, setup.padId));
+      ids = f.inputIds;
+      idsLen = f.length;
+      mask = f.attentionMask;
+      maskLen = f.length;
+      positions = f.positionIds;
+    }
+  }
+  return greedy.ids;
+}

@@ -15,6 +15,8 @@ import { breakBatchingForTest } from "./self-check.js";
 
 /** The output of a rewritten graph: each row's next token. */
 export const NEXT_TOKEN = "hsm_next_token";
+/** The output of a graph whose LM head runs outside it: each row's last hidden state, `[B, 1, d]`. */
+export const LAST_HIDDEN = "hsm_last_hidden";
 
 /** A KV-cache input: its name, its shape with every unnamed dimension 0, and whether it is float16. */
 export interface PastInput {

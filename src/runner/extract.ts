@@ -19,6 +19,7 @@ import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
+import { collectGarbage } from "../util/memory.js";
 import { leftPad, planBatches, rightPad } from "./batching.js";
 import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan, type HiddenTensor } from "./detect.js";
 import { promptFeeds } from "./feeds.js";
@@ -29,7 +30,6 @@ import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "./rewri
 import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "./self-check.js";
 import { createSession, stageModel, type ModelRunOptions, type Stage } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
-import { collectGarbage } from "../util/memory.js";
 
 /** The SHA-256 of the model file read for inspection. */
 function sha256(inspected: { source: Uint8Array }): string {

@@ -27,21 +27,21 @@ import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKE
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { syncDir } from "../util/fs.js";
+import { collectGarbage } from "../util/memory.js";
 import { planBatches } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
 import { addKvCache, attentionShape } from "./add-cache.js";
-import { NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode.js";
+import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode.js";
 import { sessionDecoders, workerDecoders, workerScript, type Decoders } from "./decoders.js";
 import { answerFields, readEosIds } from "./decoding.js";
 import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput } from "./kv-cache.js";
 import { openModelDir } from "./model-dir.js";
-import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type ModelProto } from "./onnx-graph.js";
+import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type GraphProto, type ModelProto, type TensorProto, type ValueInfoProto } from "./onnx-graph.js";
 import { graphFormat } from "./model-report.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
 import { loadSession, ModelLoadError, stageModel, withStagedModel, type ModelRunOptions } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
-import { collectGarbage } from "../util/memory.js";
 
 
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
@@ -104,8 +104,13 @@ export class GenerationError extends HsmError {
  * (`rightPaddedMask` names the mask input) it is row b's last real token,
  * min(sum(mask_b) − 1, S − 1): the prompt's last token on the first step, and
  * the one new token on cached steps.
+ *
+ * With `headOutside`, an LM head that is one float32 MatMul by a weight
+ * `[d, V]` stored in the model leaves the graph: the output is then the
+ * head's input at that position (`[B, 1, d]`, {@link LAST_HIDDEN}), and the
+ * weight is returned for the caller's own head (see head.ts).
  */
-export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string): { cached: boolean } {
+export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string, headOutside = false): { cached: boolean; head?: TensorProto } {
   const graph = model.graph!;
   const logits = (graph.output ?? []).find((o) => o.name === "logits");
   if (!logits) throw new DetectionError(`the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`);
@@ -113,22 +118,37 @@ export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string
   const g = new GraphBuilder(new Set((graph.node ?? []).map((n) => n.name!)));
   const pick = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask);
   const head = producer.get("logits");
-  let lastLogits: string;
-  if (head?.opType === "MatMul") {
-    // Gather the position before the LM head: [B, T, d] → [B, 1, d].
-    head.input![0] = pick(head.input![0]!);
-    lastLogits = "logits";
+  const weight = headOutside && head?.opType === "MatMul" ? float32Matrix(graph, head.input![1]!) : undefined;
+  const presents = (graph.output ?? []).filter((o) => isPresentOutput(o.name!));
+  let first: ValueInfoProto;
+  if (weight) {
+    const last = pick(head!.input![0]!);
+    g.nodes.push({ name: "/hsm/last_hidden", opType: "Identity", input: [last], output: [LAST_HIDDEN] });
+    first = valueInfo(LAST_HIDDEN, DataType.FLOAT, ["batch_size", 1, num(weight.dims![0])]);
   } else {
-    lastLogits = pick("logits");
+    let lastLogits: string;
+    if (head?.opType === "MatMul") {
+      // Gather the position before the LM head: [B, T, d] → [B, 1, d].
+      head.input![0] = pick(head.input![0]!);
+      lastLogits = "logits";
+    } else {
+      lastLogits = pick("logits");
+    }
+    const arg = g.op1("/hsm", "ArgMax", [lastLogits], { axis: -1, keepdims: 0 }); // [B, 1]
+    g.nodes.push({ name: "/hsm/next_token", opType: "Squeeze", input: [arg, g.ints("/hsm/constants/axes_1", [1])], output: [NEXT_TOKEN] });
+    first = valueInfo(NEXT_TOKEN, DataType.INT64, ["batch_size"]);
   }
-  const arg = g.op1("/hsm", "ArgMax", [lastLogits], { axis: -1, keepdims: 0 }); // [B, 1]
-  g.nodes.push({ name: "/hsm/next_token", opType: "Squeeze", input: [arg, g.ints("/hsm/constants/axes_1", [1])], output: [NEXT_TOKEN] });
   graph.node = [...(graph.node ?? []), ...g.nodes];
   graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
-  const presents = (graph.output ?? []).filter((o) => isPresentOutput(o.name!));
-  graph.output = [valueInfo(NEXT_TOKEN, DataType.INT64, ["batch_size"]), ...presents];
+  graph.output = [first, ...presents];
   pruneGraph(graph);
-  return { cached: presents.length > 0 };
+  return { cached: presents.length > 0, ...(weight ? { head: weight } : {}) };
+}
+
+/** The float32 initializer named `name` when it is a matrix, else undefined. */
+function float32Matrix(graph: GraphProto, name: string): TensorProto | undefined {
+  const t = (graph.initializer ?? []).find((x) => x.name === name);
+  return t && t.dataType === DataType.FLOAT && t.dims?.length === 2 ? t : undefined;
 }
 
 /** `[B, T, x]` → `[B, 1, x]` at the last position. */

@@ -26,6 +26,14 @@ inline bool HasAvx512Bf16() {
   }();
   return yes;
 }
+// The byte and word instructions (masked loads of 16-bit values) every AVX-512 BF16 CPU also has.
+inline bool HasAvx512Bw() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") != 0;
+  }();
+  return yes;
+}
 inline bool HasAvx2() {
   static const bool yes = [] {
     __builtin_cpu_init();
@@ -45,6 +53,7 @@ inline bool HasSha() {
 inline bool HasAvx2F16c() { return false; }
 inline bool HasAvx512() { return false; }
 inline bool HasAvx512Bf16() { return false; }
+inline bool HasAvx512Bw() { return false; }
 inline bool HasAvx2() { return false; }
 inline bool HasSha() { return false; }
 #endif

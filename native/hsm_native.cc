@@ -13,6 +13,7 @@
 #include "bootstrap.h"
 #include "float16.h"
 #include "hash_files.h"
+#include "head.h"
 #include "products.h"
 #include "rank.h"
 #include "rows.h"
@@ -413,6 +414,68 @@ napi_value AddMoments(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
+// True when a typed array of `length` elements holds at least rows x cols (counted in
+// float64, so that no product of two counts wraps around).
+bool Holds(const View& v, size_t rows, size_t cols) { return static_cast<double>(rows) * static_cast<double>(cols) <= static_cast<double>(v.length); }
+
+// prepareHead(w, d, vocab, f32, bf16, norms, threads)
+napi_value PrepareHead(napi_env env, napi_callback_info info) {
+  napi_value argv[7];
+  View w, f32, bf16, norms;
+  size_t d, vocab, threads;
+  if (!GetArgs(env, info, 7, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for w", &w) ||
+      !GetCount(env, argv[1], "Expected d", &d) || !GetCount(env, argv[2], "Expected a vocabulary size", &vocab) ||
+      !GetTyped(env, argv[3], napi_float32_array, "Expected Float32Array for f32", &f32) ||
+      !GetTyped(env, argv[4], napi_uint16_array, "Expected Uint16Array for bf16", &bf16) ||
+      !GetTyped(env, argv[5], napi_float32_array, "Expected Float32Array for norms", &norms) ||
+      !GetCount(env, argv[6], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (!Holds(w, d, vocab) || !Holds(f32, vocab, d) || !Holds(bf16, vocab, d) || norms.length < vocab) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  hsm::PrepareHead(static_cast<const float*>(w.data), d, vocab, static_cast<float*>(f32.data), static_cast<uint16_t*>(bf16.data),
+                   static_cast<float*>(norms.data), Threads(threads));
+  return nullptr;
+}
+
+// headArgmax(h, batch, d, f32, bf16, norms, vocab, out, threads, allowBf16) -> float64 dot products taken
+napi_value HeadArgmax(napi_env env, napi_callback_info info) {
+  napi_value argv[10];
+  View h, f32, bf16, norms, out;
+  size_t batch, d, vocab, threads;
+  bool allow_bf16 = false;
+  if (!GetArgs(env, info, 10, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+      !GetCount(env, argv[1], "Expected a batch size", &batch) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[3], napi_float32_array, "Expected Float32Array for f32", &f32) ||
+      !GetTyped(env, argv[4], napi_uint16_array, "Expected Uint16Array for bf16", &bf16) ||
+      !GetTyped(env, argv[5], napi_float32_array, "Expected Float32Array for norms", &norms) ||
+      !GetCount(env, argv[6], "Expected a vocabulary size", &vocab) ||
+      !GetTyped(env, argv[7], napi_int32_array, "Expected Int32Array for out", &out) ||
+      !GetCount(env, argv[8], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (napi_get_value_bool(env, argv[9], &allow_bf16) != napi_ok) {
+    Fail(env, "Expected a boolean allowBf16");
+    return nullptr;
+  }
+  if (vocab > 0x7fffffffu) {
+    Fail(env, "Expected a vocabulary below 2^31 entries");
+    return nullptr;
+  }
+  if (!Holds(h, batch, d) || !Holds(f32, vocab, d) || !Holds(bf16, vocab, d) || norms.length < vocab || out.length < batch) {
+    Fail(env, "Expected buffers large enough for the given counts");
+    return nullptr;
+  }
+  const uint64_t dots = hsm::HeadArgmax(static_cast<const float*>(h.data), batch, d, static_cast<const float*>(f32.data),
+                                        static_cast<const uint16_t*>(bf16.data), static_cast<const float*>(norms.data), vocab,
+                                        static_cast<int32_t*>(out.data), Threads(threads), allow_bf16);
+  napi_value result;
+  napi_create_double(env, static_cast<double>(dots), &result);
+  return result;
+}
+
 // The hash state lives in a Uint8Array the caller keeps (8-byte aligned, at least sizeof(Sha256State)).
 bool GetShaState(napi_env env, napi_value value, hsm::Sha256State** out) {
   View v;
@@ -626,6 +689,8 @@ NAPI_MODULE_INIT() {
       {"anchorCosines", nullptr, AnchorCosines, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"standardizeRows", nullptr, StandardizeRows, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"addMoments", nullptr, AddMoments, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"prepareHead", nullptr, PrepareHead, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"headArgmax", nullptr, HeadArgmax, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"sha256Init", nullptr, Sha256Init, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"sha256Update", nullptr, Sha256Update, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"sha256Update2", nullptr, Sha256Update2, nullptr, nullptr, nullptr, napi_default, nullptr},

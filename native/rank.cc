@@ -1,6 +1,7 @@
 #include "rank.h"
 
 #include "cpu.h"
+#include "threads.h"
 
 #include <algorithm>
 #include <atomic>
@@ -25,16 +26,6 @@ constexpr size_t kRows = 8;       // rows per micro-tile
 // Anchors packed panel by panel: panel p holds anchors [16p, 16p+16) transposed,
 // so that for each k the 16 values a[16p + j][k] are contiguous. Missing anchors
 // past the end are zero and never counted.
-// fn(begin, end) over [0, n) in up to `threads` contiguous shares, one thread each.
-template <typename Fn>
-void Shares(size_t n, int threads, Fn fn) {
-  const size_t nt = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, threads)), n));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(fn, n * t / nt, n * (t + 1) / nt);
-  fn(0, n / nt);
-  for (auto& th : pool) th.join();
-}
-
 // Panels of kPanel anchors, each threads' share of panels written by it.
 std::unique_ptr<float[]> Pack(const float* a, size_t n_anchors, size_t d, size_t* n_panels, int threads) {
   *n_panels = (n_anchors + kPanel - 1) / kPanel;

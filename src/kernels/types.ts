@@ -20,6 +20,10 @@
  * - `centreRows`, `anchorCosines`, `standardizeRows`, `foldMoments`: float64
  *   sums in a fixed order, the same in TypeScript and the native core: equal
  *   bit for bit.
+ * - `prepareHead`, `headArgmax`: exact — the same arrays bit for bit, and
+ *   the argmax of the same float64 logits (the native core screens with
+ *   bfloat16 under a rigorous error bound, native/head.cc, and computes only
+ *   the survivors exactly; TypeScript computes every logit).
  */
 
 /** Maybe a promise: TensorFlow.js kernels read results back asynchronously. */
@@ -111,6 +115,20 @@ export interface LogisticPass {
   grad: Float64Array;
 }
 
+/**
+ * An LM head prepared once for {@link Kernels.headArgmax}, in arrays the caller
+ * allocates (src/kernels/head.ts: `headSizes`, `allocateHead`), so that worker
+ * threads can share them through SharedArrayBuffers.
+ */
+export interface PreparedHead {
+  /** Wᵀ: vocab rows of d float32 values, each vocabulary row contiguous. */
+  f32: Float32Array;
+  /** `f32` rounded to bfloat16 bits (to nearest, ties to even), vocab × d. */
+  bf16: Uint16Array;
+  /** Per vocabulary row, its Euclidean norm: the float64 sum of its squares in order, the square root rounded to float32. */
+  norms: Float32Array;
+}
+
 export interface Kernels {
   /** float32 → float16 bits, NumPy's rounding; `src` and `dst` of equal length. */
   f32ToF16(src: Float32Array, dst: Uint16Array): void;
@@ -171,6 +189,19 @@ export interface Kernels {
     toPaired?: Int32Array,
     pairedOut?: Float64Array,
   ): MaybePromise<void>;
+  /**
+   * Prepares an LM head from its weight W as an ONNX graph stores it (float32,
+   * row-major d × vocab) into `head` (arrays of `headSizes(d, vocab)`).
+   */
+  prepareHead(w: Float32Array, d: number, vocab: number, head: PreparedHead): void;
+  /**
+   * Greedy decoding's LM head: `out[b]` = argmax over v of Σᵢ h[b·d + i]·W[i, v]
+   * for the `batch` rows of h (batch × d), each product exact and the sum taken
+   * in float64 in order i = 0 … d−1; ties go to the lowest v, a NaN logit never
+   * wins (every logit NaN: 0). `threads` splits the vocabulary (the answer is the
+   * same for any count). Returns how many float64 dot products it took.
+   */
+  headArgmax(h: Float32Array, batch: number, d: number, head: PreparedHead, vocab: number, out: Int32Array, threads: number): number;
 }
 
 export type KernelName = keyof Kernels;
@@ -190,12 +221,14 @@ export const KERNEL_NAMES: readonly KernelName[] = [
   "rowsTimes",
   "bootstrapMean",
   "bootstrapAuroc",
+  "prepareHead",
+  "headArgmax",
 ];
 
 /** Options every backend receives; decided in TypeScript, passed to each kernel. */
 export interface KernelOptions {
   /** Threads a native kernel may use (default: os.availableParallelism()). */
   threads: number;
-  /** Whether the native rank kernel may screen with bfloat16 (HSM_NO_BF16 unset). */
+  /** Whether the native rank and LM-head kernels may screen with the bfloat16 instructions (HSM_NO_BF16 unset). */
   allowBf16: boolean;
 }

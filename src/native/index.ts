@@ -1,7 +1,7 @@
 /**
  * The one place that loads the native core (`native/`) and adapts what it
  * exports to the kernel interface (src/kernels/types.ts). Every option — the
- * thread count, whether the rank kernel may use bfloat16 — arrives here from
+ * thread count, whether the rank and head kernels may use bfloat16 — arrives here from
  * TypeScript and is passed to the addon as an argument.
  */
 import { createRequire } from "node:module";
@@ -37,6 +37,9 @@ interface NativeBinding {
   standardizeRows(h: Float32Array, rows: Int32Array, d: number, out: Float32Array, mean: Float64Array, scale: Float64Array, threads: number): void;
   addMoments(h: Float32Array, rows: Int32Array, d: number, sum: Float64Array, sumSquares: Float64Array, threads: number): void;
   logisticPass(h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, loss: Float64Array, gsum: Float64Array, grad: Float64Array, threads: number): void;
+  prepareHead(w: Float32Array, d: number, vocab: number, f32: Float32Array, bf16: Uint16Array, norms: Float32Array, threads: number): void;
+  /** Returns the float64 dot products taken. */
+  headArgmax(h: Float32Array, batch: number, d: number, f32: Float32Array, bf16: Uint16Array, norms: Float32Array, vocab: number, out: Int32Array, threads: number, allowBf16: boolean): number;
   bootstrapAuroc(
     seed: number,
     stream: number,
@@ -59,7 +62,7 @@ interface NativeBinding {
 /** The kernels the native core implements, and whole-file hashing (which only the native core does). */
 export type NativeKernels = Pick<
   Kernels,
-  "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats" | "centreRows" | "rank" | "anchorCosines" | "standardizeRows" | "foldMoments" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc"
+  "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats" | "centreRows" | "rank" | "anchorCosines" | "standardizeRows" | "foldMoments" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc" | "prepareHead" | "headArgmax"
 > & { sha256Files: Sha256Files };
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -194,5 +197,7 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
     bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out, threads),
     bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
       binding.bootstrapAuroc(seed, stream, g.fact, g.label, g.ties, g.nFacts, b, out, p?.fact ?? null, p?.label ?? null, p?.ties ?? null, p?.nFacts ?? 0, toPaired ?? null, pOut ?? null, threads),
+    prepareHead: (w, d, vocab, head) => binding.prepareHead(w, d, vocab, head.f32, head.bf16, head.norms, threads),
+    headArgmax: (h, batch, d, head, vocab, out, headThreads) => binding.headArgmax(h, batch, d, head.f32, head.bf16, head.norms, vocab, out, headThreads, o.allowBf16),
   };
 }

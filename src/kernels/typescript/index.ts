@@ -2,6 +2,7 @@
 import type { Kernels } from "../types.js";
 import { bootstrapAurocTs, bootstrapMeanTs } from "./bootstrap.js";
 import { f16Stats, f16ToF32, f32ToF16 } from "./float16.js";
+import { headArgmaxTs, prepareHeadTs } from "./head.js";
 import { rowsTimesTs, rowsTransposeTimesTs, syncProducts } from "./products.js";
 import { rankTs } from "./rank.js";
 import { sha256StatsTs } from "./sha256.js";
@@ -21,4 +22,6 @@ export const typescriptKernels: Kernels = {
   rowsTimes: rowsTimesTs,
   bootstrapMean: bootstrapMeanTs,
   bootstrapAuroc: bootstrapAurocTs,
+  prepareHead: prepareHeadTs,
+  headArgmax: headArgmaxTs,
 };

@@ -1,0 +1,477 @@
+#include "head.h"
+
+#include "cpu.h"
+#include "threads.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HSM_X86 1
+#endif
+
+// The screen and its bound.
+//
+// For a batch row h and a vocabulary row w (float32, d long), s = the float64
+// sum of h_i w_i in order, and s~ = the screened score: h and w rounded to
+// bfloat16 (h^, w^), their products summed in float32 lanes (any order, no
+// element passing through more than n = d + 64 roundings: d/16 + 4 with the
+// AVX-512 dot products, d/8 + 3 in the portable lanes), where the AVX-512
+// instructions also read bfloat16 subnormals as zero and flush subnormal
+// results to zero. With u = 2^-8 (the unit roundoff of bfloat16), t = 2^-126
+// (the smallest normal float32), g = n 2^-24 / (1 - n 2^-24):
+//   |x^ - x| <= u|x| + t for every factor (t: a subnormal read as zero), so
+//   sum |h^w^ - hw| <= (2u + u^2) sum|h_i w_i| + t (1 + u) sum(|h_i| + |w_i|);
+//   flushing each product and each partial sum costs at most t apiece (2d + n);
+//   float32 summation of the products adds at most g sum|h^_i w^_i|;
+//   the float64 reference itself is within 1.01 d 2^-53 sum|h_i w_i| of the real sum.
+// Cauchy-Schwarz (sum|h_i w_i| <= |h| |w|, sum|x_i| <= sqrt(d) |x|) turns this into
+//   |s~ - s| <= c |h| |w| + a,  c = 2u + u^2 + g (1 + u)^2 + 1.01 d 2^-53,
+//                               a = t (3 sqrt(d) (|h| + |w|) + 3d + 3n),
+// as long as nothing overflows: every row screened has |h| <= 2^120, and
+// |h| max_v |w_v| <= 2^100 (so no bfloat16 factor, product or partial sum
+// comes near float32's range); any other row, and any row with a non-finite
+// value, is computed exactly over the whole vocabulary. The kernel uses
+// E = 1.25 c |h| |w| + 2a: the margin covers the float32 rounding of the norms,
+// of E itself and of s~ +- E (each at most 2^-24 of |h| |w| + |s~|, about
+// 2^-23 |h| |w|, against a margin of c/4 |h| |w| >= 2^-9 |h| |w|).
+//
+// The screen keeps every v with s~_v + E_v >= max_u (s~_u - E_u): since
+// s_v <= s~_v + E_v and s_u >= s~_u - E_u, no v it drops can have the largest
+// exact logit, nor tie with it. The survivors (usually a handful) are computed
+// exactly and the largest taken, ties to the lowest v. The running maximum of
+// s~ - E and each row's candidate list are kept in one pass over the
+// vocabulary, candidates below the maximum pruned as it grows.
+
+namespace hsm {
+namespace {
+
+constexpr size_t kTileV = 4;  // vocabulary rows per micro-tile
+constexpr size_t kTileB = 4;  // batch rows per micro-tile
+
+inline uint16_t Bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // a NaN stays a (quiet) NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float Bf16ToF32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The exact logit: float64 products of float32 values (exact) summed in order.
+inline double Dot(const float* a, const float* b, size_t d) {
+  double s = 0;
+  for (size_t i = 0; i < d; i++) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+struct Candidate {
+  uint32_t v;
+  float upper;  // s~ + E
+};
+
+// One batch row's screen over one share of the vocabulary.
+struct Screen {
+  float lower = -std::numeric_limits<float>::infinity();  // the largest s~ - E seen
+  std::vector<Candidate> list;
+  size_t cap = 64;
+
+  void Add(uint32_t v, float upper) {
+    if (list.size() >= cap) {
+      Prune(lower);
+      if (list.size() > cap / 2) cap *= 2;
+    }
+    list.push_back({v, upper});
+  }
+  void Prune(float below) {
+    list.erase(std::remove_if(list.begin(), list.end(), [&](const Candidate& c) { return c.upper < below; }), list.end());
+  }
+};
+
+// What a tile's scores are screened against: per screened row, c'|h| and a', and
+// per vocabulary row its norm.
+struct Bounds {
+  std::vector<float> hn;  // 1.25 c |h_b| (zero for padding rows)
+  std::vector<float> abs;  // 2a (with max_v |w_v| for |w|)
+};
+
+// The scalar epilogue: tile scores s[bi * 4 + vi] of rows r0 + bi and vocabulary v0 + vi.
+inline void EpilogueScalar(const float* s, size_t r0, size_t nb, size_t v0, size_t nv, const float* norms, const Bounds& bounds,
+                           Screen* screens) {
+  for (size_t bi = 0; bi < nb; bi++) {
+    Screen& sc = screens[r0 + bi];
+    float upper[kTileV];
+    for (size_t vi = 0; vi < nv; vi++) {
+      const float e = bounds.hn[r0 + bi] * norms[v0 + vi] + bounds.abs[r0 + bi];
+      upper[vi] = s[bi * kTileV + vi] + e;
+      sc.lower = std::max(sc.lower, s[bi * kTileV + vi] - e);
+    }
+    for (size_t vi = 0; vi < nv; vi++) {
+      if (!(upper[vi] < sc.lower)) sc.Add(static_cast<uint32_t>(v0 + vi), upper[vi]);
+    }
+  }
+}
+
+// Portable scores: float32 lanes over the bfloat16 values. hf holds the screened rows
+// rounded to bfloat16 and widened to float32, each padded with zeros to dp floats.
+template <size_t NB>
+inline __attribute__((always_inline)) void TileLanes(const float* hf, size_t dp, const uint16_t* const* w, size_t d, float* s) {
+  float acc[NB][kTileV][8] = {};
+  size_t k = 0;
+  for (; k + 8 <= d; k += 8) {
+    float wv[kTileV][8];
+    for (size_t vi = 0; vi < kTileV; vi++) {
+      for (size_t l = 0; l < 8; l++) wv[vi][l] = Bf16ToF32(w[vi][k + l]);
+    }
+    for (size_t bi = 0; bi < NB; bi++) {
+      for (size_t vi = 0; vi < kTileV; vi++) {
+        for (size_t l = 0; l < 8; l++) acc[bi][vi][l] += hf[bi * dp + k + l] * wv[vi][l];
+      }
+    }
+  }
+  for (; k < d; k++) {
+    for (size_t bi = 0; bi < NB; bi++) {
+      for (size_t vi = 0; vi < kTileV; vi++) acc[bi][vi][k & 7] += hf[bi * dp + k] * Bf16ToF32(w[vi][k]);
+    }
+  }
+  for (size_t bi = 0; bi < NB; bi++) {
+    for (size_t vi = 0; vi < kTileV; vi++) {
+      const float* a = acc[bi][vi];
+      s[bi * kTileV + vi] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    }
+  }
+}
+
+// One share [v_begin, v_end) of the vocabulary for every screened row, portable lanes.
+template <size_t NB>
+inline __attribute__((always_inline)) void TileLanesN(size_t nb, const float* hf, size_t dp, const uint16_t* const* w, size_t d, float* s) {
+  if constexpr (NB > 1) {
+    if (nb < NB) return TileLanesN<NB - 1>(nb, hf, dp, w, d, s);
+  }
+  TileLanes<NB>(hf, dp, w, d, s);
+}
+
+inline __attribute__((always_inline)) void ScreenLanesBody(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
+                                                           const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
+                                                           Screen* screens) {
+  float s[kTileB * kTileV];
+  for (size_t v0 = v_begin; v0 < v_end; v0 += kTileV) {
+    const size_t nv = std::min(kTileV, v_end - v0);
+    const uint16_t* w[kTileV];
+    for (size_t vi = 0; vi < kTileV; vi++) w[vi] = bf16 + (v0 + std::min(vi, nv - 1)) * d;
+    for (size_t r0 = 0; r0 < rows; r0 += kTileB) {
+      const size_t nb = std::min(kTileB, rows - r0);
+      TileLanesN<kTileB>(nb, hf + r0 * dp, dp, w, d, s);
+      EpilogueScalar(s, r0, nb, v0, nv, norms, bounds, screens);
+    }
+  }
+}
+
+void ScreenLanes(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16, const float* norms, size_t v_begin,
+                 size_t v_end, const Bounds& bounds, Screen* screens) {
+  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens);
+}
+
+#ifdef HSM_X86
+__attribute__((target("avx2"))) void ScreenLanesAvx2(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
+                                                     const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
+                                                     Screen* screens) {
+  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens);
+}
+
+// GCC 12's AVX-512 headers start unmasked shuffles from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports once they are inlined; every lane here is written.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Sixteen float32 lanes in memory, aligned for one vector load.
+struct alignas(64) Lanes {
+  float x[16];
+};
+
+#define HSM_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+// Sixteen accumulators to one vector: lane k = the sum of a[k]'s lanes.
+HSM_BF16_TARGET inline __m512 ReduceSixteen(const __m512* a) {
+  __m512 y[4];
+  for (int q = 0; q < 4; q++) {
+    const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * q], a[4 * q + 1]), _mm512_unpackhi_ps(a[4 * q], a[4 * q + 1]));
+    const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * q + 2], a[4 * q + 3]), _mm512_unpackhi_ps(a[4 * q + 2], a[4 * q + 3]));
+    y[q] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
+  }
+  const __m512 z01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 z23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Scores of NB batch rows (bfloat16, zero-padded to dp) against four vocabulary rows:
+// lane bi * 4 + vi (lanes of rows past NB are zero).
+template <size_t NB>
+HSM_BF16_TARGET inline __m512 TileBf16(const uint16_t* hb, size_t dp, const uint16_t* const* w, size_t d) {
+  __m512 acc[kTileB * kTileV];
+  for (size_t j = 0; j < kTileB * kTileV; j++) acc[j] = _mm512_setzero_ps();
+  const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+  size_t k = 0;
+  for (; k + 32 <= d; k += 32) {
+    const __m512bh x0 = (__m512bh)_mm512_loadu_si512(w0 + k);
+    const __m512bh x1 = (__m512bh)_mm512_loadu_si512(w1 + k);
+    const __m512bh x2 = (__m512bh)_mm512_loadu_si512(w2 + k);
+    const __m512bh x3 = (__m512bh)_mm512_loadu_si512(w3 + k);
+#pragma GCC unroll 4
+    for (size_t bi = 0; bi < NB; bi++) {
+      const __m512bh y = (__m512bh)_mm512_load_si512(hb + bi * dp + k);
+      acc[bi * 4 + 0] = _mm512_dpbf16_ps(acc[bi * 4 + 0], x0, y);
+      acc[bi * 4 + 1] = _mm512_dpbf16_ps(acc[bi * 4 + 1], x1, y);
+      acc[bi * 4 + 2] = _mm512_dpbf16_ps(acc[bi * 4 + 2], x2, y);
+      acc[bi * 4 + 3] = _mm512_dpbf16_ps(acc[bi * 4 + 3], x3, y);
+    }
+  }
+  if (k < d) {
+    // The rows' last d - k values; the batch rows' padding is zero.
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (d - k)) - 1);
+    const __m512bh x0 = (__m512bh)_mm512_maskz_loadu_epi16(m, w0 + k);
+    const __m512bh x1 = (__m512bh)_mm512_maskz_loadu_epi16(m, w1 + k);
+    const __m512bh x2 = (__m512bh)_mm512_maskz_loadu_epi16(m, w2 + k);
+    const __m512bh x3 = (__m512bh)_mm512_maskz_loadu_epi16(m, w3 + k);
+#pragma GCC unroll 4
+    for (size_t bi = 0; bi < NB; bi++) {
+      const __m512bh y = (__m512bh)_mm512_load_si512(hb + bi * dp + k);
+      acc[bi * 4 + 0] = _mm512_dpbf16_ps(acc[bi * 4 + 0], x0, y);
+      acc[bi * 4 + 1] = _mm512_dpbf16_ps(acc[bi * 4 + 1], x1, y);
+      acc[bi * 4 + 2] = _mm512_dpbf16_ps(acc[bi * 4 + 2], x2, y);
+      acc[bi * 4 + 3] = _mm512_dpbf16_ps(acc[bi * 4 + 3], x3, y);
+    }
+  }
+  return ReduceSixteen(acc);
+}
+
+template <size_t NB>
+HSM_BF16_TARGET inline __m512 TileBf16N(size_t nb, const uint16_t* hb, size_t dp, const uint16_t* const* w, size_t d) {
+  if constexpr (NB > 1) {
+    if (nb < NB) return TileBf16N<NB - 1>(nb, hb, dp, w, d);
+  }
+  return TileBf16<NB>(hb, dp, w, d);
+}
+
+HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size_t d, const uint16_t* bf16, const float* norms,
+                                size_t v_begin, size_t v_end, const Bounds& bounds, Screen* screens) {
+  const size_t blocks = (rows + kTileB - 1) / kTileB;
+  // Per block of four rows: c'|h| and a' for lane bi * 4 + vi, and the running max of s~ - E (each row's in its four lanes).
+  std::vector<Lanes> hn(blocks), abs(blocks), lower(blocks);
+  std::vector<__mmask16> rows_in(blocks);
+  for (size_t q = 0; q < blocks; q++) {
+    for (size_t j = 0; j < 16; j++) {
+      const size_t r = q * kTileB + j / kTileV;
+      hn[q].x[j] = r < rows ? bounds.hn[r] : 0;
+      abs[q].x[j] = r < rows ? bounds.abs[r] : 0;
+      lower[q].x[j] = -std::numeric_limits<float>::infinity();
+    }
+    rows_in[q] = static_cast<__mmask16>((uint32_t{1} << (4 * std::min(kTileB, rows - q * kTileB))) - 1);
+  }
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (size_t v0 = v_begin; v0 < v_end; v0 += kTileV) {
+    const size_t nv = std::min(kTileV, v_end - v0);
+    const uint16_t* w[kTileV];
+    float nw[kTileV];
+    for (size_t vi = 0; vi < kTileV; vi++) {
+      const size_t v = v0 + std::min(vi, nv - 1);
+      w[vi] = bf16 + v * d;
+      nw[vi] = norms[v];
+    }
+    const __m512 norm = _mm512_broadcast_f32x4(_mm_loadu_ps(nw));
+    const __mmask16 cols_in = static_cast<__mmask16>(0x1111u * ((1u << nv) - 1));
+    for (size_t q = 0; q < blocks; q++) {
+      const size_t r0 = q * kTileB;
+      const __m512 s = TileBf16N<kTileB>(std::min(kTileB, rows - r0), hb + r0 * dp, dp, w, d);
+      const __mmask16 in = rows_in[q] & cols_in;
+      const __m512 e = _mm512_fmadd_ps(_mm512_load_ps(hn[q].x), norm, _mm512_load_ps(abs[q].x));
+      const __m512 up = _mm512_add_ps(s, e);
+      const __m512 lo = _mm512_mask_sub_ps(neg_inf, in, s, e);
+      const __m512 m1 = _mm512_max_ps(lo, _mm512_permute_ps(lo, _MM_SHUFFLE(2, 3, 0, 1)));
+      const __m512 m2 = _mm512_max_ps(m1, _mm512_permute_ps(m1, _MM_SHUFFLE(1, 0, 3, 2)));
+      const __m512 bar = _mm512_max_ps(_mm512_load_ps(lower[q].x), m2);
+      _mm512_store_ps(lower[q].x, bar);
+      uint32_t keep = _mm512_mask_cmp_ps_mask(in, up, bar, _CMP_NLT_UQ);
+      if (keep == 0) continue;
+      alignas(64) float ups[16];
+      _mm512_store_ps(ups, up);
+      for (; keep != 0; keep &= keep - 1) {
+        const unsigned j = static_cast<unsigned>(__builtin_ctz(keep));
+        Screen& sc = screens[r0 + j / kTileV];
+        sc.lower = lower[q].x[j];
+        sc.Add(static_cast<uint32_t>(v0 + j % kTileV), ups[j]);
+      }
+    }
+  }
+  for (size_t q = 0; q < blocks; q++) {
+    for (size_t bi = 0; bi < std::min(kTileB, rows - q * kTileB); bi++) screens[q * kTileB + bi].lower = lower[q].x[bi * kTileV];
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+// The best (value, v) so far of one row: NaN never taken, ties kept at the lower v.
+struct Best {
+  double value = 0;
+  int64_t v = -1;
+  void Offer(double s, int64_t at) {
+    if (!std::isnan(s) && (v < 0 || s > value)) value = s, v = at;
+  }
+};
+
+}  // namespace
+
+void PrepareHead(const float* w, size_t d, size_t vocab, float* f32, uint16_t* bf16, float* norms, int threads) {
+  constexpr size_t kBlock = 16;  // vocabulary columns transposed together: one cache line of each W row
+  Shares((vocab + kBlock - 1) / kBlock, threads, [&](size_t b0, size_t b1) {
+    const size_t v_end = std::min(vocab, b1 * kBlock);
+    for (size_t v0 = b0 * kBlock; v0 < v_end; v0 += kBlock) {
+      const size_t nv = std::min(kBlock, v_end - v0);
+      for (size_t i = 0; i < d; i++) {
+        const float* src = w + i * vocab + v0;
+        for (size_t j = 0; j < nv; j++) f32[(v0 + j) * d + i] = src[j];
+      }
+      for (size_t v = v0; v < v0 + nv; v++) {
+        const float* row = f32 + v * d;
+        double ss = 0;
+        for (size_t i = 0; i < d; i++) {
+          bf16[v * d + i] = Bf16(row[i]);
+          ss += static_cast<double>(row[i]) * row[i];
+        }
+        norms[v] = static_cast<float>(std::sqrt(ss));
+      }
+    }
+  });
+}
+
+uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, const uint16_t* bf16, const float* norms,
+                    size_t vocab, int32_t* out, int threads, bool allow_bf16) {
+  if (batch == 0) return 0;
+  if (vocab == 0 || d == 0) {
+    // No vocabulary: nothing to choose; no features: every logit is 0 and the first wins.
+    std::fill(out, out + batch, 0);
+    return 0;
+  }
+  // Which rows can be screened (see the bound above), and their bounds.
+  double max_norm = 0;
+  bool norms_ok = d <= (size_t{1} << 20);
+  for (size_t v = 0; v < vocab && norms_ok; v++) {
+    if (!(norms[v] <= 0x1p120)) norms_ok = false;
+    max_norm = std::max(max_norm, static_cast<double>(norms[v]));
+  }
+  const double u = 0x1p-8, t = 0x1p-126, n = static_cast<double>(d) + 64;
+  const double g = n * 0x1p-24 / (1 - n * 0x1p-24);
+  const double c = 2 * u + u * u + g * (1 + u) * (1 + u) + 1.01 * static_cast<double>(d) * 0x1p-53;
+  std::vector<size_t> screened;
+  std::vector<uint8_t> exact_rows(batch, 1);
+  Bounds bounds;
+  for (size_t b = 0; b < batch && norms_ok; b++) {
+    const float* row = h + b * d;
+    double ss = 0;
+    bool finite = true;
+    for (size_t i = 0; i < d; i++) {
+      finite = finite && std::isfinite(row[i]);
+      ss += static_cast<double>(row[i]) * row[i];
+    }
+    const double hn = std::sqrt(ss);
+    if (!finite || !(hn <= 0x1p120) || !(hn * max_norm <= 0x1p100)) continue;
+    exact_rows[b] = 0;
+    screened.push_back(b);
+    bounds.hn.push_back(static_cast<float>(1.25 * c * hn));
+    bounds.abs.push_back(static_cast<float>(2 * t * (3 * std::sqrt(static_cast<double>(d)) * (hn + max_norm) + 3 * static_cast<double>(d) + 3 * n)));
+  }
+  const size_t rows = screened.size();
+  // The shares of the vocabulary, fixed for both passes.
+  const size_t nt = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, threads)), vocab));
+  std::vector<std::vector<Screen>> screens(nt, std::vector<Screen>(rows));
+  if (rows > 0) {
+#ifdef HSM_X86
+    const bool use_bf16 = allow_bf16 && HasAvx512Bf16() && HasAvx512Bw();
+#else
+    const bool use_bf16 = false;
+#endif
+    // The screened rows rounded to bfloat16, zero-padded to whole 32-value steps.
+    const size_t dp = (d + 31) / 32 * 32;
+    std::unique_ptr<uint16_t[], void (*)(void*)> hb(nullptr, std::free);
+    std::vector<float> hf;
+    if (use_bf16) {
+      hb.reset(static_cast<uint16_t*>(std::aligned_alloc(64, rows * dp * sizeof(uint16_t))));
+      std::memset(hb.get(), 0, rows * dp * sizeof(uint16_t));
+    } else {
+      hf.assign(rows * dp, 0.0f);
+    }
+    for (size_t r = 0; r < rows; r++) {
+      const float* row = h + screened[r] * d;
+      for (size_t i = 0; i < d; i++) {
+        const uint16_t x = Bf16(row[i]);
+        if (use_bf16) hb[r * dp + i] = x;
+        else hf[r * dp + i] = Bf16ToF32(x);
+      }
+    }
+    Shares(nt, static_cast<int>(nt), [&](size_t t0, size_t t1) {
+      for (size_t s = t0; s < t1; s++) {
+        const size_t v_begin = vocab * s / nt, v_end = vocab * (s + 1) / nt;
+#ifdef HSM_X86
+        if (use_bf16) ScreenBf16(hb.get(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
+        else if (HasAvx2()) ScreenLanesAvx2(hf.data(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
+        else
+#endif
+          ScreenLanes(hf.data(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
+      }
+    });
+  }
+  // Each screened row's bar over the whole vocabulary, then the survivors (and every v of the
+  // rows that were not screened) exactly, share by share.
+  std::vector<float> bar(rows, -std::numeric_limits<float>::infinity());
+  for (size_t s = 0; s < nt; s++) {
+    for (size_t r = 0; r < rows; r++) bar[r] = std::max(bar[r], screens[s][r].lower);
+  }
+  std::vector<Best> best(nt * batch);
+  std::vector<uint64_t> dots(nt, 0);
+  Shares(nt, static_cast<int>(nt), [&](size_t t0, size_t t1) {
+    for (size_t s = t0; s < t1; s++) {
+      const size_t v_begin = vocab * s / nt, v_end = vocab * (s + 1) / nt;
+      for (size_t r = 0; r < rows; r++) {
+        const size_t b = screened[r];
+        Best& bb = best[s * batch + b];
+        for (const Candidate& cand : screens[s][r].list) {
+          if (cand.upper < bar[r]) continue;
+          bb.Offer(Dot(h + b * d, f32 + static_cast<size_t>(cand.v) * d, d), cand.v);
+          dots[s]++;
+        }
+      }
+      for (size_t b = 0; b < batch; b++) {
+        if (!exact_rows[b]) continue;
+        Best& bb = best[s * batch + b];
+        for (size_t v = v_begin; v < v_end; v++) bb.Offer(Dot(h + b * d, f32 + v * d, d), static_cast<int64_t>(v));
+        dots[s] += v_end - v_begin;
+      }
+    }
+  });
+  uint64_t total = 0;
+  for (size_t s = 0; s < nt; s++) total += dots[s];
+  for (size_t b = 0; b < batch; b++) {
+    Best all;
+    // Shares in vocabulary order, so that an equal value later keeps the lower v.
+    for (size_t s = 0; s < nt; s++) {
+      const Best& bb = best[s * batch + b];
+      if (bb.v >= 0) all.Offer(bb.value, bb.v);
+    }
+    out[b] = static_cast<int32_t>(all.v < 0 ? 0 : all.v);
+  }
+  return total;
+}
+
+}  // namespace hsm

@@ -1,0 +1,21 @@
+/**
+ * The arrays of a prepared LM head ({@link PreparedHead}): how large they are,
+ * and allocating them, in SharedArrayBuffers where worker threads share them.
+ */
+import type { PreparedHead } from "./types.js";
+
+/** Elements of each array of a prepared head of d × vocab (bytes: times each array's BYTES_PER_ELEMENT: 4, 2, 4). */
+export function headSizes(d: number, vocab: number): { f32: number; bf16: number; norms: number } {
+  return { f32: vocab * d, bf16: vocab * d, norms: vocab };
+}
+
+/** Zeroed arrays for a prepared head of d × vocab; `shared`: backed by SharedArrayBuffers. */
+export function allocateHead(d: number, vocab: number, shared = false): PreparedHead {
+  const n = headSizes(d, vocab);
+  const buffer = (bytes: number) => (shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes));
+  return {
+    f32: new Float32Array(buffer(n.f32 * Float32Array.BYTES_PER_ELEMENT)),
+    bf16: new Uint16Array(buffer(n.bf16 * Uint16Array.BYTES_PER_ELEMENT)),
+    norms: new Float32Array(buffer(n.norms * Float32Array.BYTES_PER_ELEMENT)),
+  };
+}

@@ -149,6 +149,18 @@ export async function openKernels(name: BackendName, o: OpenOptions = {}): Promi
 
 let warned = false;
 
+/** Greedy decoding's LM head (native/head.cc). */
+export type HeadKernels = Pick<Kernels, "prepareHead" | "headArgmax">;
+
+/**
+ * The native core's LM head, undefined where the addon is not loaded: the
+ * head then stays inside onnxruntime's graph, which is faster than the
+ * TypeScript fallback's float64 logits.
+ */
+export function headKernels(): HeadKernels | undefined {
+  return nativeKernels(kernelOptions());
+}
+
 /** What the store computes with: float16 conversion and statistics, hashing, and whole-file hashing where the native core has it. */
 export type StoreKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> & { sha256Files?: Sha256Files };
 

@@ -7,9 +7,12 @@
  */
 import * as ort from "onnxruntime-node";
 
+import { headKernels } from "../kernels/registry.js";
+import { InternalError } from "../errors.js";
 import { leftPad, rightPad } from "./batching.js";
 import { GreedyRows } from "./decoding.js";
 import { pastFor } from "./kv-cache.js";
+import type { HeadSetup } from "./lm-head.js";
 import { DataType, valueShape, type ValueInfoProto } from "./onnx-graph.js";
 import { breakBatchingForTest } from "./self-check.js";
 
@@ -37,6 +40,8 @@ export interface DecodeSetup {
   right: boolean;
   /** A merged decoder's branch input: false on the first step (no cache yet), true after. */
   branch?: string;
+  /** The LM head outside the graph (the graph outputs {@link LAST_HIDDEN}); undefined: the graph picks the tokens ({@link NEXT_TOKEN}). */
+  head?: HeadSetup;
 }
 
 /** The past inputs of a graph as {@link DecodeSetup} describes them. */
@@ -56,6 +61,7 @@ export function pastInputs(values: readonly ValueInfoProto[]): PastInput[] {
  */
 export async function decodeBatch(session: ort.InferenceSession, setup: DecodeSetup, prompts: number[][], cached: boolean, newTokens = setup.maxNewTokens): Promise<number[][]> {
   const B = prompts.length;
+  const nextTokens = tokenPicker(setup, B);
   const pad = setup.right ? rightPad : leftPad;
   const greedy = new GreedyRows(B, new Set(setup.eos), newTokens);
   const pastNames = new Set(setup.past.map((p) => p.name));
@@ -83,7 +89,7 @@ export async function decodeBatch(session: ort.InferenceSession, setup: DecodeSe
     if (setup.positions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
     if (setup.branch) feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
     const result = await session.run(feeds);
-    const next = result[NEXT_TOKEN]!.data as BigInt64Array;
+    const next = nextTokens(result);
     if (greedy.push(next)) break;
     // The next step's inputs: every row advances by its chosen token (finished rows too; their output is ignored).
     const chosen = Array.from(next, (v) => Number(v));
@@ -115,4 +121,17 @@ export async function decodeBatch(session: ort.InferenceSession, setup: DecodeSe
     }
   }
   return greedy.ids;
+}
+
+/** Each step's next tokens: from the graph, or the argmax of the head outside it. */
+function tokenPicker(setup: DecodeSetup, B: number): (result: ort.InferenceSession.ReturnType) => ArrayLike<number | bigint> {
+  const h = setup.head;
+  if (!h) return (result) => result[NEXT_TOKEN]!.data as BigInt64Array;
+  const kernels = headKernels();
+  if (!kernels) throw new InternalError("the LM head was taken out of the graph, but the native core that computes it is not loaded");
+  const out = new Int32Array(B);
+  return (result) => {
+    kernels.headArgmax(result[LAST_HIDDEN]!.data as Float32Array, B, h.d, h.head, h.vocab, out, h.threads);
+    return out;
+  };
 }

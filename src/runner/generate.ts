@@ -26,6 +26,7 @@ import { buildPrompt } from "../bank/prompt.js";
 import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKERS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
+import { headKernels } from "../kernels/registry.js";
 import { syncDir } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { planBatches } from "./batching.js";
@@ -36,6 +37,7 @@ import { sessionDecoders, workerDecoders, workerScript, type Decoders } from "./
 import { answerFields, readEosIds } from "./decoding.js";
 import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput } from "./kv-cache.js";
+import { prepareHead } from "./lm-head.js";
 import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type GraphProto, type ModelProto, type TensorProto, type ValueInfoProto } from "./onnx-graph.js";
 import { graphFormat } from "./model-report.js";
@@ -267,15 +269,18 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const device = o.device ?? "cpu";
   const workers = Math.min(o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1), batches.length);
   const sessionOptions = { device, threads: o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined), spin: false };
+  // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
+  const kernels = device === "cpu" ? headKernels() : undefined;
   let added = false;
   const openDecoders = async (m: ModelProto, addCache: boolean) => {
     added = addCache && addKvCache(m.graph!, opset, md.config.numLayers, shape!);
-    const { cached } = rewriteForGeneration(m, right ? "attention_mask" : undefined);
+    const { cached, head } = rewriteForGeneration(m, right ? "attention_mask" : undefined, kernels !== undefined);
+    const headSetup = head && (await prepareHead(kernels!, head, dirname(md.onnxPath), sessionOptions.threads ?? availableParallelism()));
     const stage = await stageModel(md.onnxPath);
     // Weights stay where they are, read by offset from the original file (see extraction).
     if (stage) rewriteWeightsInPlace(m, source ?? (await readFile(md.onnxPath)), stage.sourceName);
     const past = pastInputs((added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!)));
-    const s = { ...setup, past };
+    const s = { ...setup, past, head: headSetup };
     const bytes = encodeModel(m);
     // The file's bytes are not needed again unless the session fails to load; onnxruntime is about to map the weights.
     source = undefined;
@@ -286,7 +291,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
         ? workerDecoders(script, workers, { model: file, options: sessionOptions, setup: s })
         : sessionDecoders(await loadSession(file, sessionOptions), s),
     );
-    return { decoders, cached: cached && past.length > 0 };
+    return { decoders, cached: cached && past.length > 0, head: headSetup };
   };
   let opened: Awaited<ReturnType<typeof openDecoders>>;
   try {
@@ -297,6 +302,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     opened = await openDecoders(decodeModel(await readFile(md.onnxPath)), false);
   }
   const { decoders } = opened;
+  if (opened.head) log(`the LM head (${opened.head.d} × ${opened.head.vocab}) runs in the native core: exact argmax of float64 logits, screened in bfloat16`, "info");
   if (decoders.parallel > 1) log(`decoding ${decoders.parallel} batches at once, each by an onnxruntime session of its own (${sessionOptions.threads} thread${sessionOptions.threads === 1 ? "" : "s"} each)`, "info");
   const modelName = o.model ?? defaultModelName(o.modelDir);
   let useCache = opened.cached;

@@ -167,6 +167,14 @@ describe("hsm generate on worker threads", () => {
       expect(cli(name, one, "--workers", "1").status).toBe(0);
       expect(readFileSync(two, "utf8")).toBe(readFileSync(one, "utf8"));
     }
+    // The LM head in onnxruntime's graph (no native core) picks the same tokens as the native one.
+    const head = cli("mixed", join(dir, "mixed-workers-2.jsonl"), "--workers", "2");
+    expect(head.stderr).toMatch(/the LM head \(\d+ × 128256\) runs in the native core/);
+    const graph = join(dir, "mixed-graph-head.jsonl");
+    const r = spawnSync(process.execPath, [BIN, "generate", "--model-dir", modelDir("mixed"), "--bank", bank, "--out", graph, "--batch-size", "2", "--self-check", "0", "--workers", "2"], { encoding: "utf8", env: { ...process.env, HSM_NATIVE: "0" } });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).not.toContain("LM head");
+    expect(readFileSync(graph, "utf8")).toBe(readFileSync(join(dir, "mixed-workers-2.jsonl"), "utf8"));
     await expectReference("mixed", byId(join(dir, "mixed-workers-2.jsonl")));
   });
 });

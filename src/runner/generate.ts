@@ -26,7 +26,7 @@ import { buildPrompt } from "../bank/prompt.js";
 import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKERS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
-import { headKernels } from "../kernels/registry.js";
+import { headKernels, type HeadKernels } from "../kernels/registry.js";
 import { syncDir } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { planBatches } from "./batching.js";
@@ -37,7 +37,7 @@ import { sessionDecoders, workerDecoders, workerScript, type Decoders } from "./
 import { answerFields, readEosIds } from "./decoding.js";
 import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput } from "./kv-cache.js";
-import { prepareHead } from "./lm-head.js";
+import { prepareHead, type HeadSetup } from "./lm-head.js";
 import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type GraphProto, type ModelProto, type TensorProto, type ValueInfoProto } from "./onnx-graph.js";
 import { graphFormat } from "./model-report.js";
@@ -145,6 +145,16 @@ export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string
   graph.output = [first, ...presents];
   pruneGraph(graph);
   return { cached: presents.length > 0, ...(weight ? { head: weight } : {}) };
+}
+
+/**
+ * {@link rewriteForGeneration}, with the head taken out of the graph prepared
+ * for `kernels` (where they are given). Nothing returned points into the
+ * model file's bytes, so they can be collected once the graph is staged.
+ */
+async function rewriteWithHead(model: ModelProto, rightPaddedMask: string | undefined, kernels: HeadKernels | undefined, onnxPath: string, threads: number): Promise<{ cached: boolean; headSetup?: HeadSetup }> {
+  const { cached, head } = rewriteForGeneration(model, rightPaddedMask, kernels !== undefined);
+  return { cached, headSetup: head && (await prepareHead(kernels!, head, dirname(onnxPath), threads)) };
 }
 
 /** The float32 initializer named `name` when it is a matrix, else undefined. */
@@ -274,15 +284,16 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   let added = false;
   const openDecoders = async (m: ModelProto, addCache: boolean) => {
     added = addCache && addKvCache(m.graph!, opset, md.config.numLayers, shape!);
-    const { cached, head } = rewriteForGeneration(m, right ? "attention_mask" : undefined, kernels !== undefined);
-    const headSetup = head && (await prepareHead(kernels!, head, dirname(md.onnxPath), sessionOptions.threads ?? availableParallelism()));
+    const { cached, headSetup } = await rewriteWithHead(m, right ? "attention_mask" : undefined, kernels, md.onnxPath, sessionOptions.threads ?? availableParallelism());
     const stage = await stageModel(md.onnxPath);
     // Weights stay where they are, read by offset from the original file (see extraction).
     if (stage) rewriteWeightsInPlace(m, source ?? (await readFile(md.onnxPath)), stage.sourceName);
     const past = pastInputs((added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!)));
     const s = { ...setup, past, head: headSetup };
     const bytes = encodeModel(m);
-    // The file's bytes are not needed again unless the session fails to load; onnxruntime is about to map the weights.
+    // The file's bytes (which the decoded graph's small initializers still view) are not needed again
+    // unless the session fails to load; onnxruntime is about to map the weights.
+    m.graph = null;
     source = undefined;
     if (stage) collectGarbage();
     const script = workerScript();

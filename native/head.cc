@@ -54,6 +54,7 @@ namespace {
 
 constexpr size_t kTileV = 4;  // vocabulary rows per micro-tile
 constexpr size_t kTileB = 4;  // batch rows per micro-tile
+constexpr size_t kPrefetchBytes = 8192;  // how far ahead of the screen its vocabulary rows are prefetched
 
 inline uint16_t Bf16(float f) {
   uint32_t u;
@@ -69,11 +70,30 @@ inline float Bf16ToF32(uint16_t b) {
   return f;
 }
 
-// The exact logit: float64 products of float32 values (exact) summed in order.
-inline double Dot(const float* a, const float* b, size_t d) {
-  double s = 0;
-  for (size_t i = 0; i < d; i++) s += static_cast<double>(a[i]) * b[i];
-  return s;
+// Exact logits: float64 products of float32 values (exact) summed in order, out[j] for
+// the vocabulary row at(j), j < n. Four rows at a time, so that four chains of additions
+// are in flight instead of one; each row's sum is still taken in order.
+template <typename At>
+void Dots(const float* h, size_t d, const float* f32, size_t n, At at, double* out) {
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float *w0 = f32 + at(j) * d, *w1 = f32 + at(j + 1) * d, *w2 = f32 + at(j + 2) * d, *w3 = f32 + at(j + 3) * d;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i < d; i++) {
+      const double x = h[i];
+      s0 += x * w0[i];
+      s1 += x * w1[i];
+      s2 += x * w2[i];
+      s3 += x * w3[i];
+    }
+    out[j] = s0, out[j + 1] = s1, out[j + 2] = s2, out[j + 3] = s3;
+  }
+  for (; j < n; j++) {
+    const float* w = f32 + at(j) * d;
+    double s = 0;
+    for (size_t i = 0; i < d; i++) s += static_cast<double>(h[i]) * w[i];
+    out[j] = s;
+  }
 }
 
 struct Candidate {
@@ -281,6 +301,8 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
     rows_in[q] = static_cast<__mmask16>((uint32_t{1} << (4 * std::min(kTileB, rows - q * kTileB))) - 1);
   }
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  // At least the next tile's rows; whole tiles.
+  const size_t ahead = std::max<size_t>(1, kPrefetchBytes / (kTileV * d * sizeof(uint16_t))) * kTileV;
   for (size_t v0 = v_begin; v0 < v_end; v0 += kTileV) {
     const size_t nv = std::min(kTileV, v_end - v0);
     const uint16_t* w[kTileV];
@@ -289,6 +311,12 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
       const size_t v = v0 + std::min(vi, nv - 1);
       w[vi] = bf16 + v * d;
       nw[vi] = norms[v];
+    }
+    // The rows `ahead` on their way in while this tile computes: the hardware
+    // prefetcher alone leaves the stream waiting on memory between tiles.
+    if (v0 + kTileV + ahead <= v_end) {
+      const char* next = reinterpret_cast<const char*>(bf16 + (v0 + ahead) * d);
+      for (size_t off = 0; off < kTileV * d * sizeof(uint16_t); off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
     }
     const __m512 norm = _mm512_broadcast_f32x4(_mm_loadu_ps(nw));
     const __mmask16 cols_in = static_cast<__mmask16>(0x1111u * ((1u << nv) - 1));
@@ -441,21 +469,26 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
   std::vector<Best> best(nt * batch);
   std::vector<uint64_t> dots(nt, 0);
   Shares(nt, static_cast<int>(nt), [&](size_t t0, size_t t1) {
+    std::vector<uint32_t> vs;
+    std::vector<double> logits;
     for (size_t s = t0; s < t1; s++) {
       const size_t v_begin = vocab * s / nt, v_end = vocab * (s + 1) / nt;
       for (size_t r = 0; r < rows; r++) {
         const size_t b = screened[r];
-        Best& bb = best[s * batch + b];
+        vs.clear();
         for (const Candidate& cand : screens[s][r].list) {
-          if (cand.upper < bar[r]) continue;
-          bb.Offer(Dot(h + b * d, f32 + static_cast<size_t>(cand.v) * d, d), cand.v);
-          dots[s]++;
+          if (!(cand.upper < bar[r])) vs.push_back(cand.v);
         }
+        logits.resize(vs.size());
+        Dots(h + b * d, d, f32, vs.size(), [&](size_t j) { return static_cast<size_t>(vs[j]); }, logits.data());
+        for (size_t j = 0; j < vs.size(); j++) best[s * batch + b].Offer(logits[j], vs[j]);
+        dots[s] += vs.size();
       }
       for (size_t b = 0; b < batch; b++) {
         if (!exact_rows[b]) continue;
-        Best& bb = best[s * batch + b];
-        for (size_t v = v_begin; v < v_end; v++) bb.Offer(Dot(h + b * d, f32 + v * d, d), static_cast<int64_t>(v));
+        logits.resize(v_end - v_begin);
+        Dots(h + b * d, d, f32, v_end - v_begin, [&](size_t j) { return v_begin + j; }, logits.data());
+        for (size_t v = v_begin; v < v_end; v++) best[s * batch + b].Offer(logits[v - v_begin], static_cast<int64_t>(v));
         dots[s] += v_end - v_begin;
       }
     }

@@ -149,26 +149,27 @@ inline void EpilogueScalar(const float* s, size_t r0, size_t nb, size_t v0, size
   }
 }
 
+// How many vocabulary rows ahead the screens prefetch: kPrefetchBytes, at least the next tile.
+inline size_t PrefetchRows(size_t d) { return std::max<size_t>(1, kPrefetchBytes / (kTileV * d * sizeof(uint16_t))) * kTileV; }
+
+// Asks for n bfloat16 values from p on into the cache while the current tile computes: the
+// hardware prefetcher alone leaves the stream of vocabulary rows waiting on memory between tiles.
+inline void Prefetch(const uint16_t* p, size_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (size_t off = 0; off < n * sizeof(uint16_t); off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
 // Portable scores: float32 lanes over the bfloat16 values. hf holds the screened rows
-// rounded to bfloat16 and widened to float32, each padded with zeros to dp floats.
+// rounded to bfloat16 and widened to float32, wf four vocabulary rows widened the
+// same way, each padded with zeros to dp floats; s[bi * 4 + vi] for NB rows.
 template <size_t NB>
-inline __attribute__((always_inline)) void TileLanes(const float* hf, size_t dp, const uint16_t* const* w, size_t d, float* s) {
+inline __attribute__((always_inline)) void TileLanes(const float* hf, const float* wf, size_t dp, float* s) {
   float acc[NB][kTileV][8] = {};
-  size_t k = 0;
-  for (; k + 8 <= d; k += 8) {
-    float wv[kTileV][8];
-    for (size_t vi = 0; vi < kTileV; vi++) {
-      for (size_t l = 0; l < 8; l++) wv[vi][l] = Bf16ToF32(w[vi][k + l]);
-    }
+  for (size_t k = 0; k < dp; k += 8) {
     for (size_t bi = 0; bi < NB; bi++) {
       for (size_t vi = 0; vi < kTileV; vi++) {
-        for (size_t l = 0; l < 8; l++) acc[bi][vi][l] += hf[bi * dp + k + l] * wv[vi][l];
+        for (size_t l = 0; l < 8; l++) acc[bi][vi][l] += hf[bi * dp + k + l] * wf[vi * dp + k + l];
       }
-    }
-  }
-  for (; k < d; k++) {
-    for (size_t bi = 0; bi < NB; bi++) {
-      for (size_t vi = 0; vi < kTileV; vi++) acc[bi][vi][k & 7] += hf[bi * dp + k] * Bf16ToF32(w[vi][k]);
     }
   }
   for (size_t bi = 0; bi < NB; bi++) {
@@ -179,26 +180,28 @@ inline __attribute__((always_inline)) void TileLanes(const float* hf, size_t dp,
   }
 }
 
-// One share [v_begin, v_end) of the vocabulary for every screened row, portable lanes.
-template <size_t NB>
-inline __attribute__((always_inline)) void TileLanesN(size_t nb, const float* hf, size_t dp, const uint16_t* const* w, size_t d, float* s) {
-  if constexpr (NB > 1) {
-    if (nb < NB) return TileLanesN<NB - 1>(nb, hf, dp, w, d, s);
-  }
-  TileLanes<NB>(hf, dp, w, d, s);
-}
+constexpr size_t kLaneRows = 2;  // batch rows per portable micro-tile (their accumulators fill the vector registers)
 
+// One share [v_begin, v_end) of the vocabulary for every screened row, portable lanes: each
+// group of four vocabulary rows widened once, then run against the batch rows two by two.
+template <typename Pair>
 inline __attribute__((always_inline)) void ScreenLanesBody(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
                                                            const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
-                                                           Screen* screens) {
+                                                           Screen* screens, Pair pair) {
   float s[kTileB * kTileV];
+  std::vector<float> wf(kTileV * dp, 0.0f);
+  const size_t ahead = PrefetchRows(d);
   for (size_t v0 = v_begin; v0 < v_end; v0 += kTileV) {
     const size_t nv = std::min(kTileV, v_end - v0);
-    const uint16_t* w[kTileV];
-    for (size_t vi = 0; vi < kTileV; vi++) w[vi] = bf16 + (v0 + std::min(vi, nv - 1)) * d;
-    for (size_t r0 = 0; r0 < rows; r0 += kTileB) {
-      const size_t nb = std::min(kTileB, rows - r0);
-      TileLanesN<kTileB>(nb, hf + r0 * dp, dp, w, d, s);
+    if (v0 + kTileV + ahead <= v_end) Prefetch(bf16 + (v0 + ahead) * d, kTileV * d);
+    for (size_t vi = 0; vi < kTileV; vi++) {
+      const uint16_t* row = bf16 + (v0 + std::min(vi, nv - 1)) * d;
+      for (size_t i = 0; i < d; i++) wf[vi * dp + i] = Bf16ToF32(row[i]);
+    }
+    for (size_t r0 = 0; r0 < rows; r0 += kLaneRows) {
+      const size_t nb = std::min(kLaneRows, rows - r0);
+      if (nb == kLaneRows) pair(hf + r0 * dp, wf.data(), dp, s);
+      else TileLanes<1>(hf + r0 * dp, wf.data(), dp, s);
       EpilogueScalar(s, r0, nb, v0, nv, norms, bounds, screens);
     }
   }
@@ -206,14 +209,31 @@ inline __attribute__((always_inline)) void ScreenLanesBody(const float* hf, size
 
 void ScreenLanes(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16, const float* norms, size_t v_begin,
                  size_t v_end, const Bounds& bounds, Screen* screens) {
-  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens);
+  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens, TileLanes<kLaneRows>);
 }
 
 #ifdef HSM_X86
+// TileLanes<2> in AVX2 registers: eight accumulators, a multiply and an add per product.
+__attribute__((target("avx2"))) inline void PairAvx2(const float* hf, const float* wf, size_t dp, float* s) {
+  __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a02 = _mm256_setzero_ps(), a03 = _mm256_setzero_ps();
+  __m256 a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps(), a12 = _mm256_setzero_ps(), a13 = _mm256_setzero_ps();
+  for (size_t k = 0; k < dp; k += 8) {
+    const __m256 w0 = _mm256_loadu_ps(wf + k), w1 = _mm256_loadu_ps(wf + dp + k);
+    const __m256 w2 = _mm256_loadu_ps(wf + 2 * dp + k), w3 = _mm256_loadu_ps(wf + 3 * dp + k);
+    const __m256 h0 = _mm256_loadu_ps(hf + k), h1 = _mm256_loadu_ps(hf + dp + k);
+    a00 = _mm256_add_ps(a00, _mm256_mul_ps(h0, w0)), a01 = _mm256_add_ps(a01, _mm256_mul_ps(h0, w1)), a02 = _mm256_add_ps(a02, _mm256_mul_ps(h0, w2)), a03 = _mm256_add_ps(a03, _mm256_mul_ps(h0, w3));
+    a10 = _mm256_add_ps(a10, _mm256_mul_ps(h1, w0)), a11 = _mm256_add_ps(a11, _mm256_mul_ps(h1, w1)), a12 = _mm256_add_ps(a12, _mm256_mul_ps(h1, w2)), a13 = _mm256_add_ps(a13, _mm256_mul_ps(h1, w3));
+  }
+  // Eight horizontal sums at once: lane bi * 4 + vi.
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a00, a01), _mm256_hadd_ps(a02, a03));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a10, a11), _mm256_hadd_ps(a12, a13));
+  _mm256_storeu_ps(s, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+}
+
 __attribute__((target("avx2"))) void ScreenLanesAvx2(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
-                                                     const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
-                                                     Screen* screens) {
-  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens);
+                                                         const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
+                                                         Screen* screens) {
+  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens, PairAvx2);
 }
 
 // GCC 12's AVX-512 headers start unmasked shuffles from _mm512_undefined_ps(), which
@@ -307,8 +327,7 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
     rows_in[q] = static_cast<__mmask16>((uint32_t{1} << (4 * std::min(kTileB, rows - q * kTileB))) - 1);
   }
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  // At least the next tile's rows; whole tiles.
-  const size_t ahead = std::max<size_t>(1, kPrefetchBytes / (kTileV * d * sizeof(uint16_t))) * kTileV;
+  const size_t ahead = PrefetchRows(d);
   for (size_t v0 = v_begin; v0 < v_end; v0 += kTileV) {
     const size_t nv = std::min(kTileV, v_end - v0);
     const uint16_t* w[kTileV];
@@ -318,12 +337,7 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
       w[vi] = bf16 + v * d;
       nw[vi] = norms[v];
     }
-    // The rows `ahead` on their way in while this tile computes: the hardware
-    // prefetcher alone leaves the stream waiting on memory between tiles.
-    if (v0 + kTileV + ahead <= v_end) {
-      const char* next = reinterpret_cast<const char*>(bf16 + (v0 + ahead) * d);
-      for (size_t off = 0; off < kTileV * d * sizeof(uint16_t); off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-    }
+    if (v0 + kTileV + ahead <= v_end) Prefetch(bf16 + (v0 + ahead) * d, kTileV * d);
     const __m512 norm = _mm512_broadcast_f32x4(_mm_loadu_ps(nw));
     const __mmask16 cols_in = static_cast<__mmask16>(0x1111u * ((1u << nv) - 1));
     for (size_t q = 0; q < blocks; q++) {

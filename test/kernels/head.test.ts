@@ -271,6 +271,12 @@ describe.runIf(Boolean(bf16Native))("native headArgmax", () => {
     }
     // TypeScript computes every logit.
     expect(typescriptKernels.headArgmax(h, batch, d, head, vocab, new Int32Array(batch), 1)).toBe(batch * vocab);
+    // Views at an offset into larger buffers read and write where they start.
+    const hAt = new Float32Array(batch * d + 5);
+    hAt.set(h, 5);
+    const outAt = new Int32Array(batch + 3).fill(-1);
+    bf16Native!.headArgmax(hAt.subarray(5), batch, d, head, vocab, outAt.subarray(3), 2);
+    expect([...outAt]).toEqual([-1, -1, -1, ...expected]);
   });
 
   it("refuses buffers smaller than the counts say", () => {

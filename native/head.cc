@@ -25,22 +25,28 @@
 // AVX-512 dot products, d/8 + 3 in the portable lanes), where the AVX-512
 // instructions also read bfloat16 subnormals as zero and flush subnormal
 // results to zero. With u = 2^-8 (the unit roundoff of bfloat16), t = 2^-126
-// (the smallest normal float32), g = n 2^-24 / (1 - n 2^-24):
-//   |x^ - x| <= u|x| + t for every factor (t: a subnormal read as zero), so
-//   sum |h^w^ - hw| <= (2u + u^2) sum|h_i w_i| + t (1 + u) sum(|h_i| + |w_i|);
+// (the smallest normal float32), g = n 2^-24 / (1 - n 2^-24), and h's rounding
+// error e = h^ - h known exactly (the screen computes |e| per row) while w's,
+// f = w^ - w, is only bounded (|f_i| <= u|w_i| + t, t: a subnormal read as zero):
+//   sum (h^_i w^_i - h_i w_i) = sum e_i w^_i + sum h_i f_i, at most
+//     |e| |w^| + u sum|h_i w_i| + t sum|h_i|, with |w^| <= (1 + u)|w| + t sqrt(d);
+//   a subnormal of h^ read as zero costs t (1 + u) sum|w_i| more;
 //   flushing each product and each partial sum costs at most t apiece (2d + n);
-//   float32 summation of the products adds at most g sum|h^_i w^_i|;
+//   float32 summation of the products adds at most g sum|h^_i w^_i|, with
+//     sum|h^_i w^_i| <= |h^| |w^| and |h^| <= (1 + u)|h| + t sqrt(d);
 //   the float64 reference itself is within 1.01 d 2^-53 sum|h_i w_i| of the real sum.
 // Cauchy-Schwarz (sum|h_i w_i| <= |h| |w|, sum|x_i| <= sqrt(d) |x|) turns this into
-//   |s~ - s| <= c |h| |w| + a,  c = 2u + u^2 + g (1 + u)^2 + 1.01 d 2^-53,
-//                               a = t (3 sqrt(d) (|h| + |w|) + 3d + 3n),
+//   |s~ - s| <= k |w| + a,  k = (1 + u)|e| + (u + g (1 + u)^2 + 1.01 d 2^-53) |h|,
+//                           a = t (3 sqrt(d) (|h| + |w|) + 3d + 3n)
+// (k <= (2u + u^2 + g (1 + u)^2 + ...) |h|, as |e| <= u|h| + t sqrt(d); for
+// Gaussian values |e| is about 0.4 u|h|, which keeps fewer candidates),
 // as long as nothing overflows: every row screened has |h| <= 2^120, and
 // |h| max_v |w_v| <= 2^100 (so no bfloat16 factor, product or partial sum
 // comes near float32's range); any other row, and any row with a non-finite
 // value, is computed exactly over the whole vocabulary. The kernel uses
-// E = 1.25 c |h| |w| + 2a: the margin covers the float32 rounding of the norms,
+// E = 1.25 k |w| + 2a: the margin covers the float32 rounding of the norms,
 // of E itself and of s~ +- E (each at most 2^-24 of |h| |w| + |s~|, about
-// 2^-23 |h| |w|, against a margin of c/4 |h| |w| >= 2^-9 |h| |w|).
+// 2^-23 |h| |w|, against a margin of k/4 |w| >= u/4 |h| |w| = 2^-10 |h| |w|).
 //
 // The screen keeps every v with s~_v + E_v >= max_u (s~_u - E_u): since
 // s_v <= s~_v + E_v and s_u >= s~_u - E_u, no v it drops can have the largest
@@ -54,6 +60,7 @@ namespace {
 
 constexpr size_t kTileV = 4;  // vocabulary rows per micro-tile
 constexpr size_t kTileB = 4;  // batch rows per micro-tile
+constexpr size_t kPrefetchBytes = 8192;  // how far ahead of the screen its vocabulary rows are prefetched
 
 inline uint16_t Bf16(float f) {
   uint32_t u;
@@ -69,11 +76,30 @@ inline float Bf16ToF32(uint16_t b) {
   return f;
 }
 
-// The exact logit: float64 products of float32 values (exact) summed in order.
-inline double Dot(const float* a, const float* b, size_t d) {
-  double s = 0;
-  for (size_t i = 0; i < d; i++) s += static_cast<double>(a[i]) * b[i];
-  return s;
+// Exact logits: float64 products of float32 values (exact) summed in order, out[j] for
+// the vocabulary row at(j), j < n. Four rows at a time, so that four chains of additions
+// are in flight instead of one; each row's sum is still taken in order.
+template <typename At>
+void Dots(const float* h, size_t d, const float* f32, size_t n, At at, double* out) {
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float *w0 = f32 + at(j) * d, *w1 = f32 + at(j + 1) * d, *w2 = f32 + at(j + 2) * d, *w3 = f32 + at(j + 3) * d;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i < d; i++) {
+      const double x = h[i];
+      s0 += x * w0[i];
+      s1 += x * w1[i];
+      s2 += x * w2[i];
+      s3 += x * w3[i];
+    }
+    out[j] = s0, out[j + 1] = s1, out[j + 2] = s2, out[j + 3] = s3;
+  }
+  for (; j < n; j++) {
+    const float* w = f32 + at(j) * d;
+    double s = 0;
+    for (size_t i = 0; i < d; i++) s += static_cast<double>(h[i]) * w[i];
+    out[j] = s;
+  }
 }
 
 struct Candidate {
@@ -102,7 +128,7 @@ struct Screen {
 // What a tile's scores are screened against: per screened row, c'|h| and a', and
 // per vocabulary row its norm.
 struct Bounds {
-  std::vector<float> hn;  // 1.25 c |h_b| (zero for padding rows)
+  std::vector<float> hn;  // 1.25 k of each row
   std::vector<float> abs;  // 2a (with max_v |w_v| for |w|)
 };
 
@@ -123,26 +149,27 @@ inline void EpilogueScalar(const float* s, size_t r0, size_t nb, size_t v0, size
   }
 }
 
+// How many vocabulary rows ahead the screens prefetch: kPrefetchBytes, at least the next tile.
+inline size_t PrefetchRows(size_t d) { return std::max<size_t>(1, kPrefetchBytes / (kTileV * d * sizeof(uint16_t))) * kTileV; }
+
+// Asks for n bfloat16 values from p on into the cache while the current tile computes: the
+// hardware prefetcher alone leaves the stream of vocabulary rows waiting on memory between tiles.
+inline void Prefetch(const uint16_t* p, size_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (size_t off = 0; off < n * sizeof(uint16_t); off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
 // Portable scores: float32 lanes over the bfloat16 values. hf holds the screened rows
-// rounded to bfloat16 and widened to float32, each padded with zeros to dp floats.
+// rounded to bfloat16 and widened to float32, wf four vocabulary rows widened the
+// same way, each padded with zeros to dp floats; s[bi * 4 + vi] for NB rows.
 template <size_t NB>
-inline __attribute__((always_inline)) void TileLanes(const float* hf, size_t dp, const uint16_t* const* w, size_t d, float* s) {
+inline __attribute__((always_inline)) void TileLanes(const float* hf, const float* wf, size_t dp, float* s) {
   float acc[NB][kTileV][8] = {};
-  size_t k = 0;
-  for (; k + 8 <= d; k += 8) {
-    float wv[kTileV][8];
-    for (size_t vi = 0; vi < kTileV; vi++) {
-      for (size_t l = 0; l < 8; l++) wv[vi][l] = Bf16ToF32(w[vi][k + l]);
-    }
+  for (size_t k = 0; k < dp; k += 8) {
     for (size_t bi = 0; bi < NB; bi++) {
       for (size_t vi = 0; vi < kTileV; vi++) {
-        for (size_t l = 0; l < 8; l++) acc[bi][vi][l] += hf[bi * dp + k + l] * wv[vi][l];
+        for (size_t l = 0; l < 8; l++) acc[bi][vi][l] += hf[bi * dp + k + l] * wf[vi * dp + k + l];
       }
-    }
-  }
-  for (; k < d; k++) {
-    for (size_t bi = 0; bi < NB; bi++) {
-      for (size_t vi = 0; vi < kTileV; vi++) acc[bi][vi][k & 7] += hf[bi * dp + k] * Bf16ToF32(w[vi][k]);
     }
   }
   for (size_t bi = 0; bi < NB; bi++) {
@@ -153,26 +180,28 @@ inline __attribute__((always_inline)) void TileLanes(const float* hf, size_t dp,
   }
 }
 
-// One share [v_begin, v_end) of the vocabulary for every screened row, portable lanes.
-template <size_t NB>
-inline __attribute__((always_inline)) void TileLanesN(size_t nb, const float* hf, size_t dp, const uint16_t* const* w, size_t d, float* s) {
-  if constexpr (NB > 1) {
-    if (nb < NB) return TileLanesN<NB - 1>(nb, hf, dp, w, d, s);
-  }
-  TileLanes<NB>(hf, dp, w, d, s);
-}
+constexpr size_t kLaneRows = 2;  // batch rows per portable micro-tile (their accumulators fill the vector registers)
 
+// One share [v_begin, v_end) of the vocabulary for every screened row, portable lanes: each
+// group of four vocabulary rows widened once, then run against the batch rows two by two.
+template <typename Pair>
 inline __attribute__((always_inline)) void ScreenLanesBody(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
                                                            const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
-                                                           Screen* screens) {
+                                                           Screen* screens, Pair pair) {
   float s[kTileB * kTileV];
+  std::vector<float> wf(kTileV * dp, 0.0f);
+  const size_t ahead = PrefetchRows(d);
   for (size_t v0 = v_begin; v0 < v_end; v0 += kTileV) {
     const size_t nv = std::min(kTileV, v_end - v0);
-    const uint16_t* w[kTileV];
-    for (size_t vi = 0; vi < kTileV; vi++) w[vi] = bf16 + (v0 + std::min(vi, nv - 1)) * d;
-    for (size_t r0 = 0; r0 < rows; r0 += kTileB) {
-      const size_t nb = std::min(kTileB, rows - r0);
-      TileLanesN<kTileB>(nb, hf + r0 * dp, dp, w, d, s);
+    if (v0 + kTileV + ahead <= v_end) Prefetch(bf16 + (v0 + ahead) * d, kTileV * d);
+    for (size_t vi = 0; vi < kTileV; vi++) {
+      const uint16_t* row = bf16 + (v0 + std::min(vi, nv - 1)) * d;
+      for (size_t i = 0; i < d; i++) wf[vi * dp + i] = Bf16ToF32(row[i]);
+    }
+    for (size_t r0 = 0; r0 < rows; r0 += kLaneRows) {
+      const size_t nb = std::min(kLaneRows, rows - r0);
+      if (nb == kLaneRows) pair(hf + r0 * dp, wf.data(), dp, s);
+      else TileLanes<1>(hf + r0 * dp, wf.data(), dp, s);
       EpilogueScalar(s, r0, nb, v0, nv, norms, bounds, screens);
     }
   }
@@ -180,14 +209,31 @@ inline __attribute__((always_inline)) void ScreenLanesBody(const float* hf, size
 
 void ScreenLanes(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16, const float* norms, size_t v_begin,
                  size_t v_end, const Bounds& bounds, Screen* screens) {
-  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens);
+  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens, TileLanes<kLaneRows>);
 }
 
 #ifdef HSM_X86
+// TileLanes<2> in AVX2 registers: eight accumulators, a multiply and an add per product.
+__attribute__((target("avx2"))) inline void PairAvx2(const float* hf, const float* wf, size_t dp, float* s) {
+  __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a02 = _mm256_setzero_ps(), a03 = _mm256_setzero_ps();
+  __m256 a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps(), a12 = _mm256_setzero_ps(), a13 = _mm256_setzero_ps();
+  for (size_t k = 0; k < dp; k += 8) {
+    const __m256 w0 = _mm256_loadu_ps(wf + k), w1 = _mm256_loadu_ps(wf + dp + k);
+    const __m256 w2 = _mm256_loadu_ps(wf + 2 * dp + k), w3 = _mm256_loadu_ps(wf + 3 * dp + k);
+    const __m256 h0 = _mm256_loadu_ps(hf + k), h1 = _mm256_loadu_ps(hf + dp + k);
+    a00 = _mm256_add_ps(a00, _mm256_mul_ps(h0, w0)), a01 = _mm256_add_ps(a01, _mm256_mul_ps(h0, w1)), a02 = _mm256_add_ps(a02, _mm256_mul_ps(h0, w2)), a03 = _mm256_add_ps(a03, _mm256_mul_ps(h0, w3));
+    a10 = _mm256_add_ps(a10, _mm256_mul_ps(h1, w0)), a11 = _mm256_add_ps(a11, _mm256_mul_ps(h1, w1)), a12 = _mm256_add_ps(a12, _mm256_mul_ps(h1, w2)), a13 = _mm256_add_ps(a13, _mm256_mul_ps(h1, w3));
+  }
+  // Eight horizontal sums at once: lane bi * 4 + vi.
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a00, a01), _mm256_hadd_ps(a02, a03));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a10, a11), _mm256_hadd_ps(a12, a13));
+  _mm256_storeu_ps(s, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+}
+
 __attribute__((target("avx2"))) void ScreenLanesAvx2(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
-                                                     const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
-                                                     Screen* screens) {
-  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens);
+                                                         const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
+                                                         Screen* screens) {
+  ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens, PairAvx2);
 }
 
 // GCC 12's AVX-512 headers start unmasked shuffles from _mm512_undefined_ps(), which
@@ -281,6 +327,7 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
     rows_in[q] = static_cast<__mmask16>((uint32_t{1} << (4 * std::min(kTileB, rows - q * kTileB))) - 1);
   }
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const size_t ahead = PrefetchRows(d);
   for (size_t v0 = v_begin; v0 < v_end; v0 += kTileV) {
     const size_t nv = std::min(kTileV, v_end - v0);
     const uint16_t* w[kTileV];
@@ -290,6 +337,7 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
       w[vi] = bf16 + v * d;
       nw[vi] = norms[v];
     }
+    if (v0 + kTileV + ahead <= v_end) Prefetch(bf16 + (v0 + ahead) * d, kTileV * d);
     const __m512 norm = _mm512_broadcast_f32x4(_mm_loadu_ps(nw));
     const __mmask16 cols_in = static_cast<__mmask16>(0x1111u * ((1u << nv) - 1));
     for (size_t q = 0; q < blocks; q++) {
@@ -373,23 +421,25 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
   }
   const double u = 0x1p-8, t = 0x1p-126, n = static_cast<double>(d) + 64;
   const double g = n * 0x1p-24 / (1 - n * 0x1p-24);
-  const double c = 2 * u + u * u + g * (1 + u) * (1 + u) + 1.01 * static_cast<double>(d) * 0x1p-53;
+  const double c = u + g * (1 + u) * (1 + u) + 1.01 * static_cast<double>(d) * 0x1p-53;
   std::vector<size_t> screened;
   std::vector<uint8_t> exact_rows(batch, 1);
   Bounds bounds;
   for (size_t b = 0; b < batch && norms_ok; b++) {
     const float* row = h + b * d;
-    double ss = 0;
+    double ss = 0, ee = 0;
     bool finite = true;
     for (size_t i = 0; i < d; i++) {
       finite = finite && std::isfinite(row[i]);
       ss += static_cast<double>(row[i]) * row[i];
+      const double e = static_cast<double>(Bf16ToF32(Bf16(row[i]))) - row[i];  // exact
+      ee += e * e;
     }
     const double hn = std::sqrt(ss);
     if (!finite || !(hn <= 0x1p120) || !(hn * max_norm <= 0x1p100)) continue;
     exact_rows[b] = 0;
     screened.push_back(b);
-    bounds.hn.push_back(static_cast<float>(1.25 * c * hn));
+    bounds.hn.push_back(static_cast<float>(1.25 * ((1 + u) * std::sqrt(ee) + c * hn)));
     bounds.abs.push_back(static_cast<float>(2 * t * (3 * std::sqrt(static_cast<double>(d)) * (hn + max_norm) + 3 * static_cast<double>(d) + 3 * n)));
   }
   const size_t rows = screened.size();
@@ -441,21 +491,26 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
   std::vector<Best> best(nt * batch);
   std::vector<uint64_t> dots(nt, 0);
   Shares(nt, static_cast<int>(nt), [&](size_t t0, size_t t1) {
+    std::vector<uint32_t> vs;
+    std::vector<double> logits;
     for (size_t s = t0; s < t1; s++) {
       const size_t v_begin = vocab * s / nt, v_end = vocab * (s + 1) / nt;
       for (size_t r = 0; r < rows; r++) {
         const size_t b = screened[r];
-        Best& bb = best[s * batch + b];
+        vs.clear();
         for (const Candidate& cand : screens[s][r].list) {
-          if (cand.upper < bar[r]) continue;
-          bb.Offer(Dot(h + b * d, f32 + static_cast<size_t>(cand.v) * d, d), cand.v);
-          dots[s]++;
+          if (!(cand.upper < bar[r])) vs.push_back(cand.v);
         }
+        logits.resize(vs.size());
+        Dots(h + b * d, d, f32, vs.size(), [&](size_t j) { return static_cast<size_t>(vs[j]); }, logits.data());
+        for (size_t j = 0; j < vs.size(); j++) best[s * batch + b].Offer(logits[j], vs[j]);
+        dots[s] += vs.size();
       }
       for (size_t b = 0; b < batch; b++) {
         if (!exact_rows[b]) continue;
-        Best& bb = best[s * batch + b];
-        for (size_t v = v_begin; v < v_end; v++) bb.Offer(Dot(h + b * d, f32 + v * d, d), static_cast<int64_t>(v));
+        logits.resize(v_end - v_begin);
+        Dots(h + b * d, d, f32, v_end - v_begin, [&](size_t j) { return v_begin + j; }, logits.data());
+        for (size_t v = v_begin; v < v_end; v++) best[s * batch + b].Offer(logits[v - v_begin], static_cast<int64_t>(v));
         dots[s] += v_end - v_begin;
       }
     }

@@ -144,8 +144,8 @@ describe("headArgmax", () => {
     const w = rng.fillNormal(new Float32Array(d * vocab)).map((x) => 0.1 * x);
     // Row `up` rounds up to bfloat16 in every other element (1 + 2^-8 + 2^-16 → 1 + 2^-7), row `down` rounds down in
     // every element (1 + 2^-8 - 2^-16 → 1): `down` is larger exactly by 32 (2^-8 - 3·2^-16), `up` larger in bfloat16 by
-    // 32·2^-7 = 2^-2 — a quarter of the worst case 2u|h||w| = 2^-7·64 = 2^-1, so a bound of less than half the
-    // rounding bound picks `up`.
+    // 32·2^-7 = 2^-2. h is exact in bfloat16, so the kernel's bound is 1.25 u|h||w| ≈ 1.25·2^-8·64 per row; a screen
+    // with less than 2/5 of it (the two rows' bounds summing to under 2^-2) drops `down` and answers `up`.
     const up = Float32Array.from({ length: d }, (_, i) => (i % 2 === 0 ? 1 + 2 ** -8 + 2 ** -16 : 1));
     const down = new Float32Array(d).fill(1 + 2 ** -8 - 2 ** -16);
     setColumn(w, d, vocab, 6, up);
@@ -271,6 +271,12 @@ describe.runIf(Boolean(bf16Native))("native headArgmax", () => {
     }
     // TypeScript computes every logit.
     expect(typescriptKernels.headArgmax(h, batch, d, head, vocab, new Int32Array(batch), 1)).toBe(batch * vocab);
+    // Views at an offset into larger buffers read and write where they start.
+    const hAt = new Float32Array(batch * d + 5);
+    hAt.set(h, 5);
+    const outAt = new Int32Array(batch + 3).fill(-1);
+    bf16Native!.headArgmax(hAt.subarray(5), batch, d, head, vocab, outAt.subarray(3), 2);
+    expect([...outAt]).toEqual([-1, -1, -1, ...expected]);
   });
 
   it("refuses buffers smaller than the counts say", () => {

@@ -115,21 +115,18 @@ struct Screen {
 
   void Add(uint32_t v, float upper) {
     if (list.size() >= cap) {
-      Prune(lower);
+      // Drop the candidates the maximum has passed since they were kept (in order, so the list stays sorted by v).
+      list.erase(std::remove_if(list.begin(), list.end(), [&](const Candidate& c) { return c.upper < lower; }), list.end());
       if (list.size() > cap / 2) cap *= 2;
     }
     list.push_back({v, upper});
   }
-  void Prune(float below) {
-    list.erase(std::remove_if(list.begin(), list.end(), [&](const Candidate& c) { return c.upper < below; }), list.end());
-  }
 };
 
-// What a tile's scores are screened against: per screened row, c'|h| and a', and
-// per vocabulary row its norm.
+// Each screened row's share of its bounds: E = hn |w_v| + abs.
 struct Bounds {
-  std::vector<float> hn;  // 1.25 k of each row
-  std::vector<float> abs;  // 2a (with max_v |w_v| for |w|)
+  std::vector<float> hn;  // 1.25 k
+  std::vector<float> abs;  // 2a, with max_v |w_v| for |w|
 };
 
 // The scalar epilogue: tile scores s[bi * 4 + vi] of rows r0 + bi and vocabulary v0 + vi.

@@ -9,7 +9,7 @@ const f32Bits = new Float32Array(1);
 const u32Bits = new Uint32Array(f32Bits.buffer);
 
 /** float32 → bfloat16 bits, to nearest with ties to even; a NaN stays a quiet NaN. */
-export function bf16Bits(x: number): number {
+function bf16Bits(x: number): number {
   f32Bits[0] = x;
   const u = u32Bits[0]!;
   if ((u & 0x7fffffff) > 0x7f800000) return (u >>> 16) | 0x40;

@@ -112,17 +112,27 @@ function layout(data: LayerData, K: number, key: string): Layout {
 
 /**
  * `rows` (ascending) ordered by (score, row): the scores sorted by the typed array's own sort, each row then
- * taking the next free place in its score's run, in row order.
+ * taking the next free place in its score's run (found by binary search), in row order.
  */
 function orderByScore(rows: Int32Array, score: Float64Array): Int32Array {
-  const sorted = Float64Array.from(rows, (r) => score[r]!).sort();
-  const next = new Map<number, number>();
-  for (let i = sorted.length - 1; i >= 0; i--) next.set(sorted[i]!, i);
-  const out = new Int32Array(rows.length);
-  for (const r of rows) {
-    const at = next.get(score[r]!)!;
-    out[at] = r;
-    next.set(score[r]!, at + 1);
+  const n = rows.length;
+  const sorted = new Float64Array(n);
+  for (let i = 0; i < n; i++) sorted[i] = score[rows[i]!]!;
+  sorted.sort();
+  // Per run of equal scores (at its first place): rows placed so far.
+  const placed = new Int32Array(n);
+  const out = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    const r = rows[i]!;
+    const s = score[r]!;
+    let lo = 0;
+    let hi = n;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (sorted[mid]! < s) lo = mid + 1;
+      else hi = mid;
+    }
+    out[lo + placed[lo]!++] = r;
   }
   return out;
 }

@@ -164,8 +164,9 @@ export interface Kernels {
   /**
    * KTS's prescale: rows `rows` of `h` gathered, centred and scaled by their
    * own float64 mean and population deviation (a zero deviation divides by 1).
+   * The rows are written into `out` (at least rows × d values) where given.
    */
-  standardizeRows(h: Float32Array, rows: Int32Array, d: number): { rows: Float32Array; mean: Float64Array; scale: Float64Array };
+  standardizeRows(h: Float32Array, rows: Int32Array, d: number, out?: Float32Array): { rows: Float32Array; mean: Float64Array; scale: Float64Array };
   /** Per fold k, the float64 sums of the rows `folds[k]` of h (n × d) and of their squares: K × d each. */
   foldMoments(h: Float32Array, d: number, folds: Int32Array[]): { sum: Float64Array; sumSquares: Float64Array };
   /** Products on a fixed row matrix, for the probe's training steps. */

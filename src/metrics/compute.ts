@@ -145,11 +145,14 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     const BLOCK_ROWS = 4096;
     const readAhead = N * d * 2 <= READ_AHEAD_BYTES;
     type Block = { start: number; count: number; data: Uint16Array };
+    // A read-ahead layer's blocks are read into the same buffers every time: the layer before was widened out of them.
+    const blockBuffers: Uint16Array[] = [];
     const requestLayer = (layer: number) => {
       const blocks: Promise<Block>[] = [];
-      for (let start = 0; start < N; start += BLOCK_ROWS) {
+      for (let start = 0, b = 0; start < N; start += BLOCK_ROWS, b++) {
         const count = Math.min(BLOCK_ROWS, N - start);
-        blocks.push(reader.readRows(layer, start, count).then((data) => ({ start, count, data })));
+        const into = (blockBuffers[b] ??= new Uint16Array(count * d));
+        blocks.push(reader.readRows(layer, start, count, into).then((data) => ({ start, count, data })));
       }
       const all = Promise.all(blocks);
       all.catch(() => {}); // awaited below; a read that fails while the layer before is computed must not go unhandled first

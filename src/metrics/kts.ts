@@ -170,7 +170,7 @@ export async function ktsScores(data: LayerData, s: MetricSettings): Promise<Kts
     }
   }
   // The anchors, centred and scaled by their own statistics so that float32 products stay accurate.
-  const prescaled = k.standardizeRows(h, anchors, d);
+  const prescaled = k.standardizeRows(h, anchors, d, data.buffer(anchors.length * d));
   const products = await k.products(prescaled.rows, anchors.length, d);
   let probes;
   try {

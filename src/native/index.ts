@@ -173,8 +173,8 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
     },
     centreRows: (h, n, d, valid, out) => binding.centreRows(h, n, d, valid, out, threads),
     anchorCosines: (x, rows, a, nAnchors, d, own, ownCos, otherCos) => binding.anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads),
-    standardizeRows(h, rows, d) {
-      const out = { rows: new Float32Array(rows.length * d), mean: new Float64Array(d), scale: new Float64Array(d) };
+    standardizeRows(h, rows, d, into) {
+      const out = { rows: into ? into.subarray(0, rows.length * d) : new Float32Array(rows.length * d), mean: new Float64Array(d), scale: new Float64Array(d) };
       binding.standardizeRows(h, rows, d, out.rows, out.mean, out.scale, threads);
       return out;
     },

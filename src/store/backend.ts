@@ -20,8 +20,8 @@ export interface StoreBackend {
   readonly location: string;
   /** Whole small files (the manifest). */
   readAll(name: string): Promise<Uint8Array>;
-  /** Up to `length` bytes from `offset`; shorter only at the end of the file. */
-  read(name: string, offset: number, length: number): Promise<Uint8Array>;
+  /** Up to `length` bytes from `offset`; shorter only at the end of the file. Read into `into` (at least `length` bytes) where given. */
+  read(name: string, offset: number, length: number, into?: Uint8Array): Promise<Uint8Array>;
   size(name: string): Promise<number>;
   /** The store file names present (`index.json`, `L###.npy`); other names are left out. */
   list(): Promise<string[]>;
@@ -72,9 +72,9 @@ export function directoryBackend(dir: string): StoreBackend {
         throw fileError(err, join(dir, name));
       }
     },
-    async read(name, offset, length) {
+    async read(name, offset, length, into) {
       const fh = await handle(name);
-      const out = Buffer.allocUnsafeSlow(length);
+      const out = into ?? Buffer.allocUnsafeSlow(length);
       let got = 0;
       try {
         while (got < length) {
@@ -124,8 +124,11 @@ export function memoryBackend(files: Map<string, Uint8Array>, location = "<memor
     async readAll(name) {
       return get(name);
     },
-    async read(name, offset, length) {
-      return get(name).subarray(offset, offset + length);
+    async read(name, offset, length, into) {
+      const bytes = get(name).subarray(offset, offset + length);
+      if (!into) return bytes;
+      into.set(bytes);
+      return into.subarray(0, bytes.length);
     },
     async size(name) {
       return get(name).length;

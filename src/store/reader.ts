@@ -109,15 +109,19 @@ export class StoreReader {
     return this.manifest.complete ? this.rows : this.manifest.rows_done;
   }
 
-  /** Float16 bits of rows `[start, start + count)` of `layer`, row-major. */
-  async readRows(layer: number, start: number, count: number): Promise<Uint16Array> {
+  /**
+   * Float16 bits of rows `[start, start + count)` of `layer`, row-major; into
+   * `into` (at least count × d values) where given, so that a caller reading
+   * layer after layer can reuse its buffers.
+   */
+  async readRows(layer: number, start: number, count: number, into?: Uint16Array): Promise<Uint16Array> {
     if (this.layout.float32.has(layer)) {
       const wide = await this.readRaw(layer, start, count, 4);
-      const half = new Uint16Array(wide.length);
+      const half = into ? into.subarray(0, wide.length) : new Uint16Array(wide.length);
       storeKernels().f32ToF16(wide, half);
       return half;
     }
-    return this.readRaw(layer, start, count, 2);
+    return this.readRaw(layer, start, count, 2, into && new Uint8Array(into.buffer, into.byteOffset, into.byteLength));
   }
 
   /** The same rows as float32: widened from float16, or as stored in a float32 store. */
@@ -129,16 +133,16 @@ export class StoreReader {
     return out;
   }
 
-  private async readRaw(layer: number, start: number, count: number, size: 2): Promise<Uint16Array>;
+  private async readRaw(layer: number, start: number, count: number, size: 2, into?: Uint8Array): Promise<Uint16Array>;
   private async readRaw(layer: number, start: number, count: number, size: 4): Promise<Float32Array>;
-  private async readRaw(layer: number, start: number, count: number, size: 2 | 4): Promise<Uint16Array | Float32Array> {
+  private async readRaw(layer: number, start: number, count: number, size: 2 | 4, into?: Uint8Array): Promise<Uint16Array | Float32Array> {
     const offset = this.layout.offsets.get(layer);
     if (offset === undefined) throw new StoreError(this.backend.location, `holds no layer ${layer} (it has ${this.manifest.layers.join(", ")})`);
     if (!Number.isSafeInteger(start) || !Number.isSafeInteger(count) || start < 0 || count < 0 || start + count > this.readableRows) {
       throw new RangeError(`Expected rows within 0…${this.readableRows} but received ${start}…${start + count}`);
     }
     const d = this.dModel;
-    const bytes = await this.backend.read(layerFileName(layer), offset + start * d * size, count * d * size);
+    const bytes = await this.backend.read(layerFileName(layer), offset + start * d * size, count * d * size, into);
     if (bytes.length !== count * d * size) {
       throw new StoreError(`${this.backend.location}/${layerFileName(layer)}`, "ended early while reading (was it truncated?)");
     }

@@ -55,14 +55,14 @@ export function anchorCosinesTs(x: Float32Array, rows: Int32Array, a: Float32Arr
   }
 }
 
-export function standardizeRowsTs(h: Float32Array, rows: Int32Array, d: number): { rows: Float32Array; mean: Float64Array; scale: Float64Array } {
+export function standardizeRowsTs(h: Float32Array, rows: Int32Array, d: number, into?: Float32Array): { rows: Float32Array; mean: Float64Array; scale: Float64Array } {
   const n = rows.length;
   const mean = new Float64Array(d);
   const scale = new Float64Array(d);
   for (const r of rows) for (let j = 0; j < d; j++) mean[j]! += h[r * d + j]! / n;
   for (const r of rows) for (let j = 0; j < d; j++) scale[j]! += (h[r * d + j]! - mean[j]!) ** 2 / n;
   for (let j = 0; j < d; j++) scale[j] = Math.sqrt(scale[j]!) || 1;
-  const out = new Float32Array(n * d);
+  const out = into ? into.subarray(0, n * d) : new Float32Array(n * d);
   rows.forEach((r, i) => {
     for (let j = 0; j < d; j++) out[i * d + j] = (h[r * d + j]! - mean[j]!) / scale[j]!;
   });

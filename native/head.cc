@@ -259,6 +259,19 @@ HSM_BF16_TARGET inline __m512 ReduceSixteen(const __m512* a) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// acc[bi * 4 + vi] += NB batch rows' 32 values from k (bfloat16) · four vocabulary rows' (x0…x3).
+template <size_t NB>
+HSM_BF16_TARGET inline void AccumulateBf16(__m512* acc, const uint16_t* hb, size_t dp, size_t k, __m512bh x0, __m512bh x1, __m512bh x2, __m512bh x3) {
+#pragma GCC unroll 4
+  for (size_t bi = 0; bi < NB; bi++) {
+    const __m512bh y = (__m512bh)_mm512_load_si512(hb + bi * dp + k);
+    acc[bi * 4 + 0] = _mm512_dpbf16_ps(acc[bi * 4 + 0], x0, y);
+    acc[bi * 4 + 1] = _mm512_dpbf16_ps(acc[bi * 4 + 1], x1, y);
+    acc[bi * 4 + 2] = _mm512_dpbf16_ps(acc[bi * 4 + 2], x2, y);
+    acc[bi * 4 + 3] = _mm512_dpbf16_ps(acc[bi * 4 + 3], x3, y);
+  }
+}
+
 // Scores of NB batch rows (bfloat16, zero-padded to dp) against four vocabulary rows:
 // lane bi * 4 + vi (lanes of rows past NB are zero).
 template <size_t NB>
@@ -268,34 +281,14 @@ HSM_BF16_TARGET inline __m512 TileBf16(const uint16_t* hb, size_t dp, const uint
   const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
   size_t k = 0;
   for (; k + 32 <= d; k += 32) {
-    const __m512bh x0 = (__m512bh)_mm512_loadu_si512(w0 + k);
-    const __m512bh x1 = (__m512bh)_mm512_loadu_si512(w1 + k);
-    const __m512bh x2 = (__m512bh)_mm512_loadu_si512(w2 + k);
-    const __m512bh x3 = (__m512bh)_mm512_loadu_si512(w3 + k);
-#pragma GCC unroll 4
-    for (size_t bi = 0; bi < NB; bi++) {
-      const __m512bh y = (__m512bh)_mm512_load_si512(hb + bi * dp + k);
-      acc[bi * 4 + 0] = _mm512_dpbf16_ps(acc[bi * 4 + 0], x0, y);
-      acc[bi * 4 + 1] = _mm512_dpbf16_ps(acc[bi * 4 + 1], x1, y);
-      acc[bi * 4 + 2] = _mm512_dpbf16_ps(acc[bi * 4 + 2], x2, y);
-      acc[bi * 4 + 3] = _mm512_dpbf16_ps(acc[bi * 4 + 3], x3, y);
-    }
+    AccumulateBf16<NB>(acc, hb, dp, k, (__m512bh)_mm512_loadu_si512(w0 + k), (__m512bh)_mm512_loadu_si512(w1 + k), (__m512bh)_mm512_loadu_si512(w2 + k),
+                       (__m512bh)_mm512_loadu_si512(w3 + k));
   }
   if (k < d) {
     // The rows' last d - k values; the batch rows' padding is zero.
     const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (d - k)) - 1);
-    const __m512bh x0 = (__m512bh)_mm512_maskz_loadu_epi16(m, w0 + k);
-    const __m512bh x1 = (__m512bh)_mm512_maskz_loadu_epi16(m, w1 + k);
-    const __m512bh x2 = (__m512bh)_mm512_maskz_loadu_epi16(m, w2 + k);
-    const __m512bh x3 = (__m512bh)_mm512_maskz_loadu_epi16(m, w3 + k);
-#pragma GCC unroll 4
-    for (size_t bi = 0; bi < NB; bi++) {
-      const __m512bh y = (__m512bh)_mm512_load_si512(hb + bi * dp + k);
-      acc[bi * 4 + 0] = _mm512_dpbf16_ps(acc[bi * 4 + 0], x0, y);
-      acc[bi * 4 + 1] = _mm512_dpbf16_ps(acc[bi * 4 + 1], x1, y);
-      acc[bi * 4 + 2] = _mm512_dpbf16_ps(acc[bi * 4 + 2], x2, y);
-      acc[bi * 4 + 3] = _mm512_dpbf16_ps(acc[bi * 4 + 3], x3, y);
-    }
+    AccumulateBf16<NB>(acc, hb, dp, k, (__m512bh)_mm512_maskz_loadu_epi16(m, w0 + k), (__m512bh)_mm512_maskz_loadu_epi16(m, w1 + k),
+                       (__m512bh)_mm512_maskz_loadu_epi16(m, w2 + k), (__m512bh)_mm512_maskz_loadu_epi16(m, w3 + k));
   }
   return ReduceSixteen(acc);
 }

@@ -11,6 +11,7 @@ import { headKernels } from "../kernels/registry.js";
 import { InternalError } from "../errors.js";
 import { leftPad, rightPad } from "./batching.js";
 import { GreedyRows } from "./decoding.js";
+import { emptyPast } from "./feeds.js";
 import { pastFor } from "./kv-cache.js";
 import type { HeadSetup } from "./lm-head.js";
 import { DataType, valueShape, type ValueInfoProto } from "./onnx-graph.js";
@@ -21,10 +22,10 @@ export const NEXT_TOKEN = "hsm_next_token";
 /** The output of a graph whose LM head runs outside it: each row's last hidden state, `[B, 1, d]`. */
 export const LAST_HIDDEN = "hsm_last_hidden";
 
-/** A KV-cache input: its name, its shape with every unnamed dimension 0, and whether it is float16. */
+/** A KV-cache input: its name, its declared shape (names of unnamed lengths kept), and whether it is float16. */
 export interface PastInput {
   name: string;
-  dims: number[];
+  dims: (number | string)[];
   float16: boolean;
 }
 
@@ -48,7 +49,7 @@ export interface DecodeSetup {
 export function pastInputs(values: readonly ValueInfoProto[]): PastInput[] {
   return values.map((v) => ({
     name: v.name!,
-    dims: (valueShape(v) ?? []).map((s) => (typeof s === "number" ? s : 0)),
+    dims: valueShape(v) ?? [],
     float16: v.type?.tensorType?.elemType === DataType.FLOAT16,
   }));
 }
@@ -73,10 +74,7 @@ export async function decodeBatch(session: ort.InferenceSession, setup: DecodeSe
   let maskLen = f.length;
   let lastPos = prompts.map((p) => p.length - 1);
   let past: Record<string, ort.Tensor> = {};
-  for (const p of setup.past) {
-    const shape = p.dims.map((s, k) => (k === 0 ? B : s));
-    past[p.name] = p.float16 ? new ort.Tensor("float16", new Uint16Array(0), shape) : new ort.Tensor("float32", new Float32Array(0), shape);
-  }
+  for (const p of setup.past) past[p.name] = emptyPast(p.dims, p.float16, B);
   let ids = f.inputIds;
   let idsLen = f.length;
   let positions = f.positionIds;

@@ -15,11 +15,13 @@ export function promptFeeds(plan: InputPlan["feeds"], f: BatchFeeds): Record<str
     else if (kind === "attention_mask") feeds[name] = new ort.Tensor("int64", f.attentionMask, [f.batch, f.length]);
     else if (kind === "position_ids") feeds[name] = new ort.Tensor("int64", f.positionIds, [f.batch, f.length]);
     else if (kind === "use_cache_branch") feeds[name] = new ort.Tensor("bool", Uint8Array.of(0), [1]);
-    else {
-      // Batch first, then the fixed dimensions; every unnamed length (the past sequence) is 0.
-      const shape = dims.map((s, k) => (k === 0 ? f.batch : typeof s === "number" ? s : 0));
-      feeds[name] = float16 ? new ort.Tensor("float16", new Uint16Array(0), shape) : new ort.Tensor("float32", new Float32Array(0), shape);
-    }
+    else feeds[name] = emptyPast(dims, Boolean(float16), f.batch);
   }
   return feeds;
+}
+
+/** An empty KV-cache input: batch first, then the fixed dimensions; every unnamed length (the past sequence) is 0. */
+export function emptyPast(dims: readonly (number | string)[], float16: boolean, batch: number): ort.Tensor {
+  const shape = dims.map((s, k) => (k === 0 ? batch : typeof s === "number" ? s : 0));
+  return float16 ? new ort.Tensor("float16", new Uint16Array(0), shape) : new ort.Tensor("float32", new Float32Array(0), shape);
 }

@@ -91,6 +91,9 @@ function probeWebgpu(): string | undefined {
   return `the probe ended without an answer (${r.error?.message ?? `exit status ${r.status ?? r.signal}`})`;
 }
 
+/** What {@link probeWebgpu} found, once per process. */
+let webgpuProbe: { message: string | undefined } | undefined;
+
 /** The error for a device whose provider failed with `message`; undefined for the CPU. */
 export function deviceError(device: Device, message: string): DeviceError | undefined {
   const first = message.split("\n")[0]!;
@@ -154,7 +157,7 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
  */
 export async function withStagedModel<T>(bytes: Uint8Array, stage: Stage | undefined, device: Device, load: (model: string | Uint8Array) => Promise<T>): Promise<T> {
   try {
-    const unusable = device === "webgpu" ? probeWebgpu() : undefined;
+    const unusable = device === "webgpu" ? (webgpuProbe ??= { message: probeWebgpu() }).message : undefined;
     if (unusable !== undefined) throw deviceError(device, unusable)!;
     if (!stage) return await load(bytes);
     await writeFile(join(stage.dir, stage.modelFile), bytes);

@@ -104,6 +104,14 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, siz
 }
 
 
+// One row against one anchor (both row-major), lane for lane what the float32 tiles compute:
+// one fused multiply-add per k, in order, from zero.
+__attribute__((target("avx512f"))) float DotFma(const float* xi, const float* ag, size_t d) {
+  float c = 0;
+  for (size_t k = 0; k < d; k++) c = __builtin_fmaf(xi[k], ag[k], c);
+  return c;
+}
+
 // bfloat16, rounded to nearest even (inputs are finite: the rows are unit vectors).
 inline uint32_t Bf16(float f) {
   uint32_t u;
@@ -115,9 +123,9 @@ inline uint32_t Bf16(float f) {
 // are unit vectors, so a bfloat16 dot product (each factor rounded with
 // relative error at most 2^-9, products summed in float32) is within
 // 2^-8 + 2^-13 < kScreen of the float32 one. An anchor scoring clearly above
-// or below a row's own score is counted from the screen; a (row, panel) pair
-// with any anchor within kScreen of the own score is recomputed in float32 by
-// the same tile arithmetic as the float32 path, so every count equals that path's.
+// or below a row's own score is counted from the screen; an anchor within
+// kScreen of the own score is recomputed in float32 with the float32 path's
+// arithmetic (DotFma), so every count equals that path's.
 constexpr float kScreen = 1.0f / 128;
 
 // The screen's register block: kScreenRows rows against kScreenPanels panels,
@@ -172,7 +180,7 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) void ScreenTile(const ui
 static_assert(kScreenPanels == 3, "ScreenTile dispatches on up to three panels");
 
 __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, size_t d, size_t r_begin, size_t r_end,
-                                                                const float* packed, const uint32_t* packed_bf, size_t n_panels,
+                                                                const float* a, const uint32_t* packed_bf, size_t n_panels,
                                                                 size_t n_anchors, const int32_t* own, const float* own_score, int32_t* above) {
   const size_t dp = (d + 1) / 2;
   // These rows as bfloat16 pairs (k, k+1), converted once; d and the last tile of rows
@@ -188,7 +196,6 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
       out[k] = lo | (hi << 16);
     }
   }
-  float exact[kPanel];
   __m512 acc[kScreenRows * kScreenPanels];
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
@@ -210,15 +217,10 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
             const __m512 o = _mm512_set1_ps(own_score[r]);
             const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
             const __mmask16 near = _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
-            if (near == 0) {
-              above[r] += __builtin_popcount(high);
-              continue;
-            }
-            // Too close to call: this row against this panel in float32, as the float32 path does it.
-            RowAvx512(x + r * d, d, packed + p * kPanel * d, exact);
-            int32_t c = 0;
-            for (size_t j = 0; j < valid; j++) {
-              if (static_cast<int32_t>(p * kPanel + j) != own[r] && exact[j] > own_score[r]) c++;
+            int32_t c = __builtin_popcount(high);
+            // Too close to call (rare): those anchors again in float32.
+            for (uint32_t m = near; m != 0; m &= m - 1) {
+              c += DotFma(x + r * d, a + (p * kPanel + __builtin_ctz(m)) * d, d) > own_score[r];
             }
             above[r] += c;
           }
@@ -249,12 +251,11 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
       own_score[r] = s;
     }
   });
-  size_t n_panels = 0;
-  const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels, threads);
 #ifdef HSM_X86
   static const bool has_bf16 = HasAvx512Bf16();
   const bool bf16 = has_bf16 && allow_bf16;
   if (bf16) {
+    const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
     const size_t dp = (d + 1) / 2;
     std::unique_ptr<uint32_t[]> packed_bf(new uint32_t[n_panels * kPanel * dp]());
@@ -278,7 +279,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     auto work = [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankBf16Rows(x, d, first, last, packed.get(), packed_bf.get(), n_panels, n_anchors, own, own_score, above);
+        RankBf16Rows(x, d, first, last, a, packed_bf.get(), n_panels, n_anchors, own, own_score, above);
       }
     };
     std::vector<std::thread> pool;
@@ -291,6 +292,8 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
 #else
   const auto tile = TilePortable;
 #endif
+  size_t n_panels = 0;
+  const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels, threads);
   const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, (n_rows + kRows - 1) / kRows));
   auto work = [&](size_t t) {
     // Each thread takes whole micro-tiles of rows: no two threads touch one row.

@@ -238,17 +238,25 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
   // Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
   // across threads, each row's sum in order on one thread).
   Shares(n_rows, n_rows >= 256 ? threads : 1, [&](size_t begin, size_t end) {
-    for (size_t r = begin; r < end; r++) {
-      above[r] = 0;
-      if (own[r] < 0) {
-        own_score[r] = 0;
-        continue;
+    // kOwnRows rows at a time: as many independent sums in flight, each still in order.
+    constexpr size_t kOwnRows = 8;
+    for (size_t r0 = begin; r0 < end; r0 += kOwnRows) {
+      const size_t nr = std::min(kOwnRows, end - r0);
+      const float* xr[kOwnRows];
+      const float* ar[kOwnRows];
+      for (size_t i = 0; i < kOwnRows; i++) {
+        const size_t r = r0 + std::min(i, nr - 1);  // short last group: repeat its last row
+        xr[i] = x + r * d;
+        ar[i] = own[r] < 0 ? xr[i] : a + static_cast<size_t>(own[r]) * d;
       }
-      const float* xr = x + r * d;
-      const float* ar = a + static_cast<size_t>(own[r]) * d;
-      float s = 0;
-      for (size_t k = 0; k < d; k++) s += xr[k] * ar[k];
-      own_score[r] = s;
+      float s[kOwnRows] = {0};
+      for (size_t k = 0; k < d; k++) {
+        for (size_t i = 0; i < kOwnRows; i++) s[i] += xr[i][k] * ar[i][k];
+      }
+      for (size_t i = 0; i < nr; i++) {
+        above[r0 + i] = 0;
+        own_score[r0 + i] = own[r0 + i] < 0 ? 0 : s[i];
+      }
     }
   });
 #ifdef HSM_X86

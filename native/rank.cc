@@ -112,17 +112,30 @@ __attribute__((target("avx512f"))) float DotFma(const float* xi, const float* ag
   return c;
 }
 
-// bfloat16, rounded to nearest even (inputs are finite: the rows are unit vectors).
-inline uint32_t Bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+// v[0, d) as bfloat16 pairs, rounded to nearest even by the conversion instruction:
+// out[k * stride] = bf16(v[2k]) | bf16(v[2k + 1]) << 16 for k < (d + 1) / 2, zero past d.
+__attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, size_t d, uint32_t* out, size_t stride) {
+  for (size_t k0 = 0; k0 < d; k0 += 32) {
+    const size_t n = std::min<size_t>(32, d - k0);
+    const __mmask16 lo = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+    const __mmask16 hi = n >= 32 ? 0xffff : n > 16 ? static_cast<__mmask16>((1u << (n - 16)) - 1) : 0;
+    // The second operand fills the low 16 halves: v[k0 + 2j] lands in the low half of pair j.
+    const __m512i pairs = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, v + k0 + 16), _mm512_maskz_loadu_ps(lo, v + k0));
+    const size_t np = (n + 1) / 2;
+    if (stride == 1 && np == 16) {
+      _mm512_storeu_si512(out + k0 / 2, pairs);
+      continue;
+    }
+    alignas(64) uint32_t t[16];
+    _mm512_store_si512(t, pairs);
+    for (size_t j = 0; j < np; j++) out[(k0 / 2 + j) * stride] = t[j];
+  }
 }
 
 // Screening with bfloat16 products, exact where it matters. Rows and anchors
 // are unit vectors, so a bfloat16 dot product (each factor rounded with
-// relative error at most 2^-9, products summed in float32) is within
-// 2^-8 + 2^-13 < kScreen of the float32 one. An anchor scoring clearly above
+// relative error at most 2^-9, or flushed to zero below 2^-126, products
+// summed in float32) is within 2^-8 + 2^-13 < kScreen of the float32 one. An anchor scoring clearly above
 // or below a row's own score is counted from the screen; an anchor within
 // kScreen of the own score is recomputed in float32 with the float32 path's
 // arithmetic (DotFma), so every count equals that path's.
@@ -188,13 +201,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
   const size_t tiles = (r_end - r_begin + kScreenRows - 1) / kScreenRows;
   std::vector<uint32_t> xb(tiles * kScreenRows * dp);
   for (size_t r = r_begin; r < r_end; r++) {
-    const float* xi = x + r * d;
-    uint32_t* out = xb.data() + (r - r_begin) * dp;
-    for (size_t k = 0; k < dp; k++) {
-      const uint32_t lo = Bf16(xi[2 * k]);
-      const uint32_t hi = 2 * k + 1 < d ? Bf16(xi[2 * k + 1]) : 0;
-      out[k] = lo | (hi << 16);
-    }
+    PairsBf16(x + r * d, d, xb.data() + (r - r_begin) * dp, 1);
   }
   __m512 acc[kScreenRows * kScreenPanels];
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
@@ -269,12 +276,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     std::unique_ptr<uint32_t[]> packed_bf(new uint32_t[n_panels * kPanel * dp]());
     Shares(n_panels, threads, [&](size_t p0, size_t p1) {
       for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
-        uint32_t* panel = packed_bf.get() + (g / kPanel) * kPanel * dp;
-        for (size_t k = 0; k < dp; k++) {
-          const uint32_t lo = Bf16(a[g * d + 2 * k]);
-          const uint32_t hi = 2 * k + 1 < d ? Bf16(a[g * d + 2 * k + 1]) : 0;
-          panel[k * kPanel + g % kPanel] = lo | (hi << 16);
-        }
+        PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
       }
     });
     // Rows in chunks handed out one at a time, so that a thread the machine slows down (other

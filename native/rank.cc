@@ -135,10 +135,10 @@ __attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, siz
 // Screening with bfloat16 products, exact where it matters. Rows and anchors
 // are unit vectors, so a bfloat16 dot product (each factor rounded with
 // relative error at most 2^-9, or flushed to zero below 2^-126, products
-// summed in float32) is within 2^-8 + 2^-13 < kScreen of the float32 one. An anchor scoring clearly above
-// or below a row's own score is counted from the screen; an anchor within
-// kScreen of the own score is recomputed in float32 with the float32 path's
-// arithmetic (DotFma), so every count equals that path's.
+// summed in float32) is within 2^-8 + 2^-13 < kScreen of the float32 one. An
+// anchor scoring clearly above or below a row's own score is counted from the
+// screen; an anchor within kScreen of the own score is recomputed in float32
+// with the float32 path's arithmetic (DotFma), so every count equals that path's.
 constexpr float kScreen = 1.0f / 128;
 
 // The screen's register block: kScreenRows rows against kScreenPanels panels,
@@ -281,7 +281,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     });
     // Rows in chunks handed out one at a time, so that a thread the machine slows down (other
     // processes on the same cores) takes fewer chunks instead of holding the others up at the end.
-    // Each chunk (1 MB as bfloat16) stays in cache while every anchor block streams past it.
+    // Each chunk is converted to bfloat16 once (1 MB) and read again for every anchor block.
     constexpr size_t kChunkRows = 64 * kScreenRows;
     const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
     const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));

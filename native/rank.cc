@@ -104,97 +104,133 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, siz
 }
 
 
-// bfloat16, rounded to nearest even (inputs are finite: the rows are unit vectors).
-inline uint32_t Bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+// One row against one anchor (both row-major), lane for lane what the float32 tiles compute:
+// one fused multiply-add per k, in order, from zero.
+__attribute__((target("avx512f"))) float DotFma(const float* xi, const float* ag, size_t d) {
+  float c = 0;
+  for (size_t k = 0; k < d; k++) c = __builtin_fmaf(xi[k], ag[k], c);
+  return c;
+}
+
+// v[0, d) as bfloat16 pairs, rounded to nearest even by the conversion instruction:
+// out[k * stride] = bf16(v[2k]) | bf16(v[2k + 1]) << 16 for k < (d + 1) / 2, zero past d.
+__attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, size_t d, uint32_t* out, size_t stride) {
+  for (size_t k0 = 0; k0 < d; k0 += 32) {
+    const size_t n = std::min<size_t>(32, d - k0);
+    const __mmask16 lo = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+    const __mmask16 hi = n >= 32 ? 0xffff : n > 16 ? static_cast<__mmask16>((1u << (n - 16)) - 1) : 0;
+    // The second operand fills the low 16 halves: v[k0 + 2j] lands in the low half of pair j.
+    const __m512i pairs = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, v + k0 + 16), _mm512_maskz_loadu_ps(lo, v + k0));
+    const size_t np = (n + 1) / 2;
+    if (stride == 1 && np == 16) {
+      _mm512_storeu_si512(out + k0 / 2, pairs);
+      continue;
+    }
+    alignas(64) uint32_t t[16];
+    _mm512_store_si512(t, pairs);
+    for (size_t j = 0; j < np; j++) out[(k0 / 2 + j) * stride] = t[j];
+  }
 }
 
 // Screening with bfloat16 products, exact where it matters. Rows and anchors
 // are unit vectors, so a bfloat16 dot product (each factor rounded with
-// relative error at most 2^-9, products summed in float32) is within
-// 2^-8 + 2^-13 < kScreen of the float32 one. An anchor scoring clearly above
-// or below a row's own score is counted from the screen; a (row, panel) pair
-// with any anchor within kScreen of the own score is recomputed in float32 by
-// the same tile arithmetic as the float32 path, so every count equals that path's.
+// relative error at most 2^-9, or flushed to zero below 2^-126, products
+// summed in float32) is within 2^-8 + 2^-13 < kScreen of the float32 one. An
+// anchor scoring clearly above or below a row's own score is counted from the
+// screen; an anchor within kScreen of the own score is recomputed in float32
+// with the float32 path's arithmetic (DotFma), so every count equals that path's.
 constexpr float kScreen = 1.0f / 128;
 
-__attribute__((target("avx512f,avx512bf16"))) void ScreenTile(const uint32_t* xb /* rows x dp */, size_t dp, size_t nr,
-                                                              const uint32_t* panel /* dp x 16 */, __m512* out) {
-  if (nr == kRows) {
-    // Eight named accumulators stay in registers; an indexed array would not.
-    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
-    __m512 c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps(), c6 = _mm512_setzero_ps(), c7 = _mm512_setzero_ps();
-    const uint32_t *x0 = xb, *x1 = xb + dp, *x2 = xb + 2 * dp, *x3 = xb + 3 * dp;
-    const uint32_t *x4 = xb + 4 * dp, *x5 = xb + 5 * dp, *x6 = xb + 6 * dp, *x7 = xb + 7 * dp;
-    for (size_t k = 0; k < dp; k++) {
-      const __m512bh p = (__m512bh)_mm512_loadu_si512(panel + k * kPanel);
-      c0 = _mm512_dpbf16_ps(c0, (__m512bh)_mm512_set1_epi32(static_cast<int>(x0[k])), p);
-      c1 = _mm512_dpbf16_ps(c1, (__m512bh)_mm512_set1_epi32(static_cast<int>(x1[k])), p);
-      c2 = _mm512_dpbf16_ps(c2, (__m512bh)_mm512_set1_epi32(static_cast<int>(x2[k])), p);
-      c3 = _mm512_dpbf16_ps(c3, (__m512bh)_mm512_set1_epi32(static_cast<int>(x3[k])), p);
-      c4 = _mm512_dpbf16_ps(c4, (__m512bh)_mm512_set1_epi32(static_cast<int>(x4[k])), p);
-      c5 = _mm512_dpbf16_ps(c5, (__m512bh)_mm512_set1_epi32(static_cast<int>(x5[k])), p);
-      c6 = _mm512_dpbf16_ps(c6, (__m512bh)_mm512_set1_epi32(static_cast<int>(x6[k])), p);
-      c7 = _mm512_dpbf16_ps(c7, (__m512bh)_mm512_set1_epi32(static_cast<int>(x7[k])), p);
-    }
-    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3, out[4] = c4, out[5] = c5, out[6] = c6, out[7] = c7;
-    return;
+// The screen's register block: kScreenRows rows against kScreenPanels panels,
+// one accumulator each (24 of the 32 vector registers), so that every
+// broadcast row pair feeds several panels and every panel load several rows,
+// and enough independent sums are in flight to cover the dot-product latency.
+constexpr size_t kScreenRows = 8;
+constexpr size_t kScreenPanels = 3;
+// Panels per anchor block: 192 anchors, 384 KB as bfloat16 at d = 1024, held in
+// L2 while a chunk's rows pass over them.
+constexpr size_t kScreenBlockPanels = 4 * kScreenPanels;
+
+// NR rows of bfloat16 pairs (dp per row) against NP consecutive panels (dp x 16 pairs
+// each); out[i * NP + q] holds row i against panel q.
+template <size_t NR, size_t NP>
+__attribute__((target("avx512f,avx512bf16"), always_inline)) inline void ScreenBlock(const uint32_t* xb, size_t dp,
+                                                                                      const uint32_t* panels, __m512* out) {
+  __m512 c[NR][NP];
+#pragma GCC unroll 8
+  for (size_t i = 0; i < NR; i++) {
+#pragma GCC unroll 4
+    for (size_t q = 0; q < NP; q++) c[i][q] = _mm512_setzero_ps();
   }
-  for (size_t i = 0; i < nr; i++) {
-    __m512 c = _mm512_setzero_ps();
-    for (size_t k = 0; k < dp; k++) {
-      c = _mm512_dpbf16_ps(c, (__m512bh)_mm512_set1_epi32(static_cast<int>(xb[i * dp + k])), (__m512bh)_mm512_loadu_si512(panel + k * kPanel));
+  const size_t stride = kPanel * dp;
+  for (size_t k = 0; k < dp; k++) {
+    __m512bh p[NP];
+#pragma GCC unroll 4
+    for (size_t q = 0; q < NP; q++) p[q] = (__m512bh)_mm512_loadu_si512(panels + q * stride + k * kPanel);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < NR; i++) {
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(xb[i * dp + k]));
+#pragma GCC unroll 4
+      for (size_t q = 0; q < NP; q++) c[i][q] = _mm512_dpbf16_ps(c[i][q], b, p[q]);
     }
-    out[i] = c;
+  }
+#pragma GCC unroll 8
+  for (size_t i = 0; i < NR; i++) {
+#pragma GCC unroll 4
+    for (size_t q = 0; q < NP; q++) out[i * NP + q] = c[i][q];
   }
 }
 
+// One row tile against np <= kScreenPanels panels; out as in ScreenBlock with NP = np. Kept
+// out of line: inlined into its caller, the block's 24 accumulators compete with the
+// caller's live values for registers and one spills to the stack on every step.
+__attribute__((target("avx512f,avx512bf16"), noinline)) void ScreenTile(const uint32_t* xb, size_t dp, const uint32_t* panels,
+                                                                        size_t np, __m512* out) {
+  if (np == 3) return ScreenBlock<kScreenRows, 3>(xb, dp, panels, out);
+  if (np == 2) return ScreenBlock<kScreenRows, 2>(xb, dp, panels, out);
+  ScreenBlock<kScreenRows, 1>(xb, dp, panels, out);
+}
+static_assert(kScreenPanels == 3, "ScreenTile dispatches on up to three panels");
+
 __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, size_t d, size_t r_begin, size_t r_end,
-                                                                const float* packed, const uint32_t* packed_bf, size_t n_panels,
+                                                                const float* a, const uint32_t* packed_bf, size_t n_panels,
                                                                 size_t n_anchors, const int32_t* own, const float* own_score, int32_t* above) {
   const size_t dp = (d + 1) / 2;
-  // This thread's rows as bfloat16 pairs (k, k+1), zero-padded, converted once.
-  std::vector<uint32_t> xb((r_end - r_begin) * dp);
+  // These rows as bfloat16 pairs (k, k+1), converted once; d and the last tile of rows
+  // are zero-padded (padding rows are never counted).
+  const size_t tiles = (r_end - r_begin + kScreenRows - 1) / kScreenRows;
+  std::vector<uint32_t> xb(tiles * kScreenRows * dp);
   for (size_t r = r_begin; r < r_end; r++) {
-    const float* xi = x + r * d;
-    uint32_t* out = xb.data() + (r - r_begin) * dp;
-    for (size_t k = 0; k < dp; k++) {
-      const uint32_t lo = Bf16(xi[2 * k]);
-      const uint32_t hi = 2 * k + 1 < d ? Bf16(xi[2 * k + 1]) : 0;
-      out[k] = lo | (hi << 16);
-    }
+    PairsBf16(x + r * d, d, xb.data() + (r - r_begin) * dp, 1);
   }
-  float exact[kRows * kPanel];
-  __m512 acc[kRows];
-  for (size_t b0 = 0; b0 < n_panels; b0 += kBlockPanels) {
-    const size_t b1 = std::min(n_panels, b0 + kBlockPanels);
-    for (size_t r0 = r_begin; r0 < r_end; r0 += kRows) {
-      const size_t nr = std::min(kRows, r_end - r0);
-      for (size_t p = b0; p < b1; p++) {
-        ScreenTile(xb.data() + (r0 - r_begin) * dp, dp, nr, packed_bf + p * kPanel * dp, acc);
-        const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
-        const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
-        for (size_t i = 0; i < nr; i++) {
-          const size_t r = r0 + i;
-          if (own[r] < 0) continue;
-          __mmask16 mine = lanes;
-          if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
-          const __m512 o = _mm512_set1_ps(own_score[r]);
-          const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, acc[i], _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
-          const __mmask16 near = _mm512_mask_cmp_ps_mask(mine, acc[i], _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
-          if (near == 0) {
-            above[r] += __builtin_popcount(high);
-            continue;
+  __m512 acc[kScreenRows * kScreenPanels];
+  for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
+    const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
+    for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
+      const size_t nr = std::min(kScreenRows, r_end - r0);
+      for (size_t p0 = b0; p0 < b1; p0 += kScreenPanels) {
+        const size_t np = std::min(kScreenPanels, b1 - p0);
+        ScreenTile(xb.data() + (r0 - r_begin) * dp, dp, packed_bf + p0 * kPanel * dp, np, acc);
+        for (size_t q = 0; q < np; q++) {
+          const size_t p = p0 + q;
+          const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
+          const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
+          for (size_t i = 0; i < nr; i++) {
+            const size_t r = r0 + i;
+            if (own[r] < 0) continue;
+            __mmask16 mine = lanes;
+            if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
+            const __m512 s = acc[i * np + q];
+            const __m512 o = _mm512_set1_ps(own_score[r]);
+            const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
+            const __mmask16 near = _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
+            int32_t c = __builtin_popcount(high);
+            // Too close to call (rare): those anchors again in float32.
+            for (uint32_t m = near; m != 0; m &= m - 1) {
+              c += DotFma(x + r * d, a + (p * kPanel + __builtin_ctz(m)) * d, d) > own_score[r];
+            }
+            above[r] += c;
           }
-          // Too close to call: this row against this panel in float32, as the float32 path does it.
-          RowAvx512(x + r * d, d, packed + p * kPanel * d, exact);
-          int32_t c = 0;
-          for (size_t j = 0; j < valid; j++) {
-            if (static_cast<int32_t>(p * kPanel + j) != own[r] && exact[j] > own_score[r]) c++;
-          }
-          above[r] += c;
         }
       }
     }
@@ -209,49 +245,51 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
   // Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
   // across threads, each row's sum in order on one thread).
   Shares(n_rows, n_rows >= 256 ? threads : 1, [&](size_t begin, size_t end) {
-    for (size_t r = begin; r < end; r++) {
-      above[r] = 0;
-      if (own[r] < 0) {
-        own_score[r] = 0;
-        continue;
+    // kOwnRows rows at a time: as many independent sums in flight, each still in order.
+    constexpr size_t kOwnRows = 8;
+    for (size_t r0 = begin; r0 < end; r0 += kOwnRows) {
+      const size_t nr = std::min(kOwnRows, end - r0);
+      const float* xr[kOwnRows];
+      const float* ar[kOwnRows];
+      for (size_t i = 0; i < kOwnRows; i++) {
+        const size_t r = r0 + std::min(i, nr - 1);  // short last group: repeat its last row
+        xr[i] = x + r * d;
+        ar[i] = own[r] < 0 ? xr[i] : a + static_cast<size_t>(own[r]) * d;
       }
-      const float* xr = x + r * d;
-      const float* ar = a + static_cast<size_t>(own[r]) * d;
-      float s = 0;
-      for (size_t k = 0; k < d; k++) s += xr[k] * ar[k];
-      own_score[r] = s;
+      float s[kOwnRows] = {0};
+      for (size_t k = 0; k < d; k++) {
+        for (size_t i = 0; i < kOwnRows; i++) s[i] += xr[i][k] * ar[i][k];
+      }
+      for (size_t i = 0; i < nr; i++) {
+        above[r0 + i] = 0;
+        own_score[r0 + i] = own[r0 + i] < 0 ? 0 : s[i];
+      }
     }
   });
-  size_t n_panels = 0;
-  const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels, threads);
 #ifdef HSM_X86
   static const bool has_bf16 = HasAvx512Bf16();
   const bool bf16 = has_bf16 && allow_bf16;
   if (bf16) {
+    const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
     const size_t dp = (d + 1) / 2;
     std::unique_ptr<uint32_t[]> packed_bf(new uint32_t[n_panels * kPanel * dp]());
     Shares(n_panels, threads, [&](size_t p0, size_t p1) {
       for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
-        uint32_t* panel = packed_bf.get() + (g / kPanel) * kPanel * dp;
-        for (size_t k = 0; k < dp; k++) {
-          const uint32_t lo = Bf16(a[g * d + 2 * k]);
-          const uint32_t hi = 2 * k + 1 < d ? Bf16(a[g * d + 2 * k + 1]) : 0;
-          panel[k * kPanel + g % kPanel] = lo | (hi << 16);
-        }
+        PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
       }
     });
     // Rows in chunks handed out one at a time, so that a thread the machine slows down (other
     // processes on the same cores) takes fewer chunks instead of holding the others up at the end.
-    // Each chunk (1 MB as bfloat16) stays in cache while every anchor block streams past it.
-    constexpr size_t kChunkRows = 64 * kRows;
+    // Each chunk is converted to bfloat16 once (1 MB) and read again for every anchor block.
+    constexpr size_t kChunkRows = 64 * kScreenRows;
     const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
     const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
     std::atomic<size_t> next{0};
     auto work = [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankBf16Rows(x, d, first, last, packed.get(), packed_bf.get(), n_panels, n_anchors, own, own_score, above);
+        RankBf16Rows(x, d, first, last, a, packed_bf.get(), n_panels, n_anchors, own, own_score, above);
       }
     };
     std::vector<std::thread> pool;
@@ -264,6 +302,8 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
 #else
   const auto tile = TilePortable;
 #endif
+  size_t n_panels = 0;
+  const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels, threads);
   const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, (n_rows + kRows - 1) / kRows));
   auto work = [&](size_t t) {
     // Each thread takes whole micro-tiles of rows: no two threads touch one row.

@@ -77,6 +77,34 @@ describe("rank kernel", () => {
     expect(counts(nativeFloat32!)).toEqual(Array.from(reference));
   });
 
+  it.runIf(Boolean(nativeKernels))("counts an exact copy of the own anchor as the float32 kernel does", () => {
+    // Every row's own anchor has an exact copy among the anchors. The copy's score and the own
+    // score are the same sum in two float32 arithmetics (fused tiles, plain own score), so whether
+    // the copy counts as above turns on the last bits; the screen must call it as the float32 kernel.
+    const rng = new Rng(17);
+    const n = 240;
+    const F = 50;
+    const d = 1024;
+    const a = unitRows(F, d, rng);
+    for (let g = 1; g < F; g += 2) a.copyWithin(g * d, (g - 1) * d, g * d);
+    const x = unitRows(n, d, rng);
+    const own = Int32Array.from({ length: n }, (_, i) => 2 * (i % (F / 2)));
+    for (let i = 0; i < n; i++) {
+      let norm = 0;
+      for (let j = 0; j < d; j++) norm += (x[i * d + j] = a[own[i]! * d + j]! + 0.05 * x[i * d + j]!) ** 2;
+      for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(norm);
+    }
+    const counts = (k: NonNullable<typeof nativeKernels>) => {
+      const c = new Int32Array(n);
+      k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
+      return Array.from(c);
+    };
+    const float32 = counts(nativeFloat32!);
+    // The copies go both ways, so the case tells the two arithmetics apart.
+    expect(new Set(float32)).toEqual(new Set([0, 1]));
+    expect(counts(nativeKernels!)).toEqual(float32);
+  });
+
   it("HSM_NO_BF16 turns the screening off, read once in TypeScript", () => {
     const saved = process.env.HSM_NO_BF16;
     try {

@@ -158,13 +158,18 @@ export type HeadKernels = Pick<Kernels, "prepareHead" | "headArgmax">;
  * TypeScript fallback's float64 logits.
  */
 export function headKernels(): HeadKernels | undefined {
-  return nativeKernels(kernelOptions());
+  return defaultNative();
+}
+
+let withDefaults: NativeKernels | undefined;
+
+/** The native kernels with the default options, built once per process; undefined where the addon is not loaded. */
+function defaultNative(): NativeKernels | undefined {
+  return (withDefaults ??= nativeKernels(kernelOptions()));
 }
 
 /** What the store computes with: float16 conversion and statistics, hashing, and whole-file hashing where the native core has it. */
 export type StoreKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> & { sha256Files?: Sha256Files };
-
-let forStore: StoreKernels | undefined;
 
 /**
  * The synchronous kernels the store uses (float16 conversion and stats): the
@@ -172,8 +177,8 @@ let forStore: StoreKernels | undefined;
  * process (`quiet` for worker threads, whose parent has already warned).
  */
 export function storeKernels(options: { quiet?: boolean } = {}): StoreKernels {
-  forStore ??= nativeKernels(kernelOptions());
-  if (forStore) return forStore;
+  const native = defaultNative();
+  if (native) return native;
   if (!warned && !options.quiet) {
     warned = true;
     process.emitWarning(

@@ -16,6 +16,8 @@ import type { ExportOptions } from "./export/export.js";
 import type { FixtureOptions, FixtureResult } from "./fixtures/synthetic.js";
 import type { FixturePreset } from "./fixtures/presets.js";
 import type { MetricsOptions, MetricsResult } from "./metrics/compute.js";
+import type { MetricRegistry } from "./metrics/registry.js";
+import type { WrittenFiles } from "./metrics/report.js";
 import type { LlamaConfig, TinyModelOptions } from "./models/llama.js";
 import type { ExtractOptions as RunnerExtractOptions, ExtractResult, ModelInspection } from "./runner/extract.js";
 import type { GenerateOptions, GenerateResult } from "./runner/generate.js";
@@ -34,7 +36,7 @@ export * from "./errors.js";
 export { VERSION, TOOL_VERSION } from "./version.js";
 export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
-export { formatTable, writeResults, type WrittenFiles } from "./metrics/report.js";
+export { formatTable } from "./metrics/table.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
 export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
@@ -47,6 +49,7 @@ export type { Study, StudyOptions, StudySummary, CompareOptions, Comparison, Loa
 export type { DepthComparison, FamilyComparison, Accuracy } from "./report/compare.js";
 export type { ExtractResult, ModelInspection, GenerateOptions, GenerateResult, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
 export type { IssRow, KtsRow } from "./metrics/compute.js";
+export type { WrittenFiles };
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
 export type { AdoptOptions } from "./store/adopt.js";
 export type { Device } from "./runner/session.js";
@@ -107,6 +110,11 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
 /** ISS and KTS rows for every stored layer and family; writes nothing. */
 export async function computeMetrics(store: string, o: MetricsOptions = {}): Promise<MetricsResult> {
   return (await import("./metrics/compute.js")).computeMetrics(store, o);
+}
+
+/** Writes metric results under `dir`: one JSON, CSV and SVG per metric with rows (contracts.md §5); returns the paths written. */
+export async function writeResults(dir: string, result: MetricsResult, storePath: string, registry?: MetricRegistry): Promise<WrittenFiles> {
+  return (await import("./metrics/report.js")).writeResults(dir, result, storePath, registry);
 }
 
 /** `hsm metrics`: checks (and with `verify`, hashes) the store, computes the metrics and writes their files. */

@@ -2,7 +2,7 @@
  * Metric results on disk (contracts.md §5): `<metric>.json` (`iss.json`,
  * `kts.json`) with the store's checksums and every knob, their `.csv` twins, a
  * per-layer plot of each metric (one line per family, 95% bands) as SVG, and
- * the compact table the CLI prints. What each metric shows comes from its
+ * the tables the CLI prints (each drawn by table.ts). What each metric shows comes from its
  * registry entry (src/metrics/metric.ts). Files are written only once
  * everything is computed, each atomically.
  */
@@ -13,6 +13,7 @@ import { lineChart } from "../util/chart.js";
 import type { MetricsResult } from "./compute.js";
 import type { Metric, MetricRow } from "./metric.js";
 import { METRICS, type MetricRegistry } from "./registry.js";
+import { formatTable } from "./table.js";
 
 async function writeAtomic(path: string, text: string): Promise<void> {
   const temp = `${path}.${process.pid}.tmp`;
@@ -94,16 +95,4 @@ export function formatTables(result: MetricsResult, registry: MetricRegistry = M
     parts.push([formatTable(metric.tableTitle, shownValues(metric, rows)) + "\n", ...notes].join("\n"));
   }
   return parts.join("\n");
-}
-
-/** Layers down, families across: one metric per cell. */
-export function formatTable(title: string, rows: { layer: number; family: string; value: number | null }[]): string {
-  if (rows.length === 0) return "";
-  const families = [...new Set(rows.map((r) => r.family))];
-  const layers = [...new Set(rows.map((r) => r.layer))].sort((a, b) => a - b);
-  const width = Math.max(8, ...families.map((f) => f.length)) + 2;
-  const cell = (v: number | null | undefined) => (v === null || v === undefined ? "—" : v.toFixed(3)).padStart(width);
-  const lines = [title, `${"layer".padEnd(7)}${families.map((f) => f.padStart(width)).join("")}`];
-  for (const l of layers) lines.push(`${String(l).padEnd(7)}${families.map((f) => cell(rows.find((r) => r.layer === l && r.family === f)?.value)).join("")}`);
-  return lines.join("\n");
 }

@@ -49,7 +49,7 @@ for (let i = 0; i < runs; i++) {
 // Two sizes: a row block that stays in cache (1M values, what the store reader
 // and writer convert at a time) and a whole-layer buffer far larger than cache.
 const { nativeSimd, nativeSha } = await import(join(root, "dist", "native", "index.js"));
-const { kernelOptions } = await import(join(root, "dist", "kernels", "registry.js"));
+const { kernelOptions } = await import(join(root, "dist", "kernels", "default.js"));
 const { typescriptKernels } = await import(join(root, "dist", "kernels", "typescript", "index.js"));
 const nativeKernels = (await import(join(root, "dist", "native", "index.js"))).nativeKernels(kernelOptions());
 const conv = {};

@@ -13,13 +13,12 @@
  * `auto` takes the first available of native, tfjs-node-gpu, webgpu,
  * tfjs-node, wasm.
  */
-import { availableParallelism } from "node:os";
-
 import { HsmError, UsageError } from "../errors.js";
-import { nativeKernels as loadNative, nativeLoadErrors, nativeSimd, type NativeKernels } from "../native/index.js";
+import { nativeLoadErrors, nativeSimd } from "../native/index.js";
+import { kernelOptions, nativeKernels } from "./default.js";
 import { tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
 import { typescriptKernels } from "./typescript/index.js";
-import { KERNEL_NAMES, type KernelName, type KernelOptions, type Kernels, type Sha256Files } from "./types.js";
+import { KERNEL_NAMES, type KernelName, type KernelOptions, type Kernels } from "./types.js";
 
 import { BACKENDS, type BackendName } from "./names.js";
 
@@ -35,11 +34,6 @@ export class BackendUnavailable extends HsmError {
   ) {
     super(message);
   }
-}
-
-/** The native kernels, unless the addon is missing or HSM_NATIVE=0 asks for TypeScript. */
-function nativeKernels(o: KernelOptions): NativeKernels | undefined {
-  return process.env.HSM_NATIVE === "0" ? undefined : loadNative(o);
 }
 
 interface BackendDef {
@@ -105,14 +99,6 @@ export interface OpenOptions extends Partial<KernelOptions> {
   onSkip?: (backend: ConcreteBackend, reason: string) => void;
 }
 
-/** The options every kernel receives: threads from the machine, bfloat16 unless HSM_NO_BF16 is set. */
-export function kernelOptions(o: Partial<KernelOptions> = {}): KernelOptions {
-  return {
-    threads: Math.max(1, Math.floor(o.threads ?? availableParallelism())),
-    allowBf16: o.allowBf16 ?? !process.env.HSM_NO_BF16,
-  };
-}
-
 async function resolve(name: ConcreteBackend, o: KernelOptions): Promise<ResolvedKernels> {
   const chain: { name: ConcreteBackend; kernels: Partial<Kernels> }[] = [];
   for (let b: ConcreteBackend | null = name; b; b = DEFINITIONS[b].fallback) chain.push({ name: b, kernels: await DEFINITIONS[b].load(o) });
@@ -145,46 +131,4 @@ export async function openKernels(name: BackendName, o: OpenOptions = {}): Promi
     }
   }
   return resolve("typescript", options);
-}
-
-let warned = false;
-
-/** Greedy decoding's LM head (native/head.cc). */
-export type HeadKernels = Pick<Kernels, "prepareHead" | "headArgmax">;
-
-/**
- * The native core's LM head, undefined where the addon is not loaded: the
- * head then stays inside onnxruntime's graph, which is faster than the
- * TypeScript fallback's float64 logits.
- */
-export function headKernels(): HeadKernels | undefined {
-  return defaultNative();
-}
-
-let withDefaults: NativeKernels | undefined;
-
-/** The native kernels with the default options, built once per process; undefined where the addon is not loaded. */
-function defaultNative(): NativeKernels | undefined {
-  return (withDefaults ??= nativeKernels(kernelOptions()));
-}
-
-/** What the store computes with: float16 conversion and statistics, hashing, and whole-file hashing where the native core has it. */
-export type StoreKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> & { sha256Files?: Sha256Files };
-
-/**
- * The synchronous kernels the store uses (float16 conversion and stats): the
- * native core's where it loaded, else TypeScript's, with one warning per
- * process (`quiet` for worker threads, whose parent has already warned).
- */
-export function storeKernels(options: { quiet?: boolean } = {}): StoreKernels {
-  const native = defaultNative();
-  if (native) return native;
-  if (!warned && !options.quiet) {
-    warned = true;
-    process.emitWarning(
-      `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` + nativeLoadErrors.map((e) => `  tried ${e}`).join("\n"),
-      { code: "HSM_NO_NATIVE" },
-    );
-  }
-  return typescriptKernels;
 }

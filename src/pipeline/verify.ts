@@ -1,5 +1,5 @@
 /** `hsm verify` as a library call: the store folder checked first, then every promise of the store. */
-import { storeKernels } from "../kernels/registry.js";
+import { storeKernels } from "../kernels/default.js";
 import { verifyStore, type VerifyOptions, type VerifyReport } from "../store/verify.js";
 import { requireStoreFolder } from "./paths.js";
 

@@ -7,7 +7,7 @@
  */
 import * as ort from "onnxruntime-node";
 
-import { headKernels } from "../kernels/registry.js";
+import { headKernels } from "../kernels/default.js";
 import { InternalError } from "../errors.js";
 import { leftPad, rightPad } from "./batching.js";
 import { GreedyRows } from "./decoding.js";

@@ -26,7 +26,7 @@ import { buildPrompt } from "../bank/prompt.js";
 import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKERS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
-import { headKernels, type HeadKernels } from "../kernels/registry.js";
+import { headKernels, type HeadKernels } from "../kernels/default.js";
 import { syncDir } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { planBatches } from "./batching.js";

@@ -10,7 +10,7 @@ import { open } from "node:fs/promises";
 import { join } from "node:path";
 
 import { allocateHead } from "../kernels/head.js";
-import type { HeadKernels } from "../kernels/registry.js";
+import type { HeadKernels } from "../kernels/default.js";
 import type { PreparedHead } from "../kernels/types.js";
 import { ModelDirError } from "./model-dir.js";
 import { num, type TensorProto } from "./onnx-graph.js";

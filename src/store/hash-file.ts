@@ -8,7 +8,7 @@
  */
 import { closeSync, openSync, readSync } from "node:fs";
 
-import { storeKernels } from "../kernels/registry.js";
+import { storeKernels } from "../kernels/default.js";
 import type { F16Stats, Sha256Stream } from "../kernels/types.js";
 
 export interface HashJob {

@@ -14,7 +14,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 
-import { storeKernels } from "../kernels/registry.js";
+import { storeKernels } from "../kernels/default.js";
 import type { FileHashJob } from "../kernels/types.js";
 import { hashFilesSync, type HashJob, type HashOutcome, type HashResult } from "./hash-file.js";
 

@@ -6,7 +6,7 @@
 import { readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
 import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.js";
-import { storeKernels } from "../kernels/registry.js";
+import { storeKernels } from "../kernels/default.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { isNativeManifest, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName, layerOfFileName } from "./names.js";

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { DiskSpaceError, StoreError } from "../errors.js";
-import { storeKernels } from "../kernels/registry.js";
+import { storeKernels } from "../kernels/default.js";
 import { fileError, osReason } from "../util/fs.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";

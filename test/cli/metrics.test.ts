@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { writeFixture } from "../../src/fixtures/synthetic.js";
-import { kernelOptions } from "../../src/kernels/registry.js";
+import { kernelOptions } from "../../src/kernels/default.js";
 import { KERNEL_NAMES } from "../../src/kernels/types.js";
 import { nativeKernels } from "../../src/native/index.js";
 import { agreeRows } from "../helpers/agree.js";

@@ -9,7 +9,7 @@ import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
-import { kernelOptions } from "../../src/kernels/registry.js";
+import { kernelOptions } from "../../src/kernels/default.js";
 import { typescriptKernels } from "../../src/kernels/typescript/index.js";
 import type { Kernels } from "../../src/kernels/types.js";
 import { nativeKernels as loadNative } from "../../src/native/index.js";

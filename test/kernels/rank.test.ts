@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 
-import { kernelOptions } from "../../src/kernels/registry.js";
+import { kernelOptions } from "../../src/kernels/default.js";
 import { typescriptKernels } from "../../src/kernels/typescript/index.js";
 import { nativeKernels as loadNative } from "../../src/native/index.js";
 import { Rng } from "../../src/util/random.js";

@@ -11,7 +11,7 @@ import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
-import { kernelOptions } from "../../src/kernels/registry.js";
+import { kernelOptions } from "../../src/kernels/default.js";
 import { nativeKernels } from "../../src/native/index.js";
 import { Rng } from "../../src/util/random.js";
 import { AVAILABLE } from "../helpers/backends.js";

@@ -10,7 +10,7 @@ import { join } from "node:path";
 
 import { afterEach, describe, expect, it } from "vitest";
 
-import { storeKernels } from "../../src/kernels/registry.js";
+import { storeKernels } from "../../src/kernels/default.js";
 import { nativeSha } from "../../src/native/index.js";
 import { hashFiles, type HashJob, type HashOutcome } from "../../src/store/hash.js";
 import { Rng } from "../../src/util/random.js";

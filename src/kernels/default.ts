@@ -1,0 +1,71 @@
+/**
+ * The kernels that run without a backend being chosen: the store's (float16
+ * conversion and statistics, hashing) and greedy decoding's LM head. They are
+ * the native core's, built once per process with the default options, and
+ * TypeScript's where the addon is not loaded. Light on purpose: `hsm verify`
+ * reaches its hashing through this module without loading the backends of
+ * src/kernels/registry.ts.
+ */
+import { availableParallelism } from "node:os";
+
+import { nativeKernels as loadNative, nativeLoadErrors, type NativeKernels } from "../native/index.js";
+import { f16Stats, f16ToF32, f32ToF16 } from "./typescript/float16.js";
+import { sha256StatsTs } from "./typescript/sha256.js";
+import type { KernelOptions, Kernels, Sha256Files } from "./types.js";
+
+/** The options every kernel receives: threads from the machine, bfloat16 unless HSM_NO_BF16 is set. */
+export function kernelOptions(o: Partial<KernelOptions> = {}): KernelOptions {
+  return {
+    threads: Math.max(1, Math.floor(o.threads ?? availableParallelism())),
+    allowBf16: o.allowBf16 ?? !process.env.HSM_NO_BF16,
+  };
+}
+
+/** The native kernels, unless the addon is missing or HSM_NATIVE=0 asks for TypeScript. */
+export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
+  return process.env.HSM_NATIVE === "0" ? undefined : loadNative(o);
+}
+
+let withDefaults: NativeKernels | undefined;
+
+/** The native kernels with the default options, built once per process; undefined where the addon is not loaded. */
+function defaultNative(): NativeKernels | undefined {
+  return (withDefaults ??= nativeKernels(kernelOptions()));
+}
+
+/** Greedy decoding's LM head (native/head.cc). */
+export type HeadKernels = Pick<Kernels, "prepareHead" | "headArgmax">;
+
+/**
+ * The native core's LM head, undefined where the addon is not loaded: the
+ * head then stays inside onnxruntime's graph, which is faster than the
+ * TypeScript fallback's float64 logits.
+ */
+export function headKernels(): HeadKernels | undefined {
+  return defaultNative();
+}
+
+/** What the store computes with: float16 conversion and statistics, hashing, and whole-file hashing where the native core has it. */
+export type StoreKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> & { sha256Files?: Sha256Files };
+
+const typescriptStore: StoreKernels = { f32ToF16, f16ToF32, f16Stats, sha256Stats: sha256StatsTs };
+
+let warned = false;
+
+/**
+ * The synchronous kernels the store uses (float16 conversion and stats): the
+ * native core's where it loaded, else TypeScript's, with one warning per
+ * process (`quiet` for worker threads, whose parent has already warned).
+ */
+export function storeKernels(options: { quiet?: boolean } = {}): StoreKernels {
+  const native = defaultNative();
+  if (native) return native;
+  if (!warned && !options.quiet) {
+    warned = true;
+    process.emitWarning(
+      `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` + nativeLoadErrors.map((e) => `  tried ${e}`).join("\n"),
+      { code: "HSM_NO_NATIVE" },
+    );
+  }
+  return typescriptStore;
+}

@@ -173,6 +173,18 @@ describe("native core", () => {
     expect(nativeKernels!.f16Stats(a)).toEqual(typescriptKernels.f16Stats(a));
   });
 
+  it.runIf(Boolean(nativeKernels))("counts like the reference at every length up to three vectors, the extremes in any lane", () => {
+    const rng = new Rng(5);
+    const special = [0x7c00, 0xfc00, 0x7e01, 0xffff, 0x7bfe, 0xfbfe, 0x0000, 0x8000];
+    for (let n = 0; n <= 200; n++) {
+      // The largest finite half on both sides, and nowhere inside: a kernel that reads past either end finds it.
+      const backing = new Uint16Array(n + 65).fill(0x7bff);
+      for (let i = 1; i <= n; i++) backing[i] = rng.uniform() < 0.1 ? special[rng.int(special.length)]! : rng.int(0x7800);
+      const a = backing.subarray(1, n + 1); // off 4-byte alignment, as a store's data can be
+      expect(nativeKernels!.f16Stats(a), `length ${n}`).toEqual(typescriptKernels.f16Stats(a));
+    }
+  });
+
   it.runIf(Boolean(nativeKernels))("agrees on buffers big enough for threads and streaming stores, at unaligned offsets", () => {
     const n = 9_000_003;
     const backing = randomFloat32(n + 5, 13);

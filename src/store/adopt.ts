@@ -13,13 +13,12 @@ import { defaultModelName, UNNAMED } from "../defaults.js";
 import { ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
 import { fileError, osReason, writeFileAtomic } from "../util/fs.js";
-import { isNativeManifest, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
-import { MANIFEST_NAME, parseManifest, writeManifestAtomic, type Manifest } from "./manifest.js";
+import { isNativeManifest, MANIFEST_NAME, parseManifest, writeManifestAtomic, type Manifest } from "./manifest.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
-import { headerMismatch } from "./reader.js";
+import { headerMismatch, NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
 
 /** Where a foreign manifest is kept once adopted. */
 const ORIGINAL_MANIFEST_NAME = "index.orig.json";

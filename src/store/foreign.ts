@@ -41,18 +41,6 @@ export interface ForeignManifest {
   nonfinite: Map<string, number>;
 }
 
-/**
- * Whether `value` claims to be hsm's own manifest, and is then held to every
- * field: its `format` names hsm's store format (any version), or it carries
- * `tool_version`, which hsm always writes. A damaged hsm manifest is thus
- * reported as damaged, not read leniently as another tool's.
- */
-export function isNativeManifest(value: unknown): boolean {
-  if (!isObject(value)) return false;
-  const format = value.format;
-  return (typeof format === "string" && format.startsWith(STORE_FORMAT.split("/")[0]! + "/")) || "tool_version" in value;
-}
-
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 const isHex = (v: unknown): v is string => typeof v === "string" && /^[0-9a-fA-F]{64}$/.test(v);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);

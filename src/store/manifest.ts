@@ -92,6 +92,18 @@ export interface ShardInfo {
   rows_total: number;
 }
 
+/**
+ * Whether `value` claims to be hsm's own manifest, and is then held to every
+ * field: its `format` names hsm's store format (any version), or it carries
+ * `tool_version`, which hsm always writes. A damaged hsm manifest is thus
+ * reported as damaged, not read leniently as another tool's.
+ */
+export function isNativeManifest(value: unknown): boolean {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const format = (value as { format?: unknown }).format;
+  return (typeof format === "string" && format.startsWith(STORE_FORMAT.split("/")[0]! + "/")) || "tool_version" in value;
+}
+
 /** One thing wrong with a manifest, in the words verify prints. */
 export interface ManifestProblem {
   key: string;
@@ -141,13 +153,16 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
       const a = m[key];
       if (Array.isArray(a) && a.length !== n) bad(key, `has ${a.length} entries but query_ids has ${n}: one per row is required`);
     }
-    const seen = new Set<string>();
-    for (const id of m.query_ids as unknown[]) {
-      if (seen.has(id as string)) {
-        bad("query_ids", `lists "${id}" twice`);
-        break;
-      }
-      seen.add(id as string);
+    const ids = m.query_ids as unknown[];
+    // One pass builds the set; a second finds the repeat only where there is one.
+    if (new Set(ids).size !== ids.length) {
+      const seen = new Set<unknown>();
+      const twice = ids.find((id) => {
+        if (seen.has(id)) return true;
+        seen.add(id);
+        return false;
+      });
+      bad("query_ids", `lists "${twice}" twice`);
     }
     if (isInt(m.rows_done) && m.rows_done > n) bad("rows_done", `is ${m.rows_done} but the store has only ${n} rows`);
     if (m.complete === true && isInt(m.rows_done) && m.rows_done !== n) {

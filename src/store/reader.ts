@@ -8,10 +8,10 @@ import { defaultModelName, UNNAMED } from "../defaults.js";
 import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.js";
 import { storeKernels } from "../kernels/default.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
-import { isNativeManifest, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { MANIFEST_NAME, parseManifest, type Manifest } from "./manifest.js";
-import { NPY_MAX_HEADER, parseNpyHeader, type NpyHeader } from "./npy.js";
+import { isNativeManifest, MANIFEST_NAME, parseManifest, type Manifest } from "./manifest.js";
+import { headerMismatch, NPY_MAX_HEADER, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface OpenOptions {
   /** Read a store whose `complete` is false (only its first `rows_done` rows). */
@@ -22,20 +22,6 @@ export interface OpenOptions {
    * the bank, joined on `query_id`.
    */
   bank?: string | readonly BankRow[];
-}
-
-/** Checks a parsed header against what the manifest promises for that file. */
-export function headerMismatch(h: NpyHeader, rows: number, d: number, fileSize: number, dtypes: readonly string[] = ["<f2"]): string | undefined {
-  if (!dtypes.includes(h.descr)) return `dtype is '${h.descr}', expected ${dtypes.map((t) => `'${t}'`).join(" or ")} (${dtypes.map((t) => (t === "<f2" ? "float16" : "float32")).join(" or ")})`;
-  if (h.fortranOrder) return "is Fortran-ordered, expected C order";
-  if (h.shape.length !== 2 || h.shape[0] !== rows || h.shape[1] !== d) {
-    return `header shape is (${h.shape.join(", ")}), the manifest says (${rows}, ${d})`;
-  }
-  if (h.dataOffset + h.dataBytes !== fileSize) {
-    return `header shape (${h.shape.join(", ")}) needs ${h.dataOffset + h.dataBytes} bytes but the file holds ${fileSize}` +
-      (fileSize < h.dataOffset + h.dataBytes ? " (truncated)" : "");
-  }
-  return undefined;
 }
 
 /** What a foreign store's manifest did not give, filled from its files and the bank. */

@@ -8,20 +8,23 @@
  * checked; only the files the manifest lists count. A store written by another
  * tool is held to what its manifest records; what it does not record is noted,
  * not failed.
+ *
+ * The folder, the headers and the manifest are read with synchronous calls:
+ * they are small, and while the hashing threads hold every core, each round
+ * trip through libuv's thread pool would wait for a core of its own.
  */
-import { lstat, open, readdir, readFile, stat } from "node:fs/promises";
+import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readSync, type Dirent } from "node:fs";
+import { readdir, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
-import { readBank, type BankRow } from "../bank/bank.js";
+import type { BankRow } from "../bank/bank.js";
 import { FileError, NpyHeaderError } from "../errors.js";
 import { fileError, osReason } from "../util/fs.js";
-import { bankMismatch, isNativeManifest, parseForeignManifest, unrecorded } from "./foreign.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { MANIFEST_NAME, manifestProblems, type Manifest, type SelfCheck } from "./manifest.js";
-import { NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
-import { headerMismatch } from "./reader.js";
+import { isNativeManifest, MANIFEST_NAME, manifestProblems, type Manifest, type SelfCheck } from "./manifest.js";
+import { headerMismatch, NPY_MAX_HEADER, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface VerifyProblem {
   /** The store file concerned, relative to the store ("index.json", "L018.npy"). */
@@ -101,23 +104,24 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     throw new FileError(dir, "unreadable", "ENOTDIR", "is not a folder; a store is a folder holding index.json and L###.npy files");
   }
 
+  const concurrency = options.concurrency ?? availableParallelism();
+  const ahead = hashAhead(dir, concurrency);
   let text: string;
   try {
-    text = await readFile(join(dir, MANIFEST_NAME), "utf8");
+    text = readFileSync(join(dir, MANIFEST_NAME), "utf8");
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     if (e.code === "ENOENT") problem(MANIFEST_NAME, "manifest-missing", "is missing");
     else problem(MANIFEST_NAME, "manifest-unreadable", `cannot be read: ${osReason(e)}`);
+    await ahead.outcomes; // no hashing left running behind the report
     return report;
   }
-  const concurrency = options.concurrency ?? availableParallelism();
-  const ahead = await hashAhead(dir, concurrency);
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (err) {
     problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${(err as Error).message})`);
-    await ahead.outcomes; // no hashing left running behind the report
+    await ahead.outcomes;
     return report;
   }
   const native = isNativeManifest(value);
@@ -133,64 +137,33 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
   const toHash: HashPlan[] = [];
   for (const entry of listed) {
     const { name } = entry;
-    const path = join(dir, name);
     const file: VerifiedFile = { name, bytes: null, sha256: null, nonfinite: null, max_abs: null, ok: false };
     report.files.push(file);
-    let st;
-    try {
-      st = await lstat(path);
-    } catch (err) {
-      const e = err as NodeJS.ErrnoException;
-      if (e.code === "ENOENT") problem(name, "file-missing", "is listed in the manifest but missing");
-      else problem(name, "unreadable", `cannot be read: ${osReason(e)}`);
-      continue;
-    }
-    if (!st.isFile()) {
-      problem(name, "not-regular-file", st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file");
-      continue;
-    }
-    file.bytes = st.size;
-    if (entry.bytes !== undefined && st.size !== entry.bytes) {
-      problem(name, "size", `is ${st.size} bytes but the manifest says ${entry.bytes}${st.size < entry.bytes ? " (truncated)" : ""}`);
-    }
-    const prelude = Buffer.alloc(Math.min(st.size, NPY_MAX_HEADER + 12));
-    try {
-      const fh = await open(path, "r");
-      try {
-        await fh.read(prelude, 0, prelude.length, 0);
-      } finally {
-        await fh.close();
+    const seen = ahead.looks.get(name) ?? look(dir, name);
+    if (seen.bytes !== undefined) {
+      file.bytes = seen.bytes;
+      if (entry.bytes !== undefined && seen.bytes !== entry.bytes) {
+        problem(name, "size", `is ${seen.bytes} bytes but the manifest says ${entry.bytes}${seen.bytes < entry.bytes ? " (truncated)" : ""}`);
       }
-    } catch (err) {
-      problem(name, "unreadable", `cannot be read: ${osReason(err as NodeJS.ErrnoException)}`);
+    }
+    if ("problem" in seen) {
+      problem(name, seen.problem, seen.message);
       continue;
     }
-    let header;
-    try {
-      header = parseNpyHeader(prelude, name);
-    } catch (err) {
-      if (!(err instanceof NpyHeaderError)) throw err;
-      problem(name, "npy-header", `npy header ${err.field}: ${err.problem}`);
-      continue;
-    }
+    const { header } = seen;
     // A manifest that does not record the width leaves it to the first file; the others must agree.
     if (d === null && !native && header.shape.length === 2) d = header.shape[1]!;
     if (rows !== null && d !== null) {
-      const mismatch = headerMismatch(header, rows, d, st.size, dtypes);
+      const mismatch = headerMismatch(header, rows, d, seen.bytes, dtypes);
       if (mismatch) problem(name, "npy-header", mismatch);
     }
-    toHash.push({ name, dataOffset: header.dataOffset, float32: header.descr === "<f4" });
+    toHash.push(hashPlan(name, header));
   }
 
   // Files in the folder that the manifest does not account for.
-  try {
-    const present = await readdir(dir);
-    const known = new Set(listed.map((e) => e.name));
-    for (const name of present) {
-      if (layerOfFileName(name) !== undefined && !known.has(name)) problem(name, "unlisted-file", "is in the store folder but not in the manifest");
-    }
-  } catch {
-    /* the folder itself was readable a moment ago; nothing more to add */
+  const known = new Set(listed.map((e) => e.name));
+  for (const name of ahead.names) {
+    if (layerOfFileName(name) !== undefined && !known.has(name)) problem(name, "unlisted-file", "is in the store folder but not in the manifest");
   }
 
   const outcomes = await hashedAsPlanned(dir, toHash, ahead, concurrency);
@@ -239,8 +212,60 @@ function hashJob(dir: string, f: HashPlan): HashJob {
   return { path: join(dir, f.name), ...(f.float32 ? { f32From: f.dataOffset } : { f16From: f.dataOffset }) };
 }
 
-/** Files being hashed ahead of the manifest's checks, and their outcomes to come (in `plans` order). */
+/** A store file as found: its size and header, or what is wrong with it (and its size, where that much is known). */
+type Look = { bytes: number; header: NpyHeader } | { bytes?: number; problem: string; message: string };
+
+/**
+ * Looks at one store file: never through a symbolic link, never opening
+ * anything but a regular file (`O_NONBLOCK`, because a FIFO swapped in after
+ * the `lstat` would block the open), and reads its header.
+ */
+function look(dir: string, name: string): Look {
+  const path = join(dir, name);
+  let st;
+  try {
+    st = lstatSync(path);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    if (e.code === "ENOENT") return { problem: "file-missing", message: "is listed in the manifest but missing" };
+    return { problem: "unreadable", message: `cannot be read: ${osReason(e)}` };
+  }
+  if (!st.isFile()) {
+    return { problem: "not-regular-file", message: st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file" };
+  }
+  let prelude: Buffer;
+  try {
+    const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      const opened = fstatSync(fd);
+      if (!opened.isFile()) return { problem: "not-regular-file", message: "is not a regular file" };
+      prelude = Buffer.alloc(Math.min(opened.size, NPY_MAX_HEADER + 12));
+      prelude = prelude.subarray(0, readSync(fd, prelude, 0, prelude.length, 0));
+    } finally {
+      closeSync(fd);
+    }
+  } catch (err) {
+    return { bytes: st.size, problem: "unreadable", message: `cannot be read: ${osReason(err as NodeJS.ErrnoException)}` };
+  }
+  try {
+    return { bytes: st.size, header: parseNpyHeader(prelude, name) };
+  } catch (err) {
+    if (!(err instanceof NpyHeaderError)) throw err;
+    return { bytes: st.size, problem: "npy-header", message: `npy header ${err.field}: ${err.problem}` };
+  }
+}
+
+function hashPlan(name: string, header: NpyHeader): HashPlan {
+  return { name, dataOffset: header.dataOffset, float32: header.descr === "<f4" };
+}
+
+/** The folder as listed before the manifest is read, and the hashing started on it. */
 interface HashAhead {
+  /** Every name in the folder (none where it could not be listed). */
+  names: string[];
+  /** What was found in each regular `L###.npy` file of the folder. */
+  looks: Map<string, Look>;
+  /** The files being hashed, and their outcomes to come (in `plans` order). */
   plans: HashPlan[];
   outcomes: Promise<HashOutcome[]>;
 }
@@ -248,39 +273,23 @@ interface HashAhead {
 /**
  * Starts hashing every regular `L###.npy` in the folder whose header parses,
  * before the manifest is parsed and checked: the hashing threads work while
- * this thread checks. Symbolic links and anything else but regular files are
- * not opened; which files count is decided later, from the manifest (see
- * {@link hashedAsPlanned}).
+ * this thread checks. Which files count is decided later, from the manifest
+ * (see {@link hashedAsPlanned}). A folder without a manifest has nothing to
+ * compare checksums with, so nothing is hashed.
  */
-async function hashAhead(dir: string, concurrency: number): Promise<HashAhead> {
-  let names: string[] = [];
+function hashAhead(dir: string, concurrency: number): HashAhead {
+  let entries: Dirent[] = [];
   try {
-    names = (await readdir(dir, { withFileTypes: true })).filter((e) => e.isFile() && layerOfFileName(e.name) !== undefined).map((e) => e.name);
+    entries = readdirSync(dir, { withFileTypes: true });
   } catch {
     /* nothing hashed ahead; the checks below say what is wrong */
   }
-  const found = await Promise.all(names.map((name) => planOf(dir, name)));
-  const plans = found.filter((p): p is HashPlan => p !== undefined);
-  const outcomes = hashFiles(plans.map((f) => hashJob(dir, f)), concurrency);
+  const looks = new Map<string, Look>();
+  for (const e of entries) if (e.isFile() && layerOfFileName(e.name) !== undefined) looks.set(e.name, look(dir, e.name));
+  const plans = entries.some((e) => e.name === MANIFEST_NAME) ? [...looks].flatMap(([name, l]) => ("header" in l ? [hashPlan(name, l.header)] : [])) : [];
+  const outcomes = plans.length > 0 ? hashFiles(plans.map((f) => hashJob(dir, f)), concurrency) : Promise.resolve([]);
   outcomes.catch(() => {}); // a failure surfaces where the outcomes are awaited, not as an unhandled rejection meanwhile
-  return { plans, outcomes };
-}
-
-/** A file's hash plan from its header, or undefined where it cannot be read or its header does not parse. */
-async function planOf(dir: string, name: string): Promise<HashPlan | undefined> {
-  try {
-    const fh = await open(join(dir, name), "r");
-    try {
-      const prelude = Buffer.alloc(NPY_MAX_HEADER + 12);
-      const { bytesRead } = await fh.read(prelude, 0, prelude.length, 0);
-      const header = parseNpyHeader(prelude.subarray(0, bytesRead), name);
-      return { name, dataOffset: header.dataOffset, float32: header.descr === "<f4" };
-    } finally {
-      await fh.close();
-    }
-  } catch {
-    return undefined;
-  }
+  return { names: entries.map((e) => e.name), looks, plans, outcomes };
 }
 
 /** The outcomes for `toHash`, in order: those hashed ahead as planned, the rest hashed now. */
@@ -341,6 +350,8 @@ function planNative(value: unknown, problem: ProblemSink, report: VerifyReport):
 
 /** A manifest written by another tool: row order, layers and checksums checked; the rest noted. */
 async function planForeign(value: unknown, problem: ProblemSink, report: VerifyReport, options: VerifyOptions, dir: string): Promise<Plan | undefined> {
+  // Loaded here, not with this module: hsm's own stores, the usual case, need none of it.
+  const { bankMismatch, parseForeignManifest, unrecorded } = await import("./foreign.js");
   const { manifest: f, problems } = parseForeignManifest(value);
   for (const p of problems) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   if (!f) return undefined;
@@ -356,7 +367,7 @@ async function planForeign(value: unknown, problem: ProblemSink, report: VerifyR
     if (options.bank === undefined) {
       note(MANIFEST_NAME, "no-bank", "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)");
     } else {
-      const bank = typeof options.bank === "string" ? await readBank(options.bank) : options.bank;
+      const bank = typeof options.bank === "string" ? await (await import("../bank/bank.js")).readBank(options.bank) : options.bank;
       const mismatch = bankMismatch(f.queryIds, bank, typeof options.bank === "string" ? options.bank : "given");
       if (mismatch) problem(MANIFEST_NAME, "bank-join", `"query_ids" ${mismatch}`);
     }

@@ -12,7 +12,6 @@ import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Worker } from "node:worker_threads";
 
 import { storeKernels } from "../kernels/default.js";
 import type { FileHashJob } from "../kernels/types.js";
@@ -69,23 +68,28 @@ async function hashInWorkers(jobs: readonly HashJob[], concurrency: number): Pro
   const script = threads > 1 ? workerScript() : undefined;
   const next = new Int32Array(new SharedArrayBuffer(4));
   const keep = (ids: number[], got: HashOutcome[]) => ids.forEach((id, i) => (outcomes[id] = got[i]!));
-  const workers = script
-    ? Array.from(
-        { length: threads - 1 },
-        () =>
-          new Promise<void>((resolve, reject) => {
-            const worker = new Worker(script, { workerData: { jobs, next } });
-            let done = false;
-            worker.on("message", (msg: HashMessage) => {
-              if ("done" in msg) done = true;
-              else keep(msg.ids, msg.outcomes);
-            });
-            worker.on("error", reject);
-            worker.on("exit", (code) => (done ? resolve() : reject(new Error(`a hashing thread stopped with exit code ${code}`))));
-          }),
-      )
-    : [];
+  const workers = script ? await startWorkers(script, threads - 1, jobs, next, keep) : [];
   hashTaken(jobs, next, keep);
   await Promise.all(workers);
   return outcomes;
+}
+
+/** `count` worker threads taking jobs from `next`; each promise settles when its thread is done. */
+async function startWorkers(script: string, count: number, jobs: readonly HashJob[], next: Int32Array, keep: (ids: number[], got: HashOutcome[]) => void): Promise<Promise<void>[]> {
+  // Loaded here: with the native core, the usual case, no worker thread is ever started.
+  const { Worker } = await import("node:worker_threads");
+  return Array.from(
+    { length: count },
+    () =>
+      new Promise<void>((resolve, reject) => {
+        const worker = new Worker(script, { workerData: { jobs, next } });
+        let done = false;
+        worker.on("message", (msg: HashMessage) => {
+          if ("done" in msg) done = true;
+          else keep(msg.ids, msg.outcomes);
+        });
+        worker.on("error", reject);
+        worker.on("exit", (code) => (done ? resolve() : reject(new Error(`a hashing thread stopped with exit code ${code}`))));
+      }),
+  );
 }

@@ -13,8 +13,8 @@
  * they are small, and while the hashing threads hold every core, each round
  * trip through libuv's thread pool would wait for a core of its own.
  */
-import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readSync, type Dirent } from "node:fs";
-import { readdir, stat } from "node:fs/promises";
+import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readSync, statSync, type Dirent } from "node:fs";
+import { readdir } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
@@ -96,7 +96,7 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
 
   let folder;
   try {
-    folder = await stat(dir);
+    folder = statSync(dir);
   } catch (err) {
     throw fileError(err, dir);
   }

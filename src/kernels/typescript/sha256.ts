@@ -2,7 +2,7 @@
  * The TypeScript twin of the native hash kernel: node:crypto's sha256 and the
  * float statistics counted over the same chunks, one after the other.
  */
-import { createHash } from "node:crypto";
+import { createRequire } from "node:module";
 
 import type { F16Stats, Sha256Stream } from "../types.js";
 import { f16Stats } from "./float16.js";
@@ -19,8 +19,14 @@ export function f32Stats(src: Float32Array): F16Stats {
   return { nonfinite, maxAbs };
 }
 
+// node:crypto is loaded on the first hash, not with this module: loading it
+// costs a few milliseconds of start-up that a run with the native core, which
+// imports this module only as its fallback, never needs.
+const require = createRequire(import.meta.url);
+let crypto: typeof import("node:crypto") | undefined;
+
 export function sha256StatsTs(width: 0 | 2 | 4): Sha256Stream {
-  const hash = createHash("sha256");
+  const hash = (crypto ??= require("node:crypto") as typeof import("node:crypto")).createHash("sha256");
   let nonfinite = 0;
   let maxAbs = 0;
   return {

@@ -2,6 +2,7 @@
  * `verifyStore` on a good fixture store and on one corruption at a time. Each
  * corruption must be reported with the file it concerns and its own message.
  */
+import { execFileSync } from "node:child_process";
 import { cpSync, mkdirSync, openSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync, writeSync, closeSync, statSync } from "node:fs";
 import { join } from "node:path";
 
@@ -131,6 +132,14 @@ describe("verifyStore", () => {
       (s: string) => {
         rmSync(join(s, "L004.npy"));
         mkdirSync(join(s, "L004.npy"));
+      },
+      ["L004.npy: [not-regular-file] is not a regular file"],
+    ],
+    [
+      "a listed file that is a FIFO (never opened: opening one would wait for a writer)",
+      (s: string) => {
+        rmSync(join(s, "L004.npy"));
+        execFileSync("mkfifo", [join(s, "L004.npy")]);
       },
       ["L004.npy: [not-regular-file] is not a regular file"],
     ],

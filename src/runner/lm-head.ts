@@ -7,11 +7,12 @@
  * arithmetic and half its memory traffic.
  */
 import { open } from "node:fs/promises";
-import { join } from "node:path";
+import { isAbsolute, join, normalize, sep } from "node:path";
 
 import { allocateHead } from "../kernels/head.js";
 import type { HeadKernels } from "../kernels/default.js";
 import type { PreparedHead } from "../kernels/types.js";
+import { fileError } from "../util/fs.js";
 import { ModelDirError } from "./model-dir.js";
 import { num, type TensorProto } from "./onnx-graph.js";
 
@@ -48,9 +49,25 @@ async function float32Values(t: TensorProto, count: number, modelDir: string): P
   const entry = (key: string) => t.externalData?.find((e) => e.key === key)?.value ?? undefined;
   const location = entry("location");
   if (!location) throw new ModelDirError(modelDir, `initializer ${t.name} has no values`);
+  // As onnxruntime requires: external data lies inside the model's folder.
+  const inside = normalize(location);
+  if (isAbsolute(inside) || inside === ".." || inside.startsWith(`..${sep}`)) {
+    throw new ModelDirError(modelDir, `initializer ${t.name} keeps its values in ${JSON.stringify(location)}, outside the model folder`);
+  }
   const offset = Number(entry("offset") ?? 0);
+  const length = entry("length");
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new ModelDirError(modelDir, `initializer ${t.name} has external-data offset ${JSON.stringify(entry("offset"))}`);
+  if (length !== undefined && Number(length) !== count * 4) {
+    throw new ModelDirError(modelDir, `initializer ${t.name} has ${length} bytes of external data where its shape needs ${count * 4}`);
+  }
   const out = new Float32Array(count);
-  const fh = await open(join(modelDir, location), "r");
+  const path = join(modelDir, inside);
+  let fh;
+  try {
+    fh = await open(path, "r");
+  } catch (err) {
+    throw fileError(err, path);
+  }
   try {
     const bytes = new Uint8Array(out.buffer);
     for (let done = 0; done < bytes.length; ) {

@@ -45,7 +45,9 @@ bool Take(Shared& sh, Lane& lane) {
   for (;;) {
     const size_t i = sh.next.fetch_add(1, std::memory_order_relaxed);
     if (i >= sh.n) return false;
-    const int fd = open(sh.jobs[i].path, O_RDONLY | O_CLOEXEC);
+    // Never through a symbolic link, and never waiting on a FIFO: a store
+    // holds its own regular files, whatever is swapped in after the checks.
+    const int fd = open(sh.jobs[i].path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
       sh.out[i] = FileHashResult{};
       sh.out[i].error = errno;

@@ -6,7 +6,7 @@
  * one kernel call, which keeps the CPU's SHA unit busy. Synchronous on
  * purpose: it runs inside worker threads (see hash.ts).
  */
-import { closeSync, openSync, readSync } from "node:fs";
+import { closeSync, constants, openSync, readSync } from "node:fs";
 
 import { storeKernels } from "../kernels/default.js";
 import type { F16Stats, Sha256Stream } from "../kernels/types.js";
@@ -60,7 +60,8 @@ export function hashFilesSync(jobs: readonly HashJob[]): HashOutcome[] {
     jobs.forEach((job, index) => {
       let fd: number;
       try {
-        fd = openSync(job.path, "r");
+        // As the native core opens them (native/hash_files.cc): never through a symbolic link, never waiting on a FIFO.
+        fd = openSync(job.path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
       } catch (err) {
         outcomes[index] = failure(err);
         return;

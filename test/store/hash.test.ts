@@ -4,8 +4,9 @@
  * against node:crypto, and a file that cannot be read gets Node's own error
  * either way.
  */
+import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { openSync, writeFileSync } from "node:fs";
+import { openSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { afterEach, describe, expect, it } from "vitest";
@@ -80,5 +81,21 @@ describe("hashFiles", () => {
       if (env) typescriptOutcomes.set(threads, got);
       else expect(got).toEqual(typescriptOutcomes.get(threads));
     }
+  });
+
+  it.each([
+    ["typescript", "0"],
+    ["native", undefined],
+  ])("%s: never follows a symbolic link or waits on a FIFO put in a file's place", async (_name, env) => {
+    if (env) process.env.HSM_NATIVE = env;
+    else if (!nativeSha) return;
+    const link = join(dir, `link-${_name}.npy`);
+    symlinkSync(files[1]!.path, link);
+    const fifo = join(dir, `fifo-${_name}.npy`);
+    execFileSync("mkfifo", [fifo]);
+    const [viaLink, viaFifo] = await hashFiles([{ path: link, f16From: 128 }, { path: fifo }], 2);
+    expect(viaLink).toMatchObject({ ok: false, code: "ELOOP" });
+    // Nobody writes to the FIFO: it fails at once (positioned reads cannot seek in a pipe) instead of waiting for a writer.
+    expect(viaFifo).toMatchObject({ ok: false, code: "ESPIPE" });
   });
 });

@@ -6,7 +6,7 @@
  * last committed block and ends byte-identical to an uninterrupted one, and
  * shards cut on block boundaries merge into exactly the single-process store.
  */
-import { createHash } from "node:crypto";
+import { realpathSync } from "node:fs";
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 
@@ -15,10 +15,12 @@ import { buildPrompt } from "../bank/prompt.js";
 import { DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_ROWS, DEFAULT_LAYER_RULE, DEFAULT_SELF_CHECK_ROWS, defaultModelName, MAX_PROMPT_LEN } from "../defaults.js";
 import { HsmError, InternalError, UsageError } from "../errors.js";
 import { selectLayers } from "../store/layers.js";
+import { hashFiles } from "../store/hash.js";
 import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
+import { fileError, readWhole } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { leftPad, planBatches, rightPad } from "./batching.js";
 import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan, type HiddenTensor } from "./detect.js";
@@ -31,9 +33,18 @@ import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "./self-che
 import { createSession, stageModel, type ModelRunOptions, type Stage } from "./session.js";
 import { PromptTokenizer } from "./tokenizer.js";
 
-/** The SHA-256 of the model file read for inspection. */
-function sha256(inspected: { source: Uint8Array }): string {
-  return createHash("sha256").update(inspected.source).digest("hex");
+/** The model file's sha256, hashed in a thread of its own (the native core's, or a worker) while this one works. */
+async function fileSha256(path: string): Promise<string> {
+  // The file itself: a model folder may link to it (as the Hugging Face cache does), and hashing never follows links.
+  let real: string;
+  try {
+    real = realpathSync(path);
+  } catch (err) {
+    throw fileError(err, path);
+  }
+  const [outcome] = await hashFiles([{ path: real }], 1);
+  if (!outcome!.ok) throw fileError(outcome, path);
+  return outcome!.result.sha256;
 }
 
 /**
@@ -130,11 +141,13 @@ export interface ModelInspection {
   format: GraphFormat;
 }
 
-export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {}) {
+export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string; hash?: boolean } = {}) {
   const md = await openModelDir(modelDir, options.modelFile);
-  // The model file is read while the tokenizer loads; a tokenizer error is reported first.
-  const reading = readFile(md.onnxPath);
+  // The model file is read (and with `hash`, hashed) in other threads while this one loads the tokenizer; a tokenizer error is reported first.
+  const reading = readWhole(md.onnxPath);
   reading.catch(() => {});
+  const hashing = options.hash ? fileSha256(md.onnxPath) : undefined;
+  hashing?.catch(() => {});
   const tokenizer = await PromptTokenizer.load(modelDir);
   tokenizer.checkVocab(md.config.vocabSize, `${modelDir}/tokenizer.json`);
   const source = await reading;
@@ -164,7 +177,7 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
     format: graphFormat(model.graph!),
   };
-  return { inspection, model, source, tokenizer };
+  return { inspection, model, source, tokenizer, sha256: hashing };
 }
 
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
@@ -181,7 +194,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const bankRows = await readBank(o.bank);
   const main = mainForwardRows(bankRows);
   if (main.length === 0) throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
-  const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors, modelFile: o.modelFile });
+  const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors, modelFile: o.modelFile, hash: true });
   const { inspection, tokenizer } = inspected;
   for (const w of inspection.plan.warnings) log(`warning: ${w}`, "warn");
   const layers = inspection.storedLayers;
@@ -194,8 +207,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const shard: ShardInfo | undefined = o.shard
     ? { index: o.shard.index, count: o.shard.count, row_start: start, row_end: end, rows_total: main.length }
     : undefined;
-  // inspectModel read the file already; hash those bytes rather than reading it again.
-  const modelSha = sha256(inspected);
+  const modelSha = await inspected.sha256!;
 
   const init: StoreInit = {
     model: o.model ?? defaultModelName(o.modelDir),

@@ -27,7 +27,7 @@ import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKE
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
-import { syncDir } from "../util/fs.js";
+import { readWhole, syncDir } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { planBatches } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
@@ -255,12 +255,15 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   }
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir, o.modelFile);
+  // The model file is read in another thread while this one loads the tokenizer; a tokenizer error is reported first.
+  const reading = readWhole(md.onnxPath);
+  reading.catch(() => {});
   const tokenizer = await PromptTokenizer.load(o.modelDir);
   tokenizer.checkVocab(md.config.vocabSize, `${o.modelDir}/tokenizer.json`);
   const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
-  let source: Buffer | undefined = await readFile(md.onnxPath);
+  let source: Buffer | undefined = await reading;
   const model = decodeModel(source);
   const plan = planInputs(model.graph!, md.config.numLayers);
   if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
@@ -287,7 +290,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const { cached, headSetup } = await rewriteWithHead(m, right ? "attention_mask" : undefined, kernels, md.onnxPath, sessionOptions.threads ?? availableParallelism());
     const stage = await stageModel(md.onnxPath);
     // Weights stay where they are, read by offset from the original file (see extraction).
-    if (stage) rewriteWeightsInPlace(m, source ?? (await readFile(md.onnxPath)), stage.sourceName);
+    if (stage) rewriteWeightsInPlace(m, source ?? (await readWhole(md.onnxPath)), stage.sourceName);
     const past = pastInputs((added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!)));
     const s = { ...setup, past, head: headSetup };
     const bytes = encodeModel(m);
@@ -310,7 +313,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   } catch (err) {
     // An added cache onnxruntime refuses (its tensors typed unlike the graph's keys) leaves the graph as exported.
     if (!added || !(err instanceof ModelLoadError)) throw err;
-    opened = await openDecoders(decodeModel(await readFile(md.onnxPath)), false);
+    opened = await openDecoders(decodeModel(await readWhole(md.onnxPath)), false);
   }
   const { decoders } = opened;
   if (opened.head) log(`the LM head (${opened.head.d} × ${opened.head.vocab}) runs in the native core: exact argmax of float64 logits, screened in bfloat16`, "info");

@@ -52,9 +52,9 @@ export class PromptTokenizer {
       if (plain.every((t, j) => full[i + j] === t)) at = i;
     }
     if (at < 0) throw new ModelDirError(join(dir, "tokenizer.json"), "adds special tokens inside the text, which left truncation cannot handle");
-    let size = 0;
-    for (const id of tokenizer.get_vocab(true).values()) if (id + 1 > size) size = id + 1;
     const vocab = tokenizer.get_vocab(true);
+    let size = 0;
+    for (const id of vocab.values()) if (id + 1 > size) size = id + 1;
     const tokenId = (v: unknown) => {
       const s = typeof v === "string" ? v : v && typeof v === "object" && "content" in v ? String((v as { content: unknown }).content) : undefined;
       return s === undefined ? undefined : vocab.get(s);

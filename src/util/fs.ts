@@ -1,8 +1,10 @@
 /**
  * File system helpers shared by every reader and writer of user files: one way
  * to turn an operating-system error into an error that names the path and says
- * why, and one atomic, durable write.
+ * why, one atomic, durable write, and one read of a large file that goes on
+ * while this thread works.
  */
+import { closeSync, fstatSync, openSync, read } from "node:fs";
 import { open, rename, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 
@@ -55,6 +57,28 @@ export function fileError(err: unknown, path: string, action: "read" | "write" =
   return action === "read"
     ? new FileError(path, "unreadable", e.code, `cannot be read: ${osReason(e)}`, { cause: err })
     : new FileError(path, "unwritable", e.code, `cannot be written: ${osReason(e)}`, { cause: err });
+}
+
+/**
+ * The whole of a large file (a model), read by one request to libuv's thread
+ * pool per GiB: `readFile` asks for 512 KiB at a time and needs this
+ * thread's event loop between requests, so it stalls whenever this thread is
+ * busy (loading a tokenizer, say). Errors are Node's, as `readFile`'s are.
+ */
+export async function readWhole(path: string): Promise<Buffer> {
+  const fd = openSync(path, "r");
+  try {
+    const size = fstatSync(fd).size;
+    const buf = Buffer.allocUnsafe(size);
+    for (let done = 0; done < size; ) {
+      const got = await new Promise<number>((resolve, reject) => read(fd, buf, done, Math.min(size - done, 1 << 30), done, (err, n) => (err ? reject(err) : resolve(n))));
+      if (got === 0) return buf.subarray(0, done); // the file shrank meanwhile
+      done += got;
+    }
+    return buf;
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** fsyncs a directory so that a rename or a new file in it survives a crash. */

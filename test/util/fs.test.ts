@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { EXIT, FileError, HsmError, StoreError } from "../../src/errors.js";
-import { fileError, osReason, writeFileAtomic } from "../../src/util/fs.js";
+import { fileError, osReason, readWhole, writeFileAtomic } from "../../src/util/fs.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-fs-");
@@ -121,5 +121,20 @@ describe("writeFileAtomic", () => {
       message: `${path}: cannot be written: its folder does not exist (ENOENT)`,
       exitCode: EXIT.data,
     });
+  });
+});
+
+describe("readWhole", () => {
+  it("reads what readFile reads, empty files included, and fails with Node's own errors", async () => {
+    const bytes = Buffer.alloc(3_000_001);
+    for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7919) & 0xff;
+    writeFileSync(join(dir, "whole.bin"), bytes);
+    writeFileSync(join(dir, "empty.bin"), "");
+    expect((await readWhole(join(dir, "whole.bin"))).equals(await readFile(join(dir, "whole.bin")))).toBe(true);
+    expect((await readWhole(join(dir, "empty.bin"))).length).toBe(0);
+    const missing = join(dir, "missing.bin");
+    const want = await readFile(missing).catch((e: NodeJS.ErrnoException) => e);
+    await expect(readWhole(missing)).rejects.toMatchObject({ code: "ENOENT", message: (want as Error).message });
+    await expect(readWhole(dir)).rejects.toMatchObject({ code: "EISDIR" });
   });
 });

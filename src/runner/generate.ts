@@ -38,7 +38,7 @@ import { answerFields, readEosIds } from "./decoding.js";
 import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput } from "./kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";
-import { openModelDir } from "./model-dir.js";
+import { openModelDir, type ModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type GraphProto, type ModelProto, type TensorProto, type ValueInfoProto } from "./onnx-graph.js";
 import { graphFormat } from "./model-report.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
@@ -226,6 +226,19 @@ async function resumeFile(path: string): Promise<{ done: Set<string>; keep: stri
   return { done, keep: failedRows > 0 ? kept : undefined };
 }
 
+/**
+ * The model's tokenizer and its file's bytes: the file is read in another
+ * thread while this one loads the tokenizer, and a tokenizer error is
+ * reported first.
+ */
+async function tokenizerAndModel(md: ModelDir): Promise<{ tokenizer: PromptTokenizer; source: Buffer }> {
+  const reading = readWhole(md.onnxPath);
+  reading.catch(() => {});
+  const tokenizer = await PromptTokenizer.load(md.dir);
+  tokenizer.checkVocab(md.config.vocabSize, `${md.dir}/tokenizer.json`);
+  return { tokenizer, source: await reading };
+}
+
 /** Replaces `path` with `lines`, atomically (temp file, fsync, rename). */
 async function rewriteLines(path: string, lines: string[]): Promise<void> {
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
@@ -255,15 +268,13 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   }
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir, o.modelFile);
-  // The model file is read in another thread while this one loads the tokenizer; a tokenizer error is reported first.
-  const reading = readWhole(md.onnxPath);
-  reading.catch(() => {});
-  const tokenizer = await PromptTokenizer.load(o.modelDir);
-  tokenizer.checkVocab(md.config.vocabSize, `${o.modelDir}/tokenizer.json`);
+  // `source` is the only reference to the file's bytes, so that dropping it below frees them.
+  let source: Buffer | undefined;
+  let tokenizer: PromptTokenizer;
+  ({ tokenizer, source } = await tokenizerAndModel(md));
   const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
-  let source: Buffer | undefined = await reading;
   const model = decodeModel(source);
   const plan = planInputs(model.graph!, md.config.numLayers);
   if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);

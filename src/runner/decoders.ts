@@ -8,7 +8,7 @@
  * one core each, finish sooner than the same two one after the other on both
  * cores. Each worker's session holds its own copy of the weights.
  */
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
@@ -16,7 +16,45 @@ import { Worker } from "node:worker_threads";
 import type * as ort from "onnxruntime-node";
 
 import { decodeBatch, type DecodeSetup } from "./decode.js";
+import type { GraphProto } from "./onnx-graph.js";
 import { ModelLoadError, type SessionOptions } from "./session.js";
+
+/**
+ * The bytes of weights one session holds: the graph file and every external-data
+ * file its initializers name (each counted once; one that cannot be found, as
+ * onnxruntime would then refuse the model anyway, counts nothing).
+ */
+export function weightBytes(onnxPath: string, graph: GraphProto): number {
+  let bytes = statSync(onnxPath).size;
+  const files = new Set<string>();
+  for (const t of graph.initializer ?? []) {
+    const location = t.externalData?.find((e) => e.key === "location")?.value;
+    if (location) files.add(location);
+  }
+  for (const f of files) {
+    try {
+      bytes += statSync(join(dirname(onnxPath), f)).size;
+    } catch {
+      /* counted as nothing */
+    }
+  }
+  return bytes;
+}
+
+/**
+ * How many of `wanted` workers fit: each holds a copy of the weights, and
+ * together they may take at most half the memory now available. At least one.
+ * `reason` says why there are fewer, for the user.
+ */
+export function affordableWorkers(wanted: number, weights: number, available: number): { workers: number; reason?: string } {
+  const fit = Math.max(1, Math.floor(available / 2 / Math.max(1, weights)));
+  if (fit >= wanted) return { workers: wanted };
+  const gb = (b: number) => `${(b / 1e9).toFixed(1)} GB`;
+  return {
+    workers: fit,
+    reason: `decoding with ${fit} session${fit === 1 ? "" : "s"} instead of ${wanted}: each holds its own copy of the model's ${gb(weights)} of weights and ${gb(available)} of memory is available (--workers overrides)`,
+  };
+}
 
 export interface Decoders {
   /** Batches decoded at once. */

@@ -28,12 +28,12 @@ import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
 import { readWhole, syncDir } from "../util/fs.js";
-import { collectGarbage } from "../util/memory.js";
+import { availableMemory, collectGarbage } from "../util/memory.js";
 import { planBatches } from "./batching.js";
 import { DetectionError, planInputs } from "./detect.js";
 import { addKvCache, attentionShape } from "./add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode.js";
-import { sessionDecoders, workerDecoders, workerScript, type Decoders } from "./decoders.js";
+import { affordableWorkers, sessionDecoders, weightBytes, workerDecoders, workerScript, type Decoders } from "./decoders.js";
 import { answerFields, readEosIds } from "./decoding.js";
 import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput } from "./kv-cache.js";
@@ -55,7 +55,7 @@ const CACHE_PROBE_TOKENS = 4;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
-  /** Batches decoded at once, each by a session of its own in a worker thread; default 2 on the CPU, else 1. */
+  /** Batches decoded at once, each by a session of its own in a worker thread; default 2 on the CPU (fewer where their copies of the weights would take over half the available memory), else 1. */
   workers?: number;
   /** Rows regenerated alone at batch 1 after the run, whose text must not change (`<out>.check.json`); 0 turns it off. */
   selfCheck?: number;
@@ -291,7 +291,13 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const opset = num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0);
   const canAdd = !batchDependent && !right && !branch && shape !== undefined;
   const device = o.device ?? "cpu";
-  const workers = Math.min(o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1), batches.length);
+  let wanted = o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1);
+  if (o.workers === undefined && wanted > 1) {
+    const fit = affordableWorkers(wanted, weightBytes(md.onnxPath, model.graph!), availableMemory());
+    if (fit.reason) log(fit.reason, "info");
+    wanted = fit.workers;
+  }
+  const workers = Math.min(wanted, batches.length);
   const sessionOptions = { device, threads: o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined), spin: false };
   // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
   const kernels = device === "cpu" ? headKernels() : undefined;

@@ -30,7 +30,7 @@ export function generateCommand(program: Command): void {
     .option("--self-check <n>", "answers regenerated alone at batch 1 that must not change, reported in <out>.check.json (0: off)", intOption("--self-check", 0), DEFAULT_GENERATE_CHECK_ROWS)
     .option(
       "--workers <n>",
-      `batches decoded at once, each by an onnxruntime session of its own (with its own copy of the weights) in a worker thread; --threads is then per session (default: ${DEFAULT_GENERATE_WORKERS} on the CPU, sharing the cores; 1 on a GPU)`,
+      `batches decoded at once, each by an onnxruntime session of its own (with its own copy of the weights) in a worker thread; --threads is then per session (default: ${DEFAULT_GENERATE_WORKERS} on the CPU, sharing the cores, fewer where their copies would take over half the available memory; 1 on a GPU)`,
       intOption("--workers", 1),
     )
     .option("-q, --quiet", "no progress on stderr")

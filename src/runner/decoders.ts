@@ -16,7 +16,7 @@ import { Worker } from "node:worker_threads";
 import type * as ort from "onnxruntime-node";
 
 import { decodeBatch, type DecodeSetup } from "./decode.js";
-import type { GraphProto } from "./onnx-graph.js";
+import { externalDataEntry, type GraphProto } from "./onnx-graph.js";
 import { ModelLoadError, type SessionOptions } from "./session.js";
 
 /**
@@ -28,7 +28,7 @@ export function weightBytes(onnxPath: string, graph: GraphProto): number {
   let bytes = statSync(onnxPath).size;
   const files = new Set<string>();
   for (const t of graph.initializer ?? []) {
-    const location = t.externalData?.find((e) => e.key === "location")?.value;
+    const location = externalDataEntry(t, "location");
     if (location) files.add(location);
   }
   for (const f of files) {

@@ -20,7 +20,7 @@ import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
-import { fileError, readWhole } from "../util/fs.js";
+import { fileError } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { leftPad, planBatches, rightPad } from "./batching.js";
 import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan, type HiddenTensor } from "./detect.js";
@@ -31,7 +31,7 @@ import { decodeModel, num, valueShape, type ModelProto } from "./onnx-graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "./rewrite.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "./self-check.js";
 import { createSession, stageModel, type ModelRunOptions, type Stage } from "./session.js";
-import { PromptTokenizer } from "./tokenizer.js";
+import { tokenizerAndModel } from "./tokenizer.js";
 
 /** The model file's sha256, hashed in a thread of its own (the native core's, or a worker) while this one works. */
 async function fileSha256(path: string): Promise<string> {
@@ -143,14 +143,10 @@ export interface ModelInspection {
 
 export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string; hash?: boolean } = {}) {
   const md = await openModelDir(modelDir, options.modelFile);
-  // The model file is read (and with `hash`, hashed) in other threads while this one loads the tokenizer; a tokenizer error is reported first.
-  const reading = readWhole(md.onnxPath);
-  reading.catch(() => {});
+  // With `hash`, the model file is hashed in another thread while this one loads the tokenizer (and another reads the file).
   const hashing = options.hash ? fileSha256(md.onnxPath) : undefined;
   hashing?.catch(() => {});
-  const tokenizer = await PromptTokenizer.load(modelDir);
-  tokenizer.checkVocab(md.config.vocabSize, `${modelDir}/tokenizer.json`);
-  const source = await reading;
+  const { tokenizer, source } = await tokenizerAndModel(md);
   let model;
   try {
     model = decodeModel(source);

@@ -38,12 +38,12 @@ import { answerFields, readEosIds } from "./decoding.js";
 import { checkGenerations, generationCheckWarning } from "./generate-check.js";
 import { isPastInput, isPresentOutput } from "./kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";
-import { openModelDir, type ModelDir } from "./model-dir.js";
+import { openModelDir } from "./model-dir.js";
 import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type GraphProto, type ModelProto, type TensorProto, type ValueInfoProto } from "./onnx-graph.js";
 import { graphFormat } from "./model-report.js";
 import { rewriteWeightsInPlace } from "./rewrite.js";
 import { loadSession, ModelLoadError, stageModel, withStagedModel, type ModelRunOptions } from "./session.js";
-import { PromptTokenizer } from "./tokenizer.js";
+import { tokenizerAndModel, type PromptTokenizer } from "./tokenizer.js";
 
 
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
@@ -226,19 +226,6 @@ async function resumeFile(path: string): Promise<{ done: Set<string>; keep: stri
   return { done, keep: failedRows > 0 ? kept : undefined };
 }
 
-/**
- * The model's tokenizer and its file's bytes: the file is read in another
- * thread while this one loads the tokenizer, and a tokenizer error is
- * reported first.
- */
-async function tokenizerAndModel(md: ModelDir): Promise<{ tokenizer: PromptTokenizer; source: Buffer }> {
-  const reading = readWhole(md.onnxPath);
-  reading.catch(() => {});
-  const tokenizer = await PromptTokenizer.load(md.dir);
-  tokenizer.checkVocab(md.config.vocabSize, `${md.dir}/tokenizer.json`);
-  return { tokenizer, source: await reading };
-}
-
 /** Replaces `path` with `lines`, atomically (temp file, fsync, rename). */
 async function rewriteLines(path: string, lines: string[]): Promise<void> {
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
@@ -307,7 +294,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const { cached, headSetup } = await rewriteWithHead(m, right ? "attention_mask" : undefined, kernels, md.onnxPath, sessionOptions.threads ?? availableParallelism());
     const stage = await stageModel(md.onnxPath);
     // Weights stay where they are, read by offset from the original file (see extraction).
-    if (stage) rewriteWeightsInPlace(m, source ?? (await readWhole(md.onnxPath)), stage.sourceName);
+    // `source` holds the bytes `m` was decoded from: every call below decodes it first.
+    if (stage) rewriteWeightsInPlace(m, source!, stage.sourceName);
     const past = pastInputs((added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!)));
     const s = { ...setup, past, head: headSetup };
     const bytes = encodeModel(m);
@@ -330,7 +318,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   } catch (err) {
     // An added cache onnxruntime refuses (its tensors typed unlike the graph's keys) leaves the graph as exported.
     if (!added || !(err instanceof ModelLoadError)) throw err;
-    opened = await openDecoders(decodeModel(await readWhole(md.onnxPath)), false);
+    source = await readWhole(md.onnxPath);
+    opened = await openDecoders(decodeModel(source), false);
   }
   const { decoders } = opened;
   if (opened.head) log(`the LM head (${opened.head.d} × ${opened.head.vocab}) runs in the native core: exact argmax of float64 logits, screened in bfloat16`, "info");

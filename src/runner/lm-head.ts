@@ -14,7 +14,7 @@ import type { HeadKernels } from "../kernels/default.js";
 import type { PreparedHead } from "../kernels/types.js";
 import { fileError } from "../util/fs.js";
 import { ModelDirError } from "./model-dir.js";
-import { num, type TensorProto } from "./onnx-graph.js";
+import { externalDataEntry, num, type TensorProto } from "./onnx-graph.js";
 
 /** A prepared head as decoding threads receive it (plain data: its arrays live in SharedArrayBuffers). */
 export interface HeadSetup {
@@ -46,7 +46,7 @@ async function float32Values(t: TensorProto, count: number, modelDir: string): P
     return out;
   }
   if (t.floatData && t.floatData.length === count) return Float32Array.from(t.floatData);
-  const entry = (key: string) => t.externalData?.find((e) => e.key === key)?.value ?? undefined;
+  const entry = (key: "location" | "offset" | "length") => externalDataEntry(t, key);
   const location = entry("location");
   if (!location) throw new ModelDirError(modelDir, `initializer ${t.name} has no values`);
   // As onnxruntime requires: external data lies inside the model's folder.

@@ -182,6 +182,11 @@ export function pruneGraph(graph: GraphProto): { removedNodes: number } {
   return { removedNodes: before - graph.node.length };
 }
 
+/** Initializer `t`'s external-data entry `key` (`location`, `offset`, `length`), or undefined. */
+export function externalDataEntry(t: TensorProto, key: "location" | "offset" | "length"): string | undefined {
+  return t.externalData?.find((e) => e.key === key)?.value ?? undefined;
+}
+
 /** Points initializer `t` at `length` bytes at `offset` of the external-data file `location` (its raw bytes dropped). */
 export function pointToExternalData(t: TensorProto, location: string, offset: number, length: number): void {
   t.rawData = new Uint8Array(0);

@@ -10,7 +10,8 @@ import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 
 import { MAX_PROMPT_LEN } from "../defaults.js";
-import { ModelDirError } from "./model-dir.js";
+import { readWhole } from "../util/fs.js";
+import { ModelDirError, type ModelDir } from "./model-dir.js";
 
 
 export class PromptTokenizer {
@@ -108,4 +109,17 @@ export class PromptTokenizer {
       );
     }
   }
+}
+
+/**
+ * The model's tokenizer, checked against its config, and its graph file's
+ * bytes: the file is read in another thread while this one loads the
+ * tokenizer, and a tokenizer error is reported first.
+ */
+export async function tokenizerAndModel(md: ModelDir): Promise<{ tokenizer: PromptTokenizer; source: Buffer }> {
+  const reading = readWhole(md.onnxPath);
+  reading.catch(() => {});
+  const tokenizer = await PromptTokenizer.load(md.dir);
+  tokenizer.checkVocab(md.config.vocabSize, `${md.dir}/tokenizer.json`);
+  return { tokenizer, source: await reading };
 }

@@ -5,10 +5,10 @@ import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { writeFixture } from "../../src/synthetic/store.js";
 import { kernelOptions } from "../../src/kernels/default.js";
 import { KERNEL_NAMES } from "../../src/kernels/types.js";
-import { nativeKernels } from "../../src/native/index.js";
+import { nativeKernels } from "../../src/kernels/native.js";
 import { agreeRows } from "../helpers/agree.js";
 import { tempDir } from "../helpers/tmp.js";
 

@@ -112,7 +112,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
   return (await import("./metrics/compute.js")).computeMetrics(store, o);
 }
 
-/** Writes metric results under `dir`: one JSON, CSV and SVG per metric with rows (contracts.md §5); returns the paths written. */
+/** Writes metric results under `dir`: one JSON, CSV and SVG per metric with rows (docs/formats.md#metric-results); returns the paths written. */
 export async function writeResults(dir: string, result: MetricsResult, storePath: string, registry?: MetricRegistry): Promise<WrittenFiles> {
   return (await import("./metrics/report.js")).writeResults(dir, result, storePath, registry);
 }

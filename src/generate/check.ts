@@ -3,7 +3,7 @@
  * of them — the rows with the most left padding in their batches, plus the
  * longest prompt — is generated again alone (batch 1, no padding) and must
  * give the same text. The result is written beside the generations as
- * `<out>.check.json` (docs/generate.md) and a difference is warned about.
+ * `<out>.check.json` (docs/formats.md#generation-check) and a difference is warned about.
  */
 import { writeFileAtomic } from "../util/fs.js";
 import { selfCheckRows } from "../model/self-check.js";

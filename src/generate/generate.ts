@@ -2,7 +2,7 @@
  * `hsm generate`: greedy decoding (num_beams 1, max_new_tokens 24) with the
  * prompts, left truncation and padding of extraction (left, or right for
  * GroupQueryAttention graphs, as the graph style says), under the decoding
- * rules of contracts.md §4 (see rules.ts). The graph is rewritten so that
+ * rules of docs/formats.md#decoding (see rules.ts). The graph is rewritten so that
  * the LM head runs on each row's next-token position only and the argmax
  * happens inside it; models with KV-cache inputs decode with the cache. Models
  * without one get a cache added to the graph (add-cache.ts), used only where it

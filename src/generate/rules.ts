@@ -1,5 +1,5 @@
 /**
- * The decoding rules of `hsm generate` (contracts.md §4), as HuggingFace
+ * The decoding rules of `hsm generate` (docs/formats.md#decoding), as HuggingFace
  * `generate` + `decode(..., skip_special_tokens=True)` and vLLM apply them:
  * generation stops after any id of the model's `eos_token_id` (config.json or
  * genai_config.json, an int or a list) or after `max_new_tokens`; the EOS

@@ -4,7 +4,7 @@ import type { SortedArrays } from "../kernels/types.js";
 
 const utf8 = new TextEncoder();
 
-/** FNV-1a, 32 bits, over the UTF-8 bytes of `text` (metrics.md: folds). */
+/** FNV-1a, 32 bits, over the UTF-8 bytes of `text` (docs/metrics.md#kts-definition: folds). */
 export function fnv1a32(text: string): number {
   let h = 0x811c9dc5;
   for (const byte of utf8.encode(text)) {

@@ -301,7 +301,7 @@ export interface KtsRows {
   anchor: ScoredRows;
 }
 
-/** metrics.md: KTS is undefined when the anchor AUROC is at most this (the probe learned nothing to transfer). */
+/** docs/metrics.md#kts-fields: KTS is undefined when the anchor AUROC is at most this (the probe learned nothing to transfer). */
 export const KTS_MIN_ANCHOR_AUROC = 0.55;
 
 function kts(rows: KtsRows, index: Map<string, number>): WeightedStatistic {

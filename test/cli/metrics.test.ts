@@ -110,7 +110,7 @@ describe("hsm metrics", () => {
 
 /**
  * The backends as a user selects them, in child processes: with the native
- * core absent, typescript and wasm give native's rows within metrics.md's
+ * core absent, typescript and wasm give native's rows within docs/metrics.md#tolerances'
  * tolerances, record which implementation ran each kernel, and ISS's intervals
  * are identical (the same generator over the same per-fact margins).
  */

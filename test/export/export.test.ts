@@ -98,7 +98,7 @@ describe("export errors and settings", () => {
     const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out, modelId: "hsm/x" });
     const aggregate = JSON.parse(readFileSync(r.files[0]!, "utf8"));
     const result = aggregate.evaluation_results[0];
-    // The text contracts.md §2 gives, newlines written as backslash-n.
+    // The text docs/formats.md#prompts gives, newlines written as backslash-n.
     expect(result.generation_config.generation_args.prompt_template).toBe(
       "anchor: Question: {query}\\nAnswer with only the shortest correct answer.\\nAnswer: | other: {query}\\nAnswer:",
     );

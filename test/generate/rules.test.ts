@@ -1,5 +1,5 @@
 /**
- * The decoding rules of contracts.md §4, table by table, with the Llama 3
+ * The decoding rules of docs/formats.md#decoding, table by table, with the Llama 3
  * tokenizer and hand-written expectations: where generation stops, what
  * `generated_tokens` and `finish_reason` say, and the exact text.
  */
@@ -35,7 +35,7 @@ beforeAll(async () => {
   tok = await PromptTokenizer.load(dirname(tokenizerFiles("llama3.1").tokenizer));
 });
 
-describe("answer fields (contracts.md §4)", () => {
+describe("answer fields (docs/formats.md#generation-fields)", () => {
   const table: { name: string; ids: number[]; eos: Set<number>; text: string; generated: number; finish: "stop" | "length" }[] = [
     { name: "EOS as the first token", ids: [END_OF_TEXT], eos: INT, text: "", generated: 1, finish: "stop" },
     { name: "EOS as the 24th token", ids: [...and23, END_OF_TEXT], eos: INT, text: " and".repeat(23), generated: 24, finish: "stop" },

@@ -1,6 +1,6 @@
 /**
  * Metrics on a planted fixture: the numbers behave as planted, every backend
- * agrees within metrics.md's tolerances, and so does an independent NumPy +
+ * agrees within docs/metrics.md#tolerances, and so does an independent NumPy +
  * scikit-learn implementation (scripts/metrics_peer.py).
  */
 import { join } from "node:path";

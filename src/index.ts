@@ -16,7 +16,7 @@ import type { ExportOptions } from "./export/export.js";
 import type { FixtureOptions, FixtureResult } from "./fixtures/synthetic.js";
 import type { FixturePreset } from "./fixtures/presets.js";
 import type { MetricsOptions, MetricsResult } from "./metrics/compute.js";
-import type { MetricRegistry } from "./metrics/registry.js";
+import type { MetricRegistry } from "./metrics/metric.js";
 import type { WrittenFiles } from "./metrics/report.js";
 import type { LlamaConfig, TinyModelOptions } from "./models/llama.js";
 import type { ExtractOptions as RunnerExtractOptions, ExtractResult, ModelInspection } from "./runner/extract.js";
@@ -37,6 +37,7 @@ export { VERSION, TOOL_VERSION } from "./version.js";
 export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable } from "./metrics/table.js";
+export { metricRows, registerMetric, type LayerData, type Metric, type MetricName, type MetricRegistry, type MetricRow, type MetricSettings } from "./metrics/metric.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
 export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
@@ -107,9 +108,19 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
   return (await import("./store/merge.js")).mergeShards(out, shardDirs, options);
 }
 
-/** ISS and KTS rows for every stored layer and family; writes nothing. */
+/** The rows of every requested metric of the registry (default: ISS and KTS) for every stored layer and family; writes nothing. */
 export async function computeMetrics(store: string, o: MetricsOptions = {}): Promise<MetricsResult> {
   return (await import("./metrics/compute.js")).computeMetrics(store, o);
+}
+
+/** The built-in metric registry (ISS, KTS), to select from or to extend with {@link registerMetric}. */
+export async function metricRegistry(): Promise<MetricRegistry> {
+  return (await import("./metrics/registry.js")).METRICS;
+}
+
+/** Every computed metric's table with its notes, in the registry's order: what `hsm metrics` prints. */
+export async function formatTables(result: MetricsResult, registry?: MetricRegistry): Promise<string> {
+  return (await import("./metrics/report.js")).formatTables(result, registry);
 }
 
 /** Writes metric results under `dir`: one JSON, CSV and SVG per metric with rows (contracts.md §5); returns the paths written. */

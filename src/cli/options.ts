@@ -33,6 +33,11 @@ export function positiveOption(flag: string): (value: string) => number {
   };
 }
 
+/** `a`, `a and b`, `a, b and c`. */
+export function wordList(words: readonly string[]): string {
+  return words.length < 2 ? words.join("") : `${words.slice(0, -1).join(", ")} and ${words.at(-1)}`;
+}
+
 /** A comma-separated list, trimmed. */
 export function listOption(value: string): string[] {
   return value.split(",").map((v) => v.trim());

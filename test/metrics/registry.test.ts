@@ -33,6 +33,7 @@ interface NormRow {
 const NORM: Metric<NormRow> = {
   name: "norm",
   title: "NORM",
+  description: "how long are the rows of each family?",
   tableTitle: "NORM (mean row length)",
   needs: [],
   columns: { value: "mean_norm", low: "norm_ci_low", high: "norm_ci_high", nullReason: "norm_null_reason" },
@@ -93,7 +94,7 @@ describe("a third metric in its own registry", () => {
       expect(at(layer, "para").norm_ci_low!).toBeGreaterThanOrEqual(3);
       expect(at(layer, "para").norm_ci_high!).toBeLessThanOrEqual(10);
     }
-    expect(result.iss.length).toBe(6); // the built-in metric still runs beside it
+    expect(result.rows.iss!.length).toBe(6); // the built-in metric still runs beside it
 
     const out = join(dir, "out");
     const files = await writeResults(out, result, store, registry);

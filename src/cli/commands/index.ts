@@ -1,5 +1,11 @@
-/** Every command, in the order `hsm --help` lists them; each adds itself to the program. */
+/**
+ * Every command, in the order `hsm --help` lists them; each adds itself to the
+ * program. Commands whose options list registered entries (`metrics`: the
+ * metrics, with their help) build them from the registries they are given.
+ */
 import type { Command } from "commander";
+
+import type { MetricRegistry } from "../../index.js";
 
 import { adoptCommand } from "./adopt.js";
 import { checkBankCommand } from "./check-bank.js";
@@ -20,7 +26,15 @@ import { scoreCommand } from "./score.js";
 import { studyCommand } from "./study.js";
 import { verifyCommand } from "./verify.js";
 
-export const COMMANDS: readonly ((program: Command) => void)[] = [
+/** The registries commands build options and help from; src/cli/main.ts loads those the command line needs. */
+export interface Registries {
+  metrics: MetricRegistry;
+}
+
+/** Adds one command to the program. */
+export type AddCommand = (program: Command, registries: Registries) => void;
+
+export const COMMANDS: readonly AddCommand[] = [
   verifyCommand,
   inspectModelCommand,
   extractCommand,

@@ -13,6 +13,7 @@ import type { DemoOptions, DemoResult } from "./pipeline/demo.js";
 import type { RunMetricsOptions, RunMetricsResult } from "./pipeline/metrics.js";
 import type { RunOptions, RunResult } from "./pipeline/run.js";
 import type { ExportOptions } from "./export/export.js";
+import type { ExportFormatRegistry } from "./export/formats/format.js";
 import type { FixtureOptions, FixtureResult } from "./fixtures/synthetic.js";
 import type { FixturePreset } from "./fixtures/presets.js";
 import type { MetricsOptions, MetricsResult } from "./metrics/compute.js";
@@ -37,6 +38,7 @@ export { VERSION, TOOL_VERSION } from "./version.js";
 export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable } from "./metrics/table.js";
+export { registerExportFormat, type ExportFormat, type ExportFormatRegistry, type ExportInput, type ExportSettings, type ScoredRow } from "./export/formats/format.js";
 export { metricRows, registerMetric, type LayerData, type Metric, type MetricName, type MetricRegistry, type MetricRow, type MetricSettings } from "./metrics/metric.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
@@ -83,9 +85,14 @@ export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
   return (await import("./score/score-file.js")).scoreFile(o);
 }
 
-/** Writes scored rows as Every Eval Ever (validated) or Foundry files. */
-export async function exportScored(o: ExportOptions): Promise<{ files: string[]; rows: number }> {
-  return (await import("./export/export.js")).exportScored(o);
+/** Writes scored rows in a registered format: Every Eval Ever (validated) or Foundry, built in. */
+export async function exportScored(o: ExportOptions, registry?: ExportFormatRegistry): Promise<{ files: string[]; rows: number }> {
+  return (await import("./export/export.js")).exportScored(o, registry);
+}
+
+/** The built-in export formats (EEE, Foundry), to choose from or to extend with {@link registerExportFormat}. */
+export async function exportFormatRegistry(): Promise<ExportFormatRegistry> {
+  return (await import("./export/formats/registry.js")).EXPORT_FORMATS;
 }
 
 /** Checks a store: manifest, names, headers, sizes, sha256 of every file. Never throws for a bad store; reports it. */

@@ -6,7 +6,7 @@
 import { Command, CommanderError } from "commander";
 
 import { EXIT, HsmError } from "../errors.js";
-import { metricRegistry, VERSION } from "../index.js";
+import { exportFormatRegistry, metricRegistry, VERSION } from "../index.js";
 import type { AddCommand, Registries } from "./commands/index.js";
 
 /**
@@ -21,14 +21,19 @@ async function commandsFor(argv: string[]): Promise<readonly AddCommand[]> {
 
 /**
  * The registries behind the options and help of the command named (`hsm X …`
- * or `hsm help X`): `hsm metrics` lists the metric registry, and `hsm --help`
- * its summary. Every other command line gets them empty, and never reaches
- * those options: loading the metrics would only slow its start.
+ * or `hsm help X`): `hsm metrics` lists the metric registry, `hsm export` the
+ * export formats, and `hsm --help` both in their summaries. Every other command
+ * line gets them empty, and never reaches those options: loading the metrics
+ * would only slow its start.
  */
 async function registriesFor(argv: string[]): Promise<Registries> {
   const command = argv[2] === "help" ? argv[3] : argv[2];
   const help = command === undefined || command.startsWith("-");
-  return { metrics: help || command === "metrics" ? await metricRegistry() : [] };
+  const [metrics, exportFormats] = await Promise.all([
+    help || command === "metrics" ? metricRegistry() : [],
+    help || command === "export" ? exportFormatRegistry() : [],
+  ]);
+  return { metrics, exportFormats };
 }
 
 function buildProgram(commands: readonly AddCommand[], registries: Registries): Command {

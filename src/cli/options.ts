@@ -33,9 +33,9 @@ export function positiveOption(flag: string): (value: string) => number {
   };
 }
 
-/** `a`, `a and b`, `a, b and c`. */
-export function wordList(words: readonly string[]): string {
-  return words.length < 2 ? words.join("") : `${words.slice(0, -1).join(", ")} and ${words.at(-1)}`;
+/** `a`, `a and b`, `a, b and c` (or with another conjunction). */
+export function wordList(words: readonly string[], conjunction = "and"): string {
+  return words.length < 2 ? words.join("") : `${words.slice(0, -1).join(", ")} ${conjunction} ${words.at(-1)}`;
 }
 
 /** A comma-separated list, trimmed. */

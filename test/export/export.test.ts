@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { EXIT, InternalError, ScoredError } from "../../src/errors.js";
-import { instanceSchema, sampleHash } from "../../src/export/eee.js";
+import { instanceSchema, sampleHash } from "../../src/export/formats/eee.js";
 import { exportScored } from "../../src/export/export.js";
 import { validate } from "../../src/export/validate.js";
 import { writeFixture } from "../../src/fixtures/synthetic.js";

@@ -1,11 +1,12 @@
 /**
  * Every command, in the order `hsm --help` lists them; each adds itself to the
  * program. Commands whose options list registered entries (`metrics`: the
- * metrics, with their help) build them from the registries they are given.
+ * metrics; `export`: the formats) build them, and their help, from the
+ * registries they are given.
  */
 import type { Command } from "commander";
 
-import type { MetricRegistry } from "../../index.js";
+import type { ExportFormatRegistry, MetricRegistry } from "../../index.js";
 
 import { adoptCommand } from "./adopt.js";
 import { checkBankCommand } from "./check-bank.js";
@@ -29,6 +30,7 @@ import { verifyCommand } from "./verify.js";
 /** The registries commands build options and help from; src/cli/main.ts loads those the command line needs. */
 export interface Registries {
   metrics: MetricRegistry;
+  exportFormats: ExportFormatRegistry;
 }
 
 /** Adds one command to the program. */

@@ -1,18 +1,27 @@
 /**
  * A metric is one registered unit: a toy third metric, added to a registry of
- * its own (the built-in one untouched), is computed, written to JSON, CSV and
- * SVG, and printed in the table — with no change anywhere else. This is the
- * metric docs/contributing.md walks through.
+ * its own (the built-in one untouched), is selectable and listed by
+ * `hsm metrics` (`--metrics`, `--help`), computed, written to JSON, CSV and
+ * SVG, printed in the table and charted in the report — with no change
+ * anywhere else. This is the metric docs/contributing.md walks through.
  */
-import { readFileSync } from "node:fs";
+import { cpSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { describe, expect, it } from "vitest";
+import { Command } from "commander";
+import { describe, expect, it, vi } from "vitest";
 
 import { ANCHOR_FAMILY } from "../../src/bank/prompt.js";
+import { metricsCommand } from "../../src/cli/commands/metrics.js";
+import { printMetrics } from "../../src/cli/print.js";
+import { UsageError } from "../../src/errors.js";
+import { writeFixture } from "../../src/fixtures/synthetic.js";
 import { computeMetrics } from "../../src/metrics/compute.js";
-import { ALL_FAMILIES, type LayerData, type Metric, type MetricSettings } from "../../src/metrics/metric.js";
-import { METRICS } from "../../src/metrics/registry.js";
+import { ISS } from "../../src/metrics/iss.js";
+import { ALL_FAMILIES, metricRows, type LayerData, type Metric, type MetricSettings } from "../../src/metrics/metric.js";
+import { METRICS, registerMetric } from "../../src/metrics/registry.js";
+import { runMetrics } from "../../src/pipeline/metrics.js";
+import { writeReport } from "../../src/report/build.js";
 import { formatTables, writeResults } from "../../src/metrics/report.js";
 import { typescriptKernels } from "../../src/kernels/typescript/index.js";
 import { Rng } from "../../src/util/random.js";
@@ -81,9 +90,9 @@ describe("a third metric in its own registry", () => {
   it("is computed, written to JSON, CSV and SVG, and printed, beside the built-in ones", async () => {
     const dir = tempDir("hsm-toy-metric-");
     const { store } = await tinyStore(join(dir, "tiny"), ROWS, [3, 4]);
-    const registry = [...METRICS, NORM];
+    const registry = registerMetric(METRICS, NORM);
     const result = await computeMetrics(store, { registry, metrics: ["iss", "norm"], bootstrap: 20, backend: "typescript" });
-    const rows = result.rows.norm as unknown as NormRow[];
+    const rows = metricRows(result, NORM);
     const at = (layer: number, family: string) => rows.find((r) => r.layer === layer && r.family === family)!;
     // para: facts f1 (5 + 1)/2 = 3 and f2 10, mean 6.5; typo: f2 2; all: f1 3, f2 (10 + 2)/2 = 6, mean 4.5.
     for (const layer of [3, 4]) {
@@ -94,7 +103,7 @@ describe("a third metric in its own registry", () => {
       expect(at(layer, "para").norm_ci_low!).toBeGreaterThanOrEqual(3);
       expect(at(layer, "para").norm_ci_high!).toBeLessThanOrEqual(10);
     }
-    expect(result.rows.iss!.length).toBe(6); // the built-in metric still runs beside it
+    expect(metricRows(result, ISS).length).toBe(6); // the built-in metric still runs beside it
 
     const out = join(dir, "out");
     const files = await writeResults(out, result, store, registry);
@@ -121,8 +130,63 @@ describe("a third metric in its own registry", () => {
     expect(table).toContain("  — no rows in this family");
   });
 
-  it("leaves the built-in registry as it was", () => {
+  it("leaves the built-in registry as it was, and takes only new, lower-case names", () => {
+    registerMetric(METRICS, NORM);
     expect(METRICS.map((m) => m.name)).toEqual(["iss", "kts"]);
+    expect(() => registerMetric(METRICS, { ...NORM, name: "iss" })).toThrow('A metric named "iss" is already registered');
+    expect(() => registerMetric(METRICS, { ...NORM, name: "Norm" })).toThrow(/Expected a metric name of a-z/);
+  });
+});
+
+describe("the same metric, through what hsm metrics and hsm report run", () => {
+  const registry = registerMetric(METRICS, NORM);
+
+  it("is a --metrics choice and in --help", () => {
+    const program = new Command("hsm");
+    metricsCommand(program, { metrics: registry, exportFormats: [] });
+    const cmd = program.commands[0]!;
+    const help = cmd.helpInformation().replace(/\s+/g, " ");
+    expect(help).toContain("and NORM (how long are the rows of each family?) for every stored layer");
+    expect(help).toContain("(iss.json, kts.json, norm.json, …)");
+    expect(help).toContain("--metrics <list> iss, kts, norm, comma-separated (default: all with --scored, else iss,norm)");
+    const parse = cmd.options.find((o) => o.long === "--metrics")!.parseArg!;
+    expect(parse("iss,norm", undefined)).toEqual(["iss", "norm"]);
+    expect(() => parse("iss,nrom", undefined)).toThrow(new UsageError('Expected --metrics iss, kts, norm or iss,kts,norm but received "iss,nrom"'));
+  });
+
+  it("is written, printed and charted in the report", async () => {
+    const dir = tempDir("hsm-toy-walk-");
+    const outputs = join(dir, "outputs");
+    const fx = await writeFixture(join(dir, "fx"), { facts: 20, d: 8 });
+    cpSync(fx.store, join(outputs, "hidden", "toy"), { recursive: true });
+    cpSync(fx.scored, join(outputs, "evaluation", "toy.scored.jsonl"));
+    const store = join(outputs, "hidden", "toy");
+    const out = join(outputs, "metrics", "toy");
+    // Without --scored, the metrics that need no labels: ISS and NORM.
+    const { result, files } = await runMetrics(store, { registry, out, bootstrap: 20, backend: "typescript" });
+    expect(Object.keys(result.rows)).toEqual(["iss", "norm"]);
+    expect(files.json).toEqual([join(out, "iss.json"), join(out, "norm.json")]);
+    expect(files.csv).toEqual([join(out, "iss.csv"), join(out, "norm.csv")]);
+    expect(files.svg).toEqual([join(out, "iss.svg"), join(out, "norm.svg")]);
+
+    const printed: string[] = [];
+    const write = vi.spyOn(process.stdout, "write").mockImplementation((text) => (printed.push(String(text)), true));
+    try {
+      await printMetrics(result, files, 1, registry);
+    } finally {
+      write.mockRestore();
+    }
+    const lines = printed.join("").split("\n");
+    expect(lines).toContain("NORM (mean row length)");
+    expect(lines.indexOf("NORM (mean row length)")).toBeGreaterThan(lines.indexOf(ISS.tableTitle));
+    expect(lines).toContain(`wrote ${[...files.json, ...files.csv].join(", ")}`);
+
+    const html = readFileSync((await writeReport(outputs, { registry, verify: false, replicates: 20 })).path, "utf8");
+    expect(html).toContain('<a href="#iss">ISS</a><a href="#kts">KTS</a><a href="#norm">NORM</a>');
+    expect(html).toContain('<h2 id="norm">NORM by normalized depth');
+    const section = html.slice(html.indexOf('<h2 id="norm">'), html.indexOf('<h2 id="compare">'));
+    expect(section).toContain('<figure class="chart" data-family="paraphrase">');
+    expect(section).toContain('<figure class="chart" data-family="all">');
   });
 });
 

@@ -38,8 +38,10 @@ export { VERSION, TOOL_VERSION } from "./version.js";
 export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable } from "./metrics/table.js";
-export { registerExportFormat, type ExportFormat, type ExportFormatRegistry, type ExportInput, type ExportSettings, type ScoredRow } from "./export/formats/format.js";
-export { metricRows, registerMetric, type LayerData, type Metric, type MetricName, type MetricRegistry, type MetricRow, type MetricSettings } from "./metrics/metric.js";
+export { registerExportFormat, type ExportFormat, type ExportFormatRegistry } from "./export/formats/format.js";
+export type { ExportInput, ExportSettings, ScoredRow } from "./export/formats/format.js";
+export { metricRows, registerMetric, type Metric, type MetricName, type MetricRegistry } from "./metrics/metric.js";
+export type { LayerData, MetricRow, MetricSettings } from "./metrics/metric.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
 export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
@@ -86,7 +88,10 @@ export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
 }
 
 /** Writes scored rows in a registered format: Every Eval Ever (validated) or Foundry, built in. */
-export async function exportScored(o: ExportOptions, registry?: ExportFormatRegistry): Promise<{ files: string[]; rows: number }> {
+export async function exportScored(
+  o: ExportOptions,
+  registry?: ExportFormatRegistry,
+): Promise<{ files: string[]; rows: number }> {
   return (await import("./export/export.js")).exportScored(o, registry);
 }
 
@@ -115,7 +120,7 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
   return (await import("./store/merge.js")).mergeShards(out, shardDirs, options);
 }
 
-/** The rows of every requested metric of the registry (default: ISS and KTS) for every stored layer and family; writes nothing. */
+/** Rows of each requested metric of the registry (default: ISS, KTS) per stored layer and family; writes nothing. */
 export async function computeMetrics(store: string, o: MetricsOptions = {}): Promise<MetricsResult> {
   return (await import("./metrics/compute.js")).computeMetrics(store, o);
 }

@@ -26,7 +26,12 @@ export function progressFor(quiet?: boolean): ((step: string, done: number, tota
 }
 
 /** Each computed metric's table with its notes (from the registry), the backend and the files written. */
-export async function printMetrics(result: MetricsResult, files: WrittenFiles, seconds: number, registry?: MetricRegistry): Promise<void> {
+export async function printMetrics(
+  result: MetricsResult,
+  files: WrittenFiles,
+  seconds: number,
+  registry?: MetricRegistry,
+): Promise<void> {
   const tables = await formatTables(result, registry);
   if (tables) out(tables);
   out(`backend: ${result.backend.name} (tfjs ${result.backend.tfjs}, native ${result.backend.simd}); ${seconds.toFixed(1)} s`);

@@ -31,11 +31,15 @@ async function readScored(file: string): Promise<{ rows: ScoredRow[]; lines: num
 }
 
 /** Reads and checks the scored rows, joins them with the bank, and writes them in the format asked for. */
-export async function exportScored(o: ExportOptions, registry: ExportFormatRegistry = EXPORT_FORMATS): Promise<{ files: string[]; rows: number }> {
+export async function exportScored(
+  o: ExportOptions,
+  registry: ExportFormatRegistry = EXPORT_FORMATS,
+): Promise<{ files: string[]; rows: number }> {
   const format = registry.find((f) => f.name === o.format);
   if (!format) {
     const names = registry.map((f) => f.name);
-    throw new UsageError(`Expected --format ${names.slice(0, -1).join(", ")} or ${names.at(-1)} but received "${o.format}"`);
+    const expected = `${names.slice(0, -1).join(", ")} or ${names.at(-1)}`;
+    throw new UsageError(`Expected --format ${expected} but received "${o.format}"`);
   }
   const { rows, lines } = await readScored(o.scored);
   const bankRows = await readBank(o.bank);

@@ -76,8 +76,11 @@ export interface Metric<Row extends MetricRow = MetricRow> {
   notes?(rows: Row[]): string[];
 }
 
-/** The rows of `metric` in a result keyed by metric name, typed as the metric's rows (empty when it was not computed). */
-export function metricRows<Row extends MetricRow>(result: { rows: Record<MetricName, MetricRow[]> }, metric: Metric<Row>): Row[] {
+/** The rows of `metric` in a result keyed by metric name, typed as the metric's rows (empty when not computed). */
+export function metricRows<Row extends MetricRow>(
+  result: { rows: Record<MetricName, MetricRow[]> },
+  metric: Metric<Row>,
+): Row[] {
   return (result.rows[metric.name] ?? []) as Row[];
 }
 /**
@@ -96,8 +99,11 @@ const METRIC_NAME = /^[a-z][a-z0-9_-]*$/;
  */
 export function registerMetric<Row extends MetricRow>(registry: MetricRegistry, metric: Metric<Row>): MetricRegistry {
   if (!METRIC_NAME.test(metric.name)) {
-    throw new MetricsError(`Expected a metric name of a-z, 0-9, _ and - (starting with a letter) but received "${metric.name}"`);
+    const rule = "a-z, 0-9, _ and - (starting with a letter)";
+    throw new MetricsError(`Expected a metric name of ${rule} but received "${metric.name}"`);
   }
-  if (registry.some((m) => m.name === metric.name)) throw new MetricsError(`A metric named "${metric.name}" is already registered`);
+  if (registry.some((m) => m.name === metric.name)) {
+    throw new MetricsError(`A metric named "${metric.name}" is already registered`);
+  }
   return [...registry, metric as unknown as Metric<MetricRow>];
 }

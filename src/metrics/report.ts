@@ -95,7 +95,8 @@ export function formatTables(result: MetricsResult, registry: MetricRegistry = M
   for (const metric of registry) {
     const rows = result.rows[metric.name] ?? [];
     if (rows.length === 0) continue;
-    lines.push(formatTable(metric.tableTitle, shownValues(metric, rows)), ...(metric.notes ? metric.notes(rows) : nullReasons(metric, rows)));
+    const notes = metric.notes ? metric.notes(rows) : nullReasons(metric, rows);
+    lines.push(formatTable(metric.tableTitle, shownValues(metric, rows)), ...notes);
   }
   return lines.join("\n");
 }

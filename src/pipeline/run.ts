@@ -84,7 +84,8 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
 
   const metrics = await computeMetrics(paths.store, { scored: paths.scored });
   const files = await writeResults(paths.metrics, metrics, paths.store);
-  log("metrics", `${wordList(METRICS.filter((m) => metrics.rows[m.name]).map((m) => m.title))} for ${metrics.manifest.layers.length} layers`);
+  const computed = METRICS.filter((m) => metrics.rows[m.name]).map((m) => m.title);
+  log("metrics", `${wordList(computed)} for ${metrics.manifest.layers.length} layers`);
 
   const eee = await exportScored({ format: "eee", scored: paths.scored, bank: o.bank, out: paths.eee, benchmark: basename(o.bank).replace(/\.jsonl?$/, "") });
   await exportScored({ format: "foundry", scored: paths.scored, bank: o.bank, out: paths.foundry });

@@ -86,7 +86,11 @@ function depthTicks(minDepth: number): { x: number; label: string }[] {
 type ModelRows = Map<string, { L: number; rows: Row[] }>;
 
 /** One small multiple per family: the metric of every model against normalized depth, with its bootstrap band. */
-function smallMultiples(metric: Metric<MetricRow>, rows: ModelRows, families: string[]): { family: string; svg: string | null }[] {
+function smallMultiples(
+  metric: Metric<MetricRow>,
+  rows: ModelRows,
+  families: string[],
+): { family: string; svg: string | null }[] {
   const { value, low, high } = metric.columns;
   const depths = [...rows.values()].flatMap((m) => m.rows.map((r) => normalizedDepth(r.layer as number, m.L)));
   const ticks = depthTicks(depths.length ? Math.min(...depths) : 0);
@@ -220,7 +224,8 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
     new Map(await Promise.all(found.map(async (m, i) => [m.name, { L: loaded[i]!.values.numLayers, rows: ((await readJson(join(m.paths.metrics, `${name}.json`)))?.rows ?? []) as Row[] }] as const)));
   const rows: ModelRows[] = [];
   for (const metric of registry) rows.push(await metricRows(metric.name));
-  const charted = (f: string) => rows.some((byModel) => [...byModel.values()].some((m) => m.rows.some((r) => r.family === f)));
+  const charted = (f: string) =>
+    rows.some((byModel) => [...byModel.values()].some((m) => m.rows.some((r) => r.family === f)));
   const chartFamilies = families.filter((f) => f !== ANCHOR_FAMILY && charted(f));
   const study = await readStudyRecord(outputs);
   const data = {

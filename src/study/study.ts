@@ -59,11 +59,17 @@ async function accuracyOf(scored: string): Promise<Accuracy> {
   return { correct, queries, accuracy: queries ? correct / queries : null, accuracyInterval: queries ? wilsonInterval(correct, queries) : null };
 }
 
-/** Checks an imported model's files where they are: scored rows, a store that verifies and matches the study's prompt length, and every metric's results. */
+/**
+ * Checks an imported model's files where they are: scored rows, a store that
+ * verifies and matches the study's prompt length, and every metric's results.
+ */
 async function checkImport(study: Study, model: StudyModel, paths: ModelPaths): Promise<void> {
   const missing: string[] = [];
   if (!(await exists(paths.scored))) missing.push(paths.scored);
-  for (const { name } of METRICS) if (!(await exists(join(paths.metrics, `${name}.json`)))) missing.push(join(paths.metrics, `${name}.json`));
+  for (const { name } of METRICS) {
+    const results = join(paths.metrics, `${name}.json`);
+    if (!(await exists(results))) missing.push(results);
+  }
   if (!(await exists(join(paths.store, "index.json")))) missing.push(join(paths.store, "index.json"));
   if (missing.length) {
     throw new HsmError(`imported model "${model.name}" is not finished in ${model.outputs}: missing ${missing.join(", ")}; finish it with hsm run --outputs ${model.outputs} --model ${model.name}`);

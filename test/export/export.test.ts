@@ -1,4 +1,7 @@
-/** Exports of a fixture: every EEE record valid against the published schema; Foundry's columns; a third format added through the registry. */
+/**
+ * Exports of a fixture: every EEE record valid against the published schema;
+ * Foundry's columns; a third format added through the registry.
+ */
 import { createHash } from "node:crypto";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -179,14 +182,15 @@ describe("export errors and settings", () => {
   });
 });
 
-/** A toy third format: one tab-separated line per scored row (query id, family, label). docs/contributing.md walks through it. */
+/** A toy third format: a tab-separated line per scored row (query id, family, label); docs/contributing.md's walk. */
 const TSV: ExportFormat = {
   name: "tsv",
   title: "Tab-separated labels",
   description: "one line per scored row: query_id, condition_family and label, tab-separated.",
   out: "TSV file",
   async write({ rows, settings }) {
-    await writeExportFile(settings.out, rows.map((r) => [r.query_id, r.condition_family, r.label].join("\t")).join("\n") + "\n");
+    const lines = rows.map((r) => [r.query_id, r.condition_family, r.label].join("\t"));
+    await writeExportFile(settings.out, lines.join("\n") + "\n");
     return [settings.out];
   },
 };
@@ -205,7 +209,8 @@ describe("a third export format in its own registry", () => {
     expect(help).toContain("--out <path> folder (eee), JSONL file (foundry) or TSV file (tsv)");
     const parse = cmd.options.find((o) => o.long === "--format")!.parseArg!;
     expect(parse("tsv", undefined)).toBe("tsv");
-    expect(() => parse("csv", undefined)).toThrow(new UsageError('Expected --format eee, foundry or tsv but received "csv"'));
+    const refused = new UsageError('Expected --format eee, foundry or tsv but received "csv"');
+    expect(() => parse("csv", undefined)).toThrow(refused);
   });
 
   it("is written from the checked rows, beside the built-in formats, which stay as they were", async () => {
@@ -213,7 +218,8 @@ describe("a third export format in its own registry", () => {
     const r = await exportScored({ format: "tsv", scored: fx.scored, bank: fx.bank, out }, registry);
     const scored = readFileSync(fx.scored, "utf8").trim().split("\n").map((l) => JSON.parse(l));
     expect(r).toEqual({ files: [out], rows: scored.length });
-    expect(readFileSync(out, "utf8")).toBe(scored.map((s) => `${s.query_id}\t${s.condition_family}\t${s.label}\n`).join(""));
+    const expected = scored.map((s) => `${s.query_id}\t${s.condition_family}\t${s.label}\n`);
+    expect(readFileSync(out, "utf8")).toBe(expected.join(""));
     expect(EXPORT_FORMATS.map((f) => f.name)).toEqual(["eee", "foundry"]);
     await expect(exportScored({ format: "tsv", scored: fx.scored, bank: fx.bank, out })).rejects.toThrow(
       new UsageError('Expected --format eee or foundry but received "tsv"'),

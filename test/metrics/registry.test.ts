@@ -18,7 +18,8 @@ import { UsageError } from "../../src/errors.js";
 import { writeFixture } from "../../src/fixtures/synthetic.js";
 import { computeMetrics } from "../../src/metrics/compute.js";
 import { ISS } from "../../src/metrics/iss.js";
-import { ALL_FAMILIES, metricRows, type LayerData, type Metric, type MetricSettings } from "../../src/metrics/metric.js";
+import { ALL_FAMILIES, metricRows } from "../../src/metrics/metric.js";
+import type { LayerData, Metric, MetricSettings } from "../../src/metrics/metric.js";
 import { METRICS, registerMetric } from "../../src/metrics/registry.js";
 import { runMetrics } from "../../src/pipeline/metrics.js";
 import { writeReport } from "../../src/report/build.js";
@@ -133,7 +134,8 @@ describe("a third metric in its own registry", () => {
   it("leaves the built-in registry as it was, and takes only new, lower-case names", () => {
     registerMetric(METRICS, NORM);
     expect(METRICS.map((m) => m.name)).toEqual(["iss", "kts"]);
-    expect(() => registerMetric(METRICS, { ...NORM, name: "iss" })).toThrow('A metric named "iss" is already registered');
+    const taken = 'A metric named "iss" is already registered';
+    expect(() => registerMetric(METRICS, { ...NORM, name: "iss" })).toThrow(taken);
     expect(() => registerMetric(METRICS, { ...NORM, name: "Norm" })).toThrow(/Expected a metric name of a-z/);
   });
 });
@@ -148,10 +150,12 @@ describe("the same metric, through what hsm metrics and hsm report run", () => {
     const help = cmd.helpInformation().replace(/\s+/g, " ");
     expect(help).toContain("and NORM (how long are the rows of each family?) for every stored layer");
     expect(help).toContain("(iss.json, kts.json, norm.json, …)");
-    expect(help).toContain("--metrics <list> iss, kts, norm, comma-separated (default: all with --scored, else iss,norm)");
+    expect(help).toContain("--metrics <list> iss, kts, norm, comma-separated");
+    expect(help).toContain("(default: all with --scored, else iss,norm)");
     const parse = cmd.options.find((o) => o.long === "--metrics")!.parseArg!;
     expect(parse("iss,norm", undefined)).toEqual(["iss", "norm"]);
-    expect(() => parse("iss,nrom", undefined)).toThrow(new UsageError('Expected --metrics iss, kts, norm or iss,kts,norm but received "iss,nrom"'));
+    const refused = 'Expected --metrics iss, kts, norm or iss,kts,norm but received "iss,nrom"';
+    expect(() => parse("iss,nrom", undefined)).toThrow(new UsageError(refused));
   });
 
   it("is written, printed and charted in the report", async () => {

@@ -13,7 +13,9 @@ function metricList(registry: MetricRegistry): (value: string) => string[] {
   const expected = names.length > 1 ? `${names.join(", ")} or ${names.join(",")}` : names.join("");
   return (value) => {
     const metrics = listOption(value);
-    for (const m of metrics) if (!names.includes(m)) throw new UsageError(`Expected --metrics ${expected} but received "${value}"`);
+    for (const m of metrics) {
+      if (!names.includes(m)) throw new UsageError(`Expected --metrics ${expected} but received "${value}"`);
+    }
     return metrics;
   };
 }
@@ -28,14 +30,17 @@ function describe(registry: MetricRegistry): { summary: string; description: str
     summary: `compute ${wordList(registry.map((m) => m.title))} over a hidden-state store`,
     description:
       `Compute ${wordList(each)} for every stored layer and condition family, as defined in docs/metrics.md. Writes ` +
-      `<metric>.json, its .csv twin and <metric>.svg for each (${names.map((n) => `${n}.json`).join(", ")}, …) under ` +
+      `<metric>.json, its .csv twin and <metric>.svg for each (${names.map((n) => `${n}.json`).join(", ")}, …) ` +
+      "under " +
       "--out, and prints a compact table.",
     scored: `scored JSONL (needed for ${wordList(registry.filter(scored).map((m) => m.title))})`,
     metrics: `${names.join(", ")}, comma-separated (default: all with --scored, else ${alone.join(",")})`,
   };
 }
 
-async function action(store: string, opts: RunMetricsOptions & { quiet?: boolean }, registry: MetricRegistry): Promise<void> {
+type Flags = RunMetricsOptions & { quiet?: boolean };
+
+async function action(store: string, opts: Flags, registry: MetricRegistry): Promise<void> {
   const t0 = performance.now();
   const { quiet, ...options } = opts;
   // A line per layer and phase; on long runs, between layers, the layers done with a rate and an ETA.
@@ -73,5 +78,5 @@ export function metricsCommand(program: Command, { metrics: registry }: Registri
     .option("--allow-missing-labels", "leave out store rows without a scored row instead of stopping")
     .option("--verify", "hash every store file against its manifest first")
     .option("-q, --quiet", "no progress on stderr")
-    .action((store: string, opts: RunMetricsOptions & { quiet?: boolean }) => action(store, opts, registry));
+    .action((store: string, opts: Flags) => action(store, opts, registry));
 }

@@ -27,9 +27,10 @@ const INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.3.0";
 const AGGREGATE_SCHEMA_VERSION = "0.2.1";
 const SCHEMA_FILE = `${INSTANCE_SCHEMA_VERSION}.json`;
 
-/** Where the published schema lies: in src/export/schemas/ beside this folder (src/), or seen from the build (dist/). */
+/** Where the published schema lies: src/export/schemas/, seen from this folder in src/ or in dist/. */
 function schemaPlaces(here: string): string[] {
-  return [join(here, "..", "schemas", SCHEMA_FILE), join(here, "..", "..", "..", "src", "export", "schemas", SCHEMA_FILE)];
+  const fromBuild = join(here, "..", "..", "..", "src", "export", "schemas", SCHEMA_FILE);
+  return [join(here, "..", "schemas", SCHEMA_FILE), fromBuild];
 }
 
 /**
@@ -155,7 +156,7 @@ export async function writeEee(outDir: string, rows: ScoredRow[], bank: Map<stri
   return { aggregate: aggregatePath, samples: samplesPath, records };
 }
 
-/** The identity of an evaluation: names from the settings, else from the rows and the bank file; the id ends in the time. */
+/** Who and what was evaluated: from the settings, else the rows and the bank file; the id ends in the time. */
 function identity(input: ExportInput): ExportIdentity {
   const o = input.settings;
   const model = input.rows[0]?.model ?? UNNAMED;
@@ -175,9 +176,9 @@ export const EEE: ExportFormat = {
   name: "eee",
   title: "Every Eval Ever",
   description:
-    "an aggregate record (accuracy per condition family, decoding settings, and a pointer to the samples file with its " +
-    "sha256 and row count) beside instance-level samples (schema instance_level_eval_0.3.0, every record validated), " +
-    "under OUT/data/<benchmark>/<developer>/<model>/.",
+    "an aggregate record (accuracy per condition family, decoding settings, and a pointer to the samples file " +
+    "with its sha256 and row count) beside instance-level samples (schema instance_level_eval_0.3.0, every " +
+    "record validated), under OUT/data/<benchmark>/<developer>/<model>/.",
   out: "folder",
   async write(input) {
     const written = await writeEee(input.settings.out, input.rows, input.bank, identity(input));
@@ -187,7 +188,8 @@ export const EEE: ExportFormat = {
       // The records are hsm's own making: one that fails the schema is a bug in hsm.
       if (errors.length) {
         const problems = errors.map((e) => `${e.path} ${e.message}`).join("; ");
-        throw new InternalError(`${written.samples}:${i + 1}: not valid against ${String(schema.version)}: ${problems}`);
+        const where = `${written.samples}:${i + 1}`;
+        throw new InternalError(`${where}: not valid against ${String(schema.version)}: ${problems}`);
       }
     }
     return [written.aggregate, written.samples];

@@ -63,7 +63,7 @@ export interface ExportFormat {
   write(input: ExportInput): Promise<string[]>;
 }
 
-/** Export formats in the order `hsm export --help` lists them; src/export/formats/registry.ts holds the built-in ones. */
+/** Export formats, in the order `hsm export --help` lists them; formats/registry.ts holds the built-in ones. */
 export type ExportFormatRegistry = readonly ExportFormat[];
 
 /** A name that is safe as a `--format` value. */
@@ -76,9 +76,12 @@ const FORMAT_NAME = /^[a-z][a-z0-9_-]*$/;
  */
 export function registerExportFormat(registry: ExportFormatRegistry, format: ExportFormat): ExportFormatRegistry {
   if (!FORMAT_NAME.test(format.name)) {
-    throw new UsageError(`Expected an export format name of a-z, 0-9, _ and - (starting with a letter) but received "${format.name}"`);
+    const rule = "a-z, 0-9, _ and - (starting with a letter)";
+    throw new UsageError(`Expected an export format name of ${rule} but received "${format.name}"`);
   }
-  if (registry.some((f) => f.name === format.name)) throw new UsageError(`An export format named "${format.name}" is already registered`);
+  if (registry.some((f) => f.name === format.name)) {
+    throw new UsageError(`An export format named "${format.name}" is already registered`);
+  }
   return [...registry, format];
 }
 

@@ -1,4 +1,4 @@
-/** Microsoft Foundry evaluation JSONL: query, response and ground_truth per scored row, or messages and ground_truth. */
+/** Microsoft Foundry evaluation JSONL: query, response and ground_truth per row, or messages and ground_truth. */
 import type { BankRow } from "../../bank/bank.js";
 import { buildPrompt } from "../../bank/prompt.js";
 import { writeExportFile, type ExportFormat, type ScoredRow } from "./format.js";
@@ -9,14 +9,21 @@ function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<st
   const truth = bank.answers[0] ?? "";
   const extra = { query_id: row.query_id, condition_family: row.condition_family, label: row.label };
   if (messages) {
-    return { messages: [{ role: "user", content: prompt }, { role: "assistant", content: row.raw_response }], ground_truth: truth, ...extra };
+    const turns = [{ role: "user", content: prompt }, { role: "assistant", content: row.raw_response }];
+    return { messages: turns, ground_truth: truth, ...extra };
   }
   return { query: prompt, response: row.raw_response, ground_truth: truth, ...extra };
 }
 
 /** Writes every row as one Foundry line to `path`. */
-export async function writeFoundry(path: string, rows: ScoredRow[], bank: Map<string, BankRow>, messages = false): Promise<void> {
-  await writeExportFile(path, rows.map((r) => JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages))).join("\n") + "\n");
+export async function writeFoundry(
+  path: string,
+  rows: ScoredRow[],
+  bank: Map<string, BankRow>,
+  messages = false,
+): Promise<void> {
+  const lines = rows.map((r) => JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages)));
+  await writeExportFile(path, lines.join("\n") + "\n");
 }
 
 export const FOUNDRY: ExportFormat = {

@@ -13,10 +13,11 @@ import type { DemoOptions, DemoResult } from "./pipeline/demo.js";
 import type { RunMetricsOptions, RunMetricsResult } from "./pipeline/metrics.js";
 import type { RunOptions, RunResult } from "./pipeline/run.js";
 import type { ExportOptions } from "./export/export.js";
+import type { ExportFormatRegistry } from "./export/formats/format.js";
 import type { FixtureOptions, FixtureResult } from "./synthetic/store.js";
 import type { FixturePreset } from "./synthetic/store-presets.js";
 import type { MetricsOptions, MetricsResult } from "./metrics/compute.js";
-import type { MetricRegistry } from "./metrics/registry.js";
+import type { MetricRegistry } from "./metrics/metric.js";
 import type { WrittenFiles } from "./metrics/report.js";
 import type { LlamaConfig, TinyModelOptions } from "./synthetic/llama.js";
 import type { ExtractOptions as RunnerExtractOptions, ExtractResult, ModelInspection } from "./extract/extract.js";
@@ -37,6 +38,10 @@ export { VERSION, TOOL_VERSION } from "./version.js";
 export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable } from "./metrics/table.js";
+export { registerExportFormat, type ExportFormat, type ExportFormatRegistry } from "./export/formats/format.js";
+export type { ExportInput, ExportSettings, ScoredRow } from "./export/formats/format.js";
+export { metricRows, registerMetric, type Metric, type MetricName, type MetricRegistry } from "./metrics/metric.js";
+export type { LayerData, MetricRow, MetricSettings } from "./metrics/metric.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./synthetic/store-presets.js";
 export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
@@ -82,9 +87,17 @@ export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
   return (await import("./score/score-file.js")).scoreFile(o);
 }
 
-/** Writes scored rows as Every Eval Ever (validated) or Foundry files. */
-export async function exportScored(o: ExportOptions): Promise<{ files: string[]; rows: number }> {
-  return (await import("./export/export.js")).exportScored(o);
+/** Writes scored rows in a registered format: Every Eval Ever (validated) or Foundry, built in. */
+export async function exportScored(
+  o: ExportOptions,
+  registry?: ExportFormatRegistry,
+): Promise<{ files: string[]; rows: number }> {
+  return (await import("./export/export.js")).exportScored(o, registry);
+}
+
+/** The built-in export formats (EEE, Foundry), to choose from or to extend with {@link registerExportFormat}. */
+export async function exportFormatRegistry(): Promise<ExportFormatRegistry> {
+  return (await import("./export/formats/registry.js")).EXPORT_FORMATS;
 }
 
 /** Checks a store: manifest, names, headers, sizes, sha256 of every file. Never throws for a bad store; reports it. */
@@ -107,9 +120,19 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
   return (await import("./store/merge.js")).mergeShards(out, shardDirs, options);
 }
 
-/** ISS and KTS rows for every stored layer and family; writes nothing. */
+/** Rows of each requested metric of the registry (default: ISS, KTS) per stored layer and family; writes nothing. */
 export async function computeMetrics(store: string, o: MetricsOptions = {}): Promise<MetricsResult> {
   return (await import("./metrics/compute.js")).computeMetrics(store, o);
+}
+
+/** The built-in metric registry (ISS, KTS), to select from or to extend with {@link registerMetric}. */
+export async function metricRegistry(): Promise<MetricRegistry> {
+  return (await import("./metrics/registry.js")).METRICS;
+}
+
+/** Every computed metric's table with its notes, in the registry's order: what `hsm metrics` prints. */
+export async function formatTables(result: MetricsResult, registry?: MetricRegistry): Promise<string> {
+  return (await import("./metrics/report.js")).formatTables(result, registry);
 }
 
 /** Writes metric results under `dir`: one JSON, CSV and SVG per metric with rows (docs/formats.md#metric-results); returns the paths written. */

@@ -6,19 +6,37 @@
 import { Command, CommanderError } from "commander";
 
 import { EXIT, HsmError } from "../errors.js";
-import { VERSION } from "../index.js";
+import { exportFormatRegistry, metricRegistry, VERSION } from "../index.js";
+import type { AddCommand, Registries } from "./commands/index.js";
 
 /**
  * The commands to build: all of them, except for `hsm verify`, which loads
  * only its own (start-up is a visible share of verifying a store, and no other
  * command's modules are needed to parse its command line or print its help).
  */
-async function commandsFor(argv: string[]): Promise<readonly ((program: Command) => void)[]> {
+async function commandsFor(argv: string[]): Promise<readonly AddCommand[]> {
   if (argv[2] === "verify") return [(await import("./commands/verify.js")).verifyCommand];
   return (await import("./commands/index.js")).COMMANDS;
 }
 
-function buildProgram(commands: readonly ((program: Command) => void)[]): Command {
+/**
+ * The registries behind the options and help of the command named (`hsm X …`
+ * or `hsm help X`): `hsm metrics` lists the metric registry, `hsm export` the
+ * export formats, and `hsm --help` both in their summaries. Every other command
+ * line gets them empty, and never reaches those options: loading the metrics
+ * would only slow its start.
+ */
+async function registriesFor(argv: string[]): Promise<Registries> {
+  const command = argv[2] === "help" ? argv[3] : argv[2];
+  const help = command === undefined || command.startsWith("-");
+  const [metrics, exportFormats] = await Promise.all([
+    help || command === "metrics" ? metricRegistry() : [],
+    help || command === "export" ? exportFormatRegistry() : [],
+  ]);
+  return { metrics, exportFormats };
+}
+
+function buildProgram(commands: readonly AddCommand[], registries: Registries): Command {
   const program = new Command("hsm")
     .description(
       "Hidden-state metrics: run a decoder model (ONNX) over a bank of short factual questions — greedy answers, " +
@@ -33,7 +51,7 @@ function buildProgram(commands: readonly ((program: Command) => void)[]): Comman
     .version(VERSION)
     .showHelpAfterError("(run with --help for usage)")
     .configureHelp({ sortSubcommands: false });
-  for (const add of commands) add(program);
+  for (const add of commands) add(program, registries);
   return program;
 }
 
@@ -58,7 +76,8 @@ export function exitStatusFor(err: unknown): number {
 
 /** Runs the CLI on `argv` (as process.argv); returns the exit status. */
 export async function run(argv: string[]): Promise<number> {
-  const program = buildProgram(await commandsFor(argv));
+  const [commands, registries] = await Promise.all([commandsFor(argv), registriesFor(argv)]);
+  const program = buildProgram(commands, registries);
   program.exitOverride();
   for (const cmd of program.commands) cmd.exitOverride();
   try {

@@ -3,6 +3,13 @@ import type { Command } from "commander";
 
 import { DEFAULT_BATCH_SIZE, DEFAULT_DEVICE, DEVICES } from "../defaults.js";
 import { UsageError } from "../errors.js";
+import type { ExportFormatRegistry, MetricRegistry } from "../index.js";
+
+/** The registries commands build options and help from; src/cli/main.ts loads those the command line needs. */
+export interface Registries {
+  metrics: MetricRegistry;
+  exportFormats: ExportFormatRegistry;
+}
 
 export function intOption(flag: string, min = 0): (value: string) => number {
   return (value: string) => {
@@ -31,6 +38,11 @@ export function positiveOption(flag: string): (value: string) => number {
     if (!(n > 0)) throw new UsageError(`Expected a positive number for ${flag} but received "${value}"`);
     return n;
   };
+}
+
+/** `a`, `a and b`, `a, b and c` (or with another conjunction). */
+export function wordList(words: readonly string[], conjunction = "and"): string {
+  return words.length < 2 ? words.join("") : `${words.slice(0, -1).join(", ")} ${conjunction} ${words.at(-1)}`;
 }
 
 /** A comma-separated list, trimmed. */

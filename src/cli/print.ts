@@ -1,5 +1,5 @@
 /** How results reach the user: stdout for results, stderr for progress. */
-import { createProgress, formatTable, type MetricsResult, type WrittenFiles } from "../index.js";
+import { createProgress, formatTables, type MetricRegistry, type MetricsResult, type WrittenFiles } from "../index.js";
 
 /** One line (or block) on stdout. */
 export function out(text: string): void {
@@ -25,20 +25,15 @@ export function progressFor(quiet?: boolean): ((step: string, done: number, tota
   };
 }
 
-/** The KTS table, then why some cells are empty and which probes did not converge. */
-function printKts(result: MetricsResult): void {
-  const perturbed = result.kts.filter((r) => r.family !== "anchor");
-  out(formatTable("KTS (1: the anchor probe's signal transfers fully; 0: not at all)", perturbed.map((r) => ({ layer: r.layer, family: r.family, value: r.kts }))) + "\n");
-  for (const reason of new Set(perturbed.filter((r) => r.kts === null).map((r) => r.kts_null_reason))) out(`  — ${reason}`);
-  for (const r of result.kts.filter((x) => x.family === "anchor" && x.probes_not_converged > 0)) {
-    out(`  layer ${r.layer}: ${r.probes_not_converged} probe(s) did not converge in 2,000 iterations`);
-  }
-}
-
-/** The ISS and KTS tables, null reasons, non-converged probes, backend and files written. */
-export function printMetrics(result: MetricsResult, files: WrittenFiles, seconds: number): void {
-  if (result.iss.length) out(formatTable("ISS (fact-macro margin; higher: perturbed questions stay near their anchor)", result.iss.map((r) => ({ layer: r.layer, family: r.family, value: r.iss }))) + "\n");
-  if (result.kts.length) printKts(result);
+/** Each computed metric's table with its notes (from the registry), the backend and the files written. */
+export async function printMetrics(
+  result: MetricsResult,
+  files: WrittenFiles,
+  seconds: number,
+  registry?: MetricRegistry,
+): Promise<void> {
+  const tables = await formatTables(result, registry);
+  if (tables) out(tables);
   out(`backend: ${result.backend.name} (tfjs ${result.backend.tfjs}, native ${result.backend.simd}); ${seconds.toFixed(1)} s`);
   out(`wrote ${[...files.json, ...files.csv].join(", ")}`);
   out(`plots: ${files.svg.join(", ")}`);

@@ -10,10 +10,8 @@ import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEF
 import { openKernels, type BackendName } from "../kernels/registry.js";
 import type { Manifest } from "../store/manifest.js";
 import { StoreReader } from "../store/reader.js";
-import type { IssRow } from "./iss.js";
-import type { KtsRow } from "./kts.js";
 import { readLabels } from "./labels.js";
-import { MetricsError, type LayerData, type MetricRow, type MetricSettings } from "./metric.js";
+import { MetricsError, type LayerData, type MetricName, type MetricRow, type MetricSettings } from "./metric.js";
 import { PROBE_MAX_ITERATIONS } from "./probe.js";
 import { METRICS, type MetricRegistry } from "./registry.js";
 
@@ -58,10 +56,8 @@ export interface MetricsResult {
   manifest: Manifest;
   config: Record<string, unknown>;
   backend: { name: string; tfjs: string; simd: string };
-  /** Rows per metric name, for every metric computed. */
-  rows: Record<string, MetricRow[]>;
-  iss: IssRow[];
-  kts: KtsRow[];
+  /** Rows per metric name, for every metric computed (typed by `metricRows(result, metric)`). */
+  rows: Record<MetricName, MetricRow[]>;
 }
 
 export async function computeMetrics(store: string, o: MetricsOptions = {}): Promise<MetricsResult> {
@@ -132,8 +128,6 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       },
       backend: { name: resolved.backend, tfjs: resolved.detail.tfjs, simd: resolved.detail.simd },
       rows: Object.fromEntries(metrics.map((x) => [x.name, []])),
-      iss: [],
-      kts: [],
     };
     // One buffer per metric, reused across layers.
     const buffers = new Map<string, Float32Array>();
@@ -202,8 +196,6 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
         result.rows[metric.name]!.push(...(await metric.compute(data, settings)).filter((r) => report(r.family)));
       }
     }
-    result.iss = (result.rows.iss ?? []) as IssRow[];
-    result.kts = (result.rows.kts ?? []) as KtsRow[];
     return result;
   } finally {
     await reader.close();

@@ -166,6 +166,7 @@ export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRo
 export const ISS: Metric<IssRow> = {
   name: "iss",
   title: "ISS",
+  description: "does a perturbed question stay near its fact's anchor question inside the model?",
   tableTitle: "ISS (fact-macro margin; higher: perturbed questions stay near their anchor)",
   needs: [],
   compute: issRows,

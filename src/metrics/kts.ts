@@ -272,6 +272,7 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
 export const KTS: Metric<KtsRow> = {
   name: "kts",
   title: "KTS",
+  description: "does a correctness probe trained on anchors transfer to perturbed questions?",
   tableTitle: "KTS (1: the anchor probe's signal transfers fully; 0: not at all)",
   needs: ["labels"],
   compute: ktsRows,

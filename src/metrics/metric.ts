@@ -53,11 +53,16 @@ export interface MetricRow {
   family: string;
 }
 
+/** A registered metric's name: its `--metrics` value, output file stem and key in a result's rows. */
+export type MetricName = string;
+
 export interface Metric<Row extends MetricRow = MetricRow> {
   /** Lower-case name: `--metrics` value and output file stem (`<name>.json`, `.csv`, `.svg`). */
-  name: string;
+  name: MetricName;
   /** Upper-case name, as written in the JSON's `metric` field and plot titles. */
   title: string;
+  /** What the metric asks, in one clause: `hsm metrics --help` lists it after the title. */
+  description: string;
   /** The heading of the printed table. */
   tableTitle: string;
   /** What the metric needs beyond the store. */
@@ -69,4 +74,36 @@ export interface Metric<Row extends MetricRow = MetricRow> {
   shown?(row: Row): boolean;
   /** Extra lines printed under the table (default: the distinct null reasons of shown rows). */
   notes?(rows: Row[]): string[];
+}
+
+/** The rows of `metric` in a result keyed by metric name, typed as the metric's rows (empty when not computed). */
+export function metricRows<Row extends MetricRow>(
+  result: { rows: Record<MetricName, MetricRow[]> },
+  metric: Metric<Row>,
+): Row[] {
+  return (result.rows[metric.name] ?? []) as Row[];
+}
+/**
+ * Metrics in the order they are computed, written and printed; src/metrics/registry.ts holds
+ * the built-in ones. Here, with nothing heavy to import, so that the public API offers it cheaply.
+ */
+export type MetricRegistry = readonly Metric<MetricRow>[];
+
+/** A name that is safe as a `--metrics` list item and as a file stem. */
+const METRIC_NAME = /^[a-z][a-z0-9_-]*$/;
+
+/**
+ * The registry with `metric` added after the metrics already there; `registry`
+ * itself is left as it was. Names are lower-case (`a-z`, digits, `_`, `-`) and
+ * unique.
+ */
+export function registerMetric<Row extends MetricRow>(registry: MetricRegistry, metric: Metric<Row>): MetricRegistry {
+  if (!METRIC_NAME.test(metric.name)) {
+    const rule = "a-z, 0-9, _ and - (starting with a letter)";
+    throw new MetricsError(`Expected a metric name of ${rule} but received "${metric.name}"`);
+  }
+  if (registry.some((m) => m.name === metric.name)) {
+    throw new MetricsError(`A metric named "${metric.name}" is already registered`);
+  }
+  return [...registry, metric as unknown as Metric<MetricRow>];
 }

@@ -1,6 +1,6 @@
 /**
  * Metric results on disk (docs/formats.md#metric-results): `<metric>.json` (`iss.json`,
- * `kts.json`) with the store's checksums and every knob, their `.csv` twins, a
+ * `kts.json`, one per registered metric) with the store's checksums and every knob, their `.csv` twins, a
  * per-layer plot of each metric (one line per family, 95% bands) as SVG, and
  * the tables the CLI prints (each drawn by table.ts). What each metric shows comes from its
  * registry entry (src/metrics/metric.ts). Files are written only once
@@ -85,14 +85,18 @@ function nullReasons(metric: Metric<MetricRow>, rows: MetricRow[]): string[] {
   return [...new Set(nulls.map((r) => `  — ${String(field(r, reason))}`))];
 }
 
-/** Every computed metric's table, each followed by its notes (null reasons, probes that did not converge). */
+/**
+ * Every computed metric's table, in the registry's order, each followed by its
+ * notes (null reasons, probes that did not converge), one line each: what
+ * `hsm metrics` prints.
+ */
 export function formatTables(result: MetricsResult, registry: MetricRegistry = METRICS): string {
-  const parts: string[] = [];
+  const lines: string[] = [];
   for (const metric of registry) {
     const rows = result.rows[metric.name] ?? [];
     if (rows.length === 0) continue;
     const notes = metric.notes ? metric.notes(rows) : nullReasons(metric, rows);
-    parts.push([formatTable(metric.tableTitle, shownValues(metric, rows)) + "\n", ...notes].join("\n"));
+    lines.push(formatTable(metric.tableTitle, shownValues(metric, rows)), ...notes);
   }
-  return parts.join("\n");
+  return lines.join("\n");
 }

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { DEFAULT_OUTPUTS } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { computeMetrics, type MetricsOptions, type MetricsResult } from "../metrics/compute.js";
+import { METRICS } from "../metrics/registry.js";
 import { writeResults, type WrittenFiles } from "../metrics/report.js";
 import { verifyStore } from "../store/verify.js";
 import { requireStoreFolder } from "./paths.js";
@@ -23,8 +24,9 @@ export interface RunMetricsResult {
 }
 
 /**
- * Computes the metrics of a store and writes `iss.json`, `kts.json`, their CSV
- * twins and plots. Without `metrics`, KTS is computed only when `scored` is given.
+ * Computes the metrics of a store and writes each one's `<name>.json`, its CSV
+ * twin and plot. Without `metrics`, every metric of the registry is computed
+ * that can be: those that need labels (KTS) only when `scored` is given.
  */
 export async function runMetrics(store: string, o: RunMetricsOptions = {}): Promise<RunMetricsResult> {
   const { out, verify, ...options } = o;
@@ -33,8 +35,9 @@ export async function runMetrics(store: string, o: RunMetricsOptions = {}): Prom
     const report = await verifyStore(store, { bank: o.bank });
     if (!report.ok) throw new HsmError(`${store} does not verify:\n${report.problems.map((p) => `  ${p.file}: ${p.message}`).join("\n")}`);
   }
-  const metrics = o.metrics ?? (o.scored ? ["iss", "kts"] : ["iss"]);
-  const result = await computeMetrics(store, { ...options, metrics });
+  const registry = o.registry ?? METRICS;
+  const metrics = o.metrics ?? registry.filter((m) => o.scored || !m.needs.includes("labels")).map((m) => m.name);
+  const result = await computeMetrics(store, { ...options, registry, metrics });
   const dir = out ?? join(DEFAULT_OUTPUTS, "metrics", result.manifest.model);
-  return { result, files: await writeResults(dir, result, store), dir };
+  return { result, files: await writeResults(dir, result, store, registry), dir };
 }

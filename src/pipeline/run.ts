@@ -4,7 +4,7 @@
  *
  *   evaluation/<model>.jsonl, evaluation/<model>.scored.jsonl
  *   hidden/<model>/                 (the store)
- *   metrics/<model>/                (iss/kts .json, .csv, .svg)
+ *   metrics/<model>/                (<metric>.json, .csv, .svg: iss, kts)
  *   eee/data/…, foundry/<model>.jsonl
  *
  * Each step is skipped when its output is already complete and newer than its inputs.
@@ -15,6 +15,7 @@ import { DEFAULT_OUTPUTS, defaultModelName } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { exportScored } from "../export/export.js";
 import { computeMetrics, type MetricsResult } from "../metrics/compute.js";
+import { METRICS } from "../metrics/registry.js";
 import { writeResults, type WrittenFiles } from "../metrics/report.js";
 import { extract } from "../extract/extract.js";
 import { generate } from "../generate/generate.js";
@@ -43,6 +44,11 @@ export interface RunResult {
   paths: { generations: string; scored: string; store: string; metrics: string; eee: string; foundry: string };
   metrics: MetricsResult;
   files: WrittenFiles;
+}
+
+/** `a`, `a and b`, `a, b and c`. */
+function wordList(words: string[]): string {
+  return words.length < 2 ? words.join("") : `${words.slice(0, -1).join(", ")} and ${words.at(-1)}`;
 }
 
 export async function runPipeline(o: RunOptions): Promise<RunResult> {
@@ -78,7 +84,8 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
 
   const metrics = await computeMetrics(paths.store, { scored: paths.scored });
   const files = await writeResults(paths.metrics, metrics, paths.store);
-  log("metrics", `ISS and KTS for ${metrics.manifest.layers.length} layers`);
+  const computed = METRICS.filter((m) => metrics.rows[m.name]).map((m) => m.title);
+  log("metrics", `${wordList(computed)} for ${metrics.manifest.layers.length} layers`);
 
   const eee = await exportScored({ format: "eee", scored: paths.scored, bank: o.bank, out: paths.eee, benchmark: basename(o.bank).replace(/\.jsonl?$/, "") });
   await exportScored({ format: "foundry", scored: paths.scored, bank: o.bank, out: paths.foundry });

@@ -11,6 +11,7 @@ import { join } from "node:path";
 
 import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
 import { HsmError } from "../errors.js";
+import { METRICS } from "../metrics/registry.js";
 import { runPipeline } from "./run.js";
 import { verifyStore } from "../store/verify.js";
 import { jsonLines } from "../util/jsonl.js";
@@ -58,11 +59,17 @@ async function accuracyOf(scored: string): Promise<Accuracy> {
   return { correct, queries, accuracy: queries ? correct / queries : null, accuracyInterval: queries ? wilsonInterval(correct, queries) : null };
 }
 
-/** Checks an imported model's files where they are: scored rows, a store that verifies and matches the study's prompt length, and both metric results. */
+/**
+ * Checks an imported model's files where they are: scored rows, a store that
+ * verifies and matches the study's prompt length, and every metric's results.
+ */
 async function checkImport(study: Study, model: StudyModel, paths: ModelPaths): Promise<void> {
   const missing: string[] = [];
   if (!(await exists(paths.scored))) missing.push(paths.scored);
-  for (const f of ["iss.json", "kts.json"]) if (!(await exists(join(paths.metrics, f)))) missing.push(join(paths.metrics, f));
+  for (const { name } of METRICS) {
+    const results = join(paths.metrics, `${name}.json`);
+    if (!(await exists(results))) missing.push(results);
+  }
   if (!(await exists(join(paths.store, "index.json")))) missing.push(join(paths.store, "index.json"));
   if (missing.length) {
     throw new HsmError(`imported model "${model.name}" is not finished in ${model.outputs}: missing ${missing.join(", ")}; finish it with hsm run --outputs ${model.outputs} --model ${model.name}`);

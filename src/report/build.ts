@@ -1,7 +1,7 @@
 /**
  * `hsm report`: one self-contained HTML file for every model of an outputs
  * root (docs/report.md). Everything is computed here, at build time: the
- * accuracy table, the ISS and KTS small multiples (SVG, drawn by
+ * accuracy table, each registered metric's small multiples (SVG, drawn by
  * src/util/chart.ts), the paired comparison of every pair of models, and the
  * per-fact drill-down, packed in chunks of facts that the page inflates only
  * when a fact of the chunk is opened. The page itself only looks things up.
@@ -12,7 +12,8 @@ import { deflateRawSync } from "node:zlib";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { UsageError } from "../errors.js";
-import { ALL_FAMILIES } from "../metrics/metric.js";
+import { ALL_FAMILIES, type Metric, type MetricRegistry, type MetricRow } from "../metrics/metric.js";
+import { METRICS } from "../metrics/registry.js";
 import { LABELS } from "../score/labels.js";
 import { verifyStore } from "../store/verify.js";
 import { wilsonInterval } from "../study/stats.js";
@@ -38,6 +39,8 @@ export interface ReportOptions extends LoadOptions {
   verify?: boolean;
   /** What is being done, for the user. */
   log?: (message: string) => void;
+  /** The metrics charted, from each model's `<name>.json` (default: the built-in ones). */
+  registry?: MetricRegistry;
 }
 
 export interface ReportResult {
@@ -79,9 +82,16 @@ function depthTicks(minDepth: number): { x: number; label: string }[] {
   return ticks;
 }
 
+/** Each model's rows of one metric (its `<name>.json`), with the model's number of blocks. */
+type ModelRows = Map<string, { L: number; rows: Row[] }>;
+
 /** One small multiple per family: the metric of every model against normalized depth, with its bootstrap band. */
-function smallMultiples(metric: "iss" | "kts", rows: Map<string, { L: number; rows: Row[] }>, families: string[]): { family: string; svg: string | null }[] {
-  const [value, low, high] = metric === "iss" ? ["iss", "iss_ci_low", "iss_ci_high"] : ["kts", "kts_ci_low", "kts_ci_high"];
+function smallMultiples(
+  metric: Metric<MetricRow>,
+  rows: ModelRows,
+  families: string[],
+): { family: string; svg: string | null }[] {
+  const { value, low, high } = metric.columns;
   const depths = [...rows.values()].flatMap((m) => m.rows.map((r) => normalizedDepth(r.layer as number, m.L)));
   const ticks = depthTicks(depths.length ? Math.min(...depths) : 0);
   return families.map((family) => {
@@ -94,9 +104,12 @@ function smallMultiples(metric: "iss" | "kts", rows: Map<string, { L: number; ro
   });
 }
 
-/** The reasons a metric has no values, distinct, for the note shown instead of its charts. */
-function nullReasons(rows: Row[]): string[] {
-  return [...new Set(rows.filter((r) => r.family !== ANCHOR_FAMILY && r.kts === null).map((r) => String(r.kts_null_reason)))];
+/** The reasons a metric's shown rows have no value, distinct, for the note shown instead of its charts. */
+function nullReasons(metric: Metric<MetricRow>, rows: Row[]): string[] {
+  const { value, nullReason } = metric.columns;
+  if (!nullReason) return [];
+  const shown = rows.filter((r) => (metric.shown?.(r as unknown as MetricRow) ?? true) && r[value] === null);
+  return [...new Set(shown.map((r) => String(r[nullReason])))];
 }
 
 /** The generations' prompts by query id (the first model's file that has them). */
@@ -163,9 +176,11 @@ function factChunks(models: LoadedModel[], prompts: Map<string, string>, familie
 }
 
 /** Provenance of one model: its store's checksums and verification, and what produced its files. */
-async function provenance(m: OutputsModel, o: ReportOptions): Promise<Row> {
+async function provenance(m: OutputsModel, o: ReportOptions, registry: MetricRegistry): Promise<Row> {
   const manifest = (await readJson(join(m.paths.store, "index.json"))) ?? {};
-  const iss = await readJson(join(m.paths.metrics, "iss.json"));
+  // Every metric of a run records the same settings: the first one written tells them.
+  let results: Row | null = null;
+  for (const metric of registry) if ((results = await readJson(join(m.paths.metrics, `${metric.name}.json`)))) break;
   const report = o.verify === false ? null : await verifyStore(m.paths.store);
   const files = (manifest.files ?? {}) as Record<string, { sha256?: string; bytes?: number }>;
   const selfCheck = Object.entries(manifest).filter(([k]) => /self.?check/i.test(k));
@@ -177,7 +192,7 @@ async function provenance(m: OutputsModel, o: ReportOptions): Promise<Row> {
     tool_version: manifest.tool_version ?? null,
     model_sha256: manifest.model_sha256 ?? null,
     settings: { num_layers: manifest.num_layers, d_model: manifest.d_model, layers: manifest.layers, layer_rule: manifest.layer_rule, dtype: manifest.dtype, max_prompt_len: manifest.max_prompt_len, padding_side: manifest.padding_side, truncation_side: manifest.truncation_side, prompt: manifest.prompt },
-    metrics: iss ? iss.config : null,
+    metrics: results ? results.config : null,
     selfCheck: selfCheck.length ? Object.fromEntries(selfCheck) : null,
   };
 }
@@ -204,10 +219,14 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
     loaded.push(await loadModel(m, o));
   }
   const families = [ANCHOR_FAMILY, ...[...new Set(loaded.flatMap((m) => [...m.scored.values()].map((q) => q.family)))].filter((f) => f !== ANCHOR_FAMILY).sort(), ALL_FAMILIES];
-  const metricRows = async (name: string) =>
+  const registry = o.registry ?? METRICS;
+  const metricRows = async (name: string): Promise<ModelRows> =>
     new Map(await Promise.all(found.map(async (m, i) => [m.name, { L: loaded[i]!.values.numLayers, rows: ((await readJson(join(m.paths.metrics, `${name}.json`)))?.rows ?? []) as Row[] }] as const)));
-  const [iss, kts] = [await metricRows("iss"), await metricRows("kts")];
-  const chartFamilies = families.filter((f) => f !== ANCHOR_FAMILY && [...iss.values()].some((m) => m.rows.some((r) => r.family === f)));
+  const rows: ModelRows[] = [];
+  for (const metric of registry) rows.push(await metricRows(metric.name));
+  const charted = (f: string) =>
+    rows.some((byModel) => [...byModel.values()].some((m) => m.rows.some((r) => r.family === f)));
+  const chartFamilies = families.filter((f) => f !== ANCHOR_FAMILY && charted(f));
   const study = await readStudyRecord(outputs);
   const data = {
     title: `hsm report — ${found.map((m) => m.name).join(", ")}`,
@@ -219,13 +238,14 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
     families,
     labels: LABELS,
     models: found.map((m, i) => ({ name: m.name, L: loaded[i]!.values.numLayers, layers: loaded[i]!.values.layers, accuracy: accuracyTable(loaded[i]!, families) })),
-    charts: {
-      iss: smallMultiples("iss", iss, chartFamilies),
-      kts: smallMultiples("kts", kts, chartFamilies),
-      ktsNotes: [...new Set([...kts.values()].flatMap((m) => nullReasons(m.rows)))],
-    },
+    charts: registry.map((metric, i) => ({
+      id: metric.name,
+      title: metric.title,
+      charts: smallMultiples(metric, rows[i]!, chartFamilies),
+      notes: [...new Set([...rows[i]!.values()].flatMap((m) => nullReasons(metric, m.rows)))],
+    })),
     pairs: allPairs(loaded, o),
-    provenance: await Promise.all(found.map((m) => provenance(m, o))),
+    provenance: await Promise.all(found.map((m) => provenance(m, o, registry))),
   };
   o.log?.("packing the facts");
   const drill = factChunks(loaded, await promptsOf(found), families);

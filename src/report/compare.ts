@@ -6,6 +6,11 @@
  * depth (src/report/depth.ts): the paired bootstrap over facts of the ISS
  * difference and the KTS difference, from each row's margin and out-of-fold
  * probe score (src/report/per-row.ts). docs/report.md has the definitions.
+ *
+ * These paired statistics are ISS's and KTS's own (they need each row's margin
+ * and out-of-fold score, which no registered metric exposes), so they name the
+ * two metrics rather than read the registry: a metric added to the registry is
+ * charted by the report, and is not compared here.
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";

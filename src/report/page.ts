@@ -19,7 +19,8 @@ export interface PageData {
   families: string[];
   labels: readonly string[];
   models: { name: string; L: number; layers: number[]; accuracy: Row[] }[];
-  charts: { iss: { family: string; svg: string | null }[]; kts: { family: string; svg: string | null }[]; ktsNotes: string[] };
+  /** One entry per registered metric: its section's id and title, a chart per family, and why it has no values. */
+  charts: { id: string; title: string; charts: { family: string; svg: string | null }[]; notes: string[] }[];
   pairs: Record<string, unknown>;
   provenance: Row[];
 }
@@ -144,11 +145,11 @@ function legend(d: PageData): string {
   return `<p class="legend">${d.models.map((m, i) => `<span><i style="background:${CHART_COLORS[i % CHART_COLORS.length]}"></i>${esc(m.name)}</span>`).join("")}</p>`;
 }
 
-function chartsSection(id: string, title: string, charts: { family: string; svg: string | null }[], d: PageData, notes: string[] = []): string {
+function chartsSection({ id, title, charts, notes }: PageData["charts"][number], d: PageData): string {
   const shown = charts.filter((c) => c.svg !== null);
   const figures = shown.map((c) => `<figure class="chart" data-family="${esc(c.family)}"><figcaption>${esc(c.family)}</figcaption>${c.svg}</figure>`).join("");
-  const empty = shown.length === 0 ? `<p class="note">No ${title} values${notes.length ? `: ${notes.map(esc).join("; ")}` : ""}.</p>` : "";
-  return `<h2 id="${id}">${title} by normalized depth l/(L−1)</h2><p class="meta">One panel per family, models overlaid; bands: the metric's 95% bootstrap interval over facts.</p>${legend(d)}${empty}<div class="grid">${figures}</div>`;
+  const empty = shown.length === 0 ? `<p class="note">No ${esc(title)} values${notes.length ? `: ${notes.map(esc).join("; ")}` : ""}.</p>` : "";
+  return `<h2 id="${esc(id)}">${esc(title)} by normalized depth l/(L−1)</h2><p class="meta">One panel per family, models overlaid; bands: the metric's 95% bootstrap interval over facts.</p>${legend(d)}${empty}<div class="grid">${figures}</div>`;
 }
 
 function compareSection(d: PageData): string {
@@ -198,8 +199,8 @@ export function renderPage(d: PageData, drill: DrillDown): { html: string; first
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
 <link rel="icon" href="data:,"><title>${esc(d.title)}</title><style>${CSS}</style></head><body>
 <h1>${esc(d.title)}</h1><p class="meta">${d.models.length} models · ${drill.facts.length} facts · ${esc(d.outputs)}</p>
-<nav><a href="#accuracy">accuracy</a><a href="#iss">ISS</a><a href="#kts">KTS</a><a href="#compare">compare</a><a href="#facts">facts</a><a href="#provenance">provenance</a></nav>
-${accuracySection(d)}${chartsSection("iss", "ISS", d.charts.iss, d)}${chartsSection("kts", "KTS", d.charts.kts, d, d.charts.ktsNotes)}${compareSection(d)}
+<nav><a href="#accuracy">accuracy</a>${d.charts.map((c) => `<a href="#${esc(c.id)}">${esc(c.title)}</a>`).join("")}<a href="#compare">compare</a><a href="#facts">facts</a><a href="#provenance">provenance</a></nav>
+${accuracySection(d)}${d.charts.map((c) => chartsSection(c, d)).join("")}${compareSection(d)}
 <h2 id="facts">Facts</h2><p class="meta">Search fact ids or anchor questions; open a fact for every model's answer to its anchor and each perturbation.</p>
 <input id="fact-search" type="search" placeholder="fact id or question" size="40"><ul id="fact-list"></ul><div id="fact"></div>
 ${provenanceSection(d)}

@@ -41,6 +41,7 @@ async function ktsRowValues(data: LayerData, s: MetricSettings): Promise<KtsRowV
 const ISS_ROWS: Metric<IssRowValues> = {
   name: "iss",
   title: "ISS per row",
+  description: "each query row's ISS margin and rank",
   tableTitle: "ISS per row",
   needs: [],
   compute: issRowValues,
@@ -51,6 +52,7 @@ const ISS_ROWS: Metric<IssRowValues> = {
 const KTS_ROWS: Metric<KtsRowValues> = {
   name: "kts",
   title: "KTS per row",
+  description: "each labelled row's out-of-fold KTS probe score",
   tableTitle: "KTS per row",
   needs: ["labels"],
   compute: ktsRowValues,

@@ -56,13 +56,13 @@ describe('import … from "hsm"', () => {
   it("runMetrics computes KTS only with a scored file, and writes what computeMetrics returns", async () => {
     const store = join(fx, "store");
     const issOnly = await hsm.runMetrics(store, { bootstrap: 20, out: join(dir, "m1") });
-    expect(issOnly.result.kts).toEqual([]);
+    expect(issOnly.result.rows.kts).toBeUndefined();
     expect(issOnly.files.json).toEqual([join(dir, "m1", "iss.json")]);
     expect(existsSync(join(dir, "m1", "kts.json"))).toBe(false);
     const both = await hsm.runMetrics(store, { bootstrap: 20, out: join(dir, "m2"), scored: join(fx, "scored.jsonl") });
-    expect(new Set(both.result.kts.map((row) => row.layer))).toEqual(new Set([2, 3, 4, 5]));
+    expect(new Set(both.result.rows.kts!.map((row) => row.layer))).toEqual(new Set([2, 3, 4, 5]));
     const direct = await hsm.computeMetrics(store, { metrics: ["iss"], bootstrap: 20 });
-    expect(JSON.parse(readFileSync(join(dir, "m1", "iss.json"), "utf8")).rows).toEqual(JSON.parse(JSON.stringify(direct.iss)));
+    expect(JSON.parse(readFileSync(join(dir, "m1", "iss.json"), "utf8")).rows).toEqual(JSON.parse(JSON.stringify(direct.rows.iss)));
   });
 
   it("verifyStoreFolder tells a missing folder, a file and an unreadable path apart", async () => {

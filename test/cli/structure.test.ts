@@ -76,7 +76,7 @@ describe("src/cli", () => {
 
   it("has one file per command, named for the command it registers", () => {
     const program = new Command("hsm");
-    for (const add of COMMANDS) add(program);
+    for (const add of COMMANDS) add(program, { metrics: [], exportFormats: [] });
     const names = program.commands.map((c) => c.name());
     expect(names.length).toBe(COMMANDS.length);
     expect(new Set(readdirSync(join(CLI, "commands")))).toEqual(new Set([...names.map((c) => `${c}.ts`), "index.ts"]));

@@ -1,14 +1,21 @@
-/** Exports of a fixture: every EEE record valid against the published schema; Foundry's columns. */
+/**
+ * Exports of a fixture: every EEE record valid against the published schema;
+ * Foundry's columns; a third format added through the registry.
+ */
 import { createHash } from "node:crypto";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { Command } from "commander";
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { EXIT, InternalError, ScoredError } from "../../src/errors.js";
-import { instanceSchema, sampleHash } from "../../src/export/eee.js";
+import { exportCommand } from "../../src/cli/commands/export.js";
+import { EXIT, InternalError, ScoredError, UsageError } from "../../src/errors.js";
 import { exportScored } from "../../src/export/export.js";
+import { instanceSchema, sampleHash } from "../../src/export/formats/eee.js";
+import { writeExportFile, type ExportFormat } from "../../src/export/formats/format.js";
+import { EXPORT_FORMATS, registerExportFormat } from "../../src/export/formats/registry.js";
 import { validate } from "../../src/export/validate.js";
 import { writeFixture } from "../../src/synthetic/store.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -173,5 +180,51 @@ describe("export errors and settings", () => {
     expect(seen.size).toBeGreaterThan(5);
     const modelRooms = ["onnx", "model", "extract", "generate"].map((room) => `${join("src", room)}/`);
     expect([...seen].filter((f) => modelRooms.some((room) => f.includes(room)))).toEqual([]);
+  });
+});
+
+/** A toy third format: a tab-separated line per scored row (query id, family, label); docs/contributing.md's walk. */
+const TSV: ExportFormat = {
+  name: "tsv",
+  title: "Tab-separated labels",
+  description: "one line per scored row: query_id, condition_family and label, tab-separated.",
+  out: "TSV file",
+  async write({ rows, settings }) {
+    const lines = rows.map((r) => [r.query_id, r.condition_family, r.label].join("\t"));
+    await writeExportFile(settings.out, lines.join("\n") + "\n");
+    return [settings.out];
+  },
+};
+
+describe("a third export format in its own registry", () => {
+  const registry = registerExportFormat(EXPORT_FORMATS, TSV);
+
+  it("is a --format choice and in --help", () => {
+    const program = new Command("hsm");
+    exportCommand(program, { metrics: [], exportFormats: registry });
+    const cmd = program.commands[0]!;
+    expect(cmd.summary()).toBe("write scored rows as Every Eval Ever, Microsoft Foundry or Tab-separated labels files");
+    const help = cmd.helpInformation().replace(/\s+/g, " ");
+    expect(help).toContain("Tab-separated labels (--format tsv): one line per scored row");
+    expect(help).toContain("--format <format> eee, foundry or tsv");
+    expect(help).toContain("--out <path> folder (eee), JSONL file (foundry) or TSV file (tsv)");
+    const parse = cmd.options.find((o) => o.long === "--format")!.parseArg!;
+    expect(parse("tsv", undefined)).toBe("tsv");
+    const refused = new UsageError('Expected --format eee, foundry or tsv but received "csv"');
+    expect(() => parse("csv", undefined)).toThrow(refused);
+  });
+
+  it("is written from the checked rows, beside the built-in formats, which stay as they were", async () => {
+    const out = join(dir, "labels.tsv");
+    const r = await exportScored({ format: "tsv", scored: fx.scored, bank: fx.bank, out }, registry);
+    const scored = readFileSync(fx.scored, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(r).toEqual({ files: [out], rows: scored.length });
+    const expected = scored.map((s) => `${s.query_id}\t${s.condition_family}\t${s.label}\n`);
+    expect(readFileSync(out, "utf8")).toBe(expected.join(""));
+    expect(EXPORT_FORMATS.map((f) => f.name)).toEqual(["eee", "foundry"]);
+    await expect(exportScored({ format: "tsv", scored: fx.scored, bank: fx.bank, out })).rejects.toThrow(
+      new UsageError('Expected --format eee or foundry but received "tsv"'),
+    );
+    expect(() => registerExportFormat(registry, TSV)).toThrow('An export format named "tsv" is already registered');
   });
 });

@@ -8,6 +8,9 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { computeMetrics, type MetricsResult } from "../../src/metrics/compute.js";
+import { ISS } from "../../src/metrics/iss.js";
+import { KTS } from "../../src/metrics/kts.js";
+import { metricRows } from "../../src/metrics/metric.js";
 import { FIXTURE_FAMILIES, writeFixture } from "../../src/synthetic/store.js";
 import { agree, agreeRows } from "../helpers/agree.js";
 import { hasSklearn, numpyRequired, python } from "../helpers/numpy.js";
@@ -26,7 +29,7 @@ beforeAll(async () => {
 
 describe("metrics on a planted fixture", () => {
   it("ISS and r_at_1 rise with depth; mild families sit above strong ones", () => {
-    const iss = results.typescript!.iss;
+    const iss = metricRows(results.typescript!, ISS);
     const at = (layer: number, family: string) => iss.find((r) => r.layer === layer && r.family === family)!;
     for (const f of [...MILD_TO_STRONG, "all"]) {
       expect(at(5, f).iss!).toBeGreaterThan(at(2, f).iss!);
@@ -39,7 +42,7 @@ describe("metrics on a planted fixture", () => {
   });
 
   it("KTS is near 1 for mild families and lower for strong ones", () => {
-    const kts = results.typescript!.kts;
+    const kts = metricRows(results.typescript!, KTS);
     for (const layer of [4, 5]) {
       const at = (family: string) => kts.find((r) => r.layer === layer && r.family === family)!;
       expect(at("anchor").auroc!).toBeGreaterThan(0.7);
@@ -52,8 +55,8 @@ describe("metrics on a planted fixture", () => {
   it("every backend agrees within the tolerances", () => {
     const ref = results.typescript!;
     for (const backend of BACKENDS.filter((b) => b !== "typescript")) {
-      agreeRows(ref.iss, results[backend]!.iss);
-      agreeRows(ref.kts, results[backend]!.kts);
+      agreeRows(metricRows(ref, ISS), metricRows(results[backend]!, ISS));
+      agreeRows(metricRows(ref, KTS), metricRows(results[backend]!, KTS));
     }
   });
 
@@ -61,13 +64,13 @@ describe("metrics on a planted fixture", () => {
     const peer = JSON.parse(python(`import runpy, sys; sys.argv = ["metrics_peer.py", sys.argv[1], "--scored", sys.argv[2]]; runpy.run_path(sys.argv[0] if False else "${join(import.meta.dirname, "..", "..", "scripts", "metrics_peer.py")}", run_name="__main__")`, fx.store, fx.scored));
     const mine = results[BACKENDS.at(-1)!]!;
     for (const p of peer.iss) {
-      const m = mine.iss.find((r) => r.layer === p.layer && r.family === p.family)!;
+      const m = metricRows(mine, ISS).find((r) => r.layer === p.layer && r.family === p.family)!;
       for (const f of ["iss", "own_cos", "other_cos", "r_at_1", "mrr", "n_queries", "n_facts"]) agree(f, m[f as keyof typeof m] as number, p[f]);
       agree("iss_ci_low", m.iss_ci_low, p.iss_ci_low, m.iss_ci_high! - m.iss_ci_low!);
       agree("iss_ci_high", m.iss_ci_high, p.iss_ci_high, m.iss_ci_high! - m.iss_ci_low!);
     }
     for (const p of peer.kts) {
-      const m = mine.kts.find((r) => r.layer === p.layer && r.family === p.family)!;
+      const m = metricRows(mine, KTS).find((r) => r.layer === p.layer && r.family === p.family)!;
       for (const f of ["auroc", "kts", "n_queries", "n_correct"]) agree(f, m[f as keyof typeof m] as number, p[f]);
     }
   });

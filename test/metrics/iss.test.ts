@@ -40,7 +40,7 @@ const EXPECTED: Record<string, Partial<IssRow>> = {
 let n = 0;
 async function iss(rows: TinyRow[], backend: (typeof BACKENDS)[number] = "typescript") {
   const { store } = await tinyStore(join(dir, `case-${n++}`), rows);
-  return (await computeMetrics(store, { metrics: ["iss"], backend, bootstrap: 200 })).iss;
+  return (await computeMetrics(store, { metrics: ["iss"], backend, bootstrap: 200 })).rows.iss as IssRow[];
 }
 
 function expectRows(rows: IssRow[], expected: Record<string, Partial<IssRow>>, counts: Partial<IssRow> = {}) {
@@ -109,7 +109,7 @@ describe("ISS, hand-computed", () => {
     const { store } = await tinyStore(join(dir, "seeded"), BASE);
     for (const backend of BACKENDS) {
       for (const seed of [5, 6, 7, 8]) {
-        const rows = (await computeMetrics(store, { metrics: ["iss"], backend, seed, bootstrap: B })).iss;
+        const rows = (await computeMetrics(store, { metrics: ["iss"], backend, seed, bootstrap: B })).rows.iss as IssRow[];
         for (const row of rows) {
           const m = margins[row.family]!;
           const reps = referenceDraws(seed, referenceFnv1a(`iss/3/${row.family}`), m.length, B).map((counts) => counts.reduce((s, c, f) => s + c * m[f]!, 0) / m.length);

@@ -50,7 +50,7 @@ function rowsFor(anchorSignal: (correct: boolean, j: number) => number, anchorLa
 let n = 0;
 async function kts(rows: TinyRow[], extra: Parameters<typeof computeMetrics>[1] = {}) {
   const { store, scored } = await tinyStore(join(dir, `case-${n++}`), rows);
-  return (await computeMetrics(store, { metrics: ["kts"], scored, folds: 2, bootstrap: 200, backend: "typescript", ...extra })).kts;
+  return (await computeMetrics(store, { metrics: ["kts"], scored, folds: 2, bootstrap: 200, backend: "typescript", ...extra })).rows.kts as KtsRow[];
 }
 
 const by = (rows: KtsRow[]) => Object.fromEntries(rows.map((r) => [r.family, r]));
@@ -113,7 +113,7 @@ describe("KTS, hand-computed", () => {
     writeFileSync(scored, '{"query_id": "q0", "label": "correct"}\n');
     await expect(computeMetrics(store, { metrics: ["kts"], scored, folds: 2 })).rejects.toThrow(/31 of the store's 32 rows have no scored row \(first: "q1"\); pass --allow-missing-labels/);
     const ok = await computeMetrics(store, { metrics: ["kts"], scored, folds: 2, allowMissingLabels: true, backend: "typescript" });
-    expect(ok.kts[0]!.kts_null_reason).toMatch(/cannot be trained/);
+    expect((ok.rows.kts as KtsRow[])[0]!.kts_null_reason).toMatch(/cannot be trained/);
   });
 });
 

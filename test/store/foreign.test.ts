@@ -82,7 +82,7 @@ describe("reading a store written by another tool", () => {
     const options = { metrics: ["iss" as const], bootstrap: 40, backend: "typescript" as const };
     const ours = await computeMetrics(fx.store, options);
     const theirs = await computeMetrics(store, options);
-    expect(theirs.iss).toEqual(ours.iss);
+    expect(theirs.rows.iss).toEqual(ours.rows.iss);
   });
 
   it("in float32: converted to float16 on read, exactly as the native store holds it", async () => {

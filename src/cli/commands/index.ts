@@ -1,5 +1,12 @@
-/** Every command, in the order `hsm --help` lists them; each adds itself to the program. */
+/**
+ * Every command, in the order `hsm --help` lists them; each adds itself to the
+ * program. Commands whose options list registered entries (`metrics`: the
+ * metrics; `export`: the formats) build them, and their help, from the
+ * registries they are given.
+ */
 import type { Command } from "commander";
+
+import type { Registries } from "../options.js";
 
 import { adoptCommand } from "./adopt.js";
 import { checkBankCommand } from "./check-bank.js";
@@ -20,7 +27,12 @@ import { scoreCommand } from "./score.js";
 import { studyCommand } from "./study.js";
 import { verifyCommand } from "./verify.js";
 
-export const COMMANDS: readonly ((program: Command) => void)[] = [
+export type { Registries };
+
+/** Adds one command to the program. */
+export type AddCommand = (program: Command, registries: Registries) => void;
+
+export const COMMANDS: readonly AddCommand[] = [
   verifyCommand,
   inspectModelCommand,
   extractCommand,

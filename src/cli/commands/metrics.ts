@@ -2,19 +2,45 @@ import type { Command } from "commander";
 
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../../defaults.js";
 import { UsageError } from "../../errors.js";
-import { BACKENDS, createProgress, runMetrics, type RunMetricsOptions } from "../../index.js";
-import { intOption, listOption, parseLayerList, positiveOption } from "../options.js";
+import { BACKENDS, createProgress, runMetrics, type MetricRegistry, type RunMetricsOptions } from "../../index.js";
+import { intOption, listOption, parseLayerList, positiveOption, wordList } from "../options.js";
 import { printMetrics } from "../print.js";
+import type { Registries } from "../options.js";
 
-type MetricName = "iss" | "kts";
-
-function metricList(value: string): MetricName[] {
-  const metrics = listOption(value);
-  for (const m of metrics) if (m !== "iss" && m !== "kts") throw new UsageError(`Expected --metrics iss, kts or iss,kts but received "${value}"`);
-  return metrics as MetricName[];
+/** The `--metrics` parser: a comma-separated list of the registry's names. */
+function metricList(registry: MetricRegistry): (value: string) => string[] {
+  const names = registry.map((m) => m.name);
+  const expected = names.length > 1 ? `${names.join(", ")} or ${names.join(",")}` : names.join("");
+  return (value) => {
+    const metrics = listOption(value);
+    for (const m of metrics) {
+      if (!names.includes(m)) throw new UsageError(`Expected --metrics ${expected} but received "${value}"`);
+    }
+    return metrics;
+  };
 }
 
-async function action(store: string, opts: RunMetricsOptions & { quiet?: boolean }): Promise<void> {
+/** The command's help, from the registry: each metric's title and question, and which need --scored. */
+function describe(registry: MetricRegistry): { summary: string; description: string; scored: string; metrics: string } {
+  const scored = (m: MetricRegistry[number]) => m.needs.includes("labels");
+  const each = registry.map((m) => `${m.title} (${scored(m) ? "with --scored: " : ""}${m.description})`);
+  const names = registry.map((m) => m.name);
+  const alone = registry.filter((m) => !scored(m)).map((m) => m.name);
+  return {
+    summary: `compute ${wordList(registry.map((m) => m.title))} over a hidden-state store`,
+    description:
+      `Compute ${wordList(each)} for every stored layer and condition family, as defined in docs/metrics.md. Writes ` +
+      `<metric>.json, its .csv twin and <metric>.svg for each (${names.map((n) => `${n}.json`).join(", ")}, …) ` +
+      "under " +
+      "--out, and prints a compact table.",
+    scored: `scored JSONL (needed for ${wordList(registry.filter(scored).map((m) => m.title))})`,
+    metrics: `${names.join(", ")}, comma-separated (default: all with --scored, else ${alone.join(",")})`,
+  };
+}
+
+type Flags = RunMetricsOptions & { quiet?: boolean };
+
+async function action(store: string, opts: Flags, registry: MetricRegistry): Promise<void> {
   const t0 = performance.now();
   const { quiet, ...options } = opts;
   // A line per layer and phase; on long runs, between layers, the layers done with a rate and an ETA.
@@ -25,23 +51,19 @@ async function action(store: string, opts: RunMetricsOptions & { quiet?: boolean
         if (phase === "read") progress.update(done, total);
         process.stderr.write(`metrics: layer ${layer}: ${phase}\n`);
       };
-  const { result, files } = await runMetrics(store, { ...options, onProgress });
-  printMetrics(result, files, (performance.now() - t0) / 1000);
+  const { result, files } = await runMetrics(store, { ...options, registry, onProgress });
+  await printMetrics(result, files, (performance.now() - t0) / 1000, registry);
 }
 
-export function metricsCommand(program: Command): void {
+export function metricsCommand(program: Command, { metrics: registry }: Registries): void {
+  const help = describe(registry);
   program
     .command("metrics")
-    .summary("compute ISS and KTS over a hidden-state store")
-    .description(
-      "Compute ISS (does a perturbed question stay near its fact's anchor question inside the model?) and, with --scored, " +
-        "KTS (does a correctness probe trained on anchors transfer to perturbed questions?) for every stored layer and " +
-        "condition family, as defined in docs/metrics.md. Writes iss.json, kts.json, their .csv twins and iss.svg, kts.svg " +
-        "under --out, and prints a compact table.",
-    )
+    .summary(help.summary)
+    .description(help.description)
     .argument("<store>", "hidden-state store folder")
-    .option("--scored <file>", "scored JSONL (needed for KTS)")
-    .option("--metrics <list>", "iss, kts or iss,kts (default: both with --scored, else iss)", metricList)
+    .option("--scored <file>", help.scored)
+    .option("--metrics <list>", help.metrics, metricList(registry))
     .option("--out <dir>", "output folder (default: outputs/metrics/<model>)")
     .option("--backend <name>", BACKENDS.join(", "), DEFAULT_BACKEND)
     .option("--bank <file>", "query bank, for a store from another tool whose index.json lacks fact ids and families")
@@ -56,5 +78,5 @@ export function metricsCommand(program: Command): void {
     .option("--allow-missing-labels", "leave out store rows without a scored row instead of stopping")
     .option("--verify", "hash every store file against its manifest first")
     .option("-q, --quiet", "no progress on stderr")
-    .action(action);
+    .action((store: string, opts: Flags) => action(store, opts, registry));
 }

@@ -10,26 +10,27 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { mkdir } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import type { BankRow } from "../bank/bank.js";
-import { ANCHOR_TEMPLATE, buildPrompt, PERTURBED_TEMPLATE } from "../bank/prompt.js";
-import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
-import { InternalError } from "../errors.js";
-import { LABELS } from "../score/labels.js";
-import { fileError, writeFileAtomic } from "../util/fs.js";
-import { VERSION } from "../version.js";
-import type { Schema } from "./validate.js";
+import type { BankRow } from "../../bank/bank.js";
+import { ANCHOR_TEMPLATE, buildPrompt, PERTURBED_TEMPLATE } from "../../bank/prompt.js";
+import { MAX_NEW_TOKENS, MAX_PROMPT_LEN, UNNAMED } from "../../defaults.js";
+import { InternalError } from "../../errors.js";
+import { LABELS } from "../../score/labels.js";
+import { fileError } from "../../util/fs.js";
+import { VERSION } from "../../version.js";
+import { validate, type Schema } from "../validate.js";
+import { writeExportFile, type ExportFormat, type ExportInput, type ScoredRow } from "./format.js";
 
 const INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.3.0";
 const AGGREGATE_SCHEMA_VERSION = "0.2.1";
 const SCHEMA_FILE = `${INSTANCE_SCHEMA_VERSION}.json`;
 
-/** Where the published schema lies: beside this module (src/), or in src/ seen from the build (dist/). */
+/** Where the published schema lies: src/export/schemas/, seen from this folder in src/ or in dist/. */
 function schemaPlaces(here: string): string[] {
-  return [join(here, "schemas", SCHEMA_FILE), join(here, "..", "..", "src", "export", "schemas", SCHEMA_FILE)];
+  const fromBuild = join(here, "..", "..", "..", "src", "export", "schemas", SCHEMA_FILE);
+  return [join(here, "..", "schemas", SCHEMA_FILE), fromBuild];
 }
 
 /**
@@ -52,21 +53,6 @@ export function instanceSchema(places = schemaPlaces(dirname(fileURLToPath(impor
     }
   }
   throw new InternalError(`the instance-level schema file ${SCHEMA_FILE} is missing from this installation (looked in ${places.join(", ")}); reinstall hsm`);
-}
-
-export interface ScoredRow {
-  query_id: string;
-  model?: string;
-  fact_id: string;
-  condition_family: string;
-  raw_response: string;
-  span: string;
-  flags: string[];
-  label: string;
-  matched_alias: string | null;
-  scorer: string;
-  needs_manual_review: boolean;
-  [key: string]: unknown;
 }
 
 export interface ExportIdentity {
@@ -155,15 +141,6 @@ function aggregateRecord(rows: ScoredRow[], id: ExportIdentity, samples: { path:
   };
 }
 
-async function writeAtomic(path: string, text: string): Promise<void> {
-  try {
-    await mkdir(dirname(path), { recursive: true });
-  } catch (err) {
-    throw fileError(err, dirname(path), "write");
-  }
-  await writeFileAtomic(path, text);
-}
-
 /** Writes the aggregate record and its samples; returns their paths. */
 export async function writeEee(outDir: string, rows: ScoredRow[], bank: Map<string, BankRow>, id: ExportIdentity): Promise<{ aggregate: string; samples: string; records: Record<string, unknown>[] }> {
   const safe = (s: string) => s.replace(/[^A-Za-z0-9._-]+/g, "_");
@@ -172,24 +149,49 @@ export async function writeEee(outDir: string, rows: ScoredRow[], bank: Map<stri
   const records = rows.map((r) => instanceRecord(r, bank.get(r.query_id)!, id));
   const samplesText = records.map((r) => JSON.stringify(r)).join("\n") + "\n";
   const samplesPath = join(dir, `${stem}_samples.jsonl`);
-  await writeAtomic(samplesPath, samplesText);
+  await writeExportFile(samplesPath, samplesText);
   const aggregate = aggregateRecord(rows, id, { path: `${stem}_samples.jsonl`, sha256: sha256(samplesText), rows: records.length });
   const aggregatePath = join(dir, `${stem}.json`);
-  await writeAtomic(aggregatePath, JSON.stringify(aggregate, null, 2) + "\n");
+  await writeExportFile(aggregatePath, JSON.stringify(aggregate, null, 2) + "\n");
   return { aggregate: aggregatePath, samples: samplesPath, records };
 }
 
-/** Foundry evaluation JSONL: query, response, ground_truth — or messages and ground_truth. */
-function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<string, unknown> {
-  const prompt = buildPrompt(bank);
-  const truth = bank.answers[0] ?? "";
-  const extra = { query_id: row.query_id, condition_family: row.condition_family, label: row.label };
-  if (messages) {
-    return { messages: [{ role: "user", content: prompt }, { role: "assistant", content: row.raw_response }], ground_truth: truth, ...extra };
-  }
-  return { query: prompt, response: row.raw_response, ground_truth: truth, ...extra };
+/** Who and what was evaluated: from the settings, else the rows and the bank file; the id ends in the time. */
+function identity(input: ExportInput): ExportIdentity {
+  const o = input.settings;
+  const model = input.rows[0]?.model ?? UNNAMED;
+  const modelId = o.modelId ?? (String(model).includes("/") ? String(model) : `${o.developer ?? UNNAMED}/${model}`);
+  const benchmark = o.benchmark ?? basename(o.bank).replace(/\.jsonl?$/, "");
+  return {
+    benchmark,
+    modelId,
+    developer: o.developer ?? modelId.split("/")[0] ?? UNNAMED,
+    organization: o.organization ?? UNNAMED,
+    evaluationId: `${benchmark}/${modelId}/${Math.floor(Date.now() / 1000)}`,
+  };
 }
 
-export async function writeFoundry(path: string, rows: ScoredRow[], bank: Map<string, BankRow>, messages = false): Promise<void> {
-  await writeAtomic(path, rows.map((r) => JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages))).join("\n") + "\n");
-}
+/** Every Eval Ever, each record checked against the published schema before anyone else reads it. */
+export const EEE: ExportFormat = {
+  name: "eee",
+  title: "Every Eval Ever",
+  description:
+    "an aggregate record (accuracy per condition family, decoding settings, and a pointer to the samples file " +
+    "with its sha256 and row count) beside instance-level samples (schema instance_level_eval_0.3.0, every " +
+    "record validated), under OUT/data/<benchmark>/<developer>/<model>/.",
+  out: "folder",
+  async write(input) {
+    const written = await writeEee(input.settings.out, input.rows, input.bank, identity(input));
+    const schema = instanceSchema();
+    for (const [i, record] of written.records.entries()) {
+      const errors = validate(record, schema);
+      // The records are hsm's own making: one that fails the schema is a bug in hsm.
+      if (errors.length) {
+        const problems = errors.map((e) => `${e.path} ${e.message}`).join("; ");
+        const where = `${written.samples}:${i + 1}`;
+        throw new InternalError(`${where}: not valid against ${String(schema.version)}: ${problems}`);
+      }
+    }
+    return [written.aggregate, written.samples];
+  },
+};

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -292,10 +291,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
         RankBf16Rows(x, d, first, last, a, packed_bf.get(), n_panels, n_anchors, own, own_score, above);
       }
     };
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < nt; t++) pool.emplace_back(work);
-    work();
-    for (auto& th : pool) th.join();
+    Crew(nt, work);
     return;
   }
   const auto tile = HasAvx512() ? TileAvx512 : TilePortable;
@@ -322,10 +318,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
+  Parallel(nt, work);
 }
 
 }  // namespace hsm

@@ -1,10 +1,10 @@
 #include "rows.h"
 
 #include "cpu.h"
+#include "threads.h"
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 namespace hsm {
@@ -14,10 +14,7 @@ namespace {
 template <typename Fn>
 void SplitRows(size_t n, size_t d, int threads, Fn fn) {
   const size_t nt = std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n * d / (size_t{1} << 16) + 1, 16}));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(fn, n * t / nt, n * (t + 1) / nt);
-  fn(0, n / nt);
-  for (auto& th : pool) th.join();
+  Split(n, nt, [&](size_t, size_t begin, size_t end) { fn(begin, end); });
 }
 
 }  // namespace
@@ -86,10 +83,7 @@ template <typename Fn>
 void SplitColumns(size_t n_rows, size_t d, int threads, Fn fn) {
   const size_t steps = (d + 15) / 16;
   const size_t nt = std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n_rows * d / (size_t{1} << 16) + 1, steps}));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(fn, std::min(d, steps * t / nt * 16), std::min(d, steps * (t + 1) / nt * 16));
-  fn(0, std::min(d, steps / nt * 16));
-  for (auto& th : pool) th.join();
+  Split(steps, nt, [&](size_t, size_t s0, size_t s1) { fn(std::min(d, s0 * 16), std::min(d, s1 * 16)); });
 }
 
 // The column loops below, each element's operations as written (no contraction, no reassociation),

@@ -1,13 +1,19 @@
 // Node-API surface of the native core. Options (thread counts, whether to use
-// bfloat16) are decided in TypeScript (src/native/) and arrive as arguments;
-// this file reads no environment and only checks what would be unsafe to
-// trust: argument kinds and buffer lengths.
+// bfloat16, the SIMD level) are decided in TypeScript (src/native/) and arrive
+// as arguments or through setSimd; this file reads no environment and only
+// checks what would be unsafe to trust: argument kinds and buffer lengths.
+// Every entry runs inside Guard, which turns a C++ exception into a JS Error.
 #include <node_api.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "bootstrap.h"
@@ -18,6 +24,7 @@
 #include "rank.h"
 #include "rows.h"
 #include "sha256.h"
+#include "threads.h"
 
 namespace {
 
@@ -29,6 +36,46 @@ struct View {
 bool Fail(napi_env env, const char* message) {
   napi_throw_type_error(env, nullptr, message);
   return false;
+}
+
+// One line for a C++ exception that left entry `name`, written into `out`
+// without allocating (the exception may be std::bad_alloc).
+void Describe(const char* name, std::exception_ptr error, char* out, size_t size) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::bad_alloc&) {
+    std::snprintf(out, size, "%s: out of memory in the native core", name);
+  } catch (const std::system_error& e) {
+    std::snprintf(out, size, "%s: system error in the native core (%s)", name, e.what());
+  } catch (const std::exception& e) {
+    std::snprintf(out, size, "%s: C++ exception in the native core (%s)", name, e.what());
+  } catch (...) {
+    std::snprintf(out, size, "%s: unknown C++ exception in the native core", name);
+  }
+}
+
+// An exported function: its JavaScript name and the callback behind it.
+struct Entry {
+  const char* name;
+  napi_callback impl;
+};
+
+// The callback every export goes through (its Entry arrives as the callback's
+// data): a C++ exception thrown below it becomes a JS Error naming the entry,
+// where it would otherwise end the process.
+napi_value Guard(napi_env env, napi_callback_info info) {
+  void* data = nullptr;
+  if (napi_get_cb_info(env, info, nullptr, nullptr, nullptr, &data) != napi_ok || data == nullptr) return nullptr;
+  const Entry* entry = static_cast<const Entry*>(data);
+  try {
+    return entry->impl(env, info);
+  } catch (...) {
+    char message[320];
+    Describe(entry->name, std::current_exception(), message, sizeof message);
+    bool pending = false;
+    if (napi_is_exception_pending(env, &pending) == napi_ok && !pending) napi_throw_error(env, nullptr, message);
+    return nullptr;
+  }
 }
 
 // Reads argument `value` as a typed array of `type`; throws on anything else.
@@ -577,15 +624,28 @@ struct FilesWork {
   int threads = 1;
   napi_deferred deferred = nullptr;
   napi_async_work work = nullptr;
+  char error[256] = "";  // a C++ exception on the worker, for the promise's rejection
 };
 
 void FilesExecute(napi_env, void* data) {
   auto* w = static_cast<FilesWork*>(data);
-  hsm::Sha256Files(w->jobs.data(), w->jobs.size(), w->threads, w->results.data());
+  try {
+    hsm::Sha256Files(w->jobs.data(), w->jobs.size(), w->threads, w->results.data());
+  } catch (...) {
+    Describe("sha256Files", std::current_exception(), w->error, sizeof w->error);
+  }
 }
 
 void FilesComplete(napi_env env, napi_status, void* data) {
-  auto* w = static_cast<FilesWork*>(data);
+  std::unique_ptr<FilesWork> w(static_cast<FilesWork*>(data));
+  napi_delete_async_work(env, w->work);
+  if (w->error[0] != 0) {
+    napi_value message, error;
+    napi_create_string_utf8(env, w->error, NAPI_AUTO_LENGTH, &message);
+    napi_create_error(env, nullptr, message, &error);
+    napi_reject_deferred(env, w->deferred, error);
+    return;
+  }
   napi_value list;
   napi_create_array_with_length(env, w->results.size(), &list);
   for (size_t i = 0; i < w->results.size(); i++) {
@@ -610,8 +670,6 @@ void FilesComplete(napi_env env, napi_status, void* data) {
     napi_set_element(env, list, static_cast<uint32_t>(i), entry);
   }
   napi_resolve_deferred(env, w->deferred, list);
-  napi_delete_async_work(env, w->work);
-  delete w;
 }
 
 napi_value Sha256Files(napi_env env, napi_callback_info info) {
@@ -634,7 +692,7 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
     Fail(env, "Expected statsFrom and widths as long as paths");
     return nullptr;
   }
-  auto* w = new FilesWork();
+  auto w = std::make_unique<FilesWork>();
   w->paths.resize(n);
   for (uint32_t i = 0; i < n; i++) {
     napi_value p;
@@ -642,12 +700,10 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
     const uint8_t width = static_cast<const uint8_t*>(widths.data)[i];
     const double at = static_cast<const double*>(from.data)[i];
     if (napi_get_element(env, argv[0], i, &p) != napi_ok || napi_get_value_string_utf8(env, p, nullptr, 0, &len) != napi_ok) {
-      delete w;
       Fail(env, "Expected an array of paths");
       return nullptr;
     }
     if ((width != 0 && width != 2 && width != 4) || !(at >= 0) || at != static_cast<double>(static_cast<uint64_t>(at))) {
-      delete w;
       Fail(env, "Expected widths of 0, 2 or 4 and byte offsets for statsFrom");
       return nullptr;
     }
@@ -663,41 +719,82 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
   napi_value promise, name;
   napi_create_promise(env, &w->deferred, &promise);
   napi_create_string_utf8(env, "hsm.sha256Files", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_async_work(env, nullptr, name, FilesExecute, FilesComplete, w, &w->work) != napi_ok ||
-      napi_queue_async_work(env, w->work) != napi_ok) {
-    delete w;
+  if (napi_create_async_work(env, nullptr, name, FilesExecute, FilesComplete, w.get(), &w->work) != napi_ok) {
     Fail(env, "Could not start the hashing work");
     return nullptr;
   }
+  if (napi_queue_async_work(env, w->work) != napi_ok) {
+    napi_delete_async_work(env, w->work);
+    Fail(env, "Could not start the hashing work");
+    return nullptr;
+  }
+  w.release();  // FilesComplete owns it now
   return promise;
+}
+
+// Test hooks, so that tests can see what Guard does with each kind of C++
+// exception. testThrow(kind) throws one: "bad_alloc", "system_error",
+// "runtime_error", anything else a non-standard one.
+napi_value TestThrow(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  if (!GetArgs(env, info, 1, argv)) return nullptr;
+  char kind[32] = "";
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, argv[0], kind, sizeof kind, &len) != napi_ok) {
+    Fail(env, "Expected a string for kind");
+    return nullptr;
+  }
+  const std::string k(kind, len);
+  if (k == "bad_alloc") throw std::bad_alloc();
+  if (k == "system_error") throw std::system_error(EAGAIN, std::generic_category(), "test");
+  if (k == "runtime_error") throw std::runtime_error("test");
+  throw 42;
+}
+
+// testFailThreadStart(k): the k-th thread start from now throws as a failed
+// std::thread start does (0 disarms).
+napi_value TestFailThreadStart(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  uint32_t k;
+  if (!GetArgs(env, info, 1, argv) || !GetU32(env, argv[0], "Expected a count", &k)) return nullptr;
+  hsm::testing::fail_thread_start.store(static_cast<int>(k < 0x7fffffffu ? k : 0x7fffffffu));
+  return nullptr;
 }
 
 }  // namespace
 
 NAPI_MODULE_INIT() {
-  const napi_property_descriptor props[] = {
-      {"f32ToF16", nullptr, F32ToF16, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"f16ToF32", nullptr, F16ToF32, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"f16Stats", nullptr, F16Stats, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"rankAgainstAnchors", nullptr, RankAgainstAnchors, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"bootstrapMean", nullptr, BootstrapMean, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"bootstrapAuroc", nullptr, BootstrapAuroc, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"rowsTimes", nullptr, Products<false>, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"rowsTransposeTimes", nullptr, Products<true>, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"logisticPass", nullptr, LogisticPass, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"centreRows", nullptr, CentreRows, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"anchorCosines", nullptr, AnchorCosines, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"standardizeRows", nullptr, StandardizeRows, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"addMoments", nullptr, AddMoments, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"prepareHead", nullptr, PrepareHead, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"headArgmax", nullptr, HeadArgmax, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Init", nullptr, Sha256Init, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Update", nullptr, Sha256Update, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Update2", nullptr, Sha256Update2, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Final", nullptr, Sha256Final, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Files", nullptr, Sha256Files, nullptr, nullptr, nullptr, napi_default, nullptr},
+  static const Entry kEntries[] = {
+      {"f32ToF16", F32ToF16},
+      {"f16ToF32", F16ToF32},
+      {"f16Stats", F16Stats},
+      {"rankAgainstAnchors", RankAgainstAnchors},
+      {"bootstrapMean", BootstrapMean},
+      {"bootstrapAuroc", BootstrapAuroc},
+      {"rowsTimes", Products<false>},
+      {"rowsTransposeTimes", Products<true>},
+      {"logisticPass", LogisticPass},
+      {"centreRows", CentreRows},
+      {"anchorCosines", AnchorCosines},
+      {"standardizeRows", StandardizeRows},
+      {"addMoments", AddMoments},
+      {"prepareHead", PrepareHead},
+      {"headArgmax", HeadArgmax},
+      {"sha256Init", Sha256Init},
+      {"sha256Update", Sha256Update},
+      {"sha256Update2", Sha256Update2},
+      {"sha256Final", Sha256Final},
+      {"sha256Files", Sha256Files},
+      {"testThrow", TestThrow},
+      {"testFailThreadStart", TestFailThreadStart},
   };
-  napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
+  constexpr size_t kCount = sizeof(kEntries) / sizeof(kEntries[0]);
+  napi_property_descriptor props[kCount];
+  for (size_t i = 0; i < kCount; i++) {
+    props[i] = {kEntries[i].name, nullptr, Guard, nullptr, nullptr, nullptr, napi_default,
+                const_cast<Entry*>(&kEntries[i])};
+  }
+  napi_define_properties(env, exports, kCount, props);
   napi_value simd;
   const char* name = hsm::HasF16c() ? "f16c" : "portable";
   napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &simd);

@@ -266,8 +266,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     }
   });
 #ifdef HSM_X86
-  static const bool has_bf16 = HasAvx512Bf16();
-  const bool bf16 = has_bf16 && allow_bf16;
+  const bool bf16 = HasAvx512Bf16() && allow_bf16;
   if (bf16) {
     const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.

@@ -136,14 +136,20 @@ __attribute__((target("avx512f"))) void MomentsAvx512(const float* h, const int3
     sum_squares[j] += v * v;
   });
 }
-const auto kMean = HasAvx512() ? MeanAvx512 : MeanPortable;
-const auto kVariance = HasAvx512() ? VarianceAvx512 : VariancePortable;
-const auto kMoments = HasAvx512() ? MomentsAvx512 : MomentsPortable;
-#else
-const auto kMean = MeanPortable;
-const auto kVariance = VariancePortable;
-const auto kMoments = MomentsPortable;
 #endif
+
+// The column loops for the SIMD level in force, chosen per call.
+struct ColumnLoops {
+  decltype(&MeanPortable) mean;
+  decltype(&VariancePortable) variance;
+  decltype(&MomentsPortable) moments;
+};
+ColumnLoops Loops() {
+#if defined(__x86_64__)
+  if (HasAvx512()) return {MeanAvx512, VarianceAvx512, MomentsAvx512};
+#endif
+  return {MeanPortable, VariancePortable, MomentsPortable};
+}
 
 }  // namespace
 
@@ -151,9 +157,10 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
                      int threads) {
   std::fill(mean, mean + d, 0.0);
   std::fill(scale, scale + d, 0.0);
+  const ColumnLoops loops = Loops();
   SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) {
-    kMean(h, rows, n_rows, d, begin, end, mean);
-    kVariance(h, rows, n_rows, d, begin, end, mean, scale);
+    loops.mean(h, rows, n_rows, d, begin, end, mean);
+    loops.variance(h, rows, n_rows, d, begin, end, mean, scale);
   });
   for (size_t j = 0; j < d; j++) {
     scale[j] = std::sqrt(scale[j]);
@@ -168,7 +175,8 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
 }
 
 void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares, int threads) {
-  SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) { kMoments(h, rows, n_rows, d, begin, end, sum, sum_squares); });
+  const auto moments = Loops().moments;
+  SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) { moments(h, rows, n_rows, d, begin, end, sum, sum_squares); });
 }
 
 }  // namespace hsm

@@ -122,11 +122,11 @@ bool Need(napi_env env, const View& v, const char* name, size_t rows, size_t col
   if (!wraps && need <= v.length) return true;
   char message[256];
   if (cols == 1) {
-    std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu values but received %zu", name, counts, rows,
-                  v.length);
+    std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu values but received %zu", name,
+                  counts, rows, v.length);
   } else {
-    std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu × %zu values but received %zu", name, counts,
-                  rows, cols, v.length);
+    std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu × %zu values but received %zu",
+                  name, counts, rows, cols, v.length);
   }
   napi_throw_range_error(env, nullptr, message);
   return false;
@@ -359,8 +359,9 @@ napi_value LogisticPass(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[11], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (!Need(env, h, "h", n, d, "n × d") || !Need(env, v, "v", k, d, "k × d") || !Need(env, offset, "offset", k, 1, "k") ||
-      !Need(env, y, "y", n, 1, "n") || !Need(env, train, "train", k, n, "k × n") || !Need(env, loss, "loss", k, 1, "k") ||
+  if (!Need(env, h, "h", n, d, "n × d") || !Need(env, v, "v", k, d, "k × d") ||
+      !Need(env, offset, "offset", k, 1, "k") || !Need(env, y, "y", n, 1, "n") ||
+      !Need(env, train, "train", k, n, "k × n") || !Need(env, loss, "loss", k, 1, "k") ||
       !Need(env, gsum, "gsum", k, 1, "k") || !Need(env, grad, "grad", k, d, "k × d")) {
     return nullptr;
   }
@@ -382,7 +383,8 @@ napi_value CentreRows(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[5], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (!Need(env, h, "h", n, d, "n × d") || !Need(env, out, "out", n, d, "n × d") || !Need(env, valid, "valid", n, 1, "n")) {
+  if (!Need(env, h, "h", n, d, "n × d") || !Need(env, out, "out", n, d, "n × d") ||
+      !Need(env, valid, "valid", n, 1, "n")) {
     return nullptr;
   }
   const size_t excluded = hsm::CentreRows(static_cast<const float*>(h.data), n, d, static_cast<uint8_t*>(valid.data),
@@ -769,7 +771,8 @@ napi_value SetSimd(napi_env env, napi_callback_info info) {
     if (want != kSimdNames[level]) continue;
     if (level > static_cast<int>(hsm::CpuSimd())) {
       char message[160];
-      std::snprintf(message, sizeof message, "Expected a SIMD level this CPU has (portable up to %s) but received \"%s\"",
+      std::snprintf(message, sizeof message,
+                    "Expected a SIMD level this CPU has (portable up to %s) but received \"%s\"",
                     kSimdNames[static_cast<int>(hsm::CpuSimd())], want.c_str());
       napi_throw_range_error(env, nullptr, message);
       return nullptr;

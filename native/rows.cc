@@ -176,7 +176,8 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
 
 void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares, int threads) {
   const auto moments = Loops().moments;
-  SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) { moments(h, rows, n_rows, d, begin, end, sum, sum_squares); });
+  SplitColumns(n_rows, d, threads,
+               [&](size_t begin, size_t end) { moments(h, rows, n_rows, d, begin, end, sum, sum_squares); });
 }
 
 }  // namespace hsm

@@ -111,7 +111,9 @@ export function completeKernels<N extends string>(
   const implementations = {} as Record<KernelName, N>;
   for (const k of KERNEL_NAMES) {
     const from = chain.find((c) => c.kernels[k] !== undefined);
-    if (!from) throw new InternalError(`Expected a backend in ${chain.map((c) => c.name).join(" → ")} to implement ${k}`);
+    if (!from) {
+      throw new InternalError(`Expected a backend in ${chain.map((c) => c.name).join(" → ")} to implement ${k}`);
+    }
     kernels[k] = from.kernels[k];
     implementations[k] = from.name;
   }

@@ -40,7 +40,8 @@ export function atSimdLevel<T extends object>(target: T, level: SimdLevel): T {
     record[key] = (...args: unknown[]) =>
       underLevel(level, () => {
         const out = fn(...args);
-        return out !== null && typeof out === "object" && Object.getPrototypeOf(out) === Object.prototype ? atSimdLevel(out, level) : out;
+        const plain = out !== null && typeof out === "object" && Object.getPrototypeOf(out) === Object.prototype;
+        return plain ? atSimdLevel(out, level) : out;
       });
   }
   return target;
@@ -64,4 +65,7 @@ for (const name of NAMES) {
 }
 
 /** The names of the available backends, typescript (the reference) first. */
-export const BACKENDS: ConcreteBackend[] = ["typescript", ...new Set(AVAILABLE.map((k) => k.backend).filter((b) => b !== "typescript"))];
+export const BACKENDS: ConcreteBackend[] = [
+  "typescript",
+  ...new Set(AVAILABLE.map((k) => k.backend).filter((b) => b !== "typescript")),
+];

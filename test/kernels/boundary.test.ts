@@ -22,7 +22,9 @@ const root = join(import.meta.dirname, "..", "..");
 const addonPath = process.env.HSM_NATIVE_PATH ?? join(root, "native", "build", "Release", "hsm_native.node");
 
 /** The addon's raw exports, test hooks included (src/native/ passes them by). */
-const addon = existsSync(addonPath) ? (createRequire(import.meta.url)(addonPath) as Record<string, unknown>) : undefined;
+const addon = existsSync(addonPath)
+  ? (createRequire(import.meta.url)(addonPath) as Record<string, unknown>)
+  : undefined;
 
 /** Calls the addon's export `name`. */
 function call(name: string, ...args: unknown[]): unknown {
@@ -52,7 +54,9 @@ describe.runIf(Boolean(addon))("native entries and C++ exceptions", () => {
     const h = f32(n * 4).fill(1);
     const out = f64(n);
     call("testFailThreadStart", 2); // the second of three shares' threads
-    expect(() => call("rowsTimes", h, n, 4, f64(4).fill(1), 1, out, 3)).toThrow(/^rowsTimes: system error in the native core \(thread start failed/);
+    expect(() => call("rowsTimes", h, n, 4, f64(4).fill(1), 1, out, 3)).toThrow(
+      /^rowsTimes: system error in the native core \(thread start failed/,
+    );
     call("rowsTimes", h, n, 4, f64(4).fill(1), 1, out, 3);
     expect([out[0], out[n - 1]]).toEqual([4, 4]);
   });
@@ -64,7 +68,8 @@ describe.runIf(Boolean(addon))("native entries and C++ exceptions", () => {
       paths.forEach((p, i) => writeFileSync(p, Buffer.alloc(1000 + i, i)));
       call("testFailThreadStart", 1);
       const got = (await call("sha256Files", paths, f64(3), u8(3), 3)) as [string][];
-      expect(got.map((r) => r[0])).toEqual(paths.map((_, i) => createHash("sha256").update(Buffer.alloc(1000 + i, i)).digest("hex")));
+      const want = paths.map((_, i) => createHash("sha256").update(Buffer.alloc(1000 + i, i)).digest("hex"));
+      expect(got.map((r) => r[0])).toEqual(want);
     } finally {
       call("testFailThreadStart", 0);
       rmSync(dir, { recursive: true, force: true });
@@ -100,7 +105,9 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
   });
 
   it("refuses counts that are not whole numbers below 2^53", () => {
-    for (const n of [-1, 0.5, 2 ** 53, 1e300, NaN]) expect(() => call("rowsTimes", f32(4), n, 2, f64(4), 1, f64(4), 1)).toThrow(TypeError);
+    for (const n of [-1, 0.5, 2 ** 53, 1e300, NaN]) {
+      expect(() => call("rowsTimes", f32(4), n, 2, f64(4), 1, f64(4), 1)).toThrow(TypeError);
+    }
   });
 });
 
@@ -118,8 +125,11 @@ describe.runIf(Boolean(addon))("SIMD level override", () => {
         expect(nativeSimdLevel()).toBe(level);
       }
       expect(() => setNativeSimd("sse4")).toThrow(UsageError);
-      expect(() => setNativeSimd("sse4")).toThrow(/Expected portable, avx2 or avx512 for the SIMD level but received "sse4"/);
-      for (const level of SIMD_LEVELS.slice(nativeSimdLevels.length)) expect(() => setNativeSimd(level)).toThrow(/Expected a SIMD level this CPU has/);
+      const unknown = /^Expected portable, avx2 or avx512 for the SIMD level but received "sse4"$/;
+      expect(() => setNativeSimd("sse4")).toThrow(unknown);
+      for (const level of SIMD_LEVELS.slice(nativeSimdLevels.length)) {
+        expect(() => setNativeSimd(level)).toThrow(/Expected a SIMD level this CPU has/);
+      }
     } finally {
       setNativeSimd(nativeSimdLevels.at(-1)!);
     }
@@ -131,12 +141,15 @@ describe.runIf(Boolean(addon))("SIMD level override", () => {
       const n = await import(${JSON.stringify(join(root, "dist", "native", "index.js"))});
       try { n.nativeKernels({ threads: 1, allowBf16: true }); console.log(n.nativeSimdLevel(), n.nativeSimd); }
       catch (e) { console.log(e.name + ": " + e.message); }`;
-    const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, HSM_SIMD: value, HSM_NATIVE_PATH: addonPath } });
+    const env = { ...process.env, HSM_SIMD: value, HSM_NATIVE_PATH: addonPath };
+    const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env });
     return r.stdout.trim();
   }
 
   it("reads HSM_SIMD once at load; a bad value makes every use of the native kernels a usage error", () => {
     expect(underEnv("portable")).toBe("portable portable");
-    expect(underEnv("avx9")).toBe('UsageError: HSM_SIMD: Expected portable, avx2 or avx512 for the SIMD level but received "avx9"');
+    expect(underEnv("avx9")).toBe(
+      'UsageError: HSM_SIMD: Expected portable, avx2 or avx512 for the SIMD level but received "avx9"',
+    );
   });
 });

@@ -22,11 +22,13 @@ type Head = Pick<Kernels, "prepareHead" | "headArgmax">;
 const bf16Native = loadNative({ threads: 2, allowBf16: true });
 const lanesNative = loadNative({ threads: 2, allowBf16: false });
 
-/** Every implementation, by name: the native core at each SIMD level here, with and without bfloat16 where AVX-512 has it. */
+/** Every implementation, by name: the native core at each SIMD level here (with and without bfloat16 at avx512). */
 const IMPLEMENTATIONS: [string, Head][] = [["typescript", typescriptKernels]];
 for (const level of bf16Native ? nativeSimdLevels : []) {
   const at = (allowBf16: boolean) => atSimdLevel(loadNative({ threads: 2, allowBf16 })!, level);
-  if (level === "avx512") IMPLEMENTATIONS.push([`native[${level}] (bfloat16)`, at(true)], [`native[${level}] (float32 lanes)`, at(false)]);
+  if (level === "avx512") {
+    IMPLEMENTATIONS.push([`native[${level}] (bfloat16)`, at(true)], [`native[${level}] (float32 lanes)`, at(false)]);
+  }
   else IMPLEMENTATIONS.push([`native[${level}]`, at(false)]);
 }
 

@@ -1,11 +1,11 @@
 #include "bootstrap.h"
 
 #include "cpu.h"
+#include "threads.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -150,19 +150,10 @@ double Auroc(const SortedGroup& g, const int32_t* weight) {
   return wins / (sum_pos * neg_below);
 }
 
-// Runs fn(first, last) over [0, b) split into `parts` contiguous shares, one thread each.
-template <typename Fn>
-void Shares(size_t b, size_t parts, Fn fn) {
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < parts; t++) pool.emplace_back(fn, b * t / parts, b * (t + 1) / parts);
-  fn(0, b / parts);
-  for (auto& th : pool) th.join();
-}
-
 // Threads worth starting for `work` draws-and-passes (a thread start costs tens of microseconds).
-size_t ThreadsFor(size_t work, size_t b, int threads) {
+int ThreadsFor(size_t work, size_t b, int threads) {
   if (work < (size_t{1} << 18)) return 1;
-  return std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), b, 16}));
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), b, 16})));
 }
 
 #if defined(__x86_64__)

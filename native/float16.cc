@@ -1,10 +1,10 @@
 #include "float16.h"
 
 #include "cpu.h"
+#include "threads.h"
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -223,14 +223,7 @@ void ParallelFor(size_t n, int max_threads, Fn fn) {
   if (threads <= 1) return fn(size_t{0}, n);
   // Chunk boundaries on multiples of 64 elements keep every vector step whole.
   const size_t chunk = ((n + threads - 1) / threads + 63) & ~size_t{63};
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; t++) {
-    const size_t begin = std::min(n, t * chunk);
-    const size_t end = std::min(n, begin + chunk);
-    if (begin < end) pool.emplace_back([=] { fn(begin, end); });
-  }
-  fn(0, std::min(n, chunk));
-  for (auto& th : pool) th.join();
+  Parallel(std::min(threads, (n + chunk - 1) / chunk), [&](size_t t) { fn(t * chunk, std::min(n, (t + 1) * chunk)); });
 }
 
 }  // namespace

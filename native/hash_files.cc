@@ -8,10 +8,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "sha256.h"
+#include "threads.h"
 
 namespace hsm {
 namespace {
@@ -150,16 +150,8 @@ void Sha256Files(const FileHashJob* jobs, size_t n, int threads, FileHashResult*
   // file per core hashes faster than two on one core.
   const size_t want = std::min<size_t>(static_cast<size_t>(std::max(1, threads)), std::max<size_t>(1, n));
   sh.lanes = static_cast<int>(std::clamp<size_t>((n + want - 1) / want, 1, kMaxLanes));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < want; t++) {
-    try {
-      pool.emplace_back(Work, std::ref(sh));
-    } catch (...) {
-      break;  // fewer threads than asked: the others share the files
-    }
-  }
-  Work(sh);
-  for (auto& t : pool) t.join();
+  // A thread that cannot start leaves its files to the others.
+  Crew(want, [&] { Work(sh); });
 }
 
 }  // namespace hsm

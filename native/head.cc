@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -448,6 +449,7 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
     std::vector<float> hf;
     if (use_bf16) {
       hb.reset(static_cast<uint16_t*>(std::aligned_alloc(64, rows * dp * sizeof(uint16_t))));
+      if (!hb) throw std::bad_alloc();
       std::memset(hb.get(), 0, rows * dp * sizeof(uint16_t));
     } else {
       hf.assign(rows * dp, 0.0f);

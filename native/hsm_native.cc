@@ -1,16 +1,24 @@
 // Node-API surface of the native core. Options (thread counts, whether to use
-// bfloat16) are decided in TypeScript (src/native/) and arrive as arguments;
-// this file reads no environment and only checks what would be unsafe to
-// trust: argument kinds and buffer lengths.
+// bfloat16, the SIMD level) are decided in TypeScript (src/kernels/native.ts) and arrive
+// as arguments or through setSimd; this file reads no environment and only
+// checks what would be unsafe to trust: argument kinds and buffer lengths.
+// Every entry runs inside Guard, which turns a C++ exception into a JS Error.
 #include <node_api.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "bootstrap.h"
+#include "cpu.h"
 #include "float16.h"
 #include "hash_files.h"
 #include "head.h"
@@ -18,6 +26,7 @@
 #include "rank.h"
 #include "rows.h"
 #include "sha256.h"
+#include "threads.h"
 
 namespace {
 
@@ -29,6 +38,46 @@ struct View {
 bool Fail(napi_env env, const char* message) {
   napi_throw_type_error(env, nullptr, message);
   return false;
+}
+
+// One line for a C++ exception that left entry `name`, written into `out`
+// without allocating (the exception may be std::bad_alloc).
+void Describe(const char* name, std::exception_ptr error, char* out, size_t size) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::bad_alloc&) {
+    std::snprintf(out, size, "%s: out of memory in the native core", name);
+  } catch (const std::system_error& e) {
+    std::snprintf(out, size, "%s: system error in the native core (%s)", name, e.what());
+  } catch (const std::exception& e) {
+    std::snprintf(out, size, "%s: C++ exception in the native core (%s)", name, e.what());
+  } catch (...) {
+    std::snprintf(out, size, "%s: unknown C++ exception in the native core", name);
+  }
+}
+
+// An exported function: its JavaScript name and the callback behind it.
+struct Entry {
+  const char* name;
+  napi_callback impl;
+};
+
+// The callback every export goes through (its Entry arrives as the callback's
+// data): a C++ exception thrown below it becomes a JS Error naming the entry,
+// where it would otherwise end the process.
+napi_value Guard(napi_env env, napi_callback_info info) {
+  void* data = nullptr;
+  if (napi_get_cb_info(env, info, nullptr, nullptr, nullptr, &data) != napi_ok || data == nullptr) return nullptr;
+  const Entry* entry = static_cast<const Entry*>(data);
+  try {
+    return entry->impl(env, info);
+  } catch (...) {
+    char message[320];
+    Describe(entry->name, std::current_exception(), message, sizeof message);
+    bool pending = false;
+    if (napi_is_exception_pending(env, &pending) == napi_ok && !pending) napi_throw_error(env, nullptr, message);
+    return nullptr;
+  }
 }
 
 // Reads argument `value` as a typed array of `type`; throws on anything else.
@@ -56,11 +105,31 @@ bool GetArgs(napi_env env, napi_callback_info info, size_t want, napi_value* arg
 
 bool GetCount(napi_env env, napi_value v, const char* message, size_t* out) {
   double n = -1;
-  if (napi_get_value_double(env, v, &n) != napi_ok || !(n >= 0) || n != static_cast<double>(static_cast<size_t>(n))) {
+  // Whole numbers up to 2^53 - 1 only: casting a larger double to size_t would be undefined.
+  if (napi_get_value_double(env, v, &n) != napi_ok || !(n >= 0 && n <= 9007199254740991.0) || n != std::floor(n)) {
     return Fail(env, message);
   }
   *out = static_cast<size_t>(n);
   return true;
+}
+
+// True when typed array `v` (the argument `name`) holds at least rows x cols
+// elements, the product taken without wrapping around; else throws a
+// RangeError naming the argument and the counts (`counts`, e.g. "n × d").
+bool Need(napi_env env, const View& v, const char* name, size_t rows, size_t cols, const char* counts) {
+  size_t need = 0;
+  const bool wraps = __builtin_mul_overflow(rows, cols, &need);
+  if (!wraps && need <= v.length) return true;
+  char message[256];
+  if (cols == 1) {
+    std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu values but received %zu", name,
+                  counts, rows, v.length);
+  } else {
+    std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu × %zu values but received %zu",
+                  name, counts, rows, cols, v.length);
+  }
+  napi_throw_range_error(env, nullptr, message);
+  return false;
 }
 
 int Threads(size_t threads) { return static_cast<int>(threads < 1 ? 1 : threads); }
@@ -133,9 +202,9 @@ napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
     Fail(env, "Expected a boolean allowBf16");
     return nullptr;
   }
-  if (x.length < n_rows * d || a.length < n_anchors * d || own.length < n_rows || own_score.length < n_rows ||
-      above.length < n_rows) {
-    Fail(env, "Expected buffers large enough for the given counts");
+  if (!Need(env, x, "x", n_rows, d, "nRows × d") || !Need(env, a, "anchors", n_anchors, d, "nAnchors × d") ||
+      !Need(env, own, "own", n_rows, 1, "nRows") || !Need(env, own_score, "ownScore", n_rows, 1, "nRows") ||
+      !Need(env, above, "above", n_rows, 1, "nRows")) {
     return nullptr;
   }
   const int32_t* owns = static_cast<const int32_t*>(own.data);
@@ -175,10 +244,7 @@ napi_value BootstrapMean(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[5], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (out.length < b) {
-    Fail(env, "Expected out to hold every replicate");
-    return nullptr;
-  }
+  if (!Need(env, out, "out", b, 1, "b")) return nullptr;
   hsm::BootstrapMean(seed, stream, static_cast<const double*>(values.data), values.length, b, static_cast<double*>(out.data), Threads(threads));
   return nullptr;
 }
@@ -221,10 +287,7 @@ napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[14], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (out.length < b) {
-    Fail(env, "Expected out to hold every replicate");
-    return nullptr;
-  }
+  if (!Need(env, out, "out", b, 1, "b")) return nullptr;
   const bool has_paired = !IsNull(env, argv[8]);
   if (has_paired) {
     if (!GetCount(env, argv[11], "Expected a paired fact count", &p_facts) || !GetGroup(env, argv + 8, p_facts, &paired, &p_rows) ||
@@ -233,10 +296,11 @@ napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
       return nullptr;
     }
     const int32_t* tp = static_cast<const int32_t*>(to_paired.data);
-    if (to_paired.length != n_facts || p_out.length < b) {
-      Fail(env, "Expected toPaired per fact and pairedOut per replicate");
+    if (to_paired.length != n_facts) {
+      Fail(env, "Expected toPaired per fact");
       return nullptr;
     }
+    if (!Need(env, p_out, "pairedOut", b, 1, "b")) return nullptr;
     for (size_t f = 0; f < n_facts; f++) {
       if (tp[f] >= static_cast<int64_t>(p_facts)) {
         Fail(env, "Expected paired fact indices below the paired fact count");
@@ -264,12 +328,10 @@ napi_value Products(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[6], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  const size_t in_len = kTranspose ? n * k : k * d;
-  const size_t out_len = kTranspose ? k * d : n * k;
-  if (h.length < n * d || in.length < in_len || out.length < out_len) {
-    Fail(env, "Expected buffers large enough for the given counts");
-    return nullptr;
-  }
+  const bool sized = Need(env, h, "h", n, d, "n × d") &&
+                     (kTranspose ? Need(env, in, "g", n, k, "n × k") && Need(env, out, "out", k, d, "k × d")
+                                 : Need(env, in, "v", k, d, "k × d") && Need(env, out, "out", n, k, "n × k"));
+  if (!sized) return nullptr;
   const int nt = Threads(threads);
   if (kTranspose) {
     hsm::RowsTransposeTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k, static_cast<double*>(out.data), nt);
@@ -297,9 +359,10 @@ napi_value LogisticPass(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[11], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (h.length < n * d || v.length < k * d || offset.length < k || y.length < n || train.length < k * n || loss.length < k ||
-      gsum.length < k || grad.length < k * d) {
-    Fail(env, "Expected buffers large enough for the given counts");
+  if (!Need(env, h, "h", n, d, "n × d") || !Need(env, v, "v", k, d, "k × d") ||
+      !Need(env, offset, "offset", k, 1, "k") || !Need(env, y, "y", n, 1, "n") ||
+      !Need(env, train, "train", k, n, "k × n") || !Need(env, loss, "loss", k, 1, "k") ||
+      !Need(env, gsum, "gsum", k, 1, "k") || !Need(env, grad, "grad", k, d, "k × d")) {
     return nullptr;
   }
   hsm::LogisticPass(static_cast<const float*>(h.data), n, d, static_cast<const double*>(v.data), static_cast<const double*>(offset.data),
@@ -320,8 +383,8 @@ napi_value CentreRows(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[5], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (h.length < n * d || out.length < n * d || valid.length < n) {
-    Fail(env, "Expected buffers large enough for the given counts");
+  if (!Need(env, h, "h", n, d, "n × d") || !Need(env, out, "out", n, d, "n × d") ||
+      !Need(env, valid, "valid", n, 1, "n")) {
     return nullptr;
   }
   const size_t excluded = hsm::CentreRows(static_cast<const float*>(h.data), n, d, static_cast<uint8_t*>(valid.data),
@@ -356,8 +419,12 @@ napi_value AnchorCosines(napi_env env, napi_callback_info info) {
     return nullptr;
   }
   const size_t n = rows.length;
-  if (d == 0 || n_anchors < 2 || a.length < n_anchors * d || own.length < n || own_cos.length < n || other_cos.length < n) {
-    Fail(env, "Expected at least two anchors and buffers large enough for the given counts");
+  if (d == 0 || n_anchors < 2) {
+    Fail(env, "Expected at least two anchors and d above 0");
+    return nullptr;
+  }
+  if (!Need(env, a, "anchors", n_anchors, d, "nAnchors × d") || !Need(env, own, "own", n, 1, "rows.length") ||
+      !Need(env, own_cos, "ownCos", n, 1, "rows.length") || !Need(env, other_cos, "otherCos", n, 1, "rows.length")) {
     return nullptr;
   }
   if (!RowsBelow(env, rows, x.length / d, "Expected rows inside x") || !RowsBelow(env, own, n_anchors, "Expected own anchors below the anchor count")) {
@@ -382,8 +449,12 @@ napi_value StandardizeRows(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[6], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (d == 0 || out.length < rows.length * d || mean.length < d || scale.length < d) {
-    Fail(env, "Expected buffers large enough for the given counts");
+  if (d == 0) {
+    Fail(env, "Expected d above 0");
+    return nullptr;
+  }
+  if (!Need(env, out, "out", rows.length, d, "rows.length × d") || !Need(env, mean, "mean", d, 1, "d") ||
+      !Need(env, scale, "scale", d, 1, "d")) {
     return nullptr;
   }
   if (!RowsBelow(env, rows, h.length / d, "Expected rows inside h")) return nullptr;
@@ -404,19 +475,16 @@ napi_value AddMoments(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[5], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (d == 0 || sum.length < d || sum_squares.length < d) {
-    Fail(env, "Expected buffers large enough for the given counts");
+  if (d == 0) {
+    Fail(env, "Expected d above 0");
     return nullptr;
   }
+  if (!Need(env, sum, "sum", d, 1, "d") || !Need(env, sum_squares, "sumSquares", d, 1, "d")) return nullptr;
   if (!RowsBelow(env, rows, h.length / d, "Expected rows inside h")) return nullptr;
   hsm::AddMoments(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
                   static_cast<double*>(sum.data), static_cast<double*>(sum_squares.data), Threads(threads));
   return nullptr;
 }
-
-// True when a typed array of `length` elements holds at least rows x cols (counted in
-// float64, so that no product of two counts wraps around).
-bool Holds(const View& v, size_t rows, size_t cols) { return static_cast<double>(rows) * static_cast<double>(cols) <= static_cast<double>(v.length); }
 
 // prepareHead(w, d, vocab, f32, bf16, norms, threads)
 napi_value PrepareHead(napi_env env, napi_callback_info info) {
@@ -431,8 +499,8 @@ napi_value PrepareHead(napi_env env, napi_callback_info info) {
       !GetCount(env, argv[6], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (!Holds(w, d, vocab) || !Holds(f32, vocab, d) || !Holds(bf16, vocab, d) || norms.length < vocab) {
-    Fail(env, "Expected buffers large enough for the given counts");
+  if (!Need(env, w, "w", d, vocab, "d × vocab") || !Need(env, f32, "f32", vocab, d, "vocab × d") ||
+      !Need(env, bf16, "bf16", vocab, d, "vocab × d") || !Need(env, norms, "norms", vocab, 1, "vocab")) {
     return nullptr;
   }
   hsm::PrepareHead(static_cast<const float*>(w.data), d, vocab, static_cast<float*>(f32.data), static_cast<uint16_t*>(bf16.data),
@@ -464,8 +532,9 @@ napi_value HeadArgmax(napi_env env, napi_callback_info info) {
     Fail(env, "Expected a vocabulary below 2^31 entries");
     return nullptr;
   }
-  if (!Holds(h, batch, d) || !Holds(f32, vocab, d) || !Holds(bf16, vocab, d) || norms.length < vocab || out.length < batch) {
-    Fail(env, "Expected buffers large enough for the given counts");
+  if (!Need(env, h, "h", batch, d, "batch × d") || !Need(env, f32, "f32", vocab, d, "vocab × d") ||
+      !Need(env, bf16, "bf16", vocab, d, "vocab × d") || !Need(env, norms, "norms", vocab, 1, "vocab") ||
+      !Need(env, out, "out", batch, 1, "batch")) {
     return nullptr;
   }
   const uint64_t dots = hsm::HeadArgmax(static_cast<const float*>(h.data), batch, d, static_cast<const float*>(f32.data),
@@ -552,10 +621,7 @@ napi_value Sha256Final(napi_env env, napi_callback_info info) {
       !GetTyped(env, argv[1], napi_uint8_array, "Expected Uint8Array for digest", &digest)) {
     return nullptr;
   }
-  if (digest.length < 32) {
-    Fail(env, "Expected a digest buffer of 32 bytes");
-    return nullptr;
-  }
+  if (!Need(env, digest, "digest", 32, 1, "32 bytes")) return nullptr;
   hsm::Sha256Final(s, static_cast<uint8_t*>(digest.data));
   napi_value result, a, b;
   napi_create_array_with_length(env, 2, &result);
@@ -577,15 +643,28 @@ struct FilesWork {
   int threads = 1;
   napi_deferred deferred = nullptr;
   napi_async_work work = nullptr;
+  char error[256] = "";  // a C++ exception on the worker, for the promise's rejection
 };
 
 void FilesExecute(napi_env, void* data) {
   auto* w = static_cast<FilesWork*>(data);
-  hsm::Sha256Files(w->jobs.data(), w->jobs.size(), w->threads, w->results.data());
+  try {
+    hsm::Sha256Files(w->jobs.data(), w->jobs.size(), w->threads, w->results.data());
+  } catch (...) {
+    Describe("sha256Files", std::current_exception(), w->error, sizeof w->error);
+  }
 }
 
 void FilesComplete(napi_env env, napi_status, void* data) {
-  auto* w = static_cast<FilesWork*>(data);
+  std::unique_ptr<FilesWork> w(static_cast<FilesWork*>(data));
+  napi_delete_async_work(env, w->work);
+  if (w->error[0] != 0) {
+    napi_value message, error;
+    napi_create_string_utf8(env, w->error, NAPI_AUTO_LENGTH, &message);
+    napi_create_error(env, nullptr, message, &error);
+    napi_reject_deferred(env, w->deferred, error);
+    return;
+  }
   napi_value list;
   napi_create_array_with_length(env, w->results.size(), &list);
   for (size_t i = 0; i < w->results.size(); i++) {
@@ -610,8 +689,6 @@ void FilesComplete(napi_env env, napi_status, void* data) {
     napi_set_element(env, list, static_cast<uint32_t>(i), entry);
   }
   napi_resolve_deferred(env, w->deferred, list);
-  napi_delete_async_work(env, w->work);
-  delete w;
 }
 
 napi_value Sha256Files(napi_env env, napi_callback_info info) {
@@ -634,7 +711,7 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
     Fail(env, "Expected statsFrom and widths as long as paths");
     return nullptr;
   }
-  auto* w = new FilesWork();
+  auto w = std::make_unique<FilesWork>();
   w->paths.resize(n);
   for (uint32_t i = 0; i < n; i++) {
     napi_value p;
@@ -642,12 +719,10 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
     const uint8_t width = static_cast<const uint8_t*>(widths.data)[i];
     const double at = static_cast<const double*>(from.data)[i];
     if (napi_get_element(env, argv[0], i, &p) != napi_ok || napi_get_value_string_utf8(env, p, nullptr, 0, &len) != napi_ok) {
-      delete w;
       Fail(env, "Expected an array of paths");
       return nullptr;
     }
     if ((width != 0 && width != 2 && width != 4) || !(at >= 0) || at != static_cast<double>(static_cast<uint64_t>(at))) {
-      delete w;
       Fail(env, "Expected widths of 0, 2 or 4 and byte offsets for statsFrom");
       return nullptr;
     }
@@ -663,45 +738,140 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
   napi_value promise, name;
   napi_create_promise(env, &w->deferred, &promise);
   napi_create_string_utf8(env, "hsm.sha256Files", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_async_work(env, nullptr, name, FilesExecute, FilesComplete, w, &w->work) != napi_ok ||
-      napi_queue_async_work(env, w->work) != napi_ok) {
-    delete w;
+  if (napi_create_async_work(env, nullptr, name, FilesExecute, FilesComplete, w.get(), &w->work) != napi_ok) {
     Fail(env, "Could not start the hashing work");
     return nullptr;
   }
+  if (napi_queue_async_work(env, w->work) != napi_ok) {
+    napi_delete_async_work(env, w->work);
+    Fail(env, "Could not start the hashing work");
+    return nullptr;
+  }
+  w.release();  // FilesComplete owns it now
   return promise;
+}
+
+constexpr const char* kSimdNames[] = {"portable", "avx2", "avx512"};
+
+// setSimd(level): the SIMD level the kernels may use at most, one of
+// "portable", "avx2", "avx512"; a level this CPU lacks is refused.
+napi_value SetSimd(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  if (!GetArgs(env, info, 1, argv)) return nullptr;
+  char name[16] = "";
+  size_t len = 0;
+  napi_valuetype type;
+  if (napi_typeof(env, argv[0], &type) != napi_ok || type != napi_string ||
+      napi_get_value_string_utf8(env, argv[0], name, sizeof name, &len) != napi_ok) {
+    Fail(env, "Expected portable, avx2 or avx512 for the SIMD level");
+    return nullptr;
+  }
+  const std::string want(name, len);
+  for (int level = 0; level < 3; level++) {
+    if (want != kSimdNames[level]) continue;
+    if (level > static_cast<int>(hsm::CpuSimd())) {
+      char message[160];
+      std::snprintf(message, sizeof message,
+                    "Expected a SIMD level this CPU has (portable up to %s) but received \"%s\"",
+                    kSimdNames[static_cast<int>(hsm::CpuSimd())], want.c_str());
+      napi_throw_range_error(env, nullptr, message);
+      return nullptr;
+    }
+    hsm::SetSimdCap(static_cast<hsm::Simd>(level));
+    return nullptr;
+  }
+  char message[160];
+  std::snprintf(message, sizeof message, "Expected portable, avx2 or avx512 for the SIMD level but received \"%s\"",
+                want.c_str());
+  napi_throw_type_error(env, nullptr, message);
+  return nullptr;
+}
+
+// simdLevel(): the level the kernels use now.
+napi_value SimdLevel(napi_env env, napi_callback_info) {
+  napi_value result;
+  napi_create_string_utf8(env, kSimdNames[static_cast<int>(hsm::SimdInUse())], NAPI_AUTO_LENGTH, &result);
+  return result;
+}
+
+// Test hooks, so that tests can see what Guard does with each kind of C++
+// exception. testThrow(kind) throws one: "bad_alloc", "system_error",
+// "runtime_error", anything else a non-standard one.
+napi_value TestThrow(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  if (!GetArgs(env, info, 1, argv)) return nullptr;
+  char kind[32] = "";
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, argv[0], kind, sizeof kind, &len) != napi_ok) {
+    Fail(env, "Expected a string for kind");
+    return nullptr;
+  }
+  const std::string k(kind, len);
+  if (k == "bad_alloc") throw std::bad_alloc();
+  if (k == "system_error") throw std::system_error(EAGAIN, std::generic_category(), "test");
+  if (k == "runtime_error") throw std::runtime_error("test");
+  throw 42;
+}
+
+// testFailThreadStart(k): the k-th thread start from now throws as a failed
+// std::thread start does (0 disarms).
+napi_value TestFailThreadStart(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  uint32_t k;
+  if (!GetArgs(env, info, 1, argv) || !GetU32(env, argv[0], "Expected a count", &k)) return nullptr;
+  hsm::testing::fail_thread_start.store(static_cast<int>(k < 0x7fffffffu ? k : 0x7fffffffu));
+  return nullptr;
 }
 
 }  // namespace
 
 NAPI_MODULE_INIT() {
-  const napi_property_descriptor props[] = {
-      {"f32ToF16", nullptr, F32ToF16, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"f16ToF32", nullptr, F16ToF32, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"f16Stats", nullptr, F16Stats, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"rankAgainstAnchors", nullptr, RankAgainstAnchors, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"bootstrapMean", nullptr, BootstrapMean, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"bootstrapAuroc", nullptr, BootstrapAuroc, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"rowsTimes", nullptr, Products<false>, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"rowsTransposeTimes", nullptr, Products<true>, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"logisticPass", nullptr, LogisticPass, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"centreRows", nullptr, CentreRows, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"anchorCosines", nullptr, AnchorCosines, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"standardizeRows", nullptr, StandardizeRows, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"addMoments", nullptr, AddMoments, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"prepareHead", nullptr, PrepareHead, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"headArgmax", nullptr, HeadArgmax, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Init", nullptr, Sha256Init, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Update", nullptr, Sha256Update, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Update2", nullptr, Sha256Update2, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Final", nullptr, Sha256Final, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sha256Files", nullptr, Sha256Files, nullptr, nullptr, nullptr, napi_default, nullptr},
+  static const Entry kEntries[] = {
+      {"f32ToF16", F32ToF16},
+      {"f16ToF32", F16ToF32},
+      {"f16Stats", F16Stats},
+      {"rankAgainstAnchors", RankAgainstAnchors},
+      {"bootstrapMean", BootstrapMean},
+      {"bootstrapAuroc", BootstrapAuroc},
+      {"rowsTimes", Products<false>},
+      {"rowsTransposeTimes", Products<true>},
+      {"logisticPass", LogisticPass},
+      {"centreRows", CentreRows},
+      {"anchorCosines", AnchorCosines},
+      {"standardizeRows", StandardizeRows},
+      {"addMoments", AddMoments},
+      {"prepareHead", PrepareHead},
+      {"headArgmax", HeadArgmax},
+      {"sha256Init", Sha256Init},
+      {"sha256Update", Sha256Update},
+      {"sha256Update2", Sha256Update2},
+      {"sha256Final", Sha256Final},
+      {"sha256Files", Sha256Files},
+      {"setSimd", SetSimd},
+      {"simdLevel", SimdLevel},
+      {"testThrow", TestThrow},
+      {"testFailThreadStart", TestFailThreadStart},
   };
-  napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props);
+  constexpr size_t kCount = sizeof(kEntries) / sizeof(kEntries[0]);
+  napi_property_descriptor props[kCount];
+  for (size_t i = 0; i < kCount; i++) {
+    props[i] = {kEntries[i].name, nullptr, Guard, nullptr, nullptr, nullptr, napi_default,
+                const_cast<Entry*>(&kEntries[i])};
+  }
+  napi_define_properties(env, exports, kCount, props);
   napi_value simd;
   const char* name = hsm::HasF16c() ? "f16c" : "portable";
   napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &simd);
   napi_set_named_property(env, exports, "simd", simd);
+  napi_value levels;
+  const int top = static_cast<int>(hsm::CpuSimd());
+  napi_create_array_with_length(env, top + 1, &levels);
+  for (int level = 0; level <= top; level++) {
+    napi_value name;
+    napi_create_string_utf8(env, kSimdNames[level], NAPI_AUTO_LENGTH, &name);
+    napi_set_element(env, levels, level, name);
+  }
+  napi_set_named_property(env, exports, "simdLevels", levels);
   napi_value sha, state_bytes;
   napi_create_string_utf8(env, hsm::HasShaNi() ? "sha-ni" : "portable", NAPI_AUTO_LENGTH, &sha);
   napi_set_named_property(env, exports, "sha", sha);

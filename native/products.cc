@@ -1,10 +1,10 @@
 #include "products.h"
 
 #include "cpu.h"
+#include "threads.h"
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,14 +16,8 @@
 namespace hsm {
 namespace {
 
-template <typename Fn>
-void SplitRows(size_t n, int threads, Fn fn) {
-  const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, n / 256 + 1));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(fn, t, n * t / nt, n * (t + 1) / nt);
-  fn(0, 0, n / nt);
-  for (auto& th : pool) th.join();
-}
+// Threads worth starting for a pass over n rows (a thread start costs tens of microseconds).
+size_t RowThreads(size_t n, int threads) { return std::max<size_t>(1, std::min<size_t>(threads, n / 256 + 1)); }
 
 // Sum of a[i] * b[i] in float32 lanes, finished in double.
 double DotPortable(const float* a, const float* b, size_t d) {
@@ -76,7 +70,7 @@ void RowsTimes(const float* h, size_t n, size_t d, const double* v, size_t k, do
 #else
   const auto dot = DotPortable;
 #endif
-  SplitRows(n, threads, [&](size_t, size_t begin, size_t end) {
+  Split(n, RowThreads(n, threads), [&](size_t, size_t begin, size_t end) {
     for (size_t i = begin; i < end; i++) {
       for (size_t j = 0; j < k; j++) out[i * k + j] = dot(h + i * d, vf.data() + j * d, d);
     }
@@ -89,9 +83,9 @@ void RowsTransposeTimes(const float* h, size_t n, size_t d, const double* g, siz
 #else
   const auto axpy = AxpyPortable;
 #endif
-  const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, n / 256 + 1));
+  const size_t nt = RowThreads(n, threads);
   std::vector<std::vector<float>> partial(nt, std::vector<float>(k * d, 0.0f));
-  SplitRows(n, static_cast<int>(nt), [&](size_t t, size_t begin, size_t end) {
+  Split(n, nt, [&](size_t t, size_t begin, size_t end) {
     float* acc = partial[t].data();
     for (size_t i = begin; i < end; i++) {
       for (size_t j = 0; j < k; j++) {
@@ -208,13 +202,13 @@ void LogisticPass(const float* h, size_t n, size_t d, const double* v, const dou
   const auto axpy = AxpyPortable;
 #endif
   std::vector<float> vf(v, v + k * d);
-  const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, n / 256 + 1));
+  const size_t nt = RowThreads(n, threads);
   struct Partial {
     std::vector<float> grad;
     std::vector<double> loss, gsum;
   };
   std::vector<Partial> partial(nt);
-  SplitRows(n, static_cast<int>(nt), [&](size_t t, size_t begin, size_t end) {
+  Split(n, nt, [&](size_t t, size_t begin, size_t end) {
     Partial& p = partial[t];
     p.grad.assign(k * d, 0.0f);
     p.loss.assign(k, 0.0);

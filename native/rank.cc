@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -267,8 +266,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     }
   });
 #ifdef HSM_X86
-  static const bool has_bf16 = HasAvx512Bf16();
-  const bool bf16 = has_bf16 && allow_bf16;
+  const bool bf16 = HasAvx512Bf16() && allow_bf16;
   if (bf16) {
     const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
@@ -292,10 +290,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
         RankBf16Rows(x, d, first, last, a, packed_bf.get(), n_panels, n_anchors, own, own_score, above);
       }
     };
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < nt; t++) pool.emplace_back(work);
-    work();
-    for (auto& th : pool) th.join();
+    Crew(nt, work);
     return;
   }
   const auto tile = HasAvx512() ? TileAvx512 : TilePortable;
@@ -322,10 +317,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
+  Parallel(nt, work);
 }
 
 }  // namespace hsm

@@ -1,10 +1,10 @@
 #include "rows.h"
 
 #include "cpu.h"
+#include "threads.h"
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 namespace hsm {
@@ -14,10 +14,7 @@ namespace {
 template <typename Fn>
 void SplitRows(size_t n, size_t d, int threads, Fn fn) {
   const size_t nt = std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n * d / (size_t{1} << 16) + 1, 16}));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(fn, n * t / nt, n * (t + 1) / nt);
-  fn(0, n / nt);
-  for (auto& th : pool) th.join();
+  Split(n, nt, [&](size_t, size_t begin, size_t end) { fn(begin, end); });
 }
 
 }  // namespace
@@ -86,10 +83,7 @@ template <typename Fn>
 void SplitColumns(size_t n_rows, size_t d, int threads, Fn fn) {
   const size_t steps = (d + 15) / 16;
   const size_t nt = std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n_rows * d / (size_t{1} << 16) + 1, steps}));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; t++) pool.emplace_back(fn, std::min(d, steps * t / nt * 16), std::min(d, steps * (t + 1) / nt * 16));
-  fn(0, std::min(d, steps / nt * 16));
-  for (auto& th : pool) th.join();
+  Split(steps, nt, [&](size_t, size_t s0, size_t s1) { fn(std::min(d, s0 * 16), std::min(d, s1 * 16)); });
 }
 
 // The column loops below, each element's operations as written (no contraction, no reassociation),
@@ -142,14 +136,20 @@ __attribute__((target("avx512f"))) void MomentsAvx512(const float* h, const int3
     sum_squares[j] += v * v;
   });
 }
-const auto kMean = HasAvx512() ? MeanAvx512 : MeanPortable;
-const auto kVariance = HasAvx512() ? VarianceAvx512 : VariancePortable;
-const auto kMoments = HasAvx512() ? MomentsAvx512 : MomentsPortable;
-#else
-const auto kMean = MeanPortable;
-const auto kVariance = VariancePortable;
-const auto kMoments = MomentsPortable;
 #endif
+
+// The column loops for the SIMD level in force, chosen per call.
+struct ColumnLoops {
+  decltype(&MeanPortable) mean;
+  decltype(&VariancePortable) variance;
+  decltype(&MomentsPortable) moments;
+};
+ColumnLoops Loops() {
+#if defined(__x86_64__)
+  if (HasAvx512()) return {MeanAvx512, VarianceAvx512, MomentsAvx512};
+#endif
+  return {MeanPortable, VariancePortable, MomentsPortable};
+}
 
 }  // namespace
 
@@ -157,9 +157,10 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
                      int threads) {
   std::fill(mean, mean + d, 0.0);
   std::fill(scale, scale + d, 0.0);
+  const ColumnLoops loops = Loops();
   SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) {
-    kMean(h, rows, n_rows, d, begin, end, mean);
-    kVariance(h, rows, n_rows, d, begin, end, mean, scale);
+    loops.mean(h, rows, n_rows, d, begin, end, mean);
+    loops.variance(h, rows, n_rows, d, begin, end, mean, scale);
   });
   for (size_t j = 0; j < d; j++) {
     scale[j] = std::sqrt(scale[j]);
@@ -174,7 +175,9 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
 }
 
 void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares, int threads) {
-  SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) { kMoments(h, rows, n_rows, d, begin, end, sum, sum_squares); });
+  const auto moments = Loops().moments;
+  SplitColumns(n_rows, d, threads,
+               [&](size_t begin, size_t end) { moments(h, rows, n_rows, d, begin, end, sum, sum_squares); });
 }
 
 }  // namespace hsm

@@ -64,7 +64,7 @@ for (const metric of metricNames) {
 
 // The similarity kernel alone, on one layer's shape, against NumPy's float32 GEMM on the same shape.
 const kernel = spawnSync(process.execPath, ["-e", `
-  const { nativeKernels } = await import(${JSON.stringify(join(root, "dist", "native", "index.js"))});
+  const { nativeKernels } = await import(${JSON.stringify(join(root, "dist", "kernels", "native.js"))});
   const { kernelOptions } = await import(${JSON.stringify(join(root, "dist", "kernels", "default.js"))});
   const k = nativeKernels(kernelOptions());
   const { Rng } = await import(${JSON.stringify(join(root, "dist", "util", "random.js"))});

@@ -62,10 +62,10 @@ for (let i = 0; i < runs; i++) {
 
 // Two sizes: a row block that stays in cache (1M values, what the store reader
 // and writer convert at a time) and a whole-layer buffer far larger than cache.
-const { nativeSimd, nativeSha } = await import(join(root, "dist", "native", "index.js"));
+const { nativeSimd, nativeSha } = await import(join(root, "dist", "kernels", "native.js"));
 const { kernelOptions } = await import(join(root, "dist", "kernels", "default.js"));
 const { typescriptKernels } = await import(join(root, "dist", "kernels", "typescript", "index.js"));
-const nativeKernels = (await import(join(root, "dist", "native", "index.js"))).nativeKernels(kernelOptions());
+const nativeKernels = (await import(join(root, "dist", "kernels", "native.js"))).nativeKernels(kernelOptions());
 const conv = {};
 for (const n of [1 << 20, 1 << 24]) {
   const src = new Float32Array(n);

@@ -2,19 +2,28 @@
  * The one place that loads the native core (`native/`) and adapts what it
  * exports to the kernel interface (src/kernels/types.ts). Every option — the
  * thread count, whether the rank and head kernels may use bfloat16 — arrives here from
- * TypeScript and is passed to the addon as an argument.
+ * TypeScript and is passed to the addon as an argument. The one exception is the
+ * SIMD level (HSM_SIMD, setNativeSimd), which is process-wide inside the addon.
  */
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { UsageError } from "../errors.js";
 import { f16BitsToNumber } from "./typescript/float16.js";
 import { syncProducts } from "./typescript/products.js";
 import type { FileHash, KernelOptions, Kernels, Sha256Files, Sha256Stream } from "./types.js";
 
 /** What `hsm_native.node` exports; nothing else touches the addon. */
 interface NativeBinding {
+  /** "f16c" where the CPU has AVX2 and F16C, else "portable" (the float16 path at the highest level). */
   simd: string;
+  /** The SIMD levels this CPU has, lowest first. */
+  simdLevels: SimdLevel[];
+  /** Caps the SIMD level every kernel uses; throws for an unknown level or one the CPU lacks. */
+  setSimd(level: string): void;
+  /** The level in force. */
+  simdLevel(): SimdLevel;
   f32ToF16(src: Float32Array, dst: Uint16Array, threads: number): void;
   f16ToF32(src: Uint16Array, dst: Float32Array, threads: number): void;
   f16Stats(src: Uint16Array): [number, number];
@@ -59,6 +68,14 @@ interface NativeBinding {
   ): void;
 }
 
+/**
+ * The SIMD levels the native core can be held to, lowest first: `portable`
+ * (plain C++, no SHA extensions either), `avx2` (AVX2, F16C and the SHA
+ * extensions), `avx512` (every AVX-512 path the CPU has as well).
+ */
+export const SIMD_LEVELS = ["portable", "avx2", "avx512"] as const;
+export type SimdLevel = (typeof SIMD_LEVELS)[number];
+
 /** The kernels the native core implements, and whole-file hashing (which only the native core does). */
 export type NativeKernels = Pick<
   Kernels,
@@ -88,8 +105,41 @@ function loadBinding(): NativeBinding | undefined {
 
 const binding = loadBinding();
 
-/** Which code path runs inside the addon ("f16c" or "portable"), or undefined where it did not load. */
-export const nativeSimd: string | undefined = binding?.simd;
+/** Which float16 code path runs inside the addon ("f16c" or "portable"), or undefined where it did not load. */
+export let nativeSimd: string | undefined = binding?.simd;
+
+/** The SIMD levels this CPU offers the native core, lowest first; empty where the addon did not load. */
+export const nativeSimdLevels: readonly SimdLevel[] = binding?.simdLevels ?? [];
+
+/** The SIMD level the native core uses now, or undefined where it did not load. */
+export function nativeSimdLevel(): SimdLevel | undefined {
+  return binding?.simdLevel();
+}
+
+/**
+ * Holds every native kernel to SIMD `level` at most, for the whole process
+ * (HSM_SIMD does the same at start-up). Throws a UsageError for an unknown
+ * level or one this CPU lacks. Change it only while no native kernel runs.
+ */
+export function setNativeSimd(level: string): void {
+  if (!binding) throw new UsageError("Expected the native core for a SIMD level, but it is not loaded here");
+  try {
+    binding.setSimd(level);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  nativeSimd = binding.simdLevel() === "portable" ? "portable" : binding.simd;
+}
+
+/** Why HSM_SIMD could not be applied; every use of the native kernels throws it. */
+let simdError: UsageError | undefined;
+if (binding && process.env.HSM_SIMD) {
+  try {
+    setNativeSimd(process.env.HSM_SIMD);
+  } catch (err) {
+    simdError = new UsageError(`HSM_SIMD: ${(err as Error).message}`);
+  }
+}
 
 /** Which sha256 code path runs inside the addon ("sha-ni" or "portable"), or undefined where it did not load. */
 export const nativeSha: string | undefined = binding?.sha;
@@ -111,6 +161,7 @@ const RANK_SLICE = 8192;
 /** The native kernels with `o`'s options bound, or undefined where the addon did not build or load. */
 export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
   if (!binding) return undefined;
+  if (simdError) throw simdError;
   const b = binding;
   const threads = o.threads;
   // The rank kernel's gathered rows: one buffer for every call, not a fresh one per slice for the collector to reclaim.

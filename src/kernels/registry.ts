@@ -13,7 +13,7 @@
  * `auto` takes the first available of native, tfjs-node-gpu, webgpu,
  * tfjs-node, wasm.
  */
-import { HsmError, UsageError } from "../errors.js";
+import { HsmError, InternalError, UsageError } from "../errors.js";
 import { nativeLoadErrors, nativeSimd } from "./native.js";
 import { kernelOptions, nativeKernels } from "./default.js";
 import { tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
@@ -99,18 +99,33 @@ export interface OpenOptions extends Partial<KernelOptions> {
   onSkip?: (backend: ConcreteBackend, reason: string) => void;
 }
 
-async function resolve(name: ConcreteBackend, o: KernelOptions): Promise<ResolvedKernels> {
-  const chain: { name: ConcreteBackend; kernels: Partial<Kernels> }[] = [];
-  for (let b: ConcreteBackend | null = name; b; b = DEFINITIONS[b].fallback) chain.push({ name: b, kernels: await DEFINITIONS[b].load(o) });
+/**
+ * A backend's kernels completed kernel by kernel from `chain`: the backend
+ * first, then its fallbacks in order, the last of which implements every
+ * kernel. Also says which backend serves each kernel.
+ */
+export function completeKernels<N extends string>(
+  chain: readonly { name: N; kernels: Partial<Kernels> }[],
+): { kernels: Kernels; implementations: Record<KernelName, N> } {
   const kernels = {} as Record<KernelName, unknown>;
-  const implementations = {} as Record<KernelName, ConcreteBackend>;
+  const implementations = {} as Record<KernelName, N>;
   for (const k of KERNEL_NAMES) {
-    const from = chain.find((c) => c.kernels[k] !== undefined)!;
+    const from = chain.find((c) => c.kernels[k] !== undefined);
+    if (!from) {
+      throw new InternalError(`Expected a backend in ${chain.map((c) => c.name).join(" → ")} to implement ${k}`);
+    }
     kernels[k] = from.kernels[k];
     implementations[k] = from.name;
   }
+  return { kernels: kernels as unknown as Kernels, implementations };
+}
+
+async function resolve(name: ConcreteBackend, o: KernelOptions): Promise<ResolvedKernels> {
+  const chain: { name: ConcreteBackend; kernels: Partial<Kernels> }[] = [];
+  for (let b: ConcreteBackend | null = name; b; b = DEFINITIONS[b].fallback) chain.push({ name: b, kernels: await DEFINITIONS[b].load(o) });
+  const { kernels, implementations } = completeKernels(chain);
   const usesNative = Object.values(implementations).includes("native");
-  return { backend: name, kernels: kernels as unknown as Kernels, implementations, detail: { tfjs: DEFINITIONS[name].tfjs, simd: usesNative ? nativeSimd! : "typescript" } };
+  return { backend: name, kernels, implementations, detail: { tfjs: DEFINITIONS[name].tfjs, simd: usesNative ? nativeSimd! : "typescript" } };
 }
 
 /**

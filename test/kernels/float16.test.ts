@@ -29,7 +29,7 @@ function halfValue(h: number): number {
 }
 
 const nativeKernels = loadNative(kernelOptions());
-const BACKENDS = AVAILABLE.map((r) => [r.backend, r.kernels] as const);
+const BACKENDS = AVAILABLE.map((r) => [r.label, r.kernels] as const);
 
 function f32(bits: number): number {
   return new Float32Array(new Uint32Array([bits]).buffer)[0]!;

@@ -4,25 +4,33 @@
  * of 32, vocabularies off every tile size), planted near-ties that bfloat16
  * alone gets wrong (so a screening bound too small fails them), exact ties,
  * rows of wildly different norms and non-finite values. Every implementation —
- * TypeScript, and the native core with and without the bfloat16 instructions,
- * on one to three threads — must give the reference's indices exactly.
+ * TypeScript, and the native core at every SIMD level this CPU has (with and
+ * without the bfloat16 instructions at avx512), on one to three threads — must
+ * give the reference's indices exactly.
  */
 import { describe, expect, it } from "vitest";
 
 import { allocateHead, headSizes } from "../../src/kernels/head.js";
 import { typescriptKernels } from "../../src/kernels/typescript/index.js";
 import type { Kernels } from "../../src/kernels/types.js";
-import { nativeKernels as loadNative } from "../../src/kernels/native.js";
+import { nativeKernels as loadNative, nativeSimdLevels } from "../../src/kernels/native.js";
 import { Rng } from "../../src/util/random.js";
+import { atSimdLevel } from "../helpers/backends.js";
 
 type Head = Pick<Kernels, "prepareHead" | "headArgmax">;
 
 const bf16Native = loadNative({ threads: 2, allowBf16: true });
 const lanesNative = loadNative({ threads: 2, allowBf16: false });
 
-/** Every implementation, by name. */
+/** Every implementation, by name: the native core at each SIMD level here (with and without bfloat16 at avx512). */
 const IMPLEMENTATIONS: [string, Head][] = [["typescript", typescriptKernels]];
-if (bf16Native) IMPLEMENTATIONS.push(["native (bfloat16)", bf16Native], ["native (float32 lanes)", lanesNative!]);
+for (const level of bf16Native ? nativeSimdLevels : []) {
+  const at = (allowBf16: boolean) => atSimdLevel(loadNative({ threads: 2, allowBf16 })!, level);
+  if (level === "avx512") {
+    IMPLEMENTATIONS.push([`native[${level}] (bfloat16)`, at(true)], [`native[${level}] (float32 lanes)`, at(false)]);
+  }
+  else IMPLEMENTATIONS.push([`native[${level}]`, at(false)]);
+}
 
 /** The exact answer per row: float64 logits from W as stored (d × vocab), summed in order; ties to the lowest v; NaN never wins. */
 function reference(h: Float32Array, batch: number, d: number, w: Float32Array, vocab: number): number[] {

@@ -17,7 +17,7 @@ import { Rng } from "../../src/util/random.js";
 import { AVAILABLE } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
 
-const BACKENDS = AVAILABLE.map((r) => [r.backend, r.kernels] as const);
+const BACKENDS = AVAILABLE.map((r) => [r.label, r.kernels] as const);
 
 function randomBytes(rng: Rng, n: number): Uint8Array {
   const out = new Uint8Array(n);

@@ -1,0 +1,155 @@
+/**
+ * The native core's boundary: a C++ exception in any entry (out of memory, a
+ * thread that cannot start, anything else) reaches JavaScript as an Error naming
+ * the entry instead of ending the process; every buffer is checked against the
+ * counts that come with it, products taken without wrapping around; and the
+ * SIMD level can be held down (setNativeSimd, HSM_SIMD). Were an exception to
+ * escape, this file's process would abort and its tests fail.
+ */
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { describe, expect, it } from "vitest";
+
+import { UsageError } from "../../src/errors.js";
+import { nativeSimdLevel, nativeSimdLevels, setNativeSimd, SIMD_LEVELS } from "../../src/kernels/native.js";
+
+const root = join(import.meta.dirname, "..", "..");
+const addonPath = process.env.HSM_NATIVE_PATH ?? join(root, "native", "build", "Release", "hsm_native.node");
+
+/** The addon's raw exports, test hooks included (src/kernels/native.ts passes them by). */
+const addon = existsSync(addonPath)
+  ? (createRequire(import.meta.url)(addonPath) as Record<string, unknown>)
+  : undefined;
+
+/** Calls the addon's export `name`. */
+function call(name: string, ...args: unknown[]): unknown {
+  return (addon![name] as (...a: unknown[]) => unknown)(...args);
+}
+
+const f32 = (n: number) => new Float32Array(n);
+const f64 = (n: number) => new Float64Array(n);
+const i32 = (n: number) => new Int32Array(n);
+const u8 = (n: number) => new Uint8Array(n);
+const u16 = (n: number) => new Uint16Array(n);
+/** A count whose product with another such count wraps around 64 bits. */
+const HUGE = 2 ** 40;
+
+describe.runIf(Boolean(addon))("native entries and C++ exceptions", () => {
+  it.each([
+    ["bad_alloc", /^testThrow: out of memory in the native core$/],
+    ["system_error", /^testThrow: system error in the native core \(test: .+\)$/],
+    ["runtime_error", /^testThrow: C\+\+ exception in the native core \(test\)$/],
+    ["anything", /^testThrow: unknown C\+\+ exception in the native core$/],
+  ])("a %s thrown in C++ becomes an Error naming the entry", (kind, message) => {
+    expect(() => call("testThrow", kind)).toThrow(message);
+  });
+
+  it("a thread that cannot start fails the call, after the threads already started are joined", () => {
+    const n = 4096;
+    const h = f32(n * 4).fill(1);
+    const out = f64(n);
+    call("testFailThreadStart", 2); // the second of three shares' threads
+    expect(() => call("rowsTimes", h, n, 4, f64(4).fill(1), 1, out, 3)).toThrow(
+      /^rowsTimes: system error in the native core \(thread start failed/,
+    );
+    call("rowsTimes", h, n, 4, f64(4).fill(1), 1, out, 3);
+    expect([out[0], out[n - 1]]).toEqual([4, 4]);
+  });
+
+  it("whole-file hashing shares the files among the threads that did start", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "hsm-boundary-"));
+    try {
+      const paths = [0, 1, 2].map((i) => join(dir, `f${i}`));
+      paths.forEach((p, i) => writeFileSync(p, Buffer.alloc(1000 + i, i)));
+      call("testFailThreadStart", 1);
+      const got = (await call("sha256Files", paths, f64(3), u8(3), 3)) as [string][];
+      const want = paths.map((_, i) => createHash("sha256").update(Buffer.alloc(1000 + i, i)).digest("hex"));
+      expect(got.map((r) => r[0])).toEqual(want);
+    } finally {
+      call("testFailThreadStart", 0);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe.runIf(Boolean(addon))("native buffer checks", () => {
+  const state = () => {
+    const s = u8(addon!.sha256StateBytes as number);
+    call("sha256Init", s);
+    return s;
+  };
+  it.each<[string, () => unknown[], string]>([
+    ["rankAgainstAnchors", () => [f32(4), 2 ** 26, f32(4), 1, HUGE, i32(1), f32(1), i32(1), 1, false], "x"],
+    ["rankAgainstAnchors", () => [f32(4), 2, f32(4), 2, 2, i32(2), f32(1), i32(2), 1, false], "ownScore"],
+    ["bootstrapMean", () => [1, 1, f64(2), 3, f64(2), 1], "out"],
+    ["rowsTimes", () => [f32(4), 2, 2, f64(4), 2 ** 52, f64(4), 1], "v"],
+    ["rowsTimes", () => [f32(4), 2, 2, f64(4), 2, f64(3), 1], "out"],
+    ["rowsTransposeTimes", () => [f32(4), 2, 2, f64(4), 2 ** 52, f64(4), 1], "g"],
+    ["logisticPass", () => [f32(4), 2, 2, f64(4), f64(2), u8(2), u8(3), 2, f64(2), f64(2), f64(4), 1], "train"],
+    ["logisticPass", () => [f32(4), 2, 2, f64(4), f64(2), u8(2), u8(4), 2, f64(2), f64(2), f64(3), 1], "grad"],
+    ["centreRows", () => [f32(4), HUGE, HUGE, u8(4), f32(4), 1], "h"],
+    ["anchorCosines", () => [f32(4), i32(1), f32(4), HUGE, HUGE, i32(1), f64(1), f64(1), 1], "anchors"],
+    ["standardizeRows", () => [f32(4), i32(1), 2, f32(1), f64(2), f64(2), 1], "out"],
+    ["addMoments", () => [f32(4), i32(1), 4, f64(2), f64(4), 1], "sum"],
+    ["prepareHead", () => [f32(4), HUGE, HUGE, f32(4), u16(4), f32(4), 1], "w"],
+    ["headArgmax", () => [f32(4), HUGE, HUGE, f32(4), u16(4), f32(4), 1, i32(1), 1, false], "h"],
+    ["sha256Final", () => [state(), u8(16)], "digest"],
+  ])("%s refuses a short %s… (RangeError naming it)", (entry, args, name) => {
+    expect(() => call(entry, ...args())).toThrow(RangeError);
+    expect(() => call(entry, ...args())).toThrow(new RegExp(`^Expected ${name} large enough for `));
+  });
+
+  it("refuses counts that are not whole numbers below 2^53", () => {
+    for (const n of [-1, 0.5, 2 ** 53, 1e300, NaN]) {
+      expect(() => call("rowsTimes", f32(4), n, 2, f64(4), 1, f64(4), 1)).toThrow(TypeError);
+    }
+  });
+});
+
+describe.runIf(Boolean(addon))("SIMD level override", () => {
+  it("offers the portable level and those above it this CPU has, in order", () => {
+    expect(nativeSimdLevels[0]).toBe("portable");
+    expect(SIMD_LEVELS.slice(0, nativeSimdLevels.length)).toEqual(nativeSimdLevels);
+    expect(nativeSimdLevel()).toBe(nativeSimdLevels.at(-1));
+  });
+
+  it("holds the kernels to each level, and refuses unknown levels and levels this CPU lacks", () => {
+    try {
+      for (const level of nativeSimdLevels) {
+        setNativeSimd(level);
+        expect(nativeSimdLevel()).toBe(level);
+      }
+      expect(() => setNativeSimd("sse4")).toThrow(UsageError);
+      const unknown = /^Expected portable, avx2 or avx512 for the SIMD level but received "sse4"$/;
+      expect(() => setNativeSimd("sse4")).toThrow(unknown);
+      for (const level of SIMD_LEVELS.slice(nativeSimdLevels.length)) {
+        expect(() => setNativeSimd(level)).toThrow(/Expected a SIMD level this CPU has/);
+      }
+    } finally {
+      setNativeSimd(nativeSimdLevels.at(-1)!);
+    }
+  });
+
+  /** What a fresh process reports under HSM_SIMD=`value`. */
+  function underEnv(value: string): string {
+    const script = `
+      const n = await import(${JSON.stringify(join(root, "dist", "kernels", "native.js"))});
+      try { n.nativeKernels({ threads: 1, allowBf16: true }); console.log(n.nativeSimdLevel(), n.nativeSimd); }
+      catch (e) { console.log(e.name + ": " + e.message); }`;
+    const env = { ...process.env, HSM_SIMD: value, HSM_NATIVE_PATH: addonPath };
+    const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env });
+    return r.stdout.trim();
+  }
+
+  it("reads HSM_SIMD once at load; a bad value makes every use of the native kernels a usage error", () => {
+    expect(underEnv("portable")).toBe("portable portable");
+    expect(underEnv("avx9")).toBe(
+      'UsageError: HSM_SIMD: Expected portable, avx2 or avx512 for the SIMD level but received "avx9"',
+    );
+  });
+});

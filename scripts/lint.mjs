@@ -44,7 +44,7 @@ function run([name, command, args]) {
 const results = await Promise.all(jobs.map(run));
 for (const r of results) {
   if (r.output.trim() !== "") process.stdout.write(r.output.endsWith("\n") ? r.output : `${r.output}\n`);
-  const verdict = r.status === 0 ? "passed" : "FAILED";
+  const verdict = r.status !== 0 ? "FAILED" : write ? "done" : "passed";
   console.log(`${write ? "format" : "lint"}: ${r.name} ${verdict} (${r.seconds.toFixed(1)} s)`);
 }
 process.exitCode = results.every((r) => r.status === 0) ? 0 : 1;

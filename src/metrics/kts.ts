@@ -154,7 +154,12 @@ export async function ktsScores(data: LayerData, s: MetricSettings): Promise<Kts
   const K = s.folds;
   let excluded = 0;
   const nonfinite: number[] = [];
-  for (let i = 0; i < N; i++) if (!finite[i]) nonfinite.push(i), excluded++;
+  for (let i = 0; i < N; i++) {
+    if (!finite[i]) {
+      nonfinite.push(i);
+      excluded++;
+    }
+  }
   const key = `${K}:${nonfinite.join(",")}`;
   let lay = data.carry?.get("layout") as Layout | undefined;
   if (!lay || lay.key !== key) {

@@ -18,7 +18,7 @@ import { basename, dirname, join } from "node:path";
 
 import * as ort from "onnxruntime-node";
 
-import { DEVICES } from "../defaults.js";
+import type { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { ModelDirError } from "./model-dir.js";
 import { DataType, encodeModel, valueInfo } from "../onnx/graph.js";

@@ -240,7 +240,10 @@ export const float32Linear: LinearWriter = (g, scope, x, name, weight, out, inp)
 function concatRows(...parts: Float32Array[]): Float32Array {
   const all = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
   let at = 0;
-  for (const p of parts) (all.set(p, at), (at += p.length));
+  for (const p of parts) {
+    all.set(p, at);
+    at += p.length;
+  }
   return all;
 }
 

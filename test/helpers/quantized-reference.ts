@@ -20,7 +20,12 @@ export const int8Projection: Projection = (w, xs, out) => {
   const q = quantizeQ8(w, out, inp);
   let lo = 0;
   let hi = 0;
-  for (const x of xs) for (const v of x) (lo = Math.min(lo, v)), (hi = Math.max(hi, v));
+  for (const x of xs) {
+    for (const v of x) {
+      lo = Math.min(lo, v);
+      hi = Math.max(hi, v);
+    }
+  }
   const scale = Math.fround((Math.fround(hi) - Math.fround(lo)) / 255);
   const zero = Math.min(255, Math.max(0, roundEven(-Math.fround(lo) / scale)));
   const factor = Math.fround(scale * q.scale);

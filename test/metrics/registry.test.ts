@@ -160,7 +160,12 @@ describe("the built-in metrics", () => {
     const rng = new Rng(17);
     const facts: string[] = [];
     const families: string[] = [];
-    for (let f = 0; f < 40; f++) for (const family of ["anchor", "para", "typo"]) (facts.push(`f${f}`), families.push(family));
+    for (let f = 0; f < 40; f++) {
+      for (const family of ["anchor", "para", "typo"]) {
+        facts.push(`f${f}`);
+        families.push(family);
+      }
+    }
     const n = facts.length;
     const d = 8;
     const h = Float32Array.from({ length: n * d }, () => rng.normal() * 3 + 1);

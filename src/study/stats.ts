@@ -5,7 +5,7 @@
  * AUROC/KTS. Every definition is written out in docs/study.md.
  */
 import { DEFAULT_BOOTSTRAP } from "../defaults.js";
-import { fnv1a32, percentile, SortedScores } from "../metrics/stats.js";
+import { CHANCE_AUROC, fnv1a32, KTS_MIN_ANCHOR_AUROC, percentile, SortedScores } from "../metrics/stats.js";
 import { Rng } from "../util/random.js";
 
 /** The standard normal's 97.5th percentile, Φ⁻¹(0.975), for two-sided 95% intervals. */
@@ -301,9 +301,6 @@ export interface KtsRows {
   anchor: ScoredRows;
 }
 
-/** metrics.md: KTS is undefined when the anchor AUROC is at most this (the probe learned nothing to transfer). */
-export const KTS_MIN_ANCHOR_AUROC = 0.55;
-
 function kts(rows: KtsRows, index: Map<string, number>): WeightedStatistic {
   const family = factWeightedAuroc(rows.family, index);
   const anchor = factWeightedAuroc(rows.anchor, index);
@@ -311,7 +308,7 @@ function kts(rows: KtsRows, index: Map<string, number>): WeightedStatistic {
     const f = family(w);
     const a = anchor(w);
     if (f === null || a === null || a <= KTS_MIN_ANCHOR_AUROC) return null;
-    return (f - 0.5) / (a - 0.5);
+    return (f - CHANCE_AUROC) / (a - CHANCE_AUROC);
   };
 }
 

@@ -11,6 +11,12 @@ import { Rng } from "../util/random.js";
 /** The standard normal's 97.5th percentile, Φ⁻¹(0.975), for two-sided 95% intervals. */
 export const Z_95 = 1.959963984540054;
 
+/**
+ * McNemar's tail sum stops at a term below this fraction of the sum: under half an ulp of it (2⁻⁵³ ≈ 1.1e-16),
+ * so adding it cannot change the float64 result, and each later term is smaller still.
+ */
+const NEGLIGIBLE_TERM = 1e-17;
+
 function expectCount(name: string, value: number): void {
   if (!Number.isInteger(value) || value < 0) throw new RangeError(`Expected non-negative integer for ${name} but received ${value}`);
 }
@@ -62,7 +68,7 @@ export function mcnemarExact(b: number, c: number): number {
   for (let i = k; i > 0; i--) {
     term *= i / (n - i + 1);
     tail += term;
-    if (term < 1e-17 * tail) break;
+    if (term < NEGLIGIBLE_TERM * tail) break;
   }
   return Math.min(1, 2 * Math.exp(logTerm + Math.log(tail)));
 }

@@ -12,12 +12,12 @@ import * as ort from "onnxruntime-node";
 const dist = join(dirname(fileURLToPath(import.meta.url)), "..", "dist");
 const { mainForwardRows, readBank } = await import(join(dist, "bank", "bank.js"));
 const { buildPrompt } = await import(join(dist, "bank", "prompt.js"));
-const { openModelDir } = await import(join(dist, "runner", "model-dir.js"));
-const { PromptTokenizer } = await import(join(dist, "runner", "tokenizer.js"));
-const { decodeModel } = await import(join(dist, "runner", "onnx-graph.js"));
-const { detectHiddenTensors } = await import(join(dist, "runner", "detect.js"));
-const { addHiddenOutputs } = await import(join(dist, "runner", "rewrite.js"));
-const { leftPad } = await import(join(dist, "runner", "batching.js"));
+const { openModelDir } = await import(join(dist, "model", "model-dir.js"));
+const { PromptTokenizer } = await import(join(dist, "model", "tokenizer.js"));
+const { decodeModel } = await import(join(dist, "onnx", "graph.js"));
+const { detectHiddenTensors } = await import(join(dist, "model", "detect.js"));
+const { addHiddenOutputs } = await import(join(dist, "onnx", "rewrite.js"));
+const { leftPad } = await import(join(dist, "model", "batching.js"));
 const { selectLayers } = await import(join(dist, "store", "layers.js"));
 const { f32ToF16 } = await import(join(dist, "kernels", "typescript", "float16.js"));
 

@@ -52,7 +52,7 @@ for (let i = 0; i < runs; i++) {
 }
 
 // The peer's answers, decoded by hsm's tokenizer, against hsm's rows.
-const { PromptTokenizer } = await import(join(root, "dist", "runner", "tokenizer.js"));
+const { PromptTokenizer } = await import(join(root, "dist", "model", "tokenizer.js"));
 const tokenizer = await PromptTokenizer.load(modelDir);
 const hsmRows = new Map(readFileSync(hsmOut, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)).map((r) => [r.query_id, r]));
 const queryIds = JSON.parse(readFileSync(ids, "utf8")).query_ids;

@@ -100,7 +100,7 @@ export async function writeTokenIds(root, modelDir, bank, out) {
   const dist = (...p) => import(join(root, "dist", ...p));
   const { mainForwardRows, readBank } = await dist("bank", "bank.js");
   const { buildPrompt } = await dist("bank", "prompt.js");
-  const { PromptTokenizer } = await dist("runner", "tokenizer.js");
+  const { PromptTokenizer } = await dist("model", "tokenizer.js");
   const tokenizer = await PromptTokenizer.load(modelDir);
   const rows = mainForwardRows(await readBank(bank));
   writeFileSync(out, JSON.stringify({ query_ids: rows.map((r) => r.query_id), ids: rows.map((r) => tokenizer.encode(buildPrompt(r))) }));

@@ -3,11 +3,11 @@
  * these; library functions fall back to them; nothing else repeats a literal.
  */
 
-/** contracts.md §3: store every block `l` with `l/(L−1) ≥ 0.4`. */
+/** docs/formats.md#layer-selection: store every block `l` with `l/(L−1) ≥ 0.4`. */
 export const DEFAULT_LAYER_RULE = "l/(L-1) >= 0.4";
-/** contracts.md §2: prompts longer than this lose tokens from the left. */
+/** docs/formats.md#prompts: prompts longer than this lose tokens from the left. */
 export const MAX_PROMPT_LEN = 192;
-/** contracts.md §4: greedy decoding stops after this many new tokens. */
+/** docs/formats.md#decoding: greedy decoding stops after this many new tokens. */
 export const MAX_NEW_TOKENS = 24;
 /** Prompts per forward pass in `extract` and `generate`. */
 export const DEFAULT_BATCH_SIZE = 16;
@@ -26,13 +26,13 @@ export const DEFAULT_GENERATE_WORKERS = 2;
 /** Where onnxruntime runs. */
 export const DEFAULT_DEVICE = "cpu";
 
-/** metrics.md: the KTS probe's inverse L2 strength. */
+/** docs/metrics.md#kts-definition: the KTS probe's inverse L2 strength. */
 export const DEFAULT_PROBE_C = 0.01;
-/** metrics.md: KTS folds over facts. */
+/** docs/metrics.md#kts-definition: KTS folds over facts. */
 export const DEFAULT_FOLDS = 5;
-/** metrics.md: bootstrap replicates per interval. */
+/** docs/metrics.md#bootstrap-definition: bootstrap replicates per interval. */
 export const DEFAULT_BOOTSTRAP = 1000;
-/** metrics.md: the bootstrap seed (also the fixture generator's). */
+/** docs/metrics.md#bootstrap-definition: the bootstrap seed (also the fixture generator's). */
 export const DEFAULT_SEED = 20260101;
 /** The metrics backend chosen when none is named. */
 export const DEFAULT_BACKEND = "auto";

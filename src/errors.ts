@@ -81,7 +81,7 @@ export class NpyHeaderError extends HsmError {
   }
 }
 
-/** An `index.json` that does not describe a readable store (docs/store.md). */
+/** An `index.json` that does not describe a readable store (docs/formats.md#manifest). */
 export class ManifestError extends HsmError {
   constructor(
     readonly path: string,

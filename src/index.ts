@@ -13,19 +13,19 @@ import type { DemoOptions, DemoResult } from "./pipeline/demo.js";
 import type { RunMetricsOptions, RunMetricsResult } from "./pipeline/metrics.js";
 import type { RunOptions, RunResult } from "./pipeline/run.js";
 import type { ExportOptions } from "./export/export.js";
-import type { FixtureOptions, FixtureResult } from "./fixtures/synthetic.js";
-import type { FixturePreset } from "./fixtures/presets.js";
+import type { FixtureOptions, FixtureResult } from "./synthetic/store.js";
+import type { FixturePreset } from "./synthetic/store-presets.js";
 import type { MetricsOptions, MetricsResult } from "./metrics/compute.js";
 import type { MetricRegistry } from "./metrics/registry.js";
 import type { WrittenFiles } from "./metrics/report.js";
-import type { LlamaConfig, TinyModelOptions } from "./models/llama.js";
-import type { ExtractOptions as RunnerExtractOptions, ExtractResult, ModelInspection } from "./runner/extract.js";
-import type { GenerateOptions, GenerateResult } from "./runner/generate.js";
+import type { LlamaConfig, TinyModelOptions } from "./synthetic/llama.js";
+import type { ExtractOptions as RunnerExtractOptions, ExtractResult, ModelInspection } from "./extract/extract.js";
+import type { GenerateOptions, GenerateResult } from "./generate/generate.js";
 import type { ScoreOptions, ScoreSummary } from "./score/score-file.js";
 import type { Manifest } from "./store/manifest.js";
 import type { VerifyOptions, VerifyReport } from "./store/verify.js";
 import type { Study } from "./study/study-file.js";
-import type { StudyOptions } from "./study/study.js";
+import type { StudyOptions } from "./pipeline/study.js";
 import type { StudySummary } from "./study/layout.js";
 import type { CompareOptions, Comparison, LoadOptions } from "./report/compare.js";
 import type { ReportOptions, ReportResult } from "./report/build.js";
@@ -38,7 +38,7 @@ export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable } from "./metrics/table.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
-export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./fixtures/presets.js";
+export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./synthetic/store-presets.js";
 export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
 export { formatComparison } from "./report/format.js";
 export { matchDepth, type LayerPair } from "./report/depth.js";
@@ -52,9 +52,9 @@ export type { IssRow, KtsRow } from "./metrics/compute.js";
 export type { WrittenFiles };
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
 export type { AdoptOptions } from "./store/adopt.js";
-export type { Device } from "./runner/session.js";
-export { tensorMethod, type GraphFormat, type TensorMethod } from "./runner/model-report.js";
-export type { TokenizerName } from "./models/llama.js";
+export type { Device } from "./model/session.js";
+export { tensorMethod, type GraphFormat, type TensorMethod } from "./model/model-report.js";
+export type { TokenizerName } from "./synthetic/llama.js";
 
 /** {@link extract}'s options; `shard` may also be written `"K/N"`. */
 export interface ExtractOptions extends Omit<RunnerExtractOptions, "shard"> {
@@ -63,18 +63,18 @@ export interface ExtractOptions extends Omit<RunnerExtractOptions, "shard"> {
 
 /** Stores the last-token hidden states of a model's upper layers over a bank; resumable. */
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
-  const m = await import("./runner/extract.js");
+  const m = await import("./extract/extract.js");
   return m.extract({ ...o, shard: typeof o.shard === "string" ? m.parseShard(o.shard) : o.shard });
 }
 
 /** What hsm finds in a model folder: L, d_model, the tokenizer's prefix, and the tensor stored for each layer. */
 export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {}): Promise<ModelInspection> {
-  return (await (await import("./runner/extract.js")).inspectModel(modelDir, options)).inspection;
+  return (await (await import("./extract/extract.js")).inspectModel(modelDir, options)).inspection;
 }
 
 /** Greedy answers to every bank query, appended to a JSONL file; a rerun skips the queries already answered. */
 export async function generate(o: GenerateOptions): Promise<GenerateResult> {
-  return (await import("./runner/generate.js")).generate(o);
+  return (await import("./generate/generate.js")).generate(o);
 }
 
 /** Labels generations against the bank's answers and writes the scored JSONL. */
@@ -112,7 +112,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
   return (await import("./metrics/compute.js")).computeMetrics(store, o);
 }
 
-/** Writes metric results under `dir`: one JSON, CSV and SVG per metric with rows (contracts.md §5); returns the paths written. */
+/** Writes metric results under `dir`: one JSON, CSV and SVG per metric with rows (docs/formats.md#metric-results); returns the paths written. */
 export async function writeResults(dir: string, result: MetricsResult, storePath: string, registry?: MetricRegistry): Promise<WrittenFiles> {
   return (await import("./metrics/report.js")).writeResults(dir, result, storePath, registry);
 }
@@ -144,16 +144,16 @@ export async function checkBank(file: string): Promise<BankSummary> {
 
 /** Writes a synthetic bank, store and scored file with planted structure into a new folder. */
 export async function writeFixture(out: string, options: FixtureOptions & { preset?: FixturePreset } = {}): Promise<FixtureResult> {
-  const [{ writeFixture: write }, { withPreset }] = await Promise.all([import("./fixtures/synthetic.js"), import("./fixtures/presets.js")]);
+  const [{ writeFixture: write }, { withPreset }] = await Promise.all([import("./synthetic/store.js"), import("./synthetic/store-presets.js")]);
   return write(out, withPreset(options));
 }
 
 /** Writes a small Llama-style ONNX model folder with seeded random weights, after checking its geometry. */
 export async function writeTinyModel(dir: string, options: TinyModelOptions & { style?: string } = {}): Promise<LlamaConfig> {
-  const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([import("./models/llama.js"), import("./models/options.js")]);
+  const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([import("./synthetic/llama.js"), import("./synthetic/options.js")]);
   const { style, ...rest } = options;
   if (style !== undefined || rest.family !== undefined) {
-    return (await import("./models/export-styles.js")).writeModelInStyle(dir, style ?? "plain", validateTinyModelOptions(rest));
+    return (await import("./synthetic/export-styles.js")).writeModelInStyle(dir, style ?? "plain", validateTinyModelOptions(rest));
   }
   return write(dir, validateTinyModelOptions(options));
 }
@@ -165,7 +165,7 @@ export async function readStudyFile(file: string): Promise<Study> {
 
 /** Runs every model of a study into its output root, skipping what is finished; one model's failure does not stop the others. */
 export async function runStudy(file: string | Study, o: StudyOptions = {}): Promise<StudySummary> {
-  return (await import("./study/study.js")).runStudy(file, o);
+  return (await import("./pipeline/study.js")).runStudy(file, o);
 }
 
 /** The paired comparison of two models of an outputs root: correctness per family, ISS and KTS at matched depth. */

@@ -28,13 +28,13 @@ export const FLOAT32_ROUNDING = 2 ** -24;
  * the TypeScript loops in float64.
  */
 export const PRODUCTS_F32 = 1e-5;
-/** metrics.md, agreement between implementations: point estimates (iss, own_cos, other_cos), absolute. */
+/** docs/metrics.md#tolerances, agreement between implementations: point estimates (iss, own_cos, other_cos), absolute. */
 export const METRICS_POINT = 1e-4;
-/** metrics.md: auroc, absolute (probes fitted with float32 vs float64 products). */
+/** docs/metrics.md#tolerances: auroc, absolute (probes fitted with float32 vs float64 products). */
 export const METRICS_AUROC = 5e-3;
-/** metrics.md: kts, absolute (a ratio of AUROC differences amplifies theirs). */
+/** docs/metrics.md#tolerances: kts, absolute (a ratio of AUROC differences amplifies theirs). */
 export const METRICS_KTS = 2e-2;
-/** metrics.md: intervals from different generators agree within max(this, METRICS_INTERVAL_RELATIVE × width). */
+/** docs/metrics.md#tolerances: intervals from different generators agree within max(this, METRICS_INTERVAL_RELATIVE × width). */
 export const METRICS_INTERVAL_ABSOLUTE = 0.02;
 export const METRICS_INTERVAL_RELATIVE = 0.15;
 /** Two implementations replaying the same bootstrap draws in float64: sums in another order, a few ulps of values ≤ 1. */

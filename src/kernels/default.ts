@@ -8,7 +8,7 @@
  */
 import { availableParallelism } from "node:os";
 
-import { nativeKernels as loadNative, nativeLoadErrors, type NativeKernels } from "../native/index.js";
+import { nativeKernels as loadNative, nativeLoadErrors, type NativeKernels } from "./native.js";
 import { f16Stats, f16ToF32, f32ToF16 } from "./typescript/float16.js";
 import { sha256StatsTs } from "./typescript/sha256.js";
 import type { KernelOptions, Kernels, Sha256Files } from "./types.js";

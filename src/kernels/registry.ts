@@ -14,7 +14,7 @@
  * tfjs-node, wasm.
  */
 import { HsmError, UsageError } from "../errors.js";
-import { nativeLoadErrors, nativeSimd } from "../native/index.js";
+import { nativeLoadErrors, nativeSimd } from "./native.js";
 import { kernelOptions, nativeKernels } from "./default.js";
 import { tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
 import { typescriptKernels } from "./typescript/index.js";

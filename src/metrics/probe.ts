@@ -14,7 +14,7 @@
 import type { Kernels, RowProducts } from "../kernels/types.js";
 import { typescriptKernels } from "../kernels/typescript/index.js";
 
-/** The L-BFGS iteration limit (metrics.md). */
+/** The L-BFGS iteration limit (docs/metrics.md#kts-definition). */
 export const PROBE_MAX_ITERATIONS = 2000;
 
 /**

@@ -1,5 +1,5 @@
 /**
- * Metric results on disk (contracts.md §5): `<metric>.json` (`iss.json`,
+ * Metric results on disk (docs/formats.md#metric-results): `<metric>.json` (`iss.json`,
  * `kts.json`) with the store's checksums and every knob, their `.csv` twins, a
  * per-layer plot of each metric (one line per family, 95% bands) as SVG, and
  * the tables the CLI prints (each drawn by table.ts). What each metric shows comes from its

@@ -8,7 +8,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { DEFAULT_DEMO_OUT } from "../defaults.js";
-import { writeTinyModel } from "../models/llama.js";
+import { writeTinyModel } from "../synthetic/llama.js";
 import { writeReport } from "../report/build.js";
 import { pathKind } from "./paths.js";
 import { runPipeline, type RunOptions, type RunResult } from "./run.js";

@@ -1,5 +1,5 @@
 /**
- * `index.json`, the store's manifest (docs/store.md): its type, a validator
+ * `index.json`, the store's manifest (docs/formats.md#manifest): its type, a validator
  * that lists every problem instead of stopping at the first, and an atomic
  * writer (temp file + fsync + rename + directory fsync).
  */

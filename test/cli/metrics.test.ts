@@ -5,10 +5,10 @@ import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { writeFixture } from "../../src/synthetic/store.js";
 import { kernelOptions } from "../../src/kernels/default.js";
 import { KERNEL_NAMES } from "../../src/kernels/types.js";
-import { nativeKernels } from "../../src/native/index.js";
+import { nativeKernels } from "../../src/kernels/native.js";
 import { agreeRows } from "../helpers/agree.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -110,7 +110,7 @@ describe("hsm metrics", () => {
 
 /**
  * The backends as a user selects them, in child processes: with the native
- * core absent, typescript and wasm give native's rows within metrics.md's
+ * core absent, typescript and wasm give native's rows within docs/metrics.md#tolerances'
  * tolerances, record which implementation ran each kernel, and ISS's intervals
  * are identical (the same generator over the same per-fact margins).
  */

@@ -106,7 +106,7 @@ describe("src/cli", () => {
     const ok = `import { extract } from "../../index.js";\nimport { out } from "../print.js";\nimport { Command } from "commander";\nimport { join } from "node:path";`;
     expect(forbiddenImports(file, ok)).toEqual([]);
     expect(forbiddenImports(file, `import type { Manifest } from "../../store/manifest.js";`)).toEqual(["cli/commands/probe.ts: ../../store/manifest.js"]);
-    expect(forbiddenImports(file, `const m = await import("../../runner/extract.js");`)).toEqual(["cli/commands/probe.ts: ../../runner/extract.js"]);
+    expect(forbiddenImports(file, `const m = await import("../../extract/extract.js");`)).toEqual(["cli/commands/probe.ts: ../../extract/extract.js"]);
     expect(forbiddenImports(file, `export { x } from "../../metrics/report.js";`)).toHaveLength(1);
     expect(forbiddenImports(file, `import ort from "onnxruntime-node";`)).toEqual(["cli/commands/probe.ts: onnxruntime-node"]);
   });

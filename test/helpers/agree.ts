@@ -1,4 +1,4 @@
-/** metrics.md's agreement between implementations, field by field, as one assertion. */
+/** docs/metrics.md#tolerances: the agreement between implementations, field by field, as one assertion. */
 import { expect } from "vitest";
 
 import { FLOAT64_REORDER, METRICS_AUROC, METRICS_INTERVAL_ABSOLUTE, METRICS_INTERVAL_RELATIVE, METRICS_KTS, METRICS_POINT } from "../tolerances.js";

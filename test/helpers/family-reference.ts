@@ -1,6 +1,6 @@
 /**
  * The float64 reference forward pass of test/helpers/llama-reference.ts,
- * generalized to the other graph shapes of the tiny model (src/models/llama.ts
+ * generalized to the other graph shapes of the tiny model (src/synthetic/llama.ts
  * `Family`): gemma (embedding × √d, norms applied as 1 + w, the attention and
  * MLP outputs normed before their residual adds), qwen2 (q, k and v biases),
  * phi3 (LongRoPE: each rotary frequency divided by the short factor, or the
@@ -11,7 +11,7 @@
  * not from the ONNX graph. Returns, per block, the residual stream at the last
  * position, the last block's after the final norm.
  */
-import type { LlamaConfig, LlamaWeights } from "../../src/models/llama.js";
+import type { LlamaConfig, LlamaWeights } from "../../src/synthetic/llama.js";
 
 function rmsNorm(x: Float64Array, w: Float32Array, eps: number, plusOne: boolean): Float64Array {
   let s = 0;

@@ -6,7 +6,7 @@
  * `hidden_states[L]`. Also greedy decoding over it and a byte-level decoder of
  * its own, for the generation tests.
  */
-import { FORCED_LOGIT, type LlamaConfig, type LlamaWeights } from "../../src/models/llama.js";
+import { FORCED_LOGIT, type LlamaConfig, type LlamaWeights } from "../../src/synthetic/llama.js";
 
 function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
   let s = 0;

@@ -6,7 +6,7 @@
  * zero point, multiplied by the int8 weight codes, and scaled back. Written
  * from the operator definitions, not from the graph.
  */
-import { quantizeQ8 } from "../../src/models/quantize.js";
+import { quantizeQ8 } from "../../src/synthetic/quantize.js";
 import type { Projection } from "./llama-reference.js";
 
 const roundEven = (x: number) => {

@@ -1,5 +1,5 @@
 /**
- * Independent twins of what the bootstrap is defined by (metrics.md): the
+ * Independent twins of what the bootstrap is defined by (docs/metrics.md#bootstrap-definition): the
  * generator in BigInt arithmetic, FNV-1a over UTF-8 bytes, NumPy's linear
  * percentile. Written from the definitions, sharing no code with src/.
  */

@@ -8,8 +8,8 @@ import { readFileSync } from "node:fs";
 import { expect } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
-import { tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/models/llama.js";
-import { PromptTokenizer } from "../../src/runner/tokenizer.js";
+import { tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { referenceHiddenFamily } from "./family-reference.js";
 import { STORED_VS_REFERENCE } from "../tolerances.js";

@@ -12,7 +12,7 @@ import { describe, expect, it } from "vitest";
 import { kernelOptions } from "../../src/kernels/default.js";
 import { typescriptKernels } from "../../src/kernels/typescript/index.js";
 import type { Kernels } from "../../src/kernels/types.js";
-import { nativeKernels as loadNative } from "../../src/native/index.js";
+import { nativeKernels as loadNative } from "../../src/kernels/native.js";
 import { Rng } from "../../src/util/random.js";
 import { AVAILABLE } from "../helpers/backends.js";
 import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";

@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 
 import { kernelOptions } from "../../src/kernels/default.js";
 import { typescriptKernels } from "../../src/kernels/typescript/index.js";
-import { nativeKernels as loadNative } from "../../src/native/index.js";
+import { nativeKernels as loadNative } from "../../src/kernels/native.js";
 import { Rng } from "../../src/util/random.js";
 import { COSINE_F32 } from "../tolerances.js";
 

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { kernelOptions } from "../../src/kernels/default.js";
-import { nativeKernels } from "../../src/native/index.js";
+import { nativeKernels } from "../../src/kernels/native.js";
 import { Rng } from "../../src/util/random.js";
 import { AVAILABLE } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";

@@ -1,6 +1,6 @@
 /**
  * Metrics on a planted fixture: the numbers behave as planted, every backend
- * agrees within metrics.md's tolerances, and so does an independent NumPy +
+ * agrees within docs/metrics.md#tolerances, and so does an independent NumPy +
  * scikit-learn implementation (scripts/metrics_peer.py).
  */
 import { join } from "node:path";
@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { computeMetrics, type MetricsResult } from "../../src/metrics/compute.js";
-import { FIXTURE_FAMILIES, writeFixture } from "../../src/fixtures/synthetic.js";
+import { FIXTURE_FAMILIES, writeFixture } from "../../src/synthetic/store.js";
 import { agree, agreeRows } from "../helpers/agree.js";
 import { hasSklearn, numpyRequired, python } from "../helpers/numpy.js";
 import { BACKENDS } from "../helpers/backends.js";

@@ -101,7 +101,7 @@ describe("ISS, hand-computed", () => {
     await expect(iss(rows)).rejects.toThrow("layer 3: 1 fact(s) have a usable anchor row; ISS needs at least 2");
   });
 
-  it("draws its intervals as metrics.md defines them, the same on every backend", async () => {
+  it("draws its intervals as docs/metrics.md#bootstrap-definition defines them, the same on every backend", async () => {
     // Per-fact margins from the table above, facts in order of first appearance.
     const margins: Record<string, number[]> = { para: [0, -r2], typo: [-r2 / 2], all: [(0 - r2 / 2) / 2, -r2] };
     // Few replicates, so the interpolated percentiles depend on each draw; several seeds.

@@ -16,10 +16,10 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { writeTinyModel } from "../../src/models/llama.js";
+import { writeTinyModel } from "../../src/synthetic/llama.js";
 import { compareModels } from "../../src/report/compare.js";
 import { writeReport } from "../../src/report/build.js";
-import { runStudy } from "../../src/study/study.js";
+import { runStudy } from "../../src/pipeline/study.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const CHROMIUM = "/usr/bin/chromium";

@@ -11,7 +11,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { readBank } from "../../src/bank/bank.js";
 import { EXIT, ManifestError, StoreError } from "../../src/errors.js";
-import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { writeFixture } from "../../src/synthetic/store.js";
 import { computeMetrics } from "../../src/metrics/compute.js";
 import { adoptStore } from "../../src/store/adopt.js";
 import { f16ToF32 } from "../../src/kernels/typescript/float16.js";

@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { DiskSpaceError, FileError } from "../../src/errors.js";
-import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { writeFixture } from "../../src/synthetic/store.js";
 import { adoptStore } from "../../src/store/adopt.js";
 import { mergeShards } from "../../src/store/merge.js";
 import { StoreWriter, type StoreInit } from "../../src/store/writer.js";

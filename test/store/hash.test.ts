@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 
 import { storeKernels } from "../../src/kernels/default.js";
-import { nativeSha } from "../../src/native/index.js";
+import { nativeSha } from "../../src/kernels/native.js";
 import { hashFiles, type HashJob, type HashOutcome } from "../../src/store/hash.js";
 import { Rng } from "../../src/util/random.js";
 import { tempDir } from "../helpers/tmp.js";

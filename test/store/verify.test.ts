@@ -8,7 +8,7 @@ import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { writeFixture } from "../../src/fixtures/synthetic.js";
+import { writeFixture } from "../../src/synthetic/store.js";
 import { EXIT, FileError } from "../../src/errors.js";
 import { verifyStore, type VerifyReport } from "../../src/store/verify.js";
 import { tempDir } from "../helpers/tmp.js";

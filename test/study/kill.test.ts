@@ -17,8 +17,8 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { DEFAULT_COMMIT_ROWS } from "../../src/defaults.js";
-import { writeFixture } from "../../src/fixtures/synthetic.js";
-import { writeTinyModel } from "../../src/models/llama.js";
+import { writeFixture } from "../../src/synthetic/store.js";
+import { writeTinyModel } from "../../src/synthetic/llama.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");

@@ -11,10 +11,10 @@ import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { HsmError } from "../../src/errors.js";
-import { writeTinyModel } from "../../src/models/llama.js";
+import { writeTinyModel } from "../../src/synthetic/llama.js";
 import { parseStudy, StudyFileError } from "../../src/study/study-file.js";
 import { formatStudySummary, studyShardCommands, type StudySummary } from "../../src/study/layout.js";
-import { runStudy } from "../../src/study/study.js";
+import { runStudy } from "../../src/pipeline/study.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BANK = fileURLToPath(new URL("../../data/demo-bank.jsonl", import.meta.url));

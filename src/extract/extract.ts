@@ -1,0 +1,313 @@
+/**
+ * `hsm extract`: for every main-forward query of a bank, the hidden state at
+ * the last prompt token after each stored decoder block, written to a
+ * float16 store. Rows are processed in commit blocks of bank order (each
+ * block's rows sorted by length into batches), so a killed run resumes at the
+ * last committed block and ends byte-identical to an uninterrupted one, and
+ * shards cut on block boundaries merge into exactly the single-process store.
+ */
+import { realpathSync } from "node:fs";
+import { mkdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+
+import { mainForwardRows, readBank } from "../bank/bank.js";
+import { buildPrompt } from "../bank/prompt.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_ROWS, DEFAULT_LAYER_RULE, DEFAULT_SELF_CHECK_ROWS, defaultModelName, MAX_PROMPT_LEN } from "../defaults.js";
+import { HsmError, InternalError, UsageError } from "../errors.js";
+import { selectLayers } from "../store/layers.js";
+import { hashFiles } from "../store/hash.js";
+import { acquireLock } from "../store/lock.js";
+import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
+import { layerFileName } from "../store/names.js";
+import { StoreWriter, type StoreInit } from "../store/writer.js";
+import { fileError } from "../util/fs.js";
+import { collectGarbage } from "../util/memory.js";
+import { leftPad, planBatches, rightPad } from "../model/batching.js";
+import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan, type HiddenTensor } from "../model/detect.js";
+import { promptFeeds } from "../model/feeds.js";
+import { ModelDirError, openModelDir } from "../model/model-dir.js";
+import { graphFormat, type GraphFormat } from "../model/model-report.js";
+import { decodeModel, num, valueShape, type ModelProto } from "../onnx/graph.js";
+import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
+import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "../model/self-check.js";
+import { createSession, stageModel, type ModelRunOptions, type Stage } from "../model/session.js";
+import { tokenizerAndModel } from "../model/tokenizer.js";
+
+/** The model file's sha256, hashed in a thread of its own (the native core's, or a worker) while this one works. */
+async function fileSha256(path: string): Promise<string> {
+  // The file itself: a model folder may link to it (as the Hugging Face cache does), and hashing never follows links.
+  let real: string;
+  try {
+    real = realpathSync(path);
+  } catch (err) {
+    throw fileError(err, path);
+  }
+  const [outcome] = await hashFiles([{ path: real }], 1);
+  if (!outcome!.ok) throw fileError(outcome, path);
+  return outcome!.result.sha256;
+}
+
+/**
+ * Rewrites the inspected model for extraction (weights by reference into the
+ * staged file where there is one) and drops the decoded model and the file's
+ * bytes from `inspected`: nothing else holds them, so they can be collected
+ * before onnxruntime maps the weights. Done in a function of its own so that
+ * no variable of the caller's still points at them. Returns the rewritten
+ * model and the inputs it still reads.
+ */
+function rewriteAndRelease(
+  inspected: { model: ModelProto; source: Uint8Array },
+  tensors: HiddenTensor[],
+  dModel: number,
+  stage: Stage | undefined,
+  rightPaddedMask: string | undefined,
+): { rewritten: RewriteResult; live: Set<string> } {
+  const rewritten = rewriteForExtraction(inspected.model, tensors, dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined, rightPaddedMask);
+  const live = new Set((inspected.model.graph!.input ?? []).map((v) => v.name!));
+  inspected.model = undefined as never;
+  inspected.source = undefined as never;
+  return { rewritten, live };
+}
+
+/** A bank with no row to run. */
+export class EmptyBankError extends HsmError {
+  constructor(
+    readonly path: string,
+    problem: string,
+  ) {
+    super(`${path}: ${problem}`);
+  }
+}
+
+export interface ExtractOptions extends ModelRunOptions {
+  /** Layer rule in l and L. */
+  layerRule?: string;
+  /** `K/N`: this process extracts shard K (0-based) of N. */
+  shard?: { index: number; count: number };
+  hiddenTensors?: string;
+  commitRows?: number;
+  /** Rows re-run alone at batch 1 once every row is stored, to check the batched states; 0 turns it off. */
+  selfCheck?: number;
+  /** Messages for the user: what was done ("info") and what to look at ("warn"). */
+  log?: (message: string, level: "info" | "warn") => void;
+}
+
+export interface ExtractResult {
+  manifest: Manifest;
+  /** True when the store was already complete and nothing was done. */
+  alreadyComplete: boolean;
+  rowsExtracted: number;
+  seconds: number;
+}
+
+async function isComplete(dir: string): Promise<boolean> {
+  try {
+    return JSON.parse(await readFile(join(dir, MANIFEST_NAME), "utf8")).complete === true;
+  } catch {
+    return false;
+  }
+}
+
+/** Rows `[start, end)` of shard `index` of `count`, cut on commit-block boundaries. */
+export function shardRange(total: number, index: number, count: number, commitRows = DEFAULT_COMMIT_ROWS): [number, number] {
+  const cut = (k: number) => (k >= count ? total : Math.min(total, Math.floor((k * total) / count / commitRows) * commitRows));
+  return [cut(index), cut(index + 1)];
+}
+
+/** Parses `K/N` (0-based K). */
+export function parseShard(text: string): { index: number; count: number } {
+  const m = /^(\d+)\/(\d+)$/.exec(text.trim());
+  const index = m ? Number(m[1]) : NaN;
+  const count = m ? Number(m[2]) : NaN;
+  if (!m || count < 1 || index >= count) throw new UsageError(`Expected --shard K/N with 0 ≤ K < N but received "${text}"`);
+  return { index, count };
+}
+
+/** Everything about a model that extraction needs, and what `inspect-model` prints. */
+export interface ModelInspection {
+  dir: string;
+  /** The graph file run (model.onnx, or the one picked under onnx/). */
+  onnxPath: string;
+  numLayers: number;
+  dModel: number;
+  vocabSize: number;
+  tokenizerSize: number;
+  addsPrefix: number[];
+  plan: HiddenPlan;
+  storedLayers: number[];
+  inputs: { name: string; shape: (number | string)[] | undefined }[];
+  outputs: string[];
+  /** The graph's compute dtype and weight format. */
+  format: GraphFormat;
+}
+
+export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string; hash?: boolean } = {}) {
+  const md = await openModelDir(modelDir, options.modelFile);
+  // With `hash`, the model file is hashed in another thread while this one loads the tokenizer (and another reads the file).
+  const hashing = options.hash ? fileSha256(md.onnxPath) : undefined;
+  hashing?.catch(() => {});
+  const { tokenizer, source } = await tokenizerAndModel(md);
+  let model;
+  try {
+    model = decodeModel(source);
+  } catch (err) {
+    throw new ModelDirError(md.onnxPath, `is not a readable ONNX model (${(err as Error).message})`);
+  }
+  const L = md.config.numLayers;
+  const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
+  const plan = detectHiddenTensors(model.graph!, L, explicit);
+  const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);
+  const missing = storedLayers.filter((l) => !plan.tensors.some((t) => t.layer === l));
+  if (missing.length) throw new DetectionError(`no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`);
+  const inspection: ModelInspection = {
+    dir: modelDir,
+    onnxPath: md.onnxPath,
+    numLayers: L,
+    dModel: md.config.hiddenSize,
+    vocabSize: md.config.vocabSize,
+    tokenizerSize: tokenizer.size,
+    addsPrefix: tokenizer.prefix,
+    plan,
+    storedLayers,
+    inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
+    outputs: (model.graph!.output ?? []).map((v) => v.name!),
+    format: graphFormat(model.graph!),
+  };
+  return { inspection, model, source, tokenizer, sha256: hashing };
+}
+
+export async function extract(o: ExtractOptions): Promise<ExtractResult> {
+  const t0 = performance.now();
+  const log = o.log ?? (() => {});
+  const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
+  const commitRows = o.commitRows ?? DEFAULT_COMMIT_ROWS;
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+  if (o.selfCheck !== undefined && !(Number.isSafeInteger(o.selfCheck) && o.selfCheck >= 0)) {
+    throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
+  }
+
+  // Everything is checked before anything is written.
+  const bankRows = await readBank(o.bank);
+  const main = mainForwardRows(bankRows);
+  if (main.length === 0) throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
+  const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors, modelFile: o.modelFile, hash: true });
+  const { inspection, tokenizer } = inspected;
+  for (const w of inspection.plan.warnings) log(`warning: ${w}`, "warn");
+  const layers = inspection.storedLayers;
+  const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
+  const [start, end] = o.shard ? shardRange(main.length, o.shard.index, o.shard.count, commitRows) : [0, main.length];
+  if (end <= start) {
+    throw new UsageError(`shard ${o.shard!.index}/${o.shard!.count} would be empty: ${main.length} rows in blocks of ${commitRows}; use fewer shards`);
+  }
+  const rows = main.slice(start, end);
+  const shard: ShardInfo | undefined = o.shard
+    ? { index: o.shard.index, count: o.shard.count, row_start: start, row_end: end, rows_total: main.length }
+    : undefined;
+  const modelSha = await inspected.sha256!;
+
+  const init: StoreInit = {
+    model: o.model ?? defaultModelName(o.modelDir),
+    model_sha256: modelSha,
+    num_layers: inspection.numLayers,
+    d_model: inspection.dModel,
+    layers,
+    layer_rule: o.layerRule ?? DEFAULT_LAYER_RULE,
+    last_layer_final_norm: inspection.plan.lastLayerFinalNorm && layers.includes(inspection.numLayers - 1),
+    dtype: inspection.format.dtype,
+    weights: inspection.format.weights,
+    padding_side: inspection.plan.inputs.paddingSide,
+    query_ids: rows.map((r) => r.query_id),
+    fact_ids: rows.map((r) => r.fact_id),
+    condition_families: rows.map((r) => r.condition_family),
+    max_prompt_len: MAX_PROMPT_LEN,
+    ...(shard ? { shard } : {}),
+    style: styleRecord(inspection.plan, tensors),
+  };
+  // A finished store is left alone (after checking it was made the same way).
+  if (await isComplete(o.out)) {
+    const writer = await StoreWriter.open(o.out, init);
+    await writer.close();
+    return { manifest: writer.manifest, alreadyComplete: true, rowsExtracted: 0, seconds: (performance.now() - t0) / 1000 };
+  }
+  // The session is made before the store: a model or device that cannot run leaves nothing behind.
+  const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
+  const stage = await stageModel(inspection.onnxPath);
+  const { paddingSide } = inspection.plan.inputs;
+  // Right-padded rows are read at their last real token, found from the mask inside the graph.
+  const mask = inspection.plan.inputs.feeds.find((f) => f.kind === "attention_mask")?.name;
+  if (paddingSide === "right" && mask === undefined) {
+    await stage?.cleanup();
+    throw new DetectionError(`graphs of style ${inspection.plan.strategy} are right-padded, but this one has no attention_mask input to find each row's last token`);
+  }
+  const { rewritten, live } = rewriteAndRelease(inspected, tensors, inspection.dModel, stage, paddingSide === "right" ? mask : undefined);
+  // Only the inputs the rewritten graph still reads are fed.
+  const inputFeeds = inspection.plan.inputs.feeds.filter((f) => live.has(f.name));
+  const unknown = inspection.plan.inputs.unknown.filter((name) => live.has(name));
+  if (unknown.length > 0) {
+    await stage?.cleanup();
+    throw new DetectionError(`the model has an input "${unknown[0]}" that hsm does not know how to feed`);
+  }
+  const pad = paddingSide === "right" ? rightPad : leftPad;
+  collectGarbage();
+  const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads, spin: false });
+  // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
+  const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
+  if (rowsPerRun < batchSize) log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
+  log(`graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`, "info");
+  let release: (() => Promise<void>) | undefined;
+  let writer: StoreWriter | undefined;
+  try {
+    await mkdir(o.out, { recursive: true });
+    release = await acquireLock(o.out);
+    writer = await StoreWriter.open(o.out, init);
+    const d = inspection.dModel;
+    const n = layers.length;
+    const blocks = layers.map(() => new Uint16Array(commitRows * d));
+    const resumedAt = writer.rowsDone;
+    let done = resumedAt;
+    o.onProgress?.(done, rows.length);
+    while (done < rows.length) {
+      const blockEnd = Math.min(rows.length, done + commitRows);
+      const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
+      for (const batch of planBatches(lengths, rowsPerRun)) {
+        const seqs = batch.map((i) => tokens[done + i]!);
+        const f = breakBatchingForTest(pad(seqs, tokenizer.padId));
+        const feeds = promptFeeds(inputFeeds, f);
+        const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
+        const data = out.data as Uint16Array;
+        if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
+          throw new InternalError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`);
+        }
+        batch.forEach((i, b) => {
+          for (let k = 0; k < n; k++) blocks[k]!.set(data.subarray((b * n + k) * d, (b * n + k + 1) * d), i * d);
+        });
+      }
+      const count = blockEnd - done;
+      for (let k = 0; k < n; k++) {
+        await writer.writeRows(layers[k]!, done, blocks[k]!.subarray(0, count * d));
+      }
+      await writer.commit(blockEnd);
+      done = blockEnd;
+      o.onProgress?.(done, rows.length);
+    }
+    const check = await runSelfCheck({ session, dir: o.out, layers, dModel: d, tokens, queryIds: init.query_ids, padId: tokenizer.padId, inputFeeds, batchSize, commitRows, count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS, dtype: init.dtype });
+    writer.manifest.self_check = check;
+    const warning = selfCheckWarning(check);
+    if (warning) log(warning, "warn");
+    const manifest = await writer.finish();
+    await writer.close();
+    const overflowed = layers.filter((l) => manifest.files[layerFileName(l)]!.nonfinite > 0);
+    if (overflowed.length > 0) {
+      log(
+        `warning: values beyond float16's range were stored as ±inf (as NumPy's astype does) in layer(s) ` +
+          overflowed.map((l) => `${l} (${manifest.files[layerFileName(l)]!.nonfinite})`).join(", "),
+        "warn",
+      );
+    }
+    return { manifest, alreadyComplete: false, rowsExtracted: rows.length - resumedAt, seconds: (performance.now() - t0) / 1000 };
+  } finally {
+    await session.release().catch(() => {});
+    await writer?.close();
+    await release?.();
+  }
+}

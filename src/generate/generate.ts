@@ -1,0 +1,504 @@
+/**
+ * `hsm generate`: greedy decoding (num_beams 1, max_new_tokens 24) with the
+ * prompts, left truncation and padding of extraction (left, or right for
+ * GroupQueryAttention graphs, as the graph style says), under the decoding
+ * rules of docs/formats.md#decoding (see rules.ts). The graph is rewritten so that
+ * the LM head runs on each row's next-token position only and the argmax
+ * happens inside it; models with KV-cache inputs decode with the cache. Models
+ * without one get a cache added to the graph (add-cache.ts), used only where it
+ * gives the tokens full recomputation gives on a few prompts; otherwise they
+ * recompute the whole sequence each step. Graphs that quantize activations per
+ * tensor decode one row at a time.
+ *
+ * Every batch is appended and fsynced as soon as it is done, so a stopped run
+ * loses nothing it finished. A rerun skips the query_ids already written,
+ * never duplicates a line, and plans the same batches, so a killed and resumed
+ * run ends with the same file as an uninterrupted one. A query that fails even
+ * when run alone is written with an `error` field instead of an answer (and
+ * tried again by the next run); a model that fails on every query stops the run.
+ */
+import { mkdir, open, readFile, rename, truncate, unlink } from "node:fs/promises";
+import { availableParallelism } from "node:os";
+import { basename, dirname, join } from "node:path";
+
+import { readBank, type BankRow } from "../bank/bank.js";
+import { buildPrompt } from "../bank/prompt.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKERS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
+import { HsmError, UsageError } from "../errors.js";
+import { acquireLock } from "../store/lock.js";
+import { headKernels, type HeadKernels } from "../kernels/default.js";
+import { readWhole, syncDir } from "../util/fs.js";
+import { availableMemory, collectGarbage } from "../util/memory.js";
+import { planBatches } from "../model/batching.js";
+import { DetectionError, planInputs } from "../model/detect.js";
+import { addKvCache, attentionShape } from "../onnx/add-cache.js";
+import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
+import { affordableWorkers, sessionDecoders, weightBytes, workerDecoders, workerScript, type Decoders } from "./workers.js";
+import { answerFields, readEosIds } from "./rules.js";
+import { checkGenerations, generationCheckWarning } from "./check.js";
+import { isPastInput, isPresentOutput } from "../onnx/kv-cache.js";
+import { prepareHead, type HeadSetup } from "./lm-head.js";
+import { openModelDir } from "../model/model-dir.js";
+import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type GraphProto, type ModelProto, type TensorProto, type ValueInfoProto } from "../onnx/graph.js";
+import { graphFormat } from "../model/model-report.js";
+import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
+import { loadSession, ModelLoadError, stageModel, withStagedModel, type ModelRunOptions } from "../model/session.js";
+import { tokenizerAndModel, type PromptTokenizer } from "../model/tokenizer.js";
+
+
+/** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
+const SORT_WINDOW = 256;
+/** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
+const FAILURES_BEFORE_STOP = 8;
+/** New tokens an added KV cache must agree on with full recomputation before it is used. */
+const CACHE_PROBE_TOKENS = 4;
+
+export interface GenerateOptions extends ModelRunOptions {
+  maxNewTokens?: number;
+  /** Batches decoded at once, each by a session of its own in a worker thread; default 2 on the CPU (fewer where their copies of the weights would take over half the available memory), else 1. */
+  workers?: number;
+  /** Rows regenerated alone at batch 1 after the run, whose text must not change (`<out>.check.json`); 0 turns it off. */
+  selfCheck?: number;
+  /** Messages for the user: what was done ("info") and what to look at ("warn"). */
+  log?: (message: string, level: "info" | "warn") => void;
+}
+
+export interface GenerateResult {
+  /** Rows written with an answer by this run. */
+  written: number;
+  /** Rows already in the file with an answer. */
+  skipped: number;
+  /** Rows written with an `error` field by this run. */
+  failed: number;
+  seconds: number;
+}
+
+/** A generations file this run cannot continue. */
+export class GenerationsFileError extends HsmError {
+  constructor(
+    readonly path: string,
+    readonly line: number | undefined,
+    problem: string,
+  ) {
+    super(`${path}${line ? `:${line}` : ""}: ${problem}`);
+  }
+}
+
+/** A model that failed on every query tried, so nothing could be generated. */
+export class GenerationError extends HsmError {
+  constructor(
+    readonly queryIds: string[],
+    cause: unknown,
+  ) {
+    super(
+      `generation failed on ${queryIds.length} queries in a row (${queryIds.slice(0, 3).join(", ")}${queryIds.length > 3 ? ", …" : ""}), even one at a time, ` +
+        `and none succeeded: ${(cause as Error).message?.split("\n")[0] ?? String(cause)}. Answers written before them are kept; rerunning resumes there`,
+      { cause },
+    );
+  }
+}
+
+/**
+ * Rewrites a decoder for greedy steps: the LM head's MatMul reads only the
+ * position of each row's next token, an ArgMax picks the next token inside the
+ * graph, and the outputs are that token and the KV cache (`present.*`). With
+ * left padding that position is the last; with right padding
+ * (`rightPaddedMask` names the mask input) it is row b's last real token,
+ * min(sum(mask_b) − 1, S − 1): the prompt's last token on the first step, and
+ * the one new token on cached steps.
+ *
+ * With `headOutside`, an LM head that is one float32 MatMul by a weight
+ * `[d, V]` stored in the model leaves the graph: the output is then the
+ * head's input at that position (`[B, 1, d]`, {@link LAST_HIDDEN}), and the
+ * weight is returned for the caller's own head (see head.ts).
+ */
+export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string, headOutside = false): { cached: boolean; head?: TensorProto } {
+  const graph = model.graph!;
+  const logits = (graph.output ?? []).find((o) => o.name === "logits");
+  if (!logits) throw new DetectionError(`the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`);
+  const { producer } = graphIndex(graph);
+  const g = new GraphBuilder(new Set((graph.node ?? []).map((n) => n.name!)));
+  const pick = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask);
+  const head = producer.get("logits");
+  const weight = headOutside && head?.opType === "MatMul" ? float32Matrix(graph, head.input![1]!) : undefined;
+  const presents = (graph.output ?? []).filter((o) => isPresentOutput(o.name!));
+  let first: ValueInfoProto;
+  if (weight) {
+    const last = pick(head!.input![0]!);
+    g.nodes.push({ name: "/hsm/last_hidden", opType: "Identity", input: [last], output: [LAST_HIDDEN] });
+    first = valueInfo(LAST_HIDDEN, DataType.FLOAT, ["batch_size", 1, num(weight.dims![0])]);
+  } else {
+    let lastLogits: string;
+    if (head?.opType === "MatMul") {
+      // Gather the position before the LM head: [B, T, d] → [B, 1, d].
+      head.input![0] = pick(head.input![0]!);
+      lastLogits = "logits";
+    } else {
+      lastLogits = pick("logits");
+    }
+    const arg = g.op1("/hsm", "ArgMax", [lastLogits], { axis: -1, keepdims: 0 }); // [B, 1]
+    g.nodes.push({ name: "/hsm/next_token", opType: "Squeeze", input: [arg, g.ints("/hsm/constants/axes_1", [1])], output: [NEXT_TOKEN] });
+    first = valueInfo(NEXT_TOKEN, DataType.INT64, ["batch_size"]);
+  }
+  graph.node = [...(graph.node ?? []), ...g.nodes];
+  graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
+  graph.output = [first, ...presents];
+  pruneGraph(graph);
+  return { cached: presents.length > 0, ...(weight ? { head: weight } : {}) };
+}
+
+/**
+ * {@link rewriteForGeneration}, with the head taken out of the graph prepared
+ * for `kernels` (where they are given). Nothing returned points into the
+ * model file's bytes, so they can be collected once the graph is staged.
+ */
+async function rewriteWithHead(model: ModelProto, rightPaddedMask: string | undefined, kernels: HeadKernels | undefined, onnxPath: string, threads: number): Promise<{ cached: boolean; headSetup?: HeadSetup }> {
+  const { cached, head } = rewriteForGeneration(model, rightPaddedMask, kernels !== undefined);
+  return { cached, headSetup: head && (await prepareHead(kernels!, head, dirname(onnxPath), threads)) };
+}
+
+/** The float32 initializer named `name` when it is a matrix, else undefined. */
+function float32Matrix(graph: GraphProto, name: string): TensorProto | undefined {
+  const t = (graph.initializer ?? []).find((x) => x.name === name);
+  return t && t.dataType === DataType.FLOAT && t.dims?.length === 2 ? t : undefined;
+}
+
+/** `[B, T, x]` → `[B, 1, x]` at the last position. */
+function lastPosition(g: GraphBuilder): (tensor: string) => string {
+  const last = g.ints("/hsm/constants/last_positions", [-1]);
+  return (tensor) => g.op1("/hsm/lm_head", "Gather", [tensor, last], { axis: 1 });
+}
+
+/** `[B, S, x]` → `[B, 1, x]` at min(sum(mask_b) − 1, S − 1), per row. */
+function lastRealToken(g: GraphBuilder, mask: string): (tensor: string) => string {
+  const S = "/hsm/next_position";
+  const one = g.ints("/hsm/constants/one", [1]);
+  const count = g.op1(S, "ReduceSum", [mask, g.ints("/hsm/constants/axes_1", [1])], { keepdims: 1 }); // [B, 1]
+  const steps = g.op1(S, "Slice", [g.op1(S, "Shape", ["input_ids"]), one, g.ints("/hsm/constants/two", [2])]); // [1]: S
+  const index = g.op1(S, "Sub", [g.op1(S, "Min", [count, steps]), one]); // [B, 1]
+  return (tensor) => {
+    const width = g.op1(S, "Slice", [g.op1(S, "Shape", [tensor]), g.ints("/hsm/constants/two", [2]), g.ints("/hsm/constants/three", [3])]);
+    const target = g.op1(S, "Concat", [one, one, width], { axis: 0 }); // [1, 1, x]
+    const spread = g.op1(S, "Expand", [g.op1(S, "Unsqueeze", [index, g.ints("/hsm/constants/axes_2", [2])]), target]);
+    return g.op1(S, "GatherElements", [tensor, spread], { axis: 1 });
+  };
+}
+
+/**
+ * Reads what a previous run wrote: the query_ids answered, and whether rows
+ * carrying an `error` are to be tried again. A last line cut off mid-write (no
+ * newline yet) is removed; any other line that is not a generations row stops
+ * the run.
+ */
+async function resumeFile(path: string): Promise<{ done: Set<string>; keep: string[] | undefined }> {
+  const done = new Set<string>();
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { done, keep: undefined };
+    throw new GenerationsFileError(path, undefined, `cannot be read (${(err as Error).message})`);
+  }
+  const kept: string[] = [];
+  let failedRows = 0;
+  let start = 0;
+  let lineNo = 0;
+  for (let end = bytes.indexOf(10); end >= 0; start = end + 1, end = bytes.indexOf(10, start)) {
+    lineNo++;
+    const line = bytes.toString("utf8", start, end);
+    let row: { query_id?: unknown; error?: unknown } | undefined;
+    try {
+      row = JSON.parse(line);
+    } catch {
+      row = undefined;
+    }
+    if (!row || typeof row !== "object" || typeof row.query_id !== "string") {
+      throw new GenerationsFileError(path, lineNo, "is not a generations row (a JSON object with a query_id); refusing to append to this file");
+    }
+    if (row.error !== undefined) failedRows++;
+    else {
+      done.add(row.query_id);
+      kept.push(line);
+    }
+  }
+  // What follows the last newline is a line torn by a crash.
+  if (start < bytes.length) await truncate(path, start);
+  return { done, keep: failedRows > 0 ? kept : undefined };
+}
+
+/** Replaces `path` with `lines`, atomically (temp file, fsync, rename). */
+async function rewriteLines(path: string, lines: string[]): Promise<void> {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
+  const fh = await open(temp, "w");
+  try {
+    await fh.writeFile(lines.map((l) => `${l}\n`).join(""));
+    await fh.sync();
+  } catch (err) {
+    await fh.close();
+    await unlink(temp).catch(() => {});
+    throw err;
+  }
+  await fh.close();
+  await rename(temp, path);
+  await syncDir(dirname(path));
+}
+
+export async function generate(o: GenerateOptions): Promise<GenerateResult> {
+  const t0 = performance.now();
+  const log = o.log ?? (() => {});
+  const maxNew = o.maxNewTokens ?? MAX_NEW_TOKENS;
+  const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+  if (!Number.isSafeInteger(maxNew) || maxNew < 1) throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
+  if (o.selfCheck !== undefined && !(Number.isSafeInteger(o.selfCheck) && o.selfCheck >= 0)) {
+    throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
+  }
+  const rows = await readBank(o.bank);
+  const md = await openModelDir(o.modelDir, o.modelFile);
+  // `source` is the only reference to the file's bytes, so that dropping it below frees them.
+  let source: Buffer | undefined;
+  let tokenizer: PromptTokenizer;
+  ({ tokenizer, source } = await tokenizerAndModel(md));
+  const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
+  const prompts = rows.map((r) => buildPrompt(r));
+  const tokens = prompts.map((p) => tokenizer.encode(p));
+  const model = decodeModel(source);
+  const plan = planInputs(model.graph!, md.config.numLayers);
+  if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
+  const inputs = new Map(model.graph!.input!.map((v) => [v.name!, v]));
+  const right = plan.paddingSide === "right";
+  if (right && !inputs.has("attention_mask")) throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
+  // Activations quantized per tensor make a row's tokens depend on its batch: such graphs decode one row at a time.
+  const batchDependent = graphFormat(model.graph!).batchDependent;
+  const batches = planAll(tokens, batchDependent ? 1 : batchSize);
+  const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
+  const setup: DecodeSetup = { padId: tokenizer.padId, eos: [...eos], maxNewTokens: maxNew, past: [], positions: inputs.has("position_ids"), right, branch };
+  // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
+  const shape = attentionShape(md.config.raw);
+  const opset = num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0);
+  const canAdd = !batchDependent && !right && !branch && shape !== undefined;
+  const device = o.device ?? "cpu";
+  let wanted = o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1);
+  if (o.workers === undefined && wanted > 1) {
+    const fit = affordableWorkers(wanted, weightBytes(md.onnxPath, model.graph!), availableMemory());
+    if (fit.reason) log(fit.reason, "info");
+    wanted = fit.workers;
+  }
+  const workers = Math.min(wanted, batches.length);
+  const sessionOptions = { device, threads: o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined), spin: false };
+  // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
+  const kernels = device === "cpu" ? headKernels() : undefined;
+  let added = false;
+  const openDecoders = async (m: ModelProto, addCache: boolean) => {
+    added = addCache && addKvCache(m.graph!, opset, md.config.numLayers, shape!);
+    const { cached, headSetup } = await rewriteWithHead(m, right ? "attention_mask" : undefined, kernels, md.onnxPath, sessionOptions.threads ?? availableParallelism());
+    const stage = await stageModel(md.onnxPath);
+    // Weights stay where they are, read by offset from the original file (see extraction).
+    // `source` holds the bytes `m` was decoded from: every call below decodes it first.
+    if (stage) rewriteWeightsInPlace(m, source!, stage.sourceName);
+    const past = pastInputs((added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!)));
+    const s = { ...setup, past, head: headSetup };
+    const bytes = encodeModel(m);
+    // The file's bytes (which the decoded graph's small initializers still view) are not needed again
+    // unless the session fails to load; onnxruntime is about to map the weights.
+    m.graph = null;
+    source = undefined;
+    if (stage) collectGarbage();
+    const script = workerScript();
+    const decoders = await withStagedModel(bytes, stage, device, async (file) =>
+      typeof file === "string" && script && workers > 1
+        ? workerDecoders(script, workers, { model: file, options: sessionOptions, setup: s })
+        : sessionDecoders(await loadSession(file, sessionOptions), s),
+    );
+    return { decoders, cached: cached && past.length > 0, head: headSetup };
+  };
+  let opened: Awaited<ReturnType<typeof openDecoders>>;
+  try {
+    opened = await openDecoders(model, canAdd);
+  } catch (err) {
+    // An added cache onnxruntime refuses (its tensors typed unlike the graph's keys) leaves the graph as exported.
+    if (!added || !(err instanceof ModelLoadError)) throw err;
+    source = await readWhole(md.onnxPath);
+    opened = await openDecoders(decodeModel(source), false);
+  }
+  const { decoders } = opened;
+  if (opened.head) log(`the LM head (${opened.head.d} × ${opened.head.vocab}) runs in the native core: exact argmax of float64 logits, screened in bfloat16`, "info");
+  if (decoders.parallel > 1) log(`decoding ${decoders.parallel} batches at once, each by an onnxruntime session of its own (${sessionOptions.threads} thread${sessionOptions.threads === 1 ? "" : "s"} each)`, "info");
+  const modelName = o.model ?? defaultModelName(o.modelDir);
+  let useCache = opened.cached;
+  try {
+    if (added) {
+      useCache = await addedCacheAgrees(decoders, tokens);
+      log(useCache ? "the model has no KV cache: decoding with one added to the graph" : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step", "info");
+    }
+    return await generateRows(o, { rows, prompts, tokens, batches, eos, modelName, decoders, useCache, log, batchSize, t0, detokenize: (ids) => tokenizer.decode(ids) });
+  } finally {
+    await decoders.close().catch(() => {});
+  }
+}
+
+interface Generation {
+  rows: BankRow[];
+  prompts: string[];
+  tokens: number[][];
+  batches: number[][];
+  eos: ReadonlySet<number>;
+  modelName: string;
+  decoders: Decoders;
+  useCache: boolean;
+  log: (message: string, level: "info" | "warn") => void;
+  batchSize: number;
+  t0: number;
+  detokenize: (ids: number[]) => string;
+}
+
+/**
+ * Decodes every batch not written yet and appends it, in the order of the
+ * plan, however many batches are decoded at once.
+ */
+async function generateRows(o: GenerateOptions, g: Generation): Promise<GenerateResult> {
+  const { rows, prompts, tokens, eos, modelName, decoders, log } = g;
+  const decode = (batch: number[][]) => decoders.decode(batch, g.useCache);
+  await mkdir(dirname(o.out), { recursive: true });
+  // One writer per generations file.
+  const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
+  try {
+    const { done, keep } = await resumeFile(o.out);
+    if (keep) await rewriteLines(o.out, keep);
+    const fh = await open(o.out, "a");
+    let written = 0;
+    let failed = 0;
+    const texts = new Map<number, string>();
+    // Failures are held back until some query succeeds: a model that cannot run at all writes no error rows.
+    let pending: { i: number; err: unknown }[] = [];
+    const answered = () => done.size + written;
+    const row = (i: number, fields: Record<string, unknown>) => {
+      const r: BankRow = rows[i]!;
+      return JSON.stringify({ query_id: r.query_id, fact_id: r.fact_id, condition_family: r.condition_family, model: modelName, prompt: prompts[i], ...fields });
+    };
+    const failure = (i: number, err: unknown) => row(i, { error: (err as Error).message?.split("\n")[0] ?? String(err) });
+    o.onProgress?.(done.size, rows.length);
+    const write = async (batch: number[], results: (number[] | Error | undefined)[]) => {
+      const answers: string[] = [];
+      const failures: { i: number; err: unknown }[] = [];
+      batch.forEach((i, b) => {
+        const res = results[b];
+        if (res === undefined) return;
+        if (res instanceof Error) failures.push({ i, err: res });
+        else {
+          try {
+            const fields = answerFields(res, eos, g.detokenize);
+            answers.push(row(i, { ...fields }));
+            texts.set(i, fields.raw_response);
+          } catch (err) {
+            failures.push({ i, err });
+          }
+        }
+      });
+      let errors: string[] = [];
+      if (answers.length > 0 || answered() > 0) {
+        errors = [...pending, ...failures].map((f) => failure(f.i, f.err));
+        pending = [];
+      } else {
+        pending.push(...failures);
+        if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
+          throw new GenerationError(pending.map((f) => rows[f.i]!.query_id), pending[0]!.err);
+        }
+      }
+      if (answers.length + errors.length === 0) return;
+      await fh.write([...answers, ...errors].map((l) => `${l}\n`).join(""));
+      await fh.sync();
+      written += answers.length;
+      failed += errors.length;
+      o.onProgress?.(answered() + failed, rows.length);
+    };
+    // Up to `parallel` batches are decoding while the oldest is written; none of these promises rejects.
+    const inFlight: { batch: number[]; results: Promise<(number[] | Error | undefined)[]> }[] = [];
+    try {
+      for (const batch of g.batches) {
+        const wanted = batch.map((i) => !done.has(rows[i]!.query_id));
+        if (!wanted.includes(true)) continue;
+        // The whole batch runs even when some of its rows are written already: the rest then comes out as it would have.
+        inFlight.push({ batch, results: decodeOrIsolate(decode, batch.map((i) => tokens[i]!), wanted) });
+        if (inFlight.length < decoders.parallel) continue;
+        const oldest = inFlight.shift()!;
+        await write(oldest.batch, await oldest.results);
+      }
+      for (const { batch, results } of inFlight.splice(0)) await write(batch, await results);
+    } finally {
+      await fh.close();
+    }
+    const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, g.detokenize).raw_response;
+    const check = await checkGenerations({ generateAlone: alone, tokens, queryIds: rows.map((r) => r.query_id), written: texts, batchSize: g.batchSize, window: SORT_WINDOW, count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS, out: o.out });
+    const warning = check && generationCheckWarning(check, o.out);
+    if (warning) log(warning, "warn");
+    if (failed > 0) {
+      log(`warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`, "warn");
+    }
+    return { written, skipped: done.size, failed, seconds: (performance.now() - g.t0) / 1000 };
+  } finally {
+    await release();
+  }
+}
+
+/** Every batch of the run, in order: windows of bank order, each sorted by length. */
+function planAll(tokens: number[][], batchSize: number): number[][] {
+  const plan: number[][] = [];
+  for (let c = 0; c < tokens.length; c += SORT_WINDOW) {
+    const lengths = tokens.slice(c, c + SORT_WINDOW).map((t) => t.length);
+    for (const batch of planBatches(lengths, batchSize)) plan.push(batch.map((i) => c + i));
+  }
+  return plan;
+}
+
+/**
+ * Whether a KV cache added to the graph gives the tokens of full
+ * recomputation: the shortest prompt and one of another length (so that left
+ * padding is exercised) are decoded both ways for a few tokens. A cache that
+ * fails to run does not agree.
+ */
+async function addedCacheAgrees(decoders: Decoders, tokens: number[][]): Promise<boolean> {
+  const order = tokens.map((_, i) => i).sort((a, b) => tokens[a]!.length - tokens[b]!.length || a - b);
+  if (order.length === 0) return false;
+  const shortest = order[0]!;
+  const other = order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
+  const probe = [...new Set([shortest, other])].map((i) => tokens[i]!);
+  try {
+    const withCache = await decoders.decode(probe, true, CACHE_PROBE_TOKENS);
+    const recomputed = await decoders.decode(probe, false, CACHE_PROBE_TOKENS);
+    return JSON.stringify(withCache) === JSON.stringify(recomputed);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Runs a batch; when it fails, runs each wanted row alone so that one bad row
+ * costs only itself. Per row: the generated ids, the error it failed with, or
+ * undefined for rows not wanted.
+ */
+async function decodeOrIsolate(
+  decode: (batch: number[][]) => Promise<number[][]>,
+  prompts: number[][],
+  wanted: boolean[],
+): Promise<(number[] | Error | undefined)[]> {
+  try {
+    const ids = await decode(prompts);
+    return ids.map((r, b) => (wanted[b] ? r : undefined));
+  } catch (err) {
+    if (prompts.length === 1) return [err instanceof Error ? err : new Error(String(err))];
+    const out: (number[] | Error | undefined)[] = [];
+    for (const [b, p] of prompts.entries()) {
+      if (!wanted[b]) {
+        out.push(undefined);
+        continue;
+      }
+      try {
+        out.push((await decode([p]))[0]!);
+      } catch (e) {
+        out.push(e instanceof Error ? e : new Error(String(e)));
+      }
+    }
+    return out;
+  }
+}

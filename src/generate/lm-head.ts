@@ -1,0 +1,82 @@
+/**
+ * Generation's LM head outside onnxruntime. A float32 head read from the
+ * model is prepared once (transposed, rounded to bfloat16 for screening:
+ * src/kernels/types.ts `prepareHead`) into SharedArrayBuffers that every
+ * decoding thread reads; each step's next tokens are then the exact argmax of
+ * the float64 logits (`headArgmax`), for a fraction of a float32 product's
+ * arithmetic and half its memory traffic.
+ */
+import { open } from "node:fs/promises";
+import { isAbsolute, join, normalize, sep } from "node:path";
+
+import { allocateHead } from "../kernels/head.js";
+import type { HeadKernels } from "../kernels/default.js";
+import type { PreparedHead } from "../kernels/types.js";
+import { fileError } from "../util/fs.js";
+import { ModelDirError } from "../model/model-dir.js";
+import { externalDataEntry, num, type TensorProto } from "../onnx/graph.js";
+
+/** A prepared head as decoding threads receive it (plain data: its arrays live in SharedArrayBuffers). */
+export interface HeadSetup {
+  head: PreparedHead;
+  d: number;
+  vocab: number;
+  /** Threads of each call. */
+  threads: number;
+}
+
+/** Prepares the head whose weight `[d, vocab]` is `t`, an initializer of the model at `modelDir` (raw bytes, float_data, or external data). */
+export async function prepareHead(kernels: HeadKernels, t: TensorProto, modelDir: string, threads: number): Promise<HeadSetup> {
+  const d = num(t.dims![0]);
+  const vocab = num(t.dims![1]);
+  const w = await float32Values(t, d * vocab, modelDir);
+  const head = allocateHead(d, vocab, true);
+  kernels.prepareHead(w, d, vocab, head);
+  return { head, d, vocab, threads };
+}
+
+/** The `count` values of float32 initializer `t`, wherever the model keeps them. */
+async function float32Values(t: TensorProto, count: number, modelDir: string): Promise<Float32Array> {
+  const raw = t.rawData;
+  if (raw && raw.length > 0) {
+    if (raw.length !== count * 4) throw new ModelDirError(modelDir, `initializer ${t.name} holds ${raw.length} bytes where its shape needs ${count * 4}`);
+    if (raw.byteOffset % 4 === 0) return new Float32Array(raw.buffer, raw.byteOffset, count);
+    const out = new Float32Array(count);
+    new Uint8Array(out.buffer).set(raw);
+    return out;
+  }
+  if (t.floatData && t.floatData.length === count) return Float32Array.from(t.floatData);
+  const entry = (key: "location" | "offset" | "length") => externalDataEntry(t, key);
+  const location = entry("location");
+  if (!location) throw new ModelDirError(modelDir, `initializer ${t.name} has no values`);
+  // As onnxruntime requires: external data lies inside the model's folder.
+  const inside = normalize(location);
+  if (isAbsolute(inside) || inside === ".." || inside.startsWith(`..${sep}`)) {
+    throw new ModelDirError(modelDir, `initializer ${t.name} keeps its values in ${JSON.stringify(location)}, outside the model folder`);
+  }
+  const offset = Number(entry("offset") ?? 0);
+  const length = entry("length");
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new ModelDirError(modelDir, `initializer ${t.name} has external-data offset ${JSON.stringify(entry("offset"))}`);
+  if (length !== undefined && Number(length) !== count * 4) {
+    throw new ModelDirError(modelDir, `initializer ${t.name} has ${length} bytes of external data where its shape needs ${count * 4}`);
+  }
+  const out = new Float32Array(count);
+  const path = join(modelDir, inside);
+  let fh;
+  try {
+    fh = await open(path, "r");
+  } catch (err) {
+    throw fileError(err, path);
+  }
+  try {
+    const bytes = new Uint8Array(out.buffer);
+    for (let done = 0; done < bytes.length; ) {
+      const { bytesRead } = await fh.read(bytes, done, bytes.length - done, offset + done);
+      if (bytesRead === 0) throw new ModelDirError(modelDir, `${location} ends before initializer ${t.name}'s ${count * 4} bytes at offset ${offset}`);
+      done += bytesRead;
+    }
+  } finally {
+    await fh.close();
+  }
+  return out;
+}

@@ -1,0 +1,22 @@
+// Worker-thread entry: one session of the rewritten model, decoding the batches the main thread sends (see workers.ts).
+import { parentPort, workerData } from "node:worker_threads";
+
+import { decodeBatch } from "./decode-batch.js";
+import type { WorkerInit, WorkerReply, WorkerRequest } from "./workers.js";
+import { loadSession } from "../model/session.js";
+
+const { model, options, setup } = workerData as WorkerInit;
+const port = parentPort!;
+const reply = (r: WorkerReply) => port.postMessage(r);
+try {
+  const session = await loadSession(model, options);
+  port.on("message", (r: WorkerRequest) => {
+    decodeBatch(session, setup, r.prompts, r.cached, r.newTokens).then(
+      (ids) => reply({ id: r.id, ids }),
+      (err: unknown) => reply({ id: r.id, error: err instanceof Error ? err.message : String(err) }),
+    );
+  });
+  reply({ ready: true });
+} catch (err) {
+  reply({ loadError: (err as Error).message });
+}

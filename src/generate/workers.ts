@@ -1,0 +1,178 @@
+/**
+ * Where generation's batches are decoded: on the main thread's session, or
+ * on several worker threads, each with a session of its own
+ * (worker.ts) running one batch at a time.
+ *
+ * A decoding step of a small batch is a chain of small matrix products that
+ * onnxruntime splits poorly across cores; two batches decoded side by side,
+ * one core each, finish sooner than the same two one after the other on both
+ * cores. Each worker's session holds its own copy of the weights.
+ */
+import { existsSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
+
+import type * as ort from "onnxruntime-node";
+
+import { decodeBatch, type DecodeSetup } from "./decode-batch.js";
+import { externalDataEntry, type GraphProto } from "../onnx/graph.js";
+import { ModelLoadError, type SessionOptions } from "../model/session.js";
+
+/**
+ * The bytes of weights one session holds: the graph file and every external-data
+ * file its initializers name (each counted once; one that cannot be found, as
+ * onnxruntime would then refuse the model anyway, counts nothing).
+ */
+export function weightBytes(onnxPath: string, graph: GraphProto): number {
+  let bytes = statSync(onnxPath).size;
+  const files = new Set<string>();
+  for (const t of graph.initializer ?? []) {
+    const location = externalDataEntry(t, "location");
+    if (location) files.add(location);
+  }
+  for (const f of files) {
+    try {
+      bytes += statSync(join(dirname(onnxPath), f)).size;
+    } catch {
+      /* counted as nothing */
+    }
+  }
+  return bytes;
+}
+
+/**
+ * How many of `wanted` workers fit: each holds a copy of the weights, and
+ * together they may take at most half the memory now available. At least one.
+ * `reason` says why there are fewer, for the user.
+ */
+export function affordableWorkers(wanted: number, weights: number, available: number): { workers: number; reason?: string } {
+  const fit = Math.max(1, Math.floor(available / 2 / Math.max(1, weights)));
+  if (fit >= wanted) return { workers: wanted };
+  const gb = (b: number) => `${(b / 1e9).toFixed(1)} GB`;
+  return {
+    workers: fit,
+    reason: `decoding with ${fit} session${fit === 1 ? "" : "s"} instead of ${wanted}: each holds its own copy of the model's ${gb(weights)} of weights and ${gb(available)} of memory is available (--workers overrides)`,
+  };
+}
+
+export interface Decoders {
+  /** Batches decoded at once. */
+  readonly parallel: number;
+  /** The generated ids of each prompt (see {@link decodeBatch}); `newTokens` overrides the setup's maximum. */
+  decode(prompts: number[][], cached: boolean, newTokens?: number): Promise<number[][]>;
+  close(): Promise<void>;
+}
+
+/** Messages between the main thread and a worker. */
+export type WorkerRequest = { id: number; prompts: number[][]; cached: boolean; newTokens?: number };
+export type WorkerReply = { ready: true } | { loadError: string } | { id: number; ids: number[][] } | { id: number; error: string };
+export interface WorkerInit {
+  model: string;
+  options: SessionOptions;
+  setup: DecodeSetup;
+}
+
+/** Decoding on the main thread, one batch at a time. */
+export function sessionDecoders(session: ort.InferenceSession, setup: DecodeSetup): Decoders {
+  return {
+    parallel: 1,
+    decode: (prompts, cached, newTokens) => decodeBatch(session, setup, prompts, cached, newTokens),
+    close: () => session.release(),
+  };
+}
+
+/** The compiled worker script; undefined when running from TypeScript sources, where there is none. */
+export function workerScript(): string | undefined {
+  const p = join(dirname(fileURLToPath(import.meta.url)), "worker.js");
+  return existsSync(p) ? p : undefined;
+}
+
+/**
+ * `count` workers, each loading the model file at `model` into a session of
+ * its own. Resolves once every session is loaded; a model onnxruntime
+ * refuses fails with the {@link ModelLoadError} of the first worker that
+ * refused it, and no worker is left running.
+ */
+export async function workerDecoders(script: string, count: number, init: WorkerInit): Promise<Decoders> {
+  const workers = Array.from({ length: count }, () => new Worker(script, { workerData: init }));
+  const idle: Worker[] = [];
+  const queue: { request: WorkerRequest; settle: Settle }[] = [];
+  const waiting = new Map<number, Settle>();
+  let nextId = 0;
+  let closed = false;
+  const stopped = (why: string) => {
+    closed = true;
+    const err = new Error(why);
+    for (const s of waiting.values()) s.reject(err);
+    for (const q of queue) q.settle.reject(err);
+    waiting.clear();
+    queue.length = 0;
+  };
+  const dispatch = () => {
+    while (!closed && idle.length > 0 && queue.length > 0) {
+      const worker = idle.pop()!;
+      const { request, settle } = queue.shift()!;
+      waiting.set(request.id, settle);
+      worker.postMessage(request);
+    }
+  };
+  const ready = workers.map(
+    (worker) =>
+      new Promise<void>((resolve, reject) => {
+        worker.on("message", (reply: WorkerReply) => {
+          if ("ready" in reply) {
+            resolve();
+            return;
+          }
+          if ("loadError" in reply) {
+            reject(new ModelLoadError(reply.loadError));
+            return;
+          }
+          const settle = waiting.get(reply.id);
+          waiting.delete(reply.id);
+          idle.push(worker);
+          if ("error" in reply) settle?.reject(new Error(reply.error));
+          else settle?.resolve(reply.ids);
+          dispatch();
+        });
+        worker.on("error", (err) => {
+          reject(err);
+          stopped(`a decoding thread failed: ${err.message}`);
+        });
+        worker.on("exit", (code) => {
+          reject(new Error(`a decoding thread stopped with exit code ${code} while loading the model`));
+          if (!closed) stopped(`a decoding thread stopped with exit code ${code}`);
+        });
+      }),
+  );
+  const close = async () => {
+    if (!closed) stopped("generation was stopped");
+    await Promise.all(workers.map((w) => w.terminate()));
+  };
+  try {
+    await Promise.all(ready);
+  } catch (err) {
+    await close();
+    throw err;
+  }
+  idle.push(...workers);
+  return {
+    parallel: count,
+    decode: (prompts, cached, newTokens) =>
+      new Promise<number[][]>((resolve, reject) => {
+        if (closed) {
+          reject(new Error("generation was stopped"));
+          return;
+        }
+        queue.push({ request: { id: nextId++, prompts, cached, newTokens }, settle: { resolve, reject } });
+        dispatch();
+      }),
+    close,
+  };
+}
+
+interface Settle {
+  resolve(ids: number[][]): void;
+  reject(err: Error): void;
+}

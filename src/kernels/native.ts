@@ -1,0 +1,203 @@
+/**
+ * The one place that loads the native core (`native/`) and adapts what it
+ * exports to the kernel interface (src/kernels/types.ts). Every option — the
+ * thread count, whether the rank and head kernels may use bfloat16 — arrives here from
+ * TypeScript and is passed to the addon as an argument.
+ */
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { f16BitsToNumber } from "./typescript/float16.js";
+import { syncProducts } from "./typescript/products.js";
+import type { FileHash, KernelOptions, Kernels, Sha256Files, Sha256Stream } from "./types.js";
+
+/** What `hsm_native.node` exports; nothing else touches the addon. */
+interface NativeBinding {
+  simd: string;
+  f32ToF16(src: Float32Array, dst: Uint16Array, threads: number): void;
+  f16ToF32(src: Uint16Array, dst: Float32Array, threads: number): void;
+  f16Stats(src: Uint16Array): [number, number];
+  /** "sha-ni" where the CPU has the SHA extensions, else "portable". */
+  sha: string;
+  /** Bytes of the hash state a caller keeps between chunks. */
+  sha256StateBytes: number;
+  sha256Init(state: Uint8Array): void;
+  sha256Update(state: Uint8Array, data: Uint8Array, statsFrom: number, width: number): void;
+  sha256Update2(stateA: Uint8Array, dataA: Uint8Array, statsFromA: number, stateB: Uint8Array, dataB: Uint8Array, statsFromB: number, width: number): void;
+  sha256Final(state: Uint8Array, digest: Uint8Array): [number, number];
+  /** Per path: [hex digest, bytes, nonfinite, maxBits], or the errno of the failed open or read. */
+  sha256Files(paths: string[], statsFrom: Float64Array, widths: Uint8Array, threads: number): Promise<([string, number, number, number] | number)[]>;
+  rankAgainstAnchors(x: Float32Array, nRows: number, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array, threads: number, allowBf16: boolean): void;
+  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array, threads: number): void;
+  rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
+  rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
+  centreRows(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array, threads: number): number;
+  anchorCosines(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array, threads: number): void;
+  standardizeRows(h: Float32Array, rows: Int32Array, d: number, out: Float32Array, mean: Float64Array, scale: Float64Array, threads: number): void;
+  addMoments(h: Float32Array, rows: Int32Array, d: number, sum: Float64Array, sumSquares: Float64Array, threads: number): void;
+  logisticPass(h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, loss: Float64Array, gsum: Float64Array, grad: Float64Array, threads: number): void;
+  prepareHead(w: Float32Array, d: number, vocab: number, f32: Float32Array, bf16: Uint16Array, norms: Float32Array, threads: number): void;
+  /** Returns the float64 dot products taken. */
+  headArgmax(h: Float32Array, batch: number, d: number, f32: Float32Array, bf16: Uint16Array, norms: Float32Array, vocab: number, out: Int32Array, threads: number, allowBf16: boolean): number;
+  bootstrapAuroc(
+    seed: number,
+    stream: number,
+    fact: Int32Array,
+    label: Uint8Array,
+    ties: Int32Array,
+    nFacts: number,
+    b: number,
+    out: Float64Array,
+    pFact: Int32Array | null,
+    pLabel: Uint8Array | null,
+    pTies: Int32Array | null,
+    pNFacts: number,
+    toPaired: Int32Array | null,
+    pOut: Float64Array | null,
+    threads: number,
+  ): void;
+}
+
+/** The kernels the native core implements, and whole-file hashing (which only the native core does). */
+export type NativeKernels = Pick<
+  Kernels,
+  "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats" | "centreRows" | "rank" | "anchorCosines" | "standardizeRows" | "foldMoments" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc" | "prepareHead" | "headArgmax"
+> & { sha256Files: Sha256Files };
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+/** Why the addon could not be loaded, one entry per place tried; empty when it loaded. */
+export const nativeLoadErrors: string[] = [];
+
+function loadBinding(): NativeBinding | undefined {
+  const require = createRequire(import.meta.url);
+  // HSM_NATIVE_PATH names the one addon to try (a custom build, or a missing one to test the fallback).
+  const candidates = process.env.HSM_NATIVE_PATH
+    ? [process.env.HSM_NATIVE_PATH]
+    : [join(root, "native", "build", "Release", "hsm_native.node"), join(root, "native", "build", "Debug", "hsm_native.node")];
+  for (const path of candidates) {
+    try {
+      return require(path) as NativeBinding;
+    } catch (err) {
+      nativeLoadErrors.push(`${path}: ${(err as Error).message.split("\n")[0]}`);
+    }
+  }
+  return undefined;
+}
+
+const binding = loadBinding();
+
+/** Which code path runs inside the addon ("f16c" or "portable"), or undefined where it did not load. */
+export const nativeSimd: string | undefined = binding?.simd;
+
+/** Which sha256 code path runs inside the addon ("sha-ni" or "portable"), or undefined where it did not load. */
+export const nativeSha: string | undefined = binding?.sha;
+
+/** Each native hash stream's state, so that two streams can be updated together. */
+const shaStates = new WeakMap<Sha256Stream, { state: Uint8Array; width: number }>();
+
+const bitsF32 = new Float32Array(1);
+const bitsU32 = new Uint32Array(bitsF32.buffer);
+
+function f32BitsToNumber(bits: number): number {
+  bitsU32[0] = bits;
+  return bitsF32[0]!;
+}
+
+/** Rows the rank kernel gathers at a time: the kernel reads contiguous rows; slices bound the copy. */
+const RANK_SLICE = 8192;
+
+/** The native kernels with `o`'s options bound, or undefined where the addon did not build or load. */
+export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
+  if (!binding) return undefined;
+  const b = binding;
+  const threads = o.threads;
+  // The rank kernel's gathered rows: one buffer for every call, not a fresh one per slice for the collector to reclaim.
+  let gather = new Float32Array(0);
+  return {
+    f32ToF16: (src, dst) => binding.f32ToF16(src, dst, threads),
+    f16ToF32: (src, dst) => binding.f16ToF32(src, dst, threads),
+    f16Stats(src) {
+      const [nonfinite, maxBits] = binding.f16Stats(src);
+      return { nonfinite, maxAbs: f16BitsToNumber(maxBits) };
+    },
+    sha256Stats(width) {
+      const state = new Uint8Array(b.sha256StateBytes);
+      b.sha256Init(state);
+      const stream: Sha256Stream = {
+        update: (chunk, statsFrom = 0) => b.sha256Update(state, chunk, statsFrom, width),
+        updateWith(chunk, statsFrom, other, otherChunk, otherFrom) {
+          const theirs = shaStates.get(other);
+          if (theirs && theirs.width === width && theirs.state !== state) b.sha256Update2(state, chunk, statsFrom, theirs.state, otherChunk, otherFrom, width);
+          else {
+            stream.update(chunk, statsFrom);
+            other.update(otherChunk, otherFrom);
+          }
+        },
+        digest() {
+          const digest = new Uint8Array(32);
+          const [nonfinite, maxBits] = b.sha256Final(state, digest);
+          const sha256 = Buffer.from(digest.buffer).toString("hex");
+          return width === 0 ? { sha256 } : { sha256, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
+        },
+      };
+      shaStates.set(stream, { state, width });
+      return stream;
+    },
+    async sha256Files(jobs, threads) {
+      const got = await b.sha256Files(
+        jobs.map((j) => j.path),
+        Float64Array.from(jobs, (j) => j.statsFrom),
+        Uint8Array.from(jobs, (j) => j.width),
+        threads,
+      );
+      return got.map((r, i): FileHash | undefined => {
+        if (typeof r === "number") return undefined;
+        const [sha256, bytes, nonfinite, maxBits] = r;
+        const width = jobs[i]!.width;
+        return width === 0 ? { sha256, bytes } : { sha256, bytes, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
+      });
+    },
+    rank(x, rows, a, nAnchors, d, own, ownScore, above) {
+      for (let from = 0; from < rows.length; from += RANK_SLICE) {
+        const to = Math.min(rows.length, from + RANK_SLICE);
+        let contiguous = true;
+        for (let i = from + 1; i < to && contiguous; i++) contiguous = rows[i] === rows[i - 1]! + 1;
+        // A run of consecutive rows is read in place; any other selection is gathered.
+        if (!contiguous && gather.length < (to - from) * d) gather = new Float32Array(RANK_SLICE * d);
+        const block = contiguous ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d) : gather.subarray(0, (to - from) * d);
+        if (!contiguous) for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
+        binding.rankAgainstAnchors(block, to - from, a, nAnchors, d, own.subarray(from, to), ownScore.subarray(from, to), above.subarray(from, to), threads, o.allowBf16);
+      }
+    },
+    centreRows: (h, n, d, valid, out) => binding.centreRows(h, n, d, valid, out, threads),
+    anchorCosines: (x, rows, a, nAnchors, d, own, ownCos, otherCos) => binding.anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads),
+    standardizeRows(h, rows, d, into) {
+      const out = { rows: into ? into.subarray(0, rows.length * d) : new Float32Array(rows.length * d), mean: new Float64Array(d), scale: new Float64Array(d) };
+      binding.standardizeRows(h, rows, d, out.rows, out.mean, out.scale, threads);
+      return out;
+    },
+    foldMoments(h, d, folds) {
+      const sum = new Float64Array(folds.length * d);
+      const sumSquares = new Float64Array(folds.length * d);
+      folds.forEach((rows, k) => binding.addMoments(h, rows, d, sum.subarray(k * d, (k + 1) * d), sumSquares.subarray(k * d, (k + 1) * d), threads));
+      return { sum, sumSquares };
+    },
+    products: (h, n, d) =>
+      syncProducts(
+        h,
+        n,
+        d,
+        (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
+        (h, n, d, g, k, out) => binding.rowsTransposeTimes(h, n, d, g, k, out, threads),
+        (h, n, d, v, offset, y, train, k, out) => binding.logisticPass(h, n, d, v, offset, y, train, k, out.loss, out.gsum, out.grad, threads),
+      ),
+    rowsTimes: (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
+    bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out, threads),
+    bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
+      binding.bootstrapAuroc(seed, stream, g.fact, g.label, g.ties, g.nFacts, b, out, p?.fact ?? null, p?.label ?? null, p?.ties ?? null, p?.nFacts ?? 0, toPaired ?? null, pOut ?? null, threads),
+    prepareHead: (w, d, vocab, head) => binding.prepareHead(w, d, vocab, head.f32, head.bf16, head.norms, threads),
+    headArgmax: (h, batch, d, head, vocab, out, headThreads) => binding.headArgmax(h, batch, d, head.f32, head.bf16, head.norms, vocab, out, headThreads, o.allowBf16),
+  };
+}

@@ -1,0 +1,190 @@
+/**
+ * onnxruntime-node sessions: CPU by default, CUDA or WebGPU on request — and a
+ * clear error, never a silent fall-back, when the provider cannot run.
+ *
+ * The rewritten model reads its weights straight from the original file by
+ * offset (external data), so it must sit in a folder where that file appears
+ * under a plain name: onnxruntime refuses external data reached through a
+ * symbolic link that leaves the model's folder. A hard link in a private
+ * temporary folder does; where the file system will not allow one, the
+ * rewritten model is staged beside the original for the moment the session
+ * loads, and failing that the weights are copied inline.
+ */
+import { spawnSync } from "node:child_process";
+import { access, constants, link, mkdtemp, readdir, rm, unlink, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { basename, dirname, join } from "node:path";
+
+import * as ort from "onnxruntime-node";
+
+import { DEVICES } from "../defaults.js";
+import { HsmError } from "../errors.js";
+import { ModelDirError } from "./model-dir.js";
+import { DataType, encodeModel, valueInfo } from "../onnx/graph.js";
+
+// Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
+ort.env.logLevel = "fatal";
+
+export type Device = (typeof DEVICES)[number];
+
+/** A device onnxruntime cannot use here, with what to install. */
+export class DeviceError extends HsmError {}
+
+/** A model onnxruntime refuses to load. */
+export class ModelLoadError extends HsmError {}
+
+/** What every command that runs a model over a bank is told. */
+export interface ModelRunOptions {
+  modelDir: string;
+  /** The graph to run when the folder holds several (`onnx/model_q4.onnx`, …); see model-dir.ts. */
+  modelFile?: string;
+  bank: string;
+  out: string;
+  /** Name recorded in the outputs; default the model folder's name. */
+  model?: string;
+  batchSize?: number;
+  device?: Device;
+  threads?: number;
+  onProgress?: (done: number, total: number) => void;
+}
+
+export interface SessionOptions {
+  device?: Device;
+  /** Intra-op threads; default: onnxruntime's choice (the core count). */
+  threads?: number;
+  /**
+   * False: idle intra-op threads sleep instead of spinning: spinning threads
+   * take the cores from the thread with work and from other processes
+   * (generation's short steps; extraction on shared cores, where spinning
+   * cost a fifth of the CPU time).
+   */
+  spin?: boolean;
+}
+
+export const CUDA_HELP =
+  "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12)";
+
+const WEBGPU_HELP =
+  "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel), or use --device cpu";
+
+/**
+ * Whether onnxruntime's WebGPU provider finds an adapter: the message it
+ * fails with, or undefined when it works. Dawn and the Vulkan drivers print
+ * warnings of their own straight to stderr while they look for one, so the
+ * provider is tried first on a one-node model in a child process whose
+ * output is captured; the user sees only hsm's line.
+ */
+function probeWebgpu(): string | undefined {
+  const probe = encodeModel({
+    irVersion: 8,
+    opsetImport: [{ domain: "", version: 17 }],
+    graph: { name: "webgpu-probe", node: [{ opType: "Identity", input: ["x"], output: ["y"] }], input: [valueInfo("x", DataType.FLOAT, [1])], output: [valueInfo("y", DataType.FLOAT, [1])] },
+  });
+  const script =
+    `const ort = require(${JSON.stringify(createRequire(import.meta.url).resolve("onnxruntime-node"))}); ort.env.logLevel = "fatal";` +
+    `ort.InferenceSession.create(Buffer.from(require("fs").readFileSync(0, "utf8"), "base64"), { executionProviders: ["webgpu"], logSeverityLevel: 4 })` +
+    `.then(() => process.stdout.write("ok"), (e) => process.stdout.write("error:" + e.message)).then(() => process.exit(0));`;
+  const r = spawnSync(process.execPath, ["-e", script], { input: Buffer.from(probe).toString("base64"), encoding: "utf8", timeout: 120_000 });
+  if (r.stdout === "ok") return undefined;
+  if (r.stdout?.startsWith("error:")) return r.stdout.slice("error:".length);
+  return `the probe ended without an answer (${r.error?.message ?? `exit status ${r.status ?? r.signal}`})`;
+}
+
+/** What {@link probeWebgpu} found, once per process. */
+let webgpuProbe: { message: string | undefined } | undefined;
+
+/** The error for a device whose provider failed with `message`; undefined for the CPU. */
+export function deviceError(device: Device, message: string): DeviceError | undefined {
+  const first = message.split("\n")[0]!;
+  if (device === "cuda") return new DeviceError(`the CUDA execution provider could not be used (${first}); ${CUDA_HELP}`);
+  if (device === "webgpu") {
+    const adapter = /Failed to get a WebGPU adapter: ([^\n]*)/.exec(message);
+    const why = adapter ? `no WebGPU adapter was found (${adapter[1]!.trim()})` : `the WebGPU execution provider could not be used (${first})`;
+    return new DeviceError(`--device webgpu: ${why}; ${WEBGPU_HELP}`);
+  }
+  return undefined;
+}
+
+/** Where a rewritten model is loaded from, and the name it gives the original file. */
+export interface Stage {
+  dir: string;
+  /** The original model file as the rewritten graph names it in external-data locations. */
+  sourceName: string;
+  modelFile: string;
+  cleanup(): Promise<void>;
+}
+
+/** External weight files: `model.onnx_data`, `model.onnx.data`, transformers.js' `model_q4.onnx_data` and its chunks `…_data_1`, …. */
+function externalFiles(names: string[]): string[] {
+  return names.filter((n) => /(\.onnx_data|\.onnx\.data|\.data|_data)(_\d+)?$/.test(n));
+}
+
+/** Prepares a folder to load a rewritten model of the graph at `onnxPath` from; undefined when weights must be inlined. */
+export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
+  const modelDir = dirname(onnxPath);
+  const names = await readdir(modelDir);
+  const temp = await mkdtemp(join(tmpdir(), "hsm-model-"));
+  try {
+    await link(onnxPath, join(temp, "hsm-source-model.onnx"));
+    for (const name of externalFiles(names)) await link(join(modelDir, name), join(temp, name));
+    return { dir: temp, sourceName: "hsm-source-model.onnx", modelFile: "hsm-rewritten.onnx", cleanup: () => rm(temp, { recursive: true, force: true }) };
+  } catch {
+    await rm(temp, { recursive: true, force: true });
+  }
+  try {
+    await access(modelDir, constants.W_OK);
+    const modelFile = `.hsm-rewritten-${process.pid}.onnx`;
+    return { dir: modelDir, sourceName: basename(onnxPath), modelFile, cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}) };
+  } catch {
+    if (externalFiles(names).length > 0) {
+      throw new ModelDirError(modelDir, `a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model`);
+    }
+    return undefined;
+  }
+}
+
+/** Opens a session over model bytes, staged as {@link stageModel} decided (inline when `stage` is undefined). */
+export async function createSession(bytes: Uint8Array, stage: Stage | undefined, options: SessionOptions = {}): Promise<ort.InferenceSession> {
+  return withStagedModel(bytes, stage, options.device ?? "cpu", (model) => loadSession(model, options));
+}
+
+/**
+ * Runs `load` on the model as {@link stageModel} decided — the staged file's
+ * path, or the bytes themselves when `stage` is undefined — and removes the
+ * stage afterwards, whatever happened. A device onnxruntime cannot use here
+ * fails first, before anything is written.
+ */
+export async function withStagedModel<T>(bytes: Uint8Array, stage: Stage | undefined, device: Device, load: (model: string | Uint8Array) => Promise<T>): Promise<T> {
+  try {
+    const unusable = device === "webgpu" ? (webgpuProbe ??= { message: probeWebgpu() }).message : undefined;
+    if (unusable !== undefined) throw deviceError(device, unusable)!;
+    if (!stage) return await load(bytes);
+    await writeFile(join(stage.dir, stage.modelFile), bytes);
+    return await load(join(stage.dir, stage.modelFile));
+  } finally {
+    await stage?.cleanup();
+  }
+}
+
+/** onnxruntime's options for {@link SessionOptions}. */
+function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOptions {
+  return {
+    executionProviders: [options.device ?? "cpu"],
+    graphOptimizationLevel: "all",
+    logSeverityLevel: 4,
+    ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
+    ...(options.spin === false ? { extra: { session: { intra_op: { allow_spinning: "0" } } } } : {}),
+  };
+}
+
+/** A session over a model file or its bytes; what onnxruntime fails with becomes a {@link DeviceError} or {@link ModelLoadError}. */
+export async function loadSession(model: string | Uint8Array, options: SessionOptions): Promise<ort.InferenceSession> {
+  const device = options.device ?? "cpu";
+  try {
+    return typeof model === "string" ? await ort.InferenceSession.create(model, ortOptions(options)) : await ort.InferenceSession.create(model, ortOptions(options));
+  } catch (err) {
+    const message = (err as Error).message;
+    throw deviceError(device, message) ?? new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
+  }
+}

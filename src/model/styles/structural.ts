@@ -1,0 +1,326 @@
+/**
+ * Structural detection: the decoder blocks found from the graph's shape, not
+ * its names. Every path from the token embedding to the logits passes through
+ * each residual `Add` (the skip connection bypasses everything else of a
+ * block), so the residual stream is the chain of *dominators* between the
+ * embedding `Gather` and the LM head: the tensors no path can avoid.
+ *
+ * - A pre-norm block adds to the stream twice (attention, then MLP); a
+ *   parallel block (GPT-J, NeoX, Phi-2: `x + attn(ln(x)) + mlp(ln(x))`) once.
+ *   Each segment between two residual `Add`s is classified by what it holds
+ *   (attention: a `Softmax` or an `*Attention` op; an MLP: matrix products and
+ *   no attention; parallel: attention whose branch sums two branches).
+ * - The block count must equal config.json's `num_hidden_layers`.
+ * - A residual `Add` may be fused with the norm after it: com.microsoft
+ *   `SkipSimplifiedLayerNormalization` / `SkipLayerNormalization`
+ *   (onnxruntime-genai builds) read the stream and a sublayer's output as
+ *   inputs 0 and 1; output 3 (`input_skip_bias_sum`) is their sum, the stream
+ *   after that add, and output 0 the normalized value the next sublayer reads.
+ *   `GroupQueryAttention` counts as attention (any `*Attention` op does).
+ * - The final norm lies between the last residual and the LM head (the first
+ *   matrix product after it); its output is the last normalizing operator
+ *   (`Mul`, `Add`, `*Normalization`) on that chain, or, where the last
+ *   residual is a fused Skip norm (which then usually emits output 0 alone),
+ *   that norm's output 0.
+ * - Besides the residual `Add`s and Skip norms only a `Cast`/`Identity`/
+ *   `Dropout` may sit on the stream, and before the first block an
+ *   elementwise scale or sum (Gemma's √d `Mul`, GPT-2's position embeddings);
+ *   any other operator there is a fused op this unit does not know, and
+ *   detection stops naming it (at once for an op of another domain, whose
+ *   outputs it cannot tell apart).
+ *
+ * Node names are a cross-check: where onnxruntime-genai or torch/optimum
+ * names are present, the tensors found by name are compared with the
+ * structure's, and a disagreement is reported (structure wins).
+ */
+import { graphIndex, type GraphProto, type NodeProto } from "../../onnx/graph.js";
+import { genaiStyle } from "./genai.js";
+import { DetectionError, type GraphStyle, type HiddenTensor, type Located } from "./style.js";
+import { torchNamesStyle } from "./torch-names.js";
+
+const SHAPE_ONLY = new Set(["Shape", "Size"]);
+const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout"]);
+/** Before the first block: the embedding scaled (Gemma's √d) or summed with position embeddings (GPT-2). */
+const EMBEDDING_OPS = new Set(["Mul", "Div", "Add"]);
+const NORM_OUTPUT = new Set(["Mul", "Add", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"]);
+/** A residual add fused with the norm after it (com.microsoft): inputs 0 and 1 summed, output 3 the sum, output 0 normalized. */
+const SKIP_NORMS = new Set(["SkipSimplifiedLayerNormalization", "SkipLayerNormalization"]);
+const isSkipNorm = (n: NodeProto) => SKIP_NORMS.has(n.opType ?? "") && (!n.domain || n.domain === "com.microsoft");
+/** How a residual is called in messages: an `Add`, or the sum inside a fused Skip norm. */
+const residualWord = (n: NodeProto) => (isSkipNorm(n) ? "residual sum" : "residual Add");
+const isAttention = (n: NodeProto) => n.opType === "Softmax" || /Attention$/.test(n.opType ?? "");
+const isProduct = (n: NodeProto) => /MatMul|Gemm/.test(n.opType ?? "");
+const opName = (n: NodeProto) => `${n.domain ? `${n.domain}.` : ""}${n.opType}${n.name ? ` (${n.name})` : ""}`;
+
+type SegmentKind = "attention" | "mlp" | "parallel" | "other";
+
+/** The residual stream of a decoder graph, as its structure shows it. */
+interface ResidualStream {
+  /** The embedding's output (after any scale). */
+  embedding: string;
+  /** The residual Adds (or fused Skip norms), in order, with what each adds to the stream and the tensor of the sum (absent where a Skip norm does not emit it). */
+  residuals: { node: NodeProto; kind: SegmentKind; sum?: string }[];
+  /** Per decoder block, the index in `residuals` of the Add that ends it. */
+  blockEnds: number[];
+  /** The final norm's output and the node producing it. */
+  finalNorm: { tensor: string; node: NodeProto };
+}
+
+/** The styles whose names cross-check the structure, the more specific first (genai graphs also have `/model/layers.N/` names). */
+const NAMERS: readonly GraphStyle[] = [genaiStyle, torchNamesStyle];
+
+/** The naming habit a graph shows, for messages and the manifest: genai, torch-names, dynamo-names or anonymous. */
+function namingSeen(graph: GraphProto): string {
+  const namer = NAMERS.find((s) => s.recognize(graph, { numLayers: 0 }));
+  if (namer) return namer.name;
+  const nodes = graph.node ?? [];
+  if (nodes.length > 0 && nodes.filter((n) => /^node_/.test(n.name ?? "")).length > nodes.length / 2) return "dynamo-names";
+  return "anonymous";
+}
+
+class StructureError extends Error {
+  constructor(
+    message: string,
+    readonly candidates: string[],
+  ) {
+    super(message);
+  }
+}
+
+/** The embedding Gather: a gather of a weight matrix by `input_ids` (possibly through a Cast). */
+function findEmbedding(graph: GraphProto, consumers: Map<string, NodeProto[]>): NodeProto | undefined {
+  const ids = (graph.input ?? []).find((v) => v.name === "input_ids")?.name;
+  if (!ids) return undefined;
+  const readers = [...(consumers.get(ids) ?? [])];
+  for (const c of consumers.get(ids) ?? []) if (c.opType === "Cast") readers.push(...(consumers.get(c.output![0]!) ?? []));
+  const gathers = readers.filter((n) => /^Gather/.test(n.opType ?? "") && n.input?.[1] !== undefined && n.input[1] !== n.input[0] && n.input[0] !== ids);
+  const weights = new Set((graph.initializer ?? []).filter((t) => (t.dims?.length ?? 0) === 2).map((t) => t.name!));
+  return gathers.find((n) => weights.has(n.input![0]!)) ?? (gathers.length === 1 ? gathers[0] : undefined);
+}
+
+/** The node producing the logits: the `logits` output, else the first output that is not a KV cache. */
+function findLogits(graph: GraphProto): string | undefined {
+  const outs = (graph.output ?? []).map((o) => o.name!);
+  return outs.find((o) => o === "logits") ?? outs.find((o) => !/^present/.test(o));
+}
+
+/**
+ * Follows the residual stream of `graph` and groups it into blocks; throws a
+ * {@link StructureError} (message and candidate tensors) when the structure is
+ * not a decoder this unit can read.
+ */
+function followStream(graph: GraphProto): ResidualStream {
+  const nodes = graph.node ?? [];
+  const { producer, consumers } = graphIndex(graph);
+  const embed = findEmbedding(graph, consumers);
+  if (!embed) throw new StructureError("no embedding Gather reads input_ids", []);
+  const logits = findLogits(graph);
+  const sink = logits ? producer.get(logits) : undefined;
+  if (!sink) throw new StructureError("no node produces the logits", []);
+  const pos = new Map(nodes.map((n, i) => [n, i]));
+  const source = embed.output![0]!;
+
+  // Nodes on some path from the embedding to the logits.
+  const below = new Set<NodeProto>();
+  const stack = [source];
+  while (stack.length) {
+    const t = stack.pop()!;
+    for (const c of consumers.get(t) ?? []) {
+      // A read of a shape or a type is no data flow: masks built from the embedding's shape, or rotary tables cast
+      // like it, do not join the stream.
+      if (below.has(c) || SHAPE_ONLY.has(c.opType ?? "") || (c.opType === "CastLike" && c.input![0] !== t)) continue;
+      below.add(c);
+      stack.push(...(c.output ?? []).filter(Boolean));
+    }
+  }
+  const onPath = new Set<NodeProto>();
+  const back = [sink];
+  while (back.length) {
+    const n = back.pop()!;
+    if (onPath.has(n) || !below.has(n)) continue;
+    onPath.add(n);
+    for (const i of n.input ?? []) {
+      const p = producer.get(i);
+      if (p) back.push(p);
+    }
+  }
+  // Dominators in topological order: a node no earlier edge jumps over.
+  const ordered = nodes.filter((n) => onPath.has(n));
+  const reachOf = (outs: string[]) => Math.max(-1, ...outs.flatMap((o) => (consumers.get(o) ?? []).filter((c) => onPath.has(c)).map((c) => pos.get(c)!)));
+  let reach = reachOf([source]);
+  const dominators: NodeProto[] = [];
+  for (const n of ordered) {
+    if (reach <= pos.get(n)!) dominators.push(n);
+    reach = Math.max(reach, reachOf((n.output ?? []).filter(Boolean)));
+  }
+
+  const fromStream = (t: string) => t === source || onPath.has(producer.get(t)!);
+  const residuals: ResidualStream["residuals"] = [];
+  let stream = source;
+  let streamPos = pos.get(embed)!;
+  let tail: NodeProto[] = [];
+  let head: NodeProto | undefined;
+  // A fused Skip norm that emitted no sum: the stream may not go on after it.
+  let closed: NodeProto | undefined;
+  for (const d of dominators) {
+    const skip = isSkipNorm(d);
+    // The two summands: an Add's inputs, or a Skip norm's inputs 0 and 1 (its weights follow them).
+    const ins = skip ? (d.input ?? []).slice(0, 2).filter(Boolean) : (d.input ?? []).filter(Boolean);
+    if ((skip || (d.opType === "Add" && !d.domain)) && ins.length === 2 && ins.includes(stream) && ins.every(fromStream)) {
+      if (closed) {
+        throw new StructureError(
+          `${opName(closed)} gives only its normalized output 0, not the residual sum (output 3), yet the stream goes on after it to ${opName(d)}`,
+          streamTensors(residuals, source),
+        );
+      }
+      const branch = ins[0] === stream ? ins[1]! : ins[0]!;
+      const segment = ordered.filter((n) => pos.get(n)! > streamPos && pos.get(n)! < pos.get(d)!);
+      const top = producer.get(branch);
+      const attention = segment.some(isAttention);
+      const sums = top?.opType === "Add" && (top.input ?? []).every((i) => i && i !== stream && fromStream(i));
+      const kind: SegmentKind = attention ? (sums ? "parallel" : "attention") : segment.some(isProduct) ? "mlp" : "other";
+      if (tail.length > 0) {
+        const odd = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !(residuals.length === 0 && EMBEDDING_OPS.has(t.opType ?? ""))));
+        if (odd) {
+          throw new StructureError(`an operator it does not know, ${opName(odd)}, sits on the residual stream after ${residualWord(residuals.at(-1)?.node ?? d)} ${residuals.length}`, streamTensors(residuals, source));
+        }
+      }
+      const sum = skip ? d.output?.[3] || undefined : d.output![0]!;
+      residuals.push({ node: d, kind, ...(sum ? { sum } : {}) });
+      if (!sum) closed = d;
+      stream = sum ?? d.output![0]!;
+      streamPos = pos.get(d)!;
+      tail = [];
+    } else if ((isProduct(d) && residuals.length > 0) || d === sink) {
+      head = d;
+      break;
+    } else {
+      // A fused op of some domain that is no norm: where the stream goes on after it cannot be told.
+      if (residuals.length > 0 && d.domain && !NORM_OUTPUT.has(d.opType ?? "")) {
+        throw new StructureError(`an operator it does not know, ${opName(d)}, sits on the residual stream after ${residualWord(residuals.at(-1)!.node)} ${residuals.length}`, streamTensors(residuals, source));
+      }
+      // The stream flows through every dominator; what may sit there is checked at the next residual Add.
+      tail.push(d);
+      stream = d.output![0]!;
+    }
+  }
+  const candidates = streamTensors(residuals, source);
+  if (residuals.length === 0) {
+    const fused = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !EMBEDDING_OPS.has(t.opType ?? "")));
+    throw new StructureError(
+      fused ? `no residual Add follows the embedding; the stream runs through ${opName(fused)}, a fused op it does not know` : "no residual Add follows the embedding",
+      tail.flatMap((t) => t.output ?? []).filter(Boolean),
+    );
+  }
+  if (!head) throw new StructureError("no LM head (a matrix product to the logits) follows the last residual Add", candidates);
+  const last = residuals.at(-1)!.node;
+  // A norm after the last residual, else the last residual's own (a fused Skip norm), with nothing but casts after it.
+  const norm =
+    [...tail].reverse().find((t) => NORM_OUTPUT.has(t.opType ?? "")) ??
+    (isSkipNorm(last) && tail.every((t) => !t.domain && PASS_THROUGH.has(t.opType ?? "")) ? last : undefined);
+  if (!norm) throw new StructureError(`no final norm between the last ${residualWord(last)} (${last.name}) and the LM head`, candidates);
+
+  // Blocks: attention then MLP, or one parallel segment.
+  const blockEnds: number[] = [];
+  for (let i = 0; i < residuals.length; ) {
+    const kind = residuals[i]!.kind;
+    if (kind === "parallel") {
+      blockEnds.push(i);
+      i += 1;
+    } else if (kind === "attention" && residuals[i + 1]?.kind === "mlp") {
+      blockEnds.push(i + 1);
+      i += 2;
+    } else {
+      const what = kind === "attention" ? "attention with no MLP after it" : kind === "mlp" ? "an MLP with no attention before it" : "neither attention nor an MLP";
+      throw new StructureError(
+        `block ${blockEnds.length} is incomplete: ${residualWord(residuals[i]!.node)} ${i + 1} of ${residuals.length} (${residuals[i]!.node.name || residuals[i]!.node.output![0]}) adds ${what}; a block may be missing`,
+        candidates,
+      );
+    }
+  }
+  return { embedding: source, residuals, blockEnds, finalNorm: { tensor: norm.output![0]!, node: norm } };
+}
+
+function streamTensors(residuals: ResidualStream["residuals"], source: string): string[] {
+  return [source, ...residuals.flatMap((r) => (r.sum ? [r.sum] : []))];
+}
+
+/** The one-line failure: what the structure showed, the naming style seen, the flag and candidates. */
+function failure(graph: GraphProto, problem: string, candidates: string[]): DetectionError {
+  const shown = candidates.slice(-12);
+  return new DetectionError(
+    `structure: ${problem} (graph style seen: ${namingSeen(graph)}). ` +
+      `Name the tensors with --hidden-tensors LAYER=TENSOR,…,final=TENSOR; candidate tensors: ${shown.length ? shown.join(", ") : "(none on a residual stream)"}`,
+  );
+}
+
+/** Locates the blocks by structure alone, no names consulted. */
+export function locateByStructure(graph: GraphProto, numLayers: number): Located {
+  let s: ResidualStream;
+  try {
+    s = followStream(graph);
+  } catch (err) {
+    if (err instanceof StructureError) throw failure(graph, err.message, err.candidates);
+    throw err;
+  }
+  const candidates = streamTensors(s.residuals, s.embedding);
+  const word = residualWord(s.residuals[0]!.node);
+  if (s.blockEnds.length !== numLayers) {
+    const perBlock = s.residuals[s.blockEnds[0]!]!.kind === "parallel" ? "one per parallel block" : "two per pre-norm block";
+    throw failure(graph, `the residual stream holds ${s.blockEnds.length} blocks (${s.residuals.length} ${word}s, ${perBlock}) but config.json's num_hidden_layers is ${numLayers}`, candidates);
+  }
+  const tensors: HiddenTensor[] = s.blockEnds.slice(0, -1).map((end, l) => {
+    const { node, sum } = s.residuals[end]!;
+    const what = isSkipNorm(node) ? `residual sum ${end + 1} of ${s.residuals.length} (output 3, input_skip_bias_sum, of ${node.opType})` : `residual Add ${end + 1} of ${s.residuals.length}`;
+    return { layer: l, tensor: sum!, how: `structure: ${what}, the end of block ${l}${node.name ? ` (${node.name})` : ""}` };
+  });
+  const norm = s.finalNorm;
+  const fused = isSkipNorm(norm.node) && norm.node === s.residuals.at(-1)!.node;
+  tensors.push({
+    layer: numLayers - 1,
+    tensor: norm.tensor,
+    how: fused
+      ? `structure: output 0 of the last residual sum's ${norm.node.opType}, the final norm before the LM head${norm.node.name ? ` (${norm.node.name})` : ""}`
+      : `structure: final norm output between the last residual and the LM head${norm.node.name ? ` (${norm.node.name})` : ""}`,
+  });
+  return { tensors, lastLayerFinalNorm: true };
+}
+
+/**
+ * The names cross-check: where onnxruntime-genai or torch/optimum names are
+ * present, what they say beside what the structure found. Undefined when the
+ * graph has no such names.
+ */
+function crossCheckNames(graph: GraphProto, numLayers: number, found: HiddenTensor[]): { agree: boolean; note: string } | undefined {
+  const namer = NAMERS.find((s) => s.recognize(graph, { numLayers }));
+  if (!namer) return undefined;
+  let byName: HiddenTensor[];
+  try {
+    byName = namer.locate(graph, numLayers, { numLayers }).tensors;
+  } catch (err) {
+    return { agree: false, note: `structure and names disagree: names find no answer (${(err as Error).message.split(". ")[0]}); the structure's tensors are used` };
+  }
+  const differ = found.filter((t) => byName.find((b) => b.layer === t.layer)?.tensor !== t.tensor);
+  if (differ.length === 0) return { agree: true, note: `names (${namer.name}) agree on all ${numLayers} blocks` };
+  const shown = differ.slice(0, 3).map((t) => `layer ${t.layer}: structure ${t.tensor}, names ${byName.find((b) => b.layer === t.layer)?.tensor ?? "none"}`);
+  return { agree: false, note: `structure and names disagree on ${differ.length} layer(s) (${shown.join("; ")}${differ.length > 3 ? "; …" : ""}); the structure's tensors are used` };
+}
+
+export const structuralStyle: GraphStyle = {
+  name: "structural",
+  notFound: "no embedding Gather reads input_ids on the way to the logits",
+  recognize(graph) {
+    const { producer, consumers } = graphIndex(graph);
+    const logits = findLogits(graph);
+    return findEmbedding(graph, consumers) !== undefined && logits !== undefined && producer.has(logits);
+  },
+  locate(graph, numLayers) {
+    const located = locateByStructure(graph, numLayers);
+    const check = crossCheckNames(graph, numLayers, located.tensors);
+    return {
+      ...located,
+      crossCheck: check?.note ?? `names: none to check against (graph style seen: ${namingSeen(graph)})`,
+      warnings: check && !check.agree ? [check.note] : [],
+    };
+  },
+};

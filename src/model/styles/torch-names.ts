@@ -1,0 +1,70 @@
+/**
+ * torch.onnx / optimum exports, recognized by node names: every node of
+ * decoder block N lives under `/model/layers.N/` (or `/transformer/h.N/`,
+ * `/gpt_neox/layers.N/`, …). A block's output is its last residual `Add`
+ * whose output the next block reads; the last block's stored state is the
+ * output of the final norm (`/model/norm/…`), as HuggingFace's
+ * `hidden_states[L]`.
+ */
+import { graphIndex, type GraphProto, type NodeProto } from "../../onnx/graph.js";
+import { candidates, DetectionError, type GraphStyle, type HiddenTensor } from "./style.js";
+
+const SCOPE = "(?:model|transformer|gpt_neox|model\\/decoder|model\\/language_model)";
+const BLOCK = new RegExp(`^\\/${SCOPE}\\/(?:layers|h|blocks|layer)\\.(\\d+)\\/`);
+const FINAL_NORM = new RegExp(`^\\/${SCOPE}\\/(?:norm|ln_f|final_layer_norm|final_layernorm|final_norm)\\/`);
+
+/** Nodes grouped by the block their name places them in, and the final norm's nodes. */
+function scopes(graph: GraphProto): { byBlock: Map<number, NodeProto[]>; normNodes: NodeProto[] } {
+  const byBlock = new Map<number, NodeProto[]>();
+  const normNodes: NodeProto[] = [];
+  for (const n of graph.node ?? []) {
+    const m = BLOCK.exec(n.name ?? "");
+    if (m) {
+      const b = Number(m[1]);
+      let list = byBlock.get(b);
+      if (!list) byBlock.set(b, (list = []));
+      list.push(n);
+    } else if (FINAL_NORM.test(n.name ?? "")) normNodes.push(n);
+  }
+  return { byBlock, normNodes };
+}
+
+export const torchNamesStyle: GraphStyle = {
+  name: "torch-names",
+  notFound: "node names do not follow /model/layers.N/",
+  recognize: (graph) => (graph.node ?? []).some((n) => BLOCK.test(n.name ?? "")),
+  locate(graph, numLayers) {
+    const { byBlock, normNodes } = scopes(graph);
+    if (byBlock.size !== numLayers || !byBlock.has(numLayers - 1)) {
+      throw new DetectionError(`the graph has ${byBlock.size} decoder blocks by name but config.json says ${numLayers}`);
+    }
+    const { consumers } = graphIndex(graph);
+    const tensors: HiddenTensor[] = [];
+    for (let l = 0; l < numLayers - 1; l++) {
+      const nodes = byBlock.get(l)!;
+      const next = new Set(byBlock.get(l + 1) ?? []);
+      // The residual output: an Add of this block read by the next block.
+      const found = nodes.filter((n) => n.opType === "Add" && (n.output ?? []).some((o) => (consumers.get(o) ?? []).some((c) => next.has(c))));
+      if (found.length === 0) {
+        throw new DetectionError(
+          `cannot find the residual output of block ${l}: no Add in /…layers.${l}/ feeds block ${l + 1}. ` +
+            `Name it with --hidden-tensors ${l}=TENSOR; candidate tensors: ${candidates(graph, nodes)}`,
+        );
+      }
+      const last = found[found.length - 1]!; // nodes are in topological order: the final residual comes last
+      tensors.push({ layer: l, tensor: last.output![0]!, how: `last residual Add of block ${l} (${last.name})` });
+    }
+    // The final norm's output is the norm-scope tensor read outside the norm.
+    const normSet = new Set(normNodes);
+    const graphOutputs = new Set((graph.output ?? []).map((g) => g.name!));
+    const normOut = normNodes.flatMap((n) => (n.output ?? []).filter((o) => (consumers.get(o) ?? []).some((c) => !normSet.has(c)) || graphOutputs.has(o)));
+    if (normOut.length !== 1) {
+      throw new DetectionError(
+        `cannot find the final norm after block ${numLayers - 1} (${normOut.length === 0 ? "no /model/norm/ output" : `several: ${normOut.join(", ")}`}). ` +
+          `Name it with --hidden-tensors final=TENSOR; candidate tensors: ${candidates(graph, normNodes.length ? normNodes : byBlock.get(numLayers - 1))}`,
+      );
+    }
+    tensors.push({ layer: numLayers - 1, tensor: normOut[0]!, how: `final norm output (${normNodes.at(-1)!.name})` });
+    return { tensors, lastLayerFinalNorm: true };
+  },
+};

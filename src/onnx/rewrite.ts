@@ -1,0 +1,228 @@
+/**
+ * Rewrites an exported decoder so that only what is stored leaves the session:
+ * the chosen hidden tensors are gathered at the last position, stacked and cast
+ * to float16 inside the graph — one `[B, n_layers, d]` output — and every node
+ * that output does not depend on (the LM head, the KV-cache outputs) is removed.
+ */
+import { DataType, encodeModel, GraphBuilder, graphIndex, num, pointToExternalData, pruneGraph, valueInfo, type GraphProto, type ModelProto, type NodeProto } from "./graph.js";
+
+export const HIDDEN_OUTPUT = "hsm_hidden_states";
+
+/** Where the stored state of one layer comes from: the graph tensor holding that block's output. */
+export interface HiddenTensor {
+  layer: number;
+  tensor: string;
+  /** How it was found, in words, for `inspect-model` and the manifest. */
+  how: string;
+}
+
+export interface RewriteResult {
+  bytes: Uint8Array;
+  removedNodes: number;
+  keptNodes: number;
+}
+
+/**
+ * Rewrites `model` in place and returns its encoding. `tensors` are in
+ * stored-layer order. When `source` (the bytes `model` was decoded from) is
+ * given, every large initializer is turned into an external-data reference to
+ * its own bytes inside the original file (named `source.name` where the session
+ * loads), so the rewritten model is a few kilobytes and no weight is copied.
+ */
+export function rewriteForExtraction(
+  model: ModelProto,
+  tensors: HiddenTensor[],
+  dModel: number,
+  source?: { bytes: Uint8Array; name: string },
+  rightPaddedMask?: string,
+): RewriteResult {
+  const graph = model.graph!;
+  const taken = new Set((graph.node ?? []).map((n) => n.name!).filter(Boolean));
+  const g = new GraphBuilder(taken);
+  const probe = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask, dModel);
+  const rows = tensors.map((t) => probe(t.tensor, `/hsm/layer.${t.layer}`));
+  const stacked = rows.length === 1 ? rows[0]! : g.op1("/hsm", "Concat", rows, { axis: 1 });
+  g.nodes.push({ name: "/hsm/Cast", opType: "Cast", input: [stacked], output: [HIDDEN_OUTPUT], attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }] });
+  graph.node = [...(graph.node ?? []), ...g.nodes];
+  graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
+  const original = graph.output ?? [];
+  graph.output = [valueInfo(HIDDEN_OUTPUT, DataType.FLOAT16, ["batch_size", tensors.length, dModel])];
+  const { removedNodes } = pruneGraph(graph);
+  // A node kept for the states keeps its other graph outputs (GroupQueryAttention's
+  // `present.*`): left dangling, onnxruntime's planner may write such an output
+  // in place into an input's buffer of another shape (the empty past) and fail.
+  const produced = new Set(graph.node!.flatMap((n) => n.output ?? []));
+  graph.output.push(...original.filter((v) => produced.has(v.name!)));
+  if (rightPaddedMask === undefined) gatherBeforeTail(graph, tensors.at(-1)!.tensor, g);
+  if (source) externalizeInitializers(graph, source.bytes, source.name);
+  return { bytes: encodeModel(model), removedNodes, keptNodes: graph.node.length };
+}
+
+/** Left padding: every row's last real token is the last position; `[B, T, d]` → `[B, 1, d]`. */
+function lastPosition(g: GraphBuilder): (tensor: string, scope: string) => string {
+  const last = g.ints("/hsm/constants/last_position", [-1], []);
+  const axis1 = g.ints("/hsm/constants/axes_1", [1]);
+  return (tensor, scope) => g.op1(scope, "Unsqueeze", [g.op1(scope, "Gather", [tensor, last], { axis: 1 }), axis1]);
+}
+
+/**
+ * Right padding: row b's last real token is at sum(mask_b) − 1, gathered per
+ * row (GatherElements over positions with that index repeated across d);
+ * `[B, T, d]` → `[B, 1, d]`.
+ */
+function lastRealToken(g: GraphBuilder, mask: string, dModel: number): (tensor: string, scope: string) => string {
+  const S = "/hsm/probe";
+  const count = g.op1(S, "ReduceSum", [mask, g.ints("/hsm/constants/axes_1", [1])], { keepdims: 1 }); // [B, 1]
+  const index = g.op1(S, "Sub", [count, g.ints("/hsm/constants/one", [1], [])]);
+  const index3 = g.op1(S, "Unsqueeze", [index, g.ints("/hsm/constants/axes_2", [2])]); // [B, 1, 1]
+  const spread = g.op1(S, "Expand", [index3, g.ints("/hsm/constants/shape_1_1_d", [1, 1, dModel])]); // [B, 1, d]
+  return (tensor, scope) => g.op1(scope, "GatherElements", [tensor, spread], { axis: 1 });
+}
+
+const QUANTIZED_MATMULS = new Set(["MatMulNBits", "MatMulBnb4"]);
+
+/** Operators that act on every position alone, given constant operands of rank ≤ 1 (see gatherBeforeTail). */
+const ELEMENTWISE = new Set(["Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sigmoid", "Tanh", "Erf", "Relu", "Softplus", "Cast", "Identity"]);
+
+/**
+ * Moves the last-position Gather of the last stored tensor up through the
+ * position-wise tail that ends in it — in a decoder, the last block's
+ * attention output projection, residual add, MLP, and the final norm — so
+ * that tail runs on one position per row instead of every position (about a
+ * twelfth of a 12-block model's work). Those nodes treat each position alone,
+ * so the states are the same computation; only the MatMuls' row counts
+ * change. The tail is grown backwards from the tensor: a node joins when it
+ * is position-wise (a MatMul by a constant matrix, float or 4-bit, an elementwise operator
+ * with constants of rank ≤ 1, a mean or norm over the last axis) and all its
+ * outputs are read only inside the tail. The activations entering the tail
+ * are gathered at the last position. Left padding only; where nothing
+ * qualifies the graph is left as it was.
+ */
+function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): void {
+  const nodes = graph.node ?? [];
+  const { producer, consumers } = graphIndex(graph);
+  const outputs = new Set((graph.output ?? []).map((o) => o.name!));
+  const initializers = new Map((graph.initializer ?? []).map((t) => [t.name!, t]));
+  // Constant tensors (initializers, Constant nodes, and what elementwise operators compute from them alone) and their ranks.
+  const ranks = new Map<string, number>();
+  const constant = (t: string): boolean => {
+    if (ranks.has(t)) return ranks.get(t)! >= 0;
+    const init = initializers.get(t);
+    const p = producer.get(t);
+    ranks.set(t, -1); // not constant, unless shown below
+    if (init) ranks.set(t, init.dims?.length ?? 0);
+    else if (p?.opType === "Constant") ranks.set(t, constantRank(p));
+    else if (p && (!p.domain || p.domain === "ai.onnx") && ELEMENTWISE.has(p.opType!) && (p.input ?? []).every((i) => !i || constant(i))) {
+      ranks.set(t, Math.max(0, ...(p.input ?? []).filter(Boolean).map((i) => ranks.get(i)!)));
+    }
+    return ranks.get(t)! >= 0;
+  };
+  const rank = (t: string) => (constant(t) ? ranks.get(t)! : Infinity);
+  /** The values of a constant int64 initializer (a ReduceMean's axes input), undefined when not one. */
+  const ints = (t: string): number[] | undefined => {
+    const init = initializers.get(t);
+    if (!init || init.dataType !== DataType.INT64) return undefined;
+    if (init.int64Data?.length) return init.int64Data.map(num);
+    const raw = init.rawData;
+    return raw && raw.length % 8 === 0 ? Array.from(new BigInt64Array(raw.slice().buffer), Number) : undefined;
+  };
+  const positionWise = (n: NodeProto): boolean => {
+    const ins = (n.input ?? []).filter(Boolean);
+    const attr = (name: string) => n.attribute?.find((a) => a.name === name);
+    // 4-bit weight-only quantized MatMuls: the activation is the only non-constant input.
+    if (n.domain === "com.microsoft" && QUANTIZED_MATMULS.has(n.opType!)) return !constant(ins[0]!) && ins.slice(1).every(constant);
+    if (n.domain && n.domain !== "ai.onnx") return false;
+    if (n.opType === "MatMul") return ins.length === 2 && !constant(ins[0]!) && constant(ins[1]!) && rank(ins[1]!) === 2;
+    if (ELEMENTWISE.has(n.opType!)) return ins.every((t) => !constant(t) || rank(t) <= 1) && ins.some((t) => !constant(t));
+    if (n.opType === "ReduceMean") {
+      // Opset 18 moved the axes from an attribute to an input.
+      const axes = ins.length === 2 ? ints(ins[1]!) : attr("axes")?.ints?.map(num);
+      return !constant(ins[0]!) && axes?.length === 1 && (axes[0] === -1 || axes[0] === 2) && num(attr("keepdims")?.i ?? 1) === 1;
+    }
+    if (n.opType === "SimplifiedLayerNormalization" || n.opType === "LayerNormalization") {
+      return num(attr("axis")?.i ?? -1) === -1 && !constant(ins[0]!) && ins.slice(1).every((t) => constant(t) && rank(t) <= 1);
+    }
+    return false;
+  };
+  const tail = new Set<NodeProto>();
+  const start = producer.get(last);
+  const onlyProbes = (o: string) => !outputs.has(o) && (consumers.get(o) ?? []).every((c) => o === last && c.name!.startsWith("/hsm/"));
+  if (!start || !positionWise(start) || !(start.output ?? []).every(onlyProbes)) return;
+  tail.add(start);
+  for (let grown = true; grown; ) {
+    grown = false;
+    for (const n of tail) {
+      for (const t of n.input ?? []) {
+        const p = t ? producer.get(t) : undefined;
+        if (!p || tail.has(p) || !positionWise(p)) continue;
+        const readInside = (p.output ?? []).every((o) => !outputs.has(o) && (consumers.get(o) ?? []).every((c) => tail.has(c)));
+        if (readInside) {
+          tail.add(p);
+          grown = true;
+        }
+      }
+    }
+  }
+  // Only worth it where a MatMul joined; the activations entering the tail are gathered where they are made.
+  if (![...tail].some((n) => n.opType === "MatMul" || QUANTIZED_MATMULS.has(n.opType!))) return;
+  const entering = new Map<string, string>();
+  for (const n of tail) {
+    for (const t of n.input ?? []) {
+      if (!t || constant(t) || tail.has(producer.get(t)!) || entering.has(t)) continue;
+      entering.set(t, "");
+    }
+  }
+  const lastIndex = g.ints("/hsm/constants/last_position", [-1], []);
+  const axis1 = g.ints("/hsm/constants/axes_1", [1]);
+  const after = new Map<NodeProto | undefined, NodeProto[]>();
+  for (const t of entering.keys()) {
+    const scope = `/hsm/tail`;
+    const before = g.nodes.length;
+    const gathered = g.op1(scope, "Unsqueeze", [g.op1(scope, "Gather", [t, lastIndex], { axis: 1 }), axis1]);
+    entering.set(t, gathered);
+    const made = g.nodes.splice(before);
+    const p = producer.get(t);
+    after.set(p, [...(after.get(p) ?? []), ...made]);
+  }
+  for (const n of tail) n.input = (n.input ?? []).map((t) => entering.get(t) || t);
+  // Kept in topological order: each Gather right after the node making its input (graph inputs: first).
+  graph.node = [...(after.get(undefined) ?? []), ...nodes.flatMap((n) => [n, ...(after.get(n) ?? [])])];
+  graph.initializer = [...(graph.initializer ?? []), ...g.initializers.filter((t) => !(graph.initializer ?? []).includes(t))];
+  // Declared shapes of the tail's tensors (their length is now 1) are dropped.
+  const inside = new Set([...tail].flatMap((n) => n.output ?? []));
+  graph.valueInfo = (graph.valueInfo ?? []).filter((v) => !inside.has(v.name!));
+}
+
+/** The rank of a Constant node's value (a tensor, or a scalar/list form). */
+function constantRank(n: NodeProto): number {
+  const a = n.attribute?.[0];
+  if (a?.t) return a.t.dims?.length ?? 0;
+  if (a?.name === "value_float" || a?.name === "value_int" || a?.name === "value_string") return 0;
+  return 1;
+}
+
+/** Points a model's large initializers at their bytes in the file it was decoded from (see rewriteForExtraction). */
+export function rewriteWeightsInPlace(model: ModelProto, source: Uint8Array, name: string): void {
+  externalizeInitializers(model.graph!, source, name);
+}
+
+/** Points initializers whose raw bytes lie inside `source` at those bytes, by offset. */
+function externalizeInitializers(graph: NonNullable<ModelProto["graph"]>, source: Uint8Array, name: string): void {
+  for (const t of graph.initializer ?? []) {
+    const raw = t.rawData;
+    if (!raw || raw.length < 4096 || raw.buffer !== source.buffer) continue;
+    const offset = raw.byteOffset - source.byteOffset;
+    if (offset < 0 || offset + raw.length > source.length) continue;
+    pointToExternalData(t, name, offset, raw.length);
+  }
+}
+
+/**
+ * The naive alternative, kept for benchmarks: block outputs added as graph
+ * outputs beside everything else (`logits` included), full `[B, T, d]` each.
+ */
+export function addHiddenOutputs(model: ModelProto, tensors: HiddenTensor[]): Uint8Array {
+  const graph = model.graph!;
+  graph.output = [...(graph.output ?? []), ...tensors.map((t) => valueInfo(t.tensor, DataType.FLOAT, ["batch_size", "sequence_length", "d_model"]))];
+  return encodeModel(model);
+}

@@ -1,0 +1,154 @@
+/**
+ * `hsm study`: the pipeline for every model of a study file, one after the
+ * other, into one output root. Finished steps are skipped and unfinished ones
+ * resumed (the pipeline does both); a model that fails is reported with its
+ * error and the others go on. Imported models (an outputs folder of an earlier
+ * run) are verified where they are. The outcome is written to
+ * `<outputs>/study.json` and summarized as a table.
+ */
+import { mkdir, readFile, rename, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+
+import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
+import { HsmError } from "../errors.js";
+import { runPipeline } from "./run.js";
+import { verifyStore } from "../store/verify.js";
+import { jsonLines } from "../util/jsonl.js";
+import { TOOL_VERSION } from "../version.js";
+import { modelPaths, STUDY_RECORD, type ModelPaths, type ModelSummary, type StudySummary } from "../study/layout.js";
+import { wilsonInterval } from "../study/stats.js";
+import { readStudyFile, StudyFileError, type Study, type StudyModel } from "../study/study-file.js";
+
+export interface StudyOptions {
+  /** What each model's steps did, for the user. */
+  log?: (model: string, step: string, message: string) => void;
+  onProgress?: (model: string, step: string, done: number, total: number) => void;
+}
+
+/** Refuses decoding settings the pipeline does not run, before any model starts. */
+function checkDecoding(study: Study): void {
+  const runs: [key: "max_new_tokens" | "max_prompt_len", supported: number][] = [
+    ["max_new_tokens", MAX_NEW_TOKENS],
+    ["max_prompt_len", MAX_PROMPT_LEN],
+  ];
+  for (const [key, supported] of runs) {
+    const given = study.generation[key];
+    if (given !== supported) {
+      throw new StudyFileError(study.file, study.lines[`generation.${key}`], `generation.${key}`, `hsm runs models with the benchmark's ${key} = ${supported}; expected ${supported} but received ${given}`);
+    }
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  return (await stat(path).catch(() => undefined)) !== undefined;
+}
+
+/** Counts `correct` labels in a scored file. */
+type Accuracy = Pick<ModelSummary, "correct" | "queries" | "accuracy" | "accuracyInterval">;
+const NO_ACCURACY: Accuracy = { correct: null, queries: null, accuracy: null, accuracyInterval: null };
+
+async function accuracyOf(scored: string): Promise<Accuracy> {
+  if (!(await exists(scored))) return NO_ACCURACY;
+  let correct = 0;
+  let queries = 0;
+  for await (const { value } of jsonLines(scored, (line, problem) => new HsmError(`${scored}:${line}: ${problem}`))) {
+    queries++;
+    if (value.label === "correct") correct++;
+  }
+  return { correct, queries, accuracy: queries ? correct / queries : null, accuracyInterval: queries ? wilsonInterval(correct, queries) : null };
+}
+
+/** Checks an imported model's files where they are: scored rows, a store that verifies and matches the study's prompt length, and both metric results. */
+async function checkImport(study: Study, model: StudyModel, paths: ModelPaths): Promise<void> {
+  const missing: string[] = [];
+  if (!(await exists(paths.scored))) missing.push(paths.scored);
+  for (const f of ["iss.json", "kts.json"]) if (!(await exists(join(paths.metrics, f)))) missing.push(join(paths.metrics, f));
+  if (!(await exists(join(paths.store, "index.json")))) missing.push(join(paths.store, "index.json"));
+  if (missing.length) {
+    throw new HsmError(`imported model "${model.name}" is not finished in ${model.outputs}: missing ${missing.join(", ")}; finish it with hsm run --outputs ${model.outputs} --model ${model.name}`);
+  }
+  const report = await verifyStore(paths.store);
+  if (!report.ok) throw new HsmError(`${paths.store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`);
+  // Stores written by other tools may not record it; where recorded, it must be the study's.
+  const recorded = JSON.parse(await readFile(join(paths.store, "index.json"), "utf8")).max_prompt_len;
+  if (recorded !== undefined && recorded !== study.generation.max_prompt_len) {
+    throw new HsmError(`${paths.store} was extracted with max_prompt_len = ${recorded} but the study's generation.max_prompt_len is ${study.generation.max_prompt_len}; compare models run with the same settings`);
+  }
+}
+
+async function runModel(study: Study, model: StudyModel, o: StudyOptions): Promise<ModelSummary> {
+  const outputs = model.outputs ?? study.outputs;
+  const paths = modelPaths(outputs, model.name);
+  const t0 = performance.now();
+  const base = { name: model.name, outputs, paths };
+  try {
+    if (model.modelDir === undefined) await checkImport(study, model, paths);
+    else {
+      await runPipeline({
+        modelDir: model.modelDir,
+        bank: study.bank,
+        outputs,
+        model: model.name,
+        batchSize: study.run.batchSize,
+        device: study.run.device,
+        threads: study.run.threads,
+        log: (step, message) => o.log?.(model.name, step, message),
+        onProgress: (step, done, total) => o.onProgress?.(model.name, step, done, total),
+      });
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    return { ...base, status: model.modelDir === undefined ? "imported" : "done", ...(await accuracyOf(paths.scored)), seconds };
+  } catch (error) {
+    const seconds = (performance.now() - t0) / 1000;
+    const text = error instanceof Error ? error.message : String(error);
+    // Name the model's folder where the error does not, so the summary says where to look.
+    const where = model.modelDir ?? model.outputs!;
+    const message = text.includes(where) ? text : `${where}: ${text}`;
+    o.log?.(model.name, "failed", message);
+    return { ...base, status: "failed", ...(await accuracyOf(paths.scored).catch(() => NO_ACCURACY)), seconds, error, message };
+  }
+}
+
+/** Writes `<outputs>/study.json` atomically: what was run, with which settings, and what became of each model. */
+async function writeRecord(study: Study, models: ModelSummary[]): Promise<string> {
+  await mkdir(study.outputs, { recursive: true });
+  const record = join(study.outputs, STUDY_RECORD);
+  const body = {
+    format: "hsm-study/1",
+    tool_version: TOOL_VERSION,
+    study_file: study.file,
+    bank: study.bank,
+    generation: study.generation,
+    written_at: new Date().toISOString(),
+    models: models.map((m) => ({
+      name: m.name,
+      status: m.status,
+      outputs: m.outputs,
+      paths: m.paths,
+      correct: m.correct,
+      queries: m.queries,
+      accuracy: m.accuracy,
+      seconds: Number(m.seconds.toFixed(3)),
+      error: m.message ?? null,
+    })),
+  };
+  const temp = `${record}.partial-${process.pid}`;
+  await writeFile(temp, JSON.stringify(body, null, 2) + "\n");
+  await rename(temp, record);
+  return record;
+}
+
+/**
+ * Runs every model of a study (a study file's path, or one already read) in
+ * order; never throws for one model's failure. Throws StudyFileError for a
+ * study that cannot run at all (a missing bank, decoding settings hsm does not run).
+ */
+export async function runStudy(file: string | Study, o: StudyOptions = {}): Promise<StudySummary> {
+  const study = typeof file === "string" ? await readStudyFile(file) : file;
+  if (!(await exists(study.bank))) throw new StudyFileError(study.file, study.lines.bank, "bank", `${study.bank}: no such file`);
+  if (study.models.some((m) => m.modelDir !== undefined)) checkDecoding(study);
+  const models: ModelSummary[] = [];
+  for (const model of study.models) models.push(await runModel(study, model, o));
+  const record = await writeRecord(study, models);
+  return { study, models, ok: models.every((m) => m.status !== "failed"), record };
+}

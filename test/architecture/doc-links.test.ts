@@ -1,0 +1,71 @@
+/**
+ * The formats and definitions live in docs/, and code, tests and docs cite
+ * them as `docs/<page>.md#<anchor>`. Every such citation must land on a
+ * heading that exists, so a reader who follows one finds the text it names.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { join, relative } from "node:path";
+
+import { describe, expect, it } from "vitest";
+
+const ROOT = join(import.meta.dirname, "..", "..");
+
+function filesUnder(dir: string, ending: RegExp): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return filesUnder(path, ending);
+    return ending.test(e.name) ? [path] : [];
+  });
+}
+
+/** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
+function anchorOf(heading: string): string {
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, "")
+    .replace(/\s/g, "-");
+}
+
+/** The anchors of a Markdown page's headings (outside code blocks). */
+function anchorsOf(markdown: string): Set<string> {
+  const prose = markdown.replace(/^```[\s\S]*?^```/gm, "");
+  return new Set([...prose.matchAll(/^#{1,6}\s+(.+)$/gm)].map((m) => anchorOf(m[1]!)));
+}
+
+/** Every `docs/<page>.md#<anchor>` a text cites, and `<page>.md#<anchor>` links between docs pages. */
+function citations(text: string, fromDocs: boolean): { page: string; anchor: string }[] {
+  const re = fromDocs ? /(?:docs\/|\(|\]\()([\w-]+\.md)#([\w-]+)/g : /docs\/([\w-]+\.md)#([\w-]+)/g;
+  return [...text.matchAll(re)].map((m) => ({ page: m[1]!, anchor: m[2]! }));
+}
+
+describe("links into docs/", () => {
+  it("computes anchors as GitHub does", () => {
+    expect(anchorOf("Generation fields")).toBe("generation-fields");
+    expect(anchorOf("ISS: definition")).toBe("iss-definition");
+    expect(anchorOf("Stores written by other tools")).toBe("stores-written-by-other-tools");
+    expect(anchorOf("`index.json` keys")).toBe("indexjson-keys");
+  });
+
+  it("every docs/<page>.md#<anchor> in src/, test/, docs/ and the README names a heading that exists", () => {
+    const pages = new Map(
+      filesUnder(join(ROOT, "docs"), /\.md$/).map((f) => [relative(join(ROOT, "docs"), f), anchorsOf(readFileSync(f, "utf8"))]),
+    );
+    const sources = [
+      ...filesUnder(join(ROOT, "src"), /\.ts$/),
+      ...filesUnder(join(ROOT, "test"), /\.ts$/).filter((f) => !f.endsWith("doc-links.test.ts")),
+      ...filesUnder(join(ROOT, "docs"), /\.md$/),
+      join(ROOT, "README.md"),
+    ];
+    const broken: string[] = [];
+    let seen = 0;
+    for (const file of sources) {
+      for (const { page, anchor } of citations(readFileSync(file, "utf8"), file.endsWith(".md"))) {
+        seen++;
+        if (!pages.get(page)?.has(anchor)) broken.push(`${relative(ROOT, file)} cites ${page}#${anchor}`);
+      }
+    }
+    expect(seen).toBeGreaterThan(20);
+    expect(broken).toEqual([]);
+  });
+});

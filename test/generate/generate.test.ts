@@ -1,0 +1,308 @@
+/**
+ * Generation on generated models: every row's text, token count and finish
+ * reason equal an independent float64 greedy decode over full recomputation
+ * (test/helpers/llama-reference.ts, with its own byte-level decoder), at batch
+ * sizes 1 and 8 — on plain models, with and without the KV cache, and on
+ * models made to emit an EOS first, an EOS as the 24th token, reserved special
+ * tokens and UTF-8 split across tokens. A run killed with kill -9 resumes into
+ * the same file as an uninterrupted run; a query that cannot run costs only
+ * its own row; scoring follows.
+ */
+import { spawn, spawnSync } from "node:child_process";
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { buildPrompt } from "../../src/bank/prompt.js";
+import { MAX_NEW_TOKENS } from "../../src/defaults.js";
+import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import { GenerationError, generate } from "../../src/generate/generate.js";
+import { PromptTokenizer } from "../../src/model/tokenizer.js";
+import { Rng } from "../../src/util/random.js";
+import { referenceDecoder, referenceGreedy, referenceLogits } from "../helpers/llama-reference.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+const dir = tempDir("hsm-generate-");
+const bank = join(dir, "bank.jsonl");
+const bigBank = join(dir, "big-bank.jsonl");
+
+// Llama 3.1 ids.
+const COLON = 25; // every prompt ends with "Answer:"
+const END_OF_TEXT = 128001;
+const EOT = 128009;
+const RESERVED = [128010, 128011, 128012]; // <|reserved_special_token_5|> …
+const BYTE_C3 = 127;
+const BYTE_A9 = 102;
+const PARIS = 12366;
+const SPACE_DOT = 662;
+
+const QUERIES = ["What is the capital of France?", "Who wrote Hamlet?", "¿Dónde está Lima?", "Ok?", `${"Long preamble words here. ".repeat(45)}So, what is two plus two?`, "Name a prime number."];
+
+function lines(n: number): string {
+  return (
+    Array.from({ length: n }, (_, i) =>
+      JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: i % 2 ? "typo" : "anchor", query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`, use_for_main_forward: true, answers: ["Paris", "4"] }),
+    ).join("\n") + "\n"
+  );
+}
+
+const readRows = (path: string) => readFileSync(path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+const byId = (path: string) => new Map(readRows(path).map((r) => [r.query_id as string, r]));
+const bankRows = (path: string) => readFileSync(path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+
+/** A 23-token chain after the prompt, then <|eot_id|>: a split "é" around a special token, special tokens, plain words. */
+const WORDS = [578, 6864, 315, 9822, 374, 264, 3363, 389, 279, 1369, 483, 11, 902, 28555, 1555, 433, 2288]; // " The capital of … it too"
+const CHAIN = [BYTE_C3, RESERVED[0]!, BYTE_A9, PARIS, RESERVED[1]!, SPACE_DOT, ...WORDS];
+const CHAIN_TEXT = "é Paris . The capital of France is a city on the Seine, which flows through it too";
+const MODELS = {
+  withPast: { layers: 3, hidden: 32, heads: 4, kvHeads: 2, withPast: true, seed: 21 },
+  noPast: { layers: 2, hidden: 32, heads: 2, kvHeads: 1, seed: 22 },
+  // Every answer is an EOS at once (an int eos_token_id).
+  eosFirst: { layers: 2, hidden: 32, heads: 4, kvHeads: 2, withPast: true, seed: 23, forcedNext: [[COLON, END_OF_TEXT]] },
+  // Every answer is CHAIN and then the second id of an eos_token_id list, as the 24th token.
+  eos24: {
+    layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 24, eosTokenId: [END_OF_TEXT, EOT],
+    forcedNext: [COLON, ...CHAIN].map((from, k, all) => [from, all[k + 1] ?? EOT] as const),
+  },
+} satisfies Record<string, TinyModelOptions>;
+type ModelName = keyof typeof MODELS | "mixed";
+const modelDir = (name: ModelName) => join(dir, name);
+const options: Partial<Record<ModelName, TinyModelOptions>> = { ...MODELS };
+
+/** Greedy reference for a bank row: the fields hsm must write. */
+async function reference(name: ModelName, row: Record<string, unknown>) {
+  const o = options[name]!;
+  const config = tinyConfig(o);
+  const tok = await PromptTokenizer.load(modelDir(name));
+  const eos = new Set([config.eos_token_id ?? []].flat());
+  const ids = referenceGreedy(config, tinyWeights(o), tok.encode(buildPrompt(row as never)), eos, MAX_NEW_TOKENS);
+  const text = referenceDecoder(readFileSync(join(modelDir(name), "tokenizer.json"), "utf8"));
+  const stopped = eos.has(ids.at(-1)!);
+  return { raw_response: text(stopped ? ids.slice(0, -1) : ids), generated_tokens: ids.length, finish_reason: stopped ? "stop" : "length" };
+}
+
+beforeAll(async () => {
+  writeFileSync(bank, lines(12));
+  writeFileSync(bigBank, lines(150));
+  for (const [name, o] of Object.entries(MODELS)) await writeTinyModel(modelDir(name as ModelName), o);
+  // "mixed": the plain KV-cache model, except that row 0's first answer token is followed by <|eot_id|>
+  // and row 1's by a special token, so rows of one batch stop at different steps.
+  const rows = bankRows(bank);
+  const tok = await PromptTokenizer.load(modelDir("withPast"));
+  const base = MODELS.withPast;
+  const first = (i: number) => {
+    const logits = referenceLogits(tinyConfig(base), tinyWeights(base), tok.encode(buildPrompt(rows[i])));
+    let best = 0;
+    for (let v = 1; v < logits.length; v++) if (logits[v]! > logits[best]!) best = v;
+    return best;
+  };
+  options.mixed = { ...base, eosTokenId: [END_OF_TEXT, EOT], forcedNext: [[first(0), EOT], [first(1), RESERVED[2]!]] };
+  await writeTinyModel(modelDir("mixed"), options.mixed);
+});
+
+/** Generates `bank` with `model` at batch sizes 1 and 8; checks they agree and returns the batch-1 rows by query_id. */
+async function bothBatchSizes(name: ModelName) {
+  const b1 = join(dir, `${name}-b1.jsonl`);
+  const b8 = join(dir, `${name}-b8.jsonl`);
+  expect(await generate({ modelDir: modelDir(name), bank, out: b1, batchSize: 1 })).toMatchObject({ written: 12, skipped: 0, failed: 0 });
+  expect(await generate({ modelDir: modelDir(name), bank, out: b8, batchSize: 8 })).toMatchObject({ written: 12, skipped: 0, failed: 0 });
+  const one = byId(b1);
+  const eight = byId(b8);
+  expect(one.size).toBe(12);
+  for (const [id, row] of one) expect(eight.get(id)).toEqual(row);
+  return one;
+}
+
+async function expectReference(name: ModelName, got: Map<string, Record<string, unknown>>, rows = bankRows(bank).slice(0, 6)) {
+  for (const r of rows) {
+    const row = got.get(r.query_id)!;
+    expect({ raw_response: row.raw_response, generated_tokens: row.generated_tokens, finish_reason: row.finish_reason }).toEqual(await reference(name, r));
+    expect(row.prompt).toBe(buildPrompt(r));
+  }
+}
+
+describe("hsm generate against a float64 greedy reference", () => {
+  for (const [name, what] of [["withPast", "with the KV cache"], ["noPast", "by full recomputation (no cache inputs)"]] as const) {
+    it(`${what}, at batch sizes 1 and 8`, async () => {
+      const got = await bothBatchSizes(name);
+      await expectReference(name, got);
+      expect([...got.values()].some((r) => r.finish_reason === "length" && r.generated_tokens === 24)).toBe(true);
+    });
+  }
+
+  it("writes an EOS as the first token as a valid row: empty text, one token, stop", async () => {
+    const got = await bothBatchSizes("eosFirst");
+    for (const row of got.values()) expect(row).toMatchObject({ raw_response: "", generated_tokens: 1, finish_reason: "stop" });
+    await expectReference("eosFirst", got);
+  });
+
+  it("stops on the 24th token when it is an EOS of a list, skips special tokens and decodes bytes once", async () => {
+    const got = await bothBatchSizes("eos24");
+    for (const row of got.values()) expect(row).toMatchObject({ raw_response: CHAIN_TEXT, generated_tokens: 24, finish_reason: "stop" });
+    await expectReference("eos24", got, bankRows(bank).slice(0, 3));
+  });
+
+  it("lets rows of one batch stop at different steps, with special tokens inside answers", async () => {
+    const got = await bothBatchSizes("mixed");
+    expect(got.get("q0")).toMatchObject({ generated_tokens: 2, finish_reason: "stop" });
+    expect(String(got.get("q1")!.raw_response)).not.toContain("<|");
+    expect([...got.values()].filter((r) => r.finish_reason === "length").length).toBeGreaterThan(0);
+    await expectReference("mixed", got);
+  });
+});
+
+describe("hsm generate on worker threads", () => {
+  const cli = (name: ModelName, out: string, ...extra: string[]) =>
+    spawnSync(process.execPath, [BIN, "generate", "--model-dir", modelDir(name), "--bank", bank, "--out", out, "--batch-size", "2", "--self-check", "0", ...extra], { encoding: "utf8" });
+
+  it("gives the reference's rows with two batches decoding at once, the order of the file unchanged", async () => {
+    for (const name of ["withPast", "noPast", "mixed"] as const) {
+      const two = join(dir, `${name}-workers-2.jsonl`);
+      const one = join(dir, `${name}-workers-1.jsonl`);
+      const r = cli(name, two, "--workers", "2", "--threads", "1");
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stderr).toContain("decoding 2 batches at once, each by an onnxruntime session of its own (1 thread each)");
+      expect(cli(name, one, "--workers", "1").status).toBe(0);
+      expect(readFileSync(two, "utf8")).toBe(readFileSync(one, "utf8"));
+    }
+    // The LM head in onnxruntime's graph (no native core) picks the same tokens as the native one.
+    const head = cli("mixed", join(dir, "mixed-workers-2.jsonl"), "--workers", "2");
+    expect(head.stderr).toMatch(/the LM head \(\d+ × 128256\) runs in the native core/);
+    const graph = join(dir, "mixed-graph-head.jsonl");
+    const r = spawnSync(process.execPath, [BIN, "generate", "--model-dir", modelDir("mixed"), "--bank", bank, "--out", graph, "--batch-size", "2", "--self-check", "0", "--workers", "2"], { encoding: "utf8", env: { ...process.env, HSM_NATIVE: "0" } });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).not.toContain("LM head");
+    expect(readFileSync(graph, "utf8")).toBe(readFileSync(join(dir, "mixed-workers-2.jsonl"), "utf8"));
+    await expectReference("mixed", byId(join(dir, "mixed-workers-2.jsonl")));
+  });
+});
+
+describe("hsm generate when a query cannot run", () => {
+  // Rotary tables of 64 positions: the long prompt (192 tokens) fails inside onnxruntime, the others fit.
+  const short: TinyModelOptions = { ...MODELS.withPast, maxPositions: 64 };
+
+  it("writes every other answer, records the error on that query's row, and tries it again on the next run", async () => {
+    const m = join(dir, "short-context");
+    await writeTinyModel(m, short);
+    const out = join(dir, "short-context.jsonl");
+    const first = await generate({ modelDir: m, bank, out, batchSize: 8 });
+    expect(first).toMatchObject({ written: 10, failed: 2, skipped: 0 });
+    const rows = byId(out);
+    expect(rows.size).toBe(12);
+    for (const id of ["q4", "q10"]) {
+      expect(rows.get(id)!.error).toMatch(/./);
+      expect(rows.get(id)).not.toHaveProperty("raw_response");
+    }
+    // The other answers are those of the same weights with room for every position.
+    const roomy = join(dir, "roomy.jsonl");
+    await generate({ modelDir: modelDir("withPast"), bank, out: roomy, batchSize: 8, model: "short-context" });
+    const plain = byId(roomy);
+    for (const [id, row] of rows) if (!["q4", "q10"].includes(id)) expect(row).toEqual(plain.get(id));
+    // Two batches decoding at once on worker threads: the same rows, the same errors.
+    const threaded = join(dir, "short-context-workers.jsonl");
+    expect(spawnSync(process.execPath, [BIN, "generate", "--model-dir", m, "--bank", bank, "--out", threaded, "--batch-size", "4", "--workers", "2", "--quiet"]).status).toBe(0);
+    expect(byId(threaded)).toEqual(rows);
+    const again = await generate({ modelDir: m, bank, out, batchSize: 8 });
+    expect(again).toMatchObject({ written: 0, failed: 2, skipped: 10 });
+    const lines = readRows(out);
+    expect(lines).toHaveLength(12);
+    expect(new Set(lines.map((r) => r.query_id)).size).toBe(12);
+  });
+
+  it("stops without writing error rows when no query can run", async () => {
+    const m = join(dir, "short-context-2");
+    await writeTinyModel(m, short);
+    const longOnly = join(dir, "long-only.jsonl");
+    writeFileSync(longOnly, bankRows(bank).filter((r) => r.query.startsWith("Long")).map((r) => JSON.stringify(r)).join("\n") + "\n");
+    const out = join(dir, "long-only-gen.jsonl");
+    const err = await generate({ modelDir: m, bank: longOnly, out, batchSize: 8 }).catch((e) => e);
+    expect(err).toBeInstanceOf(GenerationError);
+    expect(err.message).toMatch(/generation failed on 2 queries in a row \(q4, q10\), even one at a time, and none succeeded/);
+    expect(readFileSync(out, "utf8")).toBe("");
+  });
+});
+
+describe("hsm generate, killed and resumed", () => {
+  const args = (out: string) => [BIN, "generate", "--model-dir", modelDir("withPast"), "--bank", bigBank, "--out", out, "--batch-size", "4", "--quiet"];
+  let whole: Promise<string> | undefined;
+  /** One uninterrupted run of the big bank, made on first use. */
+  const wholeRun = () =>
+    (whole ??= (async () => {
+      const out = join(dir, "whole.jsonl");
+      expect(spawnSync(process.execPath, args(out)).status).toBe(0);
+      return out;
+    })());
+
+  it("resumes after kill -9 at a seeded point into the same file as an uninterrupted run", async () => {
+    const reference = readFileSync(await wholeRun());
+    const out = join(dir, "killed.jsonl");
+    const target = 8 + (new Rng(12, 1).u32() % 100); // rows written before the kill, somewhere in 8…107 of 150
+    const child = spawn(process.execPath, args(out), { stdio: "ignore" });
+    let seen = 0;
+    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+      const poll = setInterval(() => {
+        seen = existsSync(out) ? readFileSync(out, "utf8").split("\n").length - 1 : 0;
+        if (seen >= target) child.kill("SIGKILL");
+      }, 2);
+      child.on("exit", (code, signal) => {
+        clearInterval(poll);
+        resolve({ code, signal });
+      });
+    });
+    expect(exit.signal).toBe("SIGKILL");
+    const partial = readFileSync(out, "utf8").split("\n").length - 1;
+    expect(partial).toBeGreaterThanOrEqual(target);
+    expect(partial).toBeLessThan(150);
+    // A line torn by the kill is repaired on resume.
+    appendFileSync(out, '{"query_id": "q1');
+    const resumed = spawnSync(process.execPath, args(out), { encoding: "utf8" });
+    expect(resumed.status).toBe(0);
+    expect(resumed.stdout).toContain(`${150 - partial} generated, ${partial} already there`);
+    expect(readFileSync(out).equals(reference)).toBe(true);
+    const again = spawnSync(process.execPath, args(out), { encoding: "utf8" });
+    expect(again.stdout).toMatch(/0 generated, 150 already there/);
+  });
+
+  it("takes a last row without its newline for a torn one, and never glues lines together", async () => {
+    const full = join(dir, "newline-full.jsonl");
+    await generate({ modelDir: modelDir("withPast"), bank, out: full, batchSize: 4 });
+    const out = join(dir, "newline.jsonl");
+    const text = readFileSync(full, "utf8");
+    writeFileSync(out, text.slice(0, text.indexOf("\n"))); // one whole row, newline missing
+    expect(await generate({ modelDir: modelDir("withPast"), bank, out, batchSize: 4 })).toMatchObject({ written: 12, skipped: 0 });
+    expect(readFileSync(out, "utf8")).toBe(text);
+  });
+
+  it("refuses to append to a file that holds something else, naming the line", async () => {
+    const out = join(dir, "foreign.jsonl");
+    writeFileSync(out, '{"query_id":"q0","raw_response":""}\nnot json\n{"query_id":"q2","raw_response":""}\n');
+    const r = spawnSync(process.execPath, args(out), { encoding: "utf8" });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/foreign\.jsonl:2: is not a generations row/);
+  });
+
+  it("scores every generation, and stops on unknown or missing queries", async () => {
+    const gen = await wholeRun();
+    const scored = join(dir, "scored.jsonl");
+    const r = spawnSync(process.execPath, [BIN, "score", "--bank", bigBank, "--generations", gen, "--out", scored], { encoding: "utf8" });
+    expect(r.status).toBe(0);
+    const rows = readRows(scored);
+    expect(rows).toHaveLength(150);
+    expect(Object.keys(rows[0])).toEqual([
+      "query_id", "model", "fact_id", "relation", "condition_family", "language", "target_slot", "answer_type", "answer_granularity",
+      "answer_in_subject_surface", "use_for_main_forward", "use_for_reverse_analysis", "use_for_recognition_analysis",
+      "raw_response", "span", "flags", "label", "matched_alias", "scorer", "needs_manual_review",
+    ]);
+    const partial = join(dir, "partial-gen.jsonl");
+    writeFileSync(partial, readFileSync(gen, "utf8").split("\n").slice(0, 10).join("\n") + "\n" + JSON.stringify({ query_id: "nope", raw_response: "x" }) + "\n");
+    const bad = spawnSync(process.execPath, [BIN, "score", "--bank", bigBank, "--generations", partial, "--out", join(dir, "s2.jsonl")], { encoding: "utf8" });
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toMatch(/partial-gen\.jsonl:11: field "query_id": "nope" is not in the bank/);
+    expect(existsSync(join(dir, "s2.jsonl"))).toBe(false);
+    const allowed = spawnSync(process.execPath, [BIN, "score", "--bank", bigBank, "--generations", partial, "--out", join(dir, "s3.jsonl"), "--allow-missing"], { encoding: "utf8" });
+    expect(allowed.status).toBe(0);
+    expect(allowed.stderr).toMatch(/140 bank queries without a generation, 1 generations for unknown queries/);
+  });
+});

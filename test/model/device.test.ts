@@ -1,0 +1,49 @@
+/**
+ * `--device webgpu` on a machine without a WebGPU adapter (no Vulkan, or no
+ * GPU): one line saying what to install, exit status 1, and no store written.
+ */
+import { spawnSync } from "node:child_process";
+import { existsSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { writeTinyModel } from "../../src/synthetic/llama.js";
+import { deviceError } from "../../src/model/session.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+const dir = tempDir("hsm-device-");
+const modelDir = join(dir, "model");
+const bank = join(dir, "bank.jsonl");
+
+beforeAll(async () => {
+  await writeTinyModel(modelDir, { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 3 });
+  writeFileSync(bank, JSON.stringify({ query_id: "q0", fact_id: "f0", condition_family: "anchor", query: "Why?", use_for_main_forward: true, answers: ["x"] }) + "\n");
+});
+
+// What onnxruntime-node 1.30 throws on a machine with the Vulkan loader but no adapter.
+const NO_ADAPTER =
+  "/onnxruntime_src/onnxruntime/core/providers/webgpu/webgpu_context.cc:136 onnxruntime::webgpu::WebGpuContext::Initialize(const onnxruntime::webgpu::WebGpuContextConfig&)::<lambda()> adapter_result.status == wgpu::RequestAdapterStatus::Success was false. Failed to get a WebGPU adapter: No supported adapters\n";
+
+describe("--device webgpu without an adapter", () => {
+  it("turns onnxruntime's failure into one line naming the cause and the fix", () => {
+    const err = deviceError("webgpu", NO_ADAPTER)!;
+    expect(err.name).toBe("DeviceError");
+    expect(err.exitCode).toBe(1);
+    expect(err.message).toMatch(/^--device webgpu: no WebGPU adapter was found \(No supported adapters\); .*Vulkan driver.*--device cpu$/);
+    expect(err.message).not.toContain("\n");
+    expect(deviceError("cpu", NO_ADAPTER)).toBeUndefined();
+  });
+
+  it.each(["extract", "generate"])("%s stops with one line, exit 1, before anything is written", (command) => {
+    const out = join(dir, `${command}-out`, command === "extract" ? "store" : "gen.jsonl");
+    const r = spawnSync(process.execPath, [BIN, command, "--model-dir", modelDir, "--bank", bank, "--out", out, "--device", "webgpu", "--quiet"], { encoding: "utf8" });
+    expect(r.status).toBe(1);
+    const lines = r.stderr.trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^hsm: --device webgpu: .*(Vulkan|adapter).*--device cpu$/);
+    expect(r.stdout).toBe("");
+    expect(existsSync(join(dir, `${command}-out`))).toBe(false);
+  });
+});

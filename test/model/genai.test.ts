@@ -1,0 +1,221 @@
+/**
+ * onnxruntime-genai builds (GroupQueryAttention, SkipSimplifiedLayerNormalization
+ * residuals, genai_config.json, model.onnx.data): detection by structure with
+ * genai names agreeing, why they are
+ * right-padded, and the stored states against the float64 reference at batch
+ * sizes 16 and 1 with padded batches and a prompt past 192 tokens.
+ */
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import * as ort from "onnxruntime-node";
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { buildPrompt } from "../../src/bank/prompt.js";
+import { genaiFiles, type GenaiPrecision } from "../../src/synthetic/genai.js";
+import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import { roundWeightsToFloat16, styleWeights } from "../../src/synthetic/quantize.js";
+import { extract, inspectModel } from "../../src/extract/extract.js";
+import { loadModel } from "../../src/onnx/graph.js";
+import { genaiStyle } from "../../src/model/styles/genai.js";
+import { generate } from "../../src/generate/generate.js";
+import { PromptTokenizer } from "../../src/model/tokenizer.js";
+import { StoreReader } from "../../src/store/reader.js";
+import { Rng } from "../../src/util/random.js";
+import { referenceDecoder, referenceGreedy, referenceHidden, referenceLogits } from "../helpers/llama-reference.js";
+import { tempDir } from "../helpers/tmp.js";
+import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, LOGITS_F32 } from "../tolerances.js";
+
+const dir = tempDir("hsm-genai-");
+const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+const OPTS: TinyModelOptions = { layers: 3, hidden: 64, heads: 4, kvHeads: 2, seed: 21 };
+const bank = join(dir, "bank.jsonl");
+const QUERIES = [
+  "What is the capital of France?",
+  "Ok?",
+  `${"Setting the scene at some length, ".repeat(40)}what is the boiling point of water?`,
+  "Which element has the chemical symbol Fe, and is it magnetic at room temperature?",
+  "Who wrote Don Quixote?",
+];
+
+beforeAll(() => {
+  const lines = Array.from({ length: 17 }, (_, i) =>
+    JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]} ${i}`, use_for_main_forward: true, answers: ["x"] }),
+  );
+  writeFileSync(bank, lines.join("\n") + "\n");
+});
+
+const made = new Map<string, Promise<unknown>>();
+function model(precision: GenaiPrecision): Promise<string> {
+  const d = join(dir, `genai-${precision}`);
+  if (!made.has(d)) made.set(d, writeTinyModel(d, OPTS, genaiFiles(precision)));
+  return made.get(d)!.then(() => d);
+}
+
+describe("an onnxruntime-genai build", () => {
+  it("is read by structure through its Skip norms, each block's state output 3 of the next block's SkipLayerNorm, genai names agreeing", async () => {
+    const d = await model("fp32");
+    const { inspection } = await inspectModel(d);
+    expect(inspection.plan.strategy).toBe("structural");
+    expect(inspection.plan.crossCheck).toBe("names (genai) agree on all 3 blocks");
+    expect(inspection.plan.tensors.map((t) => t.how)).toEqual([
+      "structure: residual sum 2 of 6 (output 3, input_skip_bias_sum, of SkipSimplifiedLayerNormalization), the end of block 0 (/model/layers.1/input_layernorm/SkipLayerNorm)",
+      "structure: residual sum 4 of 6 (output 3, input_skip_bias_sum, of SkipSimplifiedLayerNormalization), the end of block 1 (/model/layers.2/input_layernorm/SkipLayerNorm)",
+      "structure: output 0 of the last residual sum's SkipSimplifiedLayerNormalization, the final norm before the LM head (/model/layers.3/final_norm_layernorm/SkipLayerNorm)",
+    ]);
+    // The names say the same tensors: output 3 of the next block's input norm, output 0 of the final norm.
+    const byNames = genaiStyle.locate((await loadModel(join(d, "model.onnx"))).graph!, 3, { numLayers: 3 }).tensors;
+    expect(inspection.plan.tensors.map((t) => t.tensor)).toEqual(byNames.map((t) => t.tensor));
+    expect(byNames.map((t) => t.how)).toEqual([
+      "output 3 (input_skip_bias_sum) of /model/layers.1/input_layernorm/SkipLayerNorm",
+      "output 3 (input_skip_bias_sum) of /model/layers.2/input_layernorm/SkipLayerNorm",
+      "output 0 of /model/layers.3/final_norm_layernorm/SkipLayerNorm (after the final norm)",
+    ]);
+    expect(inspection.plan.inputs.paddingSide).toBe("right");
+    expect(inspection.numLayers).toBe(3); // from genai_config.json: the folder has no config.json
+    expect(inspection.inputs.map((i) => i.name)).not.toContain("position_ids");
+  });
+
+  it("gives every right-padded row the logits of its unpadded run, and left-padded rows wrong ones", async () => {
+    const d = await model("fp32");
+    const session = await ort.InferenceSession.create(join(d, "model.onnx"));
+    const config = tinyConfig(OPTS);
+    const weights = tinyWeights(OPTS);
+    const seqs = [
+      [128000, 791, 6864, 315, 9822, 374, 12366, 13, 578],
+      [128000, 791, 6864],
+      [128000, 55, 66, 77, 88, 99],
+    ];
+    const B = seqs.length;
+    const T = 9;
+    const run = async (side: "left" | "right") => {
+      const ids = new BigInt64Array(B * T);
+      const mask = new BigInt64Array(B * T);
+      seqs.forEach((s, b) => s.forEach((t, j) => ((ids[b * T + (side === "left" ? T - s.length : 0) + j] = BigInt(t)), (mask[b * T + (side === "left" ? T - s.length : 0) + j] = 1n))));
+      const feeds: Record<string, ort.Tensor> = { input_ids: new ort.Tensor("int64", ids, [B, T]), attention_mask: new ort.Tensor("int64", mask, [B, T]) };
+      for (const kind of ["key", "value"]) for (let l = 0; l < 3; l++) feeds[`past_key_values.${l}.${kind}`] = new ort.Tensor("float32", new Float32Array(0), [B, 2, 0, 16]);
+      const logits = (await session.run(feeds)).logits!.data as Float32Array;
+      // Each row's largest deviation from the reference at its last real token, over the first 1000 logits.
+      return seqs.map((s, b) => {
+        const want = referenceLogits(config, weights, s);
+        const at = side === "left" ? T - 1 : s.length - 1;
+        let worst = 0;
+        for (let v = 0; v < 1000; v++) worst = Math.max(worst, Math.abs(logits[(b * T + at) * config.vocab_size + v]! - want[v]!));
+        return worst;
+      });
+    };
+    for (const e of await run("right")) expect(e).toBeLessThan(LOGITS_F32);
+    const left = await run("left");
+    expect(left[0]).toBeLessThan(LOGITS_F32); // the longest row has no padding
+    expect(Math.min(left[1]!, left[2]!)).toBeGreaterThan(0.1);
+    await session.release();
+  });
+
+  it.each(["fp32", "fp16", "fp16-io", "int4"] as const)("%s: stores the reference states at batch sizes 16 and 1, right-padded", async (precision) => {
+    const d = await model(precision);
+    const config = tinyConfig(OPTS);
+    const base = tinyWeights(OPTS);
+    const float16 = precision.startsWith("fp16");
+    const weights = precision === "int4" ? styleWeights("q4", base) : float16 ? roundWeightsToFloat16(base) : base;
+    const tok = await PromptTokenizer.load(d);
+    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    for (const batchSize of [16, 1]) {
+      const out = join(dir, `store-${precision}-${batchSize}`);
+      const { manifest } = await extract({ modelDir: d, bank, out, batchSize });
+      expect(manifest).toMatchObject({
+        padding_side: "right",
+        dtype: float16 ? "float16" : "float32",
+        weights: float16 ? "float16" : precision === "int4" ? "int4" : "float32",
+      });
+      const reader = await StoreReader.open(out);
+      let worst = 0;
+      for (const [i, row] of rows.entries()) {
+        const ref = referenceHidden(config, weights, tok.encode(buildPrompt(row)));
+        for (const layer of manifest.layers) {
+          const got = await reader.readRowsF32(layer, i, 1);
+          const want = ref[layer]!;
+          const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
+          want.forEach((w, j) => {
+            const allowed = 2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) + (float16 ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0);
+            worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
+          });
+        }
+      }
+      await reader.close();
+      expect(worst).toBeLessThanOrEqual(1);
+    }
+  });
+});
+
+describe("generation on an onnxruntime-genai build", () => {
+  it.each(["fp32", "fp16", "int4"] as const)("%s: gives the float64 greedy reference's text at batch sizes 8 and 1, right-padded with the KV cache", async (precision) => {
+    const d = await model(precision);
+    const config = tinyConfig(OPTS);
+    const base = tinyWeights(OPTS);
+    const weights = precision === "int4" ? styleWeights("q4", base) : precision === "fp16" ? roundWeightsToFloat16(base) : base;
+    const tok = await PromptTokenizer.load(d);
+    const decode = referenceDecoder(readFileSync(join(d, "tokenizer.json"), "utf8"));
+    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);
+    const small = join(dir, "gen-bank.jsonl");
+    writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    const eos = new Set([config.eos_token_id ?? []].flat());
+    const want = rows.map((r) => decode(referenceGreedy(config, weights, tok.encode(buildPrompt(r)), eos, 6)));
+    expect(new Set(want).size).toBeGreaterThan(3); // rows answer differently: a row read at another row's position would show
+    for (const batchSize of [8, 1]) {
+      const out = join(dir, `gen-${precision}-${batchSize}.jsonl`);
+      await generate({ modelDir: d, bank: small, out, batchSize, maxNewTokens: 6 });
+      const got = new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r.raw_response]));
+      expect(rows.map((r) => got.get(r.query_id))).toEqual(want);
+    }
+  });
+});
+
+describe("a CUDA-style genai build (float16 KV cache and logits)", () => {
+  it("generates the same text at batch sizes 8 and 1, feeding float16 past tensors", async () => {
+    const d = await model("fp16-io");
+    const texts: string[][] = [];
+    for (const batchSize of [8, 1]) {
+      const out = join(dir, `gen-fp16-io-${batchSize}.jsonl`);
+      await generate({ modelDir: d, bank, out, batchSize, maxNewTokens: 6 });
+      texts.push(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).sort((a, b) => a.query_id.localeCompare(b.query_id)).map((r) => r.raw_response));
+    }
+    expect(texts[0]).toEqual(texts[1]);
+    expect(new Set(texts[0]).size).toBeGreaterThan(3);
+  });
+});
+
+describe("generation on an onnxruntime-genai build, killed and resumed", () => {
+  it("resumes after kill -9 at a seeded point into the same file as an uninterrupted run", async () => {
+    const d = await model("fp32");
+    const big = join(dir, "kill-bank.jsonl");
+    const rows = Array.from({ length: 60 }, (_, i) =>
+      JSON.stringify({ query_id: `k${i}`, fact_id: `f${i >> 1}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]} ${i}`, use_for_main_forward: true, answers: ["x"] }),
+    );
+    writeFileSync(big, rows.join("\n") + "\n");
+    const args = (out: string) => [BIN, "generate", "--model-dir", d, "--bank", big, "--out", out, "--batch-size", "4", "--max-new-tokens", "8", "--quiet"];
+    const whole = join(dir, "kill-whole.jsonl");
+    expect(spawnSync(process.execPath, args(whole)).status).toBe(0);
+    const out = join(dir, "kill-killed.jsonl");
+    const target = 4 + (new Rng(31, 1).u32() % 40); // rows written before the kill, somewhere in 4…43 of 60
+    const child = spawn(process.execPath, args(out), { stdio: "ignore" });
+    const exit = await new Promise<{ signal: NodeJS.Signals | null }>((resolve) => {
+      const poll = setInterval(() => {
+        const seen = existsSync(out) ? readFileSync(out, "utf8").split("\n").length - 1 : 0;
+        if (seen >= target) child.kill("SIGKILL");
+      }, 2);
+      child.on("exit", (_code, signal) => {
+        clearInterval(poll);
+        resolve({ signal });
+      });
+    });
+    expect(exit.signal).toBe("SIGKILL");
+    const partial = readFileSync(out, "utf8").split("\n").length - 1;
+    expect(partial).toBeGreaterThanOrEqual(target);
+    expect(partial).toBeLessThan(60);
+    const resumed = spawnSync(process.execPath, args(out), { encoding: "utf8" });
+    expect(resumed.status).toBe(0);
+    expect(resumed.stdout).toContain(`${60 - partial} generated, ${partial} already there`);
+    expect(readFileSync(out).equals(readFileSync(whole))).toBe(true);
+  });
+});

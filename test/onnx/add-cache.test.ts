@@ -1,0 +1,133 @@
+/**
+ * A KV cache added to graphs exported without one: where it joins the graph
+ * (before repeated heads and the keys' transpose, shaped as a with-past
+ * export's cache), which graphs are left alone, and generation with it — rows
+ * equal to the float64 greedy reference over full recomputation. A graph
+ * whose positions and causal mask ignore the cache runs with it without
+ * error but gives other tokens; the probe catches that, and generation
+ * recomputes instead, still writing the reference's rows.
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { buildPrompt } from "../../src/bank/prompt.js";
+import { MAX_NEW_TOKENS } from "../../src/defaults.js";
+import { buildLlamaOnnx, tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import { addKvCache, attentionShape } from "../../src/onnx/add-cache.js";
+import { generate } from "../../src/generate/generate.js";
+import { decodeModel, encodeModel, graphIndex, valueShape, type GraphProto } from "../../src/onnx/graph.js";
+import { PromptTokenizer } from "../../src/model/tokenizer.js";
+import { referenceDecoder, referenceGreedy } from "../helpers/llama-reference.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-add-cache-");
+const bank = join(dir, "bank.jsonl");
+const QUERIES = ["What is the capital of France?", "Ok?", `${"Some context first, ".repeat(12)}who painted the Mona Lisa?`, "Name a river.", "¿Dónde está Quito?"];
+const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 41 };
+const MODELS = {
+  plain: BASE,
+  /** Positions counted inside the graph from the mask's length. */
+  noPositions: { ...BASE, seed: 42, positionIds: false },
+  /** As noPositions, then patched so that positions and the causal mask start at 0 whatever the cache holds. */
+  blind: { ...BASE, seed: 43, positionIds: false },
+} satisfies Record<string, TinyModelOptions>;
+type Name = keyof typeof MODELS;
+const modelDir = (name: Name) => join(dir, name);
+const rows = Array.from({ length: 10 }, (_, i) => ({ query_id: `q${i}`, fact_id: `f${i}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`, use_for_main_forward: true, answers: ["x"] }));
+
+/** The query positions `Range(past, total)` become `Range(0, sequence_length)`: right without a cache, wrong with one. */
+function ignorePast(graph: GraphProto): void {
+  const { producer } = graphIndex(graph);
+  const range = (graph.node ?? []).find((n) => n.opType === "Range" && producer.get(n.input![0]!)?.opType === "Sub")!;
+  const sub = producer.get(range.input![0]!)!;
+  range.input = ["/model/constants/zero_i", sub.input![1]!, range.input![2]!];
+}
+
+beforeAll(async () => {
+  writeFileSync(bank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+  for (const [name, o] of Object.entries(MODELS)) await writeTinyModel(modelDir(name as Name), o);
+  const blind = decodeModel(readFileSync(join(modelDir("blind"), "model.onnx")));
+  ignorePast(blind.graph!);
+  writeFileSync(join(modelDir("blind"), "model.onnx"), encodeModel(blind));
+});
+
+describe("addKvCache", () => {
+  it("joins keys and values before their heads are repeated, shaped as a with-past export's cache", () => {
+    const c = tinyConfig(BASE);
+    const model = decodeModel(buildLlamaOnnx(c, tinyWeights(BASE)));
+    const shape = attentionShape(c as unknown as Record<string, unknown>)!;
+    expect(shape).toEqual({ heads: 4, kvHeads: 2, headDim: 8 });
+    expect(addKvCache(model.graph!, 17, 2, shape)).toBe(true);
+    const g = model.graph!;
+    const pasts = g.input!.filter((v) => v.name!.startsWith("past_key_values."));
+    expect(pasts.map((v) => [v.name, valueShape(v)])).toEqual(
+      ["0.key", "0.value", "1.key", "1.value"].map((n) => [`past_key_values.${n}`, ["batch_size", 2, "past_sequence_length", 8]]),
+    );
+    expect(g.output!.filter((o) => o.name!.startsWith("present.")).map((o) => o.name)).toEqual(["present.0.key", "present.0.value", "present.1.key", "present.1.value"]);
+    const { producer, consumers } = graphIndex(g);
+    for (const name of ["present.0.key", "present.1.value"]) {
+      const concat = producer.get(name)!;
+      expect(concat.opType).toBe("Concat");
+      expect(concat.input![0]).toBe(name.replace("present", "past_key_values"));
+      // The new keys/values before repeat_kv (Unsqueeze → Expand → Reshape), the cache along the sequence axis.
+      expect(consumers.get(name)!.map((n) => n.opType)).toEqual(["Unsqueeze"]);
+      expect(Number(concat.attribute![0]!.i)).toBe(-2);
+    }
+    // Every node reads only what earlier nodes, inputs or initializers made.
+    const known = new Set([...g.input!.map((v) => v.name!), ...g.initializer!.map((t) => t.name!)]);
+    for (const n of g.node!) {
+      for (const i of n.input ?? []) if (i) expect(known.has(i), `${n.name} reads ${i}`).toBe(true);
+      for (const o of n.output ?? []) known.add(o);
+    }
+  });
+
+  it("leaves alone graphs that have a cache, lack an attention mask, or whose attentions do not match the blocks", () => {
+    const c = tinyConfig(BASE);
+    const shape = attentionShape(c as unknown as Record<string, unknown>)!;
+    const withPast = decodeModel(buildLlamaOnnx(c, tinyWeights(BASE), true));
+    const before = encodeModel(withPast);
+    expect(addKvCache(withPast.graph!, 17, 2, shape)).toBe(false);
+    expect(Buffer.from(encodeModel(withPast)).equals(Buffer.from(before))).toBe(true);
+    const noMask = decodeModel(buildLlamaOnnx(c, tinyWeights(BASE)));
+    noMask.graph!.input = noMask.graph!.input!.filter((v) => v.name !== "attention_mask");
+    expect(addKvCache(noMask.graph!, 17, 2, shape)).toBe(false);
+    expect(addKvCache(decodeModel(buildLlamaOnnx(c, tinyWeights(BASE))).graph!, 17, 3, shape)).toBe(false);
+  });
+});
+
+describe("hsm generate with an added KV cache", () => {
+  async function run(name: Name, batchSize: number) {
+    const out = join(dir, `${name}-b${batchSize}.jsonl`);
+    const messages: string[] = [];
+    expect(await generate({ modelDir: modelDir(name), bank, out, batchSize, selfCheck: 0, log: (m) => messages.push(m) })).toMatchObject({ written: rows.length, failed: 0 });
+    const got = new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id as string, r]));
+    const o = MODELS[name];
+    const tok = await PromptTokenizer.load(modelDir(name));
+    const text = referenceDecoder(readFileSync(join(modelDir(name), "tokenizer.json"), "utf8"));
+    const eos = new Set([tinyConfig(o).eos_token_id ?? []].flat());
+    for (const r of rows) {
+      const ids = referenceGreedy(tinyConfig(o), tinyWeights(o), tok.encode(buildPrompt(r)), eos, MAX_NEW_TOKENS);
+      const stopped = eos.has(ids.at(-1)!);
+      const row = got.get(r.query_id)!;
+      expect({ raw_response: row.raw_response, generated_tokens: row.generated_tokens, finish_reason: row.finish_reason }).toEqual({
+        raw_response: text(stopped ? ids.slice(0, -1) : ids),
+        generated_tokens: ids.length,
+        finish_reason: stopped ? "stop" : "length",
+      });
+    }
+    return messages;
+  }
+
+  for (const name of ["plain", "noPositions"] as const) {
+    it(`decodes ${name} with the cache: the reference's rows at batch 1 and 8`, async () => {
+      for (const batchSize of [1, 8]) expect(await run(name, batchSize)).toContain("the model has no KV cache: decoding with one added to the graph");
+    });
+  }
+
+  it("recomputes, with the reference's rows, when the cache changes the tokens of the probe", async () => {
+    const messages = await run("blind", 8);
+    expect(messages).toContain("the model has no KV cache, and one added to the graph changes its tokens: recomputing every step");
+  });
+});

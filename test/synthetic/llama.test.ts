@@ -1,0 +1,57 @@
+/**
+ * The tiny-model writer: the ONNX graph onnxruntime runs computes the logits
+ * of the independent float64 reference, forced transitions included, and
+ * config.json carries the EOS ids asked for.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import * as ort from "onnxruntime-node";
+import { describe, expect, it } from "vitest";
+
+import { FORCED_LOGIT, tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import { referenceLogits } from "../helpers/llama-reference.js";
+import { tempDir } from "../helpers/tmp.js";
+import { LOGITS_F32 } from "../tolerances.js";
+
+const dir = tempDir("hsm-models-");
+
+async function lastLogits(modelDir: string, ids: number[]): Promise<Float32Array> {
+  const session = await ort.InferenceSession.create(join(modelDir, "model.onnx"));
+  const T = ids.length;
+  const feeds: Record<string, ort.Tensor> = {
+    input_ids: new ort.Tensor("int64", BigInt64Array.from(ids, BigInt), [1, T]),
+    attention_mask: new ort.Tensor("int64", new BigInt64Array(T).fill(1n), [1, T]),
+    position_ids: new ort.Tensor("int64", BigInt64Array.from(ids.keys(), BigInt), [1, T]),
+  };
+  const logits = (await session.run(feeds)).logits!;
+  const V = logits.dims[2]!;
+  const out = (logits.data as Float32Array).slice((T - 1) * V, T * V);
+  await session.release();
+  return out;
+}
+
+describe("writeTinyModel", () => {
+  const ids = [128000, 791, 6864, 315, 9822, 374, 25];
+
+  it("writes a graph whose logits are the reference's, and forced transitions raise exactly their token", async () => {
+    const plain: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 5 };
+    const forced: TinyModelOptions = { ...plain, forcedNext: [[25, 128001], [374, 42]], eosTokenId: [128001, 128009] };
+    await writeTinyModel(join(dir, "plain"), plain);
+    await writeTinyModel(join(dir, "forced"), forced);
+    const a = await lastLogits(join(dir, "plain"), ids);
+    const b = await lastLogits(join(dir, "forced"), ids);
+    const ref = referenceLogits(tinyConfig(forced), tinyWeights(forced), ids);
+    let worst = 0;
+    for (let v = 0; v < a.length; v++) {
+      worst = Math.max(worst, Math.abs(b[v]! - ref[v]!));
+      if (v !== 128001) expect(Math.abs(b[v]! - a[v]!)).toBeLessThanOrEqual(LOGITS_F32); // the forced features add zeros elsewhere
+    }
+    expect(worst).toBeLessThanOrEqual(LOGITS_F32);
+    expect(b[128001]! - a[128001]!).toBeCloseTo(FORCED_LOGIT, 4);
+    // The transition from token 374 does not fire: the last input token is 25.
+    expect(Math.abs(b[42]! - a[42]!)).toBeLessThanOrEqual(LOGITS_F32);
+    expect(JSON.parse(readFileSync(join(dir, "forced", "config.json"), "utf8"))).toMatchObject({ eos_token_id: [128001, 128009] });
+    expect(JSON.parse(readFileSync(join(dir, "plain", "config.json"), "utf8"))).toMatchObject({ eos_token_id: 128001, max_position_embeddings: 2048 });
+  });
+});

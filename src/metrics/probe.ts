@@ -24,12 +24,13 @@ export const PROBE_MAX_ITERATIONS = 2000;
 const DEFAULT_HISTORY = 20;
 /**
  * A feature whose population deviation on the fold (in raw units) is below this is constant there, and is
- * divided by 1 instead of by a deviation that is rounding noise (metrics.md).
+ * divided by 1 instead of by a deviation that is rounding noise (docs/metrics.md#kts-definition).
  */
 const CONSTANT_FEATURE_DEVIATION = 1e-8;
 /**
- * The stopping rule (metrics.md): the largest gradient component at most this times C·n_train. The loss term's
- * gradient grows with C and with the rows, so the bound scales with both; off-the-shelf L-BFGS rules stop earlier.
+ * The stopping rule (docs/metrics.md#kts-definition): the largest gradient component at most this times
+ * C·n_train. The loss term's gradient grows with C and with the rows, so the bound scales with both;
+ * off-the-shelf L-BFGS rules stop earlier.
  */
 const GRADIENT_TOLERANCE = 1e-5;
 /** Floor on the largest gradient component when a first step is sized 1/max|g|: a zero gradient must not divide. */

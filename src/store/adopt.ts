@@ -18,7 +18,7 @@ import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
 import { isNativeManifest, MANIFEST_NAME, parseManifest, writeManifestAtomic, type Manifest } from "./manifest.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { headerMismatch, NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
+import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader } from "./npy.js";
 
 /** Where a foreign manifest is kept once adopted. */
 const ORIGINAL_MANIFEST_NAME = "index.orig.json";
@@ -165,7 +165,7 @@ async function readPrelude(path: string): Promise<{ bytes: Buffer; size: number 
   try {
     const st = await lstat(path);
     if (!st.isFile()) throw new StoreError(path, st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file");
-    const bytes = Buffer.alloc(Math.min(st.size, NPY_MAX_HEADER + 12));
+    const bytes = Buffer.alloc(Math.min(st.size, NPY_MAX_PRELUDE));
     const fh = await open(path, "r");
     try {
       await fh.read(bytes, 0, bytes.length, 0);

@@ -24,7 +24,7 @@ import { fileError, osReason } from "../util/fs.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import { isNativeManifest, MANIFEST_NAME, manifestProblems, type Manifest, type SelfCheck } from "./manifest.js";
-import { headerMismatch, NPY_MAX_HEADER, parseNpyHeader, type NpyHeader } from "./npy.js";
+import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface VerifyProblem {
   /** The store file concerned, relative to the store ("index.json", "L018.npy"). */
@@ -279,7 +279,7 @@ function look(dir: string, name: string): Look {
     try {
       const opened = fstatSync(fd);
       if (!opened.isFile()) return { problem: "not-regular-file", message: "is not a regular file" };
-      prelude = Buffer.alloc(Math.min(opened.size, NPY_MAX_HEADER + 12));
+      prelude = Buffer.alloc(Math.min(opened.size, NPY_MAX_PRELUDE));
       prelude = prelude.subarray(0, readSync(fd, prelude, 0, prelude.length, 0));
     } finally {
       closeSync(fd);

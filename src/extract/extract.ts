@@ -205,7 +205,52 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     : undefined;
   const modelSha = await inspected.sha256!;
 
-  const init: StoreInit = {
+  const init = storeInit(o, inspection, tensors, rows, shard, modelSha);
+  // A finished store is left alone (after checking it was made the same way).
+  if (await isComplete(o.out)) {
+    const writer = await StoreWriter.open(o.out, init);
+    await writer.close();
+    return { manifest: writer.manifest, alreadyComplete: true, rowsExtracted: 0, seconds: (performance.now() - t0) / 1000 };
+  }
+  const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
+  const { session, inputFeeds, pad, rowsPerRun } = await openSession(inspected, tensors, batchSize, o, log);
+  let release: (() => Promise<void>) | undefined;
+  let writer: StoreWriter | undefined;
+  try {
+    await mkdir(o.out, { recursive: true });
+    release = await acquireLock(o.out);
+    writer = await StoreWriter.open(o.out, init);
+    const d = inspection.dModel;
+    const resumedAt = writer.rowsDone;
+    const { padId } = tokenizer;
+    const job: Blocks = { session, writer, layers, d, tokens, commitRows, rowsPerRun, pad, padId, inputFeeds };
+    await writeBlocks(job, o.onProgress);
+    const check = await runSelfCheck({ session, dir: o.out, layers, dModel: d, tokens, queryIds: init.query_ids, padId: tokenizer.padId, inputFeeds, batchSize, commitRows, count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS, dtype: init.dtype });
+    writer.manifest.self_check = check;
+    const warning = selfCheckWarning(check);
+    if (warning) log(warning, "warn");
+    const manifest = await writer.finish();
+    await writer.close();
+    warnOverflow(manifest, layers, log);
+    return { manifest, alreadyComplete: false, rowsExtracted: rows.length - resumedAt, seconds: (performance.now() - t0) / 1000 };
+  } finally {
+    await session.release().catch(() => {});
+    await writer?.close();
+    await release?.();
+  }
+}
+
+/** The manifest fields an extraction records before its first row: the model, the layers and the row order. */
+function storeInit(
+  o: ExtractOptions,
+  inspection: ModelInspection,
+  tensors: HiddenTensor[],
+  rows: ReturnType<typeof mainForwardRows>,
+  shard: ShardInfo | undefined,
+  modelSha: string,
+): StoreInit {
+  const layers = inspection.storedLayers;
+  return {
     model: o.model ?? defaultModelName(o.modelDir),
     model_sha256: modelSha,
     num_layers: inspection.numLayers,
@@ -223,14 +268,20 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     ...(shard ? { shard } : {}),
     style: styleRecord(inspection.plan, tensors),
   };
-  // A finished store is left alone (after checking it was made the same way).
-  if (await isComplete(o.out)) {
-    const writer = await StoreWriter.open(o.out, init);
-    await writer.close();
-    return { manifest: writer.manifest, alreadyComplete: true, rowsExtracted: 0, seconds: (performance.now() - t0) / 1000 };
-  }
-  // The session is made before the store: a model or device that cannot run leaves nothing behind.
-  const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
+}
+
+/**
+ * Stages and rewrites the model, checks that every input it still reads can be fed, and opens its session. The
+ * session is made before the store: a model or device that cannot run leaves nothing behind.
+ */
+async function openSession(
+  inspected: Awaited<ReturnType<typeof inspectModel>>,
+  tensors: HiddenTensor[],
+  batchSize: number,
+  o: ExtractOptions,
+  log: NonNullable<ExtractOptions["log"]>,
+) {
+  const { inspection } = inspected;
   const stage = await stageModel(inspection.onnxPath);
   const { paddingSide } = inspection.plan.inputs;
   // Right-padded rows are read at their last real token, found from the mask inside the graph.
@@ -254,60 +305,68 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
   if (rowsPerRun < batchSize) log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
   log(`graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`, "info");
-  let release: (() => Promise<void>) | undefined;
-  let writer: StoreWriter | undefined;
-  try {
-    await mkdir(o.out, { recursive: true });
-    release = await acquireLock(o.out);
-    writer = await StoreWriter.open(o.out, init);
-    const d = inspection.dModel;
-    const n = layers.length;
-    const blocks = layers.map(() => new Uint16Array(commitRows * d));
-    const resumedAt = writer.rowsDone;
-    let done = resumedAt;
-    o.onProgress?.(done, rows.length);
-    while (done < rows.length) {
-      const blockEnd = Math.min(rows.length, done + commitRows);
-      const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
-      for (const batch of planBatches(lengths, rowsPerRun)) {
-        const seqs = batch.map((i) => tokens[done + i]!);
-        const f = breakBatchingForTest(pad(seqs, tokenizer.padId));
-        const feeds = promptFeeds(inputFeeds, f);
-        const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
-        const data = out.data as Uint16Array;
-        if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
-          throw new InternalError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`);
-        }
-        batch.forEach((i, b) => {
-          for (let k = 0; k < n; k++) blocks[k]!.set(data.subarray((b * n + k) * d, (b * n + k + 1) * d), i * d);
-        });
+  return { session, inputFeeds, pad, rowsPerRun };
+}
+
+/** What writing the rows in commit blocks needs. */
+interface Blocks {
+  session: Awaited<ReturnType<typeof createSession>>;
+  writer: StoreWriter;
+  layers: number[];
+  d: number;
+  tokens: number[][];
+  commitRows: number;
+  rowsPerRun: number;
+  pad: typeof leftPad;
+  padId: number;
+  inputFeeds: Parameters<typeof promptFeeds>[0];
+}
+
+/**
+ * Runs the rows from where the store left off, one commit block at a time (each block's rows batched by length),
+ * and commits each block's rows to every layer file.
+ */
+async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]): Promise<void> {
+  const { session, writer, layers, d, tokens, commitRows, rowsPerRun, pad, padId, inputFeeds } = b;
+  const total = tokens.length;
+  const n = layers.length;
+  const blocks = layers.map(() => new Uint16Array(commitRows * d));
+  let done = writer.rowsDone;
+  onProgress?.(done, total);
+  while (done < total) {
+    const blockEnd = Math.min(total, done + commitRows);
+    const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
+    for (const batch of planBatches(lengths, rowsPerRun)) {
+      const seqs = batch.map((i) => tokens[done + i]!);
+      const f = breakBatchingForTest(pad(seqs, padId));
+      const feeds = promptFeeds(inputFeeds, f);
+      const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
+      const data = out.data as Uint16Array;
+      if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
+        throw new InternalError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`);
       }
-      const count = blockEnd - done;
-      for (let k = 0; k < n; k++) {
-        await writer.writeRows(layers[k]!, done, blocks[k]!.subarray(0, count * d));
-      }
-      await writer.commit(blockEnd);
-      done = blockEnd;
-      o.onProgress?.(done, rows.length);
+      batch.forEach((i, b) => {
+        for (let k = 0; k < n; k++) blocks[k]!.set(data.subarray((b * n + k) * d, (b * n + k + 1) * d), i * d);
+      });
     }
-    const check = await runSelfCheck({ session, dir: o.out, layers, dModel: d, tokens, queryIds: init.query_ids, padId: tokenizer.padId, inputFeeds, batchSize, commitRows, count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS, dtype: init.dtype });
-    writer.manifest.self_check = check;
-    const warning = selfCheckWarning(check);
-    if (warning) log(warning, "warn");
-    const manifest = await writer.finish();
-    await writer.close();
-    const overflowed = layers.filter((l) => manifest.files[layerFileName(l)]!.nonfinite > 0);
-    if (overflowed.length > 0) {
-      log(
-        `warning: values beyond float16's range were stored as ±inf (as NumPy's astype does) in layer(s) ` +
-          overflowed.map((l) => `${l} (${manifest.files[layerFileName(l)]!.nonfinite})`).join(", "),
-        "warn",
-      );
+    const count = blockEnd - done;
+    for (let k = 0; k < n; k++) {
+      await writer.writeRows(layers[k]!, done, blocks[k]!.subarray(0, count * d));
     }
-    return { manifest, alreadyComplete: false, rowsExtracted: rows.length - resumedAt, seconds: (performance.now() - t0) / 1000 };
-  } finally {
-    await session.release().catch(() => {});
-    await writer?.close();
-    await release?.();
+    await writer.commit(blockEnd);
+    done = blockEnd;
+    onProgress?.(done, total);
+  }
+}
+
+/** Tells the user which layers held values beyond float16's range (stored as ±inf). */
+function warnOverflow(manifest: Manifest, layers: number[], log: NonNullable<ExtractOptions["log"]>): void {
+  const overflowed = layers.filter((l) => manifest.files[layerFileName(l)]!.nonfinite > 0);
+  if (overflowed.length > 0) {
+    log(
+      `warning: values beyond float16's range were stored as ±inf (as NumPy's astype does) in layer(s) ` +
+        overflowed.map((l) => `${l} (${manifest.files[layerFileName(l)]!.nonfinite})`).join(", "),
+      "warn",
+    );
   }
 }

@@ -248,11 +248,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const log = o.log ?? (() => {});
   const maxNew = o.maxNewTokens ?? MAX_NEW_TOKENS;
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
-  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
-  if (!Number.isSafeInteger(maxNew) || maxNew < 1) throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
-  if (o.selfCheck !== undefined && !(Number.isSafeInteger(o.selfCheck) && o.selfCheck >= 0)) {
-    throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
-  }
+  checkCounts(batchSize, maxNew, o.selfCheck);
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir, o.modelFile);
   // `source` is the only reference to the file's bytes, so that dropping it below frees them.
@@ -277,15 +273,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const shape = attentionShape(md.config.raw);
   const opset = num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0);
   const canAdd = !batchDependent && !right && !branch && shape !== undefined;
-  const device = o.device ?? "cpu";
-  let wanted = o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1);
-  if (o.workers === undefined && wanted > 1) {
-    const fit = affordableWorkers(wanted, weightBytes(md.onnxPath, model.graph!), availableMemory());
-    if (fit.reason) log(fit.reason, "info");
-    wanted = fit.workers;
-  }
-  const workers = Math.min(wanted, batches.length);
-  const sessionOptions = { device, threads: o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined), spin: false };
+  const { device, workers, sessionOptions } = decodingWorkers(o, md.onnxPath, model, batches.length, log);
   // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
   const kernels = device === "cpu" ? headKernels() : undefined;
   let added = false;
@@ -322,8 +310,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     opened = await openDecoders(decodeModel(source), false);
   }
   const { decoders } = opened;
-  if (opened.head) log(`the LM head (${opened.head.d} × ${opened.head.vocab}) runs in the native core: exact argmax of float64 logits, screened in bfloat16`, "info");
-  if (decoders.parallel > 1) log(`decoding ${decoders.parallel} batches at once, each by an onnxruntime session of its own (${sessionOptions.threads} thread${sessionOptions.threads === 1 ? "" : "s"} each)`, "info");
+  logDecoders(opened.head, decoders.parallel, sessionOptions.threads, log);
   const modelName = o.model ?? defaultModelName(o.modelDir);
   let useCache = opened.cached;
   try {
@@ -334,6 +321,52 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     return await generateRows(o, { rows, prompts, tokens, batches, eos, modelName, decoders, useCache, log, batchSize, t0, detokenize: (ids) => tokenizer.decode(ids) });
   } finally {
     await decoders.close().catch(() => {});
+  }
+}
+
+type Log = NonNullable<GenerateOptions["log"]>;
+
+/** Throws a UsageError for a batch size or token count that is not positive, or a self-check size below 0. */
+function checkCounts(batchSize: number, maxNew: number, selfCheck: number | undefined): void {
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+  if (!Number.isSafeInteger(maxNew) || maxNew < 1) throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
+  if (selfCheck !== undefined && !(Number.isSafeInteger(selfCheck) && selfCheck >= 0)) {
+    throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${selfCheck}`);
+  }
+}
+
+/**
+ * How many decoding workers to start (never more than there are batches; by default two on the CPU, fewer where
+ * their copies of the weights would not fit in memory) and the session options each gets: the cores shared out.
+ */
+function decodingWorkers(o: GenerateOptions, onnxPath: string, model: ModelProto, batches: number, log: Log) {
+  const device = o.device ?? "cpu";
+  let wanted = o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1);
+  if (o.workers === undefined && wanted > 1) {
+    const fit = affordableWorkers(wanted, weightBytes(onnxPath, model.graph!), availableMemory());
+    if (fit.reason) log(fit.reason, "info");
+    wanted = fit.workers;
+  }
+  const workers = Math.min(wanted, batches);
+  const threads = o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined);
+  const sessionOptions = { device, threads, spin: false };
+  return { device, workers, sessionOptions };
+}
+
+/** Tells the user where the LM head runs and how many batches decode at once. */
+function logDecoders(
+  head: { d: number; vocab: number } | undefined,
+  parallel: number,
+  threads: number | undefined,
+  log: Log,
+): void {
+  if (head) {
+    const how = "exact argmax of float64 logits, screened in bfloat16";
+    log(`the LM head (${head.d} × ${head.vocab}) runs in the native core: ${how}`, "info");
+  }
+  if (parallel > 1) {
+    const each = `${threads} thread${threads === 1 ? "" : "s"} each`;
+    log(`decoding ${parallel} batches at once, each by an onnxruntime session of its own (${each})`, "info");
   }
 }
 

@@ -9,7 +9,7 @@ import { sortedAuroc } from "../kernels/typescript/bootstrap.js";
 import type { SortedArrays } from "../kernels/types.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricSettings } from "./metric.js";
 import { PROBE_MAX_ITERATIONS, trainProbes } from "./probe.js";
-import { bootstrapStream, fnv1a32, indexBy, interval } from "./stats.js";
+import { bootstrapStream, CHANCE_AUROC, fnv1a32, indexBy, interval, KTS_MIN_ANCHOR_AUROC } from "./stats.js";
 
 export interface KtsRow {
   layer: number;
@@ -259,15 +259,18 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
     else await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
     const ktsReps = aucReps.map((fam, r) => {
       const anc = ancReps[r]!;
-      return Number.isNaN(fam) || Number.isNaN(anc) || anc <= 0.55 ? NaN : (fam - 0.5) / (anc - 0.5);
+      if (Number.isNaN(fam) || Number.isNaN(anc) || anc <= KTS_MIN_ANCHOR_AUROC) return NaN;
+      return (fam - CHANCE_AUROC) / (anc - CHANCE_AUROC);
     });
     [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
     if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";
     else if (row.auroc === null) row.kts_null_reason = "auroc undefined: only one label class among this family's rows";
     else if (anchorAuroc === null) row.kts_null_reason = "anchor auroc undefined: only one label class among the anchors";
-    else if (anchorAuroc <= 0.55) row.kts_null_reason = `auroc_anchor ${anchorAuroc.toFixed(4)} ≤ 0.55: the probe learned nothing to transfer`;
-    else {
-      row.kts = (row.auroc - 0.5) / (anchorAuroc - 0.5);
+    else if (anchorAuroc <= KTS_MIN_ANCHOR_AUROC) {
+      const below = `auroc_anchor ${anchorAuroc.toFixed(4)} ≤ ${KTS_MIN_ANCHOR_AUROC}`;
+      row.kts_null_reason = `${below}: the probe learned nothing to transfer`;
+    } else {
+      row.kts = (row.auroc - CHANCE_AUROC) / (anchorAuroc - CHANCE_AUROC);
       [row.kts_ci_low, row.kts_ci_high] = interval(ktsReps);
     }
   }

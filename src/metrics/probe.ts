@@ -17,6 +17,54 @@ import { typescriptKernels } from "../kernels/typescript/index.js";
 /** The L-BFGS iteration limit (docs/metrics.md#kts-definition). */
 export const PROBE_MAX_ITERATIONS = 2000;
 
+/**
+ * Curvature pairs L-BFGS keeps when `history` is not given: on the benchmark's layers 20 take a tenth fewer
+ * passes than 10.
+ */
+const DEFAULT_HISTORY = 20;
+/**
+ * A feature whose population deviation on the fold (in raw units) is below this is constant there, and is
+ * divided by 1 instead of by a deviation that is rounding noise (docs/metrics.md#kts-definition).
+ */
+const CONSTANT_FEATURE_DEVIATION = 1e-8;
+/**
+ * The stopping rule (docs/metrics.md#kts-definition): the largest gradient component at most this times
+ * C·n_train. The loss term's gradient grows with C and with the rows, so the bound scales with both;
+ * off-the-shelf L-BFGS rules stop earlier.
+ */
+const GRADIENT_TOLERANCE = 1e-5;
+/** Floor on the largest gradient component when a first step is sized 1/max|g|: a zero gradient must not divide. */
+const FIRST_STEP_GRADIENT_FLOOR = 1e-12;
+/**
+ * Line-search trials per iteration, the last one accepted whatever its value. Each failed trial at least halves
+ * the step (NEXT_STEP_MAX_FRACTION), so the 40th is at most 0.5^39 ≈ 2e-12 of the first: by then the direction
+ * gives no decrease the objective can show, and searching on would only cost passes over the rows. Taking the
+ * last trial leaves the fold where it was, give or take that step (its objective perhaps a rounding error
+ * higher), and counts as an iteration. It does not mark the fold converged: that still takes the gradient rule,
+ * so a fold whose searches keep failing spends its remaining iterations near that point and ends with
+ * `converged: false` (counted in `probes_not_converged`) and the `gradMax` it reached.
+ */
+const MAX_LINE_SEARCH_TRIALS = 40;
+/** Armijo's sufficient-decrease fraction of the slope: the customary 1e-4, which accepts nearly any decrease. */
+const ARMIJO_FRACTION = 1e-4;
+/**
+ * How far, relative to itself, the objective may rise on a step that shrinks the gradient: float32 products
+ * make the objective this noisy near the optimum, where the decrease Armijo asks for is smaller still.
+ */
+const OBJECTIVE_NOISE = 1e-6;
+/**
+ * A failed trial's next step, as a fraction of its own: the minimum of the quadratic through the objective, its
+ * slope and the trial's value, kept at most half the step (each failure makes real progress towards small steps)…
+ */
+const NEXT_STEP_MAX_FRACTION = 0.5;
+/** …and at least a tenth of it, so that one poor interpolation cannot collapse the step. */
+const NEXT_STEP_MIN_FRACTION = 0.1;
+/**
+ * Curvature pairs with s·y at or below this are not kept: the inverse-Hessian estimate stays positive definite
+ * only with positive curvature, and 1/(s·y) of a pair near zero would swamp the others.
+ */
+const MIN_CURVATURE = 1e-12;
+
 export interface FoldProblem {
   /** Rows of H this fold trains on. */
   train: Int32Array;
@@ -25,7 +73,7 @@ export interface FoldProblem {
 export interface ProbeOptions {
   c: number;
   maxIterations?: number;
-  /** L-BFGS's memory: curvature pairs kept (default 20; on the benchmark's layers 20 takes a tenth fewer passes than 10). */
+  /** L-BFGS's memory: curvature pairs kept (default {@link DEFAULT_HISTORY}). */
   history?: number;
   /**
    * How the rows given were prepared from the raw ones: h' = (h − mean) / scale.
@@ -62,19 +110,91 @@ export interface TrainedProbe {
 const log1pExp = (t: number) => (t > 0 ? t + Math.log1p(Math.exp(-t)) : Math.log1p(Math.exp(t)));
 const sigmoid = (t: number) => (t >= 0 ? 1 / (1 + Math.exp(-t)) : Math.exp(t) / (1 + Math.exp(t)));
 
+function dot(a: Float64Array, b: Float64Array): number {
+  let s = 0;
+  for (let i = 0; i < a.length; i++) s += a[i]! * b[i]!;
+  return s;
+}
+
+const maxAbs = (a: Float64Array) => a.reduce((x, v) => Math.max(x, Math.abs(v)), 0);
+
 /**
  * Trains one probe per fold. `y` holds 0/1 labels for the rows of H; each fold
  * standardizes with its own training rows' mean and population deviation (a
  * deviation below 1e-8 divides by 1).
  */
-export async function trainProbes(h: Float32Array, products: RowProducts, y: Uint8Array, folds: FoldProblem[], o: ProbeOptions): Promise<TrainedProbe[]> {
-  const { n, d } = products;
+export async function trainProbes(
+  h: Float32Array,
+  products: RowProducts,
+  y: Uint8Array,
+  folds: FoldProblem[],
+  o: ProbeOptions,
+): Promise<TrainedProbe[]> {
+  const { d } = products;
   const K = folds.length;
   const C = o.c;
   const maxIt = o.maxIterations ?? PROBE_MAX_ITERATIONS;
-  const m = o.history ?? 20;
+  const m = o.history ?? DEFAULT_HISTORY;
+  const evaluate = foldObjective(products, y, folds, standardize(h, products.n, d, folds, o), C);
 
-  // Per-fold standardization statistics and training masks.
+  const theta: Float64Array[] = folds.map((_, k) =>
+    o.start?.[k]?.length === d + 1 ? Float64Array.from(o.start[k]!) : new Float64Array(d + 1),
+  );
+  const { values: f, grads: g, v: vAll, offset: offAll } = await evaluate(theta);
+  const tol = folds.map((fold) => GRADIENT_TOLERANCE * C * fold.train.length);
+  const done = folds.map((_, k) => maxAbs(g[k]!) <= tol[k]!);
+  const iterations = new Array<number>(K).fill(0);
+  const hist: CurvatureHistory[] = folds.map(() => ({ s: [], y: [], rho: [] }));
+  const finalV: Float64Array[] = folds.map((_, k) => vAll.slice(k * d, (k + 1) * d));
+  const finalOffset = Array.from(offAll);
+
+  // Each pass is one L-BFGS iteration of every fold not yet done: direction, line search, curvature, stopping rule.
+  for (let it = 0; it < maxIt && done.some((x) => !x); it++) {
+    const dir = theta.map((_, k) => (done[k] ? new Float64Array(d + 1) : lbfgsDirection(g[k]!, hist[k]!)));
+    const accepted = await lineSearch(evaluate, theta, f, g, dir, done, hist);
+    for (let k = 0; k < K; k++) {
+      if (done[k]) continue;
+      const a = accepted[k]!;
+      finalV[k] = a.v;
+      finalOffset[k] = a.offset;
+      remember(hist[k]!, a.theta, theta[k]!, a.grad, g[k]!, m);
+      theta[k] = a.theta;
+      f[k] = a.value;
+      g[k] = a.grad;
+      iterations[k]!++;
+      if (maxAbs(a.grad) <= tol[k]!) done[k] = true;
+    }
+  }
+  if (o.prescale) toRawRows(finalV, finalOffset, o.prescale);
+  return folds.map((_, k) => ({
+    v: finalV[k]!,
+    offset: finalOffset[k]!,
+    converged: done[k]!,
+    iterations: iterations[k]!,
+    gradMax: maxAbs(g[k]!),
+    tolerance: tol[k]!,
+    w: theta[k]!.slice(0, d),
+    b: theta[k]![d]!,
+  }));
+}
+
+/** Per fold (K×d; K×n for the mask): what standardizing its rows subtracts and divides by, and which rows train it. */
+interface Standardization {
+  mean: Float64Array;
+  scale: Float64Array;
+  /** 1 where row i trains fold k, at k·n + i. */
+  inTrain: Uint8Array;
+}
+
+/** Each fold's mean and population deviation over its training rows, and its training mask. */
+function standardize(
+  h: Float32Array,
+  n: number,
+  d: number,
+  folds: FoldProblem[],
+  o: ProbeOptions,
+): Standardization {
+  const K = folds.length;
   const { sum: mean, sumSquares } = (o.kernels ?? typescriptKernels).foldMoments(h, d, folds.map((f) => f.train));
   const scale = new Float64Array(K * d);
   const inTrain = new Uint8Array(K * n);
@@ -88,33 +208,37 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
       // Rows arrive centred and scaled (see prescale), so the one-pass variance loses nothing.
       const sd = Math.sqrt(Math.max(ss[c]! / cnt - mk[c]! * mk[c]!, 0));
       const raw = o.prescale ? o.prescale.scale[c]! : 1;
-      scale[k * d + c] = sd * raw < 1e-8 ? 1 / raw : sd;
+      scale[k * d + c] = sd * raw < CONSTANT_FEATURE_DEVIATION ? 1 / raw : sd;
     }
   });
+  return { mean, scale, inTrain };
+}
+
+/** Some folds' objective values and gradients, with their weights and offsets on the rows as given. */
+interface Evaluation {
+  values: number[];
+  grads: Float64Array[];
+  v: Float64Array;
+  offset: Float64Array;
+}
+
+/** Evaluates the folds in `active` (default: all) at θ_k = (w_k ∈ R^d, b_k), standardized weights then intercept. */
+type Evaluate = (theta: Float64Array[], active?: number[]) => Promise<Evaluation>;
+
+/** The folds' objective and gradient, every fold asked for in one pass over the rows. */
+function foldObjective(
+  products: RowProducts,
+  y: Uint8Array,
+  folds: FoldProblem[],
+  std: Standardization,
+  C: number,
+): Evaluate {
+  const { n, d } = products;
+  const K = folds.length;
+  const { mean, scale, inTrain } = std;
   const sgn = Float64Array.from(y, (v) => (v ? 1 : -1));
-
-  // Loss and gradient sums from the two products, where the backend has no fused pass.
-  const logisticPass = async (v: Float64Array, offset: Float64Array, train: Uint8Array, cols: number) => {
-    const margins = await products.times(v, cols);
-    const g = new Float64Array(n * cols);
-    const loss = new Float64Array(cols);
-    const gsum = new Float64Array(cols);
-    for (let i = 0; i < n; i++) {
-      for (let k = 0; k < cols; k++) {
-        if (!train[k * n + i]) continue;
-        const t = sgn[i]! * (margins[i * cols + k]! + offset[k]!);
-        loss[k]! += log1pExp(-t);
-        const gi = -sgn[i]! * sigmoid(-t);
-        g[i * cols + k] = gi;
-        gsum[k]! += gi;
-      }
-    }
-    return { loss, gsum, grad: await products.transposeTimes(g, cols) };
-  };
-
-  // θ_k = (w_k ∈ R^d, b_k); objective and gradient of the folds in `active`, in one pass over the rows.
   const allFolds = folds.map((_, k) => k);
-  const evaluate = async (theta: Float64Array[], active: number[] = allFolds) => {
+  return async (theta, active = allFolds) => {
     const A = active.length;
     const v = new Float64Array(A * d);
     const offset = new Float64Array(A);
@@ -129,7 +253,9 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
       offset[a] = o2;
       if (A !== K) train.set(inTrain.subarray(k * n, (k + 1) * n), a * n);
     });
-    const { loss, gsum, grad: ht } = products.logistic ? await products.logistic(v, offset, y, train, A) : await logisticPass(v, offset, train, A);
+    const { loss, gsum, grad: ht } = products.logistic
+      ? await products.logistic(v, offset, y, train, A)
+      : await logisticPass(products, sgn, v, offset, train, A);
     const values: number[] = [];
     const grads: Float64Array[] = [];
     active.forEach((k, a) => {
@@ -146,129 +272,176 @@ export async function trainProbes(h: Float32Array, products: RowProducts, y: Uin
     });
     return { values, grads, v, offset };
   };
+}
 
-  const dot = (a: Float64Array, b: Float64Array) => {
-    let s = 0;
-    for (let i = 0; i < a.length; i++) s += a[i]! * b[i]!;
-    return s;
-  };
-  const maxAbs = (a: Float64Array) => a.reduce((x, v) => Math.max(x, Math.abs(v)), 0);
+/** Loss and gradient sums from the two products, where the backend has no fused pass. */
+async function logisticPass(
+  products: RowProducts,
+  sgn: Float64Array,
+  v: Float64Array,
+  offset: Float64Array,
+  train: Uint8Array,
+  cols: number,
+) {
+  const { n } = products;
+  const margins = await products.times(v, cols);
+  const g = new Float64Array(n * cols);
+  const loss = new Float64Array(cols);
+  const gsum = new Float64Array(cols);
+  for (let i = 0; i < n; i++) {
+    for (let k = 0; k < cols; k++) {
+      if (!train[k * n + i]) continue;
+      const t = sgn[i]! * (margins[i * cols + k]! + offset[k]!);
+      loss[k]! += log1pExp(-t);
+      const gi = -sgn[i]! * sigmoid(-t);
+      g[i * cols + k] = gi;
+      gsum[k]! += gi;
+    }
+  }
+  return { loss, gsum, grad: await products.transposeTimes(g, cols) };
+}
 
-  const theta: Float64Array[] = folds.map((_, k) => (o.start?.[k]?.length === d + 1 ? Float64Array.from(o.start[k]!) : new Float64Array(d + 1)));
-  let { values: f, grads: g, v: vAll, offset: offAll } = await evaluate(theta);
-  const tol = folds.map((fold) => 1e-5 * C * fold.train.length);
-  const done = folds.map((_, k) => maxAbs(g[k]!) <= tol[k]!);
-  const iterations = new Array<number>(K).fill(0);
-  const hist = folds.map(() => ({ s: [] as Float64Array[], y: [] as Float64Array[], rho: [] as number[] }));
-  const finalV = folds.map((_, k) => vAll.slice(k * d, (k + 1) * d));
-  const finalOffset = Array.from(offAll);
+/** L-BFGS's memory of one fold: the last steps s, their gradient changes y, and 1/(s·y). */
+interface CurvatureHistory {
+  s: Float64Array[];
+  y: Float64Array[];
+  rho: number[];
+}
 
-  for (let it = 0; it < maxIt && done.some((x) => !x); it++) {
-    // Directions by the two-loop recursion.
-    const dir: Float64Array[] = theta.map((_, k) => {
-      if (done[k]) return new Float64Array(d + 1);
-      const q = Float64Array.from(g[k]!);
-      const H = hist[k]!;
-      const alpha: number[] = [];
-      for (let j = H.s.length - 1; j >= 0; j--) {
-        const a = H.rho[j]! * dot(H.s[j]!, q);
-        alpha[j] = a;
-        for (let c = 0; c <= d; c++) q[c]! -= a * H.y[j]![c]!;
-      }
-      let gamma = 1;
-      if (H.s.length) gamma = dot(H.s.at(-1)!, H.y.at(-1)!) / dot(H.y.at(-1)!, H.y.at(-1)!);
-      for (let c = 0; c <= d; c++) q[c]! *= gamma;
-      for (let j = 0; j < H.s.length; j++) {
-        const b = H.rho[j]! * dot(H.y[j]!, q);
-        for (let c = 0; c <= d; c++) q[c]! += H.s[j]! [c]! * (alpha[j]! - b);
-      }
-      for (let c = 0; c <= d; c++) q[c] = -q[c]!;
-      return q;
+/** The L-BFGS direction −H·g, by the two-loop recursion over the kept curvature pairs. */
+function lbfgsDirection(grad: Float64Array, H: CurvatureHistory): Float64Array {
+  const q = Float64Array.from(grad);
+  const len = q.length;
+  const alpha: number[] = [];
+  for (let j = H.s.length - 1; j >= 0; j--) {
+    const a = H.rho[j]! * dot(H.s[j]!, q);
+    alpha[j] = a;
+    for (let c = 0; c < len; c++) q[c]! -= a * H.y[j]![c]!;
+  }
+  let gamma = 1;
+  if (H.s.length) gamma = dot(H.s.at(-1)!, H.y.at(-1)!) / dot(H.y.at(-1)!, H.y.at(-1)!);
+  for (let c = 0; c < len; c++) q[c]! *= gamma;
+  for (let j = 0; j < H.s.length; j++) {
+    const b = H.rho[j]! * dot(H.y[j]!, q);
+    for (let c = 0; c < len; c++) q[c]! += H.s[j]![c]! * (alpha[j]! - b);
+  }
+  for (let c = 0; c < len; c++) q[c] = -q[c]!;
+  return q;
+}
+
+/** Where a fold's line search stopped: the point taken and the objective there. */
+interface Accepted {
+  theta: Float64Array;
+  value: number;
+  grad: Float64Array;
+  /** The point's weights and offset on the rows as given. */
+  v: Float64Array;
+  offset: number;
+}
+
+/**
+ * Backtracking line search (Armijo) along each unfinished fold's direction, the trial points of the folds still
+ * searching evaluated together. Every unfinished fold comes back with a point: its last trial is taken
+ * unconditionally (see MAX_LINE_SEARCH_TRIALS).
+ */
+async function lineSearch(
+  evaluate: Evaluate,
+  theta: Float64Array[],
+  f: number[],
+  g: Float64Array[],
+  dir: Float64Array[],
+  done: boolean[],
+  hist: CurvatureHistory[],
+): Promise<(Accepted | undefined)[]> {
+  const d = theta[0]!.length - 1;
+  const allFolds = theta.map((_, k) => k);
+  // Without curvature pairs the direction is −g: a first step of 1/max|g| moves no component by more than 1.
+  const step = theta.map((_, k) =>
+    done[k] ? 0 : hist[k]!.s.length ? 1 : Math.min(1, 1 / Math.max(maxAbs(g[k]!), FIRST_STEP_GRADIENT_FLOOR)),
+  );
+  const slope = theta.map((_, k) => dot(g[k]!, dir[k]!));
+  const searching = theta.map((_, k) => !done[k]);
+  const accepted: (Accepted | undefined)[] = new Array(theta.length);
+  for (let tries = 0; tries < MAX_LINE_SEARCH_TRIALS && searching.some(Boolean); tries++) {
+    const active = allFolds.filter((k) => searching[k]);
+    const trial = theta.map((th, k) => {
+      if (!searching[k]) return th;
+      const t = Float64Array.from(th);
+      for (let c = 0; c <= d; c++) t[c]! += step[k]! * dir[k]![c]!;
+      return t;
     });
-    // Backtracking line search (Armijo), the trial points of the folds still searching evaluated together.
-    const step = theta.map((_, k) => (done[k] ? 0 : hist[k]!.s.length ? 1 : Math.min(1, 1 / Math.max(maxAbs(g[k]!), 1e-12))));
-    const slope = theta.map((_, k) => dot(g[k]!, dir[k]!));
-    const searching = theta.map((_, k) => !done[k]);
-    const accepted: (Float64Array | undefined)[] = new Array(K);
-    let newF = f.slice();
-    let newG = g.slice();
-    for (let tries = 0; tries < 40 && searching.some(Boolean); tries++) {
-      const active = allFolds.filter((k) => searching[k]);
-      const trial = theta.map((th, k) => {
-        if (!searching[k]) return th;
-        const t = Float64Array.from(th);
-        for (let c = 0; c <= d; c++) t[c]! += step[k]! * dir[k]![c]!;
-        return t;
-      });
-      const e = await evaluate(trial, active);
-      active.forEach((k, a) => {
-        // Armijo, or — where float32 products make the objective too noisy to see a decrease that
-        // small — a step that shrinks the gradient without raising the objective beyond its noise.
-        const value = e.values[a]!;
-        const armijo = value <= f[k]! + 1e-4 * step[k]! * slope[k]!;
-        const withinNoise = value <= f[k]! + 1e-6 * Math.abs(f[k]!) && maxAbs(e.grads[a]!) < maxAbs(g[k]!);
-        if (armijo || withinNoise || tries === 39) {
-          searching[k] = false;
-          accepted[k] = trial[k]!;
-          newF[k] = value;
-          newG[k] = e.grads[a]!;
-          finalV[k] = e.v.slice(a * d, (a + 1) * d);
-          finalOffset[k] = e.offset[a]!;
-        } else {
-          // The minimum of the quadratic through f, the slope and the trial value, kept within [0.1, 0.5] of the step.
-          const t = step[k]!;
-          const quadratic = (-slope[k]! * t * t) / (2 * (value - f[k]! - slope[k]! * t));
-          step[k] = Number.isFinite(quadratic) ? Math.min(0.5 * t, Math.max(0.1 * t, quadratic)) : 0.5 * t;
-        }
-      });
-    }
-    for (let k = 0; k < K; k++) {
-      if (done[k]) continue;
-      const s = new Float64Array(d + 1);
-      const yv = new Float64Array(d + 1);
-      for (let c = 0; c <= d; c++) {
-        s[c] = accepted[k]![c]! - theta[k]![c]!;
-        yv[c] = newG[k]![c]! - g[k]![c]!;
-      }
-      const sy = dot(s, yv);
-      if (sy > 1e-12) {
-        const H = hist[k]!;
-        H.s.push(s);
-        H.y.push(yv);
-        H.rho.push(1 / sy);
-        if (H.s.length > m) {
-          H.s.shift();
-          H.y.shift();
-          H.rho.shift();
-        }
-      }
-      theta[k] = accepted[k]!;
-      iterations[k]!++;
-      if (maxAbs(newG[k]!) <= tol[k]!) done[k] = true;
-    }
-    f = newF;
-    g = newG;
-    newF = [];
-    newG = [];
+    const e = await evaluate(trial, active);
+    active.forEach((k, a) => {
+      const value = e.values[a]!;
+      const last = tries === MAX_LINE_SEARCH_TRIALS - 1;
+      if (acceptable(value, e.grads[a]!, f[k]!, g[k]!, step[k]!, slope[k]!) || last) {
+        searching[k] = false;
+        const v = e.v.slice(a * d, (a + 1) * d);
+        accepted[k] = { theta: trial[k]!, value, grad: e.grads[a]!, v, offset: e.offset[a]! };
+      } else step[k] = nextStep(step[k]!, value, f[k]!, slope[k]!);
+    });
   }
-  // Back to raw rows: v·h' + o = (v/scale)·h + o − (v/scale)·mean.
-  if (o.prescale) {
-    for (let k = 0; k < K; k++) {
-      const v = finalV[k]!;
-      for (let c = 0; c < d; c++) {
-        v[c] = v[c]! / o.prescale.scale[c]!;
-        finalOffset[k] = finalOffset[k]! - v[c]! * o.prescale.mean[c]!;
-      }
+  return accepted;
+}
+
+/**
+ * Armijo, or — where float32 products make the objective too noisy to see a decrease that small — a step that
+ * shrinks the gradient without raising the objective beyond its noise.
+ */
+function acceptable(
+  value: number,
+  grad: Float64Array,
+  f: number,
+  g: Float64Array,
+  step: number,
+  slope: number,
+): boolean {
+  const armijo = value <= f + ARMIJO_FRACTION * step * slope;
+  const withinNoise = value <= f + OBJECTIVE_NOISE * Math.abs(f) && maxAbs(grad) < maxAbs(g);
+  return armijo || withinNoise;
+}
+
+/** The step after a failed trial: the minimum of the quadratic through f, the slope and the trial value, bounded. */
+function nextStep(t: number, value: number, f: number, slope: number): number {
+  const quadratic = (-slope * t * t) / (2 * (value - f - slope * t));
+  if (!Number.isFinite(quadratic)) return NEXT_STEP_MAX_FRACTION * t;
+  return Math.min(NEXT_STEP_MAX_FRACTION * t, Math.max(NEXT_STEP_MIN_FRACTION * t, quadratic));
+}
+
+/** Keeps a step's curvature pair (s = θ' − θ, y = g' − g) when its curvature is positive; the oldest go beyond `m`. */
+function remember(
+  H: CurvatureHistory,
+  next: Float64Array,
+  prev: Float64Array,
+  nextGrad: Float64Array,
+  prevGrad: Float64Array,
+  m: number,
+): void {
+  const s = new Float64Array(next.length);
+  const yv = new Float64Array(next.length);
+  for (let c = 0; c < next.length; c++) {
+    s[c] = next[c]! - prev[c]!;
+    yv[c] = nextGrad[c]! - prevGrad[c]!;
+  }
+  const sy = dot(s, yv);
+  if (sy <= MIN_CURVATURE) return;
+  H.s.push(s);
+  H.y.push(yv);
+  H.rho.push(1 / sy);
+  if (H.s.length > m) {
+    H.s.shift();
+    H.y.shift();
+    H.rho.shift();
+  }
+}
+
+/** Weights on prescaled rows h' = (h − mean)/scale made raw: v·h' + o = (v/scale)·h + o − (v/scale)·mean. */
+function toRawRows(v: Float64Array[], offset: number[], prescale: NonNullable<ProbeOptions["prescale"]>): void {
+  for (let k = 0; k < v.length; k++) {
+    const vk = v[k]!;
+    for (let c = 0; c < vk.length; c++) {
+      vk[c] = vk[c]! / prescale.scale[c]!;
+      offset[k] = offset[k]! - vk[c]! * prescale.mean[c]!;
     }
   }
-  return folds.map((_, k) => ({
-    v: finalV[k]!,
-    offset: finalOffset[k]!,
-    converged: done[k]!,
-    iterations: iterations[k]!,
-    gradMax: maxAbs(g[k]!),
-    tolerance: tol[k]!,
-    w: theta[k]!.slice(0, d),
-    b: theta[k]![d]!,
-  }));
 }

@@ -4,6 +4,14 @@ import type { SortedArrays } from "../kernels/types.js";
 
 const utf8 = new TextEncoder();
 
+/** The AUROC of scores that carry no signal; KTS compares AUROCs above it. */
+export const CHANCE_AUROC = 0.5;
+/**
+ * KTS is null where the anchors' AUROC is at most this (docs/metrics.md#kts-fields): the probe learned
+ * nothing to transfer, and a ratio over an anchor AUROC this close to chance would turn noise into transfer.
+ */
+export const KTS_MIN_ANCHOR_AUROC = 0.55;
+
 /** FNV-1a, 32 bits, over the UTF-8 bytes of `text` (docs/metrics.md#kts-definition: folds). */
 export function fnv1a32(text: string): number {
   let h = 0x811c9dc5;

@@ -18,7 +18,7 @@ import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
 import { isNativeManifest, MANIFEST_NAME, parseManifest, writeManifestAtomic, type Manifest } from "./manifest.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { headerMismatch, NPY_MAX_HEADER, parseNpyHeader } from "./npy.js";
+import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader } from "./npy.js";
 
 /** Where a foreign manifest is kept once adopted. */
 const ORIGINAL_MANIFEST_NAME = "index.orig.json";
@@ -43,62 +43,15 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
   const where = join(dir, MANIFEST_NAME);
   const release = await acquireLock(dir);
   try {
-    let original: Buffer | undefined;
-    try {
-      original = await readFile(where);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw fileError(err, where);
-    }
-    let foreign: ForeignManifest | undefined;
-    if (original) {
-      let value: unknown;
-      try {
-        value = JSON.parse(original.toString("utf8"));
-      } catch (err) {
-        throw new ManifestError(where, "", `is not valid JSON (${(err as Error).message}); move it away to adopt the store from the bank alone`, { cause: err });
-      }
-      if (isNativeManifest(value)) return parseManifest(original.toString("utf8"), where);
-      const parsed = parseForeignManifest(value);
-      if (!parsed.manifest || parsed.problems.length > 0) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
-      foreign = parsed.manifest;
-      if (foreign.complete === false) throw new StoreError(dir, "is incomplete by its own manifest (complete: false); finish writing it before adopting it");
-    }
+    const { original, native, foreign } = await readExisting(dir, where);
+    if (native) return native;
 
     const bankName = typeof o.bank === "string" ? o.bank : "given";
     const bank = typeof o.bank === "string" ? await readBank(o.bank) : o.bank;
     const queryIds = foreign?.queryIds ?? mainForwardRows(bank).map((r) => r.query_id);
     const joined = joinBank(queryIds, bank, where, bankName);
-    const n = queryIds.length;
-
-    let names: string[];
-    try {
-      names = (await readdir(dir)).filter((name) => layerOfFileName(name) !== undefined).sort();
-    } catch (err) {
-      throw fileError(err, dir);
-    }
-    const layers = foreign?.layers ?? names.map((name) => layerOfFileName(name)!);
-    if (layers.length === 0) throw new StoreError(dir, "holds no L###.npy files to adopt");
-    const unlisted = names.filter((name) => !layers.includes(layerOfFileName(name)!));
-    if (unlisted.length > 0) throw new StoreError(join(dir, unlisted[0]!), "is in the store folder but not among the layers its manifest lists");
-
-    // Every header must describe float16 rows of one width, one per query.
-    let d = foreign?.dModel;
-    const sizes = new Map<string, number>();
-    const offsets: number[] = [];
-    for (const layer of layers) {
-      const name = layerFileName(layer);
-      const path = join(dir, name);
-      const prelude = await readPrelude(path);
-      const header = parseNpyHeader(prelude.bytes, path);
-      if (header.descr === "<f4") {
-        throw new StoreError(path, "holds float32 ('<f4'); hsm's stores hold float16. Read it without adopting (verify and metrics with --bank), or convert it with numpy's astype(np.float16) first");
-      }
-      d ??= header.shape[1];
-      const problem = headerMismatch(header, n, d ?? -1, prelude.size);
-      if (problem) throw new StoreError(path, `${problem}${header.shape[0] !== n ? ` (${n} rows in the row order)` : ""}`);
-      sizes.set(name, prelude.size);
-      offsets.push(header.dataOffset);
-    }
+    const layers = await layersToAdopt(dir, foreign);
+    const { d, sizes, offsets } = await checkHeaders(dir, layers, queryIds.length, foreign?.dModel);
 
     const outcomes = await hashFiles(
       layers.map((l, i) => ({ path: join(dir, layerFileName(l)), f16From: offsets[i]! })),
@@ -139,12 +92,80 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
   }
 }
 
+/**
+ * The store's `index.json` as found: none; hsm's own (`native`, parsed: nothing to adopt); or another tool's
+ * (`foreign`), which must be usable and complete.
+ */
+async function readExisting(
+  dir: string,
+  where: string,
+): Promise<{ original?: Buffer; native?: Manifest; foreign?: ForeignManifest }> {
+  let original: Buffer | undefined;
+  try {
+    original = await readFile(where);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw fileError(err, where);
+  }
+  if (!original) return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(original.toString("utf8"));
+  } catch (err) {
+    throw new ManifestError(where, "", `is not valid JSON (${(err as Error).message}); move it away to adopt the store from the bank alone`, { cause: err });
+  }
+  if (isNativeManifest(value)) return { original, native: parseManifest(original.toString("utf8"), where) };
+  const parsed = parseForeignManifest(value);
+  if (!parsed.manifest || parsed.problems.length > 0) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
+  const foreign = parsed.manifest;
+  if (foreign.complete === false) throw new StoreError(dir, "is incomplete by its own manifest (complete: false); finish writing it before adopting it");
+  return { original, foreign };
+}
+
+/** The layers to adopt: the foreign manifest's, else every `L###.npy` in the folder, which must hold no others. */
+async function layersToAdopt(dir: string, foreign: ForeignManifest | undefined): Promise<number[]> {
+  let names: string[];
+  try {
+    names = (await readdir(dir)).filter((name) => layerOfFileName(name) !== undefined).sort();
+  } catch (err) {
+    throw fileError(err, dir);
+  }
+  const layers = foreign?.layers ?? names.map((name) => layerOfFileName(name)!);
+  if (layers.length === 0) throw new StoreError(dir, "holds no L###.npy files to adopt");
+  const unlisted = names.filter((name) => !layers.includes(layerOfFileName(name)!));
+  if (unlisted.length > 0) throw new StoreError(join(dir, unlisted[0]!), "is in the store folder but not among the layers its manifest lists");
+  return layers;
+}
+
+/**
+ * Every header must describe float16 rows of one width (`d`, else the first file's), one per query; returns
+ * that width and each file's size and data offset.
+ */
+async function checkHeaders(dir: string, layers: number[], n: number, d: number | undefined) {
+  const sizes = new Map<string, number>();
+  const offsets: number[] = [];
+  for (const layer of layers) {
+    const name = layerFileName(layer);
+    const path = join(dir, name);
+    const prelude = await readPrelude(path);
+    const header = parseNpyHeader(prelude.bytes, path);
+    if (header.descr === "<f4") {
+      throw new StoreError(path, "holds float32 ('<f4'); hsm's stores hold float16. Read it without adopting (verify and metrics with --bank), or convert it with numpy's astype(np.float16) first");
+    }
+    d ??= header.shape[1];
+    const problem = headerMismatch(header, n, d ?? -1, prelude.size);
+    if (problem) throw new StoreError(path, `${problem}${header.shape[0] !== n ? ` (${n} rows in the row order)` : ""}`);
+    sizes.set(name, prelude.size);
+    offsets.push(header.dataOffset);
+  }
+  return { d, sizes, offsets };
+}
+
 /** The first bytes of a layer file (enough for any header) and its size; only regular files are opened. */
 async function readPrelude(path: string): Promise<{ bytes: Buffer; size: number }> {
   try {
     const st = await lstat(path);
     if (!st.isFile()) throw new StoreError(path, st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file");
-    const bytes = Buffer.alloc(Math.min(st.size, NPY_MAX_HEADER + 12));
+    const bytes = Buffer.alloc(Math.min(st.size, NPY_MAX_PRELUDE));
     const fh = await open(path, "r");
     try {
       await fh.read(bytes, 0, bytes.length, 0);

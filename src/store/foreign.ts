@@ -50,6 +50,9 @@ function unsafe(name: string): boolean {
   return name.includes("/") || name.includes("\\") || name === "." || name === ".." || name.includes("\0");
 }
 
+/** Reports one problem: the key concerned, what is wrong, and its code (default `manifest-field`). */
+type Bad = (key: string, message: string, code?: ManifestProblem["code"]) => void;
+
 /**
  * Reads a foreign manifest. Problems are what makes it unusable (no row order,
  * no checksums, a name outside the store); everything else it lacks is left
@@ -57,14 +60,42 @@ function unsafe(name: string): boolean {
  */
 export function parseForeignManifest(value: unknown): { manifest?: ForeignManifest; problems: ManifestProblem[] } {
   const problems: ManifestProblem[] = [];
-  const bad = (key: string, message: string, code: ManifestProblem["code"] = "manifest-field") => problems.push({ key, code, message });
+  const bad: Bad = (key, message, code = "manifest-field") => problems.push({ key, code, message });
   if (!isObject(value)) {
     bad("", "is not a JSON object");
     return { problems };
   }
   const m = value;
+  const { queryIds, factIds, families } = readRowOrder(m, bad);
+  const layers = readLayers(m, bad);
+  const { checksums, nonfinite, otherFiles } = readChecksums(m, layers, bad);
+  if (m.complete !== undefined && typeof m.complete !== "boolean") bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
+  if (problems.length > 0 || !queryIds) return { problems };
+  const text = (k: string) => (typeof m[k] === "string" && m[k] !== "" ? (m[k] as string) : undefined);
+  const manifest: ForeignManifest = {
+    queryIds,
+    ...(factIds ? { factIds } : {}),
+    ...(families ? { families } : {}),
+    ...(layers ? { layers } : {}),
+    checksums,
+    otherFiles,
+    nonfinite,
+    ...(typeof m.complete === "boolean" ? { complete: m.complete } : {}),
+    ...(isInt(m.rows_done) ? { rowsDone: m.rows_done } : {}),
+    ...(text("model") ?? text("model_name") ? { model: text("model") ?? text("model_name") } : {}),
+    ...(isInt(m.num_layers) ? { numLayers: m.num_layers } : {}),
+    ...(isInt(m.d_model) ? { dModel: m.d_model } : {}),
+    ...(text("dtype") ? { dtype: text("dtype") } : {}),
+    ...(typeof m.last_layer_final_norm === "boolean" ? { lastLayerFinalNorm: m.last_layer_final_norm } : {}),
+  };
+  return { manifest, problems };
+}
 
-  // Row order: a list of ids, or of objects with query_id (and perhaps fact_id, condition_family).
+/** The row order's ids, and the facts and families where it (or the manifest beside it) gives them. */
+type RowOrder = Partial<Record<"queryIds" | "factIds" | "families", string[]>>;
+
+/** Row order: a list of ids, or of objects with query_id (and perhaps fact_id, condition_family). */
+function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
   let queryIds: string[] | undefined;
   let factIds: string[] | undefined;
   let families: string[] | undefined;
@@ -102,7 +133,11 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
     if (queryIds && list && list.length !== queryIds.length) bad(key, `has ${list.length} entries but the row order has ${queryIds.length}: one per row is required`);
   }
 
-  // Layers: a list of integers, if given.
+  return { queryIds, factIds, families };
+}
+
+/** Layers: a list of integers, if given. */
+function readLayers(m: Record<string, unknown>, bad: Bad): number[] | undefined {
   let layers: number[] | undefined;
   if (m.layers !== undefined) {
     if (!Array.isArray(m.layers) || !m.layers.every(isInt)) bad("layers", "expected a list of non-negative integers");
@@ -110,7 +145,14 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
     else layers = m.layers as number[];
   }
 
-  // Checksums: a {file: hex} map, {file: {sha256}} entries, or a list of {file|name|path, sha256}.
+  return layers;
+}
+
+/**
+ * Checksums: a {file: hex} map, {file: {sha256}} entries, or a list of {file|name|path, sha256}; every layer
+ * listed must have one.
+ */
+function readChecksums(m: Record<string, unknown>, layers: number[] | undefined, bad: Bad) {
   const checksums = new Map<string, string>();
   const nonfinite = new Map<string, number>();
   const otherFiles: string[] = [];
@@ -138,26 +180,7 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
     }
   }
 
-  if (m.complete !== undefined && typeof m.complete !== "boolean") bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
-  if (problems.length > 0 || !queryIds) return { problems };
-  const text = (k: string) => (typeof m[k] === "string" && m[k] !== "" ? (m[k] as string) : undefined);
-  const manifest: ForeignManifest = {
-    queryIds,
-    ...(factIds ? { factIds } : {}),
-    ...(families ? { families } : {}),
-    ...(layers ? { layers } : {}),
-    checksums,
-    otherFiles,
-    nonfinite,
-    ...(typeof m.complete === "boolean" ? { complete: m.complete } : {}),
-    ...(isInt(m.rows_done) ? { rowsDone: m.rows_done } : {}),
-    ...(text("model") ?? text("model_name") ? { model: text("model") ?? text("model_name") } : {}),
-    ...(isInt(m.num_layers) ? { numLayers: m.num_layers } : {}),
-    ...(isInt(m.d_model) ? { dModel: m.d_model } : {}),
-    ...(text("dtype") ? { dtype: text("dtype") } : {}),
-    ...(typeof m.last_layer_final_norm === "boolean" ? { lastLayerFinalNorm: m.last_layer_final_norm } : {}),
-  };
-  return { manifest, problems };
+  return { checksums, nonfinite, otherFiles };
 }
 
 /** Why the rows cannot be joined with the bank (their first query the bank lacks), or undefined when they can. */

@@ -115,6 +115,9 @@ export interface ManifestProblem {
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v);
 const isStr = (v: unknown): v is string => typeof v === "string";
 
+/** Reports one problem: the key concerned, what is wrong, and its code (default `manifest-field`). */
+type Bad = (key: string, message: string, code?: ManifestProblem["code"]) => void;
+
 /**
  * Every problem with a parsed manifest. An empty list means the object can be
  * used as a {@link Manifest}. File names are checked for being plain `L###.npy`
@@ -122,53 +125,15 @@ const isStr = (v: unknown): v is string => typeof v === "string";
  */
 export function manifestProblems(value: unknown): ManifestProblem[] {
   const problems: ManifestProblem[] = [];
-  const bad = (key: string, message: string, code: ManifestProblem["code"] = "manifest-field") => problems.push({ key, code, message });
+  const bad: Bad = (key, message, code = "manifest-field") => problems.push({ key, code, message });
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     bad("", "is not a JSON object");
     return problems;
   }
   const m = value as Record<string, unknown>;
-  if (m.format !== STORE_FORMAT) bad("format", `expected "${STORE_FORMAT}" but found ${JSON.stringify(m.format)}`);
-  for (const key of ["model", "model_sha256", "layer_rule", "probe_position", "dtype", "created_at", "tool_version"]) {
-    if (!isStr(m[key])) bad(key, `expected a string but found ${JSON.stringify(m[key]) ?? "nothing"}`);
-  }
-  for (const key of ["num_layers", "d_model", "max_prompt_len", "rows_done"]) {
-    if (!isInt(m[key]) || (m[key] as number) < 0) bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
-  }
-  if (m.weights !== undefined && !isStr(m.weights)) bad("weights", `expected a string but found ${JSON.stringify(m.weights)}`);
-  for (const key of ["last_layer_final_norm", "complete"]) {
-    if (typeof m[key] !== "boolean") bad(key, `expected true or false but found ${JSON.stringify(m[key]) ?? "nothing"}`);
-  }
-  const prompt = m.prompt as Record<string, unknown> | undefined;
-  if (typeof prompt !== "object" || prompt === null || !isStr(prompt.anchor) || !isStr(prompt.other)) {
-    bad("prompt", "expected an object with string templates \"anchor\" and \"other\"");
-  }
-  for (const key of ["query_ids", "fact_ids", "condition_families"]) {
-    const a = m[key];
-    if (!Array.isArray(a) || !a.every(isStr)) bad(key, "expected an array of strings");
-  }
+  fieldProblems(m, bad);
   const n = Array.isArray(m.query_ids) ? m.query_ids.length : undefined;
-  if (n !== undefined) {
-    for (const key of ["fact_ids", "condition_families"]) {
-      const a = m[key];
-      if (Array.isArray(a) && a.length !== n) bad(key, `has ${a.length} entries but query_ids has ${n}: one per row is required`);
-    }
-    const ids = m.query_ids as unknown[];
-    // One pass builds the set; a second finds the repeat only where there is one.
-    if (new Set(ids).size !== ids.length) {
-      const seen = new Set<unknown>();
-      const twice = ids.find((id) => {
-        if (seen.has(id)) return true;
-        seen.add(id);
-        return false;
-      });
-      bad("query_ids", `lists "${twice}" twice`);
-    }
-    if (isInt(m.rows_done) && m.rows_done > n) bad("rows_done", `is ${m.rows_done} but the store has only ${n} rows`);
-    if (m.complete === true && isInt(m.rows_done) && m.rows_done !== n) {
-      bad("complete", `is true but rows_done is ${m.rows_done} of ${n}`);
-    }
-  }
+  if (n !== undefined) rowProblems(m, n, bad);
   const layers = m.layers;
   if (!Array.isArray(layers) || !layers.every(isInt)) bad("layers", "expected an array of integers");
   else {
@@ -193,8 +158,69 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
     bad("files", "expected an object mapping L###.npy names to entries");
     return problems;
   }
+  const named = fileEntryProblems(m, files as Record<string, unknown>, n, bad);
+  if (Array.isArray(layers) && layers.every(isInt)) {
+    for (const l of layers as number[]) if (!named.has(l)) bad("files", `has no entry for layer ${l} (${layerFileName(l)})`);
+    for (const l of named) if (!(layers as number[]).includes(l)) bad("layers", `does not list layer ${l}, which files names`);
+  }
+  return problems;
+}
+
+/** The top-level fields' types, one by one. */
+function fieldProblems(m: Record<string, unknown>, bad: Bad): void {
+  if (m.format !== STORE_FORMAT) bad("format", `expected "${STORE_FORMAT}" but found ${JSON.stringify(m.format)}`);
+  for (const key of ["model", "model_sha256", "layer_rule", "probe_position", "dtype", "created_at", "tool_version"]) {
+    if (!isStr(m[key])) bad(key, `expected a string but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+  }
+  for (const key of ["num_layers", "d_model", "max_prompt_len", "rows_done"]) {
+    if (!isInt(m[key]) || (m[key] as number) < 0) bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+  }
+  if (m.weights !== undefined && !isStr(m.weights)) bad("weights", `expected a string but found ${JSON.stringify(m.weights)}`);
+  for (const key of ["last_layer_final_norm", "complete"]) {
+    if (typeof m[key] !== "boolean") bad(key, `expected true or false but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+  }
+  const prompt = m.prompt as Record<string, unknown> | undefined;
+  if (typeof prompt !== "object" || prompt === null || !isStr(prompt.anchor) || !isStr(prompt.other)) {
+    bad("prompt", "expected an object with string templates \"anchor\" and \"other\"");
+  }
+  for (const key of ["query_ids", "fact_ids", "condition_families"]) {
+    const a = m[key];
+    if (!Array.isArray(a) || !a.every(isStr)) bad(key, "expected an array of strings");
+  }
+}
+
+/** What must agree with the row count `n` of query_ids: the per-row arrays, unique ids, rows_done and complete. */
+function rowProblems(m: Record<string, unknown>, n: number, bad: Bad): void {
+  for (const key of ["fact_ids", "condition_families"]) {
+    const a = m[key];
+    if (Array.isArray(a) && a.length !== n) bad(key, `has ${a.length} entries but query_ids has ${n}: one per row is required`);
+  }
+  const ids = m.query_ids as unknown[];
+  // One pass builds the set; a second finds the repeat only where there is one.
+  if (new Set(ids).size !== ids.length) {
+    const seen = new Set<unknown>();
+    const twice = ids.find((id) => {
+      if (seen.has(id)) return true;
+      seen.add(id);
+      return false;
+    });
+    bad("query_ids", `lists "${twice}" twice`);
+  }
+  if (isInt(m.rows_done) && m.rows_done > n) bad("rows_done", `is ${m.rows_done} but the store has only ${n} rows`);
+  if (m.complete === true && isInt(m.rows_done) && m.rows_done !== n) {
+    bad("complete", `is true but rows_done is ${m.rows_done} of ${n}`);
+  }
+}
+
+/** Each file entry against its name, the rows and d_model; returns the layers the files name. */
+function fileEntryProblems(
+  m: Record<string, unknown>,
+  files: Record<string, unknown>,
+  n: number | undefined,
+  bad: Bad,
+): Set<number> {
   const named = new Set<number>();
-  for (const [name, entry] of Object.entries(files as Record<string, unknown>)) {
+  for (const [name, entry] of Object.entries(files)) {
     const layer = layerOfFileName(name);
     if (layer === undefined) {
       bad("files", `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`, "unsafe-name");
@@ -220,11 +246,7 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
     if (!isInt(e.nonfinite) || e.nonfinite < 0) bad(`${where}.nonfinite`, "expected a non-negative integer");
     if (!(e.max_abs === null || (typeof e.max_abs === "number" && e.max_abs >= 0))) bad(`${where}.max_abs`, "expected a non-negative number or null");
   }
-  if (Array.isArray(layers) && layers.every(isInt)) {
-    for (const l of layers as number[]) if (!named.has(l)) bad("files", `has no entry for layer ${l} (${layerFileName(l)})`);
-    for (const l of named) if (!(layers as number[]).includes(l)) bad("layers", `does not list layer ${l}, which files names`);
-  }
-  return problems;
+  return named;
 }
 
 /** Parses manifest text; throws a {@link ManifestError} for the first problem. */

@@ -11,6 +11,11 @@ export const NPY_MAGIC = Uint8Array.from([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]); 
 const NPY_ALIGN = 64;
 /** Headers longer than this are refused before they are parsed. */
 export const NPY_MAX_HEADER = 1 << 16;
+/** Bytes before the header text: magic, version, and the header length in 2 bytes (1.0) or 4 (2.0, 3.0). */
+const NPY_PREAMBLE_1 = 10;
+const NPY_PREAMBLE_2 = 12;
+/** Bytes enough to parse any header this module accepts: the longer preamble and the longest header. */
+export const NPY_MAX_PRELUDE = NPY_PREAMBLE_2 + NPY_MAX_HEADER;
 
 /** The element types the store and its readers understand. */
 const NPY_DTYPES = {
@@ -52,33 +57,37 @@ export function buildNpyHeader(descr: NpyDescr, shape: readonly number[]): Uint8
   out[8] = headerLen & 0xff;
   out[9] = headerLen >>> 8;
   const text = dict + " ".repeat(total - unpadded) + "\n";
-  for (let i = 0; i < text.length; i++) out[10 + i] = text.charCodeAt(i);
+  for (let i = 0; i < text.length; i++) out[NPY_PREAMBLE_1 + i] = text.charCodeAt(i);
   return out;
 }
 
 function readPrelude(bytes: Uint8Array, path: string): { version: string; headerStart: number; headerLen: number } {
-  if (bytes.length < 10) throw new NpyHeaderError(path, "magic", `file is ${bytes.length} bytes, too short to be an npy file`);
+  if (bytes.length < NPY_PREAMBLE_1) {
+    throw new NpyHeaderError(path, "magic", `file is ${bytes.length} bytes, too short to be an npy file`);
+  }
   for (let i = 0; i < NPY_MAGIC.length; i++) {
     if (bytes[i] !== NPY_MAGIC[i]) throw new NpyHeaderError(path, "magic", "is not \\x93NUMPY: not an npy file");
   }
   const major = bytes[6]!;
   const minor = bytes[7]!;
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (major === 1 && minor === 0) return { version: "1.0", headerStart: 10, headerLen: view.getUint16(8, true) };
+  if (major === 1 && minor === 0) {
+    return { version: "1.0", headerStart: NPY_PREAMBLE_1, headerLen: view.getUint16(8, true) };
+  }
   if ((major === 2 || major === 3) && minor === 0) {
-    if (bytes.length < 12) throw new NpyHeaderError(path, "length", "is cut short");
+    if (bytes.length < NPY_PREAMBLE_2) throw new NpyHeaderError(path, "length", "is cut short");
     const headerLen = view.getUint32(8, true);
     if (headerLen > NPY_MAX_HEADER) {
       throw new NpyHeaderError(path, "length", `${headerLen} bytes exceeds the ${NPY_MAX_HEADER}-byte limit`);
     }
-    return { version: `${major}.0`, headerStart: 12, headerLen };
+    return { version: `${major}.0`, headerStart: NPY_PREAMBLE_2, headerLen };
   }
   throw new NpyHeaderError(path, "version", `${major}.${minor} is not supported (expected 1.0, 2.0 or 3.0)`);
 }
 
 /**
  * Parses and validates an npy header. `bytes` holds at least the start of the
- * file (the first `NPY_MAX_HEADER + 12` bytes always suffice); `path` names the
+ * file (the first `NPY_MAX_PRELUDE` bytes always suffice); `path` names the
  * file in errors.
  */
 export function parseNpyHeader(bytes: Uint8Array, path: string): NpyHeader {
@@ -139,94 +148,123 @@ export function headerMismatch(h: NpyHeader, rows: number, d: number, fileSize: 
 
 type Literal = string | boolean | number[];
 
-/** A Python dict literal of the three forms npy headers use: str, bool, tuple of int. */
-function parseDictLiteral(text: string, path: string): Record<string, Literal> {
-  let i = 0;
-  const fail = (what: string): never => {
-    throw new NpyHeaderError(path, "dict", `${what} at character ${i} of ${JSON.stringify(text.slice(0, 120))}`);
-  };
-  const ws = () => {
-    while (i < text.length && (text[i] === " " || text[i] === "\n" || text[i] === "\t")) i++;
-  };
-  const expect = (c: string) => {
-    ws();
-    if (text[i] !== c) fail(`expected '${c}'`);
-    i++;
-  };
-  const str = (): string => {
-    ws();
-    const q = text[i];
-    if (q !== "'" && q !== '"') return fail("expected a quoted string");
-    const end = text.indexOf(q, i + 1);
-    if (end < 0) fail("unterminated string");
-    const s = text.slice(i + 1, end);
-    if (s.includes("\\")) fail("escapes are not allowed in strings");
-    i = end + 1;
+/** How much of the header an error message quotes. */
+const QUOTED_HEADER_CHARS = 120;
+/** Digits a dimension may have: every safe integer (< 2^53 ≈ 9.007e15) has at most 16. */
+const MAX_DIMENSION_DIGITS = 16;
+/** NumPy's own limit on dimensions (NPY_MAXDIMS before NumPy 2); a store needs two. */
+const MAX_DIMENSIONS = 32;
+
+/** A cursor over an npy header's dict literal; each reader skips the whitespace before its token. */
+class LiteralReader {
+  i = 0;
+
+  constructor(
+    private readonly text: string,
+    private readonly path: string,
+  ) {}
+
+  fail(what: string): never {
+    const quoted = JSON.stringify(this.text.slice(0, QUOTED_HEADER_CHARS));
+    throw new NpyHeaderError(this.path, "dict", `${what} at character ${this.i} of ${quoted}`);
+  }
+
+  ws(): void {
+    const { text } = this;
+    while (this.i < text.length && (text[this.i] === " " || text[this.i] === "\n" || text[this.i] === "\t")) this.i++;
+  }
+
+  /** Whether the next character (after whitespace) is `c`. */
+  at(c: string): boolean {
+    this.ws();
+    return this.text[this.i] === c;
+  }
+
+  expect(c: string): void {
+    this.ws();
+    if (this.text[this.i] !== c) this.fail(`expected '${c}'`);
+    this.i++;
+  }
+
+  str(): string {
+    this.ws();
+    const q = this.text[this.i];
+    if (q !== "'" && q !== '"') return this.fail("expected a quoted string");
+    const end = this.text.indexOf(q, this.i + 1);
+    if (end < 0) this.fail("unterminated string");
+    const s = this.text.slice(this.i + 1, end);
+    if (s.includes("\\")) this.fail("escapes are not allowed in strings");
+    this.i = end + 1;
     return s;
-  };
-  const int = (): number => {
-    ws();
-    const m = /^[0-9]+/.exec(text.slice(i, i + 20));
-    if (!m) return fail("expected a non-negative integer");
-    i += m[0].length;
-    if (m[0].length > 16) fail("dimension too large");
+  }
+
+  int(): number {
+    this.ws();
+    // A few characters past the longest allowed, so that a longer run of digits is seen and refused.
+    const m = /^[0-9]+/.exec(this.text.slice(this.i, this.i + MAX_DIMENSION_DIGITS + 4));
+    if (!m) return this.fail("expected a non-negative integer");
+    this.i += m[0].length;
+    if (m[0].length > MAX_DIMENSION_DIGITS) this.fail("dimension too large");
     const n = Number(m[0]);
-    if (!Number.isSafeInteger(n)) fail("dimension too large");
+    if (!Number.isSafeInteger(n)) this.fail("dimension too large");
     return n;
-  };
-  const value = (): Literal => {
-    ws();
-    const c = text[i];
-    if (c === "'" || c === '"') return str();
-    if (text.startsWith("True", i)) return (i += 4), true;
-    if (text.startsWith("False", i)) return (i += 5), false;
-    if (c === "(") {
-      i++;
-      const items: number[] = [];
-      ws();
-      if (text[i] === ")") return i++, items;
-      for (;;) {
-        items.push(int());
-        if (items.length > 32) fail("more than 32 dimensions");
-        ws();
-        if (text[i] === ",") {
-          i++;
-          ws();
-          if (text[i] === ")") return i++, items;
-          continue;
-        }
-        if (text[i] === ")") {
-          // A one-element tuple needs its trailing comma in Python.
-          if (items.length === 1) fail("a one-element tuple lacks its comma");
-          return i++, items;
-        }
-        fail("expected ',' or ')'");
-      }
-    }
-    return fail("expected a string, True, False or a tuple");
-  };
-  const out: Record<string, Literal> = Object.create(null);
-  expect("{");
-  ws();
-  if (text[i] !== "}") {
+  }
+
+  /** A tuple of integers, its opening parenthesis already read. */
+  tuple(): number[] {
+    const items: number[] = [];
+    if (this.at(")")) return this.i++, items;
     for (;;) {
-      const key = str();
-      if (key in out) fail(`duplicate key '${key}'`);
-      expect(":");
-      out[key] = value();
-      ws();
-      if (text[i] === ",") {
-        i++;
-        ws();
-        if (text[i] === "}") break;
+      items.push(this.int());
+      if (items.length > MAX_DIMENSIONS) this.fail(`more than ${MAX_DIMENSIONS} dimensions`);
+      if (this.at(",")) {
+        this.i++;
+        if (this.at(")")) return this.i++, items;
         continue;
       }
-      if (text[i] === "}") break;
-      fail("expected ',' or '}'");
+      if (this.text[this.i] === ")") {
+        // A one-element tuple needs its trailing comma in Python.
+        if (items.length === 1) this.fail("a one-element tuple lacks its comma");
+        return this.i++, items;
+      }
+      this.fail("expected ',' or ')'");
     }
   }
-  i++;
-  ws();
-  if (i !== text.length) fail("unexpected text after the dict");
+
+  value(): Literal {
+    this.ws();
+    const { text, i } = this;
+    const c = text[i];
+    if (c === "'" || c === '"') return this.str();
+    if (text.startsWith("True", i)) return (this.i += 4), true;
+    if (text.startsWith("False", i)) return (this.i += 5), false;
+    if (c === "(") return this.i++, this.tuple();
+    return this.fail("expected a string, True, False or a tuple");
+  }
+}
+
+/** A Python dict literal of the three forms npy headers use: str, bool, tuple of int. */
+function parseDictLiteral(text: string, path: string): Record<string, Literal> {
+  const r = new LiteralReader(text, path);
+  const out: Record<string, Literal> = Object.create(null);
+  r.expect("{");
+  if (!r.at("}")) {
+    for (;;) {
+      const key = r.str();
+      if (key in out) r.fail(`duplicate key '${key}'`);
+      r.expect(":");
+      out[key] = r.value();
+      if (r.at(",")) {
+        r.i++;
+        if (r.at("}")) break;
+        continue;
+      }
+      if (text[r.i] === "}") break;
+      r.fail("expected ',' or '}'");
+    }
+  }
+  r.i++;
+  r.ws();
+  if (r.i !== text.length) r.fail("unexpected text after the dict");
   return out;
 }

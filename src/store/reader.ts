@@ -11,7 +11,7 @@ import { directoryBackend, type StoreBackend } from "./backend.js";
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import { isNativeManifest, MANIFEST_NAME, parseManifest, type Manifest } from "./manifest.js";
-import { headerMismatch, NPY_MAX_HEADER, parseNpyHeader, type NpyHeader } from "./npy.js";
+import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface OpenOptions {
   /** Read a store whose `complete` is false (only its first `rows_done` rows). */
@@ -155,7 +155,7 @@ async function readHeader(backend: StoreBackend, layer: number): Promise<{ heade
   const name = layerFileName(layer);
   const path = `${backend.location}/${name}`;
   const size = await backend.size(name);
-  const prelude = await backend.read(name, 0, Math.min(size, NPY_MAX_HEADER + 12));
+  const prelude = await backend.read(name, 0, Math.min(size, NPY_MAX_PRELUDE));
   return { header: parseNpyHeader(prelude, path), size, path };
 }
 

@@ -24,7 +24,7 @@ import { fileError, osReason } from "../util/fs.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import { isNativeManifest, MANIFEST_NAME, manifestProblems, type Manifest, type SelfCheck } from "./manifest.js";
-import { headerMismatch, NPY_MAX_HEADER, parseNpyHeader, type NpyHeader } from "./npy.js";
+import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface VerifyProblem {
   /** The store file concerned, relative to the store ("index.json", "L018.npy"). */
@@ -94,6 +94,30 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
   const report: VerifyReport = { store: dir, ok: false, complete: null, rows: null, rows_done: null, files: [], problems: [], foreign: false, notes: [] };
   const problem = (file: string, code: string, message: string) => report.problems.push({ file, problem: code, message });
 
+  expectFolder(dir);
+  const concurrency = options.concurrency ?? availableParallelism();
+  const ahead = hashAhead(dir, concurrency);
+  const manifest = readManifestJson(dir, problem);
+  const plan = manifest && (await planFor(manifest.value, problem, report, options, dir));
+  if (!plan) {
+    await ahead.outcomes; // no hashing left running behind the report
+    return report;
+  }
+  const toHash = checkHeaders(dir, plan, ahead, report, problem);
+  // Files in the folder that the manifest does not account for.
+  const known = new Set(plan.listed.map((e) => e.name));
+  for (const name of ahead.names) {
+    if (layerOfFileName(name) !== undefined && !known.has(name)) problem(name, "unlisted-file", "is in the store folder but not in the manifest");
+  }
+  const outcomes = await hashedAsPlanned(dir, toHash, ahead, concurrency);
+  compareChecksums(toHash, outcomes, plan, report, problem);
+  for (const f of report.files) f.ok = f.sha256 !== null && !report.problems.some((p) => p.file === f.name);
+  report.ok = report.problems.length === 0;
+  return report;
+}
+
+/** Throws a FileError unless `dir` is a folder: without one there is nothing to check. */
+function expectFolder(dir: string): void {
   let folder;
   try {
     folder = statSync(dir);
@@ -103,9 +127,10 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
   if (!folder.isDirectory()) {
     throw new FileError(dir, "unreadable", "ENOTDIR", "is not a folder; a store is a folder holding index.json and L###.npy files");
   }
+}
 
-  const concurrency = options.concurrency ?? availableParallelism();
-  const ahead = hashAhead(dir, concurrency);
+/** The manifest's parsed JSON, or null with the problem reported where it is missing, unreadable or not JSON. */
+function readManifestJson(dir: string, problem: ProblemSink): { value: unknown } | null {
   let text: string;
   try {
     text = readFileSync(join(dir, MANIFEST_NAME), "utf8");
@@ -113,27 +138,42 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     const e = err as NodeJS.ErrnoException;
     if (e.code === "ENOENT") problem(MANIFEST_NAME, "manifest-missing", "is missing");
     else problem(MANIFEST_NAME, "manifest-unreadable", `cannot be read: ${osReason(e)}`);
-    await ahead.outcomes; // no hashing left running behind the report
-    return report;
+    return null;
   }
-  let value: unknown;
   try {
-    value = JSON.parse(text);
+    return { value: JSON.parse(text) };
   } catch (err) {
     problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${(err as Error).message})`);
-    await ahead.outcomes;
-    return report;
+    return null;
   }
+}
+
+/** What to check, from hsm's own manifest or another tool's (undefined: nothing can be checked). */
+async function planFor(
+  value: unknown,
+  problem: ProblemSink,
+  report: VerifyReport,
+  options: VerifyOptions,
+  dir: string,
+): Promise<Plan | undefined> {
   const native = isNativeManifest(value);
   report.foreign = !native;
-  const plan = native ? planNative(value, problem, report) : await planForeign(value, problem, report, options, dir);
-  if (!plan) {
-    await ahead.outcomes;
-    return report;
-  }
-  const { listed, rows, dtypes, compare } = plan;
-  let d = plan.d;
+  return native ? planNative(value, problem, report) : await planForeign(value, problem, report, options, dir);
+}
 
+/**
+ * Each listed file's size and header against the manifest, each file added to the report; returns the files
+ * whose headers can be read, to hash.
+ */
+function checkHeaders(
+  dir: string,
+  plan: Plan,
+  ahead: HashAhead,
+  report: VerifyReport,
+  problem: ProblemSink,
+): HashPlan[] {
+  const { listed, rows, dtypes } = plan;
+  let d = plan.d;
   const toHash: HashPlan[] = [];
   for (const entry of listed) {
     const { name } = entry;
@@ -152,24 +192,27 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     }
     const { header } = seen;
     // A manifest that does not record the width leaves it to the first file; the others must agree.
-    if (d === null && !native && header.shape.length === 2) d = header.shape[1]!;
+    if (d === null && report.foreign && header.shape.length === 2) d = header.shape[1]!;
     if (rows !== null && d !== null) {
       const mismatch = headerMismatch(header, rows, d, seen.bytes, dtypes);
       if (mismatch) problem(name, "npy-header", mismatch);
     }
     toHash.push(hashPlan(name, header));
   }
+  return toHash;
+}
 
-  // Files in the folder that the manifest does not account for.
-  const known = new Set(listed.map((e) => e.name));
-  for (const name of ahead.names) {
-    if (layerOfFileName(name) !== undefined && !known.has(name)) problem(name, "unlisted-file", "is in the store folder but not in the manifest");
-  }
-
-  const outcomes = await hashedAsPlanned(dir, toHash, ahead, concurrency);
+/** Records each hashed file's checksum and statistics, and reports those that differ from the manifest. */
+function compareChecksums(
+  toHash: HashPlan[],
+  outcomes: HashOutcome[],
+  plan: Plan,
+  report: VerifyReport,
+  problem: ProblemSink,
+): void {
   outcomes.forEach((o, i) => {
     const { name } = toHash[i]!;
-    const entry = listed.find((e) => e.name === name)!;
+    const entry = plan.listed.find((e) => e.name === name)!;
     const file = report.files.find((f) => f.name === name)!;
     if (!o.ok) {
       problem(name, "unreadable", `cannot be read: ${osReason(o)}`);
@@ -178,7 +221,7 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
     file.sha256 = o.result.sha256;
     file.nonfinite = o.result.stats?.nonfinite ?? null;
     file.max_abs = o.result.stats?.maxAbs ?? null;
-    if (!compare) return; // no checksums to compare yet
+    if (!plan.compare) return; // no checksums to compare yet
     // A file already reported as cut short or mislabelled cannot match its checksum; saying so adds nothing.
     if (report.problems.some((p) => p.file === name)) return;
     let good = true;
@@ -194,9 +237,6 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
       problem(name, "max-abs", `largest finite magnitude is ${stats.maxAbs}, the manifest says ${entry.maxAbs}`);
     }
   });
-  for (const f of report.files) f.ok = f.sha256 !== null && !report.problems.some((p) => p.file === f.name);
-  report.ok = report.problems.length === 0;
-  return report;
 }
 
 type ProblemSink = (file: string, code: string, message: string) => void;
@@ -239,7 +279,7 @@ function look(dir: string, name: string): Look {
     try {
       const opened = fstatSync(fd);
       if (!opened.isFile()) return { problem: "not-regular-file", message: "is not a regular file" };
-      prelude = Buffer.alloc(Math.min(opened.size, NPY_MAX_HEADER + 12));
+      prelude = Buffer.alloc(Math.min(opened.size, NPY_MAX_PRELUDE));
       prelude = prelude.subarray(0, readSync(fd, prelude, 0, prelude.length, 0));
     } finally {
       closeSync(fd);

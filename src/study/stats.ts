@@ -5,11 +5,17 @@
  * AUROC/KTS. Every definition is written out in docs/study.md.
  */
 import { DEFAULT_BOOTSTRAP } from "../defaults.js";
-import { fnv1a32, percentile, SortedScores } from "../metrics/stats.js";
+import { CHANCE_AUROC, fnv1a32, KTS_MIN_ANCHOR_AUROC, percentile, SortedScores } from "../metrics/stats.js";
 import { Rng } from "../util/random.js";
 
 /** The standard normal's 97.5th percentile, Φ⁻¹(0.975), for two-sided 95% intervals. */
 export const Z_95 = 1.959963984540054;
+
+/**
+ * McNemar's tail sum stops at a term below this fraction of the sum: under half an ulp of it (2⁻⁵³ ≈ 1.1e-16),
+ * so adding it cannot change the float64 result, and each later term is smaller still.
+ */
+const NEGLIGIBLE_TERM = 1e-17;
 
 function expectCount(name: string, value: number): void {
   if (!Number.isInteger(value) || value < 0) throw new RangeError(`Expected non-negative integer for ${name} but received ${value}`);
@@ -62,7 +68,7 @@ export function mcnemarExact(b: number, c: number): number {
   for (let i = k; i > 0; i--) {
     term *= i / (n - i + 1);
     tail += term;
-    if (term < 1e-17 * tail) break;
+    if (term < NEGLIGIBLE_TERM * tail) break;
   }
   return Math.min(1, 2 * Math.exp(logTerm + Math.log(tail)));
 }
@@ -301,9 +307,6 @@ export interface KtsRows {
   anchor: ScoredRows;
 }
 
-/** docs/metrics.md#kts-fields: KTS is undefined when the anchor AUROC is at most this (the probe learned nothing to transfer). */
-export const KTS_MIN_ANCHOR_AUROC = 0.55;
-
 function kts(rows: KtsRows, index: Map<string, number>): WeightedStatistic {
   const family = factWeightedAuroc(rows.family, index);
   const anchor = factWeightedAuroc(rows.anchor, index);
@@ -311,7 +314,7 @@ function kts(rows: KtsRows, index: Map<string, number>): WeightedStatistic {
     const f = family(w);
     const a = anchor(w);
     if (f === null || a === null || a <= KTS_MIN_ANCHOR_AUROC) return null;
-    return (f - 0.5) / (a - 0.5);
+    return (f - CHANCE_AUROC) / (a - CHANCE_AUROC);
   };
 }
 

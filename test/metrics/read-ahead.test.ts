@@ -13,7 +13,7 @@ const WIDTH = 3;
 
 /** Row r, column j of layer l holds (l * 1000 + r * 7 + j) mod 65536; every read is logged. */
 function memorySource(log: string[]): RowSource {
-  const rows = (layer: number, start: number, count: number, into = new Uint16Array(count * WIDTH)) => {
+  const rows = (layer: number, start: number, count: number, into: Uint16Array = new Uint16Array(count * WIDTH)) => {
     for (let i = 0; i < count * WIDTH; i++) {
       into[i] = (layer * 1000 + (start + Math.floor(i / WIDTH)) * 7 + (i % WIDTH)) % 65536;
     }

@@ -24,7 +24,8 @@ import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
 import { normalizedDepth } from "./depth.js";
 import { listModels, readStudyRecord, type OutputsModel } from "./outputs.js";
-import { renderPage, type DrillDown } from "./page.js";
+import type { DrillDown, FactChunk } from "./page-data.js";
+import { renderPage } from "./page.js";
 
 /** Facts per drill-down chunk: one chunk is inflated and parsed when one of its facts is opened. */
 const FACTS_PER_CHUNK = 64;
@@ -168,7 +169,7 @@ function factChunks(models: LoadedModel[], prompts: Map<string, string>, familie
     const chunkFacts = facts.slice(start, start + FACTS_PER_CHUNK);
     const queries = chunkFacts.map((f) => [...byFact.get(f)!].sort());
     const flat = queries.flat();
-    const chunk = {
+    const chunk: FactChunk = {
       sizes: queries.map((q) => q.length),
       q: flat,
       family: flat.map((qid) => families.indexOf(any(qid).family)),

@@ -25,12 +25,13 @@ const MODULE_MARKER = "export {};\n";
 
 /** The client's type errors, formatted; empty when it type-checks. */
 function typeErrors() {
-  const config = ts.getParsedCommandLineOfConfigFile(join(CLIENT, "tsconfig.json"), {}, { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} });
+  const host = { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} };
+  const config = ts.getParsedCommandLineOfConfigFile(join(CLIENT, "tsconfig.json"), {}, host);
   if (!config) return "cannot read src/report/client/tsconfig.json";
   const program = ts.createProgram({ rootNames: config.fileNames, options: config.options });
   const diagnostics = [...(config.errors ?? []), ...ts.getPreEmitDiagnostics(program)];
-  const host = { getCanonicalFileName: (f) => f, getCurrentDirectory: () => root, getNewLine: () => "\n" };
-  return diagnostics.length ? ts.formatDiagnostics(diagnostics, host) : "";
+  const format = { getCanonicalFileName: (f) => f, getCurrentDirectory: () => root, getNewLine: () => "\n" };
+  return diagnostics.length ? ts.formatDiagnostics(diagnostics, format) : "";
 }
 
 /** The script's JavaScript: the source with its types and comments stripped. */
@@ -39,7 +40,9 @@ function pageScript() {
     compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext, removeComments: true },
     fileName: SOURCE,
   });
-  if (!outputText.endsWith(MODULE_MARKER)) throw new Error(`${relative(root, SOURCE)}: expected a module with type-only imports`);
+  if (!outputText.endsWith(MODULE_MARKER)) {
+    throw new Error(`${relative(root, SOURCE)}: expected a module with type-only imports`);
+  }
   const script = outputText.slice(0, -MODULE_MARKER.length);
   // The page inlines the script in a <script> element, which the first "</script" would end.
   if (/<\/script/i.test(script)) throw new Error(`${relative(root, SOURCE)}: the script must not contain "</script"`);

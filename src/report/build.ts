@@ -111,7 +111,8 @@ function smallMultiples(
       points: m.rows.filter((r) => r.family === family).map((r) => ({ x: normalizedDepth(r.layer as number, m.L), value: r[value] as number | null, low: r[low] as number | null, high: r[high] as number | null })),
     }));
     const any = series.some((s) => s.points.some((p) => p.value !== null));
-    return { family, svg: any ? lineChart(series, { xLabel: "depth l/(L−1)", xTicks: ticks, ...PANEL, legend: false }) : null };
+    const chart = () => lineChart(series, { xLabel: "depth l/(L−1)", xTicks: ticks, ...PANEL, legend: false });
+    return { family, svg: any ? chart() : null };
   });
 }
 

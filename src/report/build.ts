@@ -24,10 +24,20 @@ import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
 import { normalizedDepth } from "./depth.js";
 import { listModels, readStudyRecord, type OutputsModel } from "./outputs.js";
-import { renderPage, type DrillDown } from "./page.js";
+import type { DrillDown, FactChunk } from "./page-data.js";
+import { renderPage } from "./page.js";
 
 /** Facts per drill-down chunk: one chunk is inflated and parsed when one of its facts is opened. */
 const FACTS_PER_CHUNK = 64;
+
+/** One small multiple's size in pixels: three panels fit side by side in the page's 1200-pixel column. */
+const PANEL = { width: 340, height: 230 } as const;
+
+/** A depth range wider than this is ticked every 0.2, not 0.1, so that a panel carries at most seven ticks. */
+const FINE_TICK_RANGE = 0.6;
+
+/** Deflate's smallest output: the chunks are packed once per report, and their bytes are the page's bulk. */
+const CHUNK_DEFLATE_LEVEL = 9;
 
 export interface ReportOptions extends LoadOptions {
   /** The HTML file (default `<outputs>/report.html`). */
@@ -76,8 +86,9 @@ function accuracyTable(m: LoadedModel, families: string[]): Row[] {
 /** Depth ticks every 0.1 (0.2 over a wide range) from below the shallowest layer to 1. */
 function depthTicks(minDepth: number): { x: number; label: string }[] {
   const lo = Math.floor(minDepth * 10) / 10;
-  const step = 1 - lo > 0.6 ? 0.2 : 0.1;
+  const step = 1 - lo > FINE_TICK_RANGE ? 0.2 : 0.1;
   const ticks = [];
+  // Repeated subtraction of 0.1 drifts below the lowest tick by a rounding error; the 1e-9 keeps that tick.
   for (let t = 1; t >= lo - 1e-9; t -= step) ticks.unshift({ x: Number(t.toFixed(2)), label: t.toFixed(1) });
   return ticks;
 }
@@ -100,7 +111,8 @@ function smallMultiples(
       points: m.rows.filter((r) => r.family === family).map((r) => ({ x: normalizedDepth(r.layer as number, m.L), value: r[value] as number | null, low: r[low] as number | null, high: r[high] as number | null })),
     }));
     const any = series.some((s) => s.points.some((p) => p.value !== null));
-    return { family, svg: any ? lineChart(series, { xLabel: "depth l/(L−1)", xTicks: ticks, width: 340, height: 230, legend: false }) : null };
+    const chart = () => lineChart(series, { xLabel: "depth l/(L−1)", xTicks: ticks, ...PANEL, legend: false });
+    return { family, svg: any ? chart() : null };
   });
 }
 
@@ -158,7 +170,7 @@ function factChunks(models: LoadedModel[], prompts: Map<string, string>, familie
     const chunkFacts = facts.slice(start, start + FACTS_PER_CHUNK);
     const queries = chunkFacts.map((f) => [...byFact.get(f)!].sort());
     const flat = queries.flat();
-    const chunk = {
+    const chunk: FactChunk = {
       sizes: queries.map((q) => q.length),
       q: flat,
       family: flat.map((qid) => families.indexOf(any(qid).family)),
@@ -170,7 +182,7 @@ function factChunks(models: LoadedModel[], prompts: Map<string, string>, familie
         rank: flat.map((qid) => ranks[i]!.get(qid) ?? null),
       })),
     };
-    chunks.push(deflateRawSync(Buffer.from(JSON.stringify(chunk)), { level: 9 }).toString("base64"));
+    chunks.push(deflateRawSync(Buffer.from(JSON.stringify(chunk)), { level: CHUNK_DEFLATE_LEVEL }).toString("base64"));
   }
   return { facts, anchors, chunks, perChunk: FACTS_PER_CHUNK, deepest: models.map((m) => Math.max(...m.values.layers)) };
 }

@@ -1,40 +1,13 @@
 /**
  * The report's HTML: static sections rendered here (accuracy, charts,
  * provenance), the comparison and the fact drill-down filled by a small inline
- * script from inline data. A Content-Security-Policy forbids every request,
- * so the page works from file:// and never reaches the network.
+ * script (src/report/client/main.ts) from inline data. A
+ * Content-Security-Policy forbids every request, so the page works from
+ * file:// and never reaches the network.
  */
 import { CHART_COLORS, escapeXml as esc } from "../util/chart.js";
-
-type Row = Record<string, unknown>;
-
-/** What the page shows; built by src/report/build.ts. */
-export interface PageData {
-  title: string;
-  outputs: string;
-  tool_version: string;
-  written_at: string;
-  generation: unknown;
-  bank: unknown;
-  families: string[];
-  labels: readonly string[];
-  models: { name: string; L: number; layers: number[]; accuracy: Row[] }[];
-  /** One entry per registered metric: its section's id and title, a chart per family, and why it has no values. */
-  charts: { id: string; title: string; charts: { family: string; svg: string | null }[]; notes: string[] }[];
-  pairs: Record<string, unknown>;
-  provenance: Row[];
-}
-
-/** The drill-down: fact ids and anchor prompts for the list, and the deflated, base64 chunks of per-fact data. */
-export interface DrillDown {
-  facts: string[];
-  anchors: string[];
-  chunks: string[];
-  /** Facts per chunk. */
-  perChunk: number;
-  /** Each model's deepest stored layer (where the rank shown was taken). */
-  deepest: number[];
-}
+import { CLIENT_SCRIPT } from "./client-script.js";
+import type { ClientData, DrillDown, PageData } from "./page-data.js";
 
 const LABEL_COLORS: Record<string, string> = { correct: "#2ca02c", incorrect: "#d62728", ambiguous: "#ff7f0e", abstain: "#7f7f7f", unparseable: "#9467bd" };
 
@@ -53,75 +26,6 @@ td:first-child,th:first-child{text-align:left}th{background:#f6f6f6}
 .q{margin:10px 0;border:1px solid #eee}.q pre{margin:0;padding:6px 8px;background:#fafafa;white-space:pre-wrap}
 .answer{max-width:560px;text-align:left;white-space:pre-wrap;word-break:break-word}.label{font-weight:600}
 code{font-size:12px;word-break:break-all}details{margin:4px 0}
-`;
-
-/** The page's script: the comparison table from the precomputed pairs, and facts inflated on demand. */
-const SCRIPT = `"use strict";
-const D = JSON.parse(document.getElementById("hsm-data").textContent);
-const $ = (s) => document.querySelector(s);
-const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
-const num = (v) => (v === null || v === undefined ? "—" : v.toFixed(4));
-const sgn = (v) => (v === null || v === undefined ? "—" : (v >= 0 ? "+" : "") + v.toFixed(4));
-const pv = (p) => (p < 1e-4 ? p.toExponential(1) : p.toFixed(4));
-function diff(d, flip) {
-  if (!d || d.difference === null) return "—";
-  return flip ? sgn(-d.difference) + " [" + sgn(-d.high) + ", " + sgn(-d.low) + "]" : sgn(d.difference) + " [" + sgn(d.low) + ", " + sgn(d.high) + "]";
-}
-function fillCompare() {
-  const a = Number($("#model-a").value), b = Number($("#model-b").value);
-  const fam = $("#cmp-families tbody"), dep = $("#cmp-depth tbody");
-  if (a === b) { fam.innerHTML = dep.innerHTML = ""; $("#cmp-note").textContent = "Choose two different models."; return; }
-  const flip = a > b, c = D.pairs[Math.min(a, b) + ":" + Math.max(a, b)];
-  $("#cmp-note").textContent = D.models[a] + " (A) vs " + D.models[b] + " (B); differences A − B; " + c.replicates + " bootstrap replicates over facts, seed " + c.seed + ".";
-  fam.innerHTML = c.families.map((f) => {
-    const [x, y] = flip ? [f.b, f.a] : [f.a, f.b];
-    const [onlyA, onlyB] = flip ? [f.paired.onlyB, f.paired.onlyA] : [f.paired.onlyA, f.paired.onlyB];
-    const d = f.paired.difference === null ? null : flip ? -f.paired.difference : f.paired.difference;
-    return "<tr><td>" + esc(f.family) + "</td><td>" + num(x.accuracy) + " [" + num(x.low) + ", " + num(x.high) + "]</td><td>" + num(y.accuracy) + " [" + num(y.low) + ", " + num(y.high) + "]</td><td>" + sgn(d) + "</td><td>" + onlyA + "</td><td>" + onlyB + "</td><td>" + pv(f.paired.p) + "</td><td>" + pv(f.pAdjusted) + "</td></tr>";
-  }).join("");
-  dep.innerHTML = c.depth.map((d) => {
-    const [la, lb, da, db] = flip ? [d.layerB, d.layerA, d.depthB, d.depthA] : [d.layerA, d.layerB, d.depthA, d.depthB];
-    return "<tr><td>" + esc(d.family) + "</td><td>" + la + " (" + da.toFixed(3) + ")</td><td>" + lb + " (" + db.toFixed(3) + ")</td><td>" + diff(d.iss, flip) + "</td><td>" + diff(d.kts, flip) + "</td><td>" + d.iss.nFacts + "</td></tr>";
-  }).join("");
-}
-const chunks = new Map();
-async function chunk(i) {
-  if (!chunks.has(i)) {
-    const bytes = Uint8Array.from(atob(document.getElementById("chunk-" + i).textContent), (ch) => ch.charCodeAt(0));
-    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
-    chunks.set(i, new Response(stream).text().then(JSON.parse));
-  }
-  return chunks.get(i);
-}
-async function openFact(f) {
-  const c = await chunk(Math.floor(f / D.perChunk));
-  const k = f % D.perChunk;
-  let start = 0;
-  for (let j = 0; j < k; j++) start += c.sizes[j];
-  const parts = ["<h3>" + esc(D.facts[f]) + "</h3>"];
-  for (let r = start; r < start + c.sizes[k]; r++) {
-    const rows = D.models.map((name, m) => {
-      const x = c.models[m], label = x.label[r] < 0 ? "—" : D.labels[x.label[r]];
-      return "<tr class=\\"model-answer\\"><td>" + esc(name) + "</td><td class=\\"answer\\">" + esc(x.answer[r] ?? "—") + "</td><td class=\\"label\\" style=\\"color:" + (D.labelColors[label] || "#222") + "\\">" + esc(label) + "</td><td>" + esc(x.alias[r] ?? "—") + "</td><td>" + (x.rank[r] ?? "—") + "</td></tr>";
-    });
-    parts.push("<div class=\\"q\\"><pre><b>" + esc(D.families[c.family[r]]) + "</b> · " + esc(c.q[r]) + "\\n" + esc(c.prompt[r]) + "</pre><table><thead><tr><th>model</th><th>answer</th><th>label</th><th>matched alias</th><th>ISS rank (layer " + [...new Set(D.deepest)].join(", ") + ")</th></tr></thead><tbody>" + rows.join("") + "</tbody></table></div>");
-  }
-  $("#fact").innerHTML = parts.join("");
-}
-function listFacts() {
-  const needle = $("#fact-search").value.trim().toLowerCase();
-  const hits = [];
-  for (let f = 0; f < D.facts.length && hits.length < 200; f++) {
-    if (!needle || D.facts[f].toLowerCase().includes(needle) || D.anchors[f].toLowerCase().includes(needle)) hits.push(f);
-  }
-  $("#fact-list").innerHTML = hits.map((f) => "<li><button data-fact=\\"" + f + "\\">" + esc(D.facts[f]) + " — " + esc(D.anchors[f].split("\\n").find((l) => l.startsWith("Question:")) || D.anchors[f]) + "</button></li>").join("");
-}
-$("#fact-list").addEventListener("click", (e) => { const b = e.target.closest("button"); if (b) openFact(Number(b.dataset.fact)); });
-$("#fact-search").addEventListener("input", listFacts);
-$("#model-a").addEventListener("change", fillCompare);
-$("#model-b").addEventListener("change", fillCompare);
-listFacts();
-fillCompare();
 `;
 
 function accuracySection(d: PageData): string {
@@ -184,7 +88,7 @@ function scriptJson(v: unknown): string {
 
 /** The whole page, and how many of its bytes the first view reads (all but the fact chunks). */
 export function renderPage(d: PageData, drill: DrillDown): { html: string; firstViewBytes: number } {
-  const client = {
+  const client: ClientData = {
     models: d.models.map((m) => m.name),
     families: d.families,
     labels: d.labels,
@@ -207,6 +111,6 @@ ${provenanceSection(d)}
 <script type="application/json" id="hsm-data">${scriptJson(client)}</script>
 `;
   const chunks = drill.chunks.map((c, i) => `<script type="application/octet-stream" id="chunk-${i}">${c}</script>`).join("\n");
-  const tail = `\n<script>${SCRIPT}</script></body></html>\n`;
+  const tail = `\n<script>${CLIENT_SCRIPT}</script></body></html>\n`;
   return { html: head + chunks + tail, firstViewBytes: Buffer.byteLength(head) + Buffer.byteLength(tail) };
 }

@@ -22,7 +22,10 @@ function pairwiseAuroc(scores: number[], labels: number[], weight: number[]): nu
   let num = 0;
   let pos = 0;
   let neg = 0;
-  for (let i = 0; i < scores.length; i++) (labels[i] ? (pos += weight[i]!) : (neg += weight[i]!));
+  for (let i = 0; i < scores.length; i++) {
+    if (labels[i]) pos += weight[i]!;
+    else neg += weight[i]!;
+  }
   if (pos === 0 || neg === 0) return NaN;
   for (let i = 0; i < scores.length; i++) {
     if (!labels[i]) continue;

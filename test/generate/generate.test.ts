@@ -71,14 +71,25 @@ type ModelName = keyof typeof MODELS | "mixed";
 const modelDir = (name: ModelName) => join(dir, name);
 const options: Partial<Record<ModelName, TinyModelOptions>> = { ...MODELS };
 
+/** A model's weights, tokenizer and reference decoder, made once per model rather than once per row. */
+const referenceParts = new Map<ModelName, Promise<{ weights: ReturnType<typeof tinyWeights>; tok: PromptTokenizer; text: (ids: number[]) => string }>>();
+function partsOf(name: ModelName) {
+  let parts = referenceParts.get(name);
+  if (!parts) {
+    const text = referenceDecoder(readFileSync(join(modelDir(name), "tokenizer.json"), "utf8"));
+    parts = PromptTokenizer.load(modelDir(name)).then((tok) => ({ weights: tinyWeights(options[name]!), tok, text }));
+    referenceParts.set(name, parts);
+  }
+  return parts;
+}
+
 /** Greedy reference for a bank row: the fields hsm must write. */
 async function reference(name: ModelName, row: Record<string, unknown>) {
   const o = options[name]!;
   const config = tinyConfig(o);
-  const tok = await PromptTokenizer.load(modelDir(name));
+  const { weights, tok, text } = await partsOf(name);
   const eos = new Set([config.eos_token_id ?? []].flat());
-  const ids = referenceGreedy(config, tinyWeights(o), tok.encode(buildPrompt(row as never)), eos, MAX_NEW_TOKENS);
-  const text = referenceDecoder(readFileSync(join(modelDir(name), "tokenizer.json"), "utf8"));
+  const ids = referenceGreedy(config, weights, tok.encode(buildPrompt(row as never)), eos, MAX_NEW_TOKENS);
   const stopped = eos.has(ids.at(-1)!);
   return { raw_response: text(stopped ? ids.slice(0, -1) : ids), generated_tokens: ids.length, finish_reason: stopped ? "stop" : "length" };
 }

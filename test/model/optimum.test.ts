@@ -104,8 +104,9 @@ describe("the optimum writers", () => {
     const past = Object.fromEntries(Object.entries(first).filter(([k]) => k.startsWith("present.")).map(([k, v]) => [k.replace("present.", "past_key_values."), v]));
     const second = await session.run({ input_ids: ints([ids[4]!], [1, 1]), attention_mask: ints([1, 1, 1, 1, 1], [1, 5]), position_ids: ints([4], [1, 1]), ...past, [USE_CACHE_BRANCH]: new ort.Tensor("bool", Uint8Array.of(1), [1]) });
     const V = 128256;
+    const weights = tinyWeights(o);
     for (const [out, prefix, at] of [[first, ids.slice(0, 4), 3], [second, ids, 0]] as const) {
-      const want = referenceLogits(tinyConfig(o), tinyWeights(o), [...prefix]);
+      const want = referenceLogits(tinyConfig(o), weights, [...prefix]);
       const got = (out.logits!.data as Float32Array).subarray(at * V, (at + 1) * V);
       let worst = 0;
       for (let v = 0; v < V; v++) worst = Math.max(worst, Math.abs(got[v]! - want[v]!));
@@ -247,8 +248,9 @@ describe("hsm generate on optimum exports", () => {
     const outs = [1, 8].map((b) => join(dir, `${name}-gen-b${b}.jsonl`));
     for (const [k, b] of [1, 8].entries()) expect(await generate({ modelDir: modelDir(name), bank, out: outs[k]!, batchSize: b })).toMatchObject({ written: 10, failed: 0 });
     const [one, eight] = outs.map((p) => new Map(readFileSync(p, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r])));
+    const weights = tinyWeights(o);
     for (const row of bankRows().slice(0, 4)) {
-      const ids = referenceGreedy(config, tinyWeights(o), tok.encode(buildPrompt(row)), new Set([config.eos_token_id ?? []].flat()), MAX_NEW_TOKENS);
+      const ids = referenceGreedy(config, weights, tok.encode(buildPrompt(row)), new Set([config.eos_token_id ?? []].flat()), MAX_NEW_TOKENS);
       const want = { raw_response: decode(ids), generated_tokens: ids.length };
       expect(one!.get(row.query_id)).toMatchObject(want);
       expect(eight!.get(row.query_id)).toMatchObject(want);

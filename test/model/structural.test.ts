@@ -21,14 +21,28 @@ import { torchNamesStyle } from "../../src/model/styles/torch-names.js";
 
 const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 3 };
 
+/** Seeded weights depend only on these; generating them is most of a graph's cost, so each set is made once. */
+const weightsMade = new Map<string, ReturnType<typeof tinyWeights>>();
+function weightsOf(o: TinyModelOptions): ReturnType<typeof tinyWeights> {
+  const key = JSON.stringify([tinyConfig(o), o.seed, o.embedScale, o.family, o.forcedNext]);
+  let w = weightsMade.get(key);
+  if (!w) weightsMade.set(key, (w = tinyWeights(o)));
+  return w;
+}
+
+/** A fresh graph each call (tests rename and cut them), from bytes built once per options. */
+const bytesMade = new Map<string, Uint8Array>();
 function graphOf(o: TinyModelOptions): GraphProto {
-  return decodeModel(buildLlamaOnnx(tinyConfig(o), tinyWeights(o), o.withPast ?? false)).graph!;
+  const key = JSON.stringify(o);
+  let bytes = bytesMade.get(key);
+  if (!bytes) bytesMade.set(key, (bytes = buildLlamaOnnx(tinyConfig(o), weightsOf(o), o.withPast ?? false)));
+  return decodeModel(bytes).graph!;
 }
 
 /** The genai build of the tiny model, as onnxruntime-genai's builder lays it out. */
 function genaiGraph(layers: number, precision: "fp32" | "fp16" | "int4" = "fp32"): GraphProto {
   const o = { ...BASE, layers };
-  const model = buildGenaiModel(tinyConfig(o), tinyWeights(o), linearWriter(precision === "int4" ? "int4" : "float32"));
+  const model = buildGenaiModel(tinyConfig(o), weightsOf(o), linearWriter(precision === "int4" ? "int4" : "float32"));
   if (precision === "fp16") convertToFloat16(model);
   return decodeModel(encodeModel(model)).graph!;
 }

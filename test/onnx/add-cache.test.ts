@@ -107,8 +107,9 @@ describe("hsm generate with an added KV cache", () => {
     const tok = await PromptTokenizer.load(modelDir(name));
     const text = referenceDecoder(readFileSync(join(modelDir(name), "tokenizer.json"), "utf8"));
     const eos = new Set([tinyConfig(o).eos_token_id ?? []].flat());
+    const weights = tinyWeights(o);
     for (const r of rows) {
-      const ids = referenceGreedy(tinyConfig(o), tinyWeights(o), tok.encode(buildPrompt(r)), eos, MAX_NEW_TOKENS);
+      const ids = referenceGreedy(tinyConfig(o), weights, tok.encode(buildPrompt(r)), eos, MAX_NEW_TOKENS);
       const stopped = eos.has(ids.at(-1)!);
       const row = got.get(r.query_id)!;
       expect({ raw_response: row.raw_response, generated_tokens: row.generated_tokens, finish_reason: row.finish_reason }).toEqual({

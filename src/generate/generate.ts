@@ -17,7 +17,7 @@
  * when run alone is written with an `error` field instead of an answer (and
  * tried again by the next run); a model that fails on every query stops the run.
  */
-import { mkdir, open, readFile, rename, truncate, unlink } from "node:fs/promises";
+import { mkdir, open, readFile, rename, truncate, unlink, type FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { basename, dirname, join } from "node:path";
 
@@ -385,12 +385,94 @@ interface Generation {
   detokenize: (ids: number[]) => string;
 }
 
+/** What one decoded batch brings per row: its tokens, its error, or nothing for a row written already. */
+type BatchResults = (number[] | Error | undefined)[];
+
+/**
+ * Appends decoded batches to the open generations file `fh`, answers first,
+ * holding failures back until some query succeeds (a model that cannot run at
+ * all writes no error rows, and stops after FAILURES_BEFORE_STOP).
+ */
+function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: FileHandle) {
+  const { rows, prompts, eos, modelName } = g;
+  let written = 0;
+  let failed = 0;
+  const texts = new Map<number, string>();
+  let pending: { i: number; err: unknown }[] = [];
+  const answered = () => done.size + written;
+  const row = (i: number, fields: Record<string, unknown>) => {
+    const r: BankRow = rows[i]!;
+    return JSON.stringify({ query_id: r.query_id, fact_id: r.fact_id, condition_family: r.condition_family, model: modelName, prompt: prompts[i], ...fields });
+  };
+  const failure = (i: number, err: unknown) => row(i, { error: (err as Error).message?.split("\n")[0] ?? String(err) });
+  const write = async (batch: number[], results: BatchResults) => {
+    const answers: string[] = [];
+    const failures: { i: number; err: unknown }[] = [];
+    batch.forEach((i, b) => {
+      const res = results[b];
+      if (res === undefined) return;
+      if (res instanceof Error) failures.push({ i, err: res });
+      else {
+        try {
+          const fields = answerFields(res, eos, g.detokenize);
+          answers.push(row(i, { ...fields }));
+          texts.set(i, fields.raw_response);
+        } catch (err) {
+          failures.push({ i, err });
+        }
+      }
+    });
+    let errors: string[] = [];
+    if (answers.length > 0 || answered() > 0) {
+      errors = [...pending, ...failures].map((f) => failure(f.i, f.err));
+      pending = [];
+    } else {
+      pending.push(...failures);
+      if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
+        throw new GenerationError(pending.map((f) => rows[f.i]!.query_id), pending[0]!.err);
+      }
+    }
+    if (answers.length + errors.length === 0) return;
+    await fh.write([...answers, ...errors].map((l) => `${l}\n`).join(""));
+    await fh.sync();
+    written += answers.length;
+    failed += errors.length;
+    o.onProgress?.(answered() + failed, rows.length);
+  };
+  return { write, texts, counts: () => ({ written, failed }) };
+}
+
+/**
+ * Decodes the batches with a row not in `done`, in plan order, and hands each
+ * to `write`: up to `parallel` batches are decoding while the oldest is written.
+ */
+async function decodeInOrder(
+  g: Generation,
+  done: Set<string>,
+  decode: (batch: number[][]) => Promise<number[][]>,
+  write: (batch: number[], results: BatchResults) => Promise<void>,
+): Promise<void> {
+  const { rows, tokens, decoders } = g;
+  // None of these promises rejects.
+  const inFlight: { batch: number[]; results: Promise<BatchResults> }[] = [];
+  for (const batch of g.batches) {
+    const wanted = batch.map((i) => !done.has(rows[i]!.query_id));
+    if (!wanted.includes(true)) continue;
+    // The whole batch runs even when some of its rows are written already: the rest then comes out as it would have.
+    inFlight.push({ batch, results: decodeOrIsolate(decode, batch.map((i) => tokens[i]!), wanted) });
+    if (inFlight.length < decoders.parallel) continue;
+    const oldest = inFlight.shift()!;
+    await write(oldest.batch, await oldest.results);
+  }
+  for (const { batch, results } of inFlight.splice(0)) await write(batch, await results);
+}
+
 /**
  * Decodes every batch not written yet and appends it, in the order of the
  * plan, however many batches are decoded at once.
  */
 async function generateRows(o: GenerateOptions, g: Generation): Promise<GenerateResult> {
-  const { rows, prompts, tokens, eos, modelName, decoders, log } = g;
+  const { rows, tokens, eos, decoders, log } = g;
   const decode = (batch: number[][]) => decoders.decode(batch, g.useCache);
   await mkdir(dirname(o.out), { recursive: true });
   // One writer per generations file.
@@ -399,68 +481,15 @@ async function generateRows(o: GenerateOptions, g: Generation): Promise<Generate
     const { done, keep } = await resumeFile(o.out);
     if (keep) await rewriteLines(o.out, keep);
     const fh = await open(o.out, "a");
-    let written = 0;
-    let failed = 0;
-    const texts = new Map<number, string>();
-    // Failures are held back until some query succeeds: a model that cannot run at all writes no error rows.
-    let pending: { i: number; err: unknown }[] = [];
-    const answered = () => done.size + written;
-    const row = (i: number, fields: Record<string, unknown>) => {
-      const r: BankRow = rows[i]!;
-      return JSON.stringify({ query_id: r.query_id, fact_id: r.fact_id, condition_family: r.condition_family, model: modelName, prompt: prompts[i], ...fields });
-    };
-    const failure = (i: number, err: unknown) => row(i, { error: (err as Error).message?.split("\n")[0] ?? String(err) });
+    const writer = batchWriter(o, g, done, fh);
     o.onProgress?.(done.size, rows.length);
-    const write = async (batch: number[], results: (number[] | Error | undefined)[]) => {
-      const answers: string[] = [];
-      const failures: { i: number; err: unknown }[] = [];
-      batch.forEach((i, b) => {
-        const res = results[b];
-        if (res === undefined) return;
-        if (res instanceof Error) failures.push({ i, err: res });
-        else {
-          try {
-            const fields = answerFields(res, eos, g.detokenize);
-            answers.push(row(i, { ...fields }));
-            texts.set(i, fields.raw_response);
-          } catch (err) {
-            failures.push({ i, err });
-          }
-        }
-      });
-      let errors: string[] = [];
-      if (answers.length > 0 || answered() > 0) {
-        errors = [...pending, ...failures].map((f) => failure(f.i, f.err));
-        pending = [];
-      } else {
-        pending.push(...failures);
-        if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
-          throw new GenerationError(pending.map((f) => rows[f.i]!.query_id), pending[0]!.err);
-        }
-      }
-      if (answers.length + errors.length === 0) return;
-      await fh.write([...answers, ...errors].map((l) => `${l}\n`).join(""));
-      await fh.sync();
-      written += answers.length;
-      failed += errors.length;
-      o.onProgress?.(answered() + failed, rows.length);
-    };
-    // Up to `parallel` batches are decoding while the oldest is written; none of these promises rejects.
-    const inFlight: { batch: number[]; results: Promise<(number[] | Error | undefined)[]> }[] = [];
     try {
-      for (const batch of g.batches) {
-        const wanted = batch.map((i) => !done.has(rows[i]!.query_id));
-        if (!wanted.includes(true)) continue;
-        // The whole batch runs even when some of its rows are written already: the rest then comes out as it would have.
-        inFlight.push({ batch, results: decodeOrIsolate(decode, batch.map((i) => tokens[i]!), wanted) });
-        if (inFlight.length < decoders.parallel) continue;
-        const oldest = inFlight.shift()!;
-        await write(oldest.batch, await oldest.results);
-      }
-      for (const { batch, results } of inFlight.splice(0)) await write(batch, await results);
+      await decodeInOrder(g, done, decode, writer.write);
     } finally {
       await fh.close();
     }
+    const { written, failed } = writer.counts();
+    const texts = writer.texts;
     const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, g.detokenize).raw_response;
     const check = await checkGenerations({ generateAlone: alone, tokens, queryIds: rows.map((r) => r.query_id), written: texts, batchSize: g.batchSize, window: SORT_WINDOW, count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS, out: o.out });
     const warning = check && generationCheckWarning(check, o.out);

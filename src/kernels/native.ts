@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { UsageError } from "../errors.js";
 import { f16BitsToNumber } from "./typescript/float16.js";
 import { syncProducts } from "./typescript/products.js";
-import type { FileHash, KernelOptions, Kernels, Sha256Files, Sha256Stream } from "./types.js";
+import type { FileHash, FileHashJob, KernelOptions, Kernels, Sha256Files, Sha256Stream } from "./types.js";
 
 /** What `hsm_native.node` exports; nothing else touches the addon. */
 interface NativeBinding {
@@ -158,6 +158,50 @@ function f32BitsToNumber(bits: number): number {
 /** Rows the rank kernel gathers at a time: the kernel reads contiguous rows; slices bound the copy. */
 const RANK_SLICE = 8192;
 
+/** The loaded addon. */
+type Binding = NonNullable<typeof binding>;
+
+/** A streaming SHA-256 (with float statistics past `statsFrom` for a `width` of 2 or 4) whose state lives in the addon. */
+function nativeSha256Stream(b: Binding, width: 0 | 2 | 4): Sha256Stream {
+  const state = new Uint8Array(b.sha256StateBytes);
+  b.sha256Init(state);
+  const stream: Sha256Stream = {
+    update: (chunk, statsFrom = 0) => b.sha256Update(state, chunk, statsFrom, width),
+    updateWith(chunk, statsFrom, other, otherChunk, otherFrom) {
+      const theirs = shaStates.get(other);
+      if (theirs && theirs.width === width && theirs.state !== state) b.sha256Update2(state, chunk, statsFrom, theirs.state, otherChunk, otherFrom, width);
+      else {
+        stream.update(chunk, statsFrom);
+        other.update(otherChunk, otherFrom);
+      }
+    },
+    digest() {
+      const digest = new Uint8Array(32);
+      const [nonfinite, maxBits] = b.sha256Final(state, digest);
+      const sha256 = Buffer.from(digest.buffer).toString("hex");
+      return width === 0 ? { sha256 } : { sha256, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
+    },
+  };
+  shaStates.set(stream, { state, width });
+  return stream;
+}
+
+/** Hashes whole files on the addon's threads; undefined for a file that could not be read. */
+async function nativeSha256Files(b: Binding, jobs: readonly FileHashJob[], threads: number): Promise<(FileHash | undefined)[]> {
+  const got = await b.sha256Files(
+    jobs.map((j) => j.path),
+    Float64Array.from(jobs, (j) => j.statsFrom),
+    Uint8Array.from(jobs, (j) => j.width),
+    threads,
+  );
+  return got.map((r, i): FileHash | undefined => {
+    if (typeof r === "number") return undefined;
+    const [sha256, bytes, nonfinite, maxBits] = r;
+    const width = jobs[i]!.width;
+    return width === 0 ? { sha256, bytes } : { sha256, bytes, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
+  });
+}
+
 /** The native kernels with `o`'s options bound, or undefined where the addon did not build or load. */
 export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
   if (!binding) return undefined;
@@ -173,43 +217,8 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
       const [nonfinite, maxBits] = binding.f16Stats(src);
       return { nonfinite, maxAbs: f16BitsToNumber(maxBits) };
     },
-    sha256Stats(width) {
-      const state = new Uint8Array(b.sha256StateBytes);
-      b.sha256Init(state);
-      const stream: Sha256Stream = {
-        update: (chunk, statsFrom = 0) => b.sha256Update(state, chunk, statsFrom, width),
-        updateWith(chunk, statsFrom, other, otherChunk, otherFrom) {
-          const theirs = shaStates.get(other);
-          if (theirs && theirs.width === width && theirs.state !== state) b.sha256Update2(state, chunk, statsFrom, theirs.state, otherChunk, otherFrom, width);
-          else {
-            stream.update(chunk, statsFrom);
-            other.update(otherChunk, otherFrom);
-          }
-        },
-        digest() {
-          const digest = new Uint8Array(32);
-          const [nonfinite, maxBits] = b.sha256Final(state, digest);
-          const sha256 = Buffer.from(digest.buffer).toString("hex");
-          return width === 0 ? { sha256 } : { sha256, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
-        },
-      };
-      shaStates.set(stream, { state, width });
-      return stream;
-    },
-    async sha256Files(jobs, threads) {
-      const got = await b.sha256Files(
-        jobs.map((j) => j.path),
-        Float64Array.from(jobs, (j) => j.statsFrom),
-        Uint8Array.from(jobs, (j) => j.width),
-        threads,
-      );
-      return got.map((r, i): FileHash | undefined => {
-        if (typeof r === "number") return undefined;
-        const [sha256, bytes, nonfinite, maxBits] = r;
-        const width = jobs[i]!.width;
-        return width === 0 ? { sha256, bytes } : { sha256, bytes, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
-      });
-    },
+    sha256Stats: (width) => nativeSha256Stream(b, width),
+    sha256Files: (jobs, threads) => nativeSha256Files(b, jobs, threads),
     rank(x, rows, a, nAnchors, d, own, ownScore, above) {
       for (let from = 0; from < rows.length; from += RANK_SLICE) {
         const to = Math.min(rows.length, from + RANK_SLICE);

@@ -4,7 +4,7 @@
  * to float16 inside the graph — one `[B, n_layers, d]` output — and every node
  * that output does not depend on (the LM head, the KV-cache outputs) is removed.
  */
-import { DataType, encodeModel, GraphBuilder, graphIndex, num, pointToExternalData, pruneGraph, valueInfo, type GraphProto, type ModelProto, type NodeProto } from "./graph.js";
+import { DataType, encodeModel, GraphBuilder, graphIndex, num, pointToExternalData, pruneGraph, valueInfo, type GraphProto, type ModelProto, type NodeProto, type TensorProto } from "./graph.js";
 
 export const HIDDEN_OUTPUT = "hsm_hidden_states";
 
@@ -84,24 +84,28 @@ const QUANTIZED_MATMULS = new Set(["MatMulNBits", "MatMulBnb4"]);
 /** Operators that act on every position alone, given constant operands of rank ≤ 1 (see gatherBeforeTail). */
 const ELEMENTWISE = new Set(["Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sigmoid", "Tanh", "Erf", "Relu", "Softplus", "Cast", "Identity"]);
 
-/**
- * Moves the last-position Gather of the last stored tensor up through the
- * position-wise tail that ends in it — in a decoder, the last block's
- * attention output projection, residual add, MLP, and the final norm — so
- * that tail runs on one position per row instead of every position (about a
- * twelfth of a 12-block model's work). Those nodes treat each position alone,
- * so the states are the same computation; only the MatMuls' row counts
- * change. The tail is grown backwards from the tensor: a node joins when it
- * is position-wise (a MatMul by a constant matrix, float or 4-bit, an elementwise operator
- * with constants of rank ≤ 1, a mean or norm over the last axis) and all its
- * outputs are read only inside the tail. The activations entering the tail
- * are gathered at the last position. Left padding only; where nothing
- * qualifies the graph is left as it was.
- */
-function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): void {
-  const nodes = graph.node ?? [];
-  const { producer, consumers } = graphIndex(graph);
-  const outputs = new Set((graph.output ?? []).map((o) => o.name!));
+/** Which node makes each tensor and which read it (see graphIndex). */
+type GraphIndex = ReturnType<typeof graphIndex>;
+
+/** Which tensors of a graph are constant, and which nodes treat each position alone. */
+interface TailTests {
+  /** Constant tensors: initializers, Constant nodes, and what elementwise operators compute from them alone. */
+  constant: (t: string) => boolean;
+  /** Whether a node is position-wise (see {@link gatherBeforeTail}). */
+  positionWise: (n: NodeProto) => boolean;
+}
+
+/** The values of a constant int64 initializer (a ReduceMean's axes input), undefined when not one. */
+function int64Values(initializers: Map<string, TensorProto>, t: string): number[] | undefined {
+  const init = initializers.get(t);
+  if (!init || init.dataType !== DataType.INT64) return undefined;
+  if (init.int64Data?.length) return init.int64Data.map(num);
+  const raw = init.rawData;
+  return raw && raw.length % 8 === 0 ? Array.from(new BigInt64Array(raw.slice().buffer), Number) : undefined;
+}
+
+/** The constant and position-wise tests over `graph`, the constants' ranks remembered as they are found. */
+function tailTests(graph: GraphProto, producer: Map<string, NodeProto>): TailTests {
   const initializers = new Map((graph.initializer ?? []).map((t) => [t.name!, t]));
   // Constant tensors (initializers, Constant nodes, and what elementwise operators compute from them alone) and their ranks.
   const ranks = new Map<string, number>();
@@ -118,14 +122,6 @@ function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): voi
     return ranks.get(t)! >= 0;
   };
   const rank = (t: string) => (constant(t) ? ranks.get(t)! : Infinity);
-  /** The values of a constant int64 initializer (a ReduceMean's axes input), undefined when not one. */
-  const ints = (t: string): number[] | undefined => {
-    const init = initializers.get(t);
-    if (!init || init.dataType !== DataType.INT64) return undefined;
-    if (init.int64Data?.length) return init.int64Data.map(num);
-    const raw = init.rawData;
-    return raw && raw.length % 8 === 0 ? Array.from(new BigInt64Array(raw.slice().buffer), Number) : undefined;
-  };
   const positionWise = (n: NodeProto): boolean => {
     const ins = (n.input ?? []).filter(Boolean);
     const attr = (name: string) => n.attribute?.find((a) => a.name === name);
@@ -136,7 +132,7 @@ function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): voi
     if (ELEMENTWISE.has(n.opType!)) return ins.every((t) => !constant(t) || rank(t) <= 1) && ins.some((t) => !constant(t));
     if (n.opType === "ReduceMean") {
       // Opset 18 moved the axes from an attribute to an input.
-      const axes = ins.length === 2 ? ints(ins[1]!) : attr("axes")?.ints?.map(num);
+      const axes = ins.length === 2 ? int64Values(initializers, ins[1]!) : attr("axes")?.ints?.map(num);
       return !constant(ins[0]!) && axes?.length === 1 && (axes[0] === -1 || axes[0] === 2) && num(attr("keepdims")?.i ?? 1) === 1;
     }
     if (n.opType === "SimplifiedLayerNormalization" || n.opType === "LayerNormalization") {
@@ -144,10 +140,26 @@ function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): voi
     }
     return false;
   };
+  return { constant, positionWise };
+}
+
+/**
+ * The position-wise tail ending in `last`'s producer, grown backwards while a
+ * producer's outputs are read only inside it; undefined when `last` cannot start one.
+ */
+function positionWiseTail(
+  graph: GraphProto,
+  last: string,
+  index: GraphIndex,
+  tests: TailTests,
+): Set<NodeProto> | undefined {
+  const { producer, consumers } = index;
+  const outputs = new Set((graph.output ?? []).map((o) => o.name!));
+  const { positionWise } = tests;
   const tail = new Set<NodeProto>();
   const start = producer.get(last);
   const onlyProbes = (o: string) => !outputs.has(o) && (consumers.get(o) ?? []).every((c) => o === last && c.name!.startsWith("/hsm/"));
-  if (!start || !positionWise(start) || !(start.output ?? []).every(onlyProbes)) return;
+  if (!start || !positionWise(start) || !(start.output ?? []).every(onlyProbes)) return undefined;
   tail.add(start);
   for (let grown = true; grown; ) {
     grown = false;
@@ -163,12 +175,27 @@ function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): voi
       }
     }
   }
-  // Only worth it where a MatMul joined; the activations entering the tail are gathered where they are made.
-  if (![...tail].some((n) => n.opType === "MatMul" || QUANTIZED_MATMULS.has(n.opType!))) return;
+  return tail;
+}
+
+/**
+ * Gathers each activation entering `tail` at the last position, right after
+ * the node making it, rewires the tail to read the gathered tensors, and drops
+ * the tail's declared shapes.
+ */
+function gatherEntering(
+  graph: GraphProto,
+  tail: Set<NodeProto>,
+  index: GraphIndex,
+  tests: TailTests,
+  g: GraphBuilder,
+): void {
+  const nodes = graph.node ?? [];
+  const { producer } = index;
   const entering = new Map<string, string>();
   for (const n of tail) {
     for (const t of n.input ?? []) {
-      if (!t || constant(t) || tail.has(producer.get(t)!) || entering.has(t)) continue;
+      if (!t || tests.constant(t) || tail.has(producer.get(t)!) || entering.has(t)) continue;
       entering.set(t, "");
     }
   }
@@ -191,6 +218,30 @@ function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): voi
   // Declared shapes of the tail's tensors (their length is now 1) are dropped.
   const inside = new Set([...tail].flatMap((n) => n.output ?? []));
   graph.valueInfo = (graph.valueInfo ?? []).filter((v) => !inside.has(v.name!));
+}
+
+/**
+ * Moves the last-position Gather of the last stored tensor up through the
+ * position-wise tail that ends in it — in a decoder, the last block's
+ * attention output projection, residual add, MLP, and the final norm — so
+ * that tail runs on one position per row instead of every position (about a
+ * twelfth of a 12-block model's work). Those nodes treat each position alone,
+ * so the states are the same computation; only the MatMuls' row counts
+ * change. The tail is grown backwards from the tensor: a node joins when it
+ * is position-wise (a MatMul by a constant matrix, float or 4-bit, an elementwise operator
+ * with constants of rank ≤ 1, a mean or norm over the last axis) and all its
+ * outputs are read only inside the tail. The activations entering the tail
+ * are gathered at the last position. Left padding only; where nothing
+ * qualifies the graph is left as it was.
+ */
+function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): void {
+  const index = graphIndex(graph);
+  const tests = tailTests(graph, index.producer);
+  const tail = positionWiseTail(graph, last, index, tests);
+  if (!tail) return;
+  // Only worth it where a MatMul joined; the activations entering the tail are gathered where they are made.
+  if (![...tail].some((n) => n.opType === "MatMul" || QUANTIZED_MATMULS.has(n.opType!))) return;
+  gatherEntering(graph, tail, index, tests, g);
 }
 
 /** The rank of a Constant node's value (a tensor, or a scalar/list form). */

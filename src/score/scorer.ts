@@ -27,6 +27,12 @@ import type { Label } from "./labels.js";
 
 export type { Label };
 
+/**
+ * A span of more words than this is long: an answer is a name or a short
+ * phrase, so a longer span is likely an explanation, and a match or a miss in it needs review.
+ */
+const LONG_SPAN_WORDS = 12;
+
 export const SCORER_RULES = [
   "empty_span",
   "abstain_phrase",
@@ -136,7 +142,7 @@ export function scoreResponse(raw: string, answers: readonly string[], options: 
   const norm = normalizeAnswer(span);
   const aliases = answers.map((a) => ({ alias: a, norm: normalizeAnswer(a) })).filter((a) => a.norm !== "");
   const words = norm ? norm.split(" ") : [];
-  const long = words.length > 12;
+  const long = words.length > LONG_SPAN_WORDS;
   const result = (label: Label, scorer: ScorerRule, matched: string | null, review = false): ScoreResult => ({
     span,
     flags,

@@ -6,7 +6,7 @@
  */
 import { StoreError, UsageError } from "../errors.js";
 import type { Manifest, SelfCheck } from "./manifest.js";
-import { StoreReader } from "./reader.js";
+import { STREAM_BLOCK_ROWS, StoreReader } from "./reader.js";
 import { verifyStore } from "./verify.js";
 import { StoreWriter } from "./writer.js";
 
@@ -81,7 +81,7 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
       let done = 0;
       for (const r of readers) {
         for (const layer of m0.layers) {
-          for await (const block of r.blocks(layer, 4096)) await writer.writeRows(layer, r.manifest.shard!.row_start + block.start, block.data);
+          for await (const block of r.blocks(layer, STREAM_BLOCK_ROWS)) await writer.writeRows(layer, r.manifest.shard!.row_start + block.start, block.data);
         }
         done += r.rows;
         await writer.commit(done);

@@ -24,6 +24,12 @@ export interface OpenOptions {
   bank?: string | readonly BankRow[];
 }
 
+/**
+ * Rows per block when a layer is streamed: few enough reads that the calls cost
+ * nothing beside the bytes, at most 64 MiB in memory (d = 8192 in float16).
+ */
+export const STREAM_BLOCK_ROWS = 4096;
+
 /** What a foreign store's manifest did not give, filled from its files and the bank. */
 interface Layout {
   offsets: Map<number, number>;
@@ -138,7 +144,7 @@ export class StoreReader {
   }
 
   /** Streams a layer in blocks of at most `blockRows` rows. */
-  async *blocks(layer: number, blockRows = 4096): AsyncGenerator<{ start: number; count: number; data: Uint16Array }> {
+  async *blocks(layer: number, blockRows = STREAM_BLOCK_ROWS): AsyncGenerator<{ start: number; count: number; data: Uint16Array }> {
     for (let start = 0; start < this.readableRows; start += blockRows) {
       const count = Math.min(blockRows, this.readableRows - start);
       yield { start, count, data: await this.readRows(layer, start, count) };

@@ -160,7 +160,7 @@ export class StoreWriter {
           throw fileError(err, path);
         }
         if (st.size !== entry.bytes) throw new StoreError(path, `is ${st.size} bytes, the manifest says ${entry.bytes}; cannot resume`);
-        if (st.blocks * 512 < st.size) holes.set(layer, st.size - st.blocks * 512);
+        if (st.blocks * STAT_BLOCK_BYTES < st.size) holes.set(layer, st.size - st.blocks * STAT_BLOCK_BYTES);
       }
       await ensureSpace(dir, [...holes.values()].reduce((a, b) => a + b, 0) + manifestRoom(manifest));
       for (const layer of manifest.layers) {
@@ -296,9 +296,15 @@ async function writeAll(fh: FileHandle, bytes: Uint8Array, position: number): Pr
   }
 }
 
+/** stat's `blocks` counts 512-byte units whatever the file system's block size (POSIX `st_blocks`). */
+const STAT_BLOCK_BYTES = 512;
+
+/** Slack beyond two copies of index.json, for the new copy outgrowing the old (as checksums are added). */
+const MANIFEST_SLACK_BYTES = 64 << 10;
+
 /** Room for index.json while it is replaced: the old file and the new one side by side, with slack for growth. */
 function manifestRoom(manifest: Manifest): number {
-  return 2 * Buffer.byteLength(JSON.stringify(manifest, null, 2)) + (64 << 10);
+  return 2 * Buffer.byteLength(JSON.stringify(manifest, null, 2)) + MANIFEST_SLACK_BYTES;
 }
 
 /** Refuses, before anything is written, a store that needs more than the free space of `dir`'s file system. */

@@ -13,7 +13,7 @@ import { dirname, join } from "node:path";
 import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
 import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
-import { DataType, decodeModel, encodeModel, floatTensor, GraphBuilder, pointToExternalData, valueInfo, type GraphProto, type ModelProto, type NodeProto } from "../onnx/graph.js";
+import { DataType, decodeModel, encodeModel, floatTensor, GraphBuilder, pointToExternalData, valueInfo, type GraphProto, type ModelProto, type NodeProto, type ValueInfoProto } from "../onnx/graph.js";
 
 /** The fields of a HuggingFace `config.json` that this architecture reads. */
 export interface LlamaConfig {
@@ -247,39 +247,70 @@ function concatRows(...parts: Float32Array[]): Float32Array {
   return all;
 }
 
-/** The ONNX graph of the model, torch-export style. */
-export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false, variant: GraphVariant = {}): Uint8Array {
+/** The most negative float32: a score biased by it vanishes in the softmax, as in torch's attention mask. */
+const FLOAT32_LOWEST = -3.4028234663852886e38;
+
+/** What every step of {@link buildLlamaOnnx} shares: the builder, the config and the constants written first. */
+interface GraphParts {
+  g: GraphBuilder;
+  c: LlamaConfig;
+  linear: LinearWriter;
+  /** gemma: norms scale by (1 + w). */
+  gemma: boolean;
+  /** phi3: one projection for q, k and v, one for gate and up. */
+  packed: boolean;
+  /** neox: parallel blocks, attention and MLP both reading the block's input. */
+  parallel: boolean;
+  scalar: (name: string, v: number) => string;
+  i64: (name: string, v: number[], dims?: number[]) => string;
+  two: string;
+  eps: string;
+  one: string;
+  scale: string;
+  zero: string;
+  minf: string;
+  axisLast: string;
+}
+
+/** Starts the graph with the scalar constants the layers read. */
+function graphParts(c: LlamaConfig, w: LlamaWeights, variant: GraphVariant): GraphParts {
   const linear = variant.linear ?? float32Linear;
   const g = new GraphBuilder();
-  const d = c.hidden_size;
-  const H = c.num_attention_heads;
-  const KV = c.num_key_value_heads;
-  const hd = c.head_dim;
   const scalar = (name: string, v: number) => g.floats(name, Float32Array.of(v), []);
   const two = scalar("/model/constants/two", 2);
   const eps = scalar("/model/constants/eps", c.rms_norm_eps);
   const one = scalar("/model/constants/one", 1);
-  const scale = scalar("/model/constants/attn_scale", 1 / Math.sqrt(hd));
+  const scale = scalar("/model/constants/attn_scale", 1 / Math.sqrt(c.head_dim));
   const zero = scalar("/model/constants/zero", 0);
-  const minf = scalar("/model/constants/min", -3.4028234663852886e38);
+  const minf = scalar("/model/constants/min", FLOAT32_LOWEST);
   const i64 = (name: string, v: number[], dims?: number[]) => g.ints(name, v, dims);
   const axisLast = i64("/model/constants/axis_last", [-1]);
-
   const gemma = w.family === "gemma";
-  // phi3: one projection for q, k and v, one for gate and up.
   const packed = w.family === "phi3";
-  const rmsNorm = (scope: string, x: string, weight: Float32Array, wname: string) => {
-    const p = g.op1(scope, "Pow", [x, two]);
-    const m = g.op1(scope, "ReduceMean", [p], { axes: [-1], keepdims: 1 });
-    const a = g.op1(scope, "Add", [m, eps]);
-    const s = g.op1(scope, "Sqrt", [a]);
-    const r = g.op1(scope, "Div", [one, s]);
-    const y = g.op1(scope, "Mul", [x, r]);
-    const scaleBy = gemma ? g.op1(scope, "Add", [g.floats(wname, weight, [d]), one]) : g.floats(wname, weight, [d]);
-    return g.op1(scope, "Mul", [scaleBy, y]);
-  };
+  const parallel = w.family === "neox";
+  return { g, c, linear, gemma, packed, parallel, scalar, i64, two, eps, one, scale, zero, minf, axisLast };
+}
 
-  // Shapes and the attention bias, shared by every layer.
+/** RMSNorm of `x` under `scope` as torch exports it; returns its output. */
+function rmsNorm(p: GraphParts, scope: string, x: string, weight: Float32Array, wname: string): string {
+  const { g, two, eps, one } = p;
+  const d = p.c.hidden_size;
+  const pw = g.op1(scope, "Pow", [x, two]);
+  const m = g.op1(scope, "ReduceMean", [pw], { axes: [-1], keepdims: 1 });
+  const a = g.op1(scope, "Add", [m, eps]);
+  const s = g.op1(scope, "Sqrt", [a]);
+  const r = g.op1(scope, "Div", [one, s]);
+  const y = g.op1(scope, "Mul", [x, r]);
+  const scaleBy = p.gemma ? g.op1(scope, "Add", [g.floats(wname, weight, [d]), one]) : g.floats(wname, weight, [d]);
+  return g.op1(scope, "Mul", [scaleBy, y]);
+}
+
+/**
+ * The attention bias every layer adds to its scores (0 where the causal and
+ * padding masks allow, the float32 minimum elsewhere), with the total length and the query positions.
+ */
+function attentionBias(p: GraphParts): { total: string; qpos: string; bias: string } {
+  const { g, i64 } = p;
   const shapeIds = g.op1("/model", "Shape", ["input_ids"]);
   const seqLen = g.op1("/model", "Gather", [shapeIds, i64("/model/constants/one_i", [1], [])], { axis: 0 });
   const shapeMask = g.op1("/model", "Shape", ["attention_mask"]);
@@ -294,65 +325,88 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
   const padOk = g.op1("/model", "Cast", ["attention_mask"], { to: DataType.BOOL });
   const padOk4 = g.op1("/model", "Unsqueeze", [padOk, i64("/model/constants/axes_12", [1, 2])]); // [B,1,1,S]
   const allowed = g.op1("/model", "And", [causal, padOk4]); // [B,1,T,S]
-  const bias = g.op1("/model", "Where", [allowed, zero, minf]);
+  const bias = g.op1("/model", "Where", [allowed, p.zero, p.minf]);
+  return { total, qpos, bias };
+}
 
-  // Rotary tables, indexed by position_ids.
+/** Rotary cos and sin tables, [max positions, head_dim]; LongRoPE's `factors` divide the frequencies. */
+function rotaryTables(c: LlamaConfig, factors?: number[]): { cosT: Float32Array; sinT: Float32Array } {
+  const hd = c.head_dim;
   const half = hd / 2;
-  const tables = (factors?: number[]) => {
-    // LongRoPE's scale of both tables once the model's context exceeds the one it was trained for.
-    const original = c.original_max_position_embeddings ?? c.max_position_embeddings;
-    const ratio = c.max_position_embeddings / original;
-    const mscale = factors && ratio > 1 ? Math.sqrt(1 + Math.log(ratio) / Math.log(original)) : 1;
-    const cosT = new Float32Array(c.max_position_embeddings * hd);
-    const sinT = new Float32Array(c.max_position_embeddings * hd);
-    for (let p = 0; p < c.max_position_embeddings; p++) {
-      for (let i = 0; i < half; i++) {
-        const invFreq = Math.fround(1 / ((factors?.[i] ?? 1) * Math.pow(c.rope_theta, (2 * i) / hd)));
-        const angle = Math.fround(p * invFreq);
-        cosT[p * hd + i] = cosT[p * hd + i + half] = Math.cos(angle) * mscale;
-        sinT[p * hd + i] = sinT[p * hd + i + half] = Math.sin(angle) * mscale;
-      }
+  // LongRoPE's scale of both tables once the model's context exceeds the one it was trained for.
+  const original = c.original_max_position_embeddings ?? c.max_position_embeddings;
+  const ratio = c.max_position_embeddings / original;
+  const mscale = factors && ratio > 1 ? Math.sqrt(1 + Math.log(ratio) / Math.log(original)) : 1;
+  const cosT = new Float32Array(c.max_position_embeddings * hd);
+  const sinT = new Float32Array(c.max_position_embeddings * hd);
+  for (let p = 0; p < c.max_position_embeddings; p++) {
+    for (let i = 0; i < half; i++) {
+      const invFreq = Math.fround(1 / ((factors?.[i] ?? 1) * Math.pow(c.rope_theta, (2 * i) / hd)));
+      const angle = Math.fround(p * invFreq);
+      cosT[p * hd + i] = cosT[p * hd + i + half] = Math.cos(angle) * mscale;
+      sinT[p * hd + i] = sinT[p * hd + i + half] = Math.sin(angle) * mscale;
     }
-    return { cosT, sinT };
-  };
-  const tableDims = [c.max_position_embeddings, hd];
-  let cosTable: string;
-  let sinTable: string;
-  if (c.rope_scaling?.type === "longrope") {
-    // LongRoPE: an If on the sequence length picks the long-factor tables past the original context, both branches constants.
-    const original = c.original_max_position_embeddings ?? c.max_position_embeddings;
-    const longer = g.op1("/model/rotary_emb", "Greater", [total, i64("/model/constants/original_max_positions", [original], [])]);
-    const branch = (name: string, factors: number[]): GraphProto => {
-      const { cosT, sinT } = tables(factors);
-      const constant = (what: string, t: Float32Array): NodeProto => ({
-        name: `/model/rotary_emb/${name}/${what}`,
-        opType: "Constant",
-        input: [],
-        output: [`/model/rotary_emb/${name}/${what}_output_0`],
-        attribute: [{ name: "value", type: 4, t: floatTensor("", t, tableDims) }],
-      });
-      const node = [constant("cos", cosT), constant("sin", sinT)];
-      return { name, node, output: node.map((n) => valueInfo(n.output![0]!, DataType.FLOAT, tableDims)) };
-    };
-    [cosTable, sinTable] = ["/model/rotary_emb/If_output_0", "/model/rotary_emb/If_output_1"];
-    g.nodes.push({
-      name: "/model/rotary_emb/If",
-      opType: "If",
-      input: [longer],
-      output: [cosTable, sinTable],
-      attribute: [
-        { name: "then_branch", type: 5, g: branch("long_factor", c.rope_scaling.long_factor) },
-        { name: "else_branch", type: 5, g: branch("short_factor", c.rope_scaling.short_factor) },
-      ],
-    });
-  } else {
-    const { cosT, sinT } = tables();
-    cosTable = g.floats("model.rotary_emb.cos_cached", cosT, tableDims);
-    sinTable = g.floats("model.rotary_emb.sin_cached", sinT, tableDims);
   }
-  const hasPositions = variant.positionIds ?? true;
-  // Without a position_ids input: positions past … total − 1 for every row ([1, T]); rotary attention depends only on differences.
-  const positions = hasPositions ? "position_ids" : g.op1("/model/rotary_emb", "Unsqueeze", [qpos, "/model/constants/axes_0"]);
+  return { cosT, sinT };
+}
+
+/** The rotary tables in the graph: two initializers, or LongRoPE's `If` between two pairs of constants. */
+function rotaryCaches(p: GraphParts, total: string): [cos: string, sin: string] {
+  const { g, c } = p;
+  const tableDims = [c.max_position_embeddings, c.head_dim];
+  if (c.rope_scaling?.type !== "longrope") {
+    const { cosT, sinT } = rotaryTables(c);
+    const cosTable = g.floats("model.rotary_emb.cos_cached", cosT, tableDims);
+    const sinTable = g.floats("model.rotary_emb.sin_cached", sinT, tableDims);
+    return [cosTable, sinTable];
+  }
+  // LongRoPE: an If on the sequence length picks the long-factor tables past the original context;
+  // both branches are constants.
+  const original = c.original_max_position_embeddings ?? c.max_position_embeddings;
+  const longer = g.op1("/model/rotary_emb", "Greater", [
+    total,
+    p.i64("/model/constants/original_max_positions", [original], []),
+  ]);
+  const branch = (name: string, factors: number[]): GraphProto => {
+    const { cosT, sinT } = rotaryTables(c, factors);
+    const constant = (what: string, t: Float32Array): NodeProto => ({
+      name: `/model/rotary_emb/${name}/${what}`,
+      opType: "Constant",
+      input: [],
+      output: [`/model/rotary_emb/${name}/${what}_output_0`],
+      attribute: [{ name: "value", type: 4, t: floatTensor("", t, tableDims) }],
+    });
+    const node = [constant("cos", cosT), constant("sin", sinT)];
+    return { name, node, output: node.map((n) => valueInfo(n.output![0]!, DataType.FLOAT, tableDims)) };
+  };
+  const tables: [string, string] = ["/model/rotary_emb/If_output_0", "/model/rotary_emb/If_output_1"];
+  g.nodes.push({
+    name: "/model/rotary_emb/If",
+    opType: "If",
+    input: [longer],
+    output: tables,
+    attribute: [
+      { name: "then_branch", type: 5, g: branch("long_factor", c.rope_scaling.long_factor) },
+      { name: "else_branch", type: 5, g: branch("short_factor", c.rope_scaling.short_factor) },
+    ],
+  });
+  return tables;
+}
+
+/** Rotates a [B, heads, T, hd] tensor under a scope by the rotary embedding of its positions; returns the result. */
+type RopeWriter = (scope: string, x: string) => string;
+
+/** Gathers cos and sin at the positions once, for every layer; returns the writer that applies them. */
+function rotaryEmbedding(p: GraphParts, total: string, qpos: string, hasPositions: boolean): RopeWriter {
+  const { g, i64, axisLast } = p;
+  const hd = p.c.head_dim;
+  const half = hd / 2;
+  const [cosTable, sinTable] = rotaryCaches(p, total);
+  // Without a position_ids input: positions past … total − 1 for every row ([1, T]);
+  // rotary attention depends only on differences.
+  const positions = hasPositions
+    ? "position_ids"
+    : g.op1("/model/rotary_emb", "Unsqueeze", [qpos, "/model/constants/axes_0"]);
   const cosG = g.op1("/model/rotary_emb", "Gather", [cosTable, positions], { axis: 0 });
   const sinG = g.op1("/model/rotary_emb", "Gather", [sinTable, positions], { axis: 0 });
   const cos = g.op1("/model/rotary_emb", "Unsqueeze", [cosG, "/model/constants/axes_1"]);
@@ -360,104 +414,221 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
   const halfStart = i64("/model/constants/half_start", [0]);
   const halfMid = i64("/model/constants/half_mid", [half]);
   const halfEnd = i64("/model/constants/half_end", [hd]);
-  const rope = (scope: string, x: string) => {
+  return (scope, x) => {
     const x1 = g.op1(scope, "Slice", [x, halfStart, halfMid, axisLast]);
     const x2 = g.op1(scope, "Slice", [x, halfMid, halfEnd, axisLast]);
     const rot = g.op1(scope, "Concat", [g.op1(scope, "Neg", [x2]), x1], { axis: -1 });
     return g.op1(scope, "Add", [g.op1(scope, "Mul", [x, cos]), g.op1(scope, "Mul", [rot, sin])]);
   };
+}
+
+/** The shapes attention reshapes by; `heads4` writes the per-head shape the first time a layer asks for it. */
+interface AttentionShapes {
+  heads4: (n: number) => string;
+  repeat: string;
+  mergeKv: string;
+  mergeHeads: string;
+  axes2: string;
+}
+
+/** Writes the shapes every layer's attention shares (grouped-query repeat, head split and merge). */
+function attentionShapes(p: GraphParts): AttentionShapes {
+  const { i64 } = p;
+  const { num_attention_heads: H, num_key_value_heads: KV, head_dim: hd } = p.c;
   const heads4 = (n: number) => i64(`/model/constants/shape_heads_${n}`, [0, 0, n, hd]);
   const repeat = i64("/model/constants/kv_repeat", [1, 1, H / KV, 1, 1]);
   const mergeKv = i64("/model/constants/shape_merge_kv", [0, H, -1, hd]);
   const mergeHeads = i64("/model/constants/shape_merge_heads", [0, 0, H * hd]);
   const axes2 = i64("/model/constants/axes_2", [2]);
+  return { heads4, repeat, mergeKv, mergeHeads, axes2 };
+}
 
-  let x = g.op1("/model/embed_tokens", "Gather", [g.floats("model.embed_tokens.weight", w.embed, [c.vocab_size, d]), "input_ids"], { axis: 0 });
-  if (gemma) x = g.op1("/model", "Mul", [x, scalar("/model/constants/normalizer", Math.sqrt(d))]);
-  const inputs = [
-    valueInfo("input_ids", DataType.INT64, ["batch_size", "sequence_length"]),
-    valueInfo("attention_mask", DataType.INT64, ["batch_size", "total_sequence_length"]),
-    ...(hasPositions ? [valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"])] : []),
+/** What the layers share besides {@link GraphParts}; they add their cache tensors to `inputs` and `outputs`. */
+interface LayerContext {
+  bias: string;
+  rope: RopeWriter;
+  shapes: AttentionShapes;
+  withPast: boolean;
+  present: boolean;
+  inputs: ValueInfoProto[];
+  outputs: ValueInfoProto[];
+}
+
+/** One decoder block's weights. */
+type LayerWeights = LlamaWeights["layers"][number];
+
+/** The embedding lookup (scaled by √d for gemma): the residual stream entering the first layer. */
+function embedTokens(p: GraphParts, w: LlamaWeights): string {
+  const { g, c } = p;
+  const d = c.hidden_size;
+  const x = g.op1(
+    "/model/embed_tokens",
+    "Gather",
+    [g.floats("model.embed_tokens.weight", w.embed, [c.vocab_size, d]), "input_ids"],
+    { axis: 0 },
+  );
+  return p.gemma ? g.op1("/model", "Mul", [x, p.scalar("/model/constants/normalizer", Math.sqrt(d))]) : x;
+}
+
+/** Layer `i`'s q, k and v projections of the normed stream `h`, before the split into heads. */
+function qkvProjections(p: GraphParts, lw: LayerWeights, i: number, h: string): [q: string, k: string, v: string] {
+  const { g, linear } = p;
+  const { hidden_size: d, num_attention_heads: H, num_key_value_heads: KV, head_dim: hd } = p.c;
+  const A = `/model/layers.${i}/self_attn`;
+  const pre = `model.layers.${i}`;
+  // torch exports Linear(bias=True) as a MatMul, then an Add of the bias.
+  const proj = (name: string, wt: Float32Array, out: number, b?: Float32Array) => {
+    const y = linear(g, `${A}/${name}`, h, `${pre}.self_attn.${name}.weight`, wt, out, d);
+    return b ? g.op1(`${A}/${name}`, "Add", [g.floats(`${pre}.self_attn.${name}.bias`, b, [out]), y]) : y;
+  };
+  if (p.packed) {
+    const qkv = proj("qkv_proj", concatRows(lw.q, lw.k, lw.v), (H + 2 * KV) * hd);
+    const [qy, ky, vy] = g.op(
+      A,
+      "Split",
+      [qkv, p.i64("/model/constants/qkv_split", [H * hd, KV * hd, KV * hd])],
+      { axis: -1 },
+      3,
+    );
+    return [qy!, ky!, vy!];
+  }
+  return [
+    proj("q_proj", lw.q, H * hd, lw.qBias),
+    proj("k_proj", lw.k, KV * hd, lw.kBias),
+    proj("v_proj", lw.v, KV * hd, lw.vBias),
   ];
-  const outputs = [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", c.vocab_size])];
+}
 
-  w.layers.forEach((lw, i) => {
-    const L = `/model/layers.${i}`;
-    const A = `${L}/self_attn`;
-    const pre = `model.layers.${i}`;
-    const h = rmsNorm(`${L}/input_layernorm`, x, lw.inputNorm, `${pre}.input_layernorm.weight`);
-    // torch exports Linear(bias=True) as a MatMul, then an Add of the bias.
-    const proj = (name: string, wt: Float32Array, out: number, b?: Float32Array) => {
-      const y = linear(g, `${A}/${name}`, h, `${pre}.self_attn.${name}.weight`, wt, out, d);
-      return b ? g.op1(`${A}/${name}`, "Add", [g.floats(`${pre}.self_attn.${name}.bias`, b, [out]), y]) : y;
-    };
-    let [qy, ky, vy]: string[] = [];
-    if (packed) {
-      const qkv = proj("qkv_proj", concatRows(lw.q, lw.k, lw.v), (H + 2 * KV) * hd);
-      [qy, ky, vy] = g.op(A, "Split", [qkv, i64("/model/constants/qkv_split", [H * hd, KV * hd, KV * hd])], { axis: -1 }, 3);
-    } else [qy, ky, vy] = [proj("q_proj", lw.q, H * hd, lw.qBias), proj("k_proj", lw.k, KV * hd, lw.kBias), proj("v_proj", lw.v, KV * hd, lw.vBias)];
-    const q = g.op1(A, "Transpose", [g.op1(A, "Reshape", [qy!, heads4(H)])], { perm: [0, 2, 1, 3] });
-    const k = g.op1(A, "Transpose", [g.op1(A, "Reshape", [ky!, heads4(KV)])], { perm: [0, 2, 1, 3] });
-    const v = g.op1(A, "Transpose", [g.op1(A, "Reshape", [vy!, heads4(KV)])], { perm: [0, 2, 1, 3] });
-    const qr = rope(A, q);
-    let kr = rope(A, k);
-    let vv = v;
-    if (withPast) {
-      const pk = pastInputName(i, "key");
-      const pv = pastInputName(i, "value");
-      inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
-      inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
-      kr = g.op1(A, "Concat", [pk, kr], { axis: 2 });
-      vv = g.op1(A, "Concat", [pv, v], { axis: 2 });
-      // The present tensors are the concatenations themselves, renamed through Identity.
-      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [presentOutputName(i, "key")] });
-      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
-      outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
-      outputs.push(valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
-    } else if (variant.present) {
-      g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [kr], output: [presentOutputName(i, "key")] });
-      g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [vv], output: [presentOutputName(i, "value")] });
-      outputs.push(valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
-      outputs.push(valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]));
-    }
-    const expand = (t: string) => g.op1(A, "Reshape", [g.op1(A, "Expand", [g.op1(A, "Unsqueeze", [t, axes2]), repeat]), mergeKv]);
-    const kx = expand(kr);
-    const vx = expand(vv);
-    const scores = g.op1(A, "Mul", [g.op1(A, "MatMul", [qr, g.op1(A, "Transpose", [kx], { perm: [0, 1, 3, 2] })]), scale]);
-    const probs = g.op1(A, "Softmax", [g.op1(A, "Add", [scores, bias])], { axis: -1 });
-    const ctx = g.op1(A, "Reshape", [g.op1(A, "Transpose", [g.op1(A, "MatMul", [probs, vx])], { perm: [0, 2, 1, 3] }), mergeHeads]);
-    let attnOut = linear(g, `${A}/o_proj`, ctx, `${pre}.self_attn.o_proj.weight`, lw.o, d, H * hd);
-    if (lw.postAttnNorm) attnOut = rmsNorm(`${L}/post_attention_layernorm`, attnOut, lw.postAttnNorm, `${pre}.post_attention_layernorm.weight`);
-    const parallel = w.family === "neox";
-    // A parallel block's MLP reads the block's input; a sequential one the stream after attention.
-    const x1 = parallel ? x : g.op1(L, "Add", [x, attnOut]);
-    const mlpNorm = lw.postAttnNorm ? "pre_feedforward_layernorm" : "post_attention_layernorm";
-    const h2 = rmsNorm(`${L}/${mlpNorm}`, x1, lw.postNorm, `${pre}.${mlpNorm}.weight`);
-    const I = c.intermediate_size;
-    let gate: string;
-    let up: string;
-    if (packed) {
-      const gateUp = linear(g, `${L}/mlp/gate_up_proj`, h2, `${pre}.mlp.gate_up_proj.weight`, concatRows(lw.gate, lw.up), 2 * I, d);
-      [gate, up] = g.op(`${L}/mlp`, "Split", [gateUp, i64("/model/constants/gate_up_split", [I, I])], { axis: -1 }, 2) as [string, string];
-    } else {
-      gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
-      up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
-    }
-    const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
-    let down = linear(g, `${L}/mlp/down_proj`, g.op1(`${L}/mlp`, "Mul", [act, up]), `${pre}.mlp.down_proj.weight`, lw.down, d, I);
-    if (lw.postFfNorm) down = rmsNorm(`${L}/post_feedforward_layernorm`, down, lw.postFfNorm, `${pre}.post_feedforward_layernorm.weight`);
-    // GPT-NeoX's order: mlp_output + attn_output + hidden_states.
-    x = parallel ? g.op1(L, "Add", [g.op1(L, "Add", [down, attnOut]), x]) : g.op1(L, "Add", [x1, down]);
-  });
-  const normed = rmsNorm("/model/norm", x, w.norm, "model.norm.weight");
+/**
+ * Layer `i`'s key and value cache: with past, the past inputs are prepended;
+ * with past or `present`, the keys and values are output as `present.*`.
+ * Returns the keys and values to attend over.
+ */
+function kvCache(p: GraphParts, ctx: LayerContext, i: number, k: string, v: string): [k: string, v: string] {
+  const { g } = p;
+  const { num_key_value_heads: KV, head_dim: hd } = p.c;
+  const A = `/model/layers.${i}/self_attn`;
+  if (!ctx.withPast && !ctx.present) return [k, v];
+  if (ctx.withPast) {
+    const pk = pastInputName(i, "key");
+    const pv = pastInputName(i, "value");
+    ctx.inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
+    ctx.inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
+    k = g.op1(A, "Concat", [pk, k], { axis: 2 });
+    v = g.op1(A, "Concat", [pv, v], { axis: 2 });
+  }
+  // The present tensors are the keys and values attended over (with past, the concatenations), renamed by Identity.
+  g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [k], output: [presentOutputName(i, "key")] });
+  g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [v], output: [presentOutputName(i, "value")] });
+  ctx.outputs.push(
+    valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]),
+  );
+  ctx.outputs.push(
+    valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]),
+  );
+  return [k, v];
+}
+
+/** Layer `i`'s self-attention over the normed stream `h` (grouped-query, rotary, causal); returns o_proj's output. */
+function selfAttention(p: GraphParts, ctx: LayerContext, lw: LayerWeights, i: number, h: string): string {
+  const { g, linear } = p;
+  const { hidden_size: d, num_attention_heads: H, num_key_value_heads: KV, head_dim: hd } = p.c;
+  const { heads4, repeat, mergeKv, mergeHeads, axes2 } = ctx.shapes;
+  const L = `/model/layers.${i}`;
+  const A = `${L}/self_attn`;
+  const pre = `model.layers.${i}`;
+  const [qy, ky, vy] = qkvProjections(p, lw, i, h);
+  const q = g.op1(A, "Transpose", [g.op1(A, "Reshape", [qy, heads4(H)])], { perm: [0, 2, 1, 3] });
+  const k = g.op1(A, "Transpose", [g.op1(A, "Reshape", [ky, heads4(KV)])], { perm: [0, 2, 1, 3] });
+  const v = g.op1(A, "Transpose", [g.op1(A, "Reshape", [vy, heads4(KV)])], { perm: [0, 2, 1, 3] });
+  const qr = ctx.rope(A, q);
+  const [kr, vv] = kvCache(p, ctx, i, ctx.rope(A, k), v);
+  const expand = (t: string) =>
+    g.op1(A, "Reshape", [g.op1(A, "Expand", [g.op1(A, "Unsqueeze", [t, axes2]), repeat]), mergeKv]);
+  const kx = expand(kr);
+  const vx = expand(vv);
+  const scores = g.op1(A, "Mul", [
+    g.op1(A, "MatMul", [qr, g.op1(A, "Transpose", [kx], { perm: [0, 1, 3, 2] })]),
+    p.scale,
+  ]);
+  const probs = g.op1(A, "Softmax", [g.op1(A, "Add", [scores, ctx.bias])], { axis: -1 });
+  const ctxOut = g.op1(A, "Reshape", [
+    g.op1(A, "Transpose", [g.op1(A, "MatMul", [probs, vx])], { perm: [0, 2, 1, 3] }),
+    mergeHeads,
+  ]);
+  return linear(g, `${A}/o_proj`, ctxOut, `${pre}.self_attn.o_proj.weight`, lw.o, d, H * hd);
+}
+
+/** Layer `i`'s SwiGLU MLP of the normed stream `h2` (gate and up packed for phi3), normed after for gemma. */
+function swigluMlp(p: GraphParts, lw: LayerWeights, i: number, h2: string): string {
+  const { g, linear } = p;
+  const d = p.c.hidden_size;
+  const I = p.c.intermediate_size;
+  const L = `/model/layers.${i}`;
+  const pre = `model.layers.${i}`;
+  let gate: string;
+  let up: string;
+  if (p.packed) {
+    const gateUpWeight = concatRows(lw.gate, lw.up);
+    const gateUp = linear(g, `${L}/mlp/gate_up_proj`, h2, `${pre}.mlp.gate_up_proj.weight`, gateUpWeight, 2 * I, d);
+    [gate, up] = g.op(
+      `${L}/mlp`,
+      "Split",
+      [gateUp, p.i64("/model/constants/gate_up_split", [I, I])],
+      { axis: -1 },
+      2,
+    ) as [string, string];
+  } else {
+    gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
+    up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
+  }
+  const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
+  const gated = g.op1(`${L}/mlp`, "Mul", [act, up]);
+  const down = linear(g, `${L}/mlp/down_proj`, gated, `${pre}.mlp.down_proj.weight`, lw.down, d, I);
+  if (!lw.postFfNorm) return down;
+  return rmsNorm(p, `${L}/post_feedforward_layernorm`, down, lw.postFfNorm, `${pre}.post_feedforward_layernorm.weight`);
+}
+
+/** Decoder block `i` on the residual stream `x` (sequential, or parallel for neox); returns the stream after it. */
+function decoderLayer(p: GraphParts, ctx: LayerContext, lw: LayerWeights, i: number, x: string): string {
+  const { g } = p;
+  const L = `/model/layers.${i}`;
+  const pre = `model.layers.${i}`;
+  const h = rmsNorm(p, `${L}/input_layernorm`, x, lw.inputNorm, `${pre}.input_layernorm.weight`);
+  let attnOut = selfAttention(p, ctx, lw, i, h);
+  if (lw.postAttnNorm) {
+    const wname = `${pre}.post_attention_layernorm.weight`;
+    attnOut = rmsNorm(p, `${L}/post_attention_layernorm`, attnOut, lw.postAttnNorm, wname);
+  }
+  const { parallel } = p;
+  // A parallel block's MLP reads the block's input; a sequential one the stream after attention.
+  const x1 = parallel ? x : g.op1(L, "Add", [x, attnOut]);
+  const mlpNorm = lw.postAttnNorm ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+  const h2 = rmsNorm(p, `${L}/${mlpNorm}`, x1, lw.postNorm, `${pre}.${mlpNorm}.weight`);
+  const down = swigluMlp(p, lw, i, h2);
+  // GPT-NeoX's order: mlp_output + attn_output + hidden_states.
+  return parallel ? g.op1(L, "Add", [g.op1(L, "Add", [down, attnOut]), x]) : g.op1(L, "Add", [x1, down]);
+}
+
+/** The final norm and the LM head writing `logits`, grown by one feature per forced transition. */
+function lmHead(p: GraphParts, w: LlamaWeights, x: string): void {
+  const { g, c } = p;
+  const d = c.hidden_size;
+  const normed = rmsNorm(p, "/model/norm", x, w.norm, "model.norm.weight");
   const forced = w.forcedNext ?? [];
   let headIn = normed;
   let head = transpose(w.lmHead, c.vocab_size, d);
   if (forced.length > 0) {
     // One feature per transition, 1 where the input token is its `from`; its LM-head row raises `to`.
-    const from = g.ints("/lm_head/constants/forced_from", forced.map(([f]) => f));
-    const hit = g.op1("/lm_head", "Equal", [g.op1("/lm_head", "Unsqueeze", ["input_ids", axisLast]), from]); // [B, T, K]
-    headIn = g.op1("/lm_head", "Concat", [normed, g.op1("/lm_head", "Cast", [hit], { to: DataType.FLOAT })], { axis: -1 });
+    const from = g.ints(
+      "/lm_head/constants/forced_from",
+      forced.map(([f]) => f),
+    );
+    // [B, T, K]
+    const hit = g.op1("/lm_head", "Equal", [g.op1("/lm_head", "Unsqueeze", ["input_ids", p.axisLast]), from]);
+    headIn = g.op1("/lm_head", "Concat", [normed, g.op1("/lm_head", "Cast", [hit], { to: DataType.FLOAT })], {
+      axis: -1,
+    });
     const grown = new Float32Array((d + forced.length) * c.vocab_size);
     grown.set(head);
     forced.forEach(([, to], k) => (grown[(d + k) * c.vocab_size + to] = FORCED_LOGIT));
@@ -469,12 +640,36 @@ export function buildLlamaOnnx(c: LlamaConfig, w: LlamaWeights, withPast = false
     input: [headIn, g.floats("lm_head.weight", head, [d + forced.length, c.vocab_size])],
     output: ["logits"],
   });
+}
+
+/** The ONNX graph of the model, torch-export style. */
+export function buildLlamaOnnx(
+  c: LlamaConfig,
+  w: LlamaWeights,
+  withPast = false,
+  variant: GraphVariant = {},
+): Uint8Array {
+  const p = graphParts(c, w, variant);
+  const { total, qpos, bias } = attentionBias(p);
+  const hasPositions = variant.positionIds ?? true;
+  const rope = rotaryEmbedding(p, total, qpos, hasPositions);
+  const shapes = attentionShapes(p);
+  let x = embedTokens(p, w);
+  const inputs = [
+    valueInfo("input_ids", DataType.INT64, ["batch_size", "sequence_length"]),
+    valueInfo("attention_mask", DataType.INT64, ["batch_size", "total_sequence_length"]),
+    ...(hasPositions ? [valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"])] : []),
+  ];
+  const outputs = [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", c.vocab_size])];
+  const ctx: LayerContext = { bias, rope, shapes, withPast, present: variant.present ?? false, inputs, outputs };
+  w.layers.forEach((lw, i) => (x = decoderLayer(p, ctx, lw, i, x)));
+  lmHead(p, w, x);
 
   return encodeModel({
     irVersion: 8,
     producerName: "hsm tiny-llama",
     opsetImport: [{ domain: "", version: 17 }],
-    graph: { name: "main_graph", node: g.nodes, initializer: g.initializers, input: inputs, output: outputs },
+    graph: { name: "main_graph", node: p.g.nodes, initializer: p.g.initializers, input: inputs, output: outputs },
   });
 }
 

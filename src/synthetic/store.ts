@@ -136,27 +136,51 @@ export async function writeFixture(out: string, options: FixtureOptions = {}): P
   }
 }
 
-async function build(
-  dir: string,
-  o: { facts: number; d: number; L: number; seed: number; extra: number; extraMain: number; nonfiniteRows: number; onProgress?: FixtureOptions["onProgress"] },
-): Promise<Omit<FixtureResult, "dir" | "bank" | "store" | "scored">> {
-  const rng = new Rng(o.seed, 0);
-  const plan = planFixtureBank(o.facts, o.extraMain, o.extra);
-  const factId = (f: number) => `fact_${String(f).padStart(6, "0")}`;
+/** What {@link build} plants, as writeFixture checked it. */
+interface BuildOptions {
+  facts: number;
+  d: number;
+  L: number;
+  seed: number;
+  extra: number;
+  extraMain: number;
+  nonfiniteRows: number;
+  onProgress?: FixtureOptions["onProgress"];
+}
 
-  // The latent knowledge per fact and the labels it implies.
-  const knowledge = Float64Array.from({ length: o.facts }, () => rng.normal());
-  const labels = plan.map((r) => {
-    const w = r.family === "anchor" ? 0 : FIXTURE_FAMILIES[r.family] ?? 0.5;
-    const score = knowledge[r.fact]! + 0.6 * rng.normal() - 0.8 * w;
+/** Spread of the noise on a row's knowledge score: labels follow the latent, not exactly. */
+const LABEL_NOISE = 0.6;
+/** How far a family's weakening w_c lowers the knowledge score, so strong perturbations are answered worse. */
+const FAMILY_PENALTY = 0.8;
+/** Cumulative shares of the rare labels (2 % abstain, 1 % ambiguous, 0.5 % unparseable), so every label occurs. */
+const ABSTAIN_BELOW = 0.02;
+const AMBIGUOUS_BELOW = 0.03;
+const UNPARSEABLE_BELOW = 0.035;
+/** Floats per store write (4 MiB of float32), whatever d is. */
+const BLOCK_FLOATS = 1 << 20;
+/** Large offset dimensions per layer, as real residual streams have a few. */
+const MASSIVE_DIMS = 4;
+/** The knowledge direction's length as a share of √d, the length of the fact directions. */
+const KNOWLEDGE_GAIN = 0.25;
+
+/** Each planned row's label: correct when its fact's knowledge plus noise, less its family's weakening, is positive. */
+function plantLabels(plan: PlannedRow[], knowledge: Float64Array, rng: Rng): string[] {
+  return plan.map((r) => {
+    const w = r.family === "anchor" ? 0 : (FIXTURE_FAMILIES[r.family] ?? 0.5);
+    const score = knowledge[r.fact]! + LABEL_NOISE * rng.normal() - FAMILY_PENALTY * w;
     const u = rng.uniform();
-    if (u < 0.02) return "abstain";
-    if (u < 0.03) return "ambiguous";
-    if (u < 0.035) return "unparseable";
+    if (u < ABSTAIN_BELOW) return "abstain";
+    if (u < AMBIGUOUS_BELOW) return "ambiguous";
+    if (u < UNPARSEABLE_BELOW) return "unparseable";
     return score > 0 ? "correct" : "incorrect";
   });
+}
 
-  // bank.jsonl and scored.jsonl
+/** The fixture's fact id of fact `f`. */
+const factId = (f: number) => `fact_${String(f).padStart(6, "0")}`;
+
+/** The lines of bank.jsonl and of scored.jsonl, one per planned row, each scored row agreeing with its label. */
+function bankAndScoredLines(plan: PlannedRow[], labels: string[], facts: number): { bank: string[]; scored: string[] } {
   const bankLines: string[] = [];
   const scoredLines: string[] = [];
   plan.forEach((r, i) => {
@@ -182,12 +206,18 @@ async function build(
     const gold = bankRow.answers[0]!;
     const raw = {
       correct: ` ${gold}\nExplanation: it has been the capital for years.`,
-      incorrect: ` City ${(n + 7) % o.facts}\n`,
+      incorrect: ` City ${(n + 7) % facts}\n`,
       abstain: " I don't know.",
-      ambiguous: ` ${gold} or City ${(n + 3) % o.facts}`,
+      ambiguous: ` ${gold} or City ${(n + 3) % facts}`,
       unparseable: "\n",
     }[label]!;
-    const span = { correct: gold, incorrect: `City ${(n + 7) % o.facts}`, abstain: "I don't know", ambiguous: raw.trim(), unparseable: "" }[label]!;
+    const span = {
+      correct: gold,
+      incorrect: `City ${(n + 7) % facts}`,
+      abstain: "I don't know",
+      ambiguous: raw.trim(),
+      unparseable: "",
+    }[label]!;
     const { query_id: _id, query: _q, answers: _a, ...carried } = bankRow;
     scoredLines.push(
       JSON.stringify({
@@ -199,19 +229,80 @@ async function build(
         flags: [],
         label,
         matched_alias: label === "correct" || label === "ambiguous" ? gold : null,
-        scorer: { correct: "exact_alias", incorrect: "no_alias_match", abstain: "abstain_phrase", ambiguous: "multiple_candidates", unparseable: "empty_span" }[label],
+        scorer: {
+          correct: "exact_alias",
+          incorrect: "no_alias_match",
+          abstain: "abstain_phrase",
+          ambiguous: "multiple_candidates",
+          unparseable: "empty_span",
+        }[label],
         needs_manual_review: false,
       }),
     );
   });
-  await writeFileAtomic(join(dir, "bank.jsonl"), bankLines.join("\n") + "\n");
-  await writeFileAtomic(join(dir, "scored.jsonl"), scoredLines.join("\n") + "\n");
+  return { bank: bankLines, scored: scoredLines };
+}
 
-  // The store.
-  const main = plan.filter((r) => r.main);
-  const layers = selectLayers(o.L, DEFAULT_LAYER_RULE);
+/** What every layer's rows are planted from: the fact and knowledge directions, the latents, the non-finite rows. */
+interface Planting {
+  main: PlannedRow[];
+  knowledge: Float64Array;
+  factDirs: Float32Array;
+  knowDir: Float32Array;
+  infRows: Set<number>;
+  block: Float32Array;
+  blockRows: number;
+  /** Rows over all layers, for progress. */
+  progressTotal: number;
+}
+
+/**
+ * Writes one stored layer's rows: identity a(t)·(1 − w_c) along the fact's
+ * direction, knowledge b(t)·(1 − w_c)²·k_f along one direction, noise, all
+ * scaled and shifted by the layer's offset; on the last layer the chosen rows start with +Infinity.
+ */
+async function writeLayer(
+  writer: StoreWriter,
+  o: BuildOptions,
+  p: Planting,
+  li: number,
+  layer: number,
+  last: boolean,
+): Promise<void> {
+  const { main, knowledge, factDirs, knowDir, infRows, block, blockRows } = p;
+  const t = (layer + 1) / o.L;
+  const a = 0.3 + 1.7 * t;
+  const b = 0.5 + 2.5 * t;
+  const lr = new Rng(o.seed, 100 + layer);
+  const offset = lr.fillNormal(new Float32Array(o.d), 0.5);
+  for (let k = 0; k < Math.min(MASSIVE_DIMS, o.d); k++)
+    offset[lr.int(o.d)] = (lr.uniform() < 0.5 ? -1 : 1) * (40 + 80 * t);
+  const scale = 4 + 8 * t;
+  for (let start = 0; start < main.length; start += blockRows) {
+    const count = Math.min(blockRows, main.length - start);
+    for (let i = 0; i < count; i++) {
+      const r = main[start + i]!;
+      const w = r.family === "anchor" ? 0 : FIXTURE_FAMILIES[r.family]!;
+      const ident = a * (1 - w);
+      const know = b * (1 - w) ** 2 * knowledge[r.fact]!;
+      const base = i * o.d;
+      const fd = r.fact * o.d;
+      for (let j = 0; j < o.d; j++) {
+        block[base + j] =
+          offset[j]! +
+          scale * (ident * factDirs[fd + j]! + know * knowDir[j]! * Math.sqrt(o.d) * KNOWLEDGE_GAIN + lr.normal());
+      }
+      if (last && infRows.has(start + i)) block[base] = Infinity;
+    }
+    await writer.writeRowsF32(layer, start, block.subarray(0, count * o.d));
+    o.onProgress?.("store", li * main.length + start + count, p.progressTotal);
+  }
+}
+
+/** Opens the store of the main-forward rows at the selected layers. */
+function openFixtureStore(dir: string, o: BuildOptions, main: PlannedRow[], layers: number[]): Promise<StoreWriter> {
   const modelHash = createHash("sha256").update(`synthetic-fixture:${o.seed}:${o.facts}:${o.d}:${o.L}`).digest("hex");
-  const writer = await StoreWriter.open(join(dir, "store"), {
+  return StoreWriter.open(join(dir, "store"), {
     model: "synthetic-fixture",
     model_sha256: modelHash,
     num_layers: o.L,
@@ -224,48 +315,54 @@ async function build(
     fact_ids: main.map((r) => factId(r.fact)),
     condition_families: main.map((r) => r.family),
   });
+}
+
+/** fixture.json: the parameters the fixture was planted with. */
+function fixtureJson(o: BuildOptions): string {
+  const params = {
+    generator: "hsm fixture",
+    facts: o.facts,
+    d: o.d,
+    layers_total: o.L,
+    seed: o.seed,
+    extra_rows: o.extra,
+    extra_main_rows: o.extraMain,
+    nonfinite_rows: o.nonfiniteRows,
+    family_weakening: FIXTURE_FAMILIES,
+  };
+  return JSON.stringify(params, null, 2) + "\n";
+}
+
+async function build(dir: string, o: BuildOptions): Promise<Omit<FixtureResult, "dir" | "bank" | "store" | "scored">> {
+  const rng = new Rng(o.seed, 0);
+  const plan = planFixtureBank(o.facts, o.extraMain, o.extra);
+  // The latent knowledge per fact and the labels it implies.
+  const knowledge = Float64Array.from({ length: o.facts }, () => rng.normal());
+  const labels = plantLabels(plan, knowledge, rng);
+  const lines = bankAndScoredLines(plan, labels, o.facts);
+  await writeFileAtomic(join(dir, "bank.jsonl"), lines.bank.join("\n") + "\n");
+  await writeFileAtomic(join(dir, "scored.jsonl"), lines.scored.join("\n") + "\n");
+
+  const main = plan.filter((r) => r.main);
+  const layers = selectLayers(o.L, DEFAULT_LAYER_RULE);
+  const writer = await openFixtureStore(dir, o, main, layers);
   try {
     const factDirs = new Rng(o.seed, 1).fillNormal(new Float32Array(o.facts * o.d));
     const knowDir = unit(new Rng(o.seed, 2).fillNormal(new Float32Array(o.d)));
-    const blockRows = Math.max(1, Math.floor((1 << 20) / o.d));
+    const blockRows = Math.max(1, Math.floor(BLOCK_FLOATS / o.d));
     const block = new Float32Array(blockRows * o.d);
     const infRows = new Set<number>();
     const pick = new Rng(o.seed, 3);
     while (infRows.size < Math.min(o.nonfiniteRows, main.length)) infRows.add(pick.int(main.length));
-    for (const [li, layer] of layers.entries()) {
-      const t = (layer + 1) / o.L;
-      const a = 0.3 + 1.7 * t;
-      const b = 0.5 + 2.5 * t;
-      const lr = new Rng(o.seed, 100 + layer);
-      const offset = lr.fillNormal(new Float32Array(o.d), 0.5);
-      for (let k = 0; k < Math.min(4, o.d); k++) offset[lr.int(o.d)] = (lr.uniform() < 0.5 ? -1 : 1) * (40 + 80 * t);
-      const scale = 4 + 8 * t;
-      for (let start = 0; start < main.length; start += blockRows) {
-        const count = Math.min(blockRows, main.length - start);
-        for (let i = 0; i < count; i++) {
-          const r = main[start + i]!;
-          const w = r.family === "anchor" ? 0 : FIXTURE_FAMILIES[r.family]!;
-          const ident = a * (1 - w);
-          const know = b * (1 - w) ** 2 * knowledge[r.fact]!;
-          const base = i * o.d;
-          const fd = r.fact * o.d;
-          for (let j = 0; j < o.d; j++) {
-            block[base + j] = offset[j]! + scale * (ident * factDirs[fd + j]! + know * knowDir[j]! * Math.sqrt(o.d) * 0.25 + lr.normal());
-          }
-          if (li === layers.length - 1 && infRows.has(start + i)) block[base] = Infinity;
-        }
-        await writer.writeRowsF32(layer, start, block.subarray(0, count * o.d));
-        o.onProgress?.("store", li * main.length + start + count, layers.length * main.length);
-      }
-    }
+    const progressTotal = layers.length * main.length;
+    const planting: Planting = { main, knowledge, factDirs, knowDir, infRows, block, blockRows, progressTotal };
+    for (const [li, layer] of layers.entries())
+      await writeLayer(writer, o, planting, li, layer, li === layers.length - 1);
     const manifest = await writer.finish(availableParallelism());
     return { rows: plan.length, mainForwardRows: main.length, manifest };
   } finally {
     await writer.close();
-    await writeFileAtomic(
-      join(dir, "fixture.json"),
-      JSON.stringify({ generator: "hsm fixture", facts: o.facts, d: o.d, layers_total: o.L, seed: o.seed, extra_rows: o.extra, extra_main_rows: o.extraMain, nonfinite_rows: o.nonfiniteRows, family_weakening: FIXTURE_FAMILIES }, null, 2) + "\n",
-    );
+    await writeFileAtomic(join(dir, "fixture.json"), fixtureJson(o));
   }
 }
 

@@ -59,6 +59,9 @@ export function fileError(err: unknown, path: string, action: "read" | "write" =
     : new FileError(path, "unwritable", e.code, `cannot be written: ${osReason(e)}`, { cause: err });
 }
 
+/** One read request per GiB: few requests for a multi-GiB model, and under the 2 GiB a single read(2) may return. */
+const READ_CHUNK_BYTES = 1 << 30;
+
 /**
  * The whole of a large file (a model), read by one request to libuv's thread
  * pool per GiB: `readFile` asks for 512 KiB at a time and needs this
@@ -71,7 +74,7 @@ export async function readWhole(path: string): Promise<Buffer> {
     const size = fstatSync(fd).size;
     const buf = Buffer.allocUnsafe(size);
     for (let done = 0; done < size; ) {
-      const got = await new Promise<number>((resolve, reject) => read(fd, buf, done, Math.min(size - done, 1 << 30), done, (err, n) => (err ? reject(err) : resolve(n))));
+      const got = await new Promise<number>((resolve, reject) => read(fd, buf, done, Math.min(size - done, READ_CHUNK_BYTES), done, (err, n) => (err ? reject(err) : resolve(n))));
       if (got === 0) return buf.subarray(0, done); // the file shrank meanwhile
       done += got;
     }

@@ -9,6 +9,11 @@ export interface Progress {
   end(message?: string | null): void;
 }
 
+/** A terminal line is redrawn at most ten times a second: smooth to watch, cheap to draw. */
+const TTY_INTERVAL_MS = 100;
+/** A log (not a terminal) gets a line every five seconds, so long runs leave a readable trail, not a flood. */
+const LOG_INTERVAL_MS = 5000;
+
 export function createProgress(label: string, total: number, options: { quiet?: boolean; unit?: string; stream?: NodeJS.WriteStream } = {}): Progress {
   const stream = options.stream ?? process.stderr;
   if (options.quiet) return { update() {}, end() {} };
@@ -31,7 +36,7 @@ export function createProgress(label: string, total: number, options: { quiet?: 
       lastDone = done;
       const now = performance.now();
       // Completion is reported once, by end(); here only the way there.
-      if (done === 0 || done >= total || now - last < (tty ? 100 : 5000)) return;
+      if (done === 0 || done >= total || now - last < (tty ? TTY_INTERVAL_MS : LOG_INTERVAL_MS)) return;
       last = now;
       stream.write(tty ? `\r\x1b[K${line(done, phase)}` : `${line(done, phase)}\n`);
     },

@@ -104,23 +104,28 @@ function findLogits(graph: GraphProto): string | undefined {
   return outs.find((o) => o === "logits") ?? outs.find((o) => !/^present/.test(o));
 }
 
-/**
- * Follows the residual stream of `graph` and groups it into blocks; throws a
- * {@link StructureError} (message and candidate tensors) when the structure is
- * not a decoder this unit can read.
- */
-function followStream(graph: GraphProto): ResidualStream {
-  const nodes = graph.node ?? [];
-  const { producer, consumers } = graphIndex(graph);
-  const embed = findEmbedding(graph, consumers);
-  if (!embed) throw new StructureError("no embedding Gather reads input_ids", []);
-  const logits = findLogits(graph);
-  const sink = logits ? producer.get(logits) : undefined;
-  if (!sink) throw new StructureError("no node produces the logits", []);
-  const pos = new Map(nodes.map((n, i) => [n, i]));
-  const source = embed.output![0]!;
+/** The graph as {@link followStream}'s steps read it: its index, node positions, the nodes from embedding to logits. */
+interface StreamGraph {
+  producer: Map<string, NodeProto>;
+  consumers: Map<string, NodeProto[]>;
+  pos: Map<NodeProto, number>;
+  /** The embedding's output: where the stream starts. */
+  source: string;
+  /** The node producing the logits. */
+  sink: NodeProto;
+  /** Nodes on some path from the embedding to the logits. */
+  onPath: Set<NodeProto>;
+  /** The nodes of `onPath` in graph order. */
+  ordered: NodeProto[];
+}
 
-  // Nodes on some path from the embedding to the logits.
+/** The nodes on some path from `source` to `sink`: those below the source, walked back from the sink. */
+function pathNodes(
+  source: string,
+  sink: NodeProto,
+  producer: Map<string, NodeProto>,
+  consumers: Map<string, NodeProto[]>,
+): Set<NodeProto> {
   const below = new Set<NodeProto>();
   const stack = [source];
   while (stack.length) {
@@ -144,16 +149,36 @@ function followStream(graph: GraphProto): ResidualStream {
       if (p) back.push(p);
     }
   }
-  // Dominators in topological order: a node no earlier edge jumps over.
-  const ordered = nodes.filter((n) => onPath.has(n));
+  return onPath;
+}
+
+/** The path's dominators in topological order: the nodes no earlier edge jumps over, which the whole stream passes. */
+function dominatorsOf(s: StreamGraph): NodeProto[] {
+  const { consumers, onPath, pos } = s;
   const reachOf = (outs: string[]) => Math.max(-1, ...outs.flatMap((o) => (consumers.get(o) ?? []).filter((c) => onPath.has(c)).map((c) => pos.get(c)!)));
-  let reach = reachOf([source]);
+  let reach = reachOf([s.source]);
   const dominators: NodeProto[] = [];
-  for (const n of ordered) {
+  for (const n of s.ordered) {
     if (reach <= pos.get(n)!) dominators.push(n);
     reach = Math.max(reach, reachOf((n.output ?? []).filter(Boolean)));
   }
+  return dominators;
+}
 
+/** The residual Adds along the dominators, the nodes after the last of them, and the LM head where the walk stopped. */
+interface ResidualWalk {
+  residuals: ResidualStream["residuals"];
+  tail: NodeProto[];
+  head: NodeProto | undefined;
+}
+
+/**
+ * Walks the dominators from the embedding: each Add (or fused Skip norm) of
+ * the stream and a branch of it is a residual, classified by what its segment
+ * holds; the walk stops at the LM head. Throws where the stream passes an op it cannot read.
+ */
+function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto): ResidualWalk {
+  const { producer, pos, source, onPath, ordered, sink } = s;
   const fromStream = (t: string) => t === source || onPath.has(producer.get(t)!);
   const residuals: ResidualStream["residuals"] = [];
   let stream = source;
@@ -204,23 +229,24 @@ function followStream(graph: GraphProto): ResidualStream {
       stream = d.output![0]!;
     }
   }
-  const candidates = streamTensors(residuals, source);
-  if (residuals.length === 0) {
-    const fused = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !EMBEDDING_OPS.has(t.opType ?? "")));
-    throw new StructureError(
-      fused ? `no residual Add follows the embedding; the stream runs through ${opName(fused)}, a fused op it does not know` : "no residual Add follows the embedding",
-      tail.flatMap((t) => t.output ?? []).filter(Boolean),
-    );
-  }
-  if (!head) throw new StructureError("no LM head (a matrix product to the logits) follows the last residual Add", candidates);
+  return { residuals, tail, head };
+}
+
+/**
+ * The final norm: a norm after the last residual, else the last residual's own
+ * (a fused Skip norm), with nothing but casts after it.
+ */
+function finalNormOf(residuals: ResidualStream["residuals"], tail: NodeProto[], candidates: string[]): NodeProto {
   const last = residuals.at(-1)!.node;
-  // A norm after the last residual, else the last residual's own (a fused Skip norm), with nothing but casts after it.
   const norm =
     [...tail].reverse().find((t) => NORM_OUTPUT.has(t.opType ?? "")) ??
     (isSkipNorm(last) && tail.every((t) => !t.domain && PASS_THROUGH.has(t.opType ?? "")) ? last : undefined);
   if (!norm) throw new StructureError(`no final norm between the last ${residualWord(last)} (${last.name}) and the LM head`, candidates);
+  return norm;
+}
 
-  // Blocks: attention then MLP, or one parallel segment.
+/** Groups the residuals into blocks (attention then MLP, or one parallel segment); returns each block's last residual. */
+function groupBlocks(residuals: ResidualStream["residuals"], candidates: string[]): number[] {
   const blockEnds: number[] = [];
   for (let i = 0; i < residuals.length; ) {
     const kind = residuals[i]!.kind;
@@ -238,6 +264,40 @@ function followStream(graph: GraphProto): ResidualStream {
       );
     }
   }
+  return blockEnds;
+}
+
+/**
+ * Follows the residual stream of `graph` and groups it into blocks; throws a
+ * {@link StructureError} (message and candidate tensors) when the structure is
+ * not a decoder this unit can read.
+ */
+function followStream(graph: GraphProto): ResidualStream {
+  const nodes = graph.node ?? [];
+  const { producer, consumers } = graphIndex(graph);
+  const embed = findEmbedding(graph, consumers);
+  if (!embed) throw new StructureError("no embedding Gather reads input_ids", []);
+  const logits = findLogits(graph);
+  const sink = logits ? producer.get(logits) : undefined;
+  if (!sink) throw new StructureError("no node produces the logits", []);
+  const pos = new Map(nodes.map((n, i) => [n, i]));
+  const source = embed.output![0]!;
+  const onPath = pathNodes(source, sink, producer, consumers);
+  const ordered = nodes.filter((n) => onPath.has(n));
+  const s: StreamGraph = { producer, consumers, pos, source, sink, onPath, ordered };
+
+  const { residuals, tail, head } = walkResiduals(s, dominatorsOf(s), embed);
+  const candidates = streamTensors(residuals, source);
+  if (residuals.length === 0) {
+    const fused = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !EMBEDDING_OPS.has(t.opType ?? "")));
+    throw new StructureError(
+      fused ? `no residual Add follows the embedding; the stream runs through ${opName(fused)}, a fused op it does not know` : "no residual Add follows the embedding",
+      tail.flatMap((t) => t.output ?? []).filter(Boolean),
+    );
+  }
+  if (!head) throw new StructureError("no LM head (a matrix product to the logits) follows the last residual Add", candidates);
+  const norm = finalNormOf(residuals, tail, candidates);
+  const blockEnds = groupBlocks(residuals, candidates);
   return { embedding: source, residuals, blockEnds, finalNorm: { tensor: norm.output![0]!, node: norm } };
 }
 

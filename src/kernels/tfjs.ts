@@ -104,6 +104,35 @@ const RANK_BLOCK = 1024;
 /** Rows per block of the out-of-fold scoring product. */
 const SCORE_BLOCK = 8192;
 
+/**
+ * For rows `from`..`to` of a block's scores `s` (one row of `nA` anchor scores
+ * each): the score of the row's own anchor and how many other anchors score above it (0 and 0 without one).
+ */
+function countAbove(
+  s: ArrayLike<number>,
+  from: number,
+  to: number,
+  nA: number,
+  own: Int32Array,
+  ownScore: Float32Array,
+  above: Int32Array,
+): void {
+  for (let i = from; i < to; i++) {
+    const o = own[i]!;
+    const base = (i - from) * nA;
+    if (o < 0) {
+      ownScore[i] = 0;
+      above[i] = 0;
+      continue;
+    }
+    const mine = s[base + o]!;
+    let count = 0;
+    for (let g = 0; g < nA; g++) if (g !== o && s[base + g]! > mine) count++;
+    ownScore[i] = mine;
+    above[i] = count;
+  }
+}
+
 /** The kernels TensorFlow.js implements on backend `name` (loaded). */
 export async function tfKernels(name: TfBackendName): Promise<Pick<Kernels, "rank" | "products" | "rowsTimes">> {
   const tf = await loadTf(name);
@@ -123,20 +152,7 @@ export async function tfKernels(name: TfBackendName): Promise<Pick<Kernels, "ran
           const S = tf.tidy(() => tf.matMul(tf.tensor2d(gather(x, rows, from, to, d), [to - from, d]), AT));
           const s = await S.data();
           S.dispose();
-          for (let i = from; i < to; i++) {
-            const o = own[i]!;
-            const base = (i - from) * nA;
-            if (o < 0) {
-              ownScore[i] = 0;
-              above[i] = 0;
-              continue;
-            }
-            const mine = s[base + o]!;
-            let count = 0;
-            for (let g = 0; g < nA; g++) if (g !== o && s[base + g]! > mine) count++;
-            ownScore[i] = mine;
-            above[i] = count;
-          }
+          countAbove(s, from, to, nA, own, ownScore, above);
         }
       } finally {
         AT.dispose();

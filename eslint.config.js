@@ -6,7 +6,18 @@ import tseslint from "typescript-eslint";
 
 export default tseslint.config(
   // src/report/client-script.ts is generated from src/report/client/main.ts, which is linted.
-  { ignores: ["dist/", "native/build/", "models/", "outputs/", "hsm-demo/", ".tsc-check/", ".bench/", "src/report/client-script.ts"] },
+  {
+    ignores: [
+      "dist/",
+      "native/build/",
+      "models/",
+      "outputs/",
+      "hsm-demo/",
+      ".tsc-check/",
+      ".bench/",
+      "src/report/client-script.ts",
+    ],
+  },
   js.configs.recommended,
   tseslint.configs.recommended,
   {

@@ -243,7 +243,8 @@ class RngLanes {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i nv = _mm512_set1_epi64(static_cast<long long>(n));
     const __m512i five = _mm512_set1_epi32(5), nine = _mm512_set1_epi32(9);
-    __m512i a = _mm512_load_si512(s_[0]), b = _mm512_load_si512(s_[1]), c = _mm512_load_si512(s_[2]), d = _mm512_load_si512(s_[3]);
+    __m512i a = _mm512_load_si512(s_[0]), b = _mm512_load_si512(s_[1]), c = _mm512_load_si512(s_[2]),
+            d = _mm512_load_si512(s_[3]);
     alignas(64) int32_t at[kLanes];
     // (The zero-masked forms do what the plain ones do, without GCC 12's false uninitialized warning.)
     constexpr __mmask16 all = 0xffff;
@@ -288,7 +289,8 @@ void LaneReplicates(Rng rng, size_t first, size_t last, size_t n, Fn fn) {
   for (size_t t = 0; t < (count + kLanes - 1) / kLanes; t++) {
     std::fill(weight.begin(), weight.end(), 0);
     lanes.Draw(n, weight.data());
-    for (size_t l = 0; l < kLanes; l++) replicate[l] = starts[l] + t < ends[l] ? static_cast<int64_t>(first + starts[l] + t) : -1;
+    for (size_t l = 0; l < kLanes; l++)
+      replicate[l] = starts[l] + t < ends[l] ? static_cast<int64_t>(first + starts[l] + t) : -1;
     fn(weight.data(), replicate);
   }
 }
@@ -369,12 +371,14 @@ void BootstrapAuroc(uint32_t seed, uint32_t stream, const SortedGroup& group, si
   // One sequential stream of draws; each thread skips ahead to its share's first replicate.
   const size_t n = group.n_facts;
   const Rng start(seed, stream);
-  const size_t rows = static_cast<size_t>(group.ties[group.n_ties]) + (paired ? static_cast<size_t>(paired->ties[paired->n_ties]) : 0);
+  const size_t rows =
+      static_cast<size_t>(group.ties[group.n_ties]) + (paired ? static_cast<size_t>(paired->ties[paired->n_ties]) : 0);
   Shares(b, ThreadsFor((n + rows) * b, b, threads), [&](size_t first, size_t last) {
     Rng rng = start;
     rng.Skip(static_cast<uint64_t>(first) * n);
 #if defined(__x86_64__)
-    if (HasAvx512() && n < kLaneItems) return BootstrapAurocLanes(rng, first, last, group, out, paired, to_paired, paired_out);
+    if (HasAvx512() && n < kLaneItems)
+      return BootstrapAurocLanes(rng, first, last, group, out, paired, to_paired, paired_out);
 #endif
     std::vector<int32_t> counts(n);
     std::vector<int32_t> paired_weights(paired ? paired->n_facts : 0);

@@ -148,7 +148,8 @@ __attribute__((target("avx2,f16c"))) void F16ToF32F16c(const uint16_t* src, floa
 
 // Non-finite count and largest finite magnitude, 16 halves a step. Lane counters
 // are 16-bit, so they are folded into the total before they can wrap.
-__attribute__((target("avx2"))) void F16StatsAvx2(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {
+__attribute__((target("avx2"))) void F16StatsAvx2(const uint16_t* src, size_t n, uint64_t* nonfinite,
+                                                  uint16_t* max_bits) {
   const __m256i mag_mask = _mm256_set1_epi16(0x7fff);
   const __m256i last_finite = _mm256_set1_epi16(0x7bff);
   __m256i best = _mm256_setzero_si256();
@@ -180,7 +181,6 @@ __attribute__((target("avx2"))) void F16StatsAvx2(const uint16_t* src, size_t n,
   *max_bits = top;
 }
 
-
 // The same with AVX-512BW, 32 halves a vector: the comparison yields a mask
 // that both counts the finite values and keeps the others out of the maximum.
 // Masked loads read the last partial vector as zeros, which change neither.
@@ -189,20 +189,24 @@ struct F16Acc {
   uint64_t finite;
 };
 
-__attribute__((target("avx512f,avx512bw,popcnt"), always_inline)) inline void F16StatsStep(F16Acc& acc, const uint16_t* p, __mmask32 load) {
+__attribute__((target("avx512f,avx512bw,popcnt"), always_inline)) inline void F16StatsStep(F16Acc& acc,
+                                                                                           const uint16_t* p,
+                                                                                           __mmask32 load) {
   const __m512i m = _mm512_and_si512(_mm512_maskz_loadu_epi16(load, p), _mm512_set1_epi16(0x7fff));
   const __mmask32 finite = _mm512_mask_cmple_epu16_mask(load, m, _mm512_set1_epi16(0x7bff));
   acc.best = _mm512_mask_max_epu16(acc.best, finite, acc.best, m);
   acc.finite += static_cast<uint64_t>(__builtin_popcount(finite));
 }
 
-__attribute__((target("avx512f,avx512bw,popcnt"))) void F16StatsAvx512(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {
+__attribute__((target("avx512f,avx512bw,popcnt"))) void F16StatsAvx512(const uint16_t* src, size_t n,
+                                                                       uint64_t* nonfinite, uint16_t* max_bits) {
   constexpr __mmask32 kAll = ~__mmask32{0};
   // Two accumulators, so that consecutive maxima do not wait on each other.
   F16Acc a{_mm512_setzero_si512(), 0}, b{_mm512_setzero_si512(), 0};
   size_t i = 0;
   for (; i + 64 <= n; i += 64) F16StatsStep(a, src + i, kAll), F16StatsStep(b, src + i + 32, kAll);
-  for (; i < n; i += 32) F16StatsStep(a, src + i, n - i >= 32 ? kAll : static_cast<__mmask32>((uint64_t{1} << (n - i)) - 1));
+  for (; i < n; i += 32)
+    F16StatsStep(a, src + i, n - i >= 32 ? kAll : static_cast<__mmask32>((uint64_t{1} << (n - i)) - 1));
   alignas(64) uint16_t lanes[32];
   _mm512_store_si512(lanes, _mm512_max_epu16(a.best, b.best));
   uint16_t top = 0;

@@ -105,7 +105,8 @@ void Work(Shared& sh) {
   std::unique_ptr<uint8_t, Free> mem(static_cast<uint8_t*>(std::aligned_alloc(4096, kMaxLanes * kChunk)));
   if (!mem) {
     // No memory for buffers: every job this thread would take fails with ENOMEM.
-    for (size_t i = sh.next.fetch_add(1); i < sh.n; i = sh.next.fetch_add(1)) sh.out[i] = FileHashResult{}, sh.out[i].error = ENOMEM;
+    for (size_t i = sh.next.fetch_add(1); i < sh.n; i = sh.next.fetch_add(1))
+      sh.out[i] = FileHashResult{}, sh.out[i].error = ENOMEM;
     return;
   }
   Lane lanes[kMaxLanes];

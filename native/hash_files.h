@@ -20,7 +20,7 @@ struct FileHashResult {
   uint64_t bytes;      // bytes read and hashed
   uint64_t nonfinite;  // as Sha256State
   uint32_t max_bits;
-  int error;           // errno of the open or read that failed; 0: the fields above hold
+  int error;  // errno of the open or read that failed; 0: the fields above hold
 };
 
 // Hashes every job on up to `threads` threads (the calling one included);

@@ -59,8 +59,8 @@
 namespace hsm {
 namespace {
 
-constexpr size_t kTileV = 4;  // vocabulary rows per micro-tile
-constexpr size_t kTileB = 4;  // batch rows per micro-tile
+constexpr size_t kTileV = 4;             // vocabulary rows per micro-tile
+constexpr size_t kTileB = 4;             // batch rows per micro-tile
 constexpr size_t kPrefetchBytes = 8192;  // how far ahead of the screen its vocabulary rows are prefetched
 
 inline uint16_t Bf16(float f) {
@@ -117,7 +117,8 @@ struct Screen {
   void Add(uint32_t v, float upper) {
     if (list.size() >= cap) {
       // Drop the candidates the maximum has passed since they were kept (in order, so the list stays sorted by v).
-      list.erase(std::remove_if(list.begin(), list.end(), [&](const Candidate& c) { return c.upper < lower; }), list.end());
+      list.erase(std::remove_if(list.begin(), list.end(), [&](const Candidate& c) { return c.upper < lower; }),
+                 list.end());
       if (list.size() > cap / 2) cap *= 2;
     }
     list.push_back({v, upper});
@@ -126,13 +127,13 @@ struct Screen {
 
 // Each screened row's share of its bounds: E = hn |w_v| + abs.
 struct Bounds {
-  std::vector<float> hn;  // 1.25 k
+  std::vector<float> hn;   // 1.25 k
   std::vector<float> abs;  // 2a, with max_v |w_v| for |w|
 };
 
 // The scalar epilogue: tile scores s[bi * 4 + vi] of rows r0 + bi and vocabulary v0 + vi.
-inline void EpilogueScalar(const float* s, size_t r0, size_t nb, size_t v0, size_t nv, const float* norms, const Bounds& bounds,
-                           Screen* screens) {
+inline void EpilogueScalar(const float* s, size_t r0, size_t nb, size_t v0, size_t nv, const float* norms,
+                           const Bounds& bounds, Screen* screens) {
   for (size_t bi = 0; bi < nb; bi++) {
     Screen& sc = screens[r0 + bi];
     float upper[kTileV];
@@ -148,7 +149,9 @@ inline void EpilogueScalar(const float* s, size_t r0, size_t nb, size_t v0, size
 }
 
 // How many vocabulary rows ahead the screens prefetch: kPrefetchBytes, at least the next tile.
-inline size_t PrefetchRows(size_t d) { return std::max<size_t>(1, kPrefetchBytes / (kTileV * d * sizeof(uint16_t))) * kTileV; }
+inline size_t PrefetchRows(size_t d) {
+  return std::max<size_t>(1, kPrefetchBytes / (kTileV * d * sizeof(uint16_t))) * kTileV;
+}
 
 // Asks for n bfloat16 values from p on into the cache while the current tile computes: the
 // hardware prefetcher alone leaves the stream of vocabulary rows waiting on memory between tiles.
@@ -183,9 +186,10 @@ constexpr size_t kLaneRows = 2;  // batch rows per portable micro-tile (their ac
 // One share [v_begin, v_end) of the vocabulary for every screened row, portable lanes: each
 // group of four vocabulary rows widened once, then run against the batch rows two by two.
 template <typename Pair>
-inline __attribute__((always_inline)) void ScreenLanesBody(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
-                                                           const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
-                                                           Screen* screens, Pair pair) {
+inline __attribute__((always_inline)) void ScreenLanesBody(const float* hf, size_t dp, size_t rows, size_t d,
+                                                           const uint16_t* bf16, const float* norms, size_t v_begin,
+                                                           size_t v_end, const Bounds& bounds, Screen* screens,
+                                                           Pair pair) {
   float s[kTileB * kTileV];
   std::vector<float> wf(kTileV * dp, 0.0f);
   const size_t ahead = PrefetchRows(d);
@@ -205,8 +209,8 @@ inline __attribute__((always_inline)) void ScreenLanesBody(const float* hf, size
   }
 }
 
-void ScreenLanes(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16, const float* norms, size_t v_begin,
-                 size_t v_end, const Bounds& bounds, Screen* screens) {
+void ScreenLanes(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16, const float* norms,
+                 size_t v_begin, size_t v_end, const Bounds& bounds, Screen* screens) {
   ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens, TileLanes<kLaneRows>);
 }
 
@@ -219,8 +223,10 @@ __attribute__((target("avx2"))) inline void PairAvx2(const float* hf, const floa
     const __m256 w0 = _mm256_loadu_ps(wf + k), w1 = _mm256_loadu_ps(wf + dp + k);
     const __m256 w2 = _mm256_loadu_ps(wf + 2 * dp + k), w3 = _mm256_loadu_ps(wf + 3 * dp + k);
     const __m256 h0 = _mm256_loadu_ps(hf + k), h1 = _mm256_loadu_ps(hf + dp + k);
-    a00 = _mm256_add_ps(a00, _mm256_mul_ps(h0, w0)), a01 = _mm256_add_ps(a01, _mm256_mul_ps(h0, w1)), a02 = _mm256_add_ps(a02, _mm256_mul_ps(h0, w2)), a03 = _mm256_add_ps(a03, _mm256_mul_ps(h0, w3));
-    a10 = _mm256_add_ps(a10, _mm256_mul_ps(h1, w0)), a11 = _mm256_add_ps(a11, _mm256_mul_ps(h1, w1)), a12 = _mm256_add_ps(a12, _mm256_mul_ps(h1, w2)), a13 = _mm256_add_ps(a13, _mm256_mul_ps(h1, w3));
+    a00 = _mm256_add_ps(a00, _mm256_mul_ps(h0, w0)), a01 = _mm256_add_ps(a01, _mm256_mul_ps(h0, w1)),
+    a02 = _mm256_add_ps(a02, _mm256_mul_ps(h0, w2)), a03 = _mm256_add_ps(a03, _mm256_mul_ps(h0, w3));
+    a10 = _mm256_add_ps(a10, _mm256_mul_ps(h1, w0)), a11 = _mm256_add_ps(a11, _mm256_mul_ps(h1, w1)),
+    a12 = _mm256_add_ps(a12, _mm256_mul_ps(h1, w2)), a13 = _mm256_add_ps(a13, _mm256_mul_ps(h1, w3));
   }
   // Eight horizontal sums at once: lane bi * 4 + vi.
   const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a00, a01), _mm256_hadd_ps(a02, a03));
@@ -228,9 +234,9 @@ __attribute__((target("avx2"))) inline void PairAvx2(const float* hf, const floa
   _mm256_storeu_ps(s, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
 }
 
-__attribute__((target("avx2"))) void ScreenLanesAvx2(const float* hf, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
-                                                         const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
-                                                         Screen* screens) {
+__attribute__((target("avx2"))) void ScreenLanesAvx2(const float* hf, size_t dp, size_t rows, size_t d,
+                                                     const uint16_t* bf16, const float* norms, size_t v_begin,
+                                                     size_t v_end, const Bounds& bounds, Screen* screens) {
   ScreenLanesBody(hf, dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens, PairAvx2);
 }
 
@@ -250,19 +256,25 @@ struct alignas(64) Lanes {
 HSM_BF16_TARGET inline __m512 ReduceSixteen(const __m512* a) {
   __m512 y[4];
   for (int q = 0; q < 4; q++) {
-    const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * q], a[4 * q + 1]), _mm512_unpackhi_ps(a[4 * q], a[4 * q + 1]));
-    const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * q + 2], a[4 * q + 3]), _mm512_unpackhi_ps(a[4 * q + 2], a[4 * q + 3]));
+    const __m512 t01 =
+        _mm512_add_ps(_mm512_unpacklo_ps(a[4 * q], a[4 * q + 1]), _mm512_unpackhi_ps(a[4 * q], a[4 * q + 1]));
+    const __m512 t23 =
+        _mm512_add_ps(_mm512_unpacklo_ps(a[4 * q + 2], a[4 * q + 3]), _mm512_unpackhi_ps(a[4 * q + 2], a[4 * q + 3]));
     y[q] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
                          _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
   }
-  const __m512 z01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 z23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 z01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 z23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // acc[bi * 4 + vi] += NB batch rows' 32 values from k (bfloat16) · four vocabulary rows' (x0…x3).
 template <size_t NB>
-HSM_BF16_TARGET inline void AccumulateBf16(__m512* acc, const uint16_t* hb, size_t dp, size_t k, __m512bh x0, __m512bh x1, __m512bh x2, __m512bh x3) {
+HSM_BF16_TARGET inline void AccumulateBf16(__m512* acc, const uint16_t* hb, size_t dp, size_t k, __m512bh x0,
+                                           __m512bh x1, __m512bh x2, __m512bh x3) {
 #pragma GCC unroll 4
   for (size_t bi = 0; bi < NB; bi++) {
     const __m512bh y = (__m512bh)_mm512_load_si512(hb + bi * dp + k);
@@ -282,14 +294,15 @@ HSM_BF16_TARGET inline __m512 TileBf16(const uint16_t* hb, size_t dp, const uint
   const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
   size_t k = 0;
   for (; k + 32 <= d; k += 32) {
-    AccumulateBf16<NB>(acc, hb, dp, k, (__m512bh)_mm512_loadu_si512(w0 + k), (__m512bh)_mm512_loadu_si512(w1 + k), (__m512bh)_mm512_loadu_si512(w2 + k),
-                       (__m512bh)_mm512_loadu_si512(w3 + k));
+    AccumulateBf16<NB>(acc, hb, dp, k, (__m512bh)_mm512_loadu_si512(w0 + k), (__m512bh)_mm512_loadu_si512(w1 + k),
+                       (__m512bh)_mm512_loadu_si512(w2 + k), (__m512bh)_mm512_loadu_si512(w3 + k));
   }
   if (k < d) {
     // The rows' last d - k values; the batch rows' padding is zero.
     const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (d - k)) - 1);
-    AccumulateBf16<NB>(acc, hb, dp, k, (__m512bh)_mm512_maskz_loadu_epi16(m, w0 + k), (__m512bh)_mm512_maskz_loadu_epi16(m, w1 + k),
-                       (__m512bh)_mm512_maskz_loadu_epi16(m, w2 + k), (__m512bh)_mm512_maskz_loadu_epi16(m, w3 + k));
+    AccumulateBf16<NB>(acc, hb, dp, k, (__m512bh)_mm512_maskz_loadu_epi16(m, w0 + k),
+                       (__m512bh)_mm512_maskz_loadu_epi16(m, w1 + k), (__m512bh)_mm512_maskz_loadu_epi16(m, w2 + k),
+                       (__m512bh)_mm512_maskz_loadu_epi16(m, w3 + k));
   }
   return ReduceSixteen(acc);
 }
@@ -302,10 +315,12 @@ HSM_BF16_TARGET inline __m512 TileBf16N(size_t nb, const uint16_t* hb, size_t dp
   return TileBf16<NB>(hb, dp, w, d);
 }
 
-HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size_t d, const uint16_t* bf16, const float* norms,
-                                size_t v_begin, size_t v_end, const Bounds& bounds, Screen* screens) {
+HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
+                                const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
+                                Screen* screens) {
   const size_t blocks = (rows + kTileB - 1) / kTileB;
-  // Per block of four rows: c'|h| and a' for lane bi * 4 + vi, and the running max of s~ - E (each row's in its four lanes).
+  // Per block of four rows: c'|h| and a' for lane bi * 4 + vi, and the running max of s~ - E (each row's in its four
+  // lanes).
   std::vector<Lanes> hn(blocks), abs(blocks), lower(blocks);
   std::vector<__mmask16> rows_in(blocks);
   for (size_t q = 0; q < blocks; q++) {
@@ -355,7 +370,8 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
     }
   }
   for (size_t q = 0; q < blocks; q++) {
-    for (size_t bi = 0; bi < std::min(kTileB, rows - q * kTileB); bi++) screens[q * kTileB + bi].lower = lower[q].x[bi * kTileV];
+    for (size_t bi = 0; bi < std::min(kTileB, rows - q * kTileB); bi++)
+      screens[q * kTileB + bi].lower = lower[q].x[bi * kTileV];
   }
 }
 #pragma GCC diagnostic pop
@@ -431,7 +447,8 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
     exact_rows[b] = 0;
     screened.push_back(b);
     bounds.hn.push_back(static_cast<float>(1.25 * ((1 + u) * std::sqrt(ee) + c * hn)));
-    bounds.abs.push_back(static_cast<float>(2 * t * (3 * std::sqrt(static_cast<double>(d)) * (hn + max_norm) + 3 * static_cast<double>(d) + 3 * n)));
+    bounds.abs.push_back(static_cast<float>(
+        2 * t * (3 * std::sqrt(static_cast<double>(d)) * (hn + max_norm) + 3 * static_cast<double>(d) + 3 * n)));
   }
   const size_t rows = screened.size();
   // The shares of the vocabulary, fixed for both passes.
@@ -467,7 +484,8 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
         const size_t v_begin = vocab * s / nt, v_end = vocab * (s + 1) / nt;
 #ifdef HSM_X86
         if (use_bf16) ScreenBf16(hb.get(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
-        else if (HasAvx2()) ScreenLanesAvx2(hf.data(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
+        else if (HasAvx2())
+          ScreenLanesAvx2(hf.data(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
         else
 #endif
           ScreenLanes(hf.data(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
@@ -494,15 +512,18 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
           if (!(cand.upper < bar[r])) vs.push_back(cand.v);
         }
         logits.resize(vs.size());
-        Dots(h + b * d, d, f32, vs.size(), [&](size_t j) { return static_cast<size_t>(vs[j]); }, logits.data());
+        Dots(
+            h + b * d, d, f32, vs.size(), [&](size_t j) { return static_cast<size_t>(vs[j]); }, logits.data());
         for (size_t j = 0; j < vs.size(); j++) best[s * batch + b].Offer(logits[j], vs[j]);
         dots[s] += vs.size();
       }
       for (size_t b = 0; b < batch; b++) {
         if (!exact_rows[b]) continue;
         logits.resize(v_end - v_begin);
-        Dots(h + b * d, d, f32, v_end - v_begin, [&](size_t j) { return v_begin + j; }, logits.data());
-        for (size_t v = v_begin; v < v_end; v++) best[s * batch + b].Offer(logits[v - v_begin], static_cast<int64_t>(v));
+        Dots(
+            h + b * d, d, f32, v_end - v_begin, [&](size_t j) { return v_begin + j; }, logits.data());
+        for (size_t v = v_begin; v < v_end; v++)
+          best[s * batch + b].Offer(logits[v - v_begin], static_cast<int64_t>(v));
         dots[s] += v_end - v_begin;
       }
     }

@@ -125,8 +125,8 @@ bool Need(napi_env env, const View& v, const char* name, size_t rows, size_t col
     std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu values but received %zu", name,
                   counts, rows, v.length);
   } else {
-    std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu × %zu values but received %zu",
-                  name, counts, rows, cols, v.length);
+    std::snprintf(message, sizeof message, "Expected %s large enough for %s = %zu × %zu values but received %zu", name,
+                  counts, rows, cols, v.length);
   }
   napi_throw_range_error(env, nullptr, message);
   return false;
@@ -142,7 +142,8 @@ napi_value Convert(napi_env env, napi_callback_info info, const char* src_messag
   View src, dst;
   size_t threads;
   if (!GetArgs(env, info, 3, argv) || !GetTyped(env, argv[0], kSrc, src_message, &src) ||
-      !GetTyped(env, argv[1], kDst, dst_message, &dst) || !GetCount(env, argv[2], "Expected a thread count", &threads)) {
+      !GetTyped(env, argv[1], kDst, dst_message, &dst) ||
+      !GetCount(env, argv[2], "Expected a thread count", &threads)) {
     return nullptr;
   }
   if (src.length != dst.length) {
@@ -154,8 +155,8 @@ napi_value Convert(napi_env env, napi_callback_info info, const char* src_messag
 }
 
 napi_value F32ToF16(napi_env env, napi_callback_info info) {
-  return Convert<float, uint16_t, napi_float32_array, napi_uint16_array>(
-      env, info, "Expected Float32Array for src", "Expected Uint16Array for dst", hsm::F32ToF16);
+  return Convert<float, uint16_t, napi_float32_array, napi_uint16_array>(env, info, "Expected Float32Array for src",
+                                                                         "Expected Uint16Array for dst", hsm::F32ToF16);
 }
 
 napi_value F16ToF32(napi_env env, napi_callback_info info) {
@@ -214,8 +215,8 @@ napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
       return nullptr;
     }
   }
-  hsm::RankAgainstAnchors(static_cast<const float*>(x.data), n_rows, static_cast<const float*>(a.data), n_anchors, d, owns,
-                          static_cast<float*>(own_score.data), static_cast<int32_t*>(above.data),
+  hsm::RankAgainstAnchors(static_cast<const float*>(x.data), n_rows, static_cast<const float*>(a.data), n_anchors, d,
+                          owns, static_cast<float*>(own_score.data), static_cast<int32_t*>(above.data),
                           Threads(threads), allow_bf16);
   return nullptr;
 }
@@ -245,7 +246,8 @@ napi_value BootstrapMean(napi_env env, napi_callback_info info) {
     return nullptr;
   }
   if (!Need(env, out, "out", b, 1, "b")) return nullptr;
-  hsm::BootstrapMean(seed, stream, static_cast<const double*>(values.data), values.length, b, static_cast<double*>(out.data), Threads(threads));
+  hsm::BootstrapMean(seed, stream, static_cast<const double*>(values.data), values.length, b,
+                     static_cast<double*>(out.data), Threads(threads));
   return nullptr;
 }
 
@@ -258,21 +260,24 @@ bool GetGroup(napi_env env, napi_value* argv, size_t n_facts, hsm::SortedGroup* 
   }
   const int32_t* f = static_cast<const int32_t*>(fact.data);
   const int32_t* t = static_cast<const int32_t*>(ties.data);
-  if (fact.length != label.length || ties.length < 1 || t[0] != 0 || static_cast<size_t>(t[ties.length - 1]) != fact.length) {
+  if (fact.length != label.length || ties.length < 1 || t[0] != 0 ||
+      static_cast<size_t>(t[ties.length - 1]) != fact.length) {
     return Fail(env, "Expected a sorted group whose ties run from 0 to its row count");
   }
   for (size_t i = 1; i < ties.length; i++) {
     if (t[i] < t[i - 1]) return Fail(env, "Expected ascending tie boundaries");
   }
   for (size_t i = 0; i < fact.length; i++) {
-    if (f[i] < 0 || static_cast<size_t>(f[i]) >= n_facts) return Fail(env, "Expected fact indices below the fact count");
+    if (f[i] < 0 || static_cast<size_t>(f[i]) >= n_facts)
+      return Fail(env, "Expected fact indices below the fact count");
   }
   *g = {f, static_cast<const uint8_t*>(label.data), t, ties.length - 1, n_facts};
   *rows = fact.length;
   return true;
 }
 
-// bootstrapAuroc(seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts, toPaired, pOut, threads)
+// bootstrapAuroc(seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts, toPaired, pOut,
+// threads)
 napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
   napi_value argv[15];
   uint32_t seed, stream;
@@ -290,7 +295,8 @@ napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
   if (!Need(env, out, "out", b, 1, "b")) return nullptr;
   const bool has_paired = !IsNull(env, argv[8]);
   if (has_paired) {
-    if (!GetCount(env, argv[11], "Expected a paired fact count", &p_facts) || !GetGroup(env, argv + 8, p_facts, &paired, &p_rows) ||
+    if (!GetCount(env, argv[11], "Expected a paired fact count", &p_facts) ||
+        !GetGroup(env, argv + 8, p_facts, &paired, &p_rows) ||
         !GetTyped(env, argv[12], napi_int32_array, "Expected Int32Array for toPaired", &to_paired) ||
         !GetTyped(env, argv[13], napi_float64_array, "Expected Float64Array for pairedOut", &p_out)) {
       return nullptr;
@@ -334,9 +340,11 @@ napi_value Products(napi_env env, napi_callback_info info) {
   if (!sized) return nullptr;
   const int nt = Threads(threads);
   if (kTranspose) {
-    hsm::RowsTransposeTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k, static_cast<double*>(out.data), nt);
+    hsm::RowsTransposeTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k,
+                            static_cast<double*>(out.data), nt);
   } else {
-    hsm::RowsTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k, static_cast<double*>(out.data), nt);
+    hsm::RowsTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k,
+                   static_cast<double*>(out.data), nt);
   }
   return nullptr;
 }
@@ -365,8 +373,9 @@ napi_value LogisticPass(napi_env env, napi_callback_info info) {
       !Need(env, gsum, "gsum", k, 1, "k") || !Need(env, grad, "grad", k, d, "k × d")) {
     return nullptr;
   }
-  hsm::LogisticPass(static_cast<const float*>(h.data), n, d, static_cast<const double*>(v.data), static_cast<const double*>(offset.data),
-                    static_cast<const uint8_t*>(y.data), static_cast<const uint8_t*>(train.data), k, static_cast<double*>(loss.data),
+  hsm::LogisticPass(static_cast<const float*>(h.data), n, d, static_cast<const double*>(v.data),
+                    static_cast<const double*>(offset.data), static_cast<const uint8_t*>(y.data),
+                    static_cast<const uint8_t*>(train.data), k, static_cast<double*>(loss.data),
                     static_cast<double*>(gsum.data), static_cast<double*>(grad.data), Threads(threads));
   return nullptr;
 }
@@ -427,12 +436,13 @@ napi_value AnchorCosines(napi_env env, napi_callback_info info) {
       !Need(env, own_cos, "ownCos", n, 1, "rows.length") || !Need(env, other_cos, "otherCos", n, 1, "rows.length")) {
     return nullptr;
   }
-  if (!RowsBelow(env, rows, x.length / d, "Expected rows inside x") || !RowsBelow(env, own, n_anchors, "Expected own anchors below the anchor count")) {
+  if (!RowsBelow(env, rows, x.length / d, "Expected rows inside x") ||
+      !RowsBelow(env, own, n_anchors, "Expected own anchors below the anchor count")) {
     return nullptr;
   }
-  hsm::AnchorCosines(static_cast<const float*>(x.data), static_cast<const int32_t*>(rows.data), n, static_cast<const float*>(a.data),
-                     n_anchors, d, static_cast<const int32_t*>(own.data), static_cast<double*>(own_cos.data),
-                     static_cast<double*>(other_cos.data), Threads(threads));
+  hsm::AnchorCosines(static_cast<const float*>(x.data), static_cast<const int32_t*>(rows.data), n,
+                     static_cast<const float*>(a.data), n_anchors, d, static_cast<const int32_t*>(own.data),
+                     static_cast<double*>(own_cos.data), static_cast<double*>(other_cos.data), Threads(threads));
   return nullptr;
 }
 
@@ -442,7 +452,8 @@ napi_value StandardizeRows(napi_env env, napi_callback_info info) {
   View h, rows, out, mean, scale;
   size_t d, threads;
   if (!GetArgs(env, info, 7, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
-      !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) ||
+      !GetCount(env, argv[2], "Expected d", &d) ||
       !GetTyped(env, argv[3], napi_float32_array, "Expected Float32Array for out", &out) ||
       !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for mean", &mean) ||
       !GetTyped(env, argv[5], napi_float64_array, "Expected Float64Array for scale", &scale) ||
@@ -459,7 +470,8 @@ napi_value StandardizeRows(napi_env env, napi_callback_info info) {
   }
   if (!RowsBelow(env, rows, h.length / d, "Expected rows inside h")) return nullptr;
   hsm::StandardizeRows(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
-                       static_cast<float*>(out.data), static_cast<double*>(mean.data), static_cast<double*>(scale.data), Threads(threads));
+                       static_cast<float*>(out.data), static_cast<double*>(mean.data), static_cast<double*>(scale.data),
+                       Threads(threads));
   return nullptr;
 }
 
@@ -469,7 +481,8 @@ napi_value AddMoments(napi_env env, napi_callback_info info) {
   View h, rows, sum, sum_squares;
   size_t d, threads;
   if (!GetArgs(env, info, 6, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
-      !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) || !GetCount(env, argv[2], "Expected d", &d) ||
+      !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) ||
+      !GetCount(env, argv[2], "Expected d", &d) ||
       !GetTyped(env, argv[3], napi_float64_array, "Expected Float64Array for sum", &sum) ||
       !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for sumSquares", &sum_squares) ||
       !GetCount(env, argv[5], "Expected a thread count", &threads)) {
@@ -503,8 +516,8 @@ napi_value PrepareHead(napi_env env, napi_callback_info info) {
       !Need(env, bf16, "bf16", vocab, d, "vocab × d") || !Need(env, norms, "norms", vocab, 1, "vocab")) {
     return nullptr;
   }
-  hsm::PrepareHead(static_cast<const float*>(w.data), d, vocab, static_cast<float*>(f32.data), static_cast<uint16_t*>(bf16.data),
-                   static_cast<float*>(norms.data), Threads(threads));
+  hsm::PrepareHead(static_cast<const float*>(w.data), d, vocab, static_cast<float*>(f32.data),
+                   static_cast<uint16_t*>(bf16.data), static_cast<float*>(norms.data), Threads(threads));
   return nullptr;
 }
 
@@ -537,9 +550,10 @@ napi_value HeadArgmax(napi_env env, napi_callback_info info) {
       !Need(env, out, "out", batch, 1, "batch")) {
     return nullptr;
   }
-  const uint64_t dots = hsm::HeadArgmax(static_cast<const float*>(h.data), batch, d, static_cast<const float*>(f32.data),
-                                        static_cast<const uint16_t*>(bf16.data), static_cast<const float*>(norms.data), vocab,
-                                        static_cast<int32_t*>(out.data), Threads(threads), allow_bf16);
+  const uint64_t dots =
+      hsm::HeadArgmax(static_cast<const float*>(h.data), batch, d, static_cast<const float*>(f32.data),
+                      static_cast<const uint16_t*>(bf16.data), static_cast<const float*>(norms.data), vocab,
+                      static_cast<int32_t*>(out.data), Threads(threads), allow_bf16);
   napi_value result;
   napi_create_double(env, static_cast<double>(dots), &result);
   return result;
@@ -703,7 +717,8 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
   }
   bool is_array = false;
   uint32_t n = 0;
-  if (napi_is_array(env, argv[0], &is_array) != napi_ok || !is_array || napi_get_array_length(env, argv[0], &n) != napi_ok) {
+  if (napi_is_array(env, argv[0], &is_array) != napi_ok || !is_array ||
+      napi_get_array_length(env, argv[0], &n) != napi_ok) {
     Fail(env, "Expected an array of paths");
     return nullptr;
   }
@@ -718,11 +733,13 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
     size_t len = 0;
     const uint8_t width = static_cast<const uint8_t*>(widths.data)[i];
     const double at = static_cast<const double*>(from.data)[i];
-    if (napi_get_element(env, argv[0], i, &p) != napi_ok || napi_get_value_string_utf8(env, p, nullptr, 0, &len) != napi_ok) {
+    if (napi_get_element(env, argv[0], i, &p) != napi_ok ||
+        napi_get_value_string_utf8(env, p, nullptr, 0, &len) != napi_ok) {
       Fail(env, "Expected an array of paths");
       return nullptr;
     }
-    if ((width != 0 && width != 2 && width != 4) || !(at >= 0) || at != static_cast<double>(static_cast<uint64_t>(at))) {
+    if ((width != 0 && width != 2 && width != 4) || !(at >= 0) ||
+        at != static_cast<double>(static_cast<uint64_t>(at))) {
       Fail(env, "Expected widths of 0, 2 or 4 and byte offsets for statsFrom");
       return nullptr;
     }
@@ -731,7 +748,8 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
   }
   w->jobs.resize(n);
   for (uint32_t i = 0; i < n; i++) {
-    w->jobs[i] = {w->paths[i].c_str(), static_cast<uint64_t>(static_cast<const double*>(from.data)[i]), static_cast<const uint8_t*>(widths.data)[i]};
+    w->jobs[i] = {w->paths[i].c_str(), static_cast<uint64_t>(static_cast<const double*>(from.data)[i]),
+                  static_cast<const uint8_t*>(widths.data)[i]};
   }
   w->results.resize(n);
   w->threads = Threads(threads);
@@ -855,8 +873,8 @@ NAPI_MODULE_INIT() {
   constexpr size_t kCount = sizeof(kEntries) / sizeof(kEntries[0]);
   napi_property_descriptor props[kCount];
   for (size_t i = 0; i < kCount; i++) {
-    props[i] = {kEntries[i].name, nullptr, Guard, nullptr, nullptr, nullptr, napi_default,
-                const_cast<Entry*>(&kEntries[i])};
+    props[i] = {kEntries[i].name, nullptr, Guard,        nullptr,
+                nullptr,          nullptr, napi_default, const_cast<Entry*>(&kEntries[i])};
   }
   napi_define_properties(env, exports, kCount, props);
   napi_value simd;

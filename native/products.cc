@@ -52,7 +52,8 @@ __attribute__((target("avx512f"))) double DotAvx512(const float* a, const float*
 __attribute__((target("avx512f"))) void AxpyAvx512(float alpha, const float* x, float* y, size_t d) {
   const __m512 va = _mm512_set1_ps(alpha);
   size_t i = 0;
-  for (; i + 16 <= d; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  for (; i + 16 <= d; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
   for (; i < d; i++) y[i] += alpha * x[i];
 }
 #endif
@@ -127,8 +128,8 @@ __attribute__((target("avx512f"))) inline double LaneSum(__m512 acc) {
 // columns are a parameter pack, so that every accumulator has a constant
 // index and stays in a register.
 template <size_t... J>
-__attribute__((target("avx512f"))) inline void MarginTile(const float* const* rows, const float* vf, size_t d, double* out /* 4 x J */,
-                                                           std::index_sequence<J...>) {
+__attribute__((target("avx512f"))) inline void MarginTile(const float* const* rows, const float* vf, size_t d,
+                                                          double* out /* 4 x J */, std::index_sequence<J...>) {
   constexpr size_t kJ = sizeof...(J);
   __m512 a0[kJ] = {((void)J, _mm512_setzero_ps())...};
   __m512 a1[kJ] = {((void)J, _mm512_setzero_ps())...};
@@ -154,7 +155,8 @@ __attribute__((target("avx512f"))) inline void MarginTile(const float* const* ro
 // column j: each 16-float step of the rows is loaded once and feeds every
 // column, whose partial sums take the rows in order (as one row at a time would).
 template <int R>
-__attribute__((target("avx512f"))) inline void GradientRows(const float* const* rows, const float* g, size_t d, size_t k, float* grad) {
+__attribute__((target("avx512f"))) inline void GradientRows(const float* const* rows, const float* g, size_t d,
+                                                            size_t k, float* grad) {
   for (size_t c = 0; c < d; c += 16) {
     const __mmask16 m = d - c >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (d - c)) - 1);
     __m512 x[R];
@@ -170,16 +172,27 @@ __attribute__((target("avx512f"))) inline void GradientRows(const float* const* 
 
 // Margins of four rows against all k columns, up to five columns at a time
 // (one fold each; every margin is summed the same way whatever the tile's width).
-__attribute__((target("avx512f"))) void Margins4(const float* const* rows, const float* vf, size_t d, size_t k, double* out /* 4 x k */) {
+__attribute__((target("avx512f"))) void Margins4(const float* const* rows, const float* vf, size_t d, size_t k,
+                                                 double* out /* 4 x k */) {
   double tile[4 * 5];
   for (size_t j0 = 0; j0 < k;) {
     const size_t J = std::min<size_t>(5, k - j0);
     switch (J) {
-      case 5: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<5>()); break;
-      case 4: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<4>()); break;
-      case 3: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<3>()); break;
-      case 2: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<2>()); break;
-      default: MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<1>()); break;
+      case 5:
+        MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<5>());
+        break;
+      case 4:
+        MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<4>());
+        break;
+      case 3:
+        MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<3>());
+        break;
+      case 2:
+        MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<2>());
+        break;
+      default:
+        MarginTile(rows, vf + j0 * d, d, tile, std::make_index_sequence<1>());
+        break;
     }
     for (size_t r = 0; r < 4; r++)
       for (size_t j = 0; j < J; j++) out[r * k + j0 + j] = tile[r * J + j];

@@ -18,9 +18,9 @@
 namespace hsm {
 namespace {
 
-constexpr size_t kPanel = 16;     // anchors per packed panel (one 512-bit vector)
+constexpr size_t kPanel = 16;       // anchors per packed panel (one 512-bit vector)
 constexpr size_t kBlockPanels = 8;  // panels per anchor block: 128 anchors, 512 KB at d = 1024
-constexpr size_t kRows = 8;       // rows per micro-tile
+constexpr size_t kRows = 8;         // rows per micro-tile
 
 // Anchors packed panel by panel: panel p holds anchors [16p, 16p+16) transposed,
 // so that for each k the 16 values a[16p + j][k] are contiguous. Missing anchors
@@ -73,7 +73,8 @@ __attribute__((target("avx512f"))) void RowAvx512(const float* xi, size_t d, con
   _mm512_storeu_ps(scores, c);
 }
 
-__attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, size_t r0, size_t nr, const float* panel, float* scores) {
+__attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, size_t r0, size_t nr, const float* panel,
+                                                   float* scores) {
   if (nr != kRows) {
     for (size_t i = 0; i < nr; i++) RowAvx512(x + (r0 + i) * d, d, panel, scores + i * kPanel);
     return;
@@ -102,7 +103,6 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, siz
   _mm512_storeu_ps(scores + 7 * kPanel, c7);
 }
 
-
 // One row against one anchor (both row-major), lane for lane what the float32 tiles compute:
 // one fused multiply-add per k, in order, from zero.
 __attribute__((target("avx512f"))) float DotFma(const float* xi, const float* ag, size_t d) {
@@ -119,7 +119,8 @@ __attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, siz
     const __mmask16 lo = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
     const __mmask16 hi = n >= 32 ? 0xffff : n > 16 ? static_cast<__mmask16>((1u << (n - 16)) - 1) : 0;
     // The second operand fills the low 16 halves: v[k0 + 2j] lands in the low half of pair j.
-    const __m512i pairs = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, v + k0 + 16), _mm512_maskz_loadu_ps(lo, v + k0));
+    const __m512i pairs =
+        (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, v + k0 + 16), _mm512_maskz_loadu_ps(lo, v + k0));
     const size_t np = (n + 1) / 2;
     if (stride == 1 && np == 16) {
       _mm512_storeu_si512(out + k0 / 2, pairs);
@@ -154,7 +155,8 @@ constexpr size_t kScreenBlockPanels = 4 * kScreenPanels;
 // each); out[i * NP + q] holds row i against panel q.
 template <size_t NR, size_t NP>
 __attribute__((target("avx512f,avx512bf16"), always_inline)) inline void ScreenBlock(const uint32_t* xb, size_t dp,
-                                                                                      const uint32_t* panels, __m512* out) {
+                                                                                     const uint32_t* panels,
+                                                                                     __m512* out) {
   __m512 c[NR][NP];
 #pragma GCC unroll 8
   for (size_t i = 0; i < NR; i++) {
@@ -183,8 +185,9 @@ __attribute__((target("avx512f,avx512bf16"), always_inline)) inline void ScreenB
 // One row tile against np <= kScreenPanels panels; out as in ScreenBlock with NP = np. Kept
 // out of line: inlined into its caller, the block's 24 accumulators compete with the
 // caller's live values for registers and one spills to the stack on every step.
-__attribute__((target("avx512f,avx512bf16"), noinline)) void ScreenTile(const uint32_t* xb, size_t dp, const uint32_t* panels,
-                                                                        size_t np, __m512* out) {
+__attribute__((target("avx512f,avx512bf16"), noinline)) void ScreenTile(const uint32_t* xb, size_t dp,
+                                                                        const uint32_t* panels, size_t np,
+                                                                        __m512* out) {
   if (np == 3) return ScreenBlock<kScreenRows, 3>(xb, dp, panels, out);
   if (np == 2) return ScreenBlock<kScreenRows, 2>(xb, dp, panels, out);
   ScreenBlock<kScreenRows, 1>(xb, dp, panels, out);
@@ -192,8 +195,9 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) void ScreenTile(const ui
 static_assert(kScreenPanels == 3, "ScreenTile dispatches on up to three panels");
 
 __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, size_t d, size_t r_begin, size_t r_end,
-                                                                const float* a, const uint32_t* packed_bf, size_t n_panels,
-                                                                size_t n_anchors, const int32_t* own, const float* own_score, int32_t* above) {
+                                                                const float* a, const uint32_t* packed_bf,
+                                                                size_t n_panels, size_t n_anchors, const int32_t* own,
+                                                                const float* own_score, int32_t* above) {
   const size_t dp = (d + 1) / 2;
   // These rows as bfloat16 pairs (k, k+1), converted once; d and the last tile of rows
   // are zero-padded (padding rows are never counted).
@@ -221,8 +225,10 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
             if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
             const __m512 s = acc[i * np + q];
             const __m512 o = _mm512_set1_ps(own_score[r]);
-            const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
-            const __mmask16 near = _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
+            const __mmask16 high =
+                _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
+            const __mmask16 near =
+                _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
             int32_t c = __builtin_popcount(high);
             // Too close to call (rare): those anchors again in float32.
             for (uint32_t m = near; m != 0; m &= m - 1) {
@@ -239,8 +245,8 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
 
 }  // namespace
 
-void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_anchors, size_t d,
-                        const int32_t* own, float* own_score, int32_t* above, int threads, bool allow_bf16) {
+void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_anchors, size_t d, const int32_t* own,
+                        float* own_score, int32_t* above, int threads, bool allow_bf16) {
   // Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
   // across threads, each row's sum in order on one thread).
   Shares(n_rows, n_rows >= 256 ? threads : 1, [&](size_t begin, size_t end) {

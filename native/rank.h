@@ -13,7 +13,7 @@ namespace hsm {
 // (x_i . a_own, float32 arithmetic) and above[i] = #{g != own : x_i . a_g > own_score[i]}.
 // allow_bf16: screen with the bfloat16 dot-product instructions where the CPU
 // has them (the counts stay those of the float32 kernel); false: float32 only.
-void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_anchors, size_t d,
-                        const int32_t* own, float* own_score, int32_t* above, int threads, bool allow_bf16);
+void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_anchors, size_t d, const int32_t* own,
+                        float* own_score, int32_t* above, int threads, bool allow_bf16);
 
 }  // namespace hsm

@@ -13,7 +13,8 @@ namespace {
 // fn(begin, end) over [0, n) in up to `threads` contiguous shares, for passes worth a thread start.
 template <typename Fn>
 void SplitRows(size_t n, size_t d, int threads, Fn fn) {
-  const size_t nt = std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n * d / (size_t{1} << 16) + 1, 16}));
+  const size_t nt = std::max<size_t>(
+      1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n * d / (size_t{1} << 16) + 1, 16}));
   Split(n, nt, [&](size_t, size_t begin, size_t end) { fn(begin, end); });
 }
 
@@ -82,32 +83,37 @@ namespace {
 template <typename Fn>
 void SplitColumns(size_t n_rows, size_t d, int threads, Fn fn) {
   const size_t steps = (d + 15) / 16;
-  const size_t nt = std::max<size_t>(1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n_rows * d / (size_t{1} << 16) + 1, steps}));
+  const size_t nt = std::max<size_t>(
+      1, std::min<size_t>({static_cast<size_t>(std::max(1, threads)), n_rows * d / (size_t{1} << 16) + 1, steps}));
   Split(steps, nt, [&](size_t, size_t s0, size_t s1) { fn(std::min(d, s0 * 16), std::min(d, s1 * 16)); });
 }
 
 // The column loops below, each element's operations as written (no contraction, no reassociation),
 // so a wider vector only runs more columns at once: the AVX-512 copies give the portable ones' bits.
 template <typename Body>
-inline __attribute__((always_inline)) void RowSums(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, Body body) {
+inline __attribute__((always_inline)) void RowSums(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+                                                   size_t begin, size_t end, Body body) {
   for (size_t i = 0; i < n_rows; i++) {
     const float* row = h + static_cast<size_t>(rows[i]) * d;
     for (size_t j = begin; j < end; j++) body(j, row[j]);
   }
 }
 
-void MeanPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* mean) {
+void MeanPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
+                  double* mean) {
   const double n = static_cast<double>(n_rows);
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { mean[j] += v / n; });
 }
-void VariancePortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, const double* mean, double* var) {
+void VariancePortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
+                      const double* mean, double* var) {
   const double n = static_cast<double>(n_rows);
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) {
     const double c = v - mean[j];
     var[j] += c * c / n;
   });
 }
-void MomentsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* sum, double* sum_squares) {
+void MomentsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
+                     double* sum, double* sum_squares) {
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float f) {
     const double v = f;
     sum[j] += v;
@@ -116,20 +122,21 @@ void MomentsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t 
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void MeanAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* mean) {
+__attribute__((target("avx512f"))) void MeanAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+                                                   size_t begin, size_t end, double* mean) {
   const double n = static_cast<double>(n_rows);
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { mean[j] += v / n; });
 }
-__attribute__((target("avx512f"))) void VarianceAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, const double* mean,
-                                                       double* var) {
+__attribute__((target("avx512f"))) void VarianceAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+                                                       size_t begin, size_t end, const double* mean, double* var) {
   const double n = static_cast<double>(n_rows);
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) {
     const double c = v - mean[j];
     var[j] += c * c / n;
   });
 }
-__attribute__((target("avx512f"))) void MomentsAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* sum,
-                                                      double* sum_squares) {
+__attribute__((target("avx512f"))) void MomentsAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+                                                      size_t begin, size_t end, double* sum, double* sum_squares) {
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float f) {
     const double v = f;
     sum[j] += v;
@@ -153,8 +160,8 @@ ColumnLoops Loops() {
 
 }  // namespace
 
-void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean, double* scale,
-                     int threads) {
+void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean,
+                     double* scale, int threads) {
   std::fill(mean, mean + d, 0.0);
   std::fill(scale, scale + d, 0.0);
   const ColumnLoops loops = Loops();
@@ -174,7 +181,8 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
   });
 }
 
-void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares, int threads) {
+void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares,
+                int threads) {
   const auto moments = Loops().moments;
   SplitColumns(n_rows, d, threads,
                [&](size_t begin, size_t end) { moments(h, rows, n_rows, d, begin, end, sum, sum_squares); });

@@ -19,11 +19,12 @@ void AnchorCosines(const float* x, const int32_t* rows, size_t n_rows, const flo
                    const int32_t* own, double* own_cos, double* other_cos, int threads);
 
 // Rows `rows` of h gathered into out, centred and scaled by their float64 mean and population deviation.
-void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean, double* scale,
-                     int threads);
+void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean,
+                     double* scale, int threads);
 
 // Adds the rows `rows` of h, and their squares, into sum and sum_squares (d each), in row order
 // (threads take blocks of columns).
-void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares, int threads);
+void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares,
+                int threads);
 
 }  // namespace hsm

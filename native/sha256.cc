@@ -63,10 +63,10 @@ void BlocksPortable(uint32_t h[8], const uint8_t* data, size_t blocks) {
 // schedule by sha256msg1/sha256msg2. The state is kept as ABEF/CDGH.
 __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNi(uint32_t h[8], const uint8_t* data, size_t blocks) {
   const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
-  __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)), 0xB1);    // CDAB
+  __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)), 0xB1);         // CDAB
   __m128i state1 = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 4)), 0x1B);  // EFGH
-  __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);      // ABEF
-  state1 = _mm_blend_epi16(state1, tmp, 0xF0);           // CDGH
+  __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);                                                    // ABEF
+  state1 = _mm_blend_epi16(state1, tmp, 0xF0);                                                         // CDGH
   for (; blocks > 0; blocks--, data += 64) {
     const __m128i abef = state0, cdgh = state1;
     __m128i w[4];
@@ -77,7 +77,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNi(uint32_t h[8], cons
       } else {
         // W[t..t+3] from W[t-16..t-13], W[t-12..t-9], W[t-8..t-5] and W[t-4..t-1].
         const __m128i t7 = _mm_alignr_epi8(w[(r - 1) & 3], w[(r - 2) & 3], 4);
-        w[r & 3] = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(w[r & 3], w[(r - 3) & 3]), t7), w[(r - 1) & 3]);
+        w[r & 3] =
+            _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(w[r & 3], w[(r - 3) & 3]), t7), w[(r - 1) & 3]);
       }
       __m128i msg = _mm_add_epi32(w[r & 3], _mm_load_si128(reinterpret_cast<const __m128i*>(kK + 4 * r)));
       state1 = _mm_sha256rnds2_epu32(state1, state0, msg);
@@ -87,10 +88,10 @@ __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNi(uint32_t h[8], cons
     state0 = _mm_add_epi32(state0, abef);
     state1 = _mm_add_epi32(state1, cdgh);
   }
-  tmp = _mm_shuffle_epi32(state0, 0x1B);         // FEBA
-  state1 = _mm_shuffle_epi32(state1, 0xB1);      // DCHG
-  state0 = _mm_blend_epi16(tmp, state1, 0xF0);   // DCBA
-  state1 = _mm_alignr_epi8(state1, tmp, 8);      // HGFE
+  tmp = _mm_shuffle_epi32(state0, 0x1B);        // FEBA
+  state1 = _mm_shuffle_epi32(state1, 0xB1);     // DCHG
+  state0 = _mm_blend_epi16(tmp, state1, 0xF0);  // DCBA
+  state1 = _mm_alignr_epi8(state1, tmp, 8);     // HGFE
   _mm_storeu_si128(reinterpret_cast<__m128i*>(h), state0);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), state1);
 }
@@ -100,7 +101,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNi(uint32_t h[8], cons
 // interleaving more messages fills those cycles (two hash about 1.45 times as
 // fast as one on one core, four about 1.75 times).
 template <int N>
-__attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX(uint32_t* const h[], const uint8_t* const data[], size_t blocks) {
+__attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX(uint32_t* const h[], const uint8_t* const data[],
+                                                              size_t blocks) {
   const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
   __m128i state0[N], state1[N];
   const uint8_t* p[N];
@@ -147,7 +149,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX(uint32_t* const h[
   }
 }
 
-__attribute__((target("avx2"))) void F32StatsAvx2(const uint32_t* src, size_t n, uint64_t* nonfinite, uint32_t* max_bits) {
+__attribute__((target("avx2"))) void F32StatsAvx2(const uint32_t* src, size_t n, uint64_t* nonfinite,
+                                                  uint32_t* max_bits) {
   const __m256i mag_mask = _mm256_set1_epi32(0x7fffffff);
   const __m256i last_finite = _mm256_set1_epi32(0x7f7fffff);
   __m256i best = _mm256_setzero_si256();

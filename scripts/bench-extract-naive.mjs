@@ -51,4 +51,11 @@ for (let start = 0; start < rows.length; start += batchSize) {
   });
 }
 const seconds = (performance.now() - t0) / 1000;
-console.log(JSON.stringify({ rows: rows.length, seconds, rows_per_s: rows.length / seconds, max_rss_kb: process.resourceUsage().maxRSS }));
+console.log(
+  JSON.stringify({
+    rows: rows.length,
+    seconds,
+    rows_per_s: rows.length / seconds,
+    max_rss_kb: process.resourceUsage().maxRSS,
+  }),
+);

@@ -30,7 +30,15 @@ import { loadavg } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { benchModelAndBank, benchModelInStyle, ensureTorch, envWithout, median, timed, writeTokenIds } from "./bench-util.mjs";
+import {
+  benchModelAndBank,
+  benchModelInStyle,
+  ensureTorch,
+  envWithout,
+  median,
+  timed,
+  writeTokenIds,
+} from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -44,7 +52,10 @@ const peerScript = join(root, "scripts", "torch_peer.py");
 // OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, where set for old OpenBLAS bugs, pin a slower kernel for PyTorch's BLAS.
 const peerEnv = envWithout("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE");
 
-const styles = (process.env.HSM_BENCH_STYLES ?? "q4,fp16").split(",").map((x) => x.trim()).filter(Boolean);
+const styles = (process.env.HSM_BENCH_STYLES ?? "q4,fp16")
+  .split(",")
+  .map((x) => x.trim())
+  .filter(Boolean);
 const { modelDir, bank } = benchModelAndBank(root, benchDir, rowsWanted);
 const styleDirs = Object.fromEntries(styles.map((style) => [style, benchModelInStyle(root, benchDir, style)]));
 const ids = join(benchDir, `bank-${rowsWanted}.ids.json`);
@@ -63,17 +74,40 @@ const sample = (t) => ({ rows_per_s: rowsWanted / t.secs, secs: t.secs, mb: t.mb
 /** One timed `hsm extract` into a fresh `out`, with the self-check's share of its wall time. */
 const hsmRun = (dir, out) => {
   rmSync(out, { recursive: true, force: true });
-  const s = sample(timed(process.execPath, [bin, "extract", "--model-dir", dir, "--bank", bank, "--out", out, "--batch-size", batch, "--quiet"]));
+  const s = sample(
+    timed(process.execPath, [
+      bin,
+      "extract",
+      "--model-dir",
+      dir,
+      "--bank",
+      bank,
+      "--out",
+      out,
+      "--batch-size",
+      batch,
+      "--quiet",
+    ]),
+  );
   const check = JSON.parse(readFileSync(join(out, "index.json"), "utf8")).self_check;
   return { ...s, self_check: check.seconds / s.secs, self_check_status: check.status };
 };
 for (let i = 0; i < runs; i++) {
   // Interleaved, so that background load hits the contenders alike.
   samples.hsm.push(hsmRun(modelDir, store));
-  if (withTorch) samples.torch.push(sample(timed(python, [peerScript, "extract", modelDir, weights, ids, peerOut], peerEnv)));
+  if (withTorch)
+    samples.torch.push(sample(timed(python, [peerScript, "extract", modelDir, weights, ids, peerOut], peerEnv)));
   for (const style of styles) samples[style].push(hsmRun(styleDirs[style], `${store}-${style}`));
-  if (i < naiveRuns) samples.naive.push(sample(timed(process.execPath, [join(root, "scripts", "bench-extract-naive.mjs"), modelDir, bank, batch])));
-  console.error(`run ${i + 1}/${runs}: ${Object.entries(samples).filter(([, s]) => s.length > i).map(([k, s]) => `${k} ${s.at(-1).secs.toFixed(1)} s, ${s.at(-1).mb.toFixed(0)} MB`).join("; ")}`);
+  if (i < naiveRuns)
+    samples.naive.push(
+      sample(timed(process.execPath, [join(root, "scripts", "bench-extract-naive.mjs"), modelDir, bank, batch])),
+    );
+  console.error(
+    `run ${i + 1}/${runs}: ${Object.entries(samples)
+      .filter(([, s]) => s.length > i)
+      .map(([k, s]) => `${k} ${s.at(-1).secs.toFixed(1)} s, ${s.at(-1).mb.toFixed(0)} MB`)
+      .join("; ")}`,
+  );
 }
 
 const summary = (s) =>
@@ -83,7 +117,12 @@ const summary = (s) =>
         rows_per_s: median(s.map((x) => x.rows_per_s)),
         seconds: median(s.map((x) => x.secs)),
         peak_mb: median(s.map((x) => x.mb)),
-        ...(s[0].self_check === undefined ? {} : { self_check_share: median(s.map((x) => x.self_check)), self_check_status: [...new Set(s.map((x) => x.self_check_status))].join("/") }),
+        ...(s[0].self_check === undefined
+          ? {}
+          : {
+              self_check_share: median(s.map((x) => x.self_check)),
+              self_check_status: [...new Set(s.map((x) => x.self_check_status))].join("/"),
+            }),
       }
     : null;
 const res = {
@@ -101,15 +140,23 @@ if (withTorch) {
   res.states = cmp.status === 0 ? JSON.parse(cmp.stdout) : { error: cmp.stderr.slice(-500) };
 }
 for (const peer of ["torch", "naive"]) {
-  if (res[peer]) res[`vs_${peer}`] = { speed: res.hsm.rows_per_s / res[peer].rows_per_s, memory: res.hsm.peak_mb / res[peer].peak_mb };
+  if (res[peer])
+    res[`vs_${peer}`] = {
+      speed: res.hsm.rows_per_s / res[peer].rows_per_s,
+      memory: res.hsm.peak_mb / res[peer].peak_mb,
+    };
 }
 writeFileSync(join(benchDir, "bench-extract.json"), JSON.stringify(res, null, 2) + "\n");
 
 const line = (name, r) =>
   `  ${name.padEnd(18)}${r.rows_per_s.toFixed(1).padStart(6)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB` +
-  (r.self_check_share === undefined ? "" : `, self-check ${(100 * r.self_check_share).toFixed(1)}% (${r.self_check_status})`) +
+  (r.self_check_share === undefined
+    ? ""
+    : `, self-check ${(100 * r.self_check_share).toFixed(1)}% (${r.self_check_status})`) +
   `, median of ${r.runs}`;
-console.log(`hsm extract vs peers — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}; load average ${res.load_average.map((x) => x.toFixed(2)).join(" ")}`);
+console.log(
+  `hsm extract vs peers — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}; load average ${res.load_average.map((x) => x.toFixed(2)).join(" ")}`,
+);
 console.log(line("hsm extract fp32", res.hsm));
 for (const style of styles) {
   const r = res.styles[style];
@@ -119,13 +166,20 @@ if (res.torch) console.log(line("PyTorch peer fp32", res.torch));
 if (res.naive) console.log(line("naive ORT", res.naive));
 for (const peer of ["torch", "naive"]) {
   const v = res[`vs_${peer}`];
-  if (v) console.log(`  vs ${peer === "torch" ? "PyTorch" : "naive ORT"}: ${v.speed.toFixed(2)}x the rows/s at ${(100 * v.memory).toFixed(0)}% of the peak memory`);
+  if (v)
+    console.log(
+      `  vs ${peer === "torch" ? "PyTorch" : "naive ORT"}: ${v.speed.toFixed(2)}x the rows/s at ${(100 * v.memory).toFixed(0)}% of the peak memory`,
+    );
 }
 if (res.states?.layers) {
   const layers = Object.values(res.states.layers);
   const worst = (k) => Math.max(...layers.map((l) => l[k])).toExponential(2);
-  console.log(`  states: the peer's ${res.states.within ? "match" : "DO NOT match"} hsm's store within float16 rounding in all ${layers.length} layers`);
-  console.log(`          largest |Δ| ${worst("max_abs")}; relative to the row's RMS ${worst("max_abs_over_row_scale")}; relative to the value ${worst("max_rel")} (values ≥ 2^-14)`);
+  console.log(
+    `  states: the peer's ${res.states.within ? "match" : "DO NOT match"} hsm's store within float16 rounding in all ${layers.length} layers`,
+  );
+  console.log(
+    `          largest |Δ| ${worst("max_abs")}; relative to the row's RMS ${worst("max_abs_over_row_scale")}; relative to the value ${worst("max_rel")} (values ≥ 2^-14)`,
+  );
   if (!res.states.within) process.exitCode = 1;
 } else if (res.states) console.log(`  states: comparison failed: ${res.states.error}`);
 if (!withTorch) console.log("  (no PyTorch peer: python3-torch is not installed)");

@@ -46,15 +46,47 @@ const samples = { hsm: [], torch: [] };
 const sample = (t) => ({ rows_per_s: rowsWanted / t.secs, secs: t.secs, mb: t.mb });
 for (let i = 0; i < runs; i++) {
   rmSync(hsmOut, { force: true });
-  samples.hsm.push(sample(timed(process.execPath, [bin, "generate", "--model-dir", modelDir, "--bank", bank, "--out", hsmOut, "--batch-size", batch, "--max-new-tokens", maxNew, "--quiet"])));
-  samples.torch.push(sample(timed(python, [peerScript, "generate", modelDir, weights, ids, peerOut, "--max-new-tokens", maxNew], peerEnv)));
-  console.error(`run ${i + 1}/${runs}: ${Object.entries(samples).map(([k, s]) => `${k} ${s.at(-1).secs.toFixed(1)} s, ${s.at(-1).mb.toFixed(0)} MB`).join("; ")}`);
+  samples.hsm.push(
+    sample(
+      timed(process.execPath, [
+        bin,
+        "generate",
+        "--model-dir",
+        modelDir,
+        "--bank",
+        bank,
+        "--out",
+        hsmOut,
+        "--batch-size",
+        batch,
+        "--max-new-tokens",
+        maxNew,
+        "--quiet",
+      ]),
+    ),
+  );
+  samples.torch.push(
+    sample(
+      timed(python, [peerScript, "generate", modelDir, weights, ids, peerOut, "--max-new-tokens", maxNew], peerEnv),
+    ),
+  );
+  console.error(
+    `run ${i + 1}/${runs}: ${Object.entries(samples)
+      .map(([k, s]) => `${k} ${s.at(-1).secs.toFixed(1)} s, ${s.at(-1).mb.toFixed(0)} MB`)
+      .join("; ")}`,
+  );
 }
 
 // The peer's answers, decoded by hsm's tokenizer, against hsm's rows.
 const { PromptTokenizer } = await import(join(root, "dist", "model", "tokenizer.js"));
 const tokenizer = await PromptTokenizer.load(modelDir);
-const hsmRows = new Map(readFileSync(hsmOut, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)).map((r) => [r.query_id, r]));
+const hsmRows = new Map(
+  readFileSync(hsmOut, "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l))
+    .map((r) => [r.query_id, r]),
+);
 const queryIds = JSON.parse(readFileSync(ids, "utf8")).query_ids;
 const peerRows = JSON.parse(readFileSync(peerOut, "utf8"));
 const differ = [];
@@ -66,17 +98,42 @@ peerRows.forEach((p, i) => {
   if (h?.raw_response !== text) differ.push({ query_id: queryIds[i], hsm: h?.raw_response ?? null, torch: text });
 });
 
-const summary = (s) => ({ runs: s.length, rows_per_s: median(s.map((x) => x.rows_per_s)), seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) });
-const res = { date: new Date().toISOString(), rows: rowsWanted, batch_size: Number(batch), max_new_tokens: Number(maxNew), hsm: summary(samples.hsm), torch: summary(samples.torch) };
+const summary = (s) => ({
+  runs: s.length,
+  rows_per_s: median(s.map((x) => x.rows_per_s)),
+  seconds: median(s.map((x) => x.secs)),
+  peak_mb: median(s.map((x) => x.mb)),
+});
+const res = {
+  date: new Date().toISOString(),
+  rows: rowsWanted,
+  batch_size: Number(batch),
+  max_new_tokens: Number(maxNew),
+  hsm: summary(samples.hsm),
+  torch: summary(samples.torch),
+};
 res.vs_torch = { speed: res.hsm.rows_per_s / res.torch.rows_per_s, memory: res.hsm.peak_mb / res.torch.peak_mb };
-res.texts = { rows: peerRows.length, same_text: peerRows.length - differ.length, same_token_count: sameTokens, first_differences: differ.slice(0, 5) };
+res.texts = {
+  rows: peerRows.length,
+  same_text: peerRows.length - differ.length,
+  same_token_count: sameTokens,
+  first_differences: differ.slice(0, 5),
+};
 writeFileSync(join(benchDir, "bench-generate.json"), JSON.stringify(res, null, 2) + "\n");
 
-const line = (name, r) => `  ${name.padEnd(14)}${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}`;
-console.log(`hsm generate vs PyTorch — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}, at most ${maxNew} new tokens`);
+const line = (name, r) =>
+  `  ${name.padEnd(14)}${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}`;
+console.log(
+  `hsm generate vs PyTorch — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}, at most ${maxNew} new tokens`,
+);
 console.log(line("hsm generate", res.hsm));
 console.log(line("PyTorch peer", res.torch));
-console.log(`  vs PyTorch: ${res.vs_torch.speed.toFixed(2)}x the rows/s at ${(100 * res.vs_torch.memory).toFixed(0)}% of the peak memory`);
-console.log(`  texts: ${res.texts.same_text} of ${res.texts.rows} identical, ${sameTokens} with the same number of generated tokens`);
-for (const d of res.texts.first_differences) console.log(`    ${d.query_id}: hsm ${JSON.stringify(d.hsm)} vs PyTorch ${JSON.stringify(d.torch)}`);
+console.log(
+  `  vs PyTorch: ${res.vs_torch.speed.toFixed(2)}x the rows/s at ${(100 * res.vs_torch.memory).toFixed(0)}% of the peak memory`,
+);
+console.log(
+  `  texts: ${res.texts.same_text} of ${res.texts.rows} identical, ${sameTokens} with the same number of generated tokens`,
+);
+for (const d of res.texts.first_differences)
+  console.log(`    ${d.query_id}: hsm ${JSON.stringify(d.hsm)} vs PyTorch ${JSON.stringify(d.torch)}`);
 if (differ.length) process.exitCode = 1;

@@ -37,7 +37,6 @@ if (!existsSync(join(store, "index.json"))) {
   if (r.status !== 0) process.exit(1);
 }
 
-
 const results = { date: new Date().toISOString(), runs, rows: 39260, d: 1024, layers: 8, metrics: {} };
 for (const metric of metricNames) {
   const entry = (results.metrics[metric] = {});
@@ -46,24 +45,67 @@ for (const metric of metricNames) {
     // Interleave the contenders so that background load hits them alike.
     for (const b of backends) {
       if (b !== "native" && i >= slowRuns) continue;
-      samples[b].push(timed(process.execPath, [bin, "metrics", store, "--scored", scored, "--metrics", metric, "--backend", b, "--out", join(benchDir, `metrics-${b}`), "--quiet"]));
+      samples[b].push(
+        timed(process.execPath, [
+          bin,
+          "metrics",
+          store,
+          "--scored",
+          scored,
+          "--metrics",
+          metric,
+          "--backend",
+          b,
+          "--out",
+          join(benchDir, `metrics-${b}`),
+          "--quiet",
+        ]),
+      );
     }
-    samples.peer.push(timed(python, [join(root, "scripts", "metrics_peer.py"), store, "--scored", scored, "--metrics", metric, "--out", join(benchDir, `peer-${metric}.json`)], peerEnv));
-    console.error(`${metric} run ${i + 1}/${runs}: ${Object.entries(samples).filter(([, s]) => s.length > i).map(([b, s]) => `${b} ${s.at(-1).secs.toFixed(1)} s`).join(", ")}`);
+    samples.peer.push(
+      timed(
+        python,
+        [
+          join(root, "scripts", "metrics_peer.py"),
+          store,
+          "--scored",
+          scored,
+          "--metrics",
+          metric,
+          "--out",
+          join(benchDir, `peer-${metric}.json`),
+        ],
+        peerEnv,
+      ),
+    );
+    console.error(
+      `${metric} run ${i + 1}/${runs}: ${Object.entries(samples)
+        .filter(([, s]) => s.length > i)
+        .map(([b, s]) => `${b} ${s.at(-1).secs.toFixed(1)} s`)
+        .join(", ")}`,
+    );
   }
-  for (const [b, s] of Object.entries(samples)) entry[b] = { seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) };
+  for (const [b, s] of Object.entries(samples))
+    entry[b] = { seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) };
   const peer = JSON.parse(readFileSync(join(benchDir, `peer-${metric}.json`), "utf8"));
   entry.peer.phases = peer.peer.phases;
   results.peer_blas = peer.peer.blas;
   for (const b of backends) {
-    entry[b].agreement = agreement(JSON.parse(readFileSync(join(benchDir, `metrics-${b}`, `${metric}.json`), "utf8")).rows, peer[metric]);
+    entry[b].agreement = agreement(
+      JSON.parse(readFileSync(join(benchDir, `metrics-${b}`, `${metric}.json`), "utf8")).rows,
+      peer[metric],
+    );
     entry[b].time_vs_peer = entry[b].seconds / entry.peer.seconds;
     entry[b].memory_vs_peer = entry[b].peak_mb / entry.peer.peak_mb;
   }
 }
 
 // The similarity kernel alone, on one layer's shape, against NumPy's float32 GEMM on the same shape.
-const kernel = spawnSync(process.execPath, ["-e", `
+const kernel = spawnSync(
+  process.execPath,
+  [
+    "-e",
+    `
   const { nativeKernels } = await import(${JSON.stringify(join(root, "dist", "kernels", "native.js"))});
   const { kernelOptions } = await import(${JSON.stringify(join(root, "dist", "kernels", "default.js"))});
   const k = nativeKernels(kernelOptions());
@@ -79,15 +121,25 @@ const kernel = spawnSync(process.execPath, ["-e", `
   for (let r = 0; r < 3; r++) { const t = performance.now(); k.rank(x, rows, a, F, d, own, s, c); ts.push((performance.now() - t) / 1000); }
   ts.sort((p, q) => p - q);
   console.log(JSON.stringify({ seconds: ts[1], gflops: 2 * n * F * d / ts[1] / 1e9 }));
-`], { encoding: "utf8", input: "" , env: process.env });
-const peak = spawnSync(python, ["-c", `
+`,
+  ],
+  { encoding: "utf8", input: "", env: process.env },
+);
+const peak = spawnSync(
+  python,
+  [
+    "-c",
+    `
 import numpy as np, time, json
 x = np.random.rand(32717, 1024).astype(np.float32); a = np.random.rand(6543, 1024).astype(np.float32)
 ts = []
 for _ in range(3):
     t = time.perf_counter(); x @ a.T; ts.append(time.perf_counter() - t)
 ts.sort(); print(json.dumps({"seconds": ts[1], "gflops": 2 * 32717 * 6543 * 1024 / ts[1] / 1e9}))
-`], { encoding: "utf8", env: peerEnv });
+`,
+  ],
+  { encoding: "utf8", env: peerEnv },
+);
 try {
   results.kernel = JSON.parse(kernel.stdout.trim().split("\n").at(-1));
 } catch {
@@ -97,18 +149,37 @@ results.numpy_sgemm = JSON.parse(peak.stdout.trim());
 writeFileSync(join(benchDir, "bench-metrics.json"), JSON.stringify(results, null, 2) + "\n");
 
 const fmt = (x) => (x === 0 ? "0" : x.toExponential(1));
-console.log(`hsm metrics vs NumPy + scikit-learn — 39,260 rows, d = 1024, 8 layers; medians of ${runs} runs (${slowRuns} for backends other than native)`);
-console.log(`  peer BLAS: ${results.peer_blas.map((p) => `${p.internal_api ?? "?"} ${p.version ?? ""} (${p.architecture ?? "?"} kernel, ${p.num_threads ?? "?"} threads)`).join("; ")}`);
+console.log(
+  `hsm metrics vs NumPy + scikit-learn — 39,260 rows, d = 1024, 8 layers; medians of ${runs} runs (${slowRuns} for backends other than native)`,
+);
+console.log(
+  `  peer BLAS: ${results.peer_blas.map((p) => `${p.internal_api ?? "?"} ${p.version ?? ""} (${p.architecture ?? "?"} kernel, ${p.num_threads ?? "?"} threads)`).join("; ")}`,
+);
 for (const [metric, entry] of Object.entries(results.metrics)) {
-  const phases = Object.entries(entry.peer.phases).filter(([, s]) => s > 0).map(([k, s]) => `${k} ${s.toFixed(1)} s`).join(", ");
-  console.log(`  ${metric.toUpperCase()}: peer ${entry.peer.seconds.toFixed(1)} s, ${entry.peer.peak_mb.toFixed(0)} MB (last run: ${phases})`);
+  const phases = Object.entries(entry.peer.phases)
+    .filter(([, s]) => s > 0)
+    .map(([k, s]) => `${k} ${s.toFixed(1)} s`)
+    .join(", ");
+  console.log(
+    `  ${metric.toUpperCase()}: peer ${entry.peer.seconds.toFixed(1)} s, ${entry.peer.peak_mb.toFixed(0)} MB (last run: ${phases})`,
+  );
   for (const b of backends) {
     const e = entry[b];
-    console.log(`    ${b.padEnd(10)} ${e.seconds.toFixed(1)} s (${e.time_vs_peer.toFixed(2)}x the peer's time), ${e.peak_mb.toFixed(0)} MB (${e.memory_vs_peer.toFixed(2)}x its memory)`);
+    console.log(
+      `    ${b.padEnd(10)} ${e.seconds.toFixed(1)} s (${e.time_vs_peer.toFixed(2)}x the peer's time), ${e.peak_mb.toFixed(0)} MB (${e.memory_vs_peer.toFixed(2)}x its memory)`,
+    );
     const a = e.agreement;
-    const devs = Object.entries(a.maxDev).filter(([, v]) => v > 0).map(([f, v]) => `${f} ${fmt(v)}`).join(", ");
+    const devs = Object.entries(a.maxDev)
+      .filter(([, v]) => v > 0)
+      .map(([f, v]) => `${f} ${fmt(v)}`)
+      .join(", ");
     if (a.failures.length) process.exitCode = 1;
-    console.log(`               ${a.failures.length ? `DISAGREES with the peer on ${a.failures.length} fields: ${a.failures.slice(0, 3).join("; ")}` : `agrees with the peer on all ${a.rows} rows within metrics.md's tolerances`} (largest |Δ|: ${devs || "none"})`);
+    console.log(
+      `               ${a.failures.length ? `DISAGREES with the peer on ${a.failures.length} fields: ${a.failures.slice(0, 3).join("; ")}` : `agrees with the peer on all ${a.rows} rows within metrics.md's tolerances`} (largest |Δ|: ${devs || "none"})`,
+    );
   }
 }
-if (results.kernel.gflops) console.log(`  similarity kernel ${results.kernel.gflops.toFixed(0)} GFLOP/s; NumPy float32 GEMM on the same shape ${results.numpy_sgemm.gflops.toFixed(0)} GFLOP/s`);
+if (results.kernel.gflops)
+  console.log(
+    `  similarity kernel ${results.kernel.gflops.toFixed(0)} GFLOP/s; NumPy float32 GEMM on the same shape ${results.numpy_sgemm.gflops.toFixed(0)} GFLOP/s`,
+  );

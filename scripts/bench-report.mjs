@@ -41,21 +41,52 @@ for (const [i, name] of models.entries()) {
   mkdirSync(join(outputs, "hidden"), { recursive: true });
   renameSync(join(fx, "store"), store);
   renameSync(join(fx, "scored.jsonl"), join(outputs, "evaluation", `${name}.scored.jsonl`));
-  const bank = readFileSync(join(fx, "bank.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
-  const generations = bank.map((r) => JSON.stringify({ query_id: r.query_id, fact_id: r.fact_id, condition_family: r.condition_family, model: name, prompt: buildPrompt(r), raw_response: "" }));
+  const bank = readFileSync(join(fx, "bank.jsonl"), "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
+  const generations = bank.map((r) =>
+    JSON.stringify({
+      query_id: r.query_id,
+      fact_id: r.fact_id,
+      condition_family: r.condition_family,
+      model: name,
+      prompt: buildPrompt(r),
+      raw_response: "",
+    }),
+  );
   writeFileSync(join(outputs, "evaluation", `${name}.jsonl`), generations.join("\n") + "\n");
-  hsm(["metrics", store, "--scored", join(outputs, "evaluation", `${name}.scored.jsonl`), "--out", join(outputs, "metrics", name), "--quiet"]);
+  hsm([
+    "metrics",
+    store,
+    "--scored",
+    join(outputs, "evaluation", `${name}.scored.jsonl`),
+    "--out",
+    join(outputs, "metrics", name),
+    "--quiet",
+  ]);
 }
 
 const html = join(benchDir, "report.html");
 const build = timed(process.execPath, [bin, "report", outputs, "--out", html, "--bootstrap", replicates, "--quiet"]);
 const text = readFileSync(html, "utf8");
-const chunkBytes = [...text.matchAll(/<script type="application\/octet-stream" id="chunk-\d+">([^<]*)<\/script>/g)].reduce((s, m) => s + m[0].length, 0);
+const chunkBytes = [
+  ...text.matchAll(/<script type="application\/octet-stream" id="chunk-\d+">([^<]*)<\/script>/g),
+].reduce((s, m) => s + m[0].length, 0);
 
 const context = await chromium.launchPersistentContext(join(benchDir, `profile-${process.pid}`), {
   executablePath: chromiumPath,
   headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
 });
 const views = [];
 for (let run = 0; run < 3; run++) {
@@ -74,17 +105,23 @@ for (let run = 0; run < 3; run++) {
 }
 await context.close();
 
-console.log(JSON.stringify({
-  date: new Date().toISOString(),
-  models: models.length,
-  queries_per_model: 44416,
-  stored_layers: 28,
-  replicates: Number(replicates),
-  build_seconds: build.secs,
-  build_peak_mb: Math.round(build.mb),
-  file_mb: Number((statSync(html).size / 1e6).toFixed(2)),
-  first_view_mb: Number(((Buffer.byteLength(text) - chunkBytes) / 1e6).toFixed(2)),
-  load_ms: median(views.map((v) => v.load_ms)),
-  first_contentful_paint_ms: median(views.map((v) => v.first_contentful_paint_ms)),
-  open_fact_ms: median(views.map((v) => v.open_fact_ms)),
-}, null, 2));
+console.log(
+  JSON.stringify(
+    {
+      date: new Date().toISOString(),
+      models: models.length,
+      queries_per_model: 44416,
+      stored_layers: 28,
+      replicates: Number(replicates),
+      build_seconds: build.secs,
+      build_peak_mb: Math.round(build.mb),
+      file_mb: Number((statSync(html).size / 1e6).toFixed(2)),
+      first_view_mb: Number(((Buffer.byteLength(text) - chunkBytes) / 1e6).toFixed(2)),
+      load_ms: median(views.map((v) => v.load_ms)),
+      first_contentful_paint_ms: median(views.map((v) => v.first_contentful_paint_ms)),
+      open_fact_ms: median(views.map((v) => v.open_fact_ms)),
+    },
+    null,
+    2,
+  ),
+);

@@ -31,9 +31,15 @@ if (only !== undefined && only !== "verify") {
 function timed(cmd, args, { inherit = false } = {}) {
   const report = join(benchDir, ".time");
   const t0 = performance.now();
-  const r = spawnSync("/usr/bin/time", ["-f", "%M", "-o", report, cmd, ...args], { stdio: ["ignore", inherit ? "inherit" : "pipe", inherit ? "inherit" : "pipe"], maxBuffer: 1 << 28 });
+  const r = spawnSync("/usr/bin/time", ["-f", "%M", "-o", report, cmd, ...args], {
+    stdio: ["ignore", inherit ? "inherit" : "pipe", inherit ? "inherit" : "pipe"],
+    maxBuffer: 1 << 28,
+  });
   const secs = (performance.now() - t0) / 1000;
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status})${inherit ? "" : `: ${r.stderr.toString().slice(-2000)}`}`);
+  if (r.status !== 0)
+    throw new Error(
+      `${cmd} ${args.join(" ")} failed (${r.status})${inherit ? "" : `: ${r.stderr.toString().slice(-2000)}`}`,
+    );
   const rssKb = Number(readFileSync(report, "utf8").trim().split("\n").at(-1));
   rmSync(report, { force: true });
   return { secs, rssMb: rssKb / 1024 };
@@ -53,7 +59,9 @@ mkdirSync(benchDir, { recursive: true });
 const expected = 28 * (128 + 39260 * 4608 * 2);
 const need = (existsSync(join(store, "index.json")) ? 0 : expected) + (only ? 0 : 2 * expected) + GB;
 if (freeBytes(benchDir) < need) {
-  console.error(`bench:scale needs about ${(need / GB).toFixed(1)} GB free in ${benchDir} (${only ? "the fixture" : "fixture, 8 shards, merged store"}); only ${(freeBytes(benchDir) / GB).toFixed(1)} GB are`);
+  console.error(
+    `bench:scale needs about ${(need / GB).toFixed(1)} GB free in ${benchDir} (${only ? "the fixture" : "fixture, 8 shards, merged store"}); only ${(freeBytes(benchDir) / GB).toFixed(1)} GB are`,
+  );
   process.exit(1);
 }
 const results = { date: new Date().toISOString(), runs };
@@ -63,7 +71,10 @@ if (!existsSync(join(store, "index.json"))) {
   results.fixture = { seconds: t.secs, peak_rss_mb: t.rssMb };
   console.log(`fixture written in ${t.secs.toFixed(1)} s, peak RSS ${t.rssMb.toFixed(0)} MB`);
 }
-const files = readdirSync(store).filter((n) => n.endsWith(".npy")).sort().map((n) => join(store, n));
+const files = readdirSync(store)
+  .filter((n) => n.endsWith(".npy"))
+  .sort()
+  .map((n) => join(store, n));
 const bytes = files.reduce((s, f) => s + statSync(f).size, 0);
 
 // 1. verify vs sha256sum.
@@ -89,7 +100,9 @@ results.verify = {
 };
 results.verify.speedup_vs_sha256sum = results.verify.sha256sum_s / results.verify.hsm_verify_s;
 const v = results.verify;
-console.log(`hsm verify vs sha256sum — ${v.files} files, ${(v.bytes / GB).toFixed(2)} GB, median of ${runs}, page cache ${warm ? "warm" : "cold (not enough memory to hold the store)"}`);
+console.log(
+  `hsm verify vs sha256sum — ${v.files} files, ${(v.bytes / GB).toFixed(2)} GB, median of ${runs}, page cache ${warm ? "warm" : "cold (not enough memory to hold the store)"}`,
+);
 console.log(`  hsm verify   ${v.hsm_verify_s.toFixed(2)} s (peak RSS ${v.hsm_verify_peak_rss_mb.toFixed(0)} MB)`);
 console.log(`  sha256sum    ${v.sha256sum_s.toFixed(2)} s`);
 console.log(`  ratio        ${v.speedup_vs_sha256sum.toFixed(2)}x faster`);
@@ -101,16 +114,28 @@ if (only === "verify") {
 
 // 2. metrics.
 const metricsOut = join(benchDir, "full-metrics");
-const m = timed(process.execPath, [bin, "metrics", store, "--scored", join(fixture, "scored.jsonl"), "--out", metricsOut], { inherit: true });
+const m = timed(
+  process.execPath,
+  [bin, "metrics", store, "--scored", join(fixture, "scored.jsonl"), "--out", metricsOut],
+  { inherit: true },
+);
 results.metrics = { seconds: m.secs, peak_rss_mb: m.rssMb };
 console.log(`hsm metrics (ISS and KTS, 28 layers) ${m.secs.toFixed(1)} s, peak RSS ${m.rssMb.toFixed(0)} MB`);
 
 // 3. merge of 8 shards cut from the fixture (made once).
 const shardDir = join(benchDir, "full-shards");
 const shards = Array.from({ length: SHARDS }, (_, k) => join(shardDir, `shard-${k}`));
-if (!shards.every((s) => existsSync(join(s, "index.json")) && JSON.parse(readFileSync(join(s, "index.json"), "utf8")).complete)) {
+if (
+  !shards.every(
+    (s) => existsSync(join(s, "index.json")) && JSON.parse(readFileSync(join(s, "index.json"), "utf8")).complete,
+  )
+) {
   console.error(`cutting ${SHARDS} shards from the fixture into ${shardDir} (once)`);
-  const cut = spawnSync(process.execPath, ["-e", `
+  const cut = spawnSync(
+    process.execPath,
+    [
+      "-e",
+      `
     const { StoreReader } = await import(${JSON.stringify(join(root, "dist", "store", "reader.js"))});
     const { StoreWriter } = await import(${JSON.stringify(join(root, "dist", "store", "writer.js"))});
     const r = await StoreReader.open(${JSON.stringify(store)});
@@ -133,20 +158,33 @@ if (!shards.every((s) => existsSync(join(s, "index.json")) && JSON.parse(readFil
       await w.close();
     }
     await r.close();
-  `], { stdio: "inherit", input: "" });
+  `,
+    ],
+    { stdio: "inherit", input: "" },
+  );
   if (cut.status !== 0) process.exit(1);
 }
 const merged = join(benchDir, "full-merged");
 rmSync(merged, { recursive: true, force: true });
 const mg = timed(process.execPath, [bin, "merge", merged, ...shards, "--quiet"]);
 const check = timed(process.execPath, [bin, "verify", merged]);
-const [mergedFiles, storeFiles] = [merged, store].map((s) => JSON.parse(readFileSync(join(s, "index.json"), "utf8")).files);
+const [mergedFiles, storeFiles] = [merged, store].map(
+  (s) => JSON.parse(readFileSync(join(s, "index.json"), "utf8")).files,
+);
 const same = files.every((f) => {
   const name = f.slice(store.length + 1);
   return mergedFiles[name].sha256 === storeFiles[name].sha256;
 });
-results.merge = { shards: SHARDS, seconds: mg.secs, peak_rss_mb: mg.rssMb, verify_s: check.secs, files_equal_fixture: same };
-console.log(`hsm merge of ${SHARDS} shards ${mg.secs.toFixed(1)} s, peak RSS ${mg.rssMb.toFixed(0)} MB; final verify ${check.secs.toFixed(1)} s: ok, files ${same ? "equal" : "DIFFER from"} the fixture's`);
+results.merge = {
+  shards: SHARDS,
+  seconds: mg.secs,
+  peak_rss_mb: mg.rssMb,
+  verify_s: check.secs,
+  files_equal_fixture: same,
+};
+console.log(
+  `hsm merge of ${SHARDS} shards ${mg.secs.toFixed(1)} s, peak RSS ${mg.rssMb.toFixed(0)} MB; final verify ${check.secs.toFixed(1)} s: ok, files ${same ? "equal" : "DIFFER from"} the fixture's`,
+);
 rmSync(merged, { recursive: true, force: true });
 
 writeFileSync(join(benchDir, "bench-scale.json"), JSON.stringify(results, null, 2) + "\n");

@@ -23,7 +23,6 @@ const store = join(fixture, "store");
 const runs = Number(process.env.HSM_BENCH_RUNS ?? 7);
 const bin = join(root, "bin", "hsm.js");
 
-
 function timeCommand(cmd, args, env = process.env) {
   const t0 = performance.now();
   const r = spawnSync(cmd, args, { stdio: ["ignore", "pipe", "pipe"], maxBuffer: 1 << 26, env });
@@ -38,7 +37,10 @@ if (!existsSync(join(store, "index.json"))) {
   const r = spawnSync(process.execPath, [bin, "fixture", fixture, "--bench"], { stdio: "inherit" });
   if (r.status !== 0) process.exit(1);
 }
-const files = readdirSync(store).filter((n) => n.endsWith(".npy")).sort().map((n) => join(store, n));
+const files = readdirSync(store)
+  .filter((n) => n.endsWith(".npy"))
+  .sort()
+  .map((n) => join(store, n));
 const bytes = files.reduce((s, f) => s + statSync(f).size, 0);
 
 // Warm the page cache so both tools read from memory, not disk. `cat` reads
@@ -90,7 +92,11 @@ for (const n of [1 << 20, 1 << 24]) {
       t.typescript.push(convMedian(typescriptKernels, dir));
       if (nativeKernels) t.native.push(convMedian(nativeKernels, dir));
     }
-    conv[`${dir} ${n >= 1 << 24 ? "16M" : "1M"}`] = { n, typescript: median(t.typescript), native: nativeKernels ? median(t.native) : undefined };
+    conv[`${dir} ${n >= 1 << 24 ? "16M" : "1M"}`] = {
+      n,
+      typescript: median(t.typescript),
+      native: nativeKernels ? median(t.native) : undefined,
+    };
   }
 }
 
@@ -133,19 +139,27 @@ const results = {
 writeFileSync(join(benchDir, "bench-store.json"), JSON.stringify(results, null, 2) + "\n");
 
 const v = results.verify;
-console.log(`hsm verify vs sha256sum — ${v.files} files, ${(v.bytes / 1e6).toFixed(1)} MB, median of ${runs} (whole commands, page cache warm; hsm's sha256: ${results.sha256})`);
-console.log(`  hsm verify   ${v.hsm_verify_s.toFixed(3)} s (of which Node's own start-up, node -e 0: ${v.node_start_s.toFixed(3)} s)`);
+console.log(
+  `hsm verify vs sha256sum — ${v.files} files, ${(v.bytes / 1e6).toFixed(1)} MB, median of ${runs} (whole commands, page cache warm; hsm's sha256: ${results.sha256})`,
+);
+console.log(
+  `  hsm verify   ${v.hsm_verify_s.toFixed(3)} s (of which Node's own start-up, node -e 0: ${v.node_start_s.toFixed(3)} s)`,
+);
 console.log(`  sha256sum    ${v.sha256sum_s.toFixed(3)} s`);
 console.log(`  ratio        ${v.speedup_vs_sha256sum.toFixed(2)}x faster`);
 if (v.without_node_extra_ca_certs) {
   const w = v.without_node_extra_ca_certs;
-  console.log(`  NODE_EXTRA_CA_CERTS is set here (${v.node_extra_ca_certs}): Node 20 parses it before any script runs, ${(v.node_start_s - w.node_start_s).toFixed(3)} s of every start (nodejs/node#40524). Without it, in the same run:`);
+  console.log(
+    `  NODE_EXTRA_CA_CERTS is set here (${v.node_extra_ca_certs}): Node 20 parses it before any script runs, ${(v.node_start_s - w.node_start_s).toFixed(3)} s of every start (nodejs/node#40524). Without it, in the same run:`,
+  );
   console.log(`  hsm verify   ${w.hsm_verify_s.toFixed(3)} s (Node's start-up: ${w.node_start_s.toFixed(3)} s)`);
   console.log(`  ratio        ${w.speedup_vs_sha256sum.toFixed(2)}x faster`);
 }
 console.log(`float16 conversion — native core: ${results.native}; medians`);
 for (const [dir, r] of Object.entries(results.float16)) {
-  const nat = r.native_s ? `native ${(r.native_s * 1000).toFixed(2)} ms (${r.native_gvalues_per_s.toFixed(2)} G values/s)` : "native n/a";
+  const nat = r.native_s
+    ? `native ${(r.native_s * 1000).toFixed(2)} ms (${r.native_gvalues_per_s.toFixed(2)} G values/s)`
+    : "native n/a";
   const ratio = r.speedup_native_vs_typescript ? `${r.speedup_native_vs_typescript.toFixed(1)}x` : "n/a";
   console.log(`  ${dir.padEnd(13)} typescript ${(r.typescript_s * 1000).toFixed(2)} ms, ${nat}, ratio ${ratio}`);
 }

@@ -79,7 +79,9 @@ export function ensureTorch(python) {
   const has = () => spawnSync(python, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
   if (has()) return true;
   if (process.getuid?.() !== 0) {
-    console.error("The PyTorch peer needs Debian's python3-torch and python3-onnx: sudo apt-get install python3-torch python3-onnx");
+    console.error(
+      "The PyTorch peer needs Debian's python3-torch and python3-onnx: sudo apt-get install python3-torch python3-onnx",
+    );
     return false;
   }
   console.error("installing python3-torch and python3-onnx for the PyTorch peer (apt-get)");
@@ -103,11 +105,25 @@ export async function writeTokenIds(root, modelDir, bank, out) {
   const { PromptTokenizer } = await dist("model", "tokenizer.js");
   const tokenizer = await PromptTokenizer.load(modelDir);
   const rows = mainForwardRows(await readBank(bank));
-  writeFileSync(out, JSON.stringify({ query_ids: rows.map((r) => r.query_id), ids: rows.map((r) => tokenizer.encode(buildPrompt(r))) }));
+  writeFileSync(
+    out,
+    JSON.stringify({ query_ids: rows.map((r) => r.query_id), ids: rows.map((r) => tokenizer.encode(buildPrompt(r))) }),
+  );
 }
 
 // The benchmark model's geometry, as make-model flags (its seed is make-model's default).
-const BENCH_MODEL_ARGS = ["--layers", "12", "--hidden", "512", "--heads", "8", "--kv-heads", "4", "--intermediate", "1536"];
+const BENCH_MODEL_ARGS = [
+  "--layers",
+  "12",
+  "--hidden",
+  "512",
+  "--heads",
+  "8",
+  "--kv-heads",
+  "4",
+  "--intermediate",
+  "1536",
+];
 
 /**
  * The benchmark model written in another make-model `--style` (`q4`, `fp16`,
@@ -118,7 +134,11 @@ export function benchModelInStyle(root, benchDir, style) {
   const dir = join(benchDir, `model-12x512-${style}`);
   if (!existsSync(join(dir, "config.json"))) {
     mkdirSync(benchDir, { recursive: true });
-    const r = spawnSync(process.execPath, [join(root, "bin", "hsm.js"), "make-model", dir, "--style", style, ...BENCH_MODEL_ARGS], { stdio: "inherit" });
+    const r = spawnSync(
+      process.execPath,
+      [join(root, "bin", "hsm.js"), "make-model", dir, "--style", style, ...BENCH_MODEL_ARGS],
+      { stdio: "inherit" },
+    );
     if (r.status !== 0) process.exit(1);
   }
   return dir;
@@ -140,16 +160,33 @@ export function benchModelAndBank(root, benchDir, rows) {
     if (r.status !== 0) process.exit(1);
   }
   if (!existsSync(bank)) {
-    const words = "the of capital river city which year who wrote country largest first born name famous mountain island language currency president founded element discovered ocean border".split(" ");
+    const words =
+      "the of capital river city which year who wrote country largest first born name famous mountain island language currency president founded element discovered ocean border".split(
+        " ",
+      );
     let s = 12345;
     const rand = () => (s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 4294967296;
     const families = ["anchor", "paraphrase", "typo", "distractor", "translation", "reorder"];
     const lines = [];
     for (let i = 0; i < rows; i++) {
       const u = rand();
-      const n = u < 0.03 ? 160 + Math.floor(rand() * 140) : u < 0.7 ? 4 + Math.floor(rand() * 24) : 28 + Math.floor(rand() * 30);
+      const n =
+        u < 0.03
+          ? 160 + Math.floor(rand() * 140)
+          : u < 0.7
+            ? 4 + Math.floor(rand() * 24)
+            : 28 + Math.floor(rand() * 30);
       const q = Array.from({ length: n }, () => words[Math.floor(rand() * words.length)]).join(" ") + "?";
-      lines.push(JSON.stringify({ query_id: `q${i}`, fact_id: `f${Math.floor(i / 6)}`, condition_family: families[i % 6], query: q, use_for_main_forward: true, answers: ["x"] }));
+      lines.push(
+        JSON.stringify({
+          query_id: `q${i}`,
+          fact_id: `f${Math.floor(i / 6)}`,
+          condition_family: families[i % 6],
+          query: q,
+          use_for_main_forward: true,
+          answers: ["x"],
+        }),
+      );
     }
     writeFileSync(bank, lines.join("\n") + "\n");
   }

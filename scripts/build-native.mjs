@@ -40,7 +40,10 @@ if (!gyp) finish(1, "node-gyp was not found");
 const args = [gyp, "rebuild", "--release"];
 // Build against the headers that ship with this Node when they are installed,
 // so no download is needed.
-if (!process.env.npm_config_nodedir && existsSync(join(dirname(process.execPath), "..", "include", "node", "node_api.h"))) {
+if (
+  !process.env.npm_config_nodedir &&
+  existsSync(join(dirname(process.execPath), "..", "include", "node", "node_api.h"))
+) {
   args.push(`--nodedir=${join(dirname(process.execPath), "..")}`);
 }
 const run = spawnSync(process.execPath, args, { cwd: join(root, "native"), stdio: "inherit" });
@@ -51,7 +54,8 @@ function finish(status, why) {
     console.log("hsm: native core built (native/build/Release/hsm_native.node)");
     process.exit(0);
   }
-  const message = `hsm: the native core did not build (${why}); hsm will use its TypeScript fallback, which is slower. ` +
+  const message =
+    `hsm: the native core did not build (${why}); hsm will use its TypeScript fallback, which is slower. ` +
     "Install a C++ compiler, Python 3 and make, then run: npm run build:native";
   console.warn(message);
   process.exit(strict ? 1 : 0);

@@ -49,10 +49,28 @@ export { formatComparison } from "./report/format.js";
 export { matchDepth, type LayerPair } from "./report/depth.js";
 
 export type { BankSummary, DemoOptions, DemoResult, RunMetricsOptions, RunMetricsResult, RunOptions, RunResult };
-export type { ExportOptions, FixtureOptions, FixtureResult, MetricsOptions, MetricsResult, LlamaConfig, TinyModelOptions };
+export type {
+  ExportOptions,
+  FixtureOptions,
+  FixtureResult,
+  MetricsOptions,
+  MetricsResult,
+  LlamaConfig,
+  TinyModelOptions,
+};
 export type { Study, StudyOptions, StudySummary, CompareOptions, Comparison, LoadOptions, ReportOptions, ReportResult };
 export type { DepthComparison, FamilyComparison, Accuracy } from "./report/compare.js";
-export type { ExtractResult, ModelInspection, GenerateOptions, GenerateResult, ScoreOptions, ScoreSummary, Manifest, VerifyOptions, VerifyReport };
+export type {
+  ExtractResult,
+  ModelInspection,
+  GenerateOptions,
+  GenerateResult,
+  ScoreOptions,
+  ScoreSummary,
+  Manifest,
+  VerifyOptions,
+  VerifyReport,
+};
 export type { IssRow, KtsRow } from "./metrics/compute.js";
 export type { WrittenFiles };
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
@@ -73,7 +91,10 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
 }
 
 /** What hsm finds in a model folder: L, d_model, the tokenizer's prefix, and the tensor stored for each layer. */
-export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {}): Promise<ModelInspection> {
+export async function inspectModel(
+  modelDir: string,
+  options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {},
+): Promise<ModelInspection> {
   return (await (await import("./extract/extract.js")).inspectModel(modelDir, options)).inspection;
 }
 
@@ -106,7 +127,10 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
 }
 
 /** {@link verifyStore} for a folder a user named: missing or unreadable folders are errors that say which. */
-export async function verifyStoreFolder(dir: string, options: VerifyOptions = {}): Promise<{ report: VerifyReport; seconds: number }> {
+export async function verifyStoreFolder(
+  dir: string,
+  options: VerifyOptions = {},
+): Promise<{ report: VerifyReport; seconds: number }> {
   return (await import("./pipeline/verify.js")).verifyStoreFolder(dir, options);
 }
 
@@ -116,7 +140,11 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
 }
 
 /** Joins shard stores into the store a single run would have written. */
-export async function mergeShards(out: string, shardDirs: string[], options: { onProgress?: (done: number, total: number) => void } = {}): Promise<Manifest> {
+export async function mergeShards(
+  out: string,
+  shardDirs: string[],
+  options: { onProgress?: (done: number, total: number) => void } = {},
+): Promise<Manifest> {
   return (await import("./store/merge.js")).mergeShards(out, shardDirs, options);
 }
 
@@ -136,7 +164,12 @@ export async function formatTables(result: MetricsResult, registry?: MetricRegis
 }
 
 /** Writes metric results under `dir`: one JSON, CSV and SVG per metric with rows (docs/formats.md#metric-results); returns the paths written. */
-export async function writeResults(dir: string, result: MetricsResult, storePath: string, registry?: MetricRegistry): Promise<WrittenFiles> {
+export async function writeResults(
+  dir: string,
+  result: MetricsResult,
+  storePath: string,
+  registry?: MetricRegistry,
+): Promise<WrittenFiles> {
   return (await import("./metrics/report.js")).writeResults(dir, result, storePath, registry);
 }
 
@@ -166,17 +199,33 @@ export async function checkBank(file: string): Promise<BankSummary> {
 }
 
 /** Writes a synthetic bank, store and scored file with planted structure into a new folder. */
-export async function writeFixture(out: string, options: FixtureOptions & { preset?: FixturePreset } = {}): Promise<FixtureResult> {
-  const [{ writeFixture: write }, { withPreset }] = await Promise.all([import("./synthetic/store.js"), import("./synthetic/store-presets.js")]);
+export async function writeFixture(
+  out: string,
+  options: FixtureOptions & { preset?: FixturePreset } = {},
+): Promise<FixtureResult> {
+  const [{ writeFixture: write }, { withPreset }] = await Promise.all([
+    import("./synthetic/store.js"),
+    import("./synthetic/store-presets.js"),
+  ]);
   return write(out, withPreset(options));
 }
 
 /** Writes a small Llama-style ONNX model folder with seeded random weights, after checking its geometry. */
-export async function writeTinyModel(dir: string, options: TinyModelOptions & { style?: string } = {}): Promise<LlamaConfig> {
-  const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([import("./synthetic/llama.js"), import("./synthetic/options.js")]);
+export async function writeTinyModel(
+  dir: string,
+  options: TinyModelOptions & { style?: string } = {},
+): Promise<LlamaConfig> {
+  const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([
+    import("./synthetic/llama.js"),
+    import("./synthetic/options.js"),
+  ]);
   const { style, ...rest } = options;
   if (style !== undefined || rest.family !== undefined) {
-    return (await import("./synthetic/export-styles.js")).writeModelInStyle(dir, style ?? "plain", validateTinyModelOptions(rest));
+    return (await import("./synthetic/export-styles.js")).writeModelInStyle(
+      dir,
+      style ?? "plain",
+      validateTinyModelOptions(rest),
+    );
   }
   return write(dir, validateTinyModelOptions(options));
 }
@@ -192,10 +241,14 @@ export async function runStudy(file: string | Study, o: StudyOptions = {}): Prom
 }
 
 /** The paired comparison of two models of an outputs root: correctness per family, ISS and KTS at matched depth. */
-export async function compareModels(outputs: string, a: string, b: string, o: CompareOptions & LoadOptions = {}): Promise<Comparison> {
+export async function compareModels(
+  outputs: string,
+  a: string,
+  b: string,
+  o: CompareOptions & LoadOptions = {},
+): Promise<Comparison> {
   return (await import("./report/compare.js")).compareModels(outputs, a, b, o);
 }
-
 
 /** Writes the self-contained HTML report of every model under an outputs root. */
 export async function writeReport(outputs: string, o: ReportOptions = {}): Promise<ReportResult> {

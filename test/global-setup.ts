@@ -22,7 +22,11 @@ export default function setup(): void {
   const next = join(root, `.dist-next-${process.pid}`);
   const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
   try {
-    execFileSync(process.execPath, [tsc, "-p", join(root, "tsconfig.build.json"), "--outDir", next], { cwd: root, encoding: "utf8", stdio: "pipe" });
+    execFileSync(process.execPath, [tsc, "-p", join(root, "tsconfig.build.json"), "--outDir", next], {
+      cwd: root,
+      encoding: "utf8",
+      stdio: "pipe",
+    });
   } catch (err) {
     rmSync(next, { recursive: true, force: true });
     const e = err as { stdout?: string; stderr?: string };

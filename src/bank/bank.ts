@@ -45,7 +45,8 @@ function typeName(v: unknown): string {
 function validateBankRow(o: Record<string, unknown>, file: string, line: number): BankRow {
   for (const key of REQUIRED_STRINGS) {
     if (!(key in o)) throw new BankError(file, line, key, "is missing");
-    if (typeof o[key] !== "string") throw new BankError(file, line, key, `expected a string but received ${typeName(o[key])}`);
+    if (typeof o[key] !== "string")
+      throw new BankError(file, line, key, `expected a string but received ${typeName(o[key])}`);
     if ((o[key] as string).length === 0) throw new BankError(file, line, key, "is empty");
   }
   for (const key of OPTIONAL_STRINGS) {
@@ -58,13 +59,16 @@ function validateBankRow(o: Record<string, unknown>, file: string, line: number)
       if ((REQUIRED_BOOLEANS as readonly string[]).includes(key)) throw new BankError(file, line, key, "is missing");
       continue;
     }
-    if (typeof o[key] !== "boolean") throw new BankError(file, line, key, `expected true or false but received ${JSON.stringify(o[key])}`);
+    if (typeof o[key] !== "boolean")
+      throw new BankError(file, line, key, `expected true or false but received ${JSON.stringify(o[key])}`);
   }
   if ("answers" in o) {
     const a = o.answers;
-    if (!Array.isArray(a)) throw new BankError(file, line, "answers", `expected an array of strings but received ${typeName(a)}`);
+    if (!Array.isArray(a))
+      throw new BankError(file, line, "answers", `expected an array of strings but received ${typeName(a)}`);
     a.forEach((s, i) => {
-      if (typeof s !== "string") throw new BankError(file, line, `answers[${i}]`, `expected a string but received ${typeName(s)}`);
+      if (typeof s !== "string")
+        throw new BankError(file, line, `answers[${i}]`, `expected a string but received ${typeName(s)}`);
     });
   }
   return { ...(o as object), answers: (o.answers as string[] | undefined) ?? [], line } as BankRow;
@@ -76,10 +80,14 @@ function validateBankRow(o: Record<string, unknown>, file: string, line: number)
  */
 async function* streamBank(file: string): AsyncGenerator<BankRow> {
   const seen = new Map<string, number>();
-  for await (const { value, line } of jsonLines(file, (l, problem, cause) => new BankError(file, l, undefined, problem, { cause }))) {
+  for await (const { value, line } of jsonLines(
+    file,
+    (l, problem, cause) => new BankError(file, l, undefined, problem, { cause }),
+  )) {
     const row = validateBankRow(value, file, line);
     const first = seen.get(row.query_id);
-    if (first !== undefined) throw new BankError(file, line, "query_id", `duplicate "${row.query_id}" (first on line ${first})`);
+    if (first !== undefined)
+      throw new BankError(file, line, "query_id", `duplicate "${row.query_id}" (first on line ${first})`);
     seen.set(row.query_id, line);
     yield row;
   }

@@ -25,7 +25,9 @@ export function intOption(flag: string, min = 0): (value: string) => number {
 export function choiceOption<T extends string>(flag: string, choices: readonly T[]): (value: string) => T {
   return (value: string) => {
     if (!(choices as readonly string[]).includes(value)) {
-      throw new UsageError(`Expected ${flag} ${choices.slice(0, -1).join(", ")} or ${choices.at(-1)} but received "${value}"`);
+      throw new UsageError(
+        `Expected ${flag} ${choices.slice(0, -1).join(", ")} or ${choices.at(-1)} but received "${value}"`,
+      );
     }
     return value as T;
   };
@@ -53,7 +55,10 @@ export function listOption(value: string): string[] {
 /** Parses `18,20-24` into [18, 20, 21, 22, 23, 24]. */
 export function parseLayerList(text: string): number[] {
   const out: number[] = [];
-  for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+  for (const part of text
+    .split(",")
+    .map((p) => p.trim())
+    .filter(Boolean)) {
     const m = /^(\d+)(?:-(\d+))?$/.exec(part);
     if (!m) throw new UsageError(`Expected --layers like 18,20-24 but received "${text}"`);
     const a = Number(m[1]);
@@ -74,7 +79,10 @@ export interface OutputOption {
 /** The options of every command that runs a model over a bank (extract, generate, run). */
 export function modelRunOptions(cmd: Command, output: OutputOption): Command {
   cmd
-    .requiredOption("--model-dir <dir>", "model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json)")
+    .requiredOption(
+      "--model-dir <dir>",
+      "model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json)",
+    )
     .requiredOption("--bank <file>", "query bank JSONL");
   if (output.defaultValue === undefined) cmd.requiredOption(output.flags, output.description);
   else cmd.option(output.flags, output.description, output.defaultValue);
@@ -87,7 +95,8 @@ export function modelRunOptions(cmd: Command, output: OutputOption): Command {
 }
 
 /** The help of `--model-file`, shared by every command that opens a model folder. */
-export const MODEL_FILE_HELP = "the graph to run when the folder holds several, e.g. model_q4.onnx (looked for in the folder, then in onnx/)";
+export const MODEL_FILE_HELP =
+  "the graph to run when the folder holds several, e.g. model_q4.onnx (looked for in the folder, then in onnx/)";
 
 /** What {@link modelRunOptions} gives an action. */
 export interface ModelRunFlags {

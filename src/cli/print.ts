@@ -34,7 +34,9 @@ export async function printMetrics(
 ): Promise<void> {
   const tables = await formatTables(result, registry);
   if (tables) out(tables);
-  out(`backend: ${result.backend.name} (tfjs ${result.backend.tfjs}, native ${result.backend.simd}); ${seconds.toFixed(1)} s`);
+  out(
+    `backend: ${result.backend.name} (tfjs ${result.backend.tfjs}, native ${result.backend.simd}); ${seconds.toFixed(1)} s`,
+  );
   out(`wrote ${[...files.json, ...files.csv].join(", ")}`);
   out(`plots: ${files.svg.join(", ")}`);
 }

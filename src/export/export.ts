@@ -19,12 +19,24 @@ export interface ExportOptions extends ExportSettings {
 async function readScored(file: string): Promise<{ rows: ScoredRow[]; lines: number[] }> {
   const rows: ScoredRow[] = [];
   const lines: number[] = [];
-  for await (const { value: r, line } of jsonLines(file, (l, problem, cause) => new ScoredError(file, l, undefined, problem, { cause }))) {
+  for await (const { value: r, line } of jsonLines(
+    file,
+    (l, problem, cause) => new ScoredError(file, l, undefined, problem, { cause }),
+  )) {
     for (const key of ["query_id", "raw_response", "label", "condition_family", "fact_id"]) {
-      if (typeof r[key] !== "string") throw new ScoredError(file, line, key, `expected a string but received ${JSON.stringify(r[key]) ?? "nothing"}`);
+      if (typeof r[key] !== "string")
+        throw new ScoredError(file, line, key, `expected a string but received ${JSON.stringify(r[key]) ?? "nothing"}`);
     }
-    if (!(LABELS as readonly string[]).includes(r.label as string)) throw new ScoredError(file, line, "label", `${JSON.stringify(r.label)} is not one of ${LABELS.join(", ")}`);
-    rows.push({ span: "", flags: [], matched_alias: null, scorer: "unknown", needs_manual_review: false, ...r } as unknown as ScoredRow);
+    if (!(LABELS as readonly string[]).includes(r.label as string))
+      throw new ScoredError(file, line, "label", `${JSON.stringify(r.label)} is not one of ${LABELS.join(", ")}`);
+    rows.push({
+      span: "",
+      flags: [],
+      matched_alias: null,
+      scorer: "unknown",
+      needs_manual_review: false,
+      ...r,
+    } as unknown as ScoredRow);
     lines.push(line);
   }
   return { rows, lines };
@@ -45,7 +57,13 @@ export async function exportScored(
   const bankRows = await readBank(o.bank);
   const bank = new Map(bankRows.map((r) => [r.query_id, r]));
   const unknown = rows.findIndex((r) => !bank.has(r.query_id));
-  if (unknown >= 0) throw new ScoredError(o.scored, lines[unknown]!, "query_id", `"${rows[unknown]!.query_id}" is not in the bank ${o.bank}`);
+  if (unknown >= 0)
+    throw new ScoredError(
+      o.scored,
+      lines[unknown]!,
+      "query_id",
+      `"${rows[unknown]!.query_id}" is not in the bank ${o.bank}`,
+    );
   const { format: _, ...settings } = o;
   return { files: await format.write({ rows, bank, settings }), rows: rows.length };
 }

@@ -43,7 +43,8 @@ export function validate(value: unknown, schema: Schema, root: Schema = schema, 
       return errors;
     }
   }
-  if ("const" in schema && JSON.stringify(value) !== JSON.stringify(schema.const)) fail(`must equal ${JSON.stringify(schema.const)}`);
+  if ("const" in schema && JSON.stringify(value) !== JSON.stringify(schema.const))
+    fail(`must equal ${JSON.stringify(schema.const)}`);
   if (Array.isArray(schema.enum) && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value))) {
     fail(`must be one of ${schema.enum.map((e) => JSON.stringify(e)).join(", ")}, not ${JSON.stringify(value)}`);
   }
@@ -55,12 +56,15 @@ export function validate(value: unknown, schema: Schema, root: Schema = schema, 
     fail(`must match ${schema.pattern}`);
   }
   if (Array.isArray(value)) {
-    if (typeof schema.minItems === "number" && value.length < schema.minItems) fail(`must have at least ${schema.minItems} items`);
-    if (schema.items && typeof schema.items === "object") value.forEach((v, i) => errors.push(...validate(v, schema.items as Schema, root, `${path}[${i}]`)));
+    if (typeof schema.minItems === "number" && value.length < schema.minItems)
+      fail(`must have at least ${schema.minItems} items`);
+    if (schema.items && typeof schema.items === "object")
+      value.forEach((v, i) => errors.push(...validate(v, schema.items as Schema, root, `${path}[${i}]`)));
   }
   if (value && typeof value === "object" && !Array.isArray(value)) {
     const obj = value as Record<string, unknown>;
-    for (const key of (schema.required as string[] | undefined) ?? []) if (!(key in obj)) fail(`is missing required property "${key}"`);
+    for (const key of (schema.required as string[] | undefined) ?? [])
+      if (!(key in obj)) fail(`is missing required property "${key}"`);
     const props = (schema.properties as Record<string, Schema> | undefined) ?? {};
     for (const [key, v] of Object.entries(obj)) {
       if (key in props) errors.push(...validate(v, props[key]!, root, `${path}.${key}`));
@@ -71,14 +75,18 @@ export function validate(value: unknown, schema: Schema, root: Schema = schema, 
     }
   }
   for (const sub of (schema.allOf as Schema[] | undefined) ?? []) errors.push(...validate(value, sub, root, path));
-  if (Array.isArray(schema.anyOf) && !(schema.anyOf as Schema[]).some((s) => validate(value, s, root, path).length === 0)) {
+  if (
+    Array.isArray(schema.anyOf) &&
+    !(schema.anyOf as Schema[]).some((s) => validate(value, s, root, path).length === 0)
+  ) {
     fail("matches none of the schemas in anyOf");
   }
   if (Array.isArray(schema.oneOf)) {
     const n = (schema.oneOf as Schema[]).filter((s) => validate(value, s, root, path).length === 0).length;
     if (n !== 1) fail(`must match exactly one schema in oneOf, matches ${n}`);
   }
-  if (schema.not && typeof schema.not === "object" && validate(value, schema.not as Schema, root, path).length === 0) fail("matches a schema it must not");
+  if (schema.not && typeof schema.not === "object" && validate(value, schema.not as Schema, root, path).length === 0)
+    fail("matches a schema it must not");
   if (schema.if && typeof schema.if === "object") {
     const holds = validate(value, schema.if as Schema, root, path).length === 0;
     const branch = holds ? schema.then : schema.else;

@@ -12,7 +12,14 @@ import { join } from "node:path";
 
 import { mainForwardRows, readBank } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_ROWS, DEFAULT_LAYER_RULE, DEFAULT_SELF_CHECK_ROWS, defaultModelName, MAX_PROMPT_LEN } from "../defaults.js";
+import {
+  DEFAULT_BATCH_SIZE,
+  DEFAULT_COMMIT_ROWS,
+  DEFAULT_LAYER_RULE,
+  DEFAULT_SELF_CHECK_ROWS,
+  defaultModelName,
+  MAX_PROMPT_LEN,
+} from "../defaults.js";
 import { HsmError, InternalError, UsageError } from "../errors.js";
 import { selectLayers } from "../store/layers.js";
 import { hashFiles } from "../store/hash.js";
@@ -23,7 +30,14 @@ import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { fileError } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { leftPad, planBatches, rightPad } from "../model/batching.js";
-import { DetectionError, detectHiddenTensors, parseHiddenTensorMap, styleRecord, type HiddenPlan, type HiddenTensor } from "../model/detect.js";
+import {
+  DetectionError,
+  detectHiddenTensors,
+  parseHiddenTensorMap,
+  styleRecord,
+  type HiddenPlan,
+  type HiddenTensor,
+} from "../model/detect.js";
 import { promptFeeds } from "../model/feeds.js";
 import { ModelDirError, openModelDir } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
@@ -62,7 +76,13 @@ function rewriteAndRelease(
   stage: Stage | undefined,
   rightPaddedMask: string | undefined,
 ): { rewritten: RewriteResult; live: Set<string> } {
-  const rewritten = rewriteForExtraction(inspected.model, tensors, dModel, stage ? { bytes: inspected.source, name: stage.sourceName } : undefined, rightPaddedMask);
+  const rewritten = rewriteForExtraction(
+    inspected.model,
+    tensors,
+    dModel,
+    stage ? { bytes: inspected.source, name: stage.sourceName } : undefined,
+    rightPaddedMask,
+  );
   const live = new Set((inspected.model.graph!.input ?? []).map((v) => v.name!));
   inspected.model = undefined as never;
   inspected.source = undefined as never;
@@ -109,8 +129,14 @@ async function isComplete(dir: string): Promise<boolean> {
 }
 
 /** Rows `[start, end)` of shard `index` of `count`, cut on commit-block boundaries. */
-export function shardRange(total: number, index: number, count: number, commitRows = DEFAULT_COMMIT_ROWS): [number, number] {
-  const cut = (k: number) => (k >= count ? total : Math.min(total, Math.floor((k * total) / count / commitRows) * commitRows));
+export function shardRange(
+  total: number,
+  index: number,
+  count: number,
+  commitRows = DEFAULT_COMMIT_ROWS,
+): [number, number] {
+  const cut = (k: number) =>
+    k >= count ? total : Math.min(total, Math.floor((k * total) / count / commitRows) * commitRows);
   return [cut(index), cut(index + 1)];
 }
 
@@ -119,7 +145,8 @@ export function parseShard(text: string): { index: number; count: number } {
   const m = /^(\d+)\/(\d+)$/.exec(text.trim());
   const index = m ? Number(m[1]) : NaN;
   const count = m ? Number(m[2]) : NaN;
-  if (!m || count < 1 || index >= count) throw new UsageError(`Expected --shard K/N with 0 ≤ K < N but received "${text}"`);
+  if (!m || count < 1 || index >= count)
+    throw new UsageError(`Expected --shard K/N with 0 ≤ K < N but received "${text}"`);
   return { index, count };
 }
 
@@ -141,7 +168,10 @@ export interface ModelInspection {
   format: GraphFormat;
 }
 
-export async function inspectModel(modelDir: string, options: { layerRule?: string; hiddenTensors?: string; modelFile?: string; hash?: boolean } = {}) {
+export async function inspectModel(
+  modelDir: string,
+  options: { layerRule?: string; hiddenTensors?: string; modelFile?: string; hash?: boolean } = {},
+) {
   const md = await openModelDir(modelDir, options.modelFile);
   // With `hash`, the model file is hashed in another thread while this one loads the tokenizer (and another reads the file).
   const hashing = options.hash ? fileSha256(md.onnxPath) : undefined;
@@ -158,7 +188,10 @@ export async function inspectModel(modelDir: string, options: { layerRule?: stri
   const plan = detectHiddenTensors(model.graph!, L, explicit);
   const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);
   const missing = storedLayers.filter((l) => !plan.tensors.some((t) => t.layer === l));
-  if (missing.length) throw new DetectionError(`no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`);
+  if (missing.length)
+    throw new DetectionError(
+      `no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`,
+    );
   const inspection: ModelInspection = {
     dir: modelDir,
     onnxPath: md.onnxPath,
@@ -181,7 +214,8 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const log = o.log ?? (() => {});
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   const commitRows = o.commitRows ?? DEFAULT_COMMIT_ROWS;
-  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1)
+    throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
   if (o.selfCheck !== undefined && !(Number.isSafeInteger(o.selfCheck) && o.selfCheck >= 0)) {
     throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
   }
@@ -189,15 +223,23 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   // Everything is checked before anything is written.
   const bankRows = await readBank(o.bank);
   const main = mainForwardRows(bankRows);
-  if (main.length === 0) throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
-  const inspected = await inspectModel(o.modelDir, { layerRule: o.layerRule, hiddenTensors: o.hiddenTensors, modelFile: o.modelFile, hash: true });
+  if (main.length === 0)
+    throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
+  const inspected = await inspectModel(o.modelDir, {
+    layerRule: o.layerRule,
+    hiddenTensors: o.hiddenTensors,
+    modelFile: o.modelFile,
+    hash: true,
+  });
   const { inspection, tokenizer } = inspected;
   for (const w of inspection.plan.warnings) log(`warning: ${w}`, "warn");
   const layers = inspection.storedLayers;
   const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
   const [start, end] = o.shard ? shardRange(main.length, o.shard.index, o.shard.count, commitRows) : [0, main.length];
   if (end <= start) {
-    throw new UsageError(`shard ${o.shard!.index}/${o.shard!.count} would be empty: ${main.length} rows in blocks of ${commitRows}; use fewer shards`);
+    throw new UsageError(
+      `shard ${o.shard!.index}/${o.shard!.count} would be empty: ${main.length} rows in blocks of ${commitRows}; use fewer shards`,
+    );
   }
   const rows = main.slice(start, end);
   const shard: ShardInfo | undefined = o.shard
@@ -210,7 +252,12 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   if (await isComplete(o.out)) {
     const writer = await StoreWriter.open(o.out, init);
     await writer.close();
-    return { manifest: writer.manifest, alreadyComplete: true, rowsExtracted: 0, seconds: (performance.now() - t0) / 1000 };
+    return {
+      manifest: writer.manifest,
+      alreadyComplete: true,
+      rowsExtracted: 0,
+      seconds: (performance.now() - t0) / 1000,
+    };
   }
   const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
   const { session, inputFeeds, pad, rowsPerRun } = await openSession(inspected, tensors, batchSize, o, log);
@@ -225,14 +272,32 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     const { padId } = tokenizer;
     const job: Blocks = { session, writer, layers, d, tokens, commitRows, rowsPerRun, pad, padId, inputFeeds };
     await writeBlocks(job, o.onProgress);
-    const check = await runSelfCheck({ session, dir: o.out, layers, dModel: d, tokens, queryIds: init.query_ids, padId: tokenizer.padId, inputFeeds, batchSize, commitRows, count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS, dtype: init.dtype });
+    const check = await runSelfCheck({
+      session,
+      dir: o.out,
+      layers,
+      dModel: d,
+      tokens,
+      queryIds: init.query_ids,
+      padId: tokenizer.padId,
+      inputFeeds,
+      batchSize,
+      commitRows,
+      count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS,
+      dtype: init.dtype,
+    });
     writer.manifest.self_check = check;
     const warning = selfCheckWarning(check);
     if (warning) log(warning, "warn");
     const manifest = await writer.finish();
     await writer.close();
     warnOverflow(manifest, layers, log);
-    return { manifest, alreadyComplete: false, rowsExtracted: rows.length - resumedAt, seconds: (performance.now() - t0) / 1000 };
+    return {
+      manifest,
+      alreadyComplete: false,
+      rowsExtracted: rows.length - resumedAt,
+      seconds: (performance.now() - t0) / 1000,
+    };
   } finally {
     await session.release().catch(() => {});
     await writer?.close();
@@ -288,9 +353,17 @@ async function openSession(
   const mask = inspection.plan.inputs.feeds.find((f) => f.kind === "attention_mask")?.name;
   if (paddingSide === "right" && mask === undefined) {
     await stage?.cleanup();
-    throw new DetectionError(`graphs of style ${inspection.plan.strategy} are right-padded, but this one has no attention_mask input to find each row's last token`);
+    throw new DetectionError(
+      `graphs of style ${inspection.plan.strategy} are right-padded, but this one has no attention_mask input to find each row's last token`,
+    );
   }
-  const { rewritten, live } = rewriteAndRelease(inspected, tensors, inspection.dModel, stage, paddingSide === "right" ? mask : undefined);
+  const { rewritten, live } = rewriteAndRelease(
+    inspected,
+    tensors,
+    inspection.dModel,
+    stage,
+    paddingSide === "right" ? mask : undefined,
+  );
   // Only the inputs the rewritten graph still reads are fed.
   const inputFeeds = inspection.plan.inputs.feeds.filter((f) => live.has(f.name));
   const unknown = inspection.plan.inputs.unknown.filter((name) => live.has(name));
@@ -303,8 +376,12 @@ async function openSession(
   const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads, spin: false });
   // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
   const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
-  if (rowsPerRun < batchSize) log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
-  log(`graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`, "info");
+  if (rowsPerRun < batchSize)
+    log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
+  log(
+    `graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`,
+    "info",
+  );
   return { session, inputFeeds, pad, rowsPerRun };
 }
 
@@ -343,7 +420,9 @@ async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]):
       const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
       const data = out.data as Uint16Array;
       if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
-        throw new InternalError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`);
+        throw new InternalError(
+          `the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`,
+        );
       }
       batch.forEach((i, b) => {
         for (let k = 0; k < n; k++) blocks[k]!.set(data.subarray((b * n + k) * d, (b * n + k + 1) * d), i * d);

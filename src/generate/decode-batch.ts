@@ -60,7 +60,13 @@ export function pastInputs(values: readonly ValueInfoProto[]): PastInput[] {
  * cache (else every step recomputes the whole sequence, with empty past
  * inputs); `newTokens` overrides the setup's maximum.
  */
-export async function decodeBatch(session: ort.InferenceSession, setup: DecodeSetup, prompts: number[][], cached: boolean, newTokens = setup.maxNewTokens): Promise<number[][]> {
+export async function decodeBatch(
+  session: ort.InferenceSession,
+  setup: DecodeSetup,
+  prompts: number[][],
+  cached: boolean,
+  newTokens = setup.maxNewTokens,
+): Promise<number[][]> {
   const B = prompts.length;
   const nextTokens = tokenPicker(setup, B);
   const pad = setup.right ? rightPad : leftPad;
@@ -85,7 +91,8 @@ export async function decodeBatch(session: ort.InferenceSession, setup: DecodeSe
       ...past,
     };
     if (setup.positions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
-    if (setup.branch) feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
+    if (setup.branch)
+      feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
     const result = await session.run(feeds);
     const next = nextTokens(result);
     if (greedy.push(next)) break;
@@ -122,11 +129,17 @@ export async function decodeBatch(session: ort.InferenceSession, setup: DecodeSe
 }
 
 /** Each step's next tokens: from the graph, or the argmax of the head outside it. */
-function tokenPicker(setup: DecodeSetup, B: number): (result: ort.InferenceSession.ReturnType) => ArrayLike<number | bigint> {
+function tokenPicker(
+  setup: DecodeSetup,
+  B: number,
+): (result: ort.InferenceSession.ReturnType) => ArrayLike<number | bigint> {
   const h = setup.head;
   if (!h) return (result) => result[NEXT_TOKEN]!.data as BigInt64Array;
   const kernels = headKernels();
-  if (!kernels) throw new InternalError("the LM head was taken out of the graph, but the native core that computes it is not loaded");
+  if (!kernels)
+    throw new InternalError(
+      "the LM head was taken out of the graph, but the native core that computes it is not loaded",
+    );
   const out = new Int32Array(B);
   return (result) => {
     kernels.headArgmax(result[LAST_HIDDEN]!.data as Float32Array, B, h.d, h.head, h.vocab, out, h.threads);

@@ -23,7 +23,13 @@ import { basename, dirname, join } from "node:path";
 
 import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKERS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
+import {
+  DEFAULT_BATCH_SIZE,
+  DEFAULT_GENERATE_CHECK_ROWS,
+  DEFAULT_GENERATE_WORKERS,
+  defaultModelName,
+  MAX_NEW_TOKENS,
+} from "../defaults.js";
 import { HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
@@ -33,18 +39,37 @@ import { planBatches } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
 import { addKvCache, attentionShape } from "../onnx/add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
-import { affordableWorkers, sessionDecoders, weightBytes, workerDecoders, workerScript, type Decoders } from "./workers.js";
+import {
+  affordableWorkers,
+  sessionDecoders,
+  weightBytes,
+  workerDecoders,
+  workerScript,
+  type Decoders,
+} from "./workers.js";
 import { answerFields, readEosIds } from "./rules.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
 import { isPastInput, isPresentOutput } from "../onnx/kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";
 import { openModelDir } from "../model/model-dir.js";
-import { DataType, decodeModel, encodeModel, GraphBuilder, graphIndex, num, pruneGraph, valueInfo, type GraphProto, type ModelProto, type TensorProto, type ValueInfoProto } from "../onnx/graph.js";
+import {
+  DataType,
+  decodeModel,
+  encodeModel,
+  GraphBuilder,
+  graphIndex,
+  num,
+  pruneGraph,
+  valueInfo,
+  type GraphProto,
+  type ModelProto,
+  type TensorProto,
+  type ValueInfoProto,
+} from "../onnx/graph.js";
 import { graphFormat } from "../model/model-report.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
 import { loadSession, ModelLoadError, stageModel, withStagedModel, type ModelRunOptions } from "../model/session.js";
 import { tokenizerAndModel, type PromptTokenizer } from "../model/tokenizer.js";
-
 
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
 const SORT_WINDOW = 256;
@@ -112,10 +137,17 @@ export class GenerationError extends HsmError {
  * head's input at that position (`[B, 1, d]`, {@link LAST_HIDDEN}), and the
  * weight is returned for the caller's own head (see head.ts).
  */
-export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string, headOutside = false): { cached: boolean; head?: TensorProto } {
+export function rewriteForGeneration(
+  model: ModelProto,
+  rightPaddedMask?: string,
+  headOutside = false,
+): { cached: boolean; head?: TensorProto } {
   const graph = model.graph!;
   const logits = (graph.output ?? []).find((o) => o.name === "logits");
-  if (!logits) throw new DetectionError(`the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`);
+  if (!logits)
+    throw new DetectionError(
+      `the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`,
+    );
   const { producer } = graphIndex(graph);
   const g = new GraphBuilder(new Set((graph.node ?? []).map((n) => n.name!)));
   const pick = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask);
@@ -137,7 +169,12 @@ export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string
       lastLogits = pick("logits");
     }
     const arg = g.op1("/hsm", "ArgMax", [lastLogits], { axis: -1, keepdims: 0 }); // [B, 1]
-    g.nodes.push({ name: "/hsm/next_token", opType: "Squeeze", input: [arg, g.ints("/hsm/constants/axes_1", [1])], output: [NEXT_TOKEN] });
+    g.nodes.push({
+      name: "/hsm/next_token",
+      opType: "Squeeze",
+      input: [arg, g.ints("/hsm/constants/axes_1", [1])],
+      output: [NEXT_TOKEN],
+    });
     first = valueInfo(NEXT_TOKEN, DataType.INT64, ["batch_size"]);
   }
   graph.node = [...(graph.node ?? []), ...g.nodes];
@@ -152,7 +189,13 @@ export function rewriteForGeneration(model: ModelProto, rightPaddedMask?: string
  * for `kernels` (where they are given). Nothing returned points into the
  * model file's bytes, so they can be collected once the graph is staged.
  */
-async function rewriteWithHead(model: ModelProto, rightPaddedMask: string | undefined, kernels: HeadKernels | undefined, onnxPath: string, threads: number): Promise<{ cached: boolean; headSetup?: HeadSetup }> {
+async function rewriteWithHead(
+  model: ModelProto,
+  rightPaddedMask: string | undefined,
+  kernels: HeadKernels | undefined,
+  onnxPath: string,
+  threads: number,
+): Promise<{ cached: boolean; headSetup?: HeadSetup }> {
   const { cached, head } = rewriteForGeneration(model, rightPaddedMask, kernels !== undefined);
   return { cached, headSetup: head && (await prepareHead(kernels!, head, dirname(onnxPath), threads)) };
 }
@@ -177,7 +220,11 @@ function lastRealToken(g: GraphBuilder, mask: string): (tensor: string) => strin
   const steps = g.op1(S, "Slice", [g.op1(S, "Shape", ["input_ids"]), one, g.ints("/hsm/constants/two", [2])]); // [1]: S
   const index = g.op1(S, "Sub", [g.op1(S, "Min", [count, steps]), one]); // [B, 1]
   return (tensor) => {
-    const width = g.op1(S, "Slice", [g.op1(S, "Shape", [tensor]), g.ints("/hsm/constants/two", [2]), g.ints("/hsm/constants/three", [3])]);
+    const width = g.op1(S, "Slice", [
+      g.op1(S, "Shape", [tensor]),
+      g.ints("/hsm/constants/two", [2]),
+      g.ints("/hsm/constants/three", [3]),
+    ]);
     const target = g.op1(S, "Concat", [one, one, width], { axis: 0 }); // [1, 1, x]
     const spread = g.op1(S, "Expand", [g.op1(S, "Unsqueeze", [index, g.ints("/hsm/constants/axes_2", [2])]), target]);
     return g.op1(S, "GatherElements", [tensor, spread], { axis: 1 });
@@ -213,7 +260,11 @@ async function resumeFile(path: string): Promise<{ done: Set<string>; keep: stri
       row = undefined;
     }
     if (!row || typeof row !== "object" || typeof row.query_id !== "string") {
-      throw new GenerationsFileError(path, lineNo, "is not a generations row (a JSON object with a query_id); refusing to append to this file");
+      throw new GenerationsFileError(
+        path,
+        lineNo,
+        "is not a generations row (a JSON object with a query_id); refusing to append to this file",
+      );
     }
     if (row.error !== undefined) failedRows++;
     else {
@@ -260,15 +311,25 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const tokens = prompts.map((p) => tokenizer.encode(p));
   const model = decodeModel(source);
   const plan = planInputs(model.graph!, md.config.numLayers);
-  if (plan.unknown.length > 0) throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
+  if (plan.unknown.length > 0)
+    throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
   const inputs = new Map(model.graph!.input!.map((v) => [v.name!, v]));
   const right = plan.paddingSide === "right";
-  if (right && !inputs.has("attention_mask")) throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
+  if (right && !inputs.has("attention_mask"))
+    throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
   // Activations quantized per tensor make a row's tokens depend on its batch: such graphs decode one row at a time.
   const batchDependent = graphFormat(model.graph!).batchDependent;
   const batches = planAll(tokens, batchDependent ? 1 : batchSize);
   const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
-  const setup: DecodeSetup = { padId: tokenizer.padId, eos: [...eos], maxNewTokens: maxNew, past: [], positions: inputs.has("position_ids"), right, branch };
+  const setup: DecodeSetup = {
+    padId: tokenizer.padId,
+    eos: [...eos],
+    maxNewTokens: maxNew,
+    past: [],
+    positions: inputs.has("position_ids"),
+    right,
+    branch,
+  };
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
   const opset = num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0);
@@ -279,7 +340,13 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   let added = false;
   const openDecoders = async (m: ModelProto, addCache: boolean) => {
     added = addCache && addKvCache(m.graph!, opset, md.config.numLayers, shape!);
-    const { cached, headSetup } = await rewriteWithHead(m, right ? "attention_mask" : undefined, kernels, md.onnxPath, sessionOptions.threads ?? availableParallelism());
+    const { cached, headSetup } = await rewriteWithHead(
+      m,
+      right ? "attention_mask" : undefined,
+      kernels,
+      md.onnxPath,
+      sessionOptions.threads ?? availableParallelism(),
+    );
     const stage = await stageModel(md.onnxPath);
     // Weights stay where they are, read by offset from the original file (see extraction).
     // `source` holds the bytes `m` was decoded from: every call below decodes it first.
@@ -316,9 +383,27 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   try {
     if (added) {
       useCache = await addedCacheAgrees(decoders, tokens);
-      log(useCache ? "the model has no KV cache: decoding with one added to the graph" : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step", "info");
+      log(
+        useCache
+          ? "the model has no KV cache: decoding with one added to the graph"
+          : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step",
+        "info",
+      );
     }
-    return await generateRows(o, { rows, prompts, tokens, batches, eos, modelName, decoders, useCache, log, batchSize, t0, detokenize: (ids) => tokenizer.decode(ids) });
+    return await generateRows(o, {
+      rows,
+      prompts,
+      tokens,
+      batches,
+      eos,
+      modelName,
+      decoders,
+      useCache,
+      log,
+      batchSize,
+      t0,
+      detokenize: (ids) => tokenizer.decode(ids),
+    });
   } finally {
     await decoders.close().catch(() => {});
   }
@@ -328,8 +413,10 @@ type Log = NonNullable<GenerateOptions["log"]>;
 
 /** Throws a UsageError for a batch size or token count that is not positive, or a self-check size below 0. */
 function checkCounts(batchSize: number, maxNew: number, selfCheck: number | undefined): void {
-  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
-  if (!Number.isSafeInteger(maxNew) || maxNew < 1) throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1)
+    throw new UsageError(`Expected a positive --batch-size but received ${batchSize}`);
+  if (!Number.isSafeInteger(maxNew) || maxNew < 1)
+    throw new UsageError(`Expected a positive number of new tokens but received ${maxNew}`);
   if (selfCheck !== undefined && !(Number.isSafeInteger(selfCheck) && selfCheck >= 0)) {
     throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${selfCheck}`);
   }
@@ -402,7 +489,14 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
   const answered = () => done.size + written;
   const row = (i: number, fields: Record<string, unknown>) => {
     const r: BankRow = rows[i]!;
-    return JSON.stringify({ query_id: r.query_id, fact_id: r.fact_id, condition_family: r.condition_family, model: modelName, prompt: prompts[i], ...fields });
+    return JSON.stringify({
+      query_id: r.query_id,
+      fact_id: r.fact_id,
+      condition_family: r.condition_family,
+      model: modelName,
+      prompt: prompts[i],
+      ...fields,
+    });
   };
   const failure = (i: number, err: unknown) => row(i, { error: (err as Error).message?.split("\n")[0] ?? String(err) });
   const write = async (batch: number[], results: BatchResults) => {
@@ -429,7 +523,10 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
     } else {
       pending.push(...failures);
       if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
-        throw new GenerationError(pending.map((f) => rows[f.i]!.query_id), pending[0]!.err);
+        throw new GenerationError(
+          pending.map((f) => rows[f.i]!.query_id),
+          pending[0]!.err,
+        );
       }
     }
     if (answers.length + errors.length === 0) return;
@@ -459,7 +556,14 @@ async function decodeInOrder(
     const wanted = batch.map((i) => !done.has(rows[i]!.query_id));
     if (!wanted.includes(true)) continue;
     // The whole batch runs even when some of its rows are written already: the rest then comes out as it would have.
-    inFlight.push({ batch, results: decodeOrIsolate(decode, batch.map((i) => tokens[i]!), wanted) });
+    inFlight.push({
+      batch,
+      results: decodeOrIsolate(
+        decode,
+        batch.map((i) => tokens[i]!),
+        wanted,
+      ),
+    });
     if (inFlight.length < decoders.parallel) continue;
     const oldest = inFlight.shift()!;
     await write(oldest.batch, await oldest.results);
@@ -491,11 +595,23 @@ async function generateRows(o: GenerateOptions, g: Generation): Promise<Generate
     const { written, failed } = writer.counts();
     const texts = writer.texts;
     const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, g.detokenize).raw_response;
-    const check = await checkGenerations({ generateAlone: alone, tokens, queryIds: rows.map((r) => r.query_id), written: texts, batchSize: g.batchSize, window: SORT_WINDOW, count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS, out: o.out });
+    const check = await checkGenerations({
+      generateAlone: alone,
+      tokens,
+      queryIds: rows.map((r) => r.query_id),
+      written: texts,
+      batchSize: g.batchSize,
+      window: SORT_WINDOW,
+      count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS,
+      out: o.out,
+    });
     const warning = check && generationCheckWarning(check, o.out);
     if (warning) log(warning, "warn");
     if (failed > 0) {
-      log(`warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`, "warn");
+      log(
+        `warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`,
+        "warn",
+      );
     }
     return { written, skipped: done.size, failed, seconds: (performance.now() - g.t0) / 1000 };
   } finally {
@@ -523,7 +639,8 @@ async function addedCacheAgrees(decoders: Decoders, tokens: number[][]): Promise
   const order = tokens.map((_, i) => i).sort((a, b) => tokens[a]!.length - tokens[b]!.length || a - b);
   if (order.length === 0) return false;
   const shortest = order[0]!;
-  const other = order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
+  const other =
+    order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
   const probe = [...new Set([shortest, other])].map((i) => tokens[i]!);
   try {
     const withCache = await decoders.decode(probe, true, CACHE_PROBE_TOKENS);

@@ -26,7 +26,12 @@ export interface HeadSetup {
 }
 
 /** Prepares the head whose weight `[d, vocab]` is `t`, an initializer of the model at `modelDir` (raw bytes, float_data, or external data). */
-export async function prepareHead(kernels: HeadKernels, t: TensorProto, modelDir: string, threads: number): Promise<HeadSetup> {
+export async function prepareHead(
+  kernels: HeadKernels,
+  t: TensorProto,
+  modelDir: string,
+  threads: number,
+): Promise<HeadSetup> {
   const d = num(t.dims![0]);
   const vocab = num(t.dims![1]);
   const w = await float32Values(t, d * vocab, modelDir);
@@ -39,7 +44,11 @@ export async function prepareHead(kernels: HeadKernels, t: TensorProto, modelDir
 async function float32Values(t: TensorProto, count: number, modelDir: string): Promise<Float32Array> {
   const raw = t.rawData;
   if (raw && raw.length > 0) {
-    if (raw.length !== count * 4) throw new ModelDirError(modelDir, `initializer ${t.name} holds ${raw.length} bytes where its shape needs ${count * 4}`);
+    if (raw.length !== count * 4)
+      throw new ModelDirError(
+        modelDir,
+        `initializer ${t.name} holds ${raw.length} bytes where its shape needs ${count * 4}`,
+      );
     if (raw.byteOffset % 4 === 0) return new Float32Array(raw.buffer, raw.byteOffset, count);
     const out = new Float32Array(count);
     new Uint8Array(out.buffer).set(raw);
@@ -52,13 +61,23 @@ async function float32Values(t: TensorProto, count: number, modelDir: string): P
   // As onnxruntime requires: external data lies inside the model's folder.
   const inside = normalize(location);
   if (isAbsolute(inside) || inside === ".." || inside.startsWith(`..${sep}`)) {
-    throw new ModelDirError(modelDir, `initializer ${t.name} keeps its values in ${JSON.stringify(location)}, outside the model folder`);
+    throw new ModelDirError(
+      modelDir,
+      `initializer ${t.name} keeps its values in ${JSON.stringify(location)}, outside the model folder`,
+    );
   }
   const offset = Number(entry("offset") ?? 0);
   const length = entry("length");
-  if (!Number.isSafeInteger(offset) || offset < 0) throw new ModelDirError(modelDir, `initializer ${t.name} has external-data offset ${JSON.stringify(entry("offset"))}`);
+  if (!Number.isSafeInteger(offset) || offset < 0)
+    throw new ModelDirError(
+      modelDir,
+      `initializer ${t.name} has external-data offset ${JSON.stringify(entry("offset"))}`,
+    );
   if (length !== undefined && Number(length) !== count * 4) {
-    throw new ModelDirError(modelDir, `initializer ${t.name} has ${length} bytes of external data where its shape needs ${count * 4}`);
+    throw new ModelDirError(
+      modelDir,
+      `initializer ${t.name} has ${length} bytes of external data where its shape needs ${count * 4}`,
+    );
   }
   const out = new Float32Array(count);
   const path = join(modelDir, inside);
@@ -70,9 +89,13 @@ async function float32Values(t: TensorProto, count: number, modelDir: string): P
   }
   try {
     const bytes = new Uint8Array(out.buffer);
-    for (let done = 0; done < bytes.length; ) {
+    for (let done = 0; done < bytes.length;) {
       const { bytesRead } = await fh.read(bytes, done, bytes.length - done, offset + done);
-      if (bytesRead === 0) throw new ModelDirError(modelDir, `${location} ends before initializer ${t.name}'s ${count * 4} bytes at offset ${offset}`);
+      if (bytesRead === 0)
+        throw new ModelDirError(
+          modelDir,
+          `${location} ends before initializer ${t.name}'s ${count * 4} bytes at offset ${offset}`,
+        );
       done += bytesRead;
     }
   } finally {

@@ -26,7 +26,10 @@ function idsOf(value: unknown, where: string): number[] {
   const list = Array.isArray(value) ? value : [value];
   for (const v of list) {
     if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) {
-      throw new ModelDirError(where, `"eos_token_id" must be a token id or a list of token ids, but holds ${JSON.stringify(value)}`);
+      throw new ModelDirError(
+        where,
+        `"eos_token_id" must be a token id or a list of token ids, but holds ${JSON.stringify(value)}`,
+      );
     }
   }
   return list as number[];
@@ -37,7 +40,11 @@ function idsOf(value: unknown, where: string): number[] {
  * `text_config`) and of `genai_config.json`'s `model` section, an int or a list
  * in either. When neither file names one, the tokenizer's own EOS (`fallback`).
  */
-export async function readEosIds(modelDir: string, config: Record<string, unknown>, fallback: number[] = []): Promise<Set<number>> {
+export async function readEosIds(
+  modelDir: string,
+  config: Record<string, unknown>,
+  fallback: number[] = [],
+): Promise<Set<number>> {
   const configPath = join(modelDir, "config.json");
   const text = config.text_config as Record<string, unknown> | undefined;
   const ids = [...idsOf(config.eos_token_id ?? text?.eos_token_id, configPath)];
@@ -46,7 +53,8 @@ export async function readEosIds(modelDir: string, config: Record<string, unknow
   try {
     genai = await readFile(genaiPath, "utf8");
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw new ModelDirError(genaiPath, `cannot be read (${(err as Error).message})`);
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT")
+      throw new ModelDirError(genaiPath, `cannot be read (${(err as Error).message})`);
   }
   if (genai !== undefined) {
     let parsed: { model?: { eos_token_id?: unknown } };
@@ -65,10 +73,18 @@ export async function readEosIds(modelDir: string, config: Record<string, unknow
  * generation stopped on one, included as the last id. `detokenize` turns ids
  * into text with special tokens skipped.
  */
-export function answerFields(generated: readonly number[], eos: ReadonlySet<number>, detokenize: (ids: number[]) => string): Answer {
+export function answerFields(
+  generated: readonly number[],
+  eos: ReadonlySet<number>,
+  detokenize: (ids: number[]) => string,
+): Answer {
   const stopped = generated.length > 0 && eos.has(generated[generated.length - 1]!);
   const text = stopped ? generated.slice(0, -1) : [...generated];
-  return { raw_response: detokenize(text), generated_tokens: generated.length, finish_reason: stopped ? "stop" : "length" };
+  return {
+    raw_response: detokenize(text),
+    generated_tokens: generated.length,
+    finish_reason: stopped ? "stop" : "length",
+  };
 }
 
 /**

@@ -46,7 +46,11 @@ export function weightBytes(onnxPath: string, graph: GraphProto): number {
  * together they may take at most half the memory now available. At least one.
  * `reason` says why there are fewer, for the user.
  */
-export function affordableWorkers(wanted: number, weights: number, available: number): { workers: number; reason?: string } {
+export function affordableWorkers(
+  wanted: number,
+  weights: number,
+  available: number,
+): { workers: number; reason?: string } {
   const fit = Math.max(1, Math.floor(available / 2 / Math.max(1, weights)));
   if (fit >= wanted) return { workers: wanted };
   const gb = (b: number) => `${(b / 1e9).toFixed(1)} GB`;
@@ -66,7 +70,8 @@ export interface Decoders {
 
 /** Messages between the main thread and a worker. */
 export type WorkerRequest = { id: number; prompts: number[][]; cached: boolean; newTokens?: number };
-export type WorkerReply = { ready: true } | { loadError: string } | { id: number; ids: number[][] } | { id: number; error: string };
+export type WorkerReply =
+  { ready: true } | { loadError: string } | { id: number; ids: number[][] } | { id: number; error: string };
 export interface WorkerInit {
   model: string;
   options: SessionOptions;

@@ -46,7 +46,9 @@ export function headKernels(): HeadKernels | undefined {
 }
 
 /** What the store computes with: float16 conversion and statistics, hashing, and whole-file hashing where the native core has it. */
-export type StoreKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> & { sha256Files?: Sha256Files };
+export type StoreKernels = Pick<Kernels, "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats"> & {
+  sha256Files?: Sha256Files;
+};
 
 const typescriptStore: StoreKernels = { f32ToF16, f16ToF32, f16Stats, sha256Stats: sha256StatsTs };
 
@@ -63,7 +65,8 @@ export function storeKernels(options: { quiet?: boolean } = {}): StoreKernels {
   if (!warned && !options.quiet) {
     warned = true;
     process.emitWarning(
-      `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` + nativeLoadErrors.map((e) => `  tried ${e}`).join("\n"),
+      `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` +
+        nativeLoadErrors.map((e) => `  tried ${e}`).join("\n"),
       { code: "HSM_NO_NATIVE" },
     );
   }

@@ -33,22 +33,126 @@ interface NativeBinding {
   sha256StateBytes: number;
   sha256Init(state: Uint8Array): void;
   sha256Update(state: Uint8Array, data: Uint8Array, statsFrom: number, width: number): void;
-  sha256Update2(stateA: Uint8Array, dataA: Uint8Array, statsFromA: number, stateB: Uint8Array, dataB: Uint8Array, statsFromB: number, width: number): void;
+  sha256Update2(
+    stateA: Uint8Array,
+    dataA: Uint8Array,
+    statsFromA: number,
+    stateB: Uint8Array,
+    dataB: Uint8Array,
+    statsFromB: number,
+    width: number,
+  ): void;
   sha256Final(state: Uint8Array, digest: Uint8Array): [number, number];
   /** Per path: [hex digest, bytes, nonfinite, maxBits], or the errno of the failed open or read. */
-  sha256Files(paths: string[], statsFrom: Float64Array, widths: Uint8Array, threads: number): Promise<([string, number, number, number] | number)[]>;
-  rankAgainstAnchors(x: Float32Array, nRows: number, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array, threads: number, allowBf16: boolean): void;
-  bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array, threads: number): void;
-  rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
-  rowsTransposeTimes(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array, threads: number): void;
+  sha256Files(
+    paths: string[],
+    statsFrom: Float64Array,
+    widths: Uint8Array,
+    threads: number,
+  ): Promise<([string, number, number, number] | number)[]>;
+  rankAgainstAnchors(
+    x: Float32Array,
+    nRows: number,
+    a: Float32Array,
+    nAnchors: number,
+    d: number,
+    own: Int32Array,
+    ownScore: Float32Array,
+    above: Int32Array,
+    threads: number,
+    allowBf16: boolean,
+  ): void;
+  bootstrapMean(
+    seed: number,
+    stream: number,
+    values: Float64Array,
+    b: number,
+    out: Float64Array,
+    threads: number,
+  ): void;
+  rowsTimes(
+    h: Float32Array,
+    n: number,
+    d: number,
+    v: Float64Array,
+    k: number,
+    out: Float64Array,
+    threads: number,
+  ): void;
+  rowsTransposeTimes(
+    h: Float32Array,
+    n: number,
+    d: number,
+    g: Float64Array,
+    k: number,
+    out: Float64Array,
+    threads: number,
+  ): void;
   centreRows(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array, threads: number): number;
-  anchorCosines(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array, threads: number): void;
-  standardizeRows(h: Float32Array, rows: Int32Array, d: number, out: Float32Array, mean: Float64Array, scale: Float64Array, threads: number): void;
-  addMoments(h: Float32Array, rows: Int32Array, d: number, sum: Float64Array, sumSquares: Float64Array, threads: number): void;
-  logisticPass(h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, loss: Float64Array, gsum: Float64Array, grad: Float64Array, threads: number): void;
-  prepareHead(w: Float32Array, d: number, vocab: number, f32: Float32Array, bf16: Uint16Array, norms: Float32Array, threads: number): void;
+  anchorCosines(
+    x: Float32Array,
+    rows: Int32Array,
+    a: Float32Array,
+    nAnchors: number,
+    d: number,
+    own: Int32Array,
+    ownCos: Float64Array,
+    otherCos: Float64Array,
+    threads: number,
+  ): void;
+  standardizeRows(
+    h: Float32Array,
+    rows: Int32Array,
+    d: number,
+    out: Float32Array,
+    mean: Float64Array,
+    scale: Float64Array,
+    threads: number,
+  ): void;
+  addMoments(
+    h: Float32Array,
+    rows: Int32Array,
+    d: number,
+    sum: Float64Array,
+    sumSquares: Float64Array,
+    threads: number,
+  ): void;
+  logisticPass(
+    h: Float32Array,
+    n: number,
+    d: number,
+    v: Float64Array,
+    offset: Float64Array,
+    y: Uint8Array,
+    train: Uint8Array,
+    k: number,
+    loss: Float64Array,
+    gsum: Float64Array,
+    grad: Float64Array,
+    threads: number,
+  ): void;
+  prepareHead(
+    w: Float32Array,
+    d: number,
+    vocab: number,
+    f32: Float32Array,
+    bf16: Uint16Array,
+    norms: Float32Array,
+    threads: number,
+  ): void;
   /** Returns the float64 dot products taken. */
-  headArgmax(h: Float32Array, batch: number, d: number, f32: Float32Array, bf16: Uint16Array, norms: Float32Array, vocab: number, out: Int32Array, threads: number, allowBf16: boolean): number;
+  headArgmax(
+    h: Float32Array,
+    batch: number,
+    d: number,
+    f32: Float32Array,
+    bf16: Uint16Array,
+    norms: Float32Array,
+    vocab: number,
+    out: Int32Array,
+    threads: number,
+    allowBf16: boolean,
+  ): number;
   bootstrapAuroc(
     seed: number,
     stream: number,
@@ -79,7 +183,21 @@ export type SimdLevel = (typeof SIMD_LEVELS)[number];
 /** The kernels the native core implements, and whole-file hashing (which only the native core does). */
 export type NativeKernels = Pick<
   Kernels,
-  "f32ToF16" | "f16ToF32" | "f16Stats" | "sha256Stats" | "centreRows" | "rank" | "anchorCosines" | "standardizeRows" | "foldMoments" | "products" | "rowsTimes" | "bootstrapMean" | "bootstrapAuroc" | "prepareHead" | "headArgmax"
+  | "f32ToF16"
+  | "f16ToF32"
+  | "f16Stats"
+  | "sha256Stats"
+  | "centreRows"
+  | "rank"
+  | "anchorCosines"
+  | "standardizeRows"
+  | "foldMoments"
+  | "products"
+  | "rowsTimes"
+  | "bootstrapMean"
+  | "bootstrapAuroc"
+  | "prepareHead"
+  | "headArgmax"
 > & { sha256Files: Sha256Files };
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -92,7 +210,10 @@ function loadBinding(): NativeBinding | undefined {
   // HSM_NATIVE_PATH names the one addon to try (a custom build, or a missing one to test the fallback).
   const candidates = process.env.HSM_NATIVE_PATH
     ? [process.env.HSM_NATIVE_PATH]
-    : [join(root, "native", "build", "Release", "hsm_native.node"), join(root, "native", "build", "Debug", "hsm_native.node")];
+    : [
+        join(root, "native", "build", "Release", "hsm_native.node"),
+        join(root, "native", "build", "Debug", "hsm_native.node"),
+      ];
   for (const path of candidates) {
     try {
       return require(path) as NativeBinding;
@@ -169,7 +290,8 @@ function nativeSha256Stream(b: Binding, width: 0 | 2 | 4): Sha256Stream {
     update: (chunk, statsFrom = 0) => b.sha256Update(state, chunk, statsFrom, width),
     updateWith(chunk, statsFrom, other, otherChunk, otherFrom) {
       const theirs = shaStates.get(other);
-      if (theirs && theirs.width === width && theirs.state !== state) b.sha256Update2(state, chunk, statsFrom, theirs.state, otherChunk, otherFrom, width);
+      if (theirs && theirs.width === width && theirs.state !== state)
+        b.sha256Update2(state, chunk, statsFrom, theirs.state, otherChunk, otherFrom, width);
       else {
         stream.update(chunk, statsFrom);
         other.update(otherChunk, otherFrom);
@@ -179,7 +301,9 @@ function nativeSha256Stream(b: Binding, width: 0 | 2 | 4): Sha256Stream {
       const digest = new Uint8Array(32);
       const [nonfinite, maxBits] = b.sha256Final(state, digest);
       const sha256 = Buffer.from(digest.buffer).toString("hex");
-      return width === 0 ? { sha256 } : { sha256, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
+      return width === 0
+        ? { sha256 }
+        : { sha256, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
     },
   };
   shaStates.set(stream, { state, width });
@@ -187,7 +311,11 @@ function nativeSha256Stream(b: Binding, width: 0 | 2 | 4): Sha256Stream {
 }
 
 /** Hashes whole files on the addon's threads; undefined for a file that could not be read. */
-async function nativeSha256Files(b: Binding, jobs: readonly FileHashJob[], threads: number): Promise<(FileHash | undefined)[]> {
+async function nativeSha256Files(
+  b: Binding,
+  jobs: readonly FileHashJob[],
+  threads: number,
+): Promise<(FileHash | undefined)[]> {
   const got = await b.sha256Files(
     jobs.map((j) => j.path),
     Float64Array.from(jobs, (j) => j.statsFrom),
@@ -198,7 +326,13 @@ async function nativeSha256Files(b: Binding, jobs: readonly FileHashJob[], threa
     if (typeof r === "number") return undefined;
     const [sha256, bytes, nonfinite, maxBits] = r;
     const width = jobs[i]!.width;
-    return width === 0 ? { sha256, bytes } : { sha256, bytes, stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) } };
+    return width === 0
+      ? { sha256, bytes }
+      : {
+          sha256,
+          bytes,
+          stats: { nonfinite, maxAbs: width === 2 ? f16BitsToNumber(maxBits) : f32BitsToNumber(maxBits) },
+        };
   });
 }
 
@@ -226,22 +360,50 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         for (let i = from + 1; i < to && contiguous; i++) contiguous = rows[i] === rows[i - 1]! + 1;
         // A run of consecutive rows is read in place; any other selection is gathered.
         if (!contiguous && gather.length < (to - from) * d) gather = new Float32Array(RANK_SLICE * d);
-        const block = contiguous ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d) : gather.subarray(0, (to - from) * d);
-        if (!contiguous) for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
-        binding.rankAgainstAnchors(block, to - from, a, nAnchors, d, own.subarray(from, to), ownScore.subarray(from, to), above.subarray(from, to), threads, o.allowBf16);
+        const block = contiguous
+          ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d)
+          : gather.subarray(0, (to - from) * d);
+        if (!contiguous)
+          for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
+        binding.rankAgainstAnchors(
+          block,
+          to - from,
+          a,
+          nAnchors,
+          d,
+          own.subarray(from, to),
+          ownScore.subarray(from, to),
+          above.subarray(from, to),
+          threads,
+          o.allowBf16,
+        );
       }
     },
     centreRows: (h, n, d, valid, out) => binding.centreRows(h, n, d, valid, out, threads),
-    anchorCosines: (x, rows, a, nAnchors, d, own, ownCos, otherCos) => binding.anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads),
+    anchorCosines: (x, rows, a, nAnchors, d, own, ownCos, otherCos) =>
+      binding.anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads),
     standardizeRows(h, rows, d, into) {
-      const out = { rows: into ? into.subarray(0, rows.length * d) : new Float32Array(rows.length * d), mean: new Float64Array(d), scale: new Float64Array(d) };
+      const out = {
+        rows: into ? into.subarray(0, rows.length * d) : new Float32Array(rows.length * d),
+        mean: new Float64Array(d),
+        scale: new Float64Array(d),
+      };
       binding.standardizeRows(h, rows, d, out.rows, out.mean, out.scale, threads);
       return out;
     },
     foldMoments(h, d, folds) {
       const sum = new Float64Array(folds.length * d);
       const sumSquares = new Float64Array(folds.length * d);
-      folds.forEach((rows, k) => binding.addMoments(h, rows, d, sum.subarray(k * d, (k + 1) * d), sumSquares.subarray(k * d, (k + 1) * d), threads));
+      folds.forEach((rows, k) =>
+        binding.addMoments(
+          h,
+          rows,
+          d,
+          sum.subarray(k * d, (k + 1) * d),
+          sumSquares.subarray(k * d, (k + 1) * d),
+          threads,
+        ),
+      );
       return { sum, sumSquares };
     },
     products: (h, n, d) =>
@@ -251,13 +413,31 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         d,
         (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
         (h, n, d, g, k, out) => binding.rowsTransposeTimes(h, n, d, g, k, out, threads),
-        (h, n, d, v, offset, y, train, k, out) => binding.logisticPass(h, n, d, v, offset, y, train, k, out.loss, out.gsum, out.grad, threads),
+        (h, n, d, v, offset, y, train, k, out) =>
+          binding.logisticPass(h, n, d, v, offset, y, train, k, out.loss, out.gsum, out.grad, threads),
       ),
     rowsTimes: (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
     bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out, threads),
     bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
-      binding.bootstrapAuroc(seed, stream, g.fact, g.label, g.ties, g.nFacts, b, out, p?.fact ?? null, p?.label ?? null, p?.ties ?? null, p?.nFacts ?? 0, toPaired ?? null, pOut ?? null, threads),
+      binding.bootstrapAuroc(
+        seed,
+        stream,
+        g.fact,
+        g.label,
+        g.ties,
+        g.nFacts,
+        b,
+        out,
+        p?.fact ?? null,
+        p?.label ?? null,
+        p?.ties ?? null,
+        p?.nFacts ?? 0,
+        toPaired ?? null,
+        pOut ?? null,
+        threads,
+      ),
     prepareHead: (w, d, vocab, head) => binding.prepareHead(w, d, vocab, head.f32, head.bf16, head.norms, threads),
-    headArgmax: (h, batch, d, head, vocab, out, headThreads) => binding.headArgmax(h, batch, d, head.f32, head.bf16, head.norms, vocab, out, headThreads, o.allowBf16),
+    headArgmax: (h, batch, d, head, vocab, out, headThreads) =>
+      binding.headArgmax(h, batch, d, head.f32, head.bf16, head.norms, vocab, out, headThreads, o.allowBf16),
   };
 }

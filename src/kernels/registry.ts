@@ -68,8 +68,11 @@ const DEFINITIONS: Record<ConcreteBackend, BackendDef> = {
     async load(o) {
       const k = nativeKernels(o);
       if (!k) {
-        const why = process.env.HSM_NATIVE === "0" ? ["HSM_NATIVE=0 is set"] : nativeLoadErrors.map((e) => `tried ${e}`);
-        throw new BackendUnavailable(`--backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n${why.map((w) => `  ${w}`).join("\n")}`);
+        const why =
+          process.env.HSM_NATIVE === "0" ? ["HSM_NATIVE=0 is set"] : nativeLoadErrors.map((e) => `tried ${e}`);
+        throw new BackendUnavailable(
+          `--backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n${why.map((w) => `  ${w}`).join("\n")}`,
+        );
       }
       return k;
     },
@@ -122,10 +125,16 @@ export function completeKernels<N extends string>(
 
 async function resolve(name: ConcreteBackend, o: KernelOptions): Promise<ResolvedKernels> {
   const chain: { name: ConcreteBackend; kernels: Partial<Kernels> }[] = [];
-  for (let b: ConcreteBackend | null = name; b; b = DEFINITIONS[b].fallback) chain.push({ name: b, kernels: await DEFINITIONS[b].load(o) });
+  for (let b: ConcreteBackend | null = name; b; b = DEFINITIONS[b].fallback)
+    chain.push({ name: b, kernels: await DEFINITIONS[b].load(o) });
   const { kernels, implementations } = completeKernels(chain);
   const usesNative = Object.values(implementations).includes("native");
-  return { backend: name, kernels, implementations, detail: { tfjs: DEFINITIONS[name].tfjs, simd: usesNative ? nativeSimd! : "typescript" } };
+  return {
+    backend: name,
+    kernels,
+    implementations,
+    detail: { tfjs: DEFINITIONS[name].tfjs, simd: usesNative ? nativeSimd! : "typescript" },
+  };
 }
 
 /**

@@ -26,7 +26,12 @@ export class TfUnavailable extends Error {
 }
 
 /** The TensorFlow.js backend each of ours registers. */
-const TF_NAME: Record<TfBackendName, string> = { wasm: "wasm", "tfjs-node": "tensorflow", "tfjs-node-gpu": "tensorflow", webgpu: "webgpu" };
+const TF_NAME: Record<TfBackendName, string> = {
+  wasm: "wasm",
+  "tfjs-node": "tensorflow",
+  "tfjs-node-gpu": "tensorflow",
+  webgpu: "webgpu",
+};
 
 const loaded = new Map<TfBackendName, Promise<Tf>>();
 
@@ -48,14 +53,24 @@ async function register(name: TfBackendName): Promise<void> {
       Object.assign(globalThis, dawn.globals);
       gpu = dawn.create([]);
     } catch (err) {
-      throw new TfUnavailable(`--backend webgpu needs the optional packages webgpu and @tensorflow/tfjs-backend-webgpu (${firstLine(err)})`, true);
+      throw new TfUnavailable(
+        `--backend webgpu needs the optional packages webgpu and @tensorflow/tfjs-backend-webgpu (${firstLine(err)})`,
+        true,
+      );
     }
     const adapter = await gpu.requestAdapter().catch(() => null);
-    if (!adapter) throw new TfUnavailable("--backend webgpu found no GPU adapter (Dawn needs a GPU with a Vulkan driver); use --backend native or wasm", false);
+    if (!adapter)
+      throw new TfUnavailable(
+        "--backend webgpu found no GPU adapter (Dawn needs a GPU with a Vulkan driver); use --backend native or wasm",
+        false,
+      );
     if (!("navigator" in globalThis) || !(globalThis as { navigator?: object }).navigator) {
       Object.defineProperty(globalThis, "navigator", { value: {}, configurable: true, writable: true });
     }
-    Object.defineProperty((globalThis as unknown as { navigator: object }).navigator, "gpu", { value: gpu, configurable: true });
+    Object.defineProperty((globalThis as unknown as { navigator: object }).navigator, "gpu", {
+      value: gpu,
+      configurable: true,
+    });
     try {
       await import("@tensorflow/tfjs-backend-webgpu" as string);
     } catch (err) {
@@ -67,7 +82,10 @@ async function register(name: TfBackendName): Promise<void> {
   try {
     await import(pkg as string);
   } catch (err) {
-    throw new TfUnavailable(`--backend ${name} needs ${pkg}, which is not installed here (${firstLine(err)}); npm install ${pkg}, or use --backend wasm`, true);
+    throw new TfUnavailable(
+      `--backend ${name} needs ${pkg}, which is not installed here (${firstLine(err)}); npm install ${pkg}, or use --backend wasm`,
+      true,
+    );
   }
 }
 
@@ -78,7 +96,8 @@ function loadTf(name: TfBackendName): Promise<Tf> {
     p = (async () => {
       const tf = await import("@tensorflow/tfjs-core");
       await register(name);
-      if (!(await tf.setBackend(TF_NAME[name]))) throw new TfUnavailable(`--backend ${name}: TensorFlow.js could not start its ${TF_NAME[name]} backend`, false);
+      if (!(await tf.setBackend(TF_NAME[name])))
+        throw new TfUnavailable(`--backend ${name}: TensorFlow.js could not start its ${TF_NAME[name]} backend`, false);
       await tf.ready();
       return tf;
     })();

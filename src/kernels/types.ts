@@ -48,7 +48,13 @@ export interface Sha256Stream {
    * otherFrom)` together; the native core interleaves the two on one core,
    * which hashes nearly twice as fast as one stream.
    */
-  updateWith(chunk: Uint8Array, statsFrom: number, other: Sha256Stream, otherChunk: Uint8Array, otherFrom: number): void;
+  updateWith(
+    chunk: Uint8Array,
+    statsFrom: number,
+    other: Sha256Stream,
+    otherChunk: Uint8Array,
+    otherFrom: number,
+  ): void;
   /** The hex digest, and the statistics when a width was given. Once; the stream is finished after it. */
   digest(): { sha256: string; stats?: F16Stats };
 }
@@ -155,18 +161,41 @@ export interface Kernels {
    * `own[i]`, `above[i]` = how many other anchors score strictly higher
    * (own[i] < 0: 0 and 0).
    */
-  rank(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array): MaybePromise<void>;
+  rank(
+    x: Float32Array,
+    rows: Int32Array,
+    a: Float32Array,
+    nAnchors: number,
+    d: number,
+    own: Int32Array,
+    ownScore: Float32Array,
+    above: Int32Array,
+  ): MaybePromise<void>;
   /**
    * ISS's cosines in float64: for query i, `ownCos[i]` = x·a_own and
    * `otherCos[i]` = (x·Σa − x·a_own)/(nAnchors − 1), x = row `rows[i]` of `x`.
    */
-  anchorCosines(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array): void;
+  anchorCosines(
+    x: Float32Array,
+    rows: Int32Array,
+    a: Float32Array,
+    nAnchors: number,
+    d: number,
+    own: Int32Array,
+    ownCos: Float64Array,
+    otherCos: Float64Array,
+  ): void;
   /**
    * KTS's prescale: rows `rows` of `h` gathered, centred and scaled by their
    * own float64 mean and population deviation (a zero deviation divides by 1).
    * The rows are written into `out` (at least rows × d values) where given.
    */
-  standardizeRows(h: Float32Array, rows: Int32Array, d: number, out?: Float32Array): { rows: Float32Array; mean: Float64Array; scale: Float64Array };
+  standardizeRows(
+    h: Float32Array,
+    rows: Int32Array,
+    d: number,
+    out?: Float32Array,
+  ): { rows: Float32Array; mean: Float64Array; scale: Float64Array };
   /** Per fold k, the float64 sums of the rows `folds[k]` of h (n × d) and of their squares: K × d each. */
   foldMoments(h: Float32Array, d: number, folds: Int32Array[]): { sum: Float64Array; sumSquares: Float64Array };
   /** Products on a fixed row matrix, for the probe's training steps. */
@@ -202,7 +231,15 @@ export interface Kernels {
    * wins (every logit NaN: 0). `threads` splits the vocabulary (the answer is the
    * same for any count). Returns how many float64 dot products it took.
    */
-  headArgmax(h: Float32Array, batch: number, d: number, head: PreparedHead, vocab: number, out: Int32Array, threads: number): number;
+  headArgmax(
+    h: Float32Array,
+    batch: number,
+    d: number,
+    head: PreparedHead,
+    vocab: number,
+    out: Int32Array,
+    threads: number,
+  ): number;
 }
 
 export type KernelName = keyof Kernels;

@@ -110,7 +110,10 @@ async function labelsFor(
     const others = metrics.filter((x) => !needLabels.includes(x)).map((x) => x.name);
     const alone = others.length
       ? others.join(",")
-      : registry.filter((x) => !x.needs.includes("labels")).map((x) => x.name).join(",");
+      : registry
+          .filter((x) => !x.needs.includes("labels"))
+          .map((x) => x.name)
+          .join(",");
     const titles = needLabels.map((x) => x.title).join(" and ");
     throw new MetricsError(`${titles} needs the scored file: pass --scored SCORED.jsonl (or --metrics ${alone})`);
   }

@@ -126,10 +126,19 @@ export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRo
       skipped_no_anchor: skipped,
     };
     if (sel.length > 0) {
-      const { id, names } = indexBy(facts, sel.map((i) => rows[i]!));
+      const { id, names } = indexBy(
+        facts,
+        sel.map((i) => rows[i]!),
+      );
       const nf = names.length;
       const size = new Int32Array(nf);
-      const sums = [new Float64Array(nf), new Float64Array(nf), new Float64Array(nf), new Float64Array(nf), new Float64Array(nf)];
+      const sums = [
+        new Float64Array(nf),
+        new Float64Array(nf),
+        new Float64Array(nf),
+        new Float64Array(nf),
+        new Float64Array(nf),
+      ];
       sel.forEach((i, j) => {
         const f = id[j]!;
         const rank = 1 + above[i]!;

@@ -79,7 +79,9 @@ function layout(data: LayerData, K: number, key: string): Layout {
   const foldOf = new Int32Array(N).fill(-1);
   for (const i of labelled) foldOf[i] = fold(facts[i]!);
   const ya = Uint8Array.from(anchors, (r) => y[r]!);
-  const folds = Array.from({ length: K }, (_, j) => ({ train: Int32Array.from(anchors.keys()).filter((i) => foldOf[anchors[i]!] !== j) }));
+  const folds = Array.from({ length: K }, (_, j) => ({
+    train: Int32Array.from(anchors.keys()).filter((i) => foldOf[anchors[i]!] !== j),
+  }));
   const names = [ANCHOR_FAMILY, ...data.familyNames, ALL_FAMILIES];
   const index = new Map(names.map((f, g) => [f, g]));
   const pooled = names.length - 1;
@@ -103,11 +105,24 @@ function layout(data: LayerData, K: number, key: string): Layout {
       family,
       rows,
       names: factNames,
-      toAnchor: anchorFact ? Int32Array.from(factNames, (n) => anchorFact.get(n) ?? -1) : Int32Array.from(factNames.keys()),
+      toAnchor: anchorFact
+        ? Int32Array.from(factNames, (n) => anchorFact.get(n) ?? -1)
+        : Int32Array.from(factNames.keys()),
       nCorrect: rows.reduce((t, i) => t + (y[i] === 1 ? 1 : 0), 0),
     });
   }
-  return { key, labelled: Int32Array.from(labelled), anchors, ya, folds, foldOf, groups, groupOf, factOf, pooledFactOf };
+  return {
+    key,
+    labelled: Int32Array.from(labelled),
+    anchors,
+    ya,
+    folds,
+    foldOf,
+    groups,
+    groupOf,
+    factOf,
+    pooledFactOf,
+  };
 }
 
 /**
@@ -170,8 +185,19 @@ export async function ktsScores(data: LayerData, s: MetricSettings): Promise<Kts
   for (const [j, f] of folds.entries()) {
     const pos = f.train.reduce((t, i) => t + ya[i]!, 0);
     if (f.train.length === 0 || pos === 0 || pos === f.train.length) {
-      const only = f.train.length === 0 ? "no labelled anchor rows" : pos === 0 ? 'only "incorrect" anchors' : 'only "correct" anchors';
-      return { layout: lay, excluded, score: new Float64Array(0), notConverged: 0, nullReason: `the probe cannot be trained: training fold ${j} has ${only}` };
+      const only =
+        f.train.length === 0
+          ? "no labelled anchor rows"
+          : pos === 0
+            ? 'only "incorrect" anchors'
+            : 'only "correct" anchors';
+      return {
+        layout: lay,
+        excluded,
+        score: new Float64Array(0),
+        notConverged: 0,
+        nullReason: `the probe cannot be trained: training fold ${j} has ${only}`,
+      };
     }
   }
   // The anchors, centred and scaled by their own statistics so that float32 products stay accurate.
@@ -181,11 +207,19 @@ export async function ktsScores(data: LayerData, s: MetricSettings): Promise<Kts
   try {
     // Adjacent layers' standardized features are alike: each fold starts from its solution on the layer before.
     const start = data.carry?.get("probes") as Float64Array[] | undefined;
-    probes = await trainProbes(prescaled.rows, products, ya, folds, { c: s.probeC, prescale: prescaled, kernels: k, start });
+    probes = await trainProbes(prescaled.rows, products, ya, folds, {
+      c: s.probeC,
+      prescale: prescaled,
+      kernels: k,
+      start,
+    });
   } finally {
     products.dispose();
   }
-  data.carry?.set("probes", probes.map((p) => Float64Array.of(...p.w, p.b)));
+  data.carry?.set(
+    "probes",
+    probes.map((p) => Float64Array.of(...p.w, p.b)),
+  );
   // Out-of-fold scores for every labelled row: every row against every fold's probe in one product, then its own fold's column.
   const v = new Float64Array(K * d);
   probes.forEach((p, j) => v.set(p.v, j * d));
@@ -223,7 +257,13 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
   // One sort of every labelled row by (score, row); each group takes its rows in that order, with
   // runs of equal scores marked. Bootstrap replicates then reweight facts in one pass over each group.
   const sortedRows = orderByScore(labelled, score);
-  const sorted = groups.map((g) => ({ fact: new Int32Array(g.rows.length), label: new Uint8Array(g.rows.length), ties: [] as number[], at: 0, last: NaN }));
+  const sorted = groups.map((g) => ({
+    fact: new Int32Array(g.rows.length),
+    label: new Uint8Array(g.rows.length),
+    ties: [] as number[],
+    at: 0,
+    last: NaN,
+  }));
   const place = (o: (typeof sorted)[number], r: number, fact: number) => {
     if (o.at === 0 || score[r] !== o.last) o.ties.push(o.at);
     o.last = score[r]!;
@@ -235,7 +275,12 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
     if (groupOf[r]! >= 0) place(sorted[groupOf[r]!]!, r, factOf[r]!);
     if (pooledFactOf[r]! >= 0) place(pooled, r, pooledFactOf[r]!);
   }
-  const arrays: SortedArrays[] = sorted.map((o, gi) => ({ fact: o.fact, label: o.label, ties: Int32Array.from([...o.ties, o.at]), nFacts: groups[gi]!.names.length }));
+  const arrays: SortedArrays[] = sorted.map((o, gi) => ({
+    fact: o.fact,
+    label: o.label,
+    ties: Int32Array.from([...o.ties, o.at]),
+    nFacts: groups[gi]!.names.length,
+  }));
   const anchorSorted = arrays[0]!;
   const anchorAuroc = sortedAuroc(anchorSorted);
 
@@ -256,7 +301,8 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
     const bs = bootstrapStream(s.seed, "kts", layer, family);
     // Paired: the same drawn facts decide the anchor's AUROC in each replicate.
     if (family === ANCHOR_FAMILY) await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps);
-    else await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
+    else
+      await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
     const ktsReps = aucReps.map((fam, r) => {
       const anc = ancReps[r]!;
       if (Number.isNaN(fam) || Number.isNaN(anc) || anc <= KTS_MIN_ANCHOR_AUROC) return NaN;
@@ -265,7 +311,8 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
     [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
     if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";
     else if (row.auroc === null) row.kts_null_reason = "auroc undefined: only one label class among this family's rows";
-    else if (anchorAuroc === null) row.kts_null_reason = "anchor auroc undefined: only one label class among the anchors";
+    else if (anchorAuroc === null)
+      row.kts_null_reason = "anchor auroc undefined: only one label class among the anchors";
     else if (anchorAuroc <= KTS_MIN_ANCHOR_AUROC) {
       const below = `auroc_anchor ${anchorAuroc.toFixed(4)} ≤ ${KTS_MIN_ANCHOR_AUROC}`;
       row.kts_null_reason = `${below}: the probe learned nothing to transfer`;
@@ -290,6 +337,9 @@ export const KTS: Metric<KtsRow> = {
     ...new Set(rows.filter((r) => r.family !== ANCHOR_FAMILY && r.kts === null).map((r) => `  — ${r.kts_null_reason}`)),
     ...rows
       .filter((r) => r.family === ANCHOR_FAMILY && r.probes_not_converged > 0)
-      .map((r) => `  layer ${r.layer}: ${r.probes_not_converged} probe(s) did not converge in ${PROBE_MAX_ITERATIONS.toLocaleString("en-US")} iterations`),
+      .map(
+        (r) =>
+          `  layer ${r.layer}: ${r.probes_not_converged} probe(s) did not converge in ${PROBE_MAX_ITERATIONS.toLocaleString("en-US")} iterations`,
+      ),
   ],
 };

@@ -19,7 +19,10 @@ export async function readLabels(file: string, queryIds: readonly string[], o: L
   const want = new Map(queryIds.map((q, i) => [q, i]));
   const y = new Uint8Array(queryIds.length).fill(NO_LABEL);
   const seen = new Uint8Array(queryIds.length);
-  for await (const { value: row, line } of jsonLines(file, (l, problem, cause) => new ScoredError(file, l, undefined, problem, { cause }))) {
+  for await (const { value: row, line } of jsonLines(
+    file,
+    (l, problem, cause) => new ScoredError(file, l, undefined, problem, { cause }),
+  )) {
     if (typeof row.query_id !== "string") throw new ScoredError(file, line, "query_id", "expected a string");
     const label = row.label;
     if (typeof label !== "string" || !(LABELS as readonly string[]).includes(label)) {
@@ -29,7 +32,8 @@ export async function readLabels(file: string, queryIds: readonly string[], o: L
     if (i === undefined) continue; // rows outside the store (not main-forward) are fine
     if (seen[i]) throw new ScoredError(file, line, "query_id", `"${row.query_id}" is scored twice`);
     seen[i] = 1;
-    y[i] = label === "correct" ? 1 : label === "incorrect" || (label === "abstain" && o.abstainAsIncorrect) ? 0 : NO_LABEL;
+    y[i] =
+      label === "correct" ? 1 : label === "incorrect" || (label === "abstain" && o.abstainAsIncorrect) ? 0 : NO_LABEL;
   }
   let missing = 0;
   let firstMissing = -1;

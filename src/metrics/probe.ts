@@ -187,15 +187,13 @@ interface Standardization {
 }
 
 /** Each fold's mean and population deviation over its training rows, and its training mask. */
-function standardize(
-  h: Float32Array,
-  n: number,
-  d: number,
-  folds: FoldProblem[],
-  o: ProbeOptions,
-): Standardization {
+function standardize(h: Float32Array, n: number, d: number, folds: FoldProblem[], o: ProbeOptions): Standardization {
   const K = folds.length;
-  const { sum: mean, sumSquares } = (o.kernels ?? typescriptKernels).foldMoments(h, d, folds.map((f) => f.train));
+  const { sum: mean, sumSquares } = (o.kernels ?? typescriptKernels).foldMoments(
+    h,
+    d,
+    folds.map((f) => f.train),
+  );
   const scale = new Float64Array(K * d);
   const inTrain = new Uint8Array(K * n);
   folds.forEach((f, k) => {
@@ -253,7 +251,11 @@ function foldObjective(
       offset[a] = o2;
       if (A !== K) train.set(inTrain.subarray(k * n, (k + 1) * n), a * n);
     });
-    const { loss, gsum, grad: ht } = products.logistic
+    const {
+      loss,
+      gsum,
+      grad: ht,
+    } = products.logistic
       ? await products.logistic(v, offset, y, train, A)
       : await logisticPass(products, sgn, v, offset, train, A);
     const values: number[] = [];

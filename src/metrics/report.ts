@@ -29,15 +29,24 @@ export function toCsv(rows: object[]): string {
     const s = String(v);
     return /[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
   };
-  return [keys.join(","), ...rows.map((r) => keys.map((k) => cell((r as Record<string, unknown>)[k])).join(","))].join("\n") + "\n";
+  return (
+    [keys.join(","), ...rows.map((r) => keys.map((k) => cell((r as Record<string, unknown>)[k])).join(","))].join(
+      "\n",
+    ) + "\n"
+  );
 }
 
 /** A line plot of `value` against layer, one line per family, with its interval as a band. */
-export function svgPlot(title: string, rows: { layer: number; family: string; value: number | null; low: number | null; high: number | null }[]): string {
+export function svgPlot(
+  title: string,
+  rows: { layer: number; family: string; value: number | null; low: number | null; high: number | null }[],
+): string {
   const layers = [...new Set(rows.map((r) => r.layer))].sort((a, b) => a - b);
   const series = [...new Set(rows.map((r) => r.family))].map((family) => ({
     name: family,
-    points: rows.filter((r) => r.family === family).map((r) => ({ x: r.layer, value: r.value, low: r.low, high: r.high })),
+    points: rows
+      .filter((r) => r.family === family)
+      .map((r) => ({ x: r.layer, value: r.value, low: r.low, high: r.high })),
   }));
   return lineChart(series, { title, xLabel: "layer", xTicks: layers.map((l) => ({ x: l, label: String(l) })) });
 }
@@ -49,22 +58,47 @@ export interface WrittenFiles {
 }
 
 /** A metric's rows as the table and the plot show them: the shown rows' value and interval. */
-function shownValues(metric: Metric<MetricRow>, rows: MetricRow[]): { layer: number; family: string; value: number | null; low: number | null; high: number | null }[] {
+function shownValues(
+  metric: Metric<MetricRow>,
+  rows: MetricRow[],
+): { layer: number; family: string; value: number | null; low: number | null; high: number | null }[] {
   const c = metric.columns;
-  const get = (r: MetricRow, k: string) => ((r as unknown as Record<string, number | null | undefined>)[k] ?? null);
-  return rows.filter((r) => metric.shown?.(r) ?? true).map((r) => ({ layer: r.layer, family: r.family, value: get(r, c.value), low: get(r, c.low), high: get(r, c.high) }));
+  const get = (r: MetricRow, k: string) => (r as unknown as Record<string, number | null | undefined>)[k] ?? null;
+  return rows
+    .filter((r) => metric.shown?.(r) ?? true)
+    .map((r) => ({
+      layer: r.layer,
+      family: r.family,
+      value: get(r, c.value),
+      low: get(r, c.low),
+      high: get(r, c.high),
+    }));
 }
 
 /** Writes the results under `dir`, one JSON, CSV and SVG per metric with rows; returns the paths written. */
-export async function writeResults(dir: string, result: MetricsResult, storePath: string, registry: MetricRegistry = METRICS): Promise<WrittenFiles> {
+export async function writeResults(
+  dir: string,
+  result: MetricsResult,
+  storePath: string,
+  registry: MetricRegistry = METRICS,
+): Promise<WrittenFiles> {
   const manifest = result.manifest;
   await mkdir(dir, { recursive: true });
-  const store = { path: storePath, files_sha256: Object.fromEntries(Object.entries(manifest.files).map(([n, e]) => [n, e.sha256])) };
+  const store = {
+    path: storePath,
+    files_sha256: Object.fromEntries(Object.entries(manifest.files).map(([n, e]) => [n, e.sha256])),
+  };
   const written: WrittenFiles = { json: [], csv: [], svg: [] };
   for (const metric of registry) {
     const rows = result.rows[metric.name] ?? [];
     if (rows.length === 0) continue;
-    const json = { metric: metric.title, model: manifest.model, store, config: { ...result.config, backend_detail: result.backend }, rows };
+    const json = {
+      metric: metric.title,
+      model: manifest.model,
+      store,
+      config: { ...result.config, backend_detail: result.backend },
+      rows,
+    };
     const paths = [join(dir, `${metric.name}.json`), join(dir, `${metric.name}.csv`), join(dir, `${metric.name}.svg`)];
     await writeAtomic(paths[0]!, JSON.stringify(json, null, 2) + "\n");
     await writeAtomic(paths[1]!, toCsv(rows));

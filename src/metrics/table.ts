@@ -12,6 +12,9 @@ export function formatTable(title: string, rows: { layer: number; family: string
   const width = Math.max(8, ...families.map((f) => f.length)) + 2;
   const cell = (v: number | null | undefined) => (v === null || v === undefined ? "—" : v.toFixed(3)).padStart(width);
   const lines = [title, `${"layer".padEnd(7)}${families.map((f) => f.padStart(width)).join("")}`];
-  for (const l of layers) lines.push(`${String(l).padEnd(7)}${families.map((f) => cell(rows.find((r) => r.layer === l && r.family === f)?.value)).join("")}`);
+  for (const l of layers)
+    lines.push(
+      `${String(l).padEnd(7)}${families.map((f) => cell(rows.find((r) => r.layer === l && r.family === f)?.value)).join("")}`,
+    );
   return lines.join("\n");
 }

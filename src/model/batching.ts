@@ -42,5 +42,7 @@ function padBatch(sequences: readonly number[][], padId: number, side: "left" | 
   return { batch: B, length: T, inputIds, attentionMask, positionIds };
 }
 
-export const leftPad = (sequences: readonly number[][], padId: number): BatchFeeds => padBatch(sequences, padId, "left");
-export const rightPad = (sequences: readonly number[][], padId: number): BatchFeeds => padBatch(sequences, padId, "right");
+export const leftPad = (sequences: readonly number[][], padId: number): BatchFeeds =>
+  padBatch(sequences, padId, "left");
+export const rightPad = (sequences: readonly number[][], padId: number): BatchFeeds =>
+  padBatch(sequences, padId, "right");

@@ -6,7 +6,14 @@
  * than guessing.
  */
 import { STYLES } from "./styles/index.js";
-import { candidates, DetectionError, type GraphStyle, type HiddenTensor, type InputPlan, standardInputs } from "./styles/style.js";
+import {
+  candidates,
+  DetectionError,
+  type GraphStyle,
+  type HiddenTensor,
+  type InputPlan,
+  standardInputs,
+} from "./styles/style.js";
 import type { StyleRecord } from "../store/manifest.js";
 import type { GraphProto } from "../onnx/graph.js";
 
@@ -52,7 +59,12 @@ export function planInputs(graph: GraphProto, numLayers: number, styles: readonl
   return (style?.inputs ?? standardInputs)(graph);
 }
 
-export function detectHiddenTensors(graph: GraphProto, numLayers: number, given?: ReadonlyMap<number, string>, styles: readonly GraphStyle[] = STYLES): HiddenPlan {
+export function detectHiddenTensors(
+  graph: GraphProto,
+  numLayers: number,
+  given?: ReadonlyMap<number, string>,
+  styles: readonly GraphStyle[] = STYLES,
+): HiddenPlan {
   const context = { numLayers, given };
   // Styles that prepare a graph (inline a merged decoder's branch) run first; the others then read the prepared graph.
   const prepared: GraphStyle[] = [];
@@ -66,9 +78,19 @@ export function detectHiddenTensors(graph: GraphProto, numLayers: number, given?
   if (!style) {
     // Most general first: what the graph lacks, then the remedy.
     const lacks = styles.flatMap((s) => (s.notFound ? [s.notFound] : [])).reverse();
-    throw new DetectionError(`no decoder blocks found: ${lacks.join(" and ")}. Name the tensors with --hidden-tensors; candidate tensors: ${candidates(graph)}`);
+    throw new DetectionError(
+      `no decoder blocks found: ${lacks.join(" and ")}. Name the tensors with --hidden-tensors; candidate tensors: ${candidates(graph)}`,
+    );
   }
   const { tensors, lastLayerFinalNorm, crossCheck, warnings } = style.locate(graph, numLayers, context);
   const inputs = (prepared.find((s) => s.inputs)?.inputs ?? style.inputs ?? standardInputs)(graph);
-  return { strategy: style.name, tensors, lastLayerFinalNorm, inputs, prepared: prepared.map((s) => s.name), ...(crossCheck ? { crossCheck } : {}), warnings: warnings ?? [] };
+  return {
+    strategy: style.name,
+    tensors,
+    lastLayerFinalNorm,
+    inputs,
+    prepared: prepared.map((s) => s.name),
+    ...(crossCheck ? { crossCheck } : {}),
+    warnings: warnings ?? [],
+  };
 }

@@ -23,5 +23,7 @@ export function promptFeeds(plan: InputPlan["feeds"], f: BatchFeeds): Record<str
 /** An empty KV-cache input: batch first, then the fixed dimensions; every unnamed length (the past sequence) is 0. */
 export function emptyPast(dims: readonly (number | string)[], float16: boolean, batch: number): ort.Tensor {
   const shape = dims.map((s, k) => (k === 0 ? batch : typeof s === "number" ? s : 0));
-  return float16 ? new ort.Tensor("float16", new Uint16Array(0), shape) : new ort.Tensor("float32", new Float32Array(0), shape);
+  return float16
+    ? new ort.Tensor("float16", new Uint16Array(0), shape)
+    : new ort.Tensor("float32", new Float32Array(0), shape);
 }

@@ -67,8 +67,14 @@ async function readJson(path: string): Promise<Record<string, unknown>> {
 function fromGenaiConfig(genai: Record<string, unknown>): { raw: Record<string, unknown>; filename?: string } {
   const model = (genai.model ?? {}) as Record<string, unknown>;
   const decoder = (model.decoder ?? {}) as Record<string, unknown>;
-  const raw: Record<string, unknown> = { model_type: model.type, vocab_size: model.vocab_size, bos_token_id: model.bos_token_id, eos_token_id: model.eos_token_id };
-  for (const key of ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_size"]) raw[key] = decoder[key];
+  const raw: Record<string, unknown> = {
+    model_type: model.type,
+    vocab_size: model.vocab_size,
+    bos_token_id: model.bos_token_id,
+    eos_token_id: model.eos_token_id,
+  };
+  for (const key of ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_size"])
+    raw[key] = decoder[key];
   return { raw, filename: typeof decoder.filename === "string" ? decoder.filename : undefined };
 }
 
@@ -80,13 +86,20 @@ function fromGenaiConfig(genai: Record<string, unknown>): { raw: Record<string, 
 async function pickOnnx(dir: string, file: string | undefined, preferred: string | undefined): Promise<string> {
   if (file !== undefined) {
     for (const candidate of [join(dir, file), join(dir, "onnx", file)]) if (await isFile(candidate)) return candidate;
-    throw new ModelDirError(join(dir, file), `is missing; the folder holds ${(await onnxFiles(dir)).join(", ") || "no .onnx file"}`);
+    throw new ModelDirError(
+      join(dir, file),
+      `is missing; the folder holds ${(await onnxFiles(dir)).join(", ") || "no .onnx file"}`,
+    );
   }
   for (const name of [preferred, "model.onnx"]) if (name && (await isFile(join(dir, name)))) return join(dir, name);
   const found = (await onnxFiles(dir)).filter((f) => f.startsWith("onnx/"));
   if (found.length === 1) return join(dir, found[0]!);
-  if (found.length > 1) throw new ModelDirError(dir, `holds several graphs (${found.join(", ")}); pick one with --model-file`);
-  throw new ModelDirError(join(dir, "model.onnx"), `is missing; a model folder holds ${MODEL_FILES.join(", ")} (an optimum ONNX export)`);
+  if (found.length > 1)
+    throw new ModelDirError(dir, `holds several graphs (${found.join(", ")}); pick one with --model-file`);
+  throw new ModelDirError(
+    join(dir, "model.onnx"),
+    `is missing; a model folder holds ${MODEL_FILES.join(", ")} (an optimum ONNX export)`,
+  );
 }
 
 async function onnxFiles(dir: string): Promise<string[]> {
@@ -111,7 +124,10 @@ export async function openModelDir(dir: string, modelFile?: string): Promise<Mod
   } else {
     for (const name of MODEL_FILES.filter((n) => n !== "model.onnx")) {
       if (!(await isFile(join(dir, name)))) {
-        throw new ModelDirError(join(dir, name), `is missing; a model folder holds ${MODEL_FILES.join(", ")} (an optimum ONNX export)`);
+        throw new ModelDirError(
+          join(dir, name),
+          `is missing; a model folder holds ${MODEL_FILES.join(", ")} (an optimum ONNX export)`,
+        );
       }
     }
     raw = await readJson(path);

@@ -14,7 +14,17 @@ import type { GraphProto, NodeProto } from "../onnx/graph.js";
 import type { HiddenTensor } from "./styles/style.js";
 
 /** The names hsm uses for ONNX element types. */
-const ELEMENT_TYPES: Record<number, string> = { 1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 11: "float64", 16: "bfloat16" };
+const ELEMENT_TYPES: Record<number, string> = {
+  1: "float32",
+  2: "uint8",
+  3: "int8",
+  6: "int32",
+  7: "int64",
+  9: "bool",
+  10: "float16",
+  11: "float64",
+  16: "bfloat16",
+};
 const FLOATS = new Set(["float32", "float16", "bfloat16", "float64"]);
 
 export interface GraphFormat {
@@ -33,7 +43,12 @@ export interface GraphFormat {
 /** How a stored tensor was found. */
 export type TensorMethod = "structure" | "names" | "graph outputs" | "given";
 
-const METHOD_OF_STYLE: Record<string, TensorMethod> = { explicit: "given", "graph-outputs": "graph outputs", "torch-names": "names", genai: "names" };
+const METHOD_OF_STYLE: Record<string, TensorMethod> = {
+  explicit: "given",
+  "graph-outputs": "graph outputs",
+  "torch-names": "names",
+  genai: "names",
+};
 
 /** The method behind a located tensor: its own `method` where the style records one, else the style's. */
 export function tensorMethod(strategy: string, tensor: HiddenTensor): TensorMethod | string {
@@ -53,16 +68,25 @@ function intAttribute(node: NodeProto, name: string): number | undefined {
 
 /** The compute dtype and weight format of a graph. */
 export function graphFormat(graph: GraphProto): GraphFormat {
-  const initType = new Map((graph.initializer ?? []).map((t) => [t.name!, ELEMENT_TYPES[t.dataType ?? 0] ?? `type ${t.dataType}`]));
+  const initType = new Map(
+    (graph.initializer ?? []).map((t) => [t.name!, ELEMENT_TYPES[t.dataType ?? 0] ?? `type ${t.dataType}`]),
+  );
   const nodes = graph.node ?? [];
   const ops = (...types: string[]) => nodes.filter((n) => types.includes(n.opType ?? ""));
   const typeOf = (name: string | undefined) => (name ? initType.get(name) : undefined);
 
-  const floatWeights = ops("MatMul", "Gemm").flatMap((n) => (n.input ?? []).slice(0, 2).map(typeOf).filter((t): t is string => !!t && FLOATS.has(t)));
+  const floatWeights = ops("MatMul", "Gemm").flatMap((n) =>
+    (n.input ?? [])
+      .slice(0, 2)
+      .map(typeOf)
+      .filter((t): t is string => !!t && FLOATS.has(t)),
+  );
   const nbits = ops("MatMulNBits");
   const bnb4 = ops("MatMulBnb4");
   const scales = [...nbits, ...bnb4].map((n) => typeOf(n.input?.[2])).filter((t): t is string => !!t && FLOATS.has(t));
-  const outputs = (graph.output ?? []).map((v) => ELEMENT_TYPES[v.type?.tensorType?.elemType ?? 0]).filter((t): t is string => !!t && FLOATS.has(t));
+  const outputs = (graph.output ?? [])
+    .map((v) => ELEMENT_TYPES[v.type?.tensorType?.elemType ?? 0])
+    .filter((t): t is string => !!t && FLOATS.has(t));
   const dtype = mostCommon(floatWeights) ?? mostCommon(scales) ?? mostCommon(outputs) ?? "float32";
 
   let weights: string;

@@ -60,7 +60,13 @@ export function breakBatchingForTest(f: BatchFeeds): BatchFeeds {
  * Batches are planned as extraction and generation plan them: per window of
  * `window` rows in order, by length. Only rows `eligible` accepts are picked.
  */
-export function selfCheckRows(lengths: readonly number[], batchSize: number, window: number, count: number, eligible: (row: number) => boolean = () => true): number[] {
+export function selfCheckRows(
+  lengths: readonly number[],
+  batchSize: number,
+  window: number,
+  count: number,
+  eligible: (row: number) => boolean = () => true,
+): number[] {
   if (count <= 0 || !lengths.some((_, i) => eligible(i))) return [];
   const padding = new Array<number>(lengths.length).fill(0);
   for (let start = 0; start < lengths.length; start += window) {
@@ -114,7 +120,13 @@ export interface SelfCheckInput {
 }
 
 /** Reads row `row` of every stored layer file (float16 bits, one array per layer). */
-async function readStoredRow(dir: string, layers: readonly number[], rows: number, d: number, row: number): Promise<Uint16Array[]> {
+async function readStoredRow(
+  dir: string,
+  layers: readonly number[],
+  rows: number,
+  d: number,
+  row: number,
+): Promise<Uint16Array[]> {
   const offset = buildNpyHeader("<f2", [rows, d]).length + row * d * 2;
   return Promise.all(
     layers.map(async (layer) => {

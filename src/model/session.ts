@@ -79,13 +79,22 @@ function probeWebgpu(): string | undefined {
   const probe = encodeModel({
     irVersion: 8,
     opsetImport: [{ domain: "", version: 17 }],
-    graph: { name: "webgpu-probe", node: [{ opType: "Identity", input: ["x"], output: ["y"] }], input: [valueInfo("x", DataType.FLOAT, [1])], output: [valueInfo("y", DataType.FLOAT, [1])] },
+    graph: {
+      name: "webgpu-probe",
+      node: [{ opType: "Identity", input: ["x"], output: ["y"] }],
+      input: [valueInfo("x", DataType.FLOAT, [1])],
+      output: [valueInfo("y", DataType.FLOAT, [1])],
+    },
   });
   const script =
     `const ort = require(${JSON.stringify(createRequire(import.meta.url).resolve("onnxruntime-node"))}); ort.env.logLevel = "fatal";` +
     `ort.InferenceSession.create(Buffer.from(require("fs").readFileSync(0, "utf8"), "base64"), { executionProviders: ["webgpu"], logSeverityLevel: 4 })` +
     `.then(() => process.stdout.write("ok"), (e) => process.stdout.write("error:" + e.message)).then(() => process.exit(0));`;
-  const r = spawnSync(process.execPath, ["-e", script], { input: Buffer.from(probe).toString("base64"), encoding: "utf8", timeout: 120_000 });
+  const r = spawnSync(process.execPath, ["-e", script], {
+    input: Buffer.from(probe).toString("base64"),
+    encoding: "utf8",
+    timeout: 120_000,
+  });
   if (r.stdout === "ok") return undefined;
   if (r.stdout?.startsWith("error:")) return r.stdout.slice("error:".length);
   return `the probe ended without an answer (${r.error?.message ?? `exit status ${r.status ?? r.signal}`})`;
@@ -97,10 +106,13 @@ let webgpuProbe: { message: string | undefined } | undefined;
 /** The error for a device whose provider failed with `message`; undefined for the CPU. */
 export function deviceError(device: Device, message: string): DeviceError | undefined {
   const first = message.split("\n")[0]!;
-  if (device === "cuda") return new DeviceError(`the CUDA execution provider could not be used (${first}); ${CUDA_HELP}`);
+  if (device === "cuda")
+    return new DeviceError(`the CUDA execution provider could not be used (${first}); ${CUDA_HELP}`);
   if (device === "webgpu") {
     const adapter = /Failed to get a WebGPU adapter: ([^\n]*)/.exec(message);
-    const why = adapter ? `no WebGPU adapter was found (${adapter[1]!.trim()})` : `the WebGPU execution provider could not be used (${first})`;
+    const why = adapter
+      ? `no WebGPU adapter was found (${adapter[1]!.trim()})`
+      : `the WebGPU execution provider could not be used (${first})`;
     return new DeviceError(`--device webgpu: ${why}; ${WEBGPU_HELP}`);
   }
   return undefined;
@@ -128,24 +140,41 @@ export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
   try {
     await link(onnxPath, join(temp, "hsm-source-model.onnx"));
     for (const name of externalFiles(names)) await link(join(modelDir, name), join(temp, name));
-    return { dir: temp, sourceName: "hsm-source-model.onnx", modelFile: "hsm-rewritten.onnx", cleanup: () => rm(temp, { recursive: true, force: true }) };
+    return {
+      dir: temp,
+      sourceName: "hsm-source-model.onnx",
+      modelFile: "hsm-rewritten.onnx",
+      cleanup: () => rm(temp, { recursive: true, force: true }),
+    };
   } catch {
     await rm(temp, { recursive: true, force: true });
   }
   try {
     await access(modelDir, constants.W_OK);
     const modelFile = `.hsm-rewritten-${process.pid}.onnx`;
-    return { dir: modelDir, sourceName: basename(onnxPath), modelFile, cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}) };
+    return {
+      dir: modelDir,
+      sourceName: basename(onnxPath),
+      modelFile,
+      cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}),
+    };
   } catch {
     if (externalFiles(names).length > 0) {
-      throw new ModelDirError(modelDir, `a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model`);
+      throw new ModelDirError(
+        modelDir,
+        `a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model`,
+      );
     }
     return undefined;
   }
 }
 
 /** Opens a session over model bytes, staged as {@link stageModel} decided (inline when `stage` is undefined). */
-export async function createSession(bytes: Uint8Array, stage: Stage | undefined, options: SessionOptions = {}): Promise<ort.InferenceSession> {
+export async function createSession(
+  bytes: Uint8Array,
+  stage: Stage | undefined,
+  options: SessionOptions = {},
+): Promise<ort.InferenceSession> {
   return withStagedModel(bytes, stage, options.device ?? "cpu", (model) => loadSession(model, options));
 }
 
@@ -155,7 +184,12 @@ export async function createSession(bytes: Uint8Array, stage: Stage | undefined,
  * stage afterwards, whatever happened. A device onnxruntime cannot use here
  * fails first, before anything is written.
  */
-export async function withStagedModel<T>(bytes: Uint8Array, stage: Stage | undefined, device: Device, load: (model: string | Uint8Array) => Promise<T>): Promise<T> {
+export async function withStagedModel<T>(
+  bytes: Uint8Array,
+  stage: Stage | undefined,
+  device: Device,
+  load: (model: string | Uint8Array) => Promise<T>,
+): Promise<T> {
   try {
     const unusable = device === "webgpu" ? (webgpuProbe ??= { message: probeWebgpu() }).message : undefined;
     if (unusable !== undefined) throw deviceError(device, unusable)!;
@@ -182,9 +216,14 @@ function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOption
 export async function loadSession(model: string | Uint8Array, options: SessionOptions): Promise<ort.InferenceSession> {
   const device = options.device ?? "cpu";
   try {
-    return typeof model === "string" ? await ort.InferenceSession.create(model, ortOptions(options)) : await ort.InferenceSession.create(model, ortOptions(options));
+    return typeof model === "string"
+      ? await ort.InferenceSession.create(model, ortOptions(options))
+      : await ort.InferenceSession.create(model, ortOptions(options));
   } catch (err) {
     const message = (err as Error).message;
-    throw deviceError(device, message) ?? new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`);
+    throw (
+      deviceError(device, message) ??
+      new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`)
+    );
   }
 }

@@ -13,7 +13,6 @@ import { MAX_PROMPT_LEN } from "../defaults.js";
 import { readWhole } from "../util/fs.js";
 import { ModelDirError, type ModelDir } from "./model-dir.js";
 
-
 export class PromptTokenizer {
   private constructor(
     readonly tokenizer: Tokenizer,
@@ -42,7 +41,10 @@ export class PromptTokenizer {
     try {
       tokenizer = new Tokenizer(json, config);
     } catch (err) {
-      throw new ModelDirError(join(dir, "tokenizer.json"), `is not a tokenizer this tool can load (${(err as Error).message})`);
+      throw new ModelDirError(
+        join(dir, "tokenizer.json"),
+        `is not a tokenizer this tool can load (${(err as Error).message})`,
+      );
     }
     // What the post-processor adds is found by comparing one text with and without special tokens.
     const probe = "Question: probe\nAnswer:";
@@ -52,12 +54,21 @@ export class PromptTokenizer {
     for (let i = 0; i + plain.length <= full.length && at < 0; i++) {
       if (plain.every((t, j) => full[i + j] === t)) at = i;
     }
-    if (at < 0) throw new ModelDirError(join(dir, "tokenizer.json"), "adds special tokens inside the text, which left truncation cannot handle");
+    if (at < 0)
+      throw new ModelDirError(
+        join(dir, "tokenizer.json"),
+        "adds special tokens inside the text, which left truncation cannot handle",
+      );
     const vocab = tokenizer.get_vocab(true);
     let size = 0;
     for (const id of vocab.values()) if (id + 1 > size) size = id + 1;
     const tokenId = (v: unknown) => {
-      const s = typeof v === "string" ? v : v && typeof v === "object" && "content" in v ? String((v as { content: unknown }).content) : undefined;
+      const s =
+        typeof v === "string"
+          ? v
+          : v && typeof v === "object" && "content" in v
+            ? String((v as { content: unknown }).content)
+            : undefined;
       return s === undefined ? undefined : vocab.get(s);
     };
     const eos = tokenId(config.eos_token);
@@ -68,7 +79,15 @@ export class PromptTokenizer {
     for (const t of (json.added_tokens ?? []) as { id?: unknown; special?: unknown }[]) {
       if (t.special === true && typeof t.id === "number" && t.id < size) textual[t.id] = 0;
     }
-    return new PromptTokenizer(tokenizer, full.slice(0, at), full.slice(at + plain.length), size, padId, eos === undefined ? [] : [eos], textual);
+    return new PromptTokenizer(
+      tokenizer,
+      full.slice(0, at),
+      full.slice(at + plain.length),
+      size,
+      padId,
+      eos === undefined ? [] : [eos],
+      textual,
+    );
   }
 
   /**
@@ -93,7 +112,6 @@ export class PromptTokenizer {
     if (kept.length === 0) return "";
     return this.tokenizer.decode(kept, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
   }
-
 
   /**
    * Checks that this tokenizer belongs to a model whose embedding has

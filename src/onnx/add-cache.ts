@@ -67,17 +67,23 @@ interface CachePoint {
  * HuggingFace's repeat_kv exports), so that the cache holds each key/value
  * head once, sequence on the axis before last.
  */
-function earliestPoint(point: CachePoint, producer: ReadonlyMap<string, NodeProto>, consumers: ReadonlyMap<string, NodeProto[]>): CachePoint {
+function earliestPoint(
+  point: CachePoint,
+  producer: ReadonlyMap<string, NodeProto>,
+  consumers: ReadonlyMap<string, NodeProto[]>,
+): CachePoint {
   const from = (p: CachePoint) => producer.get(p.reader.input![p.index]!);
   const only = (n: NodeProto) => (consumers.get(n.output![0]!) ?? []).length === 1;
   let p = point;
   const t = from(p);
-  const perm = t?.opType === "Transpose" ? (t.attribute ?? []).find((a) => a.name === "perm")?.ints?.map(num) : undefined;
+  const perm =
+    t?.opType === "Transpose" ? (t.attribute ?? []).find((a) => a.name === "perm")?.ints?.map(num) : undefined;
   if (p.axis === -1 && t && only(t) && perm?.join() === "0,1,3,2") p = { reader: t, index: 0, axis: -2, kv: false };
   const reshape = from(p);
   const expand = reshape?.opType === "Reshape" && only(reshape) ? producer.get(reshape.input![0]!) : undefined;
   const unsqueeze = expand?.opType === "Expand" && only(expand) ? producer.get(expand.input![0]!) : undefined;
-  if (p.axis === -2 && unsqueeze?.opType === "Unsqueeze" && only(unsqueeze)) p = { reader: unsqueeze, index: 0, axis: -2, kv: true };
+  if (p.axis === -2 && unsqueeze?.opType === "Unsqueeze" && only(unsqueeze))
+    p = { reader: unsqueeze, index: 0, axis: -2, kv: true };
   return p;
 }
 
@@ -159,10 +165,17 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
       const past = pastInputName(i, kind);
       const present = presentOutputName(i, kind);
       const heads = kv ? shape.kvHeads : shape.heads;
-      const dims = (length: string) => (axis === -1 ? ["batch_size", heads, shape.headDim, length] : ["batch_size", heads, length, shape.headDim]);
+      const dims = (length: string) =>
+        axis === -1 ? ["batch_size", heads, shape.headDim, length] : ["batch_size", heads, length, shape.headDim];
       added.push(valueInfo(past, floatType, dims("past_sequence_length")));
       outputs.push(valueInfo(present, floatType, dims("total_sequence_length")));
-      const concat = { name: `/hsm/cache.${i}/${kind}`, opType: "Concat", input: [past, reader.input![index]!], output: [present], attribute: [{ name: "axis", type: INT, i: axis }] };
+      const concat = {
+        name: `/hsm/cache.${i}/${kind}`,
+        opType: "Concat",
+        input: [past, reader.input![index]!],
+        output: [present],
+        attribute: [{ name: "axis", type: INT, i: axis }],
+      };
       before.set(reader, [...(before.get(reader) ?? []), concat]);
       reader.input![index] = present;
     }

@@ -20,7 +20,8 @@ export const DataType = { FLOAT: 1, INT32: 6, INT64: 7, BOOL: 9, FLOAT16: 10, DO
 export function num(x: unknown): number {
   if (typeof x === "number") return x;
   if (typeof x === "bigint") return Number(x);
-  if (x && typeof (x as { toNumber?: () => number }).toNumber === "function") return (x as { toNumber: () => number }).toNumber();
+  if (x && typeof (x as { toNumber?: () => number }).toNumber === "function")
+    return (x as { toNumber: () => number }).toNumber();
   return Number(x);
 }
 
@@ -41,7 +42,9 @@ export function encodeModel(model: import("onnx-proto").onnx.IModelProto): Uint8
 export function valueShape(v: ValueInfoProto): (number | string)[] | undefined {
   const dims = v.type?.tensorType?.shape?.dim;
   if (!dims) return undefined;
-  return dims.map((d) => (d.dimValue !== undefined && d.dimValue !== null && num(d.dimValue) > 0 ? num(d.dimValue) : d.dimParam || "?"));
+  return dims.map((d) =>
+    d.dimValue !== undefined && d.dimValue !== null && num(d.dimValue) > 0 ? num(d.dimValue) : d.dimParam || "?",
+  );
 }
 
 export function valueInfo(name: string, elemType: number, dims: (number | string)[]): ValueInfoProto {
@@ -74,7 +77,12 @@ export function int64Tensor(name: string, values: number[], dims: number[] = [va
 }
 
 export function floatTensor(name: string, values: Float32Array, dims: number[]): TensorProto {
-  return { name, dataType: DataType.FLOAT, dims, rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
+  return {
+    name,
+    dataType: DataType.FLOAT,
+    dims,
+    rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength),
+  };
 }
 
 /**
@@ -105,7 +113,13 @@ export class GraphBuilder {
   op(scope: string, opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}, outputs = 1): string[] {
     const name = this.uniqueName(scope, opType);
     const outs = Array.from({ length: outputs }, (_, i) => `${name}_output_${i}`);
-    this.nodes.push({ name, opType, input: inputs, output: outs, attribute: Object.entries(attrs).map(([k, v]) => attribute(k, v)) });
+    this.nodes.push({
+      name,
+      opType,
+      input: inputs,
+      output: outs,
+      attribute: Object.entries(attrs).map(([k, v]) => attribute(k, v)),
+    });
     return outs;
   }
 
@@ -136,7 +150,10 @@ export class GraphBuilder {
 }
 
 /** Which node produces each tensor, and which nodes consume it. */
-export function graphIndex(graph: GraphProto): { producer: Map<string, NodeProto>; consumers: Map<string, NodeProto[]> } {
+export function graphIndex(graph: GraphProto): {
+  producer: Map<string, NodeProto>;
+  consumers: Map<string, NodeProto[]>;
+} {
   const producer = new Map<string, NodeProto>();
   const consumers = new Map<string, NodeProto[]>();
   for (const node of graph.node ?? []) {
@@ -170,7 +187,8 @@ export function pruneGraph(graph: GraphProto): { removedNodes: number } {
       for (const i of p.input ?? []) if (i) stack.push(i);
       // Subgraphs (If/Loop bodies) may read outer tensors by name.
       for (const a of p.attribute ?? []) {
-        for (const g of [a.g, ...(a.graphs ?? [])]) if (g) for (const n of g.node ?? []) for (const i of n.input ?? []) if (i) stack.push(i);
+        for (const g of [a.g, ...(a.graphs ?? [])])
+          if (g) for (const n of g.node ?? []) for (const i of n.input ?? []) if (i) stack.push(i);
       }
     }
   }

@@ -4,7 +4,20 @@
  * to float16 inside the graph — one `[B, n_layers, d]` output — and every node
  * that output does not depend on (the LM head, the KV-cache outputs) is removed.
  */
-import { DataType, encodeModel, GraphBuilder, graphIndex, num, pointToExternalData, pruneGraph, valueInfo, type GraphProto, type ModelProto, type NodeProto, type TensorProto } from "./graph.js";
+import {
+  DataType,
+  encodeModel,
+  GraphBuilder,
+  graphIndex,
+  num,
+  pointToExternalData,
+  pruneGraph,
+  valueInfo,
+  type GraphProto,
+  type ModelProto,
+  type NodeProto,
+  type TensorProto,
+} from "./graph.js";
 
 export const HIDDEN_OUTPUT = "hsm_hidden_states";
 
@@ -42,7 +55,13 @@ export function rewriteForExtraction(
   const probe = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask, dModel);
   const rows = tensors.map((t) => probe(t.tensor, `/hsm/layer.${t.layer}`));
   const stacked = rows.length === 1 ? rows[0]! : g.op1("/hsm", "Concat", rows, { axis: 1 });
-  g.nodes.push({ name: "/hsm/Cast", opType: "Cast", input: [stacked], output: [HIDDEN_OUTPUT], attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }] });
+  g.nodes.push({
+    name: "/hsm/Cast",
+    opType: "Cast",
+    input: [stacked],
+    output: [HIDDEN_OUTPUT],
+    attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }],
+  });
   graph.node = [...(graph.node ?? []), ...g.nodes];
   graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
   const original = graph.output ?? [];
@@ -82,7 +101,23 @@ function lastRealToken(g: GraphBuilder, mask: string, dModel: number): (tensor: 
 const QUANTIZED_MATMULS = new Set(["MatMulNBits", "MatMulBnb4"]);
 
 /** Operators that act on every position alone, given constant operands of rank ≤ 1 (see gatherBeforeTail). */
-const ELEMENTWISE = new Set(["Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sigmoid", "Tanh", "Erf", "Relu", "Softplus", "Cast", "Identity"]);
+const ELEMENTWISE = new Set([
+  "Add",
+  "Sub",
+  "Mul",
+  "Div",
+  "Pow",
+  "Sqrt",
+  "Reciprocal",
+  "Neg",
+  "Sigmoid",
+  "Tanh",
+  "Erf",
+  "Relu",
+  "Softplus",
+  "Cast",
+  "Identity",
+]);
 
 /** Which node makes each tensor and which read it (see graphIndex). */
 type GraphIndex = ReturnType<typeof graphIndex>;
@@ -116,7 +151,12 @@ function tailTests(graph: GraphProto, producer: Map<string, NodeProto>): TailTes
     ranks.set(t, -1); // not constant, unless shown below
     if (init) ranks.set(t, init.dims?.length ?? 0);
     else if (p?.opType === "Constant") ranks.set(t, constantRank(p));
-    else if (p && (!p.domain || p.domain === "ai.onnx") && ELEMENTWISE.has(p.opType!) && (p.input ?? []).every((i) => !i || constant(i))) {
+    else if (
+      p &&
+      (!p.domain || p.domain === "ai.onnx") &&
+      ELEMENTWISE.has(p.opType!) &&
+      (p.input ?? []).every((i) => !i || constant(i))
+    ) {
       ranks.set(t, Math.max(0, ...(p.input ?? []).filter(Boolean).map((i) => ranks.get(i)!)));
     }
     return ranks.get(t)! >= 0;
@@ -126,17 +166,29 @@ function tailTests(graph: GraphProto, producer: Map<string, NodeProto>): TailTes
     const ins = (n.input ?? []).filter(Boolean);
     const attr = (name: string) => n.attribute?.find((a) => a.name === name);
     // 4-bit weight-only quantized MatMuls: the activation is the only non-constant input.
-    if (n.domain === "com.microsoft" && QUANTIZED_MATMULS.has(n.opType!)) return !constant(ins[0]!) && ins.slice(1).every(constant);
+    if (n.domain === "com.microsoft" && QUANTIZED_MATMULS.has(n.opType!))
+      return !constant(ins[0]!) && ins.slice(1).every(constant);
     if (n.domain && n.domain !== "ai.onnx") return false;
-    if (n.opType === "MatMul") return ins.length === 2 && !constant(ins[0]!) && constant(ins[1]!) && rank(ins[1]!) === 2;
-    if (ELEMENTWISE.has(n.opType!)) return ins.every((t) => !constant(t) || rank(t) <= 1) && ins.some((t) => !constant(t));
+    if (n.opType === "MatMul")
+      return ins.length === 2 && !constant(ins[0]!) && constant(ins[1]!) && rank(ins[1]!) === 2;
+    if (ELEMENTWISE.has(n.opType!))
+      return ins.every((t) => !constant(t) || rank(t) <= 1) && ins.some((t) => !constant(t));
     if (n.opType === "ReduceMean") {
       // Opset 18 moved the axes from an attribute to an input.
       const axes = ins.length === 2 ? int64Values(initializers, ins[1]!) : attr("axes")?.ints?.map(num);
-      return !constant(ins[0]!) && axes?.length === 1 && (axes[0] === -1 || axes[0] === 2) && num(attr("keepdims")?.i ?? 1) === 1;
+      return (
+        !constant(ins[0]!) &&
+        axes?.length === 1 &&
+        (axes[0] === -1 || axes[0] === 2) &&
+        num(attr("keepdims")?.i ?? 1) === 1
+      );
     }
     if (n.opType === "SimplifiedLayerNormalization" || n.opType === "LayerNormalization") {
-      return num(attr("axis")?.i ?? -1) === -1 && !constant(ins[0]!) && ins.slice(1).every((t) => constant(t) && rank(t) <= 1);
+      return (
+        num(attr("axis")?.i ?? -1) === -1 &&
+        !constant(ins[0]!) &&
+        ins.slice(1).every((t) => constant(t) && rank(t) <= 1)
+      );
     }
     return false;
   };
@@ -158,16 +210,19 @@ function positionWiseTail(
   const { positionWise } = tests;
   const tail = new Set<NodeProto>();
   const start = producer.get(last);
-  const onlyProbes = (o: string) => !outputs.has(o) && (consumers.get(o) ?? []).every((c) => o === last && c.name!.startsWith("/hsm/"));
+  const onlyProbes = (o: string) =>
+    !outputs.has(o) && (consumers.get(o) ?? []).every((c) => o === last && c.name!.startsWith("/hsm/"));
   if (!start || !positionWise(start) || !(start.output ?? []).every(onlyProbes)) return undefined;
   tail.add(start);
-  for (let grown = true; grown; ) {
+  for (let grown = true; grown;) {
     grown = false;
     for (const n of tail) {
       for (const t of n.input ?? []) {
         const p = t ? producer.get(t) : undefined;
         if (!p || tail.has(p) || !positionWise(p)) continue;
-        const readInside = (p.output ?? []).every((o) => !outputs.has(o) && (consumers.get(o) ?? []).every((c) => tail.has(c)));
+        const readInside = (p.output ?? []).every(
+          (o) => !outputs.has(o) && (consumers.get(o) ?? []).every((c) => tail.has(c)),
+        );
         if (readInside) {
           tail.add(p);
           grown = true;
@@ -214,7 +269,10 @@ function gatherEntering(
   for (const n of tail) n.input = (n.input ?? []).map((t) => entering.get(t) || t);
   // Kept in topological order: each Gather right after the node making its input (graph inputs: first).
   graph.node = [...(after.get(undefined) ?? []), ...nodes.flatMap((n) => [n, ...(after.get(n) ?? [])])];
-  graph.initializer = [...(graph.initializer ?? []), ...g.initializers.filter((t) => !(graph.initializer ?? []).includes(t))];
+  graph.initializer = [
+    ...(graph.initializer ?? []),
+    ...g.initializers.filter((t) => !(graph.initializer ?? []).includes(t)),
+  ];
   // Declared shapes of the tail's tensors (their length is now 1) are dropped.
   const inside = new Set([...tail].flatMap((n) => n.output ?? []));
   graph.valueInfo = (graph.valueInfo ?? []).filter((v) => !inside.has(v.name!));
@@ -274,6 +332,9 @@ function externalizeInitializers(graph: NonNullable<ModelProto["graph"]>, source
  */
 export function addHiddenOutputs(model: ModelProto, tensors: HiddenTensor[]): Uint8Array {
   const graph = model.graph!;
-  graph.output = [...(graph.output ?? []), ...tensors.map((t) => valueInfo(t.tensor, DataType.FLOAT, ["batch_size", "sequence_length", "d_model"]))];
+  graph.output = [
+    ...(graph.output ?? []),
+    ...tensors.map((t) => valueInfo(t.tensor, DataType.FLOAT, ["batch_size", "sequence_length", "d_model"])),
+  ];
   return encodeModel(model);
 }

@@ -38,12 +38,23 @@ export async function runDemo(o: DemoOptions = {}): Promise<DemoResult> {
   const log = o.log ?? (() => {});
   const dir = resolve(o.out ?? DEFAULT_DEMO_OUT);
   const modelDir = join(dir, "model");
-  if ((await pathKind(join(modelDir, "model.onnx"), "demo model")) !== "missing") log("model", `${modelDir} exists, skipped`);
+  if ((await pathKind(join(modelDir, "model.onnx"), "demo model")) !== "missing")
+    log("model", `${modelDir} exists, skipped`);
   else {
     const c = await writeTinyModel(modelDir, DEMO_MODEL);
-    log("model", `${modelDir} — ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, seeded random weights (its answers are noise; the pipeline is real)`);
+    log(
+      "model",
+      `${modelDir} — ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, seeded random weights (its answers are noise; the pipeline is real)`,
+    );
   }
-  const r = await runPipeline({ modelDir, bank: DEMO_BANK, outputs: dir, model: DEMO_MODEL_NAME, log: o.log, onProgress: o.onProgress });
+  const r = await runPipeline({
+    modelDir,
+    bank: DEMO_BANK,
+    outputs: dir,
+    model: DEMO_MODEL_NAME,
+    log: o.log,
+    onProgress: o.onProgress,
+  });
   const report = await writeReport(dir, { out: join(dir, "report.html") });
   log("report", `${report.path} (${(report.bytes / 1e6).toFixed(2)} MB; open it in a browser)`);
   return { ...r, modelDir, report: report.path };

@@ -33,7 +33,10 @@ export async function runMetrics(store: string, o: RunMetricsOptions = {}): Prom
   await requireStoreFolder(store);
   if (verify) {
     const report = await verifyStore(store, { bank: o.bank });
-    if (!report.ok) throw new HsmError(`${store} does not verify:\n${report.problems.map((p) => `  ${p.file}: ${p.message}`).join("\n")}`);
+    if (!report.ok)
+      throw new HsmError(
+        `${store} does not verify:\n${report.problems.map((p) => `  ${p.file}: ${p.message}`).join("\n")}`,
+      );
   }
   const registry = o.registry ?? METRICS;
   const metrics = o.metrics ?? registry.filter((m) => o.scored || !m.needs.includes("labels")).map((m) => m.name);

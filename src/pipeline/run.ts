@@ -63,23 +63,52 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
     eee: join(outputs, "eee"),
     foundry: join(outputs, "foundry", `${model}.jsonl`),
   };
-  const common = { modelDir: o.modelDir, modelFile: o.modelFile, bank: o.bank, model, batchSize: o.batchSize, device: o.device, threads: o.threads };
+  const common = {
+    modelDir: o.modelDir,
+    modelFile: o.modelFile,
+    bank: o.bank,
+    model,
+    batchSize: o.batchSize,
+    device: o.device,
+    threads: o.threads,
+  };
 
-  const g = await generate({ ...common, out: paths.generations, onProgress: (d, t) => o.onProgress?.("generate", d, t) });
-  log("generate", g.written ? `${g.written} queries answered (${g.seconds.toFixed(1)} s)` : `all ${g.skipped} queries already answered, skipped`);
+  const g = await generate({
+    ...common,
+    out: paths.generations,
+    onProgress: (d, t) => o.onProgress?.("generate", d, t),
+  });
+  log(
+    "generate",
+    g.written
+      ? `${g.written} queries answered (${g.seconds.toFixed(1)} s)`
+      : `all ${g.skipped} queries already answered, skipped`,
+  );
 
-  const [genTime, scoredTime] = await Promise.all([mtimeOf(paths.generations, "generations file"), mtimeOf(paths.scored, "scored file")]);
-  if (scoredTime !== undefined && genTime !== undefined && scoredTime >= genTime && g.written === 0) log("score", "up to date, skipped");
+  const [genTime, scoredTime] = await Promise.all([
+    mtimeOf(paths.generations, "generations file"),
+    mtimeOf(paths.scored, "scored file"),
+  ]);
+  if (scoredTime !== undefined && genTime !== undefined && scoredTime >= genTime && g.written === 0)
+    log("score", "up to date, skipped");
   else {
     const s = await scoreFile({ bank: o.bank, generations: paths.generations, out: paths.scored, model });
-    log("score", `${s.rows} rows: ${Object.entries(s.labels).map(([l, n]) => `${l} ${n}`).join(", ")}`);
+    log(
+      "score",
+      `${s.rows} rows: ${Object.entries(s.labels)
+        .map(([l, n]) => `${l} ${n}`)
+        .join(", ")}`,
+    );
   }
 
   const e = await extract({ ...common, out: paths.store, onProgress: (d, t) => o.onProgress?.("extract", d, t) });
   log("extract", e.alreadyComplete ? "store complete, skipped" : `${e.rowsExtracted} rows (${e.seconds.toFixed(1)} s)`);
 
   const report = await verifyStore(paths.store);
-  if (!report.ok) throw new HsmError(`${paths.store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`);
+  if (!report.ok)
+    throw new HsmError(
+      `${paths.store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`,
+    );
   log("verify", `${report.files.length} files, checksums match`);
 
   const metrics = await computeMetrics(paths.store, { scored: paths.scored });
@@ -87,7 +116,13 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
   const computed = METRICS.filter((m) => metrics.rows[m.name]).map((m) => m.title);
   log("metrics", `${wordList(computed)} for ${metrics.manifest.layers.length} layers`);
 
-  const eee = await exportScored({ format: "eee", scored: paths.scored, bank: o.bank, out: paths.eee, benchmark: basename(o.bank).replace(/\.jsonl?$/, "") });
+  const eee = await exportScored({
+    format: "eee",
+    scored: paths.scored,
+    bank: o.bank,
+    out: paths.eee,
+    benchmark: basename(o.bank).replace(/\.jsonl?$/, ""),
+  });
   await exportScored({ format: "foundry", scored: paths.scored, bank: o.bank, out: paths.foundry });
   log("export", `Every Eval Ever: ${eee.files.join(", ")}; Foundry: ${paths.foundry}`);
   return { paths, metrics, files };

@@ -35,7 +35,12 @@ function checkDecoding(study: Study): void {
   for (const [key, supported] of runs) {
     const given = study.generation[key];
     if (given !== supported) {
-      throw new StudyFileError(study.file, study.lines[`generation.${key}`], `generation.${key}`, `hsm runs models with the benchmark's ${key} = ${supported}; expected ${supported} but received ${given}`);
+      throw new StudyFileError(
+        study.file,
+        study.lines[`generation.${key}`],
+        `generation.${key}`,
+        `hsm runs models with the benchmark's ${key} = ${supported}; expected ${supported} but received ${given}`,
+      );
     }
   }
 }
@@ -56,7 +61,12 @@ async function accuracyOf(scored: string): Promise<Accuracy> {
     queries++;
     if (value.label === "correct") correct++;
   }
-  return { correct, queries, accuracy: queries ? correct / queries : null, accuracyInterval: queries ? wilsonInterval(correct, queries) : null };
+  return {
+    correct,
+    queries,
+    accuracy: queries ? correct / queries : null,
+    accuracyInterval: queries ? wilsonInterval(correct, queries) : null,
+  };
 }
 
 /**
@@ -72,14 +82,21 @@ async function checkImport(study: Study, model: StudyModel, paths: ModelPaths): 
   }
   if (!(await exists(join(paths.store, "index.json")))) missing.push(join(paths.store, "index.json"));
   if (missing.length) {
-    throw new HsmError(`imported model "${model.name}" is not finished in ${model.outputs}: missing ${missing.join(", ")}; finish it with hsm run --outputs ${model.outputs} --model ${model.name}`);
+    throw new HsmError(
+      `imported model "${model.name}" is not finished in ${model.outputs}: missing ${missing.join(", ")}; finish it with hsm run --outputs ${model.outputs} --model ${model.name}`,
+    );
   }
   const report = await verifyStore(paths.store);
-  if (!report.ok) throw new HsmError(`${paths.store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`);
+  if (!report.ok)
+    throw new HsmError(
+      `${paths.store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`,
+    );
   // Stores written by other tools may not record it; where recorded, it must be the study's.
   const recorded = JSON.parse(await readFile(join(paths.store, "index.json"), "utf8")).max_prompt_len;
   if (recorded !== undefined && recorded !== study.generation.max_prompt_len) {
-    throw new HsmError(`${paths.store} was extracted with max_prompt_len = ${recorded} but the study's generation.max_prompt_len is ${study.generation.max_prompt_len}; compare models run with the same settings`);
+    throw new HsmError(
+      `${paths.store} was extracted with max_prompt_len = ${recorded} but the study's generation.max_prompt_len is ${study.generation.max_prompt_len}; compare models run with the same settings`,
+    );
   }
 }
 
@@ -104,7 +121,12 @@ async function runModel(study: Study, model: StudyModel, o: StudyOptions): Promi
       });
     }
     const seconds = (performance.now() - t0) / 1000;
-    return { ...base, status: model.modelDir === undefined ? "imported" : "done", ...(await accuracyOf(paths.scored)), seconds };
+    return {
+      ...base,
+      status: model.modelDir === undefined ? "imported" : "done",
+      ...(await accuracyOf(paths.scored)),
+      seconds,
+    };
   } catch (error) {
     const seconds = (performance.now() - t0) / 1000;
     const text = error instanceof Error ? error.message : String(error);
@@ -112,7 +134,14 @@ async function runModel(study: Study, model: StudyModel, o: StudyOptions): Promi
     const where = model.modelDir ?? model.outputs!;
     const message = text.includes(where) ? text : `${where}: ${text}`;
     o.log?.(model.name, "failed", message);
-    return { ...base, status: "failed", ...(await accuracyOf(paths.scored).catch(() => NO_ACCURACY)), seconds, error, message };
+    return {
+      ...base,
+      status: "failed",
+      ...(await accuracyOf(paths.scored).catch(() => NO_ACCURACY)),
+      seconds,
+      error,
+      message,
+    };
   }
 }
 
@@ -152,7 +181,8 @@ async function writeRecord(study: Study, models: ModelSummary[]): Promise<string
  */
 export async function runStudy(file: string | Study, o: StudyOptions = {}): Promise<StudySummary> {
   const study = typeof file === "string" ? await readStudyFile(file) : file;
-  if (!(await exists(study.bank))) throw new StudyFileError(study.file, study.lines.bank, "bank", `${study.bank}: no such file`);
+  if (!(await exists(study.bank)))
+    throw new StudyFileError(study.file, study.lines.bank, "bank", `${study.bank}: no such file`);
   if (study.models.some((m) => m.modelDir !== undefined)) checkDecoding(study);
   const models: ModelSummary[] = [];
   for (const model of study.models) models.push(await runModel(study, model, o));

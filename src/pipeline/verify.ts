@@ -8,7 +8,10 @@ import { requireStoreFolder } from "./paths.js";
  * error, an unreadable one says why, and a missing native core is announced
  * once, here, before the hashing workers start. `seconds` is the time spent verifying.
  */
-export async function verifyStoreFolder(store: string, options: VerifyOptions = {}): Promise<{ report: VerifyReport; seconds: number }> {
+export async function verifyStoreFolder(
+  store: string,
+  options: VerifyOptions = {},
+): Promise<{ report: VerifyReport; seconds: number }> {
   await requireStoreFolder(store);
   storeKernels();
   const t0 = performance.now();

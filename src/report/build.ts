@@ -108,7 +108,14 @@ function smallMultiples(
   return families.map((family) => {
     const series: ChartSeries[] = [...rows].map(([name, m]) => ({
       name,
-      points: m.rows.filter((r) => r.family === family).map((r) => ({ x: normalizedDepth(r.layer as number, m.L), value: r[value] as number | null, low: r[low] as number | null, high: r[high] as number | null })),
+      points: m.rows
+        .filter((r) => r.family === family)
+        .map((r) => ({
+          x: normalizedDepth(r.layer as number, m.L),
+          value: r[value] as number | null,
+          low: r[low] as number | null,
+          high: r[high] as number | null,
+        })),
     }));
     const any = series.some((s) => s.points.some((p) => p.value !== null));
     const chart = () => lineChart(series, { xLabel: "depth l/(L−1)", xTicks: ticks, ...PANEL, legend: false });
@@ -130,8 +137,12 @@ async function promptsOf(models: OutputsModel[]): Promise<Map<string, string>> {
   for (const m of models) {
     const exists = await stat(m.paths.generations).catch(() => undefined);
     if (!exists) continue;
-    for await (const { value } of jsonLines(m.paths.generations, (line, problem) => new UsageError(`${m.paths.generations}:${line}: ${problem}`))) {
-      if (typeof value.query_id === "string" && typeof value.prompt === "string" && !prompts.has(value.query_id)) prompts.set(value.query_id, value.prompt);
+    for await (const { value } of jsonLines(
+      m.paths.generations,
+      (line, problem) => new UsageError(`${m.paths.generations}:${line}: ${problem}`),
+    )) {
+      if (typeof value.query_id === "string" && typeof value.prompt === "string" && !prompts.has(value.query_id))
+        prompts.set(value.query_id, value.prompt);
     }
     if (prompts.size) break;
   }
@@ -164,7 +175,9 @@ function factChunks(models: LoadedModel[], prompts: Map<string, string>, familie
   const facts = [...byFact.keys()].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
   const ranks = models.map(deepestRanks);
   const any = (qid: string) => models.map((m) => m.scored.get(qid)).find((q) => q !== undefined)!;
-  const anchors = facts.map((f) => prompts.get([...byFact.get(f)!].find((q) => any(q).family === ANCHOR_FAMILY) ?? "") ?? "");
+  const anchors = facts.map(
+    (f) => prompts.get([...byFact.get(f)!].find((q) => any(q).family === ANCHOR_FAMILY) ?? "") ?? "",
+  );
   const chunks: string[] = [];
   for (let start = 0; start < facts.length; start += FACTS_PER_CHUNK) {
     const chunkFacts = facts.slice(start, start + FACTS_PER_CHUNK);
@@ -177,14 +190,22 @@ function factChunks(models: LoadedModel[], prompts: Map<string, string>, familie
       prompt: flat.map((qid) => prompts.get(qid) ?? ""),
       models: models.map((m, i) => ({
         answer: flat.map((qid) => m.scored.get(qid)?.answer ?? null),
-        label: flat.map((qid) => (m.scored.has(qid) ? LABELS.indexOf(m.scored.get(qid)!.label as (typeof LABELS)[number]) : -1)),
+        label: flat.map((qid) =>
+          m.scored.has(qid) ? LABELS.indexOf(m.scored.get(qid)!.label as (typeof LABELS)[number]) : -1,
+        ),
         alias: flat.map((qid) => m.scored.get(qid)?.matchedAlias ?? null),
         rank: flat.map((qid) => ranks[i]!.get(qid) ?? null),
       })),
     };
     chunks.push(deflateRawSync(Buffer.from(JSON.stringify(chunk)), { level: CHUNK_DEFLATE_LEVEL }).toString("base64"));
   }
-  return { facts, anchors, chunks, perChunk: FACTS_PER_CHUNK, deepest: models.map((m) => Math.max(...m.values.layers)) };
+  return {
+    facts,
+    anchors,
+    chunks,
+    perChunk: FACTS_PER_CHUNK,
+    deepest: models.map((m) => Math.max(...m.values.layers)),
+  };
 }
 
 /** Provenance of one model: its store's checksums and verification, and what produced its files. */
@@ -198,12 +219,27 @@ async function provenance(m: OutputsModel, o: ReportOptions, registry: MetricReg
   const selfCheck = Object.entries(manifest).filter(([k]) => /self.?check/i.test(k));
   return {
     store: resolve(m.paths.store),
-    verify: report === null ? "not checked (--no-verify)" : report.ok ? `OK — ${report.files.length} files, ${report.rows} rows, checksums match` : `${report.problems.length} problem(s): ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`,
+    verify:
+      report === null
+        ? "not checked (--no-verify)"
+        : report.ok
+          ? `OK — ${report.files.length} files, ${report.rows} rows, checksums match`
+          : `${report.problems.length} problem(s): ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`,
     verifyOk: report?.ok ?? null,
     files: Object.entries(files).map(([name, f]) => [name, f.sha256 ?? "", f.bytes ?? null]),
     tool_version: manifest.tool_version ?? null,
     model_sha256: manifest.model_sha256 ?? null,
-    settings: { num_layers: manifest.num_layers, d_model: manifest.d_model, layers: manifest.layers, layer_rule: manifest.layer_rule, dtype: manifest.dtype, max_prompt_len: manifest.max_prompt_len, padding_side: manifest.padding_side, truncation_side: manifest.truncation_side, prompt: manifest.prompt },
+    settings: {
+      num_layers: manifest.num_layers,
+      d_model: manifest.d_model,
+      layers: manifest.layers,
+      layer_rule: manifest.layer_rule,
+      dtype: manifest.dtype,
+      max_prompt_len: manifest.max_prompt_len,
+      padding_side: manifest.padding_side,
+      truncation_side: manifest.truncation_side,
+      prompt: manifest.prompt,
+    },
     metrics: results ? results.config : null,
     selfCheck: selfCheck.length ? Object.fromEntries(selfCheck) : null,
   };
@@ -224,16 +260,38 @@ function allPairs(models: LoadedModel[], o: ReportOptions): Record<string, Compa
 /** Builds the report of every model under `outputs` and writes it as one HTML file. */
 export async function writeReport(outputs: string, o: ReportOptions = {}): Promise<ReportResult> {
   const found = await listModels(outputs);
-  if (found.length === 0) throw new UsageError(`${outputs}: no model with scored rows (evaluation/<model>.scored.jsonl); run hsm run or hsm study first`);
+  if (found.length === 0)
+    throw new UsageError(
+      `${outputs}: no model with scored rows (evaluation/<model>.scored.jsonl); run hsm run or hsm study first`,
+    );
   const loaded: LoadedModel[] = [];
   for (const m of found) {
     o.log?.(`reading ${m.name}`);
     loaded.push(await loadModel(m, o));
   }
-  const families = [ANCHOR_FAMILY, ...[...new Set(loaded.flatMap((m) => [...m.scored.values()].map((q) => q.family)))].filter((f) => f !== ANCHOR_FAMILY).sort(), ALL_FAMILIES];
+  const families = [
+    ANCHOR_FAMILY,
+    ...[...new Set(loaded.flatMap((m) => [...m.scored.values()].map((q) => q.family)))]
+      .filter((f) => f !== ANCHOR_FAMILY)
+      .sort(),
+    ALL_FAMILIES,
+  ];
   const registry = o.registry ?? METRICS;
   const metricRows = async (name: string): Promise<ModelRows> =>
-    new Map(await Promise.all(found.map(async (m, i) => [m.name, { L: loaded[i]!.values.numLayers, rows: ((await readJson(join(m.paths.metrics, `${name}.json`)))?.rows ?? []) as Row[] }] as const)));
+    new Map(
+      await Promise.all(
+        found.map(
+          async (m, i) =>
+            [
+              m.name,
+              {
+                L: loaded[i]!.values.numLayers,
+                rows: ((await readJson(join(m.paths.metrics, `${name}.json`)))?.rows ?? []) as Row[],
+              },
+            ] as const,
+        ),
+      ),
+    );
   const rows: ModelRows[] = [];
   for (const metric of registry) rows.push(await metricRows(metric.name));
   const charted = (f: string) =>
@@ -249,7 +307,12 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
     bank: study?.bank ?? null,
     families,
     labels: LABELS,
-    models: found.map((m, i) => ({ name: m.name, L: loaded[i]!.values.numLayers, layers: loaded[i]!.values.layers, accuracy: accuracyTable(loaded[i]!, families) })),
+    models: found.map((m, i) => ({
+      name: m.name,
+      L: loaded[i]!.values.numLayers,
+      layers: loaded[i]!.values.layers,
+      accuracy: accuracyTable(loaded[i]!, families),
+    })),
     charts: registry.map((metric, i) => ({
       id: metric.name,
       title: metric.title,

@@ -140,7 +140,13 @@ function familyComparisons(a: LoadedModel, b: LoadedModel, families: string[]): 
     const ra = of(a);
     const rb = of(b);
     const right = (qs: ScoredQuery[]) => new Map(qs.map((q) => [q.queryId, q.label === "correct"]));
-    return { family, a: accuracyOf(ra), b: accuracyOf(rb), paired: pairedCorrectness(right(ra), right(rb)), pAdjusted: 1 };
+    return {
+      family,
+      a: accuracyOf(ra),
+      b: accuracyOf(rb),
+      paired: pairedCorrectness(right(ra), right(rb)),
+      pAdjusted: 1,
+    };
   });
   benjaminiHochberg(rows.map((r) => r.paired.p)).forEach((p, i) => (rows[i]!.pAdjusted = p!));
   return rows;
@@ -157,15 +163,34 @@ function ktsScoredRows(m: LoadedModel, layer: number, family: string): ScoredRow
   const v = m.values.kts.get(layer);
   if (!v || v.rows.length === 0) return null;
   const keep = Array.from(v.rows.keys()).filter((i) => inGroup(family, m.values.families[v.rows[i]!]!));
-  return { fact: keep.map((i) => m.values.facts[v.rows[i]!]!), score: Float64Array.from(keep, (i) => v.score[i]!), label: Uint8Array.from(keep, (i) => v.label[i]!) };
+  return {
+    fact: keep.map((i) => m.values.facts[v.rows[i]!]!),
+    score: Float64Array.from(keep, (i) => v.score[i]!),
+    label: Uint8Array.from(keep, (i) => v.label[i]!),
+  };
 }
 
-function ktsDifference(a: LoadedModel, b: LoadedModel, p: LayerPair, family: string, o: Required<CompareOptions>): PairedDifference | null {
-  const rows = [ktsScoredRows(a, p.layerA, family), ktsScoredRows(a, p.layerA, ANCHOR_FAMILY), ktsScoredRows(b, p.layerB, family), ktsScoredRows(b, p.layerB, ANCHOR_FAMILY)];
+function ktsDifference(
+  a: LoadedModel,
+  b: LoadedModel,
+  p: LayerPair,
+  family: string,
+  o: Required<CompareOptions>,
+): PairedDifference | null {
+  const rows = [
+    ktsScoredRows(a, p.layerA, family),
+    ktsScoredRows(a, p.layerA, ANCHOR_FAMILY),
+    ktsScoredRows(b, p.layerB, family),
+    ktsScoredRows(b, p.layerB, ANCHOR_FAMILY),
+  ];
   if (rows.some((r) => r === null)) return null;
   const [fa, aa, fb, ab] = rows as ScoredRows[];
   const stream = pairedStream(o.seed, `kts/${p.layerA}:${p.layerB}/${family}`);
-  return pairedKtsDifference({ family: fa!, anchor: aa! }, { family: fb!, anchor: ab! }, { replicates: o.replicates, stream });
+  return pairedKtsDifference(
+    { family: fa!, anchor: aa! },
+    { family: fb!, anchor: ab! },
+    { replicates: o.replicates, stream },
+  );
 }
 
 /** The paired comparison of two loaded models; see the module's description. */
@@ -179,7 +204,10 @@ export function compareLoaded(a: LoadedModel, b: LoadedModel, options: CompareOp
   for (const p of pairs) {
     for (const family of stored) {
       const stream = pairedStream(o.seed, `iss/${p.layerA}:${p.layerB}/${family}`);
-      const iss = pairedFactMeanDifference(issFactValues(a, p.layerA, family), issFactValues(b, p.layerB, family), { replicates: o.replicates, stream });
+      const iss = pairedFactMeanDifference(issFactValues(a, p.layerA, family), issFactValues(b, p.layerB, family), {
+        replicates: o.replicates,
+        stream,
+      });
       depth.push({ ...p, family, iss, kts: ktsDifference(a, b, p, family, o) });
     }
   }
@@ -187,7 +215,12 @@ export function compareLoaded(a: LoadedModel, b: LoadedModel, options: CompareOp
 }
 
 /** `hsm compare`: loads both models of `outputs` and compares them. */
-export async function compareModels(outputs: string, a: string, b: string, o: CompareOptions & LoadOptions = {}): Promise<Comparison> {
+export async function compareModels(
+  outputs: string,
+  a: string,
+  b: string,
+  o: CompareOptions & LoadOptions = {},
+): Promise<Comparison> {
   const [ma, mb] = await Promise.all([findModel(outputs, a), findModel(outputs, b)]);
   const la = await loadModel(ma, o);
   const lb = await loadModel(mb, o);

@@ -24,7 +24,12 @@ export interface LayerPair {
  * rounding decides a tie. Empty when either model has no stored layer.
  * @example matchDepth([2, 3], 4, [4, 5, 6, 7], 8) // 2 ↔ 5 (5/7 nearer 2/3 than 4/7), 3 ↔ 7
  */
-export function matchDepth(layersA: readonly number[], LA: number, layersB: readonly number[], LB: number): LayerPair[] {
+export function matchDepth(
+  layersA: readonly number[],
+  LA: number,
+  layersB: readonly number[],
+  LB: number,
+): LayerPair[] {
   const b = [...layersB].sort((x, y) => x - y);
   if (b.length === 0) return [];
   // Depths as integers over the common denominator (L_A−1)(L_B−1); a one-block model sits at 0.

@@ -38,7 +38,9 @@ export async function readStudyRecord(outputs: string): Promise<Record<string, u
   try {
     return JSON.parse(await readFile(file, "utf8")) as Record<string, unknown>;
   } catch (err) {
-    throw new HsmError(`${file}: not a study record (${(err as Error).message}); remove it or rerun hsm study`, { cause: err });
+    throw new HsmError(`${file}: not a study record (${(err as Error).message}); remove it or rerun hsm study`, {
+      cause: err,
+    });
   }
 }
 
@@ -76,10 +78,12 @@ export async function findModel(outputs: string, name: string): Promise<OutputsM
 /** Reads a scored file: one entry per query, keyed by query id. */
 export async function readScored(file: string): Promise<Map<string, ScoredQuery>> {
   const out = new Map<string, ScoredQuery>();
-  const fail = (line: number, problem: string, cause?: unknown) => new JsonlError(file, line, undefined, problem, { cause });
+  const fail = (line: number, problem: string, cause?: unknown) =>
+    new JsonlError(file, line, undefined, problem, { cause });
   for await (const { value: v, line } of jsonLines(file, fail)) {
     for (const field of ["query_id", "fact_id", "condition_family", "label"]) {
-      if (typeof v[field] !== "string") throw new JsonlError(file, line, field, `expected a string but received ${JSON.stringify(v[field])}`);
+      if (typeof v[field] !== "string")
+        throw new JsonlError(file, line, field, `expected a string but received ${JSON.stringify(v[field])}`);
     }
     const answer = typeof v.span === "string" ? v.span : typeof v.raw_response === "string" ? v.raw_response : "";
     out.set(v.query_id as string, {

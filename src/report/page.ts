@@ -9,7 +9,13 @@ import { CHART_COLORS, escapeXml as esc } from "../util/chart.js";
 import { CLIENT_SCRIPT } from "./client-script.js";
 import type { ClientData, DrillDown, PageData } from "./page-data.js";
 
-const LABEL_COLORS: Record<string, string> = { correct: "#2ca02c", incorrect: "#d62728", ambiguous: "#ff7f0e", abstain: "#7f7f7f", unparseable: "#9467bd" };
+const LABEL_COLORS: Record<string, string> = {
+  correct: "#2ca02c",
+  incorrect: "#d62728",
+  ambiguous: "#ff7f0e",
+  abstain: "#7f7f7f",
+  unparseable: "#9467bd",
+};
 
 const CSS = `
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0 20px 40px;color:#222}
@@ -35,8 +41,17 @@ function accuracySection(d: PageData): string {
       const a = m.accuracy.find((r) => r.family === family)!;
       const mix = a.mix as Record<string, number>;
       const n = a.n as number;
-      const bar = d.labels.map((l) => (mix[l] ? `<span style="width:${((100 * mix[l]) / n).toFixed(2)}%;background:${LABEL_COLORS[l]}" title="${l}: ${mix[l]}"></span>` : "")).join("");
-      const acc = a.accuracy === null ? "—" : `${(a.accuracy as number).toFixed(4)} [${(a.low as number).toFixed(4)}, ${(a.high as number).toFixed(4)}]`;
+      const bar = d.labels
+        .map((l) =>
+          mix[l]
+            ? `<span style="width:${((100 * mix[l]) / n).toFixed(2)}%;background:${LABEL_COLORS[l]}" title="${l}: ${mix[l]}"></span>`
+            : "",
+        )
+        .join("");
+      const acc =
+        a.accuracy === null
+          ? "—"
+          : `${(a.accuracy as number).toFixed(4)} [${(a.low as number).toFixed(4)}, ${(a.high as number).toFixed(4)}]`;
       return `<td>${acc} <span class="meta">${a.correct}/${n}</span><div class="mix">${bar}</div></td>`;
     });
     return `<tr><td>${esc(family)}</td>${cells.join("")}</tr>`;
@@ -51,13 +66,22 @@ function legend(d: PageData): string {
 
 function chartsSection({ id, title, charts, notes }: PageData["charts"][number], d: PageData): string {
   const shown = charts.filter((c) => c.svg !== null);
-  const figures = shown.map((c) => `<figure class="chart" data-family="${esc(c.family)}"><figcaption>${esc(c.family)}</figcaption>${c.svg}</figure>`).join("");
-  const empty = shown.length === 0 ? `<p class="note">No ${esc(title)} values${notes.length ? `: ${notes.map(esc).join("; ")}` : ""}.</p>` : "";
+  const figures = shown
+    .map(
+      (c) =>
+        `<figure class="chart" data-family="${esc(c.family)}"><figcaption>${esc(c.family)}</figcaption>${c.svg}</figure>`,
+    )
+    .join("");
+  const empty =
+    shown.length === 0
+      ? `<p class="note">No ${esc(title)} values${notes.length ? `: ${notes.map(esc).join("; ")}` : ""}.</p>`
+      : "";
   return `<h2 id="${esc(id)}">${esc(title)} by normalized depth l/(L−1)</h2><p class="meta">One panel per family, models overlaid; bands: the metric's 95% bootstrap interval over facts.</p>${legend(d)}${empty}<div class="grid">${figures}</div>`;
 }
 
 function compareSection(d: PageData): string {
-  const options = (selected: number) => d.models.map((m, i) => `<option value="${i}"${i === selected ? " selected" : ""}>${esc(m.name)}</option>`).join("");
+  const options = (selected: number) =>
+    d.models.map((m, i) => `<option value="${i}"${i === selected ? " selected" : ""}>${esc(m.name)}</option>`).join("");
   return `<h2 id="compare">Paired comparison</h2>
 <p>A <select id="model-a">${options(0)}</select> B <select id="model-b">${options(Math.min(1, d.models.length - 1))}</select></p>
 <p id="cmp-note" class="meta"></p>
@@ -70,7 +94,9 @@ function provenanceSection(d: PageData): string {
   const json = (v: unknown) => `<code>${esc(JSON.stringify(v))}</code>`;
   const blocks = d.models.map((m, i) => {
     const p = d.provenance[i]!;
-    const files = (p.files as [string, string, number | null][]).map(([n, sha, bytes]) => `<tr><td>${esc(n)}</td><td><code>${esc(sha)}</code></td><td>${bytes ?? "—"}</td></tr>`).join("");
+    const files = (p.files as [string, string, number | null][])
+      .map(([n, sha, bytes]) => `<tr><td>${esc(n)}</td><td><code>${esc(sha)}</code></td><td>${bytes ?? "—"}</td></tr>`)
+      .join("");
     return `<h3>${esc(m.name)}</h3><p>store <code>${esc(String(p.store))}</code>: <b>${esc(String(p.verify))}</b></p>
 <p>written by ${esc(String(p.tool_version))}; model sha256 <code>${esc(String(p.model_sha256))}</code></p>
 <details><summary>store settings</summary>${json(p.settings)}</details>
@@ -110,7 +136,9 @@ ${accuracySection(d)}${d.charts.map((c) => chartsSection(c, d)).join("")}${compa
 ${provenanceSection(d)}
 <script type="application/json" id="hsm-data">${scriptJson(client)}</script>
 `;
-  const chunks = drill.chunks.map((c, i) => `<script type="application/octet-stream" id="chunk-${i}">${c}</script>`).join("\n");
+  const chunks = drill.chunks
+    .map((c, i) => `<script type="application/octet-stream" id="chunk-${i}">${c}</script>`)
+    .join("\n");
   const tail = `\n<script>${CLIENT_SCRIPT}</script></body></html>\n`;
   return { html: head + chunks + tail, firstViewBytes: Buffer.byteLength(head) + Buffer.byteLength(tail) };
 }

@@ -28,13 +28,29 @@ export interface KtsRowValues extends MetricRow {
 
 async function issRowValues(data: LayerData): Promise<IssRowValues[]> {
   const { rows, above, ownCos, otherCos } = await issQueryScores(data);
-  return [{ layer: data.layer, family: ALL_FAMILIES, rows, margin: ownCos.map((o, i) => o - otherCos[i]!), rank: above.map((a) => a + 1) }];
+  return [
+    {
+      layer: data.layer,
+      family: ALL_FAMILIES,
+      rows,
+      margin: ownCos.map((o, i) => o - otherCos[i]!),
+      rank: above.map((a) => a + 1),
+    },
+  ];
 }
 
 async function ktsRowValues(data: LayerData, s: MetricSettings): Promise<KtsRowValues[]> {
   const { layout, score, nullReason } = await ktsScores(data, s);
   const rows = nullReason ? new Int32Array(0) : layout.labelled;
-  return [{ layer: data.layer, family: ALL_FAMILIES, rows, score: Float64Array.from(rows, (i) => score[i]!), label: Uint8Array.from(rows, (i) => data.labels![i]!) }];
+  return [
+    {
+      layer: data.layer,
+      family: ALL_FAMILIES,
+      rows,
+      score: Float64Array.from(rows, (i) => score[i]!),
+      label: Uint8Array.from(rows, (i) => data.labels![i]!),
+    },
+  ];
 }
 
 /** ISS's per-row margins and ranks, as a metric unit. */
@@ -73,8 +89,16 @@ export interface StoreRowValues {
 }
 
 /** Runs {@link ISS_ROWS} (and {@link KTS_ROWS} with `scored`) over a store with the metrics' settings. */
-export async function storeRowValues(store: string, o: Pick<MetricsOptions, "scored" | "backend" | "threads" | "probeC" | "folds" | "layers" | "onProgress"> = {}): Promise<StoreRowValues> {
-  const r = await computeMetrics(store, { ...o, registry: [ISS_ROWS, KTS_ROWS] as Metric<MetricRow>[], metrics: o.scored ? ["iss", "kts"] : ["iss"], onBackendSkipped: () => {} });
+export async function storeRowValues(
+  store: string,
+  o: Pick<MetricsOptions, "scored" | "backend" | "threads" | "probeC" | "folds" | "layers" | "onProgress"> = {},
+): Promise<StoreRowValues> {
+  const r = await computeMetrics(store, {
+    ...o,
+    registry: [ISS_ROWS, KTS_ROWS] as Metric<MetricRow>[],
+    metrics: o.scored ? ["iss", "kts"] : ["iss"],
+    onBackendSkipped: () => {},
+  });
   const m = r.manifest;
   const n = r.config.rows as number;
   return {

@@ -25,14 +25,25 @@ export interface Generation {
 /** Reads a generations JSONL file; `query_id` and `raw_response` are required, duplicates refused. */
 export async function readGenerations(file: string): Promise<Map<string, Generation>> {
   const out = new Map<string, Generation>();
-  for await (const { value: g, line } of jsonLines(file, (l, problem, cause) => new GenerationsError(file, l, undefined, problem, { cause }))) {
-    if (typeof g.query_id !== "string" || !g.query_id) throw new GenerationsError(file, line, "query_id", "is missing or not a string");
+  for await (const { value: g, line } of jsonLines(
+    file,
+    (l, problem, cause) => new GenerationsError(file, l, undefined, problem, { cause }),
+  )) {
+    if (typeof g.query_id !== "string" || !g.query_id)
+      throw new GenerationsError(file, line, "query_id", "is missing or not a string");
     if (typeof g.error === "string" && typeof g.raw_response !== "string") {
-      throw new GenerationsError(file, line, "error", `generation failed for this query (${g.error}); run hsm generate again with the same --out to retry it`);
+      throw new GenerationsError(
+        file,
+        line,
+        "error",
+        `generation failed for this query (${g.error}); run hsm generate again with the same --out to retry it`,
+      );
     }
-    if (typeof g.raw_response !== "string") throw new GenerationsError(file, line, "raw_response", "is missing or not a string");
+    if (typeof g.raw_response !== "string")
+      throw new GenerationsError(file, line, "raw_response", "is missing or not a string");
     const first = out.get(g.query_id);
-    if (first) throw new GenerationsError(file, line, "query_id", `duplicate "${g.query_id}" (first on line ${first.line})`);
+    if (first)
+      throw new GenerationsError(file, line, "query_id", `duplicate "${g.query_id}" (first on line ${first.line})`);
     out.set(g.query_id, { ...g, line } as unknown as Generation);
   }
   return out;
@@ -90,13 +101,29 @@ export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
   const missing = bank.filter((r) => !gens.has(r.query_id));
   if (!o.allowMissing) {
     if (unknown.length) {
-      throw new GenerationsError(o.generations, unknown[0]!.line, "query_id", `"${unknown[0]!.query_id}" is not in the bank ${o.bank} (${unknown.length} such generation(s)); pass --allow-missing to skip them`);
+      throw new GenerationsError(
+        o.generations,
+        unknown[0]!.line,
+        "query_id",
+        `"${unknown[0]!.query_id}" is not in the bank ${o.bank} (${unknown.length} such generation(s)); pass --allow-missing to skip them`,
+      );
     }
     if (missing.length) {
-      throw new GenerationsError(o.generations, 0, undefined, `has no generation for ${missing.length} of the bank's ${bank.length} queries (first: "${missing[0]!.query_id}", ${o.bank}:${missing[0]!.line}); pass --allow-missing to score the rest`);
+      throw new GenerationsError(
+        o.generations,
+        0,
+        undefined,
+        `has no generation for ${missing.length} of the bank's ${bank.length} queries (first: "${missing[0]!.query_id}", ${o.bank}:${missing[0]!.line}); pass --allow-missing to score the rest`,
+      );
     }
   }
-  const summary: ScoreSummary = { rows: 0, labels: {}, missing: missing.length, unknown: unknown.length, needsReview: 0 };
+  const summary: ScoreSummary = {
+    rows: 0,
+    labels: {},
+    missing: missing.length,
+    unknown: unknown.length,
+    needsReview: 0,
+  };
   const lines: string[] = [];
   for (const row of bank) {
     const g = gens.get(row.query_id);

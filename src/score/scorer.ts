@@ -113,11 +113,14 @@ export function extractSpan(raw: string): { span: string; flags: string[] } {
     span = withoutPrefix.trim();
   }
   span = span.replace(TRAILING, "");
-  for (let changed = true; changed; ) {
+  for (let changed = true; changed;) {
     changed = false;
     for (const [open, close] of WRAPPERS) {
       if (span.length >= open.length + close.length && span.startsWith(open) && span.endsWith(close)) {
-        span = span.slice(open.length, span.length - close.length).trim().replace(TRAILING, "");
+        span = span
+          .slice(open.length, span.length - close.length)
+          .trim()
+          .replace(TRAILING, "");
         if (!flags.includes("wrapper_stripped")) flags.push("wrapper_stripped");
         changed = true;
       }
@@ -136,7 +139,11 @@ function containsWords(haystack: string, needle: string): boolean {
  * answer, the rest its aliases).
  * @example scoreResponse(" Canada\nExplanation: …", ["Canada"]).label // "correct"
  */
-export function scoreResponse(raw: string, answers: readonly string[], options: { truncated?: boolean } = {}): ScoreResult {
+export function scoreResponse(
+  raw: string,
+  answers: readonly string[],
+  options: { truncated?: boolean } = {},
+): ScoreResult {
   const { span, flags } = extractSpan(raw);
   if (options.truncated) flags.push("hit_token_limit");
   const norm = normalizeAnswer(span);
@@ -168,7 +175,12 @@ export function scoreResponse(raw: string, answers: readonly string[], options: 
   const contained = [...aliases].sort((x, y) => y.norm.length - x.norm.length).find((a) => containsWords(norm, a.norm));
   if (contained) {
     if (words.some((w) => NEGATIONS.has(w))) return result("ambiguous", "alias_in_span_negated", contained.alias, true);
-    return result("correct", "alias_in_span", contained.alias, long || Boolean(options.truncated && !raw.includes("\n")));
+    return result(
+      "correct",
+      "alias_in_span",
+      contained.alias,
+      long || Boolean(options.truncated && !raw.includes("\n")),
+    );
   }
   return result("incorrect", "no_alias_match", null, long);
 }

@@ -73,7 +73,10 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
       if (!outcome.ok) throw new StoreError(path, `cannot be read: ${osReason(outcome)}`);
       const recorded = foreign?.checksums.get(name);
       if (recorded !== undefined && recorded !== outcome.result.sha256) {
-        throw new StoreError(path, `sha256 is ${outcome.result.sha256}, its manifest says ${recorded}: the file changed after it was written; not adopted`);
+        throw new StoreError(
+          path,
+          `sha256 is ${outcome.result.sha256}, its manifest says ${recorded}: the file changed after it was written; not adopted`,
+        );
       }
       const entry = manifest.files[name]!;
       entry.sha256 = outcome.result.sha256;
@@ -111,13 +114,23 @@ async function readExisting(
   try {
     value = JSON.parse(original.toString("utf8"));
   } catch (err) {
-    throw new ManifestError(where, "", `is not valid JSON (${(err as Error).message}); move it away to adopt the store from the bank alone`, { cause: err });
+    throw new ManifestError(
+      where,
+      "",
+      `is not valid JSON (${(err as Error).message}); move it away to adopt the store from the bank alone`,
+      { cause: err },
+    );
   }
   if (isNativeManifest(value)) return { original, native: parseManifest(original.toString("utf8"), where) };
   const parsed = parseForeignManifest(value);
-  if (!parsed.manifest || parsed.problems.length > 0) throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
+  if (!parsed.manifest || parsed.problems.length > 0)
+    throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
   const foreign = parsed.manifest;
-  if (foreign.complete === false) throw new StoreError(dir, "is incomplete by its own manifest (complete: false); finish writing it before adopting it");
+  if (foreign.complete === false)
+    throw new StoreError(
+      dir,
+      "is incomplete by its own manifest (complete: false); finish writing it before adopting it",
+    );
   return { original, foreign };
 }
 
@@ -132,7 +145,8 @@ async function layersToAdopt(dir: string, foreign: ForeignManifest | undefined):
   const layers = foreign?.layers ?? names.map((name) => layerOfFileName(name)!);
   if (layers.length === 0) throw new StoreError(dir, "holds no L###.npy files to adopt");
   const unlisted = names.filter((name) => !layers.includes(layerOfFileName(name)!));
-  if (unlisted.length > 0) throw new StoreError(join(dir, unlisted[0]!), "is in the store folder but not among the layers its manifest lists");
+  if (unlisted.length > 0)
+    throw new StoreError(join(dir, unlisted[0]!), "is in the store folder but not among the layers its manifest lists");
   return layers;
 }
 
@@ -149,11 +163,15 @@ async function checkHeaders(dir: string, layers: number[], n: number, d: number 
     const prelude = await readPrelude(path);
     const header = parseNpyHeader(prelude.bytes, path);
     if (header.descr === "<f4") {
-      throw new StoreError(path, "holds float32 ('<f4'); hsm's stores hold float16. Read it without adopting (verify and metrics with --bank), or convert it with numpy's astype(np.float16) first");
+      throw new StoreError(
+        path,
+        "holds float32 ('<f4'); hsm's stores hold float16. Read it without adopting (verify and metrics with --bank), or convert it with numpy's astype(np.float16) first",
+      );
     }
     d ??= header.shape[1];
     const problem = headerMismatch(header, n, d ?? -1, prelude.size);
-    if (problem) throw new StoreError(path, `${problem}${header.shape[0] !== n ? ` (${n} rows in the row order)` : ""}`);
+    if (problem)
+      throw new StoreError(path, `${problem}${header.shape[0] !== n ? ` (${n} rows in the row order)` : ""}`);
     sizes.set(name, prelude.size);
     offsets.push(header.dataOffset);
   }
@@ -164,7 +182,11 @@ async function checkHeaders(dir: string, layers: number[], n: number, d: number 
 async function readPrelude(path: string): Promise<{ bytes: Buffer; size: number }> {
   try {
     const st = await lstat(path);
-    if (!st.isFile()) throw new StoreError(path, st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file");
+    if (!st.isFile())
+      throw new StoreError(
+        path,
+        st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file",
+      );
     const bytes = Buffer.alloc(Math.min(st.size, NPY_MAX_PRELUDE));
     const fh = await open(path, "r");
     try {

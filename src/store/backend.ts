@@ -35,7 +35,10 @@ function isStoreFileName(name: string): boolean {
 /** Only the manifest and plain `L###.npy` names are ever opened. */
 function guard(name: string, location: string): void {
   if (!isStoreFileName(name)) {
-    throw new StoreError(location, `refusing to open "${name}", which is not a store file name (index.json or L###.npy)`);
+    throw new StoreError(
+      location,
+      `refusing to open "${name}", which is not a store file name (index.json or L###.npy)`,
+    );
   }
 }
 
@@ -51,7 +54,10 @@ export function directoryBackend(dir: string): StoreBackend {
         try {
           const st = await lstat(path);
           if (!st.isFile()) {
-            throw new StoreError(path, st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file");
+            throw new StoreError(
+              path,
+              st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file",
+            );
           }
           return await open(path, "r");
         } catch (err) {

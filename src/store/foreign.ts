@@ -69,7 +69,8 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
   const { queryIds, factIds, families } = readRowOrder(m, bad);
   const layers = readLayers(m, bad);
   const { checksums, nonfinite, otherFiles } = readChecksums(m, layers, bad);
-  if (m.complete !== undefined && typeof m.complete !== "boolean") bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
+  if (m.complete !== undefined && typeof m.complete !== "boolean")
+    bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
   if (problems.length > 0 || !queryIds) return { problems };
   const text = (k: string) => (typeof m[k] === "string" && m[k] !== "" ? (m[k] as string) : undefined);
   const manifest: ForeignManifest = {
@@ -82,7 +83,7 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
     nonfinite,
     ...(typeof m.complete === "boolean" ? { complete: m.complete } : {}),
     ...(isInt(m.rows_done) ? { rowsDone: m.rows_done } : {}),
-    ...(text("model") ?? text("model_name") ? { model: text("model") ?? text("model_name") } : {}),
+    ...((text("model") ?? text("model_name")) ? { model: text("model") ?? text("model_name") } : {}),
     ...(isInt(m.num_layers) ? { numLayers: m.num_layers } : {}),
     ...(isInt(m.d_model) ? { dModel: m.d_model } : {}),
     ...(text("dtype") ? { dtype: text("dtype") } : {}),
@@ -101,7 +102,10 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
   let families: string[] | undefined;
   const orderKey = ROW_ORDER_KEYS.find((k) => Array.isArray(m[k]));
   if (orderKey === undefined) {
-    bad("", `gives no row order: expected a list of query ids (or of objects with "query_id") under one of ${ROW_ORDER_KEYS.join(", ")}`);
+    bad(
+      "",
+      `gives no row order: expected a list of query ids (or of objects with "query_id") under one of ${ROW_ORDER_KEYS.join(", ")}`,
+    );
   } else {
     const list = m[orderKey] as unknown[];
     if (list.every((v) => typeof v === "string")) queryIds = list as string[];
@@ -109,10 +113,14 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
       const rows = list as Record<string, unknown>[];
       queryIds = rows.map((r) => r.query_id as string);
       if (rows.every((r) => typeof r.fact_id === "string")) factIds = rows.map((r) => r.fact_id as string);
-      if (rows.every((r) => typeof r.condition_family === "string")) families = rows.map((r) => r.condition_family as string);
+      if (rows.every((r) => typeof r.condition_family === "string"))
+        families = rows.map((r) => r.condition_family as string);
     } else {
       const at = list.findIndex((v) => typeof v !== "string" && !(isObject(v) && typeof v.query_id === "string"));
-      bad(orderKey, `expected a list of query ids or of objects with a string "query_id", but entry ${at} is ${JSON.stringify(list[at])}`);
+      bad(
+        orderKey,
+        `expected a list of query ids or of objects with a string "query_id", but entry ${at} is ${JSON.stringify(list[at])}`,
+      );
     }
   }
   if (queryIds) {
@@ -125,12 +133,17 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
       seen.add(id);
     }
   }
-  if (!factIds && Array.isArray(m.fact_ids) && m.fact_ids.every((v) => typeof v === "string")) factIds = m.fact_ids as string[];
+  if (!factIds && Array.isArray(m.fact_ids) && m.fact_ids.every((v) => typeof v === "string"))
+    factIds = m.fact_ids as string[];
   if (!families && Array.isArray(m.condition_families) && m.condition_families.every((v) => typeof v === "string")) {
     families = m.condition_families as string[];
   }
-  for (const [key, list] of [["fact_ids", factIds], ["condition_families", families]] as const) {
-    if (queryIds && list && list.length !== queryIds.length) bad(key, `has ${list.length} entries but the row order has ${queryIds.length}: one per row is required`);
+  for (const [key, list] of [
+    ["fact_ids", factIds],
+    ["condition_families", families],
+  ] as const) {
+    if (queryIds && list && list.length !== queryIds.length)
+      bad(key, `has ${list.length} entries but the row order has ${queryIds.length}: one per row is required`);
   }
 
   return { queryIds, factIds, families };
@@ -141,7 +154,8 @@ function readLayers(m: Record<string, unknown>, bad: Bad): number[] | undefined 
   let layers: number[] | undefined;
   if (m.layers !== undefined) {
     if (!Array.isArray(m.layers) || !m.layers.every(isInt)) bad("layers", "expected a list of non-negative integers");
-    else if (m.layers.some((l, i) => i > 0 && l <= (m.layers as number[])[i - 1]!)) bad("layers", "must be strictly ascending");
+    else if (m.layers.some((l, i) => i > 0 && l <= (m.layers as number[])[i - 1]!))
+      bad("layers", "must be strictly ascending");
     else layers = m.layers as number[];
   }
 
@@ -159,24 +173,35 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
   const checksumKey = CHECKSUM_KEYS.find((k) => isObject(m[k]) || Array.isArray(m[k]));
   const add = (key: string, name: unknown, entry: unknown) => {
     if (typeof name !== "string") return bad(key, `holds an entry without a file name: ${JSON.stringify(entry)}`);
-    if (unsafe(name)) return bad(key, `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`, "unsafe-name");
+    if (unsafe(name))
+      return bad(
+        key,
+        `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`,
+        "unsafe-name",
+      );
     const hex = isObject(entry) ? entry.sha256 : entry;
     if (layerOfFileName(name) === undefined) return void otherFiles.push(name);
-    if (!isHex(hex)) return bad(`${key}.${name}`, `expected a sha256 of 64 hex digits but found ${JSON.stringify(hex) ?? "nothing"}`);
+    if (!isHex(hex))
+      return bad(`${key}.${name}`, `expected a sha256 of 64 hex digits but found ${JSON.stringify(hex) ?? "nothing"}`);
     checksums.set(name, hex.toLowerCase());
     if (isObject(entry) && isInt(entry.nonfinite)) nonfinite.set(name, entry.nonfinite);
   };
   if (checksumKey === undefined) {
-    bad("", `records no checksums: expected a {file: sha256} map, or per-file entries with "sha256", under one of ${CHECKSUM_KEYS.join(", ")}`);
+    bad(
+      "",
+      `records no checksums: expected a {file: sha256} map, or per-file entries with "sha256", under one of ${CHECKSUM_KEYS.join(", ")}`,
+    );
   } else if (Array.isArray(m[checksumKey])) {
-    for (const e of m[checksumKey] as unknown[]) add(checksumKey, isObject(e) ? (e.file ?? e.name ?? e.path) : undefined, e);
+    for (const e of m[checksumKey] as unknown[])
+      add(checksumKey, isObject(e) ? (e.file ?? e.name ?? e.path) : undefined, e);
   } else {
     for (const [name, e] of Object.entries(m[checksumKey] as Record<string, unknown>)) add(checksumKey, name, e);
   }
   if (layers) {
     for (const l of layers) {
       const name = layerFileName(l);
-      if (checksumKey !== undefined && !checksums.has(name)) bad(checksumKey, `has no checksum for layer ${l} (${name})`);
+      if (checksumKey !== undefined && !checksums.has(name))
+        bad(checksumKey, `has no checksum for layer ${l} (${name})`);
     }
   }
 
@@ -184,7 +209,11 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
 }
 
 /** Why the rows cannot be joined with the bank (their first query the bank lacks), or undefined when they can. */
-export function bankMismatch(queryIds: readonly string[], bank: readonly BankRow[], bankName: string): string | undefined {
+export function bankMismatch(
+  queryIds: readonly string[],
+  bank: readonly BankRow[],
+  bankName: string,
+): string | undefined {
   const known = new Set(bank.map((r) => r.query_id));
   const missing = queryIds.map((q, i) => [q, i] as const).filter(([q]) => !known.has(q));
   if (missing.length === 0) return undefined;
@@ -196,11 +225,19 @@ export function bankMismatch(queryIds: readonly string[], bank: readonly BankRow
  * The fact id and condition family of each row, from the bank, joined on
  * `query_id`. Every id must be in the bank.
  */
-export function joinBank(queryIds: readonly string[], bank: readonly BankRow[], where: string, bankName: string): { factIds: string[]; families: string[] } {
+export function joinBank(
+  queryIds: readonly string[],
+  bank: readonly BankRow[],
+  where: string,
+  bankName: string,
+): { factIds: string[]; families: string[] } {
   const mismatch = bankMismatch(queryIds, bank, bankName);
   if (mismatch) throw new ManifestError(where, "query_ids", mismatch);
   const byId = new Map(bank.map((r) => [r.query_id, r]));
-  return { factIds: queryIds.map((q) => byId.get(q)!.fact_id), families: queryIds.map((q) => byId.get(q)!.condition_family) };
+  return {
+    factIds: queryIds.map((q) => byId.get(q)!.fact_id),
+    families: queryIds.map((q) => byId.get(q)!.condition_family),
+  };
 }
 
 /**
@@ -222,7 +259,8 @@ export function unrecorded(f: ForeignManifest): string[] {
   if (!f.layers) notes.push("lists no layers (the L###.npy names in the folder give them)");
   if (f.complete === undefined) notes.push('records no "complete" flag (the store is taken as complete)');
   if (!f.model) notes.push("does not name the model");
-  if (f.numLayers === undefined) notes.push("does not record the model's block count (taken as the highest stored layer + 1)");
+  if (f.numLayers === undefined)
+    notes.push("does not record the model's block count (taken as the highest stored layer + 1)");
   if (f.dModel === undefined) notes.push("does not record d_model (the .npy headers give it)");
   if (f.nonfinite.size === 0) notes.push("records no non-finite counts (counted here instead)");
   notes.push("records no model checksum, prompt settings, byte sizes, largest magnitudes or provenance");
@@ -235,7 +273,14 @@ export function unrecorded(f: ForeignManifest): string[] {
  */
 export function normalizedManifest(
   f: ForeignManifest,
-  o: { layers: number[]; dModel: number; sizes: ReadonlyMap<string, number>; factIds: string[]; families: string[]; model: string },
+  o: {
+    layers: number[];
+    dModel: number;
+    sizes: ReadonlyMap<string, number>;
+    factIds: string[];
+    families: string[];
+    model: string;
+  },
 ): Manifest {
   const n = f.queryIds.length;
   const { numLayers, rule } = explainLayers(o.layers, f.numLayers);
@@ -262,7 +307,17 @@ export function normalizedManifest(
     files: Object.fromEntries(
       o.layers.map((layer) => {
         const name = layerFileName(layer);
-        return [name, { layer, shape: [n, o.dModel], bytes: o.sizes.get(name) ?? 0, sha256: f.checksums.get(name) ?? "", nonfinite: f.nonfinite.get(name) ?? 0, max_abs: null }];
+        return [
+          name,
+          {
+            layer,
+            shape: [n, o.dModel],
+            bytes: o.sizes.get(name) ?? 0,
+            sha256: f.checksums.get(name) ?? "",
+            nonfinite: f.nonfinite.get(name) ?? 0,
+            max_abs: null,
+          },
+        ];
       }),
     ),
     rows_done: complete ? n : Math.min(f.rowsDone ?? 0, n),

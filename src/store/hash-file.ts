@@ -71,7 +71,16 @@ export function hashFilesSync(jobs: readonly HashJob[]): HashOutcome[] {
       const from = job.f32From ?? job.f16From;
       const statsFrom = from !== undefined && from % width === 0 ? from : undefined;
       const buf = (buffers[passes.length] ??= Buffer.allocUnsafeSlow(CHUNK));
-      passes.push({ index, job, fd, hash: k.sha256Stats(statsFrom === undefined ? 0 : width), statsFrom, pos: 0, buf, n: 0 });
+      passes.push({
+        index,
+        job,
+        fd,
+        hash: k.sha256Stats(statsFrom === undefined ? 0 : width),
+        statsFrom,
+        pos: 0,
+        buf,
+        n: 0,
+      });
     });
     let active = passes.slice();
     while (active.length > 0) {

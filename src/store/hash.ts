@@ -37,7 +37,11 @@ function workerScript(): string | undefined {
 }
 
 /** Takes jobs from `next` until none is left, `TAKE` at a time; `report` gets each batch's outcomes. */
-export function hashTaken(jobs: readonly HashJob[], next: Int32Array, report: (ids: number[], outcomes: HashOutcome[]) => void): void {
+export function hashTaken(
+  jobs: readonly HashJob[],
+  next: Int32Array,
+  report: (ids: number[], outcomes: HashOutcome[]) => void,
+): void {
   for (let id = Atomics.add(next, 0, TAKE); id < jobs.length; id = Atomics.add(next, 0, TAKE)) {
     const ids = Array.from({ length: Math.min(TAKE, jobs.length - id) }, (_, i) => id + i);
     report(ids, hashFilesSync(ids.map((i) => jobs[i]!)));
@@ -48,11 +52,16 @@ export function hashTaken(jobs: readonly HashJob[], next: Int32Array, report: (i
 function fileJob(job: HashJob): FileHashJob {
   const width = job.f32From !== undefined ? 4 : 2;
   const from = job.f32From ?? job.f16From;
-  return from !== undefined && from % width === 0 ? { path: job.path, statsFrom: from, width } : { path: job.path, statsFrom: 0, width: 0 };
+  return from !== undefined && from % width === 0
+    ? { path: job.path, statsFrom: from, width }
+    : { path: job.path, statsFrom: 0, width: 0 };
 }
 
 /** Hashes `jobs`, on `concurrency` threads (default: the core count); results in job order. */
-export async function hashFiles(jobs: readonly HashJob[], concurrency = availableParallelism()): Promise<HashOutcome[]> {
+export async function hashFiles(
+  jobs: readonly HashJob[],
+  concurrency = availableParallelism(),
+): Promise<HashOutcome[]> {
   const { sha256Files } = storeKernels({ quiet: true });
   if (sha256Files) {
     const hashed = await sha256Files(jobs.map(fileJob), Math.max(1, concurrency));
@@ -75,7 +84,13 @@ async function hashInWorkers(jobs: readonly HashJob[], concurrency: number): Pro
 }
 
 /** `count` worker threads taking jobs from `next`; each promise settles when its thread is done. */
-async function startWorkers(script: string, count: number, jobs: readonly HashJob[], next: Int32Array, keep: (ids: number[], got: HashOutcome[]) => void): Promise<Promise<void>[]> {
+async function startWorkers(
+  script: string,
+  count: number,
+  jobs: readonly HashJob[],
+  next: Int32Array,
+  keep: (ids: number[], got: HashOutcome[]) => void,
+): Promise<Promise<void>[]> {
   // Loaded here: with the native core, the usual case, no worker thread is ever started.
   const { Worker } = await import("node:worker_threads");
   return Array.from(
@@ -89,7 +104,9 @@ async function startWorkers(script: string, count: number, jobs: readonly HashJo
           else keep(msg.ids, msg.outcomes);
         });
         worker.on("error", reject);
-        worker.on("exit", (code) => (done ? resolve() : reject(new Error(`a hashing thread stopped with exit code ${code}`))));
+        worker.on("exit", (code) =>
+          done ? resolve() : reject(new Error(`a hashing thread stopped with exit code ${code}`)),
+        );
       }),
   );
 }

@@ -11,7 +11,6 @@ import type { FactoryFunctionMap, MathJsInstance, MathNode } from "mathjs";
 import { DEFAULT_LAYER_RULE } from "../defaults.js";
 import { UsageError } from "../errors.js";
 
-
 let mathjs: MathJsInstance | undefined;
 
 /** mathjs takes about a second to load, so it is loaded only when a rule must be parsed. */
@@ -38,7 +37,9 @@ export function parseLayerRule(text: string): LayerRule {
   try {
     node = m.parse(text);
   } catch (err) {
-    throw new UsageError(`Expected a layer rule such as "${DEFAULT_LAYER_RULE}" but could not parse "${text}": ${(err as Error).message}`);
+    throw new UsageError(
+      `Expected a layer rule such as "${DEFAULT_LAYER_RULE}" but could not parse "${text}": ${(err as Error).message}`,
+    );
   }
   node.traverse((n, _path, parent) => {
     if (n.type === "SymbolNode") {
@@ -62,10 +63,14 @@ export function parseLayerRule(text: string): LayerRule {
       try {
         result = code.evaluate({ l: m.fraction(l), L: m.fraction(L) });
       } catch (err) {
-        throw new UsageError(`Layer rule "${text}" cannot be evaluated at l = ${l}, L = ${L}: ${(err as Error).message}`);
+        throw new UsageError(
+          `Layer rule "${text}" cannot be evaluated at l = ${l}, L = ${L}: ${(err as Error).message}`,
+        );
       }
       if (typeof result !== "boolean") {
-        throw new UsageError(`Layer rule "${text}" must give true or false, but gives ${m.format(result)} at l = ${l}, L = ${L}`);
+        throw new UsageError(
+          `Layer rule "${text}" must give true or false, but gives ${m.format(result)} at l = ${l}, L = ${L}`,
+        );
       }
       return result;
     },
@@ -77,7 +82,8 @@ export function parseLayerRule(text: string): LayerRule {
  * @example selectLayers(46) // [18, 19, …, 45]: 28 layers
  */
 export function selectLayers(L: number, rule: string | LayerRule = DEFAULT_LAYER_RULE): number[] {
-  if (!Number.isSafeInteger(L) || L < 1) throw new UsageError(`Expected a positive integer number of layers but received ${L}`);
+  if (!Number.isSafeInteger(L) || L < 1)
+    throw new UsageError(`Expected a positive integer number of layers but received ${L}`);
   const out: number[] = [];
   if (rule === DEFAULT_LAYER_RULE) {
     // With one block, l/(L-1) is 0/0; that single block is the model's only state.

@@ -101,7 +101,9 @@ export interface ShardInfo {
 export function isNativeManifest(value: unknown): boolean {
   if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
   const format = (value as { format?: unknown }).format;
-  return (typeof format === "string" && format.startsWith(STORE_FORMAT.split("/")[0]! + "/")) || "tool_version" in value;
+  return (
+    (typeof format === "string" && format.startsWith(STORE_FORMAT.split("/")[0]! + "/")) || "tool_version" in value
+  );
 }
 
 /** One thing wrong with a manifest, in the words verify prints. */
@@ -149,7 +151,13 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
   }
   if (m.self_check !== undefined) {
     const c = m.self_check as Record<string, unknown> | null;
-    if (typeof c !== "object" || c === null || !isInt(c.rows) || !Array.isArray(c.layers) || !["pass", "warn", "off"].includes(c.status as string)) {
+    if (
+      typeof c !== "object" ||
+      c === null ||
+      !isInt(c.rows) ||
+      !Array.isArray(c.layers) ||
+      !["pass", "warn", "off"].includes(c.status as string)
+    ) {
       bad("self_check", "expected an object with rows, layers and status pass, warn or off");
     }
   }
@@ -160,8 +168,10 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
   }
   const named = fileEntryProblems(m, files as Record<string, unknown>, n, bad);
   if (Array.isArray(layers) && layers.every(isInt)) {
-    for (const l of layers as number[]) if (!named.has(l)) bad("files", `has no entry for layer ${l} (${layerFileName(l)})`);
-    for (const l of named) if (!(layers as number[]).includes(l)) bad("layers", `does not list layer ${l}, which files names`);
+    for (const l of layers as number[])
+      if (!named.has(l)) bad("files", `has no entry for layer ${l} (${layerFileName(l)})`);
+    for (const l of named)
+      if (!(layers as number[]).includes(l)) bad("layers", `does not list layer ${l}, which files names`);
   }
   return problems;
 }
@@ -173,15 +183,18 @@ function fieldProblems(m: Record<string, unknown>, bad: Bad): void {
     if (!isStr(m[key])) bad(key, `expected a string but found ${JSON.stringify(m[key]) ?? "nothing"}`);
   }
   for (const key of ["num_layers", "d_model", "max_prompt_len", "rows_done"]) {
-    if (!isInt(m[key]) || (m[key] as number) < 0) bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+    if (!isInt(m[key]) || (m[key] as number) < 0)
+      bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
   }
-  if (m.weights !== undefined && !isStr(m.weights)) bad("weights", `expected a string but found ${JSON.stringify(m.weights)}`);
+  if (m.weights !== undefined && !isStr(m.weights))
+    bad("weights", `expected a string but found ${JSON.stringify(m.weights)}`);
   for (const key of ["last_layer_final_norm", "complete"]) {
-    if (typeof m[key] !== "boolean") bad(key, `expected true or false but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+    if (typeof m[key] !== "boolean")
+      bad(key, `expected true or false but found ${JSON.stringify(m[key]) ?? "nothing"}`);
   }
   const prompt = m.prompt as Record<string, unknown> | undefined;
   if (typeof prompt !== "object" || prompt === null || !isStr(prompt.anchor) || !isStr(prompt.other)) {
-    bad("prompt", "expected an object with string templates \"anchor\" and \"other\"");
+    bad("prompt", 'expected an object with string templates "anchor" and "other"');
   }
   for (const key of ["query_ids", "fact_ids", "condition_families"]) {
     const a = m[key];
@@ -193,7 +206,8 @@ function fieldProblems(m: Record<string, unknown>, bad: Bad): void {
 function rowProblems(m: Record<string, unknown>, n: number, bad: Bad): void {
   for (const key of ["fact_ids", "condition_families"]) {
     const a = m[key];
-    if (Array.isArray(a) && a.length !== n) bad(key, `has ${a.length} entries but query_ids has ${n}: one per row is required`);
+    if (Array.isArray(a) && a.length !== n)
+      bad(key, `has ${a.length} entries but query_ids has ${n}: one per row is required`);
   }
   const ids = m.query_ids as unknown[];
   // One pass builds the set; a second finds the repeat only where there is one.
@@ -223,7 +237,11 @@ function fileEntryProblems(
   for (const [name, entry] of Object.entries(files)) {
     const layer = layerOfFileName(name);
     if (layer === undefined) {
-      bad("files", `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`, "unsafe-name");
+      bad(
+        "files",
+        `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`,
+        "unsafe-name",
+      );
       continue;
     }
     named.add(layer);
@@ -235,16 +253,20 @@ function fileEntryProblems(
     }
     if (e.layer !== layer) bad(`${where}.layer`, `is ${JSON.stringify(e.layer)} but the name says ${layer}`);
     const shape = e.shape;
-    if (!Array.isArray(shape) || shape.length !== 2 || !shape.every(isInt)) bad(`${where}.shape`, "expected [rows, d_model]");
+    if (!Array.isArray(shape) || shape.length !== 2 || !shape.every(isInt))
+      bad(`${where}.shape`, "expected [rows, d_model]");
     else {
       if (n !== undefined && shape[0] !== n) bad(`${where}.shape`, `has ${shape[0]} rows but query_ids has ${n}`);
-      if (isInt(m.d_model) && shape[1] !== m.d_model) bad(`${where}.shape`, `has width ${shape[1]} but d_model is ${m.d_model}`);
+      if (isInt(m.d_model) && shape[1] !== m.d_model)
+        bad(`${where}.shape`, `has width ${shape[1]} but d_model is ${m.d_model}`);
     }
     if (!isInt(e.bytes) || e.bytes < 0) bad(`${where}.bytes`, "expected a non-negative integer");
-    if (!isStr(e.sha256) || (e.sha256 !== "" && !/^[0-9a-f]{64}$/.test(e.sha256))) bad(`${where}.sha256`, "expected 64 lowercase hex digits");
+    if (!isStr(e.sha256) || (e.sha256 !== "" && !/^[0-9a-f]{64}$/.test(e.sha256)))
+      bad(`${where}.sha256`, "expected 64 lowercase hex digits");
     else if (m.complete === true && e.sha256 === "") bad(`${where}.sha256`, "is empty although the store is complete");
     if (!isInt(e.nonfinite) || e.nonfinite < 0) bad(`${where}.nonfinite`, "expected a non-negative integer");
-    if (!(e.max_abs === null || (typeof e.max_abs === "number" && e.max_abs >= 0))) bad(`${where}.max_abs`, "expected a non-negative number or null");
+    if (!(e.max_abs === null || (typeof e.max_abs === "number" && e.max_abs >= 0)))
+      bad(`${where}.max_abs`, "expected a non-negative number or null");
   }
   return named;
 }

@@ -10,7 +10,19 @@ import { STREAM_BLOCK_ROWS, StoreReader } from "./reader.js";
 import { verifyStore } from "./verify.js";
 import { StoreWriter } from "./writer.js";
 
-const SAME = ["model", "model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "dtype", "weights", "padding_side", "max_prompt_len"] as const;
+const SAME = [
+  "model",
+  "model_sha256",
+  "num_layers",
+  "d_model",
+  "layers",
+  "layer_rule",
+  "last_layer_final_norm",
+  "dtype",
+  "weights",
+  "padding_side",
+  "max_prompt_len",
+] as const;
 
 /** The shards' self-checks as one: every row checked, per layer the largest deviation; absent when a shard has none. */
 function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefined {
@@ -19,20 +31,39 @@ function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefin
   const worst = (a: number | null, b: number | null) => (a === null || b === null ? null : Math.max(a, b));
   const layers = all[0]!.layers.map(({ layer }) => {
     const per = all.map((c) => c.layers.find((l) => l.layer === layer) ?? { max_abs_dev: 0, max_rel_dev: 0 });
-    return { layer, max_abs_dev: per.map((l) => l.max_abs_dev).reduce(worst), max_rel_dev: per.map((l) => l.max_rel_dev).reduce(worst) };
+    return {
+      layer,
+      max_abs_dev: per.map((l) => l.max_abs_dev).reduce(worst),
+      max_rel_dev: per.map((l) => l.max_rel_dev).reduce(worst),
+    };
   });
   const status = all.some((c) => c.status === "warn") ? "warn" : all.every((c) => c.status === "off") ? "off" : "pass";
   const seconds = Number(all.reduce((s, c) => s + c.seconds, 0).toFixed(3));
-  return { rows: all.reduce((s, c) => s + c.rows, 0), query_ids: all.flatMap((c) => c.query_ids), layers, tolerance: all[0]!.tolerance, status, seconds };
+  return {
+    rows: all.reduce((s, c) => s + c.rows, 0),
+    query_ids: all.flatMap((c) => c.query_ids),
+    layers,
+    tolerance: all[0]!.tolerance,
+    status,
+    seconds,
+  };
 }
 
-export async function mergeShards(out: string, shardDirs: string[], options: { onProgress?: (done: number, total: number) => void } = {}): Promise<Manifest> {
+export async function mergeShards(
+  out: string,
+  shardDirs: string[],
+  options: { onProgress?: (done: number, total: number) => void } = {},
+): Promise<Manifest> {
   if (shardDirs.length === 0) throw new UsageError("Expected at least one shard store to merge but received none");
   const readers: StoreReader[] = [];
   try {
     for (const dir of shardDirs) {
       const report = await verifyStore(dir);
-      if (!report.ok) throw new StoreError(dir, `shard does not verify (${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")})`);
+      if (!report.ok)
+        throw new StoreError(
+          dir,
+          `shard does not verify (${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")})`,
+        );
       readers.push(await StoreReader.open(dir));
     }
     for (const [i, r] of readers.entries()) {
@@ -49,12 +80,25 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
     let next = 0;
     readers.forEach((r, k) => {
       const s = r.manifest.shard!;
-      if (s.count !== count || s.rows_total !== total) throw new StoreError(r.backend.location, `shard of ${s.count} over ${s.rows_total} rows, others say ${count} over ${total}`);
-      if (s.index !== k) throw new StoreError(r.backend.location, k < count && s.index > k ? `shard ${k}/${count} is missing` : `shard ${s.index}/${count} is given twice`);
-      if (s.row_start !== next) throw new StoreError(r.backend.location, `starts at row ${s.row_start}, expected ${next}`);
+      if (s.count !== count || s.rows_total !== total)
+        throw new StoreError(
+          r.backend.location,
+          `shard of ${s.count} over ${s.rows_total} rows, others say ${count} over ${total}`,
+        );
+      if (s.index !== k)
+        throw new StoreError(
+          r.backend.location,
+          k < count && s.index > k ? `shard ${k}/${count} is missing` : `shard ${s.index}/${count} is given twice`,
+        );
+      if (s.row_start !== next)
+        throw new StoreError(r.backend.location, `starts at row ${s.row_start}, expected ${next}`);
       next = s.row_end;
     });
-    if (readers.length !== count) throw new StoreError(out, `shard ${readers.length}/${count} is missing: ${count} shards are needed, ${readers.length} given`);
+    if (readers.length !== count)
+      throw new StoreError(
+        out,
+        `shard ${readers.length}/${count} is missing: ${count} shards are needed, ${readers.length} given`,
+      );
     if (next !== total) throw new StoreError(out, `the shards cover rows 0…${next} of ${total}`);
 
     const m0 = readers[0]!.manifest;
@@ -81,7 +125,8 @@ export async function mergeShards(out: string, shardDirs: string[], options: { o
       let done = 0;
       for (const r of readers) {
         for (const layer of m0.layers) {
-          for await (const block of r.blocks(layer, STREAM_BLOCK_ROWS)) await writer.writeRows(layer, r.manifest.shard!.row_start + block.start, block.data);
+          for await (const block of r.blocks(layer, STREAM_BLOCK_ROWS))
+            await writer.writeRows(layer, r.manifest.shard!.row_start + block.start, block.data);
         }
         done += r.rows;
         await writer.commit(done);

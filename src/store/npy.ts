@@ -42,7 +42,8 @@ export interface NpyHeader {
  */
 export function buildNpyHeader(descr: NpyDescr, shape: readonly number[]): Uint8Array {
   for (const n of shape) {
-    if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`Expected non-negative integer dimensions but received ${shape.join(",")}`);
+    if (!Number.isSafeInteger(n) || n < 0)
+      throw new RangeError(`Expected non-negative integer dimensions but received ${shape.join(",")}`);
   }
   const tuple = shape.length === 1 ? `(${shape[0]},)` : `(${shape.join(", ")})`;
   const dict = `{'descr': '${descr}', 'fortran_order': False, 'shape': ${tuple}, }`;
@@ -93,23 +94,36 @@ function readPrelude(bytes: Uint8Array, path: string): { version: string; header
 export function parseNpyHeader(bytes: Uint8Array, path: string): NpyHeader {
   const { version, headerStart, headerLen } = readPrelude(bytes, path);
   if (bytes.length < headerStart + headerLen) {
-    throw new NpyHeaderError(path, "length", `says ${headerLen} bytes but the file ends after ${bytes.length - headerStart}`);
+    throw new NpyHeaderError(
+      path,
+      "length",
+      `says ${headerLen} bytes but the file ends after ${bytes.length - headerStart}`,
+    );
   }
   const raw = bytes.subarray(headerStart, headerStart + headerLen);
   let text = "";
   for (const b of raw) {
-    if (b > 0x7e || (b < 0x20 && b !== 0x0a)) throw new NpyHeaderError(path, "dict", "contains a byte that is not printable ASCII");
+    if (b > 0x7e || (b < 0x20 && b !== 0x0a))
+      throw new NpyHeaderError(path, "dict", "contains a byte that is not printable ASCII");
     text += String.fromCharCode(b);
   }
   const dict = parseDictLiteral(text, path);
   const keys = Object.keys(dict).sort();
   if (keys.join(",") !== "descr,fortran_order,shape") {
-    throw new NpyHeaderError(path, "dict", `has keys {${keys.join(", ")}}, expected exactly descr, fortran_order, shape`);
+    throw new NpyHeaderError(
+      path,
+      "dict",
+      `has keys {${keys.join(", ")}}, expected exactly descr, fortran_order, shape`,
+    );
   }
   const descr = dict.descr;
   if (typeof descr !== "string") throw new NpyHeaderError(path, "descr", "is not a string");
   if (!(descr in NPY_DTYPES)) {
-    throw new NpyHeaderError(path, "descr", `'${descr}' is not supported (expected one of ${Object.keys(NPY_DTYPES).join(", ")})`);
+    throw new NpyHeaderError(
+      path,
+      "descr",
+      `'${descr}' is not supported (expected one of ${Object.keys(NPY_DTYPES).join(", ")})`,
+    );
   }
   const fortranOrder = dict.fortran_order;
   if (typeof fortranOrder !== "boolean") throw new NpyHeaderError(path, "fortran_order", "is not True or False");
@@ -121,7 +135,8 @@ export function parseNpyHeader(bytes: Uint8Array, path: string): NpyHeader {
     count *= BigInt(n);
   }
   const dataBytes = count * BigInt(NPY_DTYPES[descr as NpyDescr].bytes);
-  if (dataBytes > BigInt(Number.MAX_SAFE_INTEGER)) throw new NpyHeaderError(path, "shape", `(${shape.join(", ")}) is impossibly large`);
+  if (dataBytes > BigInt(Number.MAX_SAFE_INTEGER))
+    throw new NpyHeaderError(path, "shape", `(${shape.join(", ")}) is impossibly large`);
   return {
     descr: descr as NpyDescr,
     fortranOrder,
@@ -133,15 +148,24 @@ export function parseNpyHeader(bytes: Uint8Array, path: string): NpyHeader {
 }
 
 /** What is wrong with a store file's header, given the rows, width and dtypes its manifest promises and the file's size; undefined where nothing is. */
-export function headerMismatch(h: NpyHeader, rows: number, d: number, fileSize: number, dtypes: readonly string[] = ["<f2"]): string | undefined {
-  if (!dtypes.includes(h.descr)) return `dtype is '${h.descr}', expected ${dtypes.map((t) => `'${t}'`).join(" or ")} (${dtypes.map((t) => (t === "<f2" ? "float16" : "float32")).join(" or ")})`;
+export function headerMismatch(
+  h: NpyHeader,
+  rows: number,
+  d: number,
+  fileSize: number,
+  dtypes: readonly string[] = ["<f2"],
+): string | undefined {
+  if (!dtypes.includes(h.descr))
+    return `dtype is '${h.descr}', expected ${dtypes.map((t) => `'${t}'`).join(" or ")} (${dtypes.map((t) => (t === "<f2" ? "float16" : "float32")).join(" or ")})`;
   if (h.fortranOrder) return "is Fortran-ordered, expected C order";
   if (h.shape.length !== 2 || h.shape[0] !== rows || h.shape[1] !== d) {
     return `header shape is (${h.shape.join(", ")}), the manifest says (${rows}, ${d})`;
   }
   if (h.dataOffset + h.dataBytes !== fileSize) {
-    return `header shape (${h.shape.join(", ")}) needs ${h.dataOffset + h.dataBytes} bytes but the file holds ${fileSize}` +
-      (fileSize < h.dataOffset + h.dataBytes ? " (truncated)" : "");
+    return (
+      `header shape (${h.shape.join(", ")}) needs ${h.dataOffset + h.dataBytes} bytes but the file holds ${fileSize}` +
+      (fileSize < h.dataOffset + h.dataBytes ? " (truncated)" : "")
+    );
   }
   return undefined;
 }
@@ -213,19 +237,19 @@ class LiteralReader {
   /** A tuple of integers, its opening parenthesis already read. */
   tuple(): number[] {
     const items: number[] = [];
-    if (this.at(")")) return this.i++, items;
+    if (this.at(")")) return (this.i++, items);
     for (;;) {
       items.push(this.int());
       if (items.length > MAX_DIMENSIONS) this.fail(`more than ${MAX_DIMENSIONS} dimensions`);
       if (this.at(",")) {
         this.i++;
-        if (this.at(")")) return this.i++, items;
+        if (this.at(")")) return (this.i++, items);
         continue;
       }
       if (this.text[this.i] === ")") {
         // A one-element tuple needs its trailing comma in Python.
         if (items.length === 1) this.fail("a one-element tuple lacks its comma");
-        return this.i++, items;
+        return (this.i++, items);
       }
       this.fail("expected ',' or ')'");
     }
@@ -236,9 +260,9 @@ class LiteralReader {
     const { text, i } = this;
     const c = text[i];
     if (c === "'" || c === '"') return this.str();
-    if (text.startsWith("True", i)) return (this.i += 4), true;
-    if (text.startsWith("False", i)) return (this.i += 5), false;
-    if (c === "(") return this.i++, this.tuple();
+    if (text.startsWith("True", i)) return ((this.i += 4), true);
+    if (text.startsWith("False", i)) return ((this.i += 5), false);
+    if (c === "(") return (this.i++, this.tuple());
     return this.fail("expected a string, True, False or a tuple");
   }
 }

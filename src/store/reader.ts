@@ -61,7 +61,9 @@ export class StoreReader {
         text = Buffer.from(await backend.readAll(MANIFEST_NAME)).toString("utf8");
       } catch (err) {
         if (err instanceof FileError && err.problem === "missing") {
-          throw new StoreError(backend.location, `has no ${MANIFEST_NAME}; is this a hidden-state store?`, { cause: err });
+          throw new StoreError(backend.location, `has no ${MANIFEST_NAME}; is this a hidden-state store?`, {
+            cause: err,
+          });
         }
         throw err;
       }
@@ -127,24 +129,48 @@ export class StoreReader {
 
   private async readRaw(layer: number, start: number, count: number, size: 2, into?: Uint8Array): Promise<Uint16Array>;
   private async readRaw(layer: number, start: number, count: number, size: 4): Promise<Float32Array>;
-  private async readRaw(layer: number, start: number, count: number, size: 2 | 4, into?: Uint8Array): Promise<Uint16Array | Float32Array> {
+  private async readRaw(
+    layer: number,
+    start: number,
+    count: number,
+    size: 2 | 4,
+    into?: Uint8Array,
+  ): Promise<Uint16Array | Float32Array> {
     const offset = this.layout.offsets.get(layer);
-    if (offset === undefined) throw new StoreError(this.backend.location, `holds no layer ${layer} (it has ${this.manifest.layers.join(", ")})`);
-    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(count) || start < 0 || count < 0 || start + count > this.readableRows) {
+    if (offset === undefined)
+      throw new StoreError(
+        this.backend.location,
+        `holds no layer ${layer} (it has ${this.manifest.layers.join(", ")})`,
+      );
+    if (
+      !Number.isSafeInteger(start) ||
+      !Number.isSafeInteger(count) ||
+      start < 0 ||
+      count < 0 ||
+      start + count > this.readableRows
+    ) {
       throw new RangeError(`Expected rows within 0…${this.readableRows} but received ${start}…${start + count}`);
     }
     const d = this.dModel;
     const bytes = await this.backend.read(layerFileName(layer), offset + start * d * size, count * d * size, into);
     if (bytes.length !== count * d * size) {
-      throw new StoreError(`${this.backend.location}/${layerFileName(layer)}`, "ended early while reading (was it truncated?)");
+      throw new StoreError(
+        `${this.backend.location}/${layerFileName(layer)}`,
+        "ended early while reading (was it truncated?)",
+      );
     }
     // A typed view needs an aligned offset; copy the rare unaligned read.
     const aligned = bytes.byteOffset % size === 0 ? bytes : bytes.slice();
-    return size === 2 ? new Uint16Array(aligned.buffer, aligned.byteOffset, count * d) : new Float32Array(aligned.buffer, aligned.byteOffset, count * d);
+    return size === 2
+      ? new Uint16Array(aligned.buffer, aligned.byteOffset, count * d)
+      : new Float32Array(aligned.buffer, aligned.byteOffset, count * d);
   }
 
   /** Streams a layer in blocks of at most `blockRows` rows. */
-  async *blocks(layer: number, blockRows = STREAM_BLOCK_ROWS): AsyncGenerator<{ start: number; count: number; data: Uint16Array }> {
+  async *blocks(
+    layer: number,
+    blockRows = STREAM_BLOCK_ROWS,
+  ): AsyncGenerator<{ start: number; count: number; data: Uint16Array }> {
     for (let start = 0; start < this.readableRows; start += blockRows) {
       const count = Math.min(blockRows, this.readableRows - start);
       yield { start, count, data: await this.readRows(layer, start, count) };
@@ -157,7 +183,10 @@ export class StoreReader {
 }
 
 /** Reads the header of one layer file. */
-async function readHeader(backend: StoreBackend, layer: number): Promise<{ header: NpyHeader; size: number; path: string }> {
+async function readHeader(
+  backend: StoreBackend,
+  layer: number,
+): Promise<{ header: NpyHeader; size: number; path: string }> {
   const name = layerFileName(layer);
   const path = `${backend.location}/${name}`;
   const size = await backend.size(name);
@@ -165,7 +194,10 @@ async function readHeader(backend: StoreBackend, layer: number): Promise<{ heade
   return { header: parseNpyHeader(prelude, path), size, path };
 }
 
-async function openNative(backend: StoreBackend, manifest: Manifest): Promise<{ manifest: Manifest; layout: Layout; foreign?: undefined }> {
+async function openNative(
+  backend: StoreBackend,
+  manifest: Manifest,
+): Promise<{ manifest: Manifest; layout: Layout; foreign?: undefined }> {
   const offsets = new Map<number, number>();
   for (const layer of manifest.layers) {
     const { header, size, path } = await readHeader(backend, layer);
@@ -185,9 +217,15 @@ async function openForeign(
   const { manifest: f, problems } = parseForeignManifest(value);
   if (!f || problems.length > 0) throw new ManifestError(where, problems[0]!.key, problems[0]!.message);
   const layers = f.layers ?? (await backend.list()).map(layerOfFileName).filter((l): l is number => l !== undefined);
-  if (layers.length === 0) throw new StoreError(backend.location, "holds no L###.npy files and its manifest lists no layers");
+  if (layers.length === 0)
+    throw new StoreError(backend.location, "holds no L###.npy files and its manifest lists no layers");
   for (const l of layers) {
-    if (!f.checksums.has(layerFileName(l))) throw new ManifestError(where, "", `records no checksum for ${layerFileName(l)}, so its content cannot be trusted`);
+    if (!f.checksums.has(layerFileName(l)))
+      throw new ManifestError(
+        where,
+        "",
+        `records no checksum for ${layerFileName(l)}, so its content cannot be trusted`,
+      );
   }
   const n = f.queryIds.length;
   const offsets = new Map<number, number>();
@@ -208,7 +246,11 @@ async function openForeign(
   let families = f.families;
   if (!factIds || !families) {
     if (options.bank === undefined) {
-      throw new ManifestError(where, "", "records no fact ids or condition families; pass the query bank (--bank BANK) to take them from it");
+      throw new ManifestError(
+        where,
+        "",
+        "records no fact ids or condition families; pass the query bank (--bank BANK) to take them from it",
+      );
     }
     const bank = typeof options.bank === "string" ? await readBank(options.bank) : options.bank;
     const joined = joinBank(f.queryIds, bank, where, typeof options.bank === "string" ? options.bank : "given");
@@ -216,6 +258,13 @@ async function openForeign(
     families ??= joined.families;
   }
   // A store folder is named for its model (outputs/hidden/<model>/).
-  const manifest = normalizedManifest(f, { layers, dModel: d!, sizes, factIds, families, model: defaultModelName(backend.location) || UNNAMED });
+  const manifest = normalizedManifest(f, {
+    layers,
+    dModel: d!,
+    sizes,
+    factIds,
+    families,
+    model: defaultModelName(backend.location) || UNNAMED,
+  });
   return { manifest, layout: { offsets, float32 }, foreign: f };
 }

@@ -13,7 +13,18 @@
  * they are small, and while the hashing threads hold every core, each round
  * trip through libuv's thread pool would wait for a core of its own.
  */
-import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readSync, statSync, type Dirent } from "node:fs";
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync,
+  type Dirent,
+} from "node:fs";
 import { readdir } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
@@ -91,8 +102,19 @@ interface Expected {
  * is missing or not a folder, since then there is nothing to check.
  */
 export async function verifyStore(dir: string, options: VerifyOptions = {}): Promise<VerifyReport> {
-  const report: VerifyReport = { store: dir, ok: false, complete: null, rows: null, rows_done: null, files: [], problems: [], foreign: false, notes: [] };
-  const problem = (file: string, code: string, message: string) => report.problems.push({ file, problem: code, message });
+  const report: VerifyReport = {
+    store: dir,
+    ok: false,
+    complete: null,
+    rows: null,
+    rows_done: null,
+    files: [],
+    problems: [],
+    foreign: false,
+    notes: [],
+  };
+  const problem = (file: string, code: string, message: string) =>
+    report.problems.push({ file, problem: code, message });
 
   expectFolder(dir);
   const concurrency = options.concurrency ?? availableParallelism();
@@ -107,7 +129,8 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
   // Files in the folder that the manifest does not account for.
   const known = new Set(plan.listed.map((e) => e.name));
   for (const name of ahead.names) {
-    if (layerOfFileName(name) !== undefined && !known.has(name)) problem(name, "unlisted-file", "is in the store folder but not in the manifest");
+    if (layerOfFileName(name) !== undefined && !known.has(name))
+      problem(name, "unlisted-file", "is in the store folder but not in the manifest");
   }
   const outcomes = await hashedAsPlanned(dir, toHash, ahead, concurrency);
   compareChecksums(toHash, outcomes, plan, report, problem);
@@ -125,7 +148,12 @@ function expectFolder(dir: string): void {
     throw fileError(err, dir);
   }
   if (!folder.isDirectory()) {
-    throw new FileError(dir, "unreadable", "ENOTDIR", "is not a folder; a store is a folder holding index.json and L###.npy files");
+    throw new FileError(
+      dir,
+      "unreadable",
+      "ENOTDIR",
+      "is not a folder; a store is a folder holding index.json and L###.npy files",
+    );
   }
 }
 
@@ -183,7 +211,11 @@ function checkHeaders(
     if (seen.bytes !== undefined) {
       file.bytes = seen.bytes;
       if (entry.bytes !== undefined && seen.bytes !== entry.bytes) {
-        problem(name, "size", `is ${seen.bytes} bytes but the manifest says ${entry.bytes}${seen.bytes < entry.bytes ? " (truncated)" : ""}`);
+        problem(
+          name,
+          "size",
+          `is ${seen.bytes} bytes but the manifest says ${entry.bytes}${seen.bytes < entry.bytes ? " (truncated)" : ""}`,
+        );
       }
     }
     if ("problem" in seen) {
@@ -227,7 +259,11 @@ function compareChecksums(
     let good = true;
     if (entry.sha256 !== undefined && o.result.sha256 !== entry.sha256) {
       good = false;
-      problem(name, "sha256", `sha256 is ${o.result.sha256}, the manifest says ${entry.sha256 || "(none)"}: the file changed after it was written`);
+      problem(
+        name,
+        "sha256",
+        `sha256 is ${o.result.sha256}, the manifest says ${entry.sha256 || "(none)"}: the file changed after it was written`,
+      );
     }
     const stats = o.result.stats;
     if (good && stats && entry.nonfinite !== undefined && stats.nonfinite !== entry.nonfinite) {
@@ -271,7 +307,10 @@ function look(dir: string, name: string): Look {
     return { problem: "unreadable", message: `cannot be read: ${osReason(e)}` };
   }
   if (!st.isFile()) {
-    return { problem: "not-regular-file", message: st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file" };
+    return {
+      problem: "not-regular-file",
+      message: st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file",
+    };
   }
   let prelude: Buffer;
   try {
@@ -285,7 +324,11 @@ function look(dir: string, name: string): Look {
       closeSync(fd);
     }
   } catch (err) {
-    return { bytes: st.size, problem: "unreadable", message: `cannot be read: ${osReason(err as NodeJS.ErrnoException)}` };
+    return {
+      bytes: st.size,
+      problem: "unreadable",
+      message: `cannot be read: ${osReason(err as NodeJS.ErrnoException)}`,
+    };
   }
   try {
     return { bytes: st.size, header: parseNpyHeader(prelude, name) };
@@ -325,15 +368,29 @@ function hashAhead(dir: string, concurrency: number): HashAhead {
     /* nothing hashed ahead; the checks below say what is wrong */
   }
   const looks = new Map<string, Look>();
-  for (const e of entries) if (e.isFile() && layerOfFileName(e.name) !== undefined) looks.set(e.name, look(dir, e.name));
-  const plans = entries.some((e) => e.name === MANIFEST_NAME) ? [...looks].flatMap(([name, l]) => ("header" in l ? [hashPlan(name, l.header)] : [])) : [];
-  const outcomes = plans.length > 0 ? hashFiles(plans.map((f) => hashJob(dir, f)), concurrency) : Promise.resolve([]);
+  for (const e of entries)
+    if (e.isFile() && layerOfFileName(e.name) !== undefined) looks.set(e.name, look(dir, e.name));
+  const plans = entries.some((e) => e.name === MANIFEST_NAME)
+    ? [...looks].flatMap(([name, l]) => ("header" in l ? [hashPlan(name, l.header)] : []))
+    : [];
+  const outcomes =
+    plans.length > 0
+      ? hashFiles(
+          plans.map((f) => hashJob(dir, f)),
+          concurrency,
+        )
+      : Promise.resolve([]);
   outcomes.catch(() => {}); // a failure surfaces where the outcomes are awaited, not as an unhandled rejection meanwhile
   return { names: entries.map((e) => e.name), looks, plans, outcomes };
 }
 
 /** The outcomes for `toHash`, in order: those hashed ahead as planned, the rest hashed now. */
-async function hashedAsPlanned(dir: string, toHash: readonly HashPlan[], ahead: HashAhead, concurrency: number): Promise<HashOutcome[]> {
+async function hashedAsPlanned(
+  dir: string,
+  toHash: readonly HashPlan[],
+  ahead: HashAhead,
+  concurrency: number,
+): Promise<HashOutcome[]> {
   const early = await ahead.outcomes;
   const byName = new Map(ahead.plans.map((p, i) => [p.name, { plan: p, outcome: early[i]! }]));
   const same = (a: HashPlan, b: HashPlan) => a.dataOffset === b.dataOffset && a.float32 === b.float32;
@@ -341,7 +398,13 @@ async function hashedAsPlanned(dir: string, toHash: readonly HashPlan[], ahead: 
     const got = byName.get(f.name);
     return !got || !same(got.plan, f);
   });
-  const lateOutcomes = late.length > 0 ? await hashFiles(late.map((f) => hashJob(dir, f)), concurrency) : [];
+  const lateOutcomes =
+    late.length > 0
+      ? await hashFiles(
+          late.map((f) => hashJob(dir, f)),
+          concurrency,
+        )
+      : [];
   const fromLate = new Map(late.map((f, i) => [f.name, lateOutcomes[i]!]));
   return toHash.map((f) => fromLate.get(f.name) ?? byName.get(f.name)!.outcome);
 }
@@ -357,20 +420,33 @@ interface Plan {
 
 function summarizeSelfCheck(c: SelfCheck): NonNullable<VerifyReport["self_check"]> {
   const key = (r: number | null) => (r === null ? Infinity : r);
-  const worst = c.layers.reduce<SelfCheck["layers"][number] | undefined>((w, l) => (!w || key(l.max_rel_dev) > key(w.max_rel_dev) ? l : w), undefined);
-  return { rows: c.rows, worst_layer: worst?.layer ?? null, worst_rel_dev: worst ? worst.max_rel_dev : 0, status: c.status };
+  const worst = c.layers.reduce<SelfCheck["layers"][number] | undefined>(
+    (w, l) => (!w || key(l.max_rel_dev) > key(w.max_rel_dev) ? l : w),
+    undefined,
+  );
+  return {
+    rows: c.rows,
+    worst_layer: worst?.layer ?? null,
+    worst_rel_dev: worst ? worst.max_rel_dev : 0,
+    status: c.status,
+  };
 }
 
 /** hsm's own manifest: every field required, every file entry compared. */
 function planNative(value: unknown, problem: ProblemSink, report: VerifyReport): Plan {
-  for (const p of manifestProblems(value)) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
+  for (const p of manifestProblems(value))
+    problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   const m = value as Partial<Manifest>;
   if (typeof m.complete === "boolean") report.complete = m.complete;
   if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
   if (Number.isSafeInteger(m.rows_done)) report.rows_done = m.rows_done!;
   if (m.self_check && Array.isArray(m.self_check.layers)) report.self_check = summarizeSelfCheck(m.self_check);
   if (m.complete === false) {
-    problem(MANIFEST_NAME, "incomplete", `the store is incomplete: ${m.rows_done} of ${report.rows} rows written and no checksums yet`);
+    problem(
+      MANIFEST_NAME,
+      "incomplete",
+      `the store is incomplete: ${m.rows_done} of ${report.rows} rows written and no checksums yet`,
+    );
   }
   // The files we may open: plain names, with the structure needed to check them.
   const listed =
@@ -385,11 +461,23 @@ function planNative(value: unknown, problem: ProblemSink, report: VerifyReport):
             maxAbs: e.max_abs,
           }))
       : [];
-  return { listed, rows: report.rows, d: Number.isSafeInteger(m.d_model) ? m.d_model! : null, dtypes: ["<f2"], compare: m.complete === true };
+  return {
+    listed,
+    rows: report.rows,
+    d: Number.isSafeInteger(m.d_model) ? m.d_model! : null,
+    dtypes: ["<f2"],
+    compare: m.complete === true,
+  };
 }
 
 /** A manifest written by another tool: row order, layers and checksums checked; the rest noted. */
-async function planForeign(value: unknown, problem: ProblemSink, report: VerifyReport, options: VerifyOptions, dir: string): Promise<Plan | undefined> {
+async function planForeign(
+  value: unknown,
+  problem: ProblemSink,
+  report: VerifyReport,
+  options: VerifyOptions,
+  dir: string,
+): Promise<Plan | undefined> {
   // Loaded here, not with this module: hsm's own stores, the usual case, need none of it.
   const { bankMismatch, parseForeignManifest, unrecorded } = await import("./foreign.js");
   const { manifest: f, problems } = parseForeignManifest(value);
@@ -397,17 +485,26 @@ async function planForeign(value: unknown, problem: ProblemSink, report: VerifyR
   if (!f) return undefined;
   const note = (file: string, code: string, message: string) => report.notes.push({ file, note: code, message });
   for (const message of unrecorded(f)) note(MANIFEST_NAME, "not-recorded", message);
-  for (const name of f.otherFiles) note(name, "not-a-store-file", "has a checksum in the manifest but is not a store file; not opened");
+  for (const name of f.otherFiles)
+    note(name, "not-a-store-file", "has a checksum in the manifest but is not a store file; not opened");
   report.rows = f.queryIds.length;
   report.complete = f.complete ?? null;
   report.rows_done = f.rowsDone ?? null;
-  if (f.complete === false) problem(MANIFEST_NAME, "incomplete", "the store is incomplete by its own manifest (complete: false)");
+  if (f.complete === false)
+    problem(MANIFEST_NAME, "incomplete", "the store is incomplete by its own manifest (complete: false)");
 
   if (!f.factIds || !f.families) {
     if (options.bank === undefined) {
-      note(MANIFEST_NAME, "no-bank", "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)");
+      note(
+        MANIFEST_NAME,
+        "no-bank",
+        "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)",
+      );
     } else {
-      const bank = typeof options.bank === "string" ? await (await import("../bank/bank.js")).readBank(options.bank) : options.bank;
+      const bank =
+        typeof options.bank === "string"
+          ? await (await import("../bank/bank.js")).readBank(options.bank)
+          : options.bank;
       const mismatch = bankMismatch(f.queryIds, bank, typeof options.bank === "string" ? options.bank : "given");
       if (mismatch) problem(MANIFEST_NAME, "bank-join", `"query_ids" ${mismatch}`);
     }
@@ -416,17 +513,32 @@ async function planForeign(value: unknown, problem: ProblemSink, report: VerifyR
   let layers = f.layers;
   if (!layers) {
     try {
-      layers = (await readdir(dir)).map(layerOfFileName).filter((l): l is number => l !== undefined).sort((a, b) => a - b);
+      layers = (await readdir(dir))
+        .map(layerOfFileName)
+        .filter((l): l is number => l !== undefined)
+        .sort((a, b) => a - b);
     } catch (err) {
       throw fileError(err, dir);
     }
   }
-  if (layers.length === 0) problem(MANIFEST_NAME, "no-layers", "lists no layers and the folder holds no L###.npy files");
+  if (layers.length === 0)
+    problem(MANIFEST_NAME, "no-layers", "lists no layers and the folder holds no L###.npy files");
   const listed = layers.map((l) => {
     const name = layerFileName(l);
     const sha256 = f.checksums.get(name);
-    if (sha256 === undefined) problem(name, "sha256-missing", "has no checksum in the manifest, so its content cannot be trusted");
-    return { name, ...(sha256 !== undefined ? { sha256 } : {}), ...(f.nonfinite.has(name) ? { nonfinite: f.nonfinite.get(name)! } : {}) };
+    if (sha256 === undefined)
+      problem(name, "sha256-missing", "has no checksum in the manifest, so its content cannot be trusted");
+    return {
+      name,
+      ...(sha256 !== undefined ? { sha256 } : {}),
+      ...(f.nonfinite.has(name) ? { nonfinite: f.nonfinite.get(name)! } : {}),
+    };
   });
-  return { listed, rows: f.queryIds.length, d: f.dModel ?? null, dtypes: ["<f2", "<f4"], compare: f.complete !== false };
+  return {
+    listed,
+    rows: f.queryIds.length,
+    d: f.dModel ?? null,
+    dtypes: ["<f2", "<f4"],
+    compare: f.complete !== false,
+  };
 }

@@ -16,7 +16,14 @@ import { fileError, osReason } from "../util/fs.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";
 import { layerFileName } from "./names.js";
-import { MANIFEST_NAME, parseManifest, STORE_FORMAT, writeManifestAtomic, type FileEntry, type Manifest } from "./manifest.js";
+import {
+  MANIFEST_NAME,
+  parseManifest,
+  STORE_FORMAT,
+  writeManifestAtomic,
+  type FileEntry,
+  type Manifest,
+} from "./manifest.js";
 import { buildNpyHeader } from "./npy.js";
 
 /** What the caller knows before the first row: everything but the data. */
@@ -33,10 +40,25 @@ export type StoreInit = Pick<
   | "query_ids"
   | "fact_ids"
   | "condition_families"
-> & { max_prompt_len?: number; shard?: Manifest["shard"]; style?: Manifest["style"]; padding_side?: Manifest["padding_side"]; weights?: string };
+> & {
+  max_prompt_len?: number;
+  shard?: Manifest["shard"];
+  style?: Manifest["style"];
+  padding_side?: Manifest["padding_side"];
+  weights?: string;
+};
 
 /** The manifest fields that must agree for a run to continue an existing store. */
-const IDENTITY = ["model_sha256", "num_layers", "d_model", "layers", "layer_rule", "last_layer_final_norm", "query_ids", "shard"] as const;
+const IDENTITY = [
+  "model_sha256",
+  "num_layers",
+  "d_model",
+  "layers",
+  "layer_rule",
+  "last_layer_final_norm",
+  "query_ids",
+  "shard",
+] as const;
 
 export class StoreWriter {
   private readonly scratch = new Map<number, Uint16Array>();
@@ -125,7 +147,9 @@ export class StoreWriter {
     } catch (err) {
       // The files hold nothing yet and no manifest names them: leave no partial store behind.
       await Promise.all([...handles.values()].map((h) => h.close()));
-      await Promise.all([...handles.keys()].map((layer) => unlink(join(dir, layerFileName(layer))).catch(() => undefined)));
+      await Promise.all(
+        [...handles.keys()].map((layer) => unlink(join(dir, layerFileName(layer))).catch(() => undefined)),
+      );
       throw err;
     }
     const writer = new StoreWriter(dir, manifest, handles, offsets);
@@ -159,7 +183,8 @@ export class StoreWriter {
         } catch (err) {
           throw fileError(err, path);
         }
-        if (st.size !== entry.bytes) throw new StoreError(path, `is ${st.size} bytes, the manifest says ${entry.bytes}; cannot resume`);
+        if (st.size !== entry.bytes)
+          throw new StoreError(path, `is ${st.size} bytes, the manifest says ${entry.bytes}; cannot resume`);
         if (st.blocks * STAT_BLOCK_BYTES < st.size) holes.set(layer, st.size - st.blocks * STAT_BLOCK_BYTES);
       }
       await ensureSpace(dir, [...holes.values()].reduce((a, b) => a + b, 0) + manifestRoom(manifest));
@@ -200,10 +225,16 @@ export class StoreWriter {
   /** Writes float16 rows `[rowStart, rowStart + count)` of one layer. */
   async writeRows(layer: number, rowStart: number, data: Uint16Array): Promise<void> {
     const fh = this.handles.get(layer);
-    if (!fh) throw new StoreError(this.dir, this.complete ? "is complete; nothing more can be written" : `has no layer ${layer}`);
+    if (!fh)
+      throw new StoreError(
+        this.dir,
+        this.complete ? "is complete; nothing more can be written" : `has no layer ${layer}`,
+      );
     const d = this.manifest.d_model;
     if (data.length % d !== 0 || rowStart < 0 || rowStart * d + data.length > this.rows * d) {
-      throw new RangeError(`Expected whole rows of width ${d} inside the store but received ${data.length} values at row ${rowStart}`);
+      throw new RangeError(
+        `Expected whole rows of width ${d} inside the store but received ${data.length} values at row ${rowStart}`,
+      );
     }
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     try {
@@ -251,7 +282,10 @@ export class StoreWriter {
     await this.closeFiles();
     const names = this.manifest.layers.map(layerFileName);
     const outcomes = await hashFiles(
-      names.map((name) => ({ path: join(this.dir, name), f16From: buildNpyHeader("<f2", this.manifest.files[name]!.shape).length })),
+      names.map((name) => ({
+        path: join(this.dir, name),
+        f16From: buildNpyHeader("<f2", this.manifest.files[name]!.shape).length,
+      })),
       concurrency,
     );
     outcomes.forEach((o, i) => {
@@ -286,11 +320,12 @@ let zeros: Uint8Array | undefined;
 /** Writes zeros over `[from, to)` so that the file system gives those bytes real blocks. */
 async function allocate(fh: FileHandle, from: number, to: number): Promise<void> {
   zeros ??= new Uint8Array(ALLOCATE_BLOCK);
-  for (let pos = from; pos < to; pos += ALLOCATE_BLOCK) await writeAll(fh, zeros.subarray(0, Math.min(ALLOCATE_BLOCK, to - pos)), pos);
+  for (let pos = from; pos < to; pos += ALLOCATE_BLOCK)
+    await writeAll(fh, zeros.subarray(0, Math.min(ALLOCATE_BLOCK, to - pos)), pos);
 }
 
 async function writeAll(fh: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
-  for (let done = 0; done < bytes.length; ) {
+  for (let done = 0; done < bytes.length;) {
     const { bytesWritten } = await fh.write(bytes, done, bytes.length - done, position + done);
     done += bytesWritten;
   }
@@ -334,8 +369,12 @@ async function readExisting(dir: string): Promise<Manifest | undefined> {
 function validateInit(init: StoreInit, dir: string): void {
   const n = init.query_ids.length;
   if (init.fact_ids.length !== n || init.condition_families.length !== n) {
-    throw new StoreError(dir, `needs one fact id and family per row: ${n} query ids, ${init.fact_ids.length} fact ids, ${init.condition_families.length} families`);
+    throw new StoreError(
+      dir,
+      `needs one fact id and family per row: ${n} query ids, ${init.fact_ids.length} fact ids, ${init.condition_families.length} families`,
+    );
   }
-  if (!Number.isSafeInteger(init.d_model) || init.d_model < 1) throw new StoreError(dir, `d_model must be a positive integer, not ${init.d_model}`);
+  if (!Number.isSafeInteger(init.d_model) || init.d_model < 1)
+    throw new StoreError(dir, `d_model must be a positive integer, not ${init.d_model}`);
   if (init.layers.length === 0) throw new StoreError(dir, "needs at least one layer to store");
 }

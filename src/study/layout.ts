@@ -74,7 +74,12 @@ export function formatStudySummary(s: StudySummary): string {
   const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join("  ");
   const out = [line(header), line(widths.map((w) => "─".repeat(w))), ...rows.map(line)];
   const failed = s.models.filter((m) => m.status === "failed");
-  if (failed.length) out.push("", `${failed.length} of ${s.models.length} models failed:`, ...failed.map((m) => `  ${m.name}: ${m.message}`));
+  if (failed.length)
+    out.push(
+      "",
+      `${failed.length} of ${s.models.length} models failed:`,
+      ...failed.map((m) => `  ${m.name}: ${m.message}`),
+    );
   return out.join("\n");
 }
 
@@ -97,7 +102,8 @@ export interface ShardCommands {
  * @example studyShardCommands(study, 4)[0].extract[1] // "hsm extract --model-dir … --shard 1/4"
  */
 export function studyShardCommands(study: Study, n: number): ShardCommands[] {
-  if (!Number.isInteger(n) || n < 1) throw new RangeError(`Expected a positive integer for the shard count but received ${n}`);
+  if (!Number.isInteger(n) || n < 1)
+    throw new RangeError(`Expected a positive integer for the shard count but received ${n}`);
   return study.models
     .filter((m) => m.modelDir !== undefined)
     .map((m) => {
@@ -108,9 +114,32 @@ export function studyShardCommands(study: Study, n: number): ShardCommands[] {
         ...(study.run.threads ? ["--threads", String(study.run.threads)] : []),
       ];
       const extract = Array.from({ length: n }, (_, k) =>
-        ["hsm", "extract", "--model-dir", m.modelDir!, "--bank", study.bank, "--out", shardDir(k), "--model", m.name, ...options, "--shard", `${k}/${n}`].map(shellWord).join(" "),
+        [
+          "hsm",
+          "extract",
+          "--model-dir",
+          m.modelDir!,
+          "--bank",
+          study.bank,
+          "--out",
+          shardDir(k),
+          "--model",
+          m.name,
+          ...options,
+          "--shard",
+          `${k}/${n}`,
+        ]
+          .map(shellWord)
+          .join(" "),
       );
-      const merge = ["hsm", "merge", modelPaths(study.outputs, m.name).store, ...Array.from({ length: n }, (_, k) => shardDir(k))].map(shellWord).join(" ");
+      const merge = [
+        "hsm",
+        "merge",
+        modelPaths(study.outputs, m.name).store,
+        ...Array.from({ length: n }, (_, k) => shardDir(k)),
+      ]
+        .map(shellWord)
+        .join(" ");
       return { model: m.name, extract, merge };
     });
 }

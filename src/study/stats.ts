@@ -18,7 +18,8 @@ export const Z_95 = 1.959963984540054;
 const NEGLIGIBLE_TERM = 1e-17;
 
 function expectCount(name: string, value: number): void {
-  if (!Number.isInteger(value) || value < 0) throw new RangeError(`Expected non-negative integer for ${name} but received ${value}`);
+  if (!Number.isInteger(value) || value < 0)
+    throw new RangeError(`Expected non-negative integer for ${name} but received ${value}`);
 }
 
 /**
@@ -193,7 +194,14 @@ type WeightedStatistic = (weight: Float64Array) => number | null;
  * The paired bootstrap's core: every replicate draws one multiset of the
  * common facts and recomputes both models' statistics under it.
  */
-function pairedOverFacts(nFacts: number, statA: WeightedStatistic, statB: WeightedStatistic, o: PairedBootstrapOptions, onlyA: number, onlyB: number): PairedDifference {
+function pairedOverFacts(
+  nFacts: number,
+  statA: WeightedStatistic,
+  statB: WeightedStatistic,
+  o: PairedBootstrapOptions,
+  onlyA: number,
+  onlyB: number,
+): PairedDifference {
   const b = o.replicates ?? DEFAULT_BOOTSTRAP;
   expectCount("replicates", b);
   const empty = { nFacts, onlyA, onlyB };
@@ -239,7 +247,10 @@ export interface FactValues {
 }
 
 function factMeans(rows: FactValues, index: Map<string, number>): Float64Array {
-  if (rows.value.length !== rows.fact.length) throw new RangeError(`Expected one fact per value but received ${rows.fact.length} facts for ${rows.value.length} values`);
+  if (rows.value.length !== rows.fact.length)
+    throw new RangeError(
+      `Expected one fact per value but received ${rows.fact.length} facts for ${rows.value.length} values`,
+    );
   const sum = new Float64Array(index.size);
   const count = new Float64Array(index.size);
   for (let r = 0; r < rows.fact.length; r++) {
@@ -280,7 +291,10 @@ export interface ScoredRows {
 /** AUROC of `rows` with each row weighted by its fact's weight; rows of facts outside `index` weigh 0. */
 function factWeightedAuroc(rows: ScoredRows, index: Map<string, number>): WeightedStatistic {
   const n = rows.fact.length;
-  if (rows.score.length !== n || rows.label.length !== n) throw new RangeError(`Expected one fact, score and label per row but received ${n}, ${rows.score.length}, ${rows.label.length}`);
+  if (rows.score.length !== n || rows.label.length !== n)
+    throw new RangeError(
+      `Expected one fact, score and label per row but received ${n}, ${rows.score.length}, ${rows.label.length}`,
+    );
   const outside = index.size;
   const factOfRow = Int32Array.from(rows.fact, (f) => index.get(f) ?? outside);
   const sorted = new SortedScores(Float64Array.from(rows.score), Uint8Array.from(rows.label), factOfRow, outside + 1);
@@ -325,7 +339,10 @@ function kts(rows: KtsRows, index: Map<string, number>): WeightedStatistic {
  * of both models.
  */
 export function pairedKtsDifference(a: KtsRows, b: KtsRows, o: PairedBootstrapOptions): PairedDifference {
-  const { facts, onlyA, onlyB } = commonFacts([...a.family.fact, ...a.anchor.fact], [...b.family.fact, ...b.anchor.fact]);
+  const { facts, onlyA, onlyB } = commonFacts(
+    [...a.family.fact, ...a.anchor.fact],
+    [...b.family.fact, ...b.anchor.fact],
+  );
   const index = new Map(facts.map((f, i) => [f, i]));
   return pairedOverFacts(facts.length, kts(a, index), kts(b, index), o, onlyA, onlyB);
 }

@@ -59,7 +59,15 @@ export interface Study {
 }
 
 const TOP_FIELDS = ["bank", "outputs", "generation", "run", "models"] as const;
-const GENERATION_FIELDS = ["max_new_tokens", "max_prompt_len", "seed", "do_sample", "temperature", "num_beams", "dtype"] as const;
+const GENERATION_FIELDS = [
+  "max_new_tokens",
+  "max_prompt_len",
+  "seed",
+  "do_sample",
+  "temperature",
+  "num_beams",
+  "dtype",
+] as const;
 const SAMPLING_FIELDS = ["top_p", "top_k", "typical_p", "min_p", "num_return_sequences"] as const;
 const RUN_FIELDS = ["batch_size", "device", "threads"] as const;
 const MODEL_FIELDS = ["name", "model_dir", "outputs"] as const;
@@ -101,33 +109,46 @@ class Checker {
   }
 
   mapping(value: unknown, path: Path, known: readonly string[], what: string): Record<string, unknown> {
-    if (value === null || typeof value !== "object" || Array.isArray(value)) this.fail(path, `expected ${what} but received ${describe(value)}`);
+    if (value === null || typeof value !== "object" || Array.isArray(value))
+      this.fail(path, `expected ${what} but received ${describe(value)}`);
     const map = value as Record<string, unknown>;
-    for (const key of Object.keys(map)) if (!known.includes(key)) this.fail([...path, key], `unknown field; expected one of ${known.join(", ")}`);
+    for (const key of Object.keys(map))
+      if (!known.includes(key)) this.fail([...path, key], `unknown field; expected one of ${known.join(", ")}`);
     return map;
   }
 
   text(value: unknown, path: Path, what: string): string {
-    if (typeof value !== "string" || value.trim() === "") this.fail(path, `expected ${what} but received ${describe(value)}`);
+    if (typeof value !== "string" || value.trim() === "")
+      this.fail(path, `expected ${what} but received ${describe(value)}`);
     return value;
   }
 
   positiveInteger(value: unknown, path: Path): number {
-    if (typeof value !== "number" || !Number.isInteger(value) || value < 1) this.fail(path, `expected a positive integer but received ${describe(value)}`);
+    if (typeof value !== "number" || !Number.isInteger(value) || value < 1)
+      this.fail(path, `expected a positive integer but received ${describe(value)}`);
     return value;
   }
 }
 
 function checkGeneration(c: Checker, value: unknown): GenerationSettings {
   const path = ["generation"];
-  const g = value === undefined ? {} : c.mapping(value, path, [...GENERATION_FIELDS, ...SAMPLING_FIELDS], "a mapping of decoding settings");
-  for (const key of SAMPLING_FIELDS) if (key in g) c.fail([...path, key], "is a sampling setting; hsm decodes greedily only, so remove it");
-  if ("do_sample" in g && g.do_sample !== false) c.fail([...path, "do_sample"], `hsm decodes greedily only; expected false but received ${describe(g.do_sample)}`);
-  if ("temperature" in g && g.temperature !== 0) c.fail([...path, "temperature"], `hsm decodes greedily only; expected 0 but received ${describe(g.temperature)}`);
-  if ("num_beams" in g && g.num_beams !== 1) c.fail([...path, "num_beams"], `hsm decodes greedily only; expected 1 but received ${describe(g.num_beams)}`);
+  const g =
+    value === undefined
+      ? {}
+      : c.mapping(value, path, [...GENERATION_FIELDS, ...SAMPLING_FIELDS], "a mapping of decoding settings");
+  for (const key of SAMPLING_FIELDS)
+    if (key in g) c.fail([...path, key], "is a sampling setting; hsm decodes greedily only, so remove it");
+  if ("do_sample" in g && g.do_sample !== false)
+    c.fail([...path, "do_sample"], `hsm decodes greedily only; expected false but received ${describe(g.do_sample)}`);
+  if ("temperature" in g && g.temperature !== 0)
+    c.fail([...path, "temperature"], `hsm decodes greedily only; expected 0 but received ${describe(g.temperature)}`);
+  if ("num_beams" in g && g.num_beams !== 1)
+    c.fail([...path, "num_beams"], `hsm decodes greedily only; expected 1 but received ${describe(g.num_beams)}`);
   const settings: GenerationSettings = {
-    max_new_tokens: "max_new_tokens" in g ? c.positiveInteger(g.max_new_tokens, [...path, "max_new_tokens"]) : MAX_NEW_TOKENS,
-    max_prompt_len: "max_prompt_len" in g ? c.positiveInteger(g.max_prompt_len, [...path, "max_prompt_len"]) : MAX_PROMPT_LEN,
+    max_new_tokens:
+      "max_new_tokens" in g ? c.positiveInteger(g.max_new_tokens, [...path, "max_new_tokens"]) : MAX_NEW_TOKENS,
+    max_prompt_len:
+      "max_prompt_len" in g ? c.positiveInteger(g.max_prompt_len, [...path, "max_prompt_len"]) : MAX_PROMPT_LEN,
     seed: DEFAULT_SEED,
   };
   if ("seed" in g) {
@@ -137,7 +158,8 @@ function checkGeneration(c: Checker, value: unknown): GenerationSettings {
     settings.seed = g.seed;
   }
   if ("dtype" in g) {
-    if (!DTYPES.includes(g.dtype as (typeof DTYPES)[number])) c.fail([...path, "dtype"], `expected one of ${DTYPES.join(", ")} but received ${describe(g.dtype)}`);
+    if (!DTYPES.includes(g.dtype as (typeof DTYPES)[number]))
+      c.fail([...path, "dtype"], `expected one of ${DTYPES.join(", ")} but received ${describe(g.dtype)}`);
     settings.dtype = g.dtype as string;
   }
   return settings;
@@ -150,28 +172,41 @@ function checkRun(c: Checker, value: unknown): Study["run"] {
   if ("batch_size" in r) run.batchSize = c.positiveInteger(r.batch_size, ["run", "batch_size"]);
   if ("threads" in r) run.threads = c.positiveInteger(r.threads, ["run", "threads"]);
   if ("device" in r) {
-    if (r.device !== "cpu" && r.device !== "cuda") c.fail(["run", "device"], `expected "cpu" or "cuda" but received ${describe(r.device)}`);
+    if (r.device !== "cpu" && r.device !== "cuda")
+      c.fail(["run", "device"], `expected "cpu" or "cuda" but received ${describe(r.device)}`);
     run.device = r.device;
   }
   return run;
 }
 
 function checkModels(c: Checker, value: unknown, base: string): StudyModel[] {
-  if (!Array.isArray(value) || value.length === 0) c.fail(["models"], `expected a non-empty list of models (each a name and a model_dir or outputs) but received ${describe(value)}`);
+  if (!Array.isArray(value) || value.length === 0)
+    c.fail(
+      ["models"],
+      `expected a non-empty list of models (each a name and a model_dir or outputs) but received ${describe(value)}`,
+    );
   const seen = new Map<string, number>();
   return value.map((entry, i): StudyModel => {
     const path = ["models", i];
     const m = c.mapping(entry, path, MODEL_FIELDS, "a mapping with name and model_dir or outputs");
     if (!("name" in m)) c.fail(path, "is missing its name");
     const name = c.text(m.name, [...path, "name"], "a model name");
-    if (!MODEL_NAME.test(name)) c.fail([...path, "name"], `expected letters, digits, ".", "_", "+" or "-" (a name used for files) but received ${JSON.stringify(name)}`);
+    if (!MODEL_NAME.test(name))
+      c.fail(
+        [...path, "name"],
+        `expected letters, digits, ".", "_", "+" or "-" (a name used for files) but received ${JSON.stringify(name)}`,
+      );
     const first = seen.get(name);
-    if (first !== undefined) c.fail([...path, "name"], `${JSON.stringify(name)} is already the name of models[${first}]`);
+    if (first !== undefined)
+      c.fail([...path, "name"], `${JSON.stringify(name)} is already the name of models[${first}]`);
     seen.set(name, i);
     const hasDir = "model_dir" in m;
     const hasOutputs = "outputs" in m;
     if (hasDir === hasOutputs) {
-      c.fail(path, `expected exactly one of model_dir (a model folder to run) or outputs (an outputs folder to import) but received ${hasDir ? "both" : "neither"}`);
+      c.fail(
+        path,
+        `expected exactly one of model_dir (a model folder to run) or outputs (an outputs folder to import) but received ${hasDir ? "both" : "neither"}`,
+      );
     }
     const model: StudyModel = { name, line: c.line(path) };
     if (hasDir) model.modelDir = resolve(base, c.text(m.model_dir, [...path, "model_dir"], "a model folder"));
@@ -198,20 +233,43 @@ export function parseStudy(text: string, file: string): Study {
   const lc = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lc, prettyErrors: false, uniqueKeys: true });
   const error = doc.errors[0];
-  if (error) throw new StudyFileError(file, lc.linePos(error.pos[0]).line, undefined, `not valid YAML: ${error.message.split("\n")[0]}`, { cause: error });
+  if (error)
+    throw new StudyFileError(
+      file,
+      lc.linePos(error.pos[0]).line,
+      undefined,
+      `not valid YAML: ${error.message.split("\n")[0]}`,
+      { cause: error },
+    );
   const c = new Checker(file, doc, lc);
-  const top = c.mapping(doc.toJS(), [], TOP_FIELDS, "a mapping of bank, outputs, generation, run and models at the top");
+  const top = c.mapping(
+    doc.toJS(),
+    [],
+    TOP_FIELDS,
+    "a mapping of bank, outputs, generation, run and models at the top",
+  );
   const base = dirname(resolve(file));
   // A missing field has no line of its own: the message names the file only.
-  if (!("bank" in top)) throw new StudyFileError(file, undefined, undefined, 'is missing "bank" (the query bank JSONL, relative to the study file)');
-  if (!("models" in top)) throw new StudyFileError(file, undefined, undefined, 'is missing "models" (the list of models to compare)');
+  if (!("bank" in top))
+    throw new StudyFileError(
+      file,
+      undefined,
+      undefined,
+      'is missing "bank" (the query bank JSONL, relative to the study file)',
+    );
+  if (!("models" in top))
+    throw new StudyFileError(file, undefined, undefined, 'is missing "models" (the list of models to compare)');
   const bank = resolve(base, c.text(top.bank, ["bank"], "the path of the query bank JSONL"));
-  const outputs = resolve(base, "outputs" in top ? c.text(top.outputs, ["outputs"], "the path of the output root") : DEFAULT_OUTPUTS);
+  const outputs = resolve(
+    base,
+    "outputs" in top ? c.text(top.outputs, ["outputs"], "the path of the output root") : DEFAULT_OUTPUTS,
+  );
   const generation = checkGeneration(c, top.generation);
   const run = checkRun(c, top.run);
   const models = checkModels(c, top.models, base);
   const lines: Record<string, number | undefined> = {};
-  for (const path of [["bank"], ["outputs"], ...GENERATION_FIELDS.map((key) => ["generation", key])]) if (doc.hasIn(path)) lines[path.join(".")] = c.line(path);
+  for (const path of [["bank"], ["outputs"], ...GENERATION_FIELDS.map((key) => ["generation", key])])
+    if (doc.hasIn(path)) lines[path.join(".")] = c.line(path);
   return { file, bank, outputs, generation, run, models, lines };
 }
 
@@ -221,7 +279,13 @@ export async function readStudyFile(file: string): Promise<Study> {
   try {
     text = await readFile(file, "utf8");
   } catch (err) {
-    throw new StudyFileError(file, undefined, undefined, `cannot read the study file: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, { cause: err });
+    throw new StudyFileError(
+      file,
+      undefined,
+      undefined,
+      `cannot read the study file: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      { cause: err },
+    );
   }
   return parseStudy(text, file);
 }

@@ -14,7 +14,10 @@ import { writeMergedModel } from "./merged.js";
 import { QUANTIZED_STYLES, quantizedFiles, type QuantizedStyle } from "./quantize.js";
 import { renameModelFile } from "./rename.js";
 
-const GENAI_STYLES = { genai: "fp32", "genai-fp16": "fp16", "genai-int4": "int4" } as const satisfies Record<string, GenaiPrecision>;
+const GENAI_STYLES = { genai: "fp32", "genai-fp16": "fp16", "genai-int4": "int4" } as const satisfies Record<
+  string,
+  GenaiPrecision
+>;
 
 export const MODEL_STYLES = [
   "plain",
@@ -28,14 +31,20 @@ export const MODEL_STYLES = [
 
 /** Writes the tiny model folder in `style`; a UsageError naming the flag for an unknown style or family. */
 export async function writeModelInStyle(dir: string, style: string, o: TinyModelOptions): Promise<LlamaConfig> {
-  if (!(MODEL_STYLES as readonly string[]).includes(style)) throw new UsageError(`Expected --style ${MODEL_STYLES.join(", ")} but received "${style}"`);
-  if (o.family !== undefined && !FAMILIES.includes(o.family as Family)) throw new UsageError(`Expected --family ${FAMILIES.join(", ")} but received "${o.family}"`);
+  if (!(MODEL_STYLES as readonly string[]).includes(style))
+    throw new UsageError(`Expected --style ${MODEL_STYLES.join(", ")} but received "${style}"`);
+  if (o.family !== undefined && !FAMILIES.includes(o.family as Family))
+    throw new UsageError(`Expected --family ${FAMILIES.join(", ")} but received "${o.family}"`);
   if (style === "merged") return writeMergedModel(dir, o);
   if (style in GENAI_STYLES) {
-    if (o.family !== undefined && o.family !== "llama") throw new UsageError(`Expected --family llama with --style ${style} (genai builds are written for the llama shape) but received "${o.family}"`);
+    if (o.family !== undefined && o.family !== "llama")
+      throw new UsageError(
+        `Expected --family llama with --style ${style} (genai builds are written for the llama shape) but received "${o.family}"`,
+      );
     return writeTinyModel(dir, o, genaiFiles(GENAI_STYLES[style as keyof typeof GENAI_STYLES]));
   }
-  if (style in QUANTIZED_STYLES) return writeTinyModel(dir, o, quantizedFiles(style as QuantizedStyle, o.withPast ?? false));
+  if (style in QUANTIZED_STYLES)
+    return writeTinyModel(dir, o, quantizedFiles(style as QuantizedStyle, o.withPast ?? false));
   const config = await writeTinyModel(dir, { ...o, withPast: style === "with-past" || (o.withPast ?? false) });
   if (style === "dynamo-names" || style === "anonymous") await renameModelFile(dir, style, o.seed ?? 1);
   return config;

@@ -11,9 +11,24 @@
  * `position_ids` input. The folder has `genai_config.json` instead of
  * `config.json`, and the weights in `model.onnx.data`.
  */
-import { DataType, decodeModel, encodeModel, GraphBuilder, valueInfo, type ModelProto, type ValueInfoProto } from "../onnx/graph.js";
+import {
+  DataType,
+  decodeModel,
+  encodeModel,
+  GraphBuilder,
+  valueInfo,
+  type ModelProto,
+  type ValueInfoProto,
+} from "../onnx/graph.js";
 import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
-import { externalizeWeights, transpose, type LinearWriter, type LlamaConfig, type LlamaWeights, type ModelFiles } from "./llama.js";
+import {
+  externalizeWeights,
+  transpose,
+  type LinearWriter,
+  type LlamaConfig,
+  type LlamaWeights,
+  type ModelFiles,
+} from "./llama.js";
 import { convertToFloat16, linearWriter, type LinearFormat } from "./quantize.js";
 
 const MS = "com.microsoft";
@@ -239,7 +254,12 @@ export function genaiFiles(precision: GenaiPrecision = "fp32"): ModelFiles {
           filename: "model.onnx",
           head_size: c.head_dim,
           hidden_size: c.hidden_size,
-          inputs: { input_ids: "input_ids", attention_mask: "attention_mask", past_key_names: "past_key_values.%d.key", past_value_names: "past_key_values.%d.value" },
+          inputs: {
+            input_ids: "input_ids",
+            attention_mask: "attention_mask",
+            past_key_names: "past_key_values.%d.key",
+            past_value_names: "past_key_values.%d.value",
+          },
           outputs: { logits: "logits", present_key_names: "present.%d.key", present_value_names: "present.%d.value" },
           num_attention_heads: c.num_attention_heads,
           num_hidden_layers: c.num_hidden_layers,
@@ -250,7 +270,12 @@ export function genaiFiles(precision: GenaiPrecision = "fp32"): ModelFiles {
         type: "llama",
         vocab_size: c.vocab_size,
       },
-      search: { do_sample: false, max_length: c.max_position_embeddings, num_beams: 1, past_present_share_buffer: false },
+      search: {
+        do_sample: false,
+        max_length: c.max_position_embeddings,
+        num_beams: 1,
+        past_present_share_buffer: false,
+      },
     };
     return { "model.onnx": encodeModel(model), ...data, "genai_config.json": JSON.stringify(genai, null, 2) + "\n" };
   };

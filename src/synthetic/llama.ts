@@ -13,7 +13,19 @@ import { dirname, join } from "node:path";
 import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
 import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
-import { DataType, decodeModel, encodeModel, floatTensor, GraphBuilder, pointToExternalData, valueInfo, type GraphProto, type ModelProto, type NodeProto, type ValueInfoProto } from "../onnx/graph.js";
+import {
+  DataType,
+  decodeModel,
+  encodeModel,
+  floatTensor,
+  GraphBuilder,
+  pointToExternalData,
+  valueInfo,
+  type GraphProto,
+  type ModelProto,
+  type NodeProto,
+  type ValueInfoProto,
+} from "../onnx/graph.js";
 
 /** The fields of a HuggingFace `config.json` that this architecture reads. */
 export interface LlamaConfig {
@@ -145,7 +157,11 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
     o.family === "phi3"
       ? {
           original_max_position_embeddings: Math.floor(maxPositions / 2),
-          rope_scaling: { type: "longrope" as const, short_factor: Array.from({ length: half }, (_, i) => 1 + i / half), long_factor: Array.from({ length: half }, (_, i) => 1 + (7 * i) / half) },
+          rope_scaling: {
+            type: "longrope" as const,
+            short_factor: Array.from({ length: half }, (_, i) => 1 + i / half),
+            long_factor: Array.from({ length: half }, (_, i) => 1 + (7 * i) / half),
+          },
         }
       : {};
   return {
@@ -176,9 +192,13 @@ export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1, fa
   const d = c.hidden_size;
   const hd = c.head_dim;
   const rng = (stream: number) => new Rng(seed, stream);
-  const linear = (stream: number, out: number, inp: number) => rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp));
+  const linear = (stream: number, out: number, inp: number) =>
+    rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp));
   // gemma stores w and applies 1 + w.
-  const norm = (stream: number) => rng(stream).fillNormal(new Float32Array(d), 0.1).map((x) => (family === "gemma" ? x : 1 + x));
+  const norm = (stream: number) =>
+    rng(stream)
+      .fillNormal(new Float32Array(d), 0.1)
+      .map((x) => (family === "gemma" ? x : 1 + x));
   const bias = (stream: number, n: number) => rng(stream).fillNormal(new Float32Array(n), 0.5);
   return {
     ...(family !== "llama" ? { family } : {}),
@@ -196,7 +216,13 @@ export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1, fa
         up: linear(s + 7, c.intermediate_size, d),
         down: linear(s + 8, d, c.intermediate_size),
         ...(family === "gemma" ? { postAttnNorm: norm(s + 9), postFfNorm: norm(s + 10) } : {}),
-        ...(family === "qwen2" ? { qBias: bias(s + 11, c.num_attention_heads * hd), kBias: bias(s + 12, c.num_key_value_heads * hd), vBias: bias(s + 13, c.num_key_value_heads * hd) } : {}),
+        ...(family === "qwen2"
+          ? {
+              qBias: bias(s + 11, c.num_attention_heads * hd),
+              kBias: bias(s + 12, c.num_key_value_heads * hd),
+              vBias: bias(s + 13, c.num_key_value_heads * hd),
+            }
+          : {}),
       };
     }),
     norm: norm(2),
@@ -211,7 +237,8 @@ export function tokenizerFiles(name: TokenizerName): { tokenizer: string; config
   let dir = dirname(entry);
   while (!existsSync(join(dir, "models", "tokenizer.json"))) {
     const up = dirname(dir);
-    if (up === dir) throw new InternalError(`${TOKENIZERS[name].pkg} holds no models/tokenizer.json; reinstall it (npm ci)`);
+    if (up === dir)
+      throw new InternalError(`${TOKENIZERS[name].pkg} holds no models/tokenizer.json; reinstall it (npm ci)`);
     dir = up;
   }
   return { tokenizer: join(dir, "models", "tokenizer.json"), config: join(dir, "models", "tokenizer_config.json") };
@@ -231,7 +258,15 @@ export function transpose(w: Float32Array, out: number, inp: number): Float32Arr
  * The default is a MatMul on the transposed float32 weight, as torch exports it;
  * quantized writers (quantize.ts) pass their own.
  */
-export type LinearWriter = (g: GraphBuilder, scope: string, x: string, name: string, weight: Float32Array, out: number, inp: number) => string;
+export type LinearWriter = (
+  g: GraphBuilder,
+  scope: string,
+  x: string,
+  name: string,
+  weight: Float32Array,
+  out: number,
+  inp: number,
+) => string;
 
 export const float32Linear: LinearWriter = (g, scope, x, name, weight, out, inp) =>
   g.op1(scope, "MatMul", [x, g.floats(name, transpose(weight, out, inp), [inp, out])]);
@@ -688,7 +723,11 @@ const FAMILY_CONFIG: Record<Family, Record<string, unknown>> = {
  * be passed (transformers.js' chunks), each aligned to 64 bytes as torch.onnx
  * and optimum write large models; returns those files' bytes by name.
  */
-export function externalizeWeights(model: ModelProto, dataFile: string, chunkBytes = Infinity): Record<string, Uint8Array> {
+export function externalizeWeights(
+  model: ModelProto,
+  dataFile: string,
+  chunkBytes = Infinity,
+): Record<string, Uint8Array> {
   const files: Record<string, Uint8Array[]> = {};
   let chunk = 0;
   let offset = 0;
@@ -711,10 +750,15 @@ export function externalizeWeights(model: ModelProto, dataFile: string, chunkByt
   return Object.fromEntries(Object.entries(files).map(([n, parts]) => [n, Buffer.concat(parts)]));
 }
 
-
 /** The `config.json` a HuggingFace export of this model has. */
 export function hfConfigJson(config: LlamaConfig, withPast: boolean, family: Family = "llama"): string {
-  return JSON.stringify({ ...FAMILY_CONFIG[family], torch_dtype: "float32", tie_word_embeddings: false, use_cache: withPast, ...config }, null, 2) + "\n";
+  return (
+    JSON.stringify(
+      { ...FAMILY_CONFIG[family], torch_dtype: "float32", tie_word_embeddings: false, use_cache: withPast, ...config },
+      null,
+      2,
+    ) + "\n"
+  );
 }
 
 /** The files of a model folder besides the tokenizer's, by relative path (see writeTinyModel). */
@@ -737,7 +781,11 @@ function plainFiles(o: TinyModelOptions): ModelFiles {
  * `tokenizer_config.json`), atomically: built beside `dir`, then renamed.
  * `files` replaces the first two with another layout (quantize.ts, genai.ts).
  */
-export async function writeTinyModel(dir: string, o: TinyModelOptions = {}, files: ModelFiles = plainFiles(o)): Promise<LlamaConfig> {
+export async function writeTinyModel(
+  dir: string,
+  o: TinyModelOptions = {},
+  files: ModelFiles = plainFiles(o),
+): Promise<LlamaConfig> {
   const config = tinyConfig(o);
   const weights = tinyWeights(o);
   const temp = `${dir}.partial-${process.pid}`;

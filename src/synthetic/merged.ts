@@ -10,7 +10,16 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { DataType, decodeModel, encodeModel, valueInfo, type GraphProto, type TensorProto } from "../onnx/graph.js";
-import { buildLlamaOnnx, externalizeWeights, tinyConfig, tinyWeights, writeTinyModel, type LlamaConfig, type LlamaWeights, type TinyModelOptions } from "./llama.js";
+import {
+  buildLlamaOnnx,
+  externalizeWeights,
+  tinyConfig,
+  tinyWeights,
+  writeTinyModel,
+  type LlamaConfig,
+  type LlamaWeights,
+  type TinyModelOptions,
+} from "./llama.js";
 
 export const MERGED_IF = "optimum::if";
 export const USE_CACHE_BRANCH = "use_cache_branch";
@@ -18,7 +27,8 @@ export const USE_CACHE_BRANCH = "use_cache_branch";
 function sameTensor(a: TensorProto, b: TensorProto): boolean {
   const x = a.rawData;
   const y = b.rawData;
-  if (!x || !y || x.length !== y.length || a.dataType !== b.dataType || (a.dims ?? []).join() !== (b.dims ?? []).join()) return false;
+  if (!x || !y || x.length !== y.length || a.dataType !== b.dataType || (a.dims ?? []).join() !== (b.dims ?? []).join())
+    return false;
   for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
   return true;
 }
@@ -46,7 +56,12 @@ export function buildMergedOnnx(c: LlamaConfig, w: LlamaWeights, positionIds = t
     elseInit.delete(t.name!);
     hoisted.push({ ...t, name });
   }
-  const branch = (g: GraphProto, name: string, init: TensorProto[]): GraphProto => ({ name, node: g.node, initializer: init, output: g.output });
+  const branch = (g: GraphProto, name: string, init: TensorProto[]): GraphProto => ({
+    name,
+    node: g.node,
+    initializer: init,
+    output: g.output,
+  });
   const inputs = [...(withPast.input ?? []), valueInfo(USE_CACHE_BRANCH, DataType.BOOL, [1])];
   return encodeModel({
     irVersion: 8,

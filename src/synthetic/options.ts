@@ -10,12 +10,17 @@ import { TOKENIZERS, type TinyModelOptions, type TokenizerName } from "./llama.j
  */
 export function validateTinyModelOptions(o: TinyModelOptions = {}): TinyModelOptions {
   const tokenizer: string = o.tokenizer ?? DEFAULT_TINY_MODEL.tokenizer;
-  if (!(tokenizer in TOKENIZERS)) throw new UsageError(`Expected --tokenizer ${Object.keys(TOKENIZERS).join(" or ")} but received "${tokenizer}"`);
+  if (!(tokenizer in TOKENIZERS))
+    throw new UsageError(`Expected --tokenizer ${Object.keys(TOKENIZERS).join(" or ")} but received "${tokenizer}"`);
   const hidden = o.hidden ?? DEFAULT_TINY_MODEL.hidden;
   const heads = o.heads ?? DEFAULT_TINY_MODEL.heads;
-  if (hidden % heads !== 0 || (hidden / heads) % 2 !== 0) throw new UsageError(`Expected --hidden to be an even multiple of --heads per head, but ${hidden} / ${heads} is not`);
+  if (hidden % heads !== 0 || (hidden / heads) % 2 !== 0)
+    throw new UsageError(
+      `Expected --hidden to be an even multiple of --heads per head, but ${hidden} / ${heads} is not`,
+    );
   const kvHeads = o.kvHeads ?? Math.max(1, heads / 2);
-  if (!Number.isInteger(kvHeads) || heads % kvHeads !== 0) throw new UsageError(`Expected --kv-heads to divide --heads (${heads}) but received ${kvHeads}`);
+  if (!Number.isInteger(kvHeads) || heads % kvHeads !== 0)
+    throw new UsageError(`Expected --kv-heads to divide --heads (${heads}) but received ${kvHeads}`);
   return {
     ...o,
     layers: o.layers ?? DEFAULT_TINY_MODEL.layers,

@@ -17,8 +17,24 @@
  * weights the graph really multiplies by, for an exact reference.
  */
 import { f16ToF32, f32ToF16 } from "../kernels/typescript/float16.js";
-import { DataType, decodeModel, encodeModel, type GraphProto, type ModelProto, type TensorProto } from "../onnx/graph.js";
-import { buildLlamaOnnx, externalizeWeights, float32Linear, hfConfigJson, type LinearWriter, type LlamaConfig, type LlamaWeights, type ModelFiles } from "./llama.js";
+import {
+  DataType,
+  decodeModel,
+  encodeModel,
+  type GraphProto,
+  type ModelProto,
+  type TensorProto,
+} from "../onnx/graph.js";
+import {
+  buildLlamaOnnx,
+  externalizeWeights,
+  float32Linear,
+  hfConfigJson,
+  type LinearWriter,
+  type LlamaConfig,
+  type LlamaWeights,
+  type ModelFiles,
+} from "./llama.js";
 
 /** How the projections are stored. */
 export type LinearFormat = "float32" | "int4" | "int4-symmetric" | "int8" | "nf4";
@@ -28,8 +44,9 @@ export const NF4_BLOCK = 64;
 
 /** The 16 NF4 code values (bitsandbytes' table). */
 export const NF4_CODES = [
-  -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-  0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524545097351, 0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+  -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635, -0.18477343022823334,
+  -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524545097351,
+  0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
 ].map(Math.fround);
 
 /** Round half to even, as onnxruntime's quantizers and NumPy round. */
@@ -170,12 +187,17 @@ export function linearWriter(format: LinearFormat): LinearWriter {
     return (g, scope, x, name, weight, out, inp) => {
       const q = quantizeNf4(weight, out, inp);
       g.initializers.push(uint8Tensor(`${name}_Bnb4`, q.packed, [q.packed.length]));
-      const [y] = g.op(scope, "MatMulBnb4", [x, `${name}_Bnb4`, g.floats(`${name}_absmax`, q.absmax, [q.absmax.length])], {
-        K: inp,
-        N: out,
-        block_size: NF4_BLOCK,
-        quant_type: 1,
-      });
+      const [y] = g.op(
+        scope,
+        "MatMulBnb4",
+        [x, `${name}_Bnb4`, g.floats(`${name}_absmax`, q.absmax, [q.absmax.length])],
+        {
+          K: inp,
+          N: out,
+          block_size: NF4_BLOCK,
+          quant_type: 1,
+        },
+      );
       g.nodes.at(-1)!.domain = "com.microsoft";
       return y!;
     };
@@ -243,11 +265,13 @@ function tensorToFloat16(t: TensorProto): void {
 export function convertToFloat16(model: ModelProto, keepIoTypes = true): void {
   const graph: GraphProto = model.graph!;
   if (!keepIoTypes) {
-    for (const v of [...(graph.input ?? []), ...(graph.output ?? [])]) if (v.type?.tensorType?.elemType === DataType.FLOAT) v.type.tensorType.elemType = DataType.FLOAT16;
+    for (const v of [...(graph.input ?? []), ...(graph.output ?? [])])
+      if (v.type?.tensorType?.elemType === DataType.FLOAT) v.type.tensorType.elemType = DataType.FLOAT16;
   }
   for (const t of graph.initializer ?? []) if (t.dataType === DataType.FLOAT && t.rawData) tensorToFloat16(t);
   for (const n of graph.node ?? []) {
-    for (const a of n.attribute ?? []) if (n.opType === "Cast" && a.name === "to" && Number(a.i) === DataType.FLOAT) a.i = DataType.FLOAT16;
+    for (const a of n.attribute ?? [])
+      if (n.opType === "Cast" && a.name === "to" && Number(a.i) === DataType.FLOAT) a.i = DataType.FLOAT16;
     for (const a of n.attribute ?? []) if (a.g) subgraphToFloat16(a.g);
   }
   const casts: NonNullable<GraphProto["node"]> = [];
@@ -255,7 +279,13 @@ export function convertToFloat16(model: ModelProto, keepIoTypes = true): void {
     if (v.type?.tensorType?.elemType !== DataType.FLOAT) continue;
     const inner = `${v.name}_fp16`;
     for (const n of graph.node ?? []) n.input = (n.input ?? []).map((i) => (i === v.name ? inner : i));
-    casts.push({ name: `graph_input_cast_${v.name}`, opType: "Cast", input: [v.name!], output: [inner], attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }] });
+    casts.push({
+      name: `graph_input_cast_${v.name}`,
+      opType: "Cast",
+      input: [v.name!],
+      output: [inner],
+      attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }],
+    });
   }
   const tail: NonNullable<GraphProto["node"]> = [];
   for (const v of graph.output ?? []) {
@@ -265,7 +295,13 @@ export function convertToFloat16(model: ModelProto, keepIoTypes = true): void {
       n.output = (n.output ?? []).map((o) => (o === v.name ? inner : o));
       n.input = (n.input ?? []).map((i) => (i === v.name ? inner : i));
     }
-    tail.push({ name: `graph_output_cast_${v.name}`, opType: "Cast", input: [inner], output: [v.name!], attribute: [{ name: "to", type: 2, i: DataType.FLOAT }] });
+    tail.push({
+      name: `graph_output_cast_${v.name}`,
+      opType: "Cast",
+      input: [inner],
+      output: [v.name!],
+      attribute: [{ name: "to", type: 2, i: DataType.FLOAT }],
+    });
   }
   graph.node = [...casts, ...(graph.node ?? []), ...tail];
   graph.valueInfo = [];
@@ -280,11 +316,18 @@ function subgraphToFloat16(graph: GraphProto): void {
       if (a.g) subgraphToFloat16(a.g);
     }
   }
-  for (const v of graph.output ?? []) if (v.type?.tensorType?.elemType === DataType.FLOAT) v.type.tensorType.elemType = DataType.FLOAT16;
+  for (const v of graph.output ?? [])
+    if (v.type?.tensorType?.elemType === DataType.FLOAT) v.type.tensorType.elemType = DataType.FLOAT16;
 }
 
 /** The ONNX bytes of the tiny model in a quantized or float16 style. */
-export function buildQuantizedOnnx(c: LlamaConfig, w: LlamaWeights, withPast: boolean, linear: LinearFormat, float16: boolean): Uint8Array {
+export function buildQuantizedOnnx(
+  c: LlamaConfig,
+  w: LlamaWeights,
+  withPast: boolean,
+  linear: LinearFormat,
+  float16: boolean,
+): Uint8Array {
   const model = decodeModel(buildLlamaOnnx(c, w, withPast, { linear: linearWriter(linear) }));
   if (linear !== "float32") model.opsetImport = [...(model.opsetImport ?? []), { domain: "com.microsoft", version: 1 }];
   if (float16) convertToFloat16(model);
@@ -309,7 +352,8 @@ export function quantizedFiles(style: QuantizedStyle, withPast: boolean, chunkBy
   const s = QUANTIZED_STYLES[style];
   return (config, weights) => {
     const bytes = buildQuantizedOnnx(config, weights, withPast, s.linear, s.float16);
-    if (chunkBytes === undefined) return { [s.file]: bytes, "config.json": hfConfigJson(config, withPast, weights.family) };
+    if (chunkBytes === undefined)
+      return { [s.file]: bytes, "config.json": hfConfigJson(config, withPast, weights.family) };
     const model = decodeModel(bytes);
     const data = externalizeWeights(model, `${s.file}_data`, chunkBytes);
     return { [s.file]: encodeModel(model), ...data, "config.json": hfConfigJson(config, withPast, weights.family) };
@@ -329,7 +373,10 @@ export function styleWeights(style: QuantizedStyle, w: LlamaWeights): LlamaWeigh
 
 function roundToFloat16(a: Float32Array): Float32Array {
   const h = new Uint16Array(a.length);
-  f32ToF16(a.map((v) => Math.max(-F16_MAX, Math.min(F16_MAX, v))), h);
+  f32ToF16(
+    a.map((v) => Math.max(-F16_MAX, Math.min(F16_MAX, v))),
+    h,
+  );
   const out = new Float32Array(a.length);
   f16ToF32(h, out);
   return out;
@@ -342,6 +389,9 @@ export function roundWeightsToFloat16(w: LlamaWeights): LlamaWeights {
     embed: roundToFloat16(w.embed),
     norm: roundToFloat16(w.norm),
     lmHead: roundToFloat16(w.lmHead),
-    layers: w.layers.map((l) => Object.fromEntries(Object.entries(l).map(([k, v]) => [k, roundToFloat16(v)])) as LlamaWeights["layers"][number]),
+    layers: w.layers.map(
+      (l) =>
+        Object.fromEntries(Object.entries(l).map(([k, v]) => [k, roundToFloat16(v)])) as LlamaWeights["layers"][number],
+    ),
   };
 }

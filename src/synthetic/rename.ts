@@ -22,7 +22,9 @@ export const RENAME_STYLES: readonly RenameStyle[] = ["dynamo-names", "anonymous
 
 /** Subgraphs held by a graph's nodes (If branches, Loop bodies). */
 function subgraphs(graph: GraphProto): GraphProto[] {
-  return (graph.node ?? []).flatMap((n) => (n.attribute ?? []).flatMap((a) => [a.g, ...(a.graphs ?? [])].filter((g): g is GraphProto => !!g)));
+  return (graph.node ?? []).flatMap((n) =>
+    (n.attribute ?? []).flatMap((a) => [a.g, ...(a.graphs ?? [])].filter((g): g is GraphProto => !!g)),
+  );
 }
 
 /**
@@ -48,7 +50,9 @@ export function renameGraph(graph: GraphProto, style: RenameStyle, seed = 1): Ma
     return k === 0 ? base : `${base}_${k}`;
   };
   const visit = (g: GraphProto) => {
-    if (style === "anonymous") for (const t of g.initializer ?? []) if (!keep.has(t.name!) && !map.has(t.name!)) map.set(t.name!, fresh("Initializer"));
+    if (style === "anonymous")
+      for (const t of g.initializer ?? [])
+        if (!keep.has(t.name!) && !map.has(t.name!)) map.set(t.name!, fresh("Initializer"));
     for (const n of g.node ?? []) {
       for (const o of n.output ?? []) if (o && !keep.has(o) && !map.has(o)) map.set(o, fresh(n.opType ?? "value"));
       for (const sub of subgraphs({ node: [n] })) visit(sub);

@@ -107,11 +107,23 @@ export async function writeFixture(out: string, options: FixtureOptions = {}): P
   const extra = options.extraRows ?? Math.round(facts * EXTRA_PER_FACT);
   const extraMain = options.extraMainRows ?? Math.round(facts * EXTRA_MAIN_PER_FACT);
   const nonfiniteRows = options.nonfiniteRows ?? 0;
-  for (const [name, v, min] of [["--facts", facts, 2], ["--d", d, 2], ["--layers-total", L, 1], ["--extra-rows", extra, 0], ["--extra-main-rows", extraMain, 0], ["--nonfinite-rows", nonfiniteRows, 0]] as const) {
-    if (!Number.isSafeInteger(v) || v < min) throw new UsageError(`Expected an integer of at least ${min} for ${name} but received ${v}`);
+  for (const [name, v, min] of [
+    ["--facts", facts, 2],
+    ["--d", d, 2],
+    ["--layers-total", L, 1],
+    ["--extra-rows", extra, 0],
+    ["--extra-main-rows", extraMain, 0],
+    ["--nonfinite-rows", nonfiniteRows, 0],
+  ] as const) {
+    if (!Number.isSafeInteger(v) || v < min)
+      throw new UsageError(`Expected an integer of at least ${min} for ${name} but received ${v}`);
   }
-  if (extraMain > facts) throw new UsageError(`Expected at most one second paraphrase per fact, so --extra-main-rows of at most --facts (${facts}), but received ${extraMain}`);
-  if (!Number.isSafeInteger(seed) || seed < 0) throw new UsageError(`Expected a non-negative integer for --seed but received ${seed}`);
+  if (extraMain > facts)
+    throw new UsageError(
+      `Expected at most one second paraphrase per fact, so --extra-main-rows of at most --facts (${facts}), but received ${extraMain}`,
+    );
+  if (!Number.isSafeInteger(seed) || seed < 0)
+    throw new UsageError(`Expected a non-negative integer for --seed but received ${seed}`);
   if (await exists(out)) throw new UsageError(`${out} already exists; choose a new folder for the fixture`);
 
   const temp = join(dirname(out), `.${basename(out)}.partial-${process.pid}`);
@@ -122,14 +134,29 @@ export async function writeFixture(out: string, options: FixtureOptions = {}): P
     throw fileError(err, temp, "write");
   }
   try {
-    const result = await build(temp, { facts, d, L, seed, extra, extraMain, nonfiniteRows, onProgress: options.onProgress });
+    const result = await build(temp, {
+      facts,
+      d,
+      L,
+      seed,
+      extra,
+      extraMain,
+      nonfiniteRows,
+      onProgress: options.onProgress,
+    });
     try {
       await rename(temp, out);
       await syncDir(dirname(out));
     } catch (err) {
       throw fileError(err, out, "write");
     }
-    return { ...result, dir: out, bank: join(out, "bank.jsonl"), store: join(out, "store"), scored: join(out, "scored.jsonl") };
+    return {
+      ...result,
+      dir: out,
+      bank: join(out, "bank.jsonl"),
+      store: join(out, "store"),
+      scored: join(out, "scored.jsonl"),
+    };
   } catch (err) {
     await rm(temp, { recursive: true, force: true });
     throw err;

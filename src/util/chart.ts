@@ -36,7 +36,18 @@ export interface ChartOptions {
 }
 
 /** The palette: series i gets colour i mod 10. */
-export const CHART_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+export const CHART_COLORS = [
+  "#1f77b4",
+  "#ff7f0e",
+  "#2ca02c",
+  "#d62728",
+  "#9467bd",
+  "#8c564b",
+  "#e377c2",
+  "#7f7f7f",
+  "#bcbd22",
+  "#17becf",
+];
 
 export function escapeXml(s: string): string {
   return s.replace(/[<>&"]/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;" })[c]!);
@@ -71,7 +82,8 @@ export function lineChart(series: ChartSeries[], o: ChartOptions): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
     `<rect width="${W}" height="${H}" fill="white"/>`,
   ];
-  if (o.title !== undefined) parts.push(`<text x="${W / 2 - m.r / 2}" y="22" text-anchor="middle" font-size="15">${escapeXml(o.title)}</text>`);
+  if (o.title !== undefined)
+    parts.push(`<text x="${W / 2 - m.r / 2}" y="22" text-anchor="middle" font-size="15">${escapeXml(o.title)}</text>`);
   // Axes and ticks at round values: steps of 1, 2 or 5 times a power of ten.
   const raw = (y1 - y0) / 5;
   const mag = 10 ** Math.floor(Math.log10(raw));
@@ -79,26 +91,41 @@ export function lineChart(series: ChartSeries[], o: ChartOptions): string {
   const digits = Math.max(0, -Math.floor(Math.log10(step)));
   for (let v = Math.ceil(y0 / step) * step; v <= y1 + 1e-12; v += step) {
     parts.push(`<line x1="${m.l}" x2="${W - m.r}" y1="${f(y(v))}" y2="${f(y(v))}" stroke="#e5e5e5"/>`);
-    parts.push(`<text x="${m.l - 6}" y="${f(y(v) + 4)}" text-anchor="end">${(Math.abs(v) < step / 1e6 ? 0 : v).toFixed(digits)}</text>`);
+    parts.push(
+      `<text x="${m.l - 6}" y="${f(y(v) + 4)}" text-anchor="end">${(Math.abs(v) < step / 1e6 ? 0 : v).toFixed(digits)}</text>`,
+    );
   }
-  for (const t of o.xTicks) parts.push(`<text x="${f(x(t.x))}" y="${H - m.b + 16}" text-anchor="middle">${escapeXml(t.label)}</text>`);
+  for (const t of o.xTicks)
+    parts.push(`<text x="${f(x(t.x))}" y="${H - m.b + 16}" text-anchor="middle">${escapeXml(t.label)}</text>`);
   parts.push(`<text x="${(m.l + W - m.r) / 2}" y="${H - 10}" text-anchor="middle">${escapeXml(o.xLabel)}</text>`);
-  parts.push(`<line x1="${m.l}" x2="${m.l}" y1="${m.t}" y2="${H - m.b}" stroke="#333"/><line x1="${m.l}" x2="${W - m.r}" y1="${H - m.b}" y2="${H - m.b}" stroke="#333"/>`);
+  parts.push(
+    `<line x1="${m.l}" x2="${m.l}" y1="${m.t}" y2="${H - m.b}" stroke="#333"/><line x1="${m.l}" x2="${W - m.r}" y1="${H - m.b}" y2="${H - m.b}" stroke="#333"/>`,
+  );
   series.forEach((s, i) => {
     const color = s.color ?? CHART_COLORS[i % CHART_COLORS.length]!;
     const tag = `data-series="${escapeXml(s.name)}"`;
     const pts = [...s.points].sort((a, b) => a.x - b.x);
     const band = pts.filter((p) => finite(p.low) && finite(p.high));
     if (band.length > 1) {
-      const poly = [...band.map((p) => `${f(x(p.x))},${f(y(p.high!))}`), ...band.reverse().map((p) => `${f(x(p.x))},${f(y(p.low!))}`)];
-      parts.push(`<polygon points="${poly.join(" ")}" fill="${color}" fill-opacity="0.15" stroke="none" class="band" ${tag}/>`);
+      const poly = [
+        ...band.map((p) => `${f(x(p.x))},${f(y(p.high!))}`),
+        ...band.reverse().map((p) => `${f(x(p.x))},${f(y(p.low!))}`),
+      ];
+      parts.push(
+        `<polygon points="${poly.join(" ")}" fill="${color}" fill-opacity="0.15" stroke="none" class="band" ${tag}/>`,
+      );
     }
     const line = pts.filter((p) => finite(p.value));
-    if (line.length > 1) parts.push(`<polyline points="${line.map((p) => `${f(x(p.x))},${f(y(p.value!))}`).join(" ")}" fill="none" stroke="${color}" stroke-width="2" class="line" ${tag}/>`);
+    if (line.length > 1)
+      parts.push(
+        `<polyline points="${line.map((p) => `${f(x(p.x))},${f(y(p.value!))}`).join(" ")}" fill="none" stroke="${color}" stroke-width="2" class="line" ${tag}/>`,
+      );
     for (const p of line) parts.push(`<circle cx="${f(x(p.x))}" cy="${f(y(p.value!))}" r="3" fill="${color}"/>`);
     if (!legend) return;
     const ly = m.t + 10 + i * 18;
-    parts.push(`<line x1="${W - m.r + 14}" x2="${W - m.r + 34}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"/>`);
+    parts.push(
+      `<line x1="${W - m.r + 14}" x2="${W - m.r + 34}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"/>`,
+    );
     parts.push(`<text x="${W - m.r + 40}" y="${ly + 4}">${escapeXml(s.name)}</text>`);
   });
   parts.push("</svg>");

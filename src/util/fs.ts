@@ -50,9 +50,12 @@ export function fileError(err: unknown, path: string, action: "read" | "write" =
   if (err instanceof HsmError) return err;
   const e = err as NodeJS.ErrnoException;
   if (typeof e?.code !== "string") return err instanceof Error ? err : new Error(String(err));
-  if (action === "read" && e.code === "ENOENT") return new FileError(path, "missing", e.code, "does not exist", { cause: err });
+  if (action === "read" && e.code === "ENOENT")
+    return new FileError(path, "missing", e.code, "does not exist", { cause: err });
   if (action === "write" && e.code === "ENOENT") {
-    return new FileError(path, "unwritable", e.code, "cannot be written: its folder does not exist (ENOENT)", { cause: err });
+    return new FileError(path, "unwritable", e.code, "cannot be written: its folder does not exist (ENOENT)", {
+      cause: err,
+    });
   }
   return action === "read"
     ? new FileError(path, "unreadable", e.code, `cannot be read: ${osReason(e)}`, { cause: err })
@@ -73,8 +76,12 @@ export async function readWhole(path: string): Promise<Buffer> {
   try {
     const size = fstatSync(fd).size;
     const buf = Buffer.allocUnsafe(size);
-    for (let done = 0; done < size; ) {
-      const got = await new Promise<number>((resolve, reject) => read(fd, buf, done, Math.min(size - done, READ_CHUNK_BYTES), done, (err, n) => (err ? reject(err) : resolve(n))));
+    for (let done = 0; done < size;) {
+      const got = await new Promise<number>((resolve, reject) =>
+        read(fd, buf, done, Math.min(size - done, READ_CHUNK_BYTES), done, (err, n) =>
+          err ? reject(err) : resolve(n),
+        ),
+      );
       if (got === 0) return buf.subarray(0, done); // the file shrank meanwhile
       done += got;
     }

@@ -14,7 +14,11 @@ const TTY_INTERVAL_MS = 100;
 /** A log (not a terminal) gets a line every five seconds, so long runs leave a readable trail, not a flood. */
 const LOG_INTERVAL_MS = 5000;
 
-export function createProgress(label: string, total: number, options: { quiet?: boolean; unit?: string; stream?: NodeJS.WriteStream } = {}): Progress {
+export function createProgress(
+  label: string,
+  total: number,
+  options: { quiet?: boolean; unit?: string; stream?: NodeJS.WriteStream } = {},
+): Progress {
   const stream = options.stream ?? process.stderr;
   if (options.quiet) return { update() {}, end() {} };
   const tty = Boolean(stream.isTTY);

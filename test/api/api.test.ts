@@ -31,8 +31,14 @@ describe('import … from "hsm"', () => {
     const doc = readFileSync(join(import.meta.dirname, "..", "..", "docs", "api.md"), "utf8");
     const functions = Object.entries(hsm).filter(([name, value]) => typeof value === "function" && /^[a-z]/.test(name));
     expect(functions.length).toBeGreaterThan(20);
-    expect(functions.map(([name]) => name).filter((name) => !doc.includes(`\`${name}(`) && !doc.includes(`\`${name}\``))).toEqual([]);
-    expect(functions.map(([name]) => name).filter((name) => !new RegExp(`\\b${name}\\(`).test(doc.split("```ts").slice(1).join("")))).toEqual(["defaultModelName"]);
+    expect(
+      functions.map(([name]) => name).filter((name) => !doc.includes(`\`${name}(`) && !doc.includes(`\`${name}\``)),
+    ).toEqual([]);
+    expect(
+      functions
+        .map(([name]) => name)
+        .filter((name) => !new RegExp(`\\b${name}\\(`).test(doc.split("```ts").slice(1).join(""))),
+    ).toEqual(["defaultModelName"]);
   });
 
   it("selectLayers applies the layer rule: l/(L-1) >= 0.4", async () => {
@@ -48,7 +54,12 @@ describe('import … from "hsm"', () => {
     expect(report).toMatchObject({ ok: true, complete: true, rows: 60, problems: [] });
     expect(report.files.map((f) => f.name)).toEqual(["L002.npy", "L003.npy", "L004.npy", "L005.npy"]);
     const foundry = join(dir, "foundry.jsonl");
-    const r = await hsm.exportScored({ format: "foundry", scored: join(fx, "scored.jsonl"), bank: join(fx, "bank.jsonl"), out: foundry });
+    const r = await hsm.exportScored({
+      format: "foundry",
+      scored: join(fx, "scored.jsonl"),
+      bank: join(fx, "bank.jsonl"),
+      out: foundry,
+    });
     expect(r).toEqual({ files: [foundry], rows: lines(join(fx, "scored.jsonl")) });
     expect(lines(foundry)).toBe(68);
   });
@@ -62,12 +73,16 @@ describe('import … from "hsm"', () => {
     const both = await hsm.runMetrics(store, { bootstrap: 20, out: join(dir, "m2"), scored: join(fx, "scored.jsonl") });
     expect(new Set(both.result.rows.kts!.map((row) => row.layer))).toEqual(new Set([2, 3, 4, 5]));
     const direct = await hsm.computeMetrics(store, { metrics: ["iss"], bootstrap: 20 });
-    expect(JSON.parse(readFileSync(join(dir, "m1", "iss.json"), "utf8")).rows).toEqual(JSON.parse(JSON.stringify(direct.rows.iss)));
+    expect(JSON.parse(readFileSync(join(dir, "m1", "iss.json"), "utf8")).rows).toEqual(
+      JSON.parse(JSON.stringify(direct.rows.iss)),
+    );
   });
 
   it("verifyStoreFolder tells a missing folder, a file and an unreadable path apart", async () => {
     const missing = join(dir, "nowhere");
-    await expect(hsm.verifyStoreFolder(missing)).rejects.toThrow(new hsm.UsageError(`${missing}: no such store folder`));
+    await expect(hsm.verifyStoreFolder(missing)).rejects.toThrow(
+      new hsm.UsageError(`${missing}: no such store folder`),
+    );
     const file = join(dir, "a-file");
     writeFileSync(file, "x");
     await expect(hsm.verifyStoreFolder(file)).rejects.toThrow(`${file}: is a file, not a store folder`);
@@ -77,7 +92,9 @@ describe('import … from "hsm"', () => {
     expect(err).toBeInstanceOf(hsm.HsmError);
     expect(err).not.toBeInstanceOf(hsm.UsageError);
     expect((err as hsm.HsmError).exitCode).toBe(hsm.EXIT.data);
-    expect((err as Error).message).toBe(`${loop}: the store folder cannot be read (ELOOP: too many symbolic links encountered)`);
+    expect((err as Error).message).toBe(
+      `${loop}: the store folder cannot be read (ELOOP: too many symbolic links encountered)`,
+    );
     const ok = await hsm.verifyStoreFolder(join(fx, "store"), { concurrency: 2 });
     expect(ok.report.ok).toBe(true);
     expect(ok.seconds).toBeGreaterThanOrEqual(0);
@@ -90,11 +107,20 @@ describe('import … from "hsm"', () => {
     const modelDir = join(dir, "model");
     const c = await hsm.writeTinyModel(modelDir, { layers: 2, hidden: 16 });
     // heads default 4, key/value heads half of them, MLP twice the width, Llama 3.1's vocabulary.
-    expect(c).toMatchObject({ num_hidden_layers: 2, hidden_size: 16, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 32, vocab_size: 128256 });
+    expect(c).toMatchObject({
+      num_hidden_layers: 2,
+      hidden_size: 16,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      intermediate_size: 32,
+      vocab_size: 128256,
+    });
     const i = await hsm.inspectModel(modelDir);
     expect(i).toMatchObject({ numLayers: 2, dModel: 16, storedLayers: [1] });
     const bank = join(fx, "bank.jsonl");
-    await expect(hsm.extract({ modelDir, bank, out: join(dir, "s2"), shard: "2/2" })).rejects.toThrow('Expected --shard K/N with 0 ≤ K < N but received "2/2"');
+    await expect(hsm.extract({ modelDir, bank, out: join(dir, "s2"), shard: "2/2" })).rejects.toThrow(
+      'Expected --shard K/N with 0 ≤ K < N but received "2/2"',
+    );
     // 60 main-forward rows, 2 shards cut on 16-row blocks: shard 0 holds floor(30 / 16) × 16 = 16 rows.
     const e = await hsm.extract({ modelDir, bank, out: join(dir, "s0"), shard: "0/2", commitRows: 16 });
     expect(e.rowsExtracted).toBe(16);

@@ -49,7 +49,10 @@ describe("links into docs/", () => {
 
   it("every docs/<page>.md#<anchor> in src/, test/, docs/ and the README names a heading that exists", () => {
     const pages = new Map(
-      filesUnder(join(ROOT, "docs"), /\.md$/).map((f) => [relative(join(ROOT, "docs"), f), anchorsOf(readFileSync(f, "utf8"))]),
+      filesUnder(join(ROOT, "docs"), /\.md$/).map((f) => [
+        relative(join(ROOT, "docs"), f),
+        anchorsOf(readFileSync(f, "utf8")),
+      ]),
     );
     const sources = [
       ...filesUnder(join(ROOT, "src"), /\.ts$/),

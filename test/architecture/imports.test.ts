@@ -84,11 +84,20 @@ function targetOf(file: string, spec: string): string | undefined {
 describe("import direction", () => {
   it("reads static, re-export, bare and dynamic imports", () => {
     const text = `import { a } from "../store/x.js";\nimport type { B } from '../metrics/y.js';\nexport { c } from "../cli/z.js";\nexport * from "../model/w.js";\nimport "../bank/side.js";\nconst m = await import("../pipeline/run.js");\n// import { no } from "../export/comment.js";\n/* import("../score/block.js") */`;
-    expect(importsOf(text).sort()).toEqual(["../bank/side.js", "../cli/z.js", "../metrics/y.js", "../model/w.js", "../pipeline/run.js", "../store/x.js"]);
+    expect(importsOf(text).sort()).toEqual([
+      "../bank/side.js",
+      "../cli/z.js",
+      "../metrics/y.js",
+      "../model/w.js",
+      "../pipeline/run.js",
+      "../store/x.js",
+    ]);
   });
 
   it("names every folder of src/ in the order", () => {
-    const folders = readdirSync(SRC, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
+    const folders = readdirSync(SRC, { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name);
     expect(folders.filter((f) => !(ORDER as readonly string[]).includes(f))).toEqual([]);
     expect(ORDER.filter((f) => !folders.includes(f))).toEqual([]);
   });
@@ -99,7 +108,10 @@ describe("import direction", () => {
       for (const spec of importsOf(readFileSync(file, "utf8"))) {
         const target = targetOf(file, spec);
         if (!target || folderOf(target) === undefined || folderOf(target) === folderOf(file)) continue;
-        if (rankOf(target) > rankOf(file)) violations.push(`${relative(SRC, file)} imports "${spec}" (${folderOf(file) || "src/"} is below ${folderOf(target) || relative(SRC, target)})`);
+        if (rankOf(target) > rankOf(file))
+          violations.push(
+            `${relative(SRC, file)} imports "${spec}" (${folderOf(file) || "src/"} is below ${folderOf(target) || relative(SRC, target)})`,
+          );
       }
     }
     expect(violations).toEqual([]);
@@ -109,15 +121,30 @@ describe("import direction", () => {
     const graph = new Map<string, string[]>();
     for (const file of sourceFiles(SRC)) {
       const targets = importsOf(readFileSync(file, "utf8")).map((spec) => targetOf(file, spec));
-      graph.set(file, targets.filter((t): t is string => t !== undefined));
+      graph.set(
+        file,
+        targets.filter((t): t is string => t !== undefined),
+      );
     }
     expect(cycles(graph).map((c) => c.map((f) => relative(SRC, f)).join(" → "))).toEqual([]);
   });
 
   it("finds a cycle when there is one", () => {
-    const g = new Map([["a", ["b"]], ["b", ["c"]], ["c", ["a"]], ["d", ["a"]]]);
+    const g = new Map([
+      ["a", ["b"]],
+      ["b", ["c"]],
+      ["c", ["a"]],
+      ["d", ["a"]],
+    ]);
     expect(cycles(g)).toEqual([["a", "b", "c", "a"]]);
-    expect(cycles(new Map([["a", ["b"]], ["b", []]]))).toEqual([]);
+    expect(
+      cycles(
+        new Map([
+          ["a", ["b"]],
+          ["b", []],
+        ]),
+      ),
+    ).toEqual([]);
   });
 });
 

@@ -55,17 +55,33 @@ describe("query bank", () => {
       JSON.stringify(row({ query_id: "query_00000003", condition_family: "typo", answers: undefined })),
     ]);
     const rows = await readBank(path);
-    expect(rows.map((r) => [r.query_id, r.line])).toEqual([["query_00000001", 1], ["query_00000002", 3], ["query_00000003", 4]]);
+    expect(rows.map((r) => [r.query_id, r.line])).toEqual([
+      ["query_00000001", 1],
+      ["query_00000002", 3],
+      ["query_00000003", 4],
+    ]);
     expect(rows[2]!.answers).toEqual([]);
     expect(mainForwardRows(rows).map((r) => r.query_id)).toEqual(["query_00000001", "query_00000003"]);
     expect(summarizeBank(rows)).toEqual({ rows: 3, mainForward: 2, facts: 1, families: { anchor: 1, typo: 1 } });
   });
 
   it.each([
-    ["not JSON", ["{\"query_id\": "], 1, undefined, /^.+:1: is not valid JSON \(/],
+    ["not JSON", ['{"query_id": '], 1, undefined, /^.+:1: is not valid JSON \(/],
     ["an array instead of an object", ["[1, 2]"], 1, undefined, /:1: expected a JSON object but received array$/],
-    ["a missing query_id", [JSON.stringify(row({ query_id: undefined }))], 1, "query_id", /:1: field "query_id": is missing$/],
-    ["a numeric query_id", [JSON.stringify(row({ query_id: 7 }))], 1, "query_id", /:1: field "query_id": expected a string but received number$/],
+    [
+      "a missing query_id",
+      [JSON.stringify(row({ query_id: undefined }))],
+      1,
+      "query_id",
+      /:1: field "query_id": is missing$/,
+    ],
+    [
+      "a numeric query_id",
+      [JSON.stringify(row({ query_id: 7 }))],
+      1,
+      "query_id",
+      /:1: field "query_id": expected a string but received number$/,
+    ],
     ["an empty fact_id", [JSON.stringify(row({ fact_id: "" }))], 1, "fact_id", /field "fact_id": is empty$/],
     [
       "a duplicate query_id",
@@ -74,11 +90,41 @@ describe("query bank", () => {
       "query_id",
       /:3: field "query_id": duplicate "query_00000001" \(first on line 1\)$/,
     ],
-    ["a string where a flag belongs", [JSON.stringify(row({ use_for_main_forward: "true" }))], 1, "use_for_main_forward", /expected true or false but received "true"$/],
-    ["a missing use_for_main_forward", [JSON.stringify(row({ use_for_main_forward: undefined }))], 1, "use_for_main_forward", /is missing$/],
-    ["a non-string alias", [JSON.stringify(row({ answers: ["Canada", 3] }))], 1, "answers[1]", /field "answers\[1\]": expected a string but received number$/],
-    ["answers that are not a list", [JSON.stringify(row({ answers: "Canada" }))], 1, "answers", /expected an array of strings but received string$/],
-    ["a null relation", [JSON.stringify(row({ relation: null }))], 1, "relation", /expected a string but received null$/],
+    [
+      "a string where a flag belongs",
+      [JSON.stringify(row({ use_for_main_forward: "true" }))],
+      1,
+      "use_for_main_forward",
+      /expected true or false but received "true"$/,
+    ],
+    [
+      "a missing use_for_main_forward",
+      [JSON.stringify(row({ use_for_main_forward: undefined }))],
+      1,
+      "use_for_main_forward",
+      /is missing$/,
+    ],
+    [
+      "a non-string alias",
+      [JSON.stringify(row({ answers: ["Canada", 3] }))],
+      1,
+      "answers[1]",
+      /field "answers\[1\]": expected a string but received number$/,
+    ],
+    [
+      "answers that are not a list",
+      [JSON.stringify(row({ answers: "Canada" }))],
+      1,
+      "answers",
+      /expected an array of strings but received string$/,
+    ],
+    [
+      "a null relation",
+      [JSON.stringify(row({ relation: null }))],
+      1,
+      "relation",
+      /expected a string but received null$/,
+    ],
   ])("names the file, line and field for %s", async (_what, lines, line, field, message) => {
     const path = bank(`bad-${line}-${String(field)}-${Math.random().toString(36).slice(2)}.jsonl`, lines as string[]);
     const e = await bankError(path);
@@ -97,7 +143,13 @@ describe("query bank", () => {
 
   it("reports a missing bank as missing and an unreadable one as unreadable, with the reason", async () => {
     const missing = join(dir, "nope.jsonl");
-    await expect(readBank(missing)).rejects.toMatchObject({ constructor: FileError, message: `${missing}: does not exist`, problem: "missing", code: "ENOENT", exitCode: EXIT.data });
+    await expect(readBank(missing)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${missing}: does not exist`,
+      problem: "missing",
+      code: "ENOENT",
+      exitCode: EXIT.data,
+    });
     const folder = join(dir, "a-folder.jsonl");
     mkdirSync(folder);
     await expect(readBank(folder)).rejects.toMatchObject({
@@ -112,25 +164,35 @@ describe("query bank", () => {
 
 describe("prompts", () => {
   it("wraps anchors in the instruction and cues every other family, exactly as build_prompt", () => {
-    expect(buildPrompt({ condition_family: "anchor", query: "Which jurisdiction does Agriculture and Agri-Food Canada have legal force in?" })).toBe(
+    expect(
+      buildPrompt({
+        condition_family: "anchor",
+        query: "Which jurisdiction does Agriculture and Agri-Food Canada have legal force in?",
+      }),
+    ).toBe(
       "Question: Which jurisdiction does Agriculture and Agri-Food Canada have legal force in?\nAnswer with only the shortest correct answer.\nAnswer:",
     );
-    expect(buildPrompt({ condition_family: "paraphrase", query: "In which jurisdiction is AAFC legally in force?" })).toBe(
-      "In which jurisdiction is AAFC legally in force?\nAnswer:",
-    );
+    expect(
+      buildPrompt({ condition_family: "paraphrase", query: "In which jurisdiction is AAFC legally in force?" }),
+    ).toBe("In which jurisdiction is AAFC legally in force?\nAnswer:");
   });
 
   it("builds every prompt from the two published templates", () => {
     expect(ANCHOR_TEMPLATE).toBe("Question: {query}\nAnswer with only the shortest correct answer.\nAnswer:");
     expect(PERTURBED_TEMPLATE).toBe("{query}\nAnswer:");
-    for (const [family, template] of [["anchor", ANCHOR_TEMPLATE], ["distractor", PERTURBED_TEMPLATE]] as const) {
+    for (const [family, template] of [
+      ["anchor", ANCHOR_TEMPLATE],
+      ["distractor", PERTURBED_TEMPLATE],
+    ] as const) {
       expect(buildPrompt({ condition_family: family, query: "Q?" })).toBe(template.split("{query}").join("Q?"));
     }
   });
 
   it("keeps the query verbatim: no template syntax inside it is interpreted", () => {
     const q = "What does $& or {q} or {query} mean?  ";
-    expect(buildPrompt({ condition_family: "anchor", query: q })).toBe(`Question: ${q}\nAnswer with only the shortest correct answer.\nAnswer:`);
+    expect(buildPrompt({ condition_family: "anchor", query: q })).toBe(
+      `Question: ${q}\nAnswer with only the shortest correct answer.\nAnswer:`,
+    );
     expect(buildPrompt({ condition_family: "typo", query: q })).toBe(`${q}\nAnswer:`);
   });
 });

@@ -3,7 +3,18 @@
  * checked for exit status, stdout and stderr.
  */
 import { spawnSync } from "node:child_process";
-import { chmodSync, cpSync, openSync, writeSync, closeSync, writeFileSync, existsSync, mkdirSync, readFileSync, symlinkSync } from "node:fs";
+import {
+  chmodSync,
+  cpSync,
+  openSync,
+  writeSync,
+  closeSync,
+  writeFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  symlinkSync,
+} from "node:fs";
 import { join } from "node:path";
 
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
@@ -19,7 +30,11 @@ const dir = tempDir();
 const root = process.getuid?.() === 0;
 
 function hsm(args: string[], env: Record<string, string> = {}) {
-  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", env: { ...process.env, ...env }, cwd: dir });
+  const r = spawnSync(process.execPath, [BIN, ...args], {
+    encoding: "utf8",
+    env: { ...process.env, ...env },
+    cwd: dir,
+  });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -34,7 +49,9 @@ describe("hsm", () => {
     const r = hsm(["--help"]);
     expect(r.status).toBe(0);
     for (const cmd of ["verify", "fixture", "check-bank", "layers", "demo"]) expect(r.stdout).toContain(cmd);
-    expect(hsm(["verify", "--help"]).stdout).toMatch(/Exit status: 0 when everything holds, 1 with one line per problem, 2 on a usage error/);
+    expect(hsm(["verify", "--help"]).stdout).toMatch(
+      /Exit status: 0 when everything holds, 1 with one line per problem, 2 on a usage error/,
+    );
   });
 
   it("verify: exit 0 on a good store", () => {
@@ -90,32 +107,40 @@ describe("hsm", () => {
     for (const cmd of ["verify", "metrics"]) {
       const u = hsm([cmd, loop]);
       expect(u.status).toBe(1);
-      expect(u.stderr).toBe(`hsm: ${loop}: the store folder cannot be read (ELOOP: too many symbolic links encountered)\n`);
+      expect(u.stderr).toBe(
+        `hsm: ${loop}: the store folder cannot be read (ELOOP: too many symbolic links encountered)\n`,
+      );
     }
   });
 
-  it.skipIf(root)("verify: a folder without read permission is unreadable, not missing (skipped as root: permissions do not stop root)", () => {
-    const locked = join(dir, "locked-store");
-    cpSync(join(dir, "fx", "store"), locked, { recursive: true });
-    chmodSync(locked, 0o000);
-    try {
-      const r = hsm(["verify", locked]);
+  it.skipIf(root)(
+    "verify: a folder without read permission is unreadable, not missing (skipped as root: permissions do not stop root)",
+    () => {
+      const locked = join(dir, "locked-store");
+      cpSync(join(dir, "fx", "store"), locked, { recursive: true });
+      chmodSync(locked, 0o000);
+      try {
+        const r = hsm(["verify", locked]);
+        expect(r.status).toBe(1);
+        expect(r.stderr).toBe(`hsm: ${locked}: the store folder cannot be read (EACCES: permission denied)\n`);
+      } finally {
+        chmodSync(locked, 0o700);
+      }
+    },
+  );
+
+  it.skipIf(root)(
+    "check-bank: a file without read permission is unreadable, not missing (skipped as root: permissions do not stop root)",
+    () => {
+      const locked = join(dir, "locked.jsonl");
+      cpSync(join(dir, "fx", "bank.jsonl"), locked);
+      chmodSync(locked, 0o000);
+      const r = hsm(["check-bank", locked]);
       expect(r.status).toBe(1);
-      expect(r.stderr).toBe(`hsm: ${locked}: the store folder cannot be read (EACCES: permission denied)\n`);
-    } finally {
-      chmodSync(locked, 0o700);
-    }
-  });
-
-  it.skipIf(root)("check-bank: a file without read permission is unreadable, not missing (skipped as root: permissions do not stop root)", () => {
-    const locked = join(dir, "locked.jsonl");
-    cpSync(join(dir, "fx", "bank.jsonl"), locked);
-    chmodSync(locked, 0o000);
-    const r = hsm(["check-bank", locked]);
-    expect(r.status).toBe(1);
-    expect(r.stderr).toMatch(/permission denied/i);
-    expect(r.stderr).not.toMatch(/no such|unexpected error/);
-  });
+      expect(r.stderr).toMatch(/permission denied/i);
+      expect(r.stderr).not.toMatch(/no such|unexpected error/);
+    },
+  );
 
   it("check-bank: a folder where the bank should be is named as a folder", () => {
     const folder = join(dir, "bank-folder");
@@ -127,8 +152,22 @@ describe("hsm", () => {
 
   it("--device is one closed set for extract, generate and run, checked before any work", () => {
     const bank = join(dir, "fx", "bank.jsonl");
-    for (const [cmd, out] of [["extract", "--out"], ["generate", "--out"], ["run", "--outputs"]] as const) {
-      const r = hsm([cmd, "--model-dir", join(dir, "no-model"), "--bank", bank, out, join(dir, `dev-${cmd}`), "--device", "tpu"]);
+    for (const [cmd, out] of [
+      ["extract", "--out"],
+      ["generate", "--out"],
+      ["run", "--outputs"],
+    ] as const) {
+      const r = hsm([
+        cmd,
+        "--model-dir",
+        join(dir, "no-model"),
+        "--bank",
+        bank,
+        out,
+        join(dir, `dev-${cmd}`),
+        "--device",
+        "tpu",
+      ]);
       expect(r.status).toBe(2);
       expect(r.stderr).toMatch(/^hsm: Expected --device cpu, cuda or webgpu but received "tpu"\n/);
       expect(existsSync(join(dir, `dev-${cmd}`))).toBe(false);
@@ -137,7 +176,17 @@ describe("hsm", () => {
 
   it("export: --format is checked; make-model: the geometry is checked before anything is written", () => {
     const fx = join(dir, "fx");
-    const e = hsm(["export", "--format", "xml", "--scored", join(fx, "scored.jsonl"), "--bank", join(fx, "bank.jsonl"), "--out", join(dir, "x")]);
+    const e = hsm([
+      "export",
+      "--format",
+      "xml",
+      "--scored",
+      join(fx, "scored.jsonl"),
+      "--bank",
+      join(fx, "bank.jsonl"),
+      "--out",
+      join(dir, "x"),
+    ]);
     expect(e.status).toBe(2);
     expect(e.stderr).toMatch(/^hsm: Expected --format eee or foundry but received "xml"\n/);
     const m = hsm(["make-model", join(dir, "bad-model"), "--hidden", "6", "--heads", "4"]);
@@ -150,7 +199,9 @@ describe("hsm", () => {
     const extract = hsm(["extract", "--help"]).stdout;
     expect(extract).toContain(`(default: ${DEFAULT_BATCH_SIZE})`);
     expect(extract).toContain(`(default: "${DEFAULT_LAYER_RULE}")`);
-    expect(hsm(["generate", "--help"]).stdout).toMatch(new RegExp(`max_new_tokens ${MAX_NEW_TOKENS}[^]*tokens to generate at most \\(default: ${MAX_NEW_TOKENS}\\)`));
+    expect(hsm(["generate", "--help"]).stdout).toMatch(
+      new RegExp(`max_new_tokens ${MAX_NEW_TOKENS}[^]*tokens to generate at most \\(default: ${MAX_NEW_TOKENS}\\)`),
+    );
     expect(hsm(["make-model", "--help"]).stdout).toContain(`weight seed (default: ${DEFAULT_TINY_MODEL.seed})`);
   });
 
@@ -159,7 +210,10 @@ describe("hsm", () => {
     expect(ok.status).toBe(0);
     expect(ok.stdout).toMatch(/bank\.jsonl: 68 rows, 60 main-forward, 10 facts\n {2}anchor {11}10\n/);
     const bad = join(dir, "bad.jsonl");
-    writeFileSync(bad, '{"query_id": "q1", "fact_id": "f", "condition_family": "anchor", "query": "x", "use_for_main_forward": "yes"}\n');
+    writeFileSync(
+      bad,
+      '{"query_id": "q1", "fact_id": "f", "condition_family": "anchor", "query": "x", "use_for_main_forward": "yes"}\n',
+    );
     const r = hsm(["check-bank", bad]);
     expect(r.status).toBe(1);
     expect(r.stderr).toBe(`hsm: ${bad}:1: field "use_for_main_forward": expected true or false but received "yes"\n`);
@@ -175,13 +229,17 @@ describe("hsm", () => {
   });
 
   it("ends quietly when its reader closes the pipe early (hsm … | head)", () => {
-    const r = spawnSync("/bin/sh", ["-c", `"${process.execPath}" "${BIN}" --help | head -c 1 > /dev/null`], { encoding: "utf8" });
+    const r = spawnSync("/bin/sh", ["-c", `"${process.execPath}" "${BIN}" --help | head -c 1 > /dev/null`], {
+      encoding: "utf8",
+    });
     expect(r.status).toBe(0);
     expect(r.stderr).toBe("");
   });
 
   it("layers: prints the stored blocks", () => {
-    expect(hsm(["layers", "46"]).stdout).toBe(`28 of 46 layers (l/(L-1) >= 0.4): ${Array.from({ length: 28 }, (_, i) => i + 18).join(", ")}\n`);
+    expect(hsm(["layers", "46"]).stdout).toBe(
+      `28 of 46 layers (l/(L-1) >= 0.4): ${Array.from({ length: 28 }, (_, i) => i + 18).join(", ")}\n`,
+    );
   });
 
   it("works without the native core, and says so once", () => {
@@ -202,8 +260,16 @@ describe("hsm", () => {
     expect(first.stdout).toMatch(/^verify: 4 files, checksums match$/m);
     expect(first.stdout).toMatch(/^ISS \(fact-macro margin/m);
     expect(first.stdout).toMatch(/^KTS \(1: the anchor probe/m);
-    expect(first.stdout).toContain(`plots: ${join(dir, "demo", "metrics", "tiny-llama", "iss.svg")}, ${join(dir, "demo", "metrics", "tiny-llama", "kts.svg")}`);
-    for (const f of ["evaluation/tiny-llama.jsonl", "evaluation/tiny-llama.scored.jsonl", "hidden/tiny-llama/index.json", "metrics/tiny-llama/iss.json", "foundry/tiny-llama.jsonl"]) {
+    expect(first.stdout).toContain(
+      `plots: ${join(dir, "demo", "metrics", "tiny-llama", "iss.svg")}, ${join(dir, "demo", "metrics", "tiny-llama", "kts.svg")}`,
+    );
+    for (const f of [
+      "evaluation/tiny-llama.jsonl",
+      "evaluation/tiny-llama.scored.jsonl",
+      "hidden/tiny-llama/index.json",
+      "metrics/tiny-llama/iss.json",
+      "foundry/tiny-llama.jsonl",
+    ]) {
       expect(existsSync(join(dir, "demo", f))).toBe(true);
     }
     expect(first.stdout.trimEnd().split("\n").at(-1)).toBe(`report: ${join(dir, "demo", "report.html")}`);
@@ -223,7 +289,8 @@ describe("exit statuses", () => {
     vi.restoreAllMocks();
     stderr.length = 0;
   });
-  const capture = () => vi.spyOn(process.stderr, "write").mockImplementation((chunk) => (stderr.push(String(chunk)), true));
+  const capture = () =>
+    vi.spyOn(process.stderr, "write").mockImplementation((chunk) => (stderr.push(String(chunk)), true));
 
   it("an HsmError exits with its own status and message: data 1, usage 2", () => {
     capture();

@@ -26,7 +26,18 @@ function hsm(args: string[]) {
 /** The rows of iss.json and kts.json that `hsm metrics` writes for `store`. */
 function metricRows(store: string, name: string, extra: string[] = []): { iss: unknown; kts: unknown } {
   const out = join(dir, "metrics", name);
-  const r = hsm(["metrics", store, "--scored", join(fx, "scored.jsonl"), "--bootstrap", "50", "--out", out, "--quiet", ...extra]);
+  const r = hsm([
+    "metrics",
+    store,
+    "--scored",
+    join(fx, "scored.jsonl"),
+    "--bootstrap",
+    "50",
+    "--out",
+    out,
+    "--quiet",
+    ...extra,
+  ]);
   expect(r.stderr).toBe("");
   expect(r.status).toBe(0);
   const rows = (f: string) => JSON.parse(readFileSync(join(out, f), "utf8")).rows;
@@ -47,7 +58,9 @@ beforeAll(() => {
   const r = hsm(["fixture", fx, "--facts", "40", "--d", "16", "--quiet"]);
   expect(r.status).toBe(0);
   native = JSON.parse(readFileSync(join(fx, "store", "index.json"), "utf8"));
-  layerFiles = readdirSync(join(fx, "store")).filter((f) => f.endsWith(".npy")).sort();
+  layerFiles = readdirSync(join(fx, "store"))
+    .filter((f) => f.endsWith(".npy"))
+    .sort();
 });
 
 describe("metrics on stores written by other tools, with --bank", () => {
@@ -61,29 +74,45 @@ describe("metrics on stores written by other tools, with --bank", () => {
       complete: true,
     });
     expect(metricRows(minimal, "minimal", bank)).toEqual(ours);
-    const map = foreignStore("map", { query_ids: native.query_ids, checksums: Object.fromEntries(layerFiles.map((f) => [f, sha256(join(fx, "store", f))])) });
+    const map = foreignStore("map", {
+      query_ids: native.query_ids,
+      checksums: Object.fromEntries(layerFiles.map((f) => [f, sha256(join(fx, "store", f))])),
+    });
     expect(metricRows(map, "map", bank)).toEqual(ours);
     const bare = foreignStore("bare");
     const adopted = hsm(["adopt", bare, ...bank, "--model", "synthetic-fixture"]);
     expect(adopted.stderr).toBe("");
-    expect(adopted.stdout).toMatch(new RegExp(`^${bare}: adopted — ${native.query_ids.length} rows × 16, layers .*; index\\.json written\\n$`));
+    expect(adopted.stdout).toMatch(
+      new RegExp(`^${bare}: adopted — ${native.query_ids.length} rows × 16, layers .*; index\\.json written\\n$`),
+    );
     expect(metricRows(bare, "adopted")).toEqual(ours);
   });
 
   it("without --bank a foreign store without fact ids is refused, naming the flag", () => {
-    const store = foreignStore("needs-bank", { query_ids: native.query_ids, checksums: Object.fromEntries(layerFiles.map((f) => [f, native.files[f]!.sha256])) });
+    const store = foreignStore("needs-bank", {
+      query_ids: native.query_ids,
+      checksums: Object.fromEntries(layerFiles.map((f) => [f, native.files[f]!.sha256])),
+    });
     const r = hsm(["metrics", store, "--quiet", "--out", join(dir, "metrics", "needs-bank")]);
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/bank/);
   });
 
   it("verify --bank checks what a foreign manifest records and prints what it does not as notes, exit 0", () => {
-    const store = foreignStore("verify-notes", { query_ids: native.query_ids, checksums: Object.fromEntries(layerFiles.map((f) => [f, native.files[f]!.sha256])) });
+    const store = foreignStore("verify-notes", {
+      query_ids: native.query_ids,
+      checksums: Object.fromEntries(layerFiles.map((f) => [f, native.files[f]!.sha256])),
+    });
     const r = hsm(["verify", store, "--bank", join(fx, "bank.jsonl")]);
     expect(r.status).toBe(0);
     expect(r.stdout).toMatch(/: note: /);
-    expect(r.stdout.trim().split("\n").at(-1)).toMatch(new RegExp(`^${store}: OK — ${layerFiles.length} files, ${native.query_ids.length} rows`));
-    const bad = foreignStore("verify-bad", { query_ids: native.query_ids, checksums: Object.fromEntries(layerFiles.map((f) => [f, "0".repeat(64)])) });
+    expect(r.stdout.trim().split("\n").at(-1)).toMatch(
+      new RegExp(`^${store}: OK — ${layerFiles.length} files, ${native.query_ids.length} rows`),
+    );
+    const bad = foreignStore("verify-bad", {
+      query_ids: native.query_ids,
+      checksums: Object.fromEntries(layerFiles.map((f) => [f, "0".repeat(64)])),
+    });
     const b = hsm(["verify", bad, "--bank", join(fx, "bank.jsonl")]);
     expect(b.status).toBe(1);
     expect(b.stdout).toMatch(/sha256/);

@@ -40,7 +40,9 @@ describe("hsm metrics", () => {
     const r = hsm(["metrics", store, "--scored", scored, "--out", out, "--bootstrap", "200", "--layers", "2,4-5"]);
     expect(r.status).toBe(0);
     expect(r.stderr).toMatch(/metrics: layer 2: read\nmetrics: layer 2: iss\nmetrics: layer 2: kts\n/);
-    expect(r.stdout).toMatch(/^ISS \(fact-macro margin.*\nlayer +distractor +paraphrase +reorder +translation +typo +all\n2 +-?\d\.\d{3}/m);
+    expect(r.stdout).toMatch(
+      /^ISS \(fact-macro margin.*\nlayer +distractor +paraphrase +reorder +translation +typo +all\n2 +-?\d\.\d{3}/m,
+    );
     expect(r.stdout).toMatch(/^KTS \(1: the anchor probe's signal transfers fully; 0: not at all\)\n/m);
     expect(r.stdout).toMatch(/backend: \w+/);
     for (const metric of ["iss", "kts"]) {
@@ -51,7 +53,9 @@ describe("hsm metrics", () => {
       expect(Object.keys(json.store.files_sha256)).toEqual(["L002.npy", "L003.npy", "L004.npy", "L005.npy"]);
       expect(json.config).toMatchObject({ bootstrap: 200, seed: 20260101, probe_c: 0.01, folds: 5, layers: [2, 4, 5] });
       expect(new Set(json.rows.map((row: { layer: number }) => row.layer))).toEqual(new Set([2, 4, 5]));
-      const csv = readFileSync(join(out, `${metric}.csv`), "utf8").trim().split("\n");
+      const csv = readFileSync(join(out, `${metric}.csv`), "utf8")
+        .trim()
+        .split("\n");
       expect(csv[0]!.split(",")).toEqual(Object.keys(json.rows[0]));
       expect(csv).toHaveLength(json.rows.length + 1);
       const svg = readFileSync(join(out, `${metric}.svg`), "utf8");
@@ -75,8 +79,13 @@ describe("hsm metrics", () => {
     writeFileSync(join(partial, "index.json"), JSON.stringify({ ...m, complete: false, rows_done: 360 }));
     const r = hsm(["metrics", partial, "--quiet"]);
     expect(r.status).toBe(1);
-    expect(r.stderr).toMatch(/"complete" is false: 360 of 720 rows written\. Finish the run, or pass --allow-incomplete/);
-    expect(hsm(["metrics", partial, "--quiet", "--allow-incomplete", "--bootstrap", "20", "--out", join(dir, "p-out")]).status).toBe(0);
+    expect(r.stderr).toMatch(
+      /"complete" is false: 360 of 720 rows written\. Finish the run, or pass --allow-incomplete/,
+    );
+    expect(
+      hsm(["metrics", partial, "--quiet", "--allow-incomplete", "--bootstrap", "20", "--out", join(dir, "p-out")])
+        .status,
+    ).toBe(0);
   });
 
   it("hashes the store first with --verify, and stops on a changed file", () => {
@@ -94,10 +103,22 @@ describe("hsm metrics", () => {
     const kts = hsm(["metrics", store, "--metrics", "kts", "--quiet"]);
     expect(kts.status).toBe(1);
     expect(kts.stderr).toBe("hsm: KTS needs the scored file: pass --scored SCORED.jsonl (or --metrics iss)\n");
-    expect(hsm(["metrics", store, "--backend", "gpu"]).stderr).toMatch(/Expected --backend auto\|native\|tfjs-node\|tfjs-node-gpu\|webgpu\|wasm\|typescript but received "gpu"/);
+    expect(hsm(["metrics", store, "--backend", "gpu"]).stderr).toMatch(
+      /Expected --backend auto\|native\|tfjs-node\|tfjs-node-gpu\|webgpu\|wasm\|typescript but received "gpu"/,
+    );
     expect(hsm(["metrics", store, "--layers", "7"]).stderr).toMatch(/layer 7 is not stored \(stored: 2, 3, 4, 5\)/);
     expect(hsm(["metrics", store, "--layers", "x"]).status).toBe(2);
-    const tfnode = hsm(["metrics", store, "--backend", "tfjs-node", "--quiet", "--bootstrap", "20", "--out", join(dir, "tfnode")]);
+    const tfnode = hsm([
+      "metrics",
+      store,
+      "--backend",
+      "tfjs-node",
+      "--quiet",
+      "--bootstrap",
+      "20",
+      "--out",
+      join(dir, "tfnode"),
+    ]);
     if (TFJS_NODE) {
       expect(tfnode.status).toBe(0);
       expect(JSON.parse(readFileSync(join(dir, "tfnode", "iss.json"), "utf8")).config.kernels.rank).toBe("tfjs-node");
@@ -117,14 +138,22 @@ describe("hsm metrics", () => {
 describe("hsm metrics --backend, the native core absent", () => {
   const run = (backend: string, env: Record<string, string> = {}) => {
     const out = join(dir, `backend-${backend}`);
-    const r = spawnSync(process.execPath, [BIN, "metrics", store, "--scored", scored, "--out", out, "--backend", backend, "--bootstrap", "200", "--quiet"], {
-      encoding: "utf8",
-      cwd: dir,
-      env: { ...process.env, ...env },
-    });
+    const r = spawnSync(
+      process.execPath,
+      [BIN, "metrics", store, "--scored", scored, "--out", out, "--backend", backend, "--bootstrap", "200", "--quiet"],
+      {
+        encoding: "utf8",
+        cwd: dir,
+        env: { ...process.env, ...env },
+      },
+    );
     expect(r.stderr).toBe("");
     expect(r.status).toBe(0);
-    const read = (m: string) => JSON.parse(readFileSync(join(out, `${m}.json`), "utf8")) as { config: { backend: string; kernels: Record<string, string> }; rows: Record<string, unknown>[] };
+    const read = (m: string) =>
+      JSON.parse(readFileSync(join(out, `${m}.json`), "utf8")) as {
+        config: { backend: string; kernels: Record<string, string> };
+        rows: Record<string, unknown>[];
+      };
     return { iss: read("iss"), kts: read("kts"), stdout: r.stdout };
   };
   const absent = { HSM_NATIVE_PATH: join(dir, "no-such-addon.node") };
@@ -140,29 +169,45 @@ describe("hsm metrics --backend, the native core absent", () => {
     const ref = reference();
     agreeRows(ref.iss.rows, ts.iss.rows);
     agreeRows(ref.kts.rows, ts.kts.rows);
-    for (const [i, row] of ref.iss.rows.entries()) expect([ts.iss.rows[i]!.iss_ci_low, ts.iss.rows[i]!.iss_ci_high]).toEqual([row.iss_ci_low, row.iss_ci_high]);
+    for (const [i, row] of ref.iss.rows.entries())
+      expect([ts.iss.rows[i]!.iss_ci_low, ts.iss.rows[i]!.iss_ci_high]).toEqual([row.iss_ci_low, row.iss_ci_high]);
   });
 
   it("wasm records wasm for its kernels and typescript, its named fallback, for the rest", () => {
     const wasm = run("wasm", absent);
     expect(wasm.iss.config.backend).toBe("wasm");
-    const mine = Object.entries(wasm.iss.config.kernels).filter(([, b]) => b === "wasm").map(([k]) => k);
+    const mine = Object.entries(wasm.iss.config.kernels)
+      .filter(([, b]) => b === "wasm")
+      .map(([k]) => k);
     expect(mine.sort()).toEqual(["products", "rank", "rowsTimes"]);
-    for (const [k, b] of Object.entries(wasm.iss.config.kernels)) if (b !== "wasm") expect([k, b]).toEqual([k, "typescript"]);
+    for (const [k, b] of Object.entries(wasm.iss.config.kernels))
+      if (b !== "wasm") expect([k, b]).toEqual([k, "typescript"]);
     const ref = reference();
     agreeRows(ref.iss.rows, wasm.iss.rows);
     agreeRows(ref.kts.rows, wasm.kts.rows);
-    for (const [i, row] of ref.iss.rows.entries()) expect([wasm.iss.rows[i]!.iss_ci_low, wasm.iss.rows[i]!.iss_ci_high]).toEqual([row.iss_ci_low, row.iss_ci_high]);
+    for (const [i, row] of ref.iss.rows.entries())
+      expect([wasm.iss.rows[i]!.iss_ci_low, wasm.iss.rows[i]!.iss_ci_high]).toEqual([row.iss_ci_low, row.iss_ci_high]);
   });
 
   it.runIf(NATIVE_BUILT)("native records native for the kernels the core implements", () => {
     const native = run("native");
-    expect(native.iss.config.kernels).toMatchObject({ f16ToF32: "native", rank: "native", products: "native", rowsTimes: "native", bootstrapMean: "native", bootstrapAuroc: "native", centreRows: "native", standardizeRows: "native" });
+    expect(native.iss.config.kernels).toMatchObject({
+      f16ToF32: "native",
+      rank: "native",
+      products: "native",
+      rowsTimes: "native",
+      bootstrapMean: "native",
+      bootstrapAuroc: "native",
+      centreRows: "native",
+      standardizeRows: "native",
+    });
   });
 
   it("native, asked for by name where the core is absent, says how to build it", () => {
     const r = hsm(["metrics", store, "--backend", "native", "--quiet"], absent);
     expect(r.status).toBe(1);
-    expect(r.stderr).toMatch(/^hsm: --backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n/);
+    expect(r.stderr).toMatch(
+      /^hsm: --backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n/,
+    );
   });
 });

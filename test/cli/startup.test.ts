@@ -40,7 +40,11 @@ let runs = 0;
 function loaded(args: string[]): { status: number | null; stderr: string; modules: string[] } {
   const log = join(dir, `modules-${runs++}.txt`);
   writeFileSync(log, "");
-  const r = spawnSync(process.execPath, ["--import", PRELOAD, BIN, ...args], { encoding: "utf8", cwd: dir, env: { ...process.env, HSM_MODULE_LOG: log } });
+  const r = spawnSync(process.execPath, ["--import", PRELOAD, BIN, ...args], {
+    encoding: "utf8",
+    cwd: dir,
+    env: { ...process.env, HSM_MODULE_LOG: log },
+  });
   return { status: r.status, stderr: r.stderr, modules: readFileSync(log, "utf8").split("\n").filter(Boolean) };
 }
 
@@ -48,16 +52,36 @@ const ORT = /[\\/]node_modules[\\/]onnxruntime-node[\\/]/;
 const TFJS = /[\\/]node_modules[\\/]@tensorflow[\\/]/;
 
 beforeAll(() => {
-  const r = spawnSync(process.execPath, [BIN, "fixture", fx, "--facts", "10", "--d", "8", "--quiet"], { encoding: "utf8" });
+  const r = spawnSync(process.execPath, [BIN, "fixture", fx, "--facts", "10", "--d", "8", "--quiet"], {
+    encoding: "utf8",
+  });
   expect(r.status).toBe(0);
 });
 
 describe("start-up", () => {
   it("the recording sees onnxruntime-node and TensorFlow.js where a command needs them", () => {
-    const extract = loaded(["extract", "--model-dir", join(dir, "no-model"), "--bank", join(fx, "bank.jsonl"), "--out", join(dir, "store")]);
+    const extract = loaded([
+      "extract",
+      "--model-dir",
+      join(dir, "no-model"),
+      "--bank",
+      join(fx, "bank.jsonl"),
+      "--out",
+      join(dir, "store"),
+    ]);
     expect(extract.status).toBe(1);
     expect(extract.modules.some((m) => ORT.test(m))).toBe(true);
-    const metrics = loaded(["metrics", join(fx, "store"), "--backend", "wasm", "--bootstrap", "10", "--out", join(dir, "m"), "--quiet"]);
+    const metrics = loaded([
+      "metrics",
+      join(fx, "store"),
+      "--backend",
+      "wasm",
+      "--bootstrap",
+      "10",
+      "--out",
+      join(dir, "m"),
+      "--quiet",
+    ]);
     expect(metrics.stderr).toBe("");
     expect(metrics.status).toBe(0);
     expect(metrics.modules.some((m) => TFJS.test(m))).toBe(true);
@@ -69,7 +93,11 @@ describe("start-up", () => {
     expect(r.modules.some((m) => m.includes("/dist/store/verify.js"))).toBe(true);
     expect(r.modules.filter((m) => ORT.test(m) || TFJS.test(m))).toEqual([]);
     // Only its own command module, not the other commands'.
-    expect(new Set(r.modules.filter((m) => /[\\/]dist[\\/]cli[\\/]commands[\\/]/.test(m)).map((m) => m.split(/[\\/]/).pop()))).toEqual(new Set(["verify.js"]));
+    expect(
+      new Set(
+        r.modules.filter((m) => /[\\/]dist[\\/]cli[\\/]commands[\\/]/.test(m)).map((m) => m.split(/[\\/]/).pop()),
+      ),
+    ).toEqual(new Set(["verify.js"]));
     const help = spawnSync(process.execPath, [BIN, "verify", "--help"], { encoding: "utf8" });
     expect(help.status).toBe(0);
     expect(help.stdout).toMatch(/^Usage: hsm verify \[options\] <store>/);
@@ -77,7 +105,17 @@ describe("start-up", () => {
   });
 
   it("hsm export loads neither", () => {
-    const r = loaded(["export", "--format", "foundry", "--scored", join(fx, "scored.jsonl"), "--bank", join(fx, "bank.jsonl"), "--out", join(dir, "foundry.jsonl")]);
+    const r = loaded([
+      "export",
+      "--format",
+      "foundry",
+      "--scored",
+      join(fx, "scored.jsonl"),
+      "--bank",
+      join(fx, "bank.jsonl"),
+      "--out",
+      join(dir, "foundry.jsonl"),
+    ]);
     expect(r.status).toBe(0);
     expect(r.modules.some((m) => m.includes("/dist/export/export.js"))).toBe(true);
     expect(r.modules.filter((m) => ORT.test(m) || TFJS.test(m))).toEqual([]);

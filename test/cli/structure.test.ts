@@ -52,8 +52,16 @@ function longFunctions(file: string, text: string, max: number): string[] {
 function specifiers(file: string, text: string): string[] {
   const out: string[] = [];
   walk(parse(file, text), (n) => {
-    if ((ts.isImportDeclaration(n) || ts.isExportDeclaration(n)) && n.moduleSpecifier && ts.isStringLiteral(n.moduleSpecifier)) out.push(n.moduleSpecifier.text);
-    const dynamic = ts.isCallExpression(n) && (n.expression.kind === ts.SyntaxKind.ImportKeyword || (ts.isIdentifier(n.expression) && n.expression.text === "require"));
+    if (
+      (ts.isImportDeclaration(n) || ts.isExportDeclaration(n)) &&
+      n.moduleSpecifier &&
+      ts.isStringLiteral(n.moduleSpecifier)
+    )
+      out.push(n.moduleSpecifier.text);
+    const dynamic =
+      ts.isCallExpression(n) &&
+      (n.expression.kind === ts.SyntaxKind.ImportKeyword ||
+        (ts.isIdentifier(n.expression) && n.expression.text === "require"));
     if (dynamic) out.push(n.arguments[0] && ts.isStringLiteral(n.arguments[0]) ? n.arguments[0].text : "<computed>");
   });
   return out;
@@ -95,19 +103,31 @@ describe("src/cli", () => {
     const body = (n: number) => Array.from({ length: n - 2 }, (_, i) => `  x += ${i};`).join("\n");
     const file = join(CLI, "probe.ts");
     expect(longFunctions(file, `function ok() {\n${body(40)}\n}`, MAX_LINES)).toEqual([]);
-    expect(longFunctions(file, `function tooLong() {\n${body(41)}\n}`, MAX_LINES)).toEqual(["cli/probe.ts:1 tooLong (41 lines)"]);
-    expect(longFunctions(file, `const f = async () => {\n${body(41)}\n};`, MAX_LINES)).toEqual(["cli/probe.ts:1 (anonymous) (41 lines)"]);
+    expect(longFunctions(file, `function tooLong() {\n${body(41)}\n}`, MAX_LINES)).toEqual([
+      "cli/probe.ts:1 tooLong (41 lines)",
+    ]);
+    expect(longFunctions(file, `const f = async () => {\n${body(41)}\n};`, MAX_LINES)).toEqual([
+      "cli/probe.ts:1 (anonymous) (41 lines)",
+    ]);
     expect(longFunctions(file, `x.action(function () {\n${body(41)}\n});`, MAX_LINES)).toHaveLength(1);
-    expect(longFunctions(file, `class A {\n  m() {\n${body(41)}\n  }\n}`, MAX_LINES)).toEqual(["cli/probe.ts:2 m (41 lines)"]);
+    expect(longFunctions(file, `class A {\n  m() {\n${body(41)}\n  }\n}`, MAX_LINES)).toEqual([
+      "cli/probe.ts:2 m (41 lines)",
+    ]);
   });
 
   it("the import rule catches a reach past the API, static or dynamic", () => {
     const file = join(CLI, "commands", "probe.ts");
     const ok = `import { extract } from "../../index.js";\nimport { out } from "../print.js";\nimport { Command } from "commander";\nimport { join } from "node:path";`;
     expect(forbiddenImports(file, ok)).toEqual([]);
-    expect(forbiddenImports(file, `import type { Manifest } from "../../store/manifest.js";`)).toEqual(["cli/commands/probe.ts: ../../store/manifest.js"]);
-    expect(forbiddenImports(file, `const m = await import("../../extract/extract.js");`)).toEqual(["cli/commands/probe.ts: ../../extract/extract.js"]);
+    expect(forbiddenImports(file, `import type { Manifest } from "../../store/manifest.js";`)).toEqual([
+      "cli/commands/probe.ts: ../../store/manifest.js",
+    ]);
+    expect(forbiddenImports(file, `const m = await import("../../extract/extract.js");`)).toEqual([
+      "cli/commands/probe.ts: ../../extract/extract.js",
+    ]);
     expect(forbiddenImports(file, `export { x } from "../../metrics/report.js";`)).toHaveLength(1);
-    expect(forbiddenImports(file, `import ort from "onnxruntime-node";`)).toEqual(["cli/commands/probe.ts: onnxruntime-node"]);
+    expect(forbiddenImports(file, `import ort from "onnxruntime-node";`)).toEqual([
+      "cli/commands/probe.ts: onnxruntime-node",
+    ]);
   });
 });

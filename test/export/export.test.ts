@@ -38,7 +38,9 @@ describe("the schema validator", () => {
     interaction_type: "single_turn",
     input: { raw: "Q", reference: ["A"] },
     output: { raw: ["A"] },
-    answer_attribution: [{ turn_idx: 0, source: "output.raw", extracted_value: "A", extraction_method: "exact_alias", is_terminal: true }],
+    answer_attribution: [
+      { turn_idx: 0, source: "output.raw", extracted_value: "A", extraction_method: "exact_alias", is_terminal: true },
+    ],
     evaluation: { score: 1, is_correct: true },
   };
 
@@ -47,13 +49,40 @@ describe("the schema validator", () => {
   it.each([
     ["a missing required field", { ...good, sample_id: undefined }, '$ is missing required property "sample_id"'],
     ["an unknown top-level field", { ...good, extra: 1 }, '$ has property "extra", which is not allowed'],
-    ["a bad enum value", { ...good, interaction_type: "chat" }, '$.interaction_type must be one of "single_turn", "multi_turn", "agentic", not "chat"'],
-    ["a wrong type", { ...good, evaluation: { score: "1", is_correct: true } }, "$.evaluation.score must be of type number, not string"],
-    ["single_turn with messages", { ...good, messages: [{ turn_idx: 0, role: "user" }] }, "$.messages must be of type null, not array"],
+    [
+      "a bad enum value",
+      { ...good, interaction_type: "chat" },
+      '$.interaction_type must be one of "single_turn", "multi_turn", "agentic", not "chat"',
+    ],
+    [
+      "a wrong type",
+      { ...good, evaluation: { score: "1", is_correct: true } },
+      "$.evaluation.score must be of type number, not string",
+    ],
+    [
+      "single_turn with messages",
+      { ...good, messages: [{ turn_idx: 0, role: "user" }] },
+      "$.messages must be of type null, not array",
+    ],
     ["single_turn without output", { ...good, output: undefined }, '$ is missing required property "output"'],
-    ["an attribution without turn_idx or event_id", { ...good, answer_attribution: [{ source: "s", extracted_value: "v", extraction_method: "m", is_terminal: true }] }, "$.answer_attribution[0] matches none of the schemas in anyOf"],
-    ["a negative turn index", { ...good, answer_attribution: [{ ...good.answer_attribution[0], turn_idx: -1 }] }, "$.answer_attribution[0].turn_idx must be at least 0"],
-    ["metadata that is not strings", { ...good, metadata: { n: 3 } }, "$.metadata.n must be of type string, not integer"],
+    [
+      "an attribution without turn_idx or event_id",
+      {
+        ...good,
+        answer_attribution: [{ source: "s", extracted_value: "v", extraction_method: "m", is_terminal: true }],
+      },
+      "$.answer_attribution[0] matches none of the schemas in anyOf",
+    ],
+    [
+      "a negative turn index",
+      { ...good, answer_attribution: [{ ...good.answer_attribution[0], turn_idx: -1 }] },
+      "$.answer_attribution[0].turn_idx must be at least 0",
+    ],
+    [
+      "metadata that is not strings",
+      { ...good, metadata: { n: 3 } },
+      "$.metadata.n must be of type string, not integer",
+    ],
   ])("rejects %s", (_what, record, message) => {
     const clean = JSON.parse(JSON.stringify(record));
     expect(validate(clean, schema).map((e) => `${e.path} ${e.message}`)).toContain(message);
@@ -63,12 +92,22 @@ describe("the schema validator", () => {
 describe("hsm export", () => {
   it("writes Every Eval Ever samples that all validate, and an aggregate that points at them", async () => {
     const out = join(dir, "eee");
-    const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out, modelId: "hsm/synthetic-fixture", organization: "tests" });
+    const r = await exportScored({
+      format: "eee",
+      scored: fx.scored,
+      bank: fx.bank,
+      out,
+      modelId: "hsm/synthetic-fixture",
+      organization: "tests",
+    });
     const folder = join(out, "data", "bank", "hsm", "synthetic-fixture");
     expect(r.files.every((f) => f.startsWith(folder))).toBe(true);
     const samplesFile = readdirSync(folder).find((f) => f.endsWith("_samples.jsonl"))!;
     const text = readFileSync(join(folder, samplesFile), "utf8");
-    const records = text.trim().split("\n").map((l) => JSON.parse(l));
+    const records = text
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(records).toHaveLength(r.rows);
     for (const rec of records) {
       expect(validate(rec, schema)).toEqual([]);
@@ -77,24 +116,55 @@ describe("hsm export", () => {
       expect(Object.values(rec.metadata).every((v) => typeof v === "string")).toBe(true);
     }
     const aggregate = JSON.parse(readFileSync(join(folder, samplesFile.replace("_samples.jsonl", ".json")), "utf8"));
-    expect(aggregate.detailed_evaluation_results).toEqual({ format: "jsonl", file_path: samplesFile, hash_algorithm: "sha256", checksum: createHash("sha256").update(text).digest("hex"), total_rows: records.length });
-    const anchor = aggregate.evaluation_results.find((e: { evaluation_name: string }) => e.evaluation_name === "bank/anchor");
+    expect(aggregate.detailed_evaluation_results).toEqual({
+      format: "jsonl",
+      file_path: samplesFile,
+      hash_algorithm: "sha256",
+      checksum: createHash("sha256").update(text).digest("hex"),
+      total_rows: records.length,
+    });
+    const anchor = aggregate.evaluation_results.find(
+      (e: { evaluation_name: string }) => e.evaluation_name === "bank/anchor",
+    );
     const anchors = records.filter((x) => x.metadata.condition_family === "anchor");
-    expect(anchor.score_details.score).toBeCloseTo(anchors.filter((x) => x.evaluation.is_correct).length / anchors.length, 12);
+    expect(anchor.score_details.score).toBeCloseTo(
+      anchors.filter((x) => x.evaluation.is_correct).length / anchors.length,
+      12,
+    );
     expect(anchor.generation_config.generation_args).toMatchObject({ temperature: 0, max_tokens: 24 });
     // every instance's evaluation_result_id names an aggregate result
-    const ids = new Set(aggregate.evaluation_results.map((e: { evaluation_result_id: string }) => e.evaluation_result_id));
+    const ids = new Set(
+      aggregate.evaluation_results.map((e: { evaluation_result_id: string }) => e.evaluation_result_id),
+    );
     expect(records.every((x) => ids.has(x.evaluation_result_id))).toBe(true);
   });
 
   it("writes Foundry JSONL with query, response and ground_truth, or messages", async () => {
     await exportScored({ format: "foundry", scored: fx.scored, bank: fx.bank, out: join(dir, "foundry.jsonl") });
-    await exportScored({ format: "foundry", scored: fx.scored, bank: fx.bank, out: join(dir, "foundry-m.jsonl"), messages: true });
-    const plain = readFileSync(join(dir, "foundry.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
-    const msgs = readFileSync(join(dir, "foundry-m.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
-    expect(plain[0]).toMatchObject({ query: "Question: What is the capital of Land 0?\nAnswer with only the shortest correct answer.\nAnswer:", ground_truth: "City 0" });
+    await exportScored({
+      format: "foundry",
+      scored: fx.scored,
+      bank: fx.bank,
+      out: join(dir, "foundry-m.jsonl"),
+      messages: true,
+    });
+    const plain = readFileSync(join(dir, "foundry.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    const msgs = readFileSync(join(dir, "foundry-m.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    expect(plain[0]).toMatchObject({
+      query: "Question: What is the capital of Land 0?\nAnswer with only the shortest correct answer.\nAnswer:",
+      ground_truth: "City 0",
+    });
     expect(typeof plain[0].response).toBe("string");
-    expect(msgs[0].messages).toEqual([{ role: "user", content: plain[0].query }, { role: "assistant", content: plain[0].response }]);
+    expect(msgs[0].messages).toEqual([
+      { role: "user", content: plain[0].query },
+      { role: "assistant", content: plain[0].response },
+    ]);
     expect(msgs[0].ground_truth).toBe("City 0");
   });
 });
@@ -110,7 +180,13 @@ describe("export errors and settings", () => {
       "anchor: Question: {query}\\nAnswer with only the shortest correct answer.\\nAnswer: | other: {query}\\nAnswer:",
     );
     expect(result.generation_config.additional_details.max_prompt_len).toBe("192");
-    expect(Object.keys(result.score_details.details)).toEqual(["correct", "incorrect", "ambiguous", "abstain", "unparseable"]);
+    expect(Object.keys(result.score_details.details)).toEqual([
+      "correct",
+      "incorrect",
+      "ambiguous",
+      "abstain",
+      "unparseable",
+    ]);
   });
 
   it("names the developer and organization unknown when nobody does", async () => {
@@ -122,12 +198,22 @@ describe("export errors and settings", () => {
   });
 
   it.each([
-    ["a missing field", { query_id: "query_00000001", raw_response: "x", label: "correct", condition_family: "anchor" }, ':1: field "fact_id": expected a string but received nothing'],
-    ["a label outside the list", { query_id: "query_00000001", raw_response: "x", label: "right", condition_family: "anchor", fact_id: "f" }, ':1: field "label": "right" is not one of correct, incorrect, ambiguous, abstain, unparseable'],
+    [
+      "a missing field",
+      { query_id: "query_00000001", raw_response: "x", label: "correct", condition_family: "anchor" },
+      ':1: field "fact_id": expected a string but received nothing',
+    ],
+    [
+      "a label outside the list",
+      { query_id: "query_00000001", raw_response: "x", label: "right", condition_family: "anchor", fact_id: "f" },
+      ':1: field "label": "right" is not one of correct, incorrect, ambiguous, abstain, unparseable',
+    ],
   ])("names the line and field of %s", async (_what, row, tail) => {
     const scored = join(dir, `scored-${tail.length}.jsonl`);
     writeFileSync(scored, JSON.stringify(row) + "\n");
-    await expect(exportScored({ format: "foundry", scored, bank: fx.bank, out: join(dir, "never.jsonl") })).rejects.toMatchObject({
+    await expect(
+      exportScored({ format: "foundry", scored, bank: fx.bank, out: join(dir, "never.jsonl") }),
+    ).rejects.toMatchObject({
       constructor: ScoredError,
       message: scored + tail,
       exitCode: EXIT.data,
@@ -136,9 +222,17 @@ describe("export errors and settings", () => {
 
   it("names the line of a scored row whose query the bank lacks", async () => {
     const scored = join(dir, "scored-unknown.jsonl");
-    const row = { query_id: "query_99999999", raw_response: "x", label: "correct", condition_family: "anchor", fact_id: "f" };
+    const row = {
+      query_id: "query_99999999",
+      raw_response: "x",
+      label: "correct",
+      condition_family: "anchor",
+      fact_id: "f",
+    };
     writeFileSync(scored, `${readFileSync(fx.scored, "utf8").split("\n")[0]}\n\n${JSON.stringify(row)}\n`);
-    await expect(exportScored({ format: "foundry", scored, bank: fx.bank, out: join(dir, "never.jsonl") })).rejects.toMatchObject({
+    await expect(
+      exportScored({ format: "foundry", scored, bank: fx.bank, out: join(dir, "never.jsonl") }),
+    ).rejects.toMatchObject({
       constructor: ScoredError,
       message: `${scored}:3: field "query_id": "query_99999999" is not in the bank ${fx.bank}`,
     });
@@ -160,7 +254,11 @@ describe("export errors and settings", () => {
     const broken = join(dir, "broken-schema.json");
     writeFileSync(broken, "{");
     expect(() => instanceSchema([broken])).toThrow(InternalError);
-    expect(() => instanceSchema([broken])).toThrow(new RegExp(`^the instance-level schema of this installation, ${broken}, is not valid JSON \\(.+\\); reinstall hsm$`));
+    expect(() => instanceSchema([broken])).toThrow(
+      new RegExp(
+        `^the instance-level schema of this installation, ${broken}, is not valid JSON \\(.+\\); reinstall hsm$`,
+      ),
+    );
   });
 
   it("does not load the model runner (and with it onnxruntime): its imports stay outside the model rooms", () => {
@@ -217,7 +315,10 @@ describe("a third export format in its own registry", () => {
   it("is written from the checked rows, beside the built-in formats, which stay as they were", async () => {
     const out = join(dir, "labels.tsv");
     const r = await exportScored({ format: "tsv", scored: fx.scored, bank: fx.bank, out }, registry);
-    const scored = readFileSync(fx.scored, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const scored = readFileSync(fx.scored, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(r).toEqual({ files: [out], rows: scored.length });
     const expected = scored.map((s) => `${s.query_id}\t${s.condition_family}\t${s.label}\n`);
     expect(readFileSync(out, "utf8")).toBe(expected.join(""));

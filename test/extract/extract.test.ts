@@ -11,7 +11,13 @@ import * as ort from "onnxruntime-node";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
-import { generateWeights, tinyConfig, tokenizerFiles, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import {
+  generateWeights,
+  tinyConfig,
+  tokenizerFiles,
+  writeTinyModel,
+  type TinyModelOptions,
+} from "../../src/synthetic/llama.js";
 import { f16BitsToNumber, f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel, shardRange } from "../../src/extract/extract.js";
@@ -67,7 +73,21 @@ function once<T>(make: () => Promise<T>): () => Promise<T> {
   return () => (made ??= make());
 }
 
-const bigArgs = (out: string) => [BIN, "extract", "--model-dir", llamaDir, "--bank", bigBank, "--out", out, "--batch-size", "4", "--commit-rows", "16", "--quiet"];
+const bigArgs = (out: string) => [
+  BIN,
+  "extract",
+  "--model-dir",
+  llamaDir,
+  "--bank",
+  bigBank,
+  "--out",
+  out,
+  "--batch-size",
+  "4",
+  "--commit-rows",
+  "16",
+  "--quiet",
+];
 /** The store of `bank` at batch size 16. */
 const storeB16 = once(async () => {
   const out = join(dir, "b16");
@@ -93,7 +113,11 @@ async function expectMatchesReference(store: string, opts: TinyModelOptions, mod
   const config = tinyConfig(opts);
   const weights = generateWeights(config, opts.seed!);
   const tok = await PromptTokenizer.load(modelDir);
-  const rows = readFileSync(bankPath, "utf8").trim().split("\n").map((l) => JSON.parse(l)).filter((r) => r.use_for_main_forward);
+  const rows = readFileSync(bankPath, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l))
+    .filter((r) => r.use_for_main_forward);
   const reader = await StoreReader.open(store);
   const layers = reader.manifest.layers;
   let worst = 0;
@@ -139,7 +163,13 @@ describe("tokenization", () => {
 describe("hsm inspect-model", () => {
   it("finds every block's residual and the final norm by structure, torch-style names agreeing", async () => {
     const { inspection } = await inspectModel(llamaDir);
-    expect(inspection).toMatchObject({ numLayers: 5, dModel: 64, vocabSize: 128256, tokenizerSize: 128256, storedLayers: [2, 3, 4] });
+    expect(inspection).toMatchObject({
+      numLayers: 5,
+      dModel: 64,
+      vocabSize: 128256,
+      tokenizerSize: 128256,
+      storedLayers: [2, 3, 4],
+    });
     expect(inspection.plan.strategy).toBe("structural");
     expect(inspection.plan.crossCheck).toBe("names (torch-names) agree on all 5 blocks");
     expect(inspection.plan.tensors.map((t) => t.tensor)).toEqual([
@@ -156,9 +186,17 @@ describe("hsm inspect-model", () => {
 
   it("takes graph outputs named hidden_states.N first", async () => {
     const model = await loadModel(join(llamaDir, "model.onnx"));
-    const names = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/layers.2/Add_1_output_0", "/model/layers.3/Add_1_output_0", "/model/norm/Mul_1_output_0"];
-    for (const node of model.graph!.node!) node.output = node.output!.map((o) => (names.includes(o) ? `hidden_states.${names.indexOf(o) + 1}` : o));
-    for (const node of model.graph!.node!) node.input = node.input!.map((o) => (names.includes(o) ? `hidden_states.${names.indexOf(o) + 1}` : o));
+    const names = [
+      "/model/layers.0/Add_1_output_0",
+      "/model/layers.1/Add_1_output_0",
+      "/model/layers.2/Add_1_output_0",
+      "/model/layers.3/Add_1_output_0",
+      "/model/norm/Mul_1_output_0",
+    ];
+    for (const node of model.graph!.node!)
+      node.output = node.output!.map((o) => (names.includes(o) ? `hidden_states.${names.indexOf(o) + 1}` : o));
+    for (const node of model.graph!.node!)
+      node.input = node.input!.map((o) => (names.includes(o) ? `hidden_states.${names.indexOf(o) + 1}` : o));
     for (let i = 1; i <= 5; i++) model.graph!.output!.push({ name: `hidden_states.${i}` });
     const alt = join(dir, "with-outputs");
     cpSync(llamaDir, alt, { recursive: true });
@@ -172,7 +210,13 @@ describe("hsm inspect-model", () => {
 describe("hsm extract", () => {
   it("stores what an independent forward pass computes, at batch sizes 16 and 1", async () => {
     const { out: b16, result: a } = await storeB16();
-    expect(a.manifest).toMatchObject({ complete: true, layers: [2, 3, 4], last_layer_final_norm: true, d_model: 64, num_layers: 5 });
+    expect(a.manifest).toMatchObject({
+      complete: true,
+      layers: [2, 3, 4],
+      last_layer_final_norm: true,
+      d_model: 64,
+      num_layers: 5,
+    });
     expect(a.manifest.query_ids).toHaveLength(27);
     await expectMatchesReference(b16, LLAMA, llamaDir, bank);
     await extract({ modelDir: llamaDir, bank, out: join(dir, "b1"), batchSize: 1 });
@@ -194,7 +238,18 @@ describe("hsm extract", () => {
     const again = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", b16, "--quiet"]);
     expect(again.status).toBe(0);
     expect(again.stdout).toMatch(/already complete \(27 rows, layers 2, 3, 4\); nothing to do/);
-    const other = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", b16, "--layers", "l >= 1", "--quiet"]);
+    const other = hsm([
+      "extract",
+      "--model-dir",
+      llamaDir,
+      "--bank",
+      bank,
+      "--out",
+      b16,
+      "--layers",
+      "l >= 1",
+      "--quiet",
+    ]);
     expect(other.status).toBe(1);
     expect(other.stderr).toMatch(/already holds a store made with a different layers; refusing to mix them/);
   });
@@ -205,11 +260,31 @@ describe("hsm extract", () => {
     expect(first.status).toBe(0);
     // A partial store with a live writer's lock: this test process plays the writer.
     const partial = join(dir, "locked-partial");
-    await extract({ modelDir: llamaDir, bank, out: partial, commitRows: 8, onProgress: (d) => {
-      if (d >= 8) throw new Error("stop here");
-    } }).catch(() => {});
-    writeFileSync(join(partial, ".hsm.lock"), JSON.stringify({ pid: process.pid, host: (await import("node:os")).hostname(), started: "now" }));
-    const r = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", partial, "--commit-rows", "8", "--quiet"]);
+    await extract({
+      modelDir: llamaDir,
+      bank,
+      out: partial,
+      commitRows: 8,
+      onProgress: (d) => {
+        if (d >= 8) throw new Error("stop here");
+      },
+    }).catch(() => {});
+    writeFileSync(
+      join(partial, ".hsm.lock"),
+      JSON.stringify({ pid: process.pid, host: (await import("node:os")).hostname(), started: "now" }),
+    );
+    const r = hsm([
+      "extract",
+      "--model-dir",
+      llamaDir,
+      "--bank",
+      bank,
+      "--out",
+      partial,
+      "--commit-rows",
+      "8",
+      "--quiet",
+    ]);
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(new RegExp(`is being written by another hsm process \\(pid ${process.pid}`));
   });
@@ -256,7 +331,23 @@ describe("hsm extract", () => {
     expect(shardRange(270, 2, 3, 16)).toEqual([176, 270]);
     const shards = [0, 1, 2].map((k) => join(dir, `shard-${k}`));
     for (const [k, s] of shards.entries()) {
-      const r = spawnSync(process.execPath, [BIN, "extract", "--model-dir", llamaDir, "--bank", bigBank, "--out", s, "--batch-size", "4", "--commit-rows", "16", "--shard", `${k}/3`, "--quiet"]);
+      const r = spawnSync(process.execPath, [
+        BIN,
+        "extract",
+        "--model-dir",
+        llamaDir,
+        "--bank",
+        bigBank,
+        "--out",
+        s,
+        "--batch-size",
+        "4",
+        "--commit-rows",
+        "16",
+        "--shard",
+        `${k}/3`,
+        "--quiet",
+      ]);
       expect(r.status).toBe(0);
     }
     const merged = join(dir, "merged");
@@ -268,7 +359,8 @@ describe("hsm extract", () => {
     // Each shard checks its own rows, so the merged self-check joins three samples where the single run took one.
     expect({ ...m, created_at: 0, self_check: 0 }).toEqual({ ...single, created_at: 0, self_check: 0 });
     expect(m.self_check).toMatchObject({ rows: 3 * single.self_check.rows, status: "pass" });
-    for (const f of ["L002.npy", "L003.npy", "L004.npy"]) expect(readFileSync(join(merged, f)).equals(readFileSync(join(whole, f)))).toBe(true);
+    for (const f of ["L002.npy", "L003.npy", "L004.npy"])
+      expect(readFileSync(join(merged, f)).equals(readFileSync(join(whole, f)))).toBe(true);
     const missing = hsm(["merge", join(dir, "merged-2"), shards[0]!, shards[2]!, "--quiet"]);
     expect(missing.status).toBe(1);
     expect(missing.stderr).toMatch(/shard 1\/3 is missing/);
@@ -288,7 +380,9 @@ describe("hsm extract on bad input: one line, nothing written", () => {
   it("a folder without model.onnx", () => {
     const m = join(dir, "no-onnx");
     cpSync(llamaDir, m, { recursive: true, filter: (src) => !src.endsWith("model.onnx") });
-    expect(run(m, bank, "no-onnx")).toBe(`hsm: ${m}/model.onnx: is missing; a model folder holds model.onnx, config.json, tokenizer.json, tokenizer_config.json (an optimum ONNX export)`);
+    expect(run(m, bank, "no-onnx")).toBe(
+      `hsm: ${m}/model.onnx: is missing; a model folder holds model.onnx, config.json, tokenizer.json, tokenizer_config.json (an optimum ONNX export)`,
+    );
   });
 
   it("a tokenizer that does not match the model's vocabulary", () => {
@@ -297,25 +391,37 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     const qwen = tokenizerFiles("qwen3");
     copyFileSync(qwen.tokenizer, join(m, "tokenizer.json"));
     copyFileSync(qwen.config, join(m, "tokenizer_config.json"));
-    expect(run(m, bank, "wrong-tokenizer")).toMatch(/tokenizer\.json: the tokenizer has 151669 tokens but the model's vocabulary has 128256 rows; they do not belong together$/);
+    expect(run(m, bank, "wrong-tokenizer")).toMatch(
+      /tokenizer\.json: the tokenizer has 151669 tokens but the model's vocabulary has 128256 rows; they do not belong together$/,
+    );
   });
 
   it("a bank with no main-forward rows", () => {
     const b = join(dir, "no-main.jsonl");
-    writeFileSync(b, bankLines(3).map((l) => l.replace('"use_for_main_forward":true', '"use_for_main_forward":false')).join("\n"));
-    expect(run(llamaDir, b, "no-main")).toMatch(/no-main\.jsonl: no row has use_for_main_forward: true, so there is nothing to extract$/);
+    writeFileSync(
+      b,
+      bankLines(3)
+        .map((l) => l.replace('"use_for_main_forward":true', '"use_for_main_forward":false'))
+        .join("\n"),
+    );
+    expect(run(llamaDir, b, "no-main")).toMatch(
+      /no-main\.jsonl: no row has use_for_main_forward: true, so there is nothing to extract$/,
+    );
   });
 
   it("a model whose blocks cannot be found, with candidates listed", async () => {
     const model = await loadModel(join(llamaDir, "model.onnx"));
     model.graph!.node!.forEach((n, i) => (n.name = `node_${i}`));
     // Block 2's MLP is cut out of the stream: what read its residual reads the attention's instead.
-    for (const n of model.graph!.node!) n.input = n.input!.map((i) => (i === "/model/layers.2/Add_1_output_0" ? "/model/layers.2/Add_output_0" : i));
+    for (const n of model.graph!.node!)
+      n.input = n.input!.map((i) => (i === "/model/layers.2/Add_1_output_0" ? "/model/layers.2/Add_output_0" : i));
     const m = join(dir, "anonymous");
     cpSync(llamaDir, m, { recursive: true });
     writeFileSync(join(m, "model.onnx"), encodeModel(model));
     const line = run(m, bank, "anonymous");
-    expect(line).toMatch(/^hsm: structure: block 2 is incomplete: residual Add 5 of 9 \(node_\d+\) adds attention with no MLP after it; a block may be missing \(graph style seen: dynamo-names\)\. Name the tensors with --hidden-tensors .*candidate tensors: .*\/model\/layers\.2\/Add_output_0, \/model\/layers\.3\/Add_output_0/);
+    expect(line).toMatch(
+      /^hsm: structure: block 2 is incomplete: residual Add 5 of 9 \(node_\d+\) adds attention with no MLP after it; a block may be missing \(graph style seen: dynamo-names\)\. Name the tensors with --hidden-tensors .*candidate tensors: .*\/model\/layers\.2\/Add_output_0, \/model\/layers\.3\/Add_output_0/,
+    );
   });
 });
 
@@ -328,7 +434,12 @@ describe("hsm extract and the inputs of a graph", () => {
     if (used) {
       const embed = graph.node!.find((n) => n.name === "/model/embed_tokens/Gather")!;
       embed.input![1] = "ids_plus_extra";
-      graph.node!.unshift({ name: "/model/embed_tokens/Add_extra", opType: "Add", input: ["input_ids", name], output: ["ids_plus_extra"] });
+      graph.node!.unshift({
+        name: "/model/embed_tokens/Add_extra",
+        opType: "Add",
+        input: ["input_ids", name],
+        output: ["ids_plus_extra"],
+      });
     }
     const m = join(dir, `extra-input-${used}`);
     cpSync(llamaDir, m, { recursive: true });
@@ -382,7 +493,9 @@ describe("hsm extract: overflow, devices, interoperability", () => {
     }
     expect(r.status).toBe(1);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
-    expect(r.stderr).toMatch(/the CUDA execution provider could not be used .*npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12/);
+    expect(r.stderr).toMatch(
+      /the CUDA execution provider could not be used .*npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12/,
+    );
     expect(existsSync(out)).toBe(false);
   });
 
@@ -396,10 +509,14 @@ for l in m["layers"]:
     assert a.dtype == np.float16 and a.shape == (len(m["query_ids"]), m["d_model"])
     print(int(a.view(np.uint16).astype(np.uint64).sum()))`,
       store,
-    ).trim().split("\n").map(Number);
+    )
+      .trim()
+      .split("\n")
+      .map(Number);
     const reader = await StoreReader.open(store);
     const mine = [];
-    for (const l of reader.manifest.layers) mine.push((await reader.readRows(l, 0, reader.rows)).reduce((a, b) => a + b, 0));
+    for (const l of reader.manifest.layers)
+      mine.push((await reader.readRows(l, 0, reader.rows)).reduce((a, b) => a + b, 0));
     await reader.close();
     expect(sums).toEqual(mine);
   });
@@ -409,11 +526,22 @@ describe("onnxruntime's float16 Cast", () => {
   it("rounds exactly as NumPy's astype on every finite and infinite input", async () => {
     const { GraphBuilder, valueInfo, DataType } = await import("../../src/onnx/graph.js");
     const g = new GraphBuilder();
-    g.nodes.push({ name: "cast", opType: "Cast", input: ["x"], output: ["y"], attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }] });
+    g.nodes.push({
+      name: "cast",
+      opType: "Cast",
+      input: ["x"],
+      output: ["y"],
+      attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }],
+    });
     const bytes = encodeModel({
       irVersion: 8,
       opsetImport: [{ domain: "", version: 17 }],
-      graph: { name: "cast", node: g.nodes, input: [valueInfo("x", DataType.FLOAT, ["n"])], output: [valueInfo("y", DataType.FLOAT16, ["n"])] },
+      graph: {
+        name: "cast",
+        node: g.nodes,
+        input: [valueInfo("x", DataType.FLOAT, ["n"])],
+        output: [valueInfo("y", DataType.FLOAT16, ["n"])],
+      },
     });
     const session = await ort.InferenceSession.create(bytes);
     const n = 1 << 20;
@@ -428,6 +556,15 @@ describe("onnxruntime's float16 Cast", () => {
     let mismatches = 0;
     for (let i = 0; i < n; i++) if (!Number.isNaN(x[i]) && y[i] !== want[i]) mismatches++;
     expect(mismatches).toBe(0);
-    expect(Array.from(want.subarray(1, 9), f16BitsToNumber)).toEqual([65504, 65504, Infinity, -Infinity, 0, 2 ** -23, 2 ** -24, 1]);
+    expect(Array.from(want.subarray(1, 9), f16BitsToNumber)).toEqual([
+      65504,
+      65504,
+      Infinity,
+      -Infinity,
+      0,
+      2 ** -23,
+      2 ** -24,
+      1,
+    ]);
   });
 });

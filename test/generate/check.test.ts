@@ -17,12 +17,25 @@ import { tempDir } from "../helpers/tmp.js";
 const dir = tempDir("hsm-gencheck-");
 const modelDir = join(dir, "model");
 const bank = join(dir, "bank.jsonl");
-const QUERIES = ["What is the capital of France?", "Ok?", "Which element has the chemical symbol Fe, and is it magnetic at room temperature?", "Who wrote Don Quixote?", "Name it."];
+const QUERIES = [
+  "What is the capital of France?",
+  "Ok?",
+  "Which element has the chemical symbol Fe, and is it magnetic at room temperature?",
+  "Who wrote Don Quixote?",
+  "Name it.",
+];
 
 beforeAll(async () => {
   await writeTinyModel(modelDir, { layers: 2, hidden: 32, heads: 4, kvHeads: 2, withPast: true, seed: 9 });
   const lines = Array.from({ length: 20 }, (_, i) =>
-    JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: i % 2 ? "typo" : "anchor", query: `${QUERIES[i % 5]} ${"x ".repeat(i % 7)}`, use_for_main_forward: true, answers: ["x"] }),
+    JSON.stringify({
+      query_id: `q${i}`,
+      fact_id: `f${i >> 1}`,
+      condition_family: i % 2 ? "typo" : "anchor",
+      query: `${QUERIES[i % 5]} ${"x ".repeat(i % 7)}`,
+      use_for_main_forward: true,
+      answers: ["x"],
+    }),
   );
   writeFileSync(bank, lines.join("\n") + "\n");
 });
@@ -31,7 +44,14 @@ afterEach(() => {
   delete process.env.HSM_TEST_BREAK_BATCHING;
 });
 
-const texts = (path: string) => new Map(readFileSync(path, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id as string, r.raw_response as string]));
+const texts = (path: string) =>
+  new Map(
+    readFileSync(path, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l))
+      .map((r) => [r.query_id as string, r.raw_response as string]),
+  );
 
 describe("generation's self-check", () => {
   it("passes on a correct run and records the rows regenerated", async () => {
@@ -55,7 +75,15 @@ describe("generation's self-check", () => {
     process.env.HSM_TEST_BREAK_BATCHING = "mask";
     const out = join(dir, "broken.jsonl");
     const warnings: string[] = [];
-    await generate({ modelDir, bank, out, batchSize: 8, maxNewTokens: 6, selfCheck: 20, log: (m, level) => level === "warn" && warnings.push(m) });
+    await generate({
+      modelDir,
+      bank,
+      out,
+      batchSize: 8,
+      maxNewTokens: 6,
+      selfCheck: 20,
+      log: (m, level) => level === "warn" && warnings.push(m),
+    });
     const check = JSON.parse(readFileSync(generationCheckPath(out), "utf8"));
     expect(check.status).toBe("warn");
     expect(check.rows).toBe(20);

@@ -38,19 +38,41 @@ const BYTE_A9 = 102;
 const PARIS = 12366;
 const SPACE_DOT = 662;
 
-const QUERIES = ["What is the capital of France?", "Who wrote Hamlet?", "¿Dónde está Lima?", "Ok?", `${"Long preamble words here. ".repeat(45)}So, what is two plus two?`, "Name a prime number."];
+const QUERIES = [
+  "What is the capital of France?",
+  "Who wrote Hamlet?",
+  "¿Dónde está Lima?",
+  "Ok?",
+  `${"Long preamble words here. ".repeat(45)}So, what is two plus two?`,
+  "Name a prime number.",
+];
 
 function lines(n: number): string {
   return (
     Array.from({ length: n }, (_, i) =>
-      JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: i % 2 ? "typo" : "anchor", query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`, use_for_main_forward: true, answers: ["Paris", "4"] }),
+      JSON.stringify({
+        query_id: `q${i}`,
+        fact_id: `f${i >> 1}`,
+        condition_family: i % 2 ? "typo" : "anchor",
+        query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`,
+        use_for_main_forward: true,
+        answers: ["Paris", "4"],
+      }),
     ).join("\n") + "\n"
   );
 }
 
-const readRows = (path: string) => readFileSync(path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+const readRows = (path: string) =>
+  readFileSync(path, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
 const byId = (path: string) => new Map(readRows(path).map((r) => [r.query_id as string, r]));
-const bankRows = (path: string) => readFileSync(path, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+const bankRows = (path: string) =>
+  readFileSync(path, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
 
 /** A 23-token chain after the prompt, then <|eot_id|>: a split "é" around a special token, special tokens, plain words. */
 const WORDS = [578, 6864, 315, 9822, 374, 264, 3363, 389, 279, 1369, 483, 11, 902, 28555, 1555, 433, 2288]; // " The capital of … it too"
@@ -60,10 +82,23 @@ const MODELS = {
   withPast: { layers: 3, hidden: 32, heads: 4, kvHeads: 2, withPast: true, seed: 21 },
   noPast: { layers: 2, hidden: 32, heads: 2, kvHeads: 1, seed: 22 },
   // Every answer is an EOS at once (an int eos_token_id).
-  eosFirst: { layers: 2, hidden: 32, heads: 4, kvHeads: 2, withPast: true, seed: 23, forcedNext: [[COLON, END_OF_TEXT]] },
+  eosFirst: {
+    layers: 2,
+    hidden: 32,
+    heads: 4,
+    kvHeads: 2,
+    withPast: true,
+    seed: 23,
+    forcedNext: [[COLON, END_OF_TEXT]],
+  },
   // Every answer is CHAIN and then the second id of an eos_token_id list, as the 24th token.
   eos24: {
-    layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 24, eosTokenId: [END_OF_TEXT, EOT],
+    layers: 2,
+    hidden: 32,
+    heads: 4,
+    kvHeads: 2,
+    seed: 24,
+    eosTokenId: [END_OF_TEXT, EOT],
     forcedNext: [COLON, ...CHAIN].map((from, k, all) => [from, all[k + 1] ?? EOT] as const),
   },
 } satisfies Record<string, TinyModelOptions>;
@@ -72,7 +107,10 @@ const modelDir = (name: ModelName) => join(dir, name);
 const options: Partial<Record<ModelName, TinyModelOptions>> = { ...MODELS };
 
 /** A model's weights, tokenizer and reference decoder, made once per model rather than once per row. */
-const referenceParts = new Map<ModelName, Promise<{ weights: ReturnType<typeof tinyWeights>; tok: PromptTokenizer; text: (ids: number[]) => string }>>();
+const referenceParts = new Map<
+  ModelName,
+  Promise<{ weights: ReturnType<typeof tinyWeights>; tok: PromptTokenizer; text: (ids: number[]) => string }>
+>();
 function partsOf(name: ModelName) {
   let parts = referenceParts.get(name);
   if (!parts) {
@@ -91,7 +129,11 @@ async function reference(name: ModelName, row: Record<string, unknown>) {
   const eos = new Set([config.eos_token_id ?? []].flat());
   const ids = referenceGreedy(config, weights, tok.encode(buildPrompt(row as never)), eos, MAX_NEW_TOKENS);
   const stopped = eos.has(ids.at(-1)!);
-  return { raw_response: text(stopped ? ids.slice(0, -1) : ids), generated_tokens: ids.length, finish_reason: stopped ? "stop" : "length" };
+  return {
+    raw_response: text(stopped ? ids.slice(0, -1) : ids),
+    generated_tokens: ids.length,
+    finish_reason: stopped ? "stop" : "length",
+  };
 }
 
 beforeAll(async () => {
@@ -109,7 +151,14 @@ beforeAll(async () => {
     for (let v = 1; v < logits.length; v++) if (logits[v]! > logits[best]!) best = v;
     return best;
   };
-  options.mixed = { ...base, eosTokenId: [END_OF_TEXT, EOT], forcedNext: [[first(0), EOT], [first(1), RESERVED[2]!]] };
+  options.mixed = {
+    ...base,
+    eosTokenId: [END_OF_TEXT, EOT],
+    forcedNext: [
+      [first(0), EOT],
+      [first(1), RESERVED[2]!],
+    ],
+  };
   await writeTinyModel(modelDir("mixed"), options.mixed);
 });
 
@@ -117,8 +166,16 @@ beforeAll(async () => {
 async function bothBatchSizes(name: ModelName) {
   const b1 = join(dir, `${name}-b1.jsonl`);
   const b8 = join(dir, `${name}-b8.jsonl`);
-  expect(await generate({ modelDir: modelDir(name), bank, out: b1, batchSize: 1 })).toMatchObject({ written: 12, skipped: 0, failed: 0 });
-  expect(await generate({ modelDir: modelDir(name), bank, out: b8, batchSize: 8 })).toMatchObject({ written: 12, skipped: 0, failed: 0 });
+  expect(await generate({ modelDir: modelDir(name), bank, out: b1, batchSize: 1 })).toMatchObject({
+    written: 12,
+    skipped: 0,
+    failed: 0,
+  });
+  expect(await generate({ modelDir: modelDir(name), bank, out: b8, batchSize: 8 })).toMatchObject({
+    written: 12,
+    skipped: 0,
+    failed: 0,
+  });
   const one = byId(b1);
   const eight = byId(b8);
   expect(one.size).toBe(12);
@@ -126,16 +183,27 @@ async function bothBatchSizes(name: ModelName) {
   return one;
 }
 
-async function expectReference(name: ModelName, got: Map<string, Record<string, unknown>>, rows = bankRows(bank).slice(0, 6)) {
+async function expectReference(
+  name: ModelName,
+  got: Map<string, Record<string, unknown>>,
+  rows = bankRows(bank).slice(0, 6),
+) {
   for (const r of rows) {
     const row = got.get(r.query_id)!;
-    expect({ raw_response: row.raw_response, generated_tokens: row.generated_tokens, finish_reason: row.finish_reason }).toEqual(await reference(name, r));
+    expect({
+      raw_response: row.raw_response,
+      generated_tokens: row.generated_tokens,
+      finish_reason: row.finish_reason,
+    }).toEqual(await reference(name, r));
     expect(row.prompt).toBe(buildPrompt(r));
   }
 }
 
 describe("hsm generate against a float64 greedy reference", () => {
-  for (const [name, what] of [["withPast", "with the KV cache"], ["noPast", "by full recomputation (no cache inputs)"]] as const) {
+  for (const [name, what] of [
+    ["withPast", "with the KV cache"],
+    ["noPast", "by full recomputation (no cache inputs)"],
+  ] as const) {
     it(`${what}, at batch sizes 1 and 8`, async () => {
       const got = await bothBatchSizes(name);
       await expectReference(name, got);
@@ -145,13 +213,15 @@ describe("hsm generate against a float64 greedy reference", () => {
 
   it("writes an EOS as the first token as a valid row: empty text, one token, stop", async () => {
     const got = await bothBatchSizes("eosFirst");
-    for (const row of got.values()) expect(row).toMatchObject({ raw_response: "", generated_tokens: 1, finish_reason: "stop" });
+    for (const row of got.values())
+      expect(row).toMatchObject({ raw_response: "", generated_tokens: 1, finish_reason: "stop" });
     await expectReference("eosFirst", got);
   });
 
   it("stops on the 24th token when it is an EOS of a list, skips special tokens and decodes bytes once", async () => {
     const got = await bothBatchSizes("eos24");
-    for (const row of got.values()) expect(row).toMatchObject({ raw_response: CHAIN_TEXT, generated_tokens: 24, finish_reason: "stop" });
+    for (const row of got.values())
+      expect(row).toMatchObject({ raw_response: CHAIN_TEXT, generated_tokens: 24, finish_reason: "stop" });
     await expectReference("eos24", got, bankRows(bank).slice(0, 3));
   });
 
@@ -166,7 +236,25 @@ describe("hsm generate against a float64 greedy reference", () => {
 
 describe("hsm generate on worker threads", () => {
   const cli = (name: ModelName, out: string, ...extra: string[]) =>
-    spawnSync(process.execPath, [BIN, "generate", "--model-dir", modelDir(name), "--bank", bank, "--out", out, "--batch-size", "2", "--self-check", "0", ...extra], { encoding: "utf8" });
+    spawnSync(
+      process.execPath,
+      [
+        BIN,
+        "generate",
+        "--model-dir",
+        modelDir(name),
+        "--bank",
+        bank,
+        "--out",
+        out,
+        "--batch-size",
+        "2",
+        "--self-check",
+        "0",
+        ...extra,
+      ],
+      { encoding: "utf8" },
+    );
 
   it("gives the reference's rows with two batches decoding at once, the order of the file unchanged", async () => {
     for (const name of ["withPast", "noPast", "mixed"] as const) {
@@ -174,7 +262,9 @@ describe("hsm generate on worker threads", () => {
       const one = join(dir, `${name}-workers-1.jsonl`);
       const r = cli(name, two, "--workers", "2", "--threads", "1");
       expect(r.status, r.stderr).toBe(0);
-      expect(r.stderr).toContain("decoding 2 batches at once, each by an onnxruntime session of its own (1 thread each)");
+      expect(r.stderr).toContain(
+        "decoding 2 batches at once, each by an onnxruntime session of its own (1 thread each)",
+      );
       expect(cli(name, one, "--workers", "1").status).toBe(0);
       expect(readFileSync(two, "utf8")).toBe(readFileSync(one, "utf8"));
     }
@@ -182,7 +272,26 @@ describe("hsm generate on worker threads", () => {
     const head = cli("mixed", join(dir, "mixed-workers-2.jsonl"), "--workers", "2");
     expect(head.stderr).toMatch(/the LM head \(\d+ × 128256\) runs in the native core/);
     const graph = join(dir, "mixed-graph-head.jsonl");
-    const r = spawnSync(process.execPath, [BIN, "generate", "--model-dir", modelDir("mixed"), "--bank", bank, "--out", graph, "--batch-size", "2", "--self-check", "0", "--workers", "2"], { encoding: "utf8", env: { ...process.env, HSM_NATIVE: "0" } });
+    const r = spawnSync(
+      process.execPath,
+      [
+        BIN,
+        "generate",
+        "--model-dir",
+        modelDir("mixed"),
+        "--bank",
+        bank,
+        "--out",
+        graph,
+        "--batch-size",
+        "2",
+        "--self-check",
+        "0",
+        "--workers",
+        "2",
+      ],
+      { encoding: "utf8", env: { ...process.env, HSM_NATIVE: "0" } },
+    );
     expect(r.status, r.stderr).toBe(0);
     expect(r.stderr).not.toContain("LM head");
     expect(readFileSync(graph, "utf8")).toBe(readFileSync(join(dir, "mixed-workers-2.jsonl"), "utf8"));
@@ -213,7 +322,23 @@ describe("hsm generate when a query cannot run", () => {
     for (const [id, row] of rows) if (!["q4", "q10"].includes(id)) expect(row).toEqual(plain.get(id));
     // Two batches decoding at once on worker threads: the same rows, the same errors.
     const threaded = join(dir, "short-context-workers.jsonl");
-    expect(spawnSync(process.execPath, [BIN, "generate", "--model-dir", m, "--bank", bank, "--out", threaded, "--batch-size", "4", "--workers", "2", "--quiet"]).status).toBe(0);
+    expect(
+      spawnSync(process.execPath, [
+        BIN,
+        "generate",
+        "--model-dir",
+        m,
+        "--bank",
+        bank,
+        "--out",
+        threaded,
+        "--batch-size",
+        "4",
+        "--workers",
+        "2",
+        "--quiet",
+      ]).status,
+    ).toBe(0);
     expect(byId(threaded)).toEqual(rows);
     const again = await generate({ modelDir: m, bank, out, batchSize: 8 });
     expect(again).toMatchObject({ written: 0, failed: 2, skipped: 10 });
@@ -226,17 +351,37 @@ describe("hsm generate when a query cannot run", () => {
     const m = join(dir, "short-context-2");
     await writeTinyModel(m, short);
     const longOnly = join(dir, "long-only.jsonl");
-    writeFileSync(longOnly, bankRows(bank).filter((r) => r.query.startsWith("Long")).map((r) => JSON.stringify(r)).join("\n") + "\n");
+    writeFileSync(
+      longOnly,
+      bankRows(bank)
+        .filter((r) => r.query.startsWith("Long"))
+        .map((r) => JSON.stringify(r))
+        .join("\n") + "\n",
+    );
     const out = join(dir, "long-only-gen.jsonl");
     const err = await generate({ modelDir: m, bank: longOnly, out, batchSize: 8 }).catch((e) => e);
     expect(err).toBeInstanceOf(GenerationError);
-    expect(err.message).toMatch(/generation failed on 2 queries in a row \(q4, q10\), even one at a time, and none succeeded/);
+    expect(err.message).toMatch(
+      /generation failed on 2 queries in a row \(q4, q10\), even one at a time, and none succeeded/,
+    );
     expect(readFileSync(out, "utf8")).toBe("");
   });
 });
 
 describe("hsm generate, killed and resumed", () => {
-  const args = (out: string) => [BIN, "generate", "--model-dir", modelDir("withPast"), "--bank", bigBank, "--out", out, "--batch-size", "4", "--quiet"];
+  const args = (out: string) => [
+    BIN,
+    "generate",
+    "--model-dir",
+    modelDir("withPast"),
+    "--bank",
+    bigBank,
+    "--out",
+    out,
+    "--batch-size",
+    "4",
+    "--quiet",
+  ];
   let whole: Promise<string> | undefined;
   /** One uninterrupted run of the big bank, made on first use. */
   const wholeRun = () =>
@@ -282,7 +427,10 @@ describe("hsm generate, killed and resumed", () => {
     const out = join(dir, "newline.jsonl");
     const text = readFileSync(full, "utf8");
     writeFileSync(out, text.slice(0, text.indexOf("\n"))); // one whole row, newline missing
-    expect(await generate({ modelDir: modelDir("withPast"), bank, out, batchSize: 4 })).toMatchObject({ written: 12, skipped: 0 });
+    expect(await generate({ modelDir: modelDir("withPast"), bank, out, batchSize: 4 })).toMatchObject({
+      written: 12,
+      skipped: 0,
+    });
     expect(readFileSync(out, "utf8")).toBe(text);
   });
 
@@ -297,22 +445,55 @@ describe("hsm generate, killed and resumed", () => {
   it("scores every generation, and stops on unknown or missing queries", async () => {
     const gen = await wholeRun();
     const scored = join(dir, "scored.jsonl");
-    const r = spawnSync(process.execPath, [BIN, "score", "--bank", bigBank, "--generations", gen, "--out", scored], { encoding: "utf8" });
+    const r = spawnSync(process.execPath, [BIN, "score", "--bank", bigBank, "--generations", gen, "--out", scored], {
+      encoding: "utf8",
+    });
     expect(r.status).toBe(0);
     const rows = readRows(scored);
     expect(rows).toHaveLength(150);
     expect(Object.keys(rows[0])).toEqual([
-      "query_id", "model", "fact_id", "relation", "condition_family", "language", "target_slot", "answer_type", "answer_granularity",
-      "answer_in_subject_surface", "use_for_main_forward", "use_for_reverse_analysis", "use_for_recognition_analysis",
-      "raw_response", "span", "flags", "label", "matched_alias", "scorer", "needs_manual_review",
+      "query_id",
+      "model",
+      "fact_id",
+      "relation",
+      "condition_family",
+      "language",
+      "target_slot",
+      "answer_type",
+      "answer_granularity",
+      "answer_in_subject_surface",
+      "use_for_main_forward",
+      "use_for_reverse_analysis",
+      "use_for_recognition_analysis",
+      "raw_response",
+      "span",
+      "flags",
+      "label",
+      "matched_alias",
+      "scorer",
+      "needs_manual_review",
     ]);
     const partial = join(dir, "partial-gen.jsonl");
-    writeFileSync(partial, readFileSync(gen, "utf8").split("\n").slice(0, 10).join("\n") + "\n" + JSON.stringify({ query_id: "nope", raw_response: "x" }) + "\n");
-    const bad = spawnSync(process.execPath, [BIN, "score", "--bank", bigBank, "--generations", partial, "--out", join(dir, "s2.jsonl")], { encoding: "utf8" });
+    writeFileSync(
+      partial,
+      readFileSync(gen, "utf8").split("\n").slice(0, 10).join("\n") +
+        "\n" +
+        JSON.stringify({ query_id: "nope", raw_response: "x" }) +
+        "\n",
+    );
+    const bad = spawnSync(
+      process.execPath,
+      [BIN, "score", "--bank", bigBank, "--generations", partial, "--out", join(dir, "s2.jsonl")],
+      { encoding: "utf8" },
+    );
     expect(bad.status).toBe(1);
     expect(bad.stderr).toMatch(/partial-gen\.jsonl:11: field "query_id": "nope" is not in the bank/);
     expect(existsSync(join(dir, "s2.jsonl"))).toBe(false);
-    const allowed = spawnSync(process.execPath, [BIN, "score", "--bank", bigBank, "--generations", partial, "--out", join(dir, "s3.jsonl"), "--allow-missing"], { encoding: "utf8" });
+    const allowed = spawnSync(
+      process.execPath,
+      [BIN, "score", "--bank", bigBank, "--generations", partial, "--out", join(dir, "s3.jsonl"), "--allow-missing"],
+      { encoding: "utf8" },
+    );
     expect(allowed.status).toBe(0);
     expect(allowed.stderr).toMatch(/140 bank queries without a generation, 1 generations for unknown queries/);
   });

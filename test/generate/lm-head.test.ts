@@ -52,10 +52,15 @@ describe("the LM head's weight", () => {
     expect(Array.from(fromFile.head.norms)).toEqual(Array.from(inGraph.head.norms));
   });
 
-  it.each([["../outside.bin"], [join(dir, "outside.bin")], ["data/../../outside.bin"]])("refuses external data at %s, outside the model folder", async (location) => {
-    await expect(prepareHead(typescriptKernels, external(location), model, 1)).rejects.toThrow(ModelDirError);
-    await expect(prepareHead(typescriptKernels, external(location), model, 1)).rejects.toThrow(/outside the model folder/);
-  });
+  it.each([["../outside.bin"], [join(dir, "outside.bin")], ["data/../../outside.bin"]])(
+    "refuses external data at %s, outside the model folder",
+    async (location) => {
+      await expect(prepareHead(typescriptKernels, external(location), model, 1)).rejects.toThrow(ModelDirError);
+      await expect(prepareHead(typescriptKernels, external(location), model, 1)).rejects.toThrow(
+        /outside the model folder/,
+      );
+    },
+  );
 
   it("names a missing external-data file", async () => {
     const err = await prepareHead(typescriptKernels, external("data/missing.bin"), model, 1).catch((e: unknown) => e);
@@ -64,7 +69,11 @@ describe("the LM head's weight", () => {
   });
 
   it("refuses a recorded length that disagrees with the shape, and a file that ends too soon", async () => {
-    await expect(prepareHead(typescriptKernels, external("data/weights.bin", 8, 12), model, 1)).rejects.toThrow(/12 bytes of external data where its shape needs 160/);
-    await expect(prepareHead(typescriptKernels, external("data/weights.bin", 16, undefined), model, 1)).rejects.toThrow(/ends before initializer lm_head\.weight's 160 bytes at offset 16/);
+    await expect(prepareHead(typescriptKernels, external("data/weights.bin", 8, 12), model, 1)).rejects.toThrow(
+      /12 bytes of external data where its shape needs 160/,
+    );
+    await expect(prepareHead(typescriptKernels, external("data/weights.bin", 16, undefined), model, 1)).rejects.toThrow(
+      /ends before initializer lm_head\.weight's 160 bytes at offset 16/,
+    );
   });
 });

@@ -36,22 +36,89 @@ beforeAll(async () => {
 });
 
 describe("answer fields (docs/formats.md#generation-fields)", () => {
-  const table: { name: string; ids: number[]; eos: Set<number>; text: string; generated: number; finish: "stop" | "length" }[] = [
+  const table: {
+    name: string;
+    ids: number[];
+    eos: Set<number>;
+    text: string;
+    generated: number;
+    finish: "stop" | "length";
+  }[] = [
     { name: "EOS as the first token", ids: [END_OF_TEXT], eos: INT, text: "", generated: 1, finish: "stop" },
-    { name: "EOS as the 24th token", ids: [...and23, END_OF_TEXT], eos: INT, text: " and".repeat(23), generated: 24, finish: "stop" },
-    { name: "24 tokens without EOS", ids: [...and23, PARIS], eos: INT, text: `${" and".repeat(23)} Paris`, generated: 24, finish: "length" },
+    {
+      name: "EOS as the 24th token",
+      ids: [...and23, END_OF_TEXT],
+      eos: INT,
+      text: " and".repeat(23),
+      generated: 24,
+      finish: "stop",
+    },
+    {
+      name: "24 tokens without EOS",
+      ids: [...and23, PARIS],
+      eos: INT,
+      text: `${" and".repeat(23)} Paris`,
+      generated: 24,
+      finish: "length",
+    },
     { name: "an EOS from a list", ids: [PARIS, EOT], eos: LIST, text: " Paris", generated: 2, finish: "stop" },
-    { name: "a special token that is no EOS of an int eos_token_id", ids: [PARIS, EOT], eos: INT, text: " Paris", generated: 2, finish: "length" },
-    { name: "special tokens in the middle, no clean-up of ' .'", ids: [PARIS, RESERVED_5, SPACE_DOT, EOT, PARIS], eos: INT, text: " Paris . Paris", generated: 5, finish: "length" },
-    { name: "nothing stripped", ids: [SPACE, PARIS, SPACE], eos: INT, text: " " + " Paris" + " ", generated: 3, finish: "length" },
-    { name: "a character split across tokens (and a special token between)", ids: [BYTE_C3, RESERVED_5, BYTE_A9, END_OF_TEXT], eos: INT, text: "é", generated: 4, finish: "stop" },
-    { name: "a character cut off by the EOS", ids: [PARIS, BYTE_E2, END_OF_TEXT], eos: INT, text: " Paris\uFFFD", generated: 3, finish: "stop" },
-    { name: "two invalid sequences", ids: [BYTE_E2, BYTE_C3], eos: INT, text: "\uFFFD\uFFFD", generated: 2, finish: "length" },
+    {
+      name: "a special token that is no EOS of an int eos_token_id",
+      ids: [PARIS, EOT],
+      eos: INT,
+      text: " Paris",
+      generated: 2,
+      finish: "length",
+    },
+    {
+      name: "special tokens in the middle, no clean-up of ' .'",
+      ids: [PARIS, RESERVED_5, SPACE_DOT, EOT, PARIS],
+      eos: INT,
+      text: " Paris . Paris",
+      generated: 5,
+      finish: "length",
+    },
+    {
+      name: "nothing stripped",
+      ids: [SPACE, PARIS, SPACE],
+      eos: INT,
+      text: " " + " Paris" + " ",
+      generated: 3,
+      finish: "length",
+    },
+    {
+      name: "a character split across tokens (and a special token between)",
+      ids: [BYTE_C3, RESERVED_5, BYTE_A9, END_OF_TEXT],
+      eos: INT,
+      text: "é",
+      generated: 4,
+      finish: "stop",
+    },
+    {
+      name: "a character cut off by the EOS",
+      ids: [PARIS, BYTE_E2, END_OF_TEXT],
+      eos: INT,
+      text: " Paris\uFFFD",
+      generated: 3,
+      finish: "stop",
+    },
+    {
+      name: "two invalid sequences",
+      ids: [BYTE_E2, BYTE_C3],
+      eos: INT,
+      text: "\uFFFD\uFFFD",
+      generated: 2,
+      finish: "length",
+    },
     { name: "only special tokens", ids: [RESERVED_5, EOT], eos: INT, text: "", generated: 2, finish: "length" },
   ];
   for (const row of table) {
     it(row.name, () => {
-      expect(answerFields(row.ids, row.eos, (ids) => tok.decode(ids))).toEqual({ raw_response: row.text, generated_tokens: row.generated, finish_reason: row.finish });
+      expect(answerFields(row.ids, row.eos, (ids) => tok.decode(ids))).toEqual({
+        raw_response: row.text,
+        generated_tokens: row.generated,
+        finish_reason: row.finish,
+      });
     });
   }
 });
@@ -60,7 +127,9 @@ describe("answer fields with Qwen 3's tokenizer", () => {
   it("keeps added tokens that are not marked special as their text, and skips the special ones", async () => {
     const qwen = await PromptTokenizer.load(dirname(tokenizerFiles("qwen3").tokenizer));
     const [PARIS_Q, TOOL_CALL, IM_END, ENDOFTEXT] = [12095, 151657, 151645, 151643];
-    expect(answerFields([PARIS_Q, TOOL_CALL, PARIS_Q, IM_END], new Set([ENDOFTEXT]), (ids) => qwen.decode(ids))).toEqual({
+    expect(
+      answerFields([PARIS_Q, TOOL_CALL, PARIS_Q, IM_END], new Set([ENDOFTEXT]), (ids) => qwen.decode(ids)),
+    ).toEqual({
       raw_response: " Paris<tool_call> Paris",
       generated_tokens: 4,
       finish_reason: "length",
@@ -111,7 +180,9 @@ describe("EOS ids of a model folder", () => {
   it("refuses a value that is not token ids, naming the file", async () => {
     const f = folder({ eos_token_id: ["</s>"] });
     await expect(readEosIds(f.dir, f.config)).rejects.toThrow(ModelDirError);
-    await expect(readEosIds(f.dir, f.config)).rejects.toThrow(/config\.json: "eos_token_id" must be a token id or a list of token ids/);
+    await expect(readEosIds(f.dir, f.config)).rejects.toThrow(
+      /config\.json: "eos_token_id" must be a token id or a list of token ids/,
+    );
     const g = folder({}, { model: { eos_token_id: 1.5 } });
     await expect(readEosIds(g.dir, g.config)).rejects.toThrow(/genai_config\.json: "eos_token_id"/);
   });

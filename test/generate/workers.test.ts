@@ -22,7 +22,8 @@ describe("affordableWorkers", () => {
   it("starts fewer, at least one, and says why", () => {
     expect(affordableWorkers(2, 4.1 * GB, 16 * GB)).toEqual({
       workers: 1,
-      reason: "decoding with 1 session instead of 2: each holds its own copy of the model's 4.1 GB of weights and 16.0 GB of memory is available (--workers overrides)",
+      reason:
+        "decoding with 1 session instead of 2: each holds its own copy of the model's 4.1 GB of weights and 16.0 GB of memory is available (--workers overrides)",
     });
     expect(affordableWorkers(4, 2.5 * GB, 16 * GB).workers).toBe(3);
     expect(affordableWorkers(2, 28 * GB, 24 * GB).workers).toBe(1);
@@ -36,8 +37,15 @@ describe("weightBytes", () => {
     writeFileSync(join(dir, "model.onnx"), Buffer.alloc(1000));
     writeFileSync(join(dir, "model.onnx_data"), Buffer.alloc(5000));
     writeFileSync(join(dir, "unused.bin"), Buffer.alloc(7000));
-    const at = (location: string) => ({ externalData: [{ key: "location", value: location }, { key: "offset", value: "0" }] });
-    const graph = { initializer: [at("model.onnx_data"), at("model.onnx_data"), { rawData: new Uint8Array(8) }, at("missing.bin")] };
+    const at = (location: string) => ({
+      externalData: [
+        { key: "location", value: location },
+        { key: "offset", value: "0" },
+      ],
+    });
+    const graph = {
+      initializer: [at("model.onnx_data"), at("model.onnx_data"), { rawData: new Uint8Array(8) }, at("missing.bin")],
+    };
     expect(weightBytes(join(dir, "model.onnx"), graph)).toBe(6000);
     expect(weightBytes(join(dir, "model.onnx"), { initializer: [] })).toBe(1000);
   });

@@ -5,7 +5,13 @@
  * The native core appears once per SIMD level this CPU has ("native[portable]",
  * "native[avx2]", "native[avx512]"), each of its kernels run at that level.
  */
-import { BACKENDS as NAMES, BackendUnavailable, openKernels, type ConcreteBackend, type ResolvedKernels } from "../../src/kernels/registry.js";
+import {
+  BACKENDS as NAMES,
+  BackendUnavailable,
+  openKernels,
+  type ConcreteBackend,
+  type ResolvedKernels,
+} from "../../src/kernels/registry.js";
 import { nativeSimdLevel, nativeSimdLevels, setNativeSimd, type SimdLevel } from "../../src/kernels/native.js";
 
 /** A resolved kernel set and the label its tests carry. */

@@ -51,7 +51,10 @@ function longRope(c: LlamaConfig, length: number): { factors?: number[]; scale: 
   if (s?.type !== "longrope") return { scale: 1 };
   const original = c.original_max_position_embeddings!;
   const ratio = c.max_position_embeddings / original;
-  return { factors: length > original ? s.long_factor : s.short_factor, scale: ratio > 1 ? Math.sqrt(1 + Math.log(ratio) / Math.log(original)) : 1 };
+  return {
+    factors: length > original ? s.long_factor : s.short_factor,
+    scale: ratio > 1 ? Math.sqrt(1 + Math.log(ratio) / Math.log(original)) : 1,
+  };
 }
 
 export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: number[]): Float64Array[] {
@@ -63,14 +66,27 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
   const hd = c.head_dim;
   const norm = (x: Float64Array, wt: Float32Array) => rmsNorm(x, wt, c.rms_norm_eps, gemma);
   const rotary = longRope(c, ids.length);
-  let xs = ids.map((id) => Float64Array.from(w.embed.subarray(id * d, (id + 1) * d)).map((v) => (gemma ? v * Math.sqrt(d) : v)));
+  let xs = ids.map((id) =>
+    Float64Array.from(w.embed.subarray(id * d, (id + 1) * d)).map((v) => (gemma ? v * Math.sqrt(d) : v)),
+  );
   const result: Float64Array[] = [];
   for (const lw of w.layers) {
     const hs = xs.map((x) => norm(x, lw.inputNorm));
-    const heads = (m: Float32Array, bias: Float32Array | undefined, n: number, h: Float64Array, t: number, rotate: boolean) => {
+    const heads = (
+      m: Float32Array,
+      bias: Float32Array | undefined,
+      n: number,
+      h: Float64Array,
+      t: number,
+      rotate: boolean,
+    ) => {
       const all = linear(m, h, n * hd);
       if (bias) all.forEach((y, i) => (all[i] = y + bias[i]!));
-      return Array.from({ length: n }, (_, k) => (rotate ? rope(all.subarray(k * hd, (k + 1) * hd), t, c.rope_theta, rotary.factors, rotary.scale) : all.subarray(k * hd, (k + 1) * hd)));
+      return Array.from({ length: n }, (_, k) =>
+        rotate
+          ? rope(all.subarray(k * hd, (k + 1) * hd), t, c.rope_theta, rotary.factors, rotary.scale)
+          : all.subarray(k * hd, (k + 1) * hd),
+      );
     };
     const q = hs.map((h, t) => heads(lw.q, lw.qBias, H, h, t, true));
     const k = hs.map((h, t) => heads(lw.k, lw.kBias, KV, h, t, true));
@@ -79,7 +95,10 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
       const ctx = new Float64Array(H * hd);
       for (let head = 0; head < H; head++) {
         const kvh = Math.floor(head / (H / KV));
-        const scores = Array.from({ length: t + 1 }, (_, s) => q[t]![head]!.reduce((a, qi, i) => a + qi * k[s]![kvh]![i]!, 0) / Math.sqrt(hd));
+        const scores = Array.from(
+          { length: t + 1 },
+          (_, s) => q[t]![head]!.reduce((a, qi, i) => a + qi * k[s]![kvh]![i]!, 0) / Math.sqrt(hd),
+        );
         const m = Math.max(...scores);
         const e = scores.map((sc) => Math.exp(sc - m));
         const z = e.reduce((a, b) => a + b, 0);
@@ -91,7 +110,11 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
       const h2 = norm(x1, lw.postNorm);
       const gate = linear(lw.gate, h2, c.intermediate_size);
       const up = linear(lw.up, h2, c.intermediate_size);
-      let mlp = linear(lw.down, gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!), d);
+      let mlp = linear(
+        lw.down,
+        gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!),
+        d,
+      );
       if (lw.postFfNorm) mlp = norm(mlp, lw.postFfNorm);
       return family === "neox" ? x.map((xi, i) => mlp[i]! + attn[i]! + xi) : x1.map((xi, i) => xi + mlp[i]!);
     });

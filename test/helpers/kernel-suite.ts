@@ -40,7 +40,12 @@ function pairwiseAuroc(scores: number[], labels: number[], weight: number[]): nu
 
 /** A sorted group (as SortedScores builds one) from scores with planted ties. */
 /** Rows with scores on a grid of 1/`grid` (coarse: many ties; fine: mostly distinct scores). */
-function group(rng: Rng, rows: number, nFacts: number, grid = 4): { g: SortedArrays; scores: number[]; labels: number[]; fact: number[] } {
+function group(
+  rng: Rng,
+  rows: number,
+  nFacts: number,
+  grid = 4,
+): { g: SortedArrays; scores: number[]; labels: number[]; fact: number[] } {
   const scores = Array.from({ length: rows }, () => Math.round(rng.normal() * grid) / grid);
   const fact = Array.from({ length: rows }, (_, i) => (i < nFacts ? i : rng.int(nFacts)));
   const labels = scores.map((s) => (s + rng.normal() > 0 ? 1 : 0));
@@ -49,7 +54,12 @@ function group(rng: Rng, rows: number, nFacts: number, grid = 4): { g: SortedArr
   for (let i = 1; i < rows; i++) if (scores[order[i]!] !== scores[order[i - 1]!]) ties.push(i);
   ties.push(rows);
   return {
-    g: { fact: Int32Array.from(order, (r) => fact[r]!), label: Uint8Array.from(order, (r) => labels[r]!), ties: Int32Array.from(ties), nFacts },
+    g: {
+      fact: Int32Array.from(order, (r) => fact[r]!),
+      label: Uint8Array.from(order, (r) => labels[r]!),
+      ties: Int32Array.from(ties),
+      nFacts,
+    },
     scores,
     labels,
     fact,
@@ -80,7 +90,8 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
       const a = normalRows(rng, F, d);
       const x = normalRows(rng, n + 10, d);
       // Rows planted near an anchor crowd the scores around their own.
-      for (let i = 0; i < n; i += 4) for (let j = 0; j < d; j++) x[(i + 10) * d + j] = a[(i % F) * d + j]! + 0.001 * x[(i + 10) * d + j]!;
+      for (let i = 0; i < n; i += 4)
+        for (let j = 0; j < d; j++) x[(i + 10) * d + j] = a[(i % F) * d + j]! + 0.001 * x[(i + 10) * d + j]!;
       unit(a, d);
       unit(x, d);
       const rows = Int32Array.from({ length: n }, (_, i) => n + 9 - i); // a permutation: rows are picked, not assumed contiguous
@@ -209,10 +220,18 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
       await k.bootstrapAuroc(77, 1234, fam.g, B, alone);
       expect(alone).toEqual(out);
       referenceDraws(77, 1234, nFacts, B).forEach((counts, r) => {
-        const want = pairwiseAuroc(fam.scores, fam.labels, fam.fact.map((f) => counts[f]!));
+        const want = pairwiseAuroc(
+          fam.scores,
+          fam.labels,
+          fam.fact.map((f) => counts[f]!),
+        );
         const carried = new Array<number>(11).fill(0);
         for (let f = 0; f < nFacts; f++) if (toPaired[f]! >= 0) carried[toPaired[f]!]! += counts[f]!;
-        const wantPaired = pairwiseAuroc(anc.scores, anc.labels, anc.fact.map((f) => carried[f]!));
+        const wantPaired = pairwiseAuroc(
+          anc.scores,
+          anc.labels,
+          anc.fact.map((f) => carried[f]!),
+        );
         for (const [got, w] of [
           [out[r]!, want],
           [pairedOut[r]!, wantPaired],
@@ -263,7 +282,8 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
       const otherCos = new Float64Array(3);
       k.anchorCosines(x, rows, a, F, d, own, ownCos, otherCos);
       rows.forEach((r, i) => {
-        const dot = (g: number) => Array.from({ length: d }, (_, j) => x[r * d + j]! * a[g * d + j]!).reduce((s, v) => s + v, 0);
+        const dot = (g: number) =>
+          Array.from({ length: d }, (_, j) => x[r * d + j]! * a[g * d + j]!).reduce((s, v) => s + v, 0);
         expect(Math.abs(ownCos[i]! - dot(own[i]!))).toBeLessThan(FLOAT64_REORDER);
         const others = [0, 1, 2, 3].filter((g) => g !== own[i]).map(dot);
         expect(Math.abs(otherCos[i]! - others.reduce((s, v) => s + v, 0) / 3)).toBeLessThan(FLOAT64_REORDER);
@@ -292,7 +312,9 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
         for (let j = 0; j < d; j++) {
           const col = Array.from(f, (r) => h[r * d + j]!);
           expect(Math.abs(sum[fk * d + j]! - col.reduce((a, b) => a + b, 0))).toBeLessThan(FLOAT64_REORDER * 10);
-          expect(Math.abs(sumSquares[fk * d + j]! - col.reduce((a, b) => a + b * b, 0))).toBeLessThan(FLOAT64_REORDER * 100);
+          expect(Math.abs(sumSquares[fk * d + j]! - col.reduce((a, b) => a + b * b, 0))).toBeLessThan(
+            FLOAT64_REORDER * 100,
+          );
         }
       });
     });
@@ -309,7 +331,13 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
         const paired = new Float64Array(100);
         await kk.bootstrapAuroc(3, 9, fam.g, 100, out, anc.g, toPaired, paired);
         const mean = new Float64Array(100);
-        await kk.bootstrapMean(3, 10, Float64Array.from({ length: 40 }, () => rng.normal()), 100, mean);
+        await kk.bootstrapMean(
+          3,
+          10,
+          Float64Array.from({ length: 40 }, () => rng.normal()),
+          100,
+          mean,
+        );
         return [out, paired, mean];
       };
       const [got, want] = [await run(k), await run(reference)];
@@ -334,8 +362,23 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
         const otherCos = new Float64Array(rows.length);
         kk.anchorCosines(centred, rows, anchors, 50, d, own, ownCos, otherCos);
         const st = kk.standardizeRows(h, rows, d);
-        const m = kk.foldMoments(st.rows, d, [rows.filter((r) => r % 3 !== 0).map((_, i) => i), Int32Array.from([]), Int32Array.from([5, 1, 5])]);
-        return [centred, valid, Float64Array.of(excluded), ownCos, otherCos, st.rows, st.mean, st.scale, m.sum, m.sumSquares];
+        const m = kk.foldMoments(st.rows, d, [
+          rows.filter((r) => r % 3 !== 0).map((_, i) => i),
+          Int32Array.from([]),
+          Int32Array.from([5, 1, 5]),
+        ]);
+        return [
+          centred,
+          valid,
+          Float64Array.of(excluded),
+          ownCos,
+          otherCos,
+          st.rows,
+          st.mean,
+          st.scale,
+          m.sum,
+          m.sumSquares,
+        ];
       };
       const [got, want] = [run(k), run(reference)];
       got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
@@ -354,7 +397,13 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
         const paired = new Float64Array(203);
         await kk.bootstrapAuroc(11, 12, fam.g, 203, out, anc.g, toPaired, paired);
         const mean = new Float64Array(203);
-        await kk.bootstrapMean(11, 13, Float64Array.from({ length: 3000 }, () => rng.normal()), 203, mean);
+        await kk.bootstrapMean(
+          11,
+          13,
+          Float64Array.from({ length: 3000 }, () => rng.normal()),
+          203,
+          mean,
+        );
         return [out, paired, mean];
       };
       const [got, want] = [await run(k), await run(reference)];

@@ -47,7 +47,12 @@ export type Projection = (w: Float32Array, xs: Float64Array[], out: number) => F
 export const float64Projection: Projection = (w, xs, out) => xs.map((x) => linear(w, x, out));
 
 /** Per block, the residual stream at the last position (the last block after the final norm); `project` computes every projection. */
-export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[], project: Projection = float64Projection): Float64Array[] {
+export function referenceHidden(
+  c: LlamaConfig,
+  w: LlamaWeights,
+  ids: number[],
+  project: Projection = float64Projection,
+): Float64Array[] {
   const d = c.hidden_size;
   const H = c.num_attention_heads;
   const KV = c.num_key_value_heads;
@@ -58,7 +63,11 @@ export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[], 
   for (const lw of w.layers) {
     const hs = xs.map((x) => rmsNorm(x, lw.inputNorm, c.rms_norm_eps));
     const heads = (all: Float64Array[], n: number, rotate: boolean) =>
-      all.map((a, t) => Array.from({ length: n }, (_, j) => (rotate ? rope(a.subarray(j * hd, (j + 1) * hd), t, hd, c.rope_theta) : a.subarray(j * hd, (j + 1) * hd))));
+      all.map((a, t) =>
+        Array.from({ length: n }, (_, j) =>
+          rotate ? rope(a.subarray(j * hd, (j + 1) * hd), t, hd, c.rope_theta) : a.subarray(j * hd, (j + 1) * hd),
+        ),
+      );
     const q = heads(project(lw.q, hs, H * hd), H, true);
     const k = heads(project(lw.k, hs, KV * hd), KV, true);
     const v = heads(project(lw.v, hs, KV * hd), KV, false);
@@ -93,7 +102,12 @@ export function referenceHidden(c: LlamaConfig, w: LlamaWeights, ids: number[], 
 }
 
 /** The logits of the next token after `ids`: the LM head (float64, never quantized) over the last position's post-norm state, plus any forced transition. */
-export function referenceLogits(c: LlamaConfig, w: LlamaWeights, ids: number[], project: Projection = float64Projection): Float64Array {
+export function referenceLogits(
+  c: LlamaConfig,
+  w: LlamaWeights,
+  ids: number[],
+  project: Projection = float64Projection,
+): Float64Array {
   const h = referenceHidden(c, w, ids, project).at(-1)!;
   const logits = linear(w.lmHead, h, c.vocab_size);
   for (const [from, to] of w.forcedNext ?? []) if (ids.at(-1) === from) logits[to]! += FORCED_LOGIT;
@@ -104,7 +118,13 @@ export function referenceLogits(c: LlamaConfig, w: LlamaWeights, ids: number[], 
  * Greedy decoding by full recomputation, one unpadded prompt at a time: the
  * ids generated, the EOS that stopped it included.
  */
-export function referenceGreedy(c: LlamaConfig, w: LlamaWeights, prompt: number[], eos: ReadonlySet<number>, maxNew: number): number[] {
+export function referenceGreedy(
+  c: LlamaConfig,
+  w: LlamaWeights,
+  prompt: number[],
+  eos: ReadonlySet<number>,
+  maxNew: number,
+): number[] {
   const out: number[] = [];
   while (out.length < maxNew) {
     const logits = referenceLogits(c, w, [...prompt, ...out]);
@@ -141,7 +161,10 @@ function unicodeToByte(): Map<string, number> {
  * invalid sequences).
  */
 export function referenceDecoder(tokenizerJson: string): (ids: number[]) => string {
-  const json = JSON.parse(tokenizerJson) as { model: { vocab: Record<string, number> }; added_tokens: { id: number; content: string; special: boolean }[] };
+  const json = JSON.parse(tokenizerJson) as {
+    model: { vocab: Record<string, number> };
+    added_tokens: { id: number; content: string; special: boolean }[];
+  };
   const pieces = new Map<number, string>();
   for (const [piece, id] of Object.entries(json.model.vocab)) pieces.set(id, piece);
   const added = new Map(json.added_tokens.map((t) => [t.id, t]));

@@ -11,7 +11,9 @@ export const hasNumpy = spawnSync(PYTHON, ["-c", "import numpy"], { stdio: "igno
 export const hasSklearn = hasNumpy && spawnSync(PYTHON, ["-c", "import sklearn"], { stdio: "ignore" }).status === 0;
 
 if (numpyRequired && !hasSklearn) {
-  throw new Error(`HSM_REQUIRE_NUMPY=1 but ${PYTHON} cannot import numpy and sklearn (apt-get install python3-numpy python3-sklearn)`);
+  throw new Error(
+    `HSM_REQUIRE_NUMPY=1 but ${PYTHON} cannot import numpy and sklearn (apt-get install python3-numpy python3-sklearn)`,
+  );
 }
 
 /** Runs a Python snippet with `args` as sys.argv[1:]; returns stdout, throws with stderr on failure. */

@@ -15,11 +15,20 @@ import { referenceHiddenFamily } from "./family-reference.js";
 import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { referenceHidden } from "./llama-reference.js";
 
-export async function expectStoreMatchesReference(store: string, o: TinyModelOptions, modelDir: string, bankPath: string): Promise<void> {
+export async function expectStoreMatchesReference(
+  store: string,
+  o: TinyModelOptions,
+  modelDir: string,
+  bankPath: string,
+): Promise<void> {
   const config = tinyConfig(o);
   const weights = tinyWeights(o);
   const tok = await PromptTokenizer.load(modelDir);
-  const rows = readFileSync(bankPath, "utf8").trim().split("\n").map((l) => JSON.parse(l)).filter((r) => r.use_for_main_forward);
+  const rows = readFileSync(bankPath, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l))
+    .filter((r) => r.use_for_main_forward);
   const reader = await StoreReader.open(store);
   let worst = 0;
   for (const [i, row] of rows.entries()) {
@@ -27,7 +36,13 @@ export async function expectStoreMatchesReference(store: string, o: TinyModelOpt
     const ref = weights.family ? referenceHiddenFamily(config, weights, ids) : referenceHidden(config, weights, ids);
     for (const layer of reader.manifest.layers) {
       const got = await reader.readRowsF32(layer, i, 1);
-      ref[layer]!.forEach((want, j) => (worst = Math.max(worst, Math.abs(got[j]! - want) / (Math.abs(want) * STORED_VS_REFERENCE.relative + STORED_VS_REFERENCE.absolute))));
+      ref[layer]!.forEach(
+        (want, j) =>
+          (worst = Math.max(
+            worst,
+            Math.abs(got[j]! - want) / (Math.abs(want) * STORED_VS_REFERENCE.relative + STORED_VS_REFERENCE.absolute),
+          )),
+      );
     }
   }
   await reader.close();

@@ -12,7 +12,11 @@ export interface TinyRow {
 }
 
 /** Writes a one-layer (or several identical layers) store and a scored file. */
-export async function tinyStore(dir: string, rows: TinyRow[], layers = [3]): Promise<{ store: string; scored: string }> {
+export async function tinyStore(
+  dir: string,
+  rows: TinyRow[],
+  layers = [3],
+): Promise<{ store: string; scored: string }> {
   const d = rows[0]!.h.length;
   const store = join(dir, "store");
   const w = await StoreWriter.open(store, {
@@ -32,6 +36,9 @@ export async function tinyStore(dir: string, rows: TinyRow[], layers = [3]): Pro
   await w.finish(1);
   await w.close();
   const scored = join(dir, "scored.jsonl");
-  writeFileSync(scored, rows.map((r, i) => JSON.stringify({ query_id: `q${i}`, label: r.label ?? "correct" })).join("\n") + "\n");
+  writeFileSync(
+    scored,
+    rows.map((r, i) => JSON.stringify({ query_id: `q${i}`, label: r.label ?? "correct" })).join("\n") + "\n",
+  );
   return { store, scored };
 }

@@ -29,10 +29,13 @@ export function walkSource(path: string): string {
   const code = walkFiles().get(path);
   if (code === undefined) throw new Error(`docs/contributing.md has no \`\`\`ts block starting with "// ${path}"`);
   const at = dirname(join(ROOT, path));
-  return code.replace(/(from\s*|import\s*\(\s*)(["'])(\.{1,2}\/[^"']+)\2/g, (_m, lead: string, q: string, spec: string) => {
-    const target = resolve(at, spec).replace(/\.js$/, ".ts");
-    return `${lead}${q}${pathToFileURL(target).href}${q}`;
-  });
+  return code.replace(
+    /(from\s*|import\s*\(\s*)(["'])(\.{1,2}\/[^"']+)\2/g,
+    (_m, lead: string, q: string, spec: string) => {
+      const target = resolve(at, spec).replace(/\.js$/, ".ts");
+      return `${lead}${q}${pathToFileURL(target).href}${q}`;
+    },
+  );
 }
 
 /** Imports the walk's file `path` as written in docs/contributing.md. */

@@ -68,7 +68,11 @@ describe.runIf(Boolean(addon))("native entries and C++ exceptions", () => {
       paths.forEach((p, i) => writeFileSync(p, Buffer.alloc(1000 + i, i)));
       call("testFailThreadStart", 1);
       const got = (await call("sha256Files", paths, f64(3), u8(3), 3)) as [string][];
-      const want = paths.map((_, i) => createHash("sha256").update(Buffer.alloc(1000 + i, i)).digest("hex"));
+      const want = paths.map((_, i) =>
+        createHash("sha256")
+          .update(Buffer.alloc(1000 + i, i))
+          .digest("hex"),
+      );
       expect(got.map((r) => r[0])).toEqual(want);
     } finally {
       call("testFailThreadStart", 0);

@@ -50,9 +50,12 @@ function randomFloat32(n: number, seed: number): Float32Array {
   const bits = new Uint32Array(n);
   for (let i = 0; i < n; i++) {
     const kind = i % 6;
-    if (kind === 0) bits[i] = rng.u32(); // anything, NaNs and infs included
-    else if (kind === 1) bits[i] = f32Bits(rng.uniform() * 2 ** -14 * (rng.uniform() < 0.5 ? -1 : 1)); // half subnormals
-    else if (kind === 2) bits[i] = f32Bits((65000 + rng.uniform() * 1000) * (rng.uniform() < 0.5 ? -1 : 1)); // overflow edge
+    if (kind === 0)
+      bits[i] = rng.u32(); // anything, NaNs and infs included
+    else if (kind === 1)
+      bits[i] = f32Bits(rng.uniform() * 2 ** -14 * (rng.uniform() < 0.5 ? -1 : 1)); // half subnormals
+    else if (kind === 2)
+      bits[i] = f32Bits((65000 + rng.uniform() * 1000) * (rng.uniform() < 0.5 ? -1 : 1)); // overflow edge
     else if (kind === 3) {
       // exact ties: a half plus half an ulp, as float32
       const h = rng.int(0x7bff);
@@ -77,7 +80,7 @@ describe.each(BACKENDS)("float16 kernels: %s", (_name, k) => {
     for (let h = 0; h < 65536; h++) {
       const want = halfValue(h);
       if (Number.isNaN(want)) {
-        expect(bits[h]! >>> 0).toBe(((h & 0x8000) << 16 | 0x7f800000 | ((h & 0x3ff) << 13)) >>> 0);
+        expect(bits[h]! >>> 0).toBe((((h & 0x8000) << 16) | 0x7f800000 | ((h & 0x3ff) << 13)) >>> 0);
       } else {
         expect(Object.is(out[h], want) || out[h] === want).toBe(true);
         if (want === 0) expect(Object.is(out[h], want)).toBe(true); // signed zero
@@ -173,33 +176,40 @@ describe("native core", () => {
     expect(nativeKernels!.f16Stats(a)).toEqual(typescriptKernels.f16Stats(a));
   });
 
-  it.runIf(Boolean(nativeKernels))("counts like the reference at every length up to three vectors, the extremes in any lane", () => {
-    const rng = new Rng(5);
-    const special = [0x7c00, 0xfc00, 0x7e01, 0xffff, 0x7bfe, 0xfbfe, 0x0000, 0x8000];
-    for (let n = 0; n <= 200; n++) {
-      // The largest finite half on both sides, and nowhere inside: a kernel that reads past either end finds it.
-      const backing = new Uint16Array(n + 65).fill(0x7bff);
-      for (let i = 1; i <= n; i++) backing[i] = rng.uniform() < 0.1 ? special[rng.int(special.length)]! : rng.int(0x7800);
-      const a = backing.subarray(1, n + 1); // off 4-byte alignment, as a store's data can be
-      expect(nativeKernels!.f16Stats(a), `length ${n}`).toEqual(typescriptKernels.f16Stats(a));
-    }
-  });
+  it.runIf(Boolean(nativeKernels))(
+    "counts like the reference at every length up to three vectors, the extremes in any lane",
+    () => {
+      const rng = new Rng(5);
+      const special = [0x7c00, 0xfc00, 0x7e01, 0xffff, 0x7bfe, 0xfbfe, 0x0000, 0x8000];
+      for (let n = 0; n <= 200; n++) {
+        // The largest finite half on both sides, and nowhere inside: a kernel that reads past either end finds it.
+        const backing = new Uint16Array(n + 65).fill(0x7bff);
+        for (let i = 1; i <= n; i++)
+          backing[i] = rng.uniform() < 0.1 ? special[rng.int(special.length)]! : rng.int(0x7800);
+        const a = backing.subarray(1, n + 1); // off 4-byte alignment, as a store's data can be
+        expect(nativeKernels!.f16Stats(a), `length ${n}`).toEqual(typescriptKernels.f16Stats(a));
+      }
+    },
+  );
 
-  it.runIf(Boolean(nativeKernels))("agrees on buffers big enough for threads and streaming stores, at unaligned offsets", () => {
-    const n = 9_000_003;
-    const backing = randomFloat32(n + 5, 13);
-    const src = backing.subarray(3, 3 + n);
-    const a = new Uint16Array(n + 1).subarray(1); // destination off 16-byte alignment
-    const b = new Uint16Array(n);
-    nativeKernels!.f32ToF16(src, a);
-    typescriptKernels.f32ToF16(src, b);
-    expect(Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer))).toBe(true);
-    const wa = new Float32Array(n + 3).subarray(3);
-    const wb = new Float32Array(n);
-    nativeKernels!.f16ToF32(a, wa);
-    typescriptKernels.f16ToF32(b, wb);
-    expect(Buffer.from(wa.buffer, wa.byteOffset, wa.byteLength).equals(Buffer.from(wb.buffer))).toBe(true);
-  });
+  it.runIf(Boolean(nativeKernels))(
+    "agrees on buffers big enough for threads and streaming stores, at unaligned offsets",
+    () => {
+      const n = 9_000_003;
+      const backing = randomFloat32(n + 5, 13);
+      const src = backing.subarray(3, 3 + n);
+      const a = new Uint16Array(n + 1).subarray(1); // destination off 16-byte alignment
+      const b = new Uint16Array(n);
+      nativeKernels!.f32ToF16(src, a);
+      typescriptKernels.f32ToF16(src, b);
+      expect(Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer))).toBe(true);
+      const wa = new Float32Array(n + 3).subarray(3);
+      const wb = new Float32Array(n);
+      nativeKernels!.f16ToF32(a, wa);
+      typescriptKernels.f16ToF32(b, wb);
+      expect(Buffer.from(wa.buffer, wa.byteOffset, wa.byteLength).equals(Buffer.from(wb.buffer))).toBe(true);
+    },
+  );
 });
 
 describe.skipIf(!hasNumpy && !numpyRequired)("float16 against NumPy's astype", () => {

@@ -28,8 +28,7 @@ for (const level of bf16Native ? nativeSimdLevels : []) {
   const at = (allowBf16: boolean) => atSimdLevel(loadNative({ threads: 2, allowBf16 })!, level);
   if (level === "avx512") {
     IMPLEMENTATIONS.push([`native[${level}] (bfloat16)`, at(true)], [`native[${level}] (float32 lanes)`, at(false)]);
-  }
-  else IMPLEMENTATIONS.push([`native[${level}]`, at(false)]);
+  } else IMPLEMENTATIONS.push([`native[${level}]`, at(false)]);
 }
 
 /** The exact answer per row: float64 logits from W as stored (d × vocab), summed in order; ties to the lowest v; NaN never wins. */
@@ -71,7 +70,14 @@ function bf16Only(h: Float32Array, batch: number, d: number, w: Float32Array, vo
 }
 
 /** Every implementation's answer (each native path on one, two and three threads); all must equal `expected`. */
-function expectAll(h: Float32Array, batch: number, d: number, w: Float32Array, vocab: number, expected: number[]): void {
+function expectAll(
+  h: Float32Array,
+  batch: number,
+  d: number,
+  w: Float32Array,
+  vocab: number,
+  expected: number[],
+): void {
   for (const [name, k] of IMPLEMENTATIONS) {
     const head = allocateHead(d, vocab);
     k.prepareHead(w, d, vocab, head);
@@ -122,7 +128,13 @@ describe("prepareHead", () => {
       }
     }
     // The rounding cases themselves: to even (down), to even (up), up, down, past the largest bfloat16 value.
-    expect([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -(1 + 2 ** -9), 3.4e38].map(roundBf16)).toEqual([1, 1 + 2 ** -6, 1 + 2 ** -7, -1, Infinity]);
+    expect([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -(1 + 2 ** -9), 3.4e38].map(roundBf16)).toEqual([
+      1,
+      1 + 2 ** -6,
+      1 + 2 ** -7,
+      -1,
+      Infinity,
+    ]);
   });
 });
 
@@ -159,8 +171,20 @@ describe("headArgmax", () => {
     setColumn(w, d, vocab, 6, up);
     setColumn(w, d, vocab, 29, down);
     // The second row asks the other way round: h negated, the rows' signs flipped, the exact winner at the lower index.
-    setColumn(w, d, vocab, 3, down.map((x) => -x));
-    setColumn(w, d, vocab, 17, up.map((x) => -x));
+    setColumn(
+      w,
+      d,
+      vocab,
+      3,
+      down.map((x) => -x),
+    );
+    setColumn(
+      w,
+      d,
+      vocab,
+      17,
+      up.map((x) => -x),
+    );
     const h = new Float32Array(batch * d);
     h.fill(1, 0, d);
     h.fill(-1, d, 2 * d);
@@ -289,8 +313,12 @@ describe.runIf(Boolean(bf16Native))("native headArgmax", () => {
 
   it("refuses buffers smaller than the counts say", () => {
     const head = allocateHead(8, 10);
-    expect(() => bf16Native!.headArgmax(new Float32Array(16), 2, 8, head, 10, new Int32Array(1), 1)).toThrow(/large enough/);
-    expect(() => bf16Native!.headArgmax(new Float32Array(16), 2, 8, head, 11, new Int32Array(2), 1)).toThrow(/large enough/);
+    expect(() => bf16Native!.headArgmax(new Float32Array(16), 2, 8, head, 10, new Int32Array(1), 1)).toThrow(
+      /large enough/,
+    );
+    expect(() => bf16Native!.headArgmax(new Float32Array(16), 2, 8, head, 11, new Int32Array(2), 1)).toThrow(
+      /large enough/,
+    );
     expect(() => bf16Native!.prepareHead(new Float32Array(79), 8, 10, head)).toThrow(/large enough/);
   });
 });

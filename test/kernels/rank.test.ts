@@ -32,9 +32,10 @@ function rankCase(seed: number) {
   const a = unitRows(F, d, rng);
   const x = unitRows(n, d, rng);
   // Every third row sits almost on an anchor, so scores crowd around its own.
-  for (let i = 0; i < n; i += 3) for (let j = 0; j < d; j++) x[i * d + j] = 0.5 * a[((i * 7) % F) * d + j]! + 0.002 * x[i * d + j]!;
+  for (let i = 0; i < n; i += 3)
+    for (let j = 0; j < d; j++) x[i * d + j] = 0.5 * a[((i * 7) % F) * d + j]! + 0.002 * x[i * d + j]!;
   // Exact ties: some rows equal to another row's anchor.
-  for (let i = 1; i < n; i += 11) x.set(a.subarray(((i * 5) % F) * d, ((i * 5) % F + 1) * d), i * d);
+  for (let i = 1; i < n; i += 11) x.set(a.subarray(((i * 5) % F) * d, (((i * 5) % F) + 1) * d), i * d);
   const own = Int32Array.from({ length: n }, (_, i) => (i % 13 === 0 ? -1 : (i * 7) % F));
   return { x, a, n, F, d, own };
 }
@@ -68,7 +69,8 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     const d = 1030;
     const a = unitRows(F, d, rng);
     const x = unitRows(n, d, rng);
-    for (let i = 0; i < n; i += 2) for (let j = 0; j < d; j++) x[i * d + j] = 0.3 * a[(i % F) * d + j]! + 0.01 * x[i * d + j]!;
+    for (let i = 0; i < n; i += 2)
+      for (let j = 0; j < d; j++) x[i * d + j] = 0.3 * a[(i % F) * d + j]! + 0.01 * x[i * d + j]!;
     const own = Int32Array.from({ length: n }, (_, i) => i % F);
     const counts = (k: NonNullable<typeof nativeKernels>) => {
       const c = new Int32Array(n);

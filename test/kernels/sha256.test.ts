@@ -92,7 +92,8 @@ describe.each(BACKENDS)("sha256Stats on %s", (_name, k) => {
       const ca = cuts(rng, a.length, 6);
       const cb = cuts(rng, b.length, 6);
       // Even cut points keep every float16 value whole; the header (the first 128 bytes) is not counted.
-      const even = (xs: number[], n: number) => [...new Set(xs.map((x) => Math.min(n, x - (x % 2))).concat([n]))].sort((x, y) => x - y);
+      const even = (xs: number[], n: number) =>
+        [...new Set(xs.map((x) => Math.min(n, x - (x % 2))).concat([n]))].sort((x, y) => x - y);
       const ea = even(ca, a.length);
       const eb = even(cb, b.length);
       for (let i = 1; i < Math.max(ea.length, eb.length); i++) {
@@ -156,7 +157,9 @@ describe.skipIf(!native)("sha256Files (native core)", () => {
   };
 
   it("gives node:crypto's digest and the length of files around block and chunk edges, on 1 to 8 threads", async () => {
-    const datas = [0, 1, 63, 64, 65, 1000, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 37, 3 * CHUNK].map((n) => randomBytes(rng, n));
+    const datas = [0, 1, 63, 64, 65, 1000, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 37, 3 * CHUNK].map((n) =>
+      randomBytes(rng, n),
+    );
     const jobs = datas.map((d, i) => ({ path: write(`bytes-${i}.bin`, d), statsFrom: 0, width: 0 as const }));
     for (const threads of [1, 2, 3, 8]) {
       const got = await native!.sha256Files(jobs, threads);
@@ -187,7 +190,11 @@ describe.skipIf(!native)("sha256Files (native core)", () => {
       { sha256: sha256(f16), bytes: f16.length, stats: expectedStats(Array.from(halves, halfValue)) },
       { sha256: sha256(f32), bytes: f32.length, stats: expectedStats(Array.from(floats)) },
       // A trailing odd byte is hashed but is no value.
-      { sha256: sha256(f16.subarray(0, f16.length - 1)), bytes: f16.length - 1, stats: expectedStats(Array.from(halves.subarray(0, halves.length - 1), halfValue)) },
+      {
+        sha256: sha256(f16.subarray(0, f16.length - 1)),
+        bytes: f16.length - 1,
+        stats: expectedStats(Array.from(halves.subarray(0, halves.length - 1), halfValue)),
+      },
       { sha256: sha256(f16), bytes: f16.length },
     ];
     expect(want[1]!.stats).toEqual({ nonfinite: 2, maxAbs: 3.4028234663852886e38 });

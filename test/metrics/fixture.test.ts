@@ -20,7 +20,9 @@ import { tempDir } from "../helpers/tmp.js";
 const dir = tempDir("hsm-metrics-fx-");
 const fx = { store: join(dir, "fx", "store"), scored: join(dir, "fx", "scored.jsonl") };
 const results: Record<string, MetricsResult> = {};
-const MILD_TO_STRONG = Object.entries(FIXTURE_FAMILIES).sort((a, b) => a[1] - b[1]).map(([f]) => f);
+const MILD_TO_STRONG = Object.entries(FIXTURE_FAMILIES)
+  .sort((a, b) => a[1] - b[1])
+  .map(([f]) => f);
 
 beforeAll(async () => {
   await writeFixture(join(dir, "fx"), { facts: 400, d: 32, layersTotal: 6, seed: 11 });
@@ -37,7 +39,8 @@ describe("metrics on a planted fixture", () => {
     }
     expect(at(2, "translation").r_at_1!).toBeLessThan(at(5, "translation").r_at_1!);
     for (const layer of [2, 3, 4, 5]) {
-      for (let k = 1; k < MILD_TO_STRONG.length; k++) expect(at(layer, MILD_TO_STRONG[k - 1]!).iss!).toBeGreaterThan(at(layer, MILD_TO_STRONG[k]!).iss!);
+      for (let k = 1; k < MILD_TO_STRONG.length; k++)
+        expect(at(layer, MILD_TO_STRONG[k - 1]!).iss!).toBeGreaterThan(at(layer, MILD_TO_STRONG[k]!).iss!);
     }
   });
 
@@ -60,18 +63,28 @@ describe("metrics on a planted fixture", () => {
     }
   });
 
-  it.skipIf(!hasSklearn && !numpyRequired)("agrees with a NumPy + scikit-learn implementation of the same definitions", () => {
-    const peer = JSON.parse(python(`import runpy, sys; sys.argv = ["metrics_peer.py", sys.argv[1], "--scored", sys.argv[2]]; runpy.run_path(sys.argv[0] if False else "${join(import.meta.dirname, "..", "..", "scripts", "metrics_peer.py")}", run_name="__main__")`, fx.store, fx.scored));
-    const mine = results[BACKENDS.at(-1)!]!;
-    for (const p of peer.iss) {
-      const m = metricRows(mine, ISS).find((r) => r.layer === p.layer && r.family === p.family)!;
-      for (const f of ["iss", "own_cos", "other_cos", "r_at_1", "mrr", "n_queries", "n_facts"]) agree(f, m[f as keyof typeof m] as number, p[f]);
-      agree("iss_ci_low", m.iss_ci_low, p.iss_ci_low, m.iss_ci_high! - m.iss_ci_low!);
-      agree("iss_ci_high", m.iss_ci_high, p.iss_ci_high, m.iss_ci_high! - m.iss_ci_low!);
-    }
-    for (const p of peer.kts) {
-      const m = metricRows(mine, KTS).find((r) => r.layer === p.layer && r.family === p.family)!;
-      for (const f of ["auroc", "kts", "n_queries", "n_correct"]) agree(f, m[f as keyof typeof m] as number, p[f]);
-    }
-  });
+  it.skipIf(!hasSklearn && !numpyRequired)(
+    "agrees with a NumPy + scikit-learn implementation of the same definitions",
+    () => {
+      const peer = JSON.parse(
+        python(
+          `import runpy, sys; sys.argv = ["metrics_peer.py", sys.argv[1], "--scored", sys.argv[2]]; runpy.run_path(sys.argv[0] if False else "${join(import.meta.dirname, "..", "..", "scripts", "metrics_peer.py")}", run_name="__main__")`,
+          fx.store,
+          fx.scored,
+        ),
+      );
+      const mine = results[BACKENDS.at(-1)!]!;
+      for (const p of peer.iss) {
+        const m = metricRows(mine, ISS).find((r) => r.layer === p.layer && r.family === p.family)!;
+        for (const f of ["iss", "own_cos", "other_cos", "r_at_1", "mrr", "n_queries", "n_facts"])
+          agree(f, m[f as keyof typeof m] as number, p[f]);
+        agree("iss_ci_low", m.iss_ci_low, p.iss_ci_low, m.iss_ci_high! - m.iss_ci_low!);
+        agree("iss_ci_high", m.iss_ci_high, p.iss_ci_high, m.iss_ci_high! - m.iss_ci_low!);
+      }
+      for (const p of peer.kts) {
+        const m = metricRows(mine, KTS).find((r) => r.layer === p.layer && r.family === p.family)!;
+        for (const f of ["auroc", "kts", "n_queries", "n_correct"]) agree(f, m[f as keyof typeof m] as number, p[f]);
+      }
+    },
+  );
 });

@@ -32,9 +32,27 @@ const BASE: TinyRow[] = [
 
 const EXPECTED: Record<string, Partial<IssRow>> = {
   para: { n_queries: 2, n_facts: 2, iss: -r2 / 2, own_cos: -r2 / 2, other_cos: 0, r_at_1: 0.5, mrr: (1 + 1 / 3) / 2 },
-  typo: { n_queries: 1, n_facts: 1, iss: -r2 / 2, own_cos: -r2, other_cos: -r2 / 2, r_at_1: 0, mrr: 0.5, iss_ci_low: -r2 / 2, iss_ci_high: -r2 / 2 },
+  typo: {
+    n_queries: 1,
+    n_facts: 1,
+    iss: -r2 / 2,
+    own_cos: -r2,
+    other_cos: -r2 / 2,
+    r_at_1: 0,
+    mrr: 0.5,
+    iss_ci_low: -r2 / 2,
+    iss_ci_high: -r2 / 2,
+  },
   // f1: (para, typo), f2: (para) — facts first, then the mean over facts.
-  all: { n_queries: 3, n_facts: 2, iss: (-r2 / 4 - r2) / 2, own_cos: (-r2 / 2 - r2) / 2, other_cos: -r2 / 8, r_at_1: 0.25, mrr: (0.75 + 1 / 3) / 2 },
+  all: {
+    n_queries: 3,
+    n_facts: 2,
+    iss: (-r2 / 4 - r2) / 2,
+    own_cos: (-r2 / 2 - r2) / 2,
+    other_cos: -r2 / 8,
+    r_at_1: 0.25,
+    mrr: (0.75 + 1 / 3) / 2,
+  },
 };
 
 let n = 0;
@@ -47,7 +65,8 @@ function expectRows(rows: IssRow[], expected: Record<string, Partial<IssRow>>, c
   expect(rows.map((r) => r.family)).toEqual(["para", "typo", "all"]);
   for (const row of rows) {
     for (const [k, v] of Object.entries({ ...expected[row.family], ...counts })) {
-      if (typeof v === "number" && !Number.isInteger(v)) expect(row[k as keyof IssRow] as number).toBeCloseTo(v, HAND_COMPUTED_DIGITS);
+      if (typeof v === "number" && !Number.isInteger(v))
+        expect(row[k as keyof IssRow] as number).toBeCloseTo(v, HAND_COMPUTED_DIGITS);
       else expect(row[k as keyof IssRow]).toBe(v);
     }
     expect(row.iss_ci_low!).toBeLessThanOrEqual(row.iss! + FLOAT64_REORDER);
@@ -65,12 +84,20 @@ describe("ISS, hand-computed", () => {
   });
 
   it("drops non-finite rows from everything, and counts them", async () => {
-    const rows = [...BASE, { fact: "f2", family: "typo", h: [Infinity, 0, 0, 0] }, { fact: "f3", family: "para", h: [0, NaN, 0, 0] }];
+    const rows = [
+      ...BASE,
+      { fact: "f2", family: "typo", h: [Infinity, 0, 0, 0] },
+      { fact: "f3", family: "para", h: [0, NaN, 0, 0] },
+    ];
     expectRows(await iss(rows), EXPECTED, { excluded_nonfinite: 2, skipped_no_anchor: 0 });
   });
 
   it("skips rows of facts without an anchor (they still count in the mean)", async () => {
-    const rows = [...BASE, { fact: "f4", family: "typo", h: [0, 0, 0, 2] }, { fact: "f4", family: "para", h: [0, 0, 0, -2] }];
+    const rows = [
+      ...BASE,
+      { fact: "f4", family: "typo", h: [0, 0, 0, 2] },
+      { fact: "f4", family: "para", h: [0, 0, 0, -2] },
+    ];
     expectRows(await iss(rows), EXPECTED, { excluded_nonfinite: 0, skipped_no_anchor: 2 });
   });
 
@@ -109,10 +136,13 @@ describe("ISS, hand-computed", () => {
     const { store } = await tinyStore(join(dir, "seeded"), BASE);
     for (const backend of BACKENDS) {
       for (const seed of [5, 6, 7, 8]) {
-        const rows = (await computeMetrics(store, { metrics: ["iss"], backend, seed, bootstrap: B })).rows.iss as IssRow[];
+        const rows = (await computeMetrics(store, { metrics: ["iss"], backend, seed, bootstrap: B })).rows
+          .iss as IssRow[];
         for (const row of rows) {
           const m = margins[row.family]!;
-          const reps = referenceDraws(seed, referenceFnv1a(`iss/3/${row.family}`), m.length, B).map((counts) => counts.reduce((s, c, f) => s + c * m[f]!, 0) / m.length);
+          const reps = referenceDraws(seed, referenceFnv1a(`iss/3/${row.family}`), m.length, B).map(
+            (counts) => counts.reduce((s, c, f) => s + c * m[f]!, 0) / m.length,
+          );
           // The hand-computed margins differ from the float32 cosines by their rounding only.
           expect(row.iss_ci_low!).toBeCloseTo(referencePercentile(reps, 2.5), HAND_COMPUTED_DIGITS);
           expect(row.iss_ci_high!).toBeCloseTo(referencePercentile(reps, 97.5), HAND_COMPUTED_DIGITS);

@@ -31,7 +31,10 @@ function factsByFold(): string[][] {
   return folds;
 }
 
-function rowsFor(anchorSignal: (correct: boolean, j: number) => number, anchorLabel: (correct: boolean) => string = (c) => (c ? "correct" : "incorrect")): TinyRow[] {
+function rowsFor(
+  anchorSignal: (correct: boolean, j: number) => number,
+  anchorLabel: (correct: boolean) => string = (c) => (c ? "correct" : "incorrect"),
+): TinyRow[] {
   const rows: TinyRow[] = [];
   for (const fold of factsByFold()) {
     fold.forEach((fact, j) => {
@@ -50,7 +53,9 @@ function rowsFor(anchorSignal: (correct: boolean, j: number) => number, anchorLa
 let n = 0;
 async function kts(rows: TinyRow[], extra: Parameters<typeof computeMetrics>[1] = {}) {
   const { store, scored } = await tinyStore(join(dir, `case-${n++}`), rows);
-  return (await computeMetrics(store, { metrics: ["kts"], scored, folds: 2, bootstrap: 200, backend: "typescript", ...extra })).rows.kts as KtsRow[];
+  return (
+    await computeMetrics(store, { metrics: ["kts"], scored, folds: 2, bootstrap: 200, backend: "typescript", ...extra })
+  ).rows.kts as KtsRow[];
 }
 
 const by = (rows: KtsRow[]) => Object.fromEntries(rows.map((r) => [r.family, r]));
@@ -64,8 +69,29 @@ describe("KTS, hand-computed", () => {
     ];
     const rows = by(await kts([...rowsFor((c) => (c ? 1 : -1)), ...extra]));
     expect(Object.keys(rows)).toEqual(["anchor", "flat", "flip", "same", "all"]);
-    expect(rows.anchor).toMatchObject({ n_queries: 8, n_facts: 8, n_correct: 4, accuracy: 0.5, auroc: 1, auroc_ci_low: 1, auroc_ci_high: 1, kts: null, kts_null_reason: "anchor is the reference family", probes_not_converged: 0, excluded_nonfinite: 0, layer: 3 });
-    expect(rows.same).toMatchObject({ n_queries: 8, n_correct: 4, auroc: 1, kts: 1, kts_ci_low: 1, kts_ci_high: 1, kts_null_reason: null });
+    expect(rows.anchor).toMatchObject({
+      n_queries: 8,
+      n_facts: 8,
+      n_correct: 4,
+      accuracy: 0.5,
+      auroc: 1,
+      auroc_ci_low: 1,
+      auroc_ci_high: 1,
+      kts: null,
+      kts_null_reason: "anchor is the reference family",
+      probes_not_converged: 0,
+      excluded_nonfinite: 0,
+      layer: 3,
+    });
+    expect(rows.same).toMatchObject({
+      n_queries: 8,
+      n_correct: 4,
+      auroc: 1,
+      kts: 1,
+      kts_ci_low: 1,
+      kts_ci_high: 1,
+      kts_null_reason: null,
+    });
     expect(rows.flip).toMatchObject({ auroc: 0, kts: -1, kts_ci_low: -1, kts_ci_high: -1 });
     expect(rows.flat).toMatchObject({ auroc: 0.5, kts: 0, kts_ci_low: 0, kts_ci_high: 0 });
     // Pooled: positives 4 at s+, 4 at s0, 4 at s−; negatives 4 at s−, 4 at s0, 4 at s+.
@@ -91,28 +117,60 @@ describe("KTS, hand-computed", () => {
   });
 
   it("is null with its reason when a family has a single label class", async () => {
-    const rows = await kts([...rowsFor((c) => (c ? 1 : -1)), { fact: "fact_0", family: "solo", h: [1, 5, -3], label: "correct" }]);
+    const rows = await kts([
+      ...rowsFor((c) => (c ? 1 : -1)),
+      { fact: "fact_0", family: "solo", h: [1, 5, -3], label: "correct" },
+    ]);
     const solo = by(rows).solo!;
-    expect(solo).toMatchObject({ n_queries: 1, auroc: null, kts: null, kts_null_reason: "auroc undefined: only one label class among this family's rows" });
+    expect(solo).toMatchObject({
+      n_queries: 1,
+      auroc: null,
+      kts: null,
+      kts_null_reason: "auroc undefined: only one label class among this family's rows",
+    });
   });
 
   it("nulls the layer, without stopping, when a training fold has one class", async () => {
-    const rows = await kts(rowsFor((c) => (c ? 1 : -1), () => "correct"));
-    for (const r of rows) expect(r.kts_null_reason).toMatch(/^the probe cannot be trained: training fold \d has only "correct" anchors$/);
+    const rows = await kts(
+      rowsFor(
+        (c) => (c ? 1 : -1),
+        () => "correct",
+      ),
+    );
+    for (const r of rows)
+      expect(r.kts_null_reason).toMatch(/^the probe cannot be trained: training fold \d has only "correct" anchors$/);
   });
 
   it("leaves non-finite rows out and counts them", async () => {
-    const rows = by(await kts([...rowsFor((c) => (c ? 1 : -1)), { fact: "fact_0", family: "same", h: [Infinity, 5, -3], label: "incorrect" }]));
+    const rows = by(
+      await kts([
+        ...rowsFor((c) => (c ? 1 : -1)),
+        { fact: "fact_0", family: "same", h: [Infinity, 5, -3], label: "incorrect" },
+      ]),
+    );
     expect(rows.same).toMatchObject({ n_queries: 8, auroc: 1, excluded_nonfinite: 1 });
   });
 
   it("stops on a scored file with a label outside the five, or missing rows", async () => {
-    const { store, scored } = await tinyStore(join(dir, "bad-labels"), rowsFor((c) => (c ? 1 : -1)));
+    const { store, scored } = await tinyStore(
+      join(dir, "bad-labels"),
+      rowsFor((c) => (c ? 1 : -1)),
+    );
     writeFileSync(scored, '{"query_id": "q0", "label": "maybe"}\n');
-    await expect(computeMetrics(store, { metrics: ["kts"], scored, folds: 2 })).rejects.toThrow(`${scored}:1: field "label": "maybe" is not one of correct, incorrect, ambiguous, abstain, unparseable`);
+    await expect(computeMetrics(store, { metrics: ["kts"], scored, folds: 2 })).rejects.toThrow(
+      `${scored}:1: field "label": "maybe" is not one of correct, incorrect, ambiguous, abstain, unparseable`,
+    );
     writeFileSync(scored, '{"query_id": "q0", "label": "correct"}\n');
-    await expect(computeMetrics(store, { metrics: ["kts"], scored, folds: 2 })).rejects.toThrow(/31 of the store's 32 rows have no scored row \(first: "q1"\); pass --allow-missing-labels/);
-    const ok = await computeMetrics(store, { metrics: ["kts"], scored, folds: 2, allowMissingLabels: true, backend: "typescript" });
+    await expect(computeMetrics(store, { metrics: ["kts"], scored, folds: 2 })).rejects.toThrow(
+      /31 of the store's 32 rows have no scored row \(first: "q1"\); pass --allow-missing-labels/,
+    );
+    const ok = await computeMetrics(store, {
+      metrics: ["kts"],
+      scored,
+      folds: 2,
+      allowMissingLabels: true,
+      backend: "typescript",
+    });
     expect((ok.rows.kts as KtsRow[])[0]!.kts_null_reason).toMatch(/cannot be trained/);
   });
 });

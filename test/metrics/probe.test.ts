@@ -15,7 +15,12 @@ import { Rng } from "../../src/util/random.js";
 import { hasSklearn, numpyRequired, python } from "../helpers/numpy.js";
 import { BACKENDS } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
-import { COUNTED_DIGITS, GRADIENT_RECOMPUTED, PROBE_FOLDS_TOGETHER_DIGITS, PROBE_VS_SKLEARN_DIGITS } from "../tolerances.js";
+import {
+  COUNTED_DIGITS,
+  GRADIENT_RECOMPUTED,
+  PROBE_FOLDS_TOGETHER_DIGITS,
+  PROBE_VS_SKLEARN_DIGITS,
+} from "../tolerances.js";
 
 const dir = tempDir("hsm-probe-");
 
@@ -28,7 +33,15 @@ function problem(n: number, d: number, seed: number) {
 }
 
 /** The objective's gradient at (w, b), in float64, written out independently of the probe. */
-function gradient(h: Float32Array, y: Uint8Array, rows: Int32Array, d: number, c: number, w: Float64Array, b: number): Float64Array {
+function gradient(
+  h: Float32Array,
+  y: Uint8Array,
+  rows: Int32Array,
+  d: number,
+  c: number,
+  w: Float64Array,
+  b: number,
+): Float64Array {
   const mean = new Float64Array(d);
   const sd = new Float64Array(d);
   for (const i of rows) for (let j = 0; j < d; j++) mean[j]! += h[i * d + j]! / rows.length;
@@ -66,7 +79,9 @@ describe("probe", () => {
       probes.forEach((p, k) => {
         expect(p.converged).toBe(true);
         const g = gradient(h, y, folds[k]!.train, d, 0.05, p.w, p.b);
-        expect(Math.max(...g.map(Math.abs))).toBeLessThanOrEqual(1e-5 * 0.05 * folds[k]!.train.length * (1 + GRADIENT_RECOMPUTED));
+        expect(Math.max(...g.map(Math.abs))).toBeLessThanOrEqual(
+          1e-5 * 0.05 * folds[k]!.train.length * (1 + GRADIENT_RECOMPUTED),
+        );
       });
     }
   });
@@ -86,7 +101,9 @@ describe("probe", () => {
     warm.forEach((p, k) => {
       expect(p.converged).toBe(true);
       const g = gradient(h, y, folds[k]!.train, d, 0.05, p.w, p.b);
-      expect(Math.max(...g.map(Math.abs))).toBeLessThanOrEqual(1e-5 * 0.05 * folds[k]!.train.length * (1 + GRADIENT_RECOMPUTED));
+      expect(Math.max(...g.map(Math.abs))).toBeLessThanOrEqual(
+        1e-5 * 0.05 * folds[k]!.train.length * (1 + GRADIENT_RECOMPUTED),
+      );
       p.w.forEach((v, j) => expect(v).toBeCloseTo(cold[k]!.w[j]!, PROBE_FOLDS_TOGETHER_DIGITS));
     });
     expect(warm[0]!.iterations).toBeLessThan(cold[0]!.iterations);

@@ -53,7 +53,12 @@ describe("a third metric in its own registry", () => {
     const dir = tempDir("hsm-toy-metric-");
     const { store } = await tinyStore(join(dir, "tiny"), ROWS, [3, 4]);
     const registry = registerMetric(METRICS, NORM);
-    const result = await computeMetrics(store, { registry, metrics: ["iss", "norm"], bootstrap: 20, backend: "typescript" });
+    const result = await computeMetrics(store, {
+      registry,
+      metrics: ["iss", "norm"],
+      bootstrap: 20,
+      backend: "typescript",
+    });
     const rows = metricRows(result, NORM);
     const at = (layer: number, family: string) => rows.find((r) => r.layer === layer && r.family === family)!;
     // para: facts f1 (5 + 1)/2 = 3 and f2 10, mean 6.5; typo: f2 2; all: f1 3, f2 (10 + 2)/2 = 6, mean 4.5.

@@ -19,7 +19,17 @@ const bank = join(dir, "bank.jsonl");
 
 beforeAll(async () => {
   await writeTinyModel(modelDir, { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 3 });
-  writeFileSync(bank, JSON.stringify({ query_id: "q0", fact_id: "f0", condition_family: "anchor", query: "Why?", use_for_main_forward: true, answers: ["x"] }) + "\n");
+  writeFileSync(
+    bank,
+    JSON.stringify({
+      query_id: "q0",
+      fact_id: "f0",
+      condition_family: "anchor",
+      query: "Why?",
+      use_for_main_forward: true,
+      answers: ["x"],
+    }) + "\n",
+  );
 });
 
 // What onnxruntime-node 1.30 throws on a machine with the Vulkan loader but no adapter.
@@ -31,14 +41,20 @@ describe("--device webgpu without an adapter", () => {
     const err = deviceError("webgpu", NO_ADAPTER)!;
     expect(err.name).toBe("DeviceError");
     expect(err.exitCode).toBe(1);
-    expect(err.message).toMatch(/^--device webgpu: no WebGPU adapter was found \(No supported adapters\); .*Vulkan driver.*--device cpu$/);
+    expect(err.message).toMatch(
+      /^--device webgpu: no WebGPU adapter was found \(No supported adapters\); .*Vulkan driver.*--device cpu$/,
+    );
     expect(err.message).not.toContain("\n");
     expect(deviceError("cpu", NO_ADAPTER)).toBeUndefined();
   });
 
   it.each(["extract", "generate"])("%s stops with one line, exit 1, before anything is written", (command) => {
     const out = join(dir, `${command}-out`, command === "extract" ? "store" : "gen.jsonl");
-    const r = spawnSync(process.execPath, [BIN, command, "--model-dir", modelDir, "--bank", bank, "--out", out, "--device", "webgpu", "--quiet"], { encoding: "utf8" });
+    const r = spawnSync(
+      process.execPath,
+      [BIN, command, "--model-dir", modelDir, "--bank", bank, "--out", out, "--device", "webgpu", "--quiet"],
+      { encoding: "utf8" },
+    );
     expect(r.status).toBe(1);
     const lines = r.stderr.trim().split("\n");
     expect(lines).toHaveLength(1);

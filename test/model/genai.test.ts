@@ -41,7 +41,14 @@ const QUERIES = [
 
 beforeAll(() => {
   const lines = Array.from({ length: 17 }, (_, i) =>
-    JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]} ${i}`, use_for_main_forward: true, answers: ["x"] }),
+    JSON.stringify({
+      query_id: `q${i}`,
+      fact_id: `f${i >> 1}`,
+      condition_family: "anchor",
+      query: `${QUERIES[i % QUERIES.length]} ${i}`,
+      use_for_main_forward: true,
+      answers: ["x"],
+    }),
   );
   writeFileSync(bank, lines.join("\n") + "\n");
 });
@@ -92,16 +99,29 @@ describe("an onnxruntime-genai build", () => {
     const run = async (side: "left" | "right") => {
       const ids = new BigInt64Array(B * T);
       const mask = new BigInt64Array(B * T);
-      seqs.forEach((s, b) => s.forEach((t, j) => ((ids[b * T + (side === "left" ? T - s.length : 0) + j] = BigInt(t)), (mask[b * T + (side === "left" ? T - s.length : 0) + j] = 1n))));
-      const feeds: Record<string, ort.Tensor> = { input_ids: new ort.Tensor("int64", ids, [B, T]), attention_mask: new ort.Tensor("int64", mask, [B, T]) };
-      for (const kind of ["key", "value"]) for (let l = 0; l < 3; l++) feeds[`past_key_values.${l}.${kind}`] = new ort.Tensor("float32", new Float32Array(0), [B, 2, 0, 16]);
+      seqs.forEach((s, b) =>
+        s.forEach(
+          (t, j) => (
+            (ids[b * T + (side === "left" ? T - s.length : 0) + j] = BigInt(t)),
+            (mask[b * T + (side === "left" ? T - s.length : 0) + j] = 1n)
+          ),
+        ),
+      );
+      const feeds: Record<string, ort.Tensor> = {
+        input_ids: new ort.Tensor("int64", ids, [B, T]),
+        attention_mask: new ort.Tensor("int64", mask, [B, T]),
+      };
+      for (const kind of ["key", "value"])
+        for (let l = 0; l < 3; l++)
+          feeds[`past_key_values.${l}.${kind}`] = new ort.Tensor("float32", new Float32Array(0), [B, 2, 0, 16]);
       const logits = (await session.run(feeds)).logits!.data as Float32Array;
       // Each row's largest deviation from the reference at its last real token, over the first 1000 logits.
       return seqs.map((s, b) => {
         const want = referenceLogits(config, weights, s);
         const at = side === "left" ? T - 1 : s.length - 1;
         let worst = 0;
-        for (let v = 0; v < 1000; v++) worst = Math.max(worst, Math.abs(logits[(b * T + at) * config.vocab_size + v]! - want[v]!));
+        for (let v = 0; v < 1000; v++)
+          worst = Math.max(worst, Math.abs(logits[(b * T + at) * config.vocab_size + v]! - want[v]!));
         return worst;
       });
     };
@@ -112,63 +132,85 @@ describe("an onnxruntime-genai build", () => {
     await session.release();
   });
 
-  it.each(["fp32", "fp16", "fp16-io", "int4"] as const)("%s: stores the reference states at batch sizes 16 and 1, right-padded", async (precision) => {
-    const d = await model(precision);
-    const config = tinyConfig(OPTS);
-    const base = tinyWeights(OPTS);
-    const float16 = precision.startsWith("fp16");
-    const weights = precision === "int4" ? styleWeights("q4", base) : float16 ? roundWeightsToFloat16(base) : base;
-    const tok = await PromptTokenizer.load(d);
-    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
-    for (const batchSize of [16, 1]) {
-      const out = join(dir, `store-${precision}-${batchSize}`);
-      const { manifest } = await extract({ modelDir: d, bank, out, batchSize });
-      expect(manifest).toMatchObject({
-        padding_side: "right",
-        dtype: float16 ? "float16" : "float32",
-        weights: float16 ? "float16" : precision === "int4" ? "int4" : "float32",
-      });
-      const reader = await StoreReader.open(out);
-      let worst = 0;
-      for (const [i, row] of rows.entries()) {
-        const ref = referenceHidden(config, weights, tok.encode(buildPrompt(row)));
-        for (const layer of manifest.layers) {
-          const got = await reader.readRowsF32(layer, i, 1);
-          const want = ref[layer]!;
-          const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
-          want.forEach((w, j) => {
-            const allowed = 2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) + (float16 ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0);
-            worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
-          });
+  it.each(["fp32", "fp16", "fp16-io", "int4"] as const)(
+    "%s: stores the reference states at batch sizes 16 and 1, right-padded",
+    async (precision) => {
+      const d = await model(precision);
+      const config = tinyConfig(OPTS);
+      const base = tinyWeights(OPTS);
+      const float16 = precision.startsWith("fp16");
+      const weights = precision === "int4" ? styleWeights("q4", base) : float16 ? roundWeightsToFloat16(base) : base;
+      const tok = await PromptTokenizer.load(d);
+      const rows = readFileSync(bank, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l));
+      for (const batchSize of [16, 1]) {
+        const out = join(dir, `store-${precision}-${batchSize}`);
+        const { manifest } = await extract({ modelDir: d, bank, out, batchSize });
+        expect(manifest).toMatchObject({
+          padding_side: "right",
+          dtype: float16 ? "float16" : "float32",
+          weights: float16 ? "float16" : precision === "int4" ? "int4" : "float32",
+        });
+        const reader = await StoreReader.open(out);
+        let worst = 0;
+        for (const [i, row] of rows.entries()) {
+          const ref = referenceHidden(config, weights, tok.encode(buildPrompt(row)));
+          for (const layer of manifest.layers) {
+            const got = await reader.readRowsF32(layer, i, 1);
+            const want = ref[layer]!;
+            const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
+            want.forEach((w, j) => {
+              const allowed =
+                2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) +
+                (float16 ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0);
+              worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
+            });
+          }
         }
+        await reader.close();
+        expect(worst).toBeLessThanOrEqual(1);
       }
-      await reader.close();
-      expect(worst).toBeLessThanOrEqual(1);
-    }
-  });
+    },
+  );
 });
 
 describe("generation on an onnxruntime-genai build", () => {
-  it.each(["fp32", "fp16", "int4"] as const)("%s: gives the float64 greedy reference's text at batch sizes 8 and 1, right-padded with the KV cache", async (precision) => {
-    const d = await model(precision);
-    const config = tinyConfig(OPTS);
-    const base = tinyWeights(OPTS);
-    const weights = precision === "int4" ? styleWeights("q4", base) : precision === "fp16" ? roundWeightsToFloat16(base) : base;
-    const tok = await PromptTokenizer.load(d);
-    const decode = referenceDecoder(readFileSync(join(d, "tokenizer.json"), "utf8"));
-    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);
-    const small = join(dir, "gen-bank.jsonl");
-    writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
-    const eos = new Set([config.eos_token_id ?? []].flat());
-    const want = rows.map((r) => decode(referenceGreedy(config, weights, tok.encode(buildPrompt(r)), eos, 6)));
-    expect(new Set(want).size).toBeGreaterThan(3); // rows answer differently: a row read at another row's position would show
-    for (const batchSize of [8, 1]) {
-      const out = join(dir, `gen-${precision}-${batchSize}.jsonl`);
-      await generate({ modelDir: d, bank: small, out, batchSize, maxNewTokens: 6 });
-      const got = new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r.raw_response]));
-      expect(rows.map((r) => got.get(r.query_id))).toEqual(want);
-    }
-  });
+  it.each(["fp32", "fp16", "int4"] as const)(
+    "%s: gives the float64 greedy reference's text at batch sizes 8 and 1, right-padded with the KV cache",
+    async (precision) => {
+      const d = await model(precision);
+      const config = tinyConfig(OPTS);
+      const base = tinyWeights(OPTS);
+      const weights =
+        precision === "int4" ? styleWeights("q4", base) : precision === "fp16" ? roundWeightsToFloat16(base) : base;
+      const tok = await PromptTokenizer.load(d);
+      const decode = referenceDecoder(readFileSync(join(d, "tokenizer.json"), "utf8"));
+      const rows = readFileSync(bank, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l))
+        .slice(0, 10);
+      const small = join(dir, "gen-bank.jsonl");
+      writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+      const eos = new Set([config.eos_token_id ?? []].flat());
+      const want = rows.map((r) => decode(referenceGreedy(config, weights, tok.encode(buildPrompt(r)), eos, 6)));
+      expect(new Set(want).size).toBeGreaterThan(3); // rows answer differently: a row read at another row's position would show
+      for (const batchSize of [8, 1]) {
+        const out = join(dir, `gen-${precision}-${batchSize}.jsonl`);
+        await generate({ modelDir: d, bank: small, out, batchSize, maxNewTokens: 6 });
+        const got = new Map(
+          readFileSync(out, "utf8")
+            .trim()
+            .split("\n")
+            .map((l) => JSON.parse(l))
+            .map((r) => [r.query_id, r.raw_response]),
+        );
+        expect(rows.map((r) => got.get(r.query_id))).toEqual(want);
+      }
+    },
+  );
 });
 
 describe("a CUDA-style genai build (float16 KV cache and logits)", () => {
@@ -178,7 +220,14 @@ describe("a CUDA-style genai build (float16 KV cache and logits)", () => {
     for (const batchSize of [8, 1]) {
       const out = join(dir, `gen-fp16-io-${batchSize}.jsonl`);
       await generate({ modelDir: d, bank, out, batchSize, maxNewTokens: 6 });
-      texts.push(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).sort((a, b) => a.query_id.localeCompare(b.query_id)).map((r) => r.raw_response));
+      texts.push(
+        readFileSync(out, "utf8")
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l))
+          .sort((a, b) => a.query_id.localeCompare(b.query_id))
+          .map((r) => r.raw_response),
+      );
     }
     expect(texts[0]).toEqual(texts[1]);
     expect(new Set(texts[0]).size).toBeGreaterThan(3);
@@ -190,10 +239,31 @@ describe("generation on an onnxruntime-genai build, killed and resumed", () => {
     const d = await model("fp32");
     const big = join(dir, "kill-bank.jsonl");
     const rows = Array.from({ length: 60 }, (_, i) =>
-      JSON.stringify({ query_id: `k${i}`, fact_id: `f${i >> 1}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]} ${i}`, use_for_main_forward: true, answers: ["x"] }),
+      JSON.stringify({
+        query_id: `k${i}`,
+        fact_id: `f${i >> 1}`,
+        condition_family: "anchor",
+        query: `${QUERIES[i % QUERIES.length]} ${i}`,
+        use_for_main_forward: true,
+        answers: ["x"],
+      }),
     );
     writeFileSync(big, rows.join("\n") + "\n");
-    const args = (out: string) => [BIN, "generate", "--model-dir", d, "--bank", big, "--out", out, "--batch-size", "4", "--max-new-tokens", "8", "--quiet"];
+    const args = (out: string) => [
+      BIN,
+      "generate",
+      "--model-dir",
+      d,
+      "--bank",
+      big,
+      "--out",
+      out,
+      "--batch-size",
+      "4",
+      "--max-new-tokens",
+      "8",
+      "--quiet",
+    ];
     const whole = join(dir, "kill-whole.jsonl");
     expect(spawnSync(process.execPath, args(whole)).status).toBe(0);
     const out = join(dir, "kill-killed.jsonl");

@@ -23,7 +23,11 @@ beforeAll(async () => {
 });
 
 /** A graph of one product `op` over input x, weight w and (for quantized ops) scales s, with a float32 output. */
-function graph(op: string, types: { w: number; s?: number }, attribute: { name: string; i: number }[] = []): GraphProto {
+function graph(
+  op: string,
+  types: { w: number; s?: number },
+  attribute: { name: string; i: number }[] = [],
+): GraphProto {
   const initializer = [{ name: "w", dataType: types.w }, ...(types.s ? [{ name: "s", dataType: types.s }] : [])];
   return {
     node: [{ opType: op, input: ["x", "w", ...(types.s ? ["s"] : [])], output: ["y"], attribute }],
@@ -37,11 +41,31 @@ describe("compute dtype and weight format", () => {
     ["float32 MatMul", graph("MatMul", { w: DataType.FLOAT }), "float32", "float32"],
     ["float16 MatMul behind float32 outputs", graph("MatMul", { w: DataType.FLOAT16 }), "float16", "float16"],
     ["bfloat16 Gemm", graph("Gemm", { w: DataType.BFLOAT16 }), "bfloat16", "bfloat16"],
-    ["MatMulNBits with float32 scales (q4)", graph("MatMulNBits", { w: 2, s: DataType.FLOAT }, [{ name: "bits", i: 4 }]), "float32", "int4"],
-    ["MatMulNBits with float16 scales (q4f16)", graph("MatMulNBits", { w: 2, s: DataType.FLOAT16 }, [{ name: "bits", i: 4 }]), "float16", "int4"],
-    ["MatMulNBits with 8 bits", graph("MatMulNBits", { w: 2, s: DataType.FLOAT }, [{ name: "bits", i: 8 }]), "float32", "int8"],
+    [
+      "MatMulNBits with float32 scales (q4)",
+      graph("MatMulNBits", { w: 2, s: DataType.FLOAT }, [{ name: "bits", i: 4 }]),
+      "float32",
+      "int4",
+    ],
+    [
+      "MatMulNBits with float16 scales (q4f16)",
+      graph("MatMulNBits", { w: 2, s: DataType.FLOAT16 }, [{ name: "bits", i: 4 }]),
+      "float16",
+      "int4",
+    ],
+    [
+      "MatMulNBits with 8 bits",
+      graph("MatMulNBits", { w: 2, s: DataType.FLOAT }, [{ name: "bits", i: 8 }]),
+      "float32",
+      "int8",
+    ],
     ["MatMulInteger", graph("MatMulInteger", { w: 3 }), "float32", "int8"],
-    ["MatMulBnb4 in NF4 mode", graph("MatMulBnb4", { w: 2, s: DataType.FLOAT }, [{ name: "quant_type", i: 1 }]), "float32", "nf4"],
+    [
+      "MatMulBnb4 in NF4 mode",
+      graph("MatMulBnb4", { w: 2, s: DataType.FLOAT }, [{ name: "quant_type", i: 1 }]),
+      "float32",
+      "nf4",
+    ],
   ])("%s", (_, g, dtype, weights) => {
     expect(graphFormat(g)).toEqual({ dtype, weights, batchDependent: false });
   });
@@ -60,13 +84,28 @@ describe("hsm inspect-model", () => {
     const lines = r.stdout.split("\n");
     expect(lines).toContain("style: structural; computes in float32, weights float32");
     const feeds = lines.find((l) => l.startsWith("feeds"))!;
-    expect(feeds).toMatch(/^feeds \(left padding\): input_ids ← token ids; attention_mask ← mask \(0 on padding\); position_ids ← cumsum\(mask\) − 1; past_key_values\.0\.key ← empty KV cache;/);
+    expect(feeds).toMatch(
+      /^feeds \(left padding\): input_ids ← token ids; attention_mask ← mask \(0 on padding\); position_ids ← cumsum\(mask\) − 1; past_key_values\.0\.key ← empty KV cache;/,
+    );
     expect(feeds.split("; ")).toHaveLength(3 + 2 * 3);
-    expect(lines).toContain("  L002  /model/norm/Mul_1_output_0  — structure: final norm output between the last residual and the LM head (/model/norm/Mul_1) [structure]");
+    expect(lines).toContain(
+      "  L002  /model/norm/Mul_1_output_0  — structure: final norm output between the last residual and the LM head (/model/norm/Mul_1) [structure]",
+    );
   });
 
   it("prints the same as JSON, and says a tensor named on the command line was given", () => {
-    const r = spawnSync(process.execPath, [BIN, "inspect-model", modelDir, "--json", "--hidden-tensors", "1=/model/layers.1/Add_1_output_0,final=/model/norm/Mul_1_output_0"], { encoding: "utf8" });
+    const r = spawnSync(
+      process.execPath,
+      [
+        BIN,
+        "inspect-model",
+        modelDir,
+        "--json",
+        "--hidden-tensors",
+        "1=/model/layers.1/Add_1_output_0,final=/model/norm/Mul_1_output_0",
+      ],
+      { encoding: "utf8" },
+    );
     expect(r.status).toBe(0);
     const j = JSON.parse(r.stdout);
     expect(j.format).toEqual({ dtype: "float32", weights: "float32", batchDependent: false });
@@ -76,6 +115,16 @@ describe("hsm inspect-model", () => {
       [2, "given"],
     ]);
     expect(j.plan.inputs.paddingSide).toBe("left");
-    expect(j.plan.inputs.feeds.map((f: { kind: string }) => f.kind)).toEqual(["input_ids", "attention_mask", "position_ids", "past", "past", "past", "past", "past", "past"]);
+    expect(j.plan.inputs.feeds.map((f: { kind: string }) => f.kind)).toEqual([
+      "input_ids",
+      "attention_mask",
+      "position_ids",
+      "past",
+      "past",
+      "past",
+      "past",
+      "past",
+      "past",
+    ]);
   });
 });

@@ -32,7 +32,13 @@ import { LOGITS_F32 } from "../tolerances.js";
 
 const dir = tempDir("hsm-optimum-");
 const bank = join(dir, "bank.jsonl");
-const QUERIES = ["What is the capital of France?", "Ok?", `${"Setting the scene at some length, ".repeat(40)}what is the boiling point of water?`, "Who wrote Don Quixote?", "¿Cuál es la capital de Perú?"];
+const QUERIES = [
+  "What is the capital of France?",
+  "Ok?",
+  `${"Setting the scene at some length, ".repeat(40)}what is the boiling point of water?`,
+  "Who wrote Don Quixote?",
+  "¿Cuál es la capital de Perú?",
+];
 const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 31 };
 const MODELS = {
   /** with-past, weights in model.onnx_data, no position_ids input. */
@@ -62,13 +68,21 @@ beforeAll(async () => {
   writeFileSync(
     bank,
     Array.from({ length: 10 }, (_, i) =>
-      JSON.stringify({ query_id: `q${i}`, fact_id: `f${i}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`, use_for_main_forward: true, answers: ["x"] }),
+      JSON.stringify({
+        query_id: `q${i}`,
+        fact_id: `f${i}`,
+        condition_family: "anchor",
+        query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`,
+        use_for_main_forward: true,
+        answers: ["x"],
+      }),
     ).join("\n") + "\n",
   );
   await writeTinyModel(modelDir("external"), MODELS.external);
   await writeMergedModel(modelDir("merged"), MODELS.merged);
   await writeMergedModel(modelDir("mergedExternal"), MODELS.mergedExternal);
-  for (const name of ["gemma", "neox", "qwen2", "phi3", "phi3Short"] as const) await writeTinyModel(modelDir(name), MODELS[name]);
+  for (const name of ["gemma", "neox", "qwen2", "phi3", "phi3Short"] as const)
+    await writeTinyModel(modelDir(name), MODELS[name]);
   for (const name of ["qwen2Merged", "phi3Merged"] as const) await writeMergedModel(modelDir(name), MODELS[name]);
   for (const name of ["dynamo", "anonymous", "qwen2Dynamo", "phi3Dynamo"] as const) {
     await writeTinyModel(modelDir(name), MODELS[name]);
@@ -76,9 +90,14 @@ beforeAll(async () => {
   }
 });
 
-const bankRows = () => readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+const bankRows = () =>
+  readFileSync(bank, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
 
-const expectReference = (store: string, name: Name) => expectStoreMatchesReference(store, MODELS[name], modelDir(name), bank);
+const expectReference = (store: string, name: Name) =>
+  expectStoreMatchesReference(store, MODELS[name], modelDir(name), bank);
 
 describe("the optimum writers", () => {
   it("write a merged decoder as optimum does: one If on use_cache_branch, layers only in the branches, shared weights hoisted", async () => {
@@ -86,9 +105,14 @@ describe("the optimum writers", () => {
     const g = model.graph!;
     expect(g.node!.map((n) => [n.name, n.opType, n.input])).toEqual([[MERGED_IF, "If", [USE_CACHE_BRANCH]]]);
     expect(g.input!.at(-1)!.name).toBe(USE_CACHE_BRANCH);
-    expect(g.initializer!.map((t) => t.name)).toContain("model.layers.0.self_attn.q_proj.weight_merged_" + g.initializer!.findIndex((t) => t.name!.startsWith("model.layers.0.self_attn.q_proj.weight")));
+    expect(g.initializer!.map((t) => t.name)).toContain(
+      "model.layers.0.self_attn.q_proj.weight_merged_" +
+        g.initializer!.findIndex((t) => t.name!.startsWith("model.layers.0.self_attn.q_proj.weight")),
+    );
     expect(g.initializer!.every((t) => /_merged_\d+$/.test(t.name!))).toBe(true);
-    const [then, otherwise] = ["then_branch", "else_branch"].map((b) => g.node![0]!.attribute!.find((a) => a.name === b)!.g!);
+    const [then, otherwise] = ["then_branch", "else_branch"].map(
+      (b) => g.node![0]!.attribute!.find((a) => a.name === b)!.g!,
+    );
     const layerNodes = (b: typeof then) => b!.node!.map((n) => n.name!).filter((n) => n.startsWith("/model/layers."));
     expect(layerNodes(otherwise).every((n) => layerNodes(then).includes(n))).toBe(true);
     expect(layerNodes(otherwise).length).toBeGreaterThan(50);
@@ -99,13 +123,39 @@ describe("the optimum writers", () => {
     const ids = [128000, 791, 6864, 315, 9822];
     const session = await ort.InferenceSession.create(join(modelDir("merged"), "model.onnx"));
     const ints = (v: number[], dims: number[]) => new ort.Tensor("int64", BigInt64Array.from(v, BigInt), dims);
-    const empty = Object.fromEntries([0, 1].flatMap((l) => ["key", "value"].map((k) => [`past_key_values.${l}.${k}`, new ort.Tensor("float32", new Float32Array(0), [1, 2, 0, 8])])));
-    const first = await session.run({ input_ids: ints(ids.slice(0, 4), [1, 4]), attention_mask: ints([1, 1, 1, 1], [1, 4]), position_ids: ints([0, 1, 2, 3], [1, 4]), ...empty, [USE_CACHE_BRANCH]: new ort.Tensor("bool", Uint8Array.of(0), [1]) });
-    const past = Object.fromEntries(Object.entries(first).filter(([k]) => k.startsWith("present.")).map(([k, v]) => [k.replace("present.", "past_key_values."), v]));
-    const second = await session.run({ input_ids: ints([ids[4]!], [1, 1]), attention_mask: ints([1, 1, 1, 1, 1], [1, 5]), position_ids: ints([4], [1, 1]), ...past, [USE_CACHE_BRANCH]: new ort.Tensor("bool", Uint8Array.of(1), [1]) });
+    const empty = Object.fromEntries(
+      [0, 1].flatMap((l) =>
+        ["key", "value"].map((k) => [
+          `past_key_values.${l}.${k}`,
+          new ort.Tensor("float32", new Float32Array(0), [1, 2, 0, 8]),
+        ]),
+      ),
+    );
+    const first = await session.run({
+      input_ids: ints(ids.slice(0, 4), [1, 4]),
+      attention_mask: ints([1, 1, 1, 1], [1, 4]),
+      position_ids: ints([0, 1, 2, 3], [1, 4]),
+      ...empty,
+      [USE_CACHE_BRANCH]: new ort.Tensor("bool", Uint8Array.of(0), [1]),
+    });
+    const past = Object.fromEntries(
+      Object.entries(first)
+        .filter(([k]) => k.startsWith("present."))
+        .map(([k, v]) => [k.replace("present.", "past_key_values."), v]),
+    );
+    const second = await session.run({
+      input_ids: ints([ids[4]!], [1, 1]),
+      attention_mask: ints([1, 1, 1, 1, 1], [1, 5]),
+      position_ids: ints([4], [1, 1]),
+      ...past,
+      [USE_CACHE_BRANCH]: new ort.Tensor("bool", Uint8Array.of(1), [1]),
+    });
     const V = 128256;
     const weights = tinyWeights(o);
-    for (const [out, prefix, at] of [[first, ids.slice(0, 4), 3], [second, ids, 0]] as const) {
+    for (const [out, prefix, at] of [
+      [first, ids.slice(0, 4), 3],
+      [second, ids, 0],
+    ] as const) {
       const want = referenceLogits(tinyConfig(o), weights, [...prefix]);
       const got = (out.logits!.data as Float32Array).subarray(at * V, (at + 1) * V);
       let worst = 0;
@@ -120,7 +170,11 @@ describe("hsm extract on optimum exports", () => {
   it("with-past, weights in model.onnx_data, no position_ids: the reference at batch 16 and 1", async () => {
     const { inspection } = await inspectModel(modelDir("external"));
     expect(inspection.inputs.map((i) => i.name)).not.toContain("position_ids");
-    expect(inspection.plan).toMatchObject({ strategy: "structural", prepared: [], crossCheck: "names (torch-names) agree on all 2 blocks" });
+    expect(inspection.plan).toMatchObject({
+      strategy: "structural",
+      prepared: [],
+      crossCheck: "names (torch-names) agree on all 2 blocks",
+    });
     for (const batchSize of [16, 1]) {
       const out = join(dir, `external-b${batchSize}`);
       const { manifest } = await extract({ modelDir: modelDir("external"), bank, out, batchSize, layerRule: "l >= 0" });
@@ -132,8 +186,15 @@ describe("hsm extract on optimum exports", () => {
   for (const name of ["merged", "mergedExternal"] as const) {
     it(`${name === "merged" ? "a merged decoder" : "a merged decoder with external weights and no position_ids"}: the else branch inlined, the reference at batch 16 and 1`, async () => {
       const { inspection } = await inspectModel(modelDir(name));
-      expect(inspection.plan).toMatchObject({ strategy: "structural", prepared: ["optimum-merged"], crossCheck: "names (torch-names) agree on all 2 blocks" });
-      expect(inspection.plan.tensors.map((t) => t.tensor)).toEqual(["/model/layers.0/Add_1_output_0", "/model/norm/Mul_1_output_0"]);
+      expect(inspection.plan).toMatchObject({
+        strategy: "structural",
+        prepared: ["optimum-merged"],
+        crossCheck: "names (torch-names) agree on all 2 blocks",
+      });
+      expect(inspection.plan.tensors.map((t) => t.tensor)).toEqual([
+        "/model/layers.0/Add_1_output_0",
+        "/model/norm/Mul_1_output_0",
+      ]);
       for (const batchSize of [16, 1]) {
         const out = join(dir, `${name}-b${batchSize}`);
         const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize, layerRule: "l >= 0" });
@@ -142,8 +203,16 @@ describe("hsm extract on optimum exports", () => {
           name: "optimum-merged+structural",
           cross_check: "names (torch-names) agree on all 2 blocks",
           layers: [
-            { layer: 0, tensor: "/model/layers.0/Add_1_output_0", how: "structure: residual Add 2 of 4, the end of block 0 (/model/layers.0/Add_1)" },
-            { layer: 1, tensor: "/model/norm/Mul_1_output_0", how: "structure: final norm output between the last residual and the LM head (/model/norm/Mul_1)" },
+            {
+              layer: 0,
+              tensor: "/model/layers.0/Add_1_output_0",
+              how: "structure: residual Add 2 of 4, the end of block 0 (/model/layers.0/Add_1)",
+            },
+            {
+              layer: 1,
+              tensor: "/model/norm/Mul_1_output_0",
+              how: "structure: final norm output between the last residual and the LM head (/model/norm/Mul_1)",
+            },
           ],
         });
         await expectReference(out, name);
@@ -153,12 +222,21 @@ describe("hsm extract on optimum exports", () => {
 });
 
 describe("hsm extract on graphs whose names say nothing", () => {
-  for (const [name, seen] of [["dynamo", "dynamo-names"], ["anonymous", "anonymous"]] as const) {
+  for (const [name, seen] of [
+    ["dynamo", "dynamo-names"],
+    ["anonymous", "anonymous"],
+  ] as const) {
     it(`${seen}: found by structure, the reference at batch 16`, async () => {
       const out = join(dir, `${name}-b16`);
       const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize: 16, layerRule: "l >= 0" });
-      expect(manifest.style).toMatchObject({ name: "structural", cross_check: `names: none to check against (graph style seen: ${seen})` });
-      expect(manifest.style!.layers.map((l) => l.how.replace(/[,(].*$/, "").trim())).toEqual(["structure: residual Add 2 of 4", "structure: final norm output between the last residual and the LM head"]);
+      expect(manifest.style).toMatchObject({
+        name: "structural",
+        cross_check: `names: none to check against (graph style seen: ${seen})`,
+      });
+      expect(manifest.style!.layers.map((l) => l.how.replace(/[,(].*$/, "").trim())).toEqual([
+        "structure: residual Add 2 of 4",
+        "structure: final norm output between the last residual and the LM head",
+      ]);
       await expectReference(out, name);
     });
   }
@@ -174,10 +252,21 @@ describe("hsm extract when names and structure disagree", () => {
     writeFileSync(join(m, "model.onnx"), encodeModel(model));
     const warnings: string[] = [];
     const out = join(dir, "misnamed-b16");
-    const { manifest } = await extract({ modelDir: m, bank, out, batchSize: 16, log: (msg, level) => level === "warn" && warnings.push(msg) });
-    const note = "structure and names disagree on 1 layer(s) (layer 1: structure /model/norm/Mul_1_output_0, names /model/norm/Mul_output_0); the structure's tensors are used";
+    const { manifest } = await extract({
+      modelDir: m,
+      bank,
+      out,
+      batchSize: 16,
+      log: (msg, level) => level === "warn" && warnings.push(msg),
+    });
+    const note =
+      "structure and names disagree on 1 layer(s) (layer 1: structure /model/norm/Mul_1_output_0, names /model/norm/Mul_output_0); the structure's tensors are used";
     expect(warnings).toEqual([`warning: ${note}`]);
-    expect(manifest.style).toMatchObject({ name: "structural", cross_check: note, layers: [{ layer: 1, tensor: "/model/norm/Mul_1_output_0" }] });
+    expect(manifest.style).toMatchObject({
+      name: "structural",
+      cross_check: note,
+      layers: [{ layer: 1, tensor: "/model/norm/Mul_1_output_0" }],
+    });
     await expectStoreMatchesReference(out, MODELS.anonymous, m, bank);
   });
 });
@@ -188,7 +277,10 @@ describe("hsm extract on other families' graph shapes", () => {
       for (const batchSize of [16, 1]) {
         const out = join(dir, `${name}-b${batchSize}`);
         const { manifest } = await extract({ modelDir: modelDir(name), bank, out, batchSize, layerRule: "l >= 0" });
-        expect(manifest.style).toMatchObject({ name: "structural", cross_check: "names (torch-names) agree on all 2 blocks" });
+        expect(manifest.style).toMatchObject({
+          name: "structural",
+          cross_check: "names (torch-names) agree on all 2 blocks",
+        });
         await expectReference(out, name);
       }
     });
@@ -211,8 +303,20 @@ describe("hsm extract on other families' graph shapes", () => {
   /** Prompts on both sides of the 64-position phi3's original_max_position_embeddings (32), all within its tables. */
   async function longRopeBank(): Promise<string> {
     const tok = await PromptTokenizer.load(modelDir("phi3Short"));
-    const queries = ["Ok?", "Who wrote Don Quixote?", "Name the river that flows through the capital of Hungary and the sea it reaches.", "Which element has the chemical symbol Fe, and is it magnetic at room temperature, or only when cold?"];
-    const rows = queries.map((query, i) => ({ query_id: `p${i}`, fact_id: `p${i}`, condition_family: "anchor", query, use_for_main_forward: true, answers: ["x"] }));
+    const queries = [
+      "Ok?",
+      "Who wrote Don Quixote?",
+      "Name the river that flows through the capital of Hungary and the sea it reaches.",
+      "Which element has the chemical symbol Fe, and is it magnetic at room temperature, or only when cold?",
+    ];
+    const rows = queries.map((query, i) => ({
+      query_id: `p${i}`,
+      fact_id: `p${i}`,
+      condition_family: "anchor",
+      query,
+      use_for_main_forward: true,
+      answers: ["x"],
+    }));
     const lengths = rows.map((r) => tok.encode(buildPrompt(r)).length);
     expect(lengths.some((n) => n <= 32) && lengths.some((n) => n > 32) && lengths.every((n) => n <= 64)).toBe(true);
     const path = join(dir, "phi3-short-bank.jsonl");
@@ -225,16 +329,32 @@ describe("hsm extract on other families' graph shapes", () => {
     expect(tinyConfig(o)).toMatchObject({ max_position_embeddings: 64, original_max_position_embeddings: 32 });
     const shortBank = await longRopeBank();
     const out = join(dir, "phi3Short-b1");
-    await extract({ modelDir: modelDir("phi3Short"), bank: shortBank, out, batchSize: 1, layerRule: "l >= 0", selfCheck: 0 });
+    await extract({
+      modelDir: modelDir("phi3Short"),
+      bank: shortBank,
+      out,
+      batchSize: 1,
+      layerRule: "l >= 0",
+      selfCheck: 0,
+    });
     await expectStoreMatchesReference(out, o, modelDir("phi3Short"), shortBank);
   });
 
   it("phi3: a batch holding a prompt past original_max_position_embeddings rotates its short rows with the long factors too, and the self-check warns", async () => {
     const warnings: string[] = [];
     const out = join(dir, "phi3Short-b4");
-    const { manifest } = await extract({ modelDir: modelDir("phi3Short"), bank: await longRopeBank(), out, batchSize: 4, layerRule: "l >= 0", log: (m, level) => level === "warn" && warnings.push(m) });
+    const { manifest } = await extract({
+      modelDir: modelDir("phi3Short"),
+      bank: await longRopeBank(),
+      out,
+      batchSize: 4,
+      layerRule: "l >= 0",
+      log: (m, level) => level === "warn" && warnings.push(m),
+    });
     expect(manifest.self_check).toMatchObject({ status: "warn" });
-    expect(Math.max(...manifest.self_check!.layers.map((l) => l.max_rel_dev!))).toBeGreaterThan(manifest.self_check!.tolerance);
+    expect(Math.max(...manifest.self_check!.layers.map((l) => l.max_rel_dev!))).toBeGreaterThan(
+      manifest.self_check!.tolerance,
+    );
     expect(warnings.some((w) => w.includes("SELF-CHECK FAILED"))).toBe(true);
   });
 });
@@ -246,11 +366,30 @@ describe("hsm generate on optimum exports", () => {
     const tok = await PromptTokenizer.load(modelDir(name));
     const decode = referenceDecoder(readFileSync(join(modelDir(name), "tokenizer.json"), "utf8"));
     const outs = [1, 8].map((b) => join(dir, `${name}-gen-b${b}.jsonl`));
-    for (const [k, b] of [1, 8].entries()) expect(await generate({ modelDir: modelDir(name), bank, out: outs[k]!, batchSize: b })).toMatchObject({ written: 10, failed: 0 });
-    const [one, eight] = outs.map((p) => new Map(readFileSync(p, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r])));
+    for (const [k, b] of [1, 8].entries())
+      expect(await generate({ modelDir: modelDir(name), bank, out: outs[k]!, batchSize: b })).toMatchObject({
+        written: 10,
+        failed: 0,
+      });
+    const [one, eight] = outs.map(
+      (p) =>
+        new Map(
+          readFileSync(p, "utf8")
+            .trim()
+            .split("\n")
+            .map((l) => JSON.parse(l))
+            .map((r) => [r.query_id, r]),
+        ),
+    );
     const weights = tinyWeights(o);
     for (const row of bankRows().slice(0, 4)) {
-      const ids = referenceGreedy(config, weights, tok.encode(buildPrompt(row)), new Set([config.eos_token_id ?? []].flat()), MAX_NEW_TOKENS);
+      const ids = referenceGreedy(
+        config,
+        weights,
+        tok.encode(buildPrompt(row)),
+        new Set([config.eos_token_id ?? []].flat()),
+        MAX_NEW_TOKENS,
+      );
       const want = { raw_response: decode(ids), generated_tokens: ids.length };
       expect(one!.get(row.query_id)).toMatchObject(want);
       expect(eight!.get(row.query_id)).toMatchObject(want);

@@ -40,7 +40,14 @@ const QUERIES = [
 
 beforeAll(() => {
   const lines = Array.from({ length: 18 }, (_, i) =>
-    JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: i % 2 ? "typo" : "anchor", query: `${QUERIES[i % QUERIES.length]} ${i}`, use_for_main_forward: true, answers: ["x"] }),
+    JSON.stringify({
+      query_id: `q${i}`,
+      fact_id: `f${i >> 1}`,
+      condition_family: i % 2 ? "typo" : "anchor",
+      query: `${QUERIES[i % QUERIES.length]} ${i}`,
+      use_for_main_forward: true,
+      answers: ["x"],
+    }),
   );
   writeFileSync(bank, lines.join("\n") + "\n");
 });
@@ -52,12 +59,20 @@ beforeAll(() => {
  * passed, and for int8 graphs INT8_CODE_FLIPS, relative to the row's
  * root-mean-square; and the share of values beyond the storage bound alone.
  */
-async function worstError(store: string, modelDir: string, style: QuantizedStyle, o: TinyModelOptions = OPTS): Promise<{ worst: number; beyondStorage: number }> {
+async function worstError(
+  store: string,
+  modelDir: string,
+  style: QuantizedStyle,
+  o: TinyModelOptions = OPTS,
+): Promise<{ worst: number; beyondStorage: number }> {
   const config = tinyConfig(o);
   // The int8 reference quantizes the float32 weights itself, activations with them.
   const weights = style === "int8" ? tinyWeights(o) : styleWeights(style, tinyWeights(o));
   const tok = await PromptTokenizer.load(modelDir);
-  const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+  const rows = readFileSync(bank, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
   const reader = await StoreReader.open(store);
   const float16 = reader.manifest.dtype === "float16";
   let worst = 0;
@@ -65,7 +80,12 @@ async function worstError(store: string, modelDir: string, style: QuantizedStyle
   let total = 0;
   for (const [i, row] of rows.entries()) {
     const ids = tok.encode(buildPrompt(row));
-    const ref = style === "int8" ? referenceHidden(config, weights, ids, int8Projection) : weights.family ? referenceHiddenFamily(config, weights, ids) : referenceHidden(config, weights, ids);
+    const ref =
+      style === "int8"
+        ? referenceHidden(config, weights, ids, int8Projection)
+        : weights.family
+          ? referenceHiddenFamily(config, weights, ids)
+          : referenceHidden(config, weights, ids);
     for (const layer of reader.manifest.layers) {
       const got = await reader.readRowsF32(layer, i, 1);
       const want = ref[layer]!;
@@ -105,14 +125,23 @@ describe.each(Object.keys(EXPECTED) as QuantizedStyle[])("a transformers.js %s f
     expect(inspection.onnxPath).toBe(join(modelDir, EXPECTED[style].file));
     expect(inspection.plan.strategy).toBe("structural");
     expect(inspection.plan.crossCheck).toMatch(/^names \(torch-names\) agree on all \d+ blocks$/);
-    expect(inspection.format).toMatchObject({ dtype: EXPECTED[style].dtype, weights: EXPECTED[style].weights, batchDependent: style === "int8" });
+    expect(inspection.format).toMatchObject({
+      dtype: EXPECTED[style].dtype,
+      weights: EXPECTED[style].weights,
+      batchDependent: style === "int8",
+    });
   });
 
   it("stores the reference states of its own weights at batch sizes 16 and 1", async () => {
     for (const batchSize of [16, 1]) {
       const out = join(dir, `${style}-b${batchSize}`);
       const { manifest } = await extract({ modelDir, bank, out, batchSize });
-      expect(manifest).toMatchObject({ dtype: EXPECTED[style].dtype, weights: EXPECTED[style].weights, padding_side: "left", complete: true });
+      expect(manifest).toMatchObject({
+        dtype: EXPECTED[style].dtype,
+        weights: EXPECTED[style].weights,
+        padding_side: "left",
+        complete: true,
+      });
       const { worst, beyondStorage } = await worstError(out, modelDir, style);
       expect(worst).toBeLessThanOrEqual(1);
       // Graphs computing in float32 on exact weights are as exact as float32 ones: every value within float16 storage.
@@ -122,16 +151,25 @@ describe.each(Object.keys(EXPECTED) as QuantizedStyle[])("a transformers.js %s f
 });
 
 describe("other families' graph shapes as transformers.js q4 and fp16 folders", () => {
-  const cases = (["gemma", "qwen2", "phi3", "neox"] as const).flatMap((family) => (["q4", "fp16"] as const).map((style) => [family, style] as const));
-  it.each(cases)("%s, %s: found by structure with names agreeing, the reference states of its own weights at batch size 16", async (family, style) => {
-    const o: TinyModelOptions = { ...OPTS, family, seed: 12 };
-    const modelDir = join(dir, `${family}-${style}`);
-    await writeTinyModel(modelDir, o, quantizedFiles(style, true));
-    const out = join(dir, `${family}-${style}-b16`);
-    const { manifest } = await extract({ modelDir, bank, out, batchSize: 16 });
-    expect(manifest).toMatchObject({ dtype: EXPECTED[style].dtype, weights: EXPECTED[style].weights, style: { name: "structural", cross_check: "names (torch-names) agree on all 3 blocks" } });
-    expect((await worstError(out, modelDir, style, o)).worst).toBeLessThanOrEqual(1);
-  });
+  const cases = (["gemma", "qwen2", "phi3", "neox"] as const).flatMap((family) =>
+    (["q4", "fp16"] as const).map((style) => [family, style] as const),
+  );
+  it.each(cases)(
+    "%s, %s: found by structure with names agreeing, the reference states of its own weights at batch size 16",
+    async (family, style) => {
+      const o: TinyModelOptions = { ...OPTS, family, seed: 12 };
+      const modelDir = join(dir, `${family}-${style}`);
+      await writeTinyModel(modelDir, o, quantizedFiles(style, true));
+      const out = join(dir, `${family}-${style}-b16`);
+      const { manifest } = await extract({ modelDir, bank, out, batchSize: 16 });
+      expect(manifest).toMatchObject({
+        dtype: EXPECTED[style].dtype,
+        weights: EXPECTED[style].weights,
+        style: { name: "structural", cross_check: "names (torch-names) agree on all 3 blocks" },
+      });
+      expect((await worstError(out, modelDir, style, o)).worst).toBeLessThanOrEqual(1);
+    },
+  );
 });
 
 describe("a folder with several graphs under onnx/", () => {
@@ -145,11 +183,26 @@ describe("a folder with several graphs under onnx/", () => {
     copyFileSync(join(dir, "fp16-extra", "onnx", "model_fp16.onnx"), join(both, "onnx", "model_fp16.onnx"));
     const r = hsm(["inspect-model", both]);
     expect(r.status).toBe(1);
-    expect(r.stderr.trim().split("\n")).toEqual([`hsm: ${both}: holds several graphs (onnx/model_fp16.onnx, onnx/model_q4.onnx); pick one with --model-file`]);
+    expect(r.stderr.trim().split("\n")).toEqual([
+      `hsm: ${both}: holds several graphs (onnx/model_fp16.onnx, onnx/model_q4.onnx); pick one with --model-file`,
+    ]);
     const missing = hsm(["inspect-model", both, "--model-file", "model_int8.onnx"]);
-    expect(missing.stderr.trim()).toBe(`hsm: ${join(both, "model_int8.onnx")}: is missing; the folder holds onnx/model_fp16.onnx, onnx/model_q4.onnx`);
+    expect(missing.stderr.trim()).toBe(
+      `hsm: ${join(both, "model_int8.onnx")}: is missing; the folder holds onnx/model_fp16.onnx, onnx/model_q4.onnx`,
+    );
     const out = join(dir, "both-store");
-    const x = hsm(["extract", "--model-dir", both, "--model-file", "model_fp16.onnx", "--bank", bank, "--out", out, "--quiet"]);
+    const x = hsm([
+      "extract",
+      "--model-dir",
+      both,
+      "--model-file",
+      "model_fp16.onnx",
+      "--bank",
+      bank,
+      "--out",
+      out,
+      "--quiet",
+    ]);
     expect(x.status).toBe(0);
     const m = JSON.parse(readFileSync(join(out, "index.json"), "utf8"));
     expect(m).toMatchObject({ dtype: "float16", weights: "float16", complete: true });
@@ -167,7 +220,8 @@ describe("a transformers.js graph with its weights in <file>_data chunks", () =>
     await writeTinyModel(inline, OPTS, quantizedFiles("q4", true));
     const a = await extract({ modelDir: chunked, bank, out: join(dir, "q4-chunked-store"), batchSize: 16 });
     const b = await extract({ modelDir: inline, bank, out: join(dir, "q4-inline-store"), batchSize: 16 });
-    for (const [name, entry] of Object.entries(b.manifest.files)) expect(a.manifest.files[name]!.sha256).toBe(entry.sha256);
+    for (const [name, entry] of Object.entries(b.manifest.files))
+      expect(a.manifest.files[name]!.sha256).toBe(entry.sha256);
   });
 });
 
@@ -179,7 +233,11 @@ describe.each(["q4", "nf4", "fp16", "q4f16"] as const)("generation on a transfor
     const weights = styleWeights(style, tinyWeights(OPTS));
     const tok = await PromptTokenizer.load(modelDir);
     const decode = referenceDecoder(readFileSync(join(modelDir, "tokenizer.json"), "utf8"));
-    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);
+    const rows = readFileSync(bank, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l))
+      .slice(0, 10);
     const small = join(dir, `gen-bank-${style}.jsonl`);
     writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
     const eos = new Set([config.eos_token_id ?? []].flat());
@@ -188,7 +246,13 @@ describe.each(["q4", "nf4", "fp16", "q4f16"] as const)("generation on a transfor
     for (const batchSize of [8, 1]) {
       const out = join(dir, `${style}-gen-${batchSize}.jsonl`);
       await generate({ modelDir, bank: small, out, batchSize, maxNewTokens: 6 });
-      const got = new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r.raw_response]));
+      const got = new Map(
+        readFileSync(out, "utf8")
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l))
+          .map((r) => [r.query_id, r.raw_response]),
+      );
       expect(rows.map((r) => got.get(r.query_id))).toEqual(want);
     }
   });
@@ -202,7 +266,11 @@ describe("generation on a transformers.js int8 folder (activations quantized per
     const weights = tinyWeights(OPTS);
     const tok = await PromptTokenizer.load(modelDir);
     const decode = referenceDecoder(readFileSync(join(modelDir, "tokenizer.json"), "utf8"));
-    const rows = readFileSync(bank, "utf8").trim().split("\n").map((l) => JSON.parse(l)).slice(0, 10);
+    const rows = readFileSync(bank, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l))
+      .slice(0, 10);
     const small = join(dir, "gen-bank-int8.jsonl");
     writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
     // The first step reads the whole prompt, as the reference quantizes it: its token is the LM head's argmax over the int8 state.
@@ -212,7 +280,14 @@ describe("generation on a transformers.js int8 folder (activations quantized per
       const best = logits.reduce((at, v, i) => (v > logits[at]! ? i : at), 0);
       return eos.has(best) ? "" : decode([best]);
     });
-    const read = (out: string) => new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id, r]));
+    const read = (out: string) =>
+      new Map(
+        readFileSync(out, "utf8")
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l))
+          .map((r) => [r.query_id, r]),
+      );
     const one = join(dir, "int8-gen-first.jsonl");
     await generate({ modelDir, bank: small, out: one, batchSize: 8, maxNewTokens: 1 });
     const got = read(one);

@@ -35,7 +35,14 @@ const QUERIES = [
 beforeAll(async () => {
   await writeTinyModel(modelDir, MODEL);
   const lines = Array.from({ length: 21 }, (_, i) =>
-    JSON.stringify({ query_id: `q${i}`, fact_id: `f${i >> 1}`, condition_family: i % 2 ? "typo" : "anchor", query: `${QUERIES[i % QUERIES.length]} (${i})`, use_for_main_forward: true, answers: ["x"] }),
+    JSON.stringify({
+      query_id: `q${i}`,
+      fact_id: `f${i >> 1}`,
+      condition_family: i % 2 ? "typo" : "anchor",
+      query: `${QUERIES[i % QUERIES.length]} (${i})`,
+      use_for_main_forward: true,
+      answers: ["x"],
+    }),
   );
   writeFileSync(bank, lines.join("\n") + "\n");
 });
@@ -76,7 +83,10 @@ describe("a row's deviation", () => {
   it("counts equal infinities and NaNs as equal, and a value finite on one side only as infinite", () => {
     const inf = 0x7c00;
     const nan = 0x7e00;
-    expect(rowDeviation(Uint16Array.of(inf, nan, half(1)), Uint16Array.of(inf, nan, half(1)))).toEqual({ abs: 0, rel: 0 });
+    expect(rowDeviation(Uint16Array.of(inf, nan, half(1)), Uint16Array.of(inf, nan, half(1)))).toEqual({
+      abs: 0,
+      rel: 0,
+    });
     expect(rowDeviation(Uint16Array.of(inf, half(1)), Uint16Array.of(half(2), half(1))).abs).toBe(Infinity);
   });
 });
@@ -98,7 +108,12 @@ describe("extraction's self-check", () => {
     expect(onDisk.self_check).toEqual(check);
     const report = await verifyStore(out);
     expect(report.ok).toBe(true);
-    expect(report.self_check).toEqual({ rows: 5, worst_layer: expect.any(Number), worst_rel_dev: expect.any(Number), status: "pass" });
+    expect(report.self_check).toEqual({
+      rows: 5,
+      worst_layer: expect.any(Number),
+      worst_rel_dev: expect.any(Number),
+      status: "pass",
+    });
   });
 
   it("is off with 0 rows", async () => {
@@ -112,7 +127,15 @@ describe("extraction's self-check", () => {
     process.env.HSM_TEST_BREAK_BATCHING = "mask";
     const broken = join(dir, "broken");
     const warnings: string[] = [];
-    const result = await extract({ modelDir, bank, out: broken, batchSize: 4, commitRows: 8, selfCheck: 6, log: (m, level) => level === "warn" && warnings.push(m) });
+    const result = await extract({
+      modelDir,
+      bank,
+      out: broken,
+      batchSize: 4,
+      commitRows: 8,
+      selfCheck: 6,
+      log: (m, level) => level === "warn" && warnings.push(m),
+    });
     const check = result.manifest.self_check!;
     expect(check.status).toBe("warn");
     expect(warnings.some((w) => w.includes("SELF-CHECK FAILED"))).toBe(true);
@@ -143,7 +166,15 @@ describe("extraction's self-check", () => {
     const stopAfterFirstBlock = (done: number) => {
       if (done >= 8) throw stop;
     };
-    const first = extract({ modelDir, bank, out, batchSize: 4, commitRows: 8, selfCheck: 21, onProgress: stopAfterFirstBlock });
+    const first = extract({
+      modelDir,
+      bank,
+      out,
+      batchSize: 4,
+      commitRows: 8,
+      selfCheck: 21,
+      onProgress: stopAfterFirstBlock,
+    });
     await expect(first).rejects.toBe(stop);
     expect(JSON.parse(readFileSync(join(out, "index.json"), "utf8"))).toMatchObject({ rows_done: 8, complete: false });
     expect(JSON.parse(readFileSync(join(out, "index.json"), "utf8")).self_check).toBeUndefined();
@@ -161,7 +192,9 @@ describe("extraction's self-check", () => {
     const shards = [0, 1].map((index) => join(dir, `shard${index}`));
     const results = [];
     for (const [index, out] of shards.entries()) {
-      results.push(await extract({ modelDir, bank, out, batchSize: 4, commitRows: 8, shard: { index, count: 2 }, selfCheck: 3 }));
+      results.push(
+        await extract({ modelDir, bank, out, batchSize: 4, commitRows: 8, shard: { index, count: 2 }, selfCheck: 3 }),
+      );
     }
     for (const r of results) {
       const own = new Set(r.manifest.query_ids);
@@ -172,7 +205,9 @@ describe("extraction's self-check", () => {
     const [a, b] = results.map((r) => r.manifest.self_check!);
     expect(merged.rows).toBe(6);
     expect(merged.query_ids).toEqual([...a!.query_ids, ...b!.query_ids]);
-    merged.layers.forEach((l, k) => expect(l.max_abs_dev).toBe(Math.max(a!.layers[k]!.max_abs_dev!, b!.layers[k]!.max_abs_dev!)));
+    merged.layers.forEach((l, k) =>
+      expect(l.max_abs_dev).toBe(Math.max(a!.layers[k]!.max_abs_dev!, b!.layers[k]!.max_abs_dev!)),
+    );
     expect(merged.status).toBe("pass");
   });
 });

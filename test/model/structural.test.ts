@@ -47,9 +47,11 @@ function genaiGraph(layers: number, precision: "fp32" | "fp16" | "int4" = "fp32"
   return decodeModel(encodeModel(model)).graph!;
 }
 /** Output 3 (the residual sum) of block l's input or post-attention Skip norm. */
-const skipSum = (l: number, norm: "input" | "post_attention") => `/model/layers.${l}/${norm}_layernorm/SkipSimplifiedLayerNormalization_output_3`;
+const skipSum = (l: number, norm: "input" | "post_attention") =>
+  `/model/layers.${l}/${norm}_layernorm/SkipSimplifiedLayerNormalization_output_3`;
 
-const byNames = (g: GraphProto, L: number) => torchNamesStyle.locate(g, L, { numLayers: L }).tensors.map((t) => t.tensor);
+const byNames = (g: GraphProto, L: number) =>
+  torchNamesStyle.locate(g, L, { numLayers: L }).tensors.map((t) => t.tensor);
 const byStructure = (g: GraphProto, L: number) => locateByStructure(g, L).tensors.map((t) => t.tensor);
 
 describe("structural detection", () => {
@@ -62,7 +64,10 @@ describe("structural detection", () => {
   it.each(named)("finds what names find on the %s graph, and the registry uses it with names agreeing", (_label, o) => {
     const g = graphOf(o);
     const L = o.layers!;
-    const want = [...Array.from({ length: L - 1 }, (_, l) => `/model/layers.${l}/Add_1_output_0`), "/model/norm/Mul_1_output_0"];
+    const want = [
+      ...Array.from({ length: L - 1 }, (_, l) => `/model/layers.${l}/Add_1_output_0`),
+      "/model/norm/Mul_1_output_0",
+    ];
     expect(byNames(g, L)).toEqual(want);
     expect(byStructure(g, L)).toEqual(want);
     const plan = detectHiddenTensors(g, L);
@@ -103,9 +108,21 @@ describe("structural detection on other families' graph shapes", () => {
     const out = embed.output![0]!;
     for (const n of g.node!) n.input = n.input!.map((i) => (i === out ? "/model/Add_wpe_output_0" : i));
     const at = g.node!.indexOf(embed) + 1;
-    g.node!.splice(at, 0,
-      { name: "/model/wpe/Gather", opType: "Gather", input: ["model.embed_tokens.weight", "position_ids"], output: ["/model/wpe/Gather_output_0"] },
-      { name: "/model/Add_wpe", opType: "Add", input: [out, "/model/wpe/Gather_output_0"], output: ["/model/Add_wpe_output_0"] },
+    g.node!.splice(
+      at,
+      0,
+      {
+        name: "/model/wpe/Gather",
+        opType: "Gather",
+        input: ["model.embed_tokens.weight", "position_ids"],
+        output: ["/model/wpe/Gather_output_0"],
+      },
+      {
+        name: "/model/Add_wpe",
+        opType: "Add",
+        input: [out, "/model/wpe/Gather_output_0"],
+        output: ["/model/Add_wpe_output_0"],
+      },
     );
     expect(byStructure(g, 2)).toEqual(byNames(g, 2));
   });
@@ -115,14 +132,30 @@ describe("structural detection on other families' graph shapes", () => {
     const g = graphOf(BASE);
     const embed = g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!.output![0]!;
     const cos = g.node!.find((n) => n.name === "/model/rotary_emb/Gather")!;
-    g.node!.push({ name: "/model/rotary_emb/CastLike", opType: "CastLike", input: [cos.output![0]!, embed], output: ["cos_cast"] });
-    for (const n of g.node!) if (n.name !== "/model/rotary_emb/CastLike") n.input = n.input!.map((i) => (i === cos.output![0] ? "cos_cast" : i));
+    g.node!.push({
+      name: "/model/rotary_emb/CastLike",
+      opType: "CastLike",
+      input: [cos.output![0]!, embed],
+      output: ["cos_cast"],
+    });
+    for (const n of g.node!)
+      if (n.name !== "/model/rotary_emb/CastLike")
+        n.input = n.input!.map((i) => (i === cos.output![0] ? "cos_cast" : i));
     // Topological order: the CastLike right after the embedding, before every reader of the table.
-    g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!) + 1, 0, g.node!.pop()!);
+    g.node!.splice(
+      g.node!.indexOf(g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!) + 1,
+      0,
+      g.node!.pop()!,
+    );
     const shape = { name: "/model/Shape_embeds", opType: "Shape", input: [embed], output: ["embeds_shape"] };
     g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/embed_tokens/Gather")!) + 1, 0, shape);
     const bias = g.node!.find((n) => n.opType === "Where")!;
-    const expand = { name: "/model/Expand_bias", opType: "Expand", input: [bias.output![0]!, "embeds_shape"], output: ["bias_expanded"] };
+    const expand = {
+      name: "/model/Expand_bias",
+      opType: "Expand",
+      input: [bias.output![0]!, "embeds_shape"],
+      output: ["bias_expanded"],
+    };
     for (const n of g.node!) n.input = n.input!.map((i) => (i === bias.output![0] ? "bias_expanded" : i));
     g.node!.splice(g.node!.indexOf(g.node!.find((n) => n.name === "/model/layers.0/input_layernorm/Pow")!), 0, expand);
     expect(byStructure(g, 2)).toEqual(byNames(g, 2));
@@ -132,7 +165,11 @@ describe("structural detection on other families' graph shapes", () => {
     const o = { ...BASE, layers: 3, family: "qwen2" } as const;
     const g = graphOf(o);
     const biasAdds = g.node!.filter((n) => n.opType === "Add" && n.input!.some((i) => /_proj\.bias$/.test(i)));
-    expect(biasAdds.map((n) => n.name).slice(0, 3)).toEqual(["/model/layers.0/self_attn/q_proj/Add", "/model/layers.0/self_attn/k_proj/Add", "/model/layers.0/self_attn/v_proj/Add"]);
+    expect(biasAdds.map((n) => n.name).slice(0, 3)).toEqual([
+      "/model/layers.0/self_attn/q_proj/Add",
+      "/model/layers.0/self_attn/k_proj/Add",
+      "/model/layers.0/self_attn/v_proj/Add",
+    ]);
     expectThreeBlocks(o, "anonymous");
     expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 4 of 6, the end of block 1/);
   });
@@ -140,7 +177,12 @@ describe("structural detection on other families' graph shapes", () => {
   it("phi3: packed qkv and gate_up projections split, and LongRoPE's If choosing the rotary tables", () => {
     const o = { ...BASE, layers: 3, family: "phi3" } as const;
     const g = graphOf(o);
-    expect(g.node!.filter((n) => n.opType === "Split").map((n) => n.name).slice(0, 2)).toEqual(["/model/layers.0/self_attn/Split", "/model/layers.0/mlp/Split"]);
+    expect(
+      g
+        .node!.filter((n) => n.opType === "Split")
+        .map((n) => n.name)
+        .slice(0, 2),
+    ).toEqual(["/model/layers.0/self_attn/Split", "/model/layers.0/mlp/Split"]);
     const rotary = g.node!.find((n) => n.opType === "If")!;
     expect(rotary.attribute!.map((a) => [a.name, a.g!.node!.map((n) => n.opType)])).toEqual([
       ["then_branch", ["Constant", "Constant"]],
@@ -148,7 +190,11 @@ describe("structural detection on other families' graph shapes", () => {
     ]);
     expectThreeBlocks(o, "dynamo-names");
     const plan = detectHiddenTensors(g, 3);
-    expect(plan).toMatchObject({ strategy: "structural", crossCheck: "names (torch-names) agree on all 3 blocks", warnings: [] });
+    expect(plan).toMatchObject({
+      strategy: "structural",
+      crossCheck: "names (torch-names) agree on all 3 blocks",
+      warnings: [],
+    });
   });
 
   it("neox: parallel attention and MLP, one residual Add per block", () => {
@@ -156,30 +202,49 @@ describe("structural detection on other families' graph shapes", () => {
     const g = graphOf(o);
     expectThreeBlocks(o, "dynamo-names");
     expect(locateByStructure(g, 3).tensors[1]!.how).toMatch(/^structure: residual Add 2 of 3, the end of block 1/);
-    expect(() => locateByStructure(g, 2)).toThrow(/the residual stream holds 3 blocks \(3 residual Adds, one per parallel block\) but config\.json's num_hidden_layers is 2/);
+    expect(() => locateByStructure(g, 2)).toThrow(
+      /the residual stream holds 3 blocks \(3 residual Adds, one per parallel block\) but config\.json's num_hidden_layers is 2/,
+    );
   });
 });
 
 describe("structural detection on onnxruntime-genai graphs (Skip norms, GroupQueryAttention)", () => {
-  const genaiNames = (g: GraphProto, L: number) => genaiStyle.locate(g, L, { numLayers: L }).tensors.map((t) => t.tensor);
-  it.each(["fp32", "fp16", "int4"] as const)("%s: finds output 3 of each next input Skip norm and output 0 of the final one, as genai names do", (precision) => {
-    const g = genaiGraph(3, precision);
-    const want = [skipSum(1, "input"), skipSum(2, "input"), "/model/layers.3/final_norm_layernorm/SkipSimplifiedLayerNormalization_output_0"];
-    expect(genaiNames(g, 3)).toEqual(want);
-    expect(byStructure(g, 3)).toEqual(want);
-    const plan = detectHiddenTensors(g, 3);
-    expect(plan).toMatchObject({ strategy: "structural", crossCheck: "names (genai) agree on all 3 blocks", warnings: [], inputs: { paddingSide: "right" } });
-    expect(plan.tensors[1]!.how).toBe(
-      "structure: residual sum 4 of 6 (output 3, input_skip_bias_sum, of SkipSimplifiedLayerNormalization), the end of block 1 (/model/layers.2/input_layernorm/SkipLayerNorm)",
-    );
-  });
+  const genaiNames = (g: GraphProto, L: number) =>
+    genaiStyle.locate(g, L, { numLayers: L }).tensors.map((t) => t.tensor);
+  it.each(["fp32", "fp16", "int4"] as const)(
+    "%s: finds output 3 of each next input Skip norm and output 0 of the final one, as genai names do",
+    (precision) => {
+      const g = genaiGraph(3, precision);
+      const want = [
+        skipSum(1, "input"),
+        skipSum(2, "input"),
+        "/model/layers.3/final_norm_layernorm/SkipSimplifiedLayerNormalization_output_0",
+      ];
+      expect(genaiNames(g, 3)).toEqual(want);
+      expect(byStructure(g, 3)).toEqual(want);
+      const plan = detectHiddenTensors(g, 3);
+      expect(plan).toMatchObject({
+        strategy: "structural",
+        crossCheck: "names (genai) agree on all 3 blocks",
+        warnings: [],
+        inputs: { paddingSide: "right" },
+      });
+      expect(plan.tensors[1]!.how).toBe(
+        "structure: residual sum 4 of 6 (output 3, input_skip_bias_sum, of SkipSimplifiedLayerNormalization), the end of block 1 (/model/layers.2/input_layernorm/SkipLayerNorm)",
+      );
+    },
+  );
 
   it("finds the same on a genai graph stripped of its names, padded right for its GroupQueryAttention", () => {
     const original = genaiGraph(3);
     const renamed = genaiGraph(3);
     const map = renameGraph(renamed, "anonymous", 4);
     const plan = detectHiddenTensors(renamed, 3);
-    expect(plan).toMatchObject({ strategy: "structural", crossCheck: "names: none to check against (graph style seen: anonymous)", inputs: { paddingSide: "right" } });
+    expect(plan).toMatchObject({
+      strategy: "structural",
+      crossCheck: "names: none to check against (graph style seen: anonymous)",
+      inputs: { paddingSide: "right" },
+    });
     expect(plan.tensors.map((t) => t.tensor)).toEqual(genaiNames(original, 3).map((t) => map.get(t)));
   });
 
@@ -202,14 +267,21 @@ describe("structural detection on renamed graphs", () => {
     expect(plan.strategy).toBe("structural");
     expect(plan.tensors.map((t) => t.tensor)).toEqual(byNames(original, 3).map((t) => map.get(t)));
     expect(plan.crossCheck).toBe(`names: none to check against (graph style seen: ${style})`);
-    if (style === "dynamo-names") expect(renamed.node!.find((n) => n.opType === "Add")).toMatchObject({ name: "node_add", output: ["add"] });
+    if (style === "dynamo-names")
+      expect(renamed.node!.find((n) => n.opType === "Add")).toMatchObject({ name: "node_add", output: ["add"] });
     else expect(renamed.node!.every((n) => n.name === "")).toBe(true);
   });
 });
 
 describe("structural detection failures: one line, the style seen, the candidates, the flag", () => {
   const TAIL = "Name the tensors with --hidden-tensors LAYER=TENSOR,…,final=TENSOR; candidate tensors: ";
-  const stream = (L: number) => ["/model/embed_tokens/Gather_output_0", ...Array.from({ length: L }, (_, l) => [`/model/layers.${l}/Add_output_0`, `/model/layers.${l}/Add_1_output_0`]).flat()];
+  const stream = (L: number) => [
+    "/model/embed_tokens/Gather_output_0",
+    ...Array.from({ length: L }, (_, l) => [
+      `/model/layers.${l}/Add_output_0`,
+      `/model/layers.${l}/Add_1_output_0`,
+    ]).flat(),
+  ];
   const fails = (g: GraphProto, L: number) => {
     let err: unknown;
     try {
@@ -230,7 +302,8 @@ describe("structural detection failures: one line, the style seen, the candidate
 
   it("a missing block: one block's MLP cut out of the stream", () => {
     const g = graphOf({ ...BASE, layers: 3 });
-    for (const n of g.node!) n.input = n.input!.map((i) => (i === "/model/layers.1/Add_1_output_0" ? "/model/layers.1/Add_output_0" : i));
+    for (const n of g.node!)
+      n.input = n.input!.map((i) => (i === "/model/layers.1/Add_1_output_0" ? "/model/layers.1/Add_output_0" : i));
     const cut = stream(3).filter((t) => t !== "/model/layers.1/Add_1_output_0");
     expect(fails(g, 3)).toBe(
       `structure: block 1 is incomplete: residual Add 3 of 5 (/model/layers.1/Add) adds attention with no MLP after it; a block may be missing (graph style seen: torch-names). ${TAIL}${cut.join(", ")}`,
@@ -273,7 +346,8 @@ describe("structural detection failures: one line, the style seen, the candidate
     g.node!.find((n) => n.name === "/model/norm/Mul_1")!.name = "/lm_head/Mul";
     const plan = detectHiddenTensors(g, 2);
     expect(plan.tensors.at(-1)!.tensor).toBe("/model/norm/Mul_1_output_0");
-    const note = "structure and names disagree on 1 layer(s) (layer 1: structure /model/norm/Mul_1_output_0, names /model/norm/Mul_output_0); the structure's tensors are used";
+    const note =
+      "structure and names disagree on 1 layer(s) (layer 1: structure /model/norm/Mul_1_output_0, names /model/norm/Mul_output_0); the structure's tensors are used";
     expect(plan.warnings).toEqual([note]);
     expect(plan.crossCheck).toBe(note);
   });

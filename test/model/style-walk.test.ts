@@ -19,16 +19,21 @@ const { blockOutputsStyle } = await importWalk<{ blockOutputsStyle: GraphStyle }
 /** Three anonymous blocks (`Add`), a final norm, and the blocks' outputs listed as `blocks.N.output` when asked. */
 function graph(withBlockOutputs: boolean): GraphProto {
   const g = new GraphBuilder();
-  const node = (op: string, inputs: string[], output: string) => g.nodes.push({ name: `n${g.nodes.length}`, opType: op, input: inputs, output: [output] });
+  const node = (op: string, inputs: string[], output: string) =>
+    g.nodes.push({ name: `n${g.nodes.length}`, opType: op, input: inputs, output: [output] });
   node("Gather", ["embed", "input_ids"], "x0");
   for (let l = 0; l < 3; l++) node("Add", [`x${l}`, `x${l}`], `x${l + 1}`);
   node("Mul", ["x3", "x3"], "normed");
   const outputs = [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", 8])];
   if (withBlockOutputs) {
     ["x1", "x2", "normed"].forEach((t, l) => node("Identity", [t], `blocks.${l}.output`));
-    outputs.push(...[0, 1, 2].map((l) => valueInfo(`blocks.${l}.output`, DataType.FLOAT, ["batch_size", "sequence_length", 4])));
+    outputs.push(
+      ...[0, 1, 2].map((l) => valueInfo(`blocks.${l}.output`, DataType.FLOAT, ["batch_size", "sequence_length", 4])),
+    );
   }
-  const inputs = ["input_ids", "attention_mask"].map((n) => valueInfo(n, DataType.INT64, ["batch_size", "sequence_length"]));
+  const inputs = ["input_ids", "attention_mask"].map((n) =>
+    valueInfo(n, DataType.INT64, ["batch_size", "sequence_length"]),
+  );
   return { name: "walk", node: g.nodes, input: inputs, output: outputs };
 }
 
@@ -40,7 +45,9 @@ describe("the graph style of docs/contributing.md", () => {
     const plan = detectHiddenTensors(graph(true), 3, undefined, registry);
     expect(plan.strategy).toBe("block-outputs");
     expect(plan.lastLayerFinalNorm).toBe(true);
-    expect(plan.tensors).toEqual([0, 1, 2].map((l) => ({ layer: l, tensor: `blocks.${l}.output`, how: `graph output blocks.${l}.output` })));
+    expect(plan.tensors).toEqual(
+      [0, 1, 2].map((l) => ({ layer: l, tensor: `blocks.${l}.output`, how: `graph output blocks.${l}.output` })),
+    );
     expect(planInputs(graph(true), 3, registry)).toEqual({
       feeds: [
         { name: "input_ids", kind: "input_ids", dims: ["batch_size", "sequence_length"] },
@@ -56,7 +63,9 @@ describe("the graph style of docs/contributing.md", () => {
     expect(blockOutputsStyle.recognize(graph(true), { numLayers: 4 })).toBe(false);
     const bare = [explicitStyle, blockOutputsStyle];
     expect(() => detectHiddenTensors(graph(false), 3, undefined, bare)).toThrow(DetectionError);
-    expect(() => detectHiddenTensors(graph(false), 3, undefined, bare)).toThrow(/there are no blocks\.N\.output outputs/);
+    expect(() => detectHiddenTensors(graph(false), 3, undefined, bare)).toThrow(
+      /there are no blocks\.N\.output outputs/,
+    );
   });
 
   it("without it, the built-in registry cannot place these blocks", () => {

@@ -14,7 +14,13 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
 import { MAX_NEW_TOKENS } from "../../src/defaults.js";
-import { buildLlamaOnnx, tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import {
+  buildLlamaOnnx,
+  tinyConfig,
+  tinyWeights,
+  writeTinyModel,
+  type TinyModelOptions,
+} from "../../src/synthetic/llama.js";
 import { addKvCache, attentionShape } from "../../src/onnx/add-cache.js";
 import { generate } from "../../src/generate/generate.js";
 import { decodeModel, encodeModel, graphIndex, valueShape, type GraphProto } from "../../src/onnx/graph.js";
@@ -24,7 +30,13 @@ import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-add-cache-");
 const bank = join(dir, "bank.jsonl");
-const QUERIES = ["What is the capital of France?", "Ok?", `${"Some context first, ".repeat(12)}who painted the Mona Lisa?`, "Name a river.", "¿Dónde está Quito?"];
+const QUERIES = [
+  "What is the capital of France?",
+  "Ok?",
+  `${"Some context first, ".repeat(12)}who painted the Mona Lisa?`,
+  "Name a river.",
+  "¿Dónde está Quito?",
+];
 const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 41 };
 const MODELS = {
   plain: BASE,
@@ -35,7 +47,14 @@ const MODELS = {
 } satisfies Record<string, TinyModelOptions>;
 type Name = keyof typeof MODELS;
 const modelDir = (name: Name) => join(dir, name);
-const rows = Array.from({ length: 10 }, (_, i) => ({ query_id: `q${i}`, fact_id: `f${i}`, condition_family: "anchor", query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`, use_for_main_forward: true, answers: ["x"] }));
+const rows = Array.from({ length: 10 }, (_, i) => ({
+  query_id: `q${i}`,
+  fact_id: `f${i}`,
+  condition_family: "anchor",
+  query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`,
+  use_for_main_forward: true,
+  answers: ["x"],
+}));
 
 /** The query positions `Range(past, total)` become `Range(0, sequence_length)`: right without a cache, wrong with one. */
 function ignorePast(graph: GraphProto): void {
@@ -63,9 +82,17 @@ describe("addKvCache", () => {
     const g = model.graph!;
     const pasts = g.input!.filter((v) => v.name!.startsWith("past_key_values."));
     expect(pasts.map((v) => [v.name, valueShape(v)])).toEqual(
-      ["0.key", "0.value", "1.key", "1.value"].map((n) => [`past_key_values.${n}`, ["batch_size", 2, "past_sequence_length", 8]]),
+      ["0.key", "0.value", "1.key", "1.value"].map((n) => [
+        `past_key_values.${n}`,
+        ["batch_size", 2, "past_sequence_length", 8],
+      ]),
     );
-    expect(g.output!.filter((o) => o.name!.startsWith("present.")).map((o) => o.name)).toEqual(["present.0.key", "present.0.value", "present.1.key", "present.1.value"]);
+    expect(g.output!.filter((o) => o.name!.startsWith("present.")).map((o) => o.name)).toEqual([
+      "present.0.key",
+      "present.0.value",
+      "present.1.key",
+      "present.1.value",
+    ]);
     const { producer, consumers } = graphIndex(g);
     for (const name of ["present.0.key", "present.1.value"]) {
       const concat = producer.get(name)!;
@@ -101,8 +128,16 @@ describe("hsm generate with an added KV cache", () => {
   async function run(name: Name, batchSize: number) {
     const out = join(dir, `${name}-b${batchSize}.jsonl`);
     const messages: string[] = [];
-    expect(await generate({ modelDir: modelDir(name), bank, out, batchSize, selfCheck: 0, log: (m) => messages.push(m) })).toMatchObject({ written: rows.length, failed: 0 });
-    const got = new Map(readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((r) => [r.query_id as string, r]));
+    expect(
+      await generate({ modelDir: modelDir(name), bank, out, batchSize, selfCheck: 0, log: (m) => messages.push(m) }),
+    ).toMatchObject({ written: rows.length, failed: 0 });
+    const got = new Map(
+      readFileSync(out, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l))
+        .map((r) => [r.query_id as string, r]),
+    );
     const o = MODELS[name];
     const tok = await PromptTokenizer.load(modelDir(name));
     const text = referenceDecoder(readFileSync(join(modelDir(name), "tokenizer.json"), "utf8"));
@@ -112,7 +147,11 @@ describe("hsm generate with an added KV cache", () => {
       const ids = referenceGreedy(tinyConfig(o), weights, tok.encode(buildPrompt(r)), eos, MAX_NEW_TOKENS);
       const stopped = eos.has(ids.at(-1)!);
       const row = got.get(r.query_id)!;
-      expect({ raw_response: row.raw_response, generated_tokens: row.generated_tokens, finish_reason: row.finish_reason }).toEqual({
+      expect({
+        raw_response: row.raw_response,
+        generated_tokens: row.generated_tokens,
+        finish_reason: row.finish_reason,
+      }).toEqual({
         raw_response: text(stopped ? ids.slice(0, -1) : ids),
         generated_tokens: ids.length,
         finish_reason: stopped ? "stop" : "length",
@@ -123,12 +162,15 @@ describe("hsm generate with an added KV cache", () => {
 
   for (const name of ["plain", "noPositions"] as const) {
     it(`decodes ${name} with the cache: the reference's rows at batch 1 and 8`, async () => {
-      for (const batchSize of [1, 8]) expect(await run(name, batchSize)).toContain("the model has no KV cache: decoding with one added to the graph");
+      for (const batchSize of [1, 8])
+        expect(await run(name, batchSize)).toContain("the model has no KV cache: decoding with one added to the graph");
     });
   }
 
   it("recomputes, with the reference's rows, when the cache changes the tokens of the probe", async () => {
     const messages = await run("blind", 8);
-    expect(messages).toContain("the model has no KV cache, and one added to the graph changes its tokens: recomputing every step");
+    expect(messages).toContain(
+      "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step",
+    );
   });
 });

@@ -30,10 +30,15 @@ const MODELS = {
   fp16: { style: "fp16", family: "llama" },
 } as const;
 /** Three prompts of different lengths, left padded into one batch. */
-const PROMPTS = [[5, 17, 3, 99, 42, 7, 8, 1000, 12], [300, 301], [64, 65, 66, 67, 68]];
+const PROMPTS = [
+  [5, 17, 3, 99, 42, 7, 8, 1000, 12],
+  [300, 301],
+  [64, 65, 66, 67, 68],
+];
 
 beforeAll(async () => {
-  for (const [name, m] of Object.entries(MODELS)) await writeModelInStyle(join(dir, name), m.style, { ...GEOMETRY, family: m.family });
+  for (const [name, m] of Object.entries(MODELS))
+    await writeModelInStyle(join(dir, name), m.style, { ...GEOMETRY, family: m.family });
 });
 
 async function rewritten(name: keyof typeof MODELS, layerRule?: string) {
@@ -46,7 +51,13 @@ async function rewritten(name: keyof typeof MODELS, layerRule?: string) {
 async function run(bytes: Uint8Array, feedsPlan: Parameters<typeof promptFeeds>[0], outputs: string[]) {
   const session = await ort.InferenceSession.create(bytes);
   const live = new Set(session.inputNames);
-  const out = await session.run(promptFeeds(feedsPlan.filter((f) => live.has(f.name)), leftPad(PROMPTS, 0)), outputs);
+  const out = await session.run(
+    promptFeeds(
+      feedsPlan.filter((f) => live.has(f.name)),
+      leftPad(PROMPTS, 0),
+    ),
+    outputs,
+  );
   await session.release();
   return out;
 }
@@ -55,7 +66,9 @@ describe("the extraction rewrite's position-wise tail", () => {
   it("gathers the last position of the second-to-last block's output and the last attention's output, before the last block's projections", async () => {
     const { inspection, bytes } = await rewritten("llama");
     const graph = decodeModel(bytes).graph!;
-    const gathers = graph.node!.filter((n) => n.name!.startsWith("/hsm/tail") && n.opType === "Gather").map((n) => n.input![0]!);
+    const gathers = graph
+      .node!.filter((n) => n.name!.startsWith("/hsm/tail") && n.opType === "Gather")
+      .map((n) => n.input![0]!);
     const previous = inspection.plan.tensors.find((t) => t.layer === 1)!.tensor;
     expect(gathers).toHaveLength(2);
     expect(gathers).toContain(previous);
@@ -77,7 +90,9 @@ describe("the extraction rewrite's position-wise tail", () => {
 
   it("applies to float16 graphs too", async () => {
     const { bytes } = await rewritten("fp16");
-    expect(decodeModel(bytes).graph!.node!.filter((n) => n.name!.startsWith("/hsm/tail") && n.opType === "Gather")).toHaveLength(2);
+    expect(
+      decodeModel(bytes).graph!.node!.filter((n) => n.name!.startsWith("/hsm/tail") && n.opType === "Gather"),
+    ).toHaveLength(2);
   });
 
   // float16 graphs' states are checked against the float64 reference in quantized.test.ts; the naive outputs here are float32.
@@ -87,7 +102,11 @@ describe("the extraction rewrite's position-wise tail", () => {
         const { inspection, tensors, bytes, plain } = await rewritten(name, layerRule);
         expect(decodeModel(bytes).graph!.node!.some((n) => n.name!.startsWith("/hsm/tail"))).toBe(true);
         const got = (await run(bytes, inspection.plan.inputs.feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
-        const full = await run(addHiddenOutputs(plain as ModelProto, tensors), inspection.plan.inputs.feeds, tensors.map((t) => t.tensor));
+        const full = await run(
+          addHiddenOutputs(plain as ModelProto, tensors),
+          inspection.plan.inputs.feeds,
+          tensors.map((t) => t.tensor),
+        );
         const B = PROMPTS.length;
         const d = inspection.dModel;
         const T = Math.max(...PROMPTS.map((p) => p.length));

@@ -19,7 +19,9 @@ describe("runDemo", () => {
     const steps: string[] = [];
     const err = await runDemo({ out, log: (step) => steps.push(step) }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(HsmError);
-    expect((err as Error).message).toBe(`${onnx}: the demo model cannot be read (ELOOP: too many symbolic links encountered)`);
+    expect((err as Error).message).toBe(
+      `${onnx}: the demo model cannot be read (ELOOP: too many symbolic links encountered)`,
+    );
     expect(steps).toEqual([]);
     expect(readdirSync(out)).toEqual(["model"]);
     expect(existsSync(join(out, "evaluation"))).toBe(false);

@@ -26,9 +26,13 @@ describe("pathKind", () => {
   });
 
   it("reports any other failure as unreadable, with the OS's reason", async () => {
-    await expect(pathKind(loop, "demo model")).rejects.toThrow(new HsmError(`${loop}: the demo model cannot be read (ELOOP: too many symbolic links encountered)`));
+    await expect(pathKind(loop, "demo model")).rejects.toThrow(
+      new HsmError(`${loop}: the demo model cannot be read (ELOOP: too many symbolic links encountered)`),
+    );
     const long = join(dir, "x".repeat(300));
-    await expect(pathKind(long, "bank")).rejects.toThrow(`${long}: the bank cannot be read (ENAMETOOLONG: name too long)`);
+    await expect(pathKind(long, "bank")).rejects.toThrow(
+      `${long}: the bank cannot be read (ENAMETOOLONG: name too long)`,
+    );
   });
 });
 
@@ -49,17 +53,20 @@ describe("requireStoreFolder", () => {
     await expect(requireStoreFolder(file)).rejects.toThrow(new UsageError(`${file}: is a file, not a store folder`));
   });
 
-  it.skipIf(root)("reports a folder it may not read as unreadable, not missing (skipped as root: permissions do not stop root)", async () => {
-    const locked = join(dir, "locked");
-    mkdirSync(locked);
-    chmodSync(locked, 0o000);
-    try {
-      const err = await requireStoreFolder(locked).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(HsmError);
-      expect(err).not.toBeInstanceOf(UsageError);
-      expect((err as Error).message).toBe(`${locked}: the store folder cannot be read (EACCES: permission denied)`);
-    } finally {
-      chmodSync(locked, 0o700);
-    }
-  });
+  it.skipIf(root)(
+    "reports a folder it may not read as unreadable, not missing (skipped as root: permissions do not stop root)",
+    async () => {
+      const locked = join(dir, "locked");
+      mkdirSync(locked);
+      chmodSync(locked, 0o000);
+      try {
+        const err = await requireStoreFolder(locked).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(HsmError);
+        expect(err).not.toBeInstanceOf(UsageError);
+        expect((err as Error).message).toBe(`${locked}: the store folder cannot be read (EACCES: permission denied)`);
+      } finally {
+        chmodSync(locked, 0o700);
+      }
+    },
+  );
 });

@@ -21,7 +21,10 @@ beforeAll(async () => {
 
 describe("the study, compare and report commands", () => {
   it("study --shards prints each model's extraction shards and merge, and runs nothing", () => {
-    writeFileSync(join(dir, "study.yaml"), `bank: ${join(dir, "fx-six", "bank.jsonl")}\noutputs: out\nmodels:\n  - { name: m1, model_dir: models/m1 }\n  - { name: old, outputs: ${outputs} }\n`);
+    writeFileSync(
+      join(dir, "study.yaml"),
+      `bank: ${join(dir, "fx-six", "bank.jsonl")}\noutputs: out\nmodels:\n  - { name: m1, model_dir: models/m1 }\n  - { name: old, outputs: ${outputs} }\n`,
+    );
     const r = hsm(["study", "study.yaml", "--shards", "2"]);
     expect(r.status).toBe(0);
     expect(r.stdout.split("\n")).toEqual([
@@ -33,16 +36,22 @@ describe("the study, compare and report commands", () => {
       "then: hsm study study.yaml",
       "",
     ]);
-    expect(hsm(["study", "study.yaml", "--shards", "0"]).stderr).toContain('Expected an integer of at least 1 for --shards but received "0"');
+    expect(hsm(["study", "study.yaml", "--shards", "0"]).stderr).toContain(
+      'Expected an integer of at least 1 for --shards but received "0"',
+    );
   });
 
   it("compare --json prints what compareModels returns; an unknown model is a usage error", async () => {
     const r = hsm(["compare", outputs, "six", "ten", "--json", "--bootstrap", "50", "-q"]);
     expect(r.stderr).toBe("");
     expect(r.status).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual(JSON.parse(JSON.stringify(await compareModels(outputs, "six", "ten", { replicates: 50 }))));
+    expect(JSON.parse(r.stdout)).toEqual(
+      JSON.parse(JSON.stringify(await compareModels(outputs, "six", "ten", { replicates: 50 }))),
+    );
     const text = hsm(["compare", outputs, "ten", "six", "--bootstrap", "50", "-q"]);
-    expect(text.stdout.split("\n")[0]).toBe("ten (A) vs six (B): paired on the same queries and facts; differences are A − B");
+    expect(text.stdout.split("\n")[0]).toBe(
+      "ten (A) vs six (B): paired on the same queries and facts; differences are A − B",
+    );
     const bad = hsm(["compare", outputs, "six", "seven"]);
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain(`no model "seven" with scored rows; models there: six, ten`);
@@ -52,7 +61,11 @@ describe("the study, compare and report commands", () => {
     const out = join(dir, "r", "report.html");
     const r = hsm(["report", outputs, "--out", out, "--bootstrap", "50", "--no-verify", "-q"]);
     expect(r.status).toBe(0);
-    expect(r.stdout).toMatch(new RegExp(`^${out.replace(/[.]/g, "\\.")}: 2 models \\(six, ten\\), \\d+\\.\\d\\d MB \\(\\d+\\.\\d\\d MB read at first view\\)\\n$`));
+    expect(r.stdout).toMatch(
+      new RegExp(
+        `^${out.replace(/[.]/g, "\\.")}: 2 models \\(six, ten\\), \\d+\\.\\d\\d MB \\(\\d+\\.\\d\\d MB read at first view\\)\\n$`,
+      ),
+    );
     const html = readFileSync(out, "utf8");
     expect(html).toContain("not checked (--no-verify)");
     expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);

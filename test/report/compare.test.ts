@@ -10,7 +10,14 @@ import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { compareLoaded, compareModels, issFactValues, loadModel, type Comparison, type LoadedModel } from "../../src/report/compare.js";
+import {
+  compareLoaded,
+  compareModels,
+  issFactValues,
+  loadModel,
+  type Comparison,
+  type LoadedModel,
+} from "../../src/report/compare.js";
 import { matchDepth, normalizedDepth } from "../../src/report/depth.js";
 import { formatComparison } from "../../src/report/format.js";
 import { listModels } from "../../src/report/outputs.js";
@@ -20,12 +27,20 @@ import { syntheticModel } from "./synthetic.js";
 
 describe("matchDepth", () => {
   it("pairs equal depths of models with the same number of blocks", () => {
-    expect(matchDepth([2, 3, 4, 5], 6, [2, 3, 4, 5], 6).map((p) => [p.layerA, p.layerB])).toEqual([[2, 2], [3, 3], [4, 4], [5, 5]]);
+    expect(matchDepth([2, 3, 4, 5], 6, [2, 3, 4, 5], 6).map((p) => [p.layerA, p.layerB])).toEqual([
+      [2, 2],
+      [3, 3],
+      [4, 4],
+      [5, 5],
+    ]);
   });
 
   it("picks B's nearest layer in l/(L−1), the shallower on an exact tie", () => {
     // A: L = 4, depths 2/3, 1. B: L = 8, depths 4/7, 5/7, 6/7, 1. |5/7 − 2/3| = 1/21 < |4/7 − 2/3| = 2/21.
-    expect(matchDepth([3, 2], 4, [7, 6, 5, 4], 8).map((p) => [p.layerA, p.layerB])).toEqual([[2, 5], [3, 7]]);
+    expect(matchDepth([3, 2], 4, [7, 6, 5, 4], 8).map((p) => [p.layerA, p.layerB])).toEqual([
+      [2, 5],
+      [3, 7],
+    ]);
     // A: L = 3, depth 1/2. B: L = 5 stores 1 and 3 (depths 1/4 and 3/4): a tie, so 1.
     expect(matchDepth([1], 3, [3, 1], 5)[0]).toEqual({ layerA: 1, layerB: 1, depthA: 0.5, depthB: 0.25 });
     // A: L = 10, layer 6 (2/3). B: L = 4 stores 2 (2/3) and 3: exactly equal depth.
@@ -43,8 +58,13 @@ const dir = tempDir("hsm-compare-");
 const outputs = join(dir, "outputs");
 
 type Row = Record<string, number | string | null>;
-const metricRows = (model: string, metric: string): Row[] => JSON.parse(readFileSync(join(outputs, "metrics", model, `${metric}.json`), "utf8")).rows;
-const scoredRows = (model: string): Row[] => readFileSync(join(outputs, "evaluation", `${model}.scored.jsonl`), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+const metricRows = (model: string, metric: string): Row[] =>
+  JSON.parse(readFileSync(join(outputs, "metrics", model, `${metric}.json`), "utf8")).rows;
+const scoredRows = (model: string): Row[] =>
+  readFileSync(join(outputs, "evaluation", `${model}.scored.jsonl`), "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
 
 /** The fact-macro mean: mean within each fact, then over facts. */
 function factMacro(fact: readonly string[], value: ArrayLike<number>): number {
@@ -92,10 +112,26 @@ describe("per-row values and the paired comparison", () => {
       expect(v.fact.length).toBe(row.n_queries);
       expect(Math.abs(factMacro(v.fact, v.value) - (row.iss as number))).toBeLessThanOrEqual(FLOAT64_REORDER);
       const it = a.values.iss.get(row.layer as number)!;
-      const keep = Array.from(it.rows.keys()).filter((i) => row.family === "all" || a.values.families[it.rows[i]!] === row.family);
+      const keep = Array.from(it.rows.keys()).filter(
+        (i) => row.family === "all" || a.values.families[it.rows[i]!] === row.family,
+      );
       const facts = keep.map((i) => a.values.facts[it.rows[i]!]!);
-      expect(Math.abs(factMacro(facts, keep.map((i) => (it.rank[i] === 1 ? 1 : 0))) - (row.r_at_1 as number))).toBeLessThanOrEqual(FLOAT64_REORDER);
-      expect(Math.abs(factMacro(facts, keep.map((i) => 1 / it.rank[i]!)) - (row.mrr as number))).toBeLessThanOrEqual(FLOAT64_REORDER);
+      expect(
+        Math.abs(
+          factMacro(
+            facts,
+            keep.map((i) => (it.rank[i] === 1 ? 1 : 0)),
+          ) - (row.r_at_1 as number),
+        ),
+      ).toBeLessThanOrEqual(FLOAT64_REORDER);
+      expect(
+        Math.abs(
+          factMacro(
+            facts,
+            keep.map((i) => 1 / it.rank[i]!),
+          ) - (row.mrr as number),
+        ),
+      ).toBeLessThanOrEqual(FLOAT64_REORDER);
     }
   });
 
@@ -109,7 +145,10 @@ describe("per-row values and the paired comparison", () => {
         return row.family === "all" ? f !== "anchor" : f === row.family;
       });
       expect(keep.length).toBe(row.n_queries);
-      const auroc = aurocByPairs(keep.map((i) => v.score[i]!), keep.map((i) => v.label[i]!));
+      const auroc = aurocByPairs(
+        keep.map((i) => v.score[i]!),
+        keep.map((i) => v.label[i]!),
+      );
       expect(Math.abs(auroc - (row.auroc as number))).toBeLessThanOrEqual(FLOAT64_REORDER);
     }
   });
@@ -117,9 +156,20 @@ describe("per-row values and the paired comparison", () => {
   it("compares correctness per family on the same queries, BH-adjusted across the table", () => {
     const [sa, sb] = [scoredRows("six"), scoredRows("ten")];
     const right = new Map(sb.map((r) => [r.query_id, r.label === "correct"]));
-    expect(c.families.map((f) => f.family)).toEqual(["anchor", "distractor", "paraphrase", "reorder", "reverse", "translation", "typo", "all"]);
+    expect(c.families.map((f) => f.family)).toEqual([
+      "anchor",
+      "distractor",
+      "paraphrase",
+      "reorder",
+      "reverse",
+      "translation",
+      "typo",
+      "all",
+    ]);
     for (const f of c.families) {
-      const rows = sa.filter((r) => (f.family === "all" ? r.condition_family !== "anchor" : r.condition_family === f.family));
+      const rows = sa.filter((r) =>
+        f.family === "all" ? r.condition_family !== "anchor" : r.condition_family === f.family,
+      );
       expect(f.a.n).toBe(rows.length);
       expect(f.a.correct).toBe(rows.filter((r) => r.label === "correct").length);
       expect(f.paired.onlyA).toBe(rows.filter((r) => r.label === "correct" && !right.get(r.query_id as string)).length);
@@ -133,14 +183,22 @@ describe("per-row values and the paired comparison", () => {
   });
 
   it("compares ISS at matched depth: the point difference is iss(A) − iss(B) of the paired layers", () => {
-    expect(c.pairs.map((p) => [p.layerA, p.layerB])).toEqual([[2, 4], [3, 5], [4, 7], [5, 9]]);
+    expect(c.pairs.map((p) => [p.layerA, p.layerB])).toEqual([
+      [2, 4],
+      [3, 5],
+      [4, 7],
+      [5, 9],
+    ]);
     const issA = metricRows("six", "iss");
     const issB = metricRows("ten", "iss");
-    const at = (rows: Row[], layer: number, family: string) => rows.find((r) => r.layer === layer && r.family === family)!.iss as number;
+    const at = (rows: Row[], layer: number, family: string) =>
+      rows.find((r) => r.layer === layer && r.family === family)!.iss as number;
     expect(c.depth.length).toBe(4 * 6);
     for (const d of c.depth) {
       expect(d.iss.nFacts).toBe(40);
-      expect(Math.abs(d.iss.difference! - (at(issA, d.layerA, d.family) - at(issB, d.layerB, d.family)))).toBeLessThanOrEqual(FLOAT64_REORDER);
+      expect(
+        Math.abs(d.iss.difference! - (at(issA, d.layerA, d.family) - at(issB, d.layerB, d.family))),
+      ).toBeLessThanOrEqual(FLOAT64_REORDER);
       expect(d.iss.low!).toBeLessThanOrEqual(d.iss.high!);
     }
     expect(c.depth.filter((d) => d.kts !== null && d.kts.difference !== null).length).toBeGreaterThan(0);
@@ -158,6 +216,8 @@ describe("per-row values and the paired comparison", () => {
   }, 60_000);
 
   it("names the models an outputs root has when asked for another", async () => {
-    await expect(compareModels(outputs, "six", "seven")).rejects.toThrow(`${outputs}: no model "seven" with scored rows; models there: six, ten`);
+    await expect(compareModels(outputs, "six", "seven")).rejects.toThrow(
+      `${outputs}: no model "seven" with scored rows; models there: six, ten`,
+    );
   });
 });

@@ -12,8 +12,16 @@ const dir = tempDir("hsm-gens-");
 
 describe("generations file", () => {
   it.each([
-    ["a duplicate query_id", ['{"query_id": "q1", "raw_response": " a"}', '{"query_id": "q1", "raw_response": " b"}'], /gens\.jsonl:2: field "query_id": duplicate "q1" \(first on line 1\)$/],
-    ["a missing raw_response", ['{"query_id": "q1"}'], /gens\.jsonl:1: field "raw_response": is missing or not a string$/],
+    [
+      "a duplicate query_id",
+      ['{"query_id": "q1", "raw_response": " a"}', '{"query_id": "q1", "raw_response": " b"}'],
+      /gens\.jsonl:2: field "query_id": duplicate "q1" \(first on line 1\)$/,
+    ],
+    [
+      "a missing raw_response",
+      ['{"query_id": "q1"}'],
+      /gens\.jsonl:1: field "raw_response": is missing or not a string$/,
+    ],
     ["a line that is not JSON", ['{"query_id": '], /gens\.jsonl:1: is not valid JSON/],
     ["an array line", ["[1]"], /gens\.jsonl:1: expected a JSON object but received array$/],
     [
@@ -29,7 +37,10 @@ describe("generations file", () => {
 
   it("reads good lines, blank lines skipped", async () => {
     const file = join(dir, "ok.jsonl");
-    writeFileSync(file, '{"query_id": "q1", "raw_response": " a", "finish_reason": "eos"}\n\n{"query_id": "q2", "raw_response": ""}\n');
+    writeFileSync(
+      file,
+      '{"query_id": "q1", "raw_response": " a", "finish_reason": "eos"}\n\n{"query_id": "q2", "raw_response": ""}\n',
+    );
     const g = await readGenerations(file);
     expect([...g.keys()]).toEqual(["q1", "q2"]);
     expect(g.get("q2")!.line).toBe(3);
@@ -38,8 +49,22 @@ describe("generations file", () => {
 
 describe("scoreFile", () => {
   const bankLines = [
-    { query_id: "q1", fact_id: "f1", condition_family: "anchor", query: "Capital of France?", use_for_main_forward: true, answers: ["Paris"] },
-    { query_id: "q2", fact_id: "f1", condition_family: "typo", query: "Captial of France?", use_for_main_forward: true, answers: ["Paris"] },
+    {
+      query_id: "q1",
+      fact_id: "f1",
+      condition_family: "anchor",
+      query: "Capital of France?",
+      use_for_main_forward: true,
+      answers: ["Paris"],
+    },
+    {
+      query_id: "q2",
+      fact_id: "f1",
+      condition_family: "typo",
+      query: "Captial of France?",
+      use_for_main_forward: true,
+      answers: ["Paris"],
+    },
   ].map((r) => JSON.stringify(r));
 
   function setup(name: string, gens: object[]): { bank: string; generations: string; out: string } {
@@ -51,19 +76,37 @@ describe("scoreFile", () => {
   }
 
   it("writes one row per generation in bank order, the model named by the generation, else by the caller, else unknown", async () => {
-    const o = setup("order", [{ query_id: "q2", raw_response: " Lyon" }, { query_id: "q1", raw_response: " Paris", model: "m-gen" }]);
+    const o = setup("order", [
+      { query_id: "q2", raw_response: " Lyon" },
+      { query_id: "q1", raw_response: " Paris", model: "m-gen" },
+    ]);
     const s = await scoreFile(o);
     expect(s).toEqual({ rows: 2, labels: { correct: 1, incorrect: 1 }, missing: 0, unknown: 0, needsReview: 0 });
-    const rows = readFileSync(o.out, "utf8").trim().split("\n").map((l) => JSON.parse(l));
-    expect(rows.map((r) => [r.query_id, r.model, r.label])).toEqual([["q1", "m-gen", "correct"], ["q2", UNNAMED, "incorrect"]]);
+    const rows = readFileSync(o.out, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    expect(rows.map((r) => [r.query_id, r.model, r.label])).toEqual([
+      ["q1", "m-gen", "correct"],
+      ["q2", UNNAMED, "incorrect"],
+    ]);
     expect(UNNAMED).toBe("unknown");
     await scoreFile({ ...o, model: "m-cli" });
-    expect(readFileSync(o.out, "utf8").trim().split("\n").map((l) => JSON.parse(l).model)).toEqual(["m-gen", "m-cli"]);
+    expect(
+      readFileSync(o.out, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l).model),
+    ).toEqual(["m-gen", "m-cli"]);
     expect(readdirSync(dir).filter((n) => n.includes(".tmp"))).toEqual([]);
   });
 
   it("names a generation for a query the bank lacks, and a bank query without a generation", async () => {
-    const extra = setup("extra", [{ query_id: "q1", raw_response: "a" }, { query_id: "q2", raw_response: "b" }, { query_id: "q9", raw_response: "c" }]);
+    const extra = setup("extra", [
+      { query_id: "q1", raw_response: "a" },
+      { query_id: "q2", raw_response: "b" },
+      { query_id: "q9", raw_response: "c" },
+    ]);
     await expect(scoreFile(extra)).rejects.toMatchObject({
       constructor: GenerationsError,
       message: `${extra.generations}:3: field "query_id": "q9" is not in the bank ${extra.bank} (1 such generation(s)); pass --allow-missing to skip them`,
@@ -80,6 +123,10 @@ describe("scoreFile", () => {
   it("reports a missing generations file as missing", async () => {
     const o = setup("nofile", []);
     const generations = join(dir, "absent.jsonl");
-    await expect(scoreFile({ ...o, generations })).rejects.toMatchObject({ constructor: FileError, message: `${generations}: does not exist`, exitCode: EXIT.data });
+    await expect(scoreFile({ ...o, generations })).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${generations}: does not exist`,
+      exitCode: EXIT.data,
+    });
   });
 });

@@ -1,13 +1,35 @@
 /** The scorer's rules, case by case: every label, every rule, non-ASCII answers and aliases. */
 import { describe, expect, it } from "vitest";
 
-import { extractSpan, normalizeAnswer, scoreResponse, SCORER_RULES, type Label, type ScorerRule } from "../../src/score/scorer.js";
+import {
+  extractSpan,
+  normalizeAnswer,
+  scoreResponse,
+  SCORER_RULES,
+  type Label,
+  type ScorerRule,
+} from "../../src/score/scorer.js";
 
-type Case = [raw: string, answers: string[], label: Label, scorer: ScorerRule, span?: string, alias?: string | null, review?: boolean];
+type Case = [
+  raw: string,
+  answers: string[],
+  label: Label,
+  scorer: ScorerRule,
+  span?: string,
+  alias?: string | null,
+  review?: boolean,
+];
 
 const CASES: Case[] = [
   // exact alias, after span extraction
-  [" Canada\nExplanation: Agriculture and Agri-Food Canada is federal", ["Canada"], "correct", "exact_alias", "Canada", "Canada"],
+  [
+    " Canada\nExplanation: Agriculture and Agri-Food Canada is federal",
+    ["Canada"],
+    "correct",
+    "exact_alias",
+    "Canada",
+    "Canada",
+  ],
   [" canada", ["Canada"], "correct", "exact_alias", "canada", "Canada"],
   [" CANADA.", ["Canada"], "correct", "exact_alias", "CANADA", "Canada"],
   [' "Canada"', ["Canada"], "correct", "exact_alias", "Canada", "Canada"],
@@ -16,7 +38,14 @@ const CASES: Case[] = [
   [" Final answer: **Ottawa**", ["Ottawa"], "correct", "exact_alias", "Ottawa", "Ottawa"],
   ["\n\nParis", ["Paris"], "correct", "exact_alias", "Paris", "Paris"],
   [" The Netherlands", ["Netherlands"], "correct", "exact_alias", "The Netherlands", "Netherlands"],
-  [" United States of America", ["United States", "United States of America", "USA"], "correct", "exact_alias", "United States of America", "United States of America"],
+  [
+    " United States of America",
+    ["United States", "United States of America", "USA"],
+    "correct",
+    "exact_alias",
+    "United States of America",
+    "United States of America",
+  ],
   [" U.S.A.", ["USA"], "correct", "exact_alias", "U.S.A", "USA"],
   [" (Lisbon)", ["Lisbon"], "correct", "exact_alias", "Lisbon", "Lisbon"],
   [" 1989", ["1989"], "correct", "exact_alias", "1989", "1989"],
@@ -32,11 +61,41 @@ const CASES: Case[] = [
   // alias contained as whole words
   [" It is Canada, of course", ["Canada"], "correct", "alias_in_span", "It is Canada, of course", "Canada"], // no candidate part is another answer
   [" The capital is Ottawa", ["Ottawa"], "correct", "alias_in_span", "The capital is Ottawa", "Ottawa"],
-  [" I think it was in New York City", ["New York City", "York"], "correct", "alias_in_span", "I think it was in New York City", "New York City"],
+  [
+    " I think it was in New York City",
+    ["New York City", "York"],
+    "correct",
+    "alias_in_span",
+    "I think it was in New York City",
+    "New York City",
+  ],
   [" Ottawan cuisine", ["Ottawa"], "incorrect", "no_alias_match", "Ottawan cuisine"], // not a whole word
-  [" It is located in São Paulo state", ["São Paulo"], "correct", "alias_in_span", "It is located in São Paulo state", "São Paulo"],
-  [" Probably the answer would be Tokyo, the capital city of Japan, which is a very large city indeed", ["Tokyo"], "correct", "alias_in_span", "Probably the answer would be Tokyo, the capital city of Japan, which is a very large city indeed", "Tokyo", true],
-  [" Probably the answer would be Tokyo which is the capital city of Japan and a very large city", ["Tokyo"], "correct", "alias_in_span", "Probably the answer would be Tokyo which is the capital city of Japan and a very large city", "Tokyo", true],
+  [
+    " It is located in São Paulo state",
+    ["São Paulo"],
+    "correct",
+    "alias_in_span",
+    "It is located in São Paulo state",
+    "São Paulo",
+  ],
+  [
+    " Probably the answer would be Tokyo, the capital city of Japan, which is a very large city indeed",
+    ["Tokyo"],
+    "correct",
+    "alias_in_span",
+    "Probably the answer would be Tokyo, the capital city of Japan, which is a very large city indeed",
+    "Tokyo",
+    true,
+  ],
+  [
+    " Probably the answer would be Tokyo which is the capital city of Japan and a very large city",
+    ["Tokyo"],
+    "correct",
+    "alias_in_span",
+    "Probably the answer would be Tokyo which is the capital city of Japan and a very large city",
+    "Tokyo",
+    true,
+  ],
   // negation
   [" Not Paris but Lyon", ["Paris"], "ambiguous", "alias_in_span_negated", "Not Paris but Lyon", "Paris", true],
   [" It is never Rome", ["Rome"], "ambiguous", "alias_in_span_negated", "It is never Rome", "Rome", true],
@@ -46,7 +105,14 @@ const CASES: Case[] = [
   [" Canada/USA", ["Canada"], "ambiguous", "multiple_candidates", "Canada/USA", "Canada"],
   [" Lyon and Paris", ["Paris"], "ambiguous", "multiple_candidates", "Lyon and Paris", "Paris"],
   [" Canada or Canada", ["Canada"], "correct", "alias_in_span", "Canada or Canada", "Canada"], // every candidate right
-  [" USA or United States", ["USA", "United States"], "correct", "alias_in_span", "USA or United States", "United States"],
+  [
+    " USA or United States",
+    ["USA", "United States"],
+    "correct",
+    "alias_in_span",
+    "USA or United States",
+    "United States",
+  ],
   // abstain
   [" I don't know.", ["Canada"], "abstain", "abstain_phrase", "I don't know"],
   [" I do not know the answer", ["Canada"], "abstain", "abstain_phrase", "I do not know the answer"],
@@ -68,22 +134,32 @@ const CASES: Case[] = [
 ];
 
 describe("scorer", () => {
-  it.each(CASES.map((c, i) => [i, JSON.stringify(c[0]), c] as const))("case %i: %s", (_i, _raw, [raw, answers, label, scorer, span, alias, review]) => {
-    const r = scoreResponse(raw, answers);
-    expect({ label: r.label, scorer: r.scorer }).toEqual({ label, scorer });
-    if (span !== undefined) expect(r.span).toBe(span);
-    if (alias !== undefined) expect(r.matched_alias).toBe(alias);
-    expect(r.needs_manual_review).toBe(review ?? false);
-  });
+  it.each(CASES.map((c, i) => [i, JSON.stringify(c[0]), c] as const))(
+    "case %i: %s",
+    (_i, _raw, [raw, answers, label, scorer, span, alias, review]) => {
+      const r = scoreResponse(raw, answers);
+      expect({ label: r.label, scorer: r.scorer }).toEqual({ label, scorer });
+      if (span !== undefined) expect(r.span).toBe(span);
+      if (alias !== undefined) expect(r.matched_alias).toBe(alias);
+      expect(r.needs_manual_review).toBe(review ?? false);
+    },
+  );
 
   it("has a case for every rule and every label", () => {
     expect(CASES.length).toBeGreaterThanOrEqual(40);
     expect(new Set(CASES.map((c) => c[3]))).toEqual(new Set(SCORER_RULES));
-    expect(new Set(CASES.map((c) => c[2]))).toEqual(new Set(["correct", "incorrect", "ambiguous", "abstain", "unparseable"]));
+    expect(new Set(CASES.map((c) => c[2]))).toEqual(
+      new Set(["correct", "incorrect", "ambiguous", "abstain", "unparseable"]),
+    );
   });
 
   it("flags what span extraction did, and a continuation cut by the token limit", () => {
-    expect(extractSpan("\n Answer: \"Paris\".\nMore").flags).toEqual(["leading_blank_lines", "multi_line", "prefix_stripped", "wrapper_stripped"]);
+    expect(extractSpan('\n Answer: "Paris".\nMore').flags).toEqual([
+      "leading_blank_lines",
+      "multi_line",
+      "prefix_stripped",
+      "wrapper_stripped",
+    ]);
     const cut = scoreResponse(" It is located in the city of Paris which", ["Paris"], { truncated: true });
     expect(cut).toMatchObject({ label: "correct", scorer: "alias_in_span", needs_manual_review: true });
     expect(cut.flags).toContain("hit_token_limit");

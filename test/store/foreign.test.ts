@@ -48,7 +48,14 @@ async function contents(store: string, bank?: string): Promise<unknown> {
     const layers: Record<number, number[]> = {};
     for (const l of r.manifest.layers) layers[l] = Array.from(await r.readRows(l, 0, r.rows));
     const m = r.manifest;
-    return { query_ids: m.query_ids, fact_ids: m.fact_ids, condition_families: m.condition_families, layers: m.layers, d: m.d_model, rows: layers };
+    return {
+      query_ids: m.query_ids,
+      fact_ids: m.fact_ids,
+      condition_families: m.condition_families,
+      layers: m.layers,
+      d: m.d_model,
+      rows: layers,
+    };
   } finally {
     await r.close();
   }
@@ -66,17 +73,30 @@ describe("reading a store written by another tool", () => {
   });
 
   it("with a {file: sha256} map and layers from the file names", async () => {
-    const store = foreignStore("checksum-map", { query_ids: native.query_ids, checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])) });
+    const store = foreignStore("checksum-map", {
+      query_ids: native.query_ids,
+      checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])),
+    });
     expect(await contents(store, fx.bank)).toEqual(await contents(fx.store));
     const r = await StoreReader.open(store, { bank: await readBank(fx.bank) });
     expect(r.foreign?.complete).toBeUndefined();
-    expect(r.manifest).toMatchObject({ complete: true, num_layers: 6, layer_rule: "l/(L-1) >= 0.4", model: "checksum-map", last_layer_final_norm: true });
+    expect(r.manifest).toMatchObject({
+      complete: true,
+      num_layers: 6,
+      layer_rule: "l/(L-1) >= 0.4",
+      model: "checksum-map",
+      last_layer_final_norm: true,
+    });
     await r.close();
   });
 
   it("with rows that carry their own fact ids and families, ISS needs no bank and equals the native store's", async () => {
     const store = foreignStore("self-described", {
-      rows: native.query_ids.map((q, i) => ({ query_id: q, fact_id: native.fact_ids[i], condition_family: native.condition_families[i] })),
+      rows: native.query_ids.map((q, i) => ({
+        query_id: q,
+        fact_id: native.fact_ids[i],
+        condition_family: native.condition_families[i],
+      })),
       sha256: LAYER_FILES.map((f) => ({ file: f, sha256: sha256(join(fx.store, f)) })),
     });
     const options = { metrics: ["iss" as const], bootstrap: 40, backend: "typescript" as const };
@@ -117,7 +137,7 @@ describe("reading a store written by another tool", () => {
       "no row order",
       { checksums: {} },
       undefined,
-      "index.json: gives no row order: expected a list of query ids (or of objects with \"query_id\") under one of query_ids, query_order, queries, rows",
+      'index.json: gives no row order: expected a list of query ids (or of objects with "query_id") under one of query_ids, query_order, queries, rows',
     ],
     [
       "no checksums",
@@ -139,11 +159,18 @@ describe("reading a store written by another tool", () => {
     ],
   ])("refuses a manifest with %s", async (_what, index, bank, tail) => {
     const store = foreignStore(`refuse-${tail.length}`, index);
-    await expect(StoreReader.open(store, bank ? { bank } : {})).rejects.toMatchObject({ constructor: ManifestError, message: `${store}/${tail}`, exitCode: EXIT.data });
+    await expect(StoreReader.open(store, bank ? { bank } : {})).rejects.toMatchObject({
+      constructor: ManifestError,
+      message: `${store}/${tail}`,
+      exitCode: EXIT.data,
+    });
   });
 
   it("asks for the bank when the manifest records no fact ids", async () => {
-    const store = foreignStore("no-bank", { query_ids: native.query_ids, checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])) });
+    const store = foreignStore("no-bank", {
+      query_ids: native.query_ids,
+      checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])),
+    });
     await expect(StoreReader.open(store)).rejects.toMatchObject({
       constructor: ManifestError,
       message: `${store}/index.json: records no fact ids or condition families; pass the query bank (--bank BANK) to take them from it`,
@@ -154,7 +181,10 @@ describe("reading a store written by another tool", () => {
   it("names the first row whose query the bank lacks", async () => {
     const ids = [...native.query_ids];
     ids[3] = "query_from_elsewhere";
-    const store = foreignStore("bank-mismatch", { query_ids: ids, checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])) });
+    const store = foreignStore("bank-mismatch", {
+      query_ids: ids,
+      checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])),
+    });
     await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toMatchObject({
       constructor: ManifestError,
       message: `${store}/index.json: "query_ids" row 3 is query "query_from_elsewhere", which the bank ${fx.bank} lacks (1 of ${ids.length} rows are not in it); is this the bank the store was made from?`,
@@ -168,7 +198,18 @@ describe("adoptStore", () => {
     const m = await adoptStore(store, { bank: fx.bank, model: "synthetic-fixture" });
     const ours = JSON.parse(readFileSync(join(fx.store, "index.json"), "utf8"));
     expect(m.files).toEqual(ours.files);
-    for (const key of ["query_ids", "fact_ids", "condition_families", "layers", "num_layers", "d_model", "layer_rule", "model", "complete", "rows_done"]) {
+    for (const key of [
+      "query_ids",
+      "fact_ids",
+      "condition_families",
+      "layers",
+      "num_layers",
+      "d_model",
+      "layer_rule",
+      "model",
+      "complete",
+      "rows_done",
+    ]) {
       expect(m[key as keyof typeof m]).toEqual(ours[key]);
     }
     const report = await verifyStore(store);
@@ -178,7 +219,11 @@ describe("adoptStore", () => {
   });
 
   it("keeps a foreign index.json as index.orig.json and takes its row order and checksums", async () => {
-    const index = { query_order: native.query_ids, checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])), complete: true };
+    const index = {
+      query_order: native.query_ids,
+      checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))])),
+      complete: true,
+    };
     const store = foreignStore("with-index", index);
     const before = readFileSync(join(store, "index.json"));
     const m = await adoptStore(store, { bank: fx.bank });
@@ -221,7 +266,12 @@ describe("verifying a store written by another tool", () => {
   const sums = () => Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))]));
 
   it("checks what it records and notes what it does not", async () => {
-    const store = foreignStore("verify-good", { query_order: native.query_ids, layers: native.layers, checksums: sums(), complete: true });
+    const store = foreignStore("verify-good", {
+      query_order: native.query_ids,
+      layers: native.layers,
+      checksums: sums(),
+      complete: true,
+    });
     const r = await verifyStore(store, { bank: fx.bank });
     expect(r.problems).toEqual([]);
     expect(r).toMatchObject({ ok: true, foreign: true, complete: true, rows: native.query_ids.length });
@@ -235,10 +285,16 @@ describe("verifying a store written by another tool", () => {
     ]);
     // The counts hsm would have recorded, recounted: the fixture plants one inf in the last layer.
     const ours = JSON.parse(readFileSync(join(fx.store, "index.json"), "utf8"));
-    expect(r.files.map((f) => [f.name, f.nonfinite, f.max_abs])).toEqual(LAYER_FILES.map((f) => [f, ours.files[f].nonfinite, ours.files[f].max_abs]));
+    expect(r.files.map((f) => [f.name, f.nonfinite, f.max_abs])).toEqual(
+      LAYER_FILES.map((f) => [f, ours.files[f].nonfinite, ours.files[f].max_abs]),
+    );
     const bare = await verifyStore(store);
     expect(bare.ok).toBe(true);
-    expect(bare.notes.at(-1)).toEqual({ file: "index.json", note: "no-bank", message: "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)" });
+    expect(bare.notes.at(-1)).toEqual({
+      file: "index.json",
+      note: "no-bank",
+      message: "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)",
+    });
   });
 
   it("counts float32 files too", async () => {
@@ -246,10 +302,22 @@ describe("verifying a store written by another tool", () => {
     mkdirSync(store);
     const values = Float32Array.from([1.5, -Infinity, 3e38, NaN, -7, 0]);
     await writeNpyFile(join(store, "L004.npy"), [3, 2], values);
-    writeFileSync(join(store, "index.json"), JSON.stringify({ query_ids: ["a", "b", "c"], checksums: { "L004.npy": sha256(join(store, "L004.npy")) } }));
+    writeFileSync(
+      join(store, "index.json"),
+      JSON.stringify({ query_ids: ["a", "b", "c"], checksums: { "L004.npy": sha256(join(store, "L004.npy")) } }),
+    );
     const r = await verifyStore(store, { concurrency: 1 });
     expect(r.problems).toEqual([]);
-    expect(r.files).toEqual([{ name: "L004.npy", bytes: 128 + 24, sha256: sha256(join(store, "L004.npy")), nonfinite: 2, max_abs: Math.fround(3e38), ok: true }]);
+    expect(r.files).toEqual([
+      {
+        name: "L004.npy",
+        bytes: 128 + 24,
+        sha256: sha256(join(store, "L004.npy")),
+        nonfinite: 2,
+        max_abs: Math.fround(3e38),
+        ok: true,
+      },
+    ]);
   });
 
   it.each([
@@ -260,21 +328,30 @@ describe("verifying a store written by another tool", () => {
         b[b.length - 1]! ^= 0x01;
         writeFileSync(join(s, "L003.npy"), b);
       },
-      (_s: string) => [/^L003\.npy: \[sha256\] sha256 is [0-9a-f]{64}, the manifest says [0-9a-f]{64}: the file changed after it was written$/],
+      (_s: string) => [
+        /^L003\.npy: \[sha256\] sha256 is [0-9a-f]{64}, the manifest says [0-9a-f]{64}: the file changed after it was written$/,
+      ],
     ],
     [
       "a truncated file",
       (s: string) => writeFileSync(join(s, "L002.npy"), readFileSync(join(s, "L002.npy")).subarray(0, 300)),
-      (_s: string) => [`L002.npy: [npy-header] header shape (${native.query_ids.length}, 8) needs ${128 + native.query_ids.length * 16} bytes but the file holds 300 (truncated)`],
+      (_s: string) => [
+        `L002.npy: [npy-header] header shape (${native.query_ids.length}, 8) needs ${128 + native.query_ids.length * 16} bytes but the file holds 300 (truncated)`,
+      ],
     ],
     [
       "a file of another width",
       (s: string) => {
         const b = readFileSync(join(s, "L004.npy"));
-        b.set(Buffer.from(`(${native.query_ids.length / 2}, 16)`.padEnd(`(${native.query_ids.length}, 8)`.length)), b.indexOf(`(${native.query_ids.length}, 8)`));
+        b.set(
+          Buffer.from(`(${native.query_ids.length / 2}, 16)`.padEnd(`(${native.query_ids.length}, 8)`.length)),
+          b.indexOf(`(${native.query_ids.length}, 8)`),
+        );
         writeFileSync(join(s, "L004.npy"), b);
       },
-      (_s: string) => [`L004.npy: [npy-header] header shape is (${native.query_ids.length / 2}, 16), the manifest says (${native.query_ids.length}, 8)`],
+      (_s: string) => [
+        `L004.npy: [npy-header] header shape is (${native.query_ids.length / 2}, 16), the manifest says (${native.query_ids.length}, 8)`,
+      ],
     ],
     [
       "a layer file without a checksum",

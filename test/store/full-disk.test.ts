@@ -8,7 +8,19 @@
  * are skipped and the injected-error cases still run.
  */
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, statfsSync, truncateSync, unlinkSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  statfsSync,
+  truncateSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import type { FileHandle } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -199,7 +211,9 @@ describe.skipIf(!canMount)("on a small tmpfs (needs root to mount one)", () => {
     const err = await w.commit(1700).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(FileError);
     expect((err as FileError).code).toBe("ENOSPC");
-    expect((err as FileError).message).toBe(`${join(store, "index.json")}: cannot be written: no space left on device (ENOSPC)`);
+    expect((err as FileError).message).toBe(
+      `${join(store, "index.json")}: cannot be written: no space left on device (ENOSPC)`,
+    );
     await w.close();
     expect(rowsDone(store)).toBe(900);
     expect(entries(store)).toEqual(["L002.npy", "L003.npy", "index.json"]);
@@ -214,11 +228,17 @@ describe.skipIf(!canMount)("on a small tmpfs (needs root to mount one)", () => {
   });
 
   it("refuses a merge whose output does not fit, leaving no files", async () => {
-    const bounds: [number, number][] = [[0, 700], [700, N]];
+    const bounds: [number, number][] = [
+      [0, 700],
+      [700, N],
+    ];
     const shards = await Promise.all(
       bounds.map(async (b, index) => {
         const path = join(dir, "shards", `shard-${index}`);
-        const w = await StoreWriter.open(path, init(b, { index, count: 2, row_start: b[0], row_end: b[1], rows_total: N }));
+        const w = await StoreWriter.open(
+          path,
+          init(b, { index, count: 2, row_start: b[0], row_end: b[1], rows_total: N }),
+        );
         await writeRows(w, b[0], b[1], b[0]);
         await w.finish(1);
         await w.close();
@@ -243,7 +263,9 @@ describe.skipIf(!canMount)("on a small tmpfs (needs root to mount one)", () => {
     const err = await adoptStore(store, { bank: join(fx, "bank.jsonl") }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(FileError);
     expect((err as FileError).code).toBe("ENOSPC");
-    expect((err as FileError).message).toBe(`${join(store, "index.json")}: cannot be written: no space left on device (ENOSPC)`);
+    expect((err as FileError).message).toBe(
+      `${join(store, "index.json")}: cannot be written: no space left on device (ENOSPC)`,
+    );
     expect(entries(store)).toEqual(files.sort());
 
     unlinkSync(filler);

@@ -45,7 +45,13 @@ afterEach(() => {
 });
 
 describe("hashFiles", () => {
-  const files = [file("a.npy", 300_001), file("b.npy", 128), file("c.npy", 70_000), file("d.npy", 0), file("e.npy", 1_000_000)];
+  const files = [
+    file("a.npy", 300_001),
+    file("b.npy", 128),
+    file("c.npy", 70_000),
+    file("d.npy", 0),
+    file("e.npy", 1_000_000),
+  ];
   const missing = join(dir, "missing.npy");
   const jobs: HashJob[] = [
     { path: files[0]!.path, f16From: 128 },

@@ -44,10 +44,16 @@ async function write(path: string, rows: [number, number], shard?: StoreInit["sh
   return path;
 }
 
-const BOUNDS: [number, number][] = [[0, 10], [10, 20], [20, N]];
+const BOUNDS: [number, number][] = [
+  [0, 10],
+  [10, 20],
+  [20, N],
+];
 async function shards(name: string): Promise<string[]> {
   return Promise.all(
-    BOUNDS.map((b, index) => write(join(dir, name, `shard-${index}`), b, { index, count: 3, row_start: b[0], row_end: b[1], rows_total: N })),
+    BOUNDS.map((b, index) =>
+      write(join(dir, name, `shard-${index}`), b, { index, count: 3, row_start: b[0], row_end: b[1], rows_total: N }),
+    ),
   );
 }
 
@@ -59,7 +65,8 @@ describe("mergeShards", () => {
     const m = await mergeShards(out, [s2!, s0!, s1!]);
     expect(m.complete).toBe(true);
     expect(m.query_ids).toEqual(ids);
-    for (const name of ["L001.npy", "L002.npy"]) expect(readFileSync(join(out, name)).equals(readFileSync(join(whole, name)))).toBe(true);
+    for (const name of ["L001.npy", "L002.npy"])
+      expect(readFileSync(join(out, name)).equals(readFileSync(join(whole, name)))).toBe(true);
     const single = JSON.parse(readFileSync(join(whole, "index.json"), "utf8"));
     expect(m.files).toEqual(single.files);
     expect(m.fact_ids).toEqual(single.fact_ids);
@@ -75,13 +82,23 @@ describe("mergeShards", () => {
 
   it("names a missing shard, a shard given twice and a store that is not a shard", async () => {
     const [s0, s1, s2] = await shards("bad");
-    await expect(mergeShards(join(dir, "m1"), [s0!, s2!])).rejects.toMatchObject({ constructor: StoreError, message: `${s2}: shard 1/3 is missing`, exitCode: EXIT.data });
-    await expect(mergeShards(join(dir, "m2"), [s0!, s0!, s1!, s2!])).rejects.toMatchObject({ constructor: StoreError, message: `${s0}: shard 0/3 is given twice` });
+    await expect(mergeShards(join(dir, "m1"), [s0!, s2!])).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${s2}: shard 1/3 is missing`,
+      exitCode: EXIT.data,
+    });
+    await expect(mergeShards(join(dir, "m2"), [s0!, s0!, s1!, s2!])).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${s0}: shard 0/3 is given twice`,
+    });
     await expect(mergeShards(join(dir, "m3"), [s0!, s1!])).rejects.toMatchObject({
       constructor: StoreError,
       message: `${join(dir, "m3")}: shard 2/3 is missing: 3 shards are needed, 2 given`,
     });
     const plain = await write(join(dir, "plain"), [0, N]);
-    await expect(mergeShards(join(dir, "m4"), [plain])).rejects.toMatchObject({ constructor: StoreError, message: `${plain}: is not a shard store (made without --shard)` });
+    await expect(mergeShards(join(dir, "m4"), [plain])).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${plain}: is not a shard store (made without --shard)`,
+    });
   });
 });

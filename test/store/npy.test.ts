@@ -66,7 +66,9 @@ describe("npy files", () => {
     const path = join(dir, "2d.f2.le.npy");
     await writeNpyFile(path, [4, 6], bits);
     const bytes = readFileSync(path);
-    const parsed = new npyjs({ convertFloat16: false }).parse(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
+    const parsed = new npyjs({ convertFloat16: false }).parse(
+      bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length),
+    );
     expect(parsed.shape).toEqual([4, 6]);
     expect(parsed.fortranOrder).toBe(false);
     expect(Array.from(parsed.data as Uint16Array)).toEqual(Array.from(bits));
@@ -83,7 +85,11 @@ describe("npy files", () => {
 
   it("name a missing file as missing", async () => {
     const path = join(dir, "absent.npy");
-    await expect(readNpyFile(path)).rejects.toMatchObject({ constructor: FileError, message: `${path}: does not exist`, exitCode: EXIT.data });
+    await expect(readNpyFile(path)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${path}: does not exist`,
+      exitCode: EXIT.data,
+    });
   });
 });
 

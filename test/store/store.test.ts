@@ -47,7 +47,8 @@ async function writeAll(dir: string, blocks: number[][]): Promise<void> {
   // blocks: [start, count] pairs, committed one by one
   const w = await StoreWriter.open(dir, init());
   for (const [start, count] of blocks) {
-    for (const layer of [2, 3]) await w.writeRowsF32(layer, start!, rows(layer).subarray(start! * D, (start! + count!) * D));
+    for (const layer of [2, 3])
+      await w.writeRowsF32(layer, start!, rows(layer).subarray(start! * D, (start! + count!) * D));
     await w.commit(start! + count!);
   }
   await w.finish(2);
@@ -57,7 +58,10 @@ async function writeAll(dir: string, blocks: number[][]): Promise<void> {
 /** A complete store of every row, written in two commits, in its own folder. */
 async function wholeStore(name: string): Promise<string> {
   const store = join(dir, name);
-  await writeAll(store, [[0, 20], [20, 17]]);
+  await writeAll(store, [
+    [0, 20],
+    [20, 17],
+  ]);
   return store;
 }
 
@@ -78,7 +82,12 @@ describe("store writer and reader", () => {
     expect(Array.from(await reader.readRows(3, 0, N))).toEqual(Array.from(want));
     const blocks = [];
     for await (const b of reader.blocks(3, 10)) blocks.push([b.start, b.count, b.data.length]);
-    expect(blocks).toEqual([[0, 10, 80], [10, 10, 80], [20, 10, 80], [30, 7, 56]]);
+    expect(blocks).toEqual([
+      [0, 10, 80],
+      [10, 10, 80],
+      [20, 10, 80],
+      [30, 7, 56],
+    ]);
     const wide = await reader.readRowsF32(3, 4, 2);
     const ref = new Float32Array(2 * D);
     f16ToF32(want.subarray(4 * D, 6 * D), ref);
@@ -111,9 +120,13 @@ describe("store writer and reader", () => {
 
   it("refuses to continue a store made for another model or row set", async () => {
     const store = await wholeStore("whole-for-refusal");
-    await expect(StoreWriter.open(store, init({ model_sha256: "b".repeat(64) }))).rejects.toThrow(/different model sha256; refusing to mix/);
+    await expect(StoreWriter.open(store, init({ model_sha256: "b".repeat(64) }))).rejects.toThrow(
+      /different model sha256; refusing to mix/,
+    );
     await expect(StoreWriter.open(store, init({ layers: [3] }))).rejects.toThrow(/different layers/);
-    await expect(StoreWriter.open(store, init({ query_ids: init().query_ids.map((q) => q + "x") }))).rejects.toThrow(/different query ids/);
+    await expect(StoreWriter.open(store, init({ query_ids: init().query_ids.map((q) => q + "x") }))).rejects.toThrow(
+      /different query ids/,
+    );
   });
 
   it("reopens a complete store as complete, writing nothing", async () => {
@@ -133,7 +146,9 @@ describe("store writer and reader", () => {
     for (const layer of [2, 3]) await w.writeRowsF32(layer, 0, rows(layer).subarray(0, 10 * D));
     await w.commit(10);
     await w.close();
-    await expect(StoreReader.open(store)).rejects.toThrow(/"complete" is false: 10 of 37 rows written.*--allow-incomplete/);
+    await expect(StoreReader.open(store)).rejects.toThrow(
+      /"complete" is false: 10 of 37 rows written.*--allow-incomplete/,
+    );
     const r = await StoreReader.open(store, { allowIncomplete: true });
     expect(r.readableRows).toBe(10);
     await expect(r.readRows(2, 5, 6)).rejects.toThrow(RangeError);
@@ -152,7 +167,9 @@ describe("store writer and reader", () => {
     const l2 = new Uint8Array(files.get("L002.npy")!);
     l2.set(Buffer.from("(36, 8)"), Buffer.from(l2).indexOf("(37, 8)"));
     bad.set("L002.npy", l2);
-    await expect(StoreReader.open(memoryBackend(bad, "mem"))).rejects.toThrow(/mem\/L002\.npy: npy header shape: header shape is \(36, 8\), the manifest says \(37, 8\)/);
+    await expect(StoreReader.open(memoryBackend(bad, "mem"))).rejects.toThrow(
+      /mem\/L002\.npy: npy header shape: header shape is \(36, 8\), the manifest says \(37, 8\)/,
+    );
   });
 
   it("rejects rows that do not fit", async () => {
@@ -189,7 +206,11 @@ describe("store errors name the file and say what is wrong", () => {
   it("a layer file that is gone, or a link, is named", async () => {
     const store = await wholeStore("whole-for-errors");
     renameSync(join(store, "L003.npy"), join(store, "moved.npy"));
-    await expect(StoreReader.open(store)).rejects.toMatchObject({ constructor: FileError, message: `${store}/L003.npy: does not exist`, exitCode: EXIT.data });
+    await expect(StoreReader.open(store)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${store}/L003.npy: does not exist`,
+      exitCode: EXIT.data,
+    });
     symlinkSync(join(store, "moved.npy"), join(store, "L003.npy"));
     await expect(StoreReader.open(store)).rejects.toMatchObject({
       constructor: StoreError,
@@ -204,8 +225,15 @@ describe("store errors name the file and say what is wrong", () => {
       constructor: StoreError,
       message: 'mem: refusing to open "../secret", which is not a store file name (index.json or L###.npy)',
     });
-    await expect(backend.readAll("index.json")).rejects.toMatchObject({ constructor: FileError, message: "mem/index.json: does not exist", code: "ENOENT" });
-    await expect(StoreReader.open(memoryBackend(new Map(), "mem"))).rejects.toMatchObject({ constructor: StoreError, message: "mem: has no index.json; is this a hidden-state store?" });
+    await expect(backend.readAll("index.json")).rejects.toMatchObject({
+      constructor: FileError,
+      message: "mem/index.json: does not exist",
+      code: "ENOENT",
+    });
+    await expect(StoreReader.open(memoryBackend(new Map(), "mem"))).rejects.toMatchObject({
+      constructor: StoreError,
+      message: "mem: has no index.json; is this a hidden-state store?",
+    });
   });
 
   it("a store that cannot be created names the path and the reason", async () => {

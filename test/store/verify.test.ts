@@ -3,7 +3,19 @@
  * corruption must be reported with the file it concerns and its own message.
  */
 import { execFileSync } from "node:child_process";
-import { cpSync, mkdirSync, openSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync, writeSync, closeSync, statSync } from "node:fs";
+import {
+  cpSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+  closeSync,
+  statSync,
+} from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -46,7 +58,12 @@ describe("verifyStore", () => {
     const r = await verifyStore(good);
     expect(lines(r)).toEqual([]);
     expect(r).toMatchObject({ ok: true, complete: true, rows: 72, rows_done: 72 });
-    expect(r.files.map((f) => [f.name, f.ok])).toEqual([["L002.npy", true], ["L003.npy", true], ["L004.npy", true], ["L005.npy", true]]);
+    expect(r.files.map((f) => [f.name, f.ok])).toEqual([
+      ["L002.npy", true],
+      ["L003.npy", true],
+      ["L004.npy", true],
+      ["L005.npy", true],
+    ]);
     // The planted inf rows are counted in the last layer and agree on recount.
     const m = JSON.parse(readFileSync(join(good, "index.json"), "utf8"));
     expect(m.files["L005.npy"].nonfinite).toBe(2);
@@ -60,7 +77,10 @@ describe("verifyStore", () => {
     [
       "a truncated file",
       (s: string) => truncateSync(join(s, "L003.npy"), statSync(join(s, "L003.npy")).size - 100),
-      ["L003.npy: [size] is 2332 bytes but the manifest says 2432 (truncated)", "L003.npy: [npy-header] header shape (72, 16) needs 2432 bytes but the file holds 2332 (truncated)"],
+      [
+        "L003.npy: [size] is 2332 bytes but the manifest says 2432 (truncated)",
+        "L003.npy: [npy-header] header shape (72, 16) needs 2432 bytes but the file holds 2332 (truncated)",
+      ],
     ],
     [
       "a flipped byte in the data",
@@ -69,7 +89,9 @@ describe("verifyStore", () => {
         writeSync(fd, Buffer.from([0x5a]), 0, 1, 1000);
         closeSync(fd);
       },
-      [/^L004\.npy: \[sha256\] sha256 is [0-9a-f]{64}, the manifest says [0-9a-f]{64}: the file changed after it was written$/],
+      [
+        /^L004\.npy: \[sha256\] sha256 is [0-9a-f]{64}, the manifest says [0-9a-f]{64}: the file changed after it was written$/,
+      ],
     ],
     [
       "a header whose shape does not match the file's size",
@@ -163,7 +185,9 @@ describe("verifyStore", () => {
         editManifest(s, (m) => {
           m.files["/etc/passwd"] = m.files["L003.npy"];
         }),
-      ['index.json: [unsafe-name] "files" names "/etc/passwd", which is not a plain L###.npy file inside the store; it was not opened'],
+      [
+        'index.json: [unsafe-name] "files" names "/etc/passwd", which is not a plain L###.npy file inside the store; it was not opened',
+      ],
     ],
     [
       "query_ids with a row missing",
@@ -216,12 +240,18 @@ describe("verifyStore", () => {
     expect(r.ok).toBe(false);
     const got = lines(r);
     expect(got).toHaveLength(expected.length);
-    expected.forEach((want, i) => (typeof want === "string" ? expect(got[i]).toBe(want) : expect(got[i]).toMatch(want)));
+    expected.forEach((want, i) =>
+      typeof want === "string" ? expect(got[i]).toBe(want) : expect(got[i]).toMatch(want),
+    );
   });
 
   it("throws, naming it, for a store folder that is missing or not a folder", async () => {
     const missing = join(dir, "no-store");
-    await expect(verifyStore(missing)).rejects.toMatchObject({ constructor: FileError, message: `${missing}: does not exist`, exitCode: EXIT.data });
+    await expect(verifyStore(missing)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${missing}: does not exist`,
+      exitCode: EXIT.data,
+    });
     const file = join(good, "L002.npy");
     await expect(verifyStore(file)).rejects.toMatchObject({
       constructor: FileError,

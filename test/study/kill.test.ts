@@ -118,7 +118,9 @@ describe("hsm study, killed during the second model's extraction and run again",
         child.kill("SIGKILL");
       }
     });
-    const signal = await new Promise<NodeJS.Signals | null>((resolve) => child.on("close", (_code, sig) => resolve(sig)));
+    const signal = await new Promise<NodeJS.Signals | null>((resolve) =>
+      child.on("close", (_code, sig) => resolve(sig)),
+    );
     expect(signal, `the study ended by itself instead of stopping in tiny-b's extraction:\n${stderr}`).toBe("SIGKILL");
 
     const r = study(studyFile("whole", fx.bank));
@@ -157,7 +159,9 @@ describe("hsm study, killed during the second model's extraction and run again",
     expect(r.stdout).toMatch(new RegExp(`^tiny-b extract: ${MAIN_ROWS - DEFAULT_COMMIT_ROWS} rows \\(`, "m"));
     expect(r.stdout).toMatch(new RegExp(`^tiny-c generate: ${QUERIES} queries answered \\(`, "m"));
     const record = JSON.parse(readFileSync(join(killed, "study.json"), "utf8"));
-    expect(record.models.map((m: { name: string; status: string }) => [m.name, m.status])).toEqual(MODELS.map((m) => [m, "done"]));
+    expect(record.models.map((m: { name: string; status: string }) => [m.name, m.status])).toEqual(
+      MODELS.map((m) => [m, "done"]),
+    );
   });
 
   it("ends with the stores and answers of the uninterrupted study, byte for byte", () => {
@@ -166,11 +170,14 @@ describe("hsm study, killed during the second model's extraction and run again",
       // The same files: no lock, temporary or partial file left behind.
       expect(readdirSync(k).sort(), m).toEqual(readdirSync(w).sort());
       expect(readdirSync(w).sort(), m).toEqual(["L001.npy", "L002.npy", "index.json"]);
-      for (const f of ["L001.npy", "L002.npy"]) expect(readFileSync(join(k, f)).equals(readFileSync(join(w, f))), `${m}/${f}`).toBe(true);
+      for (const f of ["L001.npy", "L002.npy"])
+        expect(readFileSync(join(k, f)).equals(readFileSync(join(w, f))), `${m}/${f}`).toBe(true);
       // index.json records when it was written and the self-check's time; all else, checksums included, is equal.
       expect(manifestSansTimes(k), `${m}/index.json`).toEqual(manifestSansTimes(w));
       for (const f of [`${m}.jsonl`, `${m}.scored.jsonl`]) {
-        expect(readFileSync(join(killed, "evaluation", f)).equals(readFileSync(join(whole, "evaluation", f))), f).toBe(true);
+        expect(readFileSync(join(killed, "evaluation", f)).equals(readFileSync(join(whole, "evaluation", f))), f).toBe(
+          true,
+        );
       }
       // The metrics name their (different) paths; their rows are equal.
       for (const f of ["iss.json", "kts.json"]) {

@@ -30,9 +30,15 @@ import { BINOMIAL_TAIL_RELATIVE, SAME_DRAWS_FLOAT64 } from "../tolerances.js";
 const dir = tempDir("hsm-study-stats-");
 
 const withNumpy = hasNumpy || numpyRequired ? it : it.skip;
-const numpySkipReason = hasNumpy || numpyRequired ? "" : " (skipped: python3 cannot import numpy; set HSM_REQUIRE_NUMPY=1 to make that a failure)";
+const numpySkipReason =
+  hasNumpy || numpyRequired
+    ? ""
+    : " (skipped: python3 cannot import numpy; set HSM_REQUIRE_NUMPY=1 to make that a failure)";
 const withSklearn = hasSklearn || numpyRequired ? it : it.skip;
-const sklearnSkipReason = hasSklearn || numpyRequired ? "" : " (skipped: python3 cannot import numpy and sklearn; set HSM_REQUIRE_NUMPY=1 to make that a failure)";
+const sklearnSkipReason =
+  hasSklearn || numpyRequired
+    ? ""
+    : " (skipped: python3 cannot import numpy and sklearn; set HSM_REQUIRE_NUMPY=1 to make that a failure)";
 
 describe("Wilson interval", () => {
   // Published values (Newcombe 1998, Table I style) to four digits, and the exact
@@ -138,11 +144,43 @@ describe("McNemar's exact test", () => {
   });
 
   it("tabulates two models' answers on the queries both have", () => {
-    const a = new Map([["q1", true], ["q2", true], ["q3", false], ["q4", false], ["q5", true], ["q6", true], ["only-a", true]]);
-    const b = new Map([["q1", true], ["q2", false], ["q3", true], ["q4", false], ["q5", false], ["q6", false], ["only-b", false]]);
+    const a = new Map([
+      ["q1", true],
+      ["q2", true],
+      ["q3", false],
+      ["q4", false],
+      ["q5", true],
+      ["q6", true],
+      ["only-a", true],
+    ]);
+    const b = new Map([
+      ["q1", true],
+      ["q2", false],
+      ["q3", true],
+      ["q4", false],
+      ["q5", false],
+      ["q6", false],
+      ["only-b", false],
+    ]);
     // Shared q1…q6: both right q1; A only q2, q5, q6; B only q3; both wrong q4. b = 3, c = 1: p = 2·(1 + 4)/16.
-    expect(pairedCorrectness(a, b)).toEqual({ n: 6, bothRight: 1, onlyA: 3, onlyB: 1, bothWrong: 1, p: 0.625, difference: 2 / 6 });
-    expect(pairedCorrectness(a, new Map())).toEqual({ n: 0, bothRight: 0, onlyA: 0, onlyB: 0, bothWrong: 0, p: 1, difference: null });
+    expect(pairedCorrectness(a, b)).toEqual({
+      n: 6,
+      bothRight: 1,
+      onlyA: 3,
+      onlyB: 1,
+      bothWrong: 1,
+      p: 0.625,
+      difference: 2 / 6,
+    });
+    expect(pairedCorrectness(a, new Map())).toEqual({
+      n: 0,
+      bothRight: 0,
+      onlyA: 0,
+      onlyB: 0,
+      bothWrong: 0,
+      p: 1,
+      difference: null,
+    });
   });
 
   it("rejects counts that are not counts", () => {
@@ -174,14 +212,22 @@ describe("Benjamini–Hochberg", () => {
     // Sorted: 0.005, 0.01, 0.03, 0.04, 0.20 (m = 5); m·p/j = 0.025, 0.025, 0.05, 0.05, 0.20;
     // running minimum from the largest: 0.20, 0.05, 0.05, 0.025, 0.025.
     const adjusted = benjaminiHochberg([0.01, 0.04, 0.03, 0.005, 0.2, null]);
-    expect(adjusted.map((p) => (p === null ? null : Number(p.toFixed(12))))).toEqual([0.025, 0.05, 0.05, 0.025, 0.2, null]);
+    expect(adjusted.map((p) => (p === null ? null : Number(p.toFixed(12))))).toEqual([
+      0.025,
+      0.05,
+      0.05,
+      0.025,
+      0.2,
+      null,
+    ]);
   });
 
   it("is monotone in the raw p-values, never below them and never above 1", () => {
     const raw = [0.9, 0.8, 0.85, 1, 0.001, 0.001];
     const adjusted = benjaminiHochberg(raw) as number[];
     const order = raw.map((_, i) => i).sort((a, b) => raw[a]! - raw[b]!);
-    for (let i = 1; i < order.length; i++) expect(adjusted[order[i]!]!).toBeGreaterThanOrEqual(adjusted[order[i - 1]!]!);
+    for (let i = 1; i < order.length; i++)
+      expect(adjusted[order[i]!]!).toBeGreaterThanOrEqual(adjusted[order[i - 1]!]!);
     raw.forEach((p, i) => {
       expect(adjusted[i]!).toBeGreaterThanOrEqual(p);
       expect(adjusted[i]!).toBeLessThanOrEqual(1);
@@ -225,7 +271,11 @@ print(json.dumps(out))`,
 });
 
 /** Rows of the facts `names`, `rowsPerFact(f)` rows each, valued `value(f, j)`. */
-function factRows(names: string[], rowsPerFact: (f: number) => number, value: (f: number, j: number) => number): FactValues & { value: number[] } {
+function factRows(
+  names: string[],
+  rowsPerFact: (f: number) => number,
+  value: (f: number, j: number) => number,
+): FactValues & { value: number[] } {
   const fact: string[] = [];
   const v: number[] = [];
   names.forEach((name, f) => {
@@ -237,7 +287,8 @@ function factRows(names: string[], rowsPerFact: (f: number) => number, value: (f
   return { fact, value: v };
 }
 
-const names = (n: number, prefix = "fact_") => Array.from({ length: n }, (_, i) => `${prefix}${String(i).padStart(3, "0")}`);
+const names = (n: number, prefix = "fact_") =>
+  Array.from({ length: n }, (_, i) => `${prefix}${String(i).padStart(3, "0")}`);
 
 /** The draws a paired bootstrap of `nFacts` facts makes, as arrays, for NumPy to replay. */
 function draws(nFacts: number, replicates: number, key: string): number[][] {
@@ -250,7 +301,11 @@ describe("paired bootstrap over facts", () => {
 
   it("is exact where model B is model A shifted fact by fact", () => {
     const rng = new Rng(3);
-    const a = factRows(names(40), (f) => 1 + (f % 4), () => rng.normal());
+    const a = factRows(
+      names(40),
+      (f) => 1 + (f % 4),
+      () => rng.normal(),
+    );
     const b = { fact: a.fact, value: Array.from(a.value, (v) => v - 0.1) };
     const r = pairedFactMeanDifference(a, b, { stream });
     expect(r.difference!).toBeCloseTo(0.1, 12);
@@ -267,8 +322,16 @@ describe("paired bootstrap over facts", () => {
     // Eight facts whose rows all share one value per fact; fact f has 1 + 20·(f mod 2) rows.
     // Values in eighths, so a fact's mean over its repeated rows is exact.
     const values = [0.875, -0.375, 0.25, 0.125, -0.75, 0.5, 0, 0.625];
-    const many = factRows(names(8), (f) => 1 + 20 * (f % 2), (f) => values[f]!);
-    const one = factRows(names(8), () => 1, (f) => values[f]!);
+    const many = factRows(
+      names(8),
+      (f) => 1 + 20 * (f % 2),
+      (f) => values[f]!,
+    );
+    const one = factRows(
+      names(8),
+      () => 1,
+      (f) => values[f]!,
+    );
     const zero = (rows: FactValues) => ({ fact: rows.fact, value: rows.fact.map(() => 0) });
     const byFacts = pairedFactMeanDifference(many, zero(many), { stream });
     // Repeating rows inside a fact changes nothing: only facts are drawn.
@@ -288,14 +351,30 @@ describe("paired bootstrap over facts", () => {
   });
 
   it("compares only the facts both models have, and is deterministic per stream", () => {
-    const a = factRows(names(12), () => 2, (f, j) => f + j);
-    const b = factRows([...names(10), "fact_x", "fact_y", "fact_z"], () => 3, (f, j) => f * j);
+    const a = factRows(
+      names(12),
+      () => 2,
+      (f, j) => f + j,
+    );
+    const b = factRows(
+      [...names(10), "fact_x", "fact_y", "fact_z"],
+      () => 3,
+      (f, j) => f * j,
+    );
     const r = pairedFactMeanDifference(a, b, { stream, replicates: 200 });
     expect(r).toMatchObject({ nFacts: 10, onlyA: 2, onlyB: 3 });
     // Fact f of the ten: A's mean f + ½, B's mean f; the difference is ½ in every fact.
     expect(r.difference!).toBeCloseTo(0.5, 12);
     expect(pairedFactMeanDifference(a, b, { stream, replicates: 200 })).toEqual(r);
-    const none = pairedFactMeanDifference(a, factRows(["other"], () => 1, () => 0), { stream });
+    const none = pairedFactMeanDifference(
+      a,
+      factRows(
+        ["other"],
+        () => 1,
+        () => 0,
+      ),
+      { stream },
+    );
     expect(none).toMatchObject({ difference: null, low: null, high: null, nFacts: 0, onlyA: 12, onlyB: 1 });
   });
 
@@ -305,16 +384,24 @@ describe("paired bootstrap over facts", () => {
   });
 
   it("rejects values without their facts", () => {
-    expect(() => pairedFactMeanDifference({ fact: ["a"], value: [1, 2] }, { fact: ["a"], value: [1] }, { stream })).toThrow(
-      "Expected one fact per value but received 1 facts for 2 values",
-    );
+    expect(() =>
+      pairedFactMeanDifference({ fact: ["a"], value: [1, 2] }, { fact: ["a"], value: [1] }, { stream }),
+    ).toThrow("Expected one fact per value but received 1 facts for 2 values");
   });
 
   withNumpy(`agrees with NumPy replaying the same draws${numpySkipReason}`, () => {
     const rng = new Rng(11);
-    const a = factRows(names(37), (f) => 1 + (f % 5), () => rng.normal() * 0.3 + 0.2);
+    const a = factRows(
+      names(37),
+      (f) => 1 + (f % 5),
+      () => rng.normal() * 0.3 + 0.2,
+    );
     const bNames = names(40).filter((_, i) => i !== 4);
-    const b = factRows(bNames, (f) => 1 + (f % 3), () => rng.normal() * 0.3);
+    const b = factRows(
+      bNames,
+      (f) => 1 + (f % 3),
+      () => rng.normal() * 0.3,
+    );
     const key = "iss/0.75/typo";
     const r = pairedFactMeanDifference(a, b, { stream: pairedStream(20260101, key), replicates: 500 });
     const file = join(dir, "paired-mean.json");
@@ -400,7 +487,10 @@ describe("paired bootstrap of AUROC and KTS", () => {
     const key = "kts-auroc/1/paraphrase";
     const r = pairedAurocDifference(a, b, { stream: pairedStream(20260101, key), replicates: 300 });
     const file = join(dir, "paired-auroc.json");
-    writeFileSync(file, JSON.stringify({ kind: "auroc", a, b, factsA: a.fact, factsB: b.fact, draws: draws(r.nFacts, 300, key) }));
+    writeFileSync(
+      file,
+      JSON.stringify({ kind: "auroc", a, b, factsA: a.fact, factsB: b.fact, draws: draws(r.nFacts, 300, key) }),
+    );
     const [point, low, high, nFacts, undefinedReplicates] = JSON.parse(python(SKLEARN_REPLAY, file)) as number[];
     expect(r).toMatchObject({ nFacts, undefinedReplicates, onlyA: 2, onlyB: 2 });
     expect(Math.abs(r.difference! - point!)).toBeLessThanOrEqual(SAME_DRAWS_FLOAT64);
@@ -410,15 +500,23 @@ describe("paired bootstrap of AUROC and KTS", () => {
 
   withSklearn(`KTS difference agrees with scikit-learn replaying the same draws${sklearnSkipReason}`, () => {
     const rng = new Rng(17);
-    const model = (anchor: number, family: number): KtsRows => ({ anchor: scoredRows(rng, names(20), anchor, 1), family: scoredRows(rng, names(20), family, 2) });
+    const model = (anchor: number, family: number): KtsRows => ({
+      anchor: scoredRows(rng, names(20), anchor, 1),
+      family: scoredRows(rng, names(20), family, 2),
+    });
     const a = model(1.5, 0.9);
     const b = model(0.6, 0.5);
     const key = "kts/0.5/typo";
     const r = pairedKtsDifference(a, b, { stream: pairedStream(20260101, key), replicates: 300 });
     const file = join(dir, "paired-kts.json");
     const facts = (m: KtsRows) => [...m.family.fact, ...m.anchor.fact];
-    writeFileSync(file, JSON.stringify({ kind: "kts", a, b, factsA: facts(a), factsB: facts(b), draws: draws(r.nFacts, 300, key) }));
-    const [point, low, high, nFacts, undefinedReplicates] = JSON.parse(python(SKLEARN_REPLAY, file)) as (number | null)[];
+    writeFileSync(
+      file,
+      JSON.stringify({ kind: "kts", a, b, factsA: facts(a), factsB: facts(b), draws: draws(r.nFacts, 300, key) }),
+    );
+    const [point, low, high, nFacts, undefinedReplicates] = JSON.parse(python(SKLEARN_REPLAY, file)) as (
+      number | null
+    )[];
     expect(r).toMatchObject({ nFacts, undefinedReplicates });
     expect(point).not.toBeNull();
     expect(Math.abs(r.difference! - point!)).toBeLessThanOrEqual(SAME_DRAWS_FLOAT64);

@@ -25,7 +25,14 @@ const studyFile = join(dir, "study.yaml");
 
 /** sha256 of every file of a folder, by name. */
 function hashes(folder: string): Record<string, string> {
-  return Object.fromEntries(readdirSync(folder).map((f) => [f, createHash("sha256").update(readFileSync(join(folder, f))).digest("hex")]));
+  return Object.fromEntries(
+    readdirSync(folder).map((f) => [
+      f,
+      createHash("sha256")
+        .update(readFileSync(join(folder, f)))
+        .digest("hex"),
+    ]),
+  );
 }
 
 describe("runStudy", () => {
@@ -66,10 +73,16 @@ models:
     for (const m of [a!, c!]) {
       expect(m.outputs).toBe(join(dir, "out"));
       expect(m.paths.store).toBe(join(dir, "out", "hidden", m.name));
-      expect(JSON.parse(readFileSync(join(m.paths.store, "index.json"), "utf8"))).toMatchObject({ complete: true, model: m.name });
+      expect(JSON.parse(readFileSync(join(m.paths.store, "index.json"), "utf8"))).toMatchObject({
+        complete: true,
+        model: m.name,
+      });
       expect(readdirSync(m.paths.metrics)).toEqual(expect.arrayContaining(["iss.json", "kts.json"]));
       // Accuracy is counted from the scored rows.
-      const labels = readFileSync(m.paths.scored, "utf8").trim().split("\n").map((l) => JSON.parse(l).label as string);
+      const labels = readFileSync(m.paths.scored, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l).label as string);
       expect(m.queries).toBe(labels.length);
       expect(m.correct).toBe(labels.filter((l) => l === "correct").length);
       expect(m.accuracy).toBe(m.correct! / m.queries!);
@@ -107,7 +120,9 @@ models:
     const before = { a: hashes(first.models[0]!.paths.store), c: hashes(first.models[2]!.paths.store) };
     await writeTinyModel(join(dir, "models", "b"), { ...TINY, seed: 2 });
     const rerunLogs: string[] = [];
-    const again = await runStudy(studyFile, { log: (model, step, message) => rerunLogs.push(`${model} ${step}: ${message}`) });
+    const again = await runStudy(studyFile, {
+      log: (model, step, message) => rerunLogs.push(`${model} ${step}: ${message}`),
+    });
     expect(again.ok).toBe(true);
     expect(again.models.map((m) => m.status)).toEqual(["done", "done", "done"]);
     expect(rerunLogs).toContain("tiny-a extract: store complete, skipped");
@@ -120,7 +135,10 @@ models:
 
   it("imports a finished model from another outputs folder, and reports one that is not finished", async () => {
     const importing = join(dir, "import.yaml");
-    writeFileSync(importing, `bank: ${BANK}\noutputs: out2\nmodels:\n  - { name: tiny-a, outputs: out }\n  - { name: tiny-z, outputs: out }\n`);
+    writeFileSync(
+      importing,
+      `bank: ${BANK}\noutputs: out2\nmodels:\n  - { name: tiny-a, outputs: out }\n  - { name: tiny-z, outputs: out }\n`,
+    );
     const s = await runStudy(importing);
     expect(s.models.map((m) => [m.name, m.status])).toEqual([
       ["tiny-a", "imported"],
@@ -136,7 +154,10 @@ models:
 
   it("reports an imported store extracted with another prompt length than the study's", async () => {
     const importing = join(dir, "import-128.yaml");
-    writeFileSync(importing, `bank: ${BANK}\noutputs: out3\ngeneration: {max_prompt_len: 128}\nmodels:\n  - { name: tiny-c, outputs: out }\n`);
+    writeFileSync(
+      importing,
+      `bank: ${BANK}\noutputs: out3\ngeneration: {max_prompt_len: 128}\nmodels:\n  - { name: tiny-c, outputs: out }\n`,
+    );
     const s = await runStudy(importing);
     const store = join(dir, "out", "hidden", "tiny-c");
     expect(s.models[0]).toMatchObject({
@@ -149,11 +170,16 @@ models:
 describe("a study that cannot run", () => {
   it("names a bank that does not exist", async () => {
     const study = parseStudy("bank: nowhere.jsonl\nmodels:\n  - {name: m, model_dir: m}\n", "/nonexistent/study.yaml");
-    await expect(runStudy(study)).rejects.toThrow(new StudyFileError("/nonexistent/study.yaml", 1, "bank", "/nonexistent/nowhere.jsonl: no such file"));
+    await expect(runStudy(study)).rejects.toThrow(
+      new StudyFileError("/nonexistent/study.yaml", 1, "bank", "/nonexistent/nowhere.jsonl: no such file"),
+    );
   });
 
   it("refuses decoding settings the pipeline does not run, before running anything", async () => {
-    const study = parseStudy(`bank: ${BANK}\ngeneration:\n  max_new_tokens: 32\nmodels:\n  - {name: m, model_dir: m}\n`, "/nonexistent/study.yaml");
+    const study = parseStudy(
+      `bank: ${BANK}\ngeneration:\n  max_new_tokens: 32\nmodels:\n  - {name: m, model_dir: m}\n`,
+      "/nonexistent/study.yaml",
+    );
     await expect(runStudy(study)).rejects.toThrow(
       '/nonexistent/study.yaml:3: field "generation.max_new_tokens": hsm runs models with the benchmark\'s max_new_tokens = 24; expected 24 but received 32',
     );
@@ -173,9 +199,12 @@ describe("studyShardCommands", () => {
           "hsm extract --model-dir /models/base --bank /studies/bank.jsonl --out '/scratch/my outputs/shards/base/0-of-2' --model base --batch-size 32 --device cuda --shard 0/2",
           "hsm extract --model-dir /models/base --bank /studies/bank.jsonl --out '/scratch/my outputs/shards/base/1-of-2' --model base --batch-size 32 --device cuda --shard 1/2",
         ],
-        merge: "hsm merge '/scratch/my outputs/hidden/base' '/scratch/my outputs/shards/base/0-of-2' '/scratch/my outputs/shards/base/1-of-2'",
+        merge:
+          "hsm merge '/scratch/my outputs/hidden/base' '/scratch/my outputs/shards/base/0-of-2' '/scratch/my outputs/shards/base/1-of-2'",
       },
     ]);
-    expect(() => studyShardCommands(study, 0)).toThrow("Expected a positive integer for the shard count but received 0");
+    expect(() => studyShardCommands(study, 0)).toThrow(
+      "Expected a positive integer for the shard count but received 0",
+    );
   });
 });

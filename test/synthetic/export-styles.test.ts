@@ -21,21 +21,79 @@ const dir = tempDir("hsm-export-styles-");
 const SMALL = { layers: 2, hidden: 32, heads: 4 };
 
 describe("make-model styles", () => {
-  const expected: Record<(typeof MODEL_STYLES)[number], { style: string; inputs: string; names: string | undefined }> = {
-    plain: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
-    "with-past": { style: "structural", inputs: "input_ids attention_mask position_ids past_key_values.0.key past_key_values.0.value past_key_values.1.key past_key_values.1.value", names: "names (torch-names) agree on all 2 blocks" },
-    merged: { style: "optimum-merged+structural", inputs: "input_ids attention_mask position_ids past_key_values.0.key past_key_values.0.value past_key_values.1.key past_key_values.1.value use_cache_branch", names: "names (torch-names) agree on all 2 blocks" },
-    "dynamo-names": { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names: none to check against (graph style seen: dynamo-names)" },
-    anonymous: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names: none to check against (graph style seen: anonymous)" },
-    genai: { style: "structural", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: "names (genai) agree on all 2 blocks" },
-    "genai-fp16": { style: "structural", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: "names (genai) agree on all 2 blocks" },
-    "genai-int4": { style: "structural", inputs: "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value", names: "names (genai) agree on all 2 blocks" },
-    q4: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
-    int8: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
-    nf4: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
-    fp16: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
-    q4f16: { style: "structural", inputs: "input_ids attention_mask position_ids", names: "names (torch-names) agree on all 2 blocks" },
-  };
+  const expected: Record<(typeof MODEL_STYLES)[number], { style: string; inputs: string; names: string | undefined }> =
+    {
+      plain: {
+        style: "structural",
+        inputs: "input_ids attention_mask position_ids",
+        names: "names (torch-names) agree on all 2 blocks",
+      },
+      "with-past": {
+        style: "structural",
+        inputs:
+          "input_ids attention_mask position_ids past_key_values.0.key past_key_values.0.value past_key_values.1.key past_key_values.1.value",
+        names: "names (torch-names) agree on all 2 blocks",
+      },
+      merged: {
+        style: "optimum-merged+structural",
+        inputs:
+          "input_ids attention_mask position_ids past_key_values.0.key past_key_values.0.value past_key_values.1.key past_key_values.1.value use_cache_branch",
+        names: "names (torch-names) agree on all 2 blocks",
+      },
+      "dynamo-names": {
+        style: "structural",
+        inputs: "input_ids attention_mask position_ids",
+        names: "names: none to check against (graph style seen: dynamo-names)",
+      },
+      anonymous: {
+        style: "structural",
+        inputs: "input_ids attention_mask position_ids",
+        names: "names: none to check against (graph style seen: anonymous)",
+      },
+      genai: {
+        style: "structural",
+        inputs:
+          "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value",
+        names: "names (genai) agree on all 2 blocks",
+      },
+      "genai-fp16": {
+        style: "structural",
+        inputs:
+          "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value",
+        names: "names (genai) agree on all 2 blocks",
+      },
+      "genai-int4": {
+        style: "structural",
+        inputs:
+          "input_ids attention_mask past_key_values.0.key past_key_values.1.key past_key_values.0.value past_key_values.1.value",
+        names: "names (genai) agree on all 2 blocks",
+      },
+      q4: {
+        style: "structural",
+        inputs: "input_ids attention_mask position_ids",
+        names: "names (torch-names) agree on all 2 blocks",
+      },
+      int8: {
+        style: "structural",
+        inputs: "input_ids attention_mask position_ids",
+        names: "names (torch-names) agree on all 2 blocks",
+      },
+      nf4: {
+        style: "structural",
+        inputs: "input_ids attention_mask position_ids",
+        names: "names (torch-names) agree on all 2 blocks",
+      },
+      fp16: {
+        style: "structural",
+        inputs: "input_ids attention_mask position_ids",
+        names: "names (torch-names) agree on all 2 blocks",
+      },
+      q4f16: {
+        style: "structural",
+        inputs: "input_ids attention_mask position_ids",
+        names: "names (torch-names) agree on all 2 blocks",
+      },
+    };
   it.each(MODEL_STYLES)("%s: written, then recognized as such", async (style) => {
     const m = join(dir, style);
     await writeTinyModel(m, { ...SMALL, style, family: style === "anonymous" ? "neox" : undefined });
@@ -48,20 +106,34 @@ describe("make-model styles", () => {
     }).toEqual(want);
   });
 
-  const familyStyles = FAMILIES.flatMap((family) => (["plain", "q4f16"] as const).map((style) => [family, style] as const));
-  it.each(familyStyles)("--family %s --style %s: written, loadable, recognized by structure with names agreeing", async (family, style) => {
-    const m = join(dir, `${family}-${style}`);
-    await writeTinyModel(m, { ...SMALL, style, family });
-    const { inspection } = await inspectModel(m);
-    expect([inspection.plan.strategy, inspection.plan.crossCheck]).toEqual(["structural", "names (torch-names) agree on all 2 blocks"]);
-    // A float16 graph loads only when every branch of phi3's LongRoPE If is float16 too.
-    const session = await ort.InferenceSession.create(join(m, style === "plain" ? "model.onnx" : "onnx/model_q4f16.onnx"));
-    await session.release();
-  });
+  const familyStyles = FAMILIES.flatMap((family) =>
+    (["plain", "q4f16"] as const).map((style) => [family, style] as const),
+  );
+  it.each(familyStyles)(
+    "--family %s --style %s: written, loadable, recognized by structure with names agreeing",
+    async (family, style) => {
+      const m = join(dir, `${family}-${style}`);
+      await writeTinyModel(m, { ...SMALL, style, family });
+      const { inspection } = await inspectModel(m);
+      expect([inspection.plan.strategy, inspection.plan.crossCheck]).toEqual([
+        "structural",
+        "names (torch-names) agree on all 2 blocks",
+      ]);
+      // A float16 graph loads only when every branch of phi3's LongRoPE If is float16 too.
+      const session = await ort.InferenceSession.create(
+        join(m, style === "plain" ? "model.onnx" : "onnx/model_q4f16.onnx"),
+      );
+      await session.release();
+    },
+  );
 
   it("refuses an unknown style or family in one line, writing nothing", () => {
     for (const [flag, value, message] of [
-      ["--style", "fancy", 'hsm: Expected --style plain, with-past, merged, dynamo-names, anonymous, genai, genai-fp16, genai-int4, q4, int8, nf4, fp16, q4f16 but received "fancy"'],
+      [
+        "--style",
+        "fancy",
+        'hsm: Expected --style plain, with-past, merged, dynamo-names, anonymous, genai, genai-fp16, genai-int4, q4, int8, nf4, fp16, q4f16 but received "fancy"',
+      ],
       ["--family", "mamba", 'hsm: Expected --family llama, gemma, qwen2, phi3, neox but received "mamba"'],
     ] as const) {
       const out = join(dir, `bad-${value}`);

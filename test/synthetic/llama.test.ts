@@ -9,7 +9,13 @@ import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { describe, expect, it } from "vitest";
 
-import { FORCED_LOGIT, tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import {
+  FORCED_LOGIT,
+  tinyConfig,
+  tinyWeights,
+  writeTinyModel,
+  type TinyModelOptions,
+} from "../../src/synthetic/llama.js";
 import { referenceLogits } from "../helpers/llama-reference.js";
 import { tempDir } from "../helpers/tmp.js";
 import { LOGITS_F32 } from "../tolerances.js";
@@ -36,7 +42,14 @@ describe("writeTinyModel", () => {
 
   it("writes a graph whose logits are the reference's, and forced transitions raise exactly their token", async () => {
     const plain: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 5 };
-    const forced: TinyModelOptions = { ...plain, forcedNext: [[25, 128001], [374, 42]], eosTokenId: [128001, 128009] };
+    const forced: TinyModelOptions = {
+      ...plain,
+      forcedNext: [
+        [25, 128001],
+        [374, 42],
+      ],
+      eosTokenId: [128001, 128009],
+    };
     await writeTinyModel(join(dir, "plain"), plain);
     await writeTinyModel(join(dir, "forced"), forced);
     const a = await lastLogits(join(dir, "plain"), ids);
@@ -51,7 +64,12 @@ describe("writeTinyModel", () => {
     expect(b[128001]! - a[128001]!).toBeCloseTo(FORCED_LOGIT, 4);
     // The transition from token 374 does not fire: the last input token is 25.
     expect(Math.abs(b[42]! - a[42]!)).toBeLessThanOrEqual(LOGITS_F32);
-    expect(JSON.parse(readFileSync(join(dir, "forced", "config.json"), "utf8"))).toMatchObject({ eos_token_id: [128001, 128009] });
-    expect(JSON.parse(readFileSync(join(dir, "plain", "config.json"), "utf8"))).toMatchObject({ eos_token_id: 128001, max_position_embeddings: 2048 });
+    expect(JSON.parse(readFileSync(join(dir, "forced", "config.json"), "utf8"))).toMatchObject({
+      eos_token_id: [128001, 128009],
+    });
+    expect(JSON.parse(readFileSync(join(dir, "plain", "config.json"), "utf8"))).toMatchObject({
+      eos_token_id: 128001,
+      max_position_embeddings: 2048,
+    });
   });
 });

@@ -7,9 +7,20 @@ import { validateTinyModelOptions } from "../../src/synthetic/options.js";
 
 describe("validateTinyModelOptions", () => {
   it("fills every default: 4 heads of 16, 2 key/value heads", () => {
-    expect(validateTinyModelOptions({})).toEqual({ layers: 4, hidden: 64, heads: 4, kvHeads: 2, tokenizer: "llama3.1", seed: 1234 });
+    expect(validateTinyModelOptions({})).toEqual({
+      layers: 4,
+      hidden: 64,
+      heads: 4,
+      kvHeads: 2,
+      tokenizer: "llama3.1",
+      seed: 1234,
+    });
     expect(DEFAULT_TINY_MODEL).toMatchObject({ layers: 4, hidden: 64, heads: 4, tokenizer: "llama3.1", seed: 1234 });
-    expect(validateTinyModelOptions({ heads: 8, hidden: 32, withPast: true })).toMatchObject({ heads: 8, kvHeads: 4, withPast: true });
+    expect(validateTinyModelOptions({ heads: 8, hidden: 32, withPast: true })).toMatchObject({
+      heads: 8,
+      kvHeads: 4,
+      withPast: true,
+    });
     expect(validateTinyModelOptions({ heads: 1, hidden: 2 })).toMatchObject({ heads: 1, kvHeads: 1 });
   });
 
@@ -23,6 +34,7 @@ describe("validateTinyModelOptions", () => {
       // Three heads have no whole half: the default cannot be used, and the message says so.
       [{ hidden: 12, heads: 3 }, "Expected --kv-heads to divide --heads (3) but received 1.5"],
     ];
-    for (const [options, message] of bad) expect(() => validateTinyModelOptions(options)).toThrow(new UsageError(message));
+    for (const [options, message] of bad)
+      expect(() => validateTinyModelOptions(options)).toThrow(new UsageError(message));
   });
 });

@@ -23,7 +23,9 @@ describe("quantizers", () => {
           const scale = q.scales[n * blocks + b]!;
           expect(q.dequantized[n * K + k]).toBe(Math.fround((code - zp) * scale));
           // Half a step, or one where a code is clamped at 0 or 15 (symmetric: the extreme opposite the scale's sign).
-          expect(Math.abs(q.dequantized[n * K + k]! - w[n * K + k]!)).toBeLessThanOrEqual(Math.abs(scale) * (code === 0 || code === 15 ? 1 : 0.5) + 1e-7);
+          expect(Math.abs(q.dequantized[n * K + k]! - w[n * K + k]!)).toBeLessThanOrEqual(
+            Math.abs(scale) * (code === 0 || code === 15 ? 1 : 0.5) + 1e-7,
+          );
         }
       }
     }
@@ -33,7 +35,9 @@ describe("quantizers", () => {
     const q = quantizeQ8(w, N, K);
     const absMax = Math.max(...Array.from(w, Math.abs));
     expect(q.scale).toBe(Math.fround(absMax / 127));
-    for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) expect(q.dequantized[n * K + k]! === Math.fround(q.q[k * N + n]! * q.scale)).toBe(true);
+    for (let n = 0; n < N; n++)
+      for (let k = 0; k < K; k++)
+        expect(q.dequantized[n * K + k]! === Math.fround(q.q[k * N + n]! * q.scale)).toBe(true);
     expect(Math.max(...Array.from(q.q, Math.abs))).toBe(127);
   });
 

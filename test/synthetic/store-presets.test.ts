@@ -46,12 +46,23 @@ describe("withPreset", () => {
 
   it("hsm fixture --full writes 39,260 stored rows of 44,416 bank rows (checked at d = 2 and one layer, not 10 GB)", () => {
     const out = join(dir, "full");
-    const r = spawnSync(process.execPath, [BIN, "fixture", out, "--full", "--d", "2", "--layers-total", "1", "--quiet"], { encoding: "utf8" });
+    const r = spawnSync(
+      process.execPath,
+      [BIN, "fixture", out, "--full", "--d", "2", "--layers-total", "1", "--quiet"],
+      { encoding: "utf8" },
+    );
     expect(r.stderr).toBe("");
     expect(r.status).toBe(0);
-    expect(r.stdout).toBe(`${out}: bank.jsonl (44416 rows, 39260 main-forward), store/ (layers 0 of 1, d = 2), scored.jsonl\n`);
-    const bank = readFileSync(join(out, "bank.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
-    expect(composition(bank.map((b) => ({ fact: b.fact_id, family: b.condition_family, main: b.use_for_main_forward })))).toEqual(REAL);
+    expect(r.stdout).toBe(
+      `${out}: bank.jsonl (44416 rows, 39260 main-forward), store/ (layers 0 of 1, d = 2), scored.jsonl\n`,
+    );
+    const bank = readFileSync(join(out, "bank.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    expect(
+      composition(bank.map((b) => ({ fact: b.fact_id, family: b.condition_family, main: b.use_for_main_forward }))),
+    ).toEqual(REAL);
     expect(new Set(bank.map((b) => b.query_id)).size).toBe(44_416);
     // The two second paraphrases have their own wording.
     expect(new Set(bank.filter((b) => b.condition_family === "paraphrase").map((b) => b.query)).size).toBe(6545);

@@ -33,9 +33,14 @@ describe("synthetic fixture", () => {
     expect(reader.manifest.fact_ids).toEqual(main.map((r) => r.fact_id));
     expect(reader.manifest.layers).toEqual([2, 3, 4, 5]);
     await reader.close();
-    const scored = readFileSync(fx.scored, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const scored = readFileSync(fx.scored, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(scored.map((s) => s.query_id)).toEqual(bank.map((r) => r.query_id));
-    expect(new Set(scored.map((s) => s.label))).toEqual(new Set(["correct", "incorrect", "abstain", "ambiguous", "unparseable"]));
+    expect(new Set(scored.map((s) => s.label))).toEqual(
+      new Set(["correct", "incorrect", "abstain", "ambiguous", "unparseable"]),
+    );
   });
 
   it("is deterministic for a seed and differs across seeds", async () => {
@@ -77,16 +82,23 @@ describe("synthetic fixture", () => {
       own[layer] = Object.fromEntries(Object.entries(sum).map(([c, [s, k]]) => [c, s / k]));
     }
     await reader.close();
-    const byStrength = Object.entries(FIXTURE_FAMILIES).sort((a, b) => a[1] - b[1]).map(([c]) => c);
+    const byStrength = Object.entries(FIXTURE_FAMILIES)
+      .sort((a, b) => a[1] - b[1])
+      .map(([c]) => c);
     for (const c of byStrength) expect(own[5]![c]!).toBeGreaterThan(own[2]![c]! + 0.05);
-    for (let k = 1; k < byStrength.length; k++) expect(own[5]![byStrength[k - 1]!]!).toBeGreaterThan(own[5]![byStrength[k]!]!);
+    for (let k = 1; k < byStrength.length; k++)
+      expect(own[5]![byStrength[k - 1]!]!).toBeGreaterThan(own[5]![byStrength[k]!]!);
   });
 
   it("plants correctness along a direction that anchors reveal and strong families blur", async () => {
     const reader = await StoreReader.open(fx.store);
     const m = reader.manifest;
     const labels = new Map<string, string>(
-      readFileSync(fx.scored, "utf8").trim().split("\n").map((l) => JSON.parse(l)).map((s) => [s.query_id, s.label]),
+      readFileSync(fx.scored, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l))
+        .map((s) => [s.query_id, s.label]),
     );
     const x = await reader.readRowsF32(5, 0, reader.rows);
     const d = reader.dModel;
@@ -120,13 +132,21 @@ describe("synthetic fixture", () => {
   });
 
   it("gives facts a second paraphrase, worded its own way and planted as a paraphrase", async () => {
-    const two = await writeFixture(join(dir, "second"), { facts: 40, extraMainRows: 40, d: 32, layersTotal: 6, seed: 5 });
+    const two = await writeFixture(join(dir, "second"), {
+      facts: 40,
+      extraMainRows: 40,
+      d: 32,
+      layersTotal: 6,
+      seed: 5,
+    });
     const bank = await readBank(two.bank);
     // 40 facts × 7 main-forward rows, round(40 × 5,156 / 6,543) = 32 reverse rows.
     expect([bank.length, two.rows, two.mainForwardRows]).toEqual([312, 312, 280]);
     const second = new Set<string>();
     for (let f = 0; f < 40; f++) {
-      const rows = bank.filter((r) => r.fact_id === `fact_${String(f).padStart(6, "0")}` && r.condition_family === "paraphrase");
+      const rows = bank.filter(
+        (r) => r.fact_id === `fact_${String(f).padStart(6, "0")}` && r.condition_family === "paraphrase",
+      );
       expect(rows.map((r) => r.use_for_main_forward)).toEqual([true, true]);
       expect(rows[0]!.query).not.toBe(rows[1]!.query);
       second.add(rows[1]!.query_id);
@@ -145,7 +165,9 @@ describe("synthetic fixture", () => {
         const n = Math.hypot(...v);
         return v.map((e) => e / n);
       };
-      const anchor = new Map(m.condition_families.flatMap((c, i) => (c === "anchor" ? [[m.fact_ids[i]!, centred(i)] as const] : [])));
+      const anchor = new Map(
+        m.condition_families.flatMap((c, i) => (c === "anchor" ? [[m.fact_ids[i]!, centred(i)] as const] : [])),
+      );
       const sum: Record<string, [number, number]> = {};
       m.condition_families.forEach((c, i) => {
         if (c === "anchor") return;
@@ -164,9 +186,12 @@ describe("synthetic fixture", () => {
   it("refuses more second paraphrases than facts", async () => {
     await expect(writeFixture(join(dir, "too-many"), { facts: 4, extraMainRows: 5 })).rejects.toMatchObject({
       constructor: UsageError,
-      message: "Expected at most one second paraphrase per fact, so --extra-main-rows of at most --facts (4), but received 5",
+      message:
+        "Expected at most one second paraphrase per fact, so --extra-main-rows of at most --facts (4), but received 5",
     });
-    await expect(writeFixture(join(dir, "negative"), { facts: 4, extraMainRows: -1 })).rejects.toThrow("Expected an integer of at least 0 for --extra-main-rows but received -1");
+    await expect(writeFixture(join(dir, "negative"), { facts: 4, extraMainRows: -1 })).rejects.toThrow(
+      "Expected an integer of at least 0 for --extra-main-rows but received -1",
+    );
     expect(existsSync(join(dir, "too-many"))).toBe(false);
   });
 

@@ -26,7 +26,14 @@ describe("fileError", () => {
     const err = await readFile(path).catch((e: unknown) => e);
     const e = fileError(err, path);
     expect(e).toBeInstanceOf(FileError);
-    expect(e).toMatchObject({ message: `${path}: does not exist`, path, problem: "missing", code: "ENOENT", exitCode: EXIT.data, cause: err });
+    expect(e).toMatchObject({
+      message: `${path}: does not exist`,
+      path,
+      problem: "missing",
+      code: "ENOENT",
+      exitCode: EXIT.data,
+      cause: err,
+    });
   });
 
   it("reports a folder given as a file as unreadable, with the OS reason", async () => {
@@ -45,13 +52,23 @@ describe("fileError", () => {
     ["EIO", "i/o error", "read", "bank.jsonl: cannot be read: input/output error (EIO)"],
     ["ENOSPC", "no space left on device", "write", "bank.jsonl: cannot be written: no space left on device (ENOSPC)"],
     ["EROFS", "read-only file system", "write", "bank.jsonl: cannot be written: read-only file system (EROFS)"],
-    ["ENOENT", "no such file or directory", "write", "bank.jsonl: cannot be written: its folder does not exist (ENOENT)"],
+    [
+      "ENOENT",
+      "no such file or directory",
+      "write",
+      "bank.jsonl: cannot be written: its folder does not exist (ENOENT)",
+    ],
     // A code hsm has no words for keeps the operating system's own.
     ["ESTALE", "stale file handle", "read", "bank.jsonl: cannot be read: stale file handle (ESTALE)"],
   ] as const)("words %s on %s", (code, text, action, message) => {
     const e = fileError(errno(code, text), "bank.jsonl", action);
     expect(e).toBeInstanceOf(FileError);
-    expect(e).toMatchObject({ message, code, problem: action === "read" ? "unreadable" : "unwritable", exitCode: EXIT.data });
+    expect(e).toMatchObject({
+      message,
+      code,
+      problem: action === "read" ? "unreadable" : "unwritable",
+      exitCode: EXIT.data,
+    });
   });
 
   it("passes hsm's own errors and errors without an errno code through unchanged", () => {
@@ -96,7 +113,13 @@ describe("writeFileAtomic", () => {
     }
     const err = await writeFileAtomic(path, pieces()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(FileError);
-    expect(err).toMatchObject({ message: `${path}: cannot be written: no space left on device (ENOSPC)`, problem: "unwritable", code: "ENOSPC", exitCode: EXIT.data, cause: full });
+    expect(err).toMatchObject({
+      message: `${path}: cannot be written: no space left on device (ENOSPC)`,
+      problem: "unwritable",
+      code: "ENOSPC",
+      exitCode: EXIT.data,
+      cause: full,
+    });
     expect(readFileSync(path, "utf8")).toBe("old\n");
     expect(readdirSync(folder)).toEqual(["scored.jsonl"]);
   });

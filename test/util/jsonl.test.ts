@@ -12,7 +12,11 @@ const dir = tempDir("hsm-jsonl-");
 
 async function readAll(file: string): Promise<[number, Record<string, unknown>][]> {
   const out: [number, Record<string, unknown>][] = [];
-  for await (const { value, line } of jsonLines(file, (l, problem, cause) => new JsonlError(file, l, undefined, problem, { cause }))) out.push([line, value]);
+  for await (const { value, line } of jsonLines(
+    file,
+    (l, problem, cause) => new JsonlError(file, l, undefined, problem, { cause }),
+  ))
+    out.push([line, value]);
   return out;
 }
 
@@ -25,7 +29,11 @@ function file(name: string, text: string): string {
 describe("jsonLines", () => {
   it("yields each object with its 1-based line, skipping blank lines and reading CRLF", async () => {
     const path = file("good.jsonl", '{"a": 1}\r\n\r\n  \n{"b": "x"}\n{"c": null}');
-    expect(await readAll(path)).toEqual([[1, { a: 1 }], [4, { b: "x" }], [5, { c: null }]]);
+    expect(await readAll(path)).toEqual([
+      [1, { a: 1 }],
+      [4, { b: "x" }],
+      [5, { c: null }],
+    ]);
   });
 
   it.each([
@@ -37,7 +45,8 @@ describe("jsonLines", () => {
     const path = file(`bad-${line}.jsonl`, text);
     const seen: [number, string][] = [];
     const run = async () => {
-      for await (const _ of jsonLines(path, (l, p) => (seen.push([l, p]), new JsonlError(path, l, undefined, p)))) void _;
+      for await (const _ of jsonLines(path, (l, p) => (seen.push([l, p]), new JsonlError(path, l, undefined, p))))
+        void _;
     };
     await expect(run()).rejects.toBeInstanceOf(JsonlError);
     expect(seen).toHaveLength(1);
@@ -54,7 +63,11 @@ describe("jsonLines", () => {
 
   it("reports a missing file as missing and a folder as unreadable", async () => {
     const missing = join(dir, "missing.jsonl");
-    await expect(readAll(missing)).rejects.toMatchObject({ constructor: FileError, message: `${missing}: does not exist`, exitCode: EXIT.data });
+    await expect(readAll(missing)).rejects.toMatchObject({
+      constructor: FileError,
+      message: `${missing}: does not exist`,
+      exitCode: EXIT.data,
+    });
     const folder = join(dir, "folder.jsonl");
     mkdirSync(folder);
     await expect(readAll(folder)).rejects.toMatchObject({

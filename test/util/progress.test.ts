@@ -4,7 +4,10 @@ import { createProgress } from "../../src/util/progress.js";
 
 function sink(tty: boolean) {
   const lines: string[] = [];
-  return { stream: { isTTY: tty, write: (s: string) => (lines.push(s), true) } as unknown as NodeJS.WriteStream, lines };
+  return {
+    stream: { isTTY: tty, write: (s: string) => (lines.push(s), true) } as unknown as NodeJS.WriteStream,
+    lines,
+  };
 }
 
 describe("progress", () => {

@@ -18,6 +18,8 @@ export function adoptCommand(program: Command): void {
     .option("-j, --jobs <n>", "files hashed at once (default: the core count)", intOption("--jobs", 1))
     .action(async (store: string, opts: { bank: string; model?: string; jobs?: number }) => {
       const m = await adoptStore(store, { bank: opts.bank, model: opts.model, concurrency: opts.jobs });
-      process.stdout.write(`${store}: adopted — ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")}; index.json written\n`);
+      process.stdout.write(
+        `${store}: adopted — ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")}; index.json written\n`,
+      );
     });
 }

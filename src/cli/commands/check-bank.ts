@@ -7,7 +7,9 @@ export function checkBankCommand(program: Command): void {
   program
     .command("check-bank")
     .summary("validate a query bank and summarize it")
-    .description("Validate a query bank (JSONL, one query per line) and summarize it. A bad line is reported with its file, line number and field.")
+    .description(
+      "Validate a query bank (JSONL, one query per line) and summarize it. A bad line is reported with its file, line number and field.",
+    )
     .argument("<bank>", "bank JSONL file")
     .action(async (bank: string) => {
       const s = await checkBank(bank);

@@ -14,8 +14,16 @@ interface CompareFlags {
 }
 
 async function action(outputs: string, a: string, b: string, opts: CompareFlags): Promise<void> {
-  const onProgress = opts.quiet ? undefined : (model: string, layer: number, phase: string) => process.stderr.write(`compare: ${model}: layer ${layer}: ${phase}\n`);
-  const c = await compareModels(outputs, a, b, { replicates: opts.bootstrap, seed: opts.seed, backend: opts.backend, onProgress });
+  const onProgress = opts.quiet
+    ? undefined
+    : (model: string, layer: number, phase: string) =>
+        process.stderr.write(`compare: ${model}: layer ${layer}: ${phase}\n`);
+  const c = await compareModels(outputs, a, b, {
+    replicates: opts.bootstrap,
+    seed: opts.seed,
+    backend: opts.backend,
+    onProgress,
+  });
   out(opts.json ? JSON.stringify(c, null, 2) : formatComparison(c));
 }
 
@@ -35,7 +43,11 @@ export function compareCommand(program: Command): void {
     .option("--json", "print the comparison as JSON")
     .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1), DEFAULT_BOOTSTRAP)
     .option("--seed <s>", "bootstrap seed", intOption("--seed", 0), DEFAULT_SEED)
-    .option("--backend <name>", "kernels for the per-row values: auto, native, tfjs-node, wasm or typescript", DEFAULT_BACKEND)
+    .option(
+      "--backend <name>",
+      "kernels for the per-row values: auto, native, tfjs-node, wasm or typescript",
+      DEFAULT_BACKEND,
+    )
     .option("-q, --quiet", "no progress on stderr")
     .action(action);
 }

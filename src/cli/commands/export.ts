@@ -14,12 +14,23 @@ export function exportCommand(program: Command, { exportFormats: registry }: Reg
   const names = registry.map((f) => f.name);
   program
     .command("export")
-    .summary(`write scored rows as ${wordList(registry.map((f) => f.title), "or")} files`)
+    .summary(
+      `write scored rows as ${wordList(
+        registry.map((f) => f.title),
+        "or",
+      )} files`,
+    )
     .description(registry.map((f) => `${f.title} (--format ${f.name}): ${f.description}`).join(" "))
     .requiredOption("--format <format>", wordList(names, "or"), choiceOption("--format", names))
     .requiredOption("--scored <file>", "scored JSONL")
     .requiredOption("--bank <file>", "query bank JSONL (prompts and gold answers)")
-    .requiredOption("--out <path>", wordList(registry.map((f) => `${f.out} (${f.name})`), "or"))
+    .requiredOption(
+      "--out <path>",
+      wordList(
+        registry.map((f) => `${f.out} (${f.name})`),
+        "or",
+      ),
+    )
     .option("--model-id <id>", "model id in HuggingFace form, e.g. meta-llama/Llama-3.1-8B")
     .option("--developer <name>", "the model's developer")
     .option("--organization <name>", "who ran the evaluation")

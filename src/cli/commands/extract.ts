@@ -28,12 +28,18 @@ async function action(opts: ExtractFlags): Promise<void> {
     out(`${opts.out}: already complete (${m.query_ids.length} rows, layers ${m.layers.join(", ")}); nothing to do`);
     return;
   }
-  progress.end(`extract: ${result.rowsExtracted} rows in ${result.seconds.toFixed(1)} s (${(result.rowsExtracted / result.seconds).toFixed(1)} rows/s)`);
-  out(`${opts.out}: ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")} of ${m.num_layers}, complete`);
+  progress.end(
+    `extract: ${result.rowsExtracted} rows in ${result.seconds.toFixed(1)} s (${(result.rowsExtracted / result.seconds).toFixed(1)} rows/s)`,
+  );
+  out(
+    `${opts.out}: ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")} of ${m.num_layers}, complete`,
+  );
   const c = m.self_check;
   if (c && c.status !== "off") {
     const worst = Math.max(...c.layers.map((l) => l.max_rel_dev ?? Infinity));
-    out(`self-check: ${c.status} (${c.rows} rows re-run alone at batch 1; worst deviation ${worst.toExponential(2)}, tolerance ${c.tolerance.toExponential(2)})`);
+    out(
+      `self-check: ${c.status} (${c.rows} rows re-run alone at batch 1; worst deviation ${worst.toExponential(2)}, tolerance ${c.tolerance.toExponential(2)})`,
+    );
   }
 }
 
@@ -52,8 +58,18 @@ export function extractCommand(program: Command): void {
     .option("--layers <expr>", "layer rule in l and L", DEFAULT_LAYER_RULE)
     .option("--shard <K/N>", "extract shard K (0-based) of N into --out")
     .option("--hidden-tensors <map>", "LAYER=TENSOR pairs for graphs hsm cannot read by itself")
-    .option("--commit-rows <n>", "rows per durable commit and shard boundary; keep it equal across resumes and shards", intOption("--commit-rows", 1), DEFAULT_COMMIT_ROWS)
-    .option("--self-check <n>", "rows re-run alone at batch 1 to check the batched states (0: off)", intOption("--self-check", 0), DEFAULT_SELF_CHECK_ROWS)
+    .option(
+      "--commit-rows <n>",
+      "rows per durable commit and shard boundary; keep it equal across resumes and shards",
+      intOption("--commit-rows", 1),
+      DEFAULT_COMMIT_ROWS,
+    )
+    .option(
+      "--self-check <n>",
+      "rows re-run alone at batch 1 to check the batched states (0: off)",
+      intOption("--self-check", 0),
+      DEFAULT_SELF_CHECK_ROWS,
+    )
     .option("-q, --quiet", "no progress on stderr")
     .action(action);
 }

@@ -6,7 +6,10 @@ import { UsageError } from "../../errors.js";
 import { intOption } from "../options.js";
 import { out } from "../print.js";
 
-async function action(dir: string, opts: FixtureOptions & { bench?: boolean; full?: boolean; quiet?: boolean }): Promise<void> {
+async function action(
+  dir: string,
+  opts: FixtureOptions & { bench?: boolean; full?: boolean; quiet?: boolean },
+): Promise<void> {
   const { bench, full, quiet, ...given } = opts;
   if (bench && full) throw new UsageError("Expected one of --bench and --full but received both");
   const progress = createProgress("fixture", 0, { quiet, unit: "layer rows" });
@@ -37,12 +40,24 @@ export function fixtureCommand(program: Command): void {
         "--full the same rows at the real stores' size (d = 4608, L = 46: 28 layers, about 10 GB).",
     )
     .argument("<out>", "folder to create")
-    .option("--facts <n>", "number of facts (6 stored rows each, 7 for those given a second paraphrase)", intOption("--facts", 2))
+    .option(
+      "--facts <n>",
+      "number of facts (6 stored rows each, 7 for those given a second paraphrase)",
+      intOption("--facts", 2),
+    )
     .option("--d <n>", "hidden size", intOption("--d", 2))
-    .option("--layers-total <n>", `decoder blocks L; layers with ${DEFAULT_LAYER_RULE} are stored`, intOption("--layers-total", 1))
+    .option(
+      "--layers-total <n>",
+      `decoder blocks L; layers with ${DEFAULT_LAYER_RULE} are stored`,
+      intOption("--layers-total", 1),
+    )
     .option("--seed <n>", "random seed", intOption("--seed", 0))
     .option("--extra-rows <n>", "bank rows outside the main forward pass", intOption("--extra-rows", 0))
-    .option("--extra-main-rows <n>", "stored rows beyond 6 per fact: a second paraphrase for this many facts", intOption("--extra-main-rows", 0))
+    .option(
+      "--extra-main-rows <n>",
+      "stored rows beyond 6 per fact: a second paraphrase for this many facts",
+      intOption("--extra-main-rows", 0),
+    )
     .option("--nonfinite-rows <n>", "rows of the last layer given an inf value", intOption("--nonfinite-rows", 0))
     .option("--bench", "benchmark scale (flags above still override)")
     .option("--full", "full scale: d = 4608, 28 of 46 layers, about 10 GB (flags above still override)")

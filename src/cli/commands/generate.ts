@@ -1,18 +1,28 @@
 import type { Command } from "commander";
 
-import { DEFAULT_GENERATE_CHECK_ROWS, DEFAULT_GENERATE_WORKERS, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../../defaults.js";
+import {
+  DEFAULT_GENERATE_CHECK_ROWS,
+  DEFAULT_GENERATE_WORKERS,
+  MAX_NEW_TOKENS,
+  MAX_PROMPT_LEN,
+} from "../../defaults.js";
 import { createProgress, generate } from "../../index.js";
 import { intOption, modelRunOptions, type ModelRunFlags } from "../options.js";
 import { out } from "../print.js";
 
-async function action(opts: ModelRunFlags & { out: string; maxNewTokens: number; selfCheck: number; workers?: number }): Promise<void> {
+async function action(
+  opts: ModelRunFlags & { out: string; maxNewTokens: number; selfCheck: number; workers?: number },
+): Promise<void> {
   const { quiet, ...rest } = opts;
   const progress = createProgress("generate", 0, { quiet });
   const log = (m: string, level?: string) => (level === "warn" || !quiet) && process.stderr.write(`hsm: ${m}\n`);
   const r = await generate({ ...rest, log, onProgress: (d, t) => progress.update(d, t) });
   progress.end(`generate: ${r.written} queries in ${r.seconds.toFixed(1)} s`);
   out(`${opts.out}: ${r.written} generated${r.skipped ? `, ${r.skipped} already there` : ""}`);
-  if (r.failed) process.stderr.write(`hsm: warning: ${r.failed} queries failed and carry an "error" field instead of an answer; run hsm generate again to retry them\n`);
+  if (r.failed)
+    process.stderr.write(
+      `hsm: warning: ${r.failed} queries failed and carry an "error" field instead of an answer; run hsm generate again to retry them\n`,
+    );
 }
 
 export function generateCommand(program: Command): void {
@@ -25,9 +35,17 @@ export function generateCommand(program: Command): void {
         "Writes one JSON line per query (query_id, fact_id, condition_family, model, prompt, raw_response, " +
         "generated_tokens, finish_reason). A rerun skips the query_ids already written.",
     );
-  modelRunOptions(cmd, { flags: "--out <path>", description: "generations JSONL, e.g. outputs/evaluation/<model>.jsonl" })
+  modelRunOptions(cmd, {
+    flags: "--out <path>",
+    description: "generations JSONL, e.g. outputs/evaluation/<model>.jsonl",
+  })
     .option("--max-new-tokens <n>", "tokens to generate at most", intOption("--max-new-tokens", 1), MAX_NEW_TOKENS)
-    .option("--self-check <n>", "answers regenerated alone at batch 1 that must not change, reported in <out>.check.json (0: off)", intOption("--self-check", 0), DEFAULT_GENERATE_CHECK_ROWS)
+    .option(
+      "--self-check <n>",
+      "answers regenerated alone at batch 1 that must not change, reported in <out>.check.json (0: off)",
+      intOption("--self-check", 0),
+      DEFAULT_GENERATE_CHECK_ROWS,
+    )
     .option(
       "--workers <n>",
       `batches decoded at once, each by an onnxruntime session of its own (with its own copy of the weights) in a worker thread; --threads is then per session (default: ${DEFAULT_GENERATE_WORKERS} on the CPU, sharing the cores, fewer where their copies would take over half the available memory; 1 on a GPU)`,

@@ -16,19 +16,28 @@ const FEED_WORDS: Record<string, string> = {
 
 /** The inspection with each stored tensor's method, as `--json` prints it. */
 function report(i: ModelInspection) {
-  return { ...i, plan: { ...i.plan, tensors: i.plan.tensors.map((t) => ({ ...t, method: tensorMethod(i.plan.strategy, t) })) } };
+  return {
+    ...i,
+    plan: { ...i.plan, tensors: i.plan.tensors.map((t) => ({ ...t, method: tensorMethod(i.plan.strategy, t) })) },
+  };
 }
 
 function printInspection(dir: string, rule: string, i: ModelInspection): void {
-  out(`${dir}: ${i.numLayers} decoder blocks, d_model ${i.dModel}, vocabulary ${i.vocabSize} (tokenizer ${i.tokenizerSize})`);
+  out(
+    `${dir}: ${i.numLayers} decoder blocks, d_model ${i.dModel}, vocabulary ${i.vocabSize} (tokenizer ${i.tokenizerSize})`,
+  );
   out(`style: ${i.plan.strategy}; computes in ${i.format.dtype}, weights ${i.format.weights}`);
   out(`inputs: ${i.inputs.map((v) => `${v.name} [${(v.shape ?? []).join(", ")}]`).join(", ")}`);
   const { feeds, unknown, paddingSide } = i.plan.inputs;
   out(`feeds (${paddingSide} padding): ${feeds.map((f) => `${f.name} ← ${FEED_WORDS[f.kind] ?? f.kind}`).join("; ")}`);
   if (unknown.length) out(`not fed: ${unknown.join(", ")} (a run stops if the stored layers read them)`);
-  out(`outputs: ${i.outputs.length > 6 ? `${i.outputs.slice(0, 6).join(", ")}, … (${i.outputs.length})` : i.outputs.join(", ")}`);
+  out(
+    `outputs: ${i.outputs.length > 6 ? `${i.outputs.slice(0, 6).join(", ")}, … (${i.outputs.length})` : i.outputs.join(", ")}`,
+  );
   out(`special prefix tokens: ${i.addsPrefix.length ? i.addsPrefix.join(", ") : "none"}`);
-  out(`hidden states found by ${[...i.plan.prepared, i.plan.strategy].join("+")}; stored layers (${rule}): ${i.storedLayers.join(", ")}`);
+  out(
+    `hidden states found by ${[...i.plan.prepared, i.plan.strategy].join("+")}; stored layers (${rule}): ${i.storedLayers.join(", ")}`,
+  );
   if (i.plan.crossCheck) out(`cross-check: ${i.plan.crossCheck}`);
   for (const l of i.storedLayers) {
     const t = i.plan.tensors.find((x) => x.layer === l)!;
@@ -39,7 +48,9 @@ function printInspection(dir: string, rule: string, i: ModelInspection): void {
 export function inspectModelCommand(program: Command): void {
   program
     .command("inspect-model")
-    .summary("show what hsm finds in a model folder: style, dtype, weights, inputs, and the tensor stored for each layer")
+    .summary(
+      "show what hsm finds in a model folder: style, dtype, weights, inputs, and the tensor stored for each layer",
+    )
     .description(
       "Read a model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json) and print the number of " +
         "decoder blocks L, d_model, the export style recognized, the dtype the graph computes in and its weight format " +
@@ -49,12 +60,21 @@ export function inspectModelCommand(program: Command): void {
     )
     .argument("<model-dir>", "model folder")
     .option("--layers <expr>", "layer rule in l and L", DEFAULT_LAYER_RULE)
-    .option("--hidden-tensors <map>", "LAYER=TENSOR pairs, comma-separated; 'final' names the last block's post-norm state")
+    .option(
+      "--hidden-tensors <map>",
+      "LAYER=TENSOR pairs, comma-separated; 'final' names the last block's post-norm state",
+    )
     .option("--model-file <file>", MODEL_FILE_HELP)
     .option("--json", "print as JSON")
-    .action(async (dir: string, opts: { layers: string; hiddenTensors?: string; modelFile?: string; json?: boolean }) => {
-      const i = await inspectModel(dir, { layerRule: opts.layers, hiddenTensors: opts.hiddenTensors, modelFile: opts.modelFile });
-      if (opts.json) out(JSON.stringify(report(i), null, 2));
-      else printInspection(dir, opts.layers, i);
-    });
+    .action(
+      async (dir: string, opts: { layers: string; hiddenTensors?: string; modelFile?: string; json?: boolean }) => {
+        const i = await inspectModel(dir, {
+          layerRule: opts.layers,
+          hiddenTensors: opts.hiddenTensors,
+          modelFile: opts.modelFile,
+        });
+        if (opts.json) out(JSON.stringify(report(i), null, 2));
+        else printInspection(dir, opts.layers, i);
+      },
+    );
 }

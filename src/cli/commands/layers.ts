@@ -9,7 +9,9 @@ export function layersCommand(program: Command): void {
   program
     .command("layers")
     .summary("print the layers a store keeps for a model of L blocks")
-    .description("Print the decoder blocks a store keeps for a model of L blocks. The rule is evaluated in exact rational arithmetic, so 0.4 means 2/5.")
+    .description(
+      "Print the decoder blocks a store keeps for a model of L blocks. The rule is evaluated in exact rational arithmetic, so 0.4 means 2/5.",
+    )
     .argument("<L>", "number of decoder blocks", intOption("L", 1))
     .option("--rule <expr>", "rule in l and L", DEFAULT_LAYER_RULE)
     .action(async (L: number, opts: { rule: string }) => {

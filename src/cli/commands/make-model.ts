@@ -37,8 +37,11 @@ export function makeModelCommand(program: Command): void {
       "export style: plain, with-past, merged (optimum's decoder_model_merged in model.onnx), dynamo-names or anonymous (renamed graphs); " +
         "genai, genai-fp16 or genai-int4 (an onnxruntime-genai build); q4, int8, nf4, fp16 or q4f16 (a transformers.js folder: onnx/model_q4.onnx, …)",
     )
-    .option("--family <name>", "graph shape: llama, gemma (√d embedding scale, (1 + w) norms, four norms per block), qwen2 (q/k/v biases), " +
-        "phi3 (packed qkv and gate_up projections, LongRoPE If) or neox (parallel blocks)")
+    .option(
+      "--family <name>",
+      "graph shape: llama, gemma (√d embedding scale, (1 + w) norms, four norms per block), qwen2 (q/k/v biases), " +
+        "phi3 (packed qkv and gate_up projections, LongRoPE If) or neox (parallel blocks)",
+    )
     .option("--external-data", "store the weights in model.onnx_data")
     .option("--no-position-ids", "no position_ids input (positions counted inside the graph)")
     .action(action);

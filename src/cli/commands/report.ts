@@ -16,8 +16,17 @@ interface ReportFlags {
 
 async function action(outputs: string, opts: ReportFlags): Promise<void> {
   const log = opts.quiet ? undefined : (message: string) => process.stderr.write(`report: ${message}\n`);
-  const r = await writeReport(outputs, { out: opts.out, replicates: opts.bootstrap, seed: opts.seed, backend: opts.backend, verify: opts.verify, log });
-  out(`${r.path}: ${r.models.length} models (${r.models.join(", ")}), ${(r.bytes / 1e6).toFixed(2)} MB (${(r.firstViewBytes / 1e6).toFixed(2)} MB read at first view)`);
+  const r = await writeReport(outputs, {
+    out: opts.out,
+    replicates: opts.bootstrap,
+    seed: opts.seed,
+    backend: opts.backend,
+    verify: opts.verify,
+    log,
+  });
+  out(
+    `${r.path}: ${r.models.length} models (${r.models.join(", ")}), ${(r.bytes / 1e6).toFixed(2)} MB (${(r.firstViewBytes / 1e6).toFixed(2)} MB read at first view)`,
+  );
 }
 
 export function reportCommand(program: Command): void {
@@ -34,7 +43,11 @@ export function reportCommand(program: Command): void {
     .option("--out <file>", "the HTML file (default: <outputs>/report.html)")
     .option("--bootstrap <b>", "paired bootstrap replicates", intOption("--bootstrap", 1), DEFAULT_BOOTSTRAP)
     .option("--seed <s>", "paired bootstrap seed", intOption("--seed", 0), DEFAULT_SEED)
-    .option("--backend <name>", "kernels for the per-row values: auto, native, tfjs-node, wasm or typescript", DEFAULT_BACKEND)
+    .option(
+      "--backend <name>",
+      "kernels for the per-row values: auto, native, tfjs-node, wasm or typescript",
+      DEFAULT_BACKEND,
+    )
     .option("--no-verify", "do not hash the stores for the provenance section")
     .option("-q, --quiet", "no progress on stderr")
     .action(action);

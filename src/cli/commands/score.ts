@@ -5,8 +5,15 @@ import { out } from "../print.js";
 
 async function action(opts: { bank: string; generations: string; out: string; allowMissing?: boolean }): Promise<void> {
   const s = await scoreFile(opts);
-  out(`${opts.out}: ${s.rows} rows — ${Object.entries(s.labels).map(([l, n]) => `${l} ${n}`).join(", ")}; ${s.needsReview} to review`);
-  if (s.missing || s.unknown) process.stderr.write(`hsm: warning: ${s.missing} bank queries without a generation, ${s.unknown} generations for unknown queries (skipped)\n`);
+  out(
+    `${opts.out}: ${s.rows} rows — ${Object.entries(s.labels)
+      .map(([l, n]) => `${l} ${n}`)
+      .join(", ")}; ${s.needsReview} to review`,
+  );
+  if (s.missing || s.unknown)
+    process.stderr.write(
+      `hsm: warning: ${s.missing} bank queries without a generation, ${s.unknown} generations for unknown queries (skipped)\n`,
+    );
 }
 
 export function scoreCommand(program: Command): void {

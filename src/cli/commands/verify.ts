@@ -50,11 +50,18 @@ function printVerifyReport(report: VerifyReport, seconds: number, json: boolean)
   const bytes = report.files.reduce((s, f) => s + (f.bytes ?? 0), 0);
   const c = report.self_check;
   if (c) {
-    const worst = c.status === "off" ? "" : `, worst deviation ${c.worst_rel_dev === null ? "non-finite" : c.worst_rel_dev.toExponential(2)} of the row's largest value (layer ${c.worst_layer})`;
-    out(`${report.store}: self-check ${c.status === "warn" ? "WARN" : c.status}: ${c.rows} rows re-run alone at batch 1${worst}`);
+    const worst =
+      c.status === "off"
+        ? ""
+        : `, worst deviation ${c.worst_rel_dev === null ? "non-finite" : c.worst_rel_dev.toExponential(2)} of the row's largest value (layer ${c.worst_layer})`;
+    out(
+      `${report.store}: self-check ${c.status === "warn" ? "WARN" : c.status}: ${c.rows} rows re-run alone at batch 1${worst}`,
+    );
   }
   if (report.ok) {
-    out(`${report.store}: OK — ${report.files.length} files, ${report.rows} rows, complete; ${mb(bytes)} hashed in ${seconds.toFixed(2)} s`);
+    out(
+      `${report.store}: OK — ${report.files.length} files, ${report.rows} rows, complete; ${mb(bytes)} hashed in ${seconds.toFixed(2)} s`,
+    );
     return 0;
   }
   const n = report.problems.length;

@@ -44,15 +44,23 @@ export function instanceSchema(places = schemaPlaces(dirname(fileURLToPath(impor
       text = readFileSync(p, "utf8");
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") continue;
-      throw new InternalError(`the instance-level schema of this installation ${fileError(err, p).message}; reinstall hsm`, { cause: err });
+      throw new InternalError(
+        `the instance-level schema of this installation ${fileError(err, p).message}; reinstall hsm`,
+        { cause: err },
+      );
     }
     try {
       return JSON.parse(text) as Schema;
     } catch (err) {
-      throw new InternalError(`the instance-level schema of this installation, ${p}, is not valid JSON (${(err as Error).message}); reinstall hsm`, { cause: err });
+      throw new InternalError(
+        `the instance-level schema of this installation, ${p}, is not valid JSON (${(err as Error).message}); reinstall hsm`,
+        { cause: err },
+      );
     }
   }
-  throw new InternalError(`the instance-level schema file ${SCHEMA_FILE} is missing from this installation (looked in ${places.join(", ")}); reinstall hsm`);
+  throw new InternalError(
+    `the instance-level schema file ${SCHEMA_FILE} is missing from this installation (looked in ${places.join(", ")}); reinstall hsm`,
+  );
 }
 
 export interface ExportIdentity {
@@ -85,7 +93,17 @@ function instanceRecord(row: ScoredRow, bank: BankRow, id: ExportIdentity): Reco
     needs_manual_review: String(row.needs_manual_review),
     flags: row.flags.join(","),
   };
-  for (const key of ["relation", "language", "target_slot", "answer_type", "answer_granularity", "answer_in_subject_surface", "use_for_main_forward", "use_for_reverse_analysis", "use_for_recognition_analysis"]) {
+  for (const key of [
+    "relation",
+    "language",
+    "target_slot",
+    "answer_type",
+    "answer_granularity",
+    "answer_in_subject_surface",
+    "use_for_main_forward",
+    "use_for_reverse_analysis",
+    "use_for_recognition_analysis",
+  ]) {
     const v = (row as Record<string, unknown>)[key] ?? (bank as unknown as Record<string, unknown>)[key];
     if (v !== undefined && v !== null) metadata[key] = String(v);
   }
@@ -100,23 +118,46 @@ function instanceRecord(row: ScoredRow, bank: BankRow, id: ExportIdentity): Reco
     interaction_type: "single_turn",
     input: { raw: prompt, formatted: prompt, reference: bank.answers, choices: null },
     output: { raw: [row.raw_response], reasoning_trace: null },
-    answer_attribution: [{ turn_idx: 0, source: "output.raw", extracted_value: row.span, extraction_method: row.scorer, is_terminal: true }],
+    answer_attribution: [
+      {
+        turn_idx: 0,
+        source: "output.raw",
+        extracted_value: row.span,
+        extraction_method: row.scorer,
+        is_terminal: true,
+      },
+    ],
     evaluation: { score: row.label === "correct" ? 1 : 0, is_correct: row.label === "correct", num_turns: 1 },
     metadata,
   };
 }
 
 /** The aggregate record: accuracy per condition family, decoding settings, the samples file. */
-function aggregateRecord(rows: ScoredRow[], id: ExportIdentity, samples: { path: string; sha256: string; rows: number }, now = new Date()): Record<string, unknown> {
+function aggregateRecord(
+  rows: ScoredRow[],
+  id: ExportIdentity,
+  samples: { path: string; sha256: string; rows: number },
+  now = new Date(),
+): Record<string, unknown> {
   const families = [...new Set(rows.map((r) => r.condition_family))].sort();
   return {
     schema_version: AGGREGATE_SCHEMA_VERSION,
     evaluation_id: id.evaluationId,
     evaluation_timestamp: now.toISOString(),
     retrieved_timestamp: String(Math.floor(now.getTime() / 1000)),
-    source_metadata: { source_name: "hsm", source_type: "evaluation_run", source_organization_name: id.organization, evaluator_relationship: "third_party" },
+    source_metadata: {
+      source_name: "hsm",
+      source_type: "evaluation_run",
+      source_organization_name: id.organization,
+      evaluator_relationship: "third_party",
+    },
     eval_library: { name: "hsm", version: VERSION },
-    model_info: { name: id.modelId.split("/").at(-1), id: id.modelId, developer: id.developer, inference_platform: "onnxruntime" },
+    model_info: {
+      name: id.modelId.split("/").at(-1),
+      id: id.modelId,
+      developer: id.developer,
+      inference_platform: "onnxruntime",
+    },
     evaluation_results: families.map((family) => {
       const mine = rows.filter((r) => r.condition_family === family);
       const correct = mine.filter((r) => r.label === "correct").length;
@@ -124,25 +165,60 @@ function aggregateRecord(rows: ScoredRow[], id: ExportIdentity, samples: { path:
       return {
         evaluation_name: name,
         evaluation_result_id: name,
-        source_data: { dataset_name: id.benchmark, source_type: "other", additional_details: { condition_family: family } },
-        metric_config: { evaluation_description: `accuracy on ${family} questions (label "correct" / all scored rows)`, lower_is_better: false, score_type: "continuous", min_score: 0, max_score: 1 },
+        source_data: {
+          dataset_name: id.benchmark,
+          source_type: "other",
+          additional_details: { condition_family: family },
+        },
+        metric_config: {
+          evaluation_description: `accuracy on ${family} questions (label "correct" / all scored rows)`,
+          lower_is_better: false,
+          score_type: "continuous",
+          min_score: 0,
+          max_score: 1,
+        },
         score_details: {
           score: mine.length ? correct / mine.length : 0,
           details: Object.fromEntries(LABELS.map((l) => [l, String(mine.filter((r) => r.label === l).length)])),
           uncertainty: { num_samples: mine.length },
         },
         generation_config: {
-          generation_args: { temperature: 0, top_p: null, top_k: null, max_tokens: MAX_NEW_TOKENS, reasoning: false, prompt_template: PROMPT_TEMPLATES },
-          additional_details: { num_beams: "1", do_sample: "false", max_prompt_len: String(MAX_PROMPT_LEN), truncation_side: "left", padding_side: "left", chat_template: "none" },
+          generation_args: {
+            temperature: 0,
+            top_p: null,
+            top_k: null,
+            max_tokens: MAX_NEW_TOKENS,
+            reasoning: false,
+            prompt_template: PROMPT_TEMPLATES,
+          },
+          additional_details: {
+            num_beams: "1",
+            do_sample: "false",
+            max_prompt_len: String(MAX_PROMPT_LEN),
+            truncation_side: "left",
+            padding_side: "left",
+            chat_template: "none",
+          },
         },
       };
     }),
-    detailed_evaluation_results: { format: "jsonl", file_path: samples.path, hash_algorithm: "sha256", checksum: samples.sha256, total_rows: samples.rows },
+    detailed_evaluation_results: {
+      format: "jsonl",
+      file_path: samples.path,
+      hash_algorithm: "sha256",
+      checksum: samples.sha256,
+      total_rows: samples.rows,
+    },
   };
 }
 
 /** Writes the aggregate record and its samples; returns their paths. */
-export async function writeEee(outDir: string, rows: ScoredRow[], bank: Map<string, BankRow>, id: ExportIdentity): Promise<{ aggregate: string; samples: string; records: Record<string, unknown>[] }> {
+export async function writeEee(
+  outDir: string,
+  rows: ScoredRow[],
+  bank: Map<string, BankRow>,
+  id: ExportIdentity,
+): Promise<{ aggregate: string; samples: string; records: Record<string, unknown>[] }> {
   const safe = (s: string) => s.replace(/[^A-Za-z0-9._-]+/g, "_");
   const dir = join(outDir, "data", safe(id.benchmark), safe(id.developer), safe(id.modelId.split("/").at(-1)!));
   const stem = safe(id.evaluationId);
@@ -150,7 +226,11 @@ export async function writeEee(outDir: string, rows: ScoredRow[], bank: Map<stri
   const samplesText = records.map((r) => JSON.stringify(r)).join("\n") + "\n";
   const samplesPath = join(dir, `${stem}_samples.jsonl`);
   await writeExportFile(samplesPath, samplesText);
-  const aggregate = aggregateRecord(rows, id, { path: `${stem}_samples.jsonl`, sha256: sha256(samplesText), rows: records.length });
+  const aggregate = aggregateRecord(rows, id, {
+    path: `${stem}_samples.jsonl`,
+    sha256: sha256(samplesText),
+    rows: records.length,
+  });
   const aggregatePath = join(dir, `${stem}.json`);
   await writeExportFile(aggregatePath, JSON.stringify(aggregate, null, 2) + "\n");
   return { aggregate: aggregatePath, samples: samplesPath, records };

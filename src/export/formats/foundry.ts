@@ -9,7 +9,10 @@ function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<st
   const truth = bank.answers[0] ?? "";
   const extra = { query_id: row.query_id, condition_family: row.condition_family, label: row.label };
   if (messages) {
-    const turns = [{ role: "user", content: prompt }, { role: "assistant", content: row.raw_response }];
+    const turns = [
+      { role: "user", content: prompt },
+      { role: "assistant", content: row.raw_response },
+    ];
     return { messages: turns, ground_truth: truth, ...extra };
   }
   return { query: prompt, response: row.raw_response, ground_truth: truth, ...extra };

@@ -7,7 +7,13 @@ import { Rng } from "../../util/random.js";
 import type { SortedArrays } from "../types.js";
 
 /** Draws `b` multisets of `n` items with replacement; calls `replicate` with each draw's counts. */
-function draws(n: number, b: number, seed: number, stream: number, replicate: (counts: Int32Array, r: number) => void): void {
+function draws(
+  n: number,
+  b: number,
+  seed: number,
+  stream: number,
+  replicate: (counts: Int32Array, r: number) => void,
+): void {
   const rng = new Rng(seed, stream);
   const counts = new Int32Array(n);
   for (let r = 0; r < b; r++) {
@@ -18,7 +24,13 @@ function draws(n: number, b: number, seed: number, stream: number, replicate: (c
 }
 
 /** Replicates of the mean over facts of `values` (one per fact). */
-export function bootstrapMeanTs(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): void {
+export function bootstrapMeanTs(
+  seed: number,
+  stream: number,
+  values: Float64Array,
+  b: number,
+  out: Float64Array,
+): void {
   const n = values.length;
   draws(n, b, seed, stream, (counts, r) => {
     let s = 0;

@@ -30,7 +30,14 @@ export function prepareHeadTs(w: Float32Array, d: number, vocab: number, head: P
   }
 }
 
-export function headArgmaxTs(h: Float32Array, batch: number, d: number, head: PreparedHead, vocab: number, out: Int32Array): number {
+export function headArgmaxTs(
+  h: Float32Array,
+  batch: number,
+  d: number,
+  head: PreparedHead,
+  vocab: number,
+  out: Int32Array,
+): number {
   const f32 = head.f32;
   for (let b = 0; b < batch; b++) {
     let best = 0;

@@ -6,7 +6,14 @@
 import type { LogisticPass, RowProducts } from "../types.js";
 
 /** out (n × k) = H · V, column j of V at v[j·d …]. */
-export function rowsTimesTs(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array): void {
+export function rowsTimesTs(
+  h: Float32Array,
+  n: number,
+  d: number,
+  v: Float64Array,
+  k: number,
+  out: Float64Array,
+): void {
   for (let i = 0; i < n; i++) {
     for (let j = 0; j < k; j++) {
       let s = 0;
@@ -17,7 +24,14 @@ export function rowsTimesTs(h: Float32Array, n: number, d: number, v: Float64Arr
 }
 
 /** out (k columns of d) = Hᵀ · G for G (n × k, row-major). */
-export function rowsTransposeTimesTs(h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array): void {
+export function rowsTransposeTimesTs(
+  h: Float32Array,
+  n: number,
+  d: number,
+  g: Float64Array,
+  k: number,
+  out: Float64Array,
+): void {
   out.fill(0, 0, k * d);
   for (let i = 0; i < n; i++) {
     for (let j = 0; j < k; j++) {
@@ -35,7 +49,17 @@ export function syncProducts(
   d: number,
   times: (h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array) => void,
   transposeTimes: (h: Float32Array, n: number, d: number, g: Float64Array, k: number, out: Float64Array) => void,
-  logistic?: (h: Float32Array, n: number, d: number, v: Float64Array, offset: Float64Array, y: Uint8Array, train: Uint8Array, k: number, out: LogisticPass) => void,
+  logistic?: (
+    h: Float32Array,
+    n: number,
+    d: number,
+    v: Float64Array,
+    offset: Float64Array,
+    y: Uint8Array,
+    train: Uint8Array,
+    k: number,
+    out: LogisticPass,
+  ) => void,
 ): RowProducts {
   return {
     n,

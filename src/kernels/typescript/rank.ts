@@ -4,7 +4,16 @@
  * anchors score strictly higher. Plain loops over the selected rows in place
  * (no copy of them); slow, the reference the other backends are tested against.
  */
-export function rankTs(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownScore: Float32Array, above: Int32Array): void {
+export function rankTs(
+  x: Float32Array,
+  rows: Int32Array,
+  a: Float32Array,
+  nAnchors: number,
+  d: number,
+  own: Int32Array,
+  ownScore: Float32Array,
+  above: Int32Array,
+): void {
   const acc = new Float32Array(1);
   for (let r = 0; r < rows.length; r++) {
     above[r] = 0;

@@ -38,7 +38,16 @@ export function centreRowsTs(h: Float32Array, n: number, d: number, valid: Uint8
   return excluded;
 }
 
-export function anchorCosinesTs(x: Float32Array, rows: Int32Array, a: Float32Array, nAnchors: number, d: number, own: Int32Array, ownCos: Float64Array, otherCos: Float64Array): void {
+export function anchorCosinesTs(
+  x: Float32Array,
+  rows: Int32Array,
+  a: Float32Array,
+  nAnchors: number,
+  d: number,
+  own: Int32Array,
+  ownCos: Float64Array,
+  otherCos: Float64Array,
+): void {
   const sum = new Float64Array(d);
   for (let g = 0; g < nAnchors; g++) for (let j = 0; j < d; j++) sum[j]! += a[g * d + j]!;
   for (let k = 0; k < rows.length; k++) {
@@ -55,7 +64,12 @@ export function anchorCosinesTs(x: Float32Array, rows: Int32Array, a: Float32Arr
   }
 }
 
-export function standardizeRowsTs(h: Float32Array, rows: Int32Array, d: number, into?: Float32Array): { rows: Float32Array; mean: Float64Array; scale: Float64Array } {
+export function standardizeRowsTs(
+  h: Float32Array,
+  rows: Int32Array,
+  d: number,
+  into?: Float32Array,
+): { rows: Float32Array; mean: Float64Array; scale: Float64Array } {
   const n = rows.length;
   const mean = new Float64Array(d);
   const scale = new Float64Array(d);
@@ -69,7 +83,11 @@ export function standardizeRowsTs(h: Float32Array, rows: Int32Array, d: number, 
   return { rows: out, mean, scale };
 }
 
-export function foldMomentsTs(h: Float32Array, d: number, folds: Int32Array[]): { sum: Float64Array; sumSquares: Float64Array } {
+export function foldMomentsTs(
+  h: Float32Array,
+  d: number,
+  folds: Int32Array[],
+): { sum: Float64Array; sumSquares: Float64Array } {
   const sum = new Float64Array(folds.length * d);
   const sumSquares = new Float64Array(folds.length * d);
   folds.forEach((rows, k) => {

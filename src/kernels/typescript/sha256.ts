@@ -45,7 +45,8 @@ export function sha256StatsTs(width: 0 | 2 | 4): Sha256Stream {
         buffer = chunk.slice(statsFrom, statsFrom + count * width).buffer;
         at = 0;
       }
-      const s = width === 2 ? f16Stats(new Uint16Array(buffer, at, count)) : f32Stats(new Float32Array(buffer, at, count));
+      const s =
+        width === 2 ? f16Stats(new Uint16Array(buffer, at, count)) : f32Stats(new Float32Array(buffer, at, count));
       nonfinite += s.nonfinite;
       if (s.maxAbs > maxAbs) maxAbs = s.maxAbs;
     },

@@ -32,7 +32,10 @@ export const genaiStyle: GraphStyle = {
   notFound: "there is no GroupQueryAttention with SkipLayerNorm residuals (onnxruntime-genai)",
   recognize: (graph) => {
     const nodes = graph.node ?? [];
-    return nodes.some((n) => n.opType === "GroupQueryAttention") && nodes.some((n) => SKIP_OPS.has(n.opType ?? "") && /\/SkipLayerNorm$/.test(n.name ?? ""));
+    return (
+      nodes.some((n) => n.opType === "GroupQueryAttention") &&
+      nodes.some((n) => SKIP_OPS.has(n.opType ?? "") && /\/SkipLayerNorm$/.test(n.name ?? ""))
+    );
   },
   locate(graph, numLayers) {
     const byName = new Map<string, NodeProto>((graph.node ?? []).map((n) => [n.name ?? "", n]));
@@ -57,7 +60,11 @@ export const genaiStyle: GraphStyle = {
           `. Name it with --hidden-tensors final=TENSOR`,
       );
     }
-    tensors.push({ layer: numLayers - 1, tensor: last.output[0], how: `output 0 of ${last.name} (after the final norm)` });
+    tensors.push({
+      layer: numLayers - 1,
+      tensor: last.output[0],
+      how: `output 0 of ${last.name} (after the final norm)`,
+    });
     return { tensors, lastLayerFinalNorm: true };
   },
 };

@@ -23,7 +23,8 @@ export const graphOutputsStyle: GraphStyle = {
     tensors: Array.from({ length: numLayers }, (_, l) => ({
       layer: l,
       tensor: outputName(l),
-      how: l === numLayers - 1 ? "graph output hidden_states.L (after the final norm)" : `graph output ${outputName(l)}`,
+      how:
+        l === numLayers - 1 ? "graph output hidden_states.L (after the final norm)" : `graph output ${outputName(l)}`,
     })),
     lastLayerFinalNorm: true,
   }),

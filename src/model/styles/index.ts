@@ -35,4 +35,11 @@ import type { GraphStyle } from "./style.js";
 import { structuralStyle } from "./structural.js";
 import { torchNamesStyle } from "./torch-names.js";
 
-export const STYLES: readonly GraphStyle[] = [optimumMergedStyle, explicitStyle, graphOutputsStyle, structuralStyle, genaiStyle, torchNamesStyle];
+export const STYLES: readonly GraphStyle[] = [
+  optimumMergedStyle,
+  explicitStyle,
+  graphOutputsStyle,
+  structuralStyle,
+  genaiStyle,
+  torchNamesStyle,
+];

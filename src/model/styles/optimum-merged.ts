@@ -21,7 +21,9 @@ import type { GraphStyle } from "./style.js";
 const BRANCH_INPUT = "use_cache_branch";
 
 function mergedIf(graph: GraphProto): NodeProto | undefined {
-  return (graph.node ?? []).find((n) => n.opType === "If" && (n.name === "optimum::if" || n.input?.[0] === BRANCH_INPUT));
+  return (graph.node ?? []).find(
+    (n) => n.opType === "If" && (n.name === "optimum::if" || n.input?.[0] === BRANCH_INPUT),
+  );
 }
 
 /** Replaces the merged decoder's If by its else branch, in place. */
@@ -35,11 +37,18 @@ function inlineElseBranch(graph: GraphProto): void {
     if (outer && o.name !== outer) rename.set(o.name!, outer);
   });
   const to = (t: string) => rename.get(t) ?? t;
-  const inlined = (branch.node ?? []).map((n) => ({ ...n, input: (n.input ?? []).map(to), output: (n.output ?? []).map(to) }));
+  const inlined = (branch.node ?? []).map((n) => ({
+    ...n,
+    input: (n.input ?? []).map(to),
+    output: (n.output ?? []).map(to),
+  }));
   const nodes = graph.node ?? [];
   const at = nodes.indexOf(node);
   graph.node = [...nodes.slice(0, at), ...inlined, ...nodes.slice(at + 1)];
-  graph.initializer = [...(graph.initializer ?? []), ...(branch.initializer ?? []).map((t) => ({ ...t, name: to(t.name!) }))];
+  graph.initializer = [
+    ...(graph.initializer ?? []),
+    ...(branch.initializer ?? []).map((t) => ({ ...t, name: to(t.name!) })),
+  ];
   graph.valueInfo = [...(graph.valueInfo ?? []), ...(branch.valueInfo ?? [])];
 }
 

@@ -74,7 +74,8 @@ function namingSeen(graph: GraphProto): string {
   const namer = NAMERS.find((s) => s.recognize(graph, { numLayers: 0 }));
   if (namer) return namer.name;
   const nodes = graph.node ?? [];
-  if (nodes.length > 0 && nodes.filter((n) => /^node_/.test(n.name ?? "")).length > nodes.length / 2) return "dynamo-names";
+  if (nodes.length > 0 && nodes.filter((n) => /^node_/.test(n.name ?? "")).length > nodes.length / 2)
+    return "dynamo-names";
   return "anonymous";
 }
 
@@ -92,8 +93,12 @@ function findEmbedding(graph: GraphProto, consumers: Map<string, NodeProto[]>): 
   const ids = (graph.input ?? []).find((v) => v.name === "input_ids")?.name;
   if (!ids) return undefined;
   const readers = [...(consumers.get(ids) ?? [])];
-  for (const c of consumers.get(ids) ?? []) if (c.opType === "Cast") readers.push(...(consumers.get(c.output![0]!) ?? []));
-  const gathers = readers.filter((n) => /^Gather/.test(n.opType ?? "") && n.input?.[1] !== undefined && n.input[1] !== n.input[0] && n.input[0] !== ids);
+  for (const c of consumers.get(ids) ?? [])
+    if (c.opType === "Cast") readers.push(...(consumers.get(c.output![0]!) ?? []));
+  const gathers = readers.filter(
+    (n) =>
+      /^Gather/.test(n.opType ?? "") && n.input?.[1] !== undefined && n.input[1] !== n.input[0] && n.input[0] !== ids,
+  );
   const weights = new Set((graph.initializer ?? []).filter((t) => (t.dims?.length ?? 0) === 2).map((t) => t.name!));
   return gathers.find((n) => weights.has(n.input![0]!)) ?? (gathers.length === 1 ? gathers[0] : undefined);
 }
@@ -155,7 +160,8 @@ function pathNodes(
 /** The path's dominators in topological order: the nodes no earlier edge jumps over, which the whole stream passes. */
 function dominatorsOf(s: StreamGraph): NodeProto[] {
   const { consumers, onPath, pos } = s;
-  const reachOf = (outs: string[]) => Math.max(-1, ...outs.flatMap((o) => (consumers.get(o) ?? []).filter((c) => onPath.has(c)).map((c) => pos.get(c)!)));
+  const reachOf = (outs: string[]) =>
+    Math.max(-1, ...outs.flatMap((o) => (consumers.get(o) ?? []).filter((c) => onPath.has(c)).map((c) => pos.get(c)!)));
   let reach = reachOf([s.source]);
   const dominators: NodeProto[] = [];
   for (const n of s.ordered) {
@@ -191,7 +197,12 @@ function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto
     const skip = isSkipNorm(d);
     // The two summands: an Add's inputs, or a Skip norm's inputs 0 and 1 (its weights follow them).
     const ins = skip ? (d.input ?? []).slice(0, 2).filter(Boolean) : (d.input ?? []).filter(Boolean);
-    if ((skip || (d.opType === "Add" && !d.domain)) && ins.length === 2 && ins.includes(stream) && ins.every(fromStream)) {
+    if (
+      (skip || (d.opType === "Add" && !d.domain)) &&
+      ins.length === 2 &&
+      ins.includes(stream) &&
+      ins.every(fromStream)
+    ) {
       if (closed) {
         throw new StructureError(
           `${opName(closed)} gives only its normalized output 0, not the residual sum (output 3), yet the stream goes on after it to ${opName(d)}`,
@@ -203,11 +214,24 @@ function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto
       const top = producer.get(branch);
       const attention = segment.some(isAttention);
       const sums = top?.opType === "Add" && (top.input ?? []).every((i) => i && i !== stream && fromStream(i));
-      const kind: SegmentKind = attention ? (sums ? "parallel" : "attention") : segment.some(isProduct) ? "mlp" : "other";
+      const kind: SegmentKind = attention
+        ? sums
+          ? "parallel"
+          : "attention"
+        : segment.some(isProduct)
+          ? "mlp"
+          : "other";
       if (tail.length > 0) {
-        const odd = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !(residuals.length === 0 && EMBEDDING_OPS.has(t.opType ?? ""))));
+        const odd = tail.find(
+          (t) =>
+            t.domain ||
+            (!PASS_THROUGH.has(t.opType ?? "") && !(residuals.length === 0 && EMBEDDING_OPS.has(t.opType ?? ""))),
+        );
         if (odd) {
-          throw new StructureError(`an operator it does not know, ${opName(odd)}, sits on the residual stream after ${residualWord(residuals.at(-1)?.node ?? d)} ${residuals.length}`, streamTensors(residuals, source));
+          throw new StructureError(
+            `an operator it does not know, ${opName(odd)}, sits on the residual stream after ${residualWord(residuals.at(-1)?.node ?? d)} ${residuals.length}`,
+            streamTensors(residuals, source),
+          );
         }
       }
       const sum = skip ? d.output?.[3] || undefined : d.output![0]!;
@@ -222,7 +246,10 @@ function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto
     } else {
       // A fused op of some domain that is no norm: where the stream goes on after it cannot be told.
       if (residuals.length > 0 && d.domain && !NORM_OUTPUT.has(d.opType ?? "")) {
-        throw new StructureError(`an operator it does not know, ${opName(d)}, sits on the residual stream after ${residualWord(residuals.at(-1)!.node)} ${residuals.length}`, streamTensors(residuals, source));
+        throw new StructureError(
+          `an operator it does not know, ${opName(d)}, sits on the residual stream after ${residualWord(residuals.at(-1)!.node)} ${residuals.length}`,
+          streamTensors(residuals, source),
+        );
       }
       // The stream flows through every dominator; what may sit there is checked at the next residual Add.
       tail.push(d);
@@ -241,14 +268,18 @@ function finalNormOf(residuals: ResidualStream["residuals"], tail: NodeProto[], 
   const norm =
     [...tail].reverse().find((t) => NORM_OUTPUT.has(t.opType ?? "")) ??
     (isSkipNorm(last) && tail.every((t) => !t.domain && PASS_THROUGH.has(t.opType ?? "")) ? last : undefined);
-  if (!norm) throw new StructureError(`no final norm between the last ${residualWord(last)} (${last.name}) and the LM head`, candidates);
+  if (!norm)
+    throw new StructureError(
+      `no final norm between the last ${residualWord(last)} (${last.name}) and the LM head`,
+      candidates,
+    );
   return norm;
 }
 
 /** Groups the residuals into blocks (attention then MLP, or one parallel segment); returns each block's last residual. */
 function groupBlocks(residuals: ResidualStream["residuals"], candidates: string[]): number[] {
   const blockEnds: number[] = [];
-  for (let i = 0; i < residuals.length; ) {
+  for (let i = 0; i < residuals.length;) {
     const kind = residuals[i]!.kind;
     if (kind === "parallel") {
       blockEnds.push(i);
@@ -257,7 +288,12 @@ function groupBlocks(residuals: ResidualStream["residuals"], candidates: string[
       blockEnds.push(i + 1);
       i += 2;
     } else {
-      const what = kind === "attention" ? "attention with no MLP after it" : kind === "mlp" ? "an MLP with no attention before it" : "neither attention nor an MLP";
+      const what =
+        kind === "attention"
+          ? "attention with no MLP after it"
+          : kind === "mlp"
+            ? "an MLP with no attention before it"
+            : "neither attention nor an MLP";
       throw new StructureError(
         `block ${blockEnds.length} is incomplete: ${residualWord(residuals[i]!.node)} ${i + 1} of ${residuals.length} (${residuals[i]!.node.name || residuals[i]!.node.output![0]}) adds ${what}; a block may be missing`,
         candidates,
@@ -289,13 +325,18 @@ function followStream(graph: GraphProto): ResidualStream {
   const { residuals, tail, head } = walkResiduals(s, dominatorsOf(s), embed);
   const candidates = streamTensors(residuals, source);
   if (residuals.length === 0) {
-    const fused = tail.find((t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !EMBEDDING_OPS.has(t.opType ?? "")));
+    const fused = tail.find(
+      (t) => t.domain || (!PASS_THROUGH.has(t.opType ?? "") && !EMBEDDING_OPS.has(t.opType ?? "")),
+    );
     throw new StructureError(
-      fused ? `no residual Add follows the embedding; the stream runs through ${opName(fused)}, a fused op it does not know` : "no residual Add follows the embedding",
+      fused
+        ? `no residual Add follows the embedding; the stream runs through ${opName(fused)}, a fused op it does not know`
+        : "no residual Add follows the embedding",
       tail.flatMap((t) => t.output ?? []).filter(Boolean),
     );
   }
-  if (!head) throw new StructureError("no LM head (a matrix product to the logits) follows the last residual Add", candidates);
+  if (!head)
+    throw new StructureError("no LM head (a matrix product to the logits) follows the last residual Add", candidates);
   const norm = finalNormOf(residuals, tail, candidates);
   const blockEnds = groupBlocks(residuals, candidates);
   return { embedding: source, residuals, blockEnds, finalNorm: { tensor: norm.output![0]!, node: norm } };
@@ -326,13 +367,24 @@ export function locateByStructure(graph: GraphProto, numLayers: number): Located
   const candidates = streamTensors(s.residuals, s.embedding);
   const word = residualWord(s.residuals[0]!.node);
   if (s.blockEnds.length !== numLayers) {
-    const perBlock = s.residuals[s.blockEnds[0]!]!.kind === "parallel" ? "one per parallel block" : "two per pre-norm block";
-    throw failure(graph, `the residual stream holds ${s.blockEnds.length} blocks (${s.residuals.length} ${word}s, ${perBlock}) but config.json's num_hidden_layers is ${numLayers}`, candidates);
+    const perBlock =
+      s.residuals[s.blockEnds[0]!]!.kind === "parallel" ? "one per parallel block" : "two per pre-norm block";
+    throw failure(
+      graph,
+      `the residual stream holds ${s.blockEnds.length} blocks (${s.residuals.length} ${word}s, ${perBlock}) but config.json's num_hidden_layers is ${numLayers}`,
+      candidates,
+    );
   }
   const tensors: HiddenTensor[] = s.blockEnds.slice(0, -1).map((end, l) => {
     const { node, sum } = s.residuals[end]!;
-    const what = isSkipNorm(node) ? `residual sum ${end + 1} of ${s.residuals.length} (output 3, input_skip_bias_sum, of ${node.opType})` : `residual Add ${end + 1} of ${s.residuals.length}`;
-    return { layer: l, tensor: sum!, how: `structure: ${what}, the end of block ${l}${node.name ? ` (${node.name})` : ""}` };
+    const what = isSkipNorm(node)
+      ? `residual sum ${end + 1} of ${s.residuals.length} (output 3, input_skip_bias_sum, of ${node.opType})`
+      : `residual Add ${end + 1} of ${s.residuals.length}`;
+    return {
+      layer: l,
+      tensor: sum!,
+      how: `structure: ${what}, the end of block ${l}${node.name ? ` (${node.name})` : ""}`,
+    };
   });
   const norm = s.finalNorm;
   const fused = isSkipNorm(norm.node) && norm.node === s.residuals.at(-1)!.node;
@@ -351,19 +403,34 @@ export function locateByStructure(graph: GraphProto, numLayers: number): Located
  * present, what they say beside what the structure found. Undefined when the
  * graph has no such names.
  */
-function crossCheckNames(graph: GraphProto, numLayers: number, found: HiddenTensor[]): { agree: boolean; note: string } | undefined {
+function crossCheckNames(
+  graph: GraphProto,
+  numLayers: number,
+  found: HiddenTensor[],
+): { agree: boolean; note: string } | undefined {
   const namer = NAMERS.find((s) => s.recognize(graph, { numLayers }));
   if (!namer) return undefined;
   let byName: HiddenTensor[];
   try {
     byName = namer.locate(graph, numLayers, { numLayers }).tensors;
   } catch (err) {
-    return { agree: false, note: `structure and names disagree: names find no answer (${(err as Error).message.split(". ")[0]}); the structure's tensors are used` };
+    return {
+      agree: false,
+      note: `structure and names disagree: names find no answer (${(err as Error).message.split(". ")[0]}); the structure's tensors are used`,
+    };
   }
   const differ = found.filter((t) => byName.find((b) => b.layer === t.layer)?.tensor !== t.tensor);
   if (differ.length === 0) return { agree: true, note: `names (${namer.name}) agree on all ${numLayers} blocks` };
-  const shown = differ.slice(0, 3).map((t) => `layer ${t.layer}: structure ${t.tensor}, names ${byName.find((b) => b.layer === t.layer)?.tensor ?? "none"}`);
-  return { agree: false, note: `structure and names disagree on ${differ.length} layer(s) (${shown.join("; ")}${differ.length > 3 ? "; …" : ""}); the structure's tensors are used` };
+  const shown = differ
+    .slice(0, 3)
+    .map(
+      (t) =>
+        `layer ${t.layer}: structure ${t.tensor}, names ${byName.find((b) => b.layer === t.layer)?.tensor ?? "none"}`,
+    );
+  return {
+    agree: false,
+    note: `structure and names disagree on ${differ.length} layer(s) (${shown.join("; ")}${differ.length > 3 ? "; …" : ""}); the structure's tensors are used`,
+  };
 }
 
 export const structuralStyle: GraphStyle = {

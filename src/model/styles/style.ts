@@ -88,7 +88,13 @@ export function standardInputs(graph: GraphProto): InputPlan {
     const dims = valueShape(v) ?? [];
     if (direct.has(name)) feeds.push({ name, kind: name as FeedKind, dims });
     // CUDA builds take float16 KV-cache inputs.
-    else if (isPastInput(name)) feeds.push({ name, kind: "past", dims, ...(v.type?.tensorType?.elemType === DataType.FLOAT16 ? { float16: true } : {}) });
+    else if (isPastInput(name))
+      feeds.push({
+        name,
+        kind: "past",
+        dims,
+        ...(v.type?.tensorType?.elemType === DataType.FLOAT16 ? { float16: true } : {}),
+      });
     else unknown.push(name);
   }
   return { feeds, unknown, paddingSide: paddingSideOf(graph) };
@@ -97,7 +103,11 @@ export function standardInputs(graph: GraphProto): InputPlan {
 /** A short list of tensors a user could name: Add and norm outputs, last ones first. */
 export function candidates(graph: GraphProto, nodes: NodeProto[] = graph.node ?? []): string {
   const names = nodes
-    .filter((n) => ["Add", "Mul", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "LayerNormalization"].includes(n.opType ?? ""))
+    .filter((n) =>
+      ["Add", "Mul", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "LayerNormalization"].includes(
+        n.opType ?? "",
+      ),
+    )
     .flatMap((n) => n.output ?? [])
     .filter(Boolean)
     .slice(-12);

@@ -36,7 +36,9 @@ export const torchNamesStyle: GraphStyle = {
   locate(graph, numLayers) {
     const { byBlock, normNodes } = scopes(graph);
     if (byBlock.size !== numLayers || !byBlock.has(numLayers - 1)) {
-      throw new DetectionError(`the graph has ${byBlock.size} decoder blocks by name but config.json says ${numLayers}`);
+      throw new DetectionError(
+        `the graph has ${byBlock.size} decoder blocks by name but config.json says ${numLayers}`,
+      );
     }
     const { consumers } = graphIndex(graph);
     const tensors: HiddenTensor[] = [];
@@ -44,7 +46,9 @@ export const torchNamesStyle: GraphStyle = {
       const nodes = byBlock.get(l)!;
       const next = new Set(byBlock.get(l + 1) ?? []);
       // The residual output: an Add of this block read by the next block.
-      const found = nodes.filter((n) => n.opType === "Add" && (n.output ?? []).some((o) => (consumers.get(o) ?? []).some((c) => next.has(c))));
+      const found = nodes.filter(
+        (n) => n.opType === "Add" && (n.output ?? []).some((o) => (consumers.get(o) ?? []).some((c) => next.has(c))),
+      );
       if (found.length === 0) {
         throw new DetectionError(
           `cannot find the residual output of block ${l}: no Add in /…layers.${l}/ feeds block ${l + 1}. ` +
@@ -57,7 +61,9 @@ export const torchNamesStyle: GraphStyle = {
     // The final norm's output is the norm-scope tensor read outside the norm.
     const normSet = new Set(normNodes);
     const graphOutputs = new Set((graph.output ?? []).map((g) => g.name!));
-    const normOut = normNodes.flatMap((n) => (n.output ?? []).filter((o) => (consumers.get(o) ?? []).some((c) => !normSet.has(c)) || graphOutputs.has(o)));
+    const normOut = normNodes.flatMap((n) =>
+      (n.output ?? []).filter((o) => (consumers.get(o) ?? []).some((c) => !normSet.has(c)) || graphOutputs.has(o)),
+    );
     if (normOut.length !== 1) {
       throw new DetectionError(
         `cannot find the final norm after block ${numLayers - 1} (${normOut.length === 0 ? "no /model/norm/ output" : `several: ${normOut.join(", ")}`}). ` +

@@ -30,32 +30,86 @@ function diff(d: DifferenceView | null, flip: boolean): string {
 
 /** The comparison tables for the two models selected; a pair is stored once, as i < j. */
 function fillCompare(): void {
-  const a = Number($<HTMLSelectElement>("#model-a").value), b = Number($<HTMLSelectElement>("#model-b").value);
-  const fam = $("#cmp-families tbody"), dep = $("#cmp-depth tbody");
+  const a = Number($<HTMLSelectElement>("#model-a").value),
+    b = Number($<HTMLSelectElement>("#model-b").value);
+  const fam = $("#cmp-families tbody"),
+    dep = $("#cmp-depth tbody");
   if (a === b) {
     fam.innerHTML = dep.innerHTML = "";
     $("#cmp-note").textContent = "Choose two different models.";
     return;
   }
-  const flip = a > b, c = D.pairs[Math.min(a, b) + ":" + Math.max(a, b)]!;
+  const flip = a > b,
+    c = D.pairs[Math.min(a, b) + ":" + Math.max(a, b)]!;
   $("#cmp-note").textContent =
-    D.models[a] + " (A) vs " + D.models[b] + " (B); differences A − B; " +
-    c.replicates + " bootstrap replicates over facts, seed " + c.seed + ".";
-  fam.innerHTML = c.families.map((f) => {
-    const [x, y] = flip ? [f.b, f.a] : [f.a, f.b];
-    const [onlyA, onlyB] = flip ? [f.paired.onlyB, f.paired.onlyA] : [f.paired.onlyA, f.paired.onlyB];
-    const d = f.paired.difference === null ? null : flip ? -f.paired.difference : f.paired.difference;
-    return "<tr><td>" + esc(f.family) + "</td><td>" + num(x.accuracy) + " [" + num(x.low) + ", " + num(x.high) +
-      "]</td><td>" + num(y.accuracy) + " [" + num(y.low) + ", " + num(y.high) + "]</td><td>" + sgn(d) +
-      "</td><td>" + onlyA + "</td><td>" + onlyB + "</td><td>" + pv(f.paired.p) + "</td><td>" + pv(f.pAdjusted) +
-      "</td></tr>";
-  }).join("");
-  dep.innerHTML = c.depth.map((d) => {
-    const [la, lb, da, db] = flip ? [d.layerB, d.layerA, d.depthB, d.depthA] : [d.layerA, d.layerB, d.depthA, d.depthB];
-    return "<tr><td>" + esc(d.family) + "</td><td>" + la + " (" + da.toFixed(3) + ")</td><td>" + lb + " (" +
-      db.toFixed(3) + ")</td><td>" + diff(d.iss, flip) + "</td><td>" + diff(d.kts, flip) + "</td><td>" +
-      d.iss.nFacts + "</td></tr>";
-  }).join("");
+    D.models[a] +
+    " (A) vs " +
+    D.models[b] +
+    " (B); differences A − B; " +
+    c.replicates +
+    " bootstrap replicates over facts, seed " +
+    c.seed +
+    ".";
+  fam.innerHTML = c.families
+    .map((f) => {
+      const [x, y] = flip ? [f.b, f.a] : [f.a, f.b];
+      const [onlyA, onlyB] = flip ? [f.paired.onlyB, f.paired.onlyA] : [f.paired.onlyA, f.paired.onlyB];
+      const d = f.paired.difference === null ? null : flip ? -f.paired.difference : f.paired.difference;
+      return (
+        "<tr><td>" +
+        esc(f.family) +
+        "</td><td>" +
+        num(x.accuracy) +
+        " [" +
+        num(x.low) +
+        ", " +
+        num(x.high) +
+        "]</td><td>" +
+        num(y.accuracy) +
+        " [" +
+        num(y.low) +
+        ", " +
+        num(y.high) +
+        "]</td><td>" +
+        sgn(d) +
+        "</td><td>" +
+        onlyA +
+        "</td><td>" +
+        onlyB +
+        "</td><td>" +
+        pv(f.paired.p) +
+        "</td><td>" +
+        pv(f.pAdjusted) +
+        "</td></tr>"
+      );
+    })
+    .join("");
+  dep.innerHTML = c.depth
+    .map((d) => {
+      const [la, lb, da, db] = flip
+        ? [d.layerB, d.layerA, d.depthB, d.depthA]
+        : [d.layerA, d.layerB, d.depthA, d.depthB];
+      return (
+        "<tr><td>" +
+        esc(d.family) +
+        "</td><td>" +
+        la +
+        " (" +
+        da.toFixed(3) +
+        ")</td><td>" +
+        lb +
+        " (" +
+        db.toFixed(3) +
+        ")</td><td>" +
+        diff(d.iss, flip) +
+        "</td><td>" +
+        diff(d.kts, flip) +
+        "</td><td>" +
+        d.iss.nFacts +
+        "</td></tr>"
+      );
+    })
+    .join("");
 }
 
 /** Chunk i, inflated once and kept for its other facts. */
@@ -78,16 +132,38 @@ async function openFact(f: number): Promise<void> {
   const parts = ["<h3>" + esc(D.facts[f]) + "</h3>"];
   for (let r = start; r < start + c.sizes[k]!; r++) {
     const rows = D.models.map((name, m) => {
-      const x = c.models[m]!, label = x.label[r]! < 0 ? "—" : D.labels[x.label[r]!]!;
-      return "<tr class=\"model-answer\"><td>" + esc(name) + "</td><td class=\"answer\">" + esc(x.answer[r] ?? "—") +
-        "</td><td class=\"label\" style=\"color:" + (D.labelColors[label] || "#222") + "\">" + esc(label) +
-        "</td><td>" + esc(x.alias[r] ?? "—") + "</td><td>" + (x.rank[r] ?? "—") + "</td></tr>";
+      const x = c.models[m]!,
+        label = x.label[r]! < 0 ? "—" : D.labels[x.label[r]!]!;
+      return (
+        '<tr class="model-answer"><td>' +
+        esc(name) +
+        '</td><td class="answer">' +
+        esc(x.answer[r] ?? "—") +
+        '</td><td class="label" style="color:' +
+        (D.labelColors[label] || "#222") +
+        '">' +
+        esc(label) +
+        "</td><td>" +
+        esc(x.alias[r] ?? "—") +
+        "</td><td>" +
+        (x.rank[r] ?? "—") +
+        "</td></tr>"
+      );
     });
     parts.push(
-      "<div class=\"q\"><pre><b>" + esc(D.families[c.family[r]!]) + "</b> · " + esc(c.q[r]) + "\n" +
-        esc(c.prompt[r]) + "</pre><table><thead><tr><th>model</th><th>answer</th><th>label</th>" +
-        "<th>matched alias</th><th>ISS rank (layer " + [...new Set(D.deepest)].join(", ") + ")</th></tr></thead>" +
-        "<tbody>" + rows.join("") + "</tbody></table></div>",
+      '<div class="q"><pre><b>' +
+        esc(D.families[c.family[r]!]) +
+        "</b> · " +
+        esc(c.q[r]) +
+        "\n" +
+        esc(c.prompt[r]) +
+        "</pre><table><thead><tr><th>model</th><th>answer</th><th>label</th>" +
+        "<th>matched alias</th><th>ISS rank (layer " +
+        [...new Set(D.deepest)].join(", ") +
+        ")</th></tr></thead>" +
+        "<tbody>" +
+        rows.join("") +
+        "</tbody></table></div>",
     );
   }
   $("#fact").innerHTML = parts.join("");
@@ -104,7 +180,7 @@ function listFacts(): void {
   }
   const question = (f: number) => D.anchors[f]!.split("\n").find((l) => l.startsWith("Question:")) || D.anchors[f];
   const item = (f: number) =>
-    "<li><button data-fact=\"" + f + "\">" + esc(D.facts[f]) + " — " + esc(question(f)) + "</button></li>";
+    '<li><button data-fact="' + f + '">' + esc(D.facts[f]) + " — " + esc(question(f)) + "</button></li>";
   $("#fact-list").innerHTML = hits.map(item).join("");
 }
 

@@ -14,11 +14,12 @@ import { exportCommand } from "../../src/cli/commands/export.js";
 import { EXIT, InternalError, ScoredError, UsageError } from "../../src/errors.js";
 import { exportScored } from "../../src/export/export.js";
 import { instanceSchema, sampleHash } from "../../src/export/formats/eee.js";
-import { writeExportFile, type ExportFormat } from "../../src/export/formats/format.js";
+import type { ExportFormat } from "../../src/export/formats/format.js";
 import { EXPORT_FORMATS, registerExportFormat } from "../../src/export/formats/registry.js";
 import { validate } from "../../src/export/validate.js";
 import { writeFixture } from "../../src/synthetic/store.js";
 import { tempDir } from "../helpers/tmp.js";
+import { importWalk } from "../helpers/walks.js";
 
 const dir = tempDir("hsm-export-");
 const fx = { bank: join(dir, "fx", "bank.jsonl"), scored: join(dir, "fx", "scored.jsonl") };
@@ -281,18 +282,8 @@ describe("export errors and settings", () => {
   });
 });
 
-/** A toy third format: a tab-separated line per scored row (query id, family, label); docs/contributing.md's walk. */
-const TSV: ExportFormat = {
-  name: "tsv",
-  title: "Tab-separated labels",
-  description: "one line per scored row: query_id, condition_family and label, tab-separated.",
-  out: "TSV file",
-  async write({ rows, settings }) {
-    const lines = rows.map((r) => [r.query_id, r.condition_family, r.label].join("\t"));
-    await writeExportFile(settings.out, lines.join("\n") + "\n");
-    return [settings.out];
-  },
-};
+/** A toy third format, as docs/contributing.md's walk writes it: a tab-separated line per scored row. */
+const { TSV } = await importWalk<{ TSV: ExportFormat }>("src/export/formats/tsv.ts");
 
 describe("a third export format in its own registry", () => {
   const registry = registerExportFormat(EXPORT_FORMATS, TSV);

@@ -8,7 +8,7 @@
  * The largest float16 layer read ahead while the layer before is computed: the
  * benchmark's (39,260 × 1024, 80 MB) is; a full-size one (d 4608, 362 MB) is not.
  */
-export const READ_AHEAD_BYTES = 128 * 2 ** 20;
+const READ_AHEAD_BYTES = 128 * 2 ** 20;
 
 /**
  * Rows per read. A large layer, read one block at a time, holds one block of

@@ -6,18 +6,17 @@
  * walk extends. A walk that stops working fails its test; a test cannot drift
  * from the text, since the text is what it runs.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
-import { afterAll } from "vitest";
+import { tempDir } from "./tmp.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const GUIDE = join(ROOT, "docs", "contributing.md");
 
 /** The ```ts blocks of docs/contributing.md that start with `// <path>`, by that path. */
-export function walkFiles(): Map<string, string> {
+function walkFiles(): Map<string, string> {
   const text = readFileSync(GUIDE, "utf8");
   const files = new Map<string, string>();
   for (const m of text.matchAll(/^```ts\n\/\/ (\S+\.ts)\n([\s\S]*?)^```$/gm)) files.set(m[1]!, m[2]!);
@@ -25,7 +24,7 @@ export function walkFiles(): Map<string, string> {
 }
 
 /** The block of docs/contributing.md that is the new file `path`, its relative imports made absolute. */
-export function walkSource(path: string): string {
+function walkSource(path: string): string {
   const code = walkFiles().get(path);
   if (code === undefined) throw new Error(`docs/contributing.md has no \`\`\`ts block starting with "// ${path}"`);
   const at = dirname(join(ROOT, path));
@@ -40,9 +39,7 @@ export function walkSource(path: string): string {
 
 /** Imports the walk's file `path` as written in docs/contributing.md. */
 export async function importWalk<T>(path: string): Promise<T> {
-  const dir = mkdtempSync(join(tmpdir(), "hsm-walk-"));
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
-  const file = join(dir, path.replace(/[\\/]/g, "_"));
+  const file = join(tempDir("hsm-walk-"), path.replace(/[\\/]/g, "_"));
   writeFileSync(file, walkSource(path));
   return (await import(pathToFileURL(file).href)) as T;
 }

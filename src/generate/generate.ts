@@ -37,7 +37,7 @@ import { readWhole, syncDir } from "../util/fs.js";
 import { availableMemory, collectGarbage } from "../util/memory.js";
 import { planBatches } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
-import { addKvCache, attentionShape } from "../onnx/add-cache.js";
+import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
 import {
   affordableWorkers,
@@ -51,7 +51,7 @@ import { answerFields, readEosIds } from "./rules.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
 import { isPastInput, isPresentOutput } from "../onnx/kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";
-import { openModelDir } from "../model/model-dir.js";
+import { openModelDir, type ModelDir } from "../model/model-dir.js";
 import {
   DataType,
   decodeModel,
@@ -300,12 +300,69 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const maxNew = o.maxNewTokens ?? MAX_NEW_TOKENS;
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   checkCounts(batchSize, maxNew, o.selfCheck);
+  const job = await prepareJob(o, batchSize, maxNew);
+  const { device, workers, sessionOptions } = decodingWorkers(o, job.md.onnxPath, job.model, job.batches.length, log);
+  // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
+  const kernels = device === "cpu" ? headKernels() : undefined;
+  const opened = await openDecoders({ job, device, workers, sessionOptions, kernels });
+  const { decoders } = opened;
+  logDecoders(opened.head, decoders.parallel, sessionOptions.threads, log);
+  let useCache = opened.cached;
+  try {
+    if (opened.added) {
+      useCache = await addedCacheAgrees(decoders, job.tokens);
+      log(
+        useCache
+          ? "the model has no KV cache: decoding with one added to the graph"
+          : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step",
+        "info",
+      );
+    }
+    return await generateRows(o, {
+      rows: job.rows,
+      prompts: job.prompts,
+      tokens: job.tokens,
+      batches: job.batches,
+      eos: job.eos,
+      modelName: o.model ?? defaultModelName(o.modelDir),
+      decoders,
+      useCache,
+      log,
+      batchSize,
+      t0,
+      detokenize: (ids) => job.tokenizer.decode(ids),
+    });
+  } finally {
+    await decoders.close().catch(() => {});
+  }
+}
+
+/** What generation knows before it opens a session: the rows and their tokens, the graph and how to feed it. */
+interface GenerationJob {
+  md: ModelDir;
+  rows: BankRow[];
+  prompts: string[];
+  tokens: number[][];
+  tokenizer: PromptTokenizer;
+  eos: Set<number>;
+  model: ModelProto;
+  /** The bytes `model` was decoded from; the only reference to them, so that dropping it frees them. */
+  source: { bytes?: Buffer };
+  /** The graph's inputs by name, as exported. */
+  inputs: Map<string, ValueInfoProto>;
+  batches: number[][];
+  setup: DecodeSetup;
+  /** Attention shape for an added cache; undefined where a cache cannot be added. */
+  shape: AttentionShape | undefined;
+  opset: number;
+  canAdd: boolean;
+}
+
+/** Reads the bank and the model folder, tokenizes, and plans the feeds and batches. */
+async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number): Promise<GenerationJob> {
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir, o.modelFile);
-  // `source` is the only reference to the file's bytes, so that dropping it below frees them.
-  let source: Buffer | undefined;
-  let tokenizer: PromptTokenizer;
-  ({ tokenizer, source } = await tokenizerAndModel(md));
+  const { tokenizer, source } = await tokenizerAndModel(md);
   const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
@@ -319,7 +376,6 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
   // Activations quantized per tensor make a row's tokens depend on its batch: such graphs decode one row at a time.
   const batchDependent = graphFormat(model.graph!).batchDependent;
-  const batches = planAll(tokens, batchDependent ? 1 : batchSize);
   const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
   const setup: DecodeSetup = {
     padId: tokenizer.padId,
@@ -332,81 +388,95 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   };
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
-  const opset = num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0);
-  const canAdd = !batchDependent && !right && !branch && shape !== undefined;
-  const { device, workers, sessionOptions } = decodingWorkers(o, md.onnxPath, model, batches.length, log);
-  // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
-  const kernels = device === "cpu" ? headKernels() : undefined;
-  let added = false;
-  const openDecoders = async (m: ModelProto, addCache: boolean) => {
-    added = addCache && addKvCache(m.graph!, opset, md.config.numLayers, shape!);
-    const { cached, headSetup } = await rewriteWithHead(
-      m,
-      right ? "attention_mask" : undefined,
-      kernels,
-      md.onnxPath,
-      sessionOptions.threads ?? availableParallelism(),
-    );
-    const stage = await stageModel(md.onnxPath);
-    // Weights stay where they are, read by offset from the original file (see extraction).
-    // `source` holds the bytes `m` was decoded from: every call below decodes it first.
-    if (stage) rewriteWeightsInPlace(m, source!, stage.sourceName);
-    const past = pastInputs((added ? m.graph!.input! : [...inputs.values()]).filter((v) => isPastInput(v.name!)));
-    const s = { ...setup, past, head: headSetup };
-    const bytes = encodeModel(m);
-    // The file's bytes (which the decoded graph's small initializers still view) are not needed again
-    // unless the session fails to load; onnxruntime is about to map the weights.
-    m.graph = null;
-    source = undefined;
-    if (stage) collectGarbage();
-    const script = workerScript();
-    const decoders = await withStagedModel(bytes, stage, device, async (file) =>
-      typeof file === "string" && script && workers > 1
-        ? workerDecoders(script, workers, { model: file, options: sessionOptions, setup: s })
-        : sessionDecoders(await loadSession(file, sessionOptions), s),
-    );
-    return { decoders, cached: cached && past.length > 0, head: headSetup };
+  return {
+    md,
+    rows,
+    prompts,
+    tokens,
+    tokenizer,
+    eos,
+    model,
+    source: { bytes: source },
+    inputs,
+    batches: planAll(tokens, batchDependent ? 1 : batchSize),
+    setup,
+    shape,
+    opset: num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0),
+    canAdd: !batchDependent && !right && !branch && shape !== undefined,
   };
-  let opened: Awaited<ReturnType<typeof openDecoders>>;
+}
+
+/** Where and how the decoders run. */
+interface DecoderPlace {
+  job: GenerationJob;
+  device: ReturnType<typeof decodingWorkers>["device"];
+  workers: number;
+  sessionOptions: ReturnType<typeof decodingWorkers>["sessionOptions"];
+  kernels: HeadKernels | undefined;
+}
+
+interface OpenedDecoders {
+  decoders: Decoders;
+  /** The graph decodes with a KV cache (its own or an added one). */
+  cached: boolean;
+  /** A KV cache was added to the graph (and is to be probed before use). */
+  added: boolean;
+  head: HeadSetup | undefined;
+}
+
+/**
+ * Opens the decoders on the graph, with a KV cache added where one can be;
+ * an added cache onnxruntime refuses (its tensors typed unlike the graph's
+ * keys) leaves the graph as exported.
+ */
+async function openDecoders(place: DecoderPlace): Promise<OpenedDecoders> {
+  const { job } = place;
+  const tried = { added: false };
   try {
-    opened = await openDecoders(model, canAdd);
+    return await openGraph(place, job.model, job.canAdd, tried);
   } catch (err) {
-    // An added cache onnxruntime refuses (its tensors typed unlike the graph's keys) leaves the graph as exported.
-    if (!added || !(err instanceof ModelLoadError)) throw err;
-    source = await readWhole(md.onnxPath);
-    opened = await openDecoders(decodeModel(source), false);
+    if (!tried.added || !(err instanceof ModelLoadError)) throw err;
+    job.source.bytes = await readWhole(job.md.onnxPath);
+    return await openGraph(place, decodeModel(job.source.bytes), false, tried);
   }
-  const { decoders } = opened;
-  logDecoders(opened.head, decoders.parallel, sessionOptions.threads, log);
-  const modelName = o.model ?? defaultModelName(o.modelDir);
-  let useCache = opened.cached;
-  try {
-    if (added) {
-      useCache = await addedCacheAgrees(decoders, tokens);
-      log(
-        useCache
-          ? "the model has no KV cache: decoding with one added to the graph"
-          : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step",
-        "info",
-      );
-    }
-    return await generateRows(o, {
-      rows,
-      prompts,
-      tokens,
-      batches,
-      eos,
-      modelName,
-      decoders,
-      useCache,
-      log,
-      batchSize,
-      t0,
-      detokenize: (ids) => tokenizer.decode(ids),
-    });
-  } finally {
-    await decoders.close().catch(() => {});
-  }
+}
+
+/** Rewrites `m` for generation (an added cache, the LM head) and loads it in sessions or workers. */
+async function openGraph(
+  place: DecoderPlace,
+  m: ModelProto,
+  addCache: boolean,
+  tried: { added: boolean },
+): Promise<OpenedDecoders> {
+  const { job, device, workers, sessionOptions } = place;
+  const { md } = job;
+  const added = (tried.added = addCache && addKvCache(m.graph!, job.opset, md.config.numLayers, job.shape!));
+  const { cached, headSetup } = await rewriteWithHead(
+    m,
+    job.setup.right ? "attention_mask" : undefined,
+    place.kernels,
+    md.onnxPath,
+    sessionOptions.threads ?? availableParallelism(),
+  );
+  const stage = await stageModel(md.onnxPath);
+  // Weights stay where they are, read by offset from the original file (see extraction).
+  // `job.source` holds the bytes `m` was decoded from: every call below decodes it first.
+  if (stage) rewriteWeightsInPlace(m, job.source.bytes!, stage.sourceName);
+  const past = pastInputs((added ? m.graph!.input! : [...job.inputs.values()]).filter((v) => isPastInput(v.name!)));
+  const setup = { ...job.setup, past, head: headSetup };
+  const bytes = encodeModel(m);
+  // The file's bytes (which the decoded graph's small initializers still view) are not needed again
+  // unless the session fails to load; onnxruntime is about to map the weights.
+  m.graph = null;
+  job.source.bytes = undefined;
+  if (stage) collectGarbage();
+  const script = workerScript();
+  const decoders = await withStagedModel(bytes, stage, device, async (file) =>
+    typeof file === "string" && script && workers > 1
+      ? workerDecoders(script, workers, { model: file, options: sessionOptions, setup })
+      : sessionDecoders(await loadSession(file, sessionOptions), setup),
+  );
+  return { decoders, cached: cached && past.length > 0, added, head: headSetup };
 }
 
 type Log = NonNullable<GenerateOptions["log"]>;

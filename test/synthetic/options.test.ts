@@ -26,7 +26,7 @@ describe("validateTinyModelOptions", () => {
 
   it("names the flag to change", () => {
     const bad: [object, string][] = [
-      [{ tokenizer: "gpt2" }, 'Expected --tokenizer llama3.1 or qwen3 but received "gpt2"'],
+      [{ tokenizer: "gpt2" }, 'Expected --tokenizer llama3.1, llama3.1-1k, qwen3 but received "gpt2"'],
       [{ hidden: 6, heads: 4 }, "Expected --hidden to be an even multiple of --heads per head, but 6 / 4 is not"],
       // 12 / 4 = 3 per head: rotary embeddings need an even head width.
       [{ hidden: 12, heads: 4 }, "Expected --hidden to be an even multiple of --heads per head, but 12 / 4 is not"],

@@ -29,7 +29,11 @@ export function makeModelCommand(program: Command): void {
     .option("--heads <n>", "attention heads", intOption("--heads", 1), DEFAULT_TINY_MODEL.heads)
     .option("--kv-heads <n>", "key/value heads (divides --heads)", intOption("--kv-heads", 1))
     .option("--intermediate <n>", "MLP width (default 2 × hidden)", intOption("--intermediate", 1))
-    .option("--tokenizer <name>", "llama3.1 (adds a BOS) or qwen3 (does not)", DEFAULT_TINY_MODEL.tokenizer)
+    .option(
+      "--tokenizer <name>",
+      "llama3.1 (adds a BOS), llama3.1-1k (llama3.1 cut to 1,024 BPE ranks: a 1,280-token vocabulary) or qwen3 (no BOS)",
+      DEFAULT_TINY_MODEL.tokenizer,
+    )
     .option("--seed <n>", "weight seed", intOption("--seed", 0), DEFAULT_TINY_MODEL.seed)
     .option("--with-past", "add past_key_values.* inputs and present.* outputs")
     .option(

@@ -115,8 +115,64 @@ export function referenceLogits(
 }
 
 /**
- * Greedy decoding by full recomputation, one unpadded prompt at a time: the
- * ids generated, the EOS that stopped it included.
+ * The reference fed one token at a time: each block keeps every earlier
+ * position's rotated keys and values, so that a new token costs one
+ * position's work. Each call returns the new position's post-norm state,
+ * the same numbers, bit for bit, as {@link referenceHidden}'s last entry for
+ * the whole sequence so far: a position only ever reads positions before it,
+ * and every operation here is the one referenceHidden does for it.
+ */
+export function referenceStepper(c: LlamaConfig, w: LlamaWeights): (id: number) => Float64Array {
+  const d = c.hidden_size;
+  const H = c.num_attention_heads;
+  const KV = c.num_key_value_heads;
+  const hd = c.head_dim;
+  const keys: Float64Array[][][] = w.layers.map(() => []);
+  const values: Float64Array[][][] = w.layers.map(() => []);
+  return (id) => {
+    const t = keys[0]!.length;
+    let x = Float64Array.from(w.embed.subarray(id * d, (id + 1) * d));
+    for (const [l, lw] of w.layers.entries()) {
+      const h = rmsNorm(x, lw.inputNorm, c.rms_norm_eps);
+      const split = (a: Float64Array, n: number, rotate: boolean) =>
+        Array.from({ length: n }, (_, j) =>
+          rotate ? rope(a.subarray(j * hd, (j + 1) * hd), t, hd, c.rope_theta) : a.subarray(j * hd, (j + 1) * hd),
+        );
+      const q = split(linear(lw.q, h, H * hd), H, true);
+      keys[l]!.push(split(linear(lw.k, h, KV * hd), KV, true));
+      values[l]!.push(split(linear(lw.v, h, KV * hd), KV, false));
+      const k = keys[l]!;
+      const v = values[l]!;
+      const ctx = new Float64Array(H * hd);
+      for (let head = 0; head < H; head++) {
+        const kvh = Math.floor(head / (H / KV));
+        const scores = Array.from({ length: t + 1 }, (_, s) => {
+          let dot = 0;
+          for (let i = 0; i < hd; i++) dot += q[head]![i]! * k[s]![kvh]![i]!;
+          return dot / Math.sqrt(hd);
+        });
+        const m = Math.max(...scores);
+        const e = scores.map((s) => Math.exp(s - m));
+        const z = e.reduce((a, b) => a + b, 0);
+        for (let s = 0; s <= t; s++) for (let i = 0; i < hd; i++) ctx[head * hd + i]! += (e[s]! / z) * v[s]![kvh]![i]!;
+      }
+      const o = linear(lw.o, ctx, d);
+      const x1 = x.map((xi, i) => xi + o[i]!);
+      const h2 = rmsNorm(x1, lw.postNorm, c.rms_norm_eps);
+      const gate = linear(lw.gate, h2, c.intermediate_size);
+      const up = linear(lw.up, h2, c.intermediate_size);
+      const act = gate.map((gi, i) => (gi / (1 + Math.exp(-gi))) * up[i]!);
+      const down = linear(lw.down, act, d);
+      x = x1.map((xi, i) => xi + down[i]!);
+    }
+    return rmsNorm(x, w.norm, c.rms_norm_eps);
+  };
+}
+
+/**
+ * Greedy decoding, one unpadded prompt at a time, over {@link referenceStepper}
+ * (the logits of full recomputation, each position computed once): the ids
+ * generated, the EOS that stopped it included.
  */
 export function referenceGreedy(
   c: LlamaConfig,
@@ -125,13 +181,19 @@ export function referenceGreedy(
   eos: ReadonlySet<number>,
   maxNew: number,
 ): number[] {
+  const step = referenceStepper(c, w);
+  let h: Float64Array = new Float64Array(0);
+  for (const id of prompt) h = step(id);
   const out: number[] = [];
   while (out.length < maxNew) {
-    const logits = referenceLogits(c, w, [...prompt, ...out]);
+    const logits = linear(w.lmHead, h, c.vocab_size);
+    const last = out.at(-1) ?? prompt.at(-1);
+    for (const [from, to] of w.forcedNext ?? []) if (last === from) logits[to]! += FORCED_LOGIT;
     let best = 0;
     for (let v = 1; v < logits.length; v++) if (logits[v]! > logits[best]!) best = v;
     out.push(best);
     if (eos.has(best)) break;
+    if (out.length < maxNew) h = step(best);
   }
   return out;
 }

@@ -16,7 +16,7 @@ import {
   writeTinyModel,
   type TinyModelOptions,
 } from "../../src/synthetic/llama.js";
-import { referenceLogits } from "../helpers/llama-reference.js";
+import { referenceGreedy, referenceHidden, referenceLogits, referenceStepper } from "../helpers/llama-reference.js";
 import { tempDir } from "../helpers/tmp.js";
 import { LOGITS_F32 } from "../tolerances.js";
 
@@ -71,5 +71,46 @@ describe("writeTinyModel", () => {
       eos_token_id: 128001,
       max_position_embeddings: 2048,
     });
+  });
+});
+
+describe("the float64 reference fed one token at a time", () => {
+  const o: TinyModelOptions = {
+    layers: 2,
+    hidden: 32,
+    heads: 4,
+    kvHeads: 2,
+    seed: 6,
+    tokenizer: "llama3.1-1k",
+    forcedNext: [[300, 1025]],
+  };
+  const config = tinyConfig(o);
+  const weights = tinyWeights(o);
+
+  it("gives every prefix's state bit for bit as recomputing the whole prefix does", () => {
+    const ids = [1024, 791, 68, 315, 982, 374, 25, 300];
+    const step = referenceStepper(config, weights);
+    ids.forEach((id, t) => {
+      const got = step(id);
+      const want = referenceHidden(config, weights, ids.slice(0, t + 1)).at(-1)!;
+      expect(Buffer.from(got.buffer)).toEqual(Buffer.from(want.buffer));
+    });
+  });
+
+  it("decodes greedily to the tokens of full recomputation, forced transitions and the EOS stop included", () => {
+    for (const prompt of [
+      [1024, 791, 68, 315],
+      [1024, 12, 300],
+    ]) {
+      const want: number[] = [];
+      while (want.length < 12) {
+        const logits = referenceLogits(config, weights, [...prompt, ...want]);
+        want.push(logits.indexOf(Math.max(...logits)));
+        if (want.at(-1) === 1025) break;
+      }
+      expect(referenceGreedy(config, weights, prompt, new Set([1025]), 12)).toEqual(want);
+    }
+    // The second prompt ends on the forced token: its first new token is the EOS, and decoding stops there.
+    expect(referenceGreedy(config, weights, [1024, 12, 300], new Set([1025]), 12)).toEqual([1025]);
   });
 });

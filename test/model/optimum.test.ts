@@ -39,7 +39,7 @@ const QUERIES = [
   "Who wrote Don Quixote?",
   "¿Cuál es la capital de Perú?",
 ];
-const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 31 };
+const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 31, tokenizer: "llama3.1-1k" };
 const MODELS = {
   /** with-past, weights in model.onnx_data, no position_ids input. */
   external: { ...BASE, withPast: true, externalData: true, positionIds: false },
@@ -58,8 +58,8 @@ const MODELS = {
   phi3Merged: { ...BASE, seed: 42, family: "phi3" },
   qwen2Dynamo: { ...BASE, seed: 43, family: "qwen2", withPast: true },
   phi3Dynamo: { ...BASE, seed: 44, family: "phi3" },
-  /** phi3 with a 64-position context: prompts over 32 tokens take LongRoPE's long-factor branch. */
-  phi3Short: { ...BASE, seed: 40, family: "phi3", maxPositions: 64 },
+  /** phi3 with a 128-position context: prompts over 64 tokens take LongRoPE's long-factor branch. */
+  phi3Short: { ...BASE, seed: 40, family: "phi3", maxPositions: 128 },
 } satisfies Record<string, TinyModelOptions>;
 type Name = keyof typeof MODELS;
 const modelDir = (name: Name) => join(dir, name);
@@ -120,7 +120,7 @@ describe("the optimum writers", () => {
 
   it("merged: logits of the reference on both branches, the cache step continuing the first", async () => {
     const o = MODELS.merged;
-    const ids = [128000, 791, 6864, 315, 9822];
+    const ids = [1024, 791, 68, 315, 982];
     const session = await ort.InferenceSession.create(join(modelDir("merged"), "model.onnx"));
     const ints = (v: number[], dims: number[]) => new ort.Tensor("int64", BigInt64Array.from(v, BigInt), dims);
     const empty = Object.fromEntries(
@@ -150,7 +150,7 @@ describe("the optimum writers", () => {
       ...past,
       [USE_CACHE_BRANCH]: new ort.Tensor("bool", Uint8Array.of(1), [1]),
     });
-    const V = 128256;
+    const V = tinyConfig(o).vocab_size;
     const weights = tinyWeights(o);
     for (const [out, prefix, at] of [
       [first, ids.slice(0, 4), 3],
@@ -300,7 +300,7 @@ describe("hsm extract on other families' graph shapes", () => {
     });
   }
 
-  /** Prompts on both sides of the 64-position phi3's original_max_position_embeddings (32), all within its tables. */
+  /** Prompts on both sides of the 128-position phi3's original_max_position_embeddings (64), all within its tables. */
   async function longRopeBank(): Promise<string> {
     const tok = await PromptTokenizer.load(modelDir("phi3Short"));
     const queries = [
@@ -318,7 +318,7 @@ describe("hsm extract on other families' graph shapes", () => {
       answers: ["x"],
     }));
     const lengths = rows.map((r) => tok.encode(buildPrompt(r)).length);
-    expect(lengths.some((n) => n <= 32) && lengths.some((n) => n > 32) && lengths.every((n) => n <= 64)).toBe(true);
+    expect(lengths.some((n) => n <= 64) && lengths.some((n) => n > 64) && lengths.every((n) => n <= 128)).toBe(true);
     const path = join(dir, "phi3-short-bank.jsonl");
     writeFileSync(path, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
     return path;
@@ -326,7 +326,7 @@ describe("hsm extract on other families' graph shapes", () => {
 
   it("phi3: LongRoPE's If takes the short factors up to original_max_position_embeddings and the long ones past it (the reference at batch 1)", async () => {
     const o = MODELS.phi3Short;
-    expect(tinyConfig(o)).toMatchObject({ max_position_embeddings: 64, original_max_position_embeddings: 32 });
+    expect(tinyConfig(o)).toMatchObject({ max_position_embeddings: 128, original_max_position_embeddings: 64 });
     const shortBank = await longRopeBank();
     const out = join(dir, "phi3Short-b1");
     await extract({

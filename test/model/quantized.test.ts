@@ -27,7 +27,15 @@ import { tempDir } from "../helpers/tmp.js";
 import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, INT8_CODE_FLIPS } from "../tolerances.js";
 
 const dir = tempDir("hsm-quantized-");
-const OPTS: TinyModelOptions = { layers: 3, hidden: 64, heads: 4, kvHeads: 2, withPast: true, seed: 11 };
+const OPTS: TinyModelOptions = {
+  layers: 3,
+  hidden: 64,
+  heads: 4,
+  kvHeads: 2,
+  withPast: true,
+  seed: 11,
+  tokenizer: "llama3.1-1k",
+};
 const bank = join(dir, "bank.jsonl");
 const QUERIES = [
   "What is the capital of France?",
@@ -212,7 +220,7 @@ describe("a folder with several graphs under onnx/", () => {
 describe("a transformers.js graph with its weights in <file>_data chunks", () => {
   it("stores exactly what the same graph with inline weights stores", async () => {
     const chunked = join(dir, "q4-chunked");
-    await writeTinyModel(chunked, OPTS, quantizedFiles("q4", true, 4 << 20));
+    await writeTinyModel(chunked, OPTS, quantizedFiles("q4", true, 16 << 10));
     const files = readdirSync(join(chunked, "onnx")).sort();
     expect(files.slice(0, 3)).toEqual(["model_q4.onnx", "model_q4.onnx_data", "model_q4.onnx_data_1"]);
     expect(files.slice(3).every((f) => /^model_q4\.onnx_data_\d+$/.test(f))).toBe(true);

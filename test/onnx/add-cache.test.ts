@@ -37,7 +37,7 @@ const QUERIES = [
   "Name a river.",
   "¿Dónde está Quito?",
 ];
-const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 41 };
+const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 41, tokenizer: "llama3.1-1k" };
 const MODELS = {
   plain: BASE,
   /** Positions counted inside the graph from the mask's length. */

@@ -18,7 +18,7 @@ import { tempDir } from "../helpers/tmp.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
 const dir = tempDir("hsm-export-styles-");
-const SMALL = { layers: 2, hidden: 32, heads: 4 };
+const SMALL = { layers: 2, hidden: 32, heads: 4, tokenizer: "llama3.1-1k" } as const;
 
 describe("make-model styles", () => {
   const expected: Record<(typeof MODEL_STYLES)[number], { style: string; inputs: string; names: string | undefined }> =

@@ -1,7 +1,8 @@
 /**
  * Generation on generated models: every row's text, token count and finish
- * reason equal an independent float64 greedy decode over full recomputation
- * (test/helpers/llama-reference.ts, with its own byte-level decoder), at batch
+ * reason equal an independent float64 greedy decode (test/helpers/llama-reference.ts:
+ * each position computed once, bit for bit as full recomputation computes it,
+ * with its own byte-level decoder) on the 1k-vocabulary tokenizer, at batch
  * sizes 1 and 8 — on plain models, with and without the KV cache, and on
  * models made to emit an EOS first, an EOS as the 24th token, reserved special
  * tokens and UTF-8 split across tokens. A run killed with kill -9 resumes into
@@ -28,14 +29,15 @@ const dir = tempDir("hsm-generate-");
 const bank = join(dir, "bank.jsonl");
 const bigBank = join(dir, "big-bank.jsonl");
 
-// Llama 3.1 ids.
+// Ids of llama3.1-1k, Llama 3.1's tokenizer cut to 1,024 ranks, its special tokens renumbered from 1024.
+const TOKENIZER = "llama3.1-1k";
 const COLON = 25; // every prompt ends with "Answer:"
-const END_OF_TEXT = 128001;
-const EOT = 128009;
-const RESERVED = [128010, 128011, 128012]; // <|reserved_special_token_5|> …
+const END_OF_TEXT = 1025;
+const EOT = 1033;
+const RESERVED = [1034, 1035, 1036]; // <|reserved_special_token_5|> …
 const BYTE_C3 = 127;
 const BYTE_A9 = 102;
-const PARIS = 12366;
+const PARIS = [393, 277, 285]; // " P", "ar", "is"
 const SPACE_DOT = 662;
 
 const QUERIES = [
@@ -75,12 +77,12 @@ const bankRows = (path: string) =>
     .map((l) => JSON.parse(l));
 
 /** A 23-token chain after the prompt, then <|eot_id|>: a split "é" around a special token, special tokens, plain words. */
-const WORDS = [578, 6864, 315, 9822, 374, 264, 3363, 389, 279, 1369, 483, 11, 902, 28555, 1555, 433, 2288]; // " The capital of … it too"
-const CHAIN = [BYTE_C3, RESERVED[0]!, BYTE_A9, PARIS, RESERVED[1]!, SPACE_DOT, ...WORDS];
-const CHAIN_TEXT = "é Paris . The capital of France is a city on the Seine, which flows through it too";
+const WORDS = [578, 328, 68, 483, 374, 264, 436, 344, 261, 11, 902, 282, 75, 363, 82]; // " The Seine is a river, which flows"
+const CHAIN = [BYTE_C3, RESERVED[0]!, BYTE_A9, ...PARIS, RESERVED[1]!, SPACE_DOT, ...WORDS];
+const CHAIN_TEXT = "é Paris . The Seine is a river, which flows";
 const MODELS = {
-  withPast: { layers: 3, hidden: 32, heads: 4, kvHeads: 2, withPast: true, seed: 21 },
-  noPast: { layers: 2, hidden: 32, heads: 2, kvHeads: 1, seed: 22 },
+  withPast: { layers: 3, hidden: 32, heads: 4, kvHeads: 2, withPast: true, seed: 21, tokenizer: TOKENIZER },
+  noPast: { layers: 2, hidden: 32, heads: 2, kvHeads: 1, seed: 22, tokenizer: TOKENIZER },
   // Every answer is an EOS at once (an int eos_token_id).
   eosFirst: {
     layers: 2,
@@ -89,6 +91,7 @@ const MODELS = {
     kvHeads: 2,
     withPast: true,
     seed: 23,
+    tokenizer: TOKENIZER,
     forcedNext: [[COLON, END_OF_TEXT]],
   },
   // Every answer is CHAIN and then the second id of an eos_token_id list, as the 24th token.
@@ -98,6 +101,7 @@ const MODELS = {
     heads: 4,
     kvHeads: 2,
     seed: 24,
+    tokenizer: TOKENIZER,
     eosTokenId: [END_OF_TEXT, EOT],
     forcedNext: [COLON, ...CHAIN].map((from, k, all) => [from, all[k + 1] ?? EOT] as const),
   },
@@ -270,7 +274,7 @@ describe("hsm generate on worker threads", () => {
     }
     // The LM head in onnxruntime's graph (no native core) picks the same tokens as the native one.
     const head = cli("mixed", join(dir, "mixed-workers-2.jsonl"), "--workers", "2");
-    expect(head.stderr).toMatch(/the LM head \(\d+ × 128256\) runs in the native core/);
+    expect(head.stderr).toMatch(/the LM head \(\d+ × 1280\) runs in the native core/);
     const graph = join(dir, "mixed-graph-head.jsonl");
     const r = spawnSync(
       process.execPath,
@@ -300,8 +304,8 @@ describe("hsm generate on worker threads", () => {
 });
 
 describe("hsm generate when a query cannot run", () => {
-  // Rotary tables of 64 positions: the long prompt (192 tokens) fails inside onnxruntime, the others fit.
-  const short: TinyModelOptions = { ...MODELS.withPast, maxPositions: 64 };
+  // Rotary tables of 128 positions: the long prompt (192 tokens) fails inside onnxruntime, the others fit.
+  const short: TinyModelOptions = { ...MODELS.withPast, maxPositions: 128 };
 
   it("writes every other answer, records the error on that query's row, and tries it again on the next run", async () => {
     const m = join(dir, "short-context");

@@ -5,7 +5,7 @@
  */
 import { spawn, spawnSync } from "node:child_process";
 import { copyFileSync, cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 import * as ort from "onnxruntime-node";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -30,7 +30,15 @@ import { tempDir } from "../helpers/tmp.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
 const dir = tempDir("hsm-extract-");
-const LLAMA: TinyModelOptions = { layers: 5, hidden: 64, heads: 4, kvHeads: 2, withPast: true, seed: 7 };
+const LLAMA: TinyModelOptions = {
+  layers: 5,
+  hidden: 64,
+  heads: 4,
+  kvHeads: 2,
+  withPast: true,
+  seed: 7,
+  tokenizer: "llama3.1-1k",
+};
 const QWEN: TinyModelOptions = { layers: 3, hidden: 32, heads: 4, kvHeads: 1, tokenizer: "qwen3", seed: 8 };
 const llamaDir = join(dir, "llama");
 const qwenDir = join(dir, "qwen");
@@ -138,7 +146,8 @@ async function expectMatchesReference(store: string, opts: TinyModelOptions, mod
 
 describe("tokenization", () => {
   it("adds the Llama 3.1 BOS and truncates from the left, keeping it", async () => {
-    const tok = await PromptTokenizer.load(llamaDir);
+    // The whole Llama 3.1 tokenizer, as its package ships it (the models here use the cut one).
+    const tok = await PromptTokenizer.load(dirname(tokenizerFiles("llama3.1").tokenizer));
     expect(tok.prefix).toEqual([128000]);
     const short = "Question: What is the capital of France?\nAnswer with only the shortest correct answer.\nAnswer:";
     expect(tok.encode(short)).toEqual(tok.tokenizer.encode(short, { add_special_tokens: true }).ids);
@@ -166,8 +175,8 @@ describe("hsm inspect-model", () => {
     expect(inspection).toMatchObject({
       numLayers: 5,
       dModel: 64,
-      vocabSize: 128256,
-      tokenizerSize: 128256,
+      vocabSize: 1280,
+      tokenizerSize: 1280,
       storedLayers: [2, 3, 4],
     });
     expect(inspection.plan.strategy).toBe("structural");
@@ -392,7 +401,7 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     copyFileSync(qwen.tokenizer, join(m, "tokenizer.json"));
     copyFileSync(qwen.config, join(m, "tokenizer_config.json"));
     expect(run(m, bank, "wrong-tokenizer")).toMatch(
-      /tokenizer\.json: the tokenizer has 151669 tokens but the model's vocabulary has 128256 rows; they do not belong together$/,
+      /tokenizer\.json: the tokenizer has 151669 tokens but the model's vocabulary has 1280 rows; they do not belong together$/,
     );
   });
 

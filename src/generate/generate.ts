@@ -301,12 +301,12 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   checkCounts(batchSize, maxNew, o.selfCheck);
   const job = await prepareJob(o, batchSize, maxNew);
-  const { device, workers, sessionOptions } = decodingWorkers(o, job.md.onnxPath, job.model, job.batches.length, log);
+  const place = decodingWorkers(o, job.md.onnxPath, job.model, job.batches.length, log);
   // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
-  const kernels = device === "cpu" ? headKernels() : undefined;
-  const opened = await openDecoders({ job, device, workers, sessionOptions, kernels });
+  const kernels = place.device === "cpu" ? headKernels() : undefined;
+  const opened = await openDecoders({ ...place, job, kernels });
   const { decoders } = opened;
-  logDecoders(opened.head, decoders.parallel, sessionOptions.threads, log);
+  logDecoders(opened.head, decoders.parallel, place.sessionOptions.threads, log);
   let useCache = opened.cached;
   try {
     if (opened.added) {
@@ -407,13 +407,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
 }
 
 /** Where and how the decoders run. */
-interface DecoderPlace {
-  job: GenerationJob;
-  device: ReturnType<typeof decodingWorkers>["device"];
-  workers: number;
-  sessionOptions: ReturnType<typeof decodingWorkers>["sessionOptions"];
-  kernels: HeadKernels | undefined;
-}
+type DecoderPlace = ReturnType<typeof decodingWorkers> & { job: GenerationJob; kernels: HeadKernels | undefined };
 
 interface OpenedDecoders {
   decoders: Decoders;
@@ -431,26 +425,20 @@ interface OpenedDecoders {
  */
 async function openDecoders(place: DecoderPlace): Promise<OpenedDecoders> {
   const { job } = place;
-  const tried = { added: false };
+  const added = job.canAdd && addKvCache(job.model.graph!, job.opset, job.md.config.numLayers, job.shape!);
   try {
-    return await openGraph(place, job.model, job.canAdd, tried);
+    return await openGraph(place, job.model, added);
   } catch (err) {
-    if (!tried.added || !(err instanceof ModelLoadError)) throw err;
+    if (!added || !(err instanceof ModelLoadError)) throw err;
     job.source.bytes = await readWhole(job.md.onnxPath);
-    return await openGraph(place, decodeModel(job.source.bytes), false, tried);
+    return await openGraph(place, decodeModel(job.source.bytes), false);
   }
 }
 
-/** Rewrites `m` for generation (an added cache, the LM head) and loads it in sessions or workers. */
-async function openGraph(
-  place: DecoderPlace,
-  m: ModelProto,
-  addCache: boolean,
-  tried: { added: boolean },
-): Promise<OpenedDecoders> {
+/** Rewrites `m` (a KV cache already added where `added`) for generation, the LM head inside it, and loads it in sessions or workers. */
+async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Promise<OpenedDecoders> {
   const { job, device, workers, sessionOptions } = place;
   const { md } = job;
-  const added = (tried.added = addCache && addKvCache(m.graph!, job.opset, md.config.numLayers, job.shape!));
   const { cached, headSetup } = await rewriteWithHead(
     m,
     job.setup.right ? "attention_mask" : undefined,

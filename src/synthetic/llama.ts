@@ -258,12 +258,13 @@ export function tokenizerFiles(name: TokenizerName): { tokenizer: string; config
 /** The cut tokenizers' files, made once per process: parsing the whole tokenizer takes about a second. */
 const cutMade = new Map<TokenizerName, Promise<{ tokenizer: string; config: string }>>();
 
-function cutFiles(name: TokenizerName, ranks: number): Promise<{ tokenizer: string; config: string }> {
+/** The files of a tokenizer with `ranks` in {@link TOKENIZERS}: its package's, cut. */
+function cutFiles(name: TokenizerName): Promise<{ tokenizer: string; config: string }> {
   let made = cutMade.get(name);
   if (!made) {
     const tok = tokenizerFiles(name);
     made = Promise.all([readFile(tok.tokenizer, "utf8"), readFile(tok.config, "utf8")]).then(([json, config]) =>
-      cutTokenizer(JSON.parse(json), JSON.parse(config), ranks),
+      cutTokenizer(JSON.parse(json), JSON.parse(config), TOKENIZERS[name].ranks!),
     );
     made.catch(() => cutMade.delete(name));
     cutMade.set(name, made);
@@ -824,13 +825,12 @@ export async function writeTinyModel(
       await writeFile(join(temp, name), bytes);
     }
     const name = o.tokenizer ?? "llama3.1";
-    const tok = tokenizerFiles(name);
-    const ranks = TOKENIZERS[name].ranks;
-    if (ranks === undefined) {
+    if (TOKENIZERS[name].ranks === undefined) {
+      const tok = tokenizerFiles(name);
       await copyFile(tok.tokenizer, join(temp, "tokenizer.json"));
       await copyFile(tok.config, join(temp, "tokenizer_config.json"));
     } else {
-      const cut = await cutFiles(name, ranks);
+      const cut = await cutFiles(name);
       await writeFile(join(temp, "tokenizer.json"), cut.tokenizer);
       await writeFile(join(temp, "tokenizer_config.json"), cut.config);
     }

@@ -92,10 +92,13 @@ async function pickOnnx(dir: string, file: string | undefined, preferred: string
     );
   }
   for (const name of [preferred, "model.onnx"]) if (name && (await isFile(join(dir, name)))) return join(dir, name);
-  const found = (await onnxFiles(dir)).filter((f) => f.startsWith("onnx/"));
-  if (found.length === 1) return join(dir, found[0]!);
-  if (found.length > 1)
-    throw new ModelDirError(dir, `holds several graphs (${found.join(", ")}); pick one with --model-file`);
+  const found = await onnxFiles(dir);
+  const nested = found.filter((f) => f.startsWith("onnx/"));
+  // transformers.js folders keep their variants under onnx/; otherwise any graph of the folder counts.
+  const choices = nested.length > 0 ? nested : found;
+  if (choices.length === 1) return join(dir, choices[0]!);
+  if (choices.length > 1)
+    throw new ModelDirError(dir, `holds several graphs (${choices.join(", ")}); pick one with --model-file`);
   throw new ModelDirError(
     join(dir, "model.onnx"),
     `is missing; a model folder holds ${MODEL_FILES.join(", ")} (an optimum ONNX export)`,
@@ -106,15 +109,48 @@ async function onnxFiles(dir: string): Promise<string[]> {
   const names: string[] = [];
   for (const sub of [dir, join(dir, "onnx")]) {
     const entries = await readdir(sub).catch(() => [] as string[]);
-    names.push(...entries.filter((n) => n.endsWith(".onnx")).map((n) => relative(dir, join(sub, n))));
+    // Names starting with a dot are hsm's own staged graphs, or hidden files.
+    names.push(
+      ...entries.filter((n) => n.endsWith(".onnx") && !n.startsWith(".")).map((n) => relative(dir, join(sub, n))),
+    );
   }
   return names.sort();
 }
 
-/** Checks the folder's files and reads its config; no model is loaded yet. `modelFile` picks one graph of several. */
-export async function openModelDir(dir: string, modelFile?: string): Promise<ModelDir> {
-  const st = await stat(dir).catch(() => undefined);
-  if (!st?.isDirectory()) throw new ModelDirError(dir, "no such model folder");
+/**
+ * The folder a model lives in: `dir` itself, or, for a Hugging Face hub cache folder (`models--ORG--NAME`, holding
+ * `refs/` and `snapshots/`), the snapshot its `refs/main` names.
+ */
+export async function resolveModelDir(dir: string): Promise<string> {
+  const snapshots = join(dir, "snapshots");
+  if (!(await stat(snapshots).catch(() => undefined))?.isDirectory()) return dir;
+  const ref = join(dir, "refs", "main");
+  let revision: string;
+  try {
+    revision = (await readFile(ref, "utf8")).trim();
+  } catch {
+    const revisions = await readdir(snapshots).catch(() => [] as string[]);
+    throw new ModelDirError(
+      ref,
+      `is missing: a hub cache folder names its current snapshot there; pass one of its snapshots as --model-dir (${revisions.map((r) => join(snapshots, r)).join(", ") || "none"})`,
+    );
+  }
+  if (!/^[0-9a-f]{40}$/.test(revision))
+    throw new ModelDirError(ref, `should hold a 40-digit commit hash but holds "${revision.slice(0, 60)}"`);
+  const snapshot = join(snapshots, revision);
+  if (!(await stat(snapshot).catch(() => undefined))?.isDirectory())
+    throw new ModelDirError(snapshot, `is missing, though ${ref} names it`);
+  return snapshot;
+}
+
+/**
+ * Checks the folder's files and reads its config; no model is loaded yet. `modelFile` picks one graph of several.
+ * A hub cache folder stands for its current snapshot (see {@link resolveModelDir}); files may be symbolic links.
+ */
+export async function openModelDir(given: string, modelFile?: string): Promise<ModelDir> {
+  const st = await stat(given).catch(() => undefined);
+  if (!st?.isDirectory()) throw new ModelDirError(given, "no such model folder");
+  const dir = await resolveModelDir(given);
   let path = join(dir, "config.json");
   let raw: Record<string, unknown>;
   let preferred: string | undefined;
@@ -136,8 +172,8 @@ export async function openModelDir(dir: string, modelFile?: string): Promise<Mod
     dir,
     onnxPath: await pickOnnx(dir, modelFile, preferred),
     config: {
-      numLayers: pickInt(raw, ["num_hidden_layers", "n_layer", "num_layers"], path),
-      hiddenSize: pickInt(raw, ["hidden_size", "n_embd", "d_model"], path),
+      numLayers: pickInt(raw, ["num_hidden_layers", "n_layer", "n_layers", "num_layers"], path),
+      hiddenSize: pickInt(raw, ["hidden_size", "n_embd", "n_embed", "d_model"], path),
       vocabSize: pickInt(raw, ["vocab_size"], path),
       raw,
     },

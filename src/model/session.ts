@@ -6,12 +6,12 @@
  * offset (external data), so it must sit in a folder where that file appears
  * under a plain name: onnxruntime refuses external data reached through a
  * symbolic link that leaves the model's folder. A hard link in a private
- * temporary folder does; where the file system will not allow one, the
+ * folder does (see stageModel); where the file system will not allow one, the
  * rewritten model is staged beside the original for the moment the session
  * loads, and failing that the weights are copied inline.
  */
 import { spawnSync } from "node:child_process";
-import { access, constants, link, mkdtemp, readdir, rm, unlink, writeFile } from "node:fs/promises";
+import { access, constants, link, lstat, mkdtemp, readdir, realpath, rm, unlink, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
@@ -132,24 +132,39 @@ function externalFiles(names: string[]): string[] {
   return names.filter((n) => /(\.onnx_data|\.onnx\.data|\.data|_data)(_\d+)?$/.test(n));
 }
 
-/** Prepares a folder to load a rewritten model of the graph at `onnxPath` from; undefined when weights must be inlined. */
+/**
+ * Prepares a folder to load a rewritten model of the graph at `onnxPath` from; undefined when weights must be
+ * inlined. The files are hard-linked by what they are, not by the links that name them: a Hugging Face cache's
+ * `snapshots/<rev>/model.onnx_data` is a symbolic link into `../../blobs/`, which onnxruntime would refuse as
+ * external data leaving the model's folder. The private folder is tried in the temporary directory, then beside
+ * the graph's own file (a cache's `blobs/`, on the same file system), and only where no file is a link is the
+ * rewritten model put in the model folder itself.
+ */
 export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
   const modelDir = dirname(onnxPath);
-  const names = await readdir(modelDir);
-  const temp = await mkdtemp(join(tmpdir(), "hsm-model-"));
-  try {
-    await link(onnxPath, join(temp, "hsm-source-model.onnx"));
-    for (const name of externalFiles(names)) await link(join(modelDir, name), join(temp, name));
-    return {
-      dir: temp,
-      sourceName: "hsm-source-model.onnx",
-      modelFile: "hsm-rewritten.onnx",
-      cleanup: () => rm(temp, { recursive: true, force: true }),
-    };
-  } catch {
-    await rm(temp, { recursive: true, force: true });
+  const names = externalFiles(await readdir(modelDir));
+  const real = await realpath(onnxPath);
+  const realData = await Promise.all(names.map((name) => realpath(join(modelDir, name))));
+  for (const parent of [...new Set([tmpdir(), dirname(real)])]) {
+    const temp = await mkdtemp(join(parent, ".hsm-model-")).catch(() => undefined);
+    if (temp === undefined) continue;
+    try {
+      await link(real, join(temp, "hsm-source-model.onnx"));
+      for (const [k, name] of names.entries()) await link(realData[k]!, join(temp, name));
+      return {
+        dir: temp,
+        sourceName: "hsm-source-model.onnx",
+        modelFile: "hsm-rewritten.onnx",
+        cleanup: () => rm(temp, { recursive: true, force: true }),
+      };
+    } catch {
+      await rm(temp, { recursive: true, force: true });
+    }
   }
+  const linked = real !== join(await realpath(modelDir), basename(onnxPath));
+  const dataLinked = await Promise.all(names.map(async (n) => (await lstat(join(modelDir, n))).isSymbolicLink()));
   try {
+    if (linked || dataLinked.some(Boolean)) throw new Error("the model's files are links");
     await access(modelDir, constants.W_OK);
     const modelFile = `.hsm-rewritten-${process.pid}.onnx`;
     return {
@@ -159,10 +174,10 @@ export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
       cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}),
     };
   } catch {
-    if (externalFiles(names).length > 0) {
+    if (names.length > 0) {
       throw new ModelDirError(
         modelDir,
-        `a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model`,
+        `a model with external weight files needs a writable folder on the same file system as ${tmpdir()} or the model's files`,
       );
     }
     return undefined;

@@ -1,0 +1,125 @@
+/**
+ * Model folders as they sit on disk: a Hugging Face hub cache folder
+ * (`models--ORG--NAME`, its snapshot's files symbolic links into `blobs/`)
+ * extracts and generates byte for byte as the same files copied flat, and a
+ * folder with several graphs and no choice names them.
+ */
+import { createHash } from "node:crypto";
+import { mkdirSync, readdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { extract } from "../../src/extract/extract.js";
+import { generate } from "../../src/generate/generate.js";
+import { openModelDir } from "../../src/model/model-dir.js";
+import { writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-model-dir-");
+const MODEL: TinyModelOptions = {
+  layers: 2,
+  hidden: 32,
+  heads: 4,
+  kvHeads: 2,
+  withPast: true,
+  externalData: true,
+  tokenizer: "llama3.1-1k",
+  seed: 5,
+};
+const flat = join(dir, "flat");
+const cache = join(dir, "hub", "models--hsm--tiny");
+const REVISION = "0123456789abcdef0123456789abcdef01234567";
+const bank = join(dir, "bank.jsonl");
+
+/** Moves a flat model folder into a hub cache: files under blobs/<sha256>, the snapshot's names relative links to them. */
+function hubCacheOf(source: string, target: string): void {
+  const snapshot = join(target, "snapshots", REVISION);
+  mkdirSync(join(target, "blobs"), { recursive: true });
+  mkdirSync(snapshot, { recursive: true });
+  mkdirSync(join(target, "refs"), { recursive: true });
+  for (const name of readdirSync(source)) {
+    const hash = createHash("sha256")
+      .update(readFileSync(join(source, name)))
+      .digest("hex");
+    renameSync(join(source, name), join(target, "blobs", hash));
+    symlinkSync(join("..", "..", "blobs", hash), join(snapshot, name));
+  }
+  writeFileSync(join(target, "refs", "main"), REVISION);
+}
+
+beforeAll(async () => {
+  await writeTinyModel(flat, MODEL);
+  await writeTinyModel(join(dir, "moved"), MODEL);
+  hubCacheOf(join(dir, "moved"), cache);
+  const queries = ["What is the capital of France?", "Ok?", "Who wrote Don Quixote?", "Name the largest planet."];
+  const lines = Array.from({ length: 10 }, (_, i) =>
+    JSON.stringify({
+      query_id: `q${i}`,
+      fact_id: `f${i >> 1}`,
+      condition_family: i % 2 ? "typo" : "anchor",
+      query: `${queries[i % queries.length]} (${i})`,
+      use_for_main_forward: true,
+      answers: ["x"],
+    }),
+  );
+  writeFileSync(bank, lines.join("\n") + "\n");
+});
+
+describe("a hub cache folder", () => {
+  it("stands for the snapshot refs/main names", async () => {
+    const md = await openModelDir(cache);
+    expect(md.dir).toBe(join(cache, "snapshots", REVISION));
+    expect(md.onnxPath).toBe(join(cache, "snapshots", REVISION, "model.onnx"));
+  });
+
+  it("extracts the same bytes as the files copied flat, external weights reached through links", async () => {
+    const stores = [flat, cache].map((m, k) => ({ m, out: join(dir, `store-${k}`) }));
+    const manifests = [];
+    for (const { m, out } of stores)
+      manifests.push((await extract({ modelDir: m, bank, out, model: "tiny", batchSize: 4 })).manifest);
+    expect(manifests[1]!.model_sha256).toBe(manifests[0]!.model_sha256);
+    for (const layer of manifests[0]!.layers) {
+      const name = `L${String(layer).padStart(3, "0")}.npy`;
+      expect(readFileSync(join(stores[1]!.out, name))).toEqual(readFileSync(join(stores[0]!.out, name)));
+    }
+    // Nothing staged is left in the cache.
+    expect(readdirSync(join(cache, "blobs")).every((n) => /^[0-9a-f]{64}$/.test(n))).toBe(true);
+  });
+
+  it("generates the same file as the files copied flat", async () => {
+    const outs = [flat, cache].map((_, k) => join(dir, `gen-${k}.jsonl`));
+    for (const [k, m] of [flat, cache].entries())
+      expect(
+        await generate({ modelDir: m, bank, out: outs[k]!, model: "tiny", batchSize: 4, maxNewTokens: 6 }),
+      ).toMatchObject({ written: 10, failed: 0 });
+    expect(readFileSync(outs[1]!, "utf8")).toBe(readFileSync(outs[0]!, "utf8"));
+  });
+
+  it("without refs/main names its snapshots; a ref to a missing snapshot is named", async () => {
+    const bare = join(dir, "hub", "models--hsm--bare");
+    mkdirSync(join(bare, "snapshots", REVISION), { recursive: true });
+    await expect(openModelDir(bare)).rejects.toThrow(
+      `${join(bare, "refs", "main")}: is missing: a hub cache folder names its current snapshot there; pass one of its snapshots as --model-dir (${join(bare, "snapshots", REVISION)})`,
+    );
+    mkdirSync(join(bare, "refs"));
+    writeFileSync(join(bare, "refs", "main"), "f".repeat(40));
+    await expect(openModelDir(bare)).rejects.toThrow(`${join(bare, "snapshots", "f".repeat(40))}: is missing`);
+  });
+});
+
+describe("a folder with several graphs", () => {
+  it("names them when none is chosen, and takes the only one there is", async () => {
+    const legacy = join(dir, "legacy");
+    await writeTinyModel(legacy, { ...MODEL, externalData: false });
+    renameSync(join(legacy, "model.onnx"), join(legacy, "decoder_model.onnx"));
+    expect((await openModelDir(legacy)).onnxPath).toBe(join(legacy, "decoder_model.onnx"));
+    writeFileSync(join(legacy, "decoder_with_past_model.onnx"), readFileSync(join(legacy, "decoder_model.onnx")));
+    await expect(openModelDir(legacy)).rejects.toThrow(
+      `${legacy}: holds several graphs (decoder_model.onnx, decoder_with_past_model.onnx); pick one with --model-file`,
+    );
+    expect((await openModelDir(legacy, "decoder_with_past_model.onnx")).onnxPath).toBe(
+      join(legacy, "decoder_with_past_model.onnx"),
+    );
+  });
+});

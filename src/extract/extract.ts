@@ -29,7 +29,7 @@ import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { fileError } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
-import { leftPad, planBatches, rightPad } from "../model/batching.js";
+import { lengthBreaks, leftPad, planBatches, rightPad, type BatchRule } from "../model/batching.js";
 import {
   DetectionError,
   detectHiddenTensors,
@@ -39,11 +39,12 @@ import {
   type HiddenTensor,
 } from "../model/detect.js";
 import { promptFeeds } from "../model/feeds.js";
+import type { InputPlan } from "../model/styles/style.js";
 import { ModelDirError, openModelDir } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
 import { decodeModel, num, valueShape, type ModelProto } from "../onnx/graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
-import { breakBatchingForTest, runSelfCheck, selfCheckWarning } from "../model/self-check.js";
+import { breakBatchingForTest, runSelfCheck, selfCheckFailure } from "../model/self-check.js";
 import { createSession, stageModel, type ModelRunOptions, type Stage } from "../model/session.js";
 import { tokenizerAndModel } from "../model/tokenizer.js";
 
@@ -206,7 +207,7 @@ export async function inspectModel(
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
     format: graphFormat(model.graph!),
   };
-  return { inspection, model, source, tokenizer, sha256: hashing };
+  return { inspection, model, source, tokenizer, sha256: hashing, configRaw: md.config.raw };
 }
 
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
@@ -260,7 +261,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     };
   }
   const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
-  const { session, inputFeeds, pad, rowsPerRun } = await openSession(inspected, tensors, batchSize, o, log);
+  const { session, inputFeeds, pad, rule } = await openSession(inspected, tensors, batchSize, o, log);
   let release: (() => Promise<void>) | undefined;
   let writer: StoreWriter | undefined;
   try {
@@ -270,7 +271,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     const d = inspection.dModel;
     const resumedAt = writer.rowsDone;
     const { padId } = tokenizer;
-    const job: Blocks = { session, writer, layers, d, tokens, commitRows, rowsPerRun, pad, padId, inputFeeds };
+    const job: Blocks = { session, writer, layers, d, tokens, commitRows, rule, pad, padId, inputFeeds };
     await writeBlocks(job, o.onProgress);
     const check = await runSelfCheck({
       session,
@@ -281,14 +282,17 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       queryIds: init.query_ids,
       padId: tokenizer.padId,
       inputFeeds,
-      batchSize,
+      rule,
       commitRows,
       count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS,
       dtype: init.dtype,
     });
     writer.manifest.self_check = check;
-    const warning = selfCheckWarning(check);
-    if (warning) log(warning, "warn");
+    // Rows that differ from themselves run alone are not kept: a rerun writes them all again.
+    if (check.status === "fail") {
+      await writer.abandonRows();
+      throw selfCheckFailure(check, o.out);
+    }
     const manifest = await writer.finish();
     await writer.close();
     warnOverflow(manifest, layers, log);
@@ -325,7 +329,7 @@ function storeInit(
     last_layer_final_norm: inspection.plan.lastLayerFinalNorm && layers.includes(inspection.numLayers - 1),
     dtype: inspection.format.dtype,
     weights: inspection.format.weights,
-    padding_side: inspection.plan.inputs.paddingSide,
+    padding_side: promptPadding(inspection.plan.inputs),
     query_ids: rows.map((r) => r.query_id),
     fact_ids: rows.map((r) => r.fact_id),
     condition_families: rows.map((r) => r.condition_family),
@@ -348,7 +352,7 @@ async function openSession(
 ) {
   const { inspection } = inspected;
   const stage = await stageModel(inspection.onnxPath);
-  const { paddingSide } = inspection.plan.inputs;
+  const paddingSide = promptPadding(inspection.plan.inputs);
   // Right-padded rows are read at their last real token, found from the mask inside the graph.
   const mask = inspection.plan.inputs.feeds.find((f) => f.kind === "attention_mask")?.name;
   if (paddingSide === "right" && mask === undefined) {
@@ -382,7 +386,18 @@ async function openSession(
     `graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`,
     "info",
   );
-  return { session, inputFeeds, pad, rowsPerRun };
+  const rule: BatchRule = { size: rowsPerRun, breaks: lengthBreaks(inspected.configRaw) };
+  return { session, inputFeeds, pad, rule };
+}
+
+/**
+ * The side whole prompts are padded on. A graph without a `position_ids` input counts positions itself, and
+ * may count them from the padded length (optimum's legacy GPT-2 decoder), which left padding would shift; padded
+ * on the right, every row's tokens sit at 0…n−1 however the graph counts, and a causal model's real tokens never
+ * see the padding after them. A graph that takes positions is padded on the left, as its plan says.
+ */
+export function promptPadding(inputs: InputPlan): "left" | "right" {
+  return inputs.paddingSide === "right" || !inputs.feeds.some((f) => f.kind === "position_ids") ? "right" : "left";
 }
 
 /** What writing the rows in commit blocks needs. */
@@ -393,7 +408,7 @@ interface Blocks {
   d: number;
   tokens: number[][];
   commitRows: number;
-  rowsPerRun: number;
+  rule: BatchRule;
   pad: typeof leftPad;
   padId: number;
   inputFeeds: Parameters<typeof promptFeeds>[0];
@@ -404,7 +419,7 @@ interface Blocks {
  * and commits each block's rows to every layer file.
  */
 async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]): Promise<void> {
-  const { session, writer, layers, d, tokens, commitRows, rowsPerRun, pad, padId, inputFeeds } = b;
+  const { session, writer, layers, d, tokens, commitRows, rule, pad, padId, inputFeeds } = b;
   const total = tokens.length;
   const n = layers.length;
   const blocks = layers.map(() => new Uint16Array(commitRows * d));
@@ -413,7 +428,7 @@ async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]):
   while (done < total) {
     const blockEnd = Math.min(total, done + commitRows);
     const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
-    for (const batch of planBatches(lengths, rowsPerRun)) {
+    for (const batch of planBatches(lengths, rule)) {
       const seqs = batch.map((i) => tokens[done + i]!);
       const f = breakBatchingForTest(pad(seqs, padId));
       const feeds = promptFeeds(inputFeeds, f);

@@ -6,6 +6,7 @@
  * `<out>.check.json` (docs/formats.md#generation-check) and a difference is warned about.
  */
 import { writeFileAtomic } from "../util/fs.js";
+import type { BatchRule } from "../model/batching.js";
 import { selfCheckRows } from "../model/self-check.js";
 
 /** The sidecar `<out>.check.json`. */
@@ -29,6 +30,8 @@ export interface GenerationCheckInput {
   /** The texts this run wrote, by row index; only these rows are checked. */
   written: ReadonlyMap<number, string>;
   batchSize: number;
+  /** How the run batched its rows. */
+  rule: BatchRule;
   /** Rows sorted by length together (the run's batch-planning window). */
   window: number;
   /** Rows to check; 0 turns the check off. */
@@ -49,7 +52,7 @@ export async function checkGenerations(c: GenerationCheckInput): Promise<Generat
   const t0 = performance.now();
   const picked = selfCheckRows(
     c.tokens.map((t) => t.length),
-    c.batchSize,
+    c.rule,
     c.window,
     c.count,
     (i) => c.written.has(i),

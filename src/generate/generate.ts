@@ -35,7 +35,7 @@ import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
 import { readWhole, syncDir } from "../util/fs.js";
 import { availableMemory, collectGarbage } from "../util/memory.js";
-import { planBatches } from "../model/batching.js";
+import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
 import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
@@ -310,7 +310,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   let useCache = opened.cached;
   try {
     if (opened.added) {
-      useCache = await addedCacheAgrees(decoders, job.tokens);
+      useCache = await addedCacheAgrees(decoders, job.tokens, job.rule);
       log(
         useCache
           ? "the model has no KV cache: decoding with one added to the graph"
@@ -329,6 +329,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
       useCache,
       log,
       batchSize,
+      rule: job.rule,
       t0,
       detokenize: (ids) => job.tokenizer.decode(ids),
     });
@@ -351,6 +352,8 @@ interface GenerationJob {
   /** The graph's inputs by name, as exported. */
   inputs: Map<string, ValueInfoProto>;
   batches: number[][];
+  /** How rows share batches. */
+  rule: BatchRule;
   setup: DecodeSetup;
   /** Attention shape for an added cache; undefined where a cache cannot be added. */
   shape: AttentionShape | undefined;
@@ -363,7 +366,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir, o.modelFile);
   const { tokenizer, source } = await tokenizerAndModel(md);
-  const eos = await readEosIds(o.modelDir, md.config.raw, tokenizer.eosIds);
+  const eos = await readEosIds(md.dir, md.config.raw, tokenizer.eosIds);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
   const model = decodeModel(source);
@@ -388,6 +391,12 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   };
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
+  // A graph that counts positions itself counts them from the cache's length: its rows are never padded.
+  const rule: BatchRule = {
+    size: batchDependent ? 1 : batchSize,
+    breaks: lengthBreaks(md.config.raw),
+    sameLength: !right && !setup.positions,
+  };
   return {
     md,
     rows,
@@ -398,7 +407,8 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
     model,
     source: { bytes: source },
     inputs,
-    batches: planAll(tokens, batchDependent ? 1 : batchSize),
+    batches: planAll(tokens, rule),
+    rule,
     setup,
     shape,
     opset: num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0),
@@ -526,6 +536,7 @@ interface Generation {
   useCache: boolean;
   log: (message: string, level: "info" | "warn") => void;
   batchSize: number;
+  rule: BatchRule;
   t0: number;
   detokenize: (ids: number[]) => string;
 }
@@ -659,6 +670,7 @@ async function generateRows(o: GenerateOptions, g: Generation): Promise<Generate
       queryIds: rows.map((r) => r.query_id),
       written: texts,
       batchSize: g.batchSize,
+      rule: g.rule,
       window: SORT_WINDOW,
       count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS,
       out: o.out,
@@ -678,11 +690,11 @@ async function generateRows(o: GenerateOptions, g: Generation): Promise<Generate
 }
 
 /** Every batch of the run, in order: windows of bank order, each sorted by length. */
-function planAll(tokens: number[][], batchSize: number): number[][] {
+function planAll(tokens: number[][], rule: BatchRule): number[][] {
   const plan: number[][] = [];
   for (let c = 0; c < tokens.length; c += SORT_WINDOW) {
     const lengths = tokens.slice(c, c + SORT_WINDOW).map((t) => t.length);
-    for (const batch of planBatches(lengths, batchSize)) plan.push(batch.map((i) => c + i));
+    for (const batch of planBatches(lengths, rule)) plan.push(batch.map((i) => c + i));
   }
   return plan;
 }
@@ -690,10 +702,10 @@ function planAll(tokens: number[][], batchSize: number): number[][] {
 /**
  * Whether a KV cache added to the graph gives the tokens of full
  * recomputation: the shortest prompt and one of another length (so that left
- * padding is exercised) are decoded both ways for a few tokens. A cache that
- * fails to run does not agree.
+ * padding is exercised, where the rows are ever padded) are decoded both ways
+ * for a few tokens. A cache that fails to run does not agree.
  */
-async function addedCacheAgrees(decoders: Decoders, tokens: number[][]): Promise<boolean> {
+async function addedCacheAgrees(decoders: Decoders, tokens: number[][], rule: BatchRule): Promise<boolean> {
   const order = tokens.map((_, i) => i).sort((a, b) => tokens[a]!.length - tokens[b]!.length || a - b);
   if (order.length === 0) return false;
   const shortest = order[0]!;
@@ -701,9 +713,12 @@ async function addedCacheAgrees(decoders: Decoders, tokens: number[][]): Promise
     order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
   const probe = [...new Set([shortest, other])].map((i) => tokens[i]!);
   try {
-    const withCache = await decoders.decode(probe, true, CACHE_PROBE_TOKENS);
-    const recomputed = await decoders.decode(probe, false, CACHE_PROBE_TOKENS);
-    return JSON.stringify(withCache) === JSON.stringify(recomputed);
+    for (const batch of rule.sameLength ? probe.map((p) => [p]) : [probe]) {
+      const withCache = await decoders.decode(batch, true, CACHE_PROBE_TOKENS);
+      const recomputed = await decoders.decode(batch, false, CACHE_PROBE_TOKENS);
+      if (JSON.stringify(withCache) !== JSON.stringify(recomputed)) return false;
+    }
+    return true;
   } catch {
     return false;
   }

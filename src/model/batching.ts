@@ -1,15 +1,54 @@
 /**
  * Batches for the forward pass: rows sorted by token length so that little is
- * padding, left-padded, with `position_ids = cumsum(attention_mask) − 1` (0 on
- * padding) always passed explicitly.
+ * padding, padded on the side the graph needs, with `position_ids` counting
+ * each row's real tokens from 0 (0 on padding) passed wherever the graph takes them.
  */
 
-/** Splits row indices into batches of similar length; ties keep bank order. */
-export function planBatches(lengths: readonly number[], batchSize: number): number[][] {
+/** Which rows may share a batch. */
+export interface BatchRule {
+  /** Rows per batch, at most. */
+  size: number;
+  /**
+   * Lengths no batch straddles: its rows are all at most `b` tokens long or all longer. A graph that picks its
+   * tables by the padded length (LongRoPE's `If` past `original_max_position_embeddings`) then treats every row
+   * of a batch as it treats the row alone.
+   */
+  breaks?: readonly number[];
+  /**
+   * Only rows of one length share a batch, so none is padded: a graph that counts positions itself, from the
+   * cache's length, cannot be padded while it decodes.
+   */
+  sameLength?: boolean;
+}
+
+/** Splits row indices into batches of similar length under `rule` (a number: a plain batch size); ties keep bank order. */
+export function planBatches(lengths: readonly number[], rule: BatchRule | number): number[][] {
+  const { size, breaks = [], sameLength = false } = typeof rule === "number" ? { size: rule } : rule;
+  const group = (n: number) => (sameLength ? n : breaks.filter((b) => n > b).length);
   const order = lengths.map((_, i) => i).sort((a, b) => lengths[a]! - lengths[b]! || a - b);
   const batches: number[][] = [];
-  for (let i = 0; i < order.length; i += batchSize) batches.push(order.slice(i, i + batchSize));
+  let current: number[] = [];
+  for (const i of order) {
+    if (current.length === size || (current.length > 0 && group(lengths[current[0]!]!) !== group(lengths[i]!))) {
+      batches.push(current);
+      current = [];
+    }
+    current.push(i);
+  }
+  if (current.length > 0) batches.push(current);
   return batches;
+}
+
+/**
+ * The lengths a batch must not straddle for a model with this config.json: LongRoPE (`rope_scaling.type`
+ * `longrope`, or `su` as Phi-3 first named it) switches its rotary factors once the sequence is longer than
+ * `original_max_position_embeddings`.
+ */
+export function lengthBreaks(config: Record<string, unknown>): number[] {
+  const scaling = config.rope_scaling as { type?: unknown; rope_type?: unknown } | null | undefined;
+  const type = scaling?.type ?? scaling?.rope_type;
+  const original = config.original_max_position_embeddings;
+  return (type === "longrope" || type === "su") && typeof original === "number" ? [original] : [];
 }
 
 export interface BatchFeeds {

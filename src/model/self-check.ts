@@ -4,8 +4,8 @@
  * the longest prompt — is run again alone (batch 1, no padding) and compared,
  * layer by layer, with what the store holds. States that change with padding
  * or batch shape are the commonest silent failure of hidden-state tools; the
- * result goes into the manifest (`self_check`) and a deviation above the
- * tolerance is warned about.
+ * result goes into the manifest (`self_check`), and a deviation above the
+ * tolerance fails the run: no row of such a store is kept.
  *
  * Deviations are measured relative to the row's largest magnitude: both sides
  * are the same float32 computation rounded once to float16, so each element
@@ -19,13 +19,13 @@ import { join } from "node:path";
 
 import type * as ort from "onnxruntime-node";
 
-import { InternalError } from "../errors.js";
+import { HsmError, InternalError } from "../errors.js";
 import { f16BitsToNumber } from "../kernels/typescript/float16.js";
-import type { SelfCheck } from "../store/manifest.js";
+import { selfCheckFinding, type SelfCheck } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { buildNpyHeader } from "../store/npy.js";
 import { fileError } from "../util/fs.js";
-import { leftPad, planBatches, type BatchFeeds } from "./batching.js";
+import { leftPad, planBatches, type BatchFeeds, type BatchRule } from "./batching.js";
 import { promptFeeds } from "./feeds.js";
 import { num } from "../onnx/graph.js";
 import { HIDDEN_OUTPUT } from "../onnx/rewrite.js";
@@ -62,7 +62,7 @@ export function breakBatchingForTest(f: BatchFeeds): BatchFeeds {
  */
 export function selfCheckRows(
   lengths: readonly number[],
-  batchSize: number,
+  rule: BatchRule | number,
   window: number,
   count: number,
   eligible: (row: number) => boolean = () => true,
@@ -71,7 +71,7 @@ export function selfCheckRows(
   const padding = new Array<number>(lengths.length).fill(0);
   for (let start = 0; start < lengths.length; start += window) {
     const block = lengths.slice(start, start + window);
-    for (const batch of planBatches(block, batchSize)) {
+    for (const batch of planBatches(block, rule)) {
       const longest = Math.max(...batch.map((i) => block[i]!));
       for (const i of batch) padding[start + i] = longest - block[i]!;
     }
@@ -111,7 +111,8 @@ export interface SelfCheckInput {
   queryIds: readonly string[];
   padId: number;
   inputFeeds: InputPlan["feeds"];
-  batchSize: number;
+  /** How extraction batched the rows. */
+  rule: BatchRule;
   commitRows: number;
   /** Rows to check; 0 turns the check off. */
   count: number;
@@ -153,7 +154,7 @@ export async function runSelfCheck(c: SelfCheckInput): Promise<SelfCheck> {
   const tolerance = selfCheckTolerance(c.dtype);
   const picked = selfCheckRows(
     c.tokens.map((t) => t.length),
-    c.batchSize,
+    c.rule,
     c.commitRows,
     c.count,
   );
@@ -182,25 +183,18 @@ export async function runSelfCheck(c: SelfCheckInput): Promise<SelfCheck> {
     query_ids: picked.map((i) => c.queryIds[i]!),
     layers: c.layers.map((layer, k) => ({ layer, max_abs_dev: finite(abs[k]!), max_rel_dev: finite(rel[k]!) })),
     tolerance,
-    status: picked.length === 0 ? "off" : rel.every((r) => r <= tolerance) ? "pass" : "warn",
+    status: picked.length === 0 ? "off" : rel.every((r) => r <= tolerance) ? "pass" : "fail",
     seconds: Number(((performance.now() - t0) / 1000).toFixed(3)),
   };
 }
 
-/** The warning for a failed self-check, naming the worst layer; undefined when it passed or was off. */
-export function selfCheckWarning(check: SelfCheck): string | undefined {
-  if (check.status !== "warn") return undefined;
-  const worst = worstLayer(check);
-  return (
-    `warning: SELF-CHECK FAILED — ${check.rows} rows re-run alone at batch 1 differ from the stored rows by up to ` +
-    `${worst.max_rel_dev === null ? "a non-finite value" : `${worst.max_rel_dev.toExponential(2)} of the row's largest value`} ` +
-    `in layer ${worst.layer} (tolerance ${check.tolerance.toExponential(2)}): states depend on padding or batch size; ` +
-    `try --batch-size 1 and report the model's export style`
-  );
-}
+/** A batch self-check that failed: the stored rows differ from the same rows run alone. Exit status 1. */
+export class SelfCheckError extends HsmError {}
 
-/** The layer with the largest relative deviation (a non-finite one counts as the largest). */
-function worstLayer(check: SelfCheck): SelfCheck["layers"][number] {
-  const key = (r: number | null) => (r === null ? Infinity : r);
-  return check.layers.reduce((w, l) => (key(l.max_rel_dev) > key(w.max_rel_dev) ? l : w), check.layers[0]!);
+/** The error of a failed self-check over the store in `dir`: what it found and what to do. */
+export function selfCheckFailure(check: SelfCheck, dir: string): SelfCheckError {
+  return new SelfCheckError(
+    `${dir}: SELF-CHECK FAILED — ${selfCheckFinding(check)}; no row was kept and the store is not complete. ` +
+      `Run again with --batch-size 1, or with --self-check 0 to keep batched states anyway (recorded in the manifest)`,
+  );
 }

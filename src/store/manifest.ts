@@ -79,7 +79,11 @@ export interface SelfCheck {
   layers: { layer: number; max_abs_dev: number | null; max_rel_dev: number | null }[];
   /** The largest `max_rel_dev` that passes. */
   tolerance: number;
-  status: "pass" | "warn" | "off";
+  /**
+   * `fail`: some layer above the tolerance; the store is then left incomplete with no row kept. `warn`, the same
+   * finding in stores written before a failed check stopped the run, is read and refused by verify.
+   */
+  status: "pass" | "fail" | "warn" | "off";
   seconds: number;
 }
 
@@ -156,9 +160,9 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
       c === null ||
       !isInt(c.rows) ||
       !Array.isArray(c.layers) ||
-      !["pass", "warn", "off"].includes(c.status as string)
+      !["pass", "fail", "warn", "off"].includes(c.status as string)
     ) {
-      bad("self_check", "expected an object with rows, layers and status pass, warn or off");
+      bad("self_check", "expected an object with rows, layers and status pass, fail, warn or off");
     }
   }
   const files = m.files;
@@ -301,4 +305,21 @@ function formatManifest(m: Manifest): string {
 /** Writes `index.json` so that a reader sees the old or the new manifest, never a torn one. */
 export async function writeManifestAtomic(dir: string, m: Manifest): Promise<void> {
   await writeFileAtomic(join(dir, MANIFEST_NAME), formatManifest(m));
+}
+
+/** What a failed self-check found, in one line naming the worst layer; undefined when it passed or was off. */
+export function selfCheckFinding(check: SelfCheck): string | undefined {
+  if (check.status !== "fail" && check.status !== "warn") return undefined;
+  const worst = worstLayer(check);
+  return (
+    `${check.rows} rows re-run alone at batch 1 differ from the stored rows by up to ` +
+    `${worst.max_rel_dev === null ? "a non-finite value" : `${worst.max_rel_dev.toExponential(2)} of the row's largest value`} ` +
+    `in layer ${worst.layer} (tolerance ${check.tolerance.toExponential(2)}): the states depend on padding or batch size`
+  );
+}
+
+/** The layer with the largest relative deviation (a non-finite one counts as the largest). */
+function worstLayer(check: SelfCheck): SelfCheck["layers"][number] {
+  const key = (r: number | null) => (r === null ? Infinity : r);
+  return check.layers.reduce((w, l) => (key(l.max_rel_dev) > key(w.max_rel_dev) ? l : w), check.layers[0]!);
 }

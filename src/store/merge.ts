@@ -37,7 +37,8 @@ function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefin
       max_rel_dev: per.map((l) => l.max_rel_dev).reduce(worst),
     };
   });
-  const status = all.some((c) => c.status === "warn") ? "warn" : all.every((c) => c.status === "off") ? "off" : "pass";
+  const failed = all.find((c) => c.status === "fail" || c.status === "warn");
+  const status = failed ? failed.status : all.every((c) => c.status === "off") ? "off" : "pass";
   const seconds = Number(all.reduce((s, c) => s + c.seconds, 0).toFixed(3));
   return {
     rows: all.reduce((s, c) => s + c.rows, 0),

@@ -34,7 +34,14 @@ import { FileError, NpyHeaderError } from "../errors.js";
 import { fileError, osReason } from "../util/fs.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { isNativeManifest, MANIFEST_NAME, manifestProblems, type Manifest, type SelfCheck } from "./manifest.js";
+import {
+  isNativeManifest,
+  MANIFEST_NAME,
+  manifestProblems,
+  selfCheckFinding,
+  type Manifest,
+  type SelfCheck,
+} from "./manifest.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface VerifyProblem {
@@ -440,7 +447,11 @@ function planNative(value: unknown, problem: ProblemSink, report: VerifyReport):
   if (typeof m.complete === "boolean") report.complete = m.complete;
   if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
   if (Number.isSafeInteger(m.rows_done)) report.rows_done = m.rows_done!;
-  if (m.self_check && Array.isArray(m.self_check.layers)) report.self_check = summarizeSelfCheck(m.self_check);
+  if (m.self_check && Array.isArray(m.self_check.layers)) {
+    report.self_check = summarizeSelfCheck(m.self_check);
+    const finding = selfCheckFinding(m.self_check);
+    if (finding) problem(MANIFEST_NAME, "self-check", `the batch self-check failed: ${finding}`);
+  }
   if (m.complete === false) {
     problem(
       MANIFEST_NAME,

@@ -170,6 +170,8 @@ export class StoreWriter {
     const offsets = new Map<number, number>();
     const writer = new StoreWriter(dir, manifest, handles, offsets);
     if (manifest.complete) return writer;
+    // A self-check is only ever recorded at completion or with every row taken back: this run makes a new one.
+    delete manifest.self_check;
     try {
       // Files with holes (from a run whose allocation was cut short, or copied sparsely) are allocated again first.
       const holes = new Map<number, number>();
@@ -270,6 +272,11 @@ export class StoreWriter {
     );
     this.manifest.rows_done = rowsDone;
     await writeManifestAtomic(this.dir, this.manifest);
+  }
+
+  /** Takes every row back (`rows_done: 0`), keeping what the manifest says of why; a resume writes them all again. */
+  async abandonRows(): Promise<void> {
+    await this.commit(0);
   }
 
   /**

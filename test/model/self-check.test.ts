@@ -1,8 +1,8 @@
 /**
  * The batch self-check of extraction: which rows it picks, how it measures a
  * deviation, that a correct extraction passes, and that a broken batching
- * (padding attended to) makes it warn with the deviation a second, unbatched
- * extraction shows.
+ * (padding attended to) fails the run with the deviation a second, unbatched
+ * extraction shows, keeps no row, and leaves a store verify refuses.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -10,12 +10,15 @@ import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 
 import { writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
-import { f32BitsToF16Bits } from "../../src/kernels/typescript/float16.js";
+import { f16BitsToNumber, f32BitsToF16Bits } from "../../src/kernels/typescript/float16.js";
 import { mergeShards } from "../../src/store/merge.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { verifyStore } from "../../src/store/verify.js";
 import { extract } from "../../src/extract/extract.js";
-import { rowDeviation, selfCheckRows, selfCheckTolerance } from "../../src/model/self-check.js";
+import { rowDeviation, SelfCheckError, selfCheckRows, selfCheckTolerance } from "../../src/model/self-check.js";
+import type { SelfCheck } from "../../src/store/manifest.js";
+import { layerFileName } from "../../src/store/names.js";
+import { readNpyFile } from "../../src/store/npy-file.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-selfcheck-");
@@ -121,43 +124,68 @@ describe("extraction's self-check", () => {
     expect(result.manifest.self_check).toMatchObject({ rows: 0, query_ids: [], status: "off" });
   });
 
-  it("warns when padded rows are computed wrongly, with the deviation an unbatched extraction shows", async () => {
+  it("fails the run when padded rows are computed wrongly, with the deviation an unbatched extraction shows", async () => {
     const unbatched = join(dir, "b1");
     await extract({ modelDir, bank, out: unbatched, batchSize: 1, selfCheck: 0 });
     process.env.HSM_TEST_BREAK_BATCHING = "mask";
     const broken = join(dir, "broken");
-    const warnings: string[] = [];
-    const result = await extract({
-      modelDir,
-      bank,
-      out: broken,
-      batchSize: 4,
-      commitRows: 8,
-      selfCheck: 6,
-      log: (m, level) => level === "warn" && warnings.push(m),
-    });
-    const check = result.manifest.self_check!;
-    expect(check.status).toBe("warn");
-    expect(warnings.some((w) => w.includes("SELF-CHECK FAILED"))).toBe(true);
-    // Independently: the largest difference between the broken store and the batch-1 store over the rows checked.
-    const a = await StoreReader.open(broken);
+    const run = extract({ modelDir, bank, out: broken, batchSize: 4, commitRows: 8, selfCheck: 6 });
+    await expect(run).rejects.toThrow(SelfCheckError);
+    await expect(run).rejects.toThrow(/SELF-CHECK FAILED .* in layer \d+ .*--batch-size 1/);
+    // No row is kept, the store is not complete, and the manifest says why.
+    const manifest = JSON.parse(readFileSync(join(broken, "index.json"), "utf8"));
+    expect(manifest).toMatchObject({ rows_done: 0, complete: false });
+    const check = manifest.self_check as SelfCheck;
+    expect(check.status).toBe("fail");
+    // Independently: the largest difference between the broken rows and the batch-1 store over the rows checked.
     const b = await StoreReader.open(unbatched);
-    const ids = a.manifest.query_ids;
+    const ids = b.manifest.query_ids;
     for (const { layer, max_abs_dev } of check.layers) {
+      const a = await readNpyFile(join(broken, layerFileName(layer)));
+      const d = b.manifest.d_model;
       let worst = 0;
       for (const id of check.query_ids) {
         const row = ids.indexOf(id);
-        const x = await a.readRowsF32(layer, row, 1);
         const y = await b.readRowsF32(layer, row, 1);
-        x.forEach((v, j) => (worst = Math.max(worst, Math.abs(v - y[j]!))));
+        y.forEach((v, j) => (worst = Math.max(worst, Math.abs(f16BitsToNumber(a.data[row * d + j]!) - v))));
       }
       expect(max_abs_dev).toBe(worst);
     }
     expect(Math.max(...check.layers.map((l) => l.max_rel_dev!))).toBeGreaterThan(check.tolerance);
-    await a.close();
     await b.close();
     const report = await verifyStore(broken);
-    expect(report.self_check?.status).toBe("warn");
+    expect(report.ok).toBe(false);
+    expect(report.problems.map((p) => p.problem)).toContain("self-check");
+    expect(report.problems.find((p) => p.problem === "self-check")!.message).toMatch(/batch self-check failed/);
+    // Run again at batch 1: every row is written again, and the store is the unbatched one.
+    const again = await extract({ modelDir, bank, out: broken, batchSize: 1, commitRows: 8, selfCheck: 6 });
+    expect(again.rowsExtracted).toBe(21);
+    expect(again.manifest.self_check!.status).toBe("pass");
+    for (const layer of again.manifest.layers)
+      expect(readFileSync(join(broken, layerFileName(layer)))).toEqual(
+        readFileSync(join(unbatched, layerFileName(layer))),
+      );
+    expect((await verifyStore(broken)).ok).toBe(true);
+  });
+
+  it("keeps batched states with --self-check 0, and says so in the manifest", async () => {
+    process.env.HSM_TEST_BREAK_BATCHING = "mask";
+    const out = join(dir, "unchecked");
+    const result = await extract({ modelDir, bank, out, batchSize: 4, commitRows: 8, selfCheck: 0 });
+    expect(result.manifest).toMatchObject({ complete: true, self_check: { rows: 0, status: "off" } });
+    expect((await verifyStore(out)).ok).toBe(true);
+  });
+
+  it("is refused by verify in a store that completed with a warning before failed checks stopped the run", async () => {
+    const out = join(dir, "older");
+    await extract({ modelDir, bank, out, batchSize: 4, commitRows: 8, selfCheck: 4 });
+    const manifest = JSON.parse(readFileSync(join(out, "index.json"), "utf8"));
+    manifest.self_check.status = "warn";
+    manifest.self_check.layers[0].max_rel_dev = 0.5;
+    writeFileSync(join(out, "index.json"), JSON.stringify(manifest, null, 2) + "\n");
+    const report = await verifyStore(out);
+    expect(report.problems.map((p) => p.problem)).toEqual(["self-check"]);
+    expect(report.problems[0]!.message).toContain(`5.00e-1 of the row's largest value in layer ${manifest.layers[0]}`);
   });
 
   it("runs once, when a resumed run completes, over rows stored by both runs; a complete store is not checked again", async () => {

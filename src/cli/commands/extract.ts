@@ -66,7 +66,7 @@ export function extractCommand(program: Command): void {
     )
     .option(
       "--self-check <n>",
-      "rows re-run alone at batch 1 to check the batched states (0: off)",
+      "rows re-run alone at batch 1 to check the batched states; a difference fails the run (0: off)",
       intOption("--self-check", 0),
       DEFAULT_SELF_CHECK_ROWS,
     )

@@ -2,6 +2,7 @@ import type { Command } from "commander";
 
 import { DEFAULT_LAYER_RULE } from "../../defaults.js";
 import { inspectModel, tensorMethod, type ModelInspection } from "../../index.js";
+import { promptPadding } from "../../extract/extract.js";
 import { MODEL_FILE_HELP } from "../options.js";
 import { out } from "../print.js";
 
@@ -28,8 +29,10 @@ function printInspection(dir: string, rule: string, i: ModelInspection): void {
   );
   out(`style: ${i.plan.strategy}; computes in ${i.format.dtype}, weights ${i.format.weights}`);
   out(`inputs: ${i.inputs.map((v) => `${v.name} [${(v.shape ?? []).join(", ")}]`).join(", ")}`);
-  const { feeds, unknown, paddingSide } = i.plan.inputs;
-  out(`feeds (${paddingSide} padding): ${feeds.map((f) => `${f.name} ← ${FEED_WORDS[f.kind] ?? f.kind}`).join("; ")}`);
+  const { feeds, unknown } = i.plan.inputs;
+  out(
+    `feeds (prompts ${promptPadding(i.plan.inputs)}-padded): ${feeds.map((f) => `${f.name} ← ${FEED_WORDS[f.kind] ?? f.kind}`).join("; ")}`,
+  );
   if (unknown.length) out(`not fed: ${unknown.join(", ")} (a run stops if the stored layers read them)`);
   out(
     `outputs: ${i.outputs.length > 6 ? `${i.outputs.slice(0, 6).join(", ")}, … (${i.outputs.length})` : i.outputs.join(", ")}`,

@@ -55,7 +55,7 @@ function printVerifyReport(report: VerifyReport, seconds: number, json: boolean)
         ? ""
         : `, worst deviation ${c.worst_rel_dev === null ? "non-finite" : c.worst_rel_dev.toExponential(2)} of the row's largest value (layer ${c.worst_layer})`;
     out(
-      `${report.store}: self-check ${c.status === "warn" ? "WARN" : c.status}: ${c.rows} rows re-run alone at batch 1${worst}`,
+      `${report.store}: self-check ${c.status === "warn" || c.status === "fail" ? "FAILED" : c.status}: ${c.rows} rows re-run alone at batch 1${worst}`,
     );
   }
   if (report.ok) {

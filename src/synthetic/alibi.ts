@@ -397,7 +397,12 @@ function bloomGelu(p: Parts, scope: string, x: string): string {
 }
 
 /** The ONNX graph of a BLOOM model, torch-export style (no `position_ids` input in any variant). */
-export function buildBloomOnnx(c: BloomConfig, w: BloomWeights, withPast: boolean, variant: GraphVariant = {}) {
+export function buildBloomOnnx(
+  c: BloomConfig,
+  w: BloomWeights,
+  withPast: boolean,
+  variant: GraphVariant = {},
+): Uint8Array {
   const p = startGraph(withPast, variant, c.vocab_size);
   const { g } = p;
   const { hidden_size: d, n_head: H, layer_norm_epsilon: eps, vocab_size: V } = c;
@@ -444,15 +449,10 @@ export function buildBloomOnnx(c: BloomConfig, w: BloomWeights, withPast: boolea
     );
     // fused_qkv.view(B, T, H, 3, hd): q, k and v interleaved per head; [..., j, :] picks one.
     const perHead = g.op1(A, "Reshape", [fused, p.i64("/transformer/constants/shape_fused_qkv", [0, 0, H, 3, hd])]);
-    const pick = (j: number) =>
-      g.op1(
-        A,
-        "Transpose",
-        [g.op1(A, "Gather", [perHead, p.i64(`/transformer/constants/qkv_${j}`, [j], [])], { axis: 3 })],
-        {
-          perm: [0, 2, 1, 3],
-        },
-      );
+    const pick = (j: number) => {
+      const part = g.op1(A, "Gather", [perHead, p.i64(`/transformer/constants/qkv_${j}`, [j], [])], { axis: 3 });
+      return g.op1(A, "Transpose", [part], { perm: [0, 2, 1, 3] });
+    };
     const [k, v] = kvCache(p, A, i, pick(1), pick(2), H, hd);
     // alibi.baddbmm(q, kᵀ, beta=1, alpha=1/√hd), then the additive causal and padding mask.
     const qk = g.op1(A, "Mul", [
@@ -510,7 +510,7 @@ function erfGelu(p: Parts, scope: string, x: string): string {
 }
 
 /** The ONNX graph of an MPT model, torch-export style (no `position_ids` input in any variant). */
-export function buildMptOnnx(c: MptConfig, w: MptWeights, withPast: boolean, variant: GraphVariant = {}) {
+export function buildMptOnnx(c: MptConfig, w: MptWeights, withPast: boolean, variant: GraphVariant = {}): Uint8Array {
   const p = startGraph(withPast, variant, c.vocab_size);
   const { g, i64 } = p;
   const { d_model: d, n_heads: H, layer_norm_epsilon: eps, vocab_size: V, max_seq_len: max } = c;

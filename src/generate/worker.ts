@@ -10,7 +10,12 @@ const port = parentPort!;
 const reply = (r: WorkerReply) => port.postMessage(r);
 try {
   const session = await loadSession(model, options);
-  port.on("message", (r: WorkerRequest) => {
+  port.on("message", (r: WorkerRequest | { close: true }) => {
+    // Asked to stop (never while a batch runs): the session is released and the thread ends by itself.
+    if ("close" in r) {
+      void session.release().finally(() => port.close());
+      return;
+    }
     decodeBatch(session, setup, r.prompts, r.cached, r.newTokens).then(
       (ids) => reply({ id: r.id, ids }),
       (err: unknown) => reply({ id: r.id, error: err instanceof Error ? err.message : String(err) }),
@@ -19,4 +24,5 @@ try {
   reply({ ready: true });
 } catch (err) {
   reply({ loadError: (err as Error).message });
+  port.close();
 }

@@ -119,9 +119,16 @@ export async function workerDecoders(script: string, count: number, init: Worker
       const worker = idle.pop()!;
       const { request, settle } = queue.shift()!;
       waiting.set(request.id, settle);
+      running.add(request.id);
       worker.postMessage(request);
     }
   };
+  const exited = workers.map((worker) => new Promise<void>((resolve) => worker.once("exit", () => resolve())));
+  // Batches sent and not answered yet. A thread is never stopped inside onnxruntime's work: its completion would
+  // call into a thread that is gone and abort the process.
+  const running = new Set<number>();
+  let drained: (() => void) | undefined;
+  const idleAll = () => new Promise<void>((resolve) => (running.size === 0 ? resolve() : (drained = resolve)));
   const ready = workers.map(
     (worker) =>
       new Promise<void>((resolve, reject) => {
@@ -139,6 +146,8 @@ export async function workerDecoders(script: string, count: number, init: Worker
           idle.push(worker);
           if ("error" in reply) settle?.reject(new Error(reply.error));
           else settle?.resolve(reply.ids);
+          running.delete(reply.id);
+          if (running.size === 0) drained?.();
           dispatch();
         });
         worker.on("error", (err) => {
@@ -151,15 +160,26 @@ export async function workerDecoders(script: string, count: number, init: Worker
         });
       }),
   );
+  /**
+   * Stops every thread once its work is done: batches running finish first (their callers were already told
+   * generation stopped), then each thread releases its session and ends. A thread still loading its session
+   * ends when the load settles (see the callers of close).
+   */
   const close = async () => {
     if (!closed) stopped("generation was stopped");
-    await Promise.all(workers.map((w) => w.terminate()));
+    await idleAll();
+    for (const w of workers) w.postMessage({ close: true });
+    // A thread that does not end by itself once its session is released holds nothing onnxruntime works on.
+    const late = setTimeout(() => workers.forEach((w) => void w.terminate()), CLOSE_GRACE_MS);
+    await Promise.all(exited);
+    clearTimeout(late);
   };
-  try {
-    await Promise.all(ready);
-  } catch (err) {
+  // Every thread's load settles before any is stopped: one refused model must not stop another mid-load.
+  const loads = await Promise.allSettled(ready);
+  const refused = loads.find((l): l is PromiseRejectedResult => l.status === "rejected");
+  if (refused) {
     await close();
-    throw err;
+    throw refused.reason;
   }
   idle.push(...workers);
   return {
@@ -176,6 +196,9 @@ export async function workerDecoders(script: string, count: number, init: Worker
     close,
   };
 }
+
+/** How long a thread asked to stop may take to release its session and end before it is stopped. */
+const CLOSE_GRACE_MS = 10_000;
 
 interface Settle {
   resolve(ids: number[][]): void;

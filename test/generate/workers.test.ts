@@ -1,13 +1,17 @@
 /**
  * How many decoding sessions generation starts by default: each holds a copy
- * of the weights, so no more than fit in half the available memory.
+ * of the weights, so no more than fit in half the available memory. And the
+ * threads that hold them are stopped only between batches, so that a run
+ * stopped mid-way, or run to its end, never takes the process down.
  */
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 
+import { generate } from "../../src/generate/generate.js";
 import { affordableWorkers, weightBytes } from "../../src/generate/workers.js";
+import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const GB = 1e9;
@@ -48,5 +52,68 @@ describe("weightBytes", () => {
     };
     expect(weightBytes(join(dir, "model.onnx"), graph)).toBe(6000);
     expect(weightBytes(join(dir, "model.onnx"), { initializer: [] })).toBe(1000);
+  });
+});
+
+describe("decoding threads", () => {
+  const dir = tempDir("hsm-workers-");
+  const modelDir = join(dir, "model");
+  const bank = join(dir, "bank.jsonl");
+
+  beforeAll(async () => {
+    // GPT-2's legacy decoder: no KV cache, and none can be added, so every step recomputes the whole sequence.
+    await writeModelInStyle(modelDir, "plain", {
+      family: "gpt2",
+      layers: 2,
+      hidden: 32,
+      heads: 4,
+      tokenizer: "llama3.1-1k",
+      seed: 3,
+      positionIds: false,
+    });
+    const queries = ["What is the capital of France?", "Ok?", "Who wrote Don Quixote?", "Name the largest planet."];
+    const lines = Array.from({ length: 48 }, (_, i) =>
+      JSON.stringify({
+        query_id: `q${i}`,
+        fact_id: `f${i}`,
+        condition_family: "anchor",
+        query: `${queries[i % queries.length]} ${"and more ".repeat(i % 7)}`,
+        use_for_main_forward: true,
+        answers: ["x"],
+      }),
+    );
+    writeFileSync(bank, lines.join("\n") + "\n");
+  });
+
+  it("are stopped between batches: a run stopped while both decode, 25 times over, fails with its error", async () => {
+    const stop = new Error("stopped by the test");
+    for (let run = 0; run < 25; run++) {
+      const out = join(dir, `stopped-${run}.jsonl`);
+      const stopped = generate({
+        modelDir,
+        bank,
+        out,
+        batchSize: 4,
+        workers: 2,
+        maxNewTokens: 12,
+        selfCheck: 0,
+        onProgress: (done) => {
+          if (done > 0) throw stop;
+        },
+      });
+      await expect(stopped).rejects.toBe(stop);
+    }
+  });
+
+  it("run the no-cache path to the end, 10 times over, with the same file each time", async () => {
+    const files = [];
+    for (let run = 0; run < 10; run++) {
+      const out = join(dir, `whole-${run}.jsonl`);
+      expect(
+        await generate({ modelDir, bank, out, batchSize: 4, workers: 2, maxNewTokens: 6, selfCheck: 0 }),
+      ).toMatchObject({ written: 48, failed: 0 });
+      files.push(readFileSync(out, "utf8"));
+    }
+    expect(new Set(files).size).toBe(1);
   });
 });

@@ -11,9 +11,11 @@
  *
  * That is only right when the rest of the graph reads the cache's length from
  * the attention mask: the causal bias must span the whole mask and positions
- * must continue where the cache ends. A graph says nothing about that, so
- * generation tries the cache on a few prompts against full recomputation and
- * keeps it only where the tokens agree (see generate.ts).
+ * must continue where the cache ends. A graph that counts positions from the
+ * tokens it is given alone gets no cache (see positionsRestart); for the rest
+ * the graph says nothing, so generation tries the cache on a few prompts
+ * against full recomputation and keeps it only where the tokens agree (see
+ * generate.ts).
  */
 import { DataType, graphIndex, num, onnx, valueInfo, type GraphProto, type NodeProto } from "./graph.js";
 import { isPastInput, isPresentOutput, pastInputName, presentOutputName } from "./kv-cache.js";
@@ -44,6 +46,35 @@ export function attentionShape(config: Record<string, unknown>): AttentionShape 
   const headDim = pick("head_dim") ?? (heads && hidden && hidden % heads === 0 ? hidden / heads : undefined);
   const kvHeads = pick("num_key_value_heads", "n_head_kv", "num_kv_heads") ?? heads;
   return heads && kvHeads && headDim ? { heads, kvHeads, headDim } : undefined;
+}
+
+/**
+ * Whether the graph counts positions from the tokens it is given alone: a `Range` whose bounds come from
+ * `input_ids` (its length, or the embedding's) and not from `attention_mask`. Fed one new token after a cache,
+ * such a graph would put it at position 0 (optimum's legacy GPT-2 decoder counts `0…T−1` with no past; torch
+ * exports count `cache_position` so), so no cache is added to it.
+ */
+export function positionsRestart(graph: GraphProto): boolean {
+  const { producer } = graphIndex(graph);
+  const reached = (start: readonly string[]): Set<string> => {
+    const seen = new Set<string>();
+    const inputs = new Set<string>();
+    const stack = [...start];
+    while (stack.length > 0) {
+      const t = stack.pop()!;
+      if (!t || seen.has(t)) continue;
+      seen.add(t);
+      const p = producer.get(t);
+      if (p) stack.push(...(p.input ?? []));
+      else inputs.add(t);
+    }
+    return inputs;
+  };
+  return (graph.node ?? []).some((n) => {
+    if (n.opType !== "Range") return false;
+    const from = reached(n.input ?? []);
+    return from.has("input_ids") && !from.has("attention_mask") && !from.has("position_ids");
+  });
 }
 
 /** The two products of one attention: scores (its input 1 the keys, transposed) and context (its input 1 the values). */
@@ -148,6 +179,7 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
 export function addKvCache(graph: GraphProto, opset: number, numLayers: number, shape: AttentionShape): boolean {
   const inputs = graph.input ?? [];
   if (inputs.some((v) => isPastInput(v.name!)) || !inputs.some((v) => v.name === "attention_mask")) return false;
+  if (positionsRestart(graph)) return false;
   const sites = findSites(graph, opset);
   if (!sites || sites.length !== numLayers) return false;
   const floatType = (graph.output ?? []).find((o) => o.name === "logits")?.type?.tensorType?.elemType ?? DataType.FLOAT;

@@ -21,7 +21,7 @@ import {
   writeTinyModel,
   type TinyModelOptions,
 } from "../../src/synthetic/llama.js";
-import { addKvCache, attentionShape } from "../../src/onnx/add-cache.js";
+import { addKvCache, attentionShape, positionsRestart } from "../../src/onnx/add-cache.js";
 import { generate } from "../../src/generate/generate.js";
 import { decodeModel, encodeModel, graphIndex, valueShape, type GraphProto } from "../../src/onnx/graph.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
@@ -44,6 +44,7 @@ const MODELS = {
   noPositions: { ...BASE, seed: 42, positionIds: false },
   /** As noPositions, then patched so that positions and the causal mask start at 0 whatever the cache holds. */
   blind: { ...BASE, seed: 43, positionIds: false },
+  blindBehindMask: { ...BASE, seed: 43, positionIds: false },
 } satisfies Record<string, TinyModelOptions>;
 type Name = keyof typeof MODELS;
 const modelDir = (name: Name) => join(dir, name);
@@ -64,12 +65,30 @@ function ignorePast(graph: GraphProto): void {
   range.input = ["/model/constants/zero_i", sub.input![1]!, range.input![2]!];
 }
 
+/**
+ * The same restart of the query positions at 0, computed as `total − total` from the attention mask: a graph whose
+ * structure does not show that positions restart, so only the probe can tell.
+ */
+function ignorePastBehindMask(graph: GraphProto): void {
+  const { producer } = graphIndex(graph);
+  const nodes = graph.node!;
+  const range = nodes.find((n) => n.opType === "Range" && producer.get(n.input![0]!)?.opType === "Sub")!;
+  const sub = producer.get(range.input![0]!)!;
+  const total = sub.input![0]!;
+  const zero = { name: "/test/zero", opType: "Sub", input: [total, total], output: ["/test/zero_output_0"] };
+  nodes.splice(nodes.indexOf(range), 0, zero);
+  range.input = [zero.output[0]!, sub.input![1]!, range.input![2]!];
+}
+
 beforeAll(async () => {
   writeFileSync(bank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
   for (const [name, o] of Object.entries(MODELS)) await writeTinyModel(modelDir(name as Name), o);
   const blind = decodeModel(readFileSync(join(modelDir("blind"), "model.onnx")));
   ignorePast(blind.graph!);
   writeFileSync(join(modelDir("blind"), "model.onnx"), encodeModel(blind));
+  const hidden = decodeModel(readFileSync(join(modelDir("blindBehindMask"), "model.onnx")));
+  ignorePastBehindMask(hidden.graph!);
+  writeFileSync(join(modelDir("blindBehindMask"), "model.onnx"), encodeModel(hidden));
 });
 
 describe("addKvCache", () => {
@@ -168,9 +187,18 @@ describe("hsm generate with an added KV cache", () => {
   }
 
   it("recomputes, with the reference's rows, when the cache changes the tokens of the probe", async () => {
-    const messages = await run("blind", 8);
+    const messages = await run("blindBehindMask", 8);
     expect(messages).toContain(
       "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step",
     );
+  });
+
+  it("adds no cache, and recomputes with the reference's rows, where the graph counts positions from its input alone", async () => {
+    const messages = await run("blind", 8);
+    expect(messages).toContain(
+      "the model has no KV cache and counts positions from the tokens it is given alone (a Range over input_ids' length), so a cache cannot be added: recomputing every step",
+    );
+    expect(positionsRestart(decodeModel(readFileSync(join(modelDir("blind"), "model.onnx"))).graph!)).toBe(true);
+    expect(positionsRestart(decodeModel(readFileSync(join(modelDir("plain"), "model.onnx"))).graph!)).toBe(false);
   });
 });

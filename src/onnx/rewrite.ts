@@ -53,7 +53,11 @@ export function rewriteForExtraction(
   const taken = new Set((graph.node ?? []).map((n) => n.name!).filter(Boolean));
   const g = new GraphBuilder(taken);
   const probe = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask, dModel);
-  const rows = tensors.map((t) => probe(t.tensor, `/hsm/layer.${t.layer}`));
+  const asRows = rowsOf(g, graph, dModel);
+  const rows = tensors.map((t) => {
+    const scope = `/hsm/layer.${t.layer}`;
+    return probe(asRows(t.tensor, scope), scope);
+  });
   const stacked = rows.length === 1 ? rows[0]! : g.op1("/hsm", "Concat", rows, { axis: 1 });
   g.nodes.push({
     name: "/hsm/Cast",
@@ -75,6 +79,21 @@ export function rewriteForExtraction(
   if (rightPaddedMask === undefined) gatherBeforeTail(graph, tensors.at(-1)!.tensor, g);
   if (source) externalizeInitializers(graph, source.bytes, source.name);
   return { bytes: encodeModel(model), removedNodes, keptNodes: graph.node.length };
+}
+
+/**
+ * Each stored tensor as `[B, T, d]`: a Reshape to `[B, −1, d]`, B from `input_ids`, which leaves a `[B, T, d]`
+ * tensor as it is and unflattens a `[B·T, d]` one (OPT's residual stream around its MLPs). Graphs without an
+ * `input_ids` input keep their tensors as they are.
+ */
+function rowsOf(g: GraphBuilder, graph: GraphProto, dModel: number): (tensor: string, scope: string) => string {
+  if (!(graph.input ?? []).some((v) => v.name === "input_ids")) return (tensor) => tensor;
+  const S = "/hsm/rows";
+  const batch = g.op1(S, "Gather", [g.op1(S, "Shape", ["input_ids"]), g.ints("/hsm/constants/batch_axis", [0])], {
+    axis: 0,
+  });
+  const shape = g.op1(S, "Concat", [batch, g.ints("/hsm/constants/rows_rest", [-1, dModel])], { axis: 0 });
+  return (tensor, scope) => g.op1(scope, "Reshape", [tensor, shape]);
 }
 
 /** Left padding: every row's last real token is the last position; `[B, T, d]` → `[B, 1, d]`. */
@@ -99,6 +118,8 @@ function lastRealToken(g: GraphBuilder, mask: string, dModel: number): (tensor: 
 }
 
 const QUANTIZED_MATMULS = new Set(["MatMulNBits", "MatMulBnb4"]);
+/** Operators that may flatten a tensor: what they make may hold its positions on another axis than 1. */
+const FLATTENING = new Set(["Reshape", "Flatten", "Squeeze"]);
 
 /** Operators that act on every position alone, given constant operands of rank ≤ 1 (see gatherBeforeTail). */
 const ELEMENTWISE = new Set([
@@ -299,7 +320,31 @@ function gatherBeforeTail(graph: GraphProto, last: string, g: GraphBuilder): voi
   if (!tail) return;
   // Only worth it where a MatMul joined; the activations entering the tail are gathered where they are made.
   if (![...tail].some((n) => n.opType === "MatMul" || QUANTIZED_MATMULS.has(n.opType!))) return;
+  // Gathered on axis 1, the entering activations must be [B, T, …]: one a reshape makes may be flattened.
+  const entering = [...tail].flatMap((n) => (n.input ?? []).filter((t) => t && !tests.constant(t)));
+  if (
+    entering.some((t) => {
+      const p = index.producer.get(t);
+      return p !== undefined && !tail.has(p) && FLATTENING.has(p.opType ?? "") && !keepsRank3(p, graph, index);
+    })
+  )
+    return;
   gatherEntering(graph, tail, index, tests, g);
+}
+
+/**
+ * Whether a reshape surely leaves at least three axes: a Reshape to a constant shape of three or more entries,
+ * or to a shape concatenated from three or more parts (torch's `view(B, T, -1)`).
+ */
+function keepsRank3(n: NodeProto, graph: GraphProto, index: GraphIndex): boolean {
+  if (n.opType !== "Reshape") return false;
+  const shape = n.input?.[1];
+  if (!shape) return false;
+  const init = (graph.initializer ?? []).find((t) => t.name === shape);
+  if (init) return num(init.dims?.[0] ?? 0) >= 3;
+  const p = index.producer.get(shape);
+  if (p?.opType === "Constant") return constantRank(p) === 1 && num(p.attribute?.[0]?.t?.dims?.[0] ?? 0) >= 3;
+  return p?.opType === "Concat" && (p.input ?? []).length >= 3;
 }
 
 /** The rank of a Constant node's value (a tensor, or a scalar/list form). */

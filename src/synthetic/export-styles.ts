@@ -8,6 +8,7 @@
  * weights and no `position_ids` input.
  */
 import { UsageError } from "../errors.js";
+import { isOwnFamily, writeFamilyModel } from "./families.js";
 import { genaiFiles, type GenaiPrecision } from "./genai.js";
 import { FAMILIES, writeTinyModel, type Family, type LlamaConfig, type TinyModelOptions } from "./llama.js";
 import { writeMergedModel } from "./merged.js";
@@ -35,6 +36,7 @@ export async function writeModelInStyle(dir: string, style: string, o: TinyModel
     throw new UsageError(`Expected --style ${MODEL_STYLES.join(", ")} but received "${style}"`);
   if (o.family !== undefined && !FAMILIES.includes(o.family as Family))
     throw new UsageError(`Expected --family ${FAMILIES.join(", ")} but received "${o.family}"`);
+  if (isOwnFamily(o.family)) return writeFamilyModel(dir, style, { ...o, family: o.family });
   if (style === "merged") return writeMergedModel(dir, o);
   if (style in GENAI_STYLES) {
     if (o.family !== undefined && o.family !== "llama")

@@ -64,13 +64,21 @@ export interface LlamaConfig {
  * GPT-J and Phi-2). Otherwise attention, rotary embeddings and the SwiGLU MLP
  * stay Llama's.
  */
-export type Family = "llama" | "gemma" | "qwen2" | "phi3" | "neox";
-export const FAMILIES: readonly Family[] = ["llama", "gemma", "qwen2", "phi3", "neox"];
+export type LlamaFamily = "llama" | "gemma" | "qwen2" | "phi3" | "neox";
+export const LLAMA_FAMILIES: readonly LlamaFamily[] = ["llama", "gemma", "qwen2", "phi3", "neox"];
+
+/**
+ * Every family `make-model` writes: the Llama-shaped ones above, and those with graph builders of their own
+ * (families.ts): `gpt2` and `opt` (learned absolute positions, LayerNorm, biases; learned-positions.ts), `bloom`
+ * and `mpt` (ALiBi; alibi.ts).
+ */
+export type Family = LlamaFamily | "gpt2" | "opt" | "bloom" | "mpt";
+export const FAMILIES: readonly Family[] = [...LLAMA_FAMILIES, "gpt2", "opt", "bloom", "mpt"];
 
 /** Weights in HuggingFace orientation: linear layers are [out, in]. */
 export interface LlamaWeights {
   /** The family whose graph shape these weights are written in; `llama` when absent. */
-  family?: Family;
+  family?: LlamaFamily;
   embed: Float32Array; // [V, d]
   layers: {
     inputNorm: Float32Array; // [d]
@@ -194,12 +202,24 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
 
 /** The weights {@link writeTinyModel} writes for these options. */
 export function tinyWeights(o: TinyModelOptions = {}): LlamaWeights {
-  const weights = generateWeights(tinyConfig(o), o.seed ?? 1234, o.embedScale ?? 1, o.family);
+  const weights = generateWeights(tinyConfig(o), o.seed ?? 1234, o.embedScale ?? 1, llamaFamily(o.family));
   return o.forcedNext?.length ? { ...weights, forcedNext: o.forcedNext } : weights;
 }
 
+/** `family` as one of the Llama-shaped families this file writes; the others have writers of their own. */
+function llamaFamily(family: Family | undefined): LlamaFamily | undefined {
+  if (family !== undefined && !(LLAMA_FAMILIES as readonly string[]).includes(family))
+    throw new InternalError(`the ${family} family is written by families.ts, not as a Llama-shaped graph`);
+  return family as LlamaFamily | undefined;
+}
+
 /** Seeded weights of a useful scale: activations of order one, norms near one. */
-export function generateWeights(c: LlamaConfig, seed: number, embedScale = 1, family: Family = "llama"): LlamaWeights {
+export function generateWeights(
+  c: LlamaConfig,
+  seed: number,
+  embedScale = 1,
+  family: LlamaFamily = "llama",
+): LlamaWeights {
   const d = c.hidden_size;
   const hd = c.head_dim;
   const rng = (stream: number) => new Rng(seed, stream);
@@ -737,7 +757,7 @@ export function buildLlamaOnnx(
 }
 
 /** What config.json says of each family. */
-const FAMILY_CONFIG: Record<Family, Record<string, unknown>> = {
+const FAMILY_CONFIG: Record<LlamaFamily, Record<string, unknown>> = {
   llama: { architectures: ["LlamaForCausalLM"], model_type: "llama" },
   gemma: { architectures: ["Gemma2ForCausalLM"], model_type: "gemma2" },
   qwen2: { architectures: ["Qwen2ForCausalLM"], model_type: "qwen2" },
@@ -779,7 +799,7 @@ export function externalizeWeights(
 }
 
 /** The `config.json` a HuggingFace export of this model has. */
-export function hfConfigJson(config: LlamaConfig, withPast: boolean, family: Family = "llama"): string {
+export function hfConfigJson(config: LlamaConfig, withPast: boolean, family: LlamaFamily = "llama"): string {
   return (
     JSON.stringify(
       { ...FAMILY_CONFIG[family], torch_dtype: "float32", tie_word_embeddings: false, use_cache: withPast, ...config },
@@ -796,7 +816,7 @@ export type ModelFiles = (config: LlamaConfig, weights: LlamaWeights) => Record<
 function plainFiles(o: TinyModelOptions): ModelFiles {
   return (config, weights) => {
     const onnx = buildLlamaOnnx(config, weights, o.withPast ?? false, { positionIds: o.positionIds });
-    const json = { "config.json": hfConfigJson(config, o.withPast ?? false, o.family) };
+    const json = { "config.json": hfConfigJson(config, o.withPast ?? false, llamaFamily(o.family)) };
     if (!o.externalData) return { "model.onnx": onnx, ...json };
     const model = decodeModel(onnx);
     const data = externalizeWeights(model, "model.onnx_data");
@@ -815,22 +835,33 @@ export async function writeTinyModel(
   files: ModelFiles = plainFiles(o),
 ): Promise<LlamaConfig> {
   const config = tinyConfig(o);
-  const weights = tinyWeights(o);
+  await writeModelFolder(dir, o.tokenizer ?? "llama3.1", files(config, tinyWeights(o)));
+  return config;
+}
+
+/**
+ * Writes `files` (by relative path) and the tokenizer's files into a model folder, atomically: built beside
+ * `dir`, then renamed over it.
+ */
+export async function writeModelFolder(
+  dir: string,
+  tokenizer: TokenizerName,
+  files: Record<string, Uint8Array | string>,
+): Promise<void> {
   const temp = `${dir}.partial-${process.pid}`;
   await rm(temp, { recursive: true, force: true });
   await mkdir(temp, { recursive: true });
   try {
-    for (const [name, bytes] of Object.entries(files(config, weights))) {
+    for (const [name, bytes] of Object.entries(files)) {
       await mkdir(dirname(join(temp, name)), { recursive: true });
       await writeFile(join(temp, name), bytes);
     }
-    const name = o.tokenizer ?? "llama3.1";
-    if (TOKENIZERS[name].ranks === undefined) {
-      const tok = tokenizerFiles(name);
+    if (TOKENIZERS[tokenizer].ranks === undefined) {
+      const tok = tokenizerFiles(tokenizer);
       await copyFile(tok.tokenizer, join(temp, "tokenizer.json"));
       await copyFile(tok.config, join(temp, "tokenizer_config.json"));
     } else {
-      const cut = await cutFiles(name);
+      const cut = await cutFiles(tokenizer);
       await writeFile(join(temp, "tokenizer.json"), cut.tokenizer);
       await writeFile(join(temp, "tokenizer_config.json"), cut.config);
     }
@@ -840,5 +871,4 @@ export async function writeTinyModel(
     await rm(temp, { recursive: true, force: true });
     throw err;
   }
-  return config;
 }

@@ -39,8 +39,16 @@ function renameInputs(graph: GraphProto, from: string, to: string): void {
 
 /** The merged graph of the model: with-past and no-past decoders as the branches of one If. */
 export function buildMergedOnnx(c: LlamaConfig, w: LlamaWeights, positionIds = true): Uint8Array {
-  const withPast = decodeModel(buildLlamaOnnx(c, w, true, { positionIds })).graph!;
-  const noPast = decodeModel(buildLlamaOnnx(c, w, false, { positionIds, present: true })).graph!;
+  return mergeDecoders(
+    buildLlamaOnnx(c, w, true, { positionIds }),
+    buildLlamaOnnx(c, w, false, { positionIds, present: true }),
+  );
+}
+
+/** Merges a with-past decoder and a no-past one that outputs `present.*` (encoded graphs) as optimum does. */
+export function mergeDecoders(withPastBytes: Uint8Array, noPastBytes: Uint8Array): Uint8Array {
+  const withPast = decodeModel(withPastBytes).graph!;
+  const noPast = decodeModel(noPastBytes).graph!;
   const elseInit = new Map((noPast.initializer ?? []).map((t) => [t.name!, t]));
   const hoisted: TensorProto[] = [];
   const thenInit: TensorProto[] = [];

@@ -11,7 +11,9 @@ import { buildPrompt } from "../../src/bank/prompt.js";
 import { tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/synthetic/llama.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
+import { isOwnFamily } from "../../src/synthetic/families.js";
 import { referenceHiddenFamily } from "./family-reference.js";
+import { ownFamilyForward } from "./own-family-reference.js";
 import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { referenceHidden } from "./llama-reference.js";
 
@@ -21,8 +23,9 @@ export async function expectStoreMatchesReference(
   modelDir: string,
   bankPath: string,
 ): Promise<void> {
-  const config = tinyConfig(o);
-  const weights = tinyWeights(o);
+  const own = isOwnFamily(o.family) ? ownFamilyForward({ ...o, family: o.family }) : undefined;
+  const config = tinyConfig(own ? { ...o, family: undefined } : o);
+  const weights = tinyWeights(own ? { ...o, family: undefined } : o);
   const tok = await PromptTokenizer.load(modelDir);
   const rows = readFileSync(bankPath, "utf8")
     .trim()
@@ -33,7 +36,11 @@ export async function expectStoreMatchesReference(
   let worst = 0;
   for (const [i, row] of rows.entries()) {
     const ids = tok.encode(buildPrompt(row));
-    const ref = weights.family ? referenceHiddenFamily(config, weights, ids) : referenceHidden(config, weights, ids);
+    const ref = own
+      ? own(ids).hidden
+      : weights.family
+        ? referenceHiddenFamily(config, weights, ids)
+        : referenceHidden(config, weights, ids);
     for (const layer of reader.manifest.layers) {
       const got = await reader.readRowsF32(layer, i, 1);
       ref[layer]!.forEach(

@@ -85,7 +85,7 @@ describe("hsm inspect-model", () => {
     expect(lines).toContain("style: structural; computes in float32, weights float32");
     const feeds = lines.find((l) => l.startsWith("feeds"))!;
     expect(feeds).toMatch(
-      /^feeds \(left padding\): input_ids ← token ids; attention_mask ← mask \(0 on padding\); position_ids ← cumsum\(mask\) − 1; past_key_values\.0\.key ← empty KV cache;/,
+      /^feeds \(prompts left-padded\): input_ids ← token ids; attention_mask ← mask \(0 on padding\); position_ids ← cumsum\(mask\) − 1; past_key_values\.0\.key ← empty KV cache;/,
     );
     expect(feeds.split("; ")).toHaveLength(3 + 2 * 3);
     expect(lines).toContain(

@@ -23,8 +23,11 @@
  *   residual is a fused Skip norm (which then usually emits output 0 alone),
  *   that norm's output 0.
  * - Besides the residual `Add`s and Skip norms only a `Cast`/`Identity`/
- *   `Dropout` may sit on the stream, and before the first block an
- *   elementwise scale or sum (Gemma's √d `Mul`, GPT-2's position embeddings);
+ *   `Dropout` or a reshape may sit on the stream (OPT flattens it to
+ *   `[B·T, d]` around each MLP), and before the first block an elementwise
+ *   scale or sum (Gemma's √d `Mul`, GPT-2's position embeddings) or a norm
+ *   (BLOOM's embedding LayerNorm). The embedding `Gather` may read
+ *   `input_ids` through casts and reshapes (GPT-2's `view(-1, T)`);
  *   any other operator there is a fused op this unit does not know, and
  *   detection stops naming it (at once for an op of another domain, whose
  *   outputs it cannot tell apart).
@@ -39,9 +42,30 @@ import { DetectionError, type GraphStyle, type HiddenTensor, type Located } from
 import { torchNamesStyle } from "./torch-names.js";
 
 const SHAPE_ONLY = new Set(["Shape", "Size"]);
-const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout"]);
-/** Before the first block: the embedding scaled (Gemma's √d) or summed with position embeddings (GPT-2). */
-const EMBEDDING_OPS = new Set(["Mul", "Div", "Add"]);
+/**
+ * What may sit on the stream between residuals without changing a value: casts, and reshapes between
+ * `[B, T, d]` and `[B·T, d]` (OPT runs each block's MLP half on the flattened stream).
+ */
+const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze"]);
+/**
+ * Before the first block: the embedding scaled (Gemma's √d), summed with position embeddings (GPT-2, OPT), or
+ * normed (BLOOM's word_embeddings_layernorm, as one op or written out).
+ */
+const EMBEDDING_OPS = new Set([
+  "Mul",
+  "Div",
+  "Add",
+  "Sub",
+  "Pow",
+  "Sqrt",
+  "Reciprocal",
+  "ReduceMean",
+  "LayerNormalization",
+  "SimplifiedLayerNormalization",
+  "RMSNormalization",
+]);
+/** Operators that only rearrange `input_ids` before the embedding reads them (GPT-2's `view(-1, T)`). */
+const IDS_REARRANGE = new Set(["Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"]);
 const NORM_OUTPUT = new Set(["Mul", "Add", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"]);
 /** A residual add fused with the norm after it (com.microsoft): inputs 0 and 1 summed, output 3 the sum, output 0 normalized. */
 const SKIP_NORMS = new Set(["SkipSimplifiedLayerNormalization", "SkipLayerNormalization"]);
@@ -92,12 +116,20 @@ class StructureError extends Error {
 function findEmbedding(graph: GraphProto, consumers: Map<string, NodeProto[]>): NodeProto | undefined {
   const ids = (graph.input ?? []).find((v) => v.name === "input_ids")?.name;
   if (!ids) return undefined;
-  const readers = [...(consumers.get(ids) ?? [])];
-  for (const c of consumers.get(ids) ?? [])
-    if (c.opType === "Cast") readers.push(...(consumers.get(c.output![0]!) ?? []));
+  // The ids as the embedding reads them: input_ids itself, or what only casts or reshapes it.
+  const views = new Set([ids]);
+  const readers: NodeProto[] = [];
+  for (const view of views)
+    for (const c of consumers.get(view) ?? []) {
+      readers.push(c);
+      if (IDS_REARRANGE.has(c.opType ?? "") && !c.domain && c.input?.[0] === view) views.add(c.output![0]!);
+    }
   const gathers = readers.filter(
     (n) =>
-      /^Gather/.test(n.opType ?? "") && n.input?.[1] !== undefined && n.input[1] !== n.input[0] && n.input[0] !== ids,
+      /^Gather/.test(n.opType ?? "") &&
+      n.input?.[1] !== undefined &&
+      views.has(n.input[1]) &&
+      !views.has(n.input[0] ?? ""),
   );
   const weights = new Set((graph.initializer ?? []).filter((t) => (t.dims?.length ?? 0) === 2).map((t) => t.name!));
   return gathers.find((n) => weights.has(n.input![0]!)) ?? (gathers.length === 1 ? gathers[0] : undefined);

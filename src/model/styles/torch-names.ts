@@ -11,7 +11,10 @@ import { candidates, DetectionError, type GraphStyle, type HiddenTensor } from "
 
 const SCOPE = "(?:model|transformer|gpt_neox|model\\/decoder|model\\/language_model)";
 const BLOCK = new RegExp(`^\\/${SCOPE}\\/(?:layers|h|blocks|layer)\\.(\\d+)\\/`);
-const FINAL_NORM = new RegExp(`^\\/${SCOPE}\\/(?:norm|ln_f|final_layer_norm|final_layernorm|final_norm)\\/`);
+/** Operators a block's output may pass through before the next block reads it, and how many in a row. */
+const PASSING = new Set(["Reshape", "Cast", "Identity", "Dropout", "Flatten", "Squeeze", "Unsqueeze"]);
+const PASS_DEPTH = 4;
+const FINAL_NORM = new RegExp(`^\\/${SCOPE}\\/(?:norm|norm_f|ln_f|final_layer_norm|final_layernorm|final_norm)\\/`);
 
 /** Nodes grouped by the block their name places them in, and the final norm's nodes. */
 function scopes(graph: GraphProto): { byBlock: Map<number, NodeProto[]>; normNodes: NodeProto[] } {
@@ -45,10 +48,16 @@ export const torchNamesStyle: GraphStyle = {
     for (let l = 0; l < numLayers - 1; l++) {
       const nodes = byBlock.get(l)!;
       const next = new Set(byBlock.get(l + 1) ?? []);
-      // The residual output: an Add of this block read by the next block.
-      const found = nodes.filter(
-        (n) => n.opType === "Add" && (n.output ?? []).some((o) => (consumers.get(o) ?? []).some((c) => next.has(c))),
-      );
+      // The residual output: an Add of this block read by the next block, directly or through this block's
+      // reshapes and casts (OPT adds the MLP's residual on the flattened stream and reshapes it back).
+      const own = new Set(nodes);
+      const reachesNext = (t: string, depth = 0): boolean =>
+        (consumers.get(t) ?? []).some(
+          (c) =>
+            next.has(c) ||
+            (depth < PASS_DEPTH && own.has(c) && PASSING.has(c.opType ?? "") && reachesNext(c.output![0]!, depth + 1)),
+        );
+      const found = nodes.filter((n) => n.opType === "Add" && (n.output ?? []).some((o) => reachesNext(o)));
       if (found.length === 0) {
         throw new DetectionError(
           `cannot find the residual output of block ${l}: no Add in /…layers.${l}/ feeds block ${l + 1}. ` +

@@ -1,0 +1,129 @@
+/**
+ * The families whose graphs are not Llama-shaped (GPT-2 and OPT: learned
+ * absolute positions; BLOOM and MPT: ALiBi), in each output optimum writes:
+ * `model.onnx` with past, the legacy decoder without past and without
+ * `position_ids` (GPT-2's counts positions from the padded length), and the
+ * merged decoder. Extraction at batch 16 and 1 stores what the independent
+ * float64 forward pass computes, and generation at batch 16 and 1 writes its
+ * greedy text.
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { buildPrompt } from "../../src/bank/prompt.js";
+import { extract } from "../../src/extract/extract.js";
+import { generate } from "../../src/generate/generate.js";
+import { PromptTokenizer } from "../../src/model/tokenizer.js";
+import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
+import type { OwnFamily } from "../../src/synthetic/families.js";
+import type { TinyModelOptions } from "../../src/synthetic/llama.js";
+import { referenceDecoder } from "../helpers/llama-reference.js";
+import { ownFamilyForward, ownFamilyGreedy } from "../helpers/own-family-reference.js";
+import { expectStoreMatchesReference } from "../helpers/reference-store.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-families-");
+const bank = join(dir, "bank.jsonl");
+const QUERIES = [
+  "What is the capital of France?",
+  "Ok?",
+  "Which element has the chemical symbol Fe, and is it magnetic at room temperature?",
+  "Who wrote Don Quixote?",
+  "¿Cuál es la capital de Perú?",
+  "Name the largest planet.",
+];
+const MAX_NEW = 6;
+const FAMILIES: readonly OwnFamily[] = ["gpt2", "opt", "bloom", "mpt"];
+/** The optimum outputs: the with-past model.onnx, the legacy decoder_model.onnx, and the merged decoder. */
+const OUTPUTS = {
+  "with-past": { style: "with-past", positionIds: true },
+  legacy: { style: "plain", positionIds: false },
+  merged: { style: "merged", positionIds: false },
+} as const;
+type Output = keyof typeof OUTPUTS;
+
+const options = (family: OwnFamily, output: Output): TinyModelOptions => ({
+  family,
+  layers: 2,
+  hidden: 32,
+  heads: 4,
+  tokenizer: "llama3.1-1k",
+  seed: 60 + FAMILIES.indexOf(family),
+  positionIds: OUTPUTS[output].positionIds,
+});
+const modelDir = (family: OwnFamily, output: Output) => join(dir, `${family}-${output}`);
+
+beforeAll(async () => {
+  writeFileSync(
+    bank,
+    Array.from({ length: 12 }, (_, i) =>
+      JSON.stringify({
+        query_id: `q${i}`,
+        fact_id: `f${i}`,
+        condition_family: "anchor",
+        query: `${QUERIES[i % QUERIES.length]}${i >= QUERIES.length ? ` #${i}` : ""}`,
+        use_for_main_forward: true,
+        answers: ["x"],
+      }),
+    ).join("\n") + "\n",
+  );
+  for (const family of FAMILIES)
+    for (const output of Object.keys(OUTPUTS) as Output[])
+      await writeModelInStyle(modelDir(family, output), OUTPUTS[output].style, options(family, output));
+});
+
+describe.each(FAMILIES)("%s", (family) => {
+  it.each(Object.keys(OUTPUTS) as Output[])("%s: extraction at batch 16 and 1 stores the reference", async (output) => {
+    for (const batchSize of [16, 1]) {
+      const out = join(dir, `${family}-${output}-b${batchSize}`);
+      const { manifest } = await extract({
+        modelDir: modelDir(family, output),
+        bank,
+        out,
+        batchSize,
+        layerRule: "l >= 0",
+      });
+      expect(manifest.self_check?.status).toBe("pass");
+      // Found by structure, the names agreeing.
+      expect(manifest.style!.name).toMatch(/(^|\+)structural$/);
+      expect(manifest.style!.cross_check).toBe("names (torch-names) agree on all 2 blocks");
+      // Graphs without position_ids (the legacy outputs; BLOOM and MPT always) are right-padded.
+      const positionIds = OUTPUTS[output].positionIds && (family === "gpt2" || family === "opt");
+      expect(manifest.padding_side).toBe(positionIds ? "left" : "right");
+      await expectStoreMatchesReference(out, options(family, output), modelDir(family, output), bank);
+    }
+  });
+
+  it.each(Object.keys(OUTPUTS) as Output[])(
+    "%s: generation at batch 16 and 1 writes the reference's text",
+    async (output) => {
+      const md = modelDir(family, output);
+      const tok = await PromptTokenizer.load(md);
+      const decode = referenceDecoder(readFileSync(join(md, "tokenizer.json"), "utf8"));
+      const forward = ownFamilyForward({ ...options(family, output), family });
+      const eos = new Set([1025]);
+      const rows = readFileSync(bank, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l));
+      const want = Object.fromEntries(
+        rows.map((r) => [r.query_id, decode(ownFamilyGreedy(forward, tok.encode(buildPrompt(r)), eos, MAX_NEW))]),
+      );
+      for (const batchSize of [16, 1]) {
+        const out = join(dir, `${family}-${output}-b${batchSize}.jsonl`);
+        expect(await generate({ modelDir: md, bank, out, batchSize, maxNewTokens: MAX_NEW })).toMatchObject({
+          written: rows.length,
+          failed: 0,
+        });
+        const got = readFileSync(out, "utf8")
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l))
+          .map((r) => [r.query_id, r.raw_response]);
+        expect(Object.fromEntries(got)).toEqual(want);
+      }
+    },
+  );
+});

@@ -167,6 +167,8 @@ export interface ModelInspection {
   outputs: string[];
   /** The graph's compute dtype and weight format. */
   format: GraphFormat;
+  /** The side whole prompts are padded on (see {@link promptPadding}). */
+  promptPadding: "left" | "right";
 }
 
 export async function inspectModel(
@@ -206,6 +208,7 @@ export async function inspectModel(
     inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
     format: graphFormat(model.graph!),
+    promptPadding: promptPadding(plan.inputs),
   };
   return { inspection, model, source, tokenizer, sha256: hashing, configRaw: md.config.raw };
 }
@@ -329,7 +332,7 @@ function storeInit(
     last_layer_final_norm: inspection.plan.lastLayerFinalNorm && layers.includes(inspection.numLayers - 1),
     dtype: inspection.format.dtype,
     weights: inspection.format.weights,
-    padding_side: promptPadding(inspection.plan.inputs),
+    padding_side: inspection.promptPadding,
     query_ids: rows.map((r) => r.query_id),
     fact_ids: rows.map((r) => r.fact_id),
     condition_families: rows.map((r) => r.condition_family),
@@ -352,7 +355,7 @@ async function openSession(
 ) {
   const { inspection } = inspected;
   const stage = await stageModel(inspection.onnxPath);
-  const paddingSide = promptPadding(inspection.plan.inputs);
+  const paddingSide = inspection.promptPadding;
   // Right-padded rows are read at their last real token, found from the mask inside the graph.
   const mask = inspection.plan.inputs.feeds.find((f) => f.kind === "attention_mask")?.name;
   if (paddingSide === "right" && mask === undefined) {

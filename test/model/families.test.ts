@@ -1,6 +1,7 @@
 /**
  * The families whose graphs are not Llama-shaped (GPT-2 and OPT: learned
- * absolute positions; BLOOM and MPT: ALiBi), in each output optimum writes:
+ * absolute positions; BLOOM and MPT: ALiBi), and Llama's beside them, in
+ * each output optimum writes:
  * `model.onnx` with past, the legacy decoder without past and without
  * `position_ids` (GPT-2's counts positions from the padded length), and the
  * merged decoder. Extraction at batch 16 and 1 stores what the independent
@@ -13,13 +14,13 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
-import { extract } from "../../src/extract/extract.js";
+import { extract, inspectModel } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import type { OwnFamily } from "../../src/synthetic/families.js";
-import type { TinyModelOptions } from "../../src/synthetic/llama.js";
-import { referenceDecoder } from "../helpers/llama-reference.js";
+import { tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import { referenceDecoder, referenceGreedy } from "../helpers/llama-reference.js";
 import { ownFamilyForward, ownFamilyGreedy } from "../helpers/own-family-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -35,7 +36,8 @@ const QUERIES = [
   "Name the largest planet.",
 ];
 const MAX_NEW = 6;
-const FAMILIES: readonly OwnFamily[] = ["gpt2", "opt", "bloom", "mpt"];
+/** Llama's shape beside them: the writer of every other Llama-shaped family, its positions from the mask's width. */
+const FAMILIES: readonly (OwnFamily | "llama")[] = ["llama", "gpt2", "opt", "bloom", "mpt"];
 /** The optimum outputs: the with-past model.onnx, the legacy decoder_model.onnx, and the merged decoder. */
 const OUTPUTS = {
   "with-past": { style: "with-past", positionIds: true },
@@ -44,7 +46,7 @@ const OUTPUTS = {
 } as const;
 type Output = keyof typeof OUTPUTS;
 
-const options = (family: OwnFamily, output: Output): TinyModelOptions => ({
+const options = (family: OwnFamily | "llama", output: Output): TinyModelOptions => ({
   family,
   layers: 2,
   hidden: 32,
@@ -53,7 +55,7 @@ const options = (family: OwnFamily, output: Output): TinyModelOptions => ({
   seed: 60 + FAMILIES.indexOf(family),
   positionIds: OUTPUTS[output].positionIds,
 });
-const modelDir = (family: OwnFamily, output: Output) => join(dir, `${family}-${output}`);
+const modelDir = (family: OwnFamily | "llama", output: Output) => join(dir, `${family}-${output}`);
 
 beforeAll(async () => {
   writeFileSync(
@@ -90,7 +92,7 @@ describe.each(FAMILIES)("%s", (family) => {
       expect(manifest.style!.name).toMatch(/(^|\+)structural$/);
       expect(manifest.style!.cross_check).toBe("names (torch-names) agree on all 2 blocks");
       // Graphs without position_ids (the legacy outputs; BLOOM and MPT always) are right-padded.
-      const positionIds = OUTPUTS[output].positionIds && (family === "gpt2" || family === "opt");
+      const positionIds = OUTPUTS[output].positionIds && family !== "bloom" && family !== "mpt";
       expect(manifest.padding_side).toBe(positionIds ? "left" : "right");
       await expectStoreMatchesReference(out, options(family, output), modelDir(family, output), bank);
     }
@@ -102,15 +104,17 @@ describe.each(FAMILIES)("%s", (family) => {
       const md = modelDir(family, output);
       const tok = await PromptTokenizer.load(md);
       const decode = referenceDecoder(readFileSync(join(md, "tokenizer.json"), "utf8"));
-      const forward = ownFamilyForward({ ...options(family, output), family });
+      const o = options(family, output);
+      const greedy = (prompt: number[], eos: ReadonlySet<number>) =>
+        family === "llama"
+          ? referenceGreedy(tinyConfig(o), tinyWeights(o), prompt, eos, MAX_NEW)
+          : ownFamilyGreedy(ownFamilyForward({ ...o, family }), prompt, eos, MAX_NEW);
       const eos = new Set([1025]);
       const rows = readFileSync(bank, "utf8")
         .trim()
         .split("\n")
         .map((l) => JSON.parse(l));
-      const want = Object.fromEntries(
-        rows.map((r) => [r.query_id, decode(ownFamilyGreedy(forward, tok.encode(buildPrompt(r)), eos, MAX_NEW))]),
-      );
+      const want = Object.fromEntries(rows.map((r) => [r.query_id, decode(greedy(tok.encode(buildPrompt(r)), eos))]));
       for (const batchSize of [16, 1]) {
         const out = join(dir, `${family}-${output}-b${batchSize}.jsonl`);
         expect(await generate({ modelDir: md, bank, out, batchSize, maxNewTokens: MAX_NEW })).toMatchObject({
@@ -126,4 +130,24 @@ describe.each(FAMILIES)("%s", (family) => {
       }
     },
   );
+});
+
+describe("tensors named with --hidden-tensors", () => {
+  it("may be OPT's flattened [B·T, d] residual sums: read as [B, T, d], the reference at batch 16", async () => {
+    const md = modelDir("opt", "legacy");
+    const found = (await inspectModel(md)).inspection.plan.tensors;
+    const flat = found.find((t) => t.layer === 0)!.tensor;
+    expect(flat).toMatch(/^\/model\/decoder\/layers\.0\/Add_\d+_output_0$/);
+    const out = join(dir, "opt-named");
+    const { manifest } = await extract({
+      modelDir: md,
+      bank,
+      out,
+      batchSize: 16,
+      layerRule: "l >= 0",
+      hiddenTensors: `0=${flat},final=${found.find((t) => t.layer === 1)!.tensor}`,
+    });
+    expect(manifest.style!.name).toBe("explicit");
+    await expectStoreMatchesReference(out, options("opt", "legacy"), md, bank);
+  });
 });

@@ -2,7 +2,6 @@ import type { Command } from "commander";
 
 import { DEFAULT_LAYER_RULE } from "../../defaults.js";
 import { inspectModel, tensorMethod, type ModelInspection } from "../../index.js";
-import { promptPadding } from "../../extract/extract.js";
 import { MODEL_FILE_HELP } from "../options.js";
 import { out } from "../print.js";
 
@@ -31,7 +30,7 @@ function printInspection(dir: string, rule: string, i: ModelInspection): void {
   out(`inputs: ${i.inputs.map((v) => `${v.name} [${(v.shape ?? []).join(", ")}]`).join(", ")}`);
   const { feeds, unknown } = i.plan.inputs;
   out(
-    `feeds (prompts ${promptPadding(i.plan.inputs)}-padded): ${feeds.map((f) => `${f.name} ← ${FEED_WORDS[f.kind] ?? f.kind}`).join("; ")}`,
+    `feeds (prompts ${i.promptPadding}-padded): ${feeds.map((f) => `${f.name} ← ${FEED_WORDS[f.kind] ?? f.kind}`).join("; ")}`,
   );
   if (unknown.length) out(`not fed: ${unknown.join(", ")} (a run stops if the stored layers read them)`);
   out(

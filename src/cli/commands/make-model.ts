@@ -44,9 +44,13 @@ export function makeModelCommand(program: Command): void {
     .option(
       "--family <name>",
       "graph shape: llama, gemma (√d embedding scale, (1 + w) norms, four norms per block), qwen2 (q/k/v biases), " +
-        "phi3 (packed qkv and gate_up projections, LongRoPE If) or neox (parallel blocks)",
+        "phi3 (packed qkv and gate_up projections, LongRoPE If), neox (parallel blocks); or, in the optimum styles " +
+        "only, gpt2 and opt (learned positions, LayerNorm with biases), bloom and mpt (ALiBi)",
     )
     .option("--external-data", "store the weights in model.onnx_data")
-    .option("--no-position-ids", "no position_ids input (positions counted inside the graph)")
+    .option(
+      "--no-position-ids",
+      "no position_ids input (positions counted inside the graph); with the plain style, optimum's legacy decoder",
+    )
     .action(action);
 }

@@ -60,7 +60,7 @@ const modelDir = (family: OwnFamily | "llama", output: Output) => join(dir, `${f
 beforeAll(async () => {
   writeFileSync(
     bank,
-    Array.from({ length: 12 }, (_, i) =>
+    Array.from({ length: 8 }, (_, i) =>
       JSON.stringify({
         query_id: `q${i}`,
         fact_id: `f${i}`,

@@ -399,7 +399,7 @@ async function openSession(
  * on the right, every row's tokens sit at 0…n−1 however the graph counts, and a causal model's real tokens never
  * see the padding after them. A graph that takes positions is padded on the left, as its plan says.
  */
-export function promptPadding(inputs: InputPlan): "left" | "right" {
+function promptPadding(inputs: InputPlan): "left" | "right" {
   return inputs.paddingSide === "right" || !inputs.feeds.some((f) => f.kind === "position_ids") ? "right" : "left";
 }
 

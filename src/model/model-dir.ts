@@ -121,7 +121,7 @@ async function onnxFiles(dir: string): Promise<string[]> {
  * The folder a model lives in: `dir` itself, or, for a Hugging Face hub cache folder (`models--ORG--NAME`, holding
  * `refs/` and `snapshots/`), the snapshot its `refs/main` names.
  */
-export async function resolveModelDir(dir: string): Promise<string> {
+async function resolveModelDir(dir: string): Promise<string> {
   const snapshots = join(dir, "snapshots");
   if (!(await stat(snapshots).catch(() => undefined))?.isDirectory()) return dir;
   const ref = join(dir, "refs", "main");

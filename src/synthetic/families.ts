@@ -62,7 +62,7 @@ const WRITERS: Record<OwnFamily, FamilyWriter<unknown, unknown>> = {
 };
 
 /** The styles these families are written in. */
-export const OWN_FAMILY_STYLES = ["plain", "with-past", "merged", "dynamo-names", "anonymous"] as const;
+const OWN_FAMILY_STYLES = ["plain", "with-past", "merged", "dynamo-names", "anonymous"] as const;
 
 /** Whether `family` has a writer here rather than in llama.ts. */
 export function isOwnFamily(family: Family | undefined): family is OwnFamily {

@@ -166,7 +166,7 @@ export function optConfig(o: TinyModelOptions = {}): OptConfig {
 }
 
 /** GPT-2's MLP width. */
-export function gpt2Inner(c: Gpt2Config): number {
+function gpt2Inner(c: Gpt2Config): number {
   return c.n_inner ?? 4 * c.n_embd;
 }
 

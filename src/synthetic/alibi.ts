@@ -8,10 +8,20 @@
  * static bias table over key indices counted back from the last key).
  * Neither graph has a `position_ids` input, whatever the variant asks.
  */
-import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
-import { DataType, encodeModel, floatTensor, GraphBuilder, valueInfo, type ValueInfoProto } from "../onnx/graph.js";
-import { Rng } from "../util/random.js";
-import { float32Linear, TOKENIZERS, type GraphVariant, type LinearWriter, type TinyModelOptions } from "./llama.js";
+import { DataType } from "../onnx/graph.js";
+import { FLOAT32_LOWEST, TOKENIZERS, type GraphVariant, type TinyModelOptions } from "./llama.js";
+import {
+  finishGraph,
+  kvCache,
+  layerNorm,
+  linearLayer,
+  lmHead,
+  mergeHeads,
+  seededDraws,
+  splitHeads,
+  startGraph,
+  type TorchGraph,
+} from "./torch-graph.js";
 
 /** The fields of BLOOM's `config.json` this writer reads (transformers' BloomConfig names). */
 export interface BloomConfig {
@@ -145,24 +155,10 @@ export function mptConfig(o: TinyModelOptions = {}): MptConfig {
   };
 }
 
-/** Seeded draws: linear weights N(0, 1/in), norms 1 + N(0, 0.1), norm shifts N(0, 0.1). */
-function draws(seed: number) {
-  const rng = (stream: number) => new Rng(seed, stream);
-  return {
-    normal: (stream: number, n: number, scale: number) => rng(stream).fillNormal(new Float32Array(n), scale),
-    linear: (stream: number, out: number, inp: number) =>
-      rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp)),
-    scale: (stream: number, d: number) =>
-      rng(stream)
-        .fillNormal(new Float32Array(d), 0.1)
-        .map((x) => 1 + x),
-  };
-}
-
 /** Seeded BLOOM weights of a useful scale: activations of order one. */
 export function bloomWeights(c: BloomConfig, seed: number, embedScale = 1): BloomWeights {
   const d = c.hidden_size;
-  const { normal, linear, scale } = draws(seed);
+  const { normal, matrix: linear, normWeight: scale } = seededDraws(seed);
   const norm = (stream: number): LayerNormWeights => ({ weight: scale(stream, d), bias: normal(stream + 1, d, 0.1) });
   return {
     embed: normal(1, c.vocab_size * d, embedScale),
@@ -189,7 +185,7 @@ export function bloomWeights(c: BloomConfig, seed: number, embedScale = 1): Bloo
 /** Seeded MPT weights of a useful scale: activations of order one. */
 export function mptWeights(c: MptConfig, seed: number, embedScale = 1): MptWeights {
   const d = c.d_model;
-  const { normal, linear, scale } = draws(seed);
+  const { normal, matrix: linear, normWeight: scale } = seededDraws(seed);
   return {
     embed: normal(1, c.vocab_size * d, embedScale),
     layers: Array.from({ length: c.n_layers }, (_, i) => {
@@ -207,153 +203,25 @@ export function mptWeights(c: MptConfig, seed: number, embedScale = 1): MptWeigh
   };
 }
 
-/** The most negative float32: torch's `finfo(float32).min`, what both families mask scores with. */
-const FLOAT32_LOWEST = -3.4028234663852886e38;
-
-/** What every step of a graph shares. */
-interface Parts {
-  g: GraphBuilder;
-  linear: LinearWriter;
-  withPast: boolean;
-  present: boolean;
-  inputs: ValueInfoProto[];
-  outputs: ValueInfoProto[];
-  scalar: (name: string, v: number) => string;
-  i64: (name: string, v: number[], dims?: number[]) => string;
-}
-
-/** A new graph with the inputs both families have; `position_ids` never among them. */
-function startGraph(withPast: boolean, variant: GraphVariant, vocab: number): Parts {
-  const g = new GraphBuilder();
-  return {
-    g,
-    linear: variant.linear ?? float32Linear,
-    withPast,
-    present: variant.present ?? false,
-    inputs: [
-      valueInfo("input_ids", DataType.INT64, ["batch_size", "sequence_length"]),
-      valueInfo("attention_mask", DataType.INT64, ["batch_size", "total_sequence_length"]),
-    ],
-    outputs: [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", vocab])],
-    scalar: (name, v) => g.floats(name, Float32Array.of(v), []),
-    i64: (name, v, dims) => g.ints(name, v, dims),
-  };
-}
-
-function finishGraph(p: Parts, producer: string): Uint8Array {
-  return encodeModel({
-    irVersion: 8,
-    producerName: `hsm tiny-${producer}`,
-    opsetImport: [{ domain: "", version: 17 }],
-    graph: { name: "main_graph", node: p.g.nodes, initializer: p.g.initializers, input: p.inputs, output: p.outputs },
-  });
-}
-
-/**
- * A LayerNormalization over the last axis under `scope`; without a bias, the
- * zeros `Constant` torch's opset-17 symbolic writes for a LayerNorm whose bias is None.
- */
-function layerNorm(
-  p: Parts,
-  scope: string,
-  x: string,
-  prefix: string,
-  eps: number,
-  weight: Float32Array,
-  bias?: Float32Array,
-): string {
-  const { g } = p;
-  const d = weight.length;
-  const b = bias
-    ? g.floats(`${prefix}.bias`, bias, [d])
-    : g.op1(scope, "Constant", [], { value: floatTensor("", new Float32Array(d), [d]) });
-  return g.op1(scope, "LayerNormalization", [x, g.floats(`${prefix}.weight`, weight, [d]), b], {
-    axis: -1,
-    epsilon: { float: eps },
-  });
-}
-
-/** A linear layer (`linear` writes the product) followed, when there is one, by torch's Add of the bias. */
-function projection(
-  p: Parts,
-  scope: string,
-  x: string,
-  prefix: string,
-  weight: Float32Array,
-  out: number,
-  inp: number,
-  bias?: Float32Array,
-): string {
-  const y = p.linear(p.g, scope, x, `${prefix}.weight`, weight, out, inp);
-  return bias ? p.g.op1(scope, "Add", [p.g.floats(`${prefix}.bias`, bias, [out]), y]) : y;
-}
-
 /**
  * Where attention is allowed, [batch, 1, query, key] booleans: keys at or
  * before the query's position (past + its index) and not padding.
  */
-function allowedKeys(p: Parts): string {
+function allowedKeys(p: TorchGraph): string {
   const { g, i64 } = p;
   const S = "/transformer";
-  const one = i64(`${S}/constants/one_i`, [1], []);
+  const one = i64(`one_i`, [1], []);
   const seqLen = g.op1(S, "Gather", [g.op1(S, "Shape", ["input_ids"]), one], { axis: 0 });
   const total = g.op1(S, "Gather", [g.op1(S, "Shape", ["attention_mask"]), one], { axis: 0 });
   const past = g.op1(S, "Sub", [total, seqLen]);
-  const kpos = g.op1(S, "Range", [i64(`${S}/constants/zero_i`, [0], []), total, one]);
+  const kpos = g.op1(S, "Range", [i64(`zero_i`, [0], []), total, one]);
   const qpos = g.op1(S, "Range", [past, total, one]);
-  const kRow = g.op1(S, "Unsqueeze", [kpos, i64(`${S}/constants/axes_0`, [0])]);
-  const qCol = g.op1(S, "Unsqueeze", [qpos, i64(`${S}/constants/axes_1`, [1])]);
+  const kRow = g.op1(S, "Unsqueeze", [kpos, i64(`axes_0`, [0])]);
+  const qCol = g.op1(S, "Unsqueeze", [qpos, i64(`axes_1`, [1])]);
   const causal = g.op1(S, "LessOrEqual", [kRow, qCol]); // [T, S]
   const notPad = g.op1(S, "Cast", ["attention_mask"], { to: DataType.BOOL });
-  const notPad4 = g.op1(S, "Unsqueeze", [notPad, i64(`${S}/constants/axes_12`, [1, 2])]); // [B, 1, 1, S]
+  const notPad4 = g.op1(S, "Unsqueeze", [notPad, i64(`axes_12`, [1, 2])]); // [B, 1, 1, S]
   return g.op1(S, "And", [causal, notPad4]);
-}
-
-/** [B, T, H·hd] → [B, H, T, hd]. */
-function splitHeads(p: Parts, scope: string, x: string, H: number, hd: number): string {
-  const shape = p.i64(`/transformer/constants/shape_heads`, [0, 0, H, hd]);
-  return p.g.op1(scope, "Transpose", [p.g.op1(scope, "Reshape", [x, shape])], { perm: [0, 2, 1, 3] });
-}
-
-/** Attention probabilities [B, H, T, S] times the values, heads merged back: [B, T, H·hd]. */
-function mergeHeads(p: Parts, scope: string, probs: string, v: string, d: number): string {
-  const { g } = p;
-  const ctx = g.op1(scope, "Transpose", [g.op1(scope, "MatMul", [probs, v])], { perm: [0, 2, 1, 3] });
-  return g.op1(scope, "Reshape", [ctx, p.i64("/transformer/constants/shape_merge_heads", [0, 0, d])]);
-}
-
-/**
- * Layer `i`'s cache, as llama.ts writes it: past inputs prepended on axis 2
- * with past, the attended keys and values output as `present.*` with past or
- * `present`. Returns the keys and values to attend over.
- */
-function kvCache(p: Parts, scope: string, i: number, k: string, v: string, H: number, hd: number): [string, string] {
-  const { g } = p;
-  if (!p.withPast && !p.present) return [k, v];
-  if (p.withPast) {
-    const pk = pastInputName(i, "key");
-    const pv = pastInputName(i, "value");
-    p.inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", H, "past_sequence_length", hd]));
-    p.inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", H, "past_sequence_length", hd]));
-    k = g.op1(scope, "Concat", [pk, k], { axis: 2 });
-    v = g.op1(scope, "Concat", [pv, v], { axis: 2 });
-  }
-  for (const [kind, t] of [
-    ["key", k],
-    ["value", v],
-  ] as const) {
-    const name = presentOutputName(i, kind);
-    g.nodes.push({ name: `${scope}/present_${kind}`, opType: "Identity", input: [t], output: [name] });
-    p.outputs.push(valueInfo(name, DataType.FLOAT, ["batch_size", H, "total_sequence_length", hd]));
-  }
-  return [k, v];
-}
-
-/** The tied LM head: `linear` on the embedding matrix, its last node writing `logits`. */
-function tiedLmHead(p: Parts, x: string, embed: Float32Array, V: number, d: number): void {
-  const y = p.linear(p.g, "/lm_head", x, "lm_head.weight", embed, V, d);
-  const last = p.g.nodes.find((n) => n.output?.includes(y))!;
-  last.output = last.output!.map((o) => (o === y ? "logits" : o));
 }
 
 /**
@@ -374,21 +242,21 @@ function bloomSlopes(H: number): Float32Array {
  * BLOOM's ALiBi biases [B, H, 1, S]: slope × (cumsum(mask) − 1) × mask, the
  * index of each key among the row's unpadded tokens (0 at padding).
  */
-function bloomAlibi(p: Parts, H: number): string {
+function bloomAlibi(p: TorchGraph, H: number): string {
   const { g, i64 } = p;
   const S = "/transformer";
-  const count = g.op1(S, "CumSum", ["attention_mask", i64(`${S}/constants/axis_last_i`, [-1], [])]);
-  const index = g.op1(S, "Mul", [g.op1(S, "Sub", [count, i64(`${S}/constants/one_i`, [1], [])]), "attention_mask"]);
-  const rows = g.op1(S, "Unsqueeze", [index, i64(`${S}/constants/axes_1`, [1])]); // [B, 1, S]
+  const count = g.op1(S, "CumSum", ["attention_mask", i64(`axis_last_i`, [-1], [])]);
+  const index = g.op1(S, "Mul", [g.op1(S, "Sub", [count, i64(`one_i`, [1], [])]), "attention_mask"]);
+  const rows = g.op1(S, "Unsqueeze", [index, i64(`axes_1`, [1])]); // [B, 1, S]
   const slopes = g.floats(`${S}/constants/alibi_slopes`, bloomSlopes(H), [H, 1]);
   const alibi = g.op1(S, "Mul", [slopes, g.op1(S, "Cast", [rows], { to: DataType.FLOAT })]); // [B, H, S]
-  return g.op1(S, "Unsqueeze", [alibi, i64(`${S}/constants/axes_2`, [2])]);
+  return g.op1(S, "Unsqueeze", [alibi, i64(`axes_2`, [2])]);
 }
 
 /** bloom_gelu_forward: x · 0.5 · (1 + tanh(0.79788456 · x · (1 + 0.044715 · x · x))), op by op as torch exports it. */
-function bloomGelu(p: Parts, scope: string, x: string): string {
+function bloomGelu(p: TorchGraph, scope: string, x: string): string {
   const { g, scalar } = p;
-  const c = (name: string, v: number) => scalar(`/transformer/constants/gelu_${name}`, v);
+  const c = (name: string, v: number) => scalar(`gelu_${name}`, v);
   const half = g.op1(scope, "Mul", [x, c("half", 0.5)]);
   const outer = g.op1(scope, "Mul", [x, c("sqrt_2_over_pi", 0.79788456)]);
   const cube = g.op1(scope, "Mul", [g.op1(scope, "Mul", [x, c("cubic", 0.044715)]), x]);
@@ -403,7 +271,7 @@ export function buildBloomOnnx(
   withPast: boolean,
   variant: GraphVariant = {},
 ): Uint8Array {
-  const p = startGraph(withPast, variant, c.vocab_size);
+  const p = startGraph("/transformer/constants", c.vocab_size, withPast, variant, false);
   const { g } = p;
   const { hidden_size: d, n_head: H, layer_norm_epsilon: eps, vocab_size: V } = c;
   const hd = d / H;
@@ -426,10 +294,10 @@ export function buildBloomOnnx(
   const alibi = bloomAlibi(p, H);
   const maskBias = g.op1("/transformer", "Where", [
     allowedKeys(p),
-    p.scalar("/transformer/constants/zero", 0),
-    p.scalar("/transformer/constants/lowest", FLOAT32_LOWEST),
+    p.scalar("zero", 0),
+    p.scalar("lowest", FLOAT32_LOWEST),
   ]);
-  const invNorm = p.scalar("/transformer/constants/inv_norm_factor", 1 / Math.sqrt(hd));
+  const invNorm = p.scalar("inv_norm_factor", 1 / Math.sqrt(hd));
   w.layers.forEach((lw, i) => {
     const L = `/transformer/h.${i}`;
     const pre = `transformer.h.${i}`;
@@ -437,7 +305,7 @@ export function buildBloomOnnx(
     const norm = (name: string, n: LayerNormWeights, t: string) =>
       layerNorm(p, `${L}/${name}`, t, `${pre}.${name}`, eps, n.weight, n.bias);
     const h = norm("input_layernorm", lw.inputNorm, x);
-    const fused = projection(
+    const fused = linearLayer(
       p,
       `${A}/query_key_value`,
       h,
@@ -448,9 +316,9 @@ export function buildBloomOnnx(
       lw.qkvBias,
     );
     // fused_qkv.view(B, T, H, 3, hd): q, k and v interleaved per head; [..., j, :] picks one.
-    const perHead = g.op1(A, "Reshape", [fused, p.i64("/transformer/constants/shape_fused_qkv", [0, 0, H, 3, hd])]);
+    const perHead = g.op1(A, "Reshape", [fused, p.i64("shape_fused_qkv", [0, 0, H, 3, hd])]);
     const pick = (j: number) => {
-      const part = g.op1(A, "Gather", [perHead, p.i64(`/transformer/constants/qkv_${j}`, [j], [])], { axis: 3 });
+      const part = g.op1(A, "Gather", [perHead, p.i64(`qkv_${j}`, [j], [])], { axis: 3 });
       return g.op1(A, "Transpose", [part], { perm: [0, 2, 1, 3] });
     };
     const [k, v] = kvCache(p, A, i, pick(1), pick(2), H, hd);
@@ -461,19 +329,19 @@ export function buildBloomOnnx(
     ]);
     const scores = g.op1(A, "Add", [g.op1(A, "Add", [alibi, qk]), maskBias]);
     const probs = g.op1(A, "Softmax", [scores], { axis: -1 });
-    const ctx = mergeHeads(p, A, probs, v, d);
-    const attn = projection(p, `${A}/dense`, ctx, `${pre}.self_attention.dense`, lw.dense, d, d, lw.denseBias);
+    const ctx = mergeHeads(p, A, g.op1(A, "MatMul", [probs, v]), d);
+    const attn = linearLayer(p, `${A}/dense`, ctx, `${pre}.self_attention.dense`, lw.dense, d, d, lw.denseBias);
     const x1 = g.op1(A, "Add", [x, attn]);
     const h2 = norm("post_attention_layernorm", lw.postNorm, x1);
     const M = `${L}/mlp`;
-    const up = projection(p, `${M}/dense_h_to_4h`, h2, `${pre}.mlp.dense_h_to_4h`, lw.up, 4 * d, d, lw.upBias);
+    const up = linearLayer(p, `${M}/dense_h_to_4h`, h2, `${pre}.mlp.dense_h_to_4h`, lw.up, 4 * d, d, lw.upBias);
     const act = bloomGelu(p, `${M}/gelu_impl`, up);
-    const down = projection(p, `${M}/dense_4h_to_h`, act, `${pre}.mlp.dense_4h_to_h`, lw.down, d, 4 * d, lw.downBias);
+    const down = linearLayer(p, `${M}/dense_4h_to_h`, act, `${pre}.mlp.dense_4h_to_h`, lw.down, d, 4 * d, lw.downBias);
     x = g.op1(M, "Add", [x1, down]);
   });
   x = layerNorm(p, "/transformer/ln_f", x, "transformer.ln_f", eps, w.norm.weight, w.norm.bias);
-  tiedLmHead(p, x, w.embed, V, d);
-  return finishGraph(p, "bloom");
+  lmHead(p, x, w.embed, V, d);
+  return finishGraph(p, "hsm tiny-bloom");
 }
 
 /**
@@ -502,16 +370,16 @@ function mptAlibiTable(c: MptConfig): Float32Array {
 }
 
 /** GELU with erf as torch exports nn.GELU(): x · (1 + erf(x / √2)) · 0.5. */
-function erfGelu(p: Parts, scope: string, x: string): string {
+function erfGelu(p: TorchGraph, scope: string, x: string): string {
   const { g, scalar } = p;
-  const erf = g.op1(scope, "Erf", [g.op1(scope, "Div", [x, scalar("/transformer/constants/sqrt_2", Math.SQRT2)])]);
-  const plusOne = g.op1(scope, "Add", [erf, scalar("/transformer/constants/one", 1)]);
-  return g.op1(scope, "Mul", [g.op1(scope, "Mul", [x, plusOne]), scalar("/transformer/constants/half", 0.5)]);
+  const erf = g.op1(scope, "Erf", [g.op1(scope, "Div", [x, scalar("sqrt_2", Math.SQRT2)])]);
+  const plusOne = g.op1(scope, "Add", [erf, scalar("one", 1)]);
+  return g.op1(scope, "Mul", [g.op1(scope, "Mul", [x, plusOne]), scalar("half", 0.5)]);
 }
 
 /** The ONNX graph of an MPT model, torch-export style (no `position_ids` input in any variant). */
 export function buildMptOnnx(c: MptConfig, w: MptWeights, withPast: boolean, variant: GraphVariant = {}): Uint8Array {
-  const p = startGraph(withPast, variant, c.vocab_size);
+  const p = startGraph("/transformer/constants", c.vocab_size, withPast, variant, false);
   const { g, i64 } = p;
   const { d_model: d, n_heads: H, layer_norm_epsilon: eps, vocab_size: V, max_seq_len: max } = c;
   const hd = d / H;
@@ -520,36 +388,31 @@ export function buildMptOnnx(c: MptConfig, w: MptWeights, withPast: boolean, var
   });
   const allowed = allowedKeys(p);
   const table = g.floats("/transformer/constants/alibi", mptAlibiTable(c), [H, 1, max]);
-  const scale = p.scalar("/transformer/constants/softmax_scale", c.attn_config.softmax_scale ?? 1 / Math.sqrt(hd));
-  const lowest = p.scalar("/transformer/constants/lowest", FLOAT32_LOWEST);
+  const scale = p.scalar("softmax_scale", c.attn_config.softmax_scale ?? 1 / Math.sqrt(hd));
+  const lowest = p.scalar("lowest", FLOAT32_LOWEST);
   w.layers.forEach((lw, i) => {
     const L = `/transformer/blocks.${i}`;
     const pre = `transformer.blocks.${i}`;
     const A = `${L}/attn`;
     const h = layerNorm(p, `${L}/norm_1`, x, `${pre}.norm_1`, eps, lw.norm1);
-    const qkv = projection(p, `${A}/Wqkv`, h, `${pre}.attn.Wqkv`, lw.wqkv, 3 * d, d);
-    const [qy, ky, vy] = g.op(A, "Split", [qkv, i64("/transformer/constants/qkv_split", [d, d, d])], { axis: 2 }, 3);
+    const qkv = linearLayer(p, `${A}/Wqkv`, h, `${pre}.attn.Wqkv`, lw.wqkv, 3 * d, d);
+    const [qy, ky, vy] = g.op(A, "Split", [qkv, i64("qkv_split", [d, d, d])], { axis: 2 }, 3);
     const q = splitHeads(p, A, qy!, H, hd);
     const [k, v] = kvCache(p, A, i, splitHeads(p, A, ky!, H, hd), splitHeads(p, A, vy!, H, hd), H, hd);
     const qk = g.op1(A, "Mul", [g.op1(A, "MatMul", [q, g.op1(A, "Transpose", [k], { perm: [0, 1, 3, 2] })]), scale]);
     // position_bias[:, :, max_seq_len − key_length:], the last key_length columns of the table.
-    const keyLength = g.op1(A, "Gather", [g.op1(A, "Shape", [k]), i64("/transformer/constants/axis_2", [2])], {
+    const keyLength = g.op1(A, "Gather", [g.op1(A, "Shape", [k]), i64("axis_2", [2])], {
       axis: 0,
     });
-    const start = g.op1(A, "Sub", [i64("/transformer/constants/max_seq_len", [max]), keyLength]);
-    const bias = g.op1(A, "Slice", [
-      table,
-      start,
-      i64("/transformer/constants/int64_max", [Number.MAX_SAFE_INTEGER]),
-      i64("/transformer/constants/axis_2", [2]),
-    ]);
+    const start = g.op1(A, "Sub", [i64("max_seq_len", [max]), keyLength]);
+    const bias = g.op1(A, "Slice", [table, start, i64("int64_max", [Number.MAX_SAFE_INTEGER]), i64("axis_2", [2])]);
     // masked_fill(mask, finfo.min): masked scores are replaced, not shifted.
     const scores = g.op1(A, "Where", [allowed, g.op1(A, "Add", [qk, bias]), lowest]);
     const probs = g.op1(A, "Softmax", [scores], { axis: -1 });
-    const attn = projection(
+    const attn = linearLayer(
       p,
       `${A}/out_proj`,
-      mergeHeads(p, A, probs, v, d),
+      mergeHeads(p, A, g.op1(A, "MatMul", [probs, v]), d),
       `${pre}.attn.out_proj`,
       lw.outProj,
       d,
@@ -558,13 +421,21 @@ export function buildMptOnnx(c: MptConfig, w: MptWeights, withPast: boolean, var
     const x1 = g.op1(L, "Add", [attn, x]);
     const h2 = layerNorm(p, `${L}/norm_2`, x1, `${pre}.norm_2`, eps, lw.norm2);
     const F = `${L}/ffn`;
-    const up = projection(p, `${F}/up_proj`, h2, `${pre}.ffn.up_proj`, lw.up, 4 * d, d);
-    const down = projection(p, `${F}/down_proj`, erfGelu(p, `${F}/act`, up), `${pre}.ffn.down_proj`, lw.down, d, 4 * d);
+    const up = linearLayer(p, `${F}/up_proj`, h2, `${pre}.ffn.up_proj`, lw.up, 4 * d, d);
+    const down = linearLayer(
+      p,
+      `${F}/down_proj`,
+      erfGelu(p, `${F}/act`, up),
+      `${pre}.ffn.down_proj`,
+      lw.down,
+      d,
+      4 * d,
+    );
     x = g.op1(F, "Add", [down, x1]);
   });
   x = layerNorm(p, "/transformer/norm_f", x, "transformer.norm_f", eps, w.norm);
-  tiedLmHead(p, x, w.embed, V, d);
-  return finishGraph(p, "mpt");
+  lmHead(p, x, w.embed, V, d);
+  return finishGraph(p, "hsm tiny-mpt");
 }
 
 /** The `config.json` transformers writes for this BLOOM model. */

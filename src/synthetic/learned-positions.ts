@@ -20,20 +20,21 @@
  *   without a `position_ids` input they come from the cumulative sum of
  *   `attention_mask`, so left padding does not shift them.
  */
-import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
-import { DataType, encodeModel, GraphBuilder, valueInfo, type ValueInfoProto } from "../onnx/graph.js";
-import { Rng } from "../util/random.js";
+import { DataType } from "../onnx/graph.js";
+import { pastInputName } from "../onnx/kv-cache.js";
+import { FLOAT32_LOWEST, TOKENIZERS, transpose, type GraphVariant, type TinyModelOptions } from "./llama.js";
 import {
-  float32Linear,
-  TOKENIZERS,
-  transpose,
-  type GraphVariant,
-  type LinearWriter,
-  type TinyModelOptions,
-} from "./llama.js";
-
-/** The most negative float32, torch.finfo(float32).min: what masked scores become. */
-const FLOAT32_LOWEST = -3.4028234663852886e38;
+  finishGraph,
+  kvCache,
+  layerNorm,
+  linearLayer,
+  lmHead,
+  mergeHeads,
+  seededDraws,
+  splitHeads,
+  startGraph,
+  type TorchGraph,
+} from "./torch-graph.js";
 
 /** The fields of GPT-2's `config.json` this writer fills. */
 export interface Gpt2Config {
@@ -170,27 +171,11 @@ function gpt2Inner(c: Gpt2Config): number {
   return c.n_inner ?? 4 * c.n_embd;
 }
 
-/** The seeded draws both families share: weights of a scale giving activations of order one. */
-function draws(seed: number) {
-  const rng = (stream: number) => new Rng(seed, stream);
-  return {
-    normal: (stream: number, n: number, scale: number) => rng(stream).fillNormal(new Float32Array(n), scale),
-    matrix: (stream: number, out: number, inp: number) =>
-      rng(stream).fillNormal(new Float32Array(out * inp), 1 / Math.sqrt(inp)),
-    bias: (stream: number, n: number) => rng(stream).fillNormal(new Float32Array(n), 0.5),
-    normWeight: (stream: number, n: number) =>
-      rng(stream)
-        .fillNormal(new Float32Array(n), 0.1)
-        .map((x) => 1 + x),
-    normBias: (stream: number, n: number) => rng(stream).fillNormal(new Float32Array(n), 0.1),
-  };
-}
-
 /** Seeded GPT-2 weights; `embedScale` is the standard deviation of both embedding tables. */
 export function gpt2Weights(c: Gpt2Config, seed: number, embedScale = 1): Gpt2Weights {
   const d = c.n_embd;
   const I = gpt2Inner(c);
-  const r = draws(seed);
+  const r = seededDraws(seed);
   // A Conv1D weight [in, out] holds the same numbers as a Linear's [out, in] transposed: draw by fan-in.
   const conv1d = (stream: number, inp: number, out: number) => transpose(r.matrix(stream, out, inp), out, inp);
   return {
@@ -222,7 +207,7 @@ export function gpt2Weights(c: Gpt2Config, seed: number, embedScale = 1): Gpt2We
 export function optWeights(c: OptConfig, seed: number, embedScale = 1): OptWeights {
   const d = c.hidden_size;
   const F = c.ffn_dim;
-  const r = draws(seed);
+  const r = seededDraws(seed);
   return {
     embedTokens: r.normal(1, c.vocab_size * d, embedScale),
     embedPositions: r.normal(4, (c.max_position_embeddings + OPT_POSITION_OFFSET) * d, embedScale),
@@ -252,56 +237,11 @@ export function optWeights(c: OptConfig, seed: number, embedScale = 1): OptWeigh
   };
 }
 
-/** What every step of a graph shares: the builder, the variant, and the inputs and outputs it collects. */
-interface Writer {
-  g: GraphBuilder;
-  linear: LinearWriter;
-  /** Where the shared constants are named (`/transformer/constants`, `/model/decoder/constants`). */
-  constants: string;
-  withPast: boolean;
-  present: boolean;
-  hasPositions: boolean;
-  inputs: ValueInfoProto[];
-  outputs: ValueInfoProto[];
-  scalar: (name: string, v: number) => string;
-  i64: (name: string, v: number[], dims?: number[]) => string;
-}
-
-function startGraph(constants: string, vocab: number, withPast: boolean, variant: GraphVariant): Writer {
-  const g = new GraphBuilder();
-  const hasPositions = variant.positionIds ?? true;
-  return {
-    g,
-    linear: variant.linear ?? float32Linear,
-    constants,
-    withPast,
-    present: variant.present ?? false,
-    hasPositions,
-    inputs: [
-      valueInfo("input_ids", DataType.INT64, ["batch_size", "sequence_length"]),
-      valueInfo("attention_mask", DataType.INT64, ["batch_size", "total_sequence_length"]),
-      ...(hasPositions ? [valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"])] : []),
-    ],
-    outputs: [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", vocab])],
-    scalar: (name, v) => g.floats(`${constants}/${name}`, Float32Array.of(v), []),
-    i64: (name, v, dims) => g.ints(`${constants}/${name}`, v, dims),
-  };
-}
-
-function finishGraph(w: Writer, producer: string): Uint8Array {
-  return encodeModel({
-    irVersion: 8,
-    producerName: producer,
-    opsetImport: [{ domain: "", version: 17 }],
-    graph: { name: "main_graph", node: w.g.nodes, initializer: w.g.initializers, input: w.inputs, output: w.outputs },
-  });
-}
-
 /**
  * `input_ids.view(-1, input_shape[-1])` as torch exports it; returns the ids, the sequence length T
  * (a scalar) and the [-1, T] shape, which GPT-2 also views `position_ids` by.
  */
-function viewInputIds(w: Writer, scope: string): { ids: string; seqLen: string; view: string } {
+function viewInputIds(w: TorchGraph, scope: string): { ids: string; seqLen: string; view: string } {
   const { g, i64 } = w;
   const shape = g.op1(scope, "Shape", ["input_ids"]);
   const seqLen = g.op1(scope, "Gather", [shape, i64("minus_one", [-1], [])], { axis: 0 });
@@ -311,7 +251,7 @@ function viewInputIds(w: Writer, scope: string): { ids: string; seqLen: string; 
 }
 
 /** The causal mask [T, S] (true where key position ≤ query position), the query positions counted from the cache. */
-function causalMask(w: Writer, scope: string, seqLen: string): string {
+function causalMask(w: TorchGraph, scope: string, seqLen: string): string {
   const { g, i64 } = w;
   const total = g.op1(scope, "Gather", [g.op1(scope, "Shape", ["attention_mask"]), i64("one_i", [1], [])], {
     axis: 0,
@@ -326,100 +266,15 @@ function causalMask(w: Writer, scope: string, seqLen: string): string {
 }
 
 /** The length of the cache entering the graph (`past_key_values[0][0].size(-2)`), or 0 without past inputs. */
-function pastLength(w: Writer, scope: string): string {
+function pastLength(w: TorchGraph, scope: string): string {
   const { g, i64 } = w;
   if (!w.withPast) return i64("zero_i", [0], []);
   const shape = g.op1(scope, "Shape", [pastInputName(0, "key")]);
   return g.op1(scope, "Gather", [shape, i64("two_i", [2], [])], { axis: 0 });
 }
 
-/** nn.LayerNorm as torch exports it at opset 17, its weight and bias named `${name}.weight` / `.bias`. */
-function layerNorm(
-  w: Writer,
-  scope: string,
-  x: string,
-  name: string,
-  weight: Float32Array,
-  bias: Float32Array,
-  eps: number,
-) {
-  const { g } = w;
-  const d = weight.length;
-  return g.op1(
-    scope,
-    "LayerNormalization",
-    [x, g.floats(`${name}.weight`, weight, [d]), g.floats(`${name}.bias`, bias, [d])],
-    { axis: -1, epsilon: { float: eps } },
-  );
-}
-
-/** A linear layer with bias (HuggingFace [out, in] weight) as torch exports it: the writer's product, then an Add. */
-function linearBias(
-  w: Writer,
-  scope: string,
-  x: string,
-  name: string,
-  weight: Float32Array,
-  bias: Float32Array,
-  out: number,
-  inp: number,
-): string {
-  const y = w.linear(w.g, scope, x, `${name}.weight`, weight, out, inp);
-  return w.g.op1(scope, "Add", [w.g.floats(`${name}.bias`, bias, [out]), y]);
-}
-
-/** [B, T, heads·hd] → [B, heads, T, hd]. */
-function splitHeads(w: Writer, scope: string, y: string, heads: number, hd: number): string {
-  const shape = w.i64(`shape_heads`, [0, 0, heads, hd]);
-  return w.g.op1(scope, "Transpose", [w.g.op1(scope, "Reshape", [y, shape])], { perm: [0, 2, 1, 3] });
-}
-
-/** [B, heads, T, hd] → [B, T, heads·hd]. */
-function mergeHeads(w: Writer, scope: string, y: string, d: number): string {
-  const t = w.g.op1(scope, "Transpose", [y], { perm: [0, 2, 1, 3] });
-  return w.g.op1(scope, "Reshape", [t, w.i64("shape_merge_heads", [0, 0, d])]);
-}
-
-/**
- * Layer `i`'s key and value cache: with past, the past inputs are prepended
- * on the sequence axis; with past or `present`, the keys and values attended
- * over are output as `present.*`. Returns them.
- */
-function kvCache(w: Writer, scope: string, i: number, k: string, v: string, heads: number, hd: number) {
-  const { g } = w;
-  if (!w.withPast && !w.present) return [k, v] as const;
-  if (w.withPast) {
-    const pk = pastInputName(i, "key");
-    const pv = pastInputName(i, "value");
-    w.inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", heads, "past_sequence_length", hd]));
-    w.inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", heads, "past_sequence_length", hd]));
-    k = g.op1(scope, "Concat", [pk, k], { axis: 2 });
-    v = g.op1(scope, "Concat", [pv, v], { axis: 2 });
-  }
-  for (const [kind, t] of [
-    ["key", k],
-    ["value", v],
-  ] as const) {
-    const name = presentOutputName(i, kind);
-    g.nodes.push({ name: `${scope}/present_${kind}`, opType: "Identity", input: [t], output: [name] });
-    w.outputs.push(valueInfo(name, DataType.FLOAT, ["batch_size", heads, "total_sequence_length", hd]));
-  }
-  return [k, v] as const;
-}
-
-/**
- * The LM head (HuggingFace [V, d] weight) through the writer, its product renamed `logits`. Tied to the token
- * embedding, it still gets its own `lm_head.weight` initializer, a copy in the writer's layout, as exports where
- * tied weights were not deduplicated hold it; quantized writers need a copy of their own anyway.
- */
-function lmHead(w: Writer, x: string, weight: Float32Array, vocab: number, d: number): void {
-  const y = w.linear(w.g, "/lm_head", x, "lm_head.weight", weight, vocab, d);
-  const node = w.g.nodes.findLast((n) => n.output?.includes(y));
-  node!.output = node!.output!.map((o) => (o === y ? "logits" : o));
-}
-
 /** gelu_new, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), op by op as torch exports NewGELUActivation. */
-function geluNew(w: Writer, scope: string, x: string): string {
+function geluNew(w: TorchGraph, scope: string, x: string): string {
   const { g, scalar } = w;
   const half = g.op1(scope, "Mul", [scalar("half", 0.5), x]);
   const cube = g.op1(scope, "Pow", [x, scalar("three", 3)]);
@@ -435,7 +290,7 @@ export function buildGpt2Onnx(
   withPast: boolean,
   variant: GraphVariant = {},
 ): Uint8Array {
-  const w = startGraph("/transformer/constants", c.vocab_size, withPast, variant);
+  const w = startGraph("/transformer/constants", c.vocab_size, withPast, variant, variant.positionIds ?? true);
   const { g, scalar, i64 } = w;
   const d = c.n_embd;
   const H = c.n_head;
@@ -477,7 +332,7 @@ export function buildGpt2Onnx(
     const L = `/transformer/h.${i}`;
     const pre = `transformer.h.${i}`;
     const A = `${L}/attn`;
-    const h = layerNorm(w, `${L}/ln_1`, x, `${pre}.ln_1`, lw.ln1Weight, lw.ln1Bias, c.layer_norm_epsilon);
+    const h = layerNorm(w, `${L}/ln_1`, x, `${pre}.ln_1`, c.layer_norm_epsilon, lw.ln1Weight, lw.ln1Bias);
     // Conv1D holds [in, out]; the writers take [out, in] and store its transpose, the state dict's own.
     const conv1d = (
       scope: string,
@@ -487,7 +342,7 @@ export function buildGpt2Onnx(
       bias: Float32Array,
       inp: number,
       out: number,
-    ) => linearBias(w, scope, y, `${pre}.${name}`, transpose(weight, inp, out), bias, out, inp);
+    ) => linearLayer(w, scope, y, `${pre}.${name}`, transpose(weight, inp, out), out, inp, bias);
     const qkv = conv1d(`${A}/c_attn`, h, "attn.c_attn", lw.cAttnWeight, lw.cAttnBias, d, 3 * d);
     const [qy, ky, vy] = g.op(A, "Split", [qkv, qkvSplit], { axis: 2 }, 3) as [string, string, string];
     const q = splitHeads(w, A, qy, H, hd);
@@ -501,7 +356,7 @@ export function buildGpt2Onnx(
     const merged = mergeHeads(w, A, g.op1(A, "MatMul", [probs, v]), d);
     const attnOut = conv1d(`${A}/c_proj`, merged, "attn.c_proj", lw.attnProjWeight, lw.attnProjBias, d, d);
     const x1 = g.op1(L, "Add", [attnOut, x]);
-    const h2 = layerNorm(w, `${L}/ln_2`, x1, `${pre}.ln_2`, lw.ln2Weight, lw.ln2Bias, c.layer_norm_epsilon);
+    const h2 = layerNorm(w, `${L}/ln_2`, x1, `${pre}.ln_2`, c.layer_norm_epsilon, lw.ln2Weight, lw.ln2Bias);
     const fc = conv1d(`${L}/mlp/c_fc`, h2, "mlp.c_fc", lw.fcWeight, lw.fcBias, d, I);
     const ff = conv1d(
       `${L}/mlp/c_proj`,
@@ -520,9 +375,9 @@ export function buildGpt2Onnx(
     "/transformer/ln_f",
     x,
     "transformer.ln_f",
+    c.layer_norm_epsilon,
     wt.lnfWeight,
     wt.lnfBias,
-    c.layer_norm_epsilon,
   );
   // hidden_states.view(output_shape): [-1, T, d].
   const outShape = g.op1("/transformer", "Concat", [view, i64("hidden_1d", [d])], { axis: 0 });
@@ -532,7 +387,7 @@ export function buildGpt2Onnx(
 
 /** OPT's ONNX graph (OPTForCausalLM, pre-norm, eager attention), torch-export style. */
 export function buildOptOnnx(c: OptConfig, wt: OptWeights, withPast: boolean, variant: GraphVariant = {}): Uint8Array {
-  const w = startGraph("/model/decoder/constants", c.vocab_size, withPast, variant);
+  const w = startGraph("/model/decoder/constants", c.vocab_size, withPast, variant, variant.positionIds ?? true);
   const { g, scalar, i64 } = w;
   const d = c.hidden_size;
   const H = c.num_attention_heads;
@@ -585,12 +440,12 @@ export function buildOptOnnx(c: OptConfig, wt: OptWeights, withPast: boolean, va
       `${L}/self_attn_layer_norm`,
       x,
       `${pre}.self_attn_layer_norm`,
+      OPT_LAYER_NORM_EPS,
       lw.attnNormWeight,
       lw.attnNormBias,
-      OPT_LAYER_NORM_EPS,
     );
     const proj = (name: string, y: string, weight: Float32Array, b: Float32Array, out: number, inp: number) =>
-      linearBias(w, `${A}/${name}`, y, `${pre}.self_attn.${name}`, weight, b, out, inp);
+      linearLayer(w, `${A}/${name}`, y, `${pre}.self_attn.${name}`, weight, out, inp, b);
     const qy = g.op1(A, "Mul", [proj("q_proj", h, lw.q, lw.qBias, d, d), scaling]);
     const q = splitHeads(w, A, qy, H, hd);
     const k0 = splitHeads(w, A, proj("k_proj", h, lw.k, lw.kBias, d, d), H, hd);
@@ -608,20 +463,20 @@ export function buildOptOnnx(c: OptConfig, wt: OptWeights, withPast: boolean, va
       `${L}/final_layer_norm`,
       x1Flat,
       `${pre}.final_layer_norm`,
+      OPT_LAYER_NORM_EPS,
       lw.finalNormWeight,
       lw.finalNormBias,
-      OPT_LAYER_NORM_EPS,
     );
-    const fc1 = linearBias(w, `${L}/fc1`, h2, `${pre}.fc1`, lw.fc1, lw.fc1Bias, F, d);
-    const fc2 = linearBias(
+    const fc1 = linearLayer(w, `${L}/fc1`, h2, `${pre}.fc1`, lw.fc1, F, d, lw.fc1Bias);
+    const fc2 = linearLayer(
       w,
       `${L}/fc2`,
       g.op1(`${L}/activation_fn`, "Relu", [fc1]),
       `${pre}.fc2`,
       lw.fc2,
-      lw.fc2Bias,
       d,
       F,
+      lw.fc2Bias,
     );
     x = g.op1(L, "Reshape", [g.op1(L, "Add", [x1Flat, fc2]), g.op1(L, "Shape", [x1])]);
   });
@@ -631,9 +486,9 @@ export function buildOptOnnx(c: OptConfig, wt: OptWeights, withPast: boolean, va
     `${D}/final_layer_norm`,
     x,
     "model.decoder.final_layer_norm",
+    OPT_LAYER_NORM_EPS,
     wt.finalNormWeight,
     wt.finalNormBias,
-    OPT_LAYER_NORM_EPS,
   );
   lmHead(w, normed, wt.embedTokens, c.vocab_size, d);
   return finishGraph(w, "hsm tiny-opt");

@@ -330,8 +330,8 @@ function concatRows(...parts: Float32Array[]): Float32Array {
   return all;
 }
 
-/** The most negative float32: a score biased by it vanishes in the softmax, as in torch's attention mask. */
-const FLOAT32_LOWEST = -3.4028234663852886e38;
+/** The most negative float32 (torch.finfo(float32).min): a score biased by it vanishes in the softmax, as in torch's attention mask. */
+export const FLOAT32_LOWEST = -3.4028234663852886e38;
 
 /** What every step of {@link buildLlamaOnnx} shares: the builder, the config and the constants written first. */
 interface GraphParts {
@@ -582,33 +582,51 @@ function qkvProjections(p: GraphParts, lw: LayerWeights, i: number, h: string): 
   ];
 }
 
-/**
- * Layer `i`'s key and value cache: with past, the past inputs are prepended;
- * with past or `present`, the keys and values are output as `present.*`.
- * Returns the keys and values to attend over.
- */
+/** Layer `i`'s key and value cache (see {@link writeKvCache}), under its attention's scope. */
 function kvCache(p: GraphParts, ctx: LayerContext, i: number, k: string, v: string): [k: string, v: string] {
-  const { g } = p;
-  const { num_key_value_heads: KV, head_dim: hd } = p.c;
-  const A = `/model/layers.${i}/self_attn`;
-  if (!ctx.withPast && !ctx.present) return [k, v];
-  if (ctx.withPast) {
+  return writeKvCache(p.g, ctx, `/model/layers.${i}/self_attn`, i, k, v, p.c.num_key_value_heads, p.c.head_dim);
+}
+
+/** Where a graph's cache goes: whether it has past inputs or present outputs, and the lists they join. */
+export interface CacheSlots {
+  withPast: boolean;
+  present: boolean;
+  inputs: ValueInfoProto[];
+  outputs: ValueInfoProto[];
+}
+
+/**
+ * Layer `i`'s key and value cache, `[batch, heads, seq, hd]` float32: with past, the past inputs are prepended
+ * on the sequence axis; with past or `present`, the keys and values attended over (with past, the
+ * concatenations) are output as `present.*`, renamed by Identity nodes under `scope`. Returns them.
+ */
+export function writeKvCache(
+  g: GraphBuilder,
+  slots: CacheSlots,
+  scope: string,
+  i: number,
+  k: string,
+  v: string,
+  heads: number,
+  hd: number,
+): [k: string, v: string] {
+  if (!slots.withPast && !slots.present) return [k, v];
+  if (slots.withPast) {
     const pk = pastInputName(i, "key");
     const pv = pastInputName(i, "value");
-    ctx.inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
-    ctx.inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", KV, "past_sequence_length", hd]));
-    k = g.op1(A, "Concat", [pk, k], { axis: 2 });
-    v = g.op1(A, "Concat", [pv, v], { axis: 2 });
+    slots.inputs.push(valueInfo(pk, DataType.FLOAT, ["batch_size", heads, "past_sequence_length", hd]));
+    slots.inputs.push(valueInfo(pv, DataType.FLOAT, ["batch_size", heads, "past_sequence_length", hd]));
+    k = g.op1(scope, "Concat", [pk, k], { axis: 2 });
+    v = g.op1(scope, "Concat", [pv, v], { axis: 2 });
   }
-  // The present tensors are the keys and values attended over (with past, the concatenations), renamed by Identity.
-  g.nodes.push({ name: `${A}/present_key`, opType: "Identity", input: [k], output: [presentOutputName(i, "key")] });
-  g.nodes.push({ name: `${A}/present_value`, opType: "Identity", input: [v], output: [presentOutputName(i, "value")] });
-  ctx.outputs.push(
-    valueInfo(presentOutputName(i, "key"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]),
-  );
-  ctx.outputs.push(
-    valueInfo(presentOutputName(i, "value"), DataType.FLOAT, ["batch_size", KV, "total_sequence_length", hd]),
-  );
+  for (const [kind, t] of [
+    ["key", k],
+    ["value", v],
+  ] as const) {
+    const name = presentOutputName(i, kind);
+    g.nodes.push({ name: `${scope}/present_${kind}`, opType: "Identity", input: [t], output: [name] });
+    slots.outputs.push(valueInfo(name, DataType.FLOAT, ["batch_size", heads, "total_sequence_length", hd]));
+  }
   return [k, v];
 }
 

@@ -17,15 +17,26 @@ import { ownFamilyForward } from "./own-family-reference.js";
 import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { referenceHidden } from "./llama-reference.js";
 
+/** The reference forward pass of the model `o` describes: per block, the residual stream at the last position. */
+function referenceOf(o: TinyModelOptions): (ids: number[]) => Float64Array[] {
+  if (isOwnFamily(o.family)) {
+    const forward = ownFamilyForward({ ...o, family: o.family });
+    return (ids) => forward(ids).hidden;
+  }
+  const config = tinyConfig(o);
+  const weights = tinyWeights(o);
+  return weights.family
+    ? (ids) => referenceHiddenFamily(config, weights, ids)
+    : (ids) => referenceHidden(config, weights, ids);
+}
+
 export async function expectStoreMatchesReference(
   store: string,
   o: TinyModelOptions,
   modelDir: string,
   bankPath: string,
 ): Promise<void> {
-  const own = isOwnFamily(o.family) ? ownFamilyForward({ ...o, family: o.family }) : undefined;
-  const config = tinyConfig(own ? { ...o, family: undefined } : o);
-  const weights = tinyWeights(own ? { ...o, family: undefined } : o);
+  const reference = referenceOf(o);
   const tok = await PromptTokenizer.load(modelDir);
   const rows = readFileSync(bankPath, "utf8")
     .trim()
@@ -36,11 +47,7 @@ export async function expectStoreMatchesReference(
   let worst = 0;
   for (const [i, row] of rows.entries()) {
     const ids = tok.encode(buildPrompt(row));
-    const ref = own
-      ? own(ids).hidden
-      : weights.family
-        ? referenceHiddenFamily(config, weights, ids)
-        : referenceHidden(config, weights, ids);
+    const ref = reference(ids);
     for (const layer of reader.manifest.layers) {
       const got = await reader.readRowsF32(layer, i, 1);
       ref[layer]!.forEach(

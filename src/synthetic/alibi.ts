@@ -9,10 +9,9 @@
  * Neither graph has a `position_ids` input, whatever the variant asks.
  */
 import { DataType } from "../onnx/graph.js";
-import { FLOAT32_LOWEST, TOKENIZERS, type GraphVariant, type TinyModelOptions } from "./llama.js";
+import { FLOAT32_LOWEST, TOKENIZERS, writeKvCache, type GraphVariant, type TinyModelOptions } from "./llama.js";
 import {
   finishGraph,
-  kvCache,
   layerNorm,
   linearLayer,
   lmHead,
@@ -321,7 +320,7 @@ export function buildBloomOnnx(
       const part = g.op1(A, "Gather", [perHead, p.i64(`qkv_${j}`, [j], [])], { axis: 3 });
       return g.op1(A, "Transpose", [part], { perm: [0, 2, 1, 3] });
     };
-    const [k, v] = kvCache(p, A, i, pick(1), pick(2), H, hd);
+    const [k, v] = writeKvCache(p.g, p, A, i, pick(1), pick(2), H, hd);
     // alibi.baddbmm(q, kᵀ, beta=1, alpha=1/√hd), then the additive causal and padding mask.
     const qk = g.op1(A, "Mul", [
       g.op1(A, "MatMul", [pick(0), g.op1(A, "Transpose", [k], { perm: [0, 1, 3, 2] })]),
@@ -398,7 +397,7 @@ export function buildMptOnnx(c: MptConfig, w: MptWeights, withPast: boolean, var
     const qkv = linearLayer(p, `${A}/Wqkv`, h, `${pre}.attn.Wqkv`, lw.wqkv, 3 * d, d);
     const [qy, ky, vy] = g.op(A, "Split", [qkv, i64("qkv_split", [d, d, d])], { axis: 2 }, 3);
     const q = splitHeads(p, A, qy!, H, hd);
-    const [k, v] = kvCache(p, A, i, splitHeads(p, A, ky!, H, hd), splitHeads(p, A, vy!, H, hd), H, hd);
+    const [k, v] = writeKvCache(p.g, p, A, i, splitHeads(p, A, ky!, H, hd), splitHeads(p, A, vy!, H, hd), H, hd);
     const qk = g.op1(A, "Mul", [g.op1(A, "MatMul", [q, g.op1(A, "Transpose", [k], { perm: [0, 1, 3, 2] })]), scale]);
     // position_bias[:, :, max_seq_len − key_length:], the last key_length columns of the table.
     const keyLength = g.op1(A, "Gather", [g.op1(A, "Shape", [k]), i64("axis_2", [2])], {

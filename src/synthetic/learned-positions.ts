@@ -22,10 +22,16 @@
  */
 import { DataType } from "../onnx/graph.js";
 import { pastInputName } from "../onnx/kv-cache.js";
-import { FLOAT32_LOWEST, TOKENIZERS, transpose, type GraphVariant, type TinyModelOptions } from "./llama.js";
+import {
+  FLOAT32_LOWEST,
+  TOKENIZERS,
+  writeKvCache,
+  transpose,
+  type GraphVariant,
+  type TinyModelOptions,
+} from "./llama.js";
 import {
   finishGraph,
-  kvCache,
   layerNorm,
   linearLayer,
   lmHead,
@@ -346,7 +352,7 @@ export function buildGpt2Onnx(
     const qkv = conv1d(`${A}/c_attn`, h, "attn.c_attn", lw.cAttnWeight, lw.cAttnBias, d, 3 * d);
     const [qy, ky, vy] = g.op(A, "Split", [qkv, qkvSplit], { axis: 2 }, 3) as [string, string, string];
     const q = splitHeads(w, A, qy, H, hd);
-    const [k, v] = kvCache(w, A, i, splitHeads(w, A, ky, H, hd), splitHeads(w, A, vy, H, hd), H, hd);
+    const [k, v] = writeKvCache(w.g, w, A, i, splitHeads(w, A, ky, H, hd), splitHeads(w, A, vy, H, hd), H, hd);
     const scores = g.op1(A, "Div", [
       g.op1(A, "MatMul", [q, g.op1(A, "Transpose", [k], { perm: [0, 1, 3, 2] })]),
       scale,
@@ -450,7 +456,7 @@ export function buildOptOnnx(c: OptConfig, wt: OptWeights, withPast: boolean, va
     const q = splitHeads(w, A, qy, H, hd);
     const k0 = splitHeads(w, A, proj("k_proj", h, lw.k, lw.kBias, d, d), H, hd);
     const v0 = splitHeads(w, A, proj("v_proj", h, lw.v, lw.vBias, d, d), H, hd);
-    const [k, v] = kvCache(w, A, i, k0, v0, H, hd);
+    const [k, v] = writeKvCache(w.g, w, A, i, k0, v0, H, hd);
     const scores = g.op1(A, "MatMul", [q, g.op1(A, "Transpose", [k], { perm: [0, 1, 3, 2] })]);
     const clamped = g.op1(A, "Max", [g.op1(A, "Add", [scores, bias]), min]);
     const probs = g.op1(A, "Softmax", [clamped], { axis: -1 });

@@ -3,13 +3,13 @@
  * (learned-positions.ts: GPT-2, OPT; alibi.ts: BLOOM, MPT) build their
  * graphs from, as torch.onnx writes them at opset 17: the graph's inputs and
  * outputs, LayerNorm as one `LayerNormalization`, linear layers as the
- * writer's product and an `Add` of the bias, heads split and merged, the KV
- * cache as llama.ts writes it, a tied LM head, and the seeded draws of their
- * weights.
+ * writer's product and an `Add` of the bias, heads split and merged, a tied
+ * LM head, and the seeded draws of their weights. Their KV cache is
+ * llama.ts' writeKvCache.
  */
 import { DataType, encodeModel, floatTensor, GraphBuilder, valueInfo, type ValueInfoProto } from "../onnx/graph.js";
 import { Rng } from "../util/random.js";
-import { float32Linear, writeKvCache, type GraphVariant, type LinearWriter } from "./llama.js";
+import { float32Linear, type GraphVariant, type LinearWriter } from "./llama.js";
 
 /** What every step of a graph shares: the builder, the variant, and the inputs and outputs it collects. */
 export interface TorchGraph {
@@ -116,19 +116,6 @@ export function splitHeads(w: TorchGraph, scope: string, y: string, heads: numbe
 export function mergeHeads(w: TorchGraph, scope: string, y: string, d: number): string {
   const t = w.g.op1(scope, "Transpose", [y], { perm: [0, 2, 1, 3] });
   return w.g.op1(scope, "Reshape", [t, w.i64("shape_merge_heads", [0, 0, d])]);
-}
-
-/** Layer `i`'s key and value cache as llama.ts writes it (see writeKvCache); returns the keys and values to attend over. */
-export function kvCache(
-  w: TorchGraph,
-  scope: string,
-  i: number,
-  k: string,
-  v: string,
-  heads: number,
-  hd: number,
-): [string, string] {
-  return writeKvCache(w.g, w, scope, i, k, v, heads, hd);
 }
 
 /**

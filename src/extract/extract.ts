@@ -7,7 +7,7 @@
  * shards cut on block boundaries merge into exactly the single-process store.
  */
 import { realpathSync } from "node:fs";
-import { mkdir, readFile } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 
 import { mainForwardRows, readBank } from "../bank/bank.js";
@@ -27,7 +27,7 @@ import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
-import { fileError } from "../util/fs.js";
+import { fileError, readText } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { lengthBreaks, leftPad, planBatches, rightPad, type BatchRule } from "../model/batching.js";
 import {
@@ -123,7 +123,7 @@ export interface ExtractResult {
 
 async function isComplete(dir: string): Promise<boolean> {
   try {
-    return JSON.parse(await readFile(join(dir, MANIFEST_NAME), "utf8")).complete === true;
+    return JSON.parse(await readText(join(dir, MANIFEST_NAME))).complete === true;
   } catch {
     return false;
   }

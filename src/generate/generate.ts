@@ -17,9 +17,9 @@
  * when run alone is written with an `error` field instead of an answer (and
  * tried again by the next run); a model that fails on every query stops the run.
  */
-import { mkdir, open, readFile, rename, truncate, unlink, type FileHandle } from "node:fs/promises";
+import { mkdir, truncate, type FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
-import { basename, dirname, join } from "node:path";
+import { basename, dirname } from "node:path";
 
 import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
@@ -30,10 +30,10 @@ import {
   defaultModelName,
   MAX_NEW_TOKENS,
 } from "../defaults.js";
-import { HsmError, UsageError } from "../errors.js";
+import { FileError, HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
-import { readWhole, syncDir } from "../util/fs.js";
+import { openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
 import { availableMemory, collectGarbage } from "../util/memory.js";
 import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
@@ -241,10 +241,10 @@ async function resumeFile(path: string): Promise<{ done: Set<string>; keep: stri
   const done = new Set<string>();
   let bytes: Buffer;
   try {
-    bytes = await readFile(path);
+    bytes = await readInput(path);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { done, keep: undefined };
-    throw new GenerationsFileError(path, undefined, `cannot be read (${(err as Error).message})`);
+    if (err instanceof FileError && err.problem === "missing") return { done, keep: undefined };
+    throw err;
   }
   const kept: string[] = [];
   let failedRows = 0;
@@ -277,21 +277,9 @@ async function resumeFile(path: string): Promise<{ done: Set<string>; keep: stri
   return { done, keep: failedRows > 0 ? kept : undefined };
 }
 
-/** Replaces `path` with `lines`, atomically (temp file, fsync, rename). */
+/** Replaces `path` with `lines`, atomically. */
 async function rewriteLines(path: string, lines: string[]): Promise<void> {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
-  const fh = await open(temp, "w");
-  try {
-    await fh.writeFile(lines.map((l) => `${l}\n`).join(""));
-    await fh.sync();
-  } catch (err) {
-    await fh.close();
-    await unlink(temp).catch(() => {});
-    throw err;
-  }
-  await fh.close();
-  await rename(temp, path);
-  await syncDir(dirname(path));
+  await writeFileAtomic(path, lines.map((l) => `${l}\n`).join(""));
 }
 
 export async function generate(o: GenerateOptions): Promise<GenerateResult> {
@@ -662,7 +650,7 @@ async function generateRows(o: GenerateOptions, g: Generation): Promise<Generate
   try {
     const { done, keep } = await resumeFile(o.out);
     if (keep) await rewriteLines(o.out, keep);
-    const fh = await open(o.out, "a");
+    const fh = await openOutput(o.out, "append");
     const writer = batchWriter(o, g, done, fh);
     o.onProgress?.(done.size, rows.length);
     try {

@@ -6,13 +6,12 @@
  * the float64 logits (`headArgmax`), for a fraction of a float32 product's
  * arithmetic and half its memory traffic.
  */
-import { open } from "node:fs/promises";
 import { isAbsolute, join, normalize, sep } from "node:path";
 
 import { allocateHead } from "../kernels/head.js";
 import type { HeadKernels } from "../kernels/default.js";
 import type { PreparedHead } from "../kernels/types.js";
-import { fileError } from "../util/fs.js";
+import { fileError, openInput } from "../util/fs.js";
 import { ModelDirError } from "../model/model-dir.js";
 import { externalDataEntry, num, type TensorProto } from "../onnx/graph.js";
 
@@ -83,7 +82,7 @@ async function float32Values(t: TensorProto, count: number, modelDir: string): P
   const path = join(modelDir, inside);
   let fh;
   try {
-    fh = await open(path, "r");
+    fh = (await openInput(path, { follow: true })).fh;
   } catch (err) {
     throw fileError(err, path);
   }

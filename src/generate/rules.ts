@@ -7,10 +7,10 @@
  * the bytes are decoded once, invalid sequences becoming U+FFFD; nothing is
  * stripped.
  */
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { ModelDirError } from "../model/model-dir.js";
+import { readTextIfPresent } from "../util/fs.js";
 
 export type FinishReason = "stop" | "length";
 
@@ -49,14 +49,8 @@ export async function readEosIds(
   const text = config.text_config as Record<string, unknown> | undefined;
   const ids = [...idsOf(config.eos_token_id ?? text?.eos_token_id, configPath)];
   const genaiPath = join(modelDir, "genai_config.json");
-  let genai: string | undefined;
-  try {
-    genai = await readFile(genaiPath, "utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT")
-      throw new ModelDirError(genaiPath, `cannot be read (${(err as Error).message})`);
-  }
-  if (genai !== undefined) {
+  const genai = await readTextIfPresent(genaiPath, { follow: true });
+  if (genai !== null) {
     let parsed: { model?: { eos_token_id?: unknown } };
     try {
       parsed = JSON.parse(genai);

@@ -6,20 +6,15 @@
  * registry entry (src/metrics/metric.ts). Files are written only once
  * everything is computed, each atomically.
  */
-import { mkdir, rename, writeFile } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 
 import { lineChart } from "../util/chart.js";
+import { fileError, writeFilesAtomic } from "../util/fs.js";
 import type { MetricsResult } from "./compute.js";
 import type { Metric, MetricRow } from "./metric.js";
 import { METRICS, type MetricRegistry } from "./registry.js";
 import { formatTable } from "./table.js";
-
-async function writeAtomic(path: string, text: string): Promise<void> {
-  const temp = `${path}.${process.pid}.tmp`;
-  await writeFile(temp, text);
-  await rename(temp, path);
-}
 
 export function toCsv(rows: object[]): string {
   if (rows.length === 0) return "";
@@ -83,12 +78,17 @@ export async function writeResults(
   registry: MetricRegistry = METRICS,
 ): Promise<WrittenFiles> {
   const manifest = result.manifest;
-  await mkdir(dir, { recursive: true });
+  try {
+    await mkdir(dir, { recursive: true });
+  } catch (err) {
+    throw fileError(err, dir, "write");
+  }
   const store = {
     path: storePath,
     files_sha256: Object.fromEntries(Object.entries(manifest.files).map(([n, e]) => [n, e.sha256])),
   };
   const written: WrittenFiles = { json: [], csv: [], svg: [] };
+  const files: [string, string][] = [];
   for (const metric of registry) {
     const rows = result.rows[metric.name] ?? [];
     if (rows.length === 0) continue;
@@ -100,13 +100,17 @@ export async function writeResults(
       rows,
     };
     const paths = [join(dir, `${metric.name}.json`), join(dir, `${metric.name}.csv`), join(dir, `${metric.name}.svg`)];
-    await writeAtomic(paths[0]!, JSON.stringify(json, null, 2) + "\n");
-    await writeAtomic(paths[1]!, toCsv(rows));
-    await writeAtomic(paths[2]!, svgPlot(`${metric.title} by layer — ${manifest.model}`, shownValues(metric, rows)));
+    files.push(
+      [paths[0]!, JSON.stringify(json, null, 2) + "\n"],
+      [paths[1]!, toCsv(rows)],
+      [paths[2]!, svgPlot(`${metric.title} by layer — ${manifest.model}`, shownValues(metric, rows))],
+    );
     written.json.push(paths[0]!);
     written.csv.push(paths[1]!);
     written.svg.push(paths[2]!);
   }
+  // All written or none: a full disk never leaves one metric's new files beside another's old ones.
+  await writeFilesAtomic(files);
   return written;
 }
 

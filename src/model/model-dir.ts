@@ -7,10 +7,11 @@
  * `--model-file` when there are several), and onnxruntime-genai builds have
  * `genai_config.json` instead of `config.json`.
  */
-import { readdir, readFile, stat } from "node:fs/promises";
+import { readdir, stat } from "node:fs/promises";
 import { join, relative } from "node:path";
 
 import { HsmError } from "../errors.js";
+import { readText } from "../util/fs.js";
 
 export const MODEL_FILES = ["model.onnx", "config.json", "tokenizer.json", "tokenizer_config.json"] as const;
 
@@ -53,7 +54,7 @@ const isFile = async (path: string) => (await stat(path).catch(() => undefined))
 
 async function readJson(path: string): Promise<Record<string, unknown>> {
   try {
-    return JSON.parse(await readFile(path, "utf8"));
+    return JSON.parse(await readText(path, { follow: true }));
   } catch (err) {
     throw new ModelDirError(path, `is not valid JSON (${(err as Error).message})`);
   }
@@ -127,7 +128,7 @@ async function resolveModelDir(dir: string): Promise<string> {
   const ref = join(dir, "refs", "main");
   let revision: string;
   try {
-    revision = (await readFile(ref, "utf8")).trim();
+    revision = (await readText(ref, { follow: true, maxBytes: 4096, what: "a hub ref" })).trim();
   } catch {
     const revisions = await readdir(snapshots).catch(() => [] as string[]);
     throw new ModelDirError(

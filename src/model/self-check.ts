@@ -14,7 +14,6 @@
  * order), bounded here by another 2^-10 of the row's largest value
  * (docs/extract.md derives it).
  */
-import { open } from "node:fs/promises";
 import { join } from "node:path";
 
 import type * as ort from "onnxruntime-node";
@@ -24,7 +23,7 @@ import { f16BitsToNumber } from "../kernels/typescript/float16.js";
 import { selfCheckFinding, type SelfCheck } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { buildNpyHeader } from "../store/npy.js";
-import { fileError } from "../util/fs.js";
+import { fileError, openInput } from "../util/fs.js";
 import { leftPad, planBatches, type BatchFeeds, type BatchRule } from "./batching.js";
 import { promptFeeds } from "./feeds.js";
 import { num } from "../onnx/graph.js";
@@ -134,7 +133,7 @@ async function readStoredRow(
       const path = join(dir, layerFileName(layer));
       const out = new Uint16Array(d);
       try {
-        const fh = await open(path, "r");
+        const { fh } = await openInput(path);
         try {
           await fh.read(new Uint8Array(out.buffer), 0, d * 2, offset);
         } finally {

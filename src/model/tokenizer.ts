@@ -4,13 +4,12 @@
  * truncation that keeps the special prefix (BOS) — as HuggingFace does with
  * `truncation_side="left"`. The library does not truncate; this part is ours.
  */
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { Tokenizer } from "@huggingface/tokenizers";
 
 import { MAX_PROMPT_LEN } from "../defaults.js";
-import { readWhole } from "../util/fs.js";
+import { readText, readWhole } from "../util/fs.js";
 import { ModelDirError, type ModelDir } from "./model-dir.js";
 
 export class PromptTokenizer {
@@ -31,7 +30,7 @@ export class PromptTokenizer {
     const read = async (name: string) => {
       const path = join(dir, name);
       try {
-        return JSON.parse(await readFile(path, "utf8")) as Record<string, unknown>;
+        return JSON.parse(await readText(path, { follow: true })) as Record<string, unknown>;
       } catch (err) {
         throw new ModelDirError(path, `cannot be read as JSON (${(err as Error).message})`);
       }

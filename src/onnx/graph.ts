@@ -3,9 +3,9 @@
  * runner needs: consumers and producers of tensors, a builder for new nodes,
  * and dead-node elimination.
  */
-import { readFile } from "node:fs/promises";
 
 import onnxProto from "onnx-proto";
+import { readInput } from "../util/fs.js";
 
 export const { onnx } = onnxProto as unknown as { onnx: typeof import("onnx-proto").onnx };
 export type ModelProto = import("onnx-proto").onnx.ModelProto;
@@ -26,7 +26,7 @@ export function num(x: unknown): number {
 }
 
 export async function loadModel(path: string): Promise<ModelProto> {
-  return decodeModel(await readFile(path));
+  return decodeModel(await readInput(path, { follow: true }));
 }
 
 /** Decodes model bytes; tensor payloads stay views into `bytes`, not copies. */

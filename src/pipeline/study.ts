@@ -6,7 +6,7 @@
  * run) are verified where they are. The outcome is written to
  * `<outputs>/study.json` and summarized as a table.
  */
-import { mkdir, readFile, rename, stat, writeFile } from "node:fs/promises";
+import { mkdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 
 import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
@@ -19,6 +19,7 @@ import { TOOL_VERSION } from "../version.js";
 import { modelPaths, STUDY_RECORD, type ModelPaths, type ModelSummary, type StudySummary } from "../study/layout.js";
 import { wilsonInterval } from "../study/stats.js";
 import { readStudyFile, StudyFileError, type Study, type StudyModel } from "../study/study-file.js";
+import { readText, writeFileAtomic } from "../util/fs.js";
 
 export interface StudyOptions {
   /** What each model's steps did, for the user. */
@@ -92,7 +93,7 @@ async function checkImport(study: Study, model: StudyModel, paths: ModelPaths): 
       `${paths.store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`,
     );
   // Stores written by other tools may not record it; where recorded, it must be the study's.
-  const recorded = JSON.parse(await readFile(join(paths.store, "index.json"), "utf8")).max_prompt_len;
+  const recorded = JSON.parse(await readText(join(paths.store, "index.json"))).max_prompt_len;
   if (recorded !== undefined && recorded !== study.generation.max_prompt_len) {
     throw new HsmError(
       `${paths.store} was extracted with max_prompt_len = ${recorded} but the study's generation.max_prompt_len is ${study.generation.max_prompt_len}; compare models run with the same settings`,
@@ -168,9 +169,7 @@ async function writeRecord(study: Study, models: ModelSummary[]): Promise<string
       error: m.message ?? null,
     })),
   };
-  const temp = `${record}.partial-${process.pid}`;
-  await writeFile(temp, JSON.stringify(body, null, 2) + "\n");
-  await rename(temp, record);
+  await writeFileAtomic(record, JSON.stringify(body, null, 2) + "\n");
   return record;
 }
 

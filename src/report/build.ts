@@ -6,7 +6,7 @@
  * per-fact drill-down, packed in chunks of facts that the page inflates only
  * when a fact of the chunk is opened. The page itself only looks things up.
  */
-import { mkdir, readFile, stat } from "node:fs/promises";
+import { mkdir, stat } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { deflateRawSync } from "node:zlib";
 
@@ -18,7 +18,7 @@ import { LABELS } from "../score/labels.js";
 import { verifyStore } from "../store/verify.js";
 import { wilsonInterval } from "../study/stats.js";
 import { lineChart, type ChartSeries } from "../util/chart.js";
-import { writeFileAtomic } from "../util/fs.js";
+import { readTextIfPresent, writeFileAtomic } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
@@ -64,7 +64,7 @@ export interface ReportResult {
 type Row = Record<string, unknown>;
 
 async function readJson(path: string): Promise<Row | null> {
-  const text = await readFile(path, "utf8").catch(() => null);
+  const text = await readTextIfPresent(path);
   return text === null ? null : (JSON.parse(text) as Row);
 }
 

@@ -12,7 +12,6 @@
  * two metrics rather than read the registry: a metric added to the registry is
  * charted by the report, and is not compared here.
  */
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
@@ -34,6 +33,7 @@ import {
 import { matchDepth, type LayerPair } from "./depth.js";
 import { findModel, readScored, type OutputsModel, type ScoredQuery } from "./outputs.js";
 import { storeRowValues, type StoreRowValues } from "./per-row.js";
+import { readTextIfPresent } from "../util/fs.js";
 
 /** One model's scored queries and per-row metric values, loaded once for any number of comparisons. */
 export interface LoadedModel {
@@ -52,7 +52,7 @@ export interface LoadOptions {
 
 /** The folds and probe C that the model's kts.json was computed with, where it records them. */
 async function ktsSettings(metrics: string): Promise<{ folds?: number; probeC?: number }> {
-  const text = await readFile(join(metrics, "kts.json"), "utf8").catch(() => null);
+  const text = await readTextIfPresent(join(metrics, "kts.json"));
   if (text === null) return {};
   const config = (JSON.parse(text) as { config?: { folds?: number; probe_c?: number } }).config ?? {};
   return { folds: config.folds, probeC: config.probe_c };

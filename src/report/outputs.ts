@@ -4,12 +4,13 @@
  * A study's `study.json` names its models (and where imported ones live);
  * without one, every scored file under `evaluation/` is a model.
  */
-import { readdir, readFile, stat } from "node:fs/promises";
+import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 
 import { HsmError, JsonlError, UsageError } from "../errors.js";
 import { modelPaths, STUDY_RECORD, type ModelPaths } from "../study/layout.js";
 import { jsonLines } from "../util/jsonl.js";
+import { readText } from "../util/fs.js";
 
 /** One scored query of one model. */
 export interface ScoredQuery {
@@ -36,7 +37,7 @@ export async function readStudyRecord(outputs: string): Promise<Record<string, u
   const file = join(outputs, STUDY_RECORD);
   if (!(await exists(file))) return undefined;
   try {
-    return JSON.parse(await readFile(file, "utf8")) as Record<string, unknown>;
+    return JSON.parse(await readText(file)) as Record<string, unknown>;
   } catch (err) {
     throw new HsmError(`${file}: not a study record (${(err as Error).message}); remove it or rerun hsm study`, {
       cause: err,

@@ -4,7 +4,7 @@
  * which every command treats the store as its own. A foreign `index.json` is
  * kept beside it as `index.orig.json`.
  */
-import { lstat, open, readdir, readFile } from "node:fs/promises";
+import { lstat, open, readdir } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
@@ -12,7 +12,7 @@ import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
 import { ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
-import { fileError, osReason, writeFileAtomic } from "../util/fs.js";
+import { fileError, osReason, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
@@ -103,13 +103,9 @@ async function readExisting(
   dir: string,
   where: string,
 ): Promise<{ original?: Buffer; native?: Manifest; foreign?: ForeignManifest }> {
-  let original: Buffer | undefined;
-  try {
-    original = await readFile(where);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw fileError(err, where);
-  }
-  if (!original) return {};
+  const text = await readTextIfPresent(where);
+  if (text === null) return {};
+  const original = Buffer.from(text);
   let value: unknown;
   try {
     value = JSON.parse(original.toString("utf8"));

@@ -3,11 +3,11 @@
  * files, so it runs the same over a folder, an in-memory map (tests) or, later,
  * object storage.
  */
-import { lstat, open, readdir, readFile } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 
 import { FileError, StoreError } from "../errors.js";
-import { fileError } from "../util/fs.js";
+import { fileError, openInput, readInput, TEXT_FILE_MAX_BYTES } from "../util/fs.js";
 import { layerOfFileName } from "./names.js";
 import { MANIFEST_NAME } from "./manifest.js";
 
@@ -51,18 +51,7 @@ export function directoryBackend(dir: string): StoreBackend {
     if (!h) {
       h = (async () => {
         const path = join(dir, name);
-        try {
-          const st = await lstat(path);
-          if (!st.isFile()) {
-            throw new StoreError(
-              path,
-              st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file",
-            );
-          }
-          return await open(path, "r");
-        } catch (err) {
-          throw fileError(err, path);
-        }
+        return (await openInput(path)).fh;
       })();
       handles.set(name, h);
     }
@@ -72,11 +61,7 @@ export function directoryBackend(dir: string): StoreBackend {
     location: dir,
     async readAll(name) {
       guard(name, dir);
-      try {
-        return await readFile(join(dir, name));
-      } catch (err) {
-        throw fileError(err, join(dir, name));
-      }
+      return readInput(join(dir, name), { maxBytes: TEXT_FILE_MAX_BYTES, what: "a store's manifest" });
     },
     async read(name, offset, length, into) {
       const fh = await handle(name);

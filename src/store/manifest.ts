@@ -5,7 +5,7 @@
  */
 import { join } from "node:path";
 
-import { ManifestError } from "../errors.js";
+import { InternalError, ManifestError } from "../errors.js";
 import { writeFileAtomic } from "../util/fs.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 
@@ -288,9 +288,19 @@ export function parseManifest(text: string, path: string): Manifest {
   return value as Manifest;
 }
 
-/** Manifest text: one top-level key per line, long arrays kept on one line each. */
+/**
+ * Manifest text: one top-level key per line, long arrays kept on one line each. Only a manifest that passes the
+ * same checks a reader applies is written (a key left undefined is absent, as in JSON); anything else is a bug in
+ * what built it, refused before it reaches the disk.
+ */
 function formatManifest(m: Manifest): string {
-  const lines = Object.entries(m).map(([key, value]) => {
+  const defined = Object.entries(m).filter(([, value]) => value !== undefined);
+  const problems = manifestProblems(Object.fromEntries(defined));
+  if (problems.length > 0) {
+    const p = problems[0]!;
+    throw new InternalError(`the manifest to be written is invalid: "${p.key}" ${p.message}`);
+  }
+  const lines = defined.map(([key, value]) => {
     if (key === "files") {
       const entries = Object.entries(value as Record<string, FileEntry>).map(
         ([name, e]) => `    ${JSON.stringify(name)}: ${JSON.stringify(e)}`,

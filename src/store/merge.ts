@@ -122,7 +122,8 @@ export async function mergeShards(
     });
     try {
       if (writer.complete) return writer.manifest;
-      writer.manifest.self_check = mergeSelfChecks(readers.map((r) => r.manifest.self_check));
+      const selfCheck = mergeSelfChecks(readers.map((r) => r.manifest.self_check));
+      if (selfCheck) writer.manifest.self_check = selfCheck;
       let done = 0;
       for (const r of readers) {
         for (const layer of m0.layers) {

@@ -2,10 +2,9 @@
  * Whole small `.npy` files, read or written in one go (test data, probe
  * weights). Large arrays go through the store's streaming reader instead.
  */
-import { readFile } from "node:fs/promises";
 
 import { NpyHeaderError } from "../errors.js";
-import { fileError, writeFileAtomic } from "../util/fs.js";
+import { readInput, writeFileAtomic } from "../util/fs.js";
 import { buildNpyHeader, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface NpyArray {
@@ -16,12 +15,7 @@ export interface NpyArray {
 
 /** Reads a C-order little-endian float16/32/64 `.npy` file. */
 export async function readNpyFile(path: string): Promise<NpyArray> {
-  let bytes: Buffer;
-  try {
-    bytes = await readFile(path);
-  } catch (err) {
-    throw fileError(err, path);
-  }
+  const bytes = await readInput(path);
   const header = parseNpyHeader(bytes, path);
   if (header.fortranOrder) {
     throw new NpyHeaderError(

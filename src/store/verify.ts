@@ -20,7 +20,6 @@ import {
   lstatSync,
   openSync,
   readdirSync,
-  readFileSync,
   readSync,
   statSync,
   type Dirent,
@@ -31,7 +30,7 @@ import { join } from "node:path";
 
 import type { BankRow } from "../bank/bank.js";
 import { FileError, NpyHeaderError } from "../errors.js";
-import { fileError, osReason } from "../util/fs.js";
+import { fileError, osReason, readTextSync } from "../util/fs.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import {
@@ -168,11 +167,11 @@ function expectFolder(dir: string): void {
 function readManifestJson(dir: string, problem: ProblemSink): { value: unknown } | null {
   let text: string;
   try {
-    text = readFileSync(join(dir, MANIFEST_NAME), "utf8");
+    text = readTextSync(join(dir, MANIFEST_NAME), { what: "a store's manifest" });
   } catch (err) {
-    const e = err as NodeJS.ErrnoException;
-    if (e.code === "ENOENT") problem(MANIFEST_NAME, "manifest-missing", "is missing");
-    else problem(MANIFEST_NAME, "manifest-unreadable", `cannot be read: ${osReason(e)}`);
+    if (!(err instanceof FileError)) throw err;
+    if (err.problem === "missing") problem(MANIFEST_NAME, "manifest-missing", "is missing");
+    else problem(MANIFEST_NAME, "manifest-unreadable", err.message.slice(err.path.length + 2));
     return null;
   }
   try {

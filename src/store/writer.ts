@@ -4,7 +4,7 @@
  * fsynced first, then the manifest replaced atomically), and checksums recorded
  * only when every row is in. A store can be reopened and resumed from `rows_done`.
  */
-import { mkdir, open, readFile, stat, statfs, unlink, type FileHandle } from "node:fs/promises";
+import { mkdir, statfs, unlink, type FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
@@ -12,7 +12,7 @@ import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { DiskSpaceError, StoreError } from "../errors.js";
 import { storeKernels } from "../kernels/default.js";
-import { fileError, osReason } from "../util/fs.js";
+import { fileError, openOutput, osReason, readTextIfPresent } from "../util/fs.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";
 import { layerFileName } from "./names.js";
@@ -129,14 +129,17 @@ export class StoreWriter {
       ...(init.style ? { style: init.style } : {}),
     };
     await ensureSpace(dir, Object.values(files).reduce((sum, f) => sum + f.bytes, 0) + manifestRoom(manifest));
+    // The manifest (no row done) is written before any layer file, so a run killed at any moment leaves either
+    // nothing or a store that says it is unfinished: never zero-filled layer files that adopt could take for data.
+    await writeManifestAtomic(dir, manifest);
     const handles = new Map<number, FileHandle>();
     const offsets = new Map<number, number>();
     try {
       for (const layer of init.layers) {
         const path = join(dir, layerFileName(layer));
+        const fh = await openOutput(path, "create");
+        handles.set(layer, fh);
         try {
-          const fh = await open(path, "w+");
-          handles.set(layer, fh);
           await allocate(fh, header.length, files[layerFileName(layer)]!.bytes);
           await writeAll(fh, header, 0);
         } catch (err) {
@@ -145,11 +148,12 @@ export class StoreWriter {
         offsets.set(layer, header.length);
       }
     } catch (err) {
-      // The files hold nothing yet and no manifest names them: leave no partial store behind.
+      // The files hold nothing yet: leave no partial store behind.
       await Promise.all([...handles.values()].map((h) => h.close()));
       await Promise.all(
         [...handles.keys()].map((layer) => unlink(join(dir, layerFileName(layer))).catch(() => undefined)),
       );
+      await unlink(join(dir, MANIFEST_NAME)).catch(() => undefined);
       throw err;
     }
     const writer = new StoreWriter(dir, manifest, handles, offsets);
@@ -170,6 +174,8 @@ export class StoreWriter {
     const offsets = new Map<number, number>();
     const writer = new StoreWriter(dir, manifest, handles, offsets);
     if (manifest.complete) return writer;
+    // Nothing is committed yet (the run may have stopped before its layer files were all made): start afresh.
+    if (manifest.rows_done === 0) return StoreWriter.create(dir, init);
     // A self-check is only ever recorded at completion or with every row taken back: this run makes a new one.
     delete manifest.self_check;
     try {
@@ -179,31 +185,34 @@ export class StoreWriter {
         const name = layerFileName(layer);
         const entry = manifest.files[name]!;
         const path = join(dir, name);
+        // Opened without following a link: a resume writes only into this store's own files.
+        const fh = await openOutput(path, "update");
+        handles.set(layer, fh);
         let st;
         try {
-          st = await stat(path);
+          st = await fh.stat();
         } catch (err) {
           throw fileError(err, path);
         }
         if (st.size !== entry.bytes)
           throw new StoreError(path, `is ${st.size} bytes, the manifest says ${entry.bytes}; cannot resume`);
         if (st.blocks * STAT_BLOCK_BYTES < st.size) holes.set(layer, st.size - st.blocks * STAT_BLOCK_BYTES);
+        offsets.set(layer, buildNpyHeader("<f2", entry.shape).length);
       }
       await ensureSpace(dir, [...holes.values()].reduce((a, b) => a + b, 0) + manifestRoom(manifest));
-      for (const layer of manifest.layers) {
-        const name = layerFileName(layer);
-        const entry = manifest.files[name]!;
-        const path = join(dir, name);
-        const offset = buildNpyHeader("<f2", entry.shape).length;
+      for (const layer of holes.keys()) {
+        const path = join(dir, layerFileName(layer));
+        const entry = manifest.files[layerFileName(layer)]!;
         try {
-          const fh = await open(path, "r+");
-          handles.set(layer, fh);
           // Rows from rows_done on are not committed: zeros may replace them.
-          if (holes.has(layer)) await allocate(fh, offset + manifest.rows_done * manifest.d_model * 2, entry.bytes);
+          await allocate(
+            handles.get(layer)!,
+            offsets.get(layer)! + manifest.rows_done * manifest.d_model * 2,
+            entry.bytes,
+          );
         } catch (err) {
           throw fileError(err, path, "write");
         }
-        offsets.set(layer, offset);
       }
     } catch (err) {
       await writer.close();
@@ -363,14 +372,8 @@ async function ensureSpace(dir: string, needed: number): Promise<void> {
 
 async function readExisting(dir: string): Promise<Manifest | undefined> {
   const path = join(dir, MANIFEST_NAME);
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw fileError(err, path);
-  }
-  return parseManifest(text, path);
+  const text = await readTextIfPresent(path);
+  return text === null ? undefined : parseManifest(text, path);
 }
 
 function validateInit(init: StoreInit, dir: string): void {

@@ -4,13 +4,13 @@
  * unknown field, a sampling setting or a model named twice is an error naming
  * the file, the line and the field.
  */
-import { readFile } from "node:fs/promises";
 import { dirname, extname, resolve } from "node:path";
 
 import { isNode, LineCounter, parseDocument, type Document } from "yaml";
 
 import { DEFAULT_OUTPUTS, DEFAULT_SEED, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
 import { HsmError } from "../errors.js";
+import { readText } from "../util/fs.js";
 
 /** A study file that cannot be read as a study. */
 export class StudyFileError extends HsmError {
@@ -57,6 +57,9 @@ export interface Study {
   /** Where each given field (`bank`, `outputs`, `generation.<key>`) sits in the file, for later messages. */
   lines: Record<string, number | undefined>;
 }
+
+/** The most bytes a study file may hold: a study file is a page of settings. */
+const STUDY_FILE_MAX_BYTES = 1024 * 1024;
 
 const TOP_FIELDS = ["bank", "outputs", "generation", "run", "models"] as const;
 const GENERATION_FIELDS = [
@@ -275,17 +278,5 @@ export function parseStudy(text: string, file: string): Study {
 
 /** Reads and validates a study file (YAML, or JSON when named `.json`). */
 export async function readStudyFile(file: string): Promise<Study> {
-  let text: string;
-  try {
-    text = await readFile(file, "utf8");
-  } catch (err) {
-    throw new StudyFileError(
-      file,
-      undefined,
-      undefined,
-      `cannot read the study file: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
-      { cause: err },
-    );
-  }
-  return parseStudy(text, file);
+  return parseStudy(await readText(file, { follow: true, maxBytes: STUDY_FILE_MAX_BYTES, what: "a study file" }), file);
 }

@@ -1,11 +1,28 @@
 /**
- * File system helpers shared by every reader and writer of user files: one way
- * to turn an operating-system error into an error that names the path and says
- * why, one atomic, durable write, and one read of a large file that goes on
- * while this thread works.
+ * The one rule for every file hsm reads or writes, shared by every reader and
+ * writer:
+ *
+ * - **Inputs** are opened without blocking and must be regular files: a FIFO,
+ *   a device or a folder is refused by name before a byte is read, so nothing
+ *   hangs on a pipe or grows without end on `/dev/zero`. Files inside a store
+ *   or an outputs folder are opened without following a link at their last
+ *   component ({@link InputOptions.follow} false); files the user names, and
+ *   the files of a model folder (whose hub cache links every file into
+ *   `blobs/`), are resolved once, deliberately. Where a size is implied the
+ *   read is capped. Text is strict UTF-8: an invalid byte is named with its
+ *   offset, a byte-order mark by name.
+ * - **Outputs** are written atomically ({@link writeFileAtomic},
+ *   {@link writeFilesAtomic}): into a temporary file of the same folder, then
+ *   renamed over the target, which replaces a link rather than writing
+ *   through it. A failure names the file and leaves the old content and no
+ *   temporary file. Files written in place (a store's layer files, an answers
+ *   file appended to) are opened with {@link openOutput}, never through a link.
+ * - Every operating-system error becomes an error that names the path and says
+ *   why ({@link fileError}).
  */
-import { closeSync, fstatSync, openSync, read } from "node:fs";
-import { open, rename, unlink } from "node:fs/promises";
+import { closeSync, constants, fstatSync, openSync, read, readSync, type Stats } from "node:fs";
+import { open, rename, unlink, type FileHandle } from "node:fs/promises";
+import { isUtf8 } from "node:buffer";
 import { basename, dirname, join } from "node:path";
 
 import { FileError, HsmError } from "../errors.js";
@@ -62,6 +79,209 @@ export function fileError(err: unknown, path: string, action: "read" | "write" =
     : new FileError(path, "unwritable", e.code, `cannot be written: ${osReason(e)}`, { cause: err });
 }
 
+/** How an input is opened. */
+export interface InputOptions {
+  /**
+   * Resolve a symbolic link at the path's last component: true for files the
+   * user names and for a model folder's files; false (the default) inside a
+   * store or an outputs folder, where a link is refused.
+   */
+  follow?: boolean;
+  /** The most bytes the file may hold; a larger file is refused before it is read. */
+  maxBytes?: number;
+  /** What the file is, for the size error ("a manifest", "a config.json"). */
+  what?: string;
+}
+
+/** The cap on a JSON or YAML file read whole: far above any real one, and under V8's longest string. */
+export const TEXT_FILE_MAX_BYTES = 256 * 1024 * 1024;
+
+/** What a file that is not a regular file is, in words. */
+function kindOf(st: Stats): string {
+  if (st.isFIFO()) return "a FIFO (named pipe)";
+  if (st.isCharacterDevice()) return "a character device";
+  if (st.isBlockDevice()) return "a block device";
+  if (st.isSocket()) return "a socket";
+  return "not a regular file";
+}
+
+/** The error for a path that is not a regular file: "cannot be read: it is a FIFO (named pipe), not a regular file". */
+function notRegular(st: Stats, path: string, action: "read" | "write"): FileError {
+  const problem = action === "read" ? "unreadable" : "unwritable";
+  const verb = action === "read" ? "cannot be read" : "cannot be written";
+  if (st.isDirectory()) return new FileError(path, problem, "EISDIR", `${verb}: it is a directory (EISDIR)`);
+  return new FileError(path, problem, undefined, `${verb}: it is ${kindOf(st)}, not a regular file`);
+}
+
+/** Flags of an input's open: read-only, never blocking on a FIFO, and not through a link unless asked. */
+function inputFlags(o: InputOptions): number {
+  return constants.O_RDONLY | constants.O_NONBLOCK | (o.follow ? 0 : constants.O_NOFOLLOW);
+}
+
+/** The error for an input's failed open: a link refused by O_NOFOLLOW is named as a link. */
+function openError(err: unknown, path: string, o: InputOptions): Error {
+  if (!o.follow && (err as NodeJS.ErrnoException)?.code === "ELOOP")
+    return new FileError(path, "unreadable", "ELOOP", "is a symbolic link, which hsm does not follow here");
+  return fileError(err, path);
+}
+
+/** Refuses what is not a regular file, or holds more than `o.maxBytes`. */
+function checkInput(st: Stats, path: string, o: InputOptions): void {
+  if (!st.isFile()) throw notRegular(st, path, "read");
+  if (o.maxBytes !== undefined && st.size > o.maxBytes) {
+    throw new FileError(
+      path,
+      "unreadable",
+      "EFBIG",
+      `holds ${st.size} bytes, more than the ${o.maxBytes} ${o.what ?? "such a file"} may hold`,
+    );
+  }
+}
+
+/**
+ * Opens an input by the rule above: a handle on a regular file, checked
+ * before anything is read. The caller closes it.
+ */
+export async function openInput(path: string, o: InputOptions = {}): Promise<{ fh: FileHandle; size: number }> {
+  let fh: FileHandle;
+  try {
+    fh = await open(path, inputFlags(o));
+  } catch (err) {
+    throw openError(err, path, o);
+  }
+  try {
+    const st = await fh.stat();
+    checkInput(st, path, o);
+    return { fh, size: st.size };
+  } catch (err) {
+    await fh.close();
+    throw fileError(err, path);
+  }
+}
+
+/** The whole of an input, opened by the rule above. */
+export async function readInput(path: string, o: InputOptions = {}): Promise<Buffer> {
+  const { fh, size } = await openInput(path, o);
+  try {
+    const buf = Buffer.allocUnsafe(size);
+    let done = 0;
+    while (done < size) {
+      const { bytesRead } = await fh.read(buf, done, size - done, done);
+      if (bytesRead === 0) break; // the file shrank meanwhile
+      done += bytesRead;
+    }
+    return buf.subarray(0, done);
+  } catch (err) {
+    throw fileError(err, path);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** {@link readInput} for the few readers that must stay synchronous. */
+export function readInputSync(path: string, o: InputOptions = {}): Buffer {
+  let fd: number;
+  try {
+    fd = openSync(path, inputFlags(o));
+  } catch (err) {
+    throw openError(err, path, o);
+  }
+  try {
+    const st = fstatSync(fd);
+    checkInput(st, path, o);
+    const buf = Buffer.allocUnsafe(st.size);
+    let done = 0;
+    while (done < st.size) {
+      const got = readSync(fd, buf, done, st.size - done, done);
+      if (got === 0) break;
+      done += got;
+    }
+    return buf.subarray(0, done);
+  } catch (err) {
+    throw fileError(err, path);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+const UTF8_BOM = [0xef, 0xbb, 0xbf] as const;
+
+/** Whether `bytes` begins with a UTF-8 byte-order mark. */
+export function hasUtf8Bom(bytes: Uint8Array): boolean {
+  return bytes.length >= 3 && UTF8_BOM.every((b, i) => bytes[i] === b);
+}
+
+/**
+ * The offset of the first byte of `bytes` that is not well-formed UTF-8
+ * (overlong forms, surrogates and code points past U+10FFFF included), or -1.
+ */
+export function invalidUtf8Offset(bytes: Uint8Array): number {
+  for (let i = 0; i < bytes.length;) {
+    const b = bytes[i]!;
+    if (b < 0x80) {
+      i++;
+      continue;
+    }
+    // The length of the sequence and the range its second byte must fall in (RFC 3629's table).
+    let n: number,
+      lo = 0x80,
+      hi = 0xbf;
+    if (b >= 0xc2 && b <= 0xdf) n = 2;
+    else if (b >= 0xe0 && b <= 0xef) {
+      n = 3;
+      if (b === 0xe0) lo = 0xa0;
+      if (b === 0xed) hi = 0x9f;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+      n = 4;
+      if (b === 0xf0) lo = 0x90;
+      if (b === 0xf4) hi = 0x8f;
+    } else return i;
+    for (let k = 1; k < n; k++) {
+      const c = bytes[i + k];
+      if (c === undefined) return i;
+      if (k === 1 ? c < lo || c > hi : c < 0x80 || c > 0xbf) return i;
+    }
+    i += n;
+  }
+  return -1;
+}
+
+/**
+ * `bytes` as text, strictly: a byte-order mark or a byte that is not UTF-8 is
+ * an error naming `path` and the byte's offset (plus `base`, where `bytes` is
+ * a piece of a longer file).
+ */
+export function utf8Text(bytes: Uint8Array, path: string, base = 0): string {
+  if (base === 0 && hasUtf8Bom(bytes)) {
+    throw new FileError(
+      path,
+      "unreadable",
+      undefined,
+      "starts with a UTF-8 byte-order mark (EF BB BF); save it as UTF-8 without one",
+    );
+  }
+  if (!isUtf8(bytes)) {
+    const at = base + invalidUtf8Offset(bytes);
+    throw new FileError(
+      path,
+      "unreadable",
+      undefined,
+      `is not valid UTF-8: byte 0x${bytes[at - base]!.toString(16).padStart(2, "0")} at offset ${at}`,
+    );
+  }
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
+}
+
+/** A text input, read whole by the rule above (capped at {@link TEXT_FILE_MAX_BYTES} unless told otherwise). */
+export async function readText(path: string, o: InputOptions = {}): Promise<string> {
+  return utf8Text(await readInput(path, { maxBytes: TEXT_FILE_MAX_BYTES, ...o }), path);
+}
+
+/** {@link readText} for synchronous readers. */
+export function readTextSync(path: string, o: InputOptions = {}): string {
+  return utf8Text(readInputSync(path, { maxBytes: TEXT_FILE_MAX_BYTES, ...o }), path);
+}
+
 /** One read request per GiB: few requests for a multi-GiB model, and under the 2 GiB a single read(2) may return. */
 const READ_CHUNK_BYTES = 1 << 30;
 
@@ -72,9 +292,11 @@ const READ_CHUNK_BYTES = 1 << 30;
  * busy (loading a tokenizer, say). Errors are Node's, as `readFile`'s are.
  */
 export async function readWhole(path: string): Promise<Buffer> {
-  const fd = openSync(path, "r");
+  const fd = openSync(path, inputFlags({ follow: true }));
   try {
-    const size = fstatSync(fd).size;
+    const st = fstatSync(fd);
+    checkInput(st, path, {});
+    const size = st.size;
     const buf = Buffer.allocUnsafe(size);
     for (let done = 0; done < size;) {
       const got = await new Promise<number>((resolve, reject) =>
@@ -114,8 +336,11 @@ export type AtomicData = string | Uint8Array | Iterable<string | Uint8Array> | A
  * and `path` keeps its old content; the error names `path`.
  */
 export async function writeFileAtomic(path: string, data: AtomicData): Promise<void> {
-  const dir = dirname(path);
-  const temp = join(dir, `.${basename(path)}.${process.pid}.${tempCounter++}.tmp`);
+  await writeFilesAtomic([[path, data]]);
+}
+
+/** Writes `data` into the new file `temp` (for `path`) and fsyncs it; on failure removes it, naming `path`. */
+async function writeTemp(temp: string, path: string, data: AtomicData): Promise<void> {
   let fh;
   try {
     fh = await open(temp, "wx");
@@ -128,16 +353,89 @@ export async function writeFileAtomic(path: string, data: AtomicData): Promise<v
     else for await (const piece of data) await fh.writeFile(piece);
     await fh.sync();
     await fh.close();
-    fh = undefined;
-    await rename(temp, path);
   } catch (err) {
-    await fh?.close().catch(() => {});
+    await fh.close().catch(() => {});
     await unlink(temp).catch(() => {});
     throw fileError(err, path, "write");
   }
+}
+
+/** How a file written in place is opened: created new, opened to change, or appended to. */
+export type OutputMode = "create" | "update" | "append";
+
+const OUTPUT_FLAGS: Record<OutputMode, number> = {
+  create: constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC,
+  update: constants.O_RDWR,
+  append: constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT,
+};
+
+/**
+ * Opens a file written in place (a store's layer file, an answers file
+ * appended to) without following a link at its last component and only if it
+ * is a regular file, so a write never lands in a file outside the folder it
+ * belongs to. Errors name `path`.
+ */
+export async function openOutput(path: string, mode: OutputMode): Promise<FileHandle> {
+  let fh: FileHandle;
   try {
-    await syncDir(dir);
+    fh = await open(path, OUTPUT_FLAGS[mode] | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o644);
   } catch (err) {
-    throw fileError(err, dir, "write");
+    if ((err as NodeJS.ErrnoException)?.code === "ELOOP")
+      throw new FileError(path, "unwritable", "ELOOP", "is a symbolic link, which hsm does not write through");
+    throw fileError(err, path, "write");
+  }
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) throw notRegular(st, path, "write");
+    return fh;
+  } catch (err) {
+    await fh.close();
+    throw fileError(err, path, "write");
+  }
+}
+
+/**
+ * Writes several files as one step: every file goes to its temporary file
+ * first (written and fsynced), and only when all are written are they renamed
+ * over their targets. A failure while writing (a full disk) removes every
+ * temporary file and leaves every target as it was, so a reader never meets
+ * new files beside old ones from that failure. Errors name the file.
+ */
+export async function writeFilesAtomic(files: ReadonlyArray<readonly [path: string, data: AtomicData]>): Promise<void> {
+  const temps: string[] = [];
+  try {
+    for (const [path, data] of files) {
+      const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${tempCounter++}.tmp`);
+      temps.push(temp);
+      await writeTemp(temp, path, data);
+    }
+  } catch (err) {
+    await Promise.all(temps.map((t) => unlink(t).catch(() => {})));
+    throw err;
+  }
+  for (const [i, [path]] of files.entries()) {
+    try {
+      await rename(temps[i]!, path);
+    } catch (err) {
+      await Promise.all(temps.slice(i).map((t) => unlink(t).catch(() => {})));
+      throw fileError(err, path, "write");
+    }
+  }
+  for (const dir of new Set(files.map(([path]) => dirname(path)))) {
+    try {
+      await syncDir(dir);
+    } catch (err) {
+      throw fileError(err, dir, "write");
+    }
+  }
+}
+
+/** {@link readText}, or null where the file does not exist; every other problem is still an error. */
+export async function readTextIfPresent(path: string, o: InputOptions = {}): Promise<string | null> {
+  try {
+    return await readText(path, o);
+  } catch (err) {
+    if (err instanceof FileError && err.problem === "missing") return null;
+    throw err;
   }
 }

@@ -3,11 +3,14 @@
  * skipping blank lines. A line that is not a JSON object becomes the error
  * `fail(line, problem, cause)` makes, so every reader names file and line alike;
  * a file that is missing or unreadable becomes a {@link FileError} naming it.
+ * The file is opened by the rule of fs.ts (a regular file; a link the user
+ * gave is followed), its text is strict UTF-8 (a byte-order mark or an invalid
+ * byte is named with its line and offset), and no line may exceed
+ * {@link JSONL_LINE_MAX_BYTES}, so one enormous line cannot exhaust memory.
  */
-import { createReadStream } from "node:fs";
-import { createInterface } from "node:readline";
+import { isUtf8 } from "node:buffer";
 
-import { fileError } from "./fs.js";
+import { fileError, hasUtf8Bom, invalidUtf8Offset, openInput } from "./fs.js";
 
 function typeName(v: unknown): string {
   if (v === null) return "null";
@@ -15,25 +18,69 @@ function typeName(v: unknown): string {
   return typeof v;
 }
 
+/** The longest line a JSONL input may hold: far above any query or answer record. */
+export const JSONL_LINE_MAX_BYTES = 16 * 1024 * 1024;
+
+const NEWLINE = 0x0a;
+
+/** The lines of an open file as bytes (without "\n"), each with the byte offset where it starts. */
+async function* byteLines(
+  chunks: AsyncIterable<Buffer>,
+  tooLong: (offset: number) => Error,
+): AsyncGenerator<{ bytes: Buffer; offset: number }> {
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let offset = 0;
+  for await (const chunk of chunks) {
+    let start = 0;
+    for (let nl = chunk.indexOf(NEWLINE); nl !== -1; nl = chunk.indexOf(NEWLINE, start)) {
+      if (pendingBytes + nl - start > JSONL_LINE_MAX_BYTES) throw tooLong(offset);
+      const bytes = pending.length ? Buffer.concat([...pending, chunk.subarray(start, nl)]) : chunk.subarray(start, nl);
+      yield { bytes, offset };
+      offset += bytes.length + 1;
+      pending = [];
+      pendingBytes = 0;
+      start = nl + 1;
+    }
+    if (start < chunk.length) {
+      pendingBytes += chunk.length - start;
+      if (pendingBytes > JSONL_LINE_MAX_BYTES) throw tooLong(offset);
+      pending.push(chunk.subarray(start));
+    }
+  }
+  if (pendingBytes > 0) yield { bytes: Buffer.concat(pending), offset };
+}
+
 export async function* jsonLines(
   file: string,
   fail: (line: number, problem: string, cause?: unknown) => Error,
 ): AsyncGenerator<{ value: Record<string, unknown>; line: number }> {
-  const input = createReadStream(file, { encoding: "utf8" });
-  const lines = createInterface({ input, crlfDelay: Infinity });
+  const { fh } = await openInput(file, { follow: true });
+  const input = fh.createReadStream({ highWaterMark: 1 << 20 });
   let line = 0;
-  const iterator = lines[Symbol.asyncIterator]();
+  const lines = byteLines(input, () =>
+    fail(line + 1, `is longer than ${JSONL_LINE_MAX_BYTES} bytes; a JSONL line holds one short record`),
+  );
   try {
     for (;;) {
-      let next: IteratorResult<string>;
+      let next: IteratorResult<{ bytes: Buffer; offset: number }>;
       try {
-        next = await iterator.next();
+        next = await lines.next();
       } catch (err) {
         throw fileError(err, file);
       }
       if (next.done) return;
-      const text = next.value;
+      const { bytes, offset } = next.value;
       line++;
+      if (offset === 0 && hasUtf8Bom(bytes))
+        throw fail(line, "the file starts with a UTF-8 byte-order mark (EF BB BF); save it as UTF-8 without one");
+      if (!isUtf8(bytes)) {
+        const bad = invalidUtf8Offset(bytes);
+        const byte = bytes[bad]!.toString(16).padStart(2, "0");
+        throw fail(line, `is not valid UTF-8: byte 0x${byte} at offset ${offset + bad} of the file`);
+      }
+      // "\r\n" line ends are read as "\n".
+      const text = bytes.toString("utf8", 0, bytes.at(-1) === 0x0d ? bytes.length - 1 : bytes.length);
       if (!text.trim()) continue;
       let value: unknown;
       try {
@@ -47,7 +94,7 @@ export async function* jsonLines(
       yield { value: value as Record<string, unknown>, line };
     }
   } finally {
-    lines.close();
+    await lines.return(undefined);
     input.destroy();
   }
 }

@@ -213,8 +213,8 @@ describe("store errors name the file and say what is wrong", () => {
     });
     symlinkSync(join(store, "moved.npy"), join(store, "L003.npy"));
     await expect(StoreReader.open(store)).rejects.toMatchObject({
-      constructor: StoreError,
-      message: `${store}/L003.npy: is a symbolic link; a store holds its own files`,
+      constructor: FileError,
+      message: `${store}/L003.npy: is a symbolic link, which hsm does not follow here`,
       exitCode: EXIT.data,
     });
   });

@@ -7,6 +7,7 @@ import { readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
 import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.js";
 import { storeKernels } from "../kernels/default.js";
+import { utf8Text } from "../util/fs.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName, layerOfFileName } from "./names.js";
@@ -58,7 +59,7 @@ export class StoreReader {
       const where = `${backend.location}/${MANIFEST_NAME}`;
       let text: string;
       try {
-        text = Buffer.from(await backend.readAll(MANIFEST_NAME)).toString("utf8");
+        text = utf8Text(await backend.readAll(MANIFEST_NAME), where);
       } catch (err) {
         if (err instanceof FileError && err.problem === "missing") {
           throw new StoreError(backend.location, `has no ${MANIFEST_NAME}; is this a hidden-state store?`, {

@@ -210,24 +210,26 @@ export async function writeFixture(
   return write(out, withPreset(options));
 }
 
-/** Writes a small Llama-style ONNX model folder with seeded random weights, after checking its geometry. */
+/**
+ * Writes a small Llama-style ONNX model folder with seeded random weights, after checking its geometry. `dir` must
+ * not exist yet (or be an empty folder): what a folder holds is never replaced by a test model.
+ */
 export async function writeTinyModel(
   dir: string,
   options: TinyModelOptions & { style?: string } = {},
 ): Promise<LlamaConfig> {
-  const [{ writeTinyModel: write }, { validateTinyModelOptions }] = await Promise.all([
+  const [{ writeTinyModel: write }, { validateTinyModelOptions }, { refuseFilled }] = await Promise.all([
     import("./synthetic/llama.js"),
     import("./synthetic/options.js"),
+    import("./util/fs.js"),
   ]);
   const { style, ...rest } = options;
+  const checked = validateTinyModelOptions(rest);
+  await refuseFilled(dir, "the model");
   if (style !== undefined || rest.family !== undefined) {
-    return (await import("./synthetic/export-styles.js")).writeModelInStyle(
-      dir,
-      style ?? "plain",
-      validateTinyModelOptions(rest),
-    );
+    return (await import("./synthetic/export-styles.js")).writeModelInStyle(dir, style ?? "plain", checked);
   }
-  return write(dir, validateTinyModelOptions(options));
+  return write(dir, checked);
 }
 
 /** Reads and checks a study file (YAML, or JSON when named `.json`); errors name the file, line and field. */

@@ -10,9 +10,9 @@ import { join } from "node:path";
 
 import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
-import { ManifestError, StoreError } from "../errors.js";
+import { FileError, ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
-import { fileError, osReason, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
+import { fileError, osReason, readInput, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
@@ -44,7 +44,15 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
   const release = await acquireLock(dir);
   try {
     const { original, native, foreign } = await readExisting(dir, where);
-    if (native) return native;
+    if (native) {
+      if (native.complete) return native;
+      // Its layer files may be the zeros a new store starts from: they are the run's to finish, not data to adopt.
+      throw new StoreError(
+        dir,
+        `is an unfinished hsm store (${native.rows_done} of ${native.query_ids.length} rows written); ` +
+          "rerun the command that made it to finish it, or delete the folder",
+      );
+    }
 
     const bankName = typeof o.bank === "string" ? o.bank : "given";
     const bank = typeof o.bank === "string" ? await readBank(o.bank) : o.bank;
@@ -87,12 +95,30 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
     manifest.tool_version = TOOL_VERSION;
 
     // Keep the foreign manifest first, so that no moment lacks either.
-    if (original) await writeFileAtomic(join(dir, ORIGINAL_MANIFEST_NAME), original);
+    if (original) await keepOriginal(join(dir, ORIGINAL_MANIFEST_NAME), original);
     await writeManifestAtomic(dir, manifest);
     return manifest;
   } finally {
     await release();
   }
+}
+
+/**
+ * Saves the foreign manifest as `index.orig.json`. One already there from an earlier adoption is never replaced
+ * by a different one: it may be the only copy of what another tool wrote.
+ */
+async function keepOriginal(path: string, original: Buffer): Promise<void> {
+  const kept = await readInput(path).catch((err: unknown) => {
+    if (err instanceof FileError && err.problem === "missing") return undefined;
+    throw err;
+  });
+  if (kept?.equals(original)) return;
+  if (kept)
+    throw new StoreError(
+      path,
+      "already keeps the manifest of an earlier adoption, which differs from this index.json; move it away first",
+    );
+  await writeFileAtomic(path, original);
 }
 
 /**

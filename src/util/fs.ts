@@ -21,11 +21,11 @@
  *   why ({@link fileError}).
  */
 import { closeSync, constants, fstatSync, openSync, read, readSync, type Stats } from "node:fs";
-import { open, rename, unlink, type FileHandle } from "node:fs/promises";
+import { open, readdir, rename, unlink, type FileHandle } from "node:fs/promises";
 import { isUtf8 } from "node:buffer";
 import { basename, dirname, join } from "node:path";
 
-import { FileError, HsmError } from "../errors.js";
+import { FileError, HsmError, UsageError } from "../errors.js";
 
 /** The operating system's reasons, in words, for the codes users meet. */
 const REASONS: Readonly<Record<string, string>> = {
@@ -438,4 +438,23 @@ export async function readTextIfPresent(path: string, o: InputOptions = {}): Pro
     if (err instanceof FileError && err.problem === "missing") return null;
     throw err;
   }
+}
+
+/**
+ * Refuses (a usage error, exit 2) to write `what` into `dir` where `dir` already holds anything: a file, or a
+ * folder that is not empty. Commands that make a whole folder never replace what a user keeps there.
+ */
+export async function refuseFilled(dir: string, what: string): Promise<void> {
+  let entries: string[] | undefined;
+  try {
+    entries = await readdir(dir);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return;
+    if (code !== "ENOTDIR") throw fileError(err, dir);
+  }
+  if (entries?.length === 0) return;
+  throw new UsageError(
+    `${dir} already exists${entries ? " and is not empty" : " as a file"}; choose a new folder for ${what}`,
+  );
 }

@@ -23,7 +23,7 @@ export function makeModelCommand(program: Command): void {
         "random weights as an ONNX model folder shaped like an optimum export: model.onnx with torch-style node names and " +
         "only logits (and, with --with-past, the KV cache) as outputs, config.json, and a real HuggingFace tokenizer.",
     )
-    .argument("<dir>", "model folder to write (replaced if present)")
+    .argument("<dir>", "model folder to write: a new folder (an existing one is refused unless empty)")
     .option("--layers <n>", "decoder blocks", intOption("--layers", 1), DEFAULT_TINY_MODEL.layers)
     .option("--hidden <n>", "d_model", intOption("--hidden", 2), DEFAULT_TINY_MODEL.hidden)
     .option("--heads <n>", "attention heads", intOption("--heads", 1), DEFAULT_TINY_MODEL.heads)

@@ -49,7 +49,7 @@ import { createSession, stageModel, type ModelRunOptions, type Stage } from "../
 import { tokenizerAndModel } from "../model/tokenizer.js";
 
 /** The model file's sha256, hashed in a thread of its own (the native core's, or a worker) while this one works. */
-async function fileSha256(path: string): Promise<string> {
+export async function fileSha256(path: string): Promise<string> {
   // The file itself: a model folder may link to it (as the Hugging Face cache does), and hashing never follows links.
   let real: string;
   try {

@@ -6,11 +6,12 @@
  * last committed block and ends byte-identical to an uninterrupted one, and
  * shards cut on block boundaries merge into exactly the single-process store.
  */
+import { createHash } from "node:crypto";
 import { realpathSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 
-import { mainForwardRows, readBank } from "../bank/bank.js";
+import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
 import {
   DEFAULT_BATCH_SIZE,
@@ -49,7 +50,7 @@ import { createSession, stageModel, type ModelRunOptions, type Stage } from "../
 import { tokenizerAndModel } from "../model/tokenizer.js";
 
 /** The model file's sha256, hashed in a thread of its own (the native core's, or a worker) while this one works. */
-async function fileSha256(path: string): Promise<string> {
+export async function fileSha256(path: string): Promise<string> {
   // The file itself: a model folder may link to it (as the Hugging Face cache does), and hashing never follows links.
   let real: string;
   try {
@@ -252,6 +253,12 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const modelSha = await inspected.sha256!;
 
   const init = storeInit(o, inspection, tensors, rows, shard, modelSha);
+  init.extraction = {
+    rows_sha256: rowsSha256(main),
+    batch_size: inspection.format.batchDependent ? 1 : batchSize,
+    commit_rows: commitRows,
+    device: o.device ?? "cpu",
+  };
   // A finished store is left alone (after checking it was made the same way).
   if (await isComplete(o.out)) {
     const writer = await StoreWriter.open(o.out, init);
@@ -340,6 +347,16 @@ function storeInit(
     ...(shard ? { shard } : {}),
     style: styleRecord(inspection.plan, tensors),
   };
+}
+
+/**
+ * sha256 of what the rows bring to a store: one line per row, in order, `[query_id, fact_id, condition_family,
+ * prompt]` as JSON. The whole run's rows, so that every shard of a run records the same digest.
+ */
+export function rowsSha256(rows: readonly BankRow[]): string {
+  const hash = createHash("sha256");
+  for (const r of rows) hash.update(`${JSON.stringify([r.query_id, r.fact_id, r.condition_family, buildPrompt(r)])}\n`);
+  return hash.digest("hex");
 }
 
 /**

@@ -48,6 +48,7 @@ import {
   type Decoders,
 } from "./workers.js";
 import { answerFields, readEosIds } from "./rules.js";
+import { fileSha256 } from "../extract/extract.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
 import { isPastInput, isPresentOutput } from "../onnx/kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";
@@ -231,13 +232,29 @@ function lastRealToken(g: GraphBuilder, mask: string): (tensor: string) => strin
   };
 }
 
+/** What every line already in the output must agree with for this run to continue it. */
+interface OwnAnswers {
+  /** The `--model` name rows are written under. */
+  model: string;
+  /** sha256 of the ONNX graph file that answers (as a store's `model_sha256`). */
+  modelSha256: string;
+  onnxPath: string;
+  maxNewTokens: number;
+  bank: string;
+  rows: readonly BankRow[];
+  prompts: readonly string[];
+}
+
+/** What a resumed file must be: its own lines and nothing else, so a mix-up costs a new --out, not mixed answers. */
+const NOT_OURS = "refusing to append to it: use a new --out, or delete the file to start again";
+
 /**
  * Reads what a previous run wrote: the query_ids answered, and whether rows
  * carrying an `error` are to be tried again. A last line cut off mid-write (no
- * newline yet) is removed; any other line that is not a generations row stops
- * the run.
+ * newline yet) is removed; any other line that is not one of this run's own
+ * rows (see {@link foreignField}) stops the run.
  */
-async function resumeFile(path: string): Promise<{ done: Set<string>; keep: string[] | undefined }> {
+async function resumeFile(path: string, own: OwnAnswers): Promise<{ done: Set<string>; keep: string[] | undefined }> {
   const done = new Set<string>();
   let bytes: Buffer;
   try {
@@ -246,6 +263,8 @@ async function resumeFile(path: string): Promise<{ done: Set<string>; keep: stri
     if (err instanceof FileError && err.problem === "missing") return { done, keep: undefined };
     throw err;
   }
+  const index = new Map(own.rows.map((r, i) => [r.query_id, i]));
+  const firstLine = new Map<string, number>();
   const kept: string[] = [];
   let failedRows = 0;
   let start = 0;
@@ -253,28 +272,81 @@ async function resumeFile(path: string): Promise<{ done: Set<string>; keep: stri
   for (let end = bytes.indexOf(10); end >= 0; start = end + 1, end = bytes.indexOf(10, start)) {
     lineNo++;
     const line = bytes.toString("utf8", start, end);
-    let row: { query_id?: unknown; error?: unknown } | undefined;
+    let row: Record<string, unknown> | undefined;
     try {
       row = JSON.parse(line);
     } catch {
       row = undefined;
     }
-    if (!row || typeof row !== "object" || typeof row.query_id !== "string") {
+    if (!row || typeof row !== "object" || Array.isArray(row) || typeof row.query_id !== "string") {
       throw new GenerationsFileError(
         path,
         lineNo,
-        "is not a generations row (a JSON object with a query_id); refusing to append to this file",
+        `is not a generations row (a JSON object with a query_id); ${NOT_OURS}`,
       );
     }
+    const id = row.query_id;
+    const i = index.get(id);
+    const problem =
+      i === undefined
+        ? `field "query_id": ${JSON.stringify(id)} is not in the bank ${own.bank}`
+        : firstLine.has(id)
+          ? `field "query_id": ${JSON.stringify(id)} is there twice (lines ${firstLine.get(id)} and ${lineNo})`
+          : foreignField(row, i, own);
+    if (problem) throw new GenerationsFileError(path, lineNo, `${problem}; ${NOT_OURS}`);
+    firstLine.set(id, lineNo);
     if (row.error !== undefined) failedRows++;
     else {
-      done.add(row.query_id);
+      done.add(id);
       kept.push(line);
     }
   }
   // What follows the last newline is a line torn by a crash.
   if (start < bytes.length) await truncate(path, start);
   return { done, keep: failedRows > 0 ? kept : undefined };
+}
+
+/**
+ * Why `row`, written for bank row `i`, is not a row this run would write — another `--model` name, another model
+ * file, another prompt (the bank's text or family changed), an answer another `--max-new-tokens` gives — or
+ * undefined when it is. Greedy answers are prefixes of each other: a row that stopped on an EOS within the limit,
+ * or ran to exactly the limit, is what this run writes.
+ */
+function foreignField(row: Record<string, unknown>, i: number, own: OwnAnswers): string | undefined {
+  const bankRow = own.rows[i]!;
+  const expected: [string, unknown, string][] = [
+    ["model", own.model, "this run writes"],
+    ["model_sha256", own.modelSha256, `this run's model file ${own.onnxPath} has`],
+    ["prompt", own.prompts[i], "the bank and the template now give"],
+    ["fact_id", bankRow.fact_id, "the bank now says"],
+    ["condition_family", bankRow.condition_family, "the bank now says"],
+  ];
+  for (const [field, want, whose] of expected) {
+    const got = row[field];
+    if (got === undefined) {
+      return field === "model_sha256"
+        ? `field "model_sha256" is missing: written by another tool or an older hsm, ` +
+            "so the model that answered is unknown"
+        : `field "${field}" is missing: not an answer of hsm generate`;
+    }
+    if (got !== want) return `field "${field}": ${JSON.stringify(got)} but ${whose} ${JSON.stringify(want)}`;
+  }
+  if (row.error !== undefined) return undefined;
+  const n = row.generated_tokens;
+  const reason = row.finish_reason;
+  if (typeof row.raw_response !== "string") return `field "raw_response" is missing: not an answer of hsm generate`;
+  if (!(typeof n === "number" && Number.isSafeInteger(n) && n >= 1))
+    return `field "generated_tokens": expected a positive integer but found ${JSON.stringify(n) ?? "nothing"}`;
+  if (reason !== "stop" && reason !== "length")
+    return `field "finish_reason": expected "stop" or "length" but found ${JSON.stringify(reason) ?? "nothing"}`;
+  if (reason === "length" ? n !== own.maxNewTokens : n > own.maxNewTokens) {
+    const limit = own.maxNewTokens;
+    return (
+      `field "generated_tokens": ${n} (finish_reason "${reason}") ` +
+      `but this run generates at most ${limit} tokens (--max-new-tokens ${limit})`
+    );
+  }
+  return undefined;
 }
 
 /** Replaces `path` with `lines`, atomically. */
@@ -289,6 +361,34 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   checkCounts(batchSize, maxNew, o.selfCheck);
   const job = await prepareJob(o, batchSize, maxNew);
+  const modelName = o.model ?? defaultModelName(o.modelDir);
+  await mkdir(dirname(o.out), { recursive: true });
+  // One writer per generations file; what it holds is checked before the model is loaded.
+  const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
+  try {
+    const { done, keep } = await resumeFile(o.out, {
+      model: modelName,
+      modelSha256: job.modelSha256,
+      onnxPath: job.md.onnxPath,
+      maxNewTokens: maxNew,
+      bank: o.bank,
+      rows: job.rows,
+      prompts: job.prompts,
+    });
+    if (keep) await rewriteLines(o.out, keep);
+    return await decodeJob(o, job, { modelName, done, batchSize, log, t0 });
+  } finally {
+    await release();
+  }
+}
+
+/** Opens the decoders for `job` and generates every row not in `done`. */
+async function decodeJob(
+  o: GenerateOptions,
+  job: GenerationJob,
+  run: { modelName: string; done: Set<string>; batchSize: number; log: Log; t0: number },
+): Promise<GenerateResult> {
+  const { log } = run;
   const place = decodingWorkers(o, job.md.onnxPath, job.model, job.batches.length, log);
   // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
   const kernels = place.device === "cpu" ? headKernels() : undefined;
@@ -311,21 +411,26 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
         "info",
       );
     }
-    return await generateRows(o, {
-      rows: job.rows,
-      prompts: job.prompts,
-      tokens: job.tokens,
-      batches: job.batches,
-      eos: job.eos,
-      modelName: o.model ?? defaultModelName(o.modelDir),
-      decoders,
-      useCache,
-      log,
-      batchSize,
-      rule: job.rule,
-      t0,
-      detokenize: (ids) => job.tokenizer.decode(ids),
-    });
+    return await generateRows(
+      o,
+      {
+        rows: job.rows,
+        prompts: job.prompts,
+        tokens: job.tokens,
+        batches: job.batches,
+        eos: job.eos,
+        modelName: run.modelName,
+        modelSha256: job.modelSha256,
+        decoders,
+        useCache,
+        log,
+        batchSize: run.batchSize,
+        rule: job.rule,
+        t0: run.t0,
+        detokenize: (ids) => job.tokenizer.decode(ids),
+      },
+      run.done,
+    );
   } finally {
     await decoders.close().catch(() => {});
   }
@@ -334,6 +439,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
 /** What generation knows before it opens a session: the rows and their tokens, the graph and how to feed it. */
 interface GenerationJob {
   md: ModelDir;
+  /** sha256 of the graph file, written on every row. */
+  modelSha256: string;
   rows: BankRow[];
   prompts: string[];
   tokens: number[][];
@@ -360,6 +467,9 @@ interface GenerationJob {
 async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number): Promise<GenerationJob> {
   const rows = await readBank(o.bank);
   const md = await openModelDir(o.modelDir, o.modelFile);
+  // Hashed in another thread while this one tokenizes.
+  const hashing = fileSha256(md.onnxPath);
+  hashing.catch(() => {});
   const { tokenizer, source } = await tokenizerAndModel(md);
   const eos = await readEosIds(md.dir, md.config.raw, tokenizer.eosIds);
   const prompts = rows.map((r) => buildPrompt(r));
@@ -395,6 +505,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   };
   return {
     md,
+    modelSha256: await hashing,
     rows,
     prompts,
     tokens,
@@ -529,6 +640,7 @@ interface Generation {
   batches: number[][];
   eos: ReadonlySet<number>;
   modelName: string;
+  modelSha256: string;
   decoders: Decoders;
   useCache: boolean;
   log: (message: string, level: "info" | "warn") => void;
@@ -560,6 +672,7 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
       fact_id: r.fact_id,
       condition_family: r.condition_family,
       model: modelName,
+      model_sha256: g.modelSha256,
       prompt: prompts[i],
       ...fields,
     });
@@ -641,49 +754,40 @@ async function decodeInOrder(
  * Decodes every batch not written yet and appends it, in the order of the
  * plan, however many batches are decoded at once.
  */
-async function generateRows(o: GenerateOptions, g: Generation): Promise<GenerateResult> {
+async function generateRows(o: GenerateOptions, g: Generation, done: Set<string>): Promise<GenerateResult> {
   const { rows, tokens, eos, decoders, log } = g;
   const decode = (batch: number[][]) => decoders.decode(batch, g.useCache);
-  await mkdir(dirname(o.out), { recursive: true });
-  // One writer per generations file.
-  const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
+  const fh = await openOutput(o.out, "append");
+  const writer = batchWriter(o, g, done, fh);
+  o.onProgress?.(done.size, rows.length);
   try {
-    const { done, keep } = await resumeFile(o.out);
-    if (keep) await rewriteLines(o.out, keep);
-    const fh = await openOutput(o.out, "append");
-    const writer = batchWriter(o, g, done, fh);
-    o.onProgress?.(done.size, rows.length);
-    try {
-      await decodeInOrder(g, done, decode, writer.write);
-    } finally {
-      await fh.close();
-    }
-    const { written, failed } = writer.counts();
-    const texts = writer.texts;
-    const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, g.detokenize).raw_response;
-    const check = await checkGenerations({
-      generateAlone: alone,
-      tokens,
-      queryIds: rows.map((r) => r.query_id),
-      written: texts,
-      batchSize: g.batchSize,
-      rule: g.rule,
-      window: SORT_WINDOW,
-      count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS,
-      out: o.out,
-    });
-    const warning = check && generationCheckWarning(check, o.out);
-    if (warning) log(warning, "warn");
-    if (failed > 0) {
-      log(
-        `warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`,
-        "warn",
-      );
-    }
-    return { written, skipped: done.size, failed, seconds: (performance.now() - g.t0) / 1000 };
+    await decodeInOrder(g, done, decode, writer.write);
   } finally {
-    await release();
+    await fh.close();
   }
+  const { written, failed } = writer.counts();
+  const texts = writer.texts;
+  const alone = async (p: number[]) => answerFields((await decode([p]))[0]!, eos, g.detokenize).raw_response;
+  const check = await checkGenerations({
+    generateAlone: alone,
+    tokens,
+    queryIds: rows.map((r) => r.query_id),
+    written: texts,
+    batchSize: g.batchSize,
+    rule: g.rule,
+    window: SORT_WINDOW,
+    count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS,
+    out: o.out,
+  });
+  const warning = check && generationCheckWarning(check, o.out);
+  if (warning) log(warning, "warn");
+  if (failed > 0) {
+    log(
+      `warning: ${failed} queries could not be generated; their rows carry an "error" field and are tried again when hsm generate runs again`,
+      "warn",
+    );
+  }
+  return { written, skipped: done.size, failed, seconds: (performance.now() - g.t0) / 1000 };
 }
 
 /** Every batch of the run, in order: windows of bank order, each sorted by length. */

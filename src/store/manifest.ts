@@ -60,8 +60,22 @@ export interface Manifest {
   shard?: ShardInfo;
   /** The export style recognized and how each stored tensor was found (written by hsm; absent in older stores). */
   style?: StyleRecord;
+  /** What `hsm extract` made the rows from and how it batched them, so that a resume can refuse any change. */
+  extraction?: ExtractionRecord;
   /** Rows re-run alone at batch 1 unpadded, compared with the stored rows (docs/extract.md). */
   self_check?: SelfCheck;
+}
+
+/** The `extraction` field: everything besides the model and the layers that decides a store's bytes. */
+export interface ExtractionRecord {
+  /** sha256 of the whole run's rows as they reach the model and the manifest: ids, facts, families, prompts. */
+  rows_sha256: string;
+  /** Rows per batch (1 for graphs that run one row at a time). */
+  batch_size: number;
+  /** Rows per commit block; batches are planned within blocks. */
+  commit_rows: number;
+  /** The onnxruntime device the rows ran on. */
+  device: string;
 }
 
 /** The `style` field: the style (`optimum-merged+structural`), the names cross-check, and per stored layer the tensor and how it was found. */

@@ -22,6 +22,7 @@ const SAME = [
   "weights",
   "padding_side",
   "max_prompt_len",
+  "extraction",
 ] as const;
 
 /** The shards' self-checks as one: every row checked, per layer the largest deviation; absent when a shard has none. */
@@ -119,6 +120,7 @@ export async function mergeShards(
       fact_ids: readers.flatMap((r) => r.manifest.fact_ids),
       condition_families: readers.flatMap((r) => r.manifest.condition_families),
       ...(m0.style ? { style: m0.style } : {}),
+      ...(m0.extraction ? { extraction: m0.extraction } : {}),
     });
     try {
       if (writer.complete) return writer.manifest;

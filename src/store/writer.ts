@@ -46,6 +46,7 @@ export type StoreInit = Pick<
   style?: Manifest["style"];
   padding_side?: Manifest["padding_side"];
   weights?: string;
+  extraction?: Manifest["extraction"];
 };
 
 /** The manifest fields that must agree for a run to continue an existing store. */
@@ -127,6 +128,7 @@ export class StoreWriter {
       tool_version: TOOL_VERSION,
       ...(init.shard ? { shard: init.shard } : {}),
       ...(init.style ? { style: init.style } : {}),
+      ...(init.extraction ? { extraction: init.extraction } : {}),
     };
     await ensureSpace(dir, Object.values(files).reduce((sum, f) => sum + f.bytes, 0) + manifestRoom(manifest));
     // The manifest (no row done) is written before any layer file, so a run killed at any moment leaves either
@@ -170,11 +172,13 @@ export class StoreWriter {
         );
       }
     }
+    madeFromSame(dir, manifest, init);
     const handles = new Map<number, FileHandle>();
     const offsets = new Map<number, number>();
     const writer = new StoreWriter(dir, manifest, handles, offsets);
     if (manifest.complete) return writer;
-    // Nothing is committed yet (the run may have stopped before its layer files were all made): start afresh.
+    // Nothing is committed yet (the run may have stopped before its layer files were all made): start afresh,
+    // batched as this run says.
     if (manifest.rows_done === 0) return StoreWriter.create(dir, init);
     // A self-check is only ever recorded at completion or with every row taken back: this run makes a new one.
     delete manifest.self_check;
@@ -325,6 +329,31 @@ export class StoreWriter {
 
   async close(): Promise<void> {
     await this.closeFiles();
+  }
+}
+
+/**
+ * Refuses to continue a store made from other rows (`rows_sha256`), or, where rows are kept and more are to be
+ * written, batched another way: batch size, commit block and device decide which rows share a batch and how the
+ * sums are taken, so they change the stored bytes. Stores that do not record them are not checked.
+ */
+function madeFromSame(dir: string, manifest: Manifest, init: StoreInit): void {
+  const was = manifest.extraction;
+  const now = init.extraction;
+  if (!was || !now) return;
+  const writing = !manifest.complete && manifest.rows_done > 0;
+  for (const key of ["rows_sha256", "batch_size", "commit_rows", "device"] as const) {
+    if (key !== "rows_sha256" && !writing) continue;
+    if (was[key] === now[key]) continue;
+    const what =
+      key === "rows_sha256"
+        ? "rows: a query's id, fact, family or text differs in the bank (extraction.rows_sha256)"
+        : `${key.replace(/_/g, " ")} (extraction.${key} ${JSON.stringify(was[key])}, now ${JSON.stringify(now[key])})`;
+    throw new StoreError(
+      dir,
+      `already holds a store made with different ${what}; refusing to mix them. Use another --out folder, ` +
+        (key === "rows_sha256" ? "or delete this one" : `the same --${key.replace(/_/g, "-")}, or delete this one`),
+    );
   }
 }
 

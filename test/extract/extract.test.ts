@@ -577,3 +577,86 @@ describe("onnxruntime's float16 Cast", () => {
     ]);
   });
 });
+
+describe("hsm extract resumes only what the same rows and batches would write", () => {
+  /** A store of `bank` at batch size 4 in blocks of 8 rows, stopped once `rows` rows are committed. */
+  const stopped = (rows: number) =>
+    once(async () => {
+      const out = join(dir, `stopped-${rows}`);
+      await extract({
+        modelDir: llamaDir,
+        bank,
+        out,
+        batchSize: 4,
+        commitRows: 8,
+        onProgress: (d) => {
+          if (d >= rows) throw new Error("stop here");
+        },
+      }).catch(() => {});
+      expect(JSON.parse(readFileSync(join(out, "index.json"), "utf8"))).toMatchObject({ rows_done: rows });
+      return out;
+    });
+  const stopped8 = stopped(8);
+  const stopped0 = stopped(0);
+  /** Runs hsm extract over a copy of `store` named `name`. */
+  const resume = (store: string, name: string, more: string[], bankPath = bank) => {
+    const out = join(dir, name);
+    cpSync(store, out, { recursive: true });
+    const r = hsm(["extract", "--model-dir", llamaDir, "--bank", bankPath, "--out", out, "--quiet", ...more]);
+    return { r, out, manifest: () => JSON.parse(readFileSync(join(out, "index.json"), "utf8")) };
+  };
+  const refusedWith = (r: ReturnType<typeof hsm>, what: RegExp) => {
+    expect(r.status).toBe(1);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(what);
+    expect(r.stderr).toMatch(/refusing to mix them/);
+  };
+
+  it("records the rows' digest and the batching, and ends as a fresh store when they agree", async () => {
+    const { r, out, manifest } = resume(await stopped8(), "resumed-same", ["--batch-size", "4", "--commit-rows", "8"]);
+    expect(r.status).toBe(0);
+    expect(manifest().extraction).toEqual({
+      rows_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
+      batch_size: 4,
+      commit_rows: 8,
+      device: "cpu",
+    });
+    const fresh = join(dir, "fresh-b4-c8");
+    await extract({ modelDir: llamaDir, bank, out: fresh, batchSize: 4, commitRows: 8 });
+    for (const f of ["L002.npy", "L003.npy", "L004.npy"])
+      expect(readFileSync(join(out, f)).equals(readFileSync(join(fresh, f)))).toBe(true);
+  });
+
+  it("refuses a bank whose query text changed under the same ids", async () => {
+    const changed = join(dir, "changed-bank.jsonl");
+    writeFileSync(changed, readFileSync(bank, "utf8").replace("Who wrote Don Quixote?", "Who wrote Hamlet?"));
+    const { r } = resume(await stopped8(), "resumed-changed", ["--batch-size", "4", "--commit-rows", "8"], changed);
+    refusedWith(r, /made with different rows: .* \(extraction\.rows_sha256\)/);
+  });
+
+  it("refuses another --commit-rows, whose blocks batch the rows differently and so change the bytes", async () => {
+    // Proof that the bytes change: fresh stores in blocks of 8 and of 16 differ.
+    const fresh8 = join(dir, "fresh-b4-c8");
+    if (!existsSync(join(fresh8, "index.json")))
+      await extract({ modelDir: llamaDir, bank, out: fresh8, batchSize: 4, commitRows: 8 });
+    const fresh16 = join(dir, "fresh-b4-c16");
+    await extract({ modelDir: llamaDir, bank, out: fresh16, batchSize: 4, commitRows: 16 });
+    expect(readFileSync(join(fresh8, "L004.npy")).equals(readFileSync(join(fresh16, "L004.npy")))).toBe(false);
+    const { r } = resume(await stopped8(), "resumed-c16", ["--batch-size", "4", "--commit-rows", "16"]);
+    refusedWith(r, /made with different commit rows \(extraction\.commit_rows 8, now 16\).*the same --commit-rows/);
+  });
+
+  it("refuses another --batch-size while rows are kept", async () => {
+    const { r } = resume(await stopped8(), "resumed-b2", ["--batch-size", "2", "--commit-rows", "8"]);
+    refusedWith(r, /made with different batch size \(extraction\.batch_size 4, now 2\)/);
+  });
+
+  it("takes other batching where no row is kept, and leaves a complete store alone", async () => {
+    const { r, manifest } = resume(await stopped0(), "resumed-from-0", ["--batch-size", "1", "--commit-rows", "16"]);
+    expect(r.status).toBe(0);
+    expect(manifest()).toMatchObject({ complete: true, extraction: { batch_size: 1, commit_rows: 16 } });
+    const again = hsm(["extract", "--model-dir", llamaDir, "--bank", bank, "--out", join(dir, "resumed-from-0")]);
+    expect(again.status).toBe(0);
+    expect(again.stdout).toMatch(/already complete/);
+  });
+});

@@ -323,7 +323,9 @@ describe("hsm generate when a query cannot run", () => {
     const roomy = join(dir, "roomy.jsonl");
     await generate({ modelDir: modelDir("withPast"), bank, out: roomy, batchSize: 8, model: "short-context" });
     const plain = byId(roomy);
-    for (const [id, row] of rows) if (!["q4", "q10"].includes(id)) expect(row).toEqual(plain.get(id));
+    // Another model file: every field but its sha256.
+    const roomyRow = (id: string) => ({ ...plain.get(id), model_sha256: rows.get(id)!.model_sha256 });
+    for (const [id, row] of rows) if (!["q4", "q10"].includes(id)) expect(row).toEqual(roomyRow(id));
     // Two batches decoding at once on worker threads: the same rows, the same errors.
     const threaded = join(dir, "short-context-workers.jsonl");
     expect(
@@ -440,7 +442,8 @@ describe("hsm generate, killed and resumed", () => {
 
   it("refuses to append to a file that holds something else, naming the line", async () => {
     const out = join(dir, "foreign.jsonl");
-    writeFileSync(out, '{"query_id":"q0","raw_response":""}\nnot json\n{"query_id":"q2","raw_response":""}\n');
+    const own = readFileSync(await wholeRun(), "utf8").split("\n")[0];
+    writeFileSync(out, `${own}\nnot json\n{"query_id":"q2","raw_response":""}\n`);
     const r = spawnSync(process.execPath, args(out), { encoding: "utf8" });
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/foreign\.jsonl:2: is not a generations row/);
@@ -500,5 +503,94 @@ describe("hsm generate, killed and resumed", () => {
     );
     expect(allowed.status).toBe(0);
     expect(allowed.stderr).toMatch(/140 bank queries without a generation, 1 generations for unknown queries/);
+  });
+});
+
+describe("hsm generate refuses to resume a file it did not write for this run", () => {
+  const args = (out: string, ...more: string[]) => [
+    BIN,
+    "generate",
+    "--model-dir",
+    modelDir("withPast"),
+    "--bank",
+    bank,
+    "--out",
+    out,
+    "--batch-size",
+    "8",
+    "--self-check",
+    "0",
+    "--quiet",
+    ...more,
+  ];
+  let answered: Promise<string> | undefined;
+  /** The whole bank answered by the KV-cache model under its folder's name. */
+  const answers = () =>
+    (answered ??= (async () => {
+      const out = join(dir, "own.jsonl");
+      await generate({ modelDir: modelDir("withPast"), bank, out, batchSize: 8, selfCheck: 0 });
+      return readFileSync(out, "utf8");
+    })());
+  /** Runs hsm generate into a file holding `text`; expects it refused, the file unchanged, and returns stderr. */
+  const refused = (name: string, text: string, ...more: string[]) => {
+    const out = join(dir, name);
+    writeFileSync(out, text);
+    const r = spawnSync(process.execPath, args(out, ...more), { encoding: "utf8" });
+    expect(r.status).toBe(1);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/use a new --out, or delete the file/);
+    expect(readFileSync(out, "utf8")).toBe(text);
+    return r.stderr;
+  };
+
+  it("resumes its own file with nothing to do", async () => {
+    const out = join(dir, "own-again.jsonl");
+    writeFileSync(out, await answers());
+    const r = spawnSync(process.execPath, args(out), { encoding: "utf8" });
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain("0 generated, 12 already there");
+  });
+
+  it("a file another model wrote under the same --model name", async () => {
+    const other = join(dir, "other-model.jsonl");
+    await generate({ modelDir: modelDir("noPast"), bank, out: other, batchSize: 8, selfCheck: 0, model: "withPast" });
+    const text = readFileSync(other, "utf8").split("\n").slice(0, 5).join("\n") + "\n";
+    expect(refused("mixed-model.jsonl", text)).toMatch(/mixed-model\.jsonl:1: field "model_sha256": "[0-9a-f]{64}"/);
+  });
+
+  it("a file written under another --model name", async () => {
+    const err = refused("renamed.jsonl", await answers(), "--model", "renamed");
+    expect(err).toMatch(/renamed\.jsonl:1: field "model": "withPast" but this run writes "renamed"/);
+  });
+
+  it("a file of bank rows", () => {
+    expect(refused("bank-as-out.jsonl", readFileSync(bank, "utf8"))).toMatch(
+      /bank-as-out\.jsonl:1: field "model" is missing: not an answer of hsm generate/,
+    );
+  });
+
+  it("a file with a query_id twice", async () => {
+    const text = await answers();
+    expect(refused("twice.jsonl", text + text.slice(0, text.indexOf("\n") + 1))).toMatch(
+      /twice\.jsonl:13: field "query_id": "q\d+" is there twice \(lines \d+ and 13\)/,
+    );
+  });
+
+  it("a query_id the bank does not have", async () => {
+    const text = (await answers()).replace(/"query_id":"q3"/, '"query_id":"q99"');
+    expect(refused("unknown-id.jsonl", text)).toMatch(
+      /unknown-id\.jsonl:\d+: field "query_id": "q99" is not in the bank/,
+    );
+  });
+
+  it("answers to a query whose text has changed since", async () => {
+    const text = (await answers()).replace(/Who wrote Hamlet\?/, "Who wrote Macbeth?");
+    expect(refused("changed-query.jsonl", text)).toMatch(/changed-query\.jsonl:\d+: field "prompt": ".*Macbeth/);
+  });
+
+  it("answers generated with another --max-new-tokens", async () => {
+    expect(refused("fewer-tokens.jsonl", await answers(), "--max-new-tokens", "4")).toMatch(
+      /fewer-tokens\.jsonl:\d+: field "generated_tokens": \d+ .*--max-new-tokens 4/,
+    );
   });
 });

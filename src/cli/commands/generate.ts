@@ -32,8 +32,9 @@ export function generateCommand(program: Command): void {
     .description(
       `Greedy decoding (num_beams 1, max_new_tokens ${MAX_NEW_TOKENS}) of every bank query with the benchmark's prompts, left truncation ` +
         `to ${MAX_PROMPT_LEN} tokens and left padding, batched by length; with the KV cache when the model has past_key_values inputs. ` +
-        "Writes one JSON line per query (query_id, fact_id, condition_family, model, prompt, raw_response, " +
-        "generated_tokens, finish_reason). A rerun skips the query_ids already written.",
+        "Writes one JSON line per query (query_id, fact_id, condition_family, model, model_sha256, prompt, raw_response, " +
+        "generated_tokens, finish_reason). A rerun skips the query_ids already written, and refuses a file another model, " +
+        "--model name, bank or --max-new-tokens wrote.",
     );
   modelRunOptions(cmd, {
     flags: "--out <path>",

@@ -3,6 +3,7 @@
  * that lists every problem instead of stopping at the first, and an atomic
  * writer (temp file + fsync + rename + directory fsync).
  */
+import { createHash } from "node:crypto";
 import { join } from "node:path";
 
 import { InternalError, ManifestError } from "../errors.js";
@@ -64,6 +65,11 @@ export interface Manifest {
   extraction?: ExtractionRecord;
   /** Rows re-run alone at batch 1 unpadded, compared with the stored rows (docs/extract.md). */
   self_check?: SelfCheck;
+  /**
+   * sha256 of the manifest's own content, recorded when the store is completed: every other field as canonical
+   * JSON (keys sorted, no spaces). `verify` recomputes it, so labels and settings are as trusted as the layer files.
+   */
+  manifest_sha256?: string;
 }
 
 /** The `extraction` field: everything besides the model and the layers that decides a store's bytes. */
@@ -204,6 +210,8 @@ function fieldProblems(m: Record<string, unknown>, bad: Bad): void {
     if (!isInt(m[key]) || (m[key] as number) < 0)
       bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
   }
+  if (m.manifest_sha256 !== undefined && !(isStr(m.manifest_sha256) && /^[0-9a-f]{64}$/.test(m.manifest_sha256)))
+    bad("manifest_sha256", `expected 64 lowercase hex digits but found ${JSON.stringify(m.manifest_sha256)}`);
   if (m.weights !== undefined && !isStr(m.weights))
     bad("weights", `expected a string but found ${JSON.stringify(m.weights)}`);
   for (const key of ["last_layer_final_norm", "complete"]) {
@@ -326,8 +334,31 @@ function formatManifest(m: Manifest): string {
   return `{\n${lines.join(",\n")}\n}\n`;
 }
 
-/** Writes `index.json` so that a reader sees the old or the new manifest, never a torn one. */
+/** JSON with every object's keys sorted and no spaces: one text for one value, whatever order built it. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/** The sha256 of a manifest's content: every field but `manifest_sha256` itself, as canonical JSON. */
+export function manifestContentSha256(m: object): string {
+  const { manifest_sha256: _, ...content } = m as Manifest;
+  return createHash("sha256").update(canonicalJson(content)).digest("hex");
+}
+
+/**
+ * Writes `index.json` so that a reader sees the old or the new manifest, never a torn one. A complete manifest is
+ * sealed with `manifest_sha256`.
+ */
 export async function writeManifestAtomic(dir: string, m: Manifest): Promise<void> {
+  if (m.complete) m.manifest_sha256 = manifestContentSha256(m);
+  else delete m.manifest_sha256;
   await writeFileAtomic(join(dir, MANIFEST_NAME), formatManifest(m));
 }
 

@@ -11,7 +11,7 @@ import { utf8Text } from "../util/fs.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { isNativeManifest, MANIFEST_NAME, parseManifest, type Manifest } from "./manifest.js";
+import { isNativeManifest, MANIFEST_NAME, manifestContentSha256, parseManifest, type Manifest } from "./manifest.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface OpenOptions {
@@ -82,6 +82,15 @@ export class StoreReader {
           where,
           "complete",
           `is false: ${manifest.rows_done} of ${manifest.query_ids.length} rows written. Finish the run, or pass --allow-incomplete to read the rows so far`,
+        );
+      }
+      const sealed = manifest.manifest_sha256;
+      if (!foreign && manifest.complete && sealed !== undefined && manifestContentSha256(manifest) !== sealed) {
+        throw new ManifestError(
+          where,
+          "manifest_sha256",
+          "does not match the manifest's content: its labels or settings changed after the store was completed; " +
+            "run hsm verify on it",
         );
       }
       return new StoreReader(backend, manifest, layout, foreign);

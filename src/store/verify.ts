@@ -32,10 +32,12 @@ import type { BankRow } from "../bank/bank.js";
 import { FileError, NpyHeaderError } from "../errors.js";
 import { fileError, osReason, readTextSync } from "../util/fs.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
+import { selectLayers } from "./layers.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import {
   isNativeManifest,
   MANIFEST_NAME,
+  manifestContentSha256,
   manifestProblems,
   selfCheckFinding,
   type Manifest,
@@ -438,10 +440,51 @@ function summarizeSelfCheck(c: SelfCheck): NonNullable<VerifyReport["self_check"
   };
 }
 
+/**
+ * What a complete manifest says of itself: its content (labels, settings) is what was sealed at completion, and
+ * its layers are the blocks its rule keeps at its block count.
+ */
+function contentProblems(m: Partial<Manifest>, problem: ProblemSink): void {
+  const recorded = m.manifest_sha256;
+  if (recorded === undefined) {
+    problem(
+      MANIFEST_NAME,
+      "manifest-checksum",
+      "records no manifest_sha256, so its labels and settings cannot be checked; extract the store again",
+    );
+  } else if (typeof recorded === "string") {
+    const actual = manifestContentSha256(m);
+    if (actual !== recorded) {
+      problem(
+        MANIFEST_NAME,
+        "manifest-checksum",
+        `its content (labels or settings) changed after the store was completed: sha256 ${actual}, ` +
+          `manifest_sha256 says ${recorded}`,
+      );
+    }
+  }
+  if (typeof m.layer_rule !== "string" || !Number.isSafeInteger(m.num_layers) || !Array.isArray(m.layers)) return;
+  let kept: number[];
+  try {
+    kept = selectLayers(m.num_layers!, m.layer_rule);
+  } catch (err) {
+    problem(MANIFEST_NAME, "manifest-field", `"layer_rule" ${(err as Error).message}`);
+    return;
+  }
+  if (JSON.stringify(kept) !== JSON.stringify(m.layers)) {
+    problem(
+      MANIFEST_NAME,
+      "manifest-field",
+      `"layers" [${m.layers.join(", ")}] are not the blocks layer_rule "${m.layer_rule}" keeps at ` +
+        `num_layers ${m.num_layers} ([${kept.join(", ")}])`,
+    );
+  }
+}
+
 /** hsm's own manifest: every field required, every file entry compared. */
 function planNative(value: unknown, problem: ProblemSink, report: VerifyReport): Plan {
-  for (const p of manifestProblems(value))
-    problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
+  const invalid = manifestProblems(value);
+  for (const p of invalid) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   const m = value as Partial<Manifest>;
   if (typeof m.complete === "boolean") report.complete = m.complete;
   if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
@@ -451,6 +494,8 @@ function planNative(value: unknown, problem: ProblemSink, report: VerifyReport):
     const finding = selfCheckFinding(m.self_check);
     if (finding) problem(MANIFEST_NAME, "self-check", `the batch self-check failed: ${finding}`);
   }
+  // A manifest already invalid field by field is not also weighed as a whole.
+  if (m.complete === true && invalid.length === 0) contentProblems(m, problem);
   if (m.complete === false) {
     problem(
       MANIFEST_NAME,

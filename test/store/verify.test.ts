@@ -22,6 +22,8 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { writeFixture } from "../../src/synthetic/store.js";
 import { EXIT, FileError } from "../../src/errors.js";
+import { manifestContentSha256 } from "../../src/store/manifest.js";
+import { StoreReader } from "../../src/store/reader.js";
 import { verifyStore, type VerifyReport } from "../../src/store/verify.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -42,11 +44,24 @@ function corrupt(change: (store: string) => void): string {
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests reach anywhere into the parsed JSON
+/**
+ * Edits the manifest and seals the edit with a matching manifest_sha256, as a tool rewriting the whole manifest
+ * would: what each case checks is then found by its own check, not only by the seal.
+ */
 function editManifest(store: string, edit: (m: Record<string, any>) => void): void {
   const path = join(store, "index.json");
   const m = JSON.parse(readFileSync(path, "utf8"));
   edit(m);
+  if (m.complete) m.manifest_sha256 = manifestContentSha256(m);
   writeFileSync(path, JSON.stringify(m));
+}
+
+/** Edits the manifest as a hand would: the seal stays as it was. */
+function tamper(store: string, edit: (m: Record<string, any>) => void): void {
+  const path = join(store, "index.json");
+  const m = JSON.parse(readFileSync(path, "utf8"));
+  edit(m);
+  writeFileSync(path, JSON.stringify(m, null, 1));
 }
 
 function lines(r: VerifyReport): string[] {
@@ -243,6 +258,53 @@ describe("verifyStore", () => {
     expected.forEach((want, i) =>
       typeof want === "string" ? expect(got[i]).toBe(want) : expect(got[i]).toMatch(want),
     );
+  });
+
+  it.each([
+    [
+      "two fact ids swapped",
+      (m: Record<string, any>) =>
+        ([m.fact_ids[0], m.fact_ids[m.fact_ids.length - 1]] = [m.fact_ids.at(-1), m.fact_ids[0]]),
+      true,
+    ],
+    ["a row relabelled to another family", (m: Record<string, any>) => (m.condition_families[1] = "typo"), true],
+    ["the model renamed", (m: Record<string, any>) => (m.model = "someone-else"), true],
+    // An older store's manifest has no seal: the metrics read it, verify says it cannot vouch for it.
+    ["the seal removed", (m: Record<string, any>) => delete m.manifest_sha256, false],
+  ])("reports a manifest whose content changed after completion: %s", async (_name, edit, sealed) => {
+    const store = corrupt((s) => tamper(s, edit));
+    const got = lines(await verifyStore(store));
+    expect(got).toHaveLength(1);
+    expect(got[0]).toMatch(/^index\.json: \[manifest-checksum\] /);
+    // The metrics refuse it too, where a seal is there to be broken.
+    if (sealed)
+      await expect(StoreReader.open(store)).rejects.toThrow(/"manifest_sha256" does not match the manifest's content/);
+  });
+
+  it("seals what the writer completed: the recorded sha256 is that of the content, computed independently", async () => {
+    const m = JSON.parse(readFileSync(join(good, "index.json"), "utf8"));
+    const { manifest_sha256: sealed, ...content } = m;
+    // Canonical JSON by a second route: Python's json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False).
+    const py = execFileSync(
+      "/usr/bin/python3",
+      [
+        "-c",
+        "import json,sys,hashlib; m=json.load(sys.stdin); " +
+          "print(hashlib.sha256(json.dumps(m,sort_keys=True,separators=(',',':'),ensure_ascii=False).encode()).hexdigest())",
+      ],
+      { input: JSON.stringify(content) },
+    )
+      .toString()
+      .trim();
+    expect(sealed).toBe(py);
+  });
+
+  it("reports layers that are not what the layer rule keeps at the block count", async () => {
+    // A rule changed and resealed: the checksum holds, the layers do not follow from the rule.
+    const store = corrupt((s) => editManifest(s, (m) => (m.layer_rule = "l >= 4")));
+    expect(lines(await verifyStore(store))).toEqual([
+      'index.json: [manifest-field] "layers" [2, 3, 4, 5] are not the blocks layer_rule "l >= 4" keeps at num_layers 6 ([4, 5])',
+    ]);
   });
 
   it("throws, naming it, for a store folder that is missing or not a folder", async () => {

@@ -44,7 +44,15 @@ export { metricRows, registerMetric, type Metric, type MetricName, type MetricRe
 export type { LayerData, MetricRow, MetricSettings } from "./metrics/metric.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./synthetic/store-presets.js";
-export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
+export {
+  formatStudySummary,
+  modelPaths,
+  studyShardCommands,
+  type ModelPaths,
+  type ModelSummary,
+  type ShardCommands,
+} from "./study/layout.js";
+export { pathStem } from "./util/stem.js";
 export { formatComparison } from "./report/format.js";
 export { matchDepth, type LayerPair } from "./report/depth.js";
 

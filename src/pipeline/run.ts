@@ -2,11 +2,13 @@
  * `hsm run`: the whole pipeline for one model — generate, score, extract,
  * verify, metrics, exports — into the benchmark's layout under `outputs`:
  *
- *   evaluation/<model>.jsonl, evaluation/<model>.scored.jsonl
- *   hidden/<model>/                 (the store)
- *   metrics/<model>/                (<metric>.json, .csv, .svg: iss, kts)
- *   eee/data/…, foundry/<model>.jsonl
+ *   evaluation/<stem>.jsonl, evaluation/<stem>.scored.jsonl
+ *   hidden/<stem>/                  (the store)
+ *   metrics/<stem>/                 (<metric>.json, .csv, .svg: iss, kts)
+ *   eee/data/…, foundry/<stem>.jsonl
  *
+ * where `<stem>` is the model name made safe as a path (src/util/stem.ts); the
+ * name itself is recorded as given.
  * Each step is skipped when its output is already complete and newer than its inputs.
  */
 import { basename, join } from "node:path";
@@ -22,6 +24,8 @@ import { generate } from "../generate/generate.js";
 import type { Device } from "../model/session.js";
 import { scoreFile } from "../score/score-file.js";
 import { verifyStore } from "../store/verify.js";
+import { modelPaths } from "../study/layout.js";
+import { pathStem } from "../util/stem.js";
 import { mtimeOf } from "./paths.js";
 
 export interface RunOptions {
@@ -56,12 +60,9 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
   const model = o.model ?? defaultModelName(o.modelDir);
   const outputs = o.outputs ?? DEFAULT_OUTPUTS;
   const paths = {
-    generations: join(outputs, "evaluation", `${model}.jsonl`),
-    scored: join(outputs, "evaluation", `${model}.scored.jsonl`),
-    store: join(outputs, "hidden", model),
-    metrics: join(outputs, "metrics", model),
+    ...modelPaths(outputs, model),
     eee: join(outputs, "eee"),
-    foundry: join(outputs, "foundry", `${model}.jsonl`),
+    foundry: join(outputs, "foundry", `${pathStem(model)}.jsonl`),
   };
   const common = {
     modelDir: o.modelDir,

@@ -19,6 +19,7 @@ import { MAX_NEW_TOKENS, MAX_PROMPT_LEN, UNNAMED } from "../../defaults.js";
 import { InternalError } from "../../errors.js";
 import { LABELS } from "../../score/labels.js";
 import { fileError } from "../../util/fs.js";
+import { pathStem } from "../../util/stem.js";
 import { VERSION } from "../../version.js";
 import { validate, type Schema } from "../validate.js";
 import { writeExportFile, type ExportFormat, type ExportInput, type ScoredRow } from "./format.js";
@@ -220,7 +221,15 @@ export async function writeEee(
   id: ExportIdentity,
 ): Promise<{ aggregate: string; samples: string; records: Record<string, unknown>[] }> {
   const safe = (s: string) => s.replace(/[^A-Za-z0-9._-]+/g, "_");
-  const dir = join(outDir, "data", safe(id.benchmark), safe(id.developer), safe(id.modelId.split("/").at(-1)!));
+  // Each folder a path stem: no name reaches outside outDir, and two names never share a folder.
+  const model = id.modelId.split("/").at(-1)!;
+  const dir = join(
+    outDir,
+    "data",
+    pathStem(id.benchmark, "benchmark"),
+    pathStem(id.developer, "developer"),
+    pathStem(model),
+  );
   const stem = safe(id.evaluationId);
   const records = rows.map((r) => instanceRecord(r, bank.get(r.query_id)!, id));
   const samplesText = records.map((r) => JSON.stringify(r)).join("\n") + "\n";

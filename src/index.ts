@@ -39,7 +39,7 @@ export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable } from "./metrics/table.js";
 export { registerExportFormat, type ExportFormat, type ExportFormatRegistry } from "./export/formats/format.js";
-export type { ExportInput, ExportSettings, ScoredRow } from "./export/formats/format.js";
+export type { ExportInput, ExportSettings, ExportWritten, ScoredRow } from "./export/formats/format.js";
 export { metricRows, registerMetric, type Metric, type MetricName, type MetricRegistry } from "./metrics/metric.js";
 export type { LayerData, MetricRow, MetricSettings } from "./metrics/metric.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";

@@ -39,12 +39,20 @@ export { createProgress, type Progress } from "./util/progress.js";
 export { readBank, summarizeBank, mainForwardRows, type BankRow } from "./bank/bank.js";
 export { formatTable } from "./metrics/table.js";
 export { registerExportFormat, type ExportFormat, type ExportFormatRegistry } from "./export/formats/format.js";
-export type { ExportInput, ExportSettings, ScoredRow } from "./export/formats/format.js";
+export type { ExportInput, ExportSettings, ExportWritten, ScoredRow } from "./export/formats/format.js";
 export { metricRows, registerMetric, type Metric, type MetricName, type MetricRegistry } from "./metrics/metric.js";
 export type { LayerData, MetricRow, MetricSettings } from "./metrics/metric.js";
 export { BACKENDS, type BackendName } from "./kernels/names.js";
 export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./synthetic/store-presets.js";
-export { formatStudySummary, studyShardCommands, type ModelSummary, type ShardCommands } from "./study/layout.js";
+export {
+  formatStudySummary,
+  modelPaths,
+  studyShardCommands,
+  type ModelPaths,
+  type ModelSummary,
+  type ShardCommands,
+} from "./study/layout.js";
+export { pathStem } from "./util/stem.js";
 export { formatComparison } from "./report/format.js";
 export { matchDepth, type LayerPair } from "./report/depth.js";
 

@@ -31,12 +31,13 @@ export async function printMetrics(
   files: WrittenFiles,
   seconds: number,
   registry?: MetricRegistry,
+  kept = false,
 ): Promise<void> {
   const tables = await formatTables(result, registry);
   if (tables) out(tables);
   out(
     `backend: ${result.backend.name} (tfjs ${result.backend.tfjs}, native ${result.backend.simd}); ${seconds.toFixed(1)} s`,
   );
-  out(`wrote ${[...files.json, ...files.csv].join(", ")}`);
+  out(`${kept ? "kept (up to date)" : "wrote"} ${[...files.json, ...files.csv].join(", ")}`);
   out(`plots: ${files.svg.join(", ")}`);
 }

@@ -42,11 +42,15 @@ async function readScored(file: string): Promise<{ rows: ScoredRow[]; lines: num
   return { rows, lines };
 }
 
-/** Reads and checks the scored rows, joins them with the bank, and writes them in the format asked for. */
+/**
+ * Reads and checks the scored rows, joins them with the bank, and writes them in
+ * the format asked for; `unchanged` is true when the files were already there
+ * as they would be written (with `replace`), and absent otherwise.
+ */
 export async function exportScored(
   o: ExportOptions,
   registry: ExportFormatRegistry = EXPORT_FORMATS,
-): Promise<{ files: string[]; rows: number }> {
+): Promise<{ files: string[]; rows: number; unchanged?: boolean }> {
   const format = registry.find((f) => f.name === o.format);
   if (!format) {
     const names = registry.map((f) => f.name);
@@ -65,5 +69,8 @@ export async function exportScored(
       `"${rows[unknown]!.query_id}" is not in the bank ${o.bank}`,
     );
   const { format: _, ...settings } = o;
-  return { files: await format.write({ rows, bank, settings }), rows: rows.length };
+  const written = await format.write({ rows, bank, settings });
+  if (Array.isArray(written)) return { files: written, rows: rows.length };
+  // Said only when true: an export that wrote its files reads as it always has.
+  return { files: written.files, rows: rows.length, ...(written.unchanged ? { unchanged: true } : {}) };
 }

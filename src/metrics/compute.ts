@@ -6,12 +6,16 @@
  * read-only to each metric in turn; every kernel comes from the one backend
  * selected.
  */
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";
 import { openKernels, type BackendName } from "../kernels/registry.js";
 import type { Kernels } from "../kernels/types.js";
 import type { Manifest } from "../store/manifest.js";
 import { StoreReader } from "../store/reader.js";
+import { fileError } from "../util/fs.js";
 import { readLabels } from "./labels.js";
 import {
   MetricsError,
@@ -120,35 +124,65 @@ async function labelsFor(
   return readLabels(o.scored, queryIds, o);
 }
 
-/** What a result records of how it was computed (its `config`). */
-function describeRun(
-  store: string,
-  names: readonly string[],
-  settings: MetricSettings,
-  resolved: { backend: string; implementations: unknown },
+/** The sha256 (hex) of a file's bytes, read as a stream. */
+export async function fileSha256(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  try {
+    for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  } catch (err) {
+    throw fileError(err, path);
+  }
+  return hash.digest("hex");
+}
+
+/**
+ * The part of a result's `config` that decides its rows, beside the store's
+ * files: the metrics, the scored file's sha256 (null without one), every knob
+ * and rule. Two results over the same store files with equal settings have the
+ * same rows; where the files were, and which kernels ran, do not count.
+ */
+export async function decidingSettings(
   layers: readonly number[],
-  shape: { rows: number; d: number },
-  o: MetricsOptions,
-): Record<string, unknown> {
+  o: MetricsOptions = {},
+): Promise<Record<string, unknown>> {
+  const registry = o.registry ?? METRICS;
+  const settings = resolveSettings(o);
   return {
-    metrics: names,
-    store,
-    scored: o.scored ?? null,
-    backend: resolved.backend,
-    kernels: resolved.implementations,
+    metrics: o.metrics ?? registry.map((m) => m.name),
+    scored_sha256: o.scored ? await fileSha256(o.scored) : null,
     probe_c: settings.probeC,
     folds: settings.folds,
     fold_rule: "fnv1a32(utf8(fact_id)) mod K",
     bootstrap: settings.bootstrap,
     seed: settings.seed,
     generator: "xoshiro128** seeded by (seed, fnv1a32(metric/layer/family))",
-    layers,
+    layers: o.layers ?? layers,
     families: o.families ?? null,
     allow_incomplete: Boolean(o.allowIncomplete),
     abstain_as_incorrect: Boolean(o.abstainAsIncorrect),
     allow_missing_labels: Boolean(o.allowMissingLabels),
     probe_max_iterations: PROBE_MAX_ITERATIONS,
     probe_tolerance: "max |gradient| <= 1e-5 * C * n_train",
+  };
+}
+
+/** What a result records of how it was computed (its `config`). */
+async function describeRun(
+  store: string,
+  resolved: { backend: string; implementations: unknown },
+  layers: readonly number[],
+  shape: { rows: number; d: number },
+  o: MetricsOptions,
+): Promise<Record<string, unknown>> {
+  const { metrics, scored_sha256, ...knobs } = await decidingSettings(layers, o);
+  return {
+    metrics,
+    store,
+    scored: o.scored ?? null,
+    scored_sha256,
+    backend: resolved.backend,
+    kernels: resolved.implementations,
+    ...knobs,
     rows: shape.rows,
     d_model: shape.d,
   };
@@ -200,7 +234,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     const h = new Float32Array(N * d);
     const result: MetricsResult = {
       manifest: m,
-      config: describeRun(store, names, settings, resolved, layers, { rows: N, d }, o),
+      config: await describeRun(store, resolved, layers, { rows: N, d }, { ...o, metrics: names }),
       backend: { name: resolved.backend, tfjs: resolved.detail.tfjs, simd: resolved.detail.simd },
       rows: Object.fromEntries(metrics.map((x) => [x.name, []])),
     };

@@ -7,10 +7,11 @@ import { computeMetrics, type MetricsOptions, type MetricsResult } from "../metr
 import { METRICS } from "../metrics/registry.js";
 import { writeResults, type WrittenFiles } from "../metrics/report.js";
 import { verifyStore } from "../store/verify.js";
+import { pathStem } from "../util/stem.js";
 import { requireStoreFolder } from "./paths.js";
 
 export interface RunMetricsOptions extends MetricsOptions {
-  /** Output folder; default `outputs/metrics/<model>`. */
+  /** Output folder; default `outputs/metrics/<model>` (the store's model name as a path stem, src/util/stem.ts). */
   out?: string;
   /** Hash every store file against its manifest first, and stop on a difference. */
   verify?: boolean;
@@ -41,6 +42,6 @@ export async function runMetrics(store: string, o: RunMetricsOptions = {}): Prom
   const registry = o.registry ?? METRICS;
   const metrics = o.metrics ?? registry.filter((m) => o.scored || !m.needs.includes("labels")).map((m) => m.name);
   const result = await computeMetrics(store, { ...options, registry, metrics });
-  const dir = out ?? join(DEFAULT_OUTPUTS, "metrics", result.manifest.model);
+  const dir = out ?? join(DEFAULT_OUTPUTS, "metrics", pathStem(result.manifest.model));
   return { result, files: await writeResults(dir, result, store, registry), dir };
 }

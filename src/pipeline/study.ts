@@ -16,7 +16,14 @@ import { runPipeline } from "./run.js";
 import { verifyStore } from "../store/verify.js";
 import { jsonLines } from "../util/jsonl.js";
 import { TOOL_VERSION } from "../version.js";
-import { modelPaths, STUDY_RECORD, type ModelPaths, type ModelSummary, type StudySummary } from "../study/layout.js";
+import {
+  modelPaths,
+  shellWord,
+  STUDY_RECORD,
+  type ModelPaths,
+  type ModelSummary,
+  type StudySummary,
+} from "../study/layout.js";
 import { wilsonInterval } from "../study/stats.js";
 import { readStudyFile, StudyFileError, type Study, type StudyModel } from "../study/study-file.js";
 import { readText, writeFileAtomic } from "../util/fs.js";
@@ -84,7 +91,7 @@ async function checkImport(study: Study, model: StudyModel, paths: ModelPaths): 
   if (!(await exists(join(paths.store, "index.json")))) missing.push(join(paths.store, "index.json"));
   if (missing.length) {
     throw new HsmError(
-      `imported model "${model.name}" is not finished in ${model.outputs}: missing ${missing.join(", ")}; finish it with hsm run --outputs ${model.outputs} --model ${model.name}`,
+      `imported model "${model.name}" is not finished in ${model.outputs}: missing ${missing.join(", ")}; finish it with hsm run --outputs ${shellWord(model.outputs!)} --model ${shellWord(model.name)}`,
     );
   }
   const report = await verifyStore(paths.store);

@@ -1,16 +1,18 @@
 /**
  * The models of an outputs root, as `hsm run` and `hsm study` lay it out:
- * `evaluation/<model>.scored.jsonl`, `hidden/<model>/`, `metrics/<model>/`.
- * A study's `study.json` names its models (and where imported ones live);
- * without one, every scored file under `evaluation/` is a model.
+ * `evaluation/<stem>.scored.jsonl`, `hidden/<stem>/`, `metrics/<stem>/`, where
+ * `<stem>` is the model's name as a path stem (src/util/stem.ts). A study's
+ * `study.json` names its models (and where imported ones live); without one,
+ * every scored file under `evaluation/` is a model, named as its rows record.
  */
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 
 import { HsmError, JsonlError, UsageError } from "../errors.js";
-import { modelPaths, STUDY_RECORD, type ModelPaths } from "../study/layout.js";
+import { modelPaths, stemPaths, STUDY_RECORD, type ModelPaths } from "../study/layout.js";
 import { jsonLines } from "../util/jsonl.js";
 import { readText } from "../util/fs.js";
+import { pathStem } from "../util/stem.js";
 
 /** One scored query of one model. */
 export interface ScoredQuery {
@@ -59,16 +61,44 @@ export async function listModels(outputs: string): Promise<OutputsModel[]> {
   }
   const files = await readdir(join(outputs, "evaluation")).catch(() => [] as string[]);
   for (const f of files.filter((x) => x.endsWith(".scored.jsonl")).sort()) {
-    const name = f.slice(0, -".scored.jsonl".length);
-    found.push({ name, paths: modelPaths(outputs, name) });
+    const stem = f.slice(0, -".scored.jsonl".length);
+    const recorded = await recordedModel(join(outputs, "evaluation", f));
+    const name = recorded !== undefined && stemOf(recorded) === stem ? recorded : stem;
+    found.push({ name, paths: stemPaths(outputs, stem) });
   }
   return found;
 }
 
-/** The named model of an outputs root; a UsageError listing the models there when it is not one of them. */
+/** The path stem of a name, or undefined for a name that has none (empty, control characters). */
+function stemOf(name: string): string | undefined {
+  try {
+    return pathStem(name);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The `model` its first row records, when a scored file's first line is an object that records one. */
+async function recordedModel(scored: string): Promise<string | undefined> {
+  const fail = (line: number, problem: string) => new JsonlError(scored, line, undefined, problem);
+  const lines = jsonLines(scored, fail);
+  try {
+    const first = await lines.next();
+    const model = first.done ? undefined : first.value.value.model;
+    return typeof model === "string" ? model : undefined;
+  } finally {
+    await lines.return(undefined); // closes the file
+  }
+}
+
+/**
+ * The named model of an outputs root (by its name, or by the path stem its
+ * files are named by); a UsageError listing the models there when it is not
+ * one of them.
+ */
 export async function findModel(outputs: string, name: string): Promise<OutputsModel> {
   const models = await listModels(outputs);
-  const m = models.find((x) => x.name === name);
+  const m = models.find((x) => x.name === name) ?? models.find((x) => stemOf(x.name) === name);
   if (!m) {
     const known = models.length ? models.map((x) => x.name).join(", ") : "none (no evaluation/<model>.scored.jsonl)";
     throw new UsageError(`${outputs}: no model "${name}" with scored rows; models there: ${known}`);

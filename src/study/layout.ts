@@ -5,6 +5,7 @@
  */
 import { join } from "node:path";
 
+import { pathStem } from "../util/stem.js";
 import type { Study } from "./study-file.js";
 
 /** The study's record of its models, written beside them. */
@@ -20,13 +21,22 @@ export interface ModelPaths {
   metrics: string;
 }
 
-/** The benchmark's layout of one model under `outputs`. */
+/**
+ * The benchmark's layout of one model under `outputs`, each file and folder
+ * named by the model's path stem (src/util/stem.ts): the name itself when it
+ * is plain, so that no name reaches outside `outputs` or nests folders.
+ */
 export function modelPaths(outputs: string, model: string): ModelPaths {
+  return stemPaths(outputs, pathStem(model));
+}
+
+/** The layout of the files named `stem` under `outputs` (a stem as it is, e.g. read back from a file name). */
+export function stemPaths(outputs: string, stem: string): ModelPaths {
   return {
-    generations: join(outputs, "evaluation", `${model}.jsonl`),
-    scored: join(outputs, "evaluation", `${model}.scored.jsonl`),
-    store: join(outputs, "hidden", model),
-    metrics: join(outputs, "metrics", model),
+    generations: join(outputs, "evaluation", `${stem}.jsonl`),
+    scored: join(outputs, "evaluation", `${stem}.scored.jsonl`),
+    store: join(outputs, "hidden", stem),
+    metrics: join(outputs, "metrics", stem),
   };
 }
 
@@ -84,7 +94,7 @@ export function formatStudySummary(s: StudySummary): string {
 }
 
 /** A word for a POSIX shell: quoted only when it must be. */
-function shellWord(word: string): string {
+export function shellWord(word: string): string {
   return /^[A-Za-z0-9_./:=+,@%-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
 }
 
@@ -107,7 +117,7 @@ export function studyShardCommands(study: Study, n: number): ShardCommands[] {
   return study.models
     .filter((m) => m.modelDir !== undefined)
     .map((m) => {
-      const shardDir = (k: number) => join(study.outputs, SHARDS_FOLDER, m.name, `${k}-of-${n}`);
+      const shardDir = (k: number) => join(study.outputs, SHARDS_FOLDER, pathStem(m.name), `${k}-of-${n}`);
       const options = [
         ...(study.run.batchSize ? ["--batch-size", String(study.run.batchSize)] : []),
         ...(study.run.device ? ["--device", study.run.device] : []),

@@ -11,6 +11,7 @@ import { isNode, LineCounter, parseDocument, type Document } from "yaml";
 import { DEFAULT_OUTPUTS, DEFAULT_SEED, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { readText } from "../util/fs.js";
+import { pathStem } from "../util/stem.js";
 
 /** A study file that cannot be read as a study. */
 export class StudyFileError extends HsmError {
@@ -75,8 +76,6 @@ const SAMPLING_FIELDS = ["top_p", "top_k", "typical_p", "min_p", "num_return_seq
 const RUN_FIELDS = ["batch_size", "device", "threads"] as const;
 const MODEL_FIELDS = ["name", "model_dir", "outputs"] as const;
 const DTYPES = ["float32", "float16", "bfloat16"] as const;
-/** Model names become file and folder names under the output root. */
-const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
 
 type Path = (string | number)[];
 
@@ -194,15 +193,16 @@ function checkModels(c: Checker, value: unknown, base: string): StudyModel[] {
     const m = c.mapping(entry, path, MODEL_FIELDS, "a mapping with name and model_dir or outputs");
     if (!("name" in m)) c.fail(path, "is missing its name");
     const name = c.text(m.name, [...path, "name"], "a model name");
-    if (!MODEL_NAME.test(name))
-      c.fail(
-        [...path, "name"],
-        `expected letters, digits, ".", "_", "+" or "-" (a name used for files) but received ${JSON.stringify(name)}`,
-      );
-    const first = seen.get(name);
+    let stem: string;
+    try {
+      stem = pathStem(name); // files and folders are named by it; the name is recorded as given
+    } catch (err) {
+      c.fail([...path, "name"], (err as Error).message.replace(/^Expected/, "expected"));
+    }
+    const first = seen.get(stem);
     if (first !== undefined)
       c.fail([...path, "name"], `${JSON.stringify(name)} is already the name of models[${first}]`);
-    seen.set(name, i);
+    seen.set(stem, i);
     const hasDir = "model_dir" in m;
     const hasOutputs = "outputs" in m;
     if (hasDir === hasOutputs) {

@@ -80,6 +80,11 @@ describe("a valid study file", () => {
     });
   });
 
+  it("takes a model name with a slash as given; its files are named by its path stem", () => {
+    const study = parseStudy("bank: b.jsonl\nmodels:\n  - {name: meta-llama/Llama-3.1-8B, model_dir: m}\n", FILE);
+    expect(study.models[0]!.name).toBe("meta-llama/Llama-3.1-8B");
+  });
+
   it("falls back to the benchmark's decoding settings and the default output root", () => {
     const study = parseStudy("bank: b.jsonl\nmodels:\n  - {name: m, model_dir: m}\n", FILE);
     expect(study.generation).toEqual({
@@ -272,9 +277,9 @@ describe("study file errors", () => {
       `${FILE}:17: field "models[0].name": expected a model name but received 7 (number)`,
     ],
     [
-      "a model name with a slash",
-      edit(17, "  - name: meta/llama"),
-      `${FILE}:17: field "models[0].name": expected letters, digits, ".", "_", "+" or "-" (a name used for files) but received "meta/llama"`,
+      "a model name with a control character",
+      edit(17, '  - name: "meta\\tllama"'),
+      `${FILE}:17: field "models[0].name": expected a model name without control characters but received "meta\\tllama"`,
     ],
     [
       "a model named twice",

@@ -8,7 +8,7 @@ async function action(opts: { out: string; quiet?: boolean }): Promise<void> {
   const t0 = performance.now();
   const r = await runDemo({ out: opts.out, log: logStep, onProgress: progressFor(opts.quiet) });
   out("");
-  await printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000);
+  await printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000, undefined, r.skipped);
   out(`report: ${r.report}`);
 }
 

@@ -10,7 +10,7 @@ async function action(opts: ModelRunFlags & { outputs: string }): Promise<void> 
   const { quiet, ...rest } = opts;
   const r = await runPipeline({ ...rest, log: logStep, onProgress: progressFor(quiet) });
   out("");
-  await printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000);
+  await printMetrics(r.metrics, r.files, (performance.now() - t0) / 1000, undefined, r.skipped);
 }
 
 export function runCommand(program: Command): void {

@@ -10,6 +10,7 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { open, readdir, readFile, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -19,9 +20,10 @@ import { MAX_NEW_TOKENS, MAX_PROMPT_LEN, UNNAMED } from "../../defaults.js";
 import { InternalError } from "../../errors.js";
 import { LABELS } from "../../score/labels.js";
 import { fileError } from "../../util/fs.js";
+import { pathStem } from "../../util/stem.js";
 import { VERSION } from "../../version.js";
 import { validate, type Schema } from "../validate.js";
-import { writeExportFile, type ExportFormat, type ExportInput, type ScoredRow } from "./format.js";
+import { holdsText, writeExportFile, type ExportFormat, type ExportInput, type ScoredRow } from "./format.js";
 
 const INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.3.0";
 const AGGREGATE_SCHEMA_VERSION = "0.2.1";
@@ -212,28 +214,155 @@ function aggregateRecord(
   };
 }
 
-/** Writes the aggregate record and its samples; returns their paths. */
+/** Runs of characters outside `A–Z a–z 0–9 . _ -` replaced by `_`: the file stem of an evaluation id. */
+const safe = (s: string) => s.replace(/[^A-Za-z0-9._-]+/g, "_");
+
+/** The folder of a model's records: `data/<benchmark>/<developer>/<model>/`, each a path stem (src/util/stem.ts). */
+function recordFolder(outDir: string, id: ExportIdentity): string {
+  const model = id.modelId.split("/").at(-1)!;
+  return join(
+    outDir,
+    "data",
+    pathStem(id.benchmark, "benchmark"),
+    pathStem(id.developer, "developer"),
+    pathStem(model),
+  );
+}
+
+/** An aggregate record and its samples, as text, for one evaluation id and time. */
+function recordTexts(
+  rows: ScoredRow[],
+  bank: Map<string, BankRow>,
+  id: ExportIdentity,
+  now?: Date,
+): { stem: string; samples: string; aggregate: string; records: Record<string, unknown>[] } {
+  const stem = safe(id.evaluationId);
+  const records = rows.map((r) => instanceRecord(r, bank.get(r.query_id)!, id));
+  const samples = records.map((r) => JSON.stringify(r)).join("\n") + "\n";
+  const pointer = { path: `${stem}_samples.jsonl`, sha256: sha256(samples), rows: records.length };
+  return { stem, samples, aggregate: JSON.stringify(aggregateRecord(rows, id, pointer, now), null, 2) + "\n", records };
+}
+
+/** An earlier record of the same model and benchmark in its folder. */
+interface EarlierRecord {
+  aggregate: string;
+  samples: string;
+  evaluationId: string;
+  time: Date;
+}
+
+/** The fields of an aggregate record read back to tell whose it is (anything may be missing). */
+interface AggregateFields {
+  evaluation_id?: unknown;
+  evaluation_timestamp?: unknown;
+  eval_library?: { name?: unknown };
+  detailed_evaluation_results?: { file_path?: unknown };
+}
+
+/** The first line of a file (up to 64 KiB of it), or "" when it cannot be read. */
+async function firstLine(path: string): Promise<string> {
+  const fh = await open(path, "r").catch(() => undefined);
+  if (!fh) return "";
+  try {
+    const buf = Buffer.alloc(1 << 16);
+    const { bytesRead } = await fh.read(buf, 0, buf.length, 0);
+    return buf.subarray(0, bytesRead).toString("utf8").split("\n")[0]!;
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * hsm's earlier records of this model and benchmark in `dir` (an evaluation id
+ * `<benchmark>/<model id>/<time>`), and the samples files of this model that no
+ * aggregate points at (left by an export that stopped between its two files).
+ */
+async function earlierRecords(
+  dir: string,
+  id: ExportIdentity,
+): Promise<{ records: EarlierRecord[]; orphans: string[] }> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const prefix = `${id.benchmark}/${id.modelId}/`;
+  const ours = (evaluationId: unknown) =>
+    typeof evaluationId === "string" &&
+    evaluationId.startsWith(prefix) &&
+    /^\d+$/.test(evaluationId.slice(prefix.length));
+  const records: EarlierRecord[] = [];
+  const pointed = new Set<string>();
+  for (const name of names.filter((n) => n.endsWith(".json"))) {
+    let record: AggregateFields | null;
+    try {
+      record = JSON.parse(await readFile(join(dir, name), "utf8")) as AggregateFields | null;
+    } catch {
+      continue; // not a record of ours
+    }
+    const samples = record?.detailed_evaluation_results?.file_path;
+    if (typeof samples === "string") pointed.add(samples);
+    const evaluationId = record?.evaluation_id;
+    if (!ours(evaluationId) || record?.eval_library?.name !== "hsm" || typeof samples !== "string") continue;
+    const time = new Date(String(record.evaluation_timestamp));
+    if (Number.isNaN(time.getTime()) || samples.includes("/")) continue;
+    records.push({
+      aggregate: join(dir, name),
+      samples: join(dir, samples),
+      evaluationId: evaluationId as string,
+      time,
+    });
+  }
+  const orphans: string[] = [];
+  for (const name of names.filter((n) => n.endsWith("_samples.jsonl") && !pointed.has(n))) {
+    try {
+      if (ours(JSON.parse(await firstLine(join(dir, name))).evaluation_id)) orphans.push(join(dir, name));
+    } catch {
+      // not a samples file of ours
+    }
+  }
+  return { records, orphans };
+}
+
+/** Removes files; one that cannot be removed is named. */
+async function removeAll(paths: string[]): Promise<void> {
+  for (const p of paths) {
+    try {
+      await rm(p, { force: true });
+    } catch (err) {
+      throw fileError(err, p, "write");
+    }
+  }
+}
+
+/**
+ * Writes the aggregate record and its samples; returns their paths. With
+ * `replace`, the model's one record in the folder is kept when writing it again
+ * (with its own id and time) would give the same two files, and every other
+ * record of the model there is removed once the new one is written.
+ */
 export async function writeEee(
   outDir: string,
   rows: ScoredRow[],
   bank: Map<string, BankRow>,
   id: ExportIdentity,
-): Promise<{ aggregate: string; samples: string; records: Record<string, unknown>[] }> {
-  const safe = (s: string) => s.replace(/[^A-Za-z0-9._-]+/g, "_");
-  const dir = join(outDir, "data", safe(id.benchmark), safe(id.developer), safe(id.modelId.split("/").at(-1)!));
-  const stem = safe(id.evaluationId);
-  const records = rows.map((r) => instanceRecord(r, bank.get(r.query_id)!, id));
-  const samplesText = records.map((r) => JSON.stringify(r)).join("\n") + "\n";
-  const samplesPath = join(dir, `${stem}_samples.jsonl`);
-  await writeExportFile(samplesPath, samplesText);
-  const aggregate = aggregateRecord(rows, id, {
-    path: `${stem}_samples.jsonl`,
-    sha256: sha256(samplesText),
-    rows: records.length,
-  });
-  const aggregatePath = join(dir, `${stem}.json`);
-  await writeExportFile(aggregatePath, JSON.stringify(aggregate, null, 2) + "\n");
-  return { aggregate: aggregatePath, samples: samplesPath, records };
+  replace = false,
+): Promise<{ aggregate: string; samples: string; records: Record<string, unknown>[]; unchanged: boolean }> {
+  const dir = recordFolder(outDir, id);
+  const earlier = replace ? await earlierRecords(dir, id) : { records: [], orphans: [] };
+  for (const e of earlier.records) {
+    const again = recordTexts(rows, bank, { ...id, evaluationId: e.evaluationId }, e.time);
+    if (!(await holdsText(e.aggregate, again.aggregate)) || !(await holdsText(e.samples, again.samples))) continue;
+    const others = earlier.records.filter((x) => x !== e).flatMap((x) => [x.aggregate, x.samples]);
+    await removeAll([...others, ...earlier.orphans]);
+    return { aggregate: e.aggregate, samples: e.samples, records: again.records, unchanged: true };
+  }
+  const texts = recordTexts(rows, bank, id);
+  const samplesPath = join(dir, `${texts.stem}_samples.jsonl`);
+  const aggregatePath = join(dir, `${texts.stem}.json`);
+  // The samples first: an aggregate never points at a file not yet written.
+  await writeExportFile(samplesPath, texts.samples);
+  await writeExportFile(aggregatePath, texts.aggregate);
+  const mine = new Set([samplesPath, aggregatePath]);
+  const replaced = earlier.records.flatMap((x) => [x.aggregate, x.samples]);
+  await removeAll([...replaced, ...earlier.orphans].filter((p) => !mine.has(p)));
+  return { aggregate: aggregatePath, samples: samplesPath, records: texts.records, unchanged: false };
 }
 
 /** Who and what was evaluated: from the settings, else the rows and the bank file; the id ends in the time. */
@@ -261,7 +390,8 @@ export const EEE: ExportFormat = {
     "record validated), under OUT/data/<benchmark>/<developer>/<model>/.",
   out: "folder",
   async write(input) {
-    const written = await writeEee(input.settings.out, input.rows, input.bank, identity(input));
+    const o = input.settings;
+    const written = await writeEee(o.out, input.rows, input.bank, identity(input), o.replace);
     const schema = instanceSchema();
     for (const [i, record] of written.records.entries()) {
       const errors = validate(record, schema);
@@ -272,6 +402,6 @@ export const EEE: ExportFormat = {
         throw new InternalError(`${where}: not valid against ${String(schema.version)}: ${problems}`);
       }
     }
-    return [written.aggregate, written.samples];
+    return { files: [written.aggregate, written.samples], unchanged: written.unchanged };
   },
 };

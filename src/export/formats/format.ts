@@ -5,7 +5,7 @@
  * (src/export/formats/eee.ts, foundry.ts); src/export/formats/registry.ts lists
  * them. This module imports nothing heavy, so that the public API can offer it.
  */
-import { mkdir } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
 import { dirname } from "node:path";
 
 import type { BankRow } from "../../bank/bank.js";
@@ -41,6 +41,12 @@ export interface ExportSettings {
   benchmark?: string;
   /** Foundry: the messages form instead of query/response. */
   messages?: boolean;
+  /**
+   * Keep one export of this model under `out` (what `hsm run` asks for): files
+   * that would be written the same are left as they are, and a new Every Eval
+   * Ever record replaces the model's earlier ones instead of joining them.
+   */
+  replace?: boolean;
 }
 
 /** What a format receives: every scored row (checked, in file order), its bank row by query id, and the settings. */
@@ -59,8 +65,14 @@ export interface ExportFormat {
   description: string;
   /** What `--out` names for it, e.g. "folder" or "JSONL file". */
   out: string;
-  /** Writes the files; returns their paths. */
-  write(input: ExportInput): Promise<string[]>;
+  /** Writes the files; returns their paths (and, optionally, whether they were already there as they would be). */
+  write(input: ExportInput): Promise<string[] | ExportWritten>;
+}
+
+/** What a format wrote: its files, and `unchanged` when they were there already as they would be written. */
+export interface ExportWritten {
+  files: string[];
+  unchanged: boolean;
 }
 
 /** Export formats, in the order `hsm export --help` lists them; formats/registry.ts holds the built-in ones. */
@@ -93,4 +105,14 @@ export async function writeExportFile(path: string, text: string): Promise<void>
     throw fileError(err, dirname(path), "write");
   }
   await writeFileAtomic(path, text);
+}
+
+/** True when `path` holds exactly `text`; false when it holds something else or nothing. */
+export async function holdsText(path: string, text: string): Promise<boolean> {
+  try {
+    return (await readFile(path, "utf8")) === text;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw fileError(err, path);
+  }
 }

@@ -1,7 +1,7 @@
 /** Microsoft Foundry evaluation JSONL: query, response and ground_truth per row, or messages and ground_truth. */
 import type { BankRow } from "../../bank/bank.js";
 import { buildPrompt } from "../../bank/prompt.js";
-import { writeExportFile, type ExportFormat, type ScoredRow } from "./format.js";
+import { holdsText, writeExportFile, type ExportFormat, type ScoredRow } from "./format.js";
 
 /** One line: the prompt and the model's response (as a query/response pair or as messages), the first gold answer. */
 function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<string, unknown> {
@@ -18,6 +18,11 @@ function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<st
   return { query: prompt, response: row.raw_response, ground_truth: truth, ...extra };
 }
 
+/** The Foundry lines of every row. */
+function foundryText(rows: ScoredRow[], bank: Map<string, BankRow>, messages = false): string {
+  return rows.map((r) => JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages))).join("\n") + "\n";
+}
+
 /** Writes every row as one Foundry line to `path`. */
 export async function writeFoundry(
   path: string,
@@ -25,8 +30,7 @@ export async function writeFoundry(
   bank: Map<string, BankRow>,
   messages = false,
 ): Promise<void> {
-  const lines = rows.map((r) => JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages)));
-  await writeExportFile(path, lines.join("\n") + "\n");
+  await writeExportFile(path, foundryText(rows, bank, messages));
 }
 
 export const FOUNDRY: ExportFormat = {
@@ -35,7 +39,9 @@ export const FOUNDRY: ExportFormat = {
   description: "JSONL with query, response and ground_truth, or --messages for the messages form.",
   out: "JSONL file",
   async write({ rows, bank, settings }) {
-    await writeFoundry(settings.out, rows, bank, settings.messages);
-    return [settings.out];
+    const text = foundryText(rows, bank, settings.messages);
+    const unchanged = Boolean(settings.replace) && (await holdsText(settings.out, text));
+    if (!unchanged) await writeExportFile(settings.out, text);
+    return { files: [settings.out], unchanged };
   },
 };

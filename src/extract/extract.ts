@@ -8,7 +8,6 @@
  */
 import { createHash } from "node:crypto";
 import { realpathSync } from "node:fs";
-import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 
 import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
@@ -28,7 +27,7 @@ import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
-import { fileError, readText } from "../util/fs.js";
+import { fileError, makeDir, readText } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { lengthBreaks, leftPad, planBatches, rightPad, type BatchRule } from "../model/batching.js";
 import {
@@ -41,9 +40,9 @@ import {
 } from "../model/detect.js";
 import { promptFeeds } from "../model/feeds.js";
 import type { InputPlan } from "../model/styles/style.js";
-import { ModelDirError, openModelDir } from "../model/model-dir.js";
+import { decodeModelOf, openModelDir } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
-import { decodeModel, num, valueShape, type ModelProto } from "../onnx/graph.js";
+import { num, valueShape, type ModelProto } from "../onnx/graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckFailure } from "../model/self-check.js";
 import { createSession, stageModel, type ModelRunOptions, type Stage } from "../model/session.js";
@@ -181,12 +180,7 @@ export async function inspectModel(
   const hashing = options.hash ? fileSha256(md.onnxPath) : undefined;
   hashing?.catch(() => {});
   const { tokenizer, source } = await tokenizerAndModel(md);
-  let model;
-  try {
-    model = decodeModel(source);
-  } catch (err) {
-    throw new ModelDirError(md.onnxPath, `is not a readable ONNX model (${(err as Error).message})`);
-  }
+  const model = decodeModelOf(md, source);
   const L = md.config.numLayers;
   const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
   const plan = detectHiddenTensors(model.graph!, L, explicit);
@@ -275,7 +269,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   let release: (() => Promise<void>) | undefined;
   let writer: StoreWriter | undefined;
   try {
-    await mkdir(o.out, { recursive: true });
+    await makeDir(o.out);
     release = await acquireLock(o.out);
     writer = await StoreWriter.open(o.out, init);
     const d = inspection.dModel;

@@ -17,7 +17,7 @@
  * when run alone is written with an `error` field instead of an answer (and
  * tried again by the next run); a model that fails on every query stops the run.
  */
-import { mkdir, truncate, type FileHandle } from "node:fs/promises";
+import { truncate, type FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { basename, dirname } from "node:path";
 
@@ -33,7 +33,7 @@ import {
 import { FileError, HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
-import { openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
+import { makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
 import { availableMemory, collectGarbage } from "../util/memory.js";
 import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
@@ -52,10 +52,9 @@ import { fileSha256 } from "../extract/extract.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
 import { isPastInput, isPresentOutput } from "../onnx/kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";
-import { openModelDir, type ModelDir } from "../model/model-dir.js";
+import { decodeModelOf, openModelDir, type ModelDir } from "../model/model-dir.js";
 import {
   DataType,
-  decodeModel,
   encodeModel,
   GraphBuilder,
   graphIndex,
@@ -362,7 +361,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   checkCounts(batchSize, maxNew, o.selfCheck);
   const job = await prepareJob(o, batchSize, maxNew);
   const modelName = o.model ?? defaultModelName(o.modelDir);
-  await mkdir(dirname(o.out), { recursive: true });
+  await makeDir(dirname(o.out));
   // One writer per generations file; what it holds is checked before the model is loaded.
   const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
   try {
@@ -474,7 +473,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   const eos = await readEosIds(md.dir, md.config.raw, tokenizer.eosIds);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
-  const model = decodeModel(source);
+  const model = decodeModelOf(md, source);
   const plan = planInputs(model.graph!, md.config.numLayers);
   if (plan.unknown.length > 0)
     throw new DetectionError(`the model has an input "${plan.unknown[0]}" that hsm does not know how to feed`);
@@ -549,7 +548,7 @@ async function openDecoders(place: DecoderPlace): Promise<OpenedDecoders> {
   } catch (err) {
     if (!added || !(err instanceof ModelLoadError)) throw err;
     job.source.bytes = await readWhole(job.md.onnxPath);
-    return await openGraph(place, decodeModel(job.source.bytes), false);
+    return await openGraph(place, decodeModelOf(job.md, job.source.bytes), false);
   }
 }
 

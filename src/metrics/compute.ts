@@ -7,7 +7,6 @@
  * selected.
  */
 import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";
@@ -15,7 +14,7 @@ import { openKernels, type BackendName } from "../kernels/registry.js";
 import type { Kernels } from "../kernels/types.js";
 import type { Manifest } from "../store/manifest.js";
 import { StoreReader } from "../store/reader.js";
-import { fileError } from "../util/fs.js";
+import { fileError, openInput } from "../util/fs.js";
 import { readLabels } from "./labels.js";
 import {
   MetricsError,
@@ -127,10 +126,13 @@ async function labelsFor(
 /** The sha256 (hex) of a file's bytes, read as a stream. */
 export async function fileSha256(path: string): Promise<string> {
   const hash = createHash("sha256");
+  const { fh } = await openInput(path, { follow: true });
   try {
-    for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+    for await (const chunk of fh.createReadStream()) hash.update(chunk as Buffer);
   } catch (err) {
     throw fileError(err, path);
+  } finally {
+    await fh.close().catch(() => {});
   }
   return hash.digest("hex");
 }

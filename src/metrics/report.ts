@@ -6,11 +6,10 @@
  * registry entry (src/metrics/metric.ts). Files are written only once
  * everything is computed, each atomically.
  */
-import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 
 import { lineChart } from "../util/chart.js";
-import { fileError, writeFilesAtomic } from "../util/fs.js";
+import { fileError, makeDir, writeFilesAtomic } from "../util/fs.js";
 import type { MetricsResult } from "./compute.js";
 import type { Metric, MetricRow } from "./metric.js";
 import { METRICS, type MetricRegistry } from "./registry.js";
@@ -79,7 +78,7 @@ export async function writeResults(
 ): Promise<WrittenFiles> {
   const manifest = result.manifest;
   try {
-    await mkdir(dir, { recursive: true });
+    await makeDir(dir);
   } catch (err) {
     throw fileError(err, dir, "write");
   }

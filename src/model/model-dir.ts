@@ -12,6 +12,7 @@ import { join, relative } from "node:path";
 
 import { HsmError } from "../errors.js";
 import { readText } from "../util/fs.js";
+import { decodeModel, type ModelProto } from "../onnx/graph.js";
 
 export const MODEL_FILES = ["model.onnx", "config.json", "tokenizer.json", "tokenizer_config.json"] as const;
 
@@ -48,6 +49,44 @@ function pickInt(raw: Record<string, unknown>, keys: string[], path: string): nu
   const text = raw.text_config;
   if (text && typeof text === "object") return pickInt(text as Record<string, unknown>, keys, path);
   throw new ModelDirError(path, `has none of ${keys.map((k) => `"${k}"`).join(", ")} as a positive integer`);
+}
+
+/**
+ * The graph of `md` from its bytes: a file that is not an ONNX model, or holds no graph (an empty file, a file cut
+ * short), is an error naming it; so is a config.json whose hidden size is not the width of the graph's token
+ * embedding (a config from another model).
+ */
+export function decodeModelOf(md: ModelDir, bytes: Uint8Array): ModelProto {
+  let model: ModelProto;
+  try {
+    model = decodeModel(bytes);
+  } catch (err) {
+    throw new ModelDirError(md.onnxPath, `is not a readable ONNX model (${(err as Error).message})`);
+  }
+  const graph = model.graph;
+  if (!graph || (graph.node ?? []).length === 0) {
+    throw new ModelDirError(
+      md.onnxPath,
+      `holds no ONNX graph (${bytes.length} bytes): the file is empty or not a model`,
+    );
+  }
+  const { hiddenSize, vocabSize } = md.config;
+  const tables = new Map((graph.initializer ?? []).map((t) => [t.name, (t.dims ?? []).map(Number)]));
+  for (const node of graph.node ?? []) {
+    if (node.opType !== "Gather") continue;
+    const dims = tables.get(node.input?.[0] ?? "");
+    // The token embedding: a [vocab_size, width] table gathered by token ids.
+    if (dims?.length !== 2 || dims[0] !== vocabSize) continue;
+    if (dims[1] !== hiddenSize) {
+      throw new ModelDirError(
+        join(md.dir, "config.json"),
+        `says the hidden size is ${hiddenSize}, but the graph's token embedding ${node.input![0]} is ` +
+          `${dims[1]} wide: this config.json is not the graph's`,
+      );
+    }
+    break;
+  }
+  return model;
 }
 
 const isFile = async (path: string) => (await stat(path).catch(() => undefined))?.isFile() ?? false;

@@ -13,7 +13,6 @@
  * their inputs, a complete store, metric results over the same store files and
  * scored rows with the same settings, exports that would be written the same.
  */
-import { readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 
@@ -32,6 +31,7 @@ import { verifyStore } from "../store/verify.js";
 import { modelPaths } from "../study/layout.js";
 import { pathStem } from "../util/stem.js";
 import { mtimeOf } from "./paths.js";
+import { readText } from "../util/fs.js";
 
 export interface RunOptions {
   modelDir: string;
@@ -85,7 +85,7 @@ async function finishedMetrics(
     ];
     let result: { store?: { files_sha256?: unknown }; config?: Record<string, unknown>; rows?: unknown };
     try {
-      result = JSON.parse(await readFile(json, "utf8"));
+      result = JSON.parse(await readText(json));
     } catch {
       return undefined; // missing or torn: computed again, and a real problem then named
     }

@@ -6,7 +6,7 @@
  * run) are verified where they are. The outcome is written to
  * `<outputs>/study.json` and summarized as a table.
  */
-import { mkdir, stat } from "node:fs/promises";
+import { stat } from "node:fs/promises";
 import { join } from "node:path";
 
 import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
@@ -26,7 +26,7 @@ import {
 } from "../study/layout.js";
 import { wilsonInterval } from "../study/stats.js";
 import { readStudyFile, StudyFileError, type Study, type StudyModel } from "../study/study-file.js";
-import { readText, writeFileAtomic } from "../util/fs.js";
+import { makeDir, readText, writeFileAtomic } from "../util/fs.js";
 
 export interface StudyOptions {
   /** What each model's steps did, for the user. */
@@ -155,7 +155,7 @@ async function runModel(study: Study, model: StudyModel, o: StudyOptions): Promi
 
 /** Writes `<outputs>/study.json` atomically: what was run, with which settings, and what became of each model. */
 async function writeRecord(study: Study, models: ModelSummary[]): Promise<string> {
-  await mkdir(study.outputs, { recursive: true });
+  await makeDir(study.outputs);
   const record = join(study.outputs, STUDY_RECORD);
   const body = {
     format: "hsm-study/1",

@@ -6,7 +6,7 @@
  * per-fact drill-down, packed in chunks of facts that the page inflates only
  * when a fact of the chunk is opened. The page itself only looks things up.
  */
-import { mkdir, stat } from "node:fs/promises";
+import { stat } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { deflateRawSync } from "node:zlib";
 
@@ -18,7 +18,7 @@ import { LABELS } from "../score/labels.js";
 import { verifyStore } from "../store/verify.js";
 import { wilsonInterval } from "../study/stats.js";
 import { lineChart, type ChartSeries } from "../util/chart.js";
-import { readTextIfPresent, writeFileAtomic } from "../util/fs.js";
+import { makeDir, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
@@ -326,7 +326,7 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
   const drill = factChunks(loaded, await promptsOf(found), families);
   const { html, firstViewBytes } = renderPage(data, drill);
   const path = o.out ?? join(outputs, "report.html");
-  await mkdir(dirname(resolve(path)), { recursive: true });
+  await makeDir(dirname(resolve(path)));
   await writeFileAtomic(path, html);
   return { path, bytes: Buffer.byteLength(html), models: found.map((m) => m.name), firstViewBytes };
 }

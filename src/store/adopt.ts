@@ -4,7 +4,7 @@
  * which every command treats the store as its own. A foreign `index.json` is
  * kept beside it as `index.orig.json`.
  */
-import { lstat, open, readdir } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
@@ -12,7 +12,7 @@ import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
 import { FileError, ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
-import { fileError, osReason, readInput, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
+import { fileError, openInput, osReason, readInput, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
@@ -202,22 +202,14 @@ async function checkHeaders(dir: string, layers: number[], n: number, d: number 
 
 /** The first bytes of a layer file (enough for any header) and its size; only regular files are opened. */
 async function readPrelude(path: string): Promise<{ bytes: Buffer; size: number }> {
+  const { fh, size } = await openInput(path);
   try {
-    const st = await lstat(path);
-    if (!st.isFile())
-      throw new StoreError(
-        path,
-        st.isSymbolicLink() ? "is a symbolic link; a store holds its own files" : "is not a regular file",
-      );
-    const bytes = Buffer.alloc(Math.min(st.size, NPY_MAX_PRELUDE));
-    const fh = await open(path, "r");
-    try {
-      await fh.read(bytes, 0, bytes.length, 0);
-    } finally {
-      await fh.close();
-    }
-    return { bytes, size: st.size };
+    const bytes = Buffer.alloc(Math.min(size, NPY_MAX_PRELUDE));
+    await fh.read(bytes, 0, bytes.length, 0);
+    return { bytes, size };
   } catch (err) {
     throw fileError(err, path);
+  } finally {
+    await fh.close();
   }
 }

@@ -84,6 +84,20 @@ export function parseLayerRule(text: string): LayerRule {
 export function selectLayers(L: number, rule: string | LayerRule = DEFAULT_LAYER_RULE): number[] {
   if (!Number.isSafeInteger(L) || L < 1)
     throw new UsageError(`Expected a positive integer number of layers but received ${L}`);
+  if (L > MAX_BLOCKS)
+    throw new UsageError(`Expected at most ${MAX_BLOCKS} decoder blocks but received ${L}; no decoder has more`);
+  const out = keptBlocks(L, rule);
+  if (out.length === 0) {
+    const text = typeof rule === "string" ? rule : rule.text;
+    throw new UsageError(`The layer rule "${text}" keeps no block of a model with ${L}; a store needs at least one`);
+  }
+  return out;
+}
+
+/** The most decoder blocks a model may have here: far beyond any real decoder (a few hundred at most). */
+export const MAX_BLOCKS = 100_000;
+
+function keptBlocks(L: number, rule: string | LayerRule): number[] {
   const out: number[] = [];
   if (rule === DEFAULT_LAYER_RULE) {
     // With one block, l/(L-1) is 0/0; that single block is the model's only state.

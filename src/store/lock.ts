@@ -3,13 +3,13 @@
  * pid and host. A lock left by a process that no longer runs (killed with
  * `kill -9`, say) is taken over; a live one is refused.
  */
-import { readFileSync, unlinkSync } from "node:fs";
-import { open, readFile, unlink } from "node:fs/promises";
+import { unlinkSync } from "node:fs";
+import { open, unlink } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 
 import { StoreError } from "../errors.js";
-import { fileError } from "../util/fs.js";
+import { fileError, readText, readTextSync } from "../util/fs.js";
 
 const LOCK_NAME = ".hsm.lock";
 
@@ -39,7 +39,7 @@ export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => 
       await fh.close();
       const onExit = () => {
         try {
-          if ((JSON.parse(readFileSync(path, "utf8")) as LockInfo).pid === process.pid) unlinkSync(path);
+          if ((JSON.parse(readTextSync(path)) as LockInfo).pid === process.pid) unlinkSync(path);
         } catch {
           /* already gone */
         }
@@ -53,7 +53,7 @@ export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => 
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw fileError(err, path, "write");
       let other: LockInfo | undefined;
       try {
-        other = JSON.parse(await readFile(path, "utf8")) as LockInfo;
+        other = JSON.parse(await readText(path)) as LockInfo;
       } catch {
         other = undefined; // torn or empty: its writer died while writing it
       }

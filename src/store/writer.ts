@@ -4,7 +4,7 @@
  * fsynced first, then the manifest replaced atomically), and checksums recorded
  * only when every row is in. A store can be reopened and resumed from `rows_done`.
  */
-import { mkdir, statfs, unlink, type FileHandle } from "node:fs/promises";
+import { statfs, unlink, type FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
@@ -12,7 +12,7 @@ import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { DiskSpaceError, StoreError } from "../errors.js";
 import { storeKernels } from "../kernels/default.js";
-import { fileError, openOutput, osReason, readTextIfPresent } from "../util/fs.js";
+import { fileError, makeDir, openOutput, osReason, readTextIfPresent } from "../util/fs.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";
 import { layerFileName } from "./names.js";
@@ -79,7 +79,7 @@ export class StoreWriter {
   static async open(dir: string, init: StoreInit): Promise<StoreWriter> {
     validateInit(init, dir);
     try {
-      await mkdir(dir, { recursive: true });
+      await makeDir(dir);
     } catch (err) {
       throw fileError(err, dir, "write");
     }

@@ -9,7 +9,7 @@ import { dirname, extname, resolve } from "node:path";
 import { isNode, LineCounter, parseDocument, type Document } from "yaml";
 
 import { DEFAULT_OUTPUTS, DEFAULT_SEED, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
-import { HsmError } from "../errors.js";
+import { FileError, HsmError } from "../errors.js";
 import { readText } from "../util/fs.js";
 import { pathStem } from "../util/stem.js";
 
@@ -244,13 +244,17 @@ export function parseStudy(text: string, file: string): Study {
       `not valid YAML: ${error.message.split("\n")[0]}`,
       { cause: error },
     );
+  let value: unknown;
+  try {
+    value = doc.toJS();
+  } catch (err) {
+    // yaml refuses what would expand without bound (an "alias bomb"), among others.
+    throw new StudyFileError(file, undefined, undefined, `not a usable YAML document: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
   const c = new Checker(file, doc, lc);
-  const top = c.mapping(
-    doc.toJS(),
-    [],
-    TOP_FIELDS,
-    "a mapping of bank, outputs, generation, run and models at the top",
-  );
+  const top = c.mapping(value, [], TOP_FIELDS, "a mapping of bank, outputs, generation, run and models at the top");
   const base = dirname(resolve(file));
   // A missing field has no line of its own: the message names the file only.
   if (!("bank" in top))
@@ -278,5 +282,12 @@ export function parseStudy(text: string, file: string): Study {
 
 /** Reads and validates a study file (YAML, or JSON when named `.json`). */
 export async function readStudyFile(file: string): Promise<Study> {
-  return parseStudy(await readText(file, { follow: true, maxBytes: STUDY_FILE_MAX_BYTES, what: "a study file" }), file);
+  let text: string;
+  try {
+    text = await readText(file, { follow: true, maxBytes: STUDY_FILE_MAX_BYTES, what: "a study file" });
+  } catch (err) {
+    if (!(err instanceof FileError)) throw err;
+    throw new StudyFileError(file, undefined, undefined, err.message.slice(file.length + 2), { cause: err });
+  }
+  return parseStudy(text, file);
 }

@@ -21,7 +21,7 @@
  *   why ({@link fileError}).
  */
 import { closeSync, constants, fstatSync, openSync, read, readSync, type Stats } from "node:fs";
-import { open, readdir, rename, unlink, type FileHandle } from "node:fs/promises";
+import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from "node:fs/promises";
 import { isUtf8 } from "node:buffer";
 import { basename, dirname, join } from "node:path";
 
@@ -457,4 +457,43 @@ export async function refuseFilled(dir: string, what: string): Promise<void> {
   throw new UsageError(
     `${dir} already exists${entries ? " and is not empty" : " as a file"}; choose a new folder for ${what}`,
   );
+}
+
+/**
+ * Makes the folder `dir` and any missing parents, as `mkdir -p` does, but with one bounded walk up the path and
+ * an error naming the path for every way it can fail: a file where a folder should be, a file system that
+ * refuses new folders (`/proc`, `/sys`), no permission, no space.
+ */
+export async function makeDir(dir: string): Promise<void> {
+  try {
+    await mkdir(dir);
+    return;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "EEXIST") return expectFolder(dir, err);
+    if (code !== "ENOENT" || dirname(dir) === dir) throw fileError(err, dir, "write");
+  }
+  await makeDir(dirname(dir));
+  try {
+    await mkdir(dir);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "EEXIST") return expectFolder(dir, err);
+    if (code === "ENOENT") {
+      throw new FileError(
+        dir,
+        "unwritable",
+        code,
+        `cannot be made: ${dirname(dir)} does not take new folders (ENOENT)`,
+      );
+    }
+    throw fileError(err, dir, "write");
+  }
+}
+
+/** Succeeds where `dir` is a folder (or a link to one); a file there is an error naming it. */
+async function expectFolder(dir: string, cause: unknown): Promise<void> {
+  const st = await stat(dir).catch(() => undefined);
+  if (st?.isDirectory()) return;
+  throw new FileError(dir, "unwritable", "EEXIST", "is a file, not a folder; name a folder here", { cause });
 }

@@ -19,7 +19,7 @@ function typeName(v: unknown): string {
 }
 
 /** The longest line a JSONL input may hold: far above any query or answer record. */
-export const JSONL_LINE_MAX_BYTES = 16 * 1024 * 1024;
+export const JSONL_LINE_MAX_BYTES = 1024 * 1024;
 
 const NEWLINE = 0x0a;
 

@@ -83,9 +83,17 @@ function lines(file: string): string[] {
   return readFileSync(file, "utf8").trim().split("\n");
 }
 
-/** A store's manifest without what differs between two runs by design: when it was written and how long the self-check took. */
+/**
+ * A store's manifest without what differs between two runs by design: when it was written, how long the self-check
+ * took, and the seal over both.
+ */
 function manifestSansTimes(store: string): Record<string, unknown> {
-  const { created_at: _created, self_check, ...rest } = JSON.parse(readFileSync(join(store, "index.json"), "utf8"));
+  const {
+    created_at: _created,
+    manifest_sha256: _sealed,
+    self_check,
+    ...rest
+  } = JSON.parse(readFileSync(join(store, "index.json"), "utf8"));
   const { seconds: _seconds, ...check } = self_check;
   return { ...rest, self_check: check };
 }

@@ -10,7 +10,7 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { open, readdir, readFile, rm } from "node:fs/promises";
+import { readdir, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -19,7 +19,7 @@ import { ANCHOR_TEMPLATE, buildPrompt, PERTURBED_TEMPLATE } from "../../bank/pro
 import { MAX_NEW_TOKENS, MAX_PROMPT_LEN, UNNAMED } from "../../defaults.js";
 import { InternalError } from "../../errors.js";
 import { LABELS } from "../../score/labels.js";
-import { fileError } from "../../util/fs.js";
+import { fileError, openInput, readText } from "../../util/fs.js";
 import { pathStem } from "../../util/stem.js";
 import { VERSION } from "../../version.js";
 import { validate, type Schema } from "../validate.js";
@@ -261,7 +261,9 @@ interface AggregateFields {
 
 /** The first line of a file (up to 64 KiB of it), or "" when it cannot be read. */
 async function firstLine(path: string): Promise<string> {
-  const fh = await open(path, "r").catch(() => undefined);
+  const fh = await openInput(path)
+    .then((input) => input.fh)
+    .catch(() => undefined);
   if (!fh) return "";
   try {
     const buf = Buffer.alloc(1 << 16);
@@ -292,7 +294,7 @@ async function earlierRecords(
   for (const name of names.filter((n) => n.endsWith(".json"))) {
     let record: AggregateFields | null;
     try {
-      record = JSON.parse(await readFile(join(dir, name), "utf8")) as AggregateFields | null;
+      record = JSON.parse(await readText(join(dir, name))) as AggregateFields | null;
     } catch {
       continue; // not a record of ours
     }

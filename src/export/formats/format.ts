@@ -5,12 +5,11 @@
  * (src/export/formats/eee.ts, foundry.ts); src/export/formats/registry.ts lists
  * them. This module imports nothing heavy, so that the public API can offer it.
  */
-import { mkdir, readFile } from "node:fs/promises";
 import { dirname } from "node:path";
 
 import type { BankRow } from "../../bank/bank.js";
 import { UsageError } from "../../errors.js";
-import { fileError, writeFileAtomic } from "../../util/fs.js";
+import { fileError, makeDir, readTextIfPresent, writeFileAtomic } from "../../util/fs.js";
 
 /** One scored row, as `hsm score` writes it (the fields every format may read). */
 export interface ScoredRow {
@@ -100,7 +99,7 @@ export function registerExportFormat(registry: ExportFormatRegistry, format: Exp
 /** Writes `text` to `path` atomically, creating its folder; a failure names the path. */
 export async function writeExportFile(path: string, text: string): Promise<void> {
   try {
-    await mkdir(dirname(path), { recursive: true });
+    await makeDir(dirname(path));
   } catch (err) {
     throw fileError(err, dirname(path), "write");
   }
@@ -110,9 +109,8 @@ export async function writeExportFile(path: string, text: string): Promise<void>
 /** True when `path` holds exactly `text`; false when it holds something else or nothing. */
 export async function holdsText(path: string, text: string): Promise<boolean> {
   try {
-    return (await readFile(path, "utf8")) === text;
+    return (await readTextIfPresent(path)) === text;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return false;
     throw fileError(err, path);
   }
 }

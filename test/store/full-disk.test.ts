@@ -29,6 +29,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { DiskSpaceError, FileError } from "../../src/errors.js";
 import { writeFixture } from "../../src/synthetic/store.js";
+import { computeMetrics } from "../../src/metrics/compute.js";
+import { writeResults } from "../../src/metrics/report.js";
 import { adoptStore } from "../../src/store/adopt.js";
 import { mergeShards } from "../../src/store/merge.js";
 import { StoreWriter, type StoreInit } from "../../src/store/writer.js";
@@ -272,5 +274,27 @@ describe.skipIf(!canMount)("on a small tmpfs (needs root to mount one)", () => {
     const m = await adoptStore(store, { bank: join(fx, "bank.jsonl") });
     expect(m.complete).toBe(true);
     expect(entries(store)).toEqual([...files, "index.json"].sort());
+  });
+
+  it("writes metrics all or none: a full disk names the file, leaves no temporary file and every old result", async () => {
+    const fx = join(dir, "fx-metrics");
+    await writeFixture(fx, { facts: 9, d: 8, layersTotal: 6, seed: 4 });
+    const out = join(fits!, "metrics");
+    const first = await computeMetrics(join(fx, "store"), { scored: join(fx, "scored.jsonl") });
+    await writeResults(out, first, join(fx, "store"));
+    const before = new Map(readdirSync(out).map((f) => [f, readFileSync(join(out, f))]));
+    expect([...before.keys()].sort()).toEqual(["iss.csv", "iss.json", "iss.svg", "kts.csv", "kts.json", "kts.svg"]);
+    // Other results (another bootstrap seed): room for the first new files, not for all of them.
+    const second = await computeMetrics(join(fx, "store"), { scored: join(fx, "scored.jsonl"), seed: 99 });
+    const filler = fill(fits!, 3 * 4096);
+    const err = await writeResults(out, second, join(fx, "store")).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(FileError);
+    expect((err as FileError).code).toBe("ENOSPC");
+    expect((err as FileError).message).toMatch(
+      new RegExp(`^${out}/(iss|kts)\\.(json|csv|svg): cannot be written: no space left on device \\(ENOSPC\\)$`),
+    );
+    expect(readdirSync(out).sort()).toEqual([...before.keys()].sort());
+    for (const [f, bytes] of before) expect(readFileSync(join(out, f)).equals(bytes), f).toBe(true);
+    unlinkSync(filler);
   });
 });

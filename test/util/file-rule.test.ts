@@ -5,8 +5,18 @@
  * byte-order mark each get one error naming the file, exit status 1, and never
  * a hang or a read without end. Writers in place never write through a link.
  */
-import { execFileSync } from "node:child_process";
-import { cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -325,5 +335,41 @@ describe("the in-place writers of a store", () => {
       /symbolic link, which hsm does not write through/,
     );
     expect(readFileSync(join(other, "L003.npy")).equals(before)).toBe(true);
+  });
+
+  it("a store killed while its layer files are made has its manifest first, and is refused by adopt", async () => {
+    const store = join(dir, "killed-early");
+    const writer = join(import.meta.dirname, "..", "..", "dist", "store", "writer.js");
+    // Layer files large enough that making them takes a while: the kill lands while they are allocated.
+    const script = `
+      const { StoreWriter } = await import(${JSON.stringify(writer)});
+      const ids = Array.from({ length: 20000 }, (_, i) => "q" + i);
+      await StoreWriter.open(${JSON.stringify(store)}, {
+        model: "m", model_sha256: "f".repeat(64), num_layers: 8, d_model: 1024, layers: [4, 5, 6, 7],
+        layer_rule: "l/(L-1) >= 0.4", last_layer_final_norm: true, dtype: "float32",
+        query_ids: ids, fact_ids: ids, condition_families: ids.map(() => "anchor"),
+      });
+      setInterval(() => {}, 1000);`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "ignore" });
+    const seen: string[][] = [];
+    const t0 = Date.now();
+    while (Date.now() - t0 < 30_000) {
+      const names = existsSync(store) ? readdirSync(store).filter((n) => !n.startsWith(".")) : [];
+      if (names.some((n) => n.endsWith(".npy"))) seen.push(names);
+      if (names.includes("L007.npy") || child.exitCode !== null) break;
+    }
+    child.kill("SIGKILL");
+    await new Promise((resolve) => child.once("exit", resolve));
+    expect(seen.length).toBeGreaterThan(0);
+    // Whenever a layer file was there, so was the manifest that says the store is unfinished.
+    for (const names of seen) expect(names).toContain("index.json");
+    await expectRefused(
+      () => adoptStore(store, { bank: join(fx, "bank.jsonl") }),
+      store,
+      /is an unfinished hsm store \(0 of 20000 rows written\)/,
+    );
+    const report = await verifyStore(store);
+    expect(report.ok).toBe(false);
+    expect(report.complete).toBe(false);
   });
 });

@@ -4,7 +4,7 @@
  * the command line) and one line naming what is wrong; status 3 is left for
  * bugs in hsm. Nothing a user keeps is replaced or deleted on the way.
  */
-import { spawnSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -105,6 +105,21 @@ describe("exit 1 or 2, never 3, for a user's mistakes", () => {
     const big = join(dir, "big.jsonl");
     writeFileSync(big, rows.join("\n") + "\n");
     expectOneLine(hsm(["check-bank", big]), EXIT.data, /big\.jsonl:3: is longer than 1048576 bytes/);
+  });
+});
+
+describe("a FIFO where a file should be hangs no command", () => {
+  it("extract, generate and report refuse it by name at once", () => {
+    const fifo = join(dir, "bank-fifo.jsonl");
+    execFileSync("mkfifo", [fifo]);
+    for (const cmd of ["extract", "generate"]) {
+      const r = hsm([cmd, "--model-dir", model, "--bank", fifo, "--out", join(dir, `${cmd}-fifo-out`)]);
+      expectOneLine(r, EXIT.data, /bank-fifo\.jsonl: cannot be read: it is a FIFO \(named pipe\), not a regular file/);
+    }
+    const outputs = join(dir, "outputs-fifo");
+    mkdirSync(join(outputs, "evaluation"), { recursive: true });
+    execFileSync("mkfifo", [join(outputs, "evaluation", "m.scored.jsonl")]);
+    expectOneLine(hsm(["report", outputs]), EXIT.data, /m\.scored\.jsonl: cannot be read: it is a FIFO/);
   });
 });
 

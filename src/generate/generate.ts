@@ -68,7 +68,14 @@ import {
 } from "../onnx/graph.js";
 import { graphFormat } from "../model/model-report.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
-import { loadSession, ModelLoadError, stageModel, withStagedModel, type ModelRunOptions } from "../model/session.js";
+import {
+  checkDevice,
+  loadSession,
+  ModelLoadError,
+  stageModel,
+  withStagedModel,
+  type ModelRunOptions,
+} from "../model/session.js";
 import { tokenizerAndModel, type PromptTokenizer } from "../model/tokenizer.js";
 
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
@@ -361,6 +368,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   checkCounts(batchSize, maxNew, o.selfCheck);
   const job = await prepareJob(o, batchSize, maxNew);
   const modelName = o.model ?? defaultModelName(o.modelDir);
+  // A device that cannot run fails before the output's folder is made.
+  checkDevice(o.device ?? "cpu");
   await makeDir(dirname(o.out));
   // One writer per generations file; what it holds is checked before the model is loaded.
   const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);

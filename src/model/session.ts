@@ -103,6 +103,12 @@ function probeWebgpu(): string | undefined {
 /** What {@link probeWebgpu} found, once per process. */
 let webgpuProbe: { message: string | undefined } | undefined;
 
+/** Throws the {@link DeviceError} of a device that cannot run here (WebGPU without an adapter), before any work. */
+export function checkDevice(device: Device): void {
+  const unusable = device === "webgpu" ? (webgpuProbe ??= { message: probeWebgpu() }).message : undefined;
+  if (unusable !== undefined) throw deviceError(device, unusable)!;
+}
+
 /** The error for a device whose provider failed with `message`; undefined for the CPU. */
 export function deviceError(device: Device, message: string): DeviceError | undefined {
   const first = message.split("\n")[0]!;
@@ -206,8 +212,7 @@ export async function withStagedModel<T>(
   load: (model: string | Uint8Array) => Promise<T>,
 ): Promise<T> {
   try {
-    const unusable = device === "webgpu" ? (webgpuProbe ??= { message: probeWebgpu() }).message : undefined;
-    if (unusable !== undefined) throw deviceError(device, unusable)!;
+    checkDevice(device);
     if (!stage) return await load(bytes);
     await writeFile(join(stage.dir, stage.modelFile), bytes);
     return await load(join(stage.dir, stage.modelFile));

@@ -82,11 +82,16 @@ function plant(path: string, kind: Hostile, good: Buffer): void {
     case "bom":
       writeFileSync(path, Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), good]));
       return;
+    case "oversized":
+      // A sparse file past every cap: refused by its size, or by its first line's length, never read whole.
+      writeFileSync(path, good.subarray(0, 10));
+      truncateSync(path, TEXT_FILE_MAX_BYTES + 1);
+      return;
   }
 }
 
-type Hostile = "fifo" | "device" | "folder" | "not-utf8" | "bom";
-const HOSTILE: Hostile[] = ["fifo", "device", "folder", "not-utf8", "bom"];
+type Hostile = "fifo" | "device" | "folder" | "not-utf8" | "bom" | "oversized";
+const HOSTILE: Hostile[] = ["fifo", "device", "folder", "not-utf8", "bom", "oversized"];
 
 /** What each hostile input must be called, in the one line that names it. */
 const SAYS: Record<Hostile, RegExp> = {
@@ -95,6 +100,7 @@ const SAYS: Record<Hostile, RegExp> = {
   folder: /directory/,
   "not-utf8": /not valid UTF-8: byte 0xe9 at offset 20/,
   bom: /byte-order mark/,
+  oversized: /is longer than 1048576 bytes|holds 268435457 bytes, more than the \d+/,
 };
 
 /** The error `run` ends with: an hsm error (exit 1) naming `path`, in one line, within a few seconds. */

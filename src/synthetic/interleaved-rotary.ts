@@ -377,15 +377,12 @@ function buildRotaryOnnx(
 function gptjFamily(c: GptjConfig, wt: GptjWeights): RotaryFamily {
   const d = c.n_embd;
   const rd = c.rotary_dim;
+  const positionTable = sinusoidalPositions(c.n_positions, rd);
   return {
     name: "gptj",
     sincos: (w, scope, positions) => {
       const { g, i64 } = w;
-      const table = g.floats("/transformer/constants/embed_positions", sinusoidalPositions(c.n_positions, rd), [
-        1,
-        c.n_positions,
-        rd,
-      ]);
+      const table = g.floats("/transformer/constants/embed_positions", positionTable, [1, c.n_positions, rd]);
       const shape = g.op1(scope, "Shape", [positions]);
       const batch = g.op1(scope, "Gather", [shape, i64("zero_i_1d", [0])], { axis: 0 });
       const reps = g.op1(scope, "Concat", [batch, i64("ones_2", [1, 1])], { axis: 0 });
@@ -417,14 +414,11 @@ function codegenFamily(c: CodegenConfig, wt: CodegenWeights): RotaryFamily {
   const H = c.n_head;
   const hd = d / H;
   const local = d / CODEGEN_MP_NUM;
+  const positionTable = sinusoidalPositions(c.n_positions, c.rotary_dim);
   return {
     name: "codegen",
     sincos: (w, scope, positions) => {
-      const table = w.g.floats(
-        "/transformer/constants/embed_positions",
-        sinusoidalPositions(c.n_positions, c.rotary_dim),
-        [c.n_positions, c.rotary_dim],
-      );
+      const table = w.g.floats("/transformer/constants/embed_positions", positionTable, [c.n_positions, c.rotary_dim]);
       return w.g.op1(scope, "Gather", [table, positions], { axis: 0 });
     },
     qkv: (w, i, h) => {

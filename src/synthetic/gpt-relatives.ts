@@ -22,7 +22,7 @@
  *   padding), so left padding does not shift them.
  */
 import { DataType, valueInfo } from "../onnx/graph.js";
-import { geluNew, pastLength, causalMask, viewInputIds } from "./learned-positions.js";
+import { causalMask, geluNew, pastLength, viewInputIds } from "./learned-positions.js";
 import { FLOAT32_LOWEST, TOKENIZERS, writeKvCache, type GraphVariant, type TinyModelOptions } from "./llama.js";
 import {
   finishGraph,
@@ -243,49 +243,31 @@ export function gptBigcodeWeights(c: GptBigcodeConfig, seed: number, embedScale 
   };
 }
 
-/** wte(ids) + wpe(positions), positions as given or arange(past, past + T) as GPT-2 and GPT-Neo count them. */
-function embedArange(
-  w: TorchGraph,
-  wte: Float32Array,
-  wpe: Float32Array,
-  vocab: number,
-  positions: number,
-  d: number,
-): { x: string; seqLen: string; view: string } {
-  const { g, i64 } = w;
-  const { ids, seqLen, view } = viewInputIds(w, "/transformer");
-  let pos: string;
-  if (w.hasPositions) pos = g.op1("/transformer", "Reshape", ["position_ids", view]);
-  else {
-    const past = pastLength(w, "/transformer");
-    const range = g.op1("/transformer", "Range", [
-      past,
-      g.op1("/transformer", "Add", [past, seqLen]),
-      i64("one_i", [1], []),
-    ]);
-    pos = g.op1("/transformer", "Unsqueeze", [range, i64("axes_0", [0])]);
-  }
-  return { x: embed(w, wte, wpe, vocab, positions, d, ids, pos), seqLen, view };
+/** The two embedding tables and their shapes: [vocab, d] and [rows, d]. */
+interface Embeddings {
+  wte: Float32Array;
+  wpe: Float32Array;
+  vocab: number;
+  rows: number;
+  d: number;
 }
 
-/** The sum of the token and position embeddings entering the first block. */
-function embed(
-  w: TorchGraph,
-  wte: Float32Array,
-  wpe: Float32Array,
-  vocab: number,
-  positions: number,
-  d: number,
-  ids: string,
-  pos: string,
-): string {
+/** Positions without a `position_ids` input as GPT-2 and GPT-Neo count them: arange(past, past + T), unsqueezed. */
+function arangePositions(w: TorchGraph, seqLen: string): string {
+  const { g, i64 } = w;
+  const past = pastLength(w, "/transformer");
+  const end = g.op1("/transformer", "Add", [past, seqLen]);
+  const range = g.op1("/transformer", "Range", [past, end, i64("one_i", [1], [])]);
+  return g.op1("/transformer", "Unsqueeze", [range, i64("axes_0", [0])]);
+}
+
+/** wte(ids) + wpe(pos), the stream entering the first block. */
+function embed(w: TorchGraph, e: Embeddings, ids: string, pos: string): string {
   const { g } = w;
-  const tokens = g.op1("/transformer/wte", "Gather", [g.floats("transformer.wte.weight", wte, [vocab, d]), ids], {
-    axis: 0,
-  });
-  const places = g.op1("/transformer/wpe", "Gather", [g.floats("transformer.wpe.weight", wpe, [positions, d]), pos], {
-    axis: 0,
-  });
+  const wte = g.floats("transformer.wte.weight", e.wte, [e.vocab, e.d]);
+  const wpe = g.floats("transformer.wpe.weight", e.wpe, [e.rows, e.d]);
+  const tokens = g.op1("/transformer/wte", "Gather", [wte, ids], { axis: 0 });
+  const places = g.op1("/transformer/wpe", "Gather", [wpe, pos], { axis: 0 });
   return g.op1("/transformer", "Add", [tokens, places]);
 }
 
@@ -342,8 +324,9 @@ export function buildGptNeoOnnx(
   const hd = d / H;
   const I = c.intermediate_size ?? 4 * d;
   const eps = c.layer_norm_epsilon;
-  const { x: x0, seqLen, view } = embedArange(w, wt.wte, wt.wpe, c.vocab_size, c.max_position_embeddings, d);
-  let x = x0;
+  const { ids, seqLen, view } = viewInputIds(w, "/transformer");
+  const pos = w.hasPositions ? g.op1("/transformer", "Reshape", ["position_ids", view]) : arangePositions(w, seqLen);
+  let x = embed(w, { wte: wt.wte, wpe: wt.wpe, vocab: c.vocab_size, rows: c.max_position_embeddings, d }, ids, pos);
   // (1 − mask) · finfo.min, [B, 1, 1, S], added after the causal Where.
   const mask4 = g.op1("/transformer", "Unsqueeze", ["attention_mask", i64("axes_12", [1, 2])]);
   const maskF = g.op1("/transformer", "Cast", [mask4], { to: DataType.FLOAT });
@@ -379,7 +362,7 @@ export function buildGptNeoOnnx(
   return finishGraph(w, "hsm tiny-gpt-neo");
 }
 
-/** gelu(x, approximate="tanh") as torch's opset-9 symbolic writes it: ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x·x·x))). */
+/** gelu(x, approximate="tanh") as torch's opset-9 symbolic writes it: ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). */
 function geluTanh(w: TorchGraph, scope: string, x: string): string {
   const { g, scalar } = w;
   const cube = g.op1(scope, "Mul", [x, g.op1(scope, "Mul", [x, x])]);
@@ -461,7 +444,7 @@ export function buildGptBigcodeOnnx(
   const pos = w.hasPositions
     ? g.op1("/transformer", "Reshape", ["position_ids", view])
     : bigcodePositions(w, seqLen, kvSeqAxis);
-  let x = embed(w, wt.wte, wt.wpe, c.vocab_size, c.n_positions, d, ids, pos);
+  let x = embed(w, { wte: wt.wte, wpe: wt.wpe, vocab: c.vocab_size, rows: c.n_positions, d }, ids, pos);
   // bias[past : total, :total] · attention_mask.view(B, 1, S), then a heads axis: [B, T, 1, S] (MQA) or [B, 1, T, S].
   const padOk = g.op1("/transformer", "Unsqueeze", [
     g.op1("/transformer", "Cast", ["attention_mask"], { to: DataType.BOOL }),

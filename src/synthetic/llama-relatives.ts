@@ -40,7 +40,6 @@ import {
   lmHead,
   mergeHeads,
   seededDraws,
-  splitHeads,
   startGraph,
   type TorchGraph,
 } from "./torch-graph.js";
@@ -493,6 +492,12 @@ function olmoNorm(p: TorchGraph, scope: string, x: string, d: number): string {
   const ones = g.op1(scope, "Constant", [], { value: floatTensor("", new Float32Array(d).fill(1), [d]) });
   const zeros = g.op1(scope, "Constant", [], { value: floatTensor("", new Float32Array(d), [d]) });
   return g.op1(scope, "LayerNormalization", [x, ones, zeros], { axis: -1, epsilon: { float: 1e-5 } });
+}
+
+/** [B, T, n·hd] → [B, n, T, hd], its shape constant named by n: queries and keys have different head counts. */
+function splitHeads(p: TorchGraph, scope: string, y: string, n: number, hd: number): string {
+  const shape = p.i64(`shape_heads_${n}`, [0, 0, n, hd]);
+  return p.g.op1(scope, "Transpose", [p.g.op1(scope, "Reshape", [y, shape])], { perm: [0, 2, 1, 3] });
 }
 
 /** Projection biases (StarCoder2) and the clamp of q, k and v (OLMo's clip_qkv). */

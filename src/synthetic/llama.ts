@@ -413,7 +413,10 @@ function attentionBias(p: GraphParts): { total: string; qpos: string; bias: stri
 }
 
 /** Rotary cos and sin tables, [max positions, head_dim]; LongRoPE's `factors` divide the frequencies. */
-function rotaryTables(c: LlamaConfig, factors?: number[]): { cosT: Float32Array; sinT: Float32Array } {
+export function rotaryTables(
+  c: Pick<LlamaConfig, "head_dim" | "rope_theta" | "max_position_embeddings" | "original_max_position_embeddings">,
+  factors?: number[],
+): { cosT: Float32Array; sinT: Float32Array } {
   const hd = c.head_dim;
   const half = hd / 2;
   // LongRoPE's scale of both tables once the model's context exceeds the one it was trained for.

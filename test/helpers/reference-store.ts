@@ -17,8 +17,27 @@ import { ownFamilyForward } from "./own-family-reference.js";
 import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { referenceHidden } from "./llama-reference.js";
 
-/** The reference forward pass of the model `o` describes: per block, the residual stream at the last position. */
+/** The references already computed, by model (its options but `positionIds`) and then by prompt. */
+const computed = new Map<string, Map<string, Float64Array[]>>();
+
+/**
+ * The reference forward pass of the model `o` describes: per block, the residual stream at the last position.
+ * Whether the graph reads `position_ids` changes neither its weights nor an unpadded sequence's positions, so the
+ * outputs of one model share their results (the float64 passes cost more than the runs they check).
+ */
 function referenceOf(o: OwnFamilyOptions): (ids: number[]) => Float64Array[] {
+  const key = JSON.stringify({ ...o, positionIds: undefined });
+  if (!computed.has(key)) computed.set(key, new Map());
+  const known = computed.get(key)!;
+  let forward: ((ids: number[]) => Float64Array[]) | undefined;
+  return (ids) => {
+    const k = ids.join(",");
+    if (!known.has(k)) known.set(k, (forward ??= forwardOf(o))(ids));
+    return known.get(k)!;
+  };
+}
+
+function forwardOf(o: OwnFamilyOptions): (ids: number[]) => Float64Array[] {
   if (isOwnFamily(o.family)) {
     const forward = ownFamilyForward({ ...o, family: o.family });
     return (ids) => forward(ids).hidden;

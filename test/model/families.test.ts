@@ -196,6 +196,40 @@ describe.each(FAMILIES)("%s", (family) => {
   );
 });
 
+describe("gpt_bigcode without multi_query", () => {
+  it("carries its per-head fused cache [B, heads, seq, 2·head_dim]: the reference at batch 16 and 1", async () => {
+    const o: OwnFamilyOptions = { ...options("gpt_bigcode", "with-past"), multiQuery: false, seed: 80 };
+    const md = join(dir, "gpt_bigcode-mha");
+    await writeModelInStyle(md, "with-past", o);
+    const rows = readFileSync(bank, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    const tok = await PromptTokenizer.load(md);
+    const decode = referenceDecoder(readFileSync(join(md, "tokenizer.json"), "utf8"));
+    const forward = ownFamilyForward({ ...o, family: "gpt_bigcode" });
+    const want = Object.fromEntries(
+      rows.map((r) => [
+        r.query_id,
+        decode(ownFamilyGreedy(forward, tok.encode(buildPrompt(r)), new Set([1025]), MAX_NEW)),
+      ]),
+    );
+    for (const batchSize of [16, 1]) {
+      const store = join(dir, `gpt_bigcode-mha-b${batchSize}`);
+      await extract({ modelDir: md, bank, out: store, batchSize, layerRule: "l >= 0" });
+      await expectStoreMatchesReference(store, o, md, bank);
+      const out = `${store}.jsonl`;
+      await generate({ modelDir: md, bank, out, batchSize, maxNewTokens: MAX_NEW });
+      const got = readFileSync(out, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l))
+        .map((r) => [r.query_id, r.raw_response]);
+      expect(Object.fromEntries(got)).toEqual(want);
+    }
+  });
+});
+
 describe("tensors named with --hidden-tensors", () => {
   it("may be OPT's flattened [B·T, d] residual sums: read as [B, T, d], the reference at batch 16", async () => {
     await ensureModel("opt", "legacy");

@@ -36,7 +36,11 @@ export interface AttentionShape {
   headDim: number;
 }
 
-/** The attention heads and head size config.json declares; undefined when it does not say. */
+/**
+ * The attention heads and head size config.json declares; undefined when it does not say. A multi-query model
+ * (GPT-BigCode's or Falcon's `multi_query`, Falcon only without its new decoder architecture) has one key/value
+ * head, whatever `num_kv_heads` says.
+ */
 export function attentionShape(config: Record<string, unknown>): AttentionShape | undefined {
   const int = (v: unknown) => (typeof v === "number" && Number.isSafeInteger(v) && v > 0 ? v : undefined);
   const text = (config.text_config ?? {}) as Record<string, unknown>;
@@ -44,7 +48,10 @@ export function attentionShape(config: Record<string, unknown>): AttentionShape 
   const heads = pick("num_attention_heads", "n_head", "num_heads");
   const hidden = pick("hidden_size", "n_embd", "d_model");
   const headDim = pick("head_dim") ?? (heads && hidden && hidden % heads === 0 ? hidden / heads : undefined);
-  const kvHeads = pick("num_key_value_heads", "n_head_kv", "num_kv_heads") ?? heads;
+  const multiQuery = (config.multi_query ?? text.multi_query) === true;
+  const newArchitecture = (config.new_decoder_architecture ?? text.new_decoder_architecture) === true;
+  const kvHeads =
+    multiQuery && !newArchitecture ? 1 : (pick("num_key_value_heads", "n_head_kv", "num_kv_heads") ?? heads);
   return heads && kvHeads && headDim ? { heads, kvHeads, headDim } : undefined;
 }
 
@@ -129,6 +136,8 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
   for (const softmax of graph.node ?? []) {
     if (/Attention$/.test(softmax.opType ?? "")) return undefined;
     if (softmax.opType !== "Softmax") continue;
+    // A mixture of experts' router (Mixtral's): its probabilities pick experts, no values.
+    if ((consumers.get(softmax.output![0]!) ?? []).some((r) => r.opType === "TopK")) continue;
     const axis = softmaxAxis(softmax, opset);
     if (axis !== -1 && axis !== 3) return undefined;
     // The one matrix product behind the Softmax's elementwise chain.
@@ -174,7 +183,7 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
  * `[batch, heads, headDim, past]`). Present outputs the graph already has (of the
  * prompt alone) are dropped. False, and the graph untouched, where the graph
  * has past inputs, no attention mask, fused attention operators, or not one
- * Softmax attention per decoder block.
+ * Softmax attention per decoder block (a router's Softmax, read by `TopK`, is none).
  */
 export function addKvCache(graph: GraphProto, opset: number, numLayers: number, shape: AttentionShape): boolean {
   const inputs = graph.input ?? [];

@@ -1,12 +1,14 @@
 /**
  * The KV-cache tensors of exported decoders, named once: inputs
  * `past_key_values.N.key` / `.value` (older exports: `past.N.key`), outputs
- * `present.N.key` / `.value`. A step's `present.*` output feeds the next step's
- * matching past input.
+ * `present.N.key` / `.value`. GPT-BigCode fuses each layer's pair into one
+ * tensor, `past_key_values.N.key_value` / `present.N.key_value` (the key's
+ * channels, then the value's, on the last axis). A step's `present.*` output
+ * feeds the next step's matching past input.
  */
 
-const PAST = /^(?:past_key_values|past)\.(\d+)\.(key|value)$/;
-const PRESENT = /^present\.(\d+)\.(key|value)$/;
+const PAST = /^(?:past_key_values|past)\.(\d+)\.(key|value|key_value)$/;
+const PRESENT = /^present\.(\d+)\.(key|value|key_value)$/;
 
 /** The past input of block `layer` in optimum's naming. */
 export function pastInputName(layer: number, kind: "key" | "value"): string {
@@ -18,7 +20,7 @@ export function presentOutputName(layer: number, kind: "key" | "value"): string 
   return `present.${layer}.${kind}`;
 }
 
-/** True for a KV-cache input (`past_key_values.N.key`, `past.N.value`, …). */
+/** True for a KV-cache input (`past_key_values.N.key`, `past.N.value`, `past_key_values.N.key_value`, …). */
 export function isPastInput(name: string): boolean {
   return PAST.test(name);
 }

@@ -247,7 +247,7 @@ export function optWeights(c: OptConfig, seed: number, embedScale = 1): OptWeigh
  * `input_ids.view(-1, input_shape[-1])` as torch exports it; returns the ids, the sequence length T
  * (a scalar) and the [-1, T] shape, which GPT-2 also views `position_ids` by.
  */
-function viewInputIds(w: TorchGraph, scope: string): { ids: string; seqLen: string; view: string } {
+export function viewInputIds(w: TorchGraph, scope: string): { ids: string; seqLen: string; view: string } {
   const { g, i64 } = w;
   const shape = g.op1(scope, "Shape", ["input_ids"]);
   const seqLen = g.op1(scope, "Gather", [shape, i64("minus_one", [-1], [])], { axis: 0 });
@@ -257,7 +257,7 @@ function viewInputIds(w: TorchGraph, scope: string): { ids: string; seqLen: stri
 }
 
 /** The causal mask [T, S] (true where key position ≤ query position), the query positions counted from the cache. */
-function causalMask(w: TorchGraph, scope: string, seqLen: string): string {
+export function causalMask(w: TorchGraph, scope: string, seqLen: string): string {
   const { g, i64 } = w;
   const total = g.op1(scope, "Gather", [g.op1(scope, "Shape", ["attention_mask"]), i64("one_i", [1], [])], {
     axis: 0,
@@ -272,7 +272,7 @@ function causalMask(w: TorchGraph, scope: string, seqLen: string): string {
 }
 
 /** The length of the cache entering the graph (`past_key_values[0][0].size(-2)`), or 0 without past inputs. */
-function pastLength(w: TorchGraph, scope: string): string {
+export function pastLength(w: TorchGraph, scope: string): string {
   const { g, i64 } = w;
   if (!w.withPast) return i64("zero_i", [0], []);
   const shape = g.op1(scope, "Shape", [pastInputName(0, "key")]);
@@ -280,7 +280,7 @@ function pastLength(w: TorchGraph, scope: string): string {
 }
 
 /** gelu_new, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), op by op as torch exports NewGELUActivation. */
-function geluNew(w: TorchGraph, scope: string, x: string): string {
+export function geluNew(w: TorchGraph, scope: string, x: string): string {
   const { g, scalar } = w;
   const half = g.op1(scope, "Mul", [scalar("half", 0.5), x]);
   const cube = g.op1(scope, "Pow", [x, scalar("three", 3)]);

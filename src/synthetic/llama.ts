@@ -69,11 +69,48 @@ export const LLAMA_FAMILIES: readonly LlamaFamily[] = ["llama", "gemma", "qwen2"
 
 /**
  * Every family `make-model` writes: the Llama-shaped ones above, and those with graph builders of their own
- * (families.ts): `gpt2` and `opt` (learned absolute positions, LayerNorm, biases; learned-positions.ts), `bloom`
- * and `mpt` (ALiBi; alibi.ts).
+ * (families.ts), named by their HuggingFace `model_type`: `gpt2` and `opt` (learned absolute positions, LayerNorm,
+ * biases; learned-positions.ts), `bloom` and `mpt` (ALiBi; alibi.ts), `gptj` and `codegen` (interleaved partial
+ * rotary, parallel blocks; interleaved-rotary.ts), `gpt_neo` and `gpt_bigcode` (learned positions, local attention,
+ * a multi-query fused cache; gpt-relatives.ts), `falcon`, `phi` and `stablelm` (partial rotary, parallel blocks;
+ * partial-rotary.ts), `mistral`, `mixtral`, `olmo` and `starcoder2` (sliding window, experts, non-parametric
+ * LayerNorm, biases; llama-relatives.ts).
  */
-export type Family = LlamaFamily | "gpt2" | "opt" | "bloom" | "mpt";
-export const FAMILIES: readonly Family[] = [...LLAMA_FAMILIES, "gpt2", "opt", "bloom", "mpt"];
+export type Family =
+  | LlamaFamily
+  | "gpt2"
+  | "opt"
+  | "bloom"
+  | "mpt"
+  | "gptj"
+  | "codegen"
+  | "gpt_neo"
+  | "gpt_bigcode"
+  | "falcon"
+  | "phi"
+  | "stablelm"
+  | "mistral"
+  | "mixtral"
+  | "olmo"
+  | "starcoder2";
+export const FAMILIES: readonly Family[] = [
+  ...LLAMA_FAMILIES,
+  "gpt2",
+  "opt",
+  "bloom",
+  "mpt",
+  "gptj",
+  "codegen",
+  "gpt_neo",
+  "gpt_bigcode",
+  "falcon",
+  "phi",
+  "stablelm",
+  "mistral",
+  "mixtral",
+  "olmo",
+  "starcoder2",
+];
 
 /** Weights in HuggingFace orientation: linear layers are [out, in]. */
 export interface LlamaWeights {
@@ -413,7 +450,10 @@ function attentionBias(p: GraphParts): { total: string; qpos: string; bias: stri
 }
 
 /** Rotary cos and sin tables, [max positions, head_dim]; LongRoPE's `factors` divide the frequencies. */
-function rotaryTables(c: LlamaConfig, factors?: number[]): { cosT: Float32Array; sinT: Float32Array } {
+export function rotaryTables(
+  c: Pick<LlamaConfig, "head_dim" | "rope_theta" | "max_position_embeddings" | "original_max_position_embeddings">,
+  factors?: number[],
+): { cosT: Float32Array; sinT: Float32Array } {
   const hd = c.head_dim;
   const half = hd / 2;
   // LongRoPE's scale of both tables once the model's context exceeds the one it was trained for.

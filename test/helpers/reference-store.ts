@@ -8,17 +8,36 @@ import { readFileSync } from "node:fs";
 import { expect } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
-import { tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import { tinyConfig, tinyWeights } from "../../src/synthetic/llama.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
-import { isOwnFamily } from "../../src/synthetic/families.js";
+import { isOwnFamily, type OwnFamilyOptions } from "../../src/synthetic/families.js";
 import { referenceHiddenFamily } from "./family-reference.js";
 import { ownFamilyForward } from "./own-family-reference.js";
 import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { referenceHidden } from "./llama-reference.js";
 
-/** The reference forward pass of the model `o` describes: per block, the residual stream at the last position. */
-function referenceOf(o: TinyModelOptions): (ids: number[]) => Float64Array[] {
+/** The references already computed, by model (its options but `positionIds`) and then by prompt. */
+const computed = new Map<string, Map<string, Float64Array[]>>();
+
+/**
+ * The reference forward pass of the model `o` describes: per block, the residual stream at the last position.
+ * Whether the graph reads `position_ids` changes neither its weights nor an unpadded sequence's positions, so the
+ * outputs of one model share their results (the float64 passes cost more than the runs they check).
+ */
+function referenceOf(o: OwnFamilyOptions): (ids: number[]) => Float64Array[] {
+  const key = JSON.stringify({ ...o, positionIds: undefined });
+  if (!computed.has(key)) computed.set(key, new Map());
+  const known = computed.get(key)!;
+  let forward: ((ids: number[]) => Float64Array[]) | undefined;
+  return (ids) => {
+    const k = ids.join(",");
+    if (!known.has(k)) known.set(k, (forward ??= forwardOf(o))(ids));
+    return known.get(k)!;
+  };
+}
+
+function forwardOf(o: OwnFamilyOptions): (ids: number[]) => Float64Array[] {
   if (isOwnFamily(o.family)) {
     const forward = ownFamilyForward({ ...o, family: o.family });
     return (ids) => forward(ids).hidden;
@@ -32,7 +51,7 @@ function referenceOf(o: TinyModelOptions): (ids: number[]) => Float64Array[] {
 
 export async function expectStoreMatchesReference(
   store: string,
-  o: TinyModelOptions,
+  o: OwnFamilyOptions,
   modelDir: string,
   bankPath: string,
 ): Promise<void> {

@@ -1,12 +1,16 @@
 /**
- * The families whose graphs are not Llama-shaped (GPT-2 and OPT: learned
- * absolute positions; BLOOM and MPT: ALiBi), and Llama's beside them, in
- * each output optimum writes:
- * `model.onnx` with past, the legacy decoder without past and without
- * `position_ids` (GPT-2's counts positions from the padded length), and the
- * merged decoder. Extraction at batch 16 and 1 stores what the independent
- * float64 forward pass computes, and generation at batch 16 and 1 writes its
- * greedy text.
+ * The families whose graphs are not Llama-shaped (GPT-2, OPT, GPT-Neo and
+ * GPT-BigCode: learned absolute positions, BigCode's multi-query cache fused
+ * into one key_value tensor per layer; BLOOM and MPT: ALiBi; GPT-J and
+ * CodeGen: interleaved partial rotary in parallel blocks; Falcon, Phi and
+ * StableLM: partial rotary, Falcon's one cached key/value head; Mistral,
+ * Mixtral, OLMo and StarCoder2: sliding windows, a mixture of experts,
+ * LayerNorm without weights, biases), and Llama's beside them, in each output
+ * optimum writes: `model.onnx` with past, the legacy decoder without past and
+ * without `position_ids` (GPT-2's counts positions from the padded length),
+ * and the merged decoder. Extraction at batch 16 and 1 stores what the
+ * independent float64 forward pass computes, and generation at batch 16 and 1
+ * writes its greedy text.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -18,8 +22,8 @@ import { extract, inspectModel } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
-import type { OwnFamily } from "../../src/synthetic/families.js";
-import { tinyConfig, tinyWeights, type TinyModelOptions } from "../../src/synthetic/llama.js";
+import type { OwnFamily, OwnFamilyOptions } from "../../src/synthetic/families.js";
+import { tinyConfig, tinyWeights } from "../../src/synthetic/llama.js";
 import { referenceDecoder, referenceGreedy } from "../helpers/llama-reference.js";
 import { ownFamilyForward, ownFamilyGreedy } from "../helpers/own-family-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
@@ -37,7 +41,36 @@ const QUERIES = [
 ];
 const MAX_NEW = 6;
 /** Llama's shape beside them: the writer of every other Llama-shaped family, its positions from the mask's width. */
-const FAMILIES: readonly (OwnFamily | "llama")[] = ["llama", "gpt2", "opt", "bloom", "mpt"];
+const FAMILIES: readonly (OwnFamily | "llama")[] = [
+  "llama",
+  "gpt2",
+  "opt",
+  "bloom",
+  "mpt",
+  "gptj",
+  "codegen",
+  "gpt_neo",
+  "gpt_bigcode",
+  "falcon",
+  "phi",
+  "stablelm",
+  "mistral",
+  "mixtral",
+  "olmo",
+  "starcoder2",
+];
+/**
+ * Windows and clamps small enough to act on these prompts; smaller embeddings where the LM head is tied to them
+ * (else greedy decoding mostly repeats the last token, whatever the cache holds).
+ */
+const KNOBS: Partial<Record<OwnFamily, OwnFamilyOptions>> = {
+  gpt_neo: { slidingWindow: 4, embedScale: 0.1 },
+  gpt_bigcode: { embedScale: 0.03 },
+  falcon: { embedScale: 0.1 },
+  mistral: { slidingWindow: 4 },
+  starcoder2: { slidingWindow: 4, embedScale: 0.1 },
+  olmo: { clipQkv: 0.5 },
+};
 /** The optimum outputs: the with-past model.onnx, the legacy decoder_model.onnx, and the merged decoder. */
 const OUTPUTS = {
   "with-past": { style: "with-past", positionIds: true },
@@ -46,7 +79,8 @@ const OUTPUTS = {
 } as const;
 type Output = keyof typeof OUTPUTS;
 
-const options = (family: OwnFamily | "llama", output: Output): TinyModelOptions => ({
+const options = (family: OwnFamily | "llama", output: Output): OwnFamilyOptions => ({
+  ...(family === "llama" ? {} : KNOBS[family]),
   family,
   layers: 2,
   hidden: 32,
@@ -56,6 +90,13 @@ const options = (family: OwnFamily | "llama", output: Output): TinyModelOptions 
   positionIds: OUTPUTS[output].positionIds,
 });
 const modelDir = (family: OwnFamily | "llama", output: Output) => join(dir, `${family}-${output}`);
+const written = new Map<string, Promise<unknown>>();
+/** Writes the model folder once, for whichever test needs it first. */
+const ensureModel = (family: OwnFamily | "llama", output: Output) => {
+  const md = modelDir(family, output);
+  if (!written.has(md)) written.set(md, writeModelInStyle(md, OUTPUTS[output].style, options(family, output)));
+  return written.get(md)!;
+};
 
 beforeAll(async () => {
   writeFileSync(
@@ -71,12 +112,43 @@ beforeAll(async () => {
       }),
     ).join("\n") + "\n",
   );
-  for (const family of FAMILIES)
-    for (const output of Object.keys(OUTPUTS) as Output[])
-      await writeModelInStyle(modelDir(family, output), OUTPUTS[output].style, options(family, output));
 });
 
+const greedyTexts = new Map<string, Promise<Record<string, string>>>();
+/**
+ * The reference's greedy text per query: the family's outputs differ only in reading position_ids, neither the
+ * weights nor an unpadded sequence's positions, so they share one reference (the float64 passes cost more than
+ * the runs they check).
+ */
+function wanted(
+  family: OwnFamily | "llama",
+  md: string,
+  rows: { query_id: string; condition_family: string; query: string }[],
+): Promise<Record<string, string>> {
+  if (!greedyTexts.has(family))
+    greedyTexts.set(
+      family,
+      (async () => {
+        const tok = await PromptTokenizer.load(md);
+        const decode = referenceDecoder(readFileSync(join(md, "tokenizer.json"), "utf8"));
+        const o = options(family, "with-past");
+        const forward = family === "llama" ? undefined : ownFamilyForward({ ...o, family });
+        const greedy = (prompt: number[], eos: ReadonlySet<number>) =>
+          forward
+            ? ownFamilyGreedy(forward, prompt, eos, MAX_NEW)
+            : referenceGreedy(tinyConfig(o), tinyWeights(o), prompt, eos, MAX_NEW);
+        const eos = new Set([1025]);
+        return Object.fromEntries(rows.map((r) => [r.query_id, decode(greedy(tok.encode(buildPrompt(r)), eos))]));
+      })(),
+    );
+  return greedyTexts.get(family)!;
+}
+
 describe.each(FAMILIES)("%s", (family) => {
+  beforeAll(async () => {
+    for (const output of Object.keys(OUTPUTS) as Output[]) await ensureModel(family, output);
+  });
+
   it.each(Object.keys(OUTPUTS) as Output[])("%s: extraction at batch 16 and 1 stores the reference", async (output) => {
     for (const batchSize of [16, 1]) {
       const out = join(dir, `${family}-${output}-b${batchSize}`);
@@ -102,19 +174,11 @@ describe.each(FAMILIES)("%s", (family) => {
     "%s: generation at batch 16 and 1 writes the reference's text",
     async (output) => {
       const md = modelDir(family, output);
-      const tok = await PromptTokenizer.load(md);
-      const decode = referenceDecoder(readFileSync(join(md, "tokenizer.json"), "utf8"));
-      const o = options(family, output);
-      const greedy = (prompt: number[], eos: ReadonlySet<number>) =>
-        family === "llama"
-          ? referenceGreedy(tinyConfig(o), tinyWeights(o), prompt, eos, MAX_NEW)
-          : ownFamilyGreedy(ownFamilyForward({ ...o, family }), prompt, eos, MAX_NEW);
-      const eos = new Set([1025]);
       const rows = readFileSync(bank, "utf8")
         .trim()
         .split("\n")
         .map((l) => JSON.parse(l));
-      const want = Object.fromEntries(rows.map((r) => [r.query_id, decode(greedy(tok.encode(buildPrompt(r)), eos))]));
+      const want = await wanted(family, md, rows);
       for (const batchSize of [16, 1]) {
         const out = join(dir, `${family}-${output}-b${batchSize}.jsonl`);
         expect(await generate({ modelDir: md, bank, out, batchSize, maxNewTokens: MAX_NEW })).toMatchObject({
@@ -132,8 +196,43 @@ describe.each(FAMILIES)("%s", (family) => {
   );
 });
 
+describe("gpt_bigcode without multi_query", () => {
+  it("carries its per-head fused cache [B, heads, seq, 2·head_dim]: the reference at batch 16 and 1", async () => {
+    const o: OwnFamilyOptions = { ...options("gpt_bigcode", "with-past"), multiQuery: false, seed: 80 };
+    const md = join(dir, "gpt_bigcode-mha");
+    await writeModelInStyle(md, "with-past", o);
+    const rows = readFileSync(bank, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    const tok = await PromptTokenizer.load(md);
+    const decode = referenceDecoder(readFileSync(join(md, "tokenizer.json"), "utf8"));
+    const forward = ownFamilyForward({ ...o, family: "gpt_bigcode" });
+    const want = Object.fromEntries(
+      rows.map((r) => [
+        r.query_id,
+        decode(ownFamilyGreedy(forward, tok.encode(buildPrompt(r)), new Set([1025]), MAX_NEW)),
+      ]),
+    );
+    for (const batchSize of [16, 1]) {
+      const store = join(dir, `gpt_bigcode-mha-b${batchSize}`);
+      await extract({ modelDir: md, bank, out: store, batchSize, layerRule: "l >= 0" });
+      await expectStoreMatchesReference(store, o, md, bank);
+      const out = `${store}.jsonl`;
+      await generate({ modelDir: md, bank, out, batchSize, maxNewTokens: MAX_NEW });
+      const got = readFileSync(out, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l))
+        .map((r) => [r.query_id, r.raw_response]);
+      expect(Object.fromEntries(got)).toEqual(want);
+    }
+  });
+});
+
 describe("tensors named with --hidden-tensors", () => {
   it("may be OPT's flattened [B·T, d] residual sums: read as [B, T, d], the reference at batch 16", async () => {
+    await ensureModel("opt", "legacy");
     const md = modelDir("opt", "legacy");
     const found = (await inspectModel(md)).inspection.plan.tensors;
     const flat = found.find((t) => t.layer === 0)!.tensor;

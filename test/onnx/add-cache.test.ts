@@ -22,6 +22,9 @@ import {
   type TinyModelOptions,
 } from "../../src/synthetic/llama.js";
 import { addKvCache, attentionShape, positionsRestart } from "../../src/onnx/add-cache.js";
+import { falconConfig, falconConfigJson } from "../../src/synthetic/partial-rotary.js";
+import { gptBigcodeConfig, gptBigcodeConfigJson } from "../../src/synthetic/gpt-relatives.js";
+import { buildMixtralOnnx, mixtralConfig, mixtralWeights } from "../../src/synthetic/llama-relatives.js";
 import { generate } from "../../src/generate/generate.js";
 import { decodeModel, encodeModel, graphIndex, valueShape, type GraphProto } from "../../src/onnx/graph.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
@@ -140,6 +143,32 @@ describe("addKvCache", () => {
     noMask.graph!.input = noMask.graph!.input!.filter((v) => v.name !== "attention_mask");
     expect(addKvCache(noMask.graph!, 17, 2, shape)).toBe(false);
     expect(addKvCache(decodeModel(buildLlamaOnnx(c, tinyWeights(BASE))).graph!, 17, 3, shape)).toBe(false);
+  });
+
+  it("counts one key/value head for multi-query Falcon and GPT-BigCode configs", () => {
+    const falcon = JSON.parse(falconConfigJson(falconConfig({ hidden: 32, heads: 4 }), false));
+    expect(falcon.num_kv_heads).toBe(4);
+    expect(attentionShape(falcon)).toEqual({ heads: 4, kvHeads: 1, headDim: 8 });
+    // Falcon's new decoder architecture keeps num_kv_heads whatever multi_query says.
+    expect(attentionShape({ ...falcon, new_decoder_architecture: true, num_kv_heads: 2 })).toMatchObject({
+      kvHeads: 2,
+    });
+    const bigcode = JSON.parse(gptBigcodeConfigJson(gptBigcodeConfig({ hidden: 32, heads: 4 }), false));
+    expect(attentionShape(bigcode)).toEqual({ heads: 4, kvHeads: 1, headDim: 8 });
+    expect(attentionShape({ ...bigcode, multi_query: false })).toMatchObject({ kvHeads: 4 });
+  });
+
+  it("takes a mixture of experts' router Softmax for no attention (Mixtral)", () => {
+    const c = mixtralConfig({ ...BASE, positionIds: false });
+    const model = decodeModel(buildMixtralOnnx(c, mixtralWeights(c, 44), false, { positionIds: false }));
+    const shape = attentionShape(c as unknown as Record<string, unknown>)!;
+    expect(addKvCache(model.graph!, 17, 2, shape)).toBe(true);
+    expect(model.graph!.output!.filter((o) => o.name!.startsWith("present.")).map((o) => o.name)).toEqual([
+      "present.0.key",
+      "present.0.value",
+      "present.1.key",
+      "present.1.value",
+    ]);
   });
 });
 

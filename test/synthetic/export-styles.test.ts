@@ -140,7 +140,8 @@ describe("make-model styles", () => {
       [
         "--family",
         "mamba",
-        'hsm: Expected --family llama, gemma, qwen2, phi3, neox, gpt2, opt, bloom, mpt but received "mamba"',
+        "hsm: Expected --family llama, gemma, qwen2, phi3, neox, gpt2, opt, bloom, mpt, gptj, codegen, gpt_neo, gpt_bigcode, " +
+          'falcon, phi, stablelm, mistral, mixtral, olmo, starcoder2 but received "mamba"',
       ],
     ] as const) {
       const out = join(dir, `bad-${value}`);

@@ -14,6 +14,15 @@ async function action(dir: string, opts: TinyModelOptions & { style?: string }):
   );
 }
 
+const FAMILY_HELP =
+  "graph shape: llama, gemma (√d embedding scale, (1 + w) norms, four norms per block), qwen2 (q/k/v biases), " +
+  "phi3 (packed qkv and gate_up projections, LongRoPE If), neox (parallel blocks); or, in the optimum styles " +
+  "only, gpt2 and opt (learned positions, LayerNorm with biases), bloom and mpt (ALiBi), gptj and codegen " +
+  "(interleaved partial rotary, parallel blocks), gpt_neo (learned positions, local attention), gpt_bigcode " +
+  "(multi-query, a fused key_value cache), falcon (multi-query, parallel blocks), phi (partial rotary, " +
+  "parallel blocks), stablelm (partial rotary), mistral (sliding window), mixtral (mixture of experts), olmo " +
+  "(LayerNorm without weights, clip_qkv), starcoder2 (biases, GELU MLP)";
+
 export function makeModelCommand(program: Command): void {
   program
     .command("make-model")
@@ -41,12 +50,7 @@ export function makeModelCommand(program: Command): void {
       "export style: plain, with-past, merged (optimum's decoder_model_merged in model.onnx), dynamo-names or anonymous (renamed graphs); " +
         "genai, genai-fp16 or genai-int4 (an onnxruntime-genai build); q4, int8, nf4, fp16 or q4f16 (a transformers.js folder: onnx/model_q4.onnx, …)",
     )
-    .option(
-      "--family <name>",
-      "graph shape: llama, gemma (√d embedding scale, (1 + w) norms, four norms per block), qwen2 (q/k/v biases), " +
-        "phi3 (packed qkv and gate_up projections, LongRoPE If), neox (parallel blocks); or, in the optimum styles " +
-        "only, gpt2 and opt (learned positions, LayerNorm with biases), bloom and mpt (ALiBi)",
-    )
+    .option("--family <name>", FAMILY_HELP)
     .option("--external-data", "store the weights in model.onnx_data")
     .option(
       "--no-position-ids",

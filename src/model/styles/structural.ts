@@ -8,8 +8,10 @@
  * - A pre-norm block adds to the stream twice (attention, then MLP); a
  *   parallel block (GPT-J, NeoX, Phi-2: `x + attn(ln(x)) + mlp(ln(x))`) once.
  *   Each segment between two residual `Add`s is classified by what it holds
- *   (attention: a `Softmax` or an `*Attention` op; an MLP: matrix products and
- *   no attention; parallel: attention whose branch sums two branches).
+ *   (attention: a `Softmax` whose probabilities meet the values in a matrix
+ *   product, or an `*Attention` op; an MLP: matrix products and no attention,
+ *   a mixture of experts' router Softmax included; parallel: attention whose
+ *   branch sums two branches).
  * - The block count must equal config.json's `num_hidden_layers`.
  * - A residual `Add` may be fused with the norm after it: com.microsoft
  *   `SkipSimplifiedLayerNormalization` / `SkipLayerNormalization`
@@ -72,7 +74,37 @@ const SKIP_NORMS = new Set(["SkipSimplifiedLayerNormalization", "SkipLayerNormal
 const isSkipNorm = (n: NodeProto) => SKIP_NORMS.has(n.opType ?? "") && (!n.domain || n.domain === "com.microsoft");
 /** How a residual is called in messages: an `Add`, or the sum inside a fused Skip norm. */
 const residualWord = (n: NodeProto) => (isSkipNorm(n) ? "residual sum" : "residual Add");
-const isAttention = (n: NodeProto) => n.opType === "Softmax" || /Attention$/.test(n.opType ?? "");
+/** What may lie between an attention's Softmax and its product with the values: casts, reshapes, a mask. */
+const PROBS_TO_VALUES = new Set([
+  "Cast",
+  "CastLike",
+  "Identity",
+  "Dropout",
+  "Reshape",
+  "Transpose",
+  "Where",
+  "Squeeze",
+  "Unsqueeze",
+  "Flatten",
+  "Expand",
+]);
+/**
+ * Whether `n` attends: an `*Attention` op, or a Softmax whose probabilities reach a matrix product within the
+ * segment (softmax(q·kᵀ)·v). A mixture of experts' router Softmax (Mixtral's) picks experts through `TopK`
+ * and weights their outputs; it is part of an MLP, not attention.
+ */
+function isAttention(n: NodeProto, segment: ReadonlySet<NodeProto>, consumers: Map<string, NodeProto[]>): boolean {
+  if (/Attention$/.test(n.opType ?? "")) return true;
+  if (n.opType !== "Softmax") return false;
+  const reaches = (t: string, depth: number): boolean =>
+    (consumers.get(t) ?? []).some(
+      (c) =>
+        segment.has(c) &&
+        (isProduct(c) ||
+          (depth < 4 && PROBS_TO_VALUES.has(c.opType ?? "") && (c.output ?? []).some((o) => reaches(o, depth + 1)))),
+    );
+  return (n.output ?? []).some((o) => reaches(o, 0));
+}
 const isProduct = (n: NodeProto) => /MatMul|Gemm/.test(n.opType ?? "");
 const opName = (n: NodeProto) => `${n.domain ? `${n.domain}.` : ""}${n.opType}${n.name ? ` (${n.name})` : ""}`;
 
@@ -244,7 +276,8 @@ function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto
       const branch = ins[0] === stream ? ins[1]! : ins[0]!;
       const segment = ordered.filter((n) => pos.get(n)! > streamPos && pos.get(n)! < pos.get(d)!);
       const top = producer.get(branch);
-      const attention = segment.some(isAttention);
+      const inSegment = new Set(segment);
+      const attention = segment.some((n) => isAttention(n, inSegment, s.consumers));
       const sums = top?.opType === "Add" && (top.input ?? []).every((i) => i && i !== stream && fromStream(i));
       const kind: SegmentKind = attention
         ? sums

@@ -9,9 +9,9 @@
  * projections compute the same as separate ones) and neox (parallel blocks:
  * x + attn(ln1(x)) + mlp(ln2(x))). Written from the families' definitions,
  * not from the ONNX graph. Returns, per block, the residual stream at the last
- * position, the last block's after the final norm.
+ * position, the last block's after the final norm; and greedy decoding over it.
  */
-import type { LlamaConfig, LlamaWeights } from "../../src/synthetic/llama.js";
+import { FORCED_LOGIT, type LlamaConfig, type LlamaWeights } from "../../src/synthetic/llama.js";
 
 function rmsNorm(x: Float64Array, w: Float32Array, eps: number, plusOne: boolean): Float64Array {
   let s = 0;
@@ -122,4 +122,29 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
   }
   result[result.length - 1] = norm(result.at(-1)!, w.norm);
   return result;
+}
+
+/**
+ * Greedy decoding over {@link referenceHiddenFamily} by whole-sequence recomputation: the LM head over the last
+ * position's post-norm state (plus any forced transition), its argmax, until an EOS or `maxNew` tokens; the ids
+ * generated, the EOS that stopped it included.
+ */
+export function referenceGreedyFamily(
+  c: LlamaConfig,
+  w: LlamaWeights,
+  prompt: number[],
+  eos: ReadonlySet<number>,
+  maxNew: number,
+): number[] {
+  const out: number[] = [];
+  while (out.length < maxNew) {
+    const ids = [...prompt, ...out];
+    const logits = linear(w.lmHead, referenceHiddenFamily(c, w, ids).at(-1)!, c.vocab_size);
+    for (const [from, to] of w.forcedNext ?? []) if (ids.at(-1) === from) logits[to]! += FORCED_LOGIT;
+    let best = 0;
+    for (let v = 1; v < logits.length; v++) if (logits[v]! > logits[best]!) best = v;
+    out.push(best);
+    if (eos.has(best)) break;
+  }
+  return out;
 }

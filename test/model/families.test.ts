@@ -23,7 +23,8 @@ import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import type { OwnFamily, OwnFamilyOptions } from "../../src/synthetic/families.js";
-import { tinyConfig, tinyWeights } from "../../src/synthetic/llama.js";
+import { tinyConfig, tinyWeights, type LlamaFamily } from "../../src/synthetic/llama.js";
+import { referenceGreedyFamily } from "../helpers/family-reference.js";
 import { referenceDecoder, referenceGreedy } from "../helpers/llama-reference.js";
 import { ownFamilyForward, ownFamilyGreedy } from "../helpers/own-family-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
@@ -40,8 +41,12 @@ const QUERIES = [
   "Name the largest planet.",
 ];
 const MAX_NEW = 6;
-/** Llama's shape beside them: the writer of every other Llama-shaped family, its positions from the mask's width. */
-const FAMILIES: readonly (OwnFamily | "llama")[] = [
+/**
+ * Llama's shape beside them, and the other shapes its writer takes (Gemma's embedding scale and four norms, Qwen2's
+ * q, k and v biases, Phi-3's packed projections and LongRoPE `If`, GPT-NeoX's parallel blocks), last so that the
+ * seeds of the others stay.
+ */
+const FAMILIES: readonly (OwnFamily | LlamaFamily)[] = [
   "llama",
   "gpt2",
   "opt",
@@ -58,18 +63,27 @@ const FAMILIES: readonly (OwnFamily | "llama")[] = [
   "mixtral",
   "olmo",
   "starcoder2",
+  "gemma",
+  "qwen2",
+  "phi3",
+  "neox",
 ];
+const isLlamaShaped = (family: OwnFamily | LlamaFamily): family is LlamaFamily =>
+  family === "llama" || family === "gemma" || family === "qwen2" || family === "phi3" || family === "neox";
 /**
  * Windows and clamps small enough to act on these prompts; smaller embeddings where the LM head is tied to them
- * (else greedy decoding mostly repeats the last token, whatever the cache holds).
+ * (else greedy decoding mostly repeats the last token, whatever the cache holds). Phi-3's 110 positions put
+ * original_max_position_embeddings at 55: LongRoPE's short factors for the prompts of 37 to 50 tokens (and their
+ * MAX_NEW - 1 fed back), the long ones for those of 56 and 69.
  */
-const KNOBS: Partial<Record<OwnFamily, OwnFamilyOptions>> = {
+const KNOBS: Partial<Record<OwnFamily | LlamaFamily, OwnFamilyOptions>> = {
   gpt_neo: { slidingWindow: 4, embedScale: 0.1 },
   gpt_bigcode: { embedScale: 0.03 },
   falcon: { embedScale: 0.1 },
   mistral: { slidingWindow: 4 },
   starcoder2: { slidingWindow: 4, embedScale: 0.1 },
   olmo: { clipQkv: 0.5 },
+  phi3: { maxPositions: 110 },
 };
 /** The optimum outputs: the with-past model.onnx, the legacy decoder_model.onnx, and the merged decoder. */
 const OUTPUTS = {
@@ -79,8 +93,8 @@ const OUTPUTS = {
 } as const;
 type Output = keyof typeof OUTPUTS;
 
-const options = (family: OwnFamily | "llama", output: Output): OwnFamilyOptions => ({
-  ...(family === "llama" ? {} : KNOBS[family]),
+const options = (family: OwnFamily | LlamaFamily, output: Output): OwnFamilyOptions => ({
+  ...KNOBS[family],
   family,
   layers: 2,
   hidden: 32,
@@ -89,10 +103,10 @@ const options = (family: OwnFamily | "llama", output: Output): OwnFamilyOptions 
   seed: 60 + FAMILIES.indexOf(family),
   positionIds: OUTPUTS[output].positionIds,
 });
-const modelDir = (family: OwnFamily | "llama", output: Output) => join(dir, `${family}-${output}`);
+const modelDir = (family: OwnFamily | LlamaFamily, output: Output) => join(dir, `${family}-${output}`);
 const written = new Map<string, Promise<unknown>>();
 /** Writes the model folder once, for whichever test needs it first. */
-const ensureModel = (family: OwnFamily | "llama", output: Output) => {
+const ensureModel = (family: OwnFamily | LlamaFamily, output: Output) => {
   const md = modelDir(family, output);
   if (!written.has(md)) written.set(md, writeModelInStyle(md, OUTPUTS[output].style, options(family, output)));
   return written.get(md)!;
@@ -121,7 +135,7 @@ const greedyTexts = new Map<string, Promise<Record<string, string>>>();
  * the runs they check).
  */
 function wanted(
-  family: OwnFamily | "llama",
+  family: OwnFamily | LlamaFamily,
   md: string,
   rows: { query_id: string; condition_family: string; query: string }[],
 ): Promise<Record<string, string>> {
@@ -132,11 +146,13 @@ function wanted(
         const tok = await PromptTokenizer.load(md);
         const decode = referenceDecoder(readFileSync(join(md, "tokenizer.json"), "utf8"));
         const o = options(family, "with-past");
-        const forward = family === "llama" ? undefined : ownFamilyForward({ ...o, family });
+        const forward = isLlamaShaped(family) ? undefined : ownFamilyForward({ ...o, family });
         const greedy = (prompt: number[], eos: ReadonlySet<number>) =>
           forward
             ? ownFamilyGreedy(forward, prompt, eos, MAX_NEW)
-            : referenceGreedy(tinyConfig(o), tinyWeights(o), prompt, eos, MAX_NEW);
+            : family === "llama"
+              ? referenceGreedy(tinyConfig(o), tinyWeights(o), prompt, eos, MAX_NEW)
+              : referenceGreedyFamily(tinyConfig(o), tinyWeights(o), prompt, eos, MAX_NEW);
         const eos = new Set([1025]);
         return Object.fromEntries(rows.map((r) => [r.query_id, decode(greedy(tok.encode(buildPrompt(r)), eos))]));
       })(),
@@ -194,6 +210,23 @@ describe.each(FAMILIES)("%s", (family) => {
       }
     },
   );
+});
+
+describe("phi3", () => {
+  it("takes both LongRoPE branches, no prompt crossing original_max_position_embeddings while it is generated", async () => {
+    await ensureModel("phi3", "with-past");
+    const md = modelDir("phi3", "with-past");
+    const original = JSON.parse(readFileSync(join(md, "config.json"), "utf8")).original_max_position_embeddings;
+    const tok = await PromptTokenizer.load(md);
+    const lengths = readFileSync(bank, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => tok.encode(buildPrompt(JSON.parse(l))).length);
+    expect(lengths.some((n) => n > original)).toBe(true);
+    expect(lengths.filter((n) => n <= original).length).toBeGreaterThan(0);
+    // The last token generated is never fed back: a prompt of n tokens feeds at most n + MAX_NEW - 1.
+    expect(lengths.every((n) => n > original || n + MAX_NEW - 1 <= original)).toBe(true);
+  });
 });
 
 describe("gpt_bigcode without multi_query", () => {

@@ -5,8 +5,9 @@
  * CodeGen: interleaved partial rotary in parallel blocks; Falcon, Phi and
  * StableLM: partial rotary, Falcon's one cached key/value head; Mistral,
  * Mixtral, OLMo and StarCoder2: sliding windows, a mixture of experts,
- * LayerNorm without weights, biases), and Llama's beside them, in each output
- * optimum writes: `model.onnx` with past, the legacy decoder without past and
+ * LayerNorm without weights, biases), and the Llama-shaped ones beside them
+ * (Llama, Gemma, Qwen2, Phi-3 with LongRoPE's both branches, GPT-NeoX's
+ * parallel blocks), in each output optimum writes: `model.onnx` with past, the legacy decoder without past and
  * without `position_ids` (GPT-2's counts positions from the padded length),
  * and the merged decoder. Extraction at batch 16 and 1 stores what the
  * independent float64 forward pass computes, and generation at batch 16 and 1

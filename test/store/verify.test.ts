@@ -43,12 +43,15 @@ function corrupt(change: (store: string) => void): string {
   return store;
 }
 
+/** A parsed manifest: tests reach anywhere into it. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests reach anywhere into the parsed JSON
+type Json = Record<string, any>;
+
 /**
  * Edits the manifest and seals the edit with a matching manifest_sha256, as a tool rewriting the whole manifest
  * would: what each case checks is then found by its own check, not only by the seal.
  */
-function editManifest(store: string, edit: (m: Record<string, any>) => void): void {
+function editManifest(store: string, edit: (m: Json) => void): void {
   const path = join(store, "index.json");
   const m = JSON.parse(readFileSync(path, "utf8"));
   edit(m);
@@ -57,7 +60,7 @@ function editManifest(store: string, edit: (m: Record<string, any>) => void): vo
 }
 
 /** Edits the manifest as a hand would: the seal stays as it was. */
-function tamper(store: string, edit: (m: Record<string, any>) => void): void {
+function tamper(store: string, edit: (m: Json) => void): void {
   const path = join(store, "index.json");
   const m = JSON.parse(readFileSync(path, "utf8"));
   edit(m);
@@ -263,14 +266,13 @@ describe("verifyStore", () => {
   it.each([
     [
       "two fact ids swapped",
-      (m: Record<string, any>) =>
-        ([m.fact_ids[0], m.fact_ids[m.fact_ids.length - 1]] = [m.fact_ids.at(-1), m.fact_ids[0]]),
+      (m: Json) => ([m.fact_ids[0], m.fact_ids[m.fact_ids.length - 1]] = [m.fact_ids.at(-1), m.fact_ids[0]]),
       true,
     ],
-    ["a row relabelled to another family", (m: Record<string, any>) => (m.condition_families[1] = "typo"), true],
-    ["the model renamed", (m: Record<string, any>) => (m.model = "someone-else"), true],
+    ["a row relabelled to another family", (m: Json) => (m.condition_families[1] = "typo"), true],
+    ["the model renamed", (m: Json) => (m.model = "someone-else"), true],
     // An older store's manifest has no seal: the metrics read it, verify says it cannot vouch for it.
-    ["the seal removed", (m: Record<string, any>) => delete m.manifest_sha256, false],
+    ["the seal removed", (m: Json) => delete m.manifest_sha256, false],
   ])("reports a manifest whose content changed after completion: %s", async (_name, edit, sealed) => {
     const store = corrupt((s) => tamper(s, edit));
     const got = lines(await verifyStore(store));

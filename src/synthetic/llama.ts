@@ -60,7 +60,9 @@ export interface LlamaConfig {
  * Graph shapes of other families, as far as the residual stream is concerned:
  * `gemma` scales the embedding by √d (a `Mul`), applies norms as `(1 + w)`
  * and has four norms per block (Gemma 2/3: the attention and MLP outputs are
- * normed before their residual `Add`); `qwen2` adds a bias after the q, k and
+ * normed before their residual `Add`), a tanh-GELU gated MLP, attention scores scaled by
+ * `query_pre_attn_scalar`^-0.5 and soft-capped (tanh(s / cap) · cap), as are the logits, and a sliding window
+ * on its layers of even index (Gemma2); `qwen2` adds a bias after the q, k and
  * v projections (a `MatMul` then an `Add`, as torch exports `Linear(bias=True)`);
  * `phi3` packs the projections (one `qkv_proj` whose output is `Split` into q,
  * k and v, one `gate_up_proj` split in two) and has LongRoPE rotary tables: an
@@ -756,7 +758,22 @@ function selfAttention(p: GraphParts, ctx: LayerContext, lw: LayerWeights, i: nu
   return linear(g, `${A}/o_proj`, ctxOut, `${pre}.self_attn.o_proj.weight`, lw.o, d, H * hd);
 }
 
-/** Layer `i`'s SwiGLU MLP of the normed stream `h2` (gate and up packed for phi3), normed after for gemma. */
+/** gelu(x, approximate="tanh") as torch's opset-9 symbolic writes it: ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). */
+function geluTanh(p: GraphParts, scope: string, x: string): string {
+  const { g, scalar } = p;
+  const cube = g.op1(scope, "Mul", [x, g.op1(scope, "Mul", [x, x])]);
+  const inner = g.op1(scope, "Mul", [
+    scalar("/model/constants/gelu_beta", Math.sqrt(2 / Math.PI)),
+    g.op1(scope, "Add", [x, g.op1(scope, "Mul", [scalar("/model/constants/gelu_kappa", 0.044715), cube])]),
+  ]);
+  const tanh = g.op1(scope, "Add", [p.one, g.op1(scope, "Tanh", [inner])]);
+  return g.op1(scope, "Mul", [scalar("/model/constants/half", 0.5), g.op1(scope, "Mul", [x, tanh])]);
+}
+
+/**
+ * Layer `i`'s gated MLP of the normed stream `h2` (gate and up packed for phi3): SwiGLU, or for gemma GeGLU
+ * with tanh GELU and normed after.
+ */
 function swigluMlp(p: GraphParts, lw: LayerWeights, i: number, h2: string): string {
   const { g, linear } = p;
   const d = p.c.hidden_size;
@@ -779,7 +796,9 @@ function swigluMlp(p: GraphParts, lw: LayerWeights, i: number, h2: string): stri
     gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
     up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
   }
-  const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
+  const act = p.gemma
+    ? geluTanh(p, `${L}/mlp/act_fn`, gate)
+    : g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
   const gated = g.op1(`${L}/mlp`, "Mul", [act, up]);
   const down = linear(g, `${L}/mlp/down_proj`, gated, `${pre}.mlp.down_proj.weight`, lw.down, d, I);
   if (!lw.postFfNorm) return down;
@@ -878,7 +897,12 @@ export function buildLlamaOnnx(
 /** What config.json says of each family. */
 const FAMILY_CONFIG: Record<LlamaFamily, Record<string, unknown>> = {
   llama: { architectures: ["LlamaForCausalLM"], model_type: "llama" },
-  gemma: { architectures: ["Gemma2ForCausalLM"], model_type: "gemma2" },
+  gemma: {
+    architectures: ["Gemma2ForCausalLM"],
+    model_type: "gemma2",
+    hidden_act: "gelu_pytorch_tanh",
+    hidden_activation: "gelu_pytorch_tanh",
+  },
   qwen2: { architectures: ["Qwen2ForCausalLM"], model_type: "qwen2" },
   phi3: { architectures: ["Phi3ForCausalLM"], model_type: "phi3" },
   neox: { architectures: ["GPTNeoXForCausalLM"], model_type: "gpt_neox", use_parallel_residual: true },

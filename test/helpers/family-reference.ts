@@ -2,7 +2,7 @@
  * The float64 reference forward pass of test/helpers/llama-reference.ts,
  * generalized to the other graph shapes of the tiny model (src/synthetic/llama.ts
  * `Family`): gemma (Gemma2: embedding × √d, norms applied as 1 + w, the attention and
- * MLP outputs normed before their residual adds, scores scaled by query_pre_attn_scalar^-0.5 then soft-capped
+ * MLP outputs normed before their residual adds, a tanh-GELU gated MLP, scores scaled by query_pre_attn_scalar^-0.5 then soft-capped
  * as tanh(s / cap) · cap, the layers of even index attending only to the last sliding_window positions, the
  * logits soft-capped likewise), qwen2 (q, k and v biases),
  * phi3 (LongRoPE: each rotary frequency divided by the short factor, or the
@@ -20,6 +20,11 @@ function rmsNorm(x: Float64Array, w: Float32Array, eps: number, plusOne: boolean
   for (const v of x) s += v * v;
   const r = 1 / Math.sqrt(s / x.length + eps);
   return x.map((v, i) => (plusOne ? 1 + w[i]! : w[i]!) * v * r);
+}
+
+/** gelu(x, approximate="tanh"), Gemma2's gelu_pytorch_tanh. */
+function geluTanh(x: number): number {
+  return 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x)));
 }
 
 function linear(w: Float32Array, x: Float64Array, out: number): Float64Array {
@@ -119,7 +124,7 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
       const up = linear(lw.up, h2, c.intermediate_size);
       let mlp = linear(
         lw.down,
-        gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!),
+        gate.map((g, i) => (gemma ? geluTanh(g) : g / (1 + Math.exp(-g))) * up[i]!),
         d,
       );
       if (lw.postFfNorm) mlp = norm(mlp, lw.postFfNorm);

@@ -180,7 +180,8 @@ describe("addKvCache on Gemma2's soft-capped scores", () => {
     const c = tinyConfig(o);
     const plain = buildLlamaOnnx(c, tinyWeights(o));
     const model = decodeModel(plain);
-    expect(model.graph!.node!.filter((n) => n.opType === "Tanh")).toHaveLength(3);
+    // Two soft-capped attentions, two tanh-GELU MLPs, the soft-capped logits.
+    expect(model.graph!.node!.filter((n) => n.opType === "Tanh")).toHaveLength(5);
     expect(addKvCache(model.graph!, 17, 2, attentionShape(c as unknown as Record<string, unknown>)!)).toBe(true);
     const ids = [1024, 791, 68, 315, 982, 374, 25];
     const T = ids.length;

@@ -98,10 +98,11 @@ describe("the gemma family (Gemma2)", () => {
   const worst = (a: ArrayLike<number>, b: ArrayLike<number>) =>
     Array.from(a).reduce((m, v, i) => Math.max(m, Math.abs(v - b[i]!)), 0);
 
-  it("writes Gemma2's config: soft-capping, query_pre_attn_scalar and the sliding window", async () => {
+  it("writes Gemma2's config: tanh GELU, soft-capping, query_pre_attn_scalar and the sliding window", async () => {
     await writeTinyModel(join(dir, "gemma"), { ...o, slidingWindow: 4 });
     expect(JSON.parse(readFileSync(join(dir, "gemma", "config.json"), "utf8"))).toMatchObject({
       model_type: "gemma2",
+      hidden_activation: "gelu_pytorch_tanh",
       query_pre_attn_scalar: 8,
       attn_logit_softcapping: 50,
       final_logit_softcapping: 30,

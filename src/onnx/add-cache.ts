@@ -20,13 +20,16 @@
 import { DataType, graphIndex, num, onnx, valueInfo, type GraphProto, type NodeProto } from "./graph.js";
 import { isPastInput, isPresentOutput, pastInputName, presentOutputName } from "./kv-cache.js";
 
-/** Operators between the scores' product and the Softmax: scale, bias, casts. */
-const SCORE_OPS = new Set(["Add", "Sub", "Mul", "Div", "Where", "Cast", "Identity"]);
+/**
+ * Operators between the scores' product and the Softmax: scale, bias, casts, and Gemma2's soft-capping
+ * tanh(s / cap) · cap. All are elementwise, so each key's score stays on its own column when the cache lengthens it.
+ */
+const SCORE_OPS = new Set(["Add", "Sub", "Mul", "Div", "Where", "Cast", "Identity", "Tanh"]);
 /** Operators that may sit between the Softmax and the product with V. */
 const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout"]);
 const INT = onnx.AttributeProto.AttributeType.INT;
-/** How far back from a Softmax its scores' product may lie. */
-const SCORE_DEPTH = 6;
+/** How far back from a Softmax its scores' product may lie (a scale, a soft-cap's three nodes, the bias, casts). */
+const SCORE_DEPTH = 8;
 
 /** The heads and head size of the keys and values as the attention products see them (after repeating shared heads). */
 export interface AttentionShape {

@@ -46,8 +46,6 @@ import {
 
 /** {@link TinyModelOptions} and the knobs these families add. */
 export interface LlamaRelativeOptions extends TinyModelOptions {
-  /** Mistral, Mixtral, StarCoder2: `sliding_window` (null: none). Defaults: 4096 for Mistral, null otherwise. */
-  slidingWindow?: number | null;
   /** OLMo: `clip_qkv` (null by default: no clamp). */
   clipQkv?: number | null;
   /** Mixtral: `num_local_experts` (4 by default). */

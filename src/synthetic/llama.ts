@@ -46,13 +46,23 @@ export interface LlamaConfig {
   original_max_position_embeddings?: number;
   /** phi3 (LongRoPE): per rotary frequency, the factor dividing it (head_dim / 2 entries each). */
   rope_scaling?: { type: "longrope"; short_factor: number[]; long_factor: number[] };
+  /** gemma (Gemma2): attention scores are scaled by query_pre_attn_scalar^-0.5 rather than head_dim^-0.5. */
+  query_pre_attn_scalar?: number;
+  /** gemma: scores become tanh(scores / cap) · cap after the scaling, before the mask. */
+  attn_logit_softcapping?: number | null;
+  /** gemma: logits become tanh(logits / cap) · cap. */
+  final_logit_softcapping?: number | null;
+  /** gemma: layers of even index mask keys more than sliding_window − 1 positions back. */
+  sliding_window?: number | null;
 }
 
 /**
  * Graph shapes of other families, as far as the residual stream is concerned:
  * `gemma` scales the embedding by √d (a `Mul`), applies norms as `(1 + w)`
  * and has four norms per block (Gemma 2/3: the attention and MLP outputs are
- * normed before their residual `Add`); `qwen2` adds a bias after the q, k and
+ * normed before their residual `Add`), a tanh-GELU gated MLP, attention scores scaled by
+ * `query_pre_attn_scalar`^-0.5 and soft-capped (tanh(s / cap) · cap), as are the logits, and a sliding window
+ * on its layers of even index (Gemma2); `qwen2` adds a bias after the q, k and
  * v projections (a `MatMul` then an `Add`, as torch exports `Linear(bias=True)`);
  * `phi3` packs the projections (one `qkv_proj` whose output is `Split` into q,
  * k and v, one `gate_up_proj` split in two) and has LongRoPE rotary tables: an
@@ -190,6 +200,11 @@ export interface TinyModelOptions {
   externalData?: boolean;
   /** The graph shape of another family (see {@link Family}); `llama` by default. */
   family?: Family;
+  /**
+   * `sliding_window` (null: none): Gemma2's window of its even layers, Mistral's, Mixtral's and StarCoder2's of
+   * every layer, GPT-Neo's local `window_size`. Defaults: 4096 for Gemma2 and Mistral, null otherwise.
+   */
+  slidingWindow?: number | null;
 }
 
 /** Variations of the graph {@link buildLlamaOnnx} writes. */
@@ -220,6 +235,16 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
           },
         }
       : {};
+  // Gemma2's defaults but query_pre_attn_scalar, which is head_dim in its small configs.
+  const gemma2 =
+    o.family === "gemma"
+      ? {
+          query_pre_attn_scalar: hidden / heads,
+          attn_logit_softcapping: 50,
+          final_logit_softcapping: 30,
+          sliding_window: o.slidingWindow === undefined ? 4096 : o.slidingWindow,
+        }
+      : {};
   return {
     hidden_size: hidden,
     intermediate_size: o.intermediate ?? hidden * 2,
@@ -234,6 +259,7 @@ export function tinyConfig(o: TinyModelOptions = {}): LlamaConfig {
     bos_token_id: tok.bos,
     eos_token_id: o.eosTokenId ?? tok.eos,
     ...longrope,
+    ...gemma2,
   };
 }
 
@@ -400,7 +426,7 @@ function graphParts(c: LlamaConfig, w: LlamaWeights, variant: GraphVariant): Gra
   const two = scalar("/model/constants/two", 2);
   const eps = scalar("/model/constants/eps", c.rms_norm_eps);
   const one = scalar("/model/constants/one", 1);
-  const scale = scalar("/model/constants/attn_scale", 1 / Math.sqrt(c.head_dim));
+  const scale = scalar("/model/constants/attn_scale", 1 / Math.sqrt(c.query_pre_attn_scalar ?? c.head_dim));
   const zero = scalar("/model/constants/zero", 0);
   const minf = scalar("/model/constants/min", FLOAT32_LOWEST);
   const i64 = (name: string, v: number[], dims?: number[]) => g.ints(name, v, dims);
@@ -427,9 +453,11 @@ function rmsNorm(p: GraphParts, scope: string, x: string, weight: Float32Array, 
 
 /**
  * The attention bias every layer adds to its scores (0 where the causal and
- * padding masks allow, the float32 minimum elsewhere), with the total length and the query positions.
+ * padding masks allow, the float32 minimum elsewhere), with the total length and the query positions;
+ * with a `sliding_window`, also the bias of the sliding layers, which allows key j for the query at
+ * position q only when j > q − sliding_window besides (transformers' Gemma2 masks j ≤ q − sliding_window).
  */
-function attentionBias(p: GraphParts): { total: string; qpos: string; bias: string } {
+function attentionBias(p: GraphParts): { total: string; qpos: string; bias: string; slidingBias?: string } {
   const { g, i64 } = p;
   const shapeIds = g.op1("/model", "Shape", ["input_ids"]);
   const seqLen = g.op1("/model", "Gather", [shapeIds, i64("/model/constants/one_i", [1], [])], { axis: 0 });
@@ -446,7 +474,11 @@ function attentionBias(p: GraphParts): { total: string; qpos: string; bias: stri
   const padOk4 = g.op1("/model", "Unsqueeze", [padOk, i64("/model/constants/axes_12", [1, 2])]); // [B,1,1,S]
   const allowed = g.op1("/model", "And", [causal, padOk4]); // [B,1,T,S]
   const bias = g.op1("/model", "Where", [allowed, p.zero, p.minf]);
-  return { total, qpos, bias };
+  const window = p.c.sliding_window;
+  if (window === undefined || window === null) return { total, qpos, bias };
+  const oldest = g.op1("/model", "Sub", [qCol, i64("/model/constants/sliding_window", [window], [])]);
+  const inWindow = g.op1("/model", "And", [allowed, g.op1("/model", "Greater", [kRow, oldest])]);
+  return { total, qpos, bias, slidingBias: g.op1("/model", "Where", [inWindow, p.zero, p.minf]) };
 }
 
 /** Rotary cos and sin tables, [max positions, head_dim]; LongRoPE's `factors` divide the frequencies. */
@@ -569,6 +601,8 @@ function attentionShapes(p: GraphParts): AttentionShapes {
 /** What the layers share besides {@link GraphParts}; they add their cache tensors to `inputs` and `outputs`. */
 interface LayerContext {
   bias: string;
+  /** gemma: the bias of the layers of even index, which attend within the sliding window. */
+  slidingBias?: string;
   rope: RopeWriter;
   shapes: AttentionShapes;
   withPast: boolean;
@@ -670,6 +704,27 @@ export function writeKvCache(
   return [k, v];
 }
 
+/**
+ * tanh(x / cap) · cap under `scope`, as torch exports Gemma2's soft-capping (Div, Tanh, Mul), its output named
+ * `output` when given; x itself without a cap.
+ */
+function softCap(
+  p: GraphParts,
+  scope: string,
+  x: string,
+  cap: number | null | undefined,
+  name: string,
+  output?: string,
+): string {
+  if (cap === undefined || cap === null) return x;
+  const { g } = p;
+  const c = p.scalar(name, cap);
+  const tanh = g.op1(scope, "Tanh", [g.op1(scope, "Div", [x, c])]);
+  if (output === undefined) return g.op1(scope, "Mul", [tanh, c]);
+  g.nodes.push({ name: `${scope}/Mul`, opType: "Mul", input: [tanh, c], output: [output] });
+  return output;
+}
+
 /** Layer `i`'s self-attention over the normed stream `h` (grouped-query, rotary, causal); returns o_proj's output. */
 function selfAttention(p: GraphParts, ctx: LayerContext, lw: LayerWeights, i: number, h: string): string {
   const { g, linear } = p;
@@ -688,11 +743,14 @@ function selfAttention(p: GraphParts, ctx: LayerContext, lw: LayerWeights, i: nu
     g.op1(A, "Reshape", [g.op1(A, "Expand", [g.op1(A, "Unsqueeze", [t, axes2]), repeat]), mergeKv]);
   const kx = expand(kr);
   const vx = expand(vv);
-  const scores = g.op1(A, "Mul", [
+  const scaled = g.op1(A, "Mul", [
     g.op1(A, "MatMul", [qr, g.op1(A, "Transpose", [kx], { perm: [0, 1, 3, 2] })]),
     p.scale,
   ]);
-  const probs = g.op1(A, "Softmax", [g.op1(A, "Add", [scores, ctx.bias])], { axis: -1 });
+  const scores = softCap(p, A, scaled, p.c.attn_logit_softcapping, "/model/constants/attn_softcap");
+  // Gemma2's layers of even index slide (`not bool(layer_idx % 2)`).
+  const bias = ctx.slidingBias !== undefined && i % 2 === 0 ? ctx.slidingBias : ctx.bias;
+  const probs = g.op1(A, "Softmax", [g.op1(A, "Add", [scores, bias])], { axis: -1 });
   const ctxOut = g.op1(A, "Reshape", [
     g.op1(A, "Transpose", [g.op1(A, "MatMul", [probs, vx])], { perm: [0, 2, 1, 3] }),
     mergeHeads,
@@ -700,7 +758,22 @@ function selfAttention(p: GraphParts, ctx: LayerContext, lw: LayerWeights, i: nu
   return linear(g, `${A}/o_proj`, ctxOut, `${pre}.self_attn.o_proj.weight`, lw.o, d, H * hd);
 }
 
-/** Layer `i`'s SwiGLU MLP of the normed stream `h2` (gate and up packed for phi3), normed after for gemma. */
+/** gelu(x, approximate="tanh") as torch's opset-9 symbolic writes it: ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). */
+function geluTanh(p: GraphParts, scope: string, x: string): string {
+  const { g, scalar } = p;
+  const cube = g.op1(scope, "Mul", [x, g.op1(scope, "Mul", [x, x])]);
+  const inner = g.op1(scope, "Mul", [
+    scalar("/model/constants/gelu_beta", Math.sqrt(2 / Math.PI)),
+    g.op1(scope, "Add", [x, g.op1(scope, "Mul", [scalar("/model/constants/gelu_kappa", 0.044715), cube])]),
+  ]);
+  const tanh = g.op1(scope, "Add", [p.one, g.op1(scope, "Tanh", [inner])]);
+  return g.op1(scope, "Mul", [scalar("/model/constants/half", 0.5), g.op1(scope, "Mul", [x, tanh])]);
+}
+
+/**
+ * Layer `i`'s gated MLP of the normed stream `h2` (gate and up packed for phi3): SwiGLU, or for gemma GeGLU
+ * with tanh GELU and normed after.
+ */
 function swigluMlp(p: GraphParts, lw: LayerWeights, i: number, h2: string): string {
   const { g, linear } = p;
   const d = p.c.hidden_size;
@@ -723,7 +796,9 @@ function swigluMlp(p: GraphParts, lw: LayerWeights, i: number, h2: string): stri
     gate = linear(g, `${L}/mlp/gate_proj`, h2, `${pre}.mlp.gate_proj.weight`, lw.gate, I, d);
     up = linear(g, `${L}/mlp/up_proj`, h2, `${pre}.mlp.up_proj.weight`, lw.up, I, d);
   }
-  const act = g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
+  const act = p.gemma
+    ? geluTanh(p, `${L}/mlp/act_fn`, gate)
+    : g.op1(`${L}/mlp/act_fn`, "Mul", [gate, g.op1(`${L}/mlp/act_fn`, "Sigmoid", [gate])]);
   const gated = g.op1(`${L}/mlp`, "Mul", [act, up]);
   const down = linear(g, `${L}/mlp/down_proj`, gated, `${pre}.mlp.down_proj.weight`, lw.down, d, I);
   if (!lw.postFfNorm) return down;
@@ -775,12 +850,16 @@ function lmHead(p: GraphParts, w: LlamaWeights, x: string): void {
     forced.forEach(([, to], k) => (grown[(d + k) * c.vocab_size + to] = FORCED_LOGIT));
     head = grown;
   }
+  const cap = c.final_logit_softcapping;
+  const headOut = cap === undefined || cap === null ? "logits" : "/lm_head/MatMul_output_0";
   g.nodes.push({
     name: "/lm_head/MatMul",
     opType: "MatMul",
     input: [headIn, g.floats("lm_head.weight", head, [d + forced.length, c.vocab_size])],
-    output: ["logits"],
+    output: [headOut],
   });
+  // Gemma2ForCausalLM caps outside any submodule: torch names the nodes /Div, /Tanh and /Mul.
+  if (headOut !== "logits") softCap(p, "", headOut, cap, "/constants/final_softcap", "logits");
 }
 
 /** The ONNX graph of the model, torch-export style. */
@@ -791,7 +870,7 @@ export function buildLlamaOnnx(
   variant: GraphVariant = {},
 ): Uint8Array {
   const p = graphParts(c, w, variant);
-  const { total, qpos, bias } = attentionBias(p);
+  const { total, qpos, bias, slidingBias } = attentionBias(p);
   const hasPositions = variant.positionIds ?? true;
   const rope = rotaryEmbedding(p, total, qpos, hasPositions);
   const shapes = attentionShapes(p);
@@ -802,7 +881,8 @@ export function buildLlamaOnnx(
     ...(hasPositions ? [valueInfo("position_ids", DataType.INT64, ["batch_size", "sequence_length"])] : []),
   ];
   const outputs = [valueInfo("logits", DataType.FLOAT, ["batch_size", "sequence_length", c.vocab_size])];
-  const ctx: LayerContext = { bias, rope, shapes, withPast, present: variant.present ?? false, inputs, outputs };
+  const present = variant.present ?? false;
+  const ctx: LayerContext = { bias, slidingBias, rope, shapes, withPast, present, inputs, outputs };
   w.layers.forEach((lw, i) => (x = decoderLayer(p, ctx, lw, i, x)));
   lmHead(p, w, x);
 
@@ -817,7 +897,12 @@ export function buildLlamaOnnx(
 /** What config.json says of each family. */
 const FAMILY_CONFIG: Record<LlamaFamily, Record<string, unknown>> = {
   llama: { architectures: ["LlamaForCausalLM"], model_type: "llama" },
-  gemma: { architectures: ["Gemma2ForCausalLM"], model_type: "gemma2" },
+  gemma: {
+    architectures: ["Gemma2ForCausalLM"],
+    model_type: "gemma2",
+    hidden_act: "gelu_pytorch_tanh",
+    hidden_activation: "gelu_pytorch_tanh",
+  },
   qwen2: { architectures: ["Qwen2ForCausalLM"], model_type: "qwen2" },
   phi3: { architectures: ["Phi3ForCausalLM"], model_type: "phi3" },
   neox: { architectures: ["GPTNeoXForCausalLM"], model_type: "gpt_neox", use_parallel_residual: true },

@@ -1,8 +1,10 @@
 /**
  * The float64 reference forward pass of test/helpers/llama-reference.ts,
  * generalized to the other graph shapes of the tiny model (src/synthetic/llama.ts
- * `Family`): gemma (embedding × √d, norms applied as 1 + w, the attention and
- * MLP outputs normed before their residual adds), qwen2 (q, k and v biases),
+ * `Family`): gemma (Gemma2: embedding × √d, norms applied as 1 + w, the attention and
+ * MLP outputs normed before their residual adds, a tanh-GELU gated MLP, scores scaled by query_pre_attn_scalar^-0.5 then soft-capped
+ * as tanh(s / cap) · cap, the layers of even index attending only to the last sliding_window positions, the
+ * logits soft-capped likewise), qwen2 (q, k and v biases),
  * phi3 (LongRoPE: each rotary frequency divided by the short factor, or the
  * long one when the sequence is longer than original_max_position_embeddings,
  * cos and sin scaled by √(1 + ln(max / original) / ln(original)); its packed
@@ -18,6 +20,11 @@ function rmsNorm(x: Float64Array, w: Float32Array, eps: number, plusOne: boolean
   for (const v of x) s += v * v;
   const r = 1 / Math.sqrt(s / x.length + eps);
   return x.map((v, i) => (plusOne ? 1 + w[i]! : w[i]!) * v * r);
+}
+
+/** gelu(x, approximate="tanh"), Gemma2's gelu_pytorch_tanh. */
+function geluTanh(x: number): number {
+  return 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x)));
 }
 
 function linear(w: Float32Array, x: Float64Array, out: number): Float64Array {
@@ -70,7 +77,11 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
     Float64Array.from(w.embed.subarray(id * d, (id + 1) * d)).map((v) => (gemma ? v * Math.sqrt(d) : v)),
   );
   const result: Float64Array[] = [];
-  for (const lw of w.layers) {
+  const cap = (x: number, at: number | null | undefined) => (at ? Math.tanh(x / at) * at : x);
+  const scaling = 1 / Math.sqrt(c.query_pre_attn_scalar ?? hd);
+  for (const [layer, lw] of w.layers.entries()) {
+    // transformers' Gemma2: `not bool(layer_idx % 2)` slides; it masks keys j ≤ t − sliding_window.
+    const window = layer % 2 === 0 ? (c.sliding_window ?? Infinity) : Infinity;
     const hs = xs.map((x) => norm(x, lw.inputNorm));
     const heads = (
       m: Float32Array,
@@ -95,12 +106,13 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
       const ctx = new Float64Array(H * hd);
       for (let head = 0; head < H; head++) {
         const kvh = Math.floor(head / (H / KV));
-        const scores = Array.from(
-          { length: t + 1 },
-          (_, s) => q[t]![head]!.reduce((a, qi, i) => a + qi * k[s]![kvh]![i]!, 0) / Math.sqrt(hd),
+        const scores = Array.from({ length: t + 1 }, (_, s) =>
+          s <= t - window
+            ? -Infinity
+            : cap(q[t]![head]!.reduce((a, qi, i) => a + qi * k[s]![kvh]![i]!, 0) * scaling, c.attn_logit_softcapping),
         );
         const m = Math.max(...scores);
-        const e = scores.map((sc) => Math.exp(sc - m));
+        const e = scores.map((sc) => (sc === -Infinity ? 0 : Math.exp(sc - m)));
         const z = e.reduce((a, b) => a + b, 0);
         for (let s = 0; s <= t; s++) for (let i = 0; i < hd; i++) ctx[head * hd + i]! += (e[s]! / z) * v[s]![kvh]![i]!;
       }
@@ -112,7 +124,7 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
       const up = linear(lw.up, h2, c.intermediate_size);
       let mlp = linear(
         lw.down,
-        gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!),
+        gate.map((g, i) => (gemma ? geluTanh(g) : g / (1 + Math.exp(-g))) * up[i]!),
         d,
       );
       if (lw.postFfNorm) mlp = norm(mlp, lw.postFfNorm);
@@ -124,9 +136,17 @@ export function referenceHiddenFamily(c: LlamaConfig, w: LlamaWeights, ids: numb
   return result;
 }
 
+/** The logits at the last position of `ids`: the LM head, any forced transition, then gemma's final soft-cap. */
+export function referenceLogitsFamily(c: LlamaConfig, w: LlamaWeights, ids: number[]): Float64Array {
+  const logits = linear(w.lmHead, referenceHiddenFamily(c, w, ids).at(-1)!, c.vocab_size);
+  for (const [from, to] of w.forcedNext ?? []) if (ids.at(-1) === from) logits[to]! += FORCED_LOGIT;
+  const softcap = c.final_logit_softcapping;
+  if (softcap) logits.forEach((l, v) => (logits[v] = Math.tanh(l / softcap) * softcap));
+  return logits;
+}
+
 /**
- * Greedy decoding over {@link referenceHiddenFamily} by whole-sequence recomputation: the LM head over the last
- * position's post-norm state (plus any forced transition), its argmax, until an EOS or `maxNew` tokens; the ids
+ * Greedy decoding over {@link referenceLogitsFamily} by whole-sequence recomputation: its argmax, until an EOS or `maxNew` tokens; the ids
  * generated, the EOS that stopped it included.
  */
 export function referenceGreedyFamily(
@@ -139,8 +159,7 @@ export function referenceGreedyFamily(
   const out: number[] = [];
   while (out.length < maxNew) {
     const ids = [...prompt, ...out];
-    const logits = linear(w.lmHead, referenceHiddenFamily(c, w, ids).at(-1)!, c.vocab_size);
-    for (const [from, to] of w.forcedNext ?? []) if (ids.at(-1) === from) logits[to]! += FORCED_LOGIT;
+    const logits = referenceLogitsFamily(c, w, ids);
     let best = 0;
     for (let v = 1; v < logits.length; v++) if (logits[v]! > logits[best]!) best = v;
     out.push(best);

@@ -6,7 +6,7 @@
  * StableLM: partial rotary, Falcon's one cached key/value head; Mistral,
  * Mixtral, OLMo and StarCoder2: sliding windows, a mixture of experts,
  * LayerNorm without weights, biases), and the Llama-shaped ones beside them
- * (Llama, Gemma, Qwen2, Phi-3 with LongRoPE's both branches, GPT-NeoX's
+ * (Llama, Gemma2 with soft-capping and a window, Qwen2, Phi-3 with LongRoPE's both branches, GPT-NeoX's
  * parallel blocks), in each output optimum writes: `model.onnx` with past, the legacy decoder without past and
  * without `position_ids` (GPT-2's counts positions from the padded length),
  * and the merged decoder. Extraction at batch 16 and 1 stores what the
@@ -43,7 +43,8 @@ const QUERIES = [
 ];
 const MAX_NEW = 6;
 /**
- * Llama's shape beside them, and the other shapes its writer takes (Gemma's embedding scale and four norms, Qwen2's
+ * Llama's shape beside them, and the other shapes its writer takes (Gemma2's embedding scale, four norms,
+ * soft-capping and sliding window on every other layer, Qwen2's
  * q, k and v biases, Phi-3's packed projections and LongRoPE `If`, GPT-NeoX's parallel blocks), last so that the
  * seeds of the others stay.
  */
@@ -85,6 +86,7 @@ const KNOBS: Partial<Record<OwnFamily | LlamaFamily, OwnFamilyOptions>> = {
   starcoder2: { slidingWindow: 4, embedScale: 0.1 },
   olmo: { clipQkv: 0.5 },
   phi3: { maxPositions: 110 },
+  gemma: { slidingWindow: 4 },
 };
 /** The optimum outputs: the with-past model.onnx, the legacy decoder_model.onnx, and the merged decoder. */
 const OUTPUTS = {

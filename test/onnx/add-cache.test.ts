@@ -10,6 +10,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
+import * as ort from "onnxruntime-node";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
@@ -30,6 +31,7 @@ import { decodeModel, encodeModel, graphIndex, valueShape, type GraphProto } fro
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { referenceDecoder, referenceGreedy } from "../helpers/llama-reference.js";
 import { tempDir } from "../helpers/tmp.js";
+import { LOGITS_F32 } from "../tolerances.js";
 
 const dir = tempDir("hsm-add-cache-");
 const bank = join(dir, "bank.jsonl");
@@ -169,6 +171,47 @@ describe("addKvCache", () => {
       "present.1.key",
       "present.1.value",
     ]);
+  });
+});
+
+describe("addKvCache on Gemma2's soft-capped scores", () => {
+  it("finds each attention's scores through Div, Tanh and Mul, and its cache gives the full pass's logits", async () => {
+    const o: TinyModelOptions = { ...BASE, family: "gemma", seed: 45, slidingWindow: 3 };
+    const c = tinyConfig(o);
+    const plain = buildLlamaOnnx(c, tinyWeights(o));
+    const model = decodeModel(plain);
+    // Two soft-capped attentions, two tanh-GELU MLPs, the soft-capped logits.
+    expect(model.graph!.node!.filter((n) => n.opType === "Tanh")).toHaveLength(5);
+    expect(addKvCache(model.graph!, 17, 2, attentionShape(c as unknown as Record<string, unknown>)!)).toBe(true);
+    const ids = [1024, 791, 68, 315, 982, 374, 25];
+    const T = ids.length;
+    const i64 = (v: number[], dims: number[]) => new ort.Tensor("int64", BigInt64Array.from(v, BigInt), dims);
+    const run = async (bytes: Uint8Array, feeds: Record<string, ort.Tensor>) => {
+      const session = await ort.InferenceSession.create(bytes);
+      const out = await session.run(feeds);
+      await session.release();
+      return out;
+    };
+    const feeds = (from: number, to: number) => ({
+      input_ids: i64(ids.slice(from, to), [1, to - from]),
+      attention_mask: i64(Array(to).fill(1), [1, to]),
+      position_ids: i64([...ids.keys()].slice(from, to), [1, to - from]),
+    });
+    const full = (await run(plain, feeds(0, T))).logits!.data as Float32Array;
+    const cached = encodeModel(model);
+    const empty = new ort.Tensor("float32", new Float32Array(0), [1, 2, 0, 8]);
+    const pasts = (present?: Record<string, ort.Tensor>) =>
+      Object.fromEntries(
+        ["0.key", "0.value", "1.key", "1.value"].map((n) => [
+          `past_key_values.${n}`,
+          present?.[`present.${n}`] ?? empty,
+        ]),
+      );
+    const prompt = await run(cached, { ...feeds(0, T - 1), ...pasts() });
+    const step = (await run(cached, { ...feeds(T - 1, T), ...pasts(prompt) })).logits!.data as Float32Array;
+    const V = c.vocab_size;
+    const last = full.slice((T - 1) * V);
+    expect(step.reduce((m, v, i) => Math.max(m, Math.abs(v - last[i]!)), 0)).toBeLessThanOrEqual(LOGITS_F32);
   });
 });
 

@@ -10,12 +10,15 @@ import * as ort from "onnxruntime-node";
 import { describe, expect, it } from "vitest";
 
 import {
+  buildLlamaOnnx,
   FORCED_LOGIT,
   tinyConfig,
   tinyWeights,
   writeTinyModel,
+  type LlamaConfig,
   type TinyModelOptions,
 } from "../../src/synthetic/llama.js";
+import { referenceLogitsFamily } from "../helpers/family-reference.js";
 import { referenceGreedy, referenceHidden, referenceLogits, referenceStepper } from "../helpers/llama-reference.js";
 import { tempDir } from "../helpers/tmp.js";
 import { LOGITS_F32 } from "../tolerances.js";
@@ -71,6 +74,54 @@ describe("writeTinyModel", () => {
       eos_token_id: 128001,
       max_position_embeddings: 2048,
     });
+  });
+});
+
+describe("the gemma family (Gemma2)", () => {
+  const o: TinyModelOptions = { family: "gemma", layers: 2, hidden: 32, heads: 4, seed: 8, tokenizer: "llama3.1-1k" };
+  const ids = [1024, 791, 68, 315, 982, 374, 25, 300, 12, 77];
+
+  /** The last position's logits of the graph built from `config` (no cache), run by onnxruntime. */
+  async function graphLogits(config: LlamaConfig): Promise<Float32Array> {
+    const session = await ort.InferenceSession.create(buildLlamaOnnx(config, tinyWeights(o)));
+    const T = ids.length;
+    const logits = (
+      await session.run({
+        input_ids: new ort.Tensor("int64", BigInt64Array.from(ids, BigInt), [1, T]),
+        attention_mask: new ort.Tensor("int64", new BigInt64Array(T).fill(1n), [1, T]),
+        position_ids: new ort.Tensor("int64", BigInt64Array.from(ids.keys(), BigInt), [1, T]),
+      })
+    ).logits!;
+    await session.release();
+    return (logits.data as Float32Array).slice((T - 1) * config.vocab_size);
+  }
+  const worst = (a: ArrayLike<number>, b: ArrayLike<number>) =>
+    Array.from(a).reduce((m, v, i) => Math.max(m, Math.abs(v - b[i]!)), 0);
+
+  it("writes Gemma2's config: tanh GELU, soft-capping, query_pre_attn_scalar and the sliding window", async () => {
+    await writeTinyModel(join(dir, "gemma"), { ...o, slidingWindow: 4 });
+    expect(JSON.parse(readFileSync(join(dir, "gemma", "config.json"), "utf8"))).toMatchObject({
+      model_type: "gemma2",
+      hidden_activation: "gelu_pytorch_tanh",
+      query_pre_attn_scalar: 8,
+      attn_logit_softcapping: 50,
+      final_logit_softcapping: 30,
+      sliding_window: 4,
+    });
+    expect(tinyConfig(o).sliding_window).toBe(4096);
+  });
+
+  it("computes the reference's logits with soft-caps and a window that act, and without them", async () => {
+    // Caps and a window small enough to change the logits of these ten tokens.
+    const acting = { ...tinyConfig(o), attn_logit_softcapping: 1, final_logit_softcapping: 2, sliding_window: 3 };
+    const off = { ...acting, attn_logit_softcapping: null, final_logit_softcapping: null, sliding_window: null };
+    const variants = [acting, off, { ...off, sliding_window: 3 }, { ...off, attn_logit_softcapping: 1 }];
+    const refs = variants.map((c) => referenceLogitsFamily(c, tinyWeights(o), ids));
+    for (const [k, c] of variants.entries())
+      expect(worst(await graphLogits(c), refs[k]!)).toBeLessThanOrEqual(LOGITS_F32);
+    // Each of them changes the logits; the final cap bounds them.
+    for (const r of refs.slice(1)) expect(worst(refs[0]!, r)).toBeGreaterThan(0.01);
+    expect(Math.max(...refs[0]!.map(Math.abs))).toBeLessThan(2);
   });
 });
 

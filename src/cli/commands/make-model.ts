@@ -15,8 +15,9 @@ async function action(dir: string, opts: TinyModelOptions & { style?: string }):
 }
 
 const FAMILY_HELP =
-  "graph shape: llama, gemma (√d embedding scale, (1 + w) norms, four norms per block), qwen2 (q/k/v biases), " +
-  "phi3 (packed qkv and gate_up projections, LongRoPE If), neox (parallel blocks); or, in the optimum styles " +
+  "graph shape: llama, gemma (Gemma2: √d embedding scale, (1 + w) norms, four norms per block, GELU MLP, " +
+  "soft-capped scores and logits, a 4096-position window on even layers), qwen2 (q/k/v biases), phi3 (packed qkv " +
+  "and gate_up projections, LongRoPE If), neox (parallel blocks); or, in the optimum styles " +
   "only, gpt2 and opt (learned positions, LayerNorm with biases), bloom and mpt (ALiBi), gptj and codegen " +
   "(interleaved partial rotary, parallel blocks), gpt_neo (learned positions, local attention), gpt_bigcode " +
   "(multi-query, a fused key_value cache), falcon (multi-query, parallel blocks), phi (partial rotary, " +

@@ -10,9 +10,9 @@ import { join } from "node:path";
 
 import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
-import { FileError, ManifestError, StoreError } from "../errors.js";
+import { ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
-import { fileError, openInput, osReason, readInput, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
+import { fileError, openInput, osReason, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
@@ -107,13 +107,10 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
  * Saves the foreign manifest as `index.orig.json`. One already there from an earlier adoption is never replaced
  * by a different one: it may be the only copy of what another tool wrote.
  */
-async function keepOriginal(path: string, original: Buffer): Promise<void> {
-  const kept = await readInput(path).catch((err: unknown) => {
-    if (err instanceof FileError && err.problem === "missing") return undefined;
-    throw err;
-  });
-  if (kept?.equals(original)) return;
-  if (kept)
+async function keepOriginal(path: string, original: string): Promise<void> {
+  const kept = await readTextIfPresent(path);
+  if (kept === original) return;
+  if (kept !== null)
     throw new StoreError(
       path,
       "already keeps the manifest of an earlier adoption, which differs from this index.json; move it away first",
@@ -128,13 +125,12 @@ async function keepOriginal(path: string, original: Buffer): Promise<void> {
 async function readExisting(
   dir: string,
   where: string,
-): Promise<{ original?: Buffer; native?: Manifest; foreign?: ForeignManifest }> {
-  const text = await readTextIfPresent(where);
-  if (text === null) return {};
-  const original = Buffer.from(text);
+): Promise<{ original?: string; native?: Manifest; foreign?: ForeignManifest }> {
+  const original = await readTextIfPresent(where);
+  if (original === null) return {};
   let value: unknown;
   try {
-    value = JSON.parse(original.toString("utf8"));
+    value = JSON.parse(original);
   } catch (err) {
     throw new ManifestError(
       where,
@@ -143,7 +139,7 @@ async function readExisting(
       { cause: err },
     );
   }
-  if (isNativeManifest(value)) return { original, native: parseManifest(original.toString("utf8"), where) };
+  if (isNativeManifest(value)) return { original, native: parseManifest(original, where) };
   const parsed = parseForeignManifest(value);
   if (!parsed.manifest || parsed.problems.length > 0)
     throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);

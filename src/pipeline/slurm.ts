@@ -17,7 +17,7 @@
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { stat } from "node:fs/promises";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 
 import { readBank } from "../bank/bank.js";
@@ -257,7 +257,7 @@ function modelScripts(study: Study, m: StudyModel, n: number, hsm: string): Reco
 function reportScript(study: Study, hsm: string): string {
   return [
     ...HEADER("hsm: the study's record (every step finished and skipped) and its report"),
-    `${hsm} study ${shellWord(study.file)} --quiet`,
+    `${hsm} study ${shellWord(resolve(study.file))} --quiet`,
     `${hsm} report ${shellWord(study.outputs)} --quiet`,
   ].join("\n");
 }

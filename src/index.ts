@@ -27,6 +27,7 @@ import type { Manifest } from "./store/manifest.js";
 import type { VerifyOptions, VerifyReport } from "./store/verify.js";
 import type { Study } from "./study/study-file.js";
 import type { StudyOptions } from "./pipeline/study.js";
+import type { SlurmOptions, SlurmPlan, WaitOptions } from "./pipeline/slurm.js";
 import type { StudySummary } from "./study/layout.js";
 import type { CompareOptions, Comparison, LoadOptions } from "./report/compare.js";
 import type { ReportOptions, ReportResult } from "./report/build.js";
@@ -248,6 +249,18 @@ export async function readStudyFile(file: string): Promise<Study> {
 /** Runs every model of a study into its output root, skipping what is finished; one model's failure does not stop the others. */
 export async function runStudy(file: string | Study, o: StudyOptions = {}): Promise<StudySummary> {
   return (await import("./pipeline/study.js")).runStudy(file, o);
+}
+
+export type { SlurmOptions, SlurmPlan, WaitOptions };
+
+/** Submits a study's jobs to SLURM: only what is neither finished nor already queued or running. */
+export async function submitStudy(file: string | Study, o: SlurmOptions): Promise<SlurmPlan> {
+  return (await import("./pipeline/slurm.js")).submitStudy(file, o);
+}
+
+/** Follows a submitted study's jobs; throws naming the failed job and its log unless every step finished and verifies. */
+export async function waitStudy(plan: SlurmPlan, o: WaitOptions = {}): Promise<void> {
+  return (await import("./pipeline/slurm.js")).waitStudy(plan, o);
 }
 
 /** The paired comparison of two models of an outputs root: correctness per family, ISS and KTS at matched depth. */

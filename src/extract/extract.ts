@@ -47,6 +47,7 @@ import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "../onnx
 import { breakBatchingForTest, runSelfCheck, selfCheckFailure } from "../model/self-check.js";
 import { createSession, stageModel, type ModelRunOptions, type Stage } from "../model/session.js";
 import { tokenizerAndModel } from "../model/tokenizer.js";
+import { shardFromEnv } from "./shard.js";
 
 /** The model file's sha256, hashed in a thread of its own (the native core's, or a worker) while this one works. */
 export async function fileSha256(path: string): Promise<string> {
@@ -141,13 +142,14 @@ export function shardRange(
   return [cut(index), cut(index + 1)];
 }
 
-/** Parses `K/N` (0-based K). */
-export function parseShard(text: string): { index: number; count: number } {
+/** Parses `K/N` (0-based K), or `auto` / `auto/N` read from a scheduler's variables (./shard.ts). */
+export function parseShard(text: string, env: NodeJS.ProcessEnv = process.env): { index: number; count: number } {
+  if (text.trim().startsWith("auto")) return shardFromEnv(text, env);
   const m = /^(\d+)\/(\d+)$/.exec(text.trim());
   const index = m ? Number(m[1]) : NaN;
   const count = m ? Number(m[2]) : NaN;
   if (!m || count < 1 || index >= count)
-    throw new UsageError(`Expected --shard K/N with 0 ≤ K < N but received "${text}"`);
+    throw new UsageError(`Expected --shard K/N with 0 ≤ K < N, auto or auto/N but received "${text}"`);
   return { index, count };
 }
 

@@ -44,6 +44,8 @@ export interface RunOptions {
   batchSize?: number;
   device?: Device;
   threads?: number;
+  /** Rows per durable commit of the extraction (default DEFAULT_COMMIT_ROWS). */
+  commitRows?: number;
   /** What each step did, for the user. */
   log?: (step: string, message: string) => void;
   onProgress?: (step: string, done: number, total: number) => void;
@@ -151,7 +153,12 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
     );
   }
 
-  const e = await extract({ ...common, out: paths.store, onProgress: (d, t) => o.onProgress?.("extract", d, t) });
+  const e = await extract({
+    ...common,
+    out: paths.store,
+    commitRows: o.commitRows,
+    onProgress: (d, t) => o.onProgress?.("extract", d, t),
+  });
   log("extract", e.alreadyComplete ? "store complete, skipped" : `${e.rowsExtracted} rows (${e.seconds.toFixed(1)} s)`);
 
   const report = await verifyStore(paths.store);

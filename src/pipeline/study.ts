@@ -124,6 +124,7 @@ async function runModel(study: Study, model: StudyModel, o: StudyOptions): Promi
         batchSize: study.run.batchSize,
         device: study.run.device,
         threads: study.run.threads,
+        commitRows: study.run.commitRows,
         log: (step, message) => o.log?.(model.name, step, message),
         onProgress: (step, done, total) => o.onProgress?.(model.name, step, done, total),
       });

@@ -2,9 +2,14 @@
  * One writer per store: a lock file created exclusively, holding the writer's
  * pid and host. A lock left by a process that no longer runs (killed with
  * `kill -9`, say) is taken over; a live one is refused.
+ *
+ * On a shared file system (NFS included: exclusive create is atomic there) a
+ * lock from another host cannot be checked by pid, so its holder touches it
+ * every minute and a lock from another host untouched for LOCK_STALE_MS is
+ * taken to be left by a node that went away (a job killed, a node lost).
  */
 import { unlinkSync } from "node:fs";
-import { open, unlink } from "node:fs/promises";
+import { open, stat, unlink, utimes } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 
@@ -12,6 +17,10 @@ import { StoreError } from "../errors.js";
 import { fileError, readText, readTextSync } from "../util/fs.js";
 
 const LOCK_NAME = ".hsm.lock";
+/** How often a holder touches its lock. */
+const HEARTBEAT_MS = 60_000;
+/** A lock from another host untouched this long is stale. */
+const LOCK_STALE_MS = 10 * 60_000;
 
 interface LockInfo {
   pid: number;
@@ -37,7 +46,13 @@ export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => 
       const fh = await open(path, "wx");
       await fh.writeFile(JSON.stringify(mine) + "\n");
       await fh.close();
+      const heartbeat = setInterval(() => {
+        const now = new Date();
+        utimes(path, now, now).catch(() => {});
+      }, HEARTBEAT_MS);
+      heartbeat.unref();
       const onExit = () => {
+        clearInterval(heartbeat);
         try {
           if ((JSON.parse(readTextSync(path)) as LockInfo).pid === process.pid) unlinkSync(path);
         } catch {
@@ -47,6 +62,7 @@ export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => 
       process.once("exit", onExit);
       return async () => {
         process.removeListener("exit", onExit);
+        clearInterval(heartbeat);
         await unlink(path).catch(() => {});
       };
     } catch (err) {
@@ -57,10 +73,12 @@ export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => 
       } catch {
         other = undefined; // torn or empty: its writer died while writing it
       }
-      if (other && (other.host !== mine.host || alive(other.pid))) {
+      const touched = (await stat(path).catch(() => undefined))?.mtimeMs ?? 0;
+      const held = other && (other.host === mine.host ? alive(other.pid) : Date.now() - touched < LOCK_STALE_MS);
+      if (held) {
         throw new StoreError(
           dir,
-          `is being written by another hsm process (pid ${other.pid} on ${other.host}, since ${other.started}); ` +
+          `is being written by another hsm process (pid ${other!.pid} on ${other!.host}, since ${other!.started}); ` +
             `wait for it to finish, or stop it. If it is gone, delete ${path}`,
         );
       }

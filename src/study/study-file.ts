@@ -52,8 +52,8 @@ export interface Study {
   bank: string;
   outputs: string;
   generation: GenerationSettings;
-  /** How the models are run: prompts per batch, device, onnxruntime threads. */
-  run: { batchSize?: number; device?: "cpu" | "cuda"; threads?: number };
+  /** How the models are run: prompts per batch, device, onnxruntime threads, rows per extraction commit (and shard boundary). */
+  run: { batchSize?: number; device?: "cpu" | "cuda"; threads?: number; commitRows?: number };
   models: StudyModel[];
   /** Where each given field (`bank`, `outputs`, `generation.<key>`) sits in the file, for later messages. */
   lines: Record<string, number | undefined>;
@@ -73,7 +73,7 @@ const GENERATION_FIELDS = [
   "dtype",
 ] as const;
 const SAMPLING_FIELDS = ["top_p", "top_k", "typical_p", "min_p", "num_return_sequences"] as const;
-const RUN_FIELDS = ["batch_size", "device", "threads"] as const;
+const RUN_FIELDS = ["batch_size", "device", "threads", "commit_rows"] as const;
 const MODEL_FIELDS = ["name", "model_dir", "outputs"] as const;
 const DTYPES = ["float32", "float16", "bfloat16"] as const;
 
@@ -169,10 +169,11 @@ function checkGeneration(c: Checker, value: unknown): GenerationSettings {
 
 function checkRun(c: Checker, value: unknown): Study["run"] {
   if (value === undefined) return {};
-  const r = c.mapping(value, ["run"], RUN_FIELDS, "a mapping of batch_size, device and threads");
+  const r = c.mapping(value, ["run"], RUN_FIELDS, "a mapping of batch_size, device, threads and commit_rows");
   const run: Study["run"] = {};
   if ("batch_size" in r) run.batchSize = c.positiveInteger(r.batch_size, ["run", "batch_size"]);
   if ("threads" in r) run.threads = c.positiveInteger(r.threads, ["run", "threads"]);
+  if ("commit_rows" in r) run.commitRows = c.positiveInteger(r.commit_rows, ["run", "commit_rows"]);
   if ("device" in r) {
     if (r.device !== "cpu" && r.device !== "cuda")
       c.fail(["run", "device"], `expected "cpu" or "cuda" but received ${describe(r.device)}`);

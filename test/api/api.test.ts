@@ -119,7 +119,7 @@ describe('import … from "hsm"', () => {
     expect(i).toMatchObject({ numLayers: 2, dModel: 16, storedLayers: [1] });
     const bank = join(fx, "bank.jsonl");
     await expect(hsm.extract({ modelDir, bank, out: join(dir, "s2"), shard: "2/2" })).rejects.toThrow(
-      'Expected --shard K/N with 0 ≤ K < N but received "2/2"',
+      'Expected --shard K/N with 0 ≤ K < N, auto or auto/N but received "2/2"',
     );
     // 60 main-forward rows, 2 shards cut on 16-row blocks: shard 0 holds floor(30 / 16) × 16 = 16 rows.
     const e = await hsm.extract({ modelDir, bank, out: join(dir, "s0"), shard: "0/2", commitRows: 16 });

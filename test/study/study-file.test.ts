@@ -223,17 +223,22 @@ describe("study file errors", () => {
         .split("\n")
         .filter((_, i) => i < 12 || i > 14)
         .join("\n"),
-      `${FILE}:12: field "run": expected a mapping of batch_size, device and threads but received "fast" (string)`,
+      `${FILE}:12: field "run": expected a mapping of batch_size, device, threads and commit_rows but received "fast" (string)`,
     ],
     [
       "an unknown run setting",
       edit(15, "  workers: 2"),
-      `${FILE}:15: field "run.workers": unknown field; expected one of batch_size, device, threads`,
+      `${FILE}:15: field "run.workers": unknown field; expected one of batch_size, device, threads, commit_rows`,
     ],
     [
       "a fractional batch size",
       edit(13, "  batch_size: 2.5"),
       `${FILE}:13: field "run.batch_size": expected a positive integer but received 2.5 (number)`,
+    ],
+    [
+      "a zero commit_rows",
+      edit(15, "  commit_rows: 0"),
+      `${FILE}:15: field "run.commit_rows": expected a positive integer but received 0 (number)`,
     ],
     [
       "an unknown device",

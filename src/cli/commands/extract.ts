@@ -56,7 +56,10 @@ export function extractCommand(program: Command): void {
     );
   modelRunOptions(cmd, { flags: "--out <path>", description: "store folder to write" })
     .option("--layers <expr>", "layer rule in l and L", DEFAULT_LAYER_RULE)
-    .option("--shard <K/N>", "extract shard K (0-based) of N into --out")
+    .option(
+      "--shard <K/N>",
+      "extract shard K (0-based) of N into --out; auto or auto/N: K (and N) from SLURM_ARRAY_TASK_ID/_COUNT or JOB_COMPLETION_INDEX",
+    )
     .option("--hidden-tensors <map>", "LAYER=TENSOR pairs for graphs hsm cannot read by itself")
     .option(
       "--commit-rows <n>",

@@ -1,0 +1,520 @@
+/**
+ * `hsm study --slurm`: a study as SLURM jobs. Per model that the study runs:
+ * a generation job, an extraction job array (one task per shard, `--shard
+ * auto/N`) and, after both (`afterok`), a job that merges the shards and runs
+ * `hsm run` (score, verify, metrics, exports; generation and extraction are
+ * then finished and skipped). After every model, one report job runs `hsm study`
+ * (which writes study.json, every step skipped) and `hsm report`.
+ *
+ * Jobs are named `hsm-<hash of the output root>-<model>-<step>`; what is
+ * finished is read from the output root (complete stores and shard stores, a
+ * generations file answering every query, metric results, the report), what is
+ * queued or running from squeue. Submitting again submits only what is
+ * neither, so a cancelled or failed array task is resubmitted (and resumes
+ * from its last committed rows), and a pending downstream job whose inputs
+ * were resubmitted is replaced by one that waits for the new ones.
+ */
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import { stat } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+
+import { readBank } from "../bank/bank.js";
+import { HsmError, UsageError } from "../errors.js";
+import { shardRange } from "../extract/extract.js";
+import { mainForwardRows } from "../bank/bank.js";
+import { DEFAULT_COMMIT_ROWS } from "../defaults.js";
+import { METRICS } from "../metrics/registry.js";
+import { verifyStore } from "../store/verify.js";
+import { modelPaths, SHARDS_FOLDER, shellWord } from "../study/layout.js";
+import { readStudyFile, type Study, type StudyModel } from "../study/study-file.js";
+import { makeDir, readText, writeFileAtomic } from "../util/fs.js";
+import { jsonLines } from "../util/jsonl.js";
+import { pathStem } from "../util/stem.js";
+
+const run = promisify(execFile);
+
+/** The folder under the output root holding the job scripts and logs. */
+export const SLURM_FOLDER = "slurm";
+
+export interface SlurmOptions {
+  /** Extraction shards per model (array tasks); default 1. */
+  shards?: number;
+  partition?: string;
+  /** Further sbatch arguments, passed to every submission as given (e.g. `--time=4:00:00`). */
+  sbatchArgs?: string[];
+  /** The command that runs hsm on the nodes: absolute paths of node and of hsm's CLI script. */
+  hsm: string[];
+  /** What was submitted, kept or cancelled, for the user. */
+  log?: (line: string) => void;
+}
+
+type Step = "generate" | "extract" | "finish" | "report";
+
+/** A job of the study that squeue lists: one line per array task. */
+interface QueuedJob {
+  /** `123` or, for an array task, `123_4`: what a dependency names. */
+  id: string;
+  name: string;
+  state: string;
+  /** The array task id, for an array task. */
+  task?: number;
+  reason: string;
+}
+
+/** One job of a study, submitted or found queued. */
+export interface StudyJob {
+  id: string;
+  name: string;
+  /** The model, or undefined for the report job. */
+  model?: string;
+  step: Step;
+  /** The shards an extraction array runs. */
+  shards?: number[];
+  /** The log file, `%A_%a` left for the array job and task ids. */
+  log: string;
+  state: "submitted" | string;
+}
+
+/** The on-disk state of one model the study runs. */
+export interface ModelProgress {
+  model: string;
+  generated: boolean;
+  /** Per shard: its store is complete (or the merged store is). */
+  shards: boolean[];
+  stored: boolean;
+  /** Every step finished: store, scored rows, metric results, Foundry export. */
+  done: boolean;
+}
+
+export interface SlurmPlan {
+  study: Study;
+  /** `hsm-<hash>-`: every job of this study's output root is named with it. */
+  prefix: string;
+  models: ModelProgress[];
+  reportDone: boolean;
+  /** Jobs submitted by this call. */
+  submitted: StudyJob[];
+  /** Jobs of the study already queued or running and kept. */
+  kept: StudyJob[];
+  /** Pending jobs cancelled because their inputs were resubmitted. */
+  cancelled: StudyJob[];
+}
+
+async function exists(path: string): Promise<boolean> {
+  return (await stat(path).catch(() => undefined)) !== undefined;
+}
+
+async function mtime(path: string): Promise<number> {
+  return (await stat(path).catch(() => undefined))?.mtimeMs ?? Infinity;
+}
+
+async function storeComplete(dir: string): Promise<boolean> {
+  try {
+    return (JSON.parse(await readText(join(dir, "index.json"))) as { complete?: unknown }).complete === true;
+  } catch {
+    return false;
+  }
+}
+
+/** True when the generations file answers every query of the bank (a row without `error` for each id). */
+async function generationsComplete(file: string, queryIds: Set<string>): Promise<boolean> {
+  if (!(await exists(file))) return false;
+  const answered = new Set<string>();
+  try {
+    for await (const { value } of jsonLines(file, (line, problem) => new HsmError(`${file}:${line}: ${problem}`)))
+      if (typeof value.query_id === "string" && value.error === undefined) answered.add(value.query_id);
+  } catch {
+    return false; // a torn last line: the generation job resumes it
+  }
+  return [...queryIds].every((id) => answered.has(id));
+}
+
+/** A name SLURM and squeue's output keep as it is. */
+function jobWord(stem: string): string {
+  return stem.replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 48);
+}
+
+/** `hsm-<8 hex of sha256(output root)>-`. */
+export function studyJobPrefix(study: Study): string {
+  return `hsm-${createHash("sha256").update(study.outputs).digest("hex").slice(0, 8)}-`;
+}
+
+/** The log of job `name`: `%j` the job id, or `%A_%a` the array job's and the task's. */
+function logPattern(study: Study, name: string, array: boolean): string {
+  return join(study.outputs, SLURM_FOLDER, "logs", `${name}-${array ? "%A_%a" : "%j"}.log`);
+}
+
+function shardDir(study: Study, model: StudyModel, shard: number | string, n: number): string {
+  return join(study.outputs, SHARDS_FOLDER, pathStem(model.name), `${shard}-of-${n}`);
+}
+
+/** Reads what is finished under the study's output root. */
+export async function studyProgress(
+  study: Study,
+  shards: number,
+): Promise<{ models: ModelProgress[]; reportDone: boolean }> {
+  const queryIds = new Set((await readBank(study.bank)).map((r) => r.query_id));
+  const models: ModelProgress[] = [];
+  const inputs: string[] = [];
+  for (const m of study.models) {
+    const paths = modelPaths(m.outputs ?? study.outputs, m.name);
+    const metrics = METRICS.map(({ name }) => join(paths.metrics, `${name}.json`));
+    inputs.push(paths.scored, ...metrics);
+    if (m.modelDir === undefined) continue;
+    const stored = await storeComplete(paths.store);
+    const shardDone = await Promise.all(
+      Array.from({ length: shards }, async (_, k) => stored || storeComplete(shardDir(study, m, k, shards))),
+    );
+    const foundry = join(study.outputs, "foundry", `${pathStem(m.name)}.jsonl`);
+    const finished = await Promise.all([paths.scored, ...metrics, foundry].map(exists));
+    models.push({
+      model: m.name,
+      generated: await generationsComplete(paths.generations, queryIds),
+      shards: shardDone,
+      stored,
+      done: stored && finished.every(Boolean),
+    });
+  }
+  const report = join(study.outputs, "report.html");
+  const newest = Math.max(...(await Promise.all([join(study.outputs, "study.json"), ...inputs].map(mtime))));
+  const reportDone = models.every((m) => m.done) && (await mtime(report)) >= newest && newest !== Infinity;
+  return { models, reportDone };
+}
+
+/** The study's jobs squeue lists (one line per array task). */
+async function queued(prefix: string): Promise<QueuedJob[]> {
+  const { stdout } = await run("squeue", ["--me", "-r", "--noheader", "--format=%i|%j|%T|%K|%r"]).catch(
+    (err: unknown) => {
+      const e = err as { stderr?: string; message: string };
+      const why = (e.stderr || e.message).trim().split("\n")[0];
+      throw new HsmError(`squeue failed (${why}); submit from a machine that reaches the SLURM controller`);
+    },
+  );
+  return stdout
+    .split("\n")
+    .map((line) => line.trim().split("|"))
+    .filter((f) => f.length >= 5 && f[1]!.startsWith(prefix))
+    .map(([id, name, state, task, reason]) => ({
+      id: id!,
+      name: name!,
+      state: state!,
+      ...(/^[0-9]+$/.test(task!) ? { task: Number(task) } : {}),
+      reason: reason!,
+    }));
+}
+
+const HEADER = (what: string) => [
+  "#!/bin/bash",
+  `# ${what}`,
+  "# Written by hsm study --slurm; submitted with sbatch --job-name, --output and, where it waits, --dependency.",
+  "#SBATCH --requeue",
+  "#SBATCH --open-mode=append",
+  "set -euo pipefail",
+  // eslint-disable-next-line no-template-curly-in-string -- a shell line, expanded by bash
+  'echo "hsm-job: start $(date +%s.%N) job ${SLURM_JOB_ID:-} task ${SLURM_ARRAY_TASK_ID:-} on $(hostname)"',
+  "trap 'echo \"hsm-job: end $(date +%s.%N) status $?\"' EXIT",
+];
+
+/** The job scripts of one model: generation, the extraction array's task, the finishing job. */
+function modelScripts(study: Study, m: StudyModel, n: number, hsm: string): Record<Exclude<Step, "report">, string> {
+  const paths = modelPaths(study.outputs, m.name);
+  const w = shellWord;
+  const model = ["--model-dir", m.modelDir!, "--bank", study.bank, "--model", m.name];
+  const runFlags = [
+    ...(study.run.batchSize ? ["--batch-size", String(study.run.batchSize)] : []),
+    ...(study.run.device ? ["--device", study.run.device] : []),
+    ...(study.run.threads ? ["--threads", String(study.run.threads)] : []),
+  ];
+  const cmd = (args: string[]) => `${hsm} ${args.map(w).join(" ")}`;
+  const shards = Array.from({ length: n }, (_, k) => w(shardDir(study, m, k, n))).join(" ");
+  const merging = `${paths.store}.merging`;
+  return {
+    generate: [
+      ...HEADER(`hsm: greedy generations of ${m.name}`),
+      cmd(["generate", ...model, ...runFlags, "--out", paths.generations, "--quiet"]),
+    ].join("\n"),
+    extract: [
+      ...HEADER(`hsm: hidden states of ${m.name}, shard $SLURM_ARRAY_TASK_ID of ${n} (an array task per shard)`),
+      `${cmd(["extract", ...model, ...runFlags])} --commit-rows ${study.run.commitRows ?? DEFAULT_COMMIT_ROWS} \\`,
+      `  --out ${w(join(study.outputs, SHARDS_FOLDER, pathStem(m.name)))}/"$SLURM_ARRAY_TASK_ID"-of-${n} --shard auto/${n} --quiet`,
+    ].join("\n"),
+    finish: [
+      ...HEADER(`hsm: ${m.name}'s shards merged, then scored, verified, measured and exported`),
+      `if ! grep -qs '"complete": *true' ${w(join(paths.store, "index.json"))}; then`,
+      `  rm -rf ${w(merging)}`,
+      `  ${cmd(["merge", merging])} ${shards} --quiet`,
+      `  rm -rf ${w(paths.store)}`,
+      `  mv ${w(merging)} ${w(paths.store)}`,
+      "fi",
+      cmd(["run", ...model, ...runFlags, "--outputs", study.outputs, "--quiet"]),
+      `rm -rf ${w(join(study.outputs, SHARDS_FOLDER, pathStem(m.name)))}`,
+    ].join("\n"),
+  };
+}
+
+function reportScript(study: Study, hsm: string): string {
+  return [
+    ...HEADER("hsm: the study's record (every step finished and skipped) and its report"),
+    `${hsm} study ${shellWord(resolve(study.file))} --quiet`,
+    `${hsm} report ${shellWord(study.outputs)} --quiet`,
+  ].join("\n");
+}
+
+async function sbatch(args: string[]): Promise<string> {
+  try {
+    const { stdout } = await run("sbatch", ["--parsable", ...args]);
+    return stdout.trim().split(";")[0]!;
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new HsmError(`sbatch ${args.join(" ")} failed: ${(e.stderr || e.message).trim().split("\n")[0]}`);
+  }
+}
+
+/**
+ * Submits what of a study is neither finished nor queued: see the module's
+ * description. Writes the job scripts under `<outputs>/slurm/`, the logs
+ * beside them in `logs/`.
+ */
+export async function submitStudy(file: string | Study, o: SlurmOptions): Promise<SlurmPlan> {
+  const study = typeof file === "string" ? await readStudyFile(file) : file;
+  const n = o.shards ?? 1;
+  if (!Number.isInteger(n) || n < 1) throw new UsageError(`Expected a positive integer for --shards but received ${n}`);
+  if (!(await exists(study.bank))) throw new HsmError(`${study.bank}: no such file (the study's bank)`);
+  const commitRows = study.run.commitRows ?? DEFAULT_COMMIT_ROWS;
+  const mainRows = mainForwardRows(await readBank(study.bank)).length;
+  for (let k = 0; k < n; k++) {
+    const [a, b] = shardRange(mainRows, k, n, commitRows);
+    if (a === b)
+      throw new UsageError(
+        `--shards ${n}: shard ${k} would be empty (${mainRows} rows in commit blocks of ${commitRows}); use fewer shards or a smaller run.commit_rows in ${study.file}`,
+      );
+  }
+  const prefix = studyJobPrefix(study);
+  const root = join(study.outputs, SLURM_FOLDER);
+  const logs = join(root, "logs");
+  await makeDir(logs);
+  const hsm = o.hsm.map(shellWord).join(" ");
+  const { models, reportDone } = await studyProgress(study, n);
+  const jobs = await queued(prefix);
+  const plan: SlurmPlan = { study, prefix, models, reportDone, submitted: [], kept: [], cancelled: [] };
+  const say = o.log ?? (() => {});
+  const common = [
+    ...(o.partition ? ["--partition", o.partition] : []),
+    ...(study.run.threads ? ["--cpus-per-task", String(study.run.threads)] : []),
+    ...(o.sbatchArgs ?? []),
+  ];
+  const find = (name: string) => jobs.filter((j) => j.name === name);
+  const keep = (j: QueuedJob, model: string | undefined, step: Step): StudyJob => {
+    const log = logPattern(study, j.name, j.task !== undefined);
+    const job: StudyJob = { id: j.id, name: j.name, model, step, log, state: j.state };
+    plan.kept.push(job);
+    return job;
+  };
+  const submit = async (
+    name: string,
+    model: string | undefined,
+    step: Step,
+    script: string,
+    after: string[],
+    shards?: number[],
+  ): Promise<StudyJob> => {
+    const log = logPattern(study, name, shards !== undefined);
+    const args = [
+      "--job-name",
+      name,
+      "--output",
+      log,
+      ...(shards ? [`--array=${shards.join(",")}`] : []),
+      ...(after.length ? [`--dependency=afterok:${after.join(":")}`] : []),
+      ...common,
+      script,
+    ];
+    const id = await sbatch(args);
+    const job: StudyJob = { id, name, model, step, log, state: "submitted", ...(shards ? { shards } : {}) };
+    plan.submitted.push(job);
+    say(`submitted ${name}${shards ? ` shards ${shards.join(",")}` : ""}: job ${id}`);
+    return job;
+  };
+  /** Keeps a queued downstream job unless its inputs changed; a pending one then gives way. */
+  const downstream = async (q: QueuedJob[], changed: boolean, model: string | undefined, step: Step) => {
+    const kept: StudyJob[] = [];
+    for (const j of q) {
+      const neverRuns = j.reason === "DependencyNeverSatisfied";
+      if ((changed || neverRuns) && j.state === "PENDING") {
+        await run("scancel", [j.id]);
+        plan.cancelled.push({ id: j.id, name: j.name, model, step, log: "", state: j.state });
+        say(`cancelled ${j.name}: job ${j.id} (its inputs were resubmitted)`);
+      } else kept.push(keep(j, model, step));
+    }
+    return kept;
+  };
+
+  const finishIds: string[] = [];
+  let anyChanged = false;
+  for (const m of study.models) {
+    if (m.modelDir === undefined) continue;
+    const state = models.find((p) => p.model === m.name)!;
+    if (state.done) continue;
+    const stem = pathStem(m.name);
+    const base = `${prefix}${jobWord(stem)}-`;
+    const scripts = modelScripts(study, m, n, hsm);
+    const dir = join(root, stem);
+    await makeDir(dir);
+    const scriptPath = (step: string) => join(dir, `${step}.sbatch`);
+    for (const [step, text] of Object.entries(scripts)) await writeFileAtomic(scriptPath(step), text + "\n");
+
+    const after: string[] = [];
+    let changed = false;
+    if (!state.generated) {
+      const q = find(`${base}generate`);
+      if (q.length) after.push(...q.map((j) => keep(j, m.name, "generate").id));
+      else {
+        after.push((await submit(`${base}generate`, m.name, "generate", scriptPath("generate"), [])).id);
+        changed = true;
+      }
+    }
+    const queuedTasks = find(`${base}extract`);
+    const missing: number[] = [];
+    for (let k = 0; k < n; k++) {
+      if (state.shards[k]) continue;
+      const q = queuedTasks.filter((j) => j.task === k);
+      if (q.length) after.push(...q.map((j) => keep(j, m.name, "extract").id));
+      else missing.push(k);
+    }
+    if (missing.length) {
+      after.push((await submit(`${base}extract`, m.name, "extract", scriptPath("extract"), [], missing)).id);
+      changed = true;
+    }
+    const finishing = await downstream(find(`${base}finish`), changed, m.name, "finish");
+    if (finishing.length) finishIds.push(...finishing.map((j) => j.id));
+    else {
+      finishIds.push((await submit(`${base}finish`, m.name, "finish", scriptPath("finish"), after)).id);
+      changed = true;
+    }
+    anyChanged ||= changed;
+  }
+  if (!reportDone) {
+    const script = join(root, "report.sbatch");
+    await writeFileAtomic(script, reportScript(study, hsm) + "\n");
+    const reporting = await downstream(find(`${prefix}report`), anyChanged, undefined, "report");
+    if (reporting.length === 0) await submit(`${prefix}report`, undefined, "report", script, finishIds);
+  }
+  return plan;
+}
+
+/** What `waitStudy` says about a job that ended without finishing its step. */
+async function jobOutcome(id: string): Promise<{ state: string; exit: string } | undefined> {
+  try {
+    const { stdout } = await run("scontrol", ["show", "job", "-o", id]);
+    // An array job lists a line per task; the one asked for is the first.
+    const line = stdout.split("\n")[0]!;
+    const state = /JobState=(\S+)/.exec(line)?.[1];
+    const exit = /ExitCode=(\S+)/.exec(line)?.[1] ?? "?";
+    return state ? { state, exit } : undefined;
+  } catch {
+    return undefined; // gone from the controller's memory (MinJobAge)
+  }
+}
+
+function logOf(job: StudyJob, id: string): string {
+  const [arrayId, task] = id.split("_");
+  return job.log
+    .replace("%A", arrayId!)
+    .replace("%a", task ?? "")
+    .replace("%j", id);
+}
+
+export interface WaitOptions {
+  shards?: number;
+  /** Seconds between looks at squeue and the output root; default 5. */
+  interval?: number;
+  /** A line for each change of a model's or shard's state. */
+  onProgress?: (line: string) => void;
+}
+
+/**
+ * Follows the study's jobs until none is left: resolves when every model's
+ * steps and the report are finished and every store verifies; throws an
+ * HsmError naming the job that failed and its log otherwise.
+ */
+export async function waitStudy(plan: SlurmPlan, o: WaitOptions = {}): Promise<void> {
+  const { study, prefix } = plan;
+  const n = o.shards ?? 1;
+  const known = new Map<string, StudyJob>();
+  for (const j of [...plan.submitted, ...plan.kept]) known.set(j.id.split("_")[0]!, j);
+  const said = new Map<string, string>();
+  const tell = (key: string, text: string) => {
+    if (said.get(key) !== text) o.onProgress?.(`${key}: ${text}`);
+    said.set(key, text);
+  };
+  const jobFor = (q: QueuedJob): StudyJob | undefined => {
+    const j = known.get(q.id.split("_")[0]!);
+    if (j) return j;
+    const step = (["generate", "extract", "finish", "report"] as const).find((s) => q.name.endsWith(`-${s}`));
+    if (!step) return undefined;
+    const log = logPattern(study, q.name, q.task !== undefined);
+    const model = study.models.find((m) => q.name === `${prefix}${jobWord(pathStem(m.name))}-${step}`)?.name;
+    const job: StudyJob = { id: q.id, name: q.name, model, step, log, state: q.state };
+    known.set(q.id.split("_")[0]!, job);
+    return job;
+  };
+  // Every job and array task this wait is answerable for, to name the one that failed.
+  const seen = new Set<string>(
+    [...plan.submitted, ...plan.kept].flatMap((j) => (j.shards ? j.shards.map((k) => `${j.id}_${k}`) : [j.id])),
+  );
+  for (;;) {
+    const jobs = await queued(prefix);
+    for (const q of jobs) {
+      jobFor(q);
+      seen.add(q.id);
+    }
+    const { models, reportDone } = await studyProgress(study, n);
+    for (const m of models) {
+      const step = (s: Step, task?: number) =>
+        jobs.find(
+          (q) => q.name.endsWith(`-${s}`) && jobFor(q)?.model === m.model && (task === undefined || q.task === task),
+        );
+      const state = (done: boolean, s: Step, task?: number) =>
+        done ? "done" : (step(s, task)?.state.toLowerCase() ?? "not queued");
+      tell(`${m.model} generate`, state(m.generated, "generate"));
+      m.shards.forEach((d, k) => tell(`${m.model} extract ${k}/${n}`, state(d, "extract", k)));
+      tell(`${m.model} finish`, state(m.done, "finish"));
+    }
+    tell(
+      "report",
+      reportDone ? "done" : (jobs.find((q) => q.name === `${prefix}report`)?.state.toLowerCase() ?? "not queued"),
+    );
+    const stuck = jobs.find((q) => q.reason === "DependencyNeverSatisfied");
+    if (jobs.length === 0 || stuck) {
+      if (jobs.length === 0 && reportDone && models.every((m) => m.done)) break;
+      // Name the job that failed: the first seen that ended in a state other than COMPLETED.
+      for (const id of seen) {
+        if (jobs.some((q) => q.id === id)) continue;
+        const end = await jobOutcome(id);
+        if (end && end.state !== "COMPLETED") {
+          const job = known.get(id.split("_")[0]!)!;
+          throw new HsmError(
+            `job ${id} (${job.name}) ended ${end.state} (exit ${end.exit}); log: ${logOf(job, id)}; submit again to resume`,
+          );
+        }
+      }
+      const what = stuck
+        ? `job ${stuck.id} (${stuck.name}) can never start: a job it waits for failed`
+        : "the jobs ended";
+      throw new HsmError(
+        `${what}, and the study is not finished; see the logs in ${join(study.outputs, SLURM_FOLDER, "logs")} and submit again to resume`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, (o.interval ?? 5) * 1000));
+  }
+  for (const m of study.models) {
+    const store = modelPaths(m.outputs ?? study.outputs, m.name).store;
+    const report = await verifyStore(store);
+    if (!report.ok)
+      throw new HsmError(
+        `${store} does not verify: ${report.problems.map((p) => `${p.file}: ${p.message}`).join("; ")}`,
+      );
+  }
+}

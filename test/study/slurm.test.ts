@@ -1,0 +1,142 @@
+/**
+ * `hsm study --slurm` on a real single-host SLURM cluster (test/helpers/slurm.ts):
+ * two tiny models, three extraction shards each. One array task is cancelled
+ * right after submission; submitting again with --wait resubmits only it and
+ * waits for the rest, and every store layer, generations file and scored file
+ * equals a local `hsm study` of the same study file byte for byte, with no
+ * shard ever running twice at once. A finished study then submits nothing.
+ * Skipped where the cluster cannot start, unless HSM_REQUIRE_SLURM=1.
+ */
+import { execFileSync, spawn } from "node:child_process";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { runStudy } from "../../src/pipeline/study.js";
+import { writeTinyModel } from "../../src/synthetic/llama.js";
+import { startSlurm, type SlurmCluster } from "../helpers/slurm.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const HSM = fileURLToPath(new URL("../../bin/hsm.js", import.meta.url));
+const DEMO_BANK = fileURLToPath(new URL("../../data/demo-bank.jsonl", import.meta.url));
+const TINY = { layers: 2, hidden: 32, heads: 2, kvHeads: 1, tokenizer: "llama3.1-1k" } as const;
+const MODELS = ["tiny-a", "tiny-b"];
+
+const dir = tempDir("hsm-slurm-study-");
+const cluster = await startSlurm();
+const required = process.env.HSM_REQUIRE_SLURM === "1";
+if (typeof cluster === "string") {
+  if (required) throw new Error(`HSM_REQUIRE_SLURM=1 but ${cluster}`);
+  console.warn(`skipping the SLURM tests: ${cluster}`);
+}
+const slurm = typeof cluster === "string" ? undefined : (cluster as SlurmCluster);
+afterAll(() => slurm?.stop());
+
+function study(outputs: string): string {
+  return `bank: bank.jsonl\noutputs: ${outputs}\nrun: { batch_size: 4, threads: 1, commit_rows: 4 }\nmodels:\n${MODELS.map(
+    (m, i) => `  - { name: ${m}, model_dir: models/${"ab"[i]} }\n`,
+  ).join("")}`;
+}
+
+/** Runs the CLI with the cluster's environment; resolves with its exit status and output. */
+function hsm(args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [HSM, ...args], {
+      cwd: dir,
+      env: { ...slurm!.env, HSM_SLURM_POLL_SECONDS: "0.5" },
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    child.on("close", (status) => resolve({ status, stdout, stderr }));
+  });
+}
+
+function squeue(): string[] {
+  return execFileSync("squeue", ["-r", "--noheader", "--format=%j|%K|%T"], { env: slurm!.env, encoding: "utf8" })
+    .split("\n")
+    .filter(Boolean);
+}
+
+/** Every file the comparison covers: each store's layers, and each model's generations and scored rows. */
+function comparedFiles(outputs: string): Record<string, Buffer> {
+  const files: Record<string, Buffer> = {};
+  for (const m of MODELS) {
+    for (const f of readdirSync(join(outputs, "hidden", m)).filter((f) => f.endsWith(".npy")))
+      files[`hidden/${m}/${f}`] = readFileSync(join(outputs, "hidden", m, f));
+    for (const f of [`${m}.jsonl`, `${m}.scored.jsonl`])
+      files[`evaluation/${f}`] = readFileSync(join(outputs, "evaluation", f));
+  }
+  return files;
+}
+
+/** A store's index.json without what records when and how fast it was written. */
+function manifestContent(outputs: string, m: string): unknown {
+  const { created_at, manifest_sha256, self_check, ...rest } = JSON.parse(
+    readFileSync(join(outputs, "hidden", m, "index.json"), "utf8"),
+  );
+  void created_at;
+  void manifest_sha256;
+  return { ...rest, self_check: { ...self_check, seconds: undefined } };
+}
+
+describe.skipIf(!slurm)("hsm study --slurm on a local SLURM cluster", () => {
+  beforeAll(async () => {
+    await writeTinyModel(join(dir, "models", "a"), { ...TINY, seed: 1 });
+    await writeTinyModel(join(dir, "models", "b"), { ...TINY, seed: 2 });
+    // 30 queries, 29 of them main-forward: three shards of commit blocks of 4 rows.
+    writeFileSync(join(dir, "bank.jsonl"), readFileSync(DEMO_BANK, "utf8").split("\n").slice(0, 30).join("\n") + "\n");
+    writeFileSync(join(dir, "local.yaml"), study("local"));
+    writeFileSync(join(dir, "study.yaml"), study("cluster"));
+    await runStudy(join(dir, "local.yaml"));
+  });
+
+  it("resubmits a cancelled array task only, and ends byte-identical to a local study", async () => {
+    const first = await hsm(["study", "study.yaml", "--slurm", "--shards", "3"]);
+    expect(first.stderr).toBe("");
+    expect(first.status).toBe(0);
+    const array = /submitted (hsm-[0-9a-f]{8}-tiny-a-extract) shards 0,1,2: job (\d+)/.exec(first.stdout);
+    expect(array).not.toBeNull();
+    execFileSync("scancel", [`${array![2]}_2`], { env: slurm!.env });
+
+    // Running jobs sampled while the study runs: no shard twice at once.
+    const twice: string[] = [];
+    const sampler = setInterval(() => {
+      const running = squeue().filter((l) => l.endsWith("|RUNNING"));
+      for (const l of new Set(running)) if (running.indexOf(l) !== running.lastIndexOf(l)) twice.push(l);
+    }, 200);
+    const second = await hsm(["study", "study.yaml", "--slurm", "--shards", "3", "--wait"]);
+    clearInterval(sampler);
+    expect(second.stdout).toContain("every step finished and every store verifies");
+    expect(second.status).toBe(0);
+    // Only the cancelled task is submitted again; its finishing job and the report give way to ones waiting for it.
+    expect(second.stdout).toMatch(new RegExp(`submitted ${array![1]} shards 2: job \\d+`));
+    expect(second.stdout).not.toMatch(/submitted \S+-(generate|tiny-b-extract)/);
+    expect(second.stdout).toMatch(/cancelled \S+-tiny-a-finish/);
+    expect(second.stderr).toMatch(/tiny-a extract 2\/3: done/);
+    expect(twice).toEqual([]);
+    const logs = join(dir, "cluster", "slurm", "logs");
+    for (const f of readdirSync(logs)) expect(readFileSync(join(logs, f), "utf8")).not.toMatch(/another hsm process/);
+
+    const local = comparedFiles(join(dir, "local"));
+    const remote = comparedFiles(join(dir, "cluster"));
+    expect(Object.keys(remote).sort()).toEqual(Object.keys(local).sort());
+    expect(Object.keys(local).filter((f) => f.endsWith(".npy")).length).toBeGreaterThanOrEqual(2);
+    for (const [f, bytes] of Object.entries(local)) expect(remote[f]!.equals(bytes), f).toBe(true);
+    for (const m of MODELS)
+      expect(manifestContent(join(dir, "cluster"), m)).toEqual(manifestContent(join(dir, "local"), m));
+    expect(readdirSync(join(dir, "cluster"))).toEqual(
+      expect.arrayContaining(["report.html", "study.json", "metrics", "eee", "foundry"]),
+    );
+  });
+
+  it("submits nothing for a finished study", async () => {
+    const again = await hsm(["study", "study.yaml", "--slurm", "--shards", "3"]);
+    expect(again.stdout.trim()).toBe("every step of this study is finished; nothing submitted");
+    expect(again.status).toBe(0);
+    expect(squeue()).toEqual([]);
+  });
+});

@@ -35,7 +35,10 @@ import {
   benchModelInStyle,
   ensureTorch,
   envWithout,
+  gemmLimit,
+  llamaBlockFlops,
   median,
+  share,
   timed,
   writeTokenIds,
 } from "./bench-util.mjs";
@@ -110,12 +113,20 @@ for (let i = 0; i < runs; i++) {
   );
 }
 
+// The machine's limit, measured now: useful GFLOP/s of each contender against NumPy's float32 GEMM.
+const limit = withTorch ? gemmLimit(python, peerEnv) : null;
+const flops = llamaBlockFlops(
+  JSON.parse(readFileSync(join(modelDir, "config.json"), "utf8")),
+  JSON.parse(readFileSync(ids, "utf8")).ids.map((row) => row.length),
+);
+
 const summary = (s) =>
   s.length
     ? {
         runs: s.length,
         rows_per_s: median(s.map((x) => x.rows_per_s)),
         seconds: median(s.map((x) => x.secs)),
+        gflops: flops / median(s.map((x) => x.secs)) / 1e9,
         peak_mb: median(s.map((x) => x.mb)),
         ...(s[0].self_check === undefined
           ? {}
@@ -130,6 +141,8 @@ const res = {
   rows: rowsWanted,
   batch_size: Number(batch),
   load_average: loadavg(),
+  gflop_per_row: flops / rowsWanted / 1e9,
+  gemm_limit: limit,
   hsm: summary(samples.hsm),
   torch: summary(samples.torch),
   naive: summary(samples.naive),
@@ -153,10 +166,15 @@ const line = (name, r) =>
   (r.self_check_share === undefined
     ? ""
     : `, self-check ${(100 * r.self_check_share).toFixed(1)}% (${r.self_check_status})`) +
-  `, median of ${r.runs}`;
+  `, median of ${r.runs}` +
+  (limit ? `; ${r.gflops.toFixed(0)} GFLOP/s, ${share(r.gflops, limit.gflops)} of the limit` : "");
 console.log(
   `hsm extract vs peers — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}; load average ${res.load_average.map((x) => x.toFixed(2)).join(" ")}`,
 );
+if (limit)
+  console.log(
+    `  limit: NumPy float32 GEMM ${limit.gflops.toFixed(0)} GFLOP/s (${limit.blas}) over ${res.gflop_per_row.toFixed(2)} GFLOP a row of useful block work = ${(limit.gflops / res.gflop_per_row).toFixed(0)} rows/s`,
+  );
 console.log(line("hsm extract fp32", res.hsm));
 for (const style of styles) {
   const r = res.styles[style];

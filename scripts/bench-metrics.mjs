@@ -11,12 +11,17 @@
 // OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, where the environment sets them to
 // work around old OpenBLAS bugs, pin a slower kernel; the peer and the GEMM
 // peak run without them, and the BLAS kernel they use is printed.
+//
+// ISS is a GEMM at heart, so its lines show each side's useful GFLOP/s (every
+// perturbed row against every anchor, per layer) as a share of that float32
+// GEMM limit. KTS has no one kernel to hold it to (logistic fits, bootstrap
+// AUROC), so it is compared by time alone.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { agreement, envWithout, median, timed } from "./bench-util.mjs";
+import { agreement, envWithout, median, share, timed } from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -36,6 +41,11 @@ if (!existsSync(join(store, "index.json"))) {
   const r = spawnSync(process.execPath, [bin, "fixture", fixture, "--bench"], { stdio: "inherit" });
   if (r.status !== 0) process.exit(1);
 }
+
+// ISS's useful work: every perturbed row against every anchor, once per layer (d multiply-adds each).
+const manifest = JSON.parse(readFileSync(join(store, "index.json"), "utf8"));
+const anchors = manifest.condition_families.filter((f) => f === "anchor").length;
+const issFlops = 2 * (manifest.query_ids.length - anchors) * anchors * manifest.d_model * manifest.layers.length;
 
 const results = { date: new Date().toISOString(), runs, rows: 39260, d: 1024, layers: 8, metrics: {} };
 for (const metric of metricNames) {
@@ -89,6 +99,7 @@ for (const metric of metricNames) {
     entry[b] = { seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) };
   const peer = JSON.parse(readFileSync(join(benchDir, `peer-${metric}.json`), "utf8"));
   entry.peer.phases = peer.peer.phases;
+  if (metric === "iss") entry.peer.gflops = issFlops / entry.peer.seconds / 1e9;
   results.peer_blas = peer.peer.blas;
   for (const b of backends) {
     entry[b].agreement = agreement(
@@ -96,6 +107,7 @@ for (const metric of metricNames) {
       peer[metric],
     );
     entry[b].time_vs_peer = entry[b].seconds / entry.peer.seconds;
+    if (metric === "iss") entry[b].gflops = issFlops / entry[b].seconds / 1e9;
     entry[b].memory_vs_peer = entry[b].peak_mb / entry.peer.peak_mb;
   }
 }
@@ -155,18 +167,23 @@ console.log(
 console.log(
   `  peer BLAS: ${results.peer_blas.map((p) => `${p.internal_api ?? "?"} ${p.version ?? ""} (${p.architecture ?? "?"} kernel, ${p.num_threads ?? "?"} threads)`).join("; ")}`,
 );
+// ISS is a GEMM at heart: each side's useful GFLOP/s against NumPy's float32 GEMM on the same shape, measured above.
+const limitShare = (e) =>
+  e.gflops && results.numpy_sgemm?.gflops
+    ? `; ${e.gflops.toFixed(0)} GFLOP/s of similarity work, ${share(e.gflops, results.numpy_sgemm.gflops)} of the float32 GEMM limit`
+    : "";
 for (const [metric, entry] of Object.entries(results.metrics)) {
   const phases = Object.entries(entry.peer.phases)
     .filter(([, s]) => s > 0)
     .map(([k, s]) => `${k} ${s.toFixed(1)} s`)
     .join(", ");
   console.log(
-    `  ${metric.toUpperCase()}: peer ${entry.peer.seconds.toFixed(1)} s, ${entry.peer.peak_mb.toFixed(0)} MB (last run: ${phases})`,
+    `  ${metric.toUpperCase()}: peer ${entry.peer.seconds.toFixed(1)} s, ${entry.peer.peak_mb.toFixed(0)} MB (last run: ${phases})${limitShare(entry.peer)}`,
   );
   for (const b of backends) {
     const e = entry[b];
     console.log(
-      `    ${b.padEnd(10)} ${e.seconds.toFixed(1)} s (${e.time_vs_peer.toFixed(2)}x the peer's time), ${e.peak_mb.toFixed(0)} MB (${e.memory_vs_peer.toFixed(2)}x its memory)`,
+      `    ${b.padEnd(10)} ${e.seconds.toFixed(1)} s (${e.time_vs_peer.toFixed(2)}x the peer's time), ${e.peak_mb.toFixed(0)} MB (${e.memory_vs_peer.toFixed(2)}x its memory)${limitShare(e)}`,
     );
     const a = e.agreement;
     const devs = Object.entries(a.maxDev)

@@ -1,7 +1,8 @@
 // Shared by the benchmark scripts: medians, a command's wall time and peak
 // memory, and the tolerances two implementations of a metric must agree within.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
 export const median = (xs) => {
@@ -191,4 +192,75 @@ export function benchModelAndBank(root, benchDir, rows) {
     writeFileSync(bank, lines.join("\n") + "\n");
   }
   return { modelDir, bank };
+}
+
+/**
+ * This machine's float32 matrix-multiply limit, measured in the same run as the contenders: NumPy's GEMM (its BLAS
+ * on every core, OpenBLAS unpinned through `env`) on a 2048-square product, median of five. GFLOP/s and the BLAS.
+ */
+export function gemmLimit(python, env) {
+  const r = spawnSync(
+    python,
+    [
+      "-c",
+      `
+import json, time, numpy as np
+n = 2048
+a = np.random.rand(n, n).astype(np.float32); b = np.random.rand(n, n).astype(np.float32)
+a @ b
+ts = []
+for _ in range(5):
+    t = time.perf_counter(); a @ b; ts.append(time.perf_counter() - t)
+ts.sort()
+try:
+    from threadpoolctl import threadpool_info
+    blas = ", ".join(f"{p.get('internal_api')} {p.get('architecture')}" for p in threadpool_info() if p.get("user_api") == "blas")
+except Exception:
+    blas = "?"
+print(json.dumps({"gflops": 2 * n ** 3 / ts[2] / 1e9, "blas": blas}))
+`,
+    ],
+    { encoding: "utf8", env },
+  );
+  if (r.status !== 0) throw new Error(`the GEMM limit could not be measured:\n${r.stderr}`);
+  return JSON.parse(r.stdout.trim());
+}
+
+/**
+ * This machine's SHA-256 limit over memory: every core hashing at once (Node's crypto, OpenSSL's SHA-NI code where
+ * the CPU has it), each for about a second over a 64 MiB buffer; the sum of their rates in GB/s.
+ */
+export async function shaLimit() {
+  const script = `
+const { createHash } = require("node:crypto");
+const buf = Buffer.alloc(64 << 20, 7); let bytes = 0; const t = performance.now();
+while (performance.now() - t < 1000) { createHash("sha256").update(buf).digest(); bytes += buf.length; }
+process.stdout.write(String(bytes / ((performance.now() - t) / 1000)));`;
+  const one = () =>
+    new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.on("data", (d) => (out += d));
+      child.on("close", (code) => (code === 0 ? resolve(Number(out)) : reject(new Error("the SHA-256 limit failed"))));
+    });
+  const rates = await Promise.all(Array.from({ length: availableParallelism() }, one));
+  return { gb_per_s: rates.reduce((s, x) => s + x, 0) / 1e9, cores: rates.length };
+}
+
+/** `achieved` as a percentage of `limit`, for the benchmarks' "share of the machine's limit". */
+export const share = (achieved, limit) => `${((100 * achieved) / limit).toFixed(0)}%`;
+
+/**
+ * The useful float32 work of running a Llama-shaped decoder's blocks (no LM head) over prompts of the given token
+ * counts, from its config.json: each token's projections and gated MLP, and causal attention over the tokens before
+ * it. Padding is not useful work and is not counted, so one figure serves every contender.
+ */
+export function llamaBlockFlops(config, tokenCounts) {
+  const d = config.hidden_size;
+  const heads = config.num_attention_heads;
+  const kv = ((config.num_key_value_heads ?? heads) * d) / heads;
+  const perToken = 2 * (2 * d * d + 2 * d * kv + 3 * d * config.intermediate_size);
+  let flops = 0;
+  for (const n of tokenCounts) flops += n * perToken + 2 * 2 * d * ((n * (n + 1)) / 2);
+  return flops * config.num_hidden_layers;
 }

@@ -85,6 +85,7 @@ export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
 export type { AdoptOptions } from "./store/adopt.js";
 export type { Device } from "./model/session.js";
 export { tensorMethod, type GraphFormat, type TensorMethod } from "./model/model-report.js";
+export { examineDevices, type DeviceFinding, type DeviceReport, type WebgpuAdapter } from "./model/devices.js";
 export type { TokenizerName } from "./synthetic/llama.js";
 
 /** {@link extract}'s options; `shard` may also be written `"K/N"`. */

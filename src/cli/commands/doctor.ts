@@ -30,8 +30,8 @@ export function doctorCommand(program: Command): void {
         "so a broken driver can neither hang this command nor fill the terminal. Exits 0 whatever it finds.",
     )
     .option("--json", "print as JSON")
-    .action((opts: { json?: boolean }) => {
-      const report = examineDevices();
+    .action(async (opts: { json?: boolean }) => {
+      const report = await examineDevices();
       if (opts.json) out(JSON.stringify(report, null, 2));
       else printDevices(report);
     });

@@ -73,7 +73,8 @@ function resolves(pkg: string): string | undefined {
 function child(script: string): { answer: unknown } | { failed: string } {
   const r = spawnSync(process.execPath, ["-e", script], { encoding: "utf8", timeout: PROBE_MS });
   try {
-    return { answer: JSON.parse(r.stdout) };
+    // The answer is the last line: a library may print before it.
+    return { answer: JSON.parse(r.stdout.trimEnd().split("\n").at(-1)!) };
   } catch {
     const why = r.error?.message.includes("ETIMEDOUT")
       ? `no answer within ${PROBE_MS / 1000} s`

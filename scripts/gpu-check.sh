@@ -10,7 +10,7 @@
 #
 # Knobs: HSM_GPU_CHECK_ROWS (bank rows extracted, default 2000), HSM_GPU_CHECK_GEN_ROWS (rows answered, default
 # 256), HSM_GPU_CHECK_FACTS (a fixture of this many facts, d 64, for metrics instead of the benchmark scale),
-# HSM_GPU_CHECK_TIMEOUT (seconds a step may take, default 300), HSM_GPU_CHECK_MODEL (another model folder, e.g. a
+# HSM_GPU_CHECK_TIMEOUT (seconds a step may take, default 150), HSM_GPU_CHECK_MODEL (another model folder, e.g. a
 # small make-model one where the GPU is a software one), HSM_GPU_CHECK_DIR (work folder, default .bench/gpu-check;
 # the model is made once under .bench/ as the benchmarks make it).
 set -uo pipefail
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 ROWS=${HSM_GPU_CHECK_ROWS:-2000}
 GEN_ROWS=${HSM_GPU_CHECK_GEN_ROWS:-256}
-LIMIT=${HSM_GPU_CHECK_TIMEOUT:-300}
+LIMIT=${HSM_GPU_CHECK_TIMEOUT:-150}
 BENCH=${HSM_BENCH_DIR:-.bench}
 DIR=${HSM_GPU_CHECK_DIR:-$BENCH/gpu-check}
 HSM=(node bin/hsm.js)

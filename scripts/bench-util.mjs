@@ -148,18 +148,27 @@ export function benchModelInStyle(root, benchDir, style) {
 /**
  * The extraction and generation benchmarks' model and bank, made once under
  * `benchDir`: a 12-layer, d_model 512 Llama-style model with the Llama 3
- * vocabulary, and a deterministic bank of `rows` rows whose prompts are mostly
- * 10–80 tokens, about 3% past 192.
+ * vocabulary, and a deterministic bank of `rows` rows (see benchBank).
  */
 export function benchModelAndBank(root, benchDir, rows) {
   const bin = join(root, "bin", "hsm.js");
   const modelDir = join(benchDir, "model-12x512");
-  const bank = join(benchDir, `bank-${rows}.jsonl`);
   mkdirSync(benchDir, { recursive: true });
   if (!existsSync(join(modelDir, "model.onnx"))) {
     const r = spawnSync(process.execPath, [bin, "make-model", modelDir, ...BENCH_MODEL_ARGS], { stdio: "inherit" });
     if (r.status !== 0) process.exit(1);
   }
+  return { modelDir, bank: benchBank(benchDir, rows) };
+}
+
+/**
+ * The benchmarks' bank of `rows` rows, made once under `benchDir`: prompts
+ * mostly 10–80 tokens, about 3% past 192; a shorter bank is a prefix of a
+ * longer one.
+ */
+export function benchBank(benchDir, rows) {
+  const bank = join(benchDir, `bank-${rows}.jsonl`);
+  mkdirSync(benchDir, { recursive: true });
   if (!existsSync(bank)) {
     const words =
       "the of capital river city which year who wrote country largest first born name famous mountain island language currency president founded element discovered ocean border".split(
@@ -191,7 +200,7 @@ export function benchModelAndBank(root, benchDir, rows) {
     }
     writeFileSync(bank, lines.join("\n") + "\n");
   }
-  return { modelDir, bank };
+  return bank;
 }
 
 /**

@@ -31,6 +31,7 @@ import type { SlurmOptions, SlurmPlan, WaitOptions } from "./pipeline/slurm.js";
 import type { StudySummary } from "./study/layout.js";
 import type { CompareOptions, Comparison, LoadOptions } from "./report/compare.js";
 import type { ReportOptions, ReportResult } from "./report/build.js";
+import type { DeviceReport } from "./model/devices.js";
 
 // Light modules: loaded with "hsm" itself.
 export * from "./defaults.js";
@@ -86,6 +87,7 @@ export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
 export type { AdoptOptions } from "./store/adopt.js";
 export type { Device } from "./model/session.js";
 export { tensorMethod, type GraphFormat, type TensorMethod } from "./model/model-report.js";
+export type { DeviceFinding, DeviceReport, WebgpuAdapter } from "./model/devices.js";
 export type { TokenizerName } from "./synthetic/llama.js";
 
 /** {@link extract}'s options; `shard` may also be written `"K/N"`. */
@@ -128,6 +130,11 @@ export async function exportScored(
 /** The built-in export formats (EEE, Foundry), to choose from or to extend with {@link registerExportFormat}. */
 export async function exportFormatRegistry(): Promise<ExportFormatRegistry> {
   return (await import("./export/formats/registry.js")).EXPORT_FORMATS;
+}
+
+/** The devices and backends this machine offers hsm, and how to add the missing ones; never throws for one missing. */
+export async function examineDevices(): Promise<DeviceReport> {
+  return (await import("./model/devices.js")).examineDevices();
 }
 
 /** Checks a store: manifest, names, headers, sizes, sha256 of every file. Never throws for a bad store; reports it. */

@@ -7,8 +7,11 @@
  * | backend | implements | falls back to |
  * |---|---|---|
  * | `native` | everything (hashing included) | `typescript` (where the addon is missing a kernel) |
- * | `tfjs-node`, `tfjs-node-gpu`, `webgpu`, `wasm` | rank, products, rowsTimes (TensorFlow.js) | `typescript` |
+ * | `tfjs-node`, `tfjs-node-gpu`, `webgpu`, `wasm` | rank, products, rowsTimes (TensorFlow.js) | `native`, then `typescript` |
  * | `typescript` | everything | — |
+ *
+ * A fallback that cannot run here (the native core not loaded) is passed over
+ * for the next one; only the backend chosen must run.
  *
  * `auto` takes the first available of native, tfjs-node-gpu, webgpu,
  * tfjs-node, wasm.
@@ -47,7 +50,7 @@ interface BackendDef {
 
 function tfBackend(name: TfBackendName): BackendDef {
   return {
-    fallback: "typescript",
+    fallback: "native",
     tfjs: name,
     async load() {
       try {
@@ -125,8 +128,13 @@ export function completeKernels<N extends string>(
 
 async function resolve(name: ConcreteBackend, o: KernelOptions): Promise<ResolvedKernels> {
   const chain: { name: ConcreteBackend; kernels: Partial<Kernels> }[] = [];
-  for (let b: ConcreteBackend | null = name; b; b = DEFINITIONS[b].fallback)
-    chain.push({ name: b, kernels: await DEFINITIONS[b].load(o) });
+  for (let b: ConcreteBackend | null = name; b; b = DEFINITIONS[b].fallback) {
+    try {
+      chain.push({ name: b, kernels: await DEFINITIONS[b].load(o) });
+    } catch (err) {
+      if (b === name || !(err instanceof BackendUnavailable)) throw err;
+    }
+  }
   const { kernels, implementations } = completeKernels(chain);
   const usesNative = Object.values(implementations).includes("native");
   return {

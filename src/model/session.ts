@@ -65,7 +65,7 @@ export interface SessionOptions {
 export const CUDA_HELP =
   "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12)";
 
-const WEBGPU_HELP =
+export const WEBGPU_HELP =
   "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel), or use --device cpu";
 
 /**
@@ -75,7 +75,7 @@ const WEBGPU_HELP =
  * provider is tried first on a one-node model in a child process whose
  * output is captured; the user sees only hsm's line.
  */
-function probeWebgpu(): string | undefined {
+export function probeWebgpu(): string | undefined {
   const probe = encodeModel({
     irVersion: 8,
     opsetImport: [{ domain: "", version: 17 }],

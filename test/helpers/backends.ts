@@ -4,6 +4,9 @@
  * tfjs-node-gpu and webgpu where installed and (for the GPU ones) a device exists.
  * The native core appears once per SIMD level this CPU has ("native[portable]",
  * "native[avx2]", "native[avx512]"), each of its kernels run at that level.
+ * HSM_TEST_BACKENDS (comma-separated names) narrows the set to those backends,
+ * each of which must then run: how a child process with a GPU's environment runs
+ * the suites on webgpu alone (test/kernels/webgpu.test.ts).
  */
 import {
   BACKENDS as NAMES,
@@ -53,9 +56,11 @@ export function atSimdLevel<T extends object>(target: T, level: SimdLevel): T {
   return target;
 }
 
+const only = process.env.HSM_TEST_BACKENDS?.split(",").filter(Boolean);
+
 export const AVAILABLE: LabelledKernels[] = [];
 for (const name of NAMES) {
-  if (name === "auto") continue;
+  if (name === "auto" || (only && !only.includes(name))) continue;
   try {
     if (name !== "native") {
       AVAILABLE.push({ ...(await openKernels(name)), label: name });
@@ -66,7 +71,7 @@ for (const name of NAMES) {
       AVAILABLE.push({ ...r, kernels: atSimdLevel(r.kernels, level), label: `native[${level}]` });
     }
   } catch (err) {
-    if (!(err instanceof BackendUnavailable)) throw err;
+    if (!(err instanceof BackendUnavailable) || only) throw err;
   }
 }
 

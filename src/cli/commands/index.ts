@@ -12,6 +12,7 @@ import { adoptCommand } from "./adopt.js";
 import { checkBankCommand } from "./check-bank.js";
 import { compareCommand } from "./compare.js";
 import { demoCommand } from "./demo.js";
+import { doctorCommand } from "./doctor.js";
 import { exportCommand } from "./export.js";
 import { extractCommand } from "./extract.js";
 import { fixtureCommand } from "./fixture.js";
@@ -51,4 +52,5 @@ export const COMMANDS: readonly AddCommand[] = [
   compareCommand,
   reportCommand,
   demoCommand,
+  doctorCommand,
 ];

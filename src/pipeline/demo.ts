@@ -1,20 +1,18 @@
 /**
  * `hsm demo`: the whole pipeline on the embedded default — a small Llama-style
- * model generated on the spot (seeded random weights, the real Llama 3.1
- * tokenizer) and the bundled 125-query bank — under one folder, ending with
- * the HTML report of its outputs.
+ * model constructed on the spot from the bundled 125-query bank's anchor
+ * questions (docs/demo.md; the real Llama 3.1 tokenizer) and that bank — under
+ * one folder, ending with the HTML report of its outputs.
  */
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { DEFAULT_DEMO_OUT } from "../defaults.js";
-import { writeTinyModel } from "../synthetic/llama.js";
+import { writeDemoModel } from "../synthetic/demo-model.js";
 import { writeReport } from "../report/build.js";
 import { pathKind } from "./paths.js";
 import { runPipeline, type RunOptions, type RunResult } from "./run.js";
 
-/** The embedded default model: six blocks, d_model 64, with a KV cache. */
-const DEMO_MODEL = { layers: 6, hidden: 64, heads: 4, kvHeads: 2, withPast: true, seed: 20260101 } as const;
 /** The name the demo's outputs are filed under. */
 const DEMO_MODEL_NAME = "tiny-llama";
 const DEMO_BANK = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "data", "demo-bank.jsonl");
@@ -41,10 +39,12 @@ export async function runDemo(o: DemoOptions = {}): Promise<DemoResult> {
   if ((await pathKind(join(modelDir, "model.onnx"), "demo model")) !== "missing")
     log("model", `${modelDir} exists, skipped`);
   else {
-    const c = await writeTinyModel(modelDir, DEMO_MODEL);
+    const { config: c, facts } = await writeDemoModel(modelDir, DEMO_BANK);
+    const known = facts.filter((f) => f.known).length;
     log(
       "model",
-      `${modelDir} — ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, seeded random weights (its answers are noise; the pipeline is real)`,
+      `${modelDir} — ${c.num_hidden_layers} layers, d_model ${c.hidden_size}, weights set from the bank's anchors: ` +
+        `it knows ${known} of their ${facts.length} facts (docs/demo.md)`,
     );
   }
   const r = await runPipeline({

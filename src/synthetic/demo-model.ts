@@ -152,7 +152,7 @@ interface Layout {
 }
 
 /** The weights and config of the demo model for `facts`, tokenized by `tok`. */
-export function demoWeights(
+function demoWeights(
   facts: readonly DemoFact[],
   tok: PromptTokenizer,
   cueId: number,

@@ -253,7 +253,7 @@ describe("hsm", () => {
     const first = hsm(["demo", "--out", join(dir, "demo"), "--quiet"]);
     expect(first.stderr).toBe("");
     expect(first.status).toBe(0);
-    expect(first.stdout).toMatch(/^model: .*demo\/model — 6 layers, d_model 64/m);
+    expect(first.stdout).toMatch(/^model: .*demo\/model — 6 layers, d_model 96, .* it knows 17 of their 20 facts/m);
     expect(first.stdout).toMatch(/^generate: 125 queries answered/m);
     expect(first.stdout).toMatch(/^score: 125 rows: /m);
     expect(first.stdout).toMatch(/^extract: 120 rows/m);
@@ -273,6 +273,36 @@ describe("hsm", () => {
       expect(existsSync(join(dir, "demo", f))).toBe(true);
     }
     expect(first.stdout.trimEnd().split("\n").at(-1)).toBe(`report: ${join(dir, "demo", "report.html")}`);
+    expect(first.stdout).toMatch(
+      /^The model answers 85% of the anchor questions right, .* translation 60%, typo 25%; ISS/m,
+    );
+    expect(first.stdout).toMatch(/^KTS shows how much of a correctness probe trained on the anchors still works/m);
+    // What the demo is for: a model that knows most anchors, loses more to translation than to paraphrase,
+    // and is right and wrong on every family, so that KTS has a number in every cell.
+    const bank = new Map(
+      readFileSync(join(import.meta.dirname, "..", "..", "data", "demo-bank.jsonl"), "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { query_id: string; condition_family: string })
+        .map((r) => [r.query_id, r.condition_family]),
+    );
+    const right = new Map<string, number[]>();
+    for (const line of readFileSync(join(dir, "demo", "evaluation", "tiny-llama.scored.jsonl"), "utf8")
+      .trim()
+      .split("\n")) {
+      const r = JSON.parse(line) as { query_id: string; label: string };
+      const family = bank.get(r.query_id)!;
+      right.set(family, [...(right.get(family) ?? []), r.label === "correct" ? 1 : 0]);
+    }
+    const accuracy = (f: string) => right.get(f)!.reduce((a, b) => a + b, 0) / right.get(f)!.length;
+    expect(accuracy("anchor")).toBeGreaterThanOrEqual(0.8);
+    expect(accuracy("translation")).toBeLessThan(accuracy("paraphrase"));
+    const kts = JSON.parse(readFileSync(join(dir, "demo", "metrics", "tiny-llama", "kts.json"), "utf8")) as {
+      rows: { layer: number; family: string; kts: number | null }[];
+    };
+    const cells = kts.rows.filter((r) => r.family !== "anchor");
+    expect(cells).toHaveLength(4 * 6);
+    expect(cells.filter((r) => typeof r.kts !== "number")).toEqual([]);
     expect(readFileSync(join(dir, "demo", "report.html"), "utf8")).toContain("<title>hsm report — tiny-llama</title>");
     const second = hsm(["demo", "--out", join(dir, "demo"), "--quiet"]);
     expect(second.status).toBe(0);

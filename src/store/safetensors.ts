@@ -13,7 +13,7 @@ import { fileError, utf8Text } from "../util/fs.js";
  * The longest header read. A file of two tensors has a header of a few hundred bytes; the cap leaves room for
  * metadata while a length field of garbage cannot make hsm allocate gigabytes.
  */
-export const SAFETENSORS_MAX_HEADER = 1 << 20;
+const SAFETENSORS_MAX_HEADER = 1 << 20;
 
 /** Bytes per element of every fixed-width dtype the format defines. */
 const DTYPE_BYTES: Readonly<Record<string, number>> = {
@@ -90,7 +90,7 @@ export async function readSafetensorsHeader(fh: FileHandle, size: number, path: 
 }
 
 /** The header's JSON text `bytes` (after the length field), checked as {@link readSafetensorsHeader} says. */
-export function parseSafetensorsHeader(bytes: Uint8Array, size: number, path: string): SafetensorsHeader {
+function parseSafetensorsHeader(bytes: Uint8Array, size: number, path: string): SafetensorsHeader {
   if (bytes[0] !== 0x7b) throw new SafetensorsError(path, "text", "does not start with '{'");
   let value: unknown;
   try {
@@ -148,7 +148,8 @@ function parseTensor(name: string, entry: unknown, dataStart: number, size: numb
   if (end - begin !== bytes)
     throw bad(
       ".data_offsets",
-      `span ${end - begin} bytes, but ${dtype} ${JSON.stringify(shape)} needs ${bytes}: the offsets and the shape disagree`,
+      `span ${end - begin} bytes, but ${dtype} ${JSON.stringify(shape)} needs ${bytes}: ` +
+        "the offsets and the shape disagree",
     );
   return { dtype, shape: shape as number[], start: dataStart + begin, end: dataStart + end };
 }
@@ -169,7 +170,8 @@ function checkLayout(tensors: Map<string, SafetensorsTensor>, dataStart: number,
       throw new SafetensorsError(
         path,
         `${name}.data_offsets`,
-        `start at byte ${t.start - dataStart} of the data, leaving bytes ${at - dataStart}…${t.start - dataStart - 1} unused`,
+        `start at byte ${t.start - dataStart} of the data, ` +
+          `leaving bytes ${at - dataStart}…${t.start - dataStart - 1} unused`,
       );
     at = t.end;
     previous = name;

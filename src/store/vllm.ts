@@ -238,7 +238,8 @@ async function readRequests(
     throw fail(
       0,
       undefined,
-      `maps no file for query "${missing[0]!.query_id}" (${missing.length} of the bank's ${rows.length} main-forward rows are missing)`,
+      `maps no file for query "${missing[0]!.query_id}" ` +
+        `(${missing.length} of the bank's ${rows.length} main-forward rows are missing)`,
     );
   return rows.map((r) => byQuery.get(r.query_id)!);
 }

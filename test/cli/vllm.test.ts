@@ -73,7 +73,7 @@ beforeAll(() => {
 });
 
 describe.skipIf(!hasNumpy && !numpyRequired)("hsm adopt --from vllm", () => {
-  it("float16 files: the native store's bytes and metrics; ids k stored as layers k-1, id L before the final norm", () => {
+  it("float16 files: the native store's bytes and metrics; id k is layer k-1, id L before the final norm", () => {
     const a = adopted("f16", "F16");
     expect(a.stdout).toBe(
       "f16: adopted from " +
@@ -103,7 +103,7 @@ describe.skipIf(!hasNumpy && !numpyRequired)("hsm adopt --from vllm", () => {
     expect(metricRows(a.store)).toEqual(metricRows(a.expected));
   });
 
-  it("float32 and bfloat16 beyond float16's range and below its subnormals, and NaN: NumPy's conversion, bit for bit", () => {
+  it("float32 and bfloat16 past float16's range or subnormals, and NaN: NumPy's conversion, bit for bit", () => {
     for (const dtype of ["F32", "BF16"] as const) {
       const a = adopted(`${dtype}-special`, dtype, true);
       expect(bytes(a.store)).toEqual(bytes(a.expected));

@@ -101,7 +101,7 @@ beforeAll(async () => {
 });
 
 describe("adoptVllm", () => {
-  it("takes the last prompt token, skips the embeddings and maps id k to layer k-1, in any configured order", async () => {
+  it("takes the last prompt token, skips the embeddings, maps id k to layer k-1, in any id order", async () => {
     const src = folder(undefined, () => safetensors([hidden(TOKENS, 3), tokenIds()]));
     const out = join(dir, "good");
     const manifest = await adoptVllm(src, { bank, out, layerIds: [3, 0, 2], numLayers: 3 });
@@ -123,7 +123,7 @@ describe("adoptVllm", () => {
     await reader.close();
   });
 
-  it("with a requests map, takes prompt_tokens' last token, checks prompt_token_ids, and skips other bank rows", async () => {
+  it("with a map, takes prompt_tokens' last token, checks prompt_token_ids, skips other bank rows", async () => {
     const src = folder();
     const map = join(dir, "map.jsonl");
     const lines = queries.map((q, i) => ({
@@ -215,7 +215,8 @@ describe("adoptVllm", () => {
       [safetensors([h]), "token_ids: is missing: a vLLM hidden-state file holds hidden_states and token_ids"],
       [
         good.subarray(0, good.length - 5),
-        `token_ids.data_offsets: ends at byte ${good.length} of the file, but the file has ${good.length - 5} bytes: it is truncated`,
+        `token_ids.data_offsets: ends at byte ${good.length} of the file, ` +
+          `but the file has ${good.length - 5} bytes: it is truncated`,
       ],
       [
         safetensors([h, t], { tail: 3 }),

@@ -39,8 +39,8 @@ export function adoptCommand(program: Command): void {
         "main-forward queries in bank order (or the row order of the folder's own index.json), every file is hashed, and " +
         "an existing index.json is kept as index.orig.json. Afterwards every command treats the store as its own.\n\n" +
         "With --from vllm, the folder holds vLLM's hidden-state files (one .safetensors file per request, from " +
-        "extract_hidden_states): a new store is written to --out, each row its query's last prompt token, vLLM's layer " +
-        "id k stored as layer k-1 and id --num-layers recorded as taken before the final norm.",
+        "extract_hidden_states): a new store is written to --out, each row its query's last prompt token, " +
+        "vLLM's layer id k stored as layer k-1 and id --num-layers recorded as taken before the final norm.",
     )
     .argument("<store>", "folder of L###.npy files (with --from vllm: the folder of .safetensors files)")
     .requiredOption("--bank <file>", "the query bank the store was made from")
@@ -50,7 +50,8 @@ export function adoptCommand(program: Command): void {
     .option("--out <dir>", "with --from vllm: the store to write, a new folder")
     .option(
       "--requests <file>",
-      "with --from vllm: JSONL mapping query_id to request_id, file or hidden_states_path (default: QUERY_ID.safetensors)",
+      "with --from vllm: JSONL mapping query_id to request_id, file or hidden_states_path " +
+        "(default: QUERY_ID.safetensors)",
     )
     .option("--layer-ids <list>", "with --from vllm: the layer ids vLLM extracted, e.g. 8,16,24-28", layerIds)
     .option("--num-layers <n>", "with --from vllm: the model's decoder block count", intOption("--num-layers", 1))

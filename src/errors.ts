@@ -81,6 +81,18 @@ export class NpyHeaderError extends HsmError {
   }
 }
 
+/** A `.safetensors` file whose header cannot be trusted: `PATH: safetensors header FIELD: problem`. */
+export class SafetensorsError extends HsmError {
+  constructor(
+    readonly path: string,
+    readonly field: string,
+    readonly problem: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${path}: safetensors header ${field}: ${problem}`, options);
+  }
+}
+
 /** An `index.json` that does not describe a readable store (docs/formats.md#manifest). */
 export class ManifestError extends HsmError {
   constructor(

@@ -8,6 +8,7 @@
  * work itself is not (`selectLayers`).
  */
 import type { AdoptOptions } from "./store/adopt.js";
+import type { AdoptVllmOptions } from "./store/vllm.js";
 import type { BankSummary } from "./pipeline/bank.js";
 import type { DemoOptions, DemoResult } from "./pipeline/demo.js";
 import type { RunMetricsOptions, RunMetricsResult } from "./pipeline/metrics.js";
@@ -85,6 +86,7 @@ export type { IssRow, KtsRow } from "./metrics/compute.js";
 export type { WrittenFiles };
 export type { VerifyProblem, VerifiedFile } from "./store/verify.js";
 export type { AdoptOptions } from "./store/adopt.js";
+export type { AdoptVllmOptions } from "./store/vllm.js";
 export type { Device } from "./model/session.js";
 export { tensorMethod, type GraphFormat, type TensorMethod } from "./model/model-report.js";
 export type { DeviceFinding, DeviceReport, WebgpuAdapter } from "./model/devices.js";
@@ -153,6 +155,11 @@ export async function verifyStoreFolder(
 /** Writes a conforming index.json for a folder of L###.npy written by another tool (rows from the bank); a foreign index.json is kept as index.orig.json. */
 export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest> {
   return (await import("./store/adopt.js")).adoptStore(dir, o);
+}
+
+/** Writes a store from vLLM's hidden-state files (one safetensors file per request), each row its last prompt token. */
+export async function adoptVllm(dir: string, o: AdoptVllmOptions): Promise<Manifest> {
+  return (await import("./store/vllm.js")).adoptVllm(dir, o);
 }
 
 /** Joins shard stores into the store a single run would have written. */

@@ -245,7 +245,7 @@ export function joinBank(
  * selects exactly these layers of `numLayers` (or of max + 1) blocks, else a
  * rule that lists them.
  */
-function explainLayers(layers: readonly number[], numLayers?: number): { numLayers: number; rule: string } {
+export function explainLayers(layers: readonly number[], numLayers?: number): { numLayers: number; rule: string } {
   const L = numLayers ?? Math.max(...layers) + 1;
   const same = (a: readonly number[]) => a.length === layers.length && a.every((l, i) => l === layers[i]);
   if (same(selectLayers(L))) return { numLayers: L, rule: DEFAULT_LAYER_RULE };

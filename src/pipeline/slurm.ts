@@ -20,10 +20,9 @@ import { stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 
-import { readBank } from "../bank/bank.js";
+import { mainForwardRows, readBank } from "../bank/bank.js";
 import { HsmError, UsageError } from "../errors.js";
 import { shardRange } from "../extract/extract.js";
-import { mainForwardRows } from "../bank/bank.js";
 import { DEFAULT_COMMIT_ROWS } from "../defaults.js";
 import { METRICS } from "../metrics/registry.js";
 import { verifyStore } from "../store/verify.js";

@@ -11,9 +11,11 @@ import { join } from "node:path";
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 
+import { exportScored } from "../../src/export/export.js";
 import { extract } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { openModelDir } from "../../src/model/model-dir.js";
+import { scoreFile } from "../../src/score/score-file.js";
 import { parseStudy } from "../../src/study/study-file.js";
 import { writeTinyModel } from "../../src/synthetic/llama.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -219,6 +221,21 @@ describe("a model named by hub id", () => {
     );
     expect(rows[1]!.every((r) => r.model_source === `hf:${REPO}@${COMMIT}`)).toBe(true);
     expect(rows[1]!.map(({ model_source: _, ...r }) => r)).toEqual(rows[0]);
+  });
+
+  it("carries the commit through scoring into the Every Eval Ever record", async () => {
+    const scored = join(dir, "g-hub.scored.jsonl");
+    await scoreFile({ bank, generations: join(dir, "g-hub.jsonl"), out: scored });
+    const first = JSON.parse(readFileSync(scored, "utf8").split("\n")[0]!);
+    expect(first.model_source).toBe(`hf:${REPO}@${COMMIT}`);
+    const r = await exportScored({ format: "eee", scored, bank, out: join(dir, "eee"), modelId: REPO });
+    const aggregate = JSON.parse(
+      readFileSync(
+        r.files.find((f) => f.endsWith(".json"))!,
+        "utf8",
+      ),
+    );
+    expect(aggregate.model_info.additional_details).toEqual({ model_source: `hf:${REPO}@${COMMIT}` });
   });
 
   it("is cached as Python's huggingface_hub lays it out, with only the files a run needs", () => {

@@ -3,6 +3,7 @@
  * routes the hub answers (a revision's commit, a commit's file tree, a file's resolve route with an LFS redirect and
  * Range requests) are played by a small HTTP server over a tiny model's files. No test reaches the internet.
  */
+import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -341,6 +342,31 @@ describe("a model named by hub id", () => {
       `${id}: has no graph model_fp16.onnx; it holds onnx/model.onnx, onnx/model_q4.onnx`,
     );
     await expect(openModelDir("hf:a/b/c")).rejects.toThrow("hf:a/b/c: not a hub model id");
+  });
+
+  it("runs from the command line: inspect-model online, and a cold offline cache in one line", async () => {
+    const bin = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+    // Spawned without blocking: the hub these commands talk to is served by this process.
+    const hsm = (args: string[], env: Record<string, string>) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
+        execFile(process.execPath, [bin, ...args], { env: { ...process.env, ...env } }, (err, stdout, stderr) =>
+          done({ code: err ? Number(err.code) : 0, stdout, stderr }),
+        );
+      });
+    const ok = await hsm(["inspect-model", id], { HF_HUB_CACHE: cache, HF_ENDPOINT: hub.url });
+    expect(ok.stderr).toBe("");
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain(`${id}: 2 decoder blocks, d_model 32`);
+    const cold = join(dir, "cold-cli");
+    const r = await hsm(["extract", "--model-dir", id, "--bank", bank, "--out", join(dir, "never")], {
+      HF_HUB_CACHE: cold,
+      HF_HUB_OFFLINE: "1",
+    });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `hsm: ${id}: not in the hub cache (${join(storage(cold), "refs", "main")} is missing); ` +
+        "HF_HUB_OFFLINE=1 forbids downloading it: run once without HF_HUB_OFFLINE to fill the cache\n",
+    );
   });
 
   it("stands in a study file as it is, not as a path", () => {

@@ -10,11 +10,12 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 
 import { exportScored } from "../../src/export/export.js";
 import { extract } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
+import { fetchHubModel } from "../../src/model/hub.js";
 import { openModelDir } from "../../src/model/model-dir.js";
 import { scoreFile } from "../../src/score/score-file.js";
 import { parseStudy } from "../../src/study/study-file.js";
@@ -321,6 +322,26 @@ describe("a model named by hub id", () => {
       ).toBe(false);
       hub.corrupt = new Set();
     }
+  });
+
+  it("shows the progress of a large file on stderr, and of small ones nothing", async () => {
+    files.set("onnx/model_big.onnx", { bytes: Buffer.from("a graph"), lfs: true });
+    files.set("onnx/model_big.onnx_data", { bytes: Buffer.alloc(9 * 2 ** 20, 7), lfs: true });
+    useCache(join(dir, "big"));
+    const lines: string[] = [];
+    const spy = vi.spyOn(process.stderr, "write").mockImplementation((chunk) => {
+      lines.push(String(chunk));
+      return true;
+    });
+    try {
+      expect((await fetchHubModel(id, { modelFile: "model_big.onnx" })).graph).toBe("onnx/model_big.onnx");
+    } finally {
+      spy.mockRestore();
+      files.delete("onnx/model_big.onnx");
+      files.delete("onnx/model_big.onnx_data");
+    }
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^downloading onnx\/model_big\.onnx_data: 9 MiB in \d+\.\d s\n$/);
   });
 
   it("sends HF_TOKEN, and says what is missing without it", async () => {

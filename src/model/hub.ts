@@ -9,7 +9,7 @@
 import { createHash, type Hash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { lstat, open, rename, stat, symlink, unlink } from "node:fs/promises";
-import { homedir } from "node:os";
+import { homedir, hostname } from "node:os";
 import { dirname, join, relative } from "node:path";
 
 import { HsmError } from "../errors.js";
@@ -226,7 +226,7 @@ async function fetchFile(
   const blob = join(storage, "blobs", f.etag);
   if (!(await exists(blob))) {
     await makeDir(dirname(blob));
-    await withLock(`${blob}.lock`, async () => {
+    await withLock(`${blob}.lock`, `${blob}.incomplete`, async () => {
       if (!(await exists(blob))) await download(f, url, blob, token);
     });
   }
@@ -235,19 +235,30 @@ async function fetchFile(
   await symlink(relative(dirname(pointer), blob), pointer);
 }
 
+/** A lock whose download has written nothing for this long is taken to be abandoned (a run on another machine). */
+const STALE_LOCK_MS = 60_000;
+
 /**
- * Runs `work` holding the lock file `lock` (created exclusively, holding the process id), so that two runs
- * sharing a cache (the shards of one study) never write one blob at once. A lock whose process is gone is taken over.
+ * Runs `work` holding the lock file `lock` (created exclusively, naming its host and process), so that two runs
+ * sharing a cache (the shards of one study, on one machine or several) never write one blob at once. A lock is
+ * taken over when its process on this host is gone, or when neither it nor `watched` (the download it guards) has
+ * changed for {@link STALE_LOCK_MS}.
  */
-async function withLock(lock: string, work: () => Promise<void>): Promise<void> {
+async function withLock(lock: string, watched: string, work: () => Promise<void>): Promise<void> {
+  const me = `${hostname()}:${process.pid}`;
   for (;;) {
     try {
-      await createExclusive(lock, String(process.pid));
+      await createExclusive(lock, me);
       break;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-      const pid = Number((await readTextIfPresent(lock).catch(() => null)) ?? "");
-      if (Number.isSafeInteger(pid) && pid > 0 && !alive(pid)) await unlink(lock).catch(() => {});
+      const owner = (await readTextIfPresent(lock).catch(() => null)) ?? "";
+      const [host, pid] = [owner.slice(0, owner.lastIndexOf(":")), Number(owner.slice(owner.lastIndexOf(":") + 1))];
+      const changed = Math.max(
+        ...(await Promise.all([lock, watched].map(async (p) => (await stat(p).catch(() => undefined))?.mtimeMs ?? 0))),
+      );
+      const gone = host === hostname() && Number.isSafeInteger(pid) && pid > 0 && !alive(pid);
+      if (gone || Date.now() - changed > STALE_LOCK_MS) await unlink(lock).catch(() => {});
       else await new Promise((r) => setTimeout(r, 200));
     }
   }

@@ -5,9 +5,20 @@
  */
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { hostname } from "node:os";
 import { join } from "node:path";
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
@@ -342,6 +353,24 @@ describe("a model named by hub id", () => {
     }
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(/^downloading onnx\/model_big\.onnx_data: 9 MiB in \d+\.\d s\n$/);
+  });
+
+  it("lets two runs sharing a cache fetch each file once, and takes over locks of runs that are gone", async () => {
+    const shared = join(dir, "shared");
+    useCache(shared);
+    const data = sha256(files.get("onnx/model.onnx_data")!.bytes);
+    mkdirSync(join(storage(shared), "blobs"), { recursive: true });
+    writeFileSync(join(storage(shared), "blobs", `${data}.lock`), `${hostname()}:2147483646`);
+    // Another machine's lock, untouched for two minutes: its run is gone.
+    const other = join(storage(shared), "blobs", `${sha256(files.get("tokenizer.json")!.bytes)}.lock`);
+    writeFileSync(other, "another-host:1");
+    utimesSync(other, new Date(Date.now() - 120_000), new Date(Date.now() - 120_000));
+    const [a, b] = await Promise.all([fetchHubModel(id), fetchHubModel(id)]);
+    expect(b).toEqual(a);
+    for (const [path, f] of files)
+      if (f.lfs && (path.startsWith("onnx/model.onnx") || path === "tokenizer.json"))
+        expect(hub.sent.get(sha256(f.bytes))).toBe(f.bytes.length);
+    expect(readdirSync(join(storage(shared), "blobs")).filter((n) => !/^[0-9a-f]+$/.test(n))).toEqual([]);
   });
 
   it("sends HF_TOKEN, and says what is missing without it", async () => {

@@ -42,9 +42,10 @@ export const DEFAULT_OUTPUTS = "outputs";
 /** `hsm demo`'s output folder. */
 export const DEFAULT_DEMO_OUT = "hsm-demo";
 
-/** The model name recorded in outputs when none is given: the model folder's own name. */
+/** The model name recorded in outputs when none is given: the model folder's own name (a hub id's NAME). */
 export function defaultModelName(modelDir: string): string {
-  const trimmed = modelDir.replace(/[\\/]+$/, "");
+  const path = modelDir.startsWith("hf:") ? modelDir.slice(3).replace(/@.*$/, "") : modelDir;
+  const trimmed = path.replace(/[\\/]+$/, "");
   return trimmed.slice(Math.max(trimmed.lastIndexOf("/"), trimmed.lastIndexOf("\\")) + 1) || trimmed;
 }
 

@@ -81,7 +81,7 @@ export function modelRunOptions(cmd: Command, output: OutputOption): Command {
   cmd
     .requiredOption(
       "--model-dir <dir>",
-      "model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json)",
+      "model folder (model.onnx, config.json, tokenizer.json, tokenizer_config.json), or a hub id hf:ORG/NAME[@REVISION]",
     )
     .requiredOption("--bank <file>", "query bank JSONL");
   if (output.defaultValue === undefined) cmd.requiredOption(output.flags, output.description);

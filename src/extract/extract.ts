@@ -158,6 +158,8 @@ export interface ModelInspection {
   dir: string;
   /** The graph file run (model.onnx, or the one picked under onnx/). */
   onnxPath: string;
+  /** `hf:ORG/NAME@COMMIT` for a model named by hub id. */
+  source?: string;
   numLayers: number;
   dModel: number;
   vocabSize: number;
@@ -195,6 +197,7 @@ export async function inspectModel(
   const inspection: ModelInspection = {
     dir: modelDir,
     onnxPath: md.onnxPath,
+    ...(md.source ? { source: md.source } : {}),
     numLayers: L,
     dModel: md.config.hiddenSize,
     vocabSize: md.config.vocabSize,
@@ -328,6 +331,7 @@ function storeInit(
   return {
     model: o.model ?? defaultModelName(o.modelDir),
     model_sha256: modelSha,
+    ...(inspection.source ? { model_source: inspection.source } : {}),
     num_layers: inspection.numLayers,
     d_model: inspection.dModel,
     layers,

@@ -429,6 +429,7 @@ async function decodeJob(
         eos: job.eos,
         modelName: run.modelName,
         modelSha256: job.modelSha256,
+        modelSource: job.md.source,
         decoders,
         useCache,
         log,
@@ -649,6 +650,8 @@ interface Generation {
   eos: ReadonlySet<number>;
   modelName: string;
   modelSha256: string;
+  /** `hf:ORG/NAME@COMMIT` for a model named by hub id. */
+  modelSource?: string;
   decoders: Decoders;
   useCache: boolean;
   log: (message: string, level: "info" | "warn") => void;
@@ -681,6 +684,7 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
       condition_family: r.condition_family,
       model: modelName,
       model_sha256: g.modelSha256,
+      ...(g.modelSource ? { model_source: g.modelSource } : {}),
       prompt: prompts[i],
       ...fields,
     });

@@ -13,6 +13,7 @@ import { join, relative } from "node:path";
 import { HsmError } from "../errors.js";
 import { readText } from "../util/fs.js";
 import { decodeModel, type ModelProto } from "../onnx/graph.js";
+import { fetchHubModel, isHubId } from "./hub.js";
 
 export const MODEL_FILES = ["model.onnx", "config.json", "tokenizer.json", "tokenizer_config.json"] as const;
 
@@ -38,6 +39,8 @@ export interface ModelDir {
   dir: string;
   onnxPath: string;
   config: ModelConfig;
+  /** `hf:ORG/NAME@COMMIT` for a model named by hub id: the commit its files came from. */
+  source?: string;
 }
 
 function pickInt(raw: Record<string, unknown>, keys: string[], path: string): number {
@@ -186,8 +189,13 @@ async function resolveModelDir(dir: string): Promise<string> {
 /**
  * Checks the folder's files and reads its config; no model is loaded yet. `modelFile` picks one graph of several.
  * A hub cache folder stands for its current snapshot (see {@link resolveModelDir}); files may be symbolic links.
+ * A hub id (`hf:ORG/NAME[@REVISION]`) stands for its snapshot in the hub cache, fetched first where need be.
  */
 export async function openModelDir(given: string, modelFile?: string): Promise<ModelDir> {
+  if (isHubId(given)) {
+    const hub = await fetchHubModel(given, { modelFile });
+    return { ...(await openModelDir(hub.dir, hub.graph ?? modelFile)), source: hub.source };
+  }
   const st = await stat(given).catch(() => undefined);
   if (!st?.isDirectory()) throw new ModelDirError(given, "no such model folder");
   const dir = await resolveModelDir(given);

@@ -63,7 +63,7 @@ export interface SessionOptions {
 }
 
 export const CUDA_HELP =
-  "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12)";
+  "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node)";
 
 export const WEBGPU_HELP =
   "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel), or use --device cpu";

@@ -229,6 +229,7 @@ async function provenance(m: OutputsModel, o: ReportOptions, registry: MetricReg
     files: Object.entries(files).map(([name, f]) => [name, f.sha256 ?? "", f.bytes ?? null]),
     tool_version: manifest.tool_version ?? null,
     model_sha256: manifest.model_sha256 ?? null,
+    model_source: manifest.model_source ?? null,
     settings: {
       num_layers: manifest.num_layers,
       d_model: manifest.d_model,

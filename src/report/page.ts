@@ -98,7 +98,9 @@ function provenanceSection(d: PageData): string {
       .map(([n, sha, bytes]) => `<tr><td>${esc(n)}</td><td><code>${esc(sha)}</code></td><td>${bytes ?? "—"}</td></tr>`)
       .join("");
     return `<h3>${esc(m.name)}</h3><p>store <code>${esc(String(p.store))}</code>: <b>${esc(String(p.verify))}</b></p>
-<p>written by ${esc(String(p.tool_version))}; model sha256 <code>${esc(String(p.model_sha256))}</code></p>
+<p>written by ${esc(String(p.tool_version))}; model sha256 <code>${esc(String(p.model_sha256))}</code>${
+      p.model_source ? `, from <code>${esc(String(p.model_source))}</code>` : ""
+    }</p>
 <details><summary>store settings</summary>${json(p.settings)}</details>
 <details><summary>metrics settings</summary>${json(p.metrics)}</details>
 ${p.selfCheck ? `<details open><summary>self-check</summary>${json(p.selfCheck)}</details>` : ""}

@@ -14,6 +14,8 @@ export interface Generation {
   query_id: string;
   raw_response: string;
   model?: string;
+  /** `hf:ORG/NAME@COMMIT` where the model was named by hub id. */
+  model_source?: string;
   prompt?: string;
   fact_id?: string;
   condition_family?: string;
@@ -54,6 +56,7 @@ function scoredRow(row: BankRow, g: Generation, model: string, s: ScoreResult): 
   return {
     query_id: row.query_id,
     model: g.model ?? model,
+    ...(typeof g.model_source === "string" ? { model_source: g.model_source } : {}),
     fact_id: row.fact_id,
     relation: row.relation ?? null,
     condition_family: row.condition_family,

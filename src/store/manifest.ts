@@ -34,6 +34,8 @@ export interface Manifest {
   format: typeof STORE_FORMAT;
   model: string;
   model_sha256: string;
+  /** `hf:ORG/NAME@COMMIT` where the model was named by hub id: the commit its files came from. */
+  model_source?: string;
   num_layers: number;
   d_model: number;
   layers: number[];
@@ -212,6 +214,8 @@ function fieldProblems(m: Record<string, unknown>, bad: Bad): void {
   }
   if (m.manifest_sha256 !== undefined && !(isStr(m.manifest_sha256) && /^[0-9a-f]{64}$/.test(m.manifest_sha256)))
     bad("manifest_sha256", `expected 64 lowercase hex digits but found ${JSON.stringify(m.manifest_sha256)}`);
+  if (m.model_source !== undefined && !isStr(m.model_source))
+    bad("model_source", `expected a string but found ${JSON.stringify(m.model_source)}`);
   if (m.weights !== undefined && !isStr(m.weights))
     bad("weights", `expected a string but found ${JSON.stringify(m.weights)}`);
   for (const key of ["last_layer_final_norm", "complete"]) {

@@ -107,6 +107,7 @@ export async function mergeShards(
     const writer = await StoreWriter.open(out, {
       model: m0.model,
       model_sha256: m0.model_sha256,
+      ...(m0.model_source ? { model_source: m0.model_source } : {}),
       num_layers: m0.num_layers,
       d_model: m0.d_model,
       layers: m0.layers,

@@ -41,6 +41,7 @@ export type StoreInit = Pick<
   | "fact_ids"
   | "condition_families"
 > & {
+  model_source?: string;
   max_prompt_len?: number;
   shard?: Manifest["shard"];
   style?: Manifest["style"];
@@ -106,6 +107,7 @@ export class StoreWriter {
       format: STORE_FORMAT,
       model: init.model,
       model_sha256: init.model_sha256,
+      ...(init.model_source ? { model_source: init.model_source } : {}),
       num_layers: init.num_layers,
       d_model: init.d_model,
       layers: [...init.layers],

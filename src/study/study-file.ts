@@ -213,8 +213,11 @@ function checkModels(c: Checker, value: unknown, base: string): StudyModel[] {
       );
     }
     const model: StudyModel = { name, line: c.line(path) };
-    if (hasDir) model.modelDir = resolve(base, c.text(m.model_dir, [...path, "model_dir"], "a model folder"));
-    else model.outputs = resolve(base, c.text(m.outputs, [...path, "outputs"], "an outputs folder"));
+    if (hasDir) {
+      const given = c.text(m.model_dir, [...path, "model_dir"], "a model folder or hub id");
+      // A hub id (hf:ORG/NAME[@REVISION]) is not a path.
+      model.modelDir = given.startsWith("hf:") ? given : resolve(base, given);
+    } else model.outputs = resolve(base, c.text(m.outputs, [...path, "outputs"], "an outputs folder"));
     return model;
   });
 }

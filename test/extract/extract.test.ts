@@ -505,7 +505,7 @@ describe("hsm extract: overflow, devices, interoperability", () => {
     expect(r.status).toBe(1);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toMatch(
-      /the CUDA execution provider could not be used .*npm rebuild onnxruntime-node --onnxruntime-node-install=cuda12/,
+      /the CUDA execution provider could not be used .*ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node/,
     );
     expect(existsSync(out)).toBe(false);
   });

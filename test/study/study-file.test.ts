@@ -309,7 +309,7 @@ describe("study file errors", () => {
     [
       "an empty model_dir",
       edit(18, "    model_dir:"),
-      `${FILE}:18: field "models[0].model_dir": expected a model folder but received nothing`,
+      `${FILE}:18: field "models[0].model_dir": expected a model folder or hub id but received nothing`,
     ],
     [
       "an outputs that is not a path",

@@ -60,7 +60,7 @@ export function inspectModelCommand(program: Command): void {
         "and for every stored layer the graph tensor chosen and the method that found it: structure, names " +
         "(/model/layers.N/…), graph outputs (hidden_states.N), or given (--hidden-tensors).",
     )
-    .argument("<model-dir>", "model folder")
+    .argument("<model-dir>", "model folder, or a hub id hf:ORG/NAME[@REVISION]")
     .option("--layers <expr>", "layer rule in l and L", DEFAULT_LAYER_RULE)
     .option(
       "--hidden-tensors <map>",

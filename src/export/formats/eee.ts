@@ -159,6 +159,9 @@ function aggregateRecord(
       id: id.modelId,
       developer: id.developer,
       inference_platform: "onnxruntime",
+      ...(typeof rows[0]?.model_source === "string"
+        ? { additional_details: { model_source: rows[0].model_source } }
+        : {}),
     },
     evaluation_results: families.map((family) => {
       const mine = rows.filter((r) => r.condition_family === family);

@@ -1,0 +1,429 @@
+/**
+ * Models named by hub id (`hf:ORG/NAME[@REVISION]`), fetched from a hub served here on the loopback address: the
+ * routes the hub answers (a revision's commit, a commit's file tree, a file's resolve route with an LFS redirect and
+ * Range requests) are played by a small HTTP server over a tiny model's files. No test reaches the internet.
+ */
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { hostname } from "node:os";
+import { join } from "node:path";
+
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
+
+import { exportScored } from "../../src/export/export.js";
+import { extract } from "../../src/extract/extract.js";
+import { generate } from "../../src/generate/generate.js";
+import { fetchHubModel } from "../../src/model/hub.js";
+import { openModelDir } from "../../src/model/model-dir.js";
+import { scoreFile } from "../../src/score/score-file.js";
+import { parseStudy } from "../../src/study/study-file.js";
+import { writeTinyModel } from "../../src/synthetic/llama.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const dir = tempDir("hsm-hub-");
+const flat = join(dir, "flat");
+const bank = join(dir, "bank.jsonl");
+const COMMIT = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
+const REPO = "hsm-test/tiny";
+
+interface RepoFile {
+  bytes: Buffer;
+  lfs: boolean;
+}
+/** The repository's files by path, as the hub would hold them. */
+const files = new Map<string, RepoFile>();
+
+/** What the server was asked, and knobs for the next requests. */
+interface Hub {
+  url: string;
+  requests: { path: string; range?: string; auth?: string }[];
+  /** Bytes of LFS content sent, by sha256. */
+  sent: Map<string, number>;
+  /** Paths whose next download is cut after this many bytes. */
+  cut: Map<string, number>;
+  /** Paths served with one byte changed. */
+  corrupt: Set<string>;
+  /** The token every request must carry, where set. */
+  token?: string;
+}
+let hub: Hub;
+
+const sha256 = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+const gitSha1 = (b: Buffer) =>
+  createHash("sha1")
+    .update(Buffer.concat([Buffer.from(`blob ${b.length}\0`), b]))
+    .digest("hex");
+
+function serve(res: ServerResponse, status: number, headers: Record<string, string | number>, body: Buffer | string) {
+  res.writeHead(status, headers);
+  res.end(body);
+}
+
+/** Sends `bytes` honouring a `Range: bytes=N-` header; a path in `hub.cut` is cut off after its byte count. */
+function sendContent(req: IncomingMessage, res: ServerResponse, path: string, bytes: Buffer, etag: string) {
+  if (hub.corrupt.has(path)) {
+    bytes = Buffer.from(bytes);
+    bytes[bytes.length >> 1] = bytes[bytes.length >> 1]! ^ 0xff;
+  }
+  const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? "");
+  const start = m ? Number(m[1]) : 0;
+  const body = bytes.subarray(start);
+  const headers: Record<string, string | number> = {
+    "Content-Length": body.length,
+    "Accept-Ranges": "bytes",
+    ETag: `"${etag}"`,
+    "X-Repo-Commit": COMMIT,
+  };
+  if (m) headers["Content-Range"] = `bytes ${start}-${bytes.length - 1}/${bytes.length}`;
+  res.writeHead(m ? 206 : 200, headers);
+  hub.sent.set(etag, (hub.sent.get(etag) ?? 0) + body.length);
+  const cut = hub.cut.get(path);
+  if (cut !== undefined) {
+    hub.cut.delete(path);
+    // The connection closes short of its Content-Length once the client has had time to take the bytes sent (a
+    // stream errored at once would drop the chunks still queued in it).
+    res.write(body.subarray(0, cut), () => setTimeout(() => res.socket?.end(), 300));
+    return;
+  }
+  res.end(body);
+}
+
+function handle(req: IncomingMessage, res: ServerResponse) {
+  const url = new URL(req.url!, hub.url);
+  const path = decodeURIComponent(url.pathname);
+  hub.requests.push({ path, range: req.headers.range, auth: req.headers.authorization });
+  if (hub.token && req.headers.authorization !== `Bearer ${hub.token}`)
+    return serve(res, 401, { "Content-Type": "application/json" }, JSON.stringify({ error: "Invalid credentials" }));
+  const revision = new RegExp(`^/api/models/${REPO}/revision/(.+)$`).exec(path);
+  if (revision) {
+    if (revision[1] !== "main" && revision[1] !== COMMIT)
+      return serve(res, 404, { "Content-Type": "application/json" }, JSON.stringify({ error: "Revision Not Found" }));
+    const info = {
+      _id: "0",
+      id: REPO,
+      sha: COMMIT,
+      private: false,
+      downloads: 0,
+      likes: 0,
+      lastModified: "2026-01-01",
+    };
+    return serve(res, 200, { "Content-Type": "application/json" }, JSON.stringify(info));
+  }
+  if (path === `/api/models/${REPO}/tree/${COMMIT}`) {
+    const tree = [...files].map(([p, f]) => ({
+      type: "file",
+      path: p,
+      size: f.bytes.length,
+      oid: f.lfs
+        ? gitSha1(Buffer.from(`version https://git-lfs.github.com/spec/v1\noid sha256:${sha256(f.bytes)}\n`))
+        : gitSha1(f.bytes),
+      ...(f.lfs ? { lfs: { oid: sha256(f.bytes), size: f.bytes.length, pointerSize: 130 } } : {}),
+    }));
+    return serve(res, 200, { "Content-Type": "application/json" }, JSON.stringify(tree));
+  }
+  const resolve = new RegExp(`^/${REPO}/resolve/${COMMIT}/(.+)$`).exec(path);
+  const file = resolve ? files.get(resolve[1]!) : undefined;
+  if (resolve && file) {
+    // LFS files are redirected to their content by hash, as the hub sends them to its CDN.
+    if (file.lfs)
+      return serve(res, 302, { Location: `/cdn/${resolve[1]}?sha=${sha256(file.bytes)}`, "X-Repo-Commit": COMMIT }, "");
+    return sendContent(req, res, resolve[1]!, file.bytes, gitSha1(file.bytes));
+  }
+  const cdn = /^\/cdn\/(.+)$/.exec(path);
+  if (cdn && files.get(cdn[1]!))
+    return sendContent(req, res, cdn[1]!, files.get(cdn[1]!)!.bytes, url.searchParams.get("sha")!);
+  serve(res, 404, { "X-Error-Code": "EntryNotFound" }, "not found");
+}
+
+const savedEnv = { ...process.env };
+/** Points the hub cache and endpoint at this test's; `offline` sets HF_HUB_OFFLINE. */
+function useCache(cache: string, more: Record<string, string> = {}) {
+  for (const k of ["HF_HUB_CACHE", "HF_HOME", "HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE"]) delete process.env[k];
+  Object.assign(process.env, { HF_HUB_CACHE: cache, HF_ENDPOINT: hub.url, ...more });
+}
+
+const downloads = () => hub.requests.filter((r) => !r.path.startsWith("/api/"));
+const storage = (cache: string) => join(cache, `models--${REPO.replace("/", "--")}`);
+
+beforeAll(async () => {
+  await writeTinyModel(flat, {
+    layers: 2,
+    hidden: 32,
+    heads: 4,
+    kvHeads: 2,
+    withPast: true,
+    externalData: true,
+    tokenizer: "llama3.1-1k",
+    seed: 11,
+  });
+  for (const name of readdirSync(flat)) {
+    const bytes = readFileSync(join(flat, name));
+    const onnx = name.startsWith("model.onnx");
+    files.set(onnx ? `onnx/${name}` : name, { bytes, lfs: onnx || name === "tokenizer.json" });
+  }
+  // A second variant and a file no run reads: neither is fetched.
+  files.set("onnx/model_q4.onnx", { bytes: Buffer.from("not fetched"), lfs: true });
+  files.set("README.md", { bytes: Buffer.from("# tiny\n"), lfs: false });
+  const server = createServer(handle);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  hub = {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests: [],
+    sent: new Map(),
+    cut: new Map(),
+    corrupt: new Set(),
+  };
+  afterAll(() => {
+    server.close();
+    process.env = savedEnv;
+  });
+  const lines = Array.from({ length: 8 }, (_, i) =>
+    JSON.stringify({
+      query_id: `q${i}`,
+      fact_id: `f${i >> 1}`,
+      condition_family: i % 2 ? "typo" : "anchor",
+      query: `${["What is the capital of France?", "Who wrote Don Quixote?"][i % 2]} (${i})`,
+      use_for_main_forward: true,
+      answers: ["x"],
+    }),
+  );
+  writeFileSync(bank, lines.join("\n") + "\n");
+});
+
+beforeEach(() => {
+  hub.requests = [];
+  hub.sent = new Map();
+  hub.token = undefined;
+});
+
+describe("a model named by hub id", () => {
+  const cache = join(dir, "cache");
+  const id = `hf:${REPO}`;
+
+  it("extracts and generates exactly as the same files on disk, recording the commit", async () => {
+    useCache(cache);
+    const local = await extract({ modelDir: flat, bank, out: join(dir, "s-flat"), model: "tiny", batchSize: 4 });
+    const remote = await extract({ modelDir: id, bank, out: join(dir, "s-hub"), model: "tiny", batchSize: 4 });
+    expect(remote.manifest.model_source).toBe(`hf:${REPO}@${COMMIT}`);
+    expect(local.manifest.model_source).toBeUndefined();
+    expect(remote.manifest.model_sha256).toBe(local.manifest.model_sha256);
+    for (const name of Object.keys(local.manifest.files))
+      expect(readFileSync(join(dir, "s-hub", name))).toEqual(readFileSync(join(dir, "s-flat", name)));
+
+    const outs = [join(dir, "g-flat.jsonl"), join(dir, "g-hub.jsonl")];
+    for (const [k, m] of [flat, id].entries())
+      await generate({ modelDir: m, bank, out: outs[k]!, model: "tiny", batchSize: 4, maxNewTokens: 5 });
+    const rows = outs.map((o) =>
+      readFileSync(o, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l)),
+    );
+    expect(rows[1]!.every((r) => r.model_source === `hf:${REPO}@${COMMIT}`)).toBe(true);
+    expect(rows[1]!.map(({ model_source: _, ...r }) => r)).toEqual(rows[0]);
+  });
+
+  it("carries the commit through scoring into the Every Eval Ever record", async () => {
+    const scored = join(dir, "g-hub.scored.jsonl");
+    await scoreFile({ bank, generations: join(dir, "g-hub.jsonl"), out: scored });
+    const first = JSON.parse(readFileSync(scored, "utf8").split("\n")[0]!);
+    expect(first.model_source).toBe(`hf:${REPO}@${COMMIT}`);
+    const r = await exportScored({ format: "eee", scored, bank, out: join(dir, "eee"), modelId: REPO });
+    const aggregate = JSON.parse(
+      readFileSync(
+        r.files.find((f) => f.endsWith(".json"))!,
+        "utf8",
+      ),
+    );
+    expect(aggregate.model_info.additional_details).toEqual({ model_source: `hf:${REPO}@${COMMIT}` });
+  });
+
+  it("is cached as Python's huggingface_hub lays it out, with only the files a run needs", () => {
+    const s = storage(cache);
+    expect(readFileSync(join(s, "refs", "main"), "utf8")).toBe(COMMIT);
+    const snapshot = join(s, "snapshots", COMMIT);
+    const graph = join(snapshot, "onnx", "model.onnx");
+    expect(lstatSync(graph).isSymbolicLink()).toBe(true);
+    expect(readlinkSync(graph)).toBe(join("..", "..", "..", "blobs", sha256(files.get("onnx/model.onnx")!.bytes)));
+    expect(readlinkSync(join(snapshot, "config.json"))).toBe(
+      join("..", "..", "blobs", gitSha1(files.get("config.json")!.bytes)),
+    );
+    expect(readdirSync(join(snapshot, "onnx")).sort()).toEqual(["model.onnx", "model.onnx_data"]);
+    expect(readdirSync(snapshot).sort()).toEqual(["config.json", "onnx", "tokenizer.json", "tokenizer_config.json"]);
+    expect(readdirSync(join(s, "blobs")).every((n) => /^[0-9a-f]{40}([0-9a-f]{24})?$/.test(n))).toBe(true);
+  });
+
+  it("downloads nothing a second time: two API calls, no file", async () => {
+    useCache(cache);
+    const md = await openModelDir(id);
+    expect(md.onnxPath).toBe(join(storage(cache), "snapshots", COMMIT, "onnx", "model.onnx"));
+    expect(downloads()).toEqual([]);
+    expect(hub.requests.map((r) => r.path)).toEqual([
+      `/api/models/${REPO}/revision/main`,
+      `/api/models/${REPO}/tree/${COMMIT}`,
+    ]);
+  });
+
+  it("with HF_HUB_OFFLINE=1 reads a warm cache without a request and refuses a cold one in one line", async () => {
+    useCache(cache, { HF_HUB_OFFLINE: "1" });
+    expect((await openModelDir(id)).source).toBe(`hf:${REPO}@${COMMIT}`);
+    expect((await openModelDir(`${id}@${COMMIT}`)).dir).toBe(join(storage(cache), "snapshots", COMMIT));
+    expect(hub.requests).toEqual([]);
+    const cold = join(dir, "cold");
+    useCache(cold, { HF_HUB_OFFLINE: "1" });
+    const err = await openModelDir(id).catch((e: Error) => e);
+    expect((err as Error).message).toBe(
+      `${id}: not in the hub cache (${join(storage(cold), "refs", "main")} is missing); ` +
+        "HF_HUB_OFFLINE=1 forbids downloading it: run once without HF_HUB_OFFLINE to fill the cache",
+    );
+    expect(hub.requests).toEqual([]);
+  });
+
+  it("resumes an interrupted download with a Range request", async () => {
+    const fresh = join(dir, "resume");
+    useCache(fresh);
+    const data = files.get("onnx/model.onnx_data")!.bytes;
+    hub.cut.set("onnx/model.onnx_data", 3000);
+    await expect(openModelDir(id)).rejects.toThrow(/the download of onnx\/model\.onnx_data stopped after \d+ of/);
+    const partial = join(storage(fresh), "blobs", `${sha256(data)}.incomplete`);
+    const have = statSync(partial).size;
+    expect(have).toBeGreaterThan(0);
+    expect(have).toBeLessThanOrEqual(3000);
+    hub.requests = [];
+    hub.sent = new Map();
+    const md = await openModelDir(id);
+    expect(hub.requests.find((r) => r.path.endsWith("model.onnx_data") && r.path.startsWith("/cdn/"))?.range).toBe(
+      `bytes=${have}-`,
+    );
+    expect(hub.sent.get(sha256(data))).toBe(data.length - have);
+    expect(sha256(readFileSync(join(md.dir, "onnx", "model.onnx_data")))).toBe(sha256(data));
+    expect(existsSync(partial)).toBe(false);
+  });
+
+  it("refuses a file whose hash differs, in one line naming it, and keeps nothing of it", async () => {
+    for (const [path, kind] of [
+      ["onnx/model.onnx", "sha256"],
+      ["tokenizer_config.json", "git blob sha1"],
+    ] as const) {
+      const fresh = join(dir, `corrupt-${kind.length}`);
+      useCache(fresh);
+      hub.corrupt = new Set([path]);
+      const err = (await openModelDir(id).catch((e: Error) => e)) as Error;
+      const f = files.get(path)!;
+      expect(err.message).toMatch(
+        new RegExp(
+          `^${path}: the downloaded file's ${kind} is [0-9a-f]+ but the hub lists ${f.lfs ? sha256(f.bytes) : gitSha1(f.bytes)}; removed, run again$`,
+        ),
+      );
+      expect(
+        readdirSync(join(storage(fresh), "blobs")).some((n) => n.includes(f.lfs ? sha256(f.bytes) : gitSha1(f.bytes))),
+      ).toBe(false);
+      hub.corrupt = new Set();
+    }
+  });
+
+  it("shows the progress of a large file on stderr, and of small ones nothing", async () => {
+    files.set("onnx/model_big.onnx", { bytes: Buffer.from("a graph"), lfs: true });
+    files.set("onnx/model_big.onnx_data", { bytes: Buffer.alloc(9 * 2 ** 20, 7), lfs: true });
+    useCache(join(dir, "big"));
+    const lines: string[] = [];
+    const spy = vi.spyOn(process.stderr, "write").mockImplementation((chunk) => {
+      lines.push(String(chunk));
+      return true;
+    });
+    try {
+      expect((await fetchHubModel(id, { modelFile: "model_big.onnx" })).graph).toBe("onnx/model_big.onnx");
+    } finally {
+      spy.mockRestore();
+      files.delete("onnx/model_big.onnx");
+      files.delete("onnx/model_big.onnx_data");
+    }
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^downloading onnx\/model_big\.onnx_data: 9 MiB in \d+\.\d s\n$/);
+  });
+
+  it("lets two runs sharing a cache fetch each file once, and takes over locks of runs that are gone", async () => {
+    const shared = join(dir, "shared");
+    useCache(shared);
+    const data = sha256(files.get("onnx/model.onnx_data")!.bytes);
+    mkdirSync(join(storage(shared), "blobs"), { recursive: true });
+    writeFileSync(join(storage(shared), "blobs", `${data}.lock`), `${hostname()}:2147483646`);
+    // Another machine's lock, untouched for two minutes: its run is gone.
+    const other = join(storage(shared), "blobs", `${sha256(files.get("tokenizer.json")!.bytes)}.lock`);
+    writeFileSync(other, "another-host:1");
+    utimesSync(other, new Date(Date.now() - 120_000), new Date(Date.now() - 120_000));
+    const [a, b] = await Promise.all([fetchHubModel(id), fetchHubModel(id)]);
+    expect(b).toEqual(a);
+    for (const [path, f] of files)
+      if (f.lfs && (path.startsWith("onnx/model.onnx") || path === "tokenizer.json"))
+        expect(hub.sent.get(sha256(f.bytes))).toBe(f.bytes.length);
+    expect(readdirSync(join(storage(shared), "blobs")).filter((n) => !/^[0-9a-f]+$/.test(n))).toEqual([]);
+  });
+
+  it("sends HF_TOKEN, and says what is missing without it", async () => {
+    const fresh = join(dir, "token");
+    hub.token = "hf_secret";
+    useCache(fresh);
+    await expect(openModelDir(id)).rejects.toThrow(
+      `${id}: the hub at ${hub.url} refused its revision (HTTP 401: Invalid credentials); a gated or private model needs HF_TOKEN`,
+    );
+    useCache(fresh, { HF_TOKEN: "hf_secret" });
+    expect((await openModelDir(id)).source).toBe(`hf:${REPO}@${COMMIT}`);
+    expect(hub.requests.filter((r) => r.auth === "Bearer hf_secret").length).toBeGreaterThan(2);
+  });
+
+  it("names a missing revision, the graphs to choose from, and a malformed id", async () => {
+    useCache(join(dir, "errors"));
+    await expect(openModelDir(`${id}@v9`)).rejects.toThrow(/refused its revision \(HTTP 404: Revision Not Found\)/);
+    await expect(openModelDir(id, "model_fp16.onnx")).rejects.toThrow(
+      `${id}: has no graph model_fp16.onnx; it holds onnx/model.onnx, onnx/model_q4.onnx`,
+    );
+    await expect(openModelDir("hf:a/b/c")).rejects.toThrow("hf:a/b/c: not a hub model id");
+  });
+
+  it("runs from the command line: inspect-model online, and a cold offline cache in one line", async () => {
+    const bin = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+    // Spawned without blocking: the hub these commands talk to is served by this process.
+    const hsm = (args: string[], env: Record<string, string>) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
+        execFile(process.execPath, [bin, ...args], { env: { ...process.env, ...env } }, (err, stdout, stderr) =>
+          done({ code: err ? Number(err.code) : 0, stdout, stderr }),
+        );
+      });
+    const ok = await hsm(["inspect-model", id], { HF_HUB_CACHE: cache, HF_ENDPOINT: hub.url });
+    expect(ok.stderr).toBe("");
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain(`${id}: 2 decoder blocks, d_model 32`);
+    const cold = join(dir, "cold-cli");
+    const r = await hsm(["extract", "--model-dir", id, "--bank", bank, "--out", join(dir, "never")], {
+      HF_HUB_CACHE: cold,
+      HF_HUB_OFFLINE: "1",
+    });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `hsm: ${id}: not in the hub cache (${join(storage(cold), "refs", "main")} is missing); ` +
+        "HF_HUB_OFFLINE=1 forbids downloading it: run once without HF_HUB_OFFLINE to fill the cache\n",
+    );
+  });
+
+  it("stands in a study file as it is, not as a path", () => {
+    const study = parseStudy(
+      `bank: bank.jsonl\nmodels:\n  - {name: tiny, model_dir: "${id}@main"}\n`,
+      join(dir, "s.yaml"),
+    );
+    expect(study.models[0]!.modelDir).toBe(`${id}@main`);
+  });
+});

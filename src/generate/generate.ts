@@ -60,6 +60,7 @@ import {
   graphIndex,
   num,
   pruneGraph,
+  usesFloat16,
   valueInfo,
   type GraphProto,
   type ModelProto,
@@ -369,7 +370,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const job = await prepareJob(o, batchSize, maxNew);
   const modelName = o.model ?? defaultModelName(o.modelDir);
   // A device that cannot run fails before the output's folder is made.
-  checkDevice(o.device ?? "cpu");
+  checkDevice(o.device ?? "cpu", usesFloat16(job.model.graph!) ? job.md.onnxPath : undefined);
   await makeDir(dirname(o.out));
   // One writer per generations file; what it holds is checked before the model is loaded.
   const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);

@@ -60,6 +60,11 @@ export interface SessionOptions {
    * cost a fifth of the CPU time).
    */
   spin?: boolean;
+  /**
+   * Outputs left on the device (WebGPU's GPU buffers) for the next run to read back in as inputs: a KV cache that
+   * stays where it is computed between decoding steps. Ignored on the CPU and CUDA.
+   */
+  deviceOutputs?: readonly string[];
 }
 
 export const CUDA_HELP =
@@ -272,6 +277,9 @@ function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOption
     logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
     ...(options.spin === false ? { extra: { session: { intra_op: { allow_spinning: "0" } } } } : {}),
+    ...(options.device === "webgpu" && options.deviceOutputs?.length
+      ? { preferredOutputLocation: Object.fromEntries(options.deviceOutputs.map((n) => [n, "gpu-buffer" as const])) }
+      : {}),
   };
 }
 

@@ -42,13 +42,14 @@ import { promptFeeds } from "../model/feeds.js";
 import type { InputPlan } from "../model/styles/style.js";
 import { decodeModelOf, openModelDir } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
-import { num, usesFloat16, valueShape, type ModelProto } from "../onnx/graph.js";
+import { num, valueShape, type ModelProto } from "../onnx/graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckFailure } from "../model/self-check.js";
 import { hiddenBits, hiddenOutputType } from "../model/hidden-output.js";
 import {
   checkDevice,
   createSession,
+  graphNeeds,
   runError,
   stageModel,
   type Device,
@@ -383,7 +384,7 @@ async function openSession(
 ) {
   const { inspection } = inspected;
   const device = o.device ?? "cpu";
-  checkDevice(device, usesFloat16(inspected.model.graph!) ? inspection.onnxPath : undefined);
+  checkDevice(device, graphNeeds(inspection.onnxPath, inspected.model.graph!));
   const stage = await stageModel(inspection.onnxPath);
   const paddingSide = inspection.promptPadding;
   // Right-padded rows are read at their last real token, found from the mask inside the graph.

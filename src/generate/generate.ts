@@ -60,7 +60,6 @@ import {
   graphIndex,
   num,
   pruneGraph,
-  usesFloat16,
   valueInfo,
   type GraphProto,
   type ModelProto,
@@ -71,6 +70,7 @@ import { graphFormat } from "../model/model-report.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
 import {
   checkDevice,
+  graphNeeds,
   loadSession,
   ModelLoadError,
   stageModel,
@@ -370,7 +370,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const job = await prepareJob(o, batchSize, maxNew);
   const modelName = o.model ?? defaultModelName(o.modelDir);
   // A device that cannot run fails before the output's folder is made.
-  checkDevice(o.device ?? "cpu", usesFloat16(job.model.graph!) ? job.md.onnxPath : undefined);
+  checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model.graph!));
   await makeDir(dirname(o.out));
   // One writer per generations file; what it holds is checked before the model is loaded.
   const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);

@@ -21,7 +21,7 @@ import * as ort from "onnxruntime-node";
 import type { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { ModelDirError } from "./model-dir.js";
-import { DataType, encodeModel, valueInfo } from "../onnx/graph.js";
+import { DataType, encodeModel, hasOperator, usesFloat16, valueInfo, type GraphProto } from "../onnx/graph.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
@@ -125,21 +125,42 @@ function probeWebgpu(): WebgpuProbe {
 /** What {@link probeWebgpu} found, once per process. */
 let webgpuProbe: WebgpuProbe | undefined;
 
+/** What a graph needs of a device beyond its operators: the graph's file, and what {@link checkDevice} looks at. */
+export interface GraphNeeds {
+  file: string;
+  /** The graph computes in float16 (see usesFloat16). */
+  float16: boolean;
+  /** The graph attends with onnxruntime's GroupQueryAttention (onnxruntime-genai builds). */
+  groupQueryAttention: boolean;
+}
+
 /**
  * Throws the {@link DeviceError} of a device that cannot run here (WebGPU without an adapter), before any work;
- * with `float16Graph` (the file of a graph that computes in float16), also that of a WebGPU adapter without
- * float16 shaders, which onnxruntime would only find at the first node.
+ * with `graph`, also that of a graph the WebGPU adapter cannot run as the CPU does: a float16 graph where the
+ * adapter lacks float16 shaders (onnxruntime would only find out at the first node), and GroupQueryAttention,
+ * whose WebGPU kernel (onnxruntime-node 1.30) gives states several percent away from the CPU kernel's.
  */
-export function checkDevice(device: Device, float16Graph?: string): void {
+export function checkDevice(device: Device, graph?: GraphNeeds): void {
   if (device !== "webgpu") return;
   const probe = (webgpuProbe ??= probeWebgpu());
   if (probe.message !== undefined) throw deviceError(device, probe.message)!;
-  if (float16Graph !== undefined && !probe.float16) {
+  if (graph?.float16 && !probe.float16) {
     throw new DeviceError(
-      `${float16Graph}: the graph computes in float16, and this WebGPU adapter lacks the shader-f16 feature; ` +
+      `${graph.file}: the graph computes in float16, and this WebGPU adapter lacks the shader-f16 feature; ` +
         `use a float32 graph of the model (--model-file) or --device cpu`,
     );
   }
+  if (graph?.groupQueryAttention) {
+    throw new DeviceError(
+      `${graph.file}: onnxruntime's WebGPU GroupQueryAttention (an onnxruntime-genai build) does not compute what ` +
+        `its CPU kernel computes; use --device cpu, or an optimum export of the model`,
+    );
+  }
+}
+
+/** What {@link checkDevice} looks at in the graph read from `file`. */
+export function graphNeeds(file: string, graph: GraphProto): GraphNeeds {
+  return { file, float16: usesFloat16(graph), groupQueryAttention: hasOperator(graph, "GroupQueryAttention") };
 }
 
 /** The error for a device whose provider failed with `message`; undefined for the CPU. */

@@ -45,7 +45,17 @@ import { graphFormat, type GraphFormat } from "../model/model-report.js";
 import { num, valueShape, type ModelProto } from "../onnx/graph.js";
 import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckFailure } from "../model/self-check.js";
-import { createSession, stageModel, type ModelRunOptions, type Stage } from "../model/session.js";
+import { hiddenBits, hiddenOutputType } from "../model/hidden-output.js";
+import {
+  checkDevice,
+  createSession,
+  graphNeeds,
+  runError,
+  stageModel,
+  type Device,
+  type ModelRunOptions,
+  type Stage,
+} from "../model/session.js";
 import { tokenizerAndModel } from "../model/tokenizer.js";
 import { shardFromEnv } from "./shard.js";
 
@@ -77,6 +87,7 @@ function rewriteAndRelease(
   dModel: number,
   stage: Stage | undefined,
   rightPaddedMask: string | undefined,
+  device: Device,
 ): { rewritten: RewriteResult; live: Set<string> } {
   const rewritten = rewriteForExtraction(
     inspected.model,
@@ -84,6 +95,7 @@ function rewriteAndRelease(
     dModel,
     stage ? { bytes: inspected.source, name: stage.sourceName } : undefined,
     rightPaddedMask,
+    hiddenOutputType(device),
   );
   const live = new Set((inspected.model.graph!.input ?? []).map((v) => v.name!));
   inspected.model = undefined as never;
@@ -281,21 +293,27 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     const resumedAt = writer.rowsDone;
     const { padId } = tokenizer;
     const job: Blocks = { session, writer, layers, d, tokens, commitRows, rule, pad, padId, inputFeeds };
-    await writeBlocks(job, o.onProgress);
-    const check = await runSelfCheck({
-      session,
-      dir: o.out,
-      layers,
-      dModel: d,
-      tokens,
-      queryIds: init.query_ids,
-      padId: tokenizer.padId,
-      inputFeeds,
-      rule,
-      commitRows,
-      count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS,
-      dtype: init.dtype,
-    });
+    const onDevice = <T>(work: Promise<T>) =>
+      work.catch((err: unknown) => {
+        throw runError(o.device ?? "cpu", inspection.onnxPath, err) ?? err;
+      });
+    await onDevice(writeBlocks(job, o.onProgress));
+    const check = await onDevice(
+      runSelfCheck({
+        session,
+        dir: o.out,
+        layers,
+        dModel: d,
+        tokens,
+        queryIds: init.query_ids,
+        padId: tokenizer.padId,
+        inputFeeds,
+        rule,
+        commitRows,
+        count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS,
+        dtype: init.dtype,
+      }),
+    );
     writer.manifest.self_check = check;
     // Rows that differ from themselves run alone are not kept: a rerun writes them all again.
     if (check.status === "fail") {
@@ -371,6 +389,8 @@ async function openSession(
   log: NonNullable<ExtractOptions["log"]>,
 ) {
   const { inspection } = inspected;
+  const device = o.device ?? "cpu";
+  checkDevice(device, graphNeeds(inspection.onnxPath, inspected.model.graph!));
   const stage = await stageModel(inspection.onnxPath);
   const paddingSide = inspection.promptPadding;
   // Right-padded rows are read at their last real token, found from the mask inside the graph.
@@ -387,6 +407,7 @@ async function openSession(
     inspection.dModel,
     stage,
     paddingSide === "right" ? mask : undefined,
+    device,
   );
   // Only the inputs the rewritten graph still reads are fed.
   const inputFeeds = inspection.plan.inputs.feeds.filter((f) => live.has(f.name));
@@ -453,7 +474,7 @@ async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]):
       const f = breakBatchingForTest(pad(seqs, padId));
       const feeds = promptFeeds(inputFeeds, f);
       const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
-      const data = out.data as Uint16Array;
+      const data = hiddenBits(out);
       if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
         throw new InternalError(
           `the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`,

@@ -12,7 +12,7 @@ import { InternalError } from "../errors.js";
 import { leftPad, rightPad } from "../model/batching.js";
 import { GreedyRows } from "./rules.js";
 import { emptyPast } from "../model/feeds.js";
-import { pastFor } from "../onnx/kv-cache.js";
+import { isPresentOutput, pastFor } from "../onnx/kv-cache.js";
 import type { HeadSetup } from "./lm-head.js";
 import { DataType, valueShape, type ValueInfoProto } from "../onnx/graph.js";
 import { breakBatchingForTest } from "../model/self-check.js";
@@ -84,46 +84,57 @@ export async function decodeBatch(
   let ids = f.inputIds;
   let idsLen = f.length;
   let positions = f.positionIds;
-  while (!greedy.done()) {
-    const feeds: Record<string, ort.Tensor> = {
-      input_ids: new ort.Tensor("int64", ids, [B, idsLen]),
-      attention_mask: new ort.Tensor("int64", mask, [B, maskLen]),
-      ...past,
-    };
-    if (setup.positions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
-    if (setup.branch)
-      feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
-    const result = await session.run(feeds);
-    const next = nextTokens(result);
-    if (greedy.push(next)) break;
-    // The next step's inputs: every row advances by its chosen token (finished rows too; their output is ignored).
-    const chosen = Array.from(next, (v) => Number(v));
-    lastPos = lastPos.map((p) => p + 1);
-    if (cached) {
-      past = {};
-      for (const [name, tensor] of Object.entries(result)) {
-        const input = pastFor(name, pastNames);
-        if (input) past[input] = tensor;
+  // The KV cache may live in the device's memory (see SessionOptions.deviceOutputs): every cache tensor is let go
+  // as soon as the step after it has read it, and whatever is left when the batch ends or fails.
+  const cacheTensors = new Set<ort.Tensor>();
+  try {
+    while (!greedy.done()) {
+      const feeds: Record<string, ort.Tensor> = {
+        input_ids: new ort.Tensor("int64", ids, [B, idsLen]),
+        attention_mask: new ort.Tensor("int64", mask, [B, maskLen]),
+        ...past,
+      };
+      if (setup.positions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
+      if (setup.branch)
+        feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
+      const result = await session.run(feeds);
+      const read = [...cacheTensors];
+      cacheTensors.clear();
+      for (const [name, tensor] of Object.entries(result)) if (isPresentOutput(name)) cacheTensors.add(tensor);
+      for (const t of read) t.dispose();
+      const next = nextTokens(result);
+      if (greedy.push(next)) break;
+      // The next step's inputs: every row advances by its chosen token (finished rows too; their output is ignored).
+      const chosen = Array.from(next, (v) => Number(v));
+      lastPos = lastPos.map((p) => p + 1);
+      if (cached) {
+        past = {};
+        for (const [name, tensor] of Object.entries(result)) {
+          const input = pastFor(name, pastNames);
+          if (input) past[input] = tensor;
+        }
+        ids = BigInt64Array.from(chosen, (t) => BigInt(t));
+        idsLen = 1;
+        const grown = new BigInt64Array(B * (maskLen + 1));
+        for (let b = 0; b < B; b++) {
+          grown.set(mask.subarray(b * maskLen, (b + 1) * maskLen), b * (maskLen + 1));
+          grown[b * (maskLen + 1) + maskLen] = 1n;
+        }
+        mask = grown;
+        maskLen++;
+        positions = BigInt64Array.from(lastPos, (p) => BigInt(p));
+      } else {
+        seqs = seqs.map((s, b) => [...s, chosen[b]!]);
+        f = breakBatchingForTest(pad(seqs, setup.padId));
+        ids = f.inputIds;
+        idsLen = f.length;
+        mask = f.attentionMask;
+        maskLen = f.length;
+        positions = f.positionIds;
       }
-      ids = BigInt64Array.from(chosen, (t) => BigInt(t));
-      idsLen = 1;
-      const grown = new BigInt64Array(B * (maskLen + 1));
-      for (let b = 0; b < B; b++) {
-        grown.set(mask.subarray(b * maskLen, (b + 1) * maskLen), b * (maskLen + 1));
-        grown[b * (maskLen + 1) + maskLen] = 1n;
-      }
-      mask = grown;
-      maskLen++;
-      positions = BigInt64Array.from(lastPos, (p) => BigInt(p));
-    } else {
-      seqs = seqs.map((s, b) => [...s, chosen[b]!]);
-      f = breakBatchingForTest(pad(seqs, setup.padId));
-      ids = f.inputIds;
-      idsLen = f.length;
-      mask = f.attentionMask;
-      maskLen = f.length;
-      positions = f.positionIds;
     }
+  } finally {
+    for (const t of cacheTensors) t.dispose();
   }
   return greedy.ids;
 }

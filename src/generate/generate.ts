@@ -70,6 +70,7 @@ import { graphFormat } from "../model/model-report.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
 import {
   checkDevice,
+  graphNeeds,
   loadSession,
   ModelLoadError,
   stageModel,
@@ -369,7 +370,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const job = await prepareJob(o, batchSize, maxNew);
   const modelName = o.model ?? defaultModelName(o.modelDir);
   // A device that cannot run fails before the output's folder is made.
-  checkDevice(o.device ?? "cpu");
+  checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model.graph!));
   await makeDir(dirname(o.out));
   // One writer per generations file; what it holds is checked before the model is loaded.
   const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
@@ -579,6 +580,9 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   if (stage) rewriteWeightsInPlace(m, job.source.bytes!, stage.sourceName);
   const past = pastInputs((added ? m.graph!.input! : [...job.inputs.values()]).filter((v) => isPastInput(v.name!)));
   const setup = { ...job.setup, past, head: headSetup };
+  // On WebGPU the cache each step writes stays in the device's memory for the next step to read.
+  const presents = m.graph!.output!.map((v) => v.name!).filter(isPresentOutput);
+  const options = { ...sessionOptions, deviceOutputs: presents };
   const bytes = encodeModel(m);
   // The file's bytes (which the decoded graph's small initializers still view) are not needed again
   // unless the session fails to load; onnxruntime is about to map the weights.
@@ -588,8 +592,8 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   const script = workerScript();
   const decoders = await withStagedModel(bytes, stage, device, async (file) =>
     typeof file === "string" && script && workers > 1
-      ? workerDecoders(script, workers, { model: file, options: sessionOptions, setup })
-      : sessionDecoders(await loadSession(file, sessionOptions), setup),
+      ? workerDecoders(script, workers, { model: file, options, setup })
+      : sessionDecoders(await loadSession(file, options), setup),
   );
   return { decoders, cached: cached && past.length > 0, added, head: headSetup };
 }
@@ -614,6 +618,11 @@ function checkCounts(batchSize: number, maxNew: number, selfCheck: number | unde
 function decodingWorkers(o: GenerateOptions, onnxPath: string, model: ModelProto, batches: number, log: Log) {
   const device = o.device ?? "cpu";
   let wanted = o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1);
+  if (device === "webgpu" && wanted > 1) {
+    // onnxruntime's WebGPU provider serves one thread of a process: sessions in worker threads crash it.
+    log(`decoding with one session instead of ${wanted}: on WebGPU batches are decoded one at a time`, "info");
+    wanted = 1;
+  }
   if (o.workers === undefined && wanted > 1) {
     const fit = affordableWorkers(wanted, weightBytes(onnxPath, model.graph!), availableMemory());
     if (fit.reason) log(fit.reason, "info");

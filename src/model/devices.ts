@@ -111,9 +111,12 @@ function cudaFinding(): DeviceFinding {
 
 function ortWebgpuFinding(): DeviceFinding {
   const name = "onnxruntime webgpu";
-  const why = probeWebgpu();
-  if (why === undefined)
-    return { name, available: true, detail: "the WebGPU execution provider runs (--device webgpu)" };
+  const probe = probeWebgpu();
+  const why = probe.message;
+  if (why === undefined) {
+    const f16 = probe.float16 ? "float16 graphs too" : "float32 graphs only: the adapter lacks shader-f16";
+    return { name, available: true, detail: `the WebGPU execution provider runs (--device webgpu; ${f16})` };
+  }
   const adapter = /Failed to get a WebGPU adapter: ([^\n]*)/.exec(why);
   const detail = adapter ? `no WebGPU adapter was found (${adapter[1]!.trim()})` : why.split("\n")[0]!;
   return { name, available: false, detail, fix: WEBGPU_HELP };

@@ -24,6 +24,7 @@ import { selfCheckFinding, type SelfCheck } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { buildNpyHeader } from "../store/npy.js";
 import { fileError, openInput } from "../util/fs.js";
+import { hiddenBits } from "./hidden-output.js";
 import { leftPad, planBatches, type BatchFeeds, type BatchRule } from "./batching.js";
 import { promptFeeds } from "./feeds.js";
 import { num } from "../onnx/graph.js";
@@ -167,7 +168,7 @@ export async function runSelfCheck(c: SelfCheckInput): Promise<SelfCheck> {
     if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
       throw new InternalError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [1, ${n}, ${d}]`);
     }
-    const fresh = out.data as Uint16Array;
+    const fresh = hiddenBits(out);
     const stored = await readStoredRow(c.dir, c.layers, c.tokens.length, d, row);
     for (let k = 0; k < n; k++) {
       const dev = rowDeviation(stored[k]!, fresh.subarray(k * d, (k + 1) * d));

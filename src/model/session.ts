@@ -21,7 +21,7 @@ import * as ort from "onnxruntime-node";
 import type { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { ModelDirError } from "./model-dir.js";
-import { DataType, encodeModel, valueInfo } from "../onnx/graph.js";
+import { DataType, encodeModel, hasOperator, usesFloat16, valueInfo, type GraphProto } from "../onnx/graph.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
@@ -60,6 +60,11 @@ export interface SessionOptions {
    * cost a fifth of the CPU time).
    */
   spin?: boolean;
+  /**
+   * Outputs left on the device (WebGPU's GPU buffers) for the next run to read back in as inputs: a KV cache that
+   * stays where it is computed between decoding steps. Ignored on the CPU and CUDA.
+   */
+  deviceOutputs?: readonly string[];
 }
 
 export const CUDA_HELP =
@@ -68,45 +73,94 @@ export const CUDA_HELP =
 export const WEBGPU_HELP =
   "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel), or use --device cpu";
 
-/**
- * Whether onnxruntime's WebGPU provider finds an adapter: the message it
- * fails with, or undefined when it works. Dawn and the Vulkan drivers print
- * warnings of their own straight to stderr while they look for one, so the
- * provider is tried first on a one-node model in a child process whose
- * output is captured; the user sees only hsm's line.
- */
-export function probeWebgpu(): string | undefined {
-  const probe = encodeModel({
+/** A one-node model: `y = op(x)`, x float32 `[1]`, y of `type`. */
+function probeModel(op: "Identity" | "Cast", type: number): Uint8Array {
+  return encodeModel({
     irVersion: 8,
     opsetImport: [{ domain: "", version: 17 }],
     graph: {
       name: "webgpu-probe",
-      node: [{ opType: "Identity", input: ["x"], output: ["y"] }],
+      node: [
+        { opType: op, input: ["x"], output: ["y"], attribute: op === "Cast" ? [{ name: "to", type: 2, i: type }] : [] },
+      ],
       input: [valueInfo("x", DataType.FLOAT, [1])],
-      output: [valueInfo("y", DataType.FLOAT, [1])],
+      output: [valueInfo("y", type, [1])],
     },
   });
+}
+
+/** What the WebGPU probe found: why the provider cannot be used (undefined: it can), and whether it runs float16. */
+export interface WebgpuProbe {
+  message: string | undefined;
+  float16: boolean;
+}
+
+/**
+ * Whether onnxruntime's WebGPU provider finds an adapter, and whether that
+ * adapter runs float16 shaders (`shader-f16`: a float16 Cast runs). Dawn and
+ * the Vulkan drivers print warnings of their own straight to stderr while
+ * they look for one, so the provider is tried in a child process whose
+ * output is captured; the user sees only hsm's line.
+ */
+export function probeWebgpu(): WebgpuProbe {
+  const models = [probeModel("Identity", DataType.FLOAT), probeModel("Cast", DataType.FLOAT16)];
   const script =
     `const ort = require(${JSON.stringify(createRequire(import.meta.url).resolve("onnxruntime-node"))}); ort.env.logLevel = "fatal";` +
-    `ort.InferenceSession.create(Buffer.from(require("fs").readFileSync(0, "utf8"), "base64"), { executionProviders: ["webgpu"], logSeverityLevel: 4 })` +
-    `.then(() => process.stdout.write("ok"), (e) => process.stdout.write("error:" + e.message)).then(() => process.exit(0));`;
+    `const [plain, half] = require("fs").readFileSync(0, "utf8").split(" ").map((m) => Buffer.from(m, "base64"));` +
+    `const open = (m) => ort.InferenceSession.create(m, { executionProviders: ["webgpu"], logSeverityLevel: 4 });` +
+    `const x = { x: new ort.Tensor("float32", Float32Array.of(1), [1]) };` +
+    `open(plain).then(() => open(half).then((s) => s.run(x)).then(() => "ok f16", () => "ok"), (e) => "error:" + e.message)` +
+    `.then((answer) => { process.stdout.write(answer); process.exit(0); });`;
   const r = spawnSync(process.execPath, ["-e", script], {
-    input: Buffer.from(probe).toString("base64"),
+    input: models.map((m) => Buffer.from(m).toString("base64")).join(" "),
     encoding: "utf8",
     timeout: 120_000,
   });
-  if (r.stdout === "ok") return undefined;
-  if (r.stdout?.startsWith("error:")) return r.stdout.slice("error:".length);
-  return `the probe ended without an answer (${r.error?.message ?? `exit status ${r.status ?? r.signal}`})`;
+  if (r.stdout === "ok" || r.stdout === "ok f16") return { message: undefined, float16: r.stdout === "ok f16" };
+  if (r.stdout?.startsWith("error:")) return { message: r.stdout.slice("error:".length), float16: false };
+  const why = r.error?.message ?? `exit status ${r.status ?? r.signal}`;
+  return { message: `the probe ended without an answer (${why})`, float16: false };
 }
 
 /** What {@link probeWebgpu} found, once per process. */
-let webgpuProbe: { message: string | undefined } | undefined;
+let webgpuProbe: WebgpuProbe | undefined;
 
-/** Throws the {@link DeviceError} of a device that cannot run here (WebGPU without an adapter), before any work. */
-export function checkDevice(device: Device): void {
-  const unusable = device === "webgpu" ? (webgpuProbe ??= { message: probeWebgpu() }).message : undefined;
-  if (unusable !== undefined) throw deviceError(device, unusable)!;
+/** What a graph needs of a device beyond its operators: the graph's file, and what {@link checkDevice} looks at. */
+export interface GraphNeeds {
+  file: string;
+  /** The graph computes in float16 (see usesFloat16). */
+  float16: boolean;
+  /** The graph attends with onnxruntime's GroupQueryAttention (onnxruntime-genai builds). */
+  groupQueryAttention: boolean;
+}
+
+/**
+ * Throws the {@link DeviceError} of a device that cannot run here (WebGPU without an adapter), before any work;
+ * with `graph`, also that of a graph the WebGPU adapter cannot run as the CPU does: a float16 graph where the
+ * adapter lacks float16 shaders (onnxruntime would only find out at the first node), and GroupQueryAttention,
+ * whose WebGPU kernel (onnxruntime-node 1.30) gives states several percent away from the CPU kernel's.
+ */
+export function checkDevice(device: Device, graph?: GraphNeeds): void {
+  if (device !== "webgpu") return;
+  const probe = (webgpuProbe ??= probeWebgpu());
+  if (probe.message !== undefined) throw deviceError(device, probe.message)!;
+  if (graph?.float16 && !probe.float16) {
+    throw new DeviceError(
+      `${graph.file}: the graph computes in float16, and this WebGPU adapter lacks the shader-f16 feature; ` +
+        `use a float32 graph of the model (--model-file) or --device cpu`,
+    );
+  }
+  if (graph?.groupQueryAttention) {
+    throw new DeviceError(
+      `${graph.file}: onnxruntime's WebGPU GroupQueryAttention (an onnxruntime-genai build) does not compute what ` +
+        `its CPU kernel computes; use --device cpu, or an optimum export of the model`,
+    );
+  }
+}
+
+/** What {@link checkDevice} looks at in the graph read from `file`. */
+export function graphNeeds(file: string, graph: GraphProto): GraphNeeds {
+  return { file, float16: usesFloat16(graph), groupQueryAttention: hasOperator(graph, "GroupQueryAttention") };
 }
 
 /** The error for a device whose provider failed with `message`; undefined for the CPU. */
@@ -122,6 +176,21 @@ export function deviceError(device: Device, message: string): DeviceError | unde
     return new DeviceError(`--device webgpu: ${why}; ${WEBGPU_HELP}`);
   }
   return undefined;
+}
+
+/**
+ * The {@link DeviceError} of a graph that loaded on a GPU device and then failed to run there (an operator or type
+ * its provider cannot run on this adapter); undefined for the CPU, where such a failure is hsm's own, and for
+ * errors that are not onnxruntime's.
+ */
+export function runError(device: Device, file: string, err: unknown): DeviceError | undefined {
+  const message = err instanceof Error ? err.message : String(err);
+  if (device === "cpu" || err instanceof HsmError || !/^Non-zero status code returned/.test(message)) return undefined;
+  const provider = device === "cuda" ? "CUDA" : "WebGPU";
+  return new DeviceError(
+    `${file}: onnxruntime's ${provider} execution provider could not run the graph (${message.split("\n")[0]}); ` +
+      `use --device cpu`,
+  );
 }
 
 /** Where a rewritten model is loaded from, and the name it gives the original file. */
@@ -229,6 +298,9 @@ function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOption
     logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
     ...(options.spin === false ? { extra: { session: { intra_op: { allow_spinning: "0" } } } } : {}),
+    ...(options.device === "webgpu" && options.deviceOutputs?.length
+      ? { preferredOutputLocation: Object.fromEntries(options.deviceOutputs.map((n) => [n, "gpu-buffer" as const])) }
+      : {}),
   };
 }
 

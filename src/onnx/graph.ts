@@ -215,3 +215,36 @@ export function pointToExternalData(t: TensorProto, location: string, offset: nu
     { key: "length", value: String(length) },
   ];
 }
+
+/**
+ * Whether a graph holds float16 tensors anywhere: weights, inputs, outputs, declared values, constants or casts to
+ * float16, in subgraphs too. Such a graph needs a device with float16 arithmetic (WebGPU's `shader-f16`).
+ */
+export function usesFloat16(graph: GraphProto): boolean {
+  const half = (t: number | null | undefined) => t === DataType.FLOAT16;
+  const values = [...(graph.input ?? []), ...(graph.output ?? []), ...(graph.valueInfo ?? [])];
+  return (
+    (graph.initializer ?? []).some((t) => half(t.dataType)) ||
+    values.some((v) => half(v.type?.tensorType?.elemType)) ||
+    (graph.node ?? []).some((n) =>
+      (n.attribute ?? []).some(
+        (a) =>
+          (a.name === "to" && half(num(a.i))) ||
+          half(a.t?.dataType) ||
+          (a.g ? usesFloat16(a.g) : false) ||
+          (a.graphs ?? []).some(usesFloat16),
+      ),
+    )
+  );
+}
+
+/** Whether a graph (or one of its subgraphs) has a node of type `opType`. */
+export function hasOperator(graph: GraphProto, opType: string): boolean {
+  return (graph.node ?? []).some(
+    (n) =>
+      n.opType === opType ||
+      (n.attribute ?? []).some(
+        (a) => (a.g ? hasOperator(a.g, opType) : false) || (a.graphs ?? []).some((g) => hasOperator(g, opType)),
+      ),
+  );
+}

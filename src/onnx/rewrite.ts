@@ -3,6 +3,8 @@
  * the chosen hidden tensors are gathered at the last position, stacked and cast
  * to float16 inside the graph — one `[B, n_layers, d]` output — and every node
  * that output does not depend on (the LM head, the KV-cache outputs) is removed.
+ * Where the device may lack float16 arithmetic (WebGPU without `shader-f16`),
+ * the output is cast to float32 instead and the host rounds it to float16.
  */
 import {
   DataType,
@@ -41,6 +43,8 @@ export interface RewriteResult {
  * given, every large initializer is turned into an external-data reference to
  * its own bytes inside the original file (named `source.name` where the session
  * loads), so the rewritten model is a few kilobytes and no weight is copied.
+ * `outputType` is the element type of the output: float16, or float32 for the
+ * host to round (a float32 graph's states then leave it as computed).
  */
 export function rewriteForExtraction(
   model: ModelProto,
@@ -48,6 +52,7 @@ export function rewriteForExtraction(
   dModel: number,
   source?: { bytes: Uint8Array; name: string },
   rightPaddedMask?: string,
+  outputType: typeof DataType.FLOAT16 | typeof DataType.FLOAT = DataType.FLOAT16,
 ): RewriteResult {
   const graph = model.graph!;
   const taken = new Set((graph.node ?? []).map((n) => n.name!).filter(Boolean));
@@ -64,12 +69,12 @@ export function rewriteForExtraction(
     opType: "Cast",
     input: [stacked],
     output: [HIDDEN_OUTPUT],
-    attribute: [{ name: "to", type: 2, i: DataType.FLOAT16 }],
+    attribute: [{ name: "to", type: 2, i: outputType }],
   });
   graph.node = [...(graph.node ?? []), ...g.nodes];
   graph.initializer = [...(graph.initializer ?? []), ...g.initializers];
   const original = graph.output ?? [];
-  graph.output = [valueInfo(HIDDEN_OUTPUT, DataType.FLOAT16, ["batch_size", tensors.length, dModel])];
+  graph.output = [valueInfo(HIDDEN_OUTPUT, outputType, ["batch_size", tensors.length, dModel])];
   const { removedNodes } = pruneGraph(graph);
   // A node kept for the states keeps its other graph outputs (GroupQueryAttention's
   // `present.*`): left dangling, onnxruntime's planner may write such an output

@@ -1,0 +1,187 @@
+/**
+ * onnxruntime's WebGPU provider on whatever adapter the machine has (SwiftShader's, CPU-emulated and without
+ * `shader-f16`, where there is no GPU; see helpers/software-gpu.ts). Extraction in every export style at batch
+ * 16 and 1 stores the CPU's states within the batch self-check's tolerance, and the float64 reference's where
+ * the family has one; generation writes the CPU's file byte for byte and the process ends by itself, its lock
+ * released; a float16 graph on an adapter without float16 shaders, and a genai build (GroupQueryAttention, whose
+ * WebGPU kernel computes something else), stop in one line. SwiftShader compiles a
+ * shader for every new tensor shape, slowly: the models are tiny, the prompts few, and the extractions share one
+ * process (and its compiled shaders).
+ */
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { extract } from "../../src/extract/extract.js";
+import { generate } from "../../src/generate/generate.js";
+import { rowDeviation, selfCheckTolerance } from "../../src/model/self-check.js";
+import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
+import type { OwnFamilyOptions } from "../../src/synthetic/families.js";
+import { expectStoreMatchesReference } from "../helpers/reference-store.js";
+import { gpuEnv, gpuFeatures, gpuSkipReason } from "../helpers/software-gpu.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const ROOT = join(import.meta.dirname, "..", "..");
+const BIN = join(ROOT, "bin", "hsm.js");
+const dir = tempDir("hsm-webgpu-");
+const bank = join(dir, "bank.jsonl");
+const QUERIES = ["What is the capital of France?", "Ok?", "Which element has the chemical symbol Fe?"];
+const GEOMETRY = { layers: 2, hidden: 32, heads: 2, tokenizer: "llama3.1-1k" } as const;
+
+/** The models extracted: every export style of the llama shape, and two families checked against the reference. */
+const MODELS: Record<string, { style: string; o: OwnFamilyOptions }> = {
+  plain: { style: "plain", o: { ...GEOMETRY, seed: 91 } },
+  "with-past": { style: "with-past", o: { ...GEOMETRY, seed: 92 } },
+  merged: { style: "merged", o: { ...GEOMETRY, seed: 93 } },
+  q4: { style: "q4", o: { ...GEOMETRY, seed: 95 } },
+  int8: { style: "int8", o: { ...GEOMETRY, seed: 96 } },
+  gpt2: { style: "with-past", o: { ...GEOMETRY, family: "gpt2", seed: 97, positionIds: true } },
+  bloom: { style: "with-past", o: { ...GEOMETRY, family: "bloom", seed: 98, positionIds: true } },
+};
+/** Families with an independent float64 forward pass (helpers/reference-store.ts). */
+const REFERENCED = new Set(["plain", "with-past", "merged", "gpt2", "bloom"]);
+const BATCHES = [16, 1];
+
+/** Runs `hsm` in a child process that sees the adapter; its status, output, and seconds taken. */
+function hsm(args: string[], timeoutMs: number) {
+  const t0 = performance.now();
+  const r = spawnSync(process.execPath, [BIN, ...args], { env: gpuEnv(), encoding: "utf8", timeout: timeoutMs });
+  return { ...r, seconds: (performance.now() - t0) / 1000 };
+}
+
+/** The float16 bits of every row of a store's layer file, one array per row. */
+function storedRows(store: string, layer: number, d: number): Uint16Array[] {
+  const bytes = readFileSync(join(store, `L${String(layer).padStart(3, "0")}.npy`));
+  const header = 10 + bytes.readUInt16LE(8);
+  const bits = new Uint16Array(bytes.buffer.slice(bytes.byteOffset + header, bytes.byteOffset + bytes.length));
+  return Array.from({ length: bits.length / d }, (_, i) => bits.subarray(i * d, (i + 1) * d));
+}
+
+beforeAll(async () => {
+  writeFileSync(
+    bank,
+    QUERIES.map((query, i) =>
+      JSON.stringify({
+        query_id: `q${i}`,
+        fact_id: `f${i}`,
+        condition_family: "anchor",
+        query,
+        use_for_main_forward: true,
+        answers: ["x"],
+      }),
+    ).join("\n") + "\n",
+  );
+});
+
+describe.skipIf(gpuSkipReason !== undefined)(
+  `onnxruntime's WebGPU provider${gpuSkipReason ? ` (skipped: ${gpuSkipReason})` : ""}`,
+  () => {
+    beforeAll(async () => {
+      for (const [name, m] of Object.entries(MODELS)) await writeModelInStyle(join(dir, name), m.style, m.o);
+    });
+
+    it("extracts every style at batch 16 and 1: the CPU's states within the self-check's tolerance", async () => {
+      const jobs = Object.keys(MODELS).flatMap((name) =>
+        BATCHES.map((batchSize) => ({
+          modelDir: join(dir, name),
+          bank,
+          out: join(dir, `${name}-webgpu-b${batchSize}`),
+          batchSize,
+          device: "webgpu",
+          layerRule: "l >= 0",
+          // At batch 1 the self-check would rerun the rows as they ran.
+          selfCheck: batchSize === 1 ? 0 : undefined,
+        })),
+      );
+      // One process for every extraction: the shaders compiled for one model serve the next.
+      const script =
+        `const { extract } = await import(${JSON.stringify(join(ROOT, "dist", "index.js"))});` +
+        `const seconds = {}; for (const job of JSON.parse(process.argv[1])) { const t0 = performance.now();` +
+        ` const r = await extract(job); seconds[job.out] = [(performance.now() - t0) / 1000, r.manifest.self_check.status]; }` +
+        `process.stdout.write(JSON.stringify(seconds));`;
+      const r = spawnSync(process.execPath, ["--input-type=module", "-e", script, JSON.stringify(jobs)], {
+        env: gpuEnv(),
+        encoding: "utf8",
+        timeout: 600_000,
+      });
+      expect(r.stderr).toBe("");
+      expect(r.status).toBe(0);
+      const done = JSON.parse(r.stdout) as Record<string, [number, string]>;
+      for (const [name, m] of Object.entries(MODELS)) {
+        const cpu = join(dir, `${name}-cpu`);
+        const { manifest } = await extract({ modelDir: join(dir, name), bank, out: cpu, layerRule: "l >= 0" });
+        const tolerance = selfCheckTolerance(manifest.dtype);
+        for (const batchSize of BATCHES) {
+          const store = join(dir, `${name}-webgpu-b${batchSize}`);
+          expect(done[store]![1], store).toBe(batchSize === 1 ? "off" : "pass");
+          const gpu = JSON.parse(readFileSync(join(store, "index.json"), "utf8"));
+          expect([gpu.complete, gpu.extraction.device, gpu.dtype]).toEqual([true, "webgpu", manifest.dtype]);
+          for (const layer of manifest.layers) {
+            const want = storedRows(cpu, layer, manifest.d_model);
+            const got = storedRows(store, layer, manifest.d_model);
+            expect(got.length).toBe(QUERIES.length);
+            got.forEach((row, i) =>
+              expect(rowDeviation(want[i]!, row).rel, `${store} L${layer} row ${i}`).toBeLessThanOrEqual(tolerance),
+            );
+          }
+          if (REFERENCED.has(name)) await expectStoreMatchesReference(store, m.o, join(dir, name), bank);
+        }
+      }
+    }, 900_000);
+
+    it("generates the CPU's file byte for byte and ends by itself, its lock released", async () => {
+      const md = join(dir, "with-past");
+      const cpu = join(dir, "gen-cpu.jsonl");
+      await generate({ modelDir: md, bank, out: cpu, maxNewTokens: 4, selfCheck: 1 });
+      const out = join(dir, "gen", "webgpu.jsonl");
+      const args = ["--model-dir", md, "--bank", bank, "--out", out, "--device", "webgpu", "--max-new-tokens", "4"];
+      const r = hsm(["generate", ...args, "--self-check", "1", "--workers", "2", "--quiet"], 300_000);
+      expect([r.status, r.signal, r.error?.message]).toEqual([0, null, undefined]);
+      expect(r.stderr).toBe("");
+      expect(readFileSync(out, "utf8")).toBe(readFileSync(cpu, "utf8"));
+      expect(readdirSync(join(dir, "gen")).filter((f) => f.endsWith(".lock"))).toEqual([]);
+    }, 400_000);
+
+    it("stops a float16 graph in one line where the adapter lacks shader-f16, and runs it where it has it", async () => {
+      await writeModelInStyle(join(dir, "fp16"), "fp16", { ...GEOMETRY, seed: 99 });
+      const out = join(dir, "fp16-webgpu");
+      const r = hsm(
+        ["extract", "--model-dir", join(dir, "fp16"), "--bank", bank, "--out", out, "--device", "webgpu"],
+        300_000,
+      );
+      if (gpuFeatures.includes("shader-f16")) {
+        expect(r.status).toBe(0);
+        return;
+      }
+      expect([r.status, r.stderr.trim().split("\n")]).toEqual([
+        1,
+        [
+          `hsm: ${join(dir, "fp16", "onnx", "model_fp16.onnx")}: the graph computes in float16, and this WebGPU ` +
+            "adapter lacks the shader-f16 feature; use a float32 graph of the model (--model-file) or --device cpu",
+        ],
+      ]);
+      expect(existsSync(out)).toBe(false);
+    }, 400_000);
+
+    it.each(["extract", "generate"])(
+      "%s stops a genai build (GroupQueryAttention) in one line",
+      async (command) => {
+        const md = join(dir, "genai");
+        if (!existsSync(md)) await writeModelInStyle(md, "genai", { ...GEOMETRY, seed: 94 });
+        const out = join(dir, `genai-${command}`, command === "extract" ? "store" : "gen.jsonl");
+        const r = hsm([command, "--model-dir", md, "--bank", bank, "--out", out, "--device", "webgpu"], 300_000);
+        expect([r.status, r.stderr.trim().split("\n")]).toEqual([
+          1,
+          [
+            `hsm: ${join(md, "model.onnx")}: onnxruntime's WebGPU GroupQueryAttention (an onnxruntime-genai build) ` +
+              "does not compute what its CPU kernel computes; use --device cpu, or an optimum export of the model",
+          ],
+        ]);
+        expect(existsSync(join(dir, `genai-${command}`))).toBe(false);
+      },
+      400_000,
+    );
+  },
+);

@@ -68,7 +68,7 @@ describe("hsm doctor", () => {
       f.includes(`${process.platform}/${process.arch}/libonnxruntime_providers_cuda.so`),
     );
     expect(byName["onnxruntime cuda"]!.available).toBe(cuda);
-    if (!cuda) expect(byName["onnxruntime cuda"]!.fix).toContain("--onnxruntime-node-install=cuda12");
+    if (!cuda) expect(byName["onnxruntime cuda"]!.fix).toContain("ONNXRUNTIME_NODE_INSTALL=cuda12");
     const tfjsNode = existsSync(join(dirname(bin), "..", "@tensorflow", "tfjs-node"));
     if (!tfjsNode) expect(byName["metrics tfjs-node"]!.fix).toBe("npm install @tensorflow/tfjs-node");
 

@@ -22,6 +22,7 @@ import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { exitStatusFor } from "../../src/cli/main.js";
 import { DEFAULT_BATCH_SIZE, DEFAULT_LAYER_RULE, DEFAULT_TINY_MODEL, MAX_NEW_TOKENS } from "../../src/defaults.js";
 import { EXIT, HsmError, UsageError } from "../../src/errors.js";
+import { runChild } from "../helpers/child.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
@@ -36,6 +37,11 @@ function hsm(args: string[], env: Record<string, string> = {}) {
     cwd: dir,
   });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** {@link hsm} for a long command, without blocking the test worker. */
+function hsmAsync(args: string[]) {
+  return runChild(process.execPath, [BIN, ...args], { env: process.env, cwd: dir });
 }
 
 beforeAll(() => {
@@ -249,8 +255,8 @@ describe("hsm", () => {
     expect(r.stderr).toContain("npm run build:native");
   });
 
-  it("demo: runs the whole pipeline on the embedded default, then skips what is done", () => {
-    const first = hsm(["demo", "--out", join(dir, "demo"), "--quiet"]);
+  it("demo: runs the whole pipeline on the embedded default, then skips what is done", async () => {
+    const first = await hsmAsync(["demo", "--out", join(dir, "demo"), "--quiet"]);
     expect(first.stderr).toBe("");
     expect(first.status).toBe(0);
     expect(first.stdout).toMatch(/^model: .*demo\/model — 6 layers, d_model 96, .* it knows 17 of their 20 facts/m);
@@ -304,7 +310,7 @@ describe("hsm", () => {
     expect(cells).toHaveLength(4 * 6);
     expect(cells.filter((r) => typeof r.kts !== "number")).toEqual([]);
     expect(readFileSync(join(dir, "demo", "report.html"), "utf8")).toContain("<title>hsm report — tiny-llama</title>");
-    const second = hsm(["demo", "--out", join(dir, "demo"), "--quiet"]);
+    const second = await hsmAsync(["demo", "--out", join(dir, "demo"), "--quiet"]);
     expect(second.status).toBe(0);
     expect(second.stdout).toMatch(/^model: .* exists, skipped$/m);
     expect(second.stdout).toMatch(/^generate: all 125 queries already answered, skipped$/m);

@@ -4,7 +4,6 @@
  * kernel suite runs in a child vitest narrowed to webgpu (HSM_TEST_BACKENDS), and `hsm metrics --backend webgpu` in
  * a child `hsm`, against the CPU's run of the same store.
  */
-import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -13,6 +12,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { writeFixture } from "../../src/synthetic/store.js";
 import { agreeRows } from "../helpers/agree.js";
+import { runChild } from "../helpers/child.js";
 import { gpuEnv, gpuSkipReason } from "../helpers/software-gpu.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -39,14 +39,14 @@ describe.skipIf(gpuSkipReason !== undefined)(`metrics on WebGPU${gpuSkipReason ?
     await writeFixture(join(dir, "fx"), { facts: 60, d: 16, layersTotal: 3, seed: 5 });
   });
 
-  it("passes the kernel suite", () => {
+  it("passes the kernel suite", async () => {
     const report = join(dir, "suite.json");
-    const r = spawnSync(
+    const r = await runChild(
       process.execPath,
       [VITEST, "run", "--config", "vitest.unit.config.ts", "test/kernels/kernels.test.ts", "--reporter=json"].concat(
         `--outputFile=${report}`,
       ),
-      { cwd: ROOT, env: childEnv({ HSM_TEST_BACKENDS: "webgpu" }), encoding: "utf8", timeout: 300_000 },
+      { cwd: ROOT, env: childEnv({ HSM_TEST_BACKENDS: "webgpu" }), timeout: 300_000 },
     );
     const json = JSON.parse(readFileSync(report, "utf8")) as JsonReport;
     const tests = json.testResults.flatMap((f) => f.assertionResults);
@@ -56,23 +56,22 @@ describe.skipIf(gpuSkipReason !== undefined)(`metrics on WebGPU${gpuSkipReason ?
     expect(r.status, r.stderr).toBe(0);
   });
 
-  it("hsm metrics --backend webgpu gives the CPU's ISS exactly and its KTS within the tolerances", () => {
-    const run = (backend: string) => {
+  it("hsm metrics --backend webgpu gives the CPU's ISS exactly and its KTS within the tolerances", async () => {
+    const run = async (backend: string) => {
       const out = join(dir, backend);
       const store = join(dir, "fx", "store");
       const args = ["metrics", store, "--scored", join(dir, "fx", "scored.jsonl"), "--out", out, "--quiet"];
-      const r = spawnSync(process.execPath, [BIN, ...args, "--bootstrap", "100", "--backend", backend], {
+      const r = await runChild(process.execPath, [BIN, ...args, "--bootstrap", "100", "--backend", backend], {
         cwd: dir,
         env: childEnv(),
-        encoding: "utf8",
         timeout: 300_000,
       });
       expect(r.status, r.stderr).toBe(0);
       const read = (m: string) => JSON.parse(readFileSync(join(out, `${m}.json`), "utf8"));
       return { iss: read("iss"), kts: read("kts") };
     };
-    const gpu = run("webgpu");
-    const cpu = run("auto");
+    const gpu = await run("webgpu");
+    const cpu = await run("auto");
     expect(gpu.iss.config.backend).toBe("webgpu");
     expect(gpu.iss.config.kernels.rank).toBe("webgpu");
     expect(cpu.iss.config.backend).not.toBe("webgpu");

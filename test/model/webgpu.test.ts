@@ -20,6 +20,7 @@ import { rowDeviation, selfCheckTolerance } from "../../src/model/self-check.js"
 import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import type { OwnFamilyOptions } from "../../src/synthetic/families.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
+import { runChild } from "../helpers/child.js";
 import { gpuEnv, gpuFeatures, gpuSkipReason } from "../helpers/software-gpu.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -101,9 +102,8 @@ describe.skipIf(gpuSkipReason !== undefined)(
         `const seconds = {}; for (const job of JSON.parse(process.argv[1])) { const t0 = performance.now();` +
         ` const r = await extract(job); seconds[job.out] = [(performance.now() - t0) / 1000, r.manifest.self_check.status]; }` +
         `process.stdout.write(JSON.stringify(seconds));`;
-      const r = spawnSync(process.execPath, ["--input-type=module", "-e", script, JSON.stringify(jobs)], {
+      const r = await runChild(process.execPath, ["--input-type=module", "-e", script, JSON.stringify(jobs)], {
         env: gpuEnv(),
-        encoding: "utf8",
         timeout: 600_000,
       });
       expect(r.stderr).toBe("");
@@ -137,8 +137,15 @@ describe.skipIf(gpuSkipReason !== undefined)(
       await generate({ modelDir: md, bank, out: cpu, maxNewTokens: 4, selfCheck: 1 });
       const out = join(dir, "gen", "webgpu.jsonl");
       const args = ["--model-dir", md, "--bank", bank, "--out", out, "--device", "webgpu", "--max-new-tokens", "4"];
-      const r = hsm(["generate", ...args, "--self-check", "1", "--workers", "2", "--quiet"], 300_000);
-      expect([r.status, r.signal, r.error?.message]).toEqual([0, null, undefined]);
+      const r = await runChild(
+        process.execPath,
+        [BIN, "generate", ...args, "--self-check", "1", "--workers", "2", "--quiet"],
+        {
+          env: gpuEnv(),
+          timeout: 300_000,
+        },
+      );
+      expect([r.status, r.signal]).toEqual([0, null]);
       expect(r.stderr).toBe("");
       expect(readFileSync(out, "utf8")).toBe(readFileSync(cpu, "utf8"));
       expect(readdirSync(join(dir, "gen")).filter((f) => f.endsWith(".lock"))).toEqual([]);

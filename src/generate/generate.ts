@@ -37,7 +37,7 @@ import { makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../u
 import { availableMemory, collectGarbage } from "../util/memory.js";
 import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
-import { addKvCache, attentionShape, positionsRestart, type AttentionShape } from "../onnx/add-cache.js";
+import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
 import {
   affordableWorkers,
@@ -405,11 +405,6 @@ async function decodeJob(
   logDecoders(opened.head, decoders.parallel, place.sessionOptions.threads, log);
   let useCache = opened.cached;
   try {
-    if (!opened.cached && job.restartsPositions)
-      log(
-        "the model has no KV cache and counts positions from the tokens it is given alone (a Range over input_ids' length), so a cache cannot be added: recomputing every step",
-        "info",
-      );
     if (opened.added) {
       useCache = await addedCacheAgrees(decoders, job.tokens, job.rule);
       log(
@@ -467,8 +462,6 @@ interface GenerationJob {
   shape: AttentionShape | undefined;
   opset: number;
   canAdd: boolean;
-  /** The graph counts positions from its input alone: a cache added to it would restart them (positionsRestart). */
-  restartsPositions: boolean;
 }
 
 /** Reads the bank and the model folder, tokenizes, and plans the feeds and batches. */
@@ -504,7 +497,6 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   };
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
-  const restartsPositions = positionsRestart(model.graph!);
   // A graph that counts positions itself counts them from the cache's length: its rows are never padded.
   const rule: BatchRule = {
     size: batchDependent ? 1 : batchSize,
@@ -527,8 +519,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
     setup,
     shape,
     opset: num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0),
-    canAdd: !batchDependent && !right && !branch && shape !== undefined && !restartsPositions,
-    restartsPositions,
+    canAdd: !batchDependent && !right && !branch && shape !== undefined,
   };
 }
 

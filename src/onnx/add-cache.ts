@@ -9,15 +9,18 @@
  * output as `present.N.key/value` — lets a step run on its new token alone,
  * as with-past exports do.
  *
- * That is only right when the rest of the graph reads the cache's length from
- * the attention mask: the causal bias must span the whole mask and positions
- * must continue where the cache ends. A graph that counts positions from the
- * tokens it is given alone gets no cache (see positionsRestart); for the rest
- * the graph says nothing, so generation tries the cache on a few prompts
- * against full recomputation and keeps it only where the tokens agree (see
- * generate.ts).
+ * A graph written without a cache also takes lengths from the new tokens
+ * where a with-past export takes them from the cache: the keys' length read
+ * off the keys (transformers slices its rotary tables and GPT-2's causal
+ * buffer to it), and `Range`s over `input_ids`' length (the query positions of
+ * a causal mask, positions counted from 0). Without a cache the two agree;
+ * with one the keys' length must count the past too and the query positions
+ * must start where the past ends. The rewrite makes both so (see
+ * {@link growKeyLengths} and {@link shiftQueryRanges}), so the added cache
+ * computes what a with-past export of the same model computes. Generation
+ * still tries it on a few prompts against full recomputation (generate.ts).
  */
-import { DataType, graphIndex, num, onnx, valueInfo, type GraphProto, type NodeProto } from "./graph.js";
+import { DataType, graphIndex, int64Tensor, num, onnx, valueInfo, type GraphProto, type NodeProto } from "./graph.js";
 import { isPastInput, isPresentOutput, pastInputName, presentOutputName } from "./kv-cache.js";
 
 /**
@@ -56,35 +59,6 @@ export function attentionShape(config: Record<string, unknown>): AttentionShape 
   const kvHeads =
     multiQuery && !newArchitecture ? 1 : (pick("num_key_value_heads", "n_head_kv", "num_kv_heads") ?? heads);
   return heads && kvHeads && headDim ? { heads, kvHeads, headDim } : undefined;
-}
-
-/**
- * Whether the graph counts positions from the tokens it is given alone: a `Range` whose bounds come from
- * `input_ids` (its length, or the embedding's) and not from `attention_mask`. Fed one new token after a cache,
- * such a graph would put it at position 0 (optimum's legacy GPT-2 decoder counts `0…T−1` with no past; torch
- * exports count `cache_position` so), so no cache is added to it.
- */
-export function positionsRestart(graph: GraphProto): boolean {
-  const { producer } = graphIndex(graph);
-  const reached = (start: readonly string[]): Set<string> => {
-    const seen = new Set<string>();
-    const inputs = new Set<string>();
-    const stack = [...start];
-    while (stack.length > 0) {
-      const t = stack.pop()!;
-      if (!t || seen.has(t)) continue;
-      seen.add(t);
-      const p = producer.get(t);
-      if (p) stack.push(...(p.input ?? []));
-      else inputs.add(t);
-    }
-    return inputs;
-  };
-  return (graph.node ?? []).some((n) => {
-    if (n.opType !== "Range") return false;
-    const from = reached(n.input ?? []);
-    return from.has("input_ids") && !from.has("attention_mask") && !from.has("position_ids");
-  });
 }
 
 /** The two products of one attention: scores (its input 1 the keys, transposed) and context (its input 1 the values). */
@@ -177,6 +151,136 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
   return sites;
 }
 
+/** One tensor the cache joins: the new tokens' keys or values, the past input before them, the sequence's axis. */
+interface JoinedCache {
+  tensor: string;
+  past: string;
+  /** The sequence's axis in the rank-4 past and joined tensors. */
+  seqAxis: 2 | 3;
+  /** Prefix of the nodes added for it. */
+  name: string;
+}
+
+/** Elementwise operators through which the keys keep their layout (rotary embeddings, scales, casts). */
+const SAME_LAYOUT = new Set(["Add", "Sub", "Mul", "Div", "Neg", "Cast", "Identity"]);
+
+/**
+ * Every `Shape` of the keys or values the cache joins (or of what they are computed from elementwise: the keys
+ * before their rotary embedding) gets the past's length added on the sequence's axis: the graph reads the keys'
+ * length there to slice its rotary tables, a causal buffer or the repetition of shared heads, and with a cache
+ * that length is the past's and the new tokens'. A with-past export adds the past's length the same way.
+ */
+function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], before: Map<NodeProto, NodeProto[]>): void {
+  const { producer, consumers } = graphIndex(graph);
+  for (const p of points) {
+    const layout = new Set<string>();
+    const stack = [p.tensor];
+    while (stack.length > 0) {
+      const t = stack.pop()!;
+      if (layout.has(t)) continue;
+      layout.add(t);
+      const n = producer.get(t);
+      if (n && SAME_LAYOUT.has(n.opType ?? "") && !n.domain) stack.push(...(n.input ?? []).filter(Boolean));
+    }
+    const shapes = [...layout].flatMap((t) => (consumers.get(t) ?? []).filter((n) => n.opType === "Shape"));
+    if (shapes.length === 0) continue;
+    const onehot = `${p.name}/seq_axis`;
+    (graph.initializer ??= []).push(
+      int64Tensor(
+        onehot,
+        [0, 1, 2, 3].map((a) => (a === p.seqAxis ? 1 : 0)),
+      ),
+    );
+    const pastShape = `${p.name}/past_shape`;
+    const pastLength = `${p.name}/past_length`;
+    const first: NodeProto[] = [
+      { name: pastShape, opType: "Shape", input: [p.past], output: [pastShape] },
+      { name: pastLength, opType: "Mul", input: [pastShape, onehot], output: [pastLength] },
+    ];
+    for (const [j, s] of shapes.entries()) {
+      const own = `${p.name}/shape_${j}`;
+      const attr = (k: string) => (s.attribute ?? []).find((a) => a.name === k);
+      const start = attr("start");
+      const end = attr("end");
+      const grown = `${own}/grown`;
+      const added: NodeProto[] = [
+        ...(j === 0 ? first : []),
+        { name: `${own}/full`, opType: "Shape", input: [s.input![0]!], output: [`${own}/full`] },
+        { name: grown, opType: "Add", input: [`${own}/full`, pastLength], output: [grown] },
+      ];
+      before.set(s, [...(before.get(s) ?? []), ...added]);
+      if (start || end) {
+        const bounds = `${own}/bounds`;
+        (graph.initializer ??= []).push(
+          int64Tensor(`${bounds}/start`, [start ? num(start.i) : 0]),
+          int64Tensor(`${bounds}/end`, [end ? num(end.i) : 4]),
+        );
+        Object.assign(s, { opType: "Slice", input: [grown, `${bounds}/start`, `${bounds}/end`], attribute: [] });
+      } else Object.assign(s, { opType: "Identity", input: [grown], attribute: [] });
+    }
+  }
+}
+
+/**
+ * Every `Range` whose bounds come from `input_ids`' length alone (and not from the attention mask, position ids or
+ * the cache) starts and ends the past's length later: it counts the new tokens' positions, which start where the
+ * past ends (query rows of a causal mask built from `torch.arange`, positions counted from 0 as optimum's legacy
+ * GPT-2 decoder counts them), as a with-past export's `arange(past, past + T)` does.
+ */
+function shiftQueryRanges(
+  graph: GraphProto,
+  opset: number,
+  cache: JoinedCache,
+  before: Map<NodeProto, NodeProto[]>,
+): void {
+  const { producer } = graphIndex(graph);
+  const sources = (start: readonly string[]): Set<string> => {
+    const seen = new Set<string>();
+    const inputs = new Set<string>();
+    const stack = [...start];
+    while (stack.length > 0) {
+      const t = stack.pop()!;
+      if (!t || seen.has(t)) continue;
+      seen.add(t);
+      const p = producer.get(t);
+      if (p) stack.push(...(p.input ?? []));
+      else inputs.add(t);
+    }
+    return inputs;
+  };
+  const ranges = (graph.node ?? []).filter((n) => {
+    if (n.opType !== "Range" || n.domain) return false;
+    const from = sources(n.input ?? []);
+    return (
+      from.has("input_ids") && ![...from].some((t) => t === "attention_mask" || t === "position_ids" || isPastInput(t))
+    );
+  });
+  if (ranges.length === 0) return;
+  const name = "/hsm/cache/past_length";
+  const axis = `${name}/axis`;
+  (graph.initializer ??= []).push(int64Tensor(axis, [cache.seqAxis], []));
+  const shape = `${name}/shape`;
+  const first: NodeProto[] = [
+    { name: shape, opType: "Shape", input: [cache.past], output: [shape] },
+    { name, opType: "Gather", input: [shape, axis], output: [name], attribute: [{ name: "axis", type: INT, i: 0 }] },
+  ];
+  for (const [j, r] of ranges.entries()) {
+    const own = `/hsm/cache/range_${j}`;
+    const length = `${own}/past_length`;
+    const added: NodeProto[] = [
+      ...(j === 0 ? first : []),
+      // The bounds' own type (Range takes int32, int64 or floats alike); before CastLike, torch's int64.
+      opset >= 15
+        ? { name: length, opType: "CastLike", input: [name, r.input![0]!], output: [length] }
+        : { name: length, opType: "Identity", input: [name], output: [length] },
+      { name: `${own}/start`, opType: "Add", input: [r.input![0]!, length], output: [`${own}/start`] },
+      { name: `${own}/limit`, opType: "Add", input: [r.input![1]!, length], output: [`${own}/limit`] },
+    ];
+    before.set(r, [...(before.get(r) ?? []), ...added]);
+    r.input = [`${own}/start`, `${own}/limit`, r.input![2]!];
+  }
+}
+
 /**
  * Adds a KV cache to a graph without one, in place: per attention, inputs
  * `past_key_values.N.key` and `.value` concatenated with the keys and values
@@ -191,7 +295,6 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
 export function addKvCache(graph: GraphProto, opset: number, numLayers: number, shape: AttentionShape): boolean {
   const inputs = graph.input ?? [];
   if (inputs.some((v) => isPastInput(v.name!)) || !inputs.some((v) => v.name === "attention_mask")) return false;
-  if (positionsRestart(graph)) return false;
   const sites = findSites(graph, opset);
   if (!sites || sites.length !== numLayers) return false;
   const floatType = (graph.output ?? []).find((o) => o.name === "logits")?.type?.tensorType?.elemType ?? DataType.FLOAT;
@@ -200,6 +303,7 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
   const before = new Map<NodeProto, NodeProto[]>();
   const added = [];
   const outputs = [];
+  const points: JoinedCache[] = [];
   for (const [i, { scores, context }] of sites.entries()) {
     for (const [kind, start] of [
       ["key", { reader: scores, index: 1, axis: -1, kv: false }],
@@ -221,9 +325,17 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
         attribute: [{ name: "axis", type: INT, i: axis }],
       };
       before.set(reader, [...(before.get(reader) ?? []), concat]);
+      points.push({
+        tensor: reader.input![index]!,
+        past,
+        seqAxis: axis === -1 ? 3 : 2,
+        name: `/hsm/cache.${i}/${kind}`,
+      });
       reader.input![index] = present;
     }
   }
+  growKeyLengths(graph, points, before);
+  shiftQueryRanges(graph, opset, points[0]!, before);
   graph.node = (graph.node ?? []).flatMap((n) => [...(before.get(n) ?? []), n]);
   graph.input = [...inputs, ...added];
   graph.output = [...(graph.output ?? []).filter((o) => !isPresentOutput(o.name!)), ...outputs];

@@ -406,11 +406,12 @@ async function decodeJob(
   let useCache = opened.cached;
   try {
     if (opened.added) {
-      useCache = await addedCacheAgrees(decoders, job.tokens, job.rule);
+      const differs = await addedCacheDiffers(decoders, job.tokens, job.rule);
+      useCache = differs === undefined;
       log(
-        useCache
+        differs === undefined
           ? "the model has no KV cache: decoding with one added to the graph"
-          : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step",
+          : `the model has no KV cache, and one added to the graph changes its tokens (${differs}): recomputing every step`,
         "info",
       );
     }
@@ -800,14 +801,16 @@ function planAll(tokens: number[][], rule: BatchRule): number[][] {
 }
 
 /**
- * Whether a KV cache added to the graph gives the tokens of full
- * recomputation: the shortest prompt and one of another length (so that left
- * padding is exercised, where the rows are ever padded) are decoded both ways
- * for a few tokens. A cache that fails to run does not agree.
+ * Where a KV cache added to the graph departs from full recomputation: the
+ * shortest prompt and one of another length (so that left padding is
+ * exercised, where the rows are ever padded) are decoded both ways for a few
+ * tokens. Undefined where every token agrees; else one line naming the first
+ * difference (the probe row, its prompt's length, the new token's index and
+ * both tokens) or the error the cache failed with.
  */
-async function addedCacheAgrees(decoders: Decoders, tokens: number[][], rule: BatchRule): Promise<boolean> {
+async function addedCacheDiffers(decoders: Decoders, tokens: number[][], rule: BatchRule): Promise<string | undefined> {
   const order = tokens.map((_, i) => i).sort((a, b) => tokens[a]!.length - tokens[b]!.length || a - b);
-  if (order.length === 0) return false;
+  if (order.length === 0) return "no prompt to try it on";
   const shortest = order[0]!;
   const other =
     order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
@@ -816,11 +819,20 @@ async function addedCacheAgrees(decoders: Decoders, tokens: number[][], rule: Ba
     for (const batch of rule.sameLength ? probe.map((p) => [p]) : [probe]) {
       const withCache = await decoders.decode(batch, true, CACHE_PROBE_TOKENS);
       const recomputed = await decoders.decode(batch, false, CACHE_PROBE_TOKENS);
-      if (JSON.stringify(withCache) !== JSON.stringify(recomputed)) return false;
+      for (const [b, want] of recomputed.entries()) {
+        const got = withCache[b]!;
+        const step = want.findIndex((t, k) => got[k] !== t);
+        if (step < 0 && got.length === want.length) continue;
+        const k = step < 0 ? want.length : step;
+        return (
+          `prompt of ${batch[b]!.length} tokens (row ${b} of a batch of ${batch.length}), new token ${k + 1}: ` +
+          `${got[k] ?? "none"} with the cache, ${want[k] ?? "none"} recomputing`
+        );
+      }
     }
-    return true;
-  } catch {
-    return false;
+    return undefined;
+  } catch (err) {
+    return `it fails: ${(err as Error).message?.split("\n")[0] ?? String(err)}`;
   }
 }
 

@@ -24,10 +24,10 @@ import { DataType, graphIndex, int64Tensor, num, onnx, valueInfo, type GraphProt
 import { isPastInput, isPresentOutput, pastInputName, presentOutputName } from "./kv-cache.js";
 
 /**
- * Operators between the scores' product and the Softmax: scale, bias, casts, and Gemma2's soft-capping
+ * Operators between the scores' product and the Softmax: scale, bias, casts, clamps (OPT's Max), Gemma2's soft-capping
  * tanh(s / cap) · cap. All are elementwise, so each key's score stays on its own column when the cache lengthens it.
  */
-const SCORE_OPS = new Set(["Add", "Sub", "Mul", "Div", "Where", "Cast", "Identity", "Tanh"]);
+const SCORE_OPS = new Set(["Add", "Sub", "Mul", "Div", "Where", "Cast", "Identity", "Tanh", "Max", "Min"]);
 /** Operators that may sit between the Softmax and the product with V. */
 const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout"]);
 const INT = onnx.AttributeProto.AttributeType.INT;
@@ -51,7 +51,7 @@ export function attentionShape(config: Record<string, unknown>): AttentionShape 
   const int = (v: unknown) => (typeof v === "number" && Number.isSafeInteger(v) && v > 0 ? v : undefined);
   const text = (config.text_config ?? {}) as Record<string, unknown>;
   const pick = (...keys: string[]) => keys.map((k) => int(config[k]) ?? int(text[k])).find((v) => v !== undefined);
-  const heads = pick("num_attention_heads", "n_head", "num_heads");
+  const heads = pick("num_attention_heads", "n_head", "num_heads", "n_heads");
   const hidden = pick("hidden_size", "n_embd", "d_model");
   const headDim = pick("head_dim") ?? (heads && hidden && hidden % heads === 0 ? hidden / heads : undefined);
   const multiQuery = (config.multi_query ?? text.multi_query) === true;

@@ -102,6 +102,50 @@ function earliestPoint(
   return p;
 }
 
+/** Operators a key or value passes through between its projection and its product, and the inputs they carry it in. */
+const CARRIERS: Record<string, "all" | "first"> = {
+  Add: "all",
+  Sub: "all",
+  Mul: "all",
+  Div: "all",
+  Neg: "all",
+  Cast: "all",
+  Identity: "all",
+  Concat: "all",
+  Transpose: "first",
+  Reshape: "first",
+  Slice: "first",
+  Split: "first",
+  Squeeze: "first",
+  Unsqueeze: "first",
+  Expand: "first",
+  Tile: "first",
+};
+
+/**
+ * Whether a key or value tensor that joins the cache (no repetition of heads found right before its product)
+ * carries every query head: true where the graph shares key/value heads by repeating them (an `Expand` or `Tile`
+ * on its way from the projection) or has as many of them as query heads; false where the product broadcasts them
+ * (Falcon's multi-query keys, one head against all the queries'), and then they have the key/value heads' count.
+ */
+function repeated(tensor: string, shape: AttentionShape, producer: ReadonlyMap<string, NodeProto>): boolean {
+  // Only one key/value head broadcasts in a matrix product; more must have been repeated to the query heads'.
+  if (shape.kvHeads === shape.heads || shape.kvHeads > 1) return true;
+  const seen = new Set<string>();
+  const stack = [tensor];
+  while (stack.length > 0) {
+    const t = stack.pop()!;
+    if (!t || seen.has(t)) continue;
+    seen.add(t);
+    const p = producer.get(t);
+    const carry = p && !p.domain ? CARRIERS[p.opType ?? ""] : undefined;
+    if (!p || !carry) continue;
+    if (p.opType === "Expand" || p.opType === "Tile") return true;
+    stack.push(...(carry === "all" ? (p.input ?? []) : (p.input ?? []).slice(0, 1)));
+  }
+  return false;
+}
+
 function softmaxAxis(node: NodeProto, opset: number): number {
   const a = (node.attribute ?? []).find((x) => x.name === "axis");
   return a ? num(a.i) : opset >= 13 ? -1 : 1;
@@ -149,6 +193,25 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
     }
   }
   return sites;
+}
+
+/** The graph inputs a tensor is computed from, and the operators on the way. */
+function ancestry(producer: ReadonlyMap<string, NodeProto>, start: readonly string[]) {
+  const seen = new Set<string>();
+  const inputs = new Set<string>();
+  const ops = new Set<string>();
+  const stack = [...start];
+  while (stack.length > 0) {
+    const t = stack.pop()!;
+    if (!t || seen.has(t)) continue;
+    seen.add(t);
+    const p = producer.get(t);
+    if (p) {
+      ops.add(p.opType ?? "");
+      stack.push(...(p.input ?? []));
+    } else inputs.add(t);
+  }
+  return { inputs, ops };
 }
 
 /** One tensor the cache joins: the new tokens' keys or values, the past input before them, the sequence's axis. */
@@ -234,23 +297,9 @@ function shiftQueryRanges(
   before: Map<NodeProto, NodeProto[]>,
 ): void {
   const { producer } = graphIndex(graph);
-  const sources = (start: readonly string[]): Set<string> => {
-    const seen = new Set<string>();
-    const inputs = new Set<string>();
-    const stack = [...start];
-    while (stack.length > 0) {
-      const t = stack.pop()!;
-      if (!t || seen.has(t)) continue;
-      seen.add(t);
-      const p = producer.get(t);
-      if (p) stack.push(...(p.input ?? []));
-      else inputs.add(t);
-    }
-    return inputs;
-  };
   const ranges = (graph.node ?? []).filter((n) => {
     if (n.opType !== "Range" || n.domain) return false;
-    const from = sources(n.input ?? []);
+    const from = ancestry(producer, n.input ?? []).inputs;
     return (
       from.has("input_ids") && ![...from].some((t) => t === "attention_mask" || t === "position_ids" || isPastInput(t))
     );
@@ -278,6 +327,53 @@ function shiftQueryRanges(
     ];
     before.set(r, [...(before.get(r) ?? []), ...added]);
     r.input = [`${own}/start`, `${own}/limit`, r.input![2]!];
+  }
+}
+
+/**
+ * Every `Gather` whose indices are positions counted over the attention mask (a `CumSum` of `attention_mask`, as
+ * OPT counts them, not `position_ids` or the cache) reads only their last `T` columns, `T` the new tokens' count:
+ * the mask spans the past and the new tokens, and a with-past export slices its count at the past's length
+ * (`positions[:, past:]`) where a graph written without a cache slices it at 0. Positions already cut to the new
+ * tokens are left as they are, and without a past the slice keeps every column.
+ */
+function sliceMaskPositions(graph: GraphProto, before: Map<NodeProto, NodeProto[]>): void {
+  const { producer } = graphIndex(graph);
+  const gathers = (graph.node ?? []).filter((n) => {
+    if (n.opType !== "Gather" || n.domain || !n.input?.[1]) return false;
+    const { inputs, ops } = ancestry(producer, [n.input[1]]);
+    return (
+      ops.has("CumSum") &&
+      inputs.has("attention_mask") &&
+      ![...inputs].some((t) => t === "position_ids" || isPastInput(t))
+    );
+  });
+  if (gathers.length === 0) return;
+  const name = "/hsm/cache/new_positions";
+  (graph.initializer ??= []).push(
+    int64Tensor(`${name}/one`, [1]),
+    int64Tensor(`${name}/end`, [Number.MAX_SAFE_INTEGER]),
+  );
+  const first: NodeProto[] = [
+    { name: `${name}/ids_shape`, opType: "Shape", input: ["input_ids"], output: [`${name}/ids_shape`] },
+    {
+      name: `${name}/length`,
+      opType: "Slice",
+      input: [`${name}/ids_shape`, `${name}/one`, `${name}/end`],
+      output: [`${name}/length`],
+    },
+    { name: `${name}/start`, opType: "Neg", input: [`${name}/length`], output: [`${name}/start`] },
+  ];
+  for (const [j, n] of gathers.entries()) {
+    const cut = `${name}/indices_${j}`;
+    const slice: NodeProto = {
+      name: cut,
+      opType: "Slice",
+      input: [n.input![1]!, `${name}/start`, `${name}/end`, `${name}/one`],
+      output: [cut],
+    };
+    before.set(n, [...(before.get(n) ?? []), ...(j === 0 ? first : []), slice]);
+    n.input![1] = cut;
   }
 }
 
@@ -312,7 +408,7 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
       const { reader, index, axis, kv } = earliestPoint(start, producer, consumers);
       const past = pastInputName(i, kind);
       const present = presentOutputName(i, kind);
-      const heads = kv ? shape.kvHeads : shape.heads;
+      const heads = kv || !repeated(reader.input![index]!, shape, producer) ? shape.kvHeads : shape.heads;
       const dims = (length: string) =>
         axis === -1 ? ["batch_size", heads, shape.headDim, length] : ["batch_size", heads, length, shape.headDim];
       added.push(valueInfo(past, floatType, dims("past_sequence_length")));
@@ -336,6 +432,7 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
   }
   growKeyLengths(graph, points, before);
   shiftQueryRanges(graph, opset, points[0]!, before);
+  sliceMaskPositions(graph, before);
   graph.node = (graph.node ?? []).flatMap((n) => [...(before.get(n) ?? []), n]);
   graph.input = [...inputs, ...added];
   graph.output = [...(graph.output ?? []).filter((o) => !isPresentOutput(o.name!)), ...outputs];

@@ -30,6 +30,18 @@ import { isPastInput, isPresentOutput, pastInputName, presentOutputName } from "
 const SCORE_OPS = new Set(["Add", "Sub", "Mul", "Div", "Where", "Cast", "Identity", "Tanh", "Max", "Min"]);
 /** Operators that may sit between the Softmax and the product with V. */
 const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout"]);
+
+/**
+ * A `Reshape` whose target shape the graph computes (from the tensors' own `Shape`s, which the rewrite grows)
+ * rather than stores: GPT-BigCode's multi-query scores, `[B, T·H, S]` viewed `[B, T, H, S]` for the mask and back
+ * for the product with the values. The keys' axis stays last and follows the keys' length.
+ */
+function computedReshape(n: NodeProto, producer: ReadonlyMap<string, NodeProto>): boolean {
+  const shape = n.input?.[1];
+  return (
+    n.opType === "Reshape" && !n.domain && !!shape && producer.has(shape) && producer.get(shape)!.opType !== "Constant"
+  );
+}
 const INT = onnx.AttributeProto.AttributeType.INT;
 /** How far back from a Softmax its scores' product may lie (a scale, a soft-cap's three nodes, the bias, casts). */
 const SCORE_DEPTH = 8;
@@ -73,6 +85,8 @@ interface CachePoint {
   index: number;
   axis: -1 | -2;
   kv: boolean;
+  /** 3 where the keys have no heads' axis (GPT-BigCode's multi-query `[B, S, hd]`), else 4. */
+  rank: 3 | 4;
 }
 
 /**
@@ -93,12 +107,13 @@ function earliestPoint(
   const t = from(p);
   const perm =
     t?.opType === "Transpose" ? (t.attribute ?? []).find((a) => a.name === "perm")?.ints?.map(num) : undefined;
-  if (p.axis === -1 && t && only(t) && perm?.join() === "0,1,3,2") p = { reader: t, index: 0, axis: -2, kv: false };
+  if (p.axis === -1 && t && only(t) && perm?.join() === "0,1,3,2") p = { ...p, reader: t, index: 0, axis: -2 };
+  if (p.axis === -1 && t && only(t) && perm?.join() === "0,2,1") p = { ...p, reader: t, index: 0, axis: -2, rank: 3 };
   const reshape = from(p);
   const expand = reshape?.opType === "Reshape" && only(reshape) ? producer.get(reshape.input![0]!) : undefined;
   const unsqueeze = expand?.opType === "Expand" && only(expand) ? producer.get(expand.input![0]!) : undefined;
   if (p.axis === -2 && unsqueeze?.opType === "Unsqueeze" && only(unsqueeze))
-    p = { reader: unsqueeze, index: 0, axis: -2, kv: true };
+    p = { ...p, reader: unsqueeze, index: 0, axis: -2, kv: true };
   return p;
 }
 
@@ -174,6 +189,7 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
         if (!p) continue;
         if (p.opType === "MatMul") products.add(p);
         else if (SCORE_OPS.has(p.opType ?? "") && !p.domain) next.push(...(p.input ?? []).filter(Boolean));
+        else if (computedReshape(p, producer)) next.push(p.input![0]!);
       }
       frontier = next;
     }
@@ -188,7 +204,7 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
         sites.push({ scores: [...products][0]!, context: r });
         break;
       }
-      if (!PASS_THROUGH.has(r.opType ?? "") || r.domain) return undefined;
+      if ((!PASS_THROUGH.has(r.opType ?? "") || r.domain) && !computedReshape(r, producer)) return undefined;
       probs = r.output![0]!;
     }
   }
@@ -218,8 +234,9 @@ function ancestry(producer: ReadonlyMap<string, NodeProto>, start: readonly stri
 interface JoinedCache {
   tensor: string;
   past: string;
-  /** The sequence's axis in the rank-4 past and joined tensors. */
-  seqAxis: 2 | 3;
+  /** The sequence's axis in the past and joined tensors. */
+  seqAxis: number;
+  rank: 3 | 4;
   /** Prefix of the nodes added for it. */
   name: string;
 }
@@ -243,7 +260,11 @@ function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], befor
       if (layout.has(t)) continue;
       layout.add(t);
       const n = producer.get(t);
-      if (n && SAME_LAYOUT.has(n.opType ?? "") && !n.domain) stack.push(...(n.input ?? []).filter(Boolean));
+      if (!n || n.domain) continue;
+      if (SAME_LAYOUT.has(n.opType ?? "")) stack.push(...(n.input ?? []).filter(Boolean));
+      // A fused key and value split apart on their features (GPT-BigCode's key_value): the same sequence's axis.
+      const splitAxis = num((n.attribute ?? []).find((a) => a.name === "axis")?.i ?? 0);
+      if (n.opType === "Split" && (splitAxis + p.rank) % p.rank === p.rank - 1) stack.push(n.input![0]!);
     }
     const shapes = [...layout].flatMap((t) => (consumers.get(t) ?? []).filter((n) => n.opType === "Shape"));
     if (shapes.length === 0) continue;
@@ -251,7 +272,7 @@ function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], befor
     (graph.initializer ??= []).push(
       int64Tensor(
         onehot,
-        [0, 1, 2, 3].map((a) => (a === p.seqAxis ? 1 : 0)),
+        Array.from({ length: p.rank }, (_, a) => (a === p.seqAxis ? 1 : 0)),
       ),
     );
     const pastShape = `${p.name}/past_shape`;
@@ -276,7 +297,7 @@ function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], befor
         const bounds = `${own}/bounds`;
         (graph.initializer ??= []).push(
           int64Tensor(`${bounds}/start`, [start ? num(start.i) : 0]),
-          int64Tensor(`${bounds}/end`, [end ? num(end.i) : 4]),
+          int64Tensor(`${bounds}/end`, [end ? num(end.i) : p.rank]),
         );
         Object.assign(s, { opType: "Slice", input: [grown, `${bounds}/start`, `${bounds}/end`], attribute: [] });
       } else Object.assign(s, { opType: "Identity", input: [grown], attribute: [] });
@@ -383,7 +404,8 @@ function sliceMaskPositions(graph: GraphProto, before: Map<NodeProto, NodeProto[
  * along the sequence and output as `present.N.*` — `[batch, kvHeads, past,
  * headDim]` before repeated heads where the graph shows them (see
  * {@link earliestPoint}), else as the products read them (keys
- * `[batch, heads, headDim, past]`). Present outputs the graph already has (of the
+ * `[batch, heads, headDim, past]`; GPT-BigCode's multi-query keys and values,
+ * without a heads' axis, `[batch, past, headDim]`). Present outputs the graph already has (of the
  * prompt alone) are dropped. False, and the graph untouched, where the graph
  * has past inputs, no attention mask, fused attention operators, or not one
  * Softmax attention per decoder block (a router's Softmax, read by `TopK`, is none).
@@ -401,16 +423,26 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
   const outputs = [];
   const points: JoinedCache[] = [];
   for (const [i, { scores, context }] of sites.entries()) {
-    for (const [kind, start] of [
-      ["key", { reader: scores, index: 1, axis: -1, kv: false }],
-      ["value", { reader: context, index: 1, axis: -2, kv: false }],
+    const key = earliestPoint({ reader: scores, index: 1, axis: -1, kv: false, rank: 4 }, producer, consumers);
+    // The values have the keys' rank: without a heads' axis where the keys have none.
+    const value = earliestPoint(
+      { reader: context, index: 1, axis: -2, kv: false, rank: key.rank },
+      producer,
+      consumers,
+    );
+    for (const [kind, { reader, index, axis, kv, rank }] of [
+      ["key", key],
+      ["value", value],
     ] as const) {
-      const { reader, index, axis, kv } = earliestPoint(start, producer, consumers);
       const past = pastInputName(i, kind);
       const present = presentOutputName(i, kind);
       const heads = kv || !repeated(reader.input![index]!, shape, producer) ? shape.kvHeads : shape.heads;
       const dims = (length: string) =>
-        axis === -1 ? ["batch_size", heads, shape.headDim, length] : ["batch_size", heads, length, shape.headDim];
+        rank === 3
+          ? ["batch_size", length, shape.headDim]
+          : axis === -1
+            ? ["batch_size", heads, shape.headDim, length]
+            : ["batch_size", heads, length, shape.headDim];
       added.push(valueInfo(past, floatType, dims("past_sequence_length")));
       outputs.push(valueInfo(present, floatType, dims("total_sequence_length")));
       const concat = {
@@ -424,7 +456,8 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
       points.push({
         tensor: reader.input![index]!,
         past,
-        seqAxis: axis === -1 ? 3 : 2,
+        seqAxis: rank + axis,
+        rank,
         name: `/hsm/cache.${i}/${kind}`,
       });
       reader.input![index] = present;

@@ -212,9 +212,8 @@ describe.each(FAMILIES)("%s", (family) => {
           .map((l) => JSON.parse(l))
           .map((r) => [r.query_id, r.raw_response]);
         expect(Object.fromEntries(got)).toEqual(want);
-        // The legacy decoder has no cache: one is added and used (GPT-BigCode's multi-query products of rank 3,
-        // which get none, recompute).
-        if (output === "legacy" && family !== "gpt_bigcode")
+        // The legacy decoder has no cache: one is added and used.
+        if (output === "legacy")
           expect(messages).toContain("the model has no KV cache: decoding with one added to the graph");
       }
     },

@@ -39,6 +39,7 @@ import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js"
 import { DetectionError, planInputs } from "../model/detect.js";
 import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
+import { cacheDeparture, exportedLogits } from "./cache-probe.js";
 import {
   affordableWorkers,
   sessionDecoders,
@@ -82,8 +83,6 @@ import { tokenizerAndModel, type PromptTokenizer } from "../model/tokenizer.js";
 const SORT_WINDOW = 256;
 /** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
 const FAILURES_BEFORE_STOP = 8;
-/** New tokens an added KV cache must agree on with full recomputation before it is used. */
-const CACHE_PROBE_TOKENS = 4;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
@@ -406,7 +405,8 @@ async function decodeJob(
   let useCache = opened.cached;
   try {
     if (opened.added) {
-      const differs = await addedCacheDiffers(decoders, job.tokens, job.rule);
+      const logitsOf = exportedLogits(job.md.onnxPath, place.sessionOptions, job.setup.positions);
+      const differs = await cacheDeparture(decoders, job.tokens, job.rule, logitsOf);
       useCache = differs === undefined;
       log(
         differs === undefined
@@ -798,42 +798,6 @@ function planAll(tokens: number[][], rule: BatchRule): number[][] {
     for (const batch of planBatches(lengths, rule)) plan.push(batch.map((i) => c + i));
   }
   return plan;
-}
-
-/**
- * Where a KV cache added to the graph departs from full recomputation: the
- * shortest prompt and one of another length (so that left padding is
- * exercised, where the rows are ever padded) are decoded both ways for a few
- * tokens. Undefined where every token agrees; else one line naming the first
- * difference (the probe row, its prompt's length, the new token's index and
- * both tokens) or the error the cache failed with.
- */
-async function addedCacheDiffers(decoders: Decoders, tokens: number[][], rule: BatchRule): Promise<string | undefined> {
-  const order = tokens.map((_, i) => i).sort((a, b) => tokens[a]!.length - tokens[b]!.length || a - b);
-  if (order.length === 0) return "no prompt to try it on";
-  const shortest = order[0]!;
-  const other =
-    order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
-  const probe = [...new Set([shortest, other])].map((i) => tokens[i]!);
-  try {
-    for (const batch of rule.sameLength ? probe.map((p) => [p]) : [probe]) {
-      const withCache = await decoders.decode(batch, true, CACHE_PROBE_TOKENS);
-      const recomputed = await decoders.decode(batch, false, CACHE_PROBE_TOKENS);
-      for (const [b, want] of recomputed.entries()) {
-        const got = withCache[b]!;
-        const step = want.findIndex((t, k) => got[k] !== t);
-        if (step < 0 && got.length === want.length) continue;
-        const k = step < 0 ? want.length : step;
-        return (
-          `prompt of ${batch[b]!.length} tokens (row ${b} of a batch of ${batch.length}), new token ${k + 1}: ` +
-          `${got[k] ?? "none"} with the cache, ${want[k] ?? "none"} recomputing`
-        );
-      }
-    }
-    return undefined;
-  } catch (err) {
-    return `it fails: ${(err as Error).message?.split("\n")[0] ?? String(err)}`;
-  }
 }
 
 /**

@@ -261,14 +261,16 @@ describe("hsm generate with an added KV cache", () => {
 
   it("recomputes, with the reference's rows, when the cache changes the tokens of the probe", async () => {
     const messages = await run("blindBehindMask", 8);
-    // One line naming the first difference: the prompt, the new token's index, both tokens.
+    // One line naming the first difference: the prompt, the new token's index, both tokens, and how far apart
+    // their recomputed logits are, beyond the near-tie margin.
     const refused = messages.find((m) => m.includes("changes its tokens"))!;
     const m =
-      /^the model has no KV cache, and one added to the graph changes its tokens \(prompt of \d+ tokens \(row [01] of a batch of [12]\), new token [1-4]: (\d+) with the cache, (\d+) recomputing\): recomputing every step$/.exec(
+      /^the model has no KV cache, and one added to the graph changes its tokens \(prompt of \d+ tokens \(row [01] of a batch of [12]\), new token [1-4]: (\d+) with the cache, (\d+) recomputing; recomputed logits (\S+) apart, margin (\S+)\): recomputing every step$/.exec(
         refused,
       );
     expect(m, refused).not.toBeNull();
     expect(m![1]).not.toBe(m![2]);
+    expect(Number(m![3])).toBeGreaterThan(Number(m![4]));
   });
 
   it("shifts positions counted from input_ids' length by the past's: the cache is used, the reference's rows", async () => {

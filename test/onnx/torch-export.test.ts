@@ -7,7 +7,7 @@
  * positions, fused QKV split in three, the causal buffer sliced at the keys'
  * length). Generation adds a cache, uses it, and writes the greedy text of
  * the same PyTorch module run in float64 (test/helpers/torch_export.py). Skipped
- * where PyTorch is not installed.
+ * where PyTorch is not installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -23,6 +23,10 @@ import { PYTHON } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const hasTorch = spawnSync(PYTHON, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
+if (process.env.HSM_REQUIRE_TORCH === "1" && !hasTorch)
+  throw new Error(
+    `HSM_REQUIRE_TORCH=1 but ${PYTHON} cannot import torch and onnx (apt-get install python3-torch python3-onnx)`,
+  );
 const script = join(import.meta.dirname, "..", "helpers", "torch_export.py");
 const dir = tempDir("hsm-torch-export-");
 const bank = join(dir, "bank.jsonl");

@@ -11,8 +11,7 @@ indexed by position_ids, grouped-query attention, the causal mask from
 torch.arange over the query length plus the padding from attention_mask, as
 transformers 4.36 writes Llama), gpt2 (learned absolute positions indexed by
 position_ids, fused QKV, the causal mask sliced from a buffer at the keys'
-length), bloom (ALiBi from attention_mask's cumulative sum, fused QKV per
-head). The weights are drawn from SEED, so export and reference agree.
+length). The weights are drawn from SEED, so export and reference agree.
 """
 import json
 import math

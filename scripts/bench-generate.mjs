@@ -8,7 +8,10 @@
 // vocabulary over the same 2,000-row bank as bench:extract. Rows/s include
 // model load; hsm's include tokenization and decoding too, the peer's do not
 // (it reads token ids made by hsm's tokenizer, and its answers are decoded
-// afterwards by the same tokenizer to compare the texts with hsm's).
+// afterwards by the same tokenizer to compare the texts with hsm's). Beside
+// it, the same weights exported by hand (torch_peer.py export: torch.onnx.export
+// of a module returning logits, no KV cache), which hsm generates from with a
+// cache added to the graph.
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -40,31 +43,25 @@ if (!existsSync(join(weights, "lm_head.weight.npy"))) {
   if (r.status !== 0) process.exit(1);
 }
 
+const exportedDir = join(benchDir, "model-12x512-torch-export");
+if (!existsSync(join(exportedDir, "model.onnx"))) {
+  const r = spawnSync(python, [peerScript, "export", modelDir, weights, exportedDir], { stdio: "inherit" });
+  if (r.status !== 0) process.exit(1);
+}
+
 const hsmOut = join(benchDir, "generate-hsm.jsonl");
+const exportedOut = join(benchDir, "generate-hsm-torch-export.jsonl");
 const peerOut = join(benchDir, "generate-torch.json");
-const samples = { hsm: [], torch: [] };
+const samples = { hsm: [], exported: [], torch: [] };
 const sample = (t) => ({ rows_per_s: rowsWanted / t.secs, secs: t.secs, mb: t.mb });
+const hsmGenerate = (dir, out) => {
+  rmSync(out, { force: true });
+  const args = ["--model-dir", dir, "--bank", bank, "--out", out, "--batch-size", batch, "--max-new-tokens", maxNew];
+  return sample(timed(process.execPath, [bin, "generate", ...args, "--quiet"]));
+};
 for (let i = 0; i < runs; i++) {
-  rmSync(hsmOut, { force: true });
-  samples.hsm.push(
-    sample(
-      timed(process.execPath, [
-        bin,
-        "generate",
-        "--model-dir",
-        modelDir,
-        "--bank",
-        bank,
-        "--out",
-        hsmOut,
-        "--batch-size",
-        batch,
-        "--max-new-tokens",
-        maxNew,
-        "--quiet",
-      ]),
-    ),
-  );
+  samples.hsm.push(hsmGenerate(modelDir, hsmOut));
+  samples.exported.push(hsmGenerate(exportedDir, exportedOut));
   samples.torch.push(
     sample(
       timed(python, [peerScript, "generate", modelDir, weights, ids, peerOut, "--max-new-tokens", maxNew], peerEnv),
@@ -80,23 +77,32 @@ for (let i = 0; i < runs; i++) {
 // The peer's answers, decoded by hsm's tokenizer, against hsm's rows.
 const { PromptTokenizer } = await import(join(root, "dist", "model", "tokenizer.js"));
 const tokenizer = await PromptTokenizer.load(modelDir);
-const hsmRows = new Map(
-  readFileSync(hsmOut, "utf8")
-    .split("\n")
-    .filter(Boolean)
-    .map((l) => JSON.parse(l))
-    .map((r) => [r.query_id, r]),
-);
 const queryIds = JSON.parse(readFileSync(ids, "utf8")).query_ids;
 const peerRows = JSON.parse(readFileSync(peerOut, "utf8"));
-const differ = [];
-let sameTokens = 0;
-peerRows.forEach((p, i) => {
-  const h = hsmRows.get(queryIds[i]);
-  const text = tokenizer.decode(p.tokens);
-  if (h?.generated_tokens === p.tokens.length + (p.eos ? 1 : 0)) sameTokens++;
-  if (h?.raw_response !== text) differ.push({ query_id: queryIds[i], hsm: h?.raw_response ?? null, torch: text });
-});
+/** One hsm output's rows against the peer's: identical texts, the same token counts, the first differences. */
+const texts = (out) => {
+  const hsmRows = new Map(
+    readFileSync(out, "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => JSON.parse(l))
+      .map((r) => [r.query_id, r]),
+  );
+  const differ = [];
+  let sameTokens = 0;
+  peerRows.forEach((p, i) => {
+    const h = hsmRows.get(queryIds[i]);
+    const text = tokenizer.decode(p.tokens);
+    if (h?.generated_tokens === p.tokens.length + (p.eos ? 1 : 0)) sameTokens++;
+    if (h?.raw_response !== text) differ.push({ query_id: queryIds[i], hsm: h?.raw_response ?? null, torch: text });
+  });
+  return {
+    rows: peerRows.length,
+    same_text: peerRows.length - differ.length,
+    same_token_count: sameTokens,
+    first_differences: differ.slice(0, 5),
+  };
+};
 
 const summary = (s) => ({
   runs: s.length,
@@ -111,29 +117,36 @@ const res = {
   max_new_tokens: Number(maxNew),
   hsm: summary(samples.hsm),
   torch: summary(samples.torch),
+  torch_export: { hsm: summary(samples.exported) },
 };
-res.vs_torch = { speed: res.hsm.rows_per_s / res.torch.rows_per_s, memory: res.hsm.peak_mb / res.torch.peak_mb };
-res.texts = {
-  rows: peerRows.length,
-  same_text: peerRows.length - differ.length,
-  same_token_count: sameTokens,
-  first_differences: differ.slice(0, 5),
-};
+const against = (r) => ({ speed: r.rows_per_s / res.torch.rows_per_s, memory: r.peak_mb / res.torch.peak_mb });
+res.vs_torch = against(res.hsm);
+res.texts = texts(hsmOut);
+res.torch_export.vs_torch = against(res.torch_export.hsm);
+res.torch_export.texts = texts(exportedOut);
 writeFileSync(join(benchDir, "bench-generate.json"), JSON.stringify(res, null, 2) + "\n");
 
 const line = (name, r) =>
-  `  ${name.padEnd(14)}${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}`;
+  `  ${name}: ${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}`;
 console.log(
   `hsm generate vs PyTorch — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}, at most ${maxNew} new tokens`,
 );
-console.log(line("hsm generate", res.hsm));
 console.log(line("PyTorch peer", res.torch));
-console.log(
-  `  vs PyTorch: ${res.vs_torch.speed.toFixed(2)}x the rows/s at ${(100 * res.vs_torch.memory).toFixed(0)}% of the peak memory`,
-);
-console.log(
-  `  texts: ${res.texts.same_text} of ${res.texts.rows} identical, ${sameTokens} with the same number of generated tokens`,
-);
-for (const d of res.texts.first_differences)
-  console.log(`    ${d.query_id}: hsm ${JSON.stringify(d.hsm)} vs PyTorch ${JSON.stringify(d.torch)}`);
-if (differ.length) process.exitCode = 1;
+for (const [name, r, vs, t] of [
+  ["hsm generate", res.hsm, res.vs_torch, res.texts],
+  [
+    "hsm generate on the torch.onnx.export graph without a KV cache",
+    res.torch_export.hsm,
+    res.torch_export.vs_torch,
+    res.torch_export.texts,
+  ],
+]) {
+  console.log(line(name, r));
+  console.log(
+    `    vs PyTorch: ${vs.speed.toFixed(2)}x the rows/s at ${(100 * vs.memory).toFixed(0)}% of the peak memory; ` +
+      `texts: ${t.same_text} of ${t.rows} identical, ${t.same_token_count} with the same number of generated tokens`,
+  );
+  for (const d of t.first_differences)
+    console.log(`    ${d.query_id}: hsm ${JSON.stringify(d.hsm)} vs PyTorch ${JSON.stringify(d.torch)}`);
+}
+if (res.texts.same_text < res.texts.rows) process.exitCode = 1;

@@ -22,6 +22,14 @@ Modes:
       a prefill, then one token a step; finished rows keep decoding padding),
       stopping on every eos_token_id of config.json. Writes the generated ids
       of each row (the EOS left out) and whether it stopped on EOS.
+  export MODEL_DIR WEIGHTS_DIR OUT_DIR
+      The same model as a PyTorch user exports it by hand: torch.onnx.export
+      of a module computing logits only, no KV cache (int64 input_ids,
+      attention_mask, position_ids), written as transformers 4.36 writes
+      Llama (rotary tables sliced to the keys' length and indexed by
+      position_ids, the causal mask from torch.arange, repeat_kv by expand and
+      reshape), into OUT_DIR/model.onnx beside MODEL_DIR's config and
+      tokenizer. Not timed.
   compare HSM_STORE OUT_DIR
       hsm's store against the peer's states: the largest absolute and relative
       deviation per layer, and whether every value is within float16 rounding
@@ -152,6 +160,81 @@ class Llama:
         return kept, x, new_cache
 
 
+def export(model_dir, weights_dir, out_dir):
+    import shutil
+
+    import torch
+
+    model = Llama(model_dir, weights_dir, lm_head=True)
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        max_pos = json.load(f)["max_position_embeddings"]
+
+    class Exported(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            # Parameters, as a user's module holds them: the exporter writes them as initializers.
+            P = torch.nn.Parameter
+            self.embed, self.norm, self.lm_head = P(model.embed), P(model.norm), P(model.lm_head)
+            self.layers = torch.nn.ModuleList()
+            for L in model.layers:
+                m = torch.nn.Module()
+                for k, v in L.items():
+                    setattr(m, k.replace(".", "_"), P(v))
+                self.layers.append(m)
+            # LlamaRotaryEmbedding's cached tables: the angles position × inv_freq in float32, as the peer's.
+            freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32), model.inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.register_buffer("cos_cached", emb.cos(), persistent=False)
+            self.register_buffer("sin_cached", emb.sin(), persistent=False)
+
+        def forward(self, input_ids, attention_mask, position_ids):
+            F = torch.nn.functional
+            B, T = input_ids.shape
+            H, KV, hd = model.heads, model.kv_heads, model.head_dim
+            x = F.embedding(input_ids, self.embed)
+            lo = torch.finfo(torch.float32).min
+            # _prepare_4d_causal_attention_mask without a past: torch.arange over the query length.
+            cond = torch.arange(T)
+            causal = torch.full((T, T), lo).masked_fill(cond < (cond + 1).view(T, 1), 0.0)
+            S = attention_mask.shape[1]
+            inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(torch.float32)
+            bias = causal[None, None] + inverted.masked_fill(inverted.bool(), lo)
+            for L in self.layers:
+                h = model.rms(x, L.input_layernorm)
+                q = F.linear(h, L.self_attn_q_proj).view(B, T, H, hd).transpose(1, 2)
+                k = F.linear(h, L.self_attn_k_proj).view(B, T, KV, hd).transpose(1, 2)
+                v = F.linear(h, L.self_attn_v_proj).view(B, T, KV, hd).transpose(1, 2)
+                kv_len = k.shape[-2]
+                cos = self.cos_cached[:kv_len][position_ids].unsqueeze(1)
+                sin = self.sin_cached[:kv_len][position_ids].unsqueeze(1)
+                q, k = model.rotate(q, cos, sin), model.rotate(k, cos, sin)
+                k = k[:, :, None].expand(B, KV, H // KV, kv_len, hd).reshape(B, H, kv_len, hd)
+                v = v[:, :, None].expand(B, KV, H // KV, kv_len, hd).reshape(B, H, kv_len, hd)
+                att = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(hd) + bias
+                ctx = torch.matmul(att.softmax(dim=-1), v).transpose(1, 2).reshape(B, T, H * hd)
+                x = x + F.linear(ctx, L.self_attn_o_proj)
+                h = model.rms(x, L.post_attention_layernorm)
+                gate = F.silu(F.linear(h, L.mlp_gate_proj))
+                x = x + F.linear(gate * F.linear(h, L.mlp_up_proj), L.mlp_down_proj)
+            return F.linear(model.rms(x, self.norm), self.lm_head)
+
+    os.makedirs(out_dir, exist_ok=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(model_dir, name)):
+            shutil.copy(os.path.join(model_dir, name), out_dir)
+    B, T = 2, 5
+    args = (torch.ones(B, T, dtype=torch.long), torch.ones(B, T, dtype=torch.long),
+            torch.arange(T).expand(B, T).contiguous())
+    axes = {"input_ids": {0: "batch_size", 1: "sequence_length"},
+            "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+            "position_ids": {0: "batch_size", 1: "sequence_length"},
+            "logits": {0: "batch_size", 1: "sequence_length"}}
+    with torch.no_grad():
+        torch.onnx.export(Exported().eval(), args, os.path.join(out_dir, "model.onnx"), opset_version=17,
+                          input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"],
+                          dynamic_axes=axes, do_constant_folding=True)
+
+
 def batches(ids):
     """Length-sorted batches of BATCH rows: (row indices, input_ids, attention_mask, position_ids), left padded."""
     import torch
@@ -260,6 +343,9 @@ def main():
     if mode == "convert":
         convert(*args)
         return
+    if mode == "export":
+        export(*args)
+        return
     if mode == "extract":
         r = extract(*args)
     elif mode == "generate":
@@ -272,7 +358,7 @@ def main():
     elif mode == "compare":
         r = compare(*args)
     else:
-        sys.exit("unknown mode %s; expected convert, extract, generate or compare" % mode)
+        sys.exit("unknown mode %s; expected convert, export, extract, generate or compare" % mode)
     print(json.dumps(r))
 
 

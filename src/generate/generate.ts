@@ -37,8 +37,9 @@ import { makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../u
 import { availableMemory, collectGarbage } from "../util/memory.js";
 import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
-import { addKvCache, attentionShape, positionsRestart, type AttentionShape } from "../onnx/add-cache.js";
+import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
+import { cacheDeparture, exportedLogits } from "./cache-probe.js";
 import {
   affordableWorkers,
   sessionDecoders,
@@ -83,8 +84,6 @@ import { tokenizerAndModel, type PromptTokenizer } from "../model/tokenizer.js";
 const SORT_WINDOW = 256;
 /** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
 const FAILURES_BEFORE_STOP = 8;
-/** New tokens an added KV cache must agree on with full recomputation before it is used. */
-const CACHE_PROBE_TOKENS = 4;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
@@ -406,17 +405,14 @@ async function decodeJob(
   logDecoders(opened.head, decoders.parallel, place.sessionOptions.threads, log);
   let useCache = opened.cached;
   try {
-    if (!opened.cached && job.restartsPositions)
-      log(
-        "the model has no KV cache and counts positions from the tokens it is given alone (a Range over input_ids' length), so a cache cannot be added: recomputing every step",
-        "info",
-      );
     if (opened.added) {
-      useCache = await addedCacheAgrees(decoders, job.tokens, job.rule);
+      const logitsOf = exportedLogits(job.md.onnxPath, place.sessionOptions, job.setup.positions);
+      const differs = await cacheDeparture(decoders, job.tokens, job.rule, logitsOf);
+      useCache = differs === undefined;
       log(
-        useCache
+        differs === undefined
           ? "the model has no KV cache: decoding with one added to the graph"
-          : "the model has no KV cache, and one added to the graph changes its tokens: recomputing every step",
+          : `the model has no KV cache, and one added to the graph changes its tokens (${differs}): recomputing every step`,
         "info",
       );
     }
@@ -469,8 +465,6 @@ interface GenerationJob {
   shape: AttentionShape | undefined;
   opset: number;
   canAdd: boolean;
-  /** The graph counts positions from its input alone: a cache added to it would restart them (positionsRestart). */
-  restartsPositions: boolean;
 }
 
 /** Reads the bank and the model folder, tokenizes, and plans the feeds and batches. */
@@ -506,7 +500,6 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   };
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
-  const restartsPositions = positionsRestart(model.graph!);
   // A graph that counts positions itself counts them from the cache's length: its rows are never padded.
   const rule: BatchRule = {
     size: batchDependent ? 1 : batchSize,
@@ -529,8 +522,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
     setup,
     shape,
     opset: num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0),
-    canAdd: !batchDependent && !right && !branch && shape !== undefined && !restartsPositions,
-    restartsPositions,
+    canAdd: !batchDependent && !right && !branch && shape !== undefined,
   };
 }
 
@@ -819,31 +811,6 @@ function planAll(tokens: number[][], rule: BatchRule): number[][] {
     for (const batch of planBatches(lengths, rule)) plan.push(batch.map((i) => c + i));
   }
   return plan;
-}
-
-/**
- * Whether a KV cache added to the graph gives the tokens of full
- * recomputation: the shortest prompt and one of another length (so that left
- * padding is exercised, where the rows are ever padded) are decoded both ways
- * for a few tokens. A cache that fails to run does not agree.
- */
-async function addedCacheAgrees(decoders: Decoders, tokens: number[][], rule: BatchRule): Promise<boolean> {
-  const order = tokens.map((_, i) => i).sort((a, b) => tokens[a]!.length - tokens[b]!.length || a - b);
-  if (order.length === 0) return false;
-  const shortest = order[0]!;
-  const other =
-    order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
-  const probe = [...new Set([shortest, other])].map((i) => tokens[i]!);
-  try {
-    for (const batch of rule.sameLength ? probe.map((p) => [p]) : [probe]) {
-      const withCache = await decoders.decode(batch, true, CACHE_PROBE_TOKENS);
-      const recomputed = await decoders.decode(batch, false, CACHE_PROBE_TOKENS);
-      if (JSON.stringify(withCache) !== JSON.stringify(recomputed)) return false;
-    }
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /**

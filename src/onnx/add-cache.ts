@@ -9,24 +9,39 @@
  * output as `present.N.key/value` — lets a step run on its new token alone,
  * as with-past exports do.
  *
- * That is only right when the rest of the graph reads the cache's length from
- * the attention mask: the causal bias must span the whole mask and positions
- * must continue where the cache ends. A graph that counts positions from the
- * tokens it is given alone gets no cache (see positionsRestart); for the rest
- * the graph says nothing, so generation tries the cache on a few prompts
- * against full recomputation and keeps it only where the tokens agree (see
- * generate.ts).
+ * A graph written without a cache also takes lengths from the new tokens
+ * where a with-past export takes them from the cache: the keys' length read
+ * off the keys (transformers slices its rotary tables and GPT-2's causal
+ * buffer to it), and `Range`s over `input_ids`' length (the query positions of
+ * a causal mask, positions counted from 0). Without a cache the two agree;
+ * with one the keys' length must count the past too and the query positions
+ * must start where the past ends. The rewrite makes both so (see
+ * {@link growKeyLengths} and {@link shiftQueryRanges}), so the added cache
+ * computes what a with-past export of the same model computes. Generation
+ * still tries it on a few prompts against full recomputation (generate.ts).
  */
-import { DataType, graphIndex, num, onnx, valueInfo, type GraphProto, type NodeProto } from "./graph.js";
+import { DataType, graphIndex, int64Tensor, num, onnx, valueInfo, type GraphProto, type NodeProto } from "./graph.js";
 import { isPastInput, isPresentOutput, pastInputName, presentOutputName } from "./kv-cache.js";
 
 /**
- * Operators between the scores' product and the Softmax: scale, bias, casts, and Gemma2's soft-capping
+ * Operators between the scores' product and the Softmax: scale, bias, casts, clamps (OPT's Max), Gemma2's soft-capping
  * tanh(s / cap) · cap. All are elementwise, so each key's score stays on its own column when the cache lengthens it.
  */
-const SCORE_OPS = new Set(["Add", "Sub", "Mul", "Div", "Where", "Cast", "Identity", "Tanh"]);
+const SCORE_OPS = new Set(["Add", "Sub", "Mul", "Div", "Where", "Cast", "Identity", "Tanh", "Max", "Min"]);
 /** Operators that may sit between the Softmax and the product with V. */
 const PASS_THROUGH = new Set(["Cast", "Identity", "Dropout"]);
+
+/**
+ * A `Reshape` whose target shape the graph computes (from the tensors' own `Shape`s, which the rewrite grows)
+ * rather than stores: GPT-BigCode's multi-query scores, `[B, T·H, S]` viewed `[B, T, H, S]` for the mask and back
+ * for the product with the values. The keys' axis stays last and follows the keys' length.
+ */
+function computedReshape(n: NodeProto, producer: ReadonlyMap<string, NodeProto>): boolean {
+  const shape = n.input?.[1];
+  return (
+    n.opType === "Reshape" && !n.domain && !!shape && producer.has(shape) && producer.get(shape)!.opType !== "Constant"
+  );
+}
 const INT = onnx.AttributeProto.AttributeType.INT;
 /** How far back from a Softmax its scores' product may lie (a scale, a soft-cap's three nodes, the bias, casts). */
 const SCORE_DEPTH = 8;
@@ -48,7 +63,7 @@ export function attentionShape(config: Record<string, unknown>): AttentionShape 
   const int = (v: unknown) => (typeof v === "number" && Number.isSafeInteger(v) && v > 0 ? v : undefined);
   const text = (config.text_config ?? {}) as Record<string, unknown>;
   const pick = (...keys: string[]) => keys.map((k) => int(config[k]) ?? int(text[k])).find((v) => v !== undefined);
-  const heads = pick("num_attention_heads", "n_head", "num_heads");
+  const heads = pick("num_attention_heads", "n_head", "num_heads", "n_heads");
   const hidden = pick("hidden_size", "n_embd", "d_model");
   const headDim = pick("head_dim") ?? (heads && hidden && hidden % heads === 0 ? hidden / heads : undefined);
   const multiQuery = (config.multi_query ?? text.multi_query) === true;
@@ -56,35 +71,6 @@ export function attentionShape(config: Record<string, unknown>): AttentionShape 
   const kvHeads =
     multiQuery && !newArchitecture ? 1 : (pick("num_key_value_heads", "n_head_kv", "num_kv_heads") ?? heads);
   return heads && kvHeads && headDim ? { heads, kvHeads, headDim } : undefined;
-}
-
-/**
- * Whether the graph counts positions from the tokens it is given alone: a `Range` whose bounds come from
- * `input_ids` (its length, or the embedding's) and not from `attention_mask`. Fed one new token after a cache,
- * such a graph would put it at position 0 (optimum's legacy GPT-2 decoder counts `0…T−1` with no past; torch
- * exports count `cache_position` so), so no cache is added to it.
- */
-export function positionsRestart(graph: GraphProto): boolean {
-  const { producer } = graphIndex(graph);
-  const reached = (start: readonly string[]): Set<string> => {
-    const seen = new Set<string>();
-    const inputs = new Set<string>();
-    const stack = [...start];
-    while (stack.length > 0) {
-      const t = stack.pop()!;
-      if (!t || seen.has(t)) continue;
-      seen.add(t);
-      const p = producer.get(t);
-      if (p) stack.push(...(p.input ?? []));
-      else inputs.add(t);
-    }
-    return inputs;
-  };
-  return (graph.node ?? []).some((n) => {
-    if (n.opType !== "Range") return false;
-    const from = reached(n.input ?? []);
-    return from.has("input_ids") && !from.has("attention_mask") && !from.has("position_ids");
-  });
 }
 
 /** The two products of one attention: scores (its input 1 the keys, transposed) and context (its input 1 the values). */
@@ -99,6 +85,8 @@ interface CachePoint {
   index: number;
   axis: -1 | -2;
   kv: boolean;
+  /** 3 where the keys have no heads' axis (GPT-BigCode's multi-query `[B, S, hd]`), else 4. */
+  rank: 3 | 4;
 }
 
 /**
@@ -119,13 +107,58 @@ function earliestPoint(
   const t = from(p);
   const perm =
     t?.opType === "Transpose" ? (t.attribute ?? []).find((a) => a.name === "perm")?.ints?.map(num) : undefined;
-  if (p.axis === -1 && t && only(t) && perm?.join() === "0,1,3,2") p = { reader: t, index: 0, axis: -2, kv: false };
+  if (p.axis === -1 && t && only(t) && perm?.join() === "0,1,3,2") p = { ...p, reader: t, index: 0, axis: -2 };
+  if (p.axis === -1 && t && only(t) && perm?.join() === "0,2,1") p = { ...p, reader: t, index: 0, axis: -2, rank: 3 };
   const reshape = from(p);
   const expand = reshape?.opType === "Reshape" && only(reshape) ? producer.get(reshape.input![0]!) : undefined;
   const unsqueeze = expand?.opType === "Expand" && only(expand) ? producer.get(expand.input![0]!) : undefined;
   if (p.axis === -2 && unsqueeze?.opType === "Unsqueeze" && only(unsqueeze))
-    p = { reader: unsqueeze, index: 0, axis: -2, kv: true };
+    p = { ...p, reader: unsqueeze, index: 0, axis: -2, kv: true };
   return p;
+}
+
+/** Operators a key or value passes through between its projection and its product, and the inputs they carry it in. */
+const CARRIERS: Record<string, "all" | "first"> = {
+  Add: "all",
+  Sub: "all",
+  Mul: "all",
+  Div: "all",
+  Neg: "all",
+  Cast: "all",
+  Identity: "all",
+  Concat: "all",
+  Transpose: "first",
+  Reshape: "first",
+  Slice: "first",
+  Split: "first",
+  Squeeze: "first",
+  Unsqueeze: "first",
+  Expand: "first",
+  Tile: "first",
+};
+
+/**
+ * Whether a key or value tensor that joins the cache (no repetition of heads found right before its product)
+ * carries every query head: true where the graph shares key/value heads by repeating them (an `Expand` or `Tile`
+ * on its way from the projection) or has as many of them as query heads; false where the product broadcasts them
+ * (Falcon's multi-query keys, one head against all the queries'), and then they have the key/value heads' count.
+ */
+function repeated(tensor: string, shape: AttentionShape, producer: ReadonlyMap<string, NodeProto>): boolean {
+  // Only one key/value head broadcasts in a matrix product; more must have been repeated to the query heads'.
+  if (shape.kvHeads === shape.heads || shape.kvHeads > 1) return true;
+  const seen = new Set<string>();
+  const stack = [tensor];
+  while (stack.length > 0) {
+    const t = stack.pop()!;
+    if (!t || seen.has(t)) continue;
+    seen.add(t);
+    const p = producer.get(t);
+    const carry = p && !p.domain ? CARRIERS[p.opType ?? ""] : undefined;
+    if (!p || !carry) continue;
+    if (p.opType === "Expand" || p.opType === "Tile") return true;
+    stack.push(...(carry === "all" ? (p.input ?? []) : (p.input ?? []).slice(0, 1)));
+  }
+  return false;
 }
 
 function softmaxAxis(node: NodeProto, opset: number): number {
@@ -156,6 +189,7 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
         if (!p) continue;
         if (p.opType === "MatMul") products.add(p);
         else if (SCORE_OPS.has(p.opType ?? "") && !p.domain) next.push(...(p.input ?? []).filter(Boolean));
+        else if (computedReshape(p, producer)) next.push(p.input![0]!);
       }
       frontier = next;
     }
@@ -170,11 +204,198 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
         sites.push({ scores: [...products][0]!, context: r });
         break;
       }
-      if (!PASS_THROUGH.has(r.opType ?? "") || r.domain) return undefined;
+      if ((!PASS_THROUGH.has(r.opType ?? "") || r.domain) && !computedReshape(r, producer)) return undefined;
       probs = r.output![0]!;
     }
   }
   return sites;
+}
+
+/** The graph inputs a tensor is computed from, and the operators on the way. */
+function ancestry(producer: ReadonlyMap<string, NodeProto>, start: readonly string[]) {
+  const seen = new Set<string>();
+  const inputs = new Set<string>();
+  const ops = new Set<string>();
+  const stack = [...start];
+  while (stack.length > 0) {
+    const t = stack.pop()!;
+    if (!t || seen.has(t)) continue;
+    seen.add(t);
+    const p = producer.get(t);
+    if (p) {
+      ops.add(p.opType ?? "");
+      stack.push(...(p.input ?? []));
+    } else inputs.add(t);
+  }
+  return { inputs, ops };
+}
+
+/** One tensor the cache joins: the new tokens' keys or values, the past input before them, the sequence's axis. */
+interface JoinedCache {
+  tensor: string;
+  past: string;
+  /** The sequence's axis in the past and joined tensors. */
+  seqAxis: number;
+  rank: 3 | 4;
+  /** Prefix of the nodes added for it. */
+  name: string;
+}
+
+/** Elementwise operators through which the keys keep their layout (rotary embeddings, scales, casts). */
+const SAME_LAYOUT = new Set(["Add", "Sub", "Mul", "Div", "Neg", "Cast", "Identity"]);
+
+/**
+ * Every `Shape` of the keys or values the cache joins (or of what they are computed from elementwise: the keys
+ * before their rotary embedding) gets the past's length added on the sequence's axis: the graph reads the keys'
+ * length there to slice its rotary tables, a causal buffer or the repetition of shared heads, and with a cache
+ * that length is the past's and the new tokens'. A with-past export adds the past's length the same way.
+ */
+function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], before: Map<NodeProto, NodeProto[]>): void {
+  const { producer, consumers } = graphIndex(graph);
+  for (const p of points) {
+    const layout = new Set<string>();
+    const stack = [p.tensor];
+    while (stack.length > 0) {
+      const t = stack.pop()!;
+      if (layout.has(t)) continue;
+      layout.add(t);
+      const n = producer.get(t);
+      if (!n || n.domain) continue;
+      if (SAME_LAYOUT.has(n.opType ?? "")) stack.push(...(n.input ?? []).filter(Boolean));
+      // A fused key and value split apart on their features (GPT-BigCode's key_value): the same sequence's axis.
+      const splitAxis = num((n.attribute ?? []).find((a) => a.name === "axis")?.i ?? 0);
+      if (n.opType === "Split" && (splitAxis + p.rank) % p.rank === p.rank - 1) stack.push(n.input![0]!);
+    }
+    const shapes = [...layout].flatMap((t) => (consumers.get(t) ?? []).filter((n) => n.opType === "Shape"));
+    if (shapes.length === 0) continue;
+    const onehot = `${p.name}/seq_axis`;
+    (graph.initializer ??= []).push(
+      int64Tensor(
+        onehot,
+        Array.from({ length: p.rank }, (_, a) => (a === p.seqAxis ? 1 : 0)),
+      ),
+    );
+    const pastShape = `${p.name}/past_shape`;
+    const pastLength = `${p.name}/past_length`;
+    const first: NodeProto[] = [
+      { name: pastShape, opType: "Shape", input: [p.past], output: [pastShape] },
+      { name: pastLength, opType: "Mul", input: [pastShape, onehot], output: [pastLength] },
+    ];
+    for (const [j, s] of shapes.entries()) {
+      const own = `${p.name}/shape_${j}`;
+      const attr = (k: string) => (s.attribute ?? []).find((a) => a.name === k);
+      const start = attr("start");
+      const end = attr("end");
+      const grown = `${own}/grown`;
+      const added: NodeProto[] = [
+        ...(j === 0 ? first : []),
+        { name: `${own}/full`, opType: "Shape", input: [s.input![0]!], output: [`${own}/full`] },
+        { name: grown, opType: "Add", input: [`${own}/full`, pastLength], output: [grown] },
+      ];
+      before.set(s, [...(before.get(s) ?? []), ...added]);
+      if (start || end) {
+        const bounds = `${own}/bounds`;
+        (graph.initializer ??= []).push(
+          int64Tensor(`${bounds}/start`, [start ? num(start.i) : 0]),
+          int64Tensor(`${bounds}/end`, [end ? num(end.i) : p.rank]),
+        );
+        Object.assign(s, { opType: "Slice", input: [grown, `${bounds}/start`, `${bounds}/end`], attribute: [] });
+      } else Object.assign(s, { opType: "Identity", input: [grown], attribute: [] });
+    }
+  }
+}
+
+/**
+ * Every `Range` whose bounds come from `input_ids`' length alone (and not from the attention mask, position ids or
+ * the cache) starts and ends the past's length later: it counts the new tokens' positions, which start where the
+ * past ends (query rows of a causal mask built from `torch.arange`, positions counted from 0 as optimum's legacy
+ * GPT-2 decoder counts them), as a with-past export's `arange(past, past + T)` does.
+ */
+function shiftQueryRanges(
+  graph: GraphProto,
+  opset: number,
+  cache: JoinedCache,
+  before: Map<NodeProto, NodeProto[]>,
+): void {
+  const { producer } = graphIndex(graph);
+  const ranges = (graph.node ?? []).filter((n) => {
+    if (n.opType !== "Range" || n.domain) return false;
+    const from = ancestry(producer, n.input ?? []).inputs;
+    return (
+      from.has("input_ids") && ![...from].some((t) => t === "attention_mask" || t === "position_ids" || isPastInput(t))
+    );
+  });
+  if (ranges.length === 0) return;
+  const name = "/hsm/cache/past_length";
+  const axis = `${name}/axis`;
+  (graph.initializer ??= []).push(int64Tensor(axis, [cache.seqAxis], []));
+  const shape = `${name}/shape`;
+  const first: NodeProto[] = [
+    { name: shape, opType: "Shape", input: [cache.past], output: [shape] },
+    { name, opType: "Gather", input: [shape, axis], output: [name], attribute: [{ name: "axis", type: INT, i: 0 }] },
+  ];
+  for (const [j, r] of ranges.entries()) {
+    const own = `/hsm/cache/range_${j}`;
+    const length = `${own}/past_length`;
+    const added: NodeProto[] = [
+      ...(j === 0 ? first : []),
+      // The bounds' own type (Range takes int32, int64 or floats alike); before CastLike, torch's int64.
+      opset >= 15
+        ? { name: length, opType: "CastLike", input: [name, r.input![0]!], output: [length] }
+        : { name: length, opType: "Identity", input: [name], output: [length] },
+      { name: `${own}/start`, opType: "Add", input: [r.input![0]!, length], output: [`${own}/start`] },
+      { name: `${own}/limit`, opType: "Add", input: [r.input![1]!, length], output: [`${own}/limit`] },
+    ];
+    before.set(r, [...(before.get(r) ?? []), ...added]);
+    r.input = [`${own}/start`, `${own}/limit`, r.input![2]!];
+  }
+}
+
+/**
+ * Every `Gather` whose indices are positions counted over the attention mask (a `CumSum` of `attention_mask`, as
+ * OPT counts them, not `position_ids` or the cache) reads only their last `T` columns, `T` the new tokens' count:
+ * the mask spans the past and the new tokens, and a with-past export slices its count at the past's length
+ * (`positions[:, past:]`) where a graph written without a cache slices it at 0. Positions already cut to the new
+ * tokens are left as they are, and without a past the slice keeps every column.
+ */
+function sliceMaskPositions(graph: GraphProto, before: Map<NodeProto, NodeProto[]>): void {
+  const { producer } = graphIndex(graph);
+  const gathers = (graph.node ?? []).filter((n) => {
+    if (n.opType !== "Gather" || n.domain || !n.input?.[1]) return false;
+    const { inputs, ops } = ancestry(producer, [n.input[1]]);
+    return (
+      ops.has("CumSum") &&
+      inputs.has("attention_mask") &&
+      ![...inputs].some((t) => t === "position_ids" || isPastInput(t))
+    );
+  });
+  if (gathers.length === 0) return;
+  const name = "/hsm/cache/new_positions";
+  (graph.initializer ??= []).push(
+    int64Tensor(`${name}/one`, [1]),
+    int64Tensor(`${name}/end`, [Number.MAX_SAFE_INTEGER]),
+  );
+  const first: NodeProto[] = [
+    { name: `${name}/ids_shape`, opType: "Shape", input: ["input_ids"], output: [`${name}/ids_shape`] },
+    {
+      name: `${name}/length`,
+      opType: "Slice",
+      input: [`${name}/ids_shape`, `${name}/one`, `${name}/end`],
+      output: [`${name}/length`],
+    },
+    { name: `${name}/start`, opType: "Neg", input: [`${name}/length`], output: [`${name}/start`] },
+  ];
+  for (const [j, n] of gathers.entries()) {
+    const cut = `${name}/indices_${j}`;
+    const slice: NodeProto = {
+      name: cut,
+      opType: "Slice",
+      input: [n.input![1]!, `${name}/start`, `${name}/end`, `${name}/one`],
+      output: [cut],
+    };
+    before.set(n, [...(before.get(n) ?? []), ...(j === 0 ? first : []), slice]);
+    n.input![1] = cut;
+  }
 }
 
 /**
@@ -183,7 +404,8 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
  * along the sequence and output as `present.N.*` — `[batch, kvHeads, past,
  * headDim]` before repeated heads where the graph shows them (see
  * {@link earliestPoint}), else as the products read them (keys
- * `[batch, heads, headDim, past]`). Present outputs the graph already has (of the
+ * `[batch, heads, headDim, past]`; GPT-BigCode's multi-query keys and values,
+ * without a heads' axis, `[batch, past, headDim]`). Present outputs the graph already has (of the
  * prompt alone) are dropped. False, and the graph untouched, where the graph
  * has past inputs, no attention mask, fused attention operators, or not one
  * Softmax attention per decoder block (a router's Softmax, read by `TopK`, is none).
@@ -191,7 +413,6 @@ function findSites(graph: GraphProto, opset: number): AttentionSite[] | undefine
 export function addKvCache(graph: GraphProto, opset: number, numLayers: number, shape: AttentionShape): boolean {
   const inputs = graph.input ?? [];
   if (inputs.some((v) => isPastInput(v.name!)) || !inputs.some((v) => v.name === "attention_mask")) return false;
-  if (positionsRestart(graph)) return false;
   const sites = findSites(graph, opset);
   if (!sites || sites.length !== numLayers) return false;
   const floatType = (graph.output ?? []).find((o) => o.name === "logits")?.type?.tensorType?.elemType ?? DataType.FLOAT;
@@ -200,17 +421,28 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
   const before = new Map<NodeProto, NodeProto[]>();
   const added = [];
   const outputs = [];
+  const points: JoinedCache[] = [];
   for (const [i, { scores, context }] of sites.entries()) {
-    for (const [kind, start] of [
-      ["key", { reader: scores, index: 1, axis: -1, kv: false }],
-      ["value", { reader: context, index: 1, axis: -2, kv: false }],
+    const key = earliestPoint({ reader: scores, index: 1, axis: -1, kv: false, rank: 4 }, producer, consumers);
+    // The values have the keys' rank: without a heads' axis where the keys have none.
+    const value = earliestPoint(
+      { reader: context, index: 1, axis: -2, kv: false, rank: key.rank },
+      producer,
+      consumers,
+    );
+    for (const [kind, { reader, index, axis, kv, rank }] of [
+      ["key", key],
+      ["value", value],
     ] as const) {
-      const { reader, index, axis, kv } = earliestPoint(start, producer, consumers);
       const past = pastInputName(i, kind);
       const present = presentOutputName(i, kind);
-      const heads = kv ? shape.kvHeads : shape.heads;
+      const heads = kv || !repeated(reader.input![index]!, shape, producer) ? shape.kvHeads : shape.heads;
       const dims = (length: string) =>
-        axis === -1 ? ["batch_size", heads, shape.headDim, length] : ["batch_size", heads, length, shape.headDim];
+        rank === 3
+          ? ["batch_size", length, shape.headDim]
+          : axis === -1
+            ? ["batch_size", heads, shape.headDim, length]
+            : ["batch_size", heads, length, shape.headDim];
       added.push(valueInfo(past, floatType, dims("past_sequence_length")));
       outputs.push(valueInfo(present, floatType, dims("total_sequence_length")));
       const concat = {
@@ -221,9 +453,19 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
         attribute: [{ name: "axis", type: INT, i: axis }],
       };
       before.set(reader, [...(before.get(reader) ?? []), concat]);
+      points.push({
+        tensor: reader.input![index]!,
+        past,
+        seqAxis: rank + axis,
+        rank,
+        name: `/hsm/cache.${i}/${kind}`,
+      });
       reader.input![index] = present;
     }
   }
+  growKeyLengths(graph, points, before);
+  shiftQueryRanges(graph, opset, points[0]!, before);
+  sliceMaskPositions(graph, before);
   graph.node = (graph.node ?? []).flatMap((n) => [...(before.get(n) ?? []), n]);
   graph.input = [...inputs, ...added];
   graph.output = [...(graph.output ?? []).filter((o) => !isPresentOutput(o.name!)), ...outputs];

@@ -61,7 +61,7 @@ describe("decoding threads", () => {
   const bank = join(dir, "bank.jsonl");
 
   beforeAll(async () => {
-    // GPT-2's legacy decoder: no KV cache, and none can be added, so every step recomputes the whole sequence.
+    // GPT-2's legacy decoder: no KV cache of its own (generation adds one to the graph).
     await writeModelInStyle(modelDir, "plain", {
       family: "gpt2",
       layers: 2,

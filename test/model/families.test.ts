@@ -200,7 +200,9 @@ describe.each(FAMILIES)("%s", (family) => {
       const want = await wanted(family, md, rows);
       for (const batchSize of [16, 1]) {
         const out = join(dir, `${family}-${output}-b${batchSize}.jsonl`);
-        expect(await generate({ modelDir: md, bank, out, batchSize, maxNewTokens: MAX_NEW })).toMatchObject({
+        const messages: string[] = [];
+        const log = (m: string) => messages.push(m);
+        expect(await generate({ modelDir: md, bank, out, batchSize, maxNewTokens: MAX_NEW, log })).toMatchObject({
           written: rows.length,
           failed: 0,
         });
@@ -210,6 +212,9 @@ describe.each(FAMILIES)("%s", (family) => {
           .map((l) => JSON.parse(l))
           .map((r) => [r.query_id, r.raw_response]);
         expect(Object.fromEntries(got)).toEqual(want);
+        // The legacy decoder has no cache: one is added and used.
+        if (output === "legacy")
+          expect(messages).toContain("the model has no KV cache: decoding with one added to the graph");
       }
     },
   );

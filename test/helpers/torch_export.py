@@ -1,0 +1,186 @@
+"""Tiny decoders written in plain PyTorch as transformers writes them, exported
+by torch.onnx.export without a KV cache (logits only), and their float64
+greedy decoding: the graphs users export by hand, and their reference.
+
+    torch_export.py export FAMILY DIR SEED     writes DIR/model.onnx (DIR holds config.json)
+    torch_export.py greedy FAMILY DIR SEED IDS MAX_NEW EOS
+                                               prints the float64 greedy ids of each prompt in IDS (a JSON list)
+
+Families: llama (RMSNorm, rotary tables sliced to the keys' length and
+indexed by position_ids, grouped-query attention, the causal mask from
+torch.arange over the query length plus the padding from attention_mask, as
+transformers 4.36 writes Llama), gpt2 (learned absolute positions indexed by
+position_ids, fused QKV, the causal mask sliced from a buffer at the keys'
+length). The weights are drawn from SEED, so export and reference agree.
+"""
+import json
+import math
+import sys
+
+import torch
+from torch import nn
+
+
+def cfg_of(d):
+    with open(f"{d}/config.json") as f:
+        return json.load(f)
+
+
+class Llama(nn.Module):
+    def __init__(self, c, g):
+        super().__init__()
+        V, d, L = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"]
+        self.H, self.KV = c["num_attention_heads"], c["num_key_value_heads"]
+        self.hd = d // self.H
+        inter = c["intermediate_size"]
+        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+        self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.ln1 = nn.Parameter(1 + 0.1 * torch.randn(d, generator=g, dtype=torch.float64))
+            m.ln2 = nn.Parameter(1 + 0.1 * torch.randn(d, generator=g, dtype=torch.float64))
+            m.q, m.k, m.v, m.o = r(self.H * self.hd, d), r(self.KV * self.hd, d), r(self.KV * self.hd, d), r(d, d)
+            m.gate, m.up, m.down = r(inter, d), r(inter, d), r(d, inter)
+            self.layers.append(m)
+        self.norm = nn.Parameter(torch.ones(d, dtype=torch.float64))
+        self.head = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64) * 2 / math.sqrt(d))
+        inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd))
+        t = torch.arange(c["max_position_embeddings"], dtype=torch.float64)
+        emb = torch.cat([torch.outer(t, inv)] * 2, dim=-1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        self.eps = c["rms_norm_eps"]
+
+    def rms(self, x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+    @staticmethod
+    def rotate_half(x):
+        h = x.shape[-1] // 2
+        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        B, T = input_ids.shape
+        x = self.embed[input_ids]
+        dt = x.dtype
+        lo = torch.finfo(dt).min
+        # transformers' _prepare_4d_causal_attention_mask without a past.
+        causal = torch.full((T, T), lo, dtype=dt)
+        cond = torch.arange(T)
+        causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
+        S = attention_mask.shape[1]
+        inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
+        bias = causal[None, None] + inverted.masked_fill(inverted.bool(), lo)
+        for m in self.layers:
+            h = self.rms(x, m.ln1)
+            q = (h @ m.q.T).view(B, T, self.H, self.hd).transpose(1, 2)
+            k = (h @ m.k.T).view(B, T, self.KV, self.hd).transpose(1, 2)
+            v = (h @ m.v.T).view(B, T, self.KV, self.hd).transpose(1, 2)
+            kv_len = k.shape[-2]
+            cos = self.cos_cached[:kv_len].to(dt)[position_ids].unsqueeze(1)
+            sin = self.sin_cached[:kv_len].to(dt)[position_ids].unsqueeze(1)
+            q = q * cos + self.rotate_half(q) * sin
+            k = k * cos + self.rotate_half(k) * sin
+            rep = self.H // self.KV
+            k = k[:, :, None].expand(B, self.KV, rep, kv_len, self.hd).reshape(B, self.H, kv_len, self.hd)
+            v = v[:, :, None].expand(B, self.KV, rep, kv_len, self.hd).reshape(B, self.H, kv_len, self.hd)
+            s = q @ k.transpose(2, 3) / math.sqrt(self.hd) + bias
+            a = torch.softmax(s, dim=-1) @ v
+            x = x + a.transpose(1, 2).reshape(B, T, -1) @ m.o.T
+            h = self.rms(x, m.ln2)
+            x = x + (torch.nn.functional.silu(h @ m.gate.T) * (h @ m.up.T)) @ m.down.T
+        return self.rms(x, self.norm) @ self.head.T
+
+
+class Gpt2(nn.Module):
+    def __init__(self, c, g):
+        super().__init__()
+        V, d, L = c["vocab_size"], c["n_embd"], c["n_layer"]
+        self.H, self.d = c["n_head"], d
+        self.hd = d // self.H
+        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[0]))
+        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        self.wte = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64) * 0.5)
+        self.wpe = nn.Parameter(torch.randn(c["n_positions"], d, generator=g, dtype=torch.float64) * 0.5)
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.ln1w, m.ln1b, m.ln2w, m.ln2b = nn.Parameter(torch.ones(d, dtype=torch.float64)), b(d), b(d), b(d)
+            m.attn_w, m.attn_b, m.proj_w, m.proj_b = r(d, 3 * d), b(3 * d), r(d, d), b(d)
+            m.fc_w, m.fc_b, m.out_w, m.out_b = r(d, 4 * d), b(4 * d), r(4 * d, d), b(d)
+            self.layers.append(m)
+        self.lnfw, self.lnfb = nn.Parameter(torch.ones(d, dtype=torch.float64)), b(d)
+        n = c["n_positions"]
+        self.register_buffer("bias", torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, 1, n, n), persistent=False)
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        B, T = input_ids.shape
+        x = self.wte[input_ids] + self.wpe[position_ids]
+        dt = x.dtype
+        lo = torch.finfo(dt).min
+        pad = (1.0 - attention_mask[:, None, None, :].to(dt)) * lo
+        ln = torch.nn.functional.layer_norm
+        d = self.d
+        for m in self.layers:
+            h = ln(x, (d,), m.ln1w, m.ln1b, 1e-5)
+            q, k, v = (h @ m.attn_w + m.attn_b).split(d, dim=2)
+            q, k, v = (t.view(B, T, self.H, self.hd).permute(0, 2, 1, 3) for t in (q, k, v))
+            s = q @ k.transpose(-1, -2) / math.sqrt(self.hd)
+            ql, kl = q.size(-2), k.size(-2)
+            causal = self.bias[:, :, kl - ql : kl, :kl]
+            s = torch.where(causal, s, torch.tensor(lo, dtype=dt)) + pad
+            a = (torch.softmax(s, dim=-1) @ v).permute(0, 2, 1, 3).reshape(B, T, d)
+            x = x + a @ m.proj_w + m.proj_b
+            h = ln(x, (d,), m.ln2w, m.ln2b, 1e-5)
+            x = x + torch.nn.functional.gelu(h @ m.fc_w + m.fc_b, approximate="tanh") @ m.out_w + m.out_b
+        return ln(x, (d,), self.lnfw, self.lnfb, 1e-5) @ self.wte.T
+
+
+FAMILIES = {"llama": Llama, "gpt2": Gpt2}
+
+
+def build(family, d, seed):
+    g = torch.Generator().manual_seed(int(seed))
+    return FAMILIES[family](cfg_of(d), g).eval()
+
+
+def export(family, d, seed):
+    m = build(family, d, seed).float()
+    B, T = 2, 5
+    ids = torch.ones(B, T, dtype=torch.long)
+    mask = torch.ones(B, T, dtype=torch.long)
+    pos = torch.arange(T).expand(B, T).contiguous()
+    axes = {"input_ids": {0: "batch_size", 1: "sequence_length"},
+            "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+            "position_ids": {0: "batch_size", 1: "sequence_length"},
+            "logits": {0: "batch_size", 1: "sequence_length"}}
+    with torch.no_grad():
+        torch.onnx.export(m, (ids, mask, pos), f"{d}/model.onnx", opset_version=17,
+                          input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"],
+                          dynamic_axes=axes, do_constant_folding=True)
+
+
+def greedy(family, d, seed, ids_path, max_new, eos):
+    m = build(family, d, seed)
+    torch.set_num_threads(1)
+    with open(ids_path) as f:
+        prompts = json.load(f)
+    out = []
+    with torch.inference_mode():
+        for p in prompts:
+            seq, gen = list(p), []
+            for _ in range(int(max_new)):
+                T = len(seq)
+                logits = m(torch.tensor([seq]), torch.ones(1, T, dtype=torch.long), torch.arange(T)[None])[0, -1]
+                t = int(torch.argmax(logits))
+                gen.append(t)
+                seq.append(t)
+                if t == int(eos):
+                    break
+            out.append(gen)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    {"export": export, "greedy": greedy}[sys.argv[1]](*sys.argv[2:])

@@ -49,6 +49,7 @@ import { hiddenBits, hiddenOutputType } from "../model/hidden-output.js";
 import {
   checkDevice,
   createSession,
+  forDevice,
   graphNeeds,
   runError,
   stageModel,
@@ -390,7 +391,8 @@ async function openSession(
 ) {
   const { inspection } = inspected;
   const device = o.device ?? "cpu";
-  checkDevice(device, graphNeeds(inspection.onnxPath, inspected.model.graph!));
+  checkDevice(device, graphNeeds(inspection.onnxPath, inspected.model));
+  forDevice(device, inspected.model);
   const stage = await stageModel(inspection.onnxPath);
   const paddingSide = inspection.promptPadding;
   // Right-padded rows are read at their last real token, found from the mask inside the graph.

@@ -71,6 +71,7 @@ import { graphFormat } from "../model/model-report.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
 import {
   checkDevice,
+  forDevice,
   graphNeeds,
   loadSession,
   ModelLoadError,
@@ -369,7 +370,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const job = await prepareJob(o, batchSize, maxNew);
   const modelName = o.model ?? defaultModelName(o.modelDir);
   // A device that cannot run fails before the output's folder is made.
-  checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model.graph!));
+  checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model));
   await makeDir(dirname(o.out));
   // One writer per generations file; what it holds is checked before the model is loaded.
   const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
@@ -559,6 +560,7 @@ async function openDecoders(place: DecoderPlace): Promise<OpenedDecoders> {
 async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Promise<OpenedDecoders> {
   const { job, device, workers, sessionOptions } = place;
   const { md } = job;
+  forDevice(device, m);
   const { cached, headSetup } = await rewriteWithHead(
     m,
     job.setup.right ? "attention_mask" : undefined,

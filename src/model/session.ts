@@ -21,7 +21,8 @@ import * as ort from "onnxruntime-node";
 import type { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { ModelDirError } from "./model-dir.js";
-import { DataType, encodeModel, hasOperator, usesFloat16, valueInfo, type GraphProto } from "../onnx/graph.js";
+import { DataType, encodeModel, usesFloat16, valueInfo, type ModelProto } from "../onnx/graph.js";
+import { decomposeGroupQueryAttention, groupQueryAttentionGap } from "../onnx/gqa.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
@@ -130,15 +131,19 @@ export interface GraphNeeds {
   file: string;
   /** The graph computes in float16 (see usesFloat16). */
   float16: boolean;
-  /** The graph attends with onnxruntime's GroupQueryAttention (onnxruntime-genai builds). */
-  groupQueryAttention: boolean;
+  /**
+   * Why the graph's GroupQueryAttention (onnxruntime-genai builds) cannot be written out in standard operators for
+   * WebGPU (see onnx/gqa.ts); undefined where it can, or where there is none.
+   */
+  groupQueryAttention: string | undefined;
 }
 
 /**
  * Throws the {@link DeviceError} of a device that cannot run here (WebGPU without an adapter), before any work;
  * with `graph`, also that of a graph the WebGPU adapter cannot run as the CPU does: a float16 graph where the
- * adapter lacks float16 shaders (onnxruntime would only find out at the first node), and GroupQueryAttention,
- * whose WebGPU kernel (onnxruntime-node 1.30) gives states several percent away from the CPU kernel's.
+ * adapter lacks float16 shaders (onnxruntime would only find out at the first node), and a GroupQueryAttention
+ * that cannot be written out in standard operators: its WebGPU kernel (onnxruntime-node 1.30) gives states several
+ * percent away from the CPU kernel's, so WebGPU runs the written-out form (see {@link forDevice}).
  */
 export function checkDevice(device: Device, graph?: GraphNeeds): void {
   if (device !== "webgpu") return;
@@ -150,17 +155,25 @@ export function checkDevice(device: Device, graph?: GraphNeeds): void {
         `use a float32 graph of the model (--model-file) or --device cpu`,
     );
   }
-  if (graph?.groupQueryAttention) {
+  if (graph?.groupQueryAttention !== undefined) {
     throw new DeviceError(
-      `${graph.file}: onnxruntime's WebGPU GroupQueryAttention (an onnxruntime-genai build) does not compute what ` +
+      `${graph.file}: ${graph.groupQueryAttention}, and onnxruntime's WebGPU kernel of it does not compute what ` +
         `its CPU kernel computes; use --device cpu, or an optimum export of the model`,
     );
   }
 }
 
-/** What {@link checkDevice} looks at in the graph read from `file`. */
-export function graphNeeds(file: string, graph: GraphProto): GraphNeeds {
-  return { file, float16: usesFloat16(graph), groupQueryAttention: hasOperator(graph, "GroupQueryAttention") };
+/** What {@link checkDevice} looks at in the model read from `file`. */
+export function graphNeeds(file: string, model: ModelProto): GraphNeeds {
+  return { file, float16: usesFloat16(model.graph!), groupQueryAttention: groupQueryAttentionGap(model) };
+}
+
+/**
+ * Prepares a graph that {@link checkDevice} let through for `device`, in place: on WebGPU every GroupQueryAttention
+ * is written out in standard operators that compute what the CPU kernel computes.
+ */
+export function forDevice(device: Device, model: ModelProto): void {
+  if (device === "webgpu") decomposeGroupQueryAttention(model.graph!);
 }
 
 /** The error for a device whose provider failed with `message`; undefined for the CPU. */

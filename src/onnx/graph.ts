@@ -237,14 +237,3 @@ export function usesFloat16(graph: GraphProto): boolean {
     )
   );
 }
-
-/** Whether a graph (or one of its subgraphs) has a node of type `opType`. */
-export function hasOperator(graph: GraphProto, opType: string): boolean {
-  return (graph.node ?? []).some(
-    (n) =>
-      n.opType === opType ||
-      (n.attribute ?? []).some(
-        (a) => (a.g ? hasOperator(a.g, opType) : false) || (a.graphs ?? []).some((g) => hasOperator(g, opType)),
-      ),
-  );
-}

@@ -17,7 +17,17 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { benchModelAndBank, ensureTorch, envWithout, median, timed, writeTokenIds } from "./bench-util.mjs";
+import {
+  benchModelAndBank,
+  ensureTorch,
+  envWithout,
+  gemmLimit,
+  llamaGenerateFlops,
+  median,
+  share,
+  timed,
+  writeTokenIds,
+} from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -104,17 +114,29 @@ const texts = (out) => {
   };
 };
 
+// The machine's limit, measured now: each contender's useful GFLOP/s (the peer's tokens: the same work as hsm's
+// where the texts agree) against NumPy's float32 GEMM.
+const limit = gemmLimit(python, peerEnv);
+const promptIds = JSON.parse(readFileSync(ids, "utf8")).ids;
+const flops = llamaGenerateFlops(
+  JSON.parse(readFileSync(join(modelDir, "config.json"), "utf8")),
+  peerRows.map((p, i) => [promptIds[i].length, p.tokens.length + (p.eos ? 1 : 0)]),
+);
+
 const summary = (s) => ({
   runs: s.length,
   rows_per_s: median(s.map((x) => x.rows_per_s)),
   seconds: median(s.map((x) => x.secs)),
   peak_mb: median(s.map((x) => x.mb)),
+  gflops: flops / median(s.map((x) => x.secs)) / 1e9,
 });
 const res = {
   date: new Date().toISOString(),
   rows: rowsWanted,
   batch_size: Number(batch),
   max_new_tokens: Number(maxNew),
+  gflop_per_row: flops / rowsWanted / 1e9,
+  gemm_limit: limit,
   hsm: summary(samples.hsm),
   torch: summary(samples.torch),
   torch_export: { hsm: summary(samples.exported) },
@@ -127,9 +149,13 @@ res.torch_export.texts = texts(exportedOut);
 writeFileSync(join(benchDir, "bench-generate.json"), JSON.stringify(res, null, 2) + "\n");
 
 const line = (name, r) =>
-  `  ${name}: ${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}`;
+  `  ${name}: ${r.rows_per_s.toFixed(1)} rows/s (${r.seconds.toFixed(1)} s), peak ${r.peak_mb.toFixed(0)} MB, median of ${r.runs}; ` +
+  `${r.gflops.toFixed(0)} GFLOP/s, ${share(r.gflops, limit.gflops)} of the limit`;
 console.log(
   `hsm generate vs PyTorch — ${rowsWanted} rows, 12 layers × d 512, Llama 3 vocabulary, batch ${batch}, at most ${maxNew} new tokens`,
+);
+console.log(
+  `  limit: NumPy float32 GEMM ${limit.gflops.toFixed(0)} GFLOP/s (${limit.blas}) over ${res.gflop_per_row.toFixed(2)} GFLOP a row of useful work (prompt, cached steps, LM head) = ${(limit.gflops / res.gflop_per_row).toFixed(0)} rows/s`,
 );
 console.log(line("PyTorch peer", res.torch));
 for (const [name, r, vs, t] of [

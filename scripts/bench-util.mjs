@@ -273,3 +273,24 @@ export function llamaBlockFlops(config, tokenCounts) {
   for (const n of tokenCounts) flops += n * perToken + 2 * 2 * d * ((n * (n + 1)) / 2);
   return flops * config.num_hidden_layers;
 }
+
+/**
+ * The useful float32 work of greedy decoding with a KV cache: each row's prompt through the blocks
+ * ({@link llamaBlockFlops}), then every further token through the blocks attending over the context so far, and the
+ * LM head once for each token produced. `rows` holds [prompt tokens, tokens produced] pairs.
+ */
+export function llamaGenerateFlops(config, rows) {
+  const d = config.hidden_size;
+  const heads = config.num_attention_heads;
+  const kv = ((config.num_key_value_heads ?? heads) * d) / heads;
+  const perToken = 2 * (2 * d * d + 2 * d * kv + 3 * d * config.intermediate_size);
+  let flops = llamaBlockFlops(
+    config,
+    rows.map(([prompt]) => prompt),
+  );
+  for (const [prompt, produced] of rows) {
+    for (let k = 1; k < produced; k++) flops += config.num_hidden_layers * (perToken + 2 * 2 * d * (prompt + k));
+    flops += produced * 2 * d * config.vocab_size;
+  }
+  return flops;
+}

@@ -220,6 +220,41 @@ __attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const i
   }
 }
 
+// AurocLanes with AVX2: the same sums, four lanes per vector, each operation unfused as Auroc() does it.
+__attribute__((target("avx2"))) void AurocLanesAvx2(const SortedGroup& g, const int32_t* weight, double* out) {
+  const __m256d half = _mm256_set1_pd(0.5);
+  __m256d nb[4], sp[4], w[4];
+  for (int q = 0; q < 4; q++) nb[q] = _mm256_setzero_pd(), sp[q] = _mm256_setzero_pd(), w[q] = _mm256_setzero_pd();
+  for (size_t t = 0; t < g.n_ties; t++) {
+    const int32_t begin = g.ties[t], end = g.ties[t + 1];
+    __m256d p[4], a[4];
+    for (int q = 0; q < 4; q++) p[q] = _mm256_setzero_pd(), a[q] = _mm256_setzero_pd();
+    for (int32_t i = begin; i < end; i++) {
+      const int32_t* c = weight + static_cast<size_t>(g.fact[i]) * kLanes;
+      for (int q = 0; q < 4; q++) {
+        const __m256d cq = _mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 4 * q)));
+        if (g.label[i]) p[q] = _mm256_add_pd(p[q], cq);
+        a[q] = _mm256_add_pd(a[q], cq);
+      }
+    }
+    for (int q = 0; q < 4; q++) {
+      const __m256d n = _mm256_sub_pd(a[q], p[q]);
+      w[q] = _mm256_add_pd(w[q], _mm256_mul_pd(p[q], _mm256_add_pd(nb[q], _mm256_mul_pd(n, half))));
+      nb[q] = _mm256_add_pd(nb[q], n);
+      sp[q] = _mm256_add_pd(sp[q], p[q]);
+    }
+  }
+  alignas(32) double wins[kLanes], pos[kLanes], neg[kLanes];
+  for (int q = 0; q < 4; q++) {
+    _mm256_store_pd(wins + 4 * q, w[q]);
+    _mm256_store_pd(pos + 4 * q, sp[q]);
+    _mm256_store_pd(neg + 4 * q, nb[q]);
+  }
+  for (size_t l = 0; l < kLanes; l++) {
+    out[l] = pos[l] == 0 || neg[l] == 0 ? std::numeric_limits<double>::quiet_NaN() : wins[l] / (pos[l] * neg[l]);
+  }
+}
+
 // Sixteen generators side by side, lane l the generator of one replicate: its
 // state is the sequential stream's at that replicate's first draw, so lane l
 // draws what Draw() would for it. Below 2^21 items Int(n) is the high half of
@@ -270,6 +305,42 @@ class RngLanes {
     _mm512_store_si512(s_[3], d);
   }
 
+  // Draw() with AVX2: eight lanes per vector, the same steps and the same high halves.
+  __attribute__((target("avx2"))) void DrawAvx2(size_t n, int32_t* weight) {
+    const __m256i nv = _mm256_set1_epi64x(static_cast<long long>(n));
+    const __m256i five = _mm256_set1_epi32(5), nine = _mm256_set1_epi32(9);
+    for (size_t h = 0; h < kLanes; h += 8) {
+      const int o = static_cast<int>(h);
+      const __m256i lane = _mm256_setr_epi32(o, o + 1, o + 2, o + 3, o + 4, o + 5, o + 6, o + 7);
+      __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(s_[0] + h));
+      __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(s_[1] + h));
+      __m256i c = _mm256_load_si256(reinterpret_cast<const __m256i*>(s_[2] + h));
+      __m256i d = _mm256_load_si256(reinterpret_cast<const __m256i*>(s_[3] + h));
+      alignas(32) int32_t at[8];
+      for (size_t i = 0; i < n; i++) {
+        const __m256i b5 = _mm256_mullo_epi32(b, five);
+        const __m256i u =
+            _mm256_mullo_epi32(_mm256_or_si256(_mm256_slli_epi32(b5, 7), _mm256_srli_epi32(b5, 25)), nine);
+        const __m256i t = _mm256_slli_epi32(b, 9);
+        c = _mm256_xor_si256(c, a);
+        d = _mm256_xor_si256(d, b);
+        b = _mm256_xor_si256(b, c);
+        a = _mm256_xor_si256(a, d);
+        c = _mm256_xor_si256(c, t);
+        d = _mm256_or_si256(_mm256_slli_epi32(d, 11), _mm256_srli_epi32(d, 21));
+        const __m256i even = _mm256_srli_epi64(_mm256_mul_epu32(u, nv), 32);
+        const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(u, 32), nv);
+        const __m256i item = _mm256_blend_epi32(even, odd, 0xAA);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(at), _mm256_add_epi32(_mm256_slli_epi32(item, 4), lane));
+        for (size_t l = 0; l < 8; l++) weight[at[l]]++;
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s_[0] + h), a);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s_[1] + h), b);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s_[2] + h), c);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s_[3] + h), d);
+    }
+  }
+
  private:
   alignas(64) uint32_t s_[4][kLanes];
 };
@@ -288,7 +359,10 @@ void LaneReplicates(Rng rng, size_t first, size_t last, size_t n, Fn fn) {
   int64_t replicate[kLanes];
   for (size_t t = 0; t < (count + kLanes - 1) / kLanes; t++) {
     std::fill(weight.begin(), weight.end(), 0);
-    lanes.Draw(n, weight.data());
+    if (HasAvx512())
+      lanes.Draw(n, weight.data());
+    else
+      lanes.DrawAvx2(n, weight.data());
     for (size_t l = 0; l < kLanes; l++)
       replicate[l] = starts[l] + t < ends[l] ? static_cast<int64_t>(first + starts[l] + t) : -1;
     fn(weight.data(), replicate);
@@ -303,7 +377,7 @@ void BootstrapAurocLanes(Rng rng, size_t first, size_t last, const SortedGroup& 
   std::vector<int32_t> paired_weight(pn * kLanes);
   double lanes[kLanes];
   LaneReplicates(rng, first, last, n, [&](const int32_t* weight, const int64_t* replicate) {
-    AurocLanes(group, weight, lanes);
+    (HasAvx512() ? AurocLanes : AurocLanesAvx2)(group, weight, lanes);
     for (size_t l = 0; l < kLanes; l++)
       if (replicate[l] >= 0) out[replicate[l]] = lanes[l];
     if (!paired) return;
@@ -314,7 +388,7 @@ void BootstrapAurocLanes(Rng rng, size_t first, size_t last, const SortedGroup& 
       const int32_t* src = weight + f * kLanes;
       for (size_t l = 0; l < kLanes; l++) dst[l] += src[l];
     }
-    AurocLanes(*paired, paired_weight.data(), lanes);
+    (HasAvx512() ? AurocLanes : AurocLanesAvx2)(*paired, paired_weight.data(), lanes);
     for (size_t l = 0; l < kLanes; l++)
       if (replicate[l] >= 0) paired_out[replicate[l]] = lanes[l];
   });
@@ -335,10 +409,25 @@ __attribute__((target("avx512f"))) void MeanSums(const int32_t* weight, const do
   _mm512_storeu_pd(sums + 8, s1);
 }
 
+// MeanSums with AVX2, four lanes per vector, the same unfused product and sum.
+__attribute__((target("avx2"))) void MeanSumsAvx2(const int32_t* weight, const double* values, size_t n,
+                                                  double* sums) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  for (size_t f = 0; f < n; f++) {
+    const int32_t* c = weight + f * kLanes;
+    const __m256d v = _mm256_set1_pd(values[f]);
+    for (int q = 0; q < 4; q++) {
+      const __m256d cq = _mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 4 * q)));
+      acc[q] = _mm256_add_pd(acc[q], _mm256_mul_pd(cq, v));
+    }
+  }
+  for (int q = 0; q < 4; q++) _mm256_storeu_pd(sums + 4 * q, acc[q]);
+}
+
 void BootstrapMeanLanes(Rng rng, size_t first, size_t last, const double* values, size_t n, double* out) {
   double sums[kLanes];
   LaneReplicates(rng, first, last, n, [&](const int32_t* weight, const int64_t* replicate) {
-    MeanSums(weight, values, n, sums);
+    (HasAvx512() ? MeanSums : MeanSumsAvx2)(weight, values, n, sums);
     for (size_t l = 0; l < kLanes; l++)
       if (replicate[l] >= 0) out[replicate[l]] = sums[l] / static_cast<double>(n);
   });
@@ -354,7 +443,7 @@ void BootstrapMean(uint32_t seed, uint32_t stream, const double* values, size_t 
     Rng rng = start;
     rng.Skip(static_cast<uint64_t>(first) * n);
 #if defined(__x86_64__)
-    if (HasAvx512() && n < kLaneItems) return BootstrapMeanLanes(rng, first, last, values, n, out);
+    if ((HasAvx512() || HasAvx2()) && n < kLaneItems) return BootstrapMeanLanes(rng, first, last, values, n, out);
 #endif
     std::vector<int32_t> counts(n);
     for (size_t r = first; r < last; r++) {
@@ -377,7 +466,7 @@ void BootstrapAuroc(uint32_t seed, uint32_t stream, const SortedGroup& group, si
     Rng rng = start;
     rng.Skip(static_cast<uint64_t>(first) * n);
 #if defined(__x86_64__)
-    if (HasAvx512() && n < kLaneItems)
+    if ((HasAvx512() || HasAvx2()) && n < kLaneItems)
       return BootstrapAurocLanes(rng, first, last, group, out, paired, to_paired, paired_out);
 #endif
     std::vector<int32_t> counts(n);

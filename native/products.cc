@@ -49,6 +49,33 @@ __attribute__((target("avx512f"))) double DotAvx512(const float* a, const float*
   return s;
 }
 
+// DotPortable's sixteen float32 lanes, eight per vector: each lane's products and sums rounded
+// as there, in the same order, then the same double sum; the same bits.
+__attribute__((target("avx2"))) double DotAvx2(const float* a, const float* b, size_t d) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));
+  }
+  alignas(32) float lanes[16];
+  _mm256_store_ps(lanes, acc0);
+  _mm256_store_ps(lanes + 8, acc1);
+  double s = 0;
+  for (float l : lanes) s += l;
+  for (; i < d; i++) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// AxpyPortable eight elements at a time: a product, then a sum, each rounded as there.
+__attribute__((target("avx2"))) void AxpyAvx2(float alpha, const float* x, float* y, size_t d) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  size_t i = 0;
+  for (; i + 8 <= d; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+  for (; i < d; i++) y[i] += alpha * x[i];
+}
+
 __attribute__((target("avx512f"))) void AxpyAvx512(float alpha, const float* x, float* y, size_t d) {
   const __m512 va = _mm512_set1_ps(alpha);
   size_t i = 0;
@@ -67,7 +94,7 @@ void AxpyPortable(float alpha, const float* x, float* y, size_t d) {
 void RowsTimes(const float* h, size_t n, size_t d, const double* v, size_t k, double* out, int threads) {
   std::vector<float> vf(v, v + k * d);
 #ifdef HSM_X86
-  const auto dot = HasAvx512() ? DotAvx512 : DotPortable;
+  const auto dot = HasAvx512() ? DotAvx512 : HasAvx2() ? DotAvx2 : DotPortable;
 #else
   const auto dot = DotPortable;
 #endif
@@ -80,7 +107,7 @@ void RowsTimes(const float* h, size_t n, size_t d, const double* v, size_t k, do
 
 void RowsTransposeTimes(const float* h, size_t n, size_t d, const double* g, size_t k, double* out, int threads) {
 #ifdef HSM_X86
-  const auto axpy = HasAvx512() ? AxpyAvx512 : AxpyPortable;
+  const auto axpy = HasAvx512() ? AxpyAvx512 : HasAvx2() ? AxpyAvx2 : AxpyPortable;
 #else
   const auto axpy = AxpyPortable;
 #endif
@@ -207,8 +234,8 @@ void LogisticPass(const float* h, size_t n, size_t d, const double* v, const dou
                   const uint8_t* train, size_t k, double* loss, double* gsum, double* grad, int threads) {
 #ifdef HSM_X86
   const bool tiles = HasAvx512();
-  const auto dot = tiles ? DotAvx512 : DotPortable;
-  const auto axpy = tiles ? AxpyAvx512 : AxpyPortable;
+  const auto dot = tiles ? DotAvx512 : HasAvx2() ? DotAvx2 : DotPortable;
+  const auto axpy = tiles ? AxpyAvx512 : HasAvx2() ? AxpyAvx2 : AxpyPortable;
 #else
   const bool tiles = false;
   const auto dot = DotPortable;

@@ -103,6 +103,56 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, siz
   _mm512_storeu_ps(scores + 7 * kPanel, c7);
 }
 
+// The portable tile's arithmetic eight lanes at a time: per lane a product rounded to float32, then a
+// sum rounded to float32 (no fused multiply-add), over k in order from zero, so its scores are
+// TilePortable's bit for bit. Four rows per pass keep the eight accumulators, the panel's two
+// halves and a broadcast in the sixteen vector registers.
+__attribute__((target("avx2"))) void TileAvx2(const float* x, size_t d, size_t r0, size_t nr, const float* panel,
+                                              float* scores) {
+  size_t i = 0;
+  for (; i + 4 <= nr; i += 4) {
+    const float* x0 = x + (r0 + i) * d;
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps();
+    __m256 c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    for (size_t k = 0; k < d; k++) {
+      const __m256 p0 = _mm256_loadu_ps(panel + k * kPanel), p1 = _mm256_loadu_ps(panel + k * kPanel + 8);
+      __m256 v = _mm256_broadcast_ss(x0 + k);
+      c00 = _mm256_add_ps(c00, _mm256_mul_ps(v, p0));
+      c01 = _mm256_add_ps(c01, _mm256_mul_ps(v, p1));
+      v = _mm256_broadcast_ss(x0 + d + k);
+      c10 = _mm256_add_ps(c10, _mm256_mul_ps(v, p0));
+      c11 = _mm256_add_ps(c11, _mm256_mul_ps(v, p1));
+      v = _mm256_broadcast_ss(x0 + 2 * d + k);
+      c20 = _mm256_add_ps(c20, _mm256_mul_ps(v, p0));
+      c21 = _mm256_add_ps(c21, _mm256_mul_ps(v, p1));
+      v = _mm256_broadcast_ss(x0 + 3 * d + k);
+      c30 = _mm256_add_ps(c30, _mm256_mul_ps(v, p0));
+      c31 = _mm256_add_ps(c31, _mm256_mul_ps(v, p1));
+    }
+    float* s = scores + i * kPanel;
+    _mm256_storeu_ps(s, c00);
+    _mm256_storeu_ps(s + 8, c01);
+    _mm256_storeu_ps(s + kPanel, c10);
+    _mm256_storeu_ps(s + kPanel + 8, c11);
+    _mm256_storeu_ps(s + 2 * kPanel, c20);
+    _mm256_storeu_ps(s + 2 * kPanel + 8, c21);
+    _mm256_storeu_ps(s + 3 * kPanel, c30);
+    _mm256_storeu_ps(s + 3 * kPanel + 8, c31);
+  }
+  for (; i < nr; i++) {
+    const float* xi = x + (r0 + i) * d;
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
+    for (size_t k = 0; k < d; k++) {
+      const __m256 v = _mm256_broadcast_ss(xi + k);
+      c0 = _mm256_add_ps(c0, _mm256_mul_ps(v, _mm256_loadu_ps(panel + k * kPanel)));
+      c1 = _mm256_add_ps(c1, _mm256_mul_ps(v, _mm256_loadu_ps(panel + k * kPanel + 8)));
+    }
+    _mm256_storeu_ps(scores + i * kPanel, c0);
+    _mm256_storeu_ps(scores + i * kPanel + 8, c1);
+  }
+}
+
 // One row against one anchor (both row-major), lane for lane what the float32 tiles compute:
 // one fused multiply-add per k, in order, from zero.
 __attribute__((target("avx512f"))) float DotFma(const float* xi, const float* ag, size_t d) {
@@ -299,7 +349,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     Crew(nt, work);
     return;
   }
-  const auto tile = HasAvx512() ? TileAvx512 : TilePortable;
+  const auto tile = HasAvx512() ? TileAvx512 : HasAvx2() ? TileAvx2 : TilePortable;
 #else
   const auto tile = TilePortable;
 #endif

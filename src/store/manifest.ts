@@ -338,9 +338,18 @@ function formatManifest(m: Manifest): string {
   return `{\n${lines.join(",\n")}\n}\n`;
 }
 
+function isJsonPrimitive(v: unknown): boolean {
+  return v === null || typeof v === "string" || typeof v === "number" || typeof v === "boolean";
+}
+
 /** JSON with every object's keys sorted and no spaces: one text for one value, whatever order built it. */
 function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (Array.isArray(value)) {
+    // The per-row arrays (tens of thousands of ids) in one call: for strings, finite or not numbers,
+    // booleans and null, JSON.stringify writes each element as the recursion below would.
+    if (value.every(isJsonPrimitive)) return JSON.stringify(value);
+    return `[${value.map(canonicalJson).join(",")}]`;
+  }
   if (value !== null && typeof value === "object") {
     const entries = Object.entries(value as Record<string, unknown>)
       .filter(([, v]) => v !== undefined)

@@ -40,6 +40,24 @@ function rankCase(seed: number) {
   return { x, a, n, F, d, own };
 }
 
+/** Rows near their own anchor, every own anchor followed by an exact copy of itself. */
+function copiedAnchors() {
+  const rng = new Rng(17);
+  const n = 240;
+  const F = 50;
+  const d = 1024;
+  const a = unitRows(F, d, rng);
+  for (let g = 1; g < F; g += 2) a.copyWithin(g * d, (g - 1) * d, g * d);
+  const x = unitRows(n, d, rng);
+  const own = Int32Array.from({ length: n }, (_, i) => 2 * (i % (F / 2)));
+  for (let i = 0; i < n; i++) {
+    let norm = 0;
+    for (let j = 0; j < d; j++) norm += (x[i * d + j] = a[own[i]! * d + j]! + 0.05 * x[i * d + j]!) ** 2;
+    for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(norm);
+  }
+  return { x, a, n, F, d, own };
+}
+
 const all = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
 const LEVELS = loadNative({ threads: 1, allowBf16: false }) ? nativeSimdLevels : [];
 
@@ -83,24 +101,21 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     expect(counts(nativeFloat32!)).toEqual(Array.from(reference));
   });
 
+  // Below AVX-512 the tiles (portable, AVX2) round each product and each sum as the own score does, in the
+  // same order, so an exact copy of the own anchor ties with it bit for bit and never counts as above.
+  it.runIf(level !== "avx512")("ties an exact copy of the own anchor with the own score", () => {
+    const { x, a, n, F, d, own } = copiedAnchors();
+    const c = new Int32Array(n);
+    nativeFloat32!.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
+    expect(Array.from(c)).toEqual(new Array<number>(n).fill(0));
+  });
+
   // Only AVX-512 has the screen, and fused tiles whose arithmetic differs from the own score's.
   it.runIf(level === "avx512")("counts an exact copy of the own anchor as the float32 kernel does", () => {
     // Every row's own anchor has an exact copy among the anchors. The copy's score and the own
     // score are the same sum in two float32 arithmetics (fused tiles, plain own score), so whether
     // the copy counts as above turns on the last bits; the screen must call it as the float32 kernel.
-    const rng = new Rng(17);
-    const n = 240;
-    const F = 50;
-    const d = 1024;
-    const a = unitRows(F, d, rng);
-    for (let g = 1; g < F; g += 2) a.copyWithin(g * d, (g - 1) * d, g * d);
-    const x = unitRows(n, d, rng);
-    const own = Int32Array.from({ length: n }, (_, i) => 2 * (i % (F / 2)));
-    for (let i = 0; i < n; i++) {
-      let norm = 0;
-      for (let j = 0; j < d; j++) norm += (x[i * d + j] = a[own[i]! * d + j]! + 0.05 * x[i * d + j]!) ** 2;
-      for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(norm);
-    }
+    const { x, a, n, F, d, own } = copiedAnchors();
     const counts = (k: NonNullable<typeof nativeKernels>) => {
       const c = new Int32Array(n);
       k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);

@@ -301,6 +301,27 @@ describe("verifyStore", () => {
     expect(sealed).toBe(py);
   });
 
+  it("hashes arrays of every JSON kind as canonical JSON computed independently", () => {
+    const content = {
+      z: ['a"b', "é\u2028", "", "\\"],
+      a: [1, -2, 0, 3.5, null, true, false, "x"],
+      m: [[], [1, [2, "3"]], [{ b: 1, a: [null] }], {}],
+      k: { y: [true], x: "v" },
+    };
+    const py = execFileSync(
+      "/usr/bin/python3",
+      [
+        "-c",
+        "import json,sys,hashlib; m=json.load(sys.stdin); " +
+          "print(hashlib.sha256(json.dumps(m,sort_keys=True,separators=(',',':'),ensure_ascii=False).encode()).hexdigest())",
+      ],
+      { input: JSON.stringify(content) },
+    )
+      .toString()
+      .trim();
+    expect(manifestContentSha256({ ...content, manifest_sha256: "f".repeat(64) })).toBe(py);
+  });
+
   it("reports layers that are not what the layer rule keeps at the block count", async () => {
     // A rule changed and resealed: the checksum holds, the layers do not follow from the rule.
     const store = corrupt((s) => editManifest(s, (m) => (m.layer_rule = "l >= 4")));

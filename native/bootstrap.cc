@@ -359,10 +359,8 @@ void LaneReplicates(Rng rng, size_t first, size_t last, size_t n, Fn fn) {
   int64_t replicate[kLanes];
   for (size_t t = 0; t < (count + kLanes - 1) / kLanes; t++) {
     std::fill(weight.begin(), weight.end(), 0);
-    if (HasAvx512())
-      lanes.Draw(n, weight.data());
-    else
-      lanes.DrawAvx2(n, weight.data());
+    if (HasAvx512()) lanes.Draw(n, weight.data());
+    else lanes.DrawAvx2(n, weight.data());
     for (size_t l = 0; l < kLanes; l++)
       replicate[l] = starts[l] + t < ends[l] ? static_cast<int64_t>(first + starts[l] + t) : -1;
     fn(weight.data(), replicate);
@@ -410,8 +408,7 @@ __attribute__((target("avx512f"))) void MeanSums(const int32_t* weight, const do
 }
 
 // MeanSums with AVX2, four lanes per vector, the same unfused product and sum.
-__attribute__((target("avx2"))) void MeanSumsAvx2(const int32_t* weight, const double* values, size_t n,
-                                                  double* sums) {
+__attribute__((target("avx2"))) void MeanSumsAvx2(const int32_t* weight, const double* values, size_t n, double* sums) {
   __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   for (size_t f = 0; f < n; f++) {
     const int32_t* c = weight + f * kLanes;

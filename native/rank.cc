@@ -183,13 +183,16 @@ __attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, siz
 }
 
 // Screening with bfloat16 products, exact where it matters. Rows and anchors
-// are unit vectors, so a bfloat16 dot product (each factor rounded with
-// relative error at most 2^-9, or flushed to zero below 2^-126, products
-// summed in float32) is within 2^-8 + 2^-13 < kScreen of the float32 one. An
-// anchor scoring clearly above or below a row's own score is counted from the
-// screen; an anchor within kScreen of the own score is recomputed in float32
-// with the float32 path's arithmetic (DotFma), so every count equals that path's.
-constexpr float kScreen = 1.0f / 128;
+// are unit vectors. Rounding to bfloat16 (8 significant bits, to nearest) has
+// relative error at most 2^-8 per factor (or flushes below 2^-126), so each
+// product is off by at most (2^-7 + 2^-16)|x_i a_i|, at most 2^-7 + 2^-16 in
+// all; summing d products in float32, in this pass and in the float32 path,
+// adds at most 2 d 2^-24 (under 2^-11 for d up to 8192). The screened score is
+// therefore within 2^-7 + 2^-11 < kScreen of the float32 one. An anchor
+// scoring clearly above or below a row's own score is counted from the screen;
+// an anchor within kScreen of the own score is recomputed in float32 with the
+// float32 path's arithmetic (DotFma), so every count equals that path's.
+constexpr float kScreen = 1.0f / 64;
 
 // The screen's register block: kScreenRows rows against kScreenPanels panels,
 // one accumulator each (24 of the 32 vector registers), so that every

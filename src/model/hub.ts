@@ -126,8 +126,9 @@ export async function fetchHubModel(id: string, options: { modelFile?: string } 
 }
 
 /**
- * The cached snapshot of `revision` (a commit, or a ref the cache records); anything missing is one line. Without
- * `modelFile` the graph defaults as online (see {@link pickGraph}), where the snapshot holds it.
+ * The cached snapshot of `revision` (a commit, or a ref the cache records); anything missing is one line. The
+ * graph is found as online (see {@link pickGraph}): `modelFile` as a path or a name under `onnx/`, else the
+ * defaults, where the snapshot holds it.
  */
 async function fromCache(
   id: string,
@@ -147,8 +148,8 @@ async function fromCache(
   const snapshot = join(storage, "snapshots", commit);
   if (!(await stat(snapshot).catch(() => undefined))?.isDirectory())
     throw new HubError(`${id}: not in the hub cache (${snapshot} is missing); ${offline}`);
-  const graph =
-    modelFile ?? (["model.onnx", "onnx/model.onnx"].find((g) => existsSync(join(snapshot, g))) as string | undefined);
+  const names = modelFile !== undefined ? [modelFile, `onnx/${modelFile}`] : ["model.onnx", "onnx/model.onnx"];
+  const graph = names.find((g) => existsSync(join(snapshot, g))) ?? modelFile;
   return { dir: snapshot, graph, commit, source: `hf:${repo}@${commit}` };
 }
 

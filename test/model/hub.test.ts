@@ -346,6 +346,9 @@ describe("a model named by hub id", () => {
     });
     try {
       expect((await fetchHubModel(id, { modelFile: "model_big.onnx" })).graph).toBe("onnx/model_big.onnx");
+      // Offline, the cache finds the same graph by the same name.
+      useCache(join(dir, "big"), { HF_HUB_OFFLINE: "1" });
+      expect((await fetchHubModel(id, { modelFile: "model_big.onnx" })).graph).toBe("onnx/model_big.onnx");
     } finally {
       spy.mockRestore();
       files.delete("onnx/model_big.onnx");

@@ -148,8 +148,7 @@ async function fromCache(
   const snapshot = join(storage, "snapshots", commit);
   if (!(await stat(snapshot).catch(() => undefined))?.isDirectory())
     throw new HubError(`${id}: not in the hub cache (${snapshot} is missing); ${offline}`);
-  const names = modelFile !== undefined ? [modelFile, `onnx/${modelFile}`] : ["model.onnx", "onnx/model.onnx"];
-  const graph = names.find((g) => existsSync(join(snapshot, g))) ?? modelFile;
+  const graph = graphNames(modelFile).find((g) => existsSync(join(snapshot, g))) ?? modelFile;
   return { dir: snapshot, graph, commit, source: `hf:${repo}@${commit}` };
 }
 
@@ -172,6 +171,11 @@ function apiError(id: string, hubUrl: string, what: string, err: unknown): HubEr
   );
 }
 
+/** The paths a graph is looked for at, in order: `modelFile` as a path or a name under `onnx/`, else the defaults. */
+function graphNames(modelFile: string | undefined): string[] {
+  return modelFile !== undefined ? [modelFile, `onnx/${modelFile}`] : ["model.onnx", "onnx/model.onnx"];
+}
+
 /**
  * The graph a run uses from the repository's `files`: `modelFile` where given (a path, or a name under `onnx/`),
  * else `model.onnx`, else `onnx/model.onnx` (the full-precision graph of transformers.js repositories), else the
@@ -179,8 +183,7 @@ function apiError(id: string, hubUrl: string, what: string, err: unknown): HubEr
  */
 function pickGraph(id: string, files: RemoteFile[], modelFile: string | undefined): RemoteFile {
   const graphs = files.filter((f) => f.path.endsWith(".onnx"));
-  const names = modelFile !== undefined ? [modelFile, `onnx/${modelFile}`] : ["model.onnx", "onnx/model.onnx"];
-  for (const name of names) {
+  for (const name of graphNames(modelFile)) {
     const found = graphs.find((f) => f.path === name);
     if (found) return found;
   }

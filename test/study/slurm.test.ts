@@ -7,7 +7,7 @@
  * shard ever running twice at once. A finished study then submits nothing.
  * Skipped where the cluster cannot start, unless HSM_REQUIRE_SLURM=1.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { runStudy } from "../../src/pipeline/study.js";
 import { writeTinyModel } from "../../src/synthetic/llama.js";
+import { runChild } from "../helpers/child.js";
 import { startSlurm, type SlurmCluster } from "../helpers/slurm.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -41,17 +42,10 @@ function study(outputs: string): string {
 }
 
 /** Runs the CLI with the cluster's environment; resolves with its exit status and output. */
-function hsm(args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [HSM, ...args], {
-      cwd: dir,
-      env: { ...slurm!.env, HSM_SLURM_POLL_SECONDS: "0.5" },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    child.on("close", (status) => resolve({ status, stdout, stderr }));
+function hsm(args: string[]) {
+  return runChild(process.execPath, [HSM, ...args], {
+    cwd: dir,
+    env: { ...slurm!.env, HSM_SLURM_POLL_SECONDS: "0.5" },
   });
 }
 

@@ -13,7 +13,7 @@ import { dirname, join } from "node:path";
 
 import { kernelOptions, nativeKernels } from "../kernels/default.js";
 import { nativeLoadErrors, nativeSimdLevel, nativeSimdLevels } from "../kernels/native.js";
-import { CUDA_HELP, probeWebgpu, WEBGPU_HELP } from "./session.js";
+import { CUDA_HELP, missingAdapter, probeWebgpu, WEBGPU_HELP } from "./session.js";
 
 /** One device or backend looked for. */
 export interface DeviceFinding {
@@ -117,8 +117,7 @@ function ortWebgpuFinding(): DeviceFinding {
     const f16 = probe.float16 ? "float16 graphs too" : "float32 graphs only: the adapter lacks shader-f16";
     return { name, available: true, detail: `the WebGPU execution provider runs (--device webgpu; ${f16})` };
   }
-  const adapter = /Failed to get a WebGPU adapter: ([^\n]*)/.exec(why);
-  const detail = adapter ? `no WebGPU adapter was found (${adapter[1]!.trim()})` : why.split("\n")[0]!;
+  const detail = missingAdapter(why) ?? why.split("\n")[0]!;
   return { name, available: false, detail, fix: WEBGPU_HELP };
 }
 

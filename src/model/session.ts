@@ -176,16 +176,19 @@ export function forDevice(device: Device, model: ModelProto): void {
   if (device === "webgpu") decomposeGroupQueryAttention(model.graph!);
 }
 
+/** "no WebGPU adapter was found (…)" where onnxruntime's WebGPU provider failed with `message` for want of one. */
+export function missingAdapter(message: string): string | undefined {
+  const adapter = /Failed to get a WebGPU adapter: ([^\n]*)/.exec(message);
+  return adapter ? `no WebGPU adapter was found (${adapter[1]!.trim()})` : undefined;
+}
+
 /** The error for a device whose provider failed with `message`; undefined for the CPU. */
 export function deviceError(device: Device, message: string): DeviceError | undefined {
   const first = message.split("\n")[0]!;
   if (device === "cuda")
     return new DeviceError(`the CUDA execution provider could not be used (${first}); ${CUDA_HELP}`);
   if (device === "webgpu") {
-    const adapter = /Failed to get a WebGPU adapter: ([^\n]*)/.exec(message);
-    const why = adapter
-      ? `no WebGPU adapter was found (${adapter[1]!.trim()})`
-      : `the WebGPU execution provider could not be used (${first})`;
+    const why = missingAdapter(message) ?? `the WebGPU execution provider could not be used (${first})`;
     return new DeviceError(`--device webgpu: ${why}; ${WEBGPU_HELP}`);
   }
   return undefined;

@@ -5,16 +5,21 @@
 #pragma once
 #include <atomic>
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace hsm {
 
 // The SIMD levels, lowest first. portable: plain C++ only (no SHA extensions
 // either); avx2: the AVX2 + F16C paths and the SHA extensions; avx512: every
-// AVX-512 path the CPU has (F, BW, BF16) as well.
-enum class Simd : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+// AVX-512 path the CPU has (F, BW, BF16) as well; amx: the AMX tile paths too.
+enum class Simd : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
 namespace detail {
 // The cap in force; the highest level unless setSimd lowered it.
-inline std::atomic<int> simd_cap{static_cast<int>(Simd::kAvx512)};
+inline std::atomic<int> simd_cap{static_cast<int>(Simd::kAmx)};
 inline bool Allowed(Simd level) { return detail::simd_cap.load(std::memory_order_relaxed) >= static_cast<int>(level); }
 }  // namespace detail
 
@@ -55,6 +60,22 @@ inline bool Avx2() {
   }();
   return yes;
 }
+// AMX tiles with bfloat16 products, and the kernel's leave to use them: Linux hands the tile
+// registers' state only to a process that asks for it (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, granted to every thread of the process).
+inline bool AmxBf16() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") || !Avx512Bf16()) return false;
+#if defined(__linux__) && defined(__x86_64__)
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return yes;
+}
 inline bool Sha() {
   static const bool yes = [] {
     __builtin_cpu_init();
@@ -66,6 +87,7 @@ inline bool Sha() {
 
 // The highest level this CPU has.
 inline Simd CpuSimd() {
+  if (cpu::AmxBf16() && cpu::Avx2F16c()) return Simd::kAmx;
   if (cpu::Avx512() && cpu::Avx2F16c()) return Simd::kAvx512;
   if (cpu::Avx2F16c()) return Simd::kAvx2;
   return Simd::kPortable;
@@ -74,6 +96,7 @@ inline Simd CpuSimd() {
 inline bool HasAvx2F16c() { return cpu::Avx2F16c() && detail::Allowed(Simd::kAvx2); }
 inline bool HasAvx512() { return cpu::Avx512() && detail::Allowed(Simd::kAvx512); }
 inline bool HasAvx512Bf16() { return cpu::Avx512Bf16() && detail::Allowed(Simd::kAvx512); }
+inline bool HasAmxBf16() { return cpu::AmxBf16() && detail::Allowed(Simd::kAmx); }
 // The byte and word instructions (masked loads of 16-bit values) every AVX-512 BF16 CPU also has.
 inline bool HasAvx512Bw() { return cpu::Avx512Bw() && detail::Allowed(Simd::kAvx512); }
 inline bool HasAvx2() { return cpu::Avx2() && detail::Allowed(Simd::kAvx2); }
@@ -84,6 +107,7 @@ inline Simd CpuSimd() { return Simd::kPortable; }
 inline bool HasAvx2F16c() { return false; }
 inline bool HasAvx512() { return false; }
 inline bool HasAvx512Bf16() { return false; }
+inline bool HasAmxBf16() { return false; }
 inline bool HasAvx512Bw() { return false; }
 inline bool HasAvx2() { return false; }
 inline bool HasSha() { return false; }

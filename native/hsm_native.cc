@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -769,10 +770,10 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
   return promise;
 }
 
-constexpr const char* kSimdNames[] = {"portable", "avx2", "avx512"};
+constexpr const char* kSimdNames[] = {"portable", "avx2", "avx512", "amx"};
 
 // setSimd(level): the SIMD level the kernels may use at most, one of
-// "portable", "avx2", "avx512"; a level this CPU lacks is refused.
+// "portable", "avx2", "avx512", "amx"; a level this CPU lacks is refused.
 napi_value SetSimd(napi_env env, napi_callback_info info) {
   napi_value argv[1];
   if (!GetArgs(env, info, 1, argv)) return nullptr;
@@ -781,11 +782,11 @@ napi_value SetSimd(napi_env env, napi_callback_info info) {
   napi_valuetype type;
   if (napi_typeof(env, argv[0], &type) != napi_ok || type != napi_string ||
       napi_get_value_string_utf8(env, argv[0], name, sizeof name, &len) != napi_ok) {
-    Fail(env, "Expected portable, avx2 or avx512 for the SIMD level");
+    Fail(env, "Expected portable, avx2, avx512 or amx for the SIMD level");
     return nullptr;
   }
   const std::string want(name, len);
-  for (int level = 0; level < 3; level++) {
+  for (int level = 0; level < static_cast<int>(std::size(kSimdNames)); level++) {
     if (want != kSimdNames[level]) continue;
     if (level > static_cast<int>(hsm::CpuSimd())) {
       char message[160];
@@ -799,8 +800,8 @@ napi_value SetSimd(napi_env env, napi_callback_info info) {
     return nullptr;
   }
   char message[160];
-  std::snprintf(message, sizeof message, "Expected portable, avx2 or avx512 for the SIMD level but received \"%s\"",
-                want.c_str());
+  std::snprintf(message, sizeof message,
+                "Expected portable, avx2, avx512 or amx for the SIMD level but received \"%s\"", want.c_str());
   napi_throw_type_error(env, nullptr, message);
   return nullptr;
 }

@@ -194,6 +194,28 @@ __attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, siz
 // float32 path's arithmetic (DotFma), so every count equals that path's.
 constexpr float kScreen = 1.0f / 64;
 
+// Counts, for row r and panel p, the anchors whose screened scores s (lanes of the panel; `lanes`
+// masks those past the last anchor) lie above the row's own score, each anchor too close to call
+// recomputed in float32.
+__attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m512 s, const float* x, size_t d,
+                                                                            size_t r, const float* a, size_t p,
+                                                                            __mmask16 lanes, const int32_t* own,
+                                                                            const float* own_score, int32_t* above) {
+  if (own[r] < 0) return;
+  __mmask16 mine = lanes;
+  if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
+  const __m512 o = _mm512_set1_ps(own_score[r]);
+  const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
+  const __mmask16 near =
+      _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
+  int32_t c = __builtin_popcount(high);
+  // Too close to call (rare): those anchors again in float32.
+  for (uint32_t m = near; m != 0; m &= m - 1) {
+    c += DotFma(x + r * d, a + (p * kPanel + __builtin_ctz(m)) * d, d) > own_score[r];
+  }
+  above[r] += c;
+}
+
 // The screen's register block: kScreenRows rows against kScreenPanels panels,
 // one accumulator each (24 of the 32 vector registers), so that every
 // broadcast row pair feeds several panels and every panel load several rows,
@@ -272,27 +294,88 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
           const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
           const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
           for (size_t i = 0; i < nr; i++) {
-            const size_t r = r0 + i;
-            if (own[r] < 0) continue;
-            __mmask16 mine = lanes;
-            if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
-            const __m512 s = acc[i * np + q];
-            const __m512 o = _mm512_set1_ps(own_score[r]);
-            const __mmask16 high =
-                _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
-            const __mmask16 near =
-                _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
-            int32_t c = __builtin_popcount(high);
-            // Too close to call (rare): those anchors again in float32.
-            for (uint32_t m = near; m != 0; m &= m - 1) {
-              c += DotFma(x + r * d, a + (p * kPanel + __builtin_ctz(m)) * d, d) > own_score[r];
-            }
-            above[r] += c;
+            CountScreened(acc[i * np + q], x, d, r0 + i, a, p, lanes, own, own_score, above);
           }
         }
       }
     }
   }
+}
+
+// The same screen on AMX tiles: TDPBF16PS multiplies a tile of 16 rows by 16 pairs of bfloat16
+// values against 16 pairs of 16 anchors, 8,192 products an instruction, each product exact in
+// float32 and summed in float32 (subnormals flushed, as VDPBF16PS does). The order of the sums
+// differs from the register path's, not their number, so the bound above holds as it stands and
+// the counts are again the float32 path's, bit for bit. Tiles 0-3 accumulate 32 rows against two
+// panels; tiles 4-5 hold the rows' pairs, tiles 6-7 the panels'.
+constexpr size_t kAmxRows = 32;
+constexpr size_t kAmxPairs = 16;        // pairs along d per tile step (64 bytes a tile row)
+constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat16 at d = 1024
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Rows [r_begin, r_end) against every anchor. packed_bf holds the panels as PairsBf16 lays them
+// out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded
+// up to an even count with zero panels.
+__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows(
+    const float* x, size_t d, size_t r_begin, size_t r_end, const float* a, const uint32_t* packed_bf, size_t n_panels,
+    size_t n_anchors, const int32_t* own, const float* own_score, int32_t* above) {
+  const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
+  const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
+  std::vector<uint32_t> xb(padded * dq);
+  for (size_t r = r_begin; r < r_end; r++) PairsBf16(x + r * d, d, xb.data() + (r - r_begin) * dq, 1);
+  TileConfig config;
+  for (int t = 0; t < 8; t++) {
+    config.colsb[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) float scores[4][16 * kPanel];
+  const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
+  for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
+    const size_t b1 = std::min(n_panels, b0 + kAmxBlockPanels);
+    for (size_t r0 = r_begin; r0 < r_end; r0 += kAmxRows) {
+      const uint32_t* rows = xb.data() + (r0 - r_begin) * dq;
+      for (size_t p0 = b0; p0 < b1; p0 += 2) {
+        const uint32_t* panels = packed_bf + p0 * panel_pairs;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (size_t k = 0; k < dq; k += kAmxPairs) {
+          _tile_loadd(4, rows + k, row_bytes);
+          _tile_loadd(5, rows + 16 * dq + k, row_bytes);
+          _tile_loadd(6, panels + k * kPanel, 64);
+          _tile_loadd(7, panels + panel_pairs + k * kPanel, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, scores[0], 64);
+        _tile_stored(1, scores[1], 64);
+        _tile_stored(2, scores[2], 64);
+        _tile_stored(3, scores[3], 64);
+        for (size_t q = 0; q < 2 && p0 + q < b1; q++) {
+          const size_t p = p0 + q;
+          if (p * kPanel >= n_anchors) continue;
+          const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
+          const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
+          for (size_t i = 0; i < kAmxRows && r0 + i < r_end; i++) {
+            const __m512 s = _mm512_load_ps(scores[(i / 16) * 2 + q] + (i % 16) * kPanel);
+            CountScreened(s, x, d, r0 + i, a, p, lanes, own, own_score, above);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
 }
 #endif
 
@@ -325,6 +408,28 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     }
   });
 #ifdef HSM_X86
+  if (HasAmxBf16() && allow_bf16) {
+    const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
+    const size_t even_panels = (n_panels + 1) / 2 * 2;
+    const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
+    std::unique_ptr<uint32_t[]> packed_bf(new uint32_t[even_panels * kPanel * dq]());
+    Shares(n_panels, threads, [&](size_t p0, size_t p1) {
+      for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
+        PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dq + g % kPanel, kPanel);
+      }
+    });
+    constexpr size_t kChunkRows = 16 * kAmxRows;
+    const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
+    const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
+    std::atomic<size_t> next{0};
+    Crew(nt, [&]() {
+      for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
+        const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
+        RankAmxRows(x, d, first, last, a, packed_bf.get(), even_panels, n_anchors, own, own_score, above);
+      }
+    });
+    return;
+  }
   const bool bf16 = HasAvx512Bf16() && allow_bf16;
   if (bf16) {
     const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;

@@ -175,9 +175,10 @@ interface NativeBinding {
 /**
  * The SIMD levels the native core can be held to, lowest first: `portable`
  * (plain C++, no SHA extensions either), `avx2` (AVX2, F16C and the SHA
- * extensions), `avx512` (every AVX-512 path the CPU has as well).
+ * extensions), `avx512` (every AVX-512 path the CPU has as well), `amx` (the
+ * AMX tile paths too).
  */
-export const SIMD_LEVELS = ["portable", "avx2", "avx512"] as const;
+export const SIMD_LEVELS = ["portable", "avx2", "avx512", "amx"] as const;
 export type SimdLevel = (typeof SIMD_LEVELS)[number];
 
 /** The kernels the native core implements, and whole-file hashing (which only the native core does). */

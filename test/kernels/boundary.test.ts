@@ -129,7 +129,7 @@ describe.runIf(Boolean(addon))("SIMD level override", () => {
         expect(nativeSimdLevel()).toBe(level);
       }
       expect(() => setNativeSimd("sse4")).toThrow(UsageError);
-      const unknown = /^Expected portable, avx2 or avx512 for the SIMD level but received "sse4"$/;
+      const unknown = /^Expected portable, avx2, avx512 or amx for the SIMD level but received "sse4"$/;
       expect(() => setNativeSimd("sse4")).toThrow(unknown);
       for (const level of SIMD_LEVELS.slice(nativeSimdLevels.length)) {
         expect(() => setNativeSimd(level)).toThrow(/Expected a SIMD level this CPU has/);
@@ -153,7 +153,7 @@ describe.runIf(Boolean(addon))("SIMD level override", () => {
   it("reads HSM_SIMD once at load; a bad value makes every use of the native kernels a usage error", () => {
     expect(underEnv("portable")).toBe("portable portable");
     expect(underEnv("avx9")).toBe(
-      'UsageError: HSM_SIMD: Expected portable, avx2 or avx512 for the SIMD level but received "avx9"',
+      'UsageError: HSM_SIMD: Expected portable, avx2, avx512 or amx for the SIMD level but received "avx9"',
     );
   });
 });

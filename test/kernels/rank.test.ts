@@ -2,8 +2,8 @@
  * ISS's fused rank kernel: the native core against its TypeScript twin, on rows
  * with planted near-ties, at odd sizes (partial tiles and panels), with rows
  * that have no own anchor; every native path (each SIMD level this CPU has,
- * with bfloat16 screening where AVX-512 has it and without) must count exactly
- * as the twin does.
+ * with bfloat16 screening where AVX-512 has it, on AMX tiles where the CPU has
+ * them, and without) must count exactly as the twin does.
  */
 import { describe, expect, it } from "vitest";
 
@@ -60,6 +60,8 @@ function copiedAnchors() {
 
 const all = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
 const LEVELS = loadNative({ threads: 1, allowBf16: false }) ? nativeSimdLevels : [];
+/** The levels whose float32 tiles fuse each multiply-add. */
+const FUSED = new Set<string>(["avx512", "amx"]);
 
 describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
   const nativeKernels = atSimdLevel(loadNative({ threads: 2, allowBf16: true })!, level);
@@ -103,15 +105,15 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
 
   // Below AVX-512 the tiles (portable, AVX2) round each product and each sum as the own score does, in the
   // same order, so an exact copy of the own anchor ties with it bit for bit and never counts as above.
-  it.runIf(level !== "avx512")("ties an exact copy of the own anchor with the own score", () => {
+  it.runIf(!FUSED.has(level))("ties an exact copy of the own anchor with the own score", () => {
     const { x, a, n, F, d, own } = copiedAnchors();
     const c = new Int32Array(n);
     nativeFloat32!.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
     expect(Array.from(c)).toEqual(new Array<number>(n).fill(0));
   });
 
-  // Only AVX-512 has the screen, and fused tiles whose arithmetic differs from the own score's.
-  it.runIf(level === "avx512")("counts an exact copy of the own anchor as the float32 kernel does", () => {
+  // Only AVX-512 (and AMX above it) has the screen, and fused tiles whose arithmetic differs from the own score's.
+  it.runIf(FUSED.has(level))("counts an exact copy of the own anchor as the float32 kernel does", () => {
     // Every row's own anchor has an exact copy among the anchors. The copy's score and the own
     // score are the same sum in two float32 arithmetics (fused tiles, plain own score), so whether
     // the copy counts as above turns on the last bits; the screen must call it as the float32 kernel.

@@ -153,14 +153,6 @@ __attribute__((target("avx2"))) void TileAvx2(const float* x, size_t d, size_t r
   }
 }
 
-// One row against one anchor (both row-major), lane for lane what the float32 tiles compute:
-// one fused multiply-add per k, in order, from zero.
-__attribute__((target("avx512f"))) float DotFma(const float* xi, const float* ag, size_t d) {
-  float c = 0;
-  for (size_t k = 0; k < d; k++) c = __builtin_fmaf(xi[k], ag[k], c);
-  return c;
-}
-
 // v[0, d) as bfloat16 pairs, rounded to nearest even by the conversion instruction:
 // out[k * stride] = bf16(v[2k]) | bf16(v[2k + 1]) << 16 for k < (d + 1) / 2, zero past d.
 __attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, size_t d, uint32_t* out, size_t stride) {
@@ -191,16 +183,60 @@ __attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, siz
 // therefore within 2^-7 + 2^-11 < kScreen of the float32 one. An anchor
 // scoring clearly above or below a row's own score is counted from the screen;
 // an anchor within kScreen of the own score is recomputed in float32 with the
-// float32 path's arithmetic (DotFma), so every count equals that path's.
+// float32 path's arithmetic (NearPairs), so every count equals that path's.
 constexpr float kScreen = 1.0f / 64;
 
+// The (row, anchor) pairs a screen could not call, recomputed in float32 kNearChains at a time,
+// lane for lane what the float32 tiles compute: one fused multiply-add per k, in order, from
+// zero. The chains run side by side so that their latencies overlap.
+class NearPairs {
+ public:
+  NearPairs(const float* x, const float* a, size_t d, const float* own_score, int32_t* above)
+      : x_(x), a_(a), d_(d), own_score_(own_score), above_(above) {}
+  ~NearPairs() { Flush(); }
+
+  void Add(size_t r, size_t g) {
+    rows_[n_] = r;
+    anchors_[n_] = g;
+    if (++n_ == kNearChains) Flush();
+  }
+
+  __attribute__((target("avx512f"))) void Flush() {
+    const float* xs[kNearChains];
+    const float* as[kNearChains];
+    for (size_t j = 0; j < kNearChains; j++) {
+      const size_t i = j < n_ ? j : 0;  // a short batch repeats its first pair, whose result is not used
+      xs[j] = x_ + rows_[i] * d_;
+      as[j] = a_ + anchors_[i] * d_;
+    }
+    float c[kNearChains] = {};
+    for (size_t k = 0; k < d_; k++) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kNearChains; j++) c[j] = __builtin_fmaf(xs[j][k], as[j][k], c[j]);
+    }
+    for (size_t j = 0; j < n_; j++) above_[rows_[j]] += c[j] > own_score_[rows_[j]];
+    n_ = 0;
+  }
+
+ private:
+  static constexpr size_t kNearChains = 8;
+  const float* x_;
+  const float* a_;
+  size_t d_;
+  const float* own_score_;
+  int32_t* above_;
+  size_t rows_[kNearChains] = {};
+  size_t anchors_[kNearChains] = {};
+  size_t n_ = 0;
+};
+
 // Counts, for row r and panel p, the anchors whose screened scores s (lanes of the panel; `lanes`
-// masks those past the last anchor) lie above the row's own score, each anchor too close to call
-// recomputed in float32.
-__attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m512 s, const float* x, size_t d,
-                                                                            size_t r, const float* a, size_t p,
+// masks those past the last anchor) lie above the row's own score; each anchor too close to call
+// goes to `near`, which adds its float32 verdict to the row's count.
+__attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m512 s, size_t r, size_t p,
                                                                             __mmask16 lanes, const int32_t* own,
-                                                                            const float* own_score, int32_t* above) {
+                                                                            const float* own_score, int32_t* above,
+                                                                            NearPairs& near_pairs) {
   if (own[r] < 0) return;
   __mmask16 mine = lanes;
   if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
@@ -208,12 +244,9 @@ __attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m5
   const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
   const __mmask16 near =
       _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
-  int32_t c = __builtin_popcount(high);
+  above[r] += __builtin_popcount(high);
   // Too close to call (rare): those anchors again in float32.
-  for (uint32_t m = near; m != 0; m &= m - 1) {
-    c += DotFma(x + r * d, a + (p * kPanel + __builtin_ctz(m)) * d, d) > own_score[r];
-  }
-  above[r] += c;
+  for (uint32_t m = near; m != 0; m &= m - 1) near_pairs.Add(r, p * kPanel + __builtin_ctz(m));
 }
 
 // The screen's register block: kScreenRows rows against kScreenPanels panels,
@@ -282,6 +315,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
     PairsBf16(x + r * d, d, xb.data() + (r - r_begin) * dp, 1);
   }
   __m512 acc[kScreenRows * kScreenPanels];
+  NearPairs near_pairs(x, a, d, own_score, above);
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
@@ -294,7 +328,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
           const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
           const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
           for (size_t i = 0; i < nr; i++) {
-            CountScreened(acc[i * np + q], x, d, r0 + i, a, p, lanes, own, own_score, above);
+            CountScreened(acc[i * np + q], r0 + i, p, lanes, own, own_score, above, near_pairs);
           }
         }
       }
@@ -336,6 +370,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     config.rows[t] = 16;
   }
   _tile_loadconfig(&config);
+  NearPairs near_pairs(x, a, d, own_score, above);
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
@@ -369,7 +404,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
           const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
           for (size_t i = 0; i < kAmxRows && r0 + i < r_end; i++) {
             const __m512 s = _mm512_load_ps(scores[(i / 16) * 2 + q] + (i % 16) * kPanel);
-            CountScreened(s, x, d, r0 + i, a, p, lanes, own, own_score, above);
+            CountScreened(s, r0 + i, p, lanes, own, own_score, above, near_pairs);
           }
         }
       }

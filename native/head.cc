@@ -1,5 +1,6 @@
 #include "head.h"
 
+#include "amx.h"
 #include "cpu.h"
 #include "threads.h"
 
@@ -328,7 +329,7 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
       const size_t r = q * kTileB + j / kTileV;
       hn[q].x[j] = r < rows ? bounds.hn[r] : 0;
       abs[q].x[j] = r < rows ? bounds.abs[r] : 0;
-      lower[q].x[j] = -std::numeric_limits<float>::infinity();
+      lower[q].x[j] = r < rows ? screens[r].lower : -std::numeric_limits<float>::infinity();
     }
     rows_in[q] = static_cast<__mmask16>((uint32_t{1} << (4 * std::min(kTileB, rows - q * kTileB))) - 1);
   }
@@ -373,6 +374,120 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
     for (size_t bi = 0; bi < std::min(kTileB, rows - q * kTileB); bi++)
       screens[q * kTileB + bi].lower = lower[q].x[bi * kTileV];
   }
+}
+
+// The same screen on AMX tiles, for d a whole number of 32-value steps: TDPBF16PS multiplies 16
+// vocabulary rows (read in place, 32 values a tile row) by 16 pairs of 16 screened rows, each
+// product exact in float32 and summed in float32 with subnormals read as zero and flushed, as
+// VDPBF16PS does. Each score passes through d roundings, within the n = d + 64 of the bound above,
+// so the bound holds as it stands. Tiles 0-3 accumulate 32 vocabulary rows (tiles 4-5) against
+// two groups of 16 screened rows (tiles 6-7).
+constexpr size_t kAmxVocab = 32;  // vocabulary rows a pass
+constexpr size_t kAmxGroup = 16;  // screened rows a tile
+constexpr size_t kAmxPairs = 16;  // pairs along d a tile step
+
+// The screened rows (bfloat16, dp apart) as the tiles read them: group g, pair k, row n at
+// ((g * d / 2 + k) * 16 + n), the pair's first value in the low half; rows past the last are zero.
+std::vector<uint32_t> AmxRows(const uint16_t* hb, size_t dp, size_t rows, size_t d) {
+  const size_t groups = (rows + kAmxGroup - 1) / kAmxGroup, dh = d / 2;
+  std::vector<uint32_t> hv(groups * dh * kAmxGroup, 0);
+  for (size_t r = 0; r < rows; r++) {
+    const uint16_t* row = hb + r * dp;
+    uint32_t* out = hv.data() + (r / kAmxGroup) * dh * kAmxGroup + r % kAmxGroup;
+    for (size_t k = 0; k < dh; k++) out[k * kAmxGroup] = row[2 * k] | static_cast<uint32_t>(row[2 * k + 1]) << 16;
+  }
+  return hv;
+}
+
+#define HSM_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+
+// Tiles 0-1 (and 2-3 with Two) += vocabulary rows a0, a1 (16 each, d apart) times group g (and g + 1).
+template <bool Two>
+HSM_AMX_TARGET inline void AmxPass(const uint16_t* a0, const uint16_t* a1, const uint32_t* g, size_t d) {
+  const size_t dh = d / 2, row_bytes = d * sizeof(uint16_t);
+  for (size_t k = 0; k < dh; k += kAmxPairs) {
+    _tile_loadd(4, a0 + 2 * k, row_bytes);
+    _tile_loadd(5, a1 + 2 * k, row_bytes);
+    _tile_loadd(6, g + k * kAmxGroup, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 5, 6);
+    if constexpr (Two) {
+      _tile_loadd(7, g + (dh + k) * kAmxGroup, 64);
+      _tile_dpbf16ps(2, 4, 7);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
+// ScreenBf16 over [v_begin, end) on tiles, for the returned end: v_begin plus a whole number of
+// passes; the rest of [v_begin, v_end) is left to ScreenBf16.
+HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const uint16_t* bf16, const float* norms,
+                                size_t v_begin, size_t v_end, const Bounds& bounds, Screen* screens) {
+  const size_t groups = (rows + kAmxGroup - 1) / kAmxGroup, dh = d / 2;
+  const size_t end = v_begin + (v_end - v_begin) / kAmxVocab * kAmxVocab;
+  if (end == v_begin) return end;
+  std::vector<Lanes> hn(groups), abs(groups), lower(groups);
+  std::vector<__mmask16> valid(groups);
+  for (size_t g = 0; g < groups; g++) {
+    for (size_t j = 0; j < kAmxGroup; j++) {
+      const size_t r = g * kAmxGroup + j;
+      hn[g].x[j] = r < rows ? bounds.hn[r] : 0;
+      abs[g].x[j] = r < rows ? bounds.abs[r] : 0;
+      lower[g].x[j] = r < rows ? screens[r].lower : -std::numeric_limits<float>::infinity();
+    }
+    valid[g] = static_cast<__mmask16>((uint32_t{1} << std::min(kAmxGroup, rows - g * kAmxGroup)) - 1);
+  }
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  alignas(64) float scores[4][kAmxGroup * 16];
+  AmxTiles tiles;
+  for (size_t v0 = v_begin; v0 < end; v0 += kAmxVocab) {
+    const uint16_t* a0 = bf16 + v0 * d;
+    // The next pass's rows, one contiguous block, asked for while this one computes.
+    if (v0 + 2 * kAmxVocab <= end) Prefetch(a0 + kAmxVocab * d, kAmxVocab * d);
+    for (size_t g0 = 0; g0 < groups; g0 += 2) {
+      const bool two = g0 + 1 < groups;
+      _tile_zero(0);
+      _tile_zero(1);
+      if (two) {
+        _tile_zero(2);
+        _tile_zero(3);
+        AmxPass<true>(a0, a0 + 16 * d, hv + g0 * dh * kAmxGroup, d);
+        _tile_stored(2, scores[2], 64);
+        _tile_stored(3, scores[3], 64);
+      } else {
+        AmxPass<false>(a0, a0 + 16 * d, hv + g0 * dh * kAmxGroup, d);
+      }
+      _tile_stored(0, scores[0], 64);
+      _tile_stored(1, scores[1], 64);
+      for (size_t q = 0; q < (two ? 2u : 1u); q++) {
+        const size_t g = g0 + q;
+        const __m512 hnv = _mm512_load_ps(hn[g].x), absv = _mm512_load_ps(abs[g].x);
+        __m512 low = _mm512_load_ps(lower[g].x);
+        // Vocabulary rows in order (panel 0, then panel 1), so that each row's list stays sorted by v.
+        for (size_t i = 0; i < kAmxVocab; i++) {
+          const size_t v = v0 + i;
+          const __m512 sv = _mm512_load_ps(scores[2 * q + i / 16] + (i % 16) * 16);
+          const __m512 e = _mm512_fmadd_ps(hnv, _mm512_set1_ps(norms[v]), absv);
+          const __m512 up = _mm512_add_ps(sv, e);
+          low = _mm512_max_ps(low, _mm512_mask_sub_ps(neg_inf, valid[g], sv, e));
+          uint32_t keep = _mm512_mask_cmp_ps_mask(valid[g], up, low, _CMP_NLT_UQ);
+          if (keep == 0) continue;
+          alignas(64) float ups[16], lows[16];
+          _mm512_store_ps(ups, up);
+          _mm512_store_ps(lows, low);
+          for (; keep != 0; keep &= keep - 1) {
+            const unsigned j = static_cast<unsigned>(__builtin_ctz(keep));
+            Screen& sc = screens[g * kAmxGroup + j];
+            sc.lower = lows[j];
+            sc.Add(static_cast<uint32_t>(v), ups[j]);
+          }
+        }
+        _mm512_store_ps(lower[g].x, low);
+      }
+    }
+  }
+  for (size_t r = 0; r < rows; r++) screens[r].lower = lower[r / kAmxGroup].x[r % kAmxGroup];
+  return end;
 }
 #pragma GCC diagnostic pop
 #endif
@@ -460,6 +575,10 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
 #else
     const bool use_bf16 = false;
 #endif
+    // AMX reads the vocabulary rows in place, 32 values a step, so d must be a whole number of steps.
+#ifdef HSM_X86
+    const bool use_amx = use_bf16 && HasAmxBf16() && d % 32 == 0;
+#endif
     // The screened rows rounded to bfloat16, zero-padded to whole 32-value steps.
     const size_t dp = (d + 31) / 32 * 32;
     std::unique_ptr<uint16_t[], void (*)(void*)> hb(nullptr, std::free);
@@ -479,10 +598,15 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
         else hf[r * dp + i] = Bf16ToF32(x);
       }
     }
+#ifdef HSM_X86
+    const std::vector<uint32_t> hv = use_amx ? AmxRows(hb.get(), dp, rows, d) : std::vector<uint32_t>();
+#endif
     Shares(nt, static_cast<int>(nt), [&](size_t t0, size_t t1) {
       for (size_t s = t0; s < t1; s++) {
-        const size_t v_begin = vocab * s / nt, v_end = vocab * (s + 1) / nt;
+        size_t v_begin = vocab * s / nt;
+        const size_t v_end = vocab * (s + 1) / nt;
 #ifdef HSM_X86
+        if (use_amx) v_begin = ScreenAmx(hv.data(), rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
         if (use_bf16) ScreenBf16(hb.get(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
         else if (HasAvx2())
           ScreenLanesAvx2(hf.data(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());

@@ -1,5 +1,6 @@
 #include "rank.h"
 
+#include "amx.h"
 #include "cpu.h"
 #include "threads.h"
 
@@ -346,14 +347,6 @@ constexpr size_t kAmxRows = 32;
 constexpr size_t kAmxPairs = 16;        // pairs along d per tile step (64 bytes a tile row)
 constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat16 at d = 1024
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Rows [r_begin, r_end) against every anchor. packed_bf holds the panels as PairsBf16 lays them
 // out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded
 // up to an even count with zero panels.
@@ -364,12 +357,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
   std::vector<uint32_t> xb(padded * dq);
   for (size_t r = r_begin; r < r_end; r++) PairsBf16(x + r * d, d, xb.data() + (r - r_begin) * dq, 1);
-  TileConfig config;
-  for (int t = 0; t < 8; t++) {
-    config.colsb[t] = 64;
-    config.rows[t] = 16;
-  }
-  _tile_loadconfig(&config);
+  AmxTiles tiles;
   NearPairs near_pairs(x, a, d, own_score, above);
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
@@ -410,7 +398,6 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
       }
     }
   }
-  _tile_release();
 }
 #endif
 

@@ -22,13 +22,17 @@ type Head = Pick<Kernels, "prepareHead" | "headArgmax">;
 const bf16Native = loadNative({ threads: 2, allowBf16: true });
 const lanesNative = loadNative({ threads: 2, allowBf16: false });
 
-/** Every implementation, by name: the native core at each SIMD level here (with and without bfloat16 at avx512). */
+/**
+ * Every implementation, by name: the native core at each SIMD level here (with and without bfloat16 at avx512; on
+ * AMX tiles at amx, where d is a whole number of 32-value steps, else its avx512 screen).
+ */
 const IMPLEMENTATIONS: [string, Head][] = [["typescript", typescriptKernels]];
 for (const level of bf16Native ? nativeSimdLevels : []) {
   const at = (allowBf16: boolean) => atSimdLevel(loadNative({ threads: 2, allowBf16 })!, level);
   if (level === "avx512") {
     IMPLEMENTATIONS.push([`native[${level}] (bfloat16)`, at(true)], [`native[${level}] (float32 lanes)`, at(false)]);
-  } else IMPLEMENTATIONS.push([`native[${level}]`, at(false)]);
+  } else if (level === "amx") IMPLEMENTATIONS.push([`native[${level}] (bfloat16 tiles)`, at(true)]);
+  else IMPLEMENTATIONS.push([`native[${level}]`, at(false)]);
 }
 
 /** The exact answer per row: float64 logits from W as stored (d × vocab), summed in order; ties to the lowest v; NaN never wins. */
@@ -149,6 +153,12 @@ describe("headArgmax", () => {
       [16, 64, 1027],
       [17, 512, 389],
       [2, 1, 9],
+      // Whole 32-value steps (the AMX screen), with vocabulary tails and one, two, three and four tiles of rows.
+      [1, 32, 95],
+      [16, 96, 1000],
+      [33, 64, 161],
+      [40, 128, 97],
+      [64, 32, 64],
     ] as const) {
       const w = rng.fillNormal(new Float32Array(d * vocab));
       const h = rng.fillNormal(new Float32Array(batch * d));

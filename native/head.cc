@@ -21,26 +21,27 @@
 // The screen and its bound.
 //
 // For a batch row h and a vocabulary row w (float32, d long), s = the float64
-// sum of h_i w_i in order, and s~ = the screened score: h and w rounded to
-// bfloat16 (h^, w^), their products summed in float32 lanes (any order, no
+// sum of h_i w_i in order, and s~ = the screened score: h rounded and w truncated
+// to bfloat16 (h^, w^), their products summed in float32 lanes (any order, no
 // element passing through more than n = d + 64 roundings: d/16 + 4 with the
 // AVX-512 dot products, d/8 + 3 in the portable lanes), where the AVX-512
 // instructions also read bfloat16 subnormals as zero and flush subnormal
 // results to zero. With u = 2^-8 (the unit roundoff of bfloat16), t = 2^-126
 // (the smallest normal float32), g = n 2^-24 / (1 - n 2^-24), and h's rounding
 // error e = h^ - h known exactly (the screen computes |e| per row) while w's,
-// f = w^ - w, is only bounded (|f_i| <= u|w_i| + t, t: a subnormal read as zero):
+// f = w^ - w, is only bounded: w^ is w's float32 bits truncated to their top 16, so
+// |f_i| < 2u|w_i|, or |f_i| <= t where w_i is subnormal (read as zero):
 //   sum (h^_i w^_i - h_i w_i) = sum e_i w^_i + sum h_i f_i, at most
-//     |e| |w^| + u sum|h_i w_i| + t sum|h_i|, with |w^| <= (1 + u)|w| + t sqrt(d);
+//     |e| |w^| + 2u sum|h_i w_i| + t sum|h_i|, with |w^| <= |w| <= (1 + u)|w| + t sqrt(d);
 //   a subnormal of h^ read as zero costs t (1 + u) sum|w_i| more;
 //   flushing each product and each partial sum costs at most t apiece (2d + n);
 //   float32 summation of the products adds at most g sum|h^_i w^_i|, with
 //     sum|h^_i w^_i| <= |h^| |w^| and |h^| <= (1 + u)|h| + t sqrt(d);
 //   the float64 reference itself is within 1.01 d 2^-53 sum|h_i w_i| of the real sum.
 // Cauchy-Schwarz (sum|h_i w_i| <= |h| |w|, sum|x_i| <= sqrt(d) |x|) turns this into
-//   |s~ - s| <= k |w| + a,  k = (1 + u)|e| + (u + g (1 + u)^2 + 1.01 d 2^-53) |h|,
+//   |s~ - s| <= k |w| + a,  k = (1 + u)|e| + (2u + g (1 + u)^2 + 1.01 d 2^-53) |h|,
 //                           a = t (3 sqrt(d) (|h| + |w|) + 3d + 3n)
-// (k <= (2u + u^2 + g (1 + u)^2 + ...) |h|, as |e| <= u|h| + t sqrt(d); for
+// (k <= (3u + u^2 + g (1 + u)^2 + ...) |h|, as |e| <= u|h| + t sqrt(d); for
 // Gaussian values |e| is about 0.4 u|h|, which keeps fewer candidates),
 // as long as nothing overflows: every row screened has |h| <= 2^120, and
 // |h| max_v |w_v| <= 2^100 (so no bfloat16 factor, product or partial sum
@@ -48,7 +49,10 @@
 // value, is computed exactly over the whole vocabulary. The kernel uses
 // E = 1.25 k |w| + 2a: the margin covers the float32 rounding of the norms,
 // of E itself and of s~ +- E (each at most 2^-24 of |h| |w| + |s~|, about
-// 2^-23 |h| |w|, against a margin of k/4 |w| >= u/4 |h| |w| = 2^-10 |h| |w|).
+// 2^-23 |h| |w|, against a margin of k/4 |w| >= u/2 |h| |w| = 2^-9 |h| |w|).
+// Truncating w instead of rounding it doubles its share of the bound and keeps
+// a few more candidates; it lets W^T's two halves, hi and lo, hold each value
+// exactly in the four bytes float32 takes, the screen reading hi alone.
 //
 // The screen keeps every v with s~_v + E_v >= max_u (s~_u - E_u): since
 // s_v <= s~_v + E_v and s_u >= s~_u - E_u, no v it drops can have the largest
@@ -78,14 +82,28 @@ inline float Bf16ToF32(uint16_t b) {
   return f;
 }
 
+// Row v of W^T as float32, from its two halves.
+inline void RowF32(const uint16_t* hi, const uint16_t* lo, size_t v, size_t d, float* out) {
+  const uint16_t *a = hi + v * d, *b = lo + v * d;
+  for (size_t i = 0; i < d; i++) {
+    const uint32_t u = static_cast<uint32_t>(a[i]) << 16 | b[i];
+    std::memcpy(out + i, &u, 4);
+  }
+}
+
 // Exact logits: float64 products of float32 values (exact) summed in order, out[j] for
 // the vocabulary row at(j), j < n. Four rows at a time, so that four chains of additions
 // are in flight instead of one; each row's sum is still taken in order.
 template <typename At>
-void Dots(const float* h, size_t d, const float* f32, size_t n, At at, double* out) {
+void Dots(const float* h, size_t d, const uint16_t* hi, const uint16_t* lo, size_t n, At at, double* out) {
+  std::vector<float> rows(4 * d);
+  float *w0 = rows.data(), *w1 = w0 + d, *w2 = w1 + d, *w3 = w2 + d;
   size_t j = 0;
   for (; j + 4 <= n; j += 4) {
-    const float *w0 = f32 + at(j) * d, *w1 = f32 + at(j + 1) * d, *w2 = f32 + at(j + 2) * d, *w3 = f32 + at(j + 3) * d;
+    RowF32(hi, lo, at(j), d, w0);
+    RowF32(hi, lo, at(j + 1), d, w1);
+    RowF32(hi, lo, at(j + 2), d, w2);
+    RowF32(hi, lo, at(j + 3), d, w3);
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (size_t i = 0; i < d; i++) {
       const double x = h[i];
@@ -97,9 +115,9 @@ void Dots(const float* h, size_t d, const float* f32, size_t n, At at, double* o
     out[j] = s0, out[j + 1] = s1, out[j + 2] = s2, out[j + 3] = s3;
   }
   for (; j < n; j++) {
-    const float* w = f32 + at(j) * d;
+    RowF32(hi, lo, at(j), d, w0);
     double s = 0;
-    for (size_t i = 0; i < d; i++) s += static_cast<double>(h[i]) * w[i];
+    for (size_t i = 0; i < d; i++) s += static_cast<double>(h[i]) * w0[i];
     out[j] = s;
   }
 }
@@ -503,7 +521,7 @@ struct Best {
 
 }  // namespace
 
-void PrepareHead(const float* w, size_t d, size_t vocab, float* f32, uint16_t* bf16, float* norms, int threads) {
+void PrepareHead(const float* w, size_t d, size_t vocab, uint16_t* hi, uint16_t* lo, float* norms, int threads) {
   constexpr size_t kBlock = 16;  // vocabulary columns transposed together: one cache line of each W row
   Shares((vocab + kBlock - 1) / kBlock, threads, [&](size_t b0, size_t b1) {
     const size_t v_end = std::min(vocab, b1 * kBlock);
@@ -511,22 +529,25 @@ void PrepareHead(const float* w, size_t d, size_t vocab, float* f32, uint16_t* b
       const size_t nv = std::min(kBlock, v_end - v0);
       for (size_t i = 0; i < d; i++) {
         const float* src = w + i * vocab + v0;
-        for (size_t j = 0; j < nv; j++) f32[(v0 + j) * d + i] = src[j];
-      }
-      for (size_t v = v0; v < v0 + nv; v++) {
-        const float* row = f32 + v * d;
-        double ss = 0;
-        for (size_t i = 0; i < d; i++) {
-          bf16[v * d + i] = Bf16(row[i]);
-          ss += static_cast<double>(row[i]) * row[i];
+        for (size_t j = 0; j < nv; j++) {
+          uint32_t u;
+          std::memcpy(&u, src + j, 4);
+          hi[(v0 + j) * d + i] = static_cast<uint16_t>(u >> 16);
+          lo[(v0 + j) * d + i] = static_cast<uint16_t>(u);
         }
+      }
+      std::vector<float> row(d);
+      for (size_t v = v0; v < v0 + nv; v++) {
+        RowF32(hi, lo, v, d, row.data());
+        double ss = 0;
+        for (size_t i = 0; i < d; i++) ss += static_cast<double>(row[i]) * row[i];
         norms[v] = static_cast<float>(std::sqrt(ss));
       }
     }
   });
 }
 
-uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, const uint16_t* bf16, const float* norms,
+uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const uint16_t* hi, const uint16_t* lo, const float* norms,
                     size_t vocab, int32_t* out, int threads, bool allow_bf16) {
   if (batch == 0) return 0;
   if (vocab == 0 || d == 0) {
@@ -543,7 +564,7 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
   }
   const double u = 0x1p-8, t = 0x1p-126, n = static_cast<double>(d) + 64;
   const double g = n * 0x1p-24 / (1 - n * 0x1p-24);
-  const double c = u + g * (1 + u) * (1 + u) + 1.01 * static_cast<double>(d) * 0x1p-53;
+  const double c = 2 * u + g * (1 + u) * (1 + u) + 1.01 * static_cast<double>(d) * 0x1p-53;
   std::vector<size_t> screened;
   std::vector<uint8_t> exact_rows(batch, 1);
   Bounds bounds;
@@ -606,13 +627,13 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
         size_t v_begin = vocab * s / nt;
         const size_t v_end = vocab * (s + 1) / nt;
 #ifdef HSM_X86
-        if (use_amx) v_begin = ScreenAmx(hv.data(), rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
-        if (use_bf16) ScreenBf16(hb.get(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
+        if (use_amx) v_begin = ScreenAmx(hv.data(), rows, d, hi, norms, v_begin, v_end, bounds, screens[s].data());
+        if (use_bf16) ScreenBf16(hb.get(), dp, rows, d, hi, norms, v_begin, v_end, bounds, screens[s].data());
         else if (HasAvx2())
-          ScreenLanesAvx2(hf.data(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
+          ScreenLanesAvx2(hf.data(), dp, rows, d, hi, norms, v_begin, v_end, bounds, screens[s].data());
         else
 #endif
-          ScreenLanes(hf.data(), dp, rows, d, bf16, norms, v_begin, v_end, bounds, screens[s].data());
+          ScreenLanes(hf.data(), dp, rows, d, hi, norms, v_begin, v_end, bounds, screens[s].data());
       }
     });
   }
@@ -637,7 +658,7 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
         }
         logits.resize(vs.size());
         Dots(
-            h + b * d, d, f32, vs.size(), [&](size_t j) { return static_cast<size_t>(vs[j]); }, logits.data());
+            h + b * d, d, hi, lo, vs.size(), [&](size_t j) { return static_cast<size_t>(vs[j]); }, logits.data());
         for (size_t j = 0; j < vs.size(); j++) best[s * batch + b].Offer(logits[j], vs[j]);
         dots[s] += vs.size();
       }
@@ -645,7 +666,7 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const float* f32, co
         if (!exact_rows[b]) continue;
         logits.resize(v_end - v_begin);
         Dots(
-            h + b * d, d, f32, v_end - v_begin, [&](size_t j) { return v_begin + j; }, logits.data());
+            h + b * d, d, hi, lo, v_end - v_begin, [&](size_t j) { return v_begin + j; }, logits.data());
         for (size_t v = v_begin; v < v_end; v++)
           best[s * batch + b].Offer(logits[v - v_begin], static_cast<int64_t>(v));
         dots[s] += v_end - v_begin;

@@ -500,38 +500,38 @@ napi_value AddMoments(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
-// prepareHead(w, d, vocab, f32, bf16, norms, threads)
+// prepareHead(w, d, vocab, hi, lo, norms, threads)
 napi_value PrepareHead(napi_env env, napi_callback_info info) {
   napi_value argv[7];
-  View w, f32, bf16, norms;
+  View w, hi, lo, norms;
   size_t d, vocab, threads;
   if (!GetArgs(env, info, 7, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for w", &w) ||
       !GetCount(env, argv[1], "Expected d", &d) || !GetCount(env, argv[2], "Expected a vocabulary size", &vocab) ||
-      !GetTyped(env, argv[3], napi_float32_array, "Expected Float32Array for f32", &f32) ||
-      !GetTyped(env, argv[4], napi_uint16_array, "Expected Uint16Array for bf16", &bf16) ||
+      !GetTyped(env, argv[3], napi_uint16_array, "Expected Uint16Array for hi", &hi) ||
+      !GetTyped(env, argv[4], napi_uint16_array, "Expected Uint16Array for lo", &lo) ||
       !GetTyped(env, argv[5], napi_float32_array, "Expected Float32Array for norms", &norms) ||
       !GetCount(env, argv[6], "Expected a thread count", &threads)) {
     return nullptr;
   }
-  if (!Need(env, w, "w", d, vocab, "d × vocab") || !Need(env, f32, "f32", vocab, d, "vocab × d") ||
-      !Need(env, bf16, "bf16", vocab, d, "vocab × d") || !Need(env, norms, "norms", vocab, 1, "vocab")) {
+  if (!Need(env, w, "w", d, vocab, "d × vocab") || !Need(env, hi, "hi", vocab, d, "vocab × d") ||
+      !Need(env, lo, "lo", vocab, d, "vocab × d") || !Need(env, norms, "norms", vocab, 1, "vocab")) {
     return nullptr;
   }
-  hsm::PrepareHead(static_cast<const float*>(w.data), d, vocab, static_cast<float*>(f32.data),
-                   static_cast<uint16_t*>(bf16.data), static_cast<float*>(norms.data), Threads(threads));
+  hsm::PrepareHead(static_cast<const float*>(w.data), d, vocab, static_cast<uint16_t*>(hi.data),
+                   static_cast<uint16_t*>(lo.data), static_cast<float*>(norms.data), Threads(threads));
   return nullptr;
 }
 
-// headArgmax(h, batch, d, f32, bf16, norms, vocab, out, threads, allowBf16) -> float64 dot products taken
+// headArgmax(h, batch, d, hi, lo, norms, vocab, out, threads, allowBf16) -> float64 dot products taken
 napi_value HeadArgmax(napi_env env, napi_callback_info info) {
   napi_value argv[10];
-  View h, f32, bf16, norms, out;
+  View h, hi, lo, norms, out;
   size_t batch, d, vocab, threads;
   bool allow_bf16 = false;
   if (!GetArgs(env, info, 10, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
       !GetCount(env, argv[1], "Expected a batch size", &batch) || !GetCount(env, argv[2], "Expected d", &d) ||
-      !GetTyped(env, argv[3], napi_float32_array, "Expected Float32Array for f32", &f32) ||
-      !GetTyped(env, argv[4], napi_uint16_array, "Expected Uint16Array for bf16", &bf16) ||
+      !GetTyped(env, argv[3], napi_uint16_array, "Expected Uint16Array for hi", &hi) ||
+      !GetTyped(env, argv[4], napi_uint16_array, "Expected Uint16Array for lo", &lo) ||
       !GetTyped(env, argv[5], napi_float32_array, "Expected Float32Array for norms", &norms) ||
       !GetCount(env, argv[6], "Expected a vocabulary size", &vocab) ||
       !GetTyped(env, argv[7], napi_int32_array, "Expected Int32Array for out", &out) ||
@@ -546,14 +546,14 @@ napi_value HeadArgmax(napi_env env, napi_callback_info info) {
     Fail(env, "Expected a vocabulary below 2^31 entries");
     return nullptr;
   }
-  if (!Need(env, h, "h", batch, d, "batch × d") || !Need(env, f32, "f32", vocab, d, "vocab × d") ||
-      !Need(env, bf16, "bf16", vocab, d, "vocab × d") || !Need(env, norms, "norms", vocab, 1, "vocab") ||
+  if (!Need(env, h, "h", batch, d, "batch × d") || !Need(env, hi, "hi", vocab, d, "vocab × d") ||
+      !Need(env, lo, "lo", vocab, d, "vocab × d") || !Need(env, norms, "norms", vocab, 1, "vocab") ||
       !Need(env, out, "out", batch, 1, "batch")) {
     return nullptr;
   }
   const uint64_t dots =
-      hsm::HeadArgmax(static_cast<const float*>(h.data), batch, d, static_cast<const float*>(f32.data),
-                      static_cast<const uint16_t*>(bf16.data), static_cast<const float*>(norms.data), vocab,
+      hsm::HeadArgmax(static_cast<const float*>(h.data), batch, d, static_cast<const uint16_t*>(hi.data),
+                      static_cast<const uint16_t*>(lo.data), static_cast<const float*>(norms.data), vocab,
                       static_cast<int32_t*>(out.data), Threads(threads), allow_bf16);
   napi_value result;
   napi_create_double(env, static_cast<double>(dots), &result);

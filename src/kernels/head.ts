@@ -4,9 +4,9 @@
  */
 import type { PreparedHead } from "./types.js";
 
-/** Elements of each array of a prepared head of d × vocab (bytes: times each array's BYTES_PER_ELEMENT: 4, 2, 4). */
-export function headSizes(d: number, vocab: number): { f32: number; bf16: number; norms: number } {
-  return { f32: vocab * d, bf16: vocab * d, norms: vocab };
+/** Elements of each array of a prepared head of d × vocab (bytes: times each array's BYTES_PER_ELEMENT: 2, 2, 4). */
+export function headSizes(d: number, vocab: number): { hi: number; lo: number; norms: number } {
+  return { hi: vocab * d, lo: vocab * d, norms: vocab };
 }
 
 /** Zeroed arrays for a prepared head of d × vocab; `shared`: backed by SharedArrayBuffers. */
@@ -14,8 +14,8 @@ export function allocateHead(d: number, vocab: number, shared = false): Prepared
   const n = headSizes(d, vocab);
   const buffer = (bytes: number) => (shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes));
   return {
-    f32: new Float32Array(buffer(n.f32 * Float32Array.BYTES_PER_ELEMENT)),
-    bf16: new Uint16Array(buffer(n.bf16 * Uint16Array.BYTES_PER_ELEMENT)),
+    hi: new Uint16Array(buffer(n.hi * Uint16Array.BYTES_PER_ELEMENT)),
+    lo: new Uint16Array(buffer(n.lo * Uint16Array.BYTES_PER_ELEMENT)),
     norms: new Float32Array(buffer(n.norms * Float32Array.BYTES_PER_ELEMENT)),
   };
 }

@@ -135,8 +135,8 @@ interface NativeBinding {
     w: Float32Array,
     d: number,
     vocab: number,
-    f32: Float32Array,
-    bf16: Uint16Array,
+    hi: Uint16Array,
+    lo: Uint16Array,
     norms: Float32Array,
     threads: number,
   ): void;
@@ -145,8 +145,8 @@ interface NativeBinding {
     h: Float32Array,
     batch: number,
     d: number,
-    f32: Float32Array,
-    bf16: Uint16Array,
+    hi: Uint16Array,
+    lo: Uint16Array,
     norms: Float32Array,
     vocab: number,
     out: Int32Array,
@@ -437,8 +437,8 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
         pOut ?? null,
         threads,
       ),
-    prepareHead: (w, d, vocab, head) => binding.prepareHead(w, d, vocab, head.f32, head.bf16, head.norms, threads),
+    prepareHead: (w, d, vocab, head) => binding.prepareHead(w, d, vocab, head.hi, head.lo, head.norms, threads),
     headArgmax: (h, batch, d, head, vocab, out, headThreads) =>
-      binding.headArgmax(h, batch, d, head.f32, head.bf16, head.norms, vocab, out, headThreads, o.allowBf16),
+      binding.headArgmax(h, batch, d, head.hi, head.lo, head.norms, vocab, out, headThreads, o.allowBf16),
   };
 }

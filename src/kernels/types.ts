@@ -127,10 +127,13 @@ export interface LogisticPass {
  * threads can share them through SharedArrayBuffers.
  */
 export interface PreparedHead {
-  /** Wᵀ: vocab rows of d float32 values, each vocabulary row contiguous. */
-  f32: Float32Array;
-  /** `f32` rounded to bfloat16 bits (to nearest, ties to even), vocab × d. */
-  bf16: Uint16Array;
+  /**
+   * Wᵀ (vocab rows of d values, each vocabulary row contiguous) as the top 16 bits of each float32 value: its
+   * bfloat16 truncated toward zero, which the screen reads.
+   */
+  hi: Uint16Array;
+  /** The bottom 16 bits of each value of Wᵀ: with `hi`, the float32 value exactly. */
+  lo: Uint16Array;
   /** Per vocabulary row, its Euclidean norm: the float64 sum of its squares in order, the square root rounded to float32. */
   norms: Float32Array;
 }

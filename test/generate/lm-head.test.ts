@@ -48,7 +48,8 @@ describe("the LM head's weight", () => {
     const fromFile = await prepareHead(typescriptKernels, external("data/weights.bin", 8), model, 1);
     expect(fromFile.d).toBe(d);
     expect(fromFile.vocab).toBe(vocab);
-    expect(Array.from(fromFile.head.f32)).toEqual(Array.from(inGraph.head.f32));
+    expect(Array.from(fromFile.head.hi)).toEqual(Array.from(inGraph.head.hi));
+    expect(Array.from(fromFile.head.lo)).toEqual(Array.from(inGraph.head.lo));
     expect(Array.from(fromFile.head.norms)).toEqual(Array.from(inGraph.head.norms));
   });
 

@@ -103,35 +103,55 @@ function column(w: Float32Array, d: number, vocab: number, v: number): Float32Ar
 }
 
 describe("prepareHead", () => {
-  it("writes Wᵀ, its bfloat16 rounding and the row norms, the same bits in every implementation", () => {
+  it("writes Wᵀ as the two halves of its float32 bits, and the row norms, the same bits in every implementation", () => {
     const rng = new Rng(11);
     const d = 37;
     const vocab = 53;
     const w = rng.fillNormal(new Float32Array(d * vocab));
-    // Values that round to even, up, down, overflow to infinity, and a NaN.
-    w.set([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -(1 + 2 ** -9), 3.4e38, NaN, 1e-40, -0], 0);
+    // Values whose bfloat16 truncation differs from rounding, the largest float32, a NaN, a subnormal, -0.
+    const special = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -(1 + 2 ** -9), 3.4e38, NaN, 1e-40, -0];
+    w.set(special, 0);
+    const wBits = new Uint32Array(w.buffer);
     const n = headSizes(d, vocab);
-    expect(n).toEqual({ f32: vocab * d, bf16: vocab * d, norms: vocab });
+    expect(n).toEqual({ hi: vocab * d, lo: vocab * d, norms: vocab });
     for (const [name, k] of IMPLEMENTATIONS) {
       const head = allocateHead(d, vocab, true);
-      expect(head.f32.buffer).toBeInstanceOf(SharedArrayBuffer);
+      expect(head.hi.buffer).toBeInstanceOf(SharedArrayBuffer);
       k.prepareHead(w, d, vocab, head);
       for (let v = 0; v < vocab; v++) {
         let ss = 0;
         for (let i = 0; i < d; i++) {
           const x = w[i * vocab + v]!;
-          expect(Object.is(head.f32[v * d + i], x), `${name} f32[${v}, ${i}]`).toBe(true);
-          const b = head.bf16[v * d + i]!;
-          view.setUint16(0, b);
-          view.setUint16(2, 0);
-          if (Number.isNaN(x)) expect(Number.isNaN(view.getFloat32(0))).toBe(true);
-          else expect(Object.is(view.getFloat32(0), roundBf16(x)), `${name} bf16[${v}, ${i}] of ${x}`).toBe(true);
+          const bits = ((head.hi[v * d + i]! << 16) | head.lo[v * d + i]!) >>> 0;
+          expect(bits, `${name} Wᵀ[${v}, ${i}] of ${x}`).toBe(wBits[i * vocab + v]);
           ss += x * x;
         }
         expect(Object.is(head.norms[v], Math.fround(Math.sqrt(ss))), `${name} norms[${v}]`).toBe(true);
       }
+      // hi alone is the value truncated toward zero: never larger in magnitude, within 2^-7 of it when normal.
+      const truncated = special.map((_, j) => {
+        view.setUint16(0, head.hi[j * d]!);
+        view.setUint16(2, 0);
+        return view.getFloat32(0);
+      });
+      expect(truncated.slice(0, 5), name).toEqual([1, 1 + 2 ** -7, 1, -1, 2 ** 127 * (1 + 127 / 128)]);
+      expect([
+        Number.isNaN(truncated[5]),
+        truncated[6]! > 0 && truncated[6]! <= 1e-40,
+        Object.is(truncated[7], -0),
+      ]).toEqual([true, true, true]);
+      for (let j = 0; j < d * vocab; j++) {
+        view.setUint16(0, head.hi[j]!);
+        view.setUint16(2, 0);
+        const t = view.getFloat32(0);
+        const x = w[(j % d) * vocab + Math.floor(j / d)]!;
+        if (!Number.isFinite(x) || Math.abs(x) < 2 ** -126) continue;
+        expect(
+          Math.abs(t) <= Math.abs(x) && Math.abs(x - t) < 2 ** -7 * Math.abs(x) && Math.sign(t) === Math.sign(x),
+        ).toBe(true);
+      }
     }
-    // The rounding cases themselves: to even (down), to even (up), up, down, past the largest bfloat16 value.
+    // The rounding cases the bfloat16-only reference uses: to even (down), to even (up), up, down, past the largest value.
     expect([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -(1 + 2 ** -9), 3.4e38].map(roundBf16)).toEqual([
       1,
       1 + 2 ** -6,

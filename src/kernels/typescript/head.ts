@@ -5,25 +5,16 @@
  */
 import type { PreparedHead } from "../types.js";
 
-const f32Bits = new Float32Array(1);
-const u32Bits = new Uint32Array(f32Bits.buffer);
-
-/** float32 → bfloat16 bits, to nearest with ties to even; a NaN stays a quiet NaN. */
-function bf16Bits(x: number): number {
-  f32Bits[0] = x;
-  const u = u32Bits[0]!;
-  if ((u & 0x7fffffff) > 0x7f800000) return (u >>> 16) | 0x40;
-  return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
-}
-
 export function prepareHeadTs(w: Float32Array, d: number, vocab: number, head: PreparedHead): void {
-  const { f32, bf16, norms } = head;
+  const { hi, lo, norms } = head;
+  const bits = new Uint32Array(w.buffer, w.byteOffset, w.length);
   for (let v = 0; v < vocab; v++) {
     let ss = 0;
     for (let i = 0; i < d; i++) {
+      const u = bits[i * vocab + v]!;
+      hi[v * d + i] = u >>> 16;
+      lo[v * d + i] = u & 0xffff;
       const x = w[i * vocab + v]!;
-      f32[v * d + i] = x;
-      bf16[v * d + i] = bf16Bits(x);
       ss += x * x;
     }
     norms[v] = Math.sqrt(ss);
@@ -38,20 +29,24 @@ export function headArgmaxTs(
   vocab: number,
   out: Int32Array,
 ): number {
-  const f32 = head.f32;
-  for (let b = 0; b < batch; b++) {
-    let best = 0;
-    let at = -1;
-    for (let v = 0; v < vocab; v++) {
+  const { hi, lo } = head;
+  // One vocabulary row at a time as float32, from its two halves.
+  const row = new Float32Array(d);
+  const rowBits = new Uint32Array(row.buffer);
+  const best = new Float64Array(batch);
+  const at = new Int32Array(batch).fill(-1);
+  for (let v = 0; v < vocab; v++) {
+    for (let i = 0; i < d; i++) rowBits[i] = ((hi[v * d + i]! << 16) | lo[v * d + i]!) >>> 0;
+    for (let b = 0; b < batch; b++) {
       let s = 0;
-      for (let i = 0; i < d; i++) s += h[b * d + i]! * f32[v * d + i]!;
+      for (let i = 0; i < d; i++) s += h[b * d + i]! * row[i]!;
       // Strictly greater: a tie keeps the lower v; a NaN never compares greater.
-      if (!Number.isNaN(s) && (at < 0 || s > best)) {
-        best = s;
-        at = v;
+      if (!Number.isNaN(s) && (at[b]! < 0 || s > best[b]!)) {
+        best[b] = s;
+        at[b] = v;
       }
     }
-    out[b] = at < 0 ? 0 : at;
   }
+  for (let b = 0; b < batch; b++) out[b] = at[b]! < 0 ? 0 : at[b]!;
   return batch * vocab;
 }

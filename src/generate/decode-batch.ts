@@ -16,6 +16,7 @@ import { isPresentOutput, pastFor } from "../onnx/kv-cache.js";
 import type { HeadSetup } from "./lm-head.js";
 import { DataType, valueShape, type ValueInfoProto } from "../onnx/graph.js";
 import { breakBatchingForTest } from "../model/self-check.js";
+import { EmbeddingRows, INPUTS_EMBEDS, type EmbeddingSource } from "./embedding.js";
 
 /** The output of a rewritten graph: each row's next token. */
 export const NEXT_TOKEN = "hsm_next_token";
@@ -43,6 +44,11 @@ export interface DecodeSetup {
   branch?: string;
   /** The LM head outside the graph (the graph outputs {@link LAST_HIDDEN}); undefined: the graph picks the tokens ({@link NEXT_TOKEN}). */
   head?: HeadSetup;
+  /**
+   * The token embedding outside the graph (the graph reads its rows as {@link INPUTS_EMBEDS}, and `input_ids` only
+   * where `readsIds`); undefined: the graph reads `input_ids` alone.
+   */
+  embedding?: EmbeddingSource & { readsIds: boolean };
 }
 
 /** The past inputs of a graph as {@link DecodeSetup} describes them. */
@@ -87,13 +93,16 @@ export async function decodeBatch(
   // The KV cache may live in the device's memory (see SessionOptions.deviceOutputs): every cache tensor is let go
   // as soon as the step after it has read it, and whatever is left when the batch ends or fails.
   const cacheTensors = new Set<ort.Tensor>();
+  const embedding = setup.embedding;
+  const rows = embedding && (await EmbeddingRows.open(embedding));
   try {
     while (!greedy.done()) {
       const feeds: Record<string, ort.Tensor> = {
-        input_ids: new ort.Tensor("int64", ids, [B, idsLen]),
         attention_mask: new ort.Tensor("int64", mask, [B, maskLen]),
         ...past,
       };
+      if (!embedding || embedding.readsIds) feeds.input_ids = new ort.Tensor("int64", ids, [B, idsLen]);
+      if (rows) feeds[INPUTS_EMBEDS] = new ort.Tensor("float32", rows.rows(ids), [B, idsLen, embedding!.d]);
       if (setup.positions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
       if (setup.branch)
         feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
@@ -135,6 +144,7 @@ export async function decodeBatch(
     }
   } finally {
     for (const t of cacheTensors) t.dispose();
+    await rows?.close();
   }
   return greedy.ids;
 }

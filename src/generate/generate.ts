@@ -53,6 +53,7 @@ import { fileSha256 } from "../extract/extract.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
 import { isPastInput, isPresentOutput } from "../onnx/kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";
+import { takeEmbeddingOut } from "./embedding.js";
 import { decodeModelOf, openModelDir, type ModelDir } from "../model/model-dir.js";
 import {
   DataType,
@@ -573,7 +574,19 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   // `job.source` holds the bytes `m` was decoded from: every call below decodes it first.
   if (stage) rewriteWeightsInPlace(m, job.source.bytes!, stage.sourceName);
   const past = pastInputs((added ? m.graph!.input! : [...job.inputs.values()]).filter((v) => isPastInput(v.name!)));
-  const setup = { ...job.setup, past, head: headSetup };
+  // On the CPU the embedding's rows are read from the file as steps need them (embedding.ts).
+  const embedding =
+    stage && device === "cpu"
+      ? takeEmbeddingOut(m.graph!, dirname(md.onnxPath), { name: stage.sourceName, path: md.onnxPath })
+      : undefined;
+  if (embedding) pruneGraph(m.graph!);
+  const readsIds = m.graph!.input!.some((v) => v.name === "input_ids");
+  const setup = {
+    ...job.setup,
+    past,
+    head: headSetup,
+    ...(embedding ? { embedding: { ...embedding, readsIds } } : {}),
+  };
   // On WebGPU the cache each step writes stays in the device's memory for the next step to read.
   const presents = m.graph!.output!.map((v) => v.name!).filter(isPresentOutput);
   const options = { ...sessionOptions, deviceOutputs: presents };

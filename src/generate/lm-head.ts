@@ -39,21 +39,12 @@ export async function prepareHead(
   return { head, d, vocab, threads };
 }
 
-/** The `count` values of float32 initializer `t`, wherever the model keeps them. */
-async function float32Values(t: TensorProto, count: number, modelDir: string): Promise<Float32Array> {
-  const raw = t.rawData;
-  if (raw && raw.length > 0) {
-    if (raw.length !== count * 4)
-      throw new ModelDirError(
-        modelDir,
-        `initializer ${t.name} holds ${raw.length} bytes where its shape needs ${count * 4}`,
-      );
-    if (raw.byteOffset % 4 === 0) return new Float32Array(raw.buffer, raw.byteOffset, count);
-    const out = new Float32Array(count);
-    new Uint8Array(out.buffer).set(raw);
-    return out;
-  }
-  if (t.floatData && t.floatData.length === count) return Float32Array.from(t.floatData);
+/**
+ * Where float32 initializer `t` of the model at `modelDir` keeps its `count` values as external data: the file
+ * (inside the model's folder, as onnxruntime requires) and the offset. A missing, outside or inconsistent entry
+ * fails naming the initializer.
+ */
+export function externalFile(t: TensorProto, modelDir: string, count: number): { path: string; offset: number } {
   const entry = (key: "location" | "offset" | "length") => externalDataEntry(t, key);
   const location = entry("location");
   if (!location) throw new ModelDirError(modelDir, `initializer ${t.name} has no values`);
@@ -78,8 +69,27 @@ async function float32Values(t: TensorProto, count: number, modelDir: string): P
       `initializer ${t.name} has ${length} bytes of external data where its shape needs ${count * 4}`,
     );
   }
+  return { path: join(modelDir, inside), offset };
+}
+
+/** The `count` values of float32 initializer `t`, wherever the model keeps them. */
+async function float32Values(t: TensorProto, count: number, modelDir: string): Promise<Float32Array> {
+  const raw = t.rawData;
+  if (raw && raw.length > 0) {
+    if (raw.length !== count * 4)
+      throw new ModelDirError(
+        modelDir,
+        `initializer ${t.name} holds ${raw.length} bytes where its shape needs ${count * 4}`,
+      );
+    if (raw.byteOffset % 4 === 0) return new Float32Array(raw.buffer, raw.byteOffset, count);
+    const out = new Float32Array(count);
+    new Uint8Array(out.buffer).set(raw);
+    return out;
+  }
+  if (t.floatData && t.floatData.length === count) return Float32Array.from(t.floatData);
+  const { path, offset } = externalFile(t, modelDir, count);
+  const location = externalDataEntry(t, "location")!;
   const out = new Float32Array(count);
-  const path = join(modelDir, inside);
   let fh;
   try {
     fh = (await openInput(path, { follow: true })).fh;

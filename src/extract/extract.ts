@@ -392,7 +392,8 @@ async function openSession(
   const { inspection } = inspected;
   const device = o.device ?? "cpu";
   checkDevice(device, graphNeeds(inspection.onnxPath, inspected.model));
-  forDevice(device, inspected.model);
+  const widened = forDevice(device, inspection.onnxPath, inspected.model);
+  if (widened !== undefined) log(widened, "info");
   const stage = await stageModel(inspection.onnxPath);
   const paddingSide = inspection.promptPadding;
   // Right-padded rows are read at their last real token, found from the mask inside the graph.
@@ -411,8 +412,10 @@ async function openSession(
     paddingSide === "right" ? mask : undefined,
     device,
   );
-  // Only the inputs the rewritten graph still reads are fed.
-  const inputFeeds = inspection.plan.inputs.feeds.filter((f) => live.has(f.name));
+  // Only the inputs the rewritten graph still reads are fed; a widened graph's float16 KV-cache inputs as float32.
+  const inputFeeds = inspection.plan.inputs.feeds
+    .filter((f) => live.has(f.name))
+    .map((f) => (widened !== undefined ? { ...f, float16: false } : f));
   const unknown = inspection.plan.inputs.unknown.filter((name) => live.has(name));
   if (unknown.length > 0) {
     await stage?.cleanup();

@@ -404,6 +404,7 @@ async function decodeJob(
   const kernels = place.device === "cpu" ? headKernels() : undefined;
   const opened = await openDecoders({ ...place, job, kernels });
   const { decoders } = opened;
+  if (opened.widened !== undefined) log(opened.widened, "info");
   logDecoders(opened.head, decoders.parallel, place.sessionOptions.threads, log);
   let useCache = opened.cached;
   try {
@@ -538,6 +539,8 @@ interface OpenedDecoders {
   /** A KV cache was added to the graph (and is to be probed before use). */
   added: boolean;
   head: HeadSetup | undefined;
+  /** The line telling the user that the float16 graph runs widened to float32 (see forDevice), or undefined. */
+  widened: string | undefined;
 }
 
 /**
@@ -561,7 +564,7 @@ async function openDecoders(place: DecoderPlace): Promise<OpenedDecoders> {
 async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Promise<OpenedDecoders> {
   const { job, device, workers, sessionOptions } = place;
   const { md } = job;
-  forDevice(device, m);
+  const widened = forDevice(device, md.onnxPath, m);
   const { cached, headSetup } = await rewriteWithHead(
     m,
     job.setup.right ? "attention_mask" : undefined,
@@ -573,7 +576,9 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   // Weights stay where they are, read by offset from the original file (see extraction).
   // `job.source` holds the bytes `m` was decoded from: every call below decodes it first.
   if (stage) rewriteWeightsInPlace(m, job.source.bytes!, stage.sourceName);
-  const past = pastInputs((added ? m.graph!.input! : [...job.inputs.values()]).filter((v) => isPastInput(v.name!)));
+  const past = pastInputs((added ? m.graph!.input! : [...job.inputs.values()]).filter((v) => isPastInput(v.name!))).map(
+    (p) => (widened === undefined ? p : { ...p, float16: false }),
+  );
   // On the CPU the embedding's rows are read from the file as steps need them (embedding.ts).
   const embedding =
     stage && device === "cpu"
@@ -602,7 +607,7 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
       ? workerDecoders(script, workers, { model: file, options, setup })
       : sessionDecoders(await loadSession(file, options), setup),
   );
-  return { decoders, cached: cached && past.length > 0, added, head: headSetup };
+  return { decoders, cached: cached && past.length > 0, added, head: headSetup, widened };
 }
 
 type Log = NonNullable<GenerateOptions["log"]>;

@@ -114,7 +114,9 @@ function ortWebgpuFinding(): DeviceFinding {
   const probe = probeWebgpu();
   const why = probe.message;
   if (why === undefined) {
-    const f16 = probe.float16 ? "float16 graphs too" : "float32 graphs only: the adapter lacks shader-f16";
+    const f16 = probe.float16
+      ? "float16 graphs too"
+      : "float16 graphs widened to float32: the adapter lacks shader-f16";
     return { name, available: true, detail: `the WebGPU execution provider runs (--device webgpu; ${f16})` };
   }
   const detail = missingAdapter(why) ?? why.split("\n")[0]!;

@@ -11,6 +11,7 @@
  * loads, and failing that the weights are copied inline.
  */
 import { spawnSync } from "node:child_process";
+import { closeSync, openSync, readSync } from "node:fs";
 import { access, constants, link, lstat, mkdtemp, readdir, realpath, rm, unlink, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -21,8 +22,19 @@ import * as ort from "onnxruntime-node";
 import type { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { ModelDirError } from "./model-dir.js";
-import { DataType, encodeModel, usesFloat16, valueInfo, type ModelProto } from "../onnx/graph.js";
+import {
+  DataType,
+  encodeModel,
+  externalDataEntry,
+  num,
+  usesFloat16,
+  valueInfo,
+  type ModelProto,
+  type TensorProto,
+} from "../onnx/graph.js";
 import { decomposeGroupQueryAttention, groupQueryAttentionGap } from "../onnx/gqa.js";
+import { widenFloat16 } from "../onnx/widen.js";
+import { fileError } from "../util/fs.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
@@ -129,8 +141,6 @@ let webgpuProbe: WebgpuProbe | undefined;
 /** What a graph needs of a device beyond its operators: the graph's file, and what {@link checkDevice} looks at. */
 export interface GraphNeeds {
   file: string;
-  /** The graph computes in float16 (see usesFloat16). */
-  float16: boolean;
   /**
    * Why the graph's GroupQueryAttention (onnxruntime-genai builds) cannot be written out in standard operators for
    * WebGPU (see onnx/gqa.ts); undefined where it can, or where there is none.
@@ -140,21 +150,14 @@ export interface GraphNeeds {
 
 /**
  * Throws the {@link DeviceError} of a device that cannot run here (WebGPU without an adapter), before any work;
- * with `graph`, also that of a graph the WebGPU adapter cannot run as the CPU does: a float16 graph where the
- * adapter lacks float16 shaders (onnxruntime would only find out at the first node), and a GroupQueryAttention
- * that cannot be written out in standard operators: its WebGPU kernel (onnxruntime-node 1.30) gives states several
- * percent away from the CPU kernel's, so WebGPU runs the written-out form (see {@link forDevice}).
+ * with `graph`, also that of a GroupQueryAttention that cannot be written out in standard operators: its WebGPU
+ * kernel (onnxruntime-node 1.30) gives states several percent away from the CPU kernel's, so WebGPU runs the
+ * written-out form (see {@link forDevice}).
  */
 export function checkDevice(device: Device, graph?: GraphNeeds): void {
   if (device !== "webgpu") return;
   const probe = (webgpuProbe ??= probeWebgpu());
   if (probe.message !== undefined) throw deviceError(device, probe.message)!;
-  if (graph?.float16 && !probe.float16) {
-    throw new DeviceError(
-      `${graph.file}: the graph computes in float16, and this WebGPU adapter lacks the shader-f16 feature; ` +
-        `use a float32 graph of the model (--model-file) or --device cpu`,
-    );
-  }
   if (graph?.groupQueryAttention !== undefined) {
     throw new DeviceError(
       `${graph.file}: ${graph.groupQueryAttention}, and onnxruntime's WebGPU kernel of it does not compute what ` +
@@ -165,15 +168,57 @@ export function checkDevice(device: Device, graph?: GraphNeeds): void {
 
 /** What {@link checkDevice} looks at in the model read from `file`. */
 export function graphNeeds(file: string, model: ModelProto): GraphNeeds {
-  return { file, float16: usesFloat16(model.graph!), groupQueryAttention: groupQueryAttentionGap(model) };
+  return { file, groupQueryAttention: groupQueryAttentionGap(model) };
 }
+
+/** The most bytes of weights a graph file may hold inline: protobuf's limit on one message, which onnxruntime keeps. */
+const INLINE_LIMIT = 2 ** 31 - 1;
 
 /**
  * Prepares a graph that {@link checkDevice} let through for `device`, in place: on WebGPU every GroupQueryAttention
- * is written out in standard operators that compute what the CPU kernel computes.
+ * is written out in standard operators that compute what the CPU kernel computes, and a float16 graph is widened
+ * to float32 where the adapter lacks float16 shaders (`shader-f16`; onnxruntime would only fail at the first
+ * float16 node). Returns the line telling the user that the graph was widened — its float16 inputs and outputs
+ * are float32 then, and are fed and read so — or undefined where it runs as it is.
  */
-export function forDevice(device: Device, model: ModelProto): void {
-  if (device === "webgpu") decomposeGroupQueryAttention(model.graph!);
+export function forDevice(device: Device, file: string, model: ModelProto): string | undefined {
+  if (device !== "webgpu") return undefined;
+  decomposeGroupQueryAttention(model.graph!);
+  if (!usesFloat16(model.graph!) || (webgpuProbe ??= probeWebgpu()).float16) return undefined;
+  // The widened weights are held inline: counted before they are made.
+  const bytes = (model.graph!.initializer ?? [])
+    .filter((t) => t.dataType === DataType.FLOAT16)
+    .reduce((sum, t) => sum + (t.dims ?? []).reduce((a: number, d) => a * num(d), 4), 0);
+  if (bytes > INLINE_LIMIT) {
+    throw new DeviceError(
+      `${file}: the graph computes in float16, which this WebGPU adapter cannot (it lacks shader-f16), and widened ` +
+        `to float32 its weights (${(bytes / 2 ** 30).toFixed(1)} GiB) pass the 2 GiB a graph may hold; ` +
+        `use a float32 graph of the model (--model-file) or --device cpu`,
+    );
+  }
+  widenFloat16(model, (t) => externalBytes(dirname(file), t));
+  return `${file}: the graph computes in float16 and this WebGPU adapter lacks shader-f16: it runs widened to float32`;
+}
+
+/** The bytes of float16 initializer `t` in its external-data file, which lies in `dir`. */
+function externalBytes(dir: string, t: TensorProto): Uint8Array {
+  const path = join(dir, externalDataEntry(t, "location") ?? "");
+  const offset = num(externalDataEntry(t, "offset") ?? 0);
+  // The length is optional: without it the tensor's two bytes per element.
+  const length = num(externalDataEntry(t, "length") ?? (t.dims ?? []).reduce((a: number, d) => a * num(d), 2));
+  try {
+    const fd = openSync(path, "r");
+    try {
+      const out = new Uint8Array(length);
+      if (readSync(fd, out, 0, length, offset) !== length)
+        throw new ModelDirError(path, `ends before the ${length} bytes at ${offset} of initializer ${t.name}`);
+      return out;
+    } finally {
+      closeSync(fd);
+    }
+  } catch (err) {
+    throw fileError(err, path);
+  }
 }
 
 /** "no WebGPU adapter was found (…)" where onnxruntime's WebGPU provider failed with `message` for want of one. */

@@ -4,8 +4,10 @@
  * 16 and 1 stores the CPU's states within the batch self-check's tolerance, and the float64 reference's where
  * the family has one (a genai build's GroupQueryAttention runs written out in standard operators); generation writes
  * the CPU's file byte for byte, with the with-past and the genai build, and the process ends by itself, its lock
- * released; a float16 graph on an adapter without float16 shaders, and a GroupQueryAttention that cannot be written
- * out, stop in one line. SwiftShader compiles a
+ * released; a float16 graph on an adapter without float16 shaders runs widened to float32, saying so in one line,
+ * and a widened genai build with a float16 cache and logits generates the float64 reference's text on its float16
+ * weights; a GroupQueryAttention that cannot be written out, and a float16 graph too large to widen, stop in one
+ * line. SwiftShader compiles a
  * shader for every new tensor shape, slowly: the models are tiny, the prompts few, and the extractions share one
  * process (and its compiled shaders).
  */
@@ -15,12 +17,18 @@ import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
+import { buildPrompt } from "../../src/bank/prompt.js";
 import { extract } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { decodeModel, encodeModel, floatTensor } from "../../src/onnx/graph.js";
 import { rowDeviation, selfCheckTolerance } from "../../src/model/self-check.js";
+import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import type { OwnFamilyOptions } from "../../src/synthetic/families.js";
+import { genaiFiles } from "../../src/synthetic/genai.js";
+import { tinyConfig, tinyWeights, writeTinyModel } from "../../src/synthetic/llama.js";
+import { styleWeights } from "../../src/synthetic/quantize.js";
+import { referenceDecoder, referenceGreedy } from "../helpers/llama-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
 import { runChild } from "../helpers/child.js";
 import { gpuEnv, gpuFeatures, gpuSkipReason } from "../helpers/software-gpu.js";
@@ -32,6 +40,9 @@ const dir = tempDir("hsm-webgpu-");
 const bank = join(dir, "bank.jsonl");
 const QUERIES = ["What is the capital of France?", "Ok?", "Which element has the chemical symbol Fe?"];
 const GEOMETRY = { layers: 2, hidden: 32, heads: 2, tokenizer: "llama3.1-1k" } as const;
+const SHADER_F16 = gpuFeatures.includes("shader-f16");
+/** A genai fp16 build with float16 inputs and outputs: its KV cache and logits. */
+const FP16_IO = { ...GEOMETRY, seed: 90 };
 
 /** The models extracted: every export style of the llama shape, and two families checked against the reference. */
 const MODELS: Record<string, { style: string; o: OwnFamilyOptions }> = {
@@ -84,6 +95,8 @@ describe.skipIf(gpuSkipReason !== undefined)(
   () => {
     beforeAll(async () => {
       for (const [name, m] of Object.entries(MODELS)) await writeModelInStyle(join(dir, name), m.style, m.o);
+      await writeModelInStyle(join(dir, "fp16"), "fp16", { ...GEOMETRY, seed: 99 });
+      await writeTinyModel(join(dir, "genai-fp16-io"), FP16_IO, genaiFiles("fp16-io"));
     });
 
     it("extracts every style at batch 16 and 1: the CPU's states within the self-check's tolerance", async () => {
@@ -179,25 +192,90 @@ describe.skipIf(gpuSkipReason !== undefined)(
       expect(existsSync(out)).toBe(false);
     }, 400_000);
 
-    it("stops a float16 graph in one line where the adapter lacks shader-f16, and runs it where it has it", async () => {
-      await writeModelInStyle(join(dir, "fp16"), "fp16", { ...GEOMETRY, seed: 99 });
-      const out = join(dir, "fp16-webgpu");
-      const r = hsm(
-        ["extract", "--model-dir", join(dir, "fp16"), "--bank", bank, "--out", out, "--device", "webgpu"],
-        300_000,
+    it("says in one line that a float16 graph runs widened to float32 where the adapter lacks shader-f16", async () => {
+      const md = join(dir, "fp16");
+      const out = join(dir, "fp16-webgpu-cli");
+      const r = hsm(["extract", "--model-dir", md, "--bank", bank, "--out", out, "--device", "webgpu"], 300_000);
+      expect(r.status).toBe(0);
+      const said = r.stderr.split("\n").filter((l) => l.includes("float16"));
+      expect(said).toEqual(
+        SHADER_F16
+          ? []
+          : [
+              `hsm: ${join(md, "onnx", "model_fp16.onnx")}: the graph computes in float16 and this WebGPU adapter ` +
+                "lacks shader-f16: it runs widened to float32",
+            ],
       );
-      if (gpuFeatures.includes("shader-f16")) {
-        expect(r.status).toBe(0);
-        return;
-      }
-      expect([r.status, r.stderr.trim().split("\n")]).toEqual([
-        1,
-        [
-          `hsm: ${join(dir, "fp16", "onnx", "model_fp16.onnx")}: the graph computes in float16, and this WebGPU ` +
-            "adapter lacks the shader-f16 feature; use a float32 graph of the model (--model-file) or --device cpu",
-        ],
-      ]);
-      expect(existsSync(out)).toBe(false);
+      expect(JSON.parse(readFileSync(join(out, "index.json"), "utf8"))).toMatchObject({
+        complete: true,
+        dtype: "float16",
+      });
+    }, 400_000);
+
+    it.skipIf(SHADER_F16)(
+      "stops a float16 graph whose weights widened to float32 would pass 2 GiB, in one line",
+      () => {
+        const md = join(dir, "fp16-huge");
+        cpSync(join(dir, "fp16"), md, { recursive: true });
+        const file = join(md, "onnx", "model_fp16.onnx");
+        const model = decodeModel(readFileSync(file));
+        // 2^30 float16 values, 4 GiB widened; never read, as the count comes first.
+        model.graph!.initializer!.push({
+          name: "huge",
+          dataType: 10,
+          dims: [2 ** 30],
+          dataLocation: 1,
+          externalData: [{ key: "location", value: "model_fp16.onnx_data" }],
+        });
+        writeFileSync(file, encodeModel(model));
+        const out = join(dir, "fp16-huge-store");
+        const r = hsm(["extract", "--model-dir", md, "--bank", bank, "--out", out, "--device", "webgpu"], 300_000);
+        expect([r.status, r.stderr.trim().split("\n")]).toEqual([
+          1,
+          [
+            `hsm: ${file}: the graph computes in float16, which this WebGPU adapter cannot (it lacks shader-f16), and ` +
+              "widened to float32 its weights (4.0 GiB) pass the 2 GiB a graph may hold; use a float32 graph of the " +
+              "model (--model-file) or --device cpu",
+          ],
+        ]);
+        expect(existsSync(out)).toBe(false);
+      },
+      300_000,
+    );
+
+    it("generates the reference's text with a genai build whose KV cache and logits are float16", async () => {
+      const md = join(dir, "genai-fp16-io");
+      const out = join(dir, "gen-genai-fp16-io", "webgpu.jsonl");
+      const args = ["--model-dir", md, "--bank", bank, "--out", out, "--device", "webgpu", "--max-new-tokens", "4"];
+      const r = await runChild(process.execPath, [BIN, "generate", ...args, "--quiet"], {
+        env: gpuEnv(),
+        timeout: 300_000,
+      });
+      expect([r.status, r.signal, r.stderr]).toEqual([0, null, ""]);
+      // With float16 shaders the build computes in float16, as on the CPU, with nothing exact to compare with.
+      if (SHADER_F16) return;
+      // Widened, it computes in float32 on its float16 weights; with them, so does the reference.
+      const config = tinyConfig(FP16_IO);
+      const weights = styleWeights("fp16", tinyWeights(FP16_IO));
+      const tok = await PromptTokenizer.load(md);
+      const decode = referenceDecoder(readFileSync(join(md, "tokenizer.json"), "utf8"));
+      const eos = new Set([config.eos_token_id ?? []].flat());
+      const rows = readFileSync(bank, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l));
+      const got = readFileSync(out, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l));
+      expect(Object.fromEntries(got.map((g) => [g.query_id, g.raw_response]))).toEqual(
+        Object.fromEntries(
+          rows.map((row) => [
+            row.query_id,
+            decode(referenceGreedy(config, weights, tok.encode(buildPrompt(row)), eos, 4)),
+          ]),
+        ),
+      );
     }, 400_000);
   },
 );

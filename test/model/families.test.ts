@@ -26,6 +26,7 @@ import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import type { OwnFamily, OwnFamilyOptions } from "../../src/synthetic/families.js";
 import { tinyConfig, tinyWeights, type LlamaFamily } from "../../src/synthetic/llama.js";
 import { referenceGreedyFamily } from "../helpers/family-reference.js";
+import { FAMILIES, FAMILY_KNOBS } from "../helpers/families.js";
 import { referenceDecoder, referenceGreedy } from "../helpers/llama-reference.js";
 import { ownFamilyForward, ownFamilyGreedy } from "../helpers/own-family-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
@@ -42,52 +43,8 @@ const QUERIES = [
   "Name the largest planet.",
 ];
 const MAX_NEW = 6;
-/**
- * Llama's shape beside them, and the other shapes its writer takes (Gemma2's embedding scale, four norms,
- * soft-capping and sliding window on every other layer, Qwen2's
- * q, k and v biases, Phi-3's packed projections and LongRoPE `If`, GPT-NeoX's parallel blocks), last so that the
- * seeds of the others stay.
- */
-const FAMILIES: readonly (OwnFamily | LlamaFamily)[] = [
-  "llama",
-  "gpt2",
-  "opt",
-  "bloom",
-  "mpt",
-  "gptj",
-  "codegen",
-  "gpt_neo",
-  "gpt_bigcode",
-  "falcon",
-  "phi",
-  "stablelm",
-  "mistral",
-  "mixtral",
-  "olmo",
-  "starcoder2",
-  "gemma",
-  "qwen2",
-  "phi3",
-  "neox",
-];
 const isLlamaShaped = (family: OwnFamily | LlamaFamily): family is LlamaFamily =>
   family === "llama" || family === "gemma" || family === "qwen2" || family === "phi3" || family === "neox";
-/**
- * Windows and clamps small enough to act on these prompts; smaller embeddings where the LM head is tied to them
- * (else greedy decoding mostly repeats the last token, whatever the cache holds). Phi-3's 110 positions put
- * original_max_position_embeddings at 55: LongRoPE's short factors for the prompts of 37 to 50 tokens (and their
- * MAX_NEW - 1 fed back), the long ones for those of 56 and 69.
- */
-const KNOBS: Partial<Record<OwnFamily | LlamaFamily, OwnFamilyOptions>> = {
-  gpt_neo: { slidingWindow: 4, embedScale: 0.1 },
-  gpt_bigcode: { embedScale: 0.03 },
-  falcon: { embedScale: 0.1 },
-  mistral: { slidingWindow: 4 },
-  starcoder2: { slidingWindow: 4, embedScale: 0.1 },
-  olmo: { clipQkv: 0.5 },
-  phi3: { maxPositions: 110 },
-  gemma: { slidingWindow: 4 },
-};
 /** The optimum outputs: the with-past model.onnx, the legacy decoder_model.onnx, and the merged decoder. */
 const OUTPUTS = {
   "with-past": { style: "with-past", positionIds: true },
@@ -97,7 +54,7 @@ const OUTPUTS = {
 type Output = keyof typeof OUTPUTS;
 
 const options = (family: OwnFamily | LlamaFamily, output: Output): OwnFamilyOptions => ({
-  ...KNOBS[family],
+  ...FAMILY_KNOBS[family],
   family,
   layers: 2,
   hidden: 32,

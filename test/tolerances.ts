@@ -70,3 +70,13 @@ export const INT8_CODE_FLIPS = 0.1;
  * and float16's subnormal spacing is 6e-8.
  */
 export const STORED_VS_REFERENCE = { relative: 2 ** -10, absolute: 2e-3 } as const;
+/**
+ * A float16 graph widened to float32 (WebGPU without shader-f16) against the same graph run in float16 on the CPU:
+ * the deviation of block `l`'s stored row relative to the row's largest magnitude (the self-check's measure) is at
+ * most `storage + (l + 1) · perLayer`. The CPU's state is within (l + 1) · FLOAT16_COMPUTE_PER_LAYER of the row's
+ * RMS from float32 arithmetic on the same float16 weights (docs/extract.md, "float16 graphs"), and the RMS is at
+ * most the largest magnitude; the widened graph computes in float32, so besides that only both stores' float16
+ * rounding (2^-11 of the largest magnitude each) and float32 noise of the two devices' reduction orders (2^-10, as
+ * the self-check allows) separate them.
+ */
+export const WIDENED_VS_FLOAT16 = { storage: 2 ** -9, perLayer: FLOAT16_COMPUTE_PER_LAYER } as const;

@@ -1,7 +1,9 @@
 /**
  * A store against the float64 reference forward pass of the tiny model it was
  * extracted from: every stored row and layer within STORED_VS_REFERENCE
- * (float16 rounding plus float32 noise).
+ * (float16 rounding plus float32 noise). For a quantized or float16 style of
+ * the Llama shape, the reference runs on the weights that style's graph
+ * multiplies by (styleWeights).
  */
 import { readFileSync } from "node:fs";
 
@@ -9,6 +11,7 @@ import { expect } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
 import { tinyConfig, tinyWeights } from "../../src/synthetic/llama.js";
+import { styleWeights, type QuantizedStyle } from "../../src/synthetic/quantize.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { isOwnFamily, type OwnFamilyOptions } from "../../src/synthetic/families.js";
@@ -25,25 +28,26 @@ const computed = new Map<string, Map<string, Float64Array[]>>();
  * Whether the graph reads `position_ids` changes neither its weights nor an unpadded sequence's positions, so the
  * outputs of one model share their results (the float64 passes cost more than the runs they check).
  */
-function referenceOf(o: OwnFamilyOptions): (ids: number[]) => Float64Array[] {
-  const key = JSON.stringify({ ...o, positionIds: undefined });
+function referenceOf(o: OwnFamilyOptions, weightsOf?: QuantizedStyle): (ids: number[]) => Float64Array[] {
+  const key = JSON.stringify({ ...o, positionIds: undefined, weightsOf });
   if (!computed.has(key)) computed.set(key, new Map());
   const known = computed.get(key)!;
   let forward: ((ids: number[]) => Float64Array[]) | undefined;
   return (ids) => {
     const k = ids.join(",");
-    if (!known.has(k)) known.set(k, (forward ??= forwardOf(o))(ids));
+    if (!known.has(k)) known.set(k, (forward ??= forwardOf(o, weightsOf))(ids));
     return known.get(k)!;
   };
 }
 
-function forwardOf(o: OwnFamilyOptions): (ids: number[]) => Float64Array[] {
+function forwardOf(o: OwnFamilyOptions, weightsOf?: QuantizedStyle): (ids: number[]) => Float64Array[] {
   if (isOwnFamily(o.family)) {
+    if (weightsOf !== undefined) throw new Error(`the ${o.family} reference runs on its float32 weights only`);
     const forward = ownFamilyForward({ ...o, family: o.family });
     return (ids) => forward(ids).hidden;
   }
   const config = tinyConfig(o);
-  const weights = tinyWeights(o);
+  const weights = weightsOf === undefined ? tinyWeights(o) : styleWeights(weightsOf, tinyWeights(o));
   return weights.family
     ? (ids) => referenceHiddenFamily(config, weights, ids)
     : (ids) => referenceHidden(config, weights, ids);
@@ -54,8 +58,9 @@ export async function expectStoreMatchesReference(
   o: OwnFamilyOptions,
   modelDir: string,
   bankPath: string,
+  weightsOf?: QuantizedStyle,
 ): Promise<void> {
-  const reference = referenceOf(o);
+  const reference = referenceOf(o, weightsOf);
   const tok = await PromptTokenizer.load(modelDir);
   const rows = readFileSync(bankPath, "utf8")
     .trim()

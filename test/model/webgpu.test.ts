@@ -1,15 +1,15 @@
 /**
  * onnxruntime's WebGPU provider on whatever adapter the machine has (SwiftShader's, CPU-emulated and without
- * `shader-f16`, where there is no GPU; see helpers/software-gpu.ts). Extraction in every export style at batch
- * 16 and 1 stores the CPU's states within the batch self-check's tolerance, and the float64 reference's where
- * the family has one (a genai build's GroupQueryAttention runs written out in standard operators); generation writes
- * the CPU's file byte for byte, with the with-past and the genai build, and the process ends by itself, its lock
- * released; a float16 graph on an adapter without float16 shaders runs widened to float32, saying so in one line,
- * and a widened genai build with a float16 cache and logits generates the float64 reference's text on its float16
- * weights; a GroupQueryAttention that cannot be written out, and a float16 graph too large to widen, stop in one
- * line. SwiftShader compiles a
- * shader for every new tensor shape, slowly: the models are tiny, the prompts few, and the extractions share one
- * process (and its compiled shaders).
+ * `shader-f16`, where there is no GPU; see helpers/software-gpu.ts). Extraction in every export style and of every
+ * family the CPU suite covers, at batch 16 and 1, stores the CPU's states within the batch self-check's tolerance
+ * (a float16 graph, widened to float32 on an adapter without float16 shaders, within float16 arithmetic's error
+ * of them), and the float64 reference's where there is one (on the weights the graph multiplies by; a genai
+ * build's GroupQueryAttention runs written out in standard operators); generation writes the CPU's file byte for
+ * byte, with the with-past and the genai build, and a widened float16 build the reference's text, and the process
+ * ends by itself, its lock released; a GroupQueryAttention that cannot be written out, and a float16 graph too large
+ * to widen, stop in one line.
+ * SwiftShader compiles a shader for every new tensor shape, slowly: the models are tiny, the prompts few, and the
+ * extractions of a group share one process (and its compiled shaders).
  */
 import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -18,21 +18,23 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
-import { extract } from "../../src/extract/extract.js";
+import { extract, inspectModel } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { decodeModel, encodeModel, floatTensor } from "../../src/onnx/graph.js";
 import { rowDeviation, selfCheckTolerance } from "../../src/model/self-check.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
-import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
+import { MODEL_STYLES, writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import type { OwnFamilyOptions } from "../../src/synthetic/families.js";
 import { genaiFiles } from "../../src/synthetic/genai.js";
 import { tinyConfig, tinyWeights, writeTinyModel } from "../../src/synthetic/llama.js";
-import { styleWeights } from "../../src/synthetic/quantize.js";
+import { styleWeights, type QuantizedStyle } from "../../src/synthetic/quantize.js";
+import { runChild } from "../helpers/child.js";
+import { FAMILIES, FAMILY_KNOBS } from "../helpers/families.js";
 import { referenceDecoder, referenceGreedy } from "../helpers/llama-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
-import { runChild } from "../helpers/child.js";
 import { gpuEnv, gpuFeatures, gpuSkipReason } from "../helpers/software-gpu.js";
 import { tempDir } from "../helpers/tmp.js";
+import { WIDENED_VS_FLOAT16 } from "../tolerances.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const BIN = join(ROOT, "bin", "hsm.js");
@@ -41,22 +43,68 @@ const bank = join(dir, "bank.jsonl");
 const QUERIES = ["What is the capital of France?", "Ok?", "Which element has the chemical symbol Fe?"];
 const GEOMETRY = { layers: 2, hidden: 32, heads: 2, tokenizer: "llama3.1-1k" } as const;
 const SHADER_F16 = gpuFeatures.includes("shader-f16");
-/** A genai fp16 build with float16 inputs and outputs: its KV cache and logits. */
-const FP16_IO = { ...GEOMETRY, seed: 90 };
 
-/** The models extracted: every export style of the llama shape, and two families checked against the reference. */
-const MODELS: Record<string, { style: string; o: OwnFamilyOptions }> = {
-  plain: { style: "plain", o: { ...GEOMETRY, seed: 91 } },
-  "with-past": { style: "with-past", o: { ...GEOMETRY, seed: 92 } },
-  merged: { style: "merged", o: { ...GEOMETRY, seed: 93 } },
-  q4: { style: "q4", o: { ...GEOMETRY, seed: 95 } },
-  int8: { style: "int8", o: { ...GEOMETRY, seed: 96 } },
-  genai: { style: "genai", o: { ...GEOMETRY, seed: 94 } },
-  gpt2: { style: "with-past", o: { ...GEOMETRY, family: "gpt2", seed: 97, positionIds: true } },
-  bloom: { style: "with-past", o: { ...GEOMETRY, family: "bloom", seed: 98, positionIds: true } },
+/**
+ * A model extracted: how its folder is written, its options, and the weights of the float64 reference it is
+ * checked against (`float32`: the seeded weights; a style: the weights that style's graph multiplies by), if any.
+ */
+interface Extracted {
+  write(dir: string): Promise<unknown>;
+  o: OwnFamilyOptions;
+  reference: "float32" | QuantizedStyle | undefined;
+}
+
+/**
+ * The reference of each export style: int8 graphs quantize activations per tensor, which only the CPU store
+ * is compared with; the genai builds' int4 and fp16 multiply by the q4 and fp16 styles' weights.
+ */
+const STYLE_REFERENCE: Record<(typeof MODEL_STYLES)[number], Extracted["reference"]> = {
+  plain: "float32",
+  "with-past": "float32",
+  merged: "float32",
+  "dynamo-names": "float32",
+  anonymous: "float32",
+  genai: "float32",
+  "genai-fp16": "fp16",
+  "genai-int4": "q4",
+  q4: "q4",
+  int8: undefined,
+  nf4: "nf4",
+  fp16: "fp16",
+  q4f16: "q4f16",
 };
-/** Families with an independent float64 forward pass (helpers/reference-store.ts). */
-const REFERENCED = new Set(["plain", "with-past", "merged", "gpt2", "bloom"]);
+
+/** The genai fp16 build with float16 inputs and outputs (its KV cache and logits), which the CPU suite covers too. */
+const FP16_IO = { ...GEOMETRY, seed: 90 };
+/** Every export style of the llama shape, and that build beside them. */
+const STYLES: Record<string, Extracted> = {
+  ...Object.fromEntries(
+    MODEL_STYLES.map((style, k) => {
+      const o = { ...GEOMETRY, seed: 91 + k };
+      return [style, { write: (d: string) => writeModelInStyle(d, style, o), o, reference: STYLE_REFERENCE[style] }];
+    }),
+  ),
+  "genai-fp16-io": {
+    write: (d) => writeTinyModel(d, FP16_IO, genaiFiles("fp16-io")),
+    o: FP16_IO,
+    reference: "fp16",
+  },
+};
+
+/** Every family of the CPU suite, with its options there, as optimum's with-past model.onnx. */
+const FAMILY_MODELS: Record<string, Extracted> = Object.fromEntries(
+  FAMILIES.map((family, k) => {
+    const o: OwnFamilyOptions = {
+      ...FAMILY_KNOBS[family],
+      family,
+      ...GEOMETRY,
+      heads: 4,
+      seed: 60 + k,
+      positionIds: true,
+    };
+    return [family, { write: (d: string) => writeModelInStyle(d, "with-past", o), o, reference: "float32" }];
+  }),
+);
 const BATCHES = [16, 1];
 
 /** Runs `hsm` in a child process that sees the adapter; its status, output, and seconds taken. */
@@ -94,13 +142,16 @@ describe.skipIf(gpuSkipReason !== undefined)(
   `onnxruntime's WebGPU provider${gpuSkipReason ? ` (skipped: ${gpuSkipReason})` : ""}`,
   () => {
     beforeAll(async () => {
-      for (const [name, m] of Object.entries(MODELS)) await writeModelInStyle(join(dir, name), m.style, m.o);
-      await writeModelInStyle(join(dir, "fp16"), "fp16", { ...GEOMETRY, seed: 99 });
-      await writeTinyModel(join(dir, "genai-fp16-io"), FP16_IO, genaiFiles("fp16-io"));
+      for (const [name, m] of [...Object.entries(STYLES), ...Object.entries(FAMILY_MODELS)])
+        await m.write(join(dir, name));
     });
 
-    it("extracts every style at batch 16 and 1: the CPU's states within the self-check's tolerance", async () => {
-      const jobs = Object.keys(MODELS).flatMap((name) =>
+    /**
+     * Extracts every model of `models` at batch 16 and 1 on WebGPU, in one process (the shaders compiled for one
+     * model serve the next), and checks each store against the CPU's and the reference.
+     */
+    async function expectCpuStates(models: Record<string, Extracted>): Promise<void> {
+      const jobs = Object.keys(models).flatMap((name) =>
         BATCHES.map((batchSize) => ({
           modelDir: join(dir, name),
           bank,
@@ -112,29 +163,46 @@ describe.skipIf(gpuSkipReason !== undefined)(
           selfCheck: batchSize === 1 ? 0 : undefined,
         })),
       );
-      // One process for every extraction: the shaders compiled for one model serve the next.
       const script =
         `const { extract } = await import(${JSON.stringify(join(ROOT, "dist", "index.js"))});` +
-        `const seconds = {}; for (const job of JSON.parse(process.argv[1])) { const t0 = performance.now();` +
-        ` const r = await extract(job); seconds[job.out] = [(performance.now() - t0) / 1000, r.manifest.self_check.status]; }` +
-        `process.stdout.write(JSON.stringify(seconds));`;
+        `const done = {}; for (const job of JSON.parse(process.argv[1])) { const log = [];` +
+        ` const r = await extract({ ...job, log: (m) => log.push(m) });` +
+        ` done[job.out] = { selfCheck: r.manifest.self_check.status, log }; }` +
+        `process.stdout.write(JSON.stringify(done));`;
       const r = await runChild(process.execPath, ["--input-type=module", "-e", script, JSON.stringify(jobs)], {
         env: gpuEnv(),
         timeout: 600_000,
       });
       expect(r.stderr).toBe("");
       expect(r.status).toBe(0);
-      const done = JSON.parse(r.stdout) as Record<string, [number, string]>;
-      for (const [name, m] of Object.entries(MODELS)) {
+      const done = JSON.parse(r.stdout) as Record<string, { selfCheck: string; log: string[] }>;
+      for (const [name, m] of Object.entries(models)) {
+        const md = join(dir, name);
         const cpu = join(dir, `${name}-cpu`);
-        const { manifest } = await extract({ modelDir: join(dir, name), bank, out: cpu, layerRule: "l >= 0" });
-        const tolerance = selfCheckTolerance(manifest.dtype);
+        const { manifest } = await extract({ modelDir: md, bank, out: cpu, layerRule: "l >= 0" });
+        const float16 = manifest.dtype === "float16";
+        const widened = float16 && !SHADER_F16;
+        const { onnxPath } = (await inspectModel(md)).inspection;
         for (const batchSize of BATCHES) {
           const store = join(dir, `${name}-webgpu-b${batchSize}`);
-          expect(done[store]![1], store).toBe(batchSize === 1 ? "off" : "pass");
+          expect(done[store]!.selfCheck, store).toBe(batchSize === 1 ? "off" : "pass");
+          expect(
+            done[store]!.log.filter((l) => l.includes("float16")),
+            store,
+          ).toEqual(
+            widened
+              ? [
+                  `${onnxPath}: the graph computes in float16 and this WebGPU adapter lacks shader-f16: it runs widened to float32`,
+                ]
+              : [],
+          );
           const gpu = JSON.parse(readFileSync(join(store, "index.json"), "utf8"));
           expect([gpu.complete, gpu.extraction.device, gpu.dtype]).toEqual([true, "webgpu", manifest.dtype]);
           for (const layer of manifest.layers) {
+            // Widened, the graph computes in float32 what the CPU computes in float16 (WIDENED_VS_FLOAT16).
+            const tolerance = widened
+              ? WIDENED_VS_FLOAT16.storage + (layer + 1) * WIDENED_VS_FLOAT16.perLayer
+              : selfCheckTolerance(manifest.dtype);
             const want = storedRows(cpu, layer, manifest.d_model);
             const got = storedRows(store, layer, manifest.d_model);
             expect(got.length).toBe(QUERIES.length);
@@ -142,9 +210,22 @@ describe.skipIf(gpuSkipReason !== undefined)(
               expect(rowDeviation(want[i]!, row).rel, `${store} L${layer} row ${i}`).toBeLessThanOrEqual(tolerance),
             );
           }
-          if (REFERENCED.has(name)) await expectStoreMatchesReference(store, m.o, join(dir, name), bank);
+          // Widened, a float16 graph computes in float32 on its float16 weights: the reference's states on them
+          // within float16 storage, as a float32 graph's are. Run in float16, it is the CPU suite's to compare.
+          if (m.reference !== undefined && (!float16 || widened)) {
+            const weightsOf = m.reference === "float32" ? undefined : m.reference;
+            await expectStoreMatchesReference(store, m.o, md, bank, weightsOf);
+          }
         }
       }
+    }
+
+    it("extracts every export style at batch 16 and 1: the CPU's states, and the reference's", async () => {
+      await expectCpuStates(STYLES);
+    }, 900_000);
+
+    it("extracts every family at batch 16 and 1: the CPU's states, and the reference's", async () => {
+      await expectCpuStates(FAMILY_MODELS);
     }, 900_000);
 
     it.each(["with-past", "genai"])(

@@ -13,7 +13,7 @@ import { readSync } from "node:fs";
 import { HsmError } from "../errors.js";
 import { externalDataEntry, graphIndex, num, valueInfo, DataType, type GraphProto } from "../onnx/graph.js";
 import { fileError, openInput } from "../util/fs.js";
-import { externalFile } from "./lm-head.js";
+import { externalFile } from "../model/external-data.js";
 
 /** The graph input that replaces the embedding's Gather: `[B, T, d]` float32. */
 export const INPUTS_EMBEDS = "hsm_inputs_embeds";
@@ -56,7 +56,7 @@ export function takeEmbeddingOut(
       if (location === undefined) continue;
       const vocab = num(t.dims[0]);
       const d = num(t.dims[1]);
-      const file = externalFile(t, modelDir, vocab * d);
+      const file = externalFile(t, modelDir, vocab * d * 4);
       const path = location === source.name ? source.path : file.path;
       graph.node = graph.node!.map((n) =>
         n === gather ? { name: "/hsm/inputs_embeds", opType: "Identity", input: [INPUTS_EMBEDS], output: n.output } : n,

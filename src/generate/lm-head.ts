@@ -6,13 +6,12 @@
  * the float64 logits (`headArgmax`), for a fraction of a float32 product's
  * arithmetic and half its memory traffic.
  */
-import { isAbsolute, join, normalize, sep } from "node:path";
-
 import { allocateHead } from "../kernels/head.js";
 import type { HeadKernels } from "../kernels/default.js";
 import type { PreparedHead } from "../kernels/types.js";
 import { fileError, openInput } from "../util/fs.js";
 import { ModelDirError } from "../model/model-dir.js";
+import { externalFile } from "../model/external-data.js";
 import { externalDataEntry, num, type TensorProto } from "../onnx/graph.js";
 
 /** A prepared head as decoding threads receive it (plain data: its arrays live in SharedArrayBuffers). */
@@ -39,39 +38,6 @@ export async function prepareHead(
   return { head, d, vocab, threads };
 }
 
-/**
- * Where float32 initializer `t` of the model at `modelDir` keeps its `count` values as external data: the file
- * (inside the model's folder, as onnxruntime requires) and the offset. A missing, outside or inconsistent entry
- * fails naming the initializer.
- */
-export function externalFile(t: TensorProto, modelDir: string, count: number): { path: string; offset: number } {
-  const entry = (key: "location" | "offset" | "length") => externalDataEntry(t, key);
-  const location = entry("location");
-  if (!location) throw new ModelDirError(modelDir, `initializer ${t.name} has no values`);
-  // As onnxruntime requires: external data lies inside the model's folder.
-  const inside = normalize(location);
-  if (isAbsolute(inside) || inside === ".." || inside.startsWith(`..${sep}`)) {
-    throw new ModelDirError(
-      modelDir,
-      `initializer ${t.name} keeps its values in ${JSON.stringify(location)}, outside the model folder`,
-    );
-  }
-  const offset = Number(entry("offset") ?? 0);
-  const length = entry("length");
-  if (!Number.isSafeInteger(offset) || offset < 0)
-    throw new ModelDirError(
-      modelDir,
-      `initializer ${t.name} has external-data offset ${JSON.stringify(entry("offset"))}`,
-    );
-  if (length !== undefined && Number(length) !== count * 4) {
-    throw new ModelDirError(
-      modelDir,
-      `initializer ${t.name} has ${length} bytes of external data where its shape needs ${count * 4}`,
-    );
-  }
-  return { path: join(modelDir, inside), offset };
-}
-
 /** The `count` values of float32 initializer `t`, wherever the model keeps them. */
 async function float32Values(t: TensorProto, count: number, modelDir: string): Promise<Float32Array> {
   const raw = t.rawData;
@@ -87,7 +53,7 @@ async function float32Values(t: TensorProto, count: number, modelDir: string): P
     return out;
   }
   if (t.floatData && t.floatData.length === count) return Float32Array.from(t.floatData);
-  const { path, offset } = externalFile(t, modelDir, count);
+  const { path, offset } = externalFile(t, modelDir, count * 4);
   const location = externalDataEntry(t, "location")!;
   const out = new Float32Array(count);
   let fh;

@@ -11,7 +11,6 @@
  * loads, and failing that the weights are copied inline.
  */
 import { spawnSync } from "node:child_process";
-import { closeSync, openSync, readSync } from "node:fs";
 import { access, constants, link, lstat, mkdtemp, readdir, realpath, rm, unlink, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -25,7 +24,6 @@ import { ModelDirError } from "./model-dir.js";
 import {
   DataType,
   encodeModel,
-  externalDataEntry,
   num,
   usesFloat16,
   valueInfo,
@@ -34,7 +32,8 @@ import {
 } from "../onnx/graph.js";
 import { decomposeGroupQueryAttention, groupQueryAttentionGap } from "../onnx/gqa.js";
 import { widenFloat16 } from "../onnx/widen.js";
-import { fileError } from "../util/fs.js";
+import { readInputSync } from "../util/fs.js";
+import { externalFile } from "./external-data.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
@@ -200,25 +199,11 @@ export function forDevice(device: Device, file: string, model: ModelProto): stri
   return `${file}: the graph computes in float16 and this WebGPU adapter lacks shader-f16: it runs widened to float32`;
 }
 
-/** The bytes of float16 initializer `t` in its external-data file, which lies in `dir`. */
+/** The bytes of float16 initializer `t` in its external-data file, which lies in the model's folder `dir`. */
 function externalBytes(dir: string, t: TensorProto): Uint8Array {
-  const path = join(dir, externalDataEntry(t, "location") ?? "");
-  const offset = num(externalDataEntry(t, "offset") ?? 0);
-  // The length is optional: without it the tensor's two bytes per element.
-  const length = num(externalDataEntry(t, "length") ?? (t.dims ?? []).reduce((a: number, d) => a * num(d), 2));
-  try {
-    const fd = openSync(path, "r");
-    try {
-      const out = new Uint8Array(length);
-      if (readSync(fd, out, 0, length, offset) !== length)
-        throw new ModelDirError(path, `ends before the ${length} bytes at ${offset} of initializer ${t.name}`);
-      return out;
-    } finally {
-      closeSync(fd);
-    }
-  } catch (err) {
-    throw fileError(err, path);
-  }
+  const bytes = (t.dims ?? []).reduce((a: number, d) => a * num(d), 2);
+  const { path, offset } = externalFile(t, dir, bytes);
+  return readInputSync(path, { follow: true }, { offset, length: bytes });
 }
 
 /** "no WebGPU adapter was found (…)" where onnxruntime's WebGPU provider failed with `message` for want of one. */

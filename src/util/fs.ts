@@ -178,8 +178,11 @@ export async function readInput(path: string, o: InputOptions = {}): Promise<Buf
   }
 }
 
-/** {@link readInput} for the few readers that must stay synchronous. */
-export function readInputSync(path: string, o: InputOptions = {}): Buffer {
+/**
+ * {@link readInput} for the few readers that must stay synchronous; with `range`, only its `length` bytes from
+ * `offset`, all of them (a file that ends before fails naming the range).
+ */
+export function readInputSync(path: string, o: InputOptions = {}, range?: { offset: number; length: number }): Buffer {
   let fd: number;
   try {
     fd = openSync(path, inputFlags(o));
@@ -189,13 +192,17 @@ export function readInputSync(path: string, o: InputOptions = {}): Buffer {
   try {
     const st = fstatSync(fd);
     checkInput(st, path, o);
-    const buf = Buffer.allocUnsafe(st.size);
+    const start = range?.offset ?? 0;
+    const length = range?.length ?? st.size;
+    const buf = Buffer.allocUnsafe(length);
     let done = 0;
-    while (done < st.size) {
-      const got = readSync(fd, buf, done, st.size - done, done);
+    while (done < length) {
+      const got = readSync(fd, buf, done, length - done, start + done);
       if (got === 0) break;
       done += got;
     }
+    if (range && done < length)
+      throw new FileError(path, "unreadable", undefined, `ends before the ${length} bytes at offset ${start}`);
     return buf.subarray(0, done);
   } catch (err) {
     throw fileError(err, path);

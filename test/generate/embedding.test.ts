@@ -16,7 +16,6 @@ import {
   encodeModel,
   valueInfo,
   type GraphProto,
-  type ModelProto,
   type NodeProto,
   type TensorProto,
 } from "../../src/onnx/graph.js";
@@ -72,7 +71,7 @@ function graph(o: { cast?: boolean; axis?: number; extra?: NodeProto[]; outputs?
   };
 }
 
-function model(g: GraphProto): ModelProto {
+function model(g: GraphProto): Parameters<typeof encodeModel>[0] {
   return { irVersion: 8, opsetImport: [{ domain: "", version: 17 }], graph: g };
 }
 

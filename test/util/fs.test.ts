@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { EXIT, FileError, HsmError, StoreError } from "../../src/errors.js";
-import { fileError, osReason, readWhole, writeFileAtomic } from "../../src/util/fs.js";
+import { fileError, osReason, readInputSync, readWhole, writeFileAtomic } from "../../src/util/fs.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-fs-");
@@ -159,5 +159,18 @@ describe("readWhole", () => {
     const want = await readFile(missing).catch((e: NodeJS.ErrnoException) => e);
     await expect(readWhole(missing)).rejects.toMatchObject({ code: "ENOENT", message: (want as Error).message });
     await expect(readWhole(dir)).rejects.toMatchObject({ code: "EISDIR" });
+  });
+});
+
+describe("readInputSync with a range", () => {
+  it("reads exactly the bytes asked for, and names a range the file ends inside", () => {
+    const path = join(dir, "ranged.bin");
+    writeFileSync(path, Buffer.from(Array.from({ length: 40 }, (_, i) => i)));
+    expect([...readInputSync(path, {}, { offset: 5, length: 4 })]).toEqual([5, 6, 7, 8]);
+    expect(readInputSync(path, {}, { offset: 40, length: 0 }).length).toBe(0);
+    expect(() => readInputSync(path, {}, { offset: 38, length: 4 })).toThrow(
+      new FileError(path, "unreadable", undefined, "ends before the 4 bytes at offset 38"),
+    );
+    expect(() => readInputSync(dir, {}, { offset: 0, length: 1 })).toThrow(FileError);
   });
 });

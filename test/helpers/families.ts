@@ -4,34 +4,18 @@
  * added to it is run on every device.
  */
 import type { OwnFamily, OwnFamilyOptions } from "../../src/synthetic/families.js";
-import type { LlamaFamily } from "../../src/synthetic/llama.js";
+import { FAMILIES as ALL_FAMILIES, LLAMA_FAMILIES, type Family, type LlamaFamily } from "../../src/synthetic/llama.js";
 
 /**
- * The graph shapes not Llama's first, then the Llama-shaped ones (Gemma2's embedding scale, four norms,
+ * Every family `make-model` writes (src/synthetic/llama.ts), in the suite's order: Llama, the graph shapes not
+ * Llama's, then the Llama-shaped ones (Gemma2's embedding scale, four norms,
  * soft-capping and sliding window on every other layer, Qwen2's q, k and v biases, Phi-3's packed projections and
  * LongRoPE `If`, GPT-NeoX's parallel blocks), last so that the seeds of the others stay.
  */
-export const FAMILIES: readonly (OwnFamily | LlamaFamily)[] = [
+export const FAMILIES: readonly Family[] = [
   "llama",
-  "gpt2",
-  "opt",
-  "bloom",
-  "mpt",
-  "gptj",
-  "codegen",
-  "gpt_neo",
-  "gpt_bigcode",
-  "falcon",
-  "phi",
-  "stablelm",
-  "mistral",
-  "mixtral",
-  "olmo",
-  "starcoder2",
-  "gemma",
-  "qwen2",
-  "phi3",
-  "neox",
+  ...ALL_FAMILIES.filter((f) => !(LLAMA_FAMILIES as readonly Family[]).includes(f)),
+  ...LLAMA_FAMILIES.filter((f) => f !== "llama"),
 ];
 
 /**

@@ -17,6 +17,7 @@ import type { HeadSetup } from "./lm-head.js";
 import { DataType, valueShape, type ValueInfoProto } from "../onnx/graph.js";
 import { breakBatchingForTest } from "../model/self-check.js";
 import { EmbeddingRows, INPUTS_EMBEDS, type EmbeddingSource } from "./embedding.js";
+import { JoinedCache, type CacheJoin } from "./cache-join.js";
 
 /** The output of a rewritten graph: each row's next token. */
 export const NEXT_TOKEN = "hsm_next_token";
@@ -49,7 +50,12 @@ export interface DecodeSetup {
    * where `readsIds`); undefined: the graph reads `input_ids` alone.
    */
   embedding?: EmbeddingSource & { readsIds: boolean };
+  /** The cache joined outside the graph, from the new positions each step outputs (cache-join.ts); undefined: the graph outputs the whole cache. */
+  joins?: CacheJoin[];
 }
+
+/** Each session's joined caches not in use, their buffers kept from one batch to the next. */
+const joinedCaches = new WeakMap<ort.InferenceSession, JoinedCache[]>();
 
 /** The past inputs of a graph as {@link DecodeSetup} describes them. */
 export function pastInputs(values: readonly ValueInfoProto[]): PastInput[] {
@@ -95,6 +101,9 @@ export async function decodeBatch(
   const cacheTensors = new Set<ort.Tensor>();
   const embedding = setup.embedding;
   const rows = embedding && (await EmbeddingRows.open(embedding));
+  const spare = setup.joins && (joinedCaches.get(session) ?? []);
+  if (spare) joinedCaches.set(session, spare);
+  const joined = setup.joins && (spare!.pop() ?? new JoinedCache(setup.joins));
   try {
     while (!greedy.done()) {
       const feeds: Record<string, ort.Tensor> = {
@@ -116,12 +125,16 @@ export async function decodeBatch(
       // The next step's inputs: every row advances by its chosen token (finished rows too; their output is ignored).
       const chosen = Array.from(next, (v) => Number(v));
       lastPos = lastPos.map((p) => p + 1);
-      if (cached) {
+      if (cached && joined) {
+        past = joined.next(past, result, newTokens);
+      } else if (cached) {
         past = {};
         for (const [name, tensor] of Object.entries(result)) {
           const input = pastFor(name, pastNames);
           if (input) past[input] = tensor;
         }
+      }
+      if (cached) {
         ids = BigInt64Array.from(chosen, (t) => BigInt(t));
         idsLen = 1;
         const grown = new BigInt64Array(B * (maskLen + 1));
@@ -144,6 +157,7 @@ export async function decodeBatch(
     }
   } finally {
     for (const t of cacheTensors) t.dispose();
+    if (joined) spare!.push(joined);
     await rows?.close();
   }
   return greedy.ids;

@@ -48,6 +48,7 @@ import {
   workerScript,
   type Decoders,
 } from "./workers.js";
+import { outputNewPositions } from "./cache-join.js";
 import { answerFields, readEosIds } from "./rules.js";
 import { fileSha256 } from "../extract/extract.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
@@ -586,10 +587,13 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
       : undefined;
   if (embedding) pruneGraph(m.graph!);
   const readsIds = m.graph!.input!.some((v) => v.name === "input_ids");
+  // On the CPU the cache is joined outside the graph, without a whole copy of it made each step (cache-join.ts).
+  const joins = device === "cpu" && cached && past.length > 0 ? outputNewPositions(m.graph!) : undefined;
   const setup = {
     ...job.setup,
     past,
     head: headSetup,
+    ...(joins ? { joins } : {}),
     ...(embedding ? { embedding: { ...embedding, readsIds } } : {}),
   };
   // On WebGPU the cache each step writes stays in the device's memory for the next step to read.

@@ -49,6 +49,7 @@ import {
   type Decoders,
 } from "./workers.js";
 import { outputNewPositions } from "./cache-join.js";
+import { nativeHeap } from "../kernels/native.js";
 import { answerFields, readEosIds } from "./rules.js";
 import { fileSha256 } from "../extract/extract.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
@@ -85,6 +86,8 @@ import { tokenizerAndModel, type PromptTokenizer } from "../model/tokenizer.js";
 
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
 const SORT_WINDOW = 256;
+/** Blocks of this size or more are mapped by themselves while workers decode on the CPU: a prompt step's activations. */
+const LARGE_BLOCK_BYTES = 4 << 20;
 /** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
 const FAILURES_BEFORE_STOP = 8;
 
@@ -606,11 +609,13 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   job.source.bytes = undefined;
   if (stage) collectGarbage();
   const script = workerScript();
-  const decoders = await withStagedModel(bytes, stage, device, async (file) =>
-    typeof file === "string" && script && workers > 1
-      ? workerDecoders(script, workers, { model: file, options, setup })
-      : sessionDecoders(await loadSession(file, options), setup),
-  );
+  const decoders = await withStagedModel(bytes, stage, device, async (file) => {
+    if (typeof file !== "string" || !script || workers === 1)
+      return sessionDecoders(await loadSession(file, options), setup);
+    // Without the arena, a step's large blocks go straight back to the system (see nativeHeap).
+    if (device === "cpu") nativeHeap?.mapLargeBlocks(LARGE_BLOCK_BYTES);
+    return workerDecoders(script, workers, { model: file, options, setup });
+  });
   return { decoders, cached: cached && past.length > 0, added, head: headSetup, widened };
 }
 
@@ -646,7 +651,8 @@ function decodingWorkers(o: GenerateOptions, onnxPath: string, model: ModelProto
   }
   const workers = Math.min(wanted, batches);
   const threads = o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined);
-  const sessionOptions = { device, threads, spin: false };
+  // Several sessions in one process: each would keep its arena's high-water mark (session.ts, `arena`).
+  const sessionOptions = { device, threads, spin: false, ...(device === "cpu" && workers > 1 ? { arena: false } : {}) };
   return { device, workers, sessionOptions };
 }
 

@@ -27,6 +27,10 @@ interface NativeBinding {
   f32ToF16(src: Float32Array, dst: Uint16Array, threads: number): void;
   f16ToF32(src: Uint16Array, dst: Float32Array, threads: number): void;
   f16Stats(src: Uint16Array): [number, number];
+  /** Hands malloc's free pages back to the system. */
+  trimHeap(): void;
+  /** Has malloc map every block of at least `bytes` by itself, unmapped when freed. */
+  mapLargeBlocks(bytes: number): void;
   /** "sha-ni" where the CPU has the SHA extensions, else "portable". */
   sha: string;
   /** Bytes of the hash state a caller keeps between chunks. */
@@ -262,6 +266,15 @@ if (binding && process.env.HSM_SIMD) {
     simdError = new UsageError(`HSM_SIMD: ${(err as Error).message}`);
   }
 }
+
+/**
+ * The process's C heap, where the addon loaded: `trim` hands free pages back to the system, `mapLargeBlocks(bytes)`
+ * has blocks of at least `bytes` mapped by themselves and unmapped when freed (glibc; nothing elsewhere).
+ */
+export const nativeHeap: { trim(): void; mapLargeBlocks(bytes: number): void } | undefined = binding && {
+  trim: () => binding.trimHeap(),
+  mapLargeBlocks: (bytes) => binding.mapLargeBlocks(bytes),
+};
 
 /** Which sha256 code path runs inside the addon ("sha-ni" or "portable"), or undefined where it did not load. */
 export const nativeSha: string | undefined = binding?.sha;

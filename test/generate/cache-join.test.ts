@@ -83,7 +83,9 @@ describe("the KV cache joined outside the graph", () => {
         };
         for (const name of Object.keys(expected)) {
           expect(past[name]!.dims).toEqual(expected[name]!.dims);
-          expect(Array.from(past[name]!.data as Float32Array)).toEqual(Array.from(expected[name]!.data as Float32Array));
+          expect(Array.from(past[name]!.data as Float32Array)).toEqual(
+            Array.from(expected[name]!.data as Float32Array),
+          );
         }
       }
     }

@@ -93,45 +93,35 @@ export class JoinedCache {
           `${output} is [${fresh.dims.join(", ")}], which does not join [${old.dims.join(", ")}]`,
         );
       }
-      const from = old.data as Data;
-      const add = fresh.data as Data;
-      const inner = dims.slice(axis + 1).reduce((a, b) => a * b, 1);
-      const outer = dims.slice(0, axis).reduce((a, b) => a * b, 1);
-      const bytes = add.BYTES_PER_ELEMENT * outer * inner;
-      return {
-        name,
-        fresh,
-        from,
-        add,
-        dims,
-        inner,
-        outer,
-        axis,
-        need: bytes * dims[axis]!,
-        grown: bytes * (dims[axis]! + room),
-      };
+      const inner = dims.slice(axis + 1).reduce((x, y) => x * y, 1);
+      const outer = dims.slice(0, axis).reduce((x, y) => x * y, 1);
+      // Per outer index: `a` elements of the old past, then `b` new ones.
+      return { name, fresh, old, dims, outer, inner, a: old.dims[axis]! * inner, b: fresh.dims[axis]! * inner };
     });
-    const at = (sizes: number[]) => sizes.map((_, i) => sizes.slice(0, i).reduce((a, b) => a + align(b), 0));
+    const width = (p: (typeof plans)[number]) => (p.fresh.data as Data).BYTES_PER_ELEMENT;
+    const offsets: number[] = [];
+    let need = 0;
+    let grown = 0;
+    for (const p of plans) {
+      offsets.push(need);
+      need += align(width(p) * p.outer * (p.a + p.b));
+      grown += align(width(p) * p.outer * (p.a + p.b + room * p.inner));
+    }
     const write = 1 - this.reading;
-    const needs = plans.map((p) => p.need);
-    const total = at([...needs, 0]).at(-1)!;
-    if (this.sides[write]!.byteLength < total) {
-      const grown = at([...plans.map((p) => p.grown), 0]).at(-1)!;
+    if (this.sides[write]!.byteLength < need) {
       this.sides[write] = new ArrayBuffer(Math.max(grown, Math.ceil(GROWTH * this.sides[write]!.byteLength)));
     }
     this.reading = write;
-    const buffer = this.sides[write]!;
-    const offsets = at(needs);
     const out: Record<string, ort.Tensor> = {};
-    plans.forEach((p, i) => {
-      const target = new (p.add.constructor as DataType)(buffer, offsets[i]!, p.need / p.add.BYTES_PER_ELEMENT);
-      const a = (p.dims[p.axis]! - p.fresh.dims[p.axis]!) * p.inner;
-      const b = p.fresh.dims[p.axis]! * p.inner;
-      for (let o = 0; o < p.outer; o++) {
-        if (a > 0) target.set(p.from.subarray(o * a, (o + 1) * a), o * (a + b));
-        target.set(p.add.subarray(o * b, (o + 1) * b), o * (a + b) + a);
+    plans.forEach(({ name, fresh, old, dims, outer, a, b }, i) => {
+      const add = fresh.data as Data;
+      const from = old.data as Data;
+      const target = new (add.constructor as DataType)(this.sides[write]!, offsets[i]!, outer * (a + b));
+      for (let o = 0; o < outer; o++) {
+        if (a > 0) target.set(from.subarray(o * a, (o + 1) * a), o * (a + b));
+        target.set(add.subarray(o * b, (o + 1) * b), o * (a + b) + a);
       }
-      out[p.name] = new ort.Tensor(p.fresh.type, target, p.dims);
+      out[name] = new ort.Tensor(fresh.type, target, dims);
     });
     return out;
   }

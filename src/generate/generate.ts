@@ -612,9 +612,11 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   const decoders = await withStagedModel(bytes, stage, device, async (file) => {
     if (typeof file !== "string" || !script || workers === 1)
       return sessionDecoders(await loadSession(file, options), setup);
-    // Without the arena, a step's large blocks go straight back to the system (see nativeHeap).
-    if (device === "cpu") nativeHeap?.mapLargeBlocks(LARGE_BLOCK_BYTES);
-    return workerDecoders(script, workers, { model: file, options, setup });
+    if (device !== "cpu") return workerDecoders(script, workers, { model: file, options, setup });
+    // Several sessions in one process: each would keep its arena's high-water mark (session.ts, `arena`), and
+    // without it a step's large blocks go straight back to the system (see nativeHeap).
+    nativeHeap?.mapLargeBlocks(LARGE_BLOCK_BYTES);
+    return workerDecoders(script, workers, { model: file, options: { ...options, arena: false }, setup });
   });
   return { decoders, cached: cached && past.length > 0, added, head: headSetup, widened };
 }
@@ -651,8 +653,7 @@ function decodingWorkers(o: GenerateOptions, onnxPath: string, model: ModelProto
   }
   const workers = Math.min(wanted, batches);
   const threads = o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined);
-  // Several sessions in one process: each would keep its arena's high-water mark (session.ts, `arena`).
-  const sessionOptions = { device, threads, spin: false, ...(device === "cpu" && workers > 1 ? { arena: false } : {}) };
+  const sessionOptions = { device, threads, spin: false };
   return { device, workers, sessionOptions };
 }
 

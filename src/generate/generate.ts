@@ -411,6 +411,7 @@ async function decodeJob(
   if (opened.widened !== undefined) log(opened.widened, "info");
   logDecoders(opened.head, decoders.parallel, place.sessionOptions.threads, log);
   let useCache = opened.cached;
+  if (!opened.cached) log("the model has no KV cache, and hsm finds none it can add: recomputing every step", "info");
   try {
     if (opened.added) {
       const logitsOf = exportedLogits(job.md.onnxPath, place.sessionOptions, job.setup.positions);

@@ -20,7 +20,17 @@
  * computes what a with-past export of the same model computes. Generation
  * still tries it on a few prompts against full recomputation (generate.ts).
  */
-import { DataType, graphIndex, int64Tensor, num, onnx, valueInfo, type GraphProto, type NodeProto } from "./graph.js";
+import {
+  DataType,
+  graphIndex,
+  int64Tensor,
+  int64Values,
+  num,
+  onnx,
+  valueInfo,
+  type GraphProto,
+  type NodeProto,
+} from "./graph.js";
 import { isPastInput, isPresentOutput, pastInputName, presentOutputName } from "./kv-cache.js";
 
 /**
@@ -87,6 +97,8 @@ interface CachePoint {
   kv: boolean;
   /** 3 where the keys have no heads' axis (GPT-BigCode's multi-query `[B, S, hd]`), else 4. */
   rank: 3 | 4;
+  /** `reader` is a Reshape that merges batch and heads after the cache joins: its target's sequence is then `-1`. */
+  merged?: boolean;
 }
 
 /**
@@ -113,8 +125,29 @@ function earliestPoint(
   const expand = reshape?.opType === "Reshape" && only(reshape) ? producer.get(reshape.input![0]!) : undefined;
   const unsqueeze = expand?.opType === "Expand" && only(expand) ? producer.get(expand.input![0]!) : undefined;
   if (p.axis === -2 && unsqueeze?.opType === "Unsqueeze" && only(unsqueeze))
-    p = { ...p, reader: unsqueeze, index: 0, axis: -2, kv: true };
+    return { ...p, reader: unsqueeze, index: 0, axis: -2, kv: true };
+  // Batch and heads merged into one axis (BLOOM's [B·H, hd, S] keys and [B·H, S, hd] values, as transformers
+  // writes them): the cache joins the heads' tensor the Reshape merges, and the Reshape keeps the sequence's length.
+  const heads = reshape?.opType === "Reshape" && only(reshape) ? reshape.input![0]! : undefined;
+  if (heads && computedReshape(reshape!, producer) && headsTensor(heads, producer))
+    return { ...p, reader: reshape!, index: 0, rank: 4, merged: true };
   return p;
+}
+
+/**
+ * Whether `t` has a heads' axis beside the batch's: it comes from a Transpose of rank 4 (transformers' `permute`
+ * or `transpose(1, 2)` of `[B, T, H, hd]`) through operators that keep the layout, rotary embeddings' halves
+ * joined on the features included.
+ */
+function headsTensor(t: string, producer: ReadonlyMap<string, NodeProto>): boolean {
+  for (let depth = 0; depth < 16; depth++) {
+    const n = producer.get(t);
+    if (!n || n.domain) return false;
+    if (n.opType === "Transpose") return (n.attribute ?? []).find((a) => a.name === "perm")?.ints?.length === 4;
+    if (!SAME_LAYOUT.has(n.opType ?? "") && n.opType !== "Concat" && n.opType !== "Slice") return false;
+    t = n.input![0]!;
+  }
+  return false;
 }
 
 /** Operators a key or value passes through between its projection and its product, and the inputs they carry it in. */
@@ -252,7 +285,17 @@ const SAME_LAYOUT = new Set(["Add", "Sub", "Mul", "Div", "Neg", "Cast", "Identit
  */
 function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], before: Map<NodeProto, NodeProto[]>): void {
   const { producer, consumers } = graphIndex(graph);
+  const initializers = new Map((graph.initializer ?? []).map((t) => [t.name!, t]));
+  const ints = (t: string | undefined) => {
+    const n = t ? producer.get(t) : undefined;
+    return int64Values(
+      n?.opType === "Constant" ? (n.attribute?.find((a) => a.name === "value")?.t ?? undefined) : initializers.get(t!),
+    );
+  };
   for (const p of points) {
+    // The features' axis, where the sequence is not last: rotary embeddings split the keys there and join them again.
+    const onFeatures = (axes: number[] | undefined) =>
+      p.seqAxis !== p.rank - 1 && !!axes?.length && axes.every((a) => (a + p.rank) % p.rank === p.rank - 1);
     const layout = new Set<string>();
     const stack = [p.tensor];
     while (stack.length > 0) {
@@ -263,8 +306,10 @@ function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], befor
       if (!n || n.domain) continue;
       if (SAME_LAYOUT.has(n.opType ?? "")) stack.push(...(n.input ?? []).filter(Boolean));
       // A fused key and value split apart on their features (GPT-BigCode's key_value): the same sequence's axis.
-      const splitAxis = num((n.attribute ?? []).find((a) => a.name === "axis")?.i ?? 0);
-      if (n.opType === "Split" && (splitAxis + p.rank) % p.rank === p.rank - 1) stack.push(n.input![0]!);
+      const along = num((n.attribute ?? []).find((a) => a.name === "axis")?.i ?? 0);
+      if (n.opType === "Split" && (along + p.rank) % p.rank === p.rank - 1) stack.push(n.input![0]!);
+      if (n.opType === "Concat" && onFeatures([along])) stack.push(...(n.input ?? []));
+      if (n.opType === "Slice" && onFeatures(ints(n.input![3]))) stack.push(n.input![0]!);
     }
     const shapes = [...layout].flatMap((t) => (consumers.get(t) ?? []).filter((n) => n.opType === "Shape"));
     if (shapes.length === 0) continue;
@@ -399,6 +444,41 @@ function sliceMaskPositions(graph: GraphProto, before: Map<NodeProto, NodeProto[
 }
 
 /**
+ * Makes `reshape` (which merges batch and heads after the cache has joined its input) take the sequence's length
+ * from its input: its target's entry on `axis` (the sequence's, counted from the end) becomes `-1`. An export
+ * writes that entry as the new tokens' count, which with a cache is no longer the keys' length. Returns the nodes
+ * that compute the new target, to run before the Reshape.
+ */
+function sequenceLeftFree(graph: GraphProto, reshape: NodeProto, axis: -1 | -2, name: string): NodeProto[] {
+  const target = reshape.input![1]!;
+  const at = (suffix: string) => `${name}/target/${suffix}`;
+  (graph.initializer ??= []).push(
+    int64Tensor(at("zero"), [0]),
+    int64Tensor(at("axis"), [axis]),
+    int64Tensor(at("free"), [-1]),
+    int64Tensor(at("after"), [axis + 1]),
+    int64Tensor(at("end"), [Number.MAX_SAFE_INTEGER]),
+  );
+  const nodes: NodeProto[] = [
+    { name: at("head"), opType: "Slice", input: [target, at("zero"), at("axis")], output: [at("head")] },
+  ];
+  const parts = [at("head"), at("free")];
+  if (axis === -2) {
+    nodes.push({ name: at("tail"), opType: "Slice", input: [target, at("after"), at("end")], output: [at("tail")] });
+    parts.push(at("tail"));
+  }
+  nodes.push({
+    name: at("free_sequence"),
+    opType: "Concat",
+    input: parts,
+    output: [at("free_sequence")],
+    attribute: [{ name: "axis", type: INT, i: 0 }],
+  });
+  reshape.input![1] = at("free_sequence");
+  return nodes;
+}
+
+/**
  * Adds a KV cache to a graph without one, in place: per attention, inputs
  * `past_key_values.N.key` and `.value` concatenated with the keys and values
  * along the sequence and output as `present.N.*` — `[batch, kvHeads, past,
@@ -430,7 +510,7 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
       producer,
       consumers,
     );
-    for (const [kind, { reader, index, axis, kv, rank }] of [
+    for (const [kind, { reader, index, axis, kv, rank, merged }] of [
       ["key", key],
       ["value", value],
     ] as const) {
@@ -452,7 +532,11 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
         output: [present],
         attribute: [{ name: "axis", type: INT, i: axis }],
       };
-      before.set(reader, [...(before.get(reader) ?? []), concat]);
+      before.set(reader, [
+        ...(before.get(reader) ?? []),
+        concat,
+        ...(merged ? sequenceLeftFree(graph, reader, axis, `/hsm/cache.${i}/${kind}`) : []),
+      ]);
       points.push({
         tensor: reader.input![index]!,
         past,

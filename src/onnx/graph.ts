@@ -76,6 +76,15 @@ export function int64Tensor(name: string, values: number[], dims: number[] = [va
   return { name, dataType: DataType.INT64, dims, rawData: new Uint8Array(data.buffer) };
 }
 
+/** The values of an int64 tensor (an initializer, a Constant's value), undefined when it is not one. */
+export function int64Values(t: TensorProto | undefined): number[] | undefined {
+  if (!t || t.dataType !== DataType.INT64) return undefined;
+  if (t.int64Data?.length) return t.int64Data.map(num);
+  const raw = t.rawData;
+  // A copy: decoded bytes may be a view into a larger buffer (a Node Buffer), at any offset.
+  return raw && raw.length % 8 === 0 ? Array.from(new BigInt64Array(new Uint8Array(raw).buffer), Number) : undefined;
+}
+
 export function floatTensor(name: string, values: Float32Array, dims: number[]): TensorProto {
   return {
     name,

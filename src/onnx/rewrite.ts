@@ -11,6 +11,7 @@ import {
   encodeModel,
   GraphBuilder,
   graphIndex,
+  int64Values,
   num,
   pointToExternalData,
   pruneGraph,
@@ -18,7 +19,6 @@ import {
   type GraphProto,
   type ModelProto,
   type NodeProto,
-  type TensorProto,
 } from "./graph.js";
 
 export const HIDDEN_OUTPUT = "hsm_hidden_states";
@@ -156,15 +156,6 @@ interface TailTests {
   positionWise: (n: NodeProto) => boolean;
 }
 
-/** The values of a constant int64 initializer (a ReduceMean's axes input), undefined when not one. */
-function int64Values(initializers: Map<string, TensorProto>, t: string): number[] | undefined {
-  const init = initializers.get(t);
-  if (!init || init.dataType !== DataType.INT64) return undefined;
-  if (init.int64Data?.length) return init.int64Data.map(num);
-  const raw = init.rawData;
-  return raw && raw.length % 8 === 0 ? Array.from(new BigInt64Array(raw.slice().buffer), Number) : undefined;
-}
-
 /** The constant and position-wise tests over `graph`, the constants' ranks remembered as they are found. */
 function tailTests(graph: GraphProto, producer: Map<string, NodeProto>): TailTests {
   const initializers = new Map((graph.initializer ?? []).map((t) => [t.name!, t]));
@@ -201,7 +192,7 @@ function tailTests(graph: GraphProto, producer: Map<string, NodeProto>): TailTes
       return ins.every((t) => !constant(t) || rank(t) <= 1) && ins.some((t) => !constant(t));
     if (n.opType === "ReduceMean") {
       // Opset 18 moved the axes from an attribute to an input.
-      const axes = ins.length === 2 ? int64Values(initializers, ins[1]!) : attr("axes")?.ints?.map(num);
+      const axes = ins.length === 2 ? int64Values(initializers.get(ins[1]!)) : attr("axes")?.ints?.map(num);
       return (
         !constant(ins[0]!) &&
         axes?.length === 1 &&

@@ -11,7 +11,9 @@ indexed by position_ids, grouped-query attention, the causal mask from
 torch.arange over the query length plus the padding from attention_mask, as
 transformers 4.36 writes Llama), gpt2 (learned absolute positions indexed by
 position_ids, fused QKV, the causal mask sliced from a buffer at the keys'
-length). The weights are drawn from SEED, so export and reference agree.
+length), bloom, opt and neox (batch and heads merged into one axis for bmm, as
+transformers writes them; each class says more). The weights are drawn from
+SEED, so export and reference agree.
 """
 import json
 import math
@@ -137,7 +139,199 @@ class Gpt2(nn.Module):
         return ln(x, (d,), self.lnfw, self.lnfb, 1e-5) @ self.wte.T
 
 
-FAMILIES = {"llama": Llama, "gpt2": Gpt2}
+class Bloom(nn.Module):
+    """transformers 4.36's BLOOM: batch and heads merged into one axis ([B·H, T, hd], keys [B·H, hd, T]), the
+    ALiBi biases from the mask's cumulative sum added by baddbmm, the causal mask as booleans."""
+
+    INPUTS = ("input_ids", "attention_mask")
+
+    def __init__(self, c, g):
+        super().__init__()
+        V, d, L = c["vocab_size"], c["hidden_size"], c["n_layer"]
+        self.H, self.d = c["n_head"], d
+        self.hd = d // self.H
+        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
+        self.ln_e = nn.ParameterList((w(d), b(d)))
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.ln1w, m.ln1b, m.ln2w, m.ln2b = w(d), b(d), w(d), b(d)
+            m.qkv_w, m.qkv_b, m.dense_w, m.dense_b = r(3 * d, d), b(3 * d), r(d, d), b(d)
+            m.up_w, m.up_b, m.down_w, m.down_b = r(4 * d, d), b(4 * d), r(d, 4 * d), b(d)
+            self.layers.append(m)
+        self.lnf = nn.ParameterList((w(d), b(d)))
+        self.eps = c["layer_norm_epsilon"]
+        n = 2 ** math.floor(math.log2(self.H))
+        base = torch.tensor(2 ** (-(2 ** -(math.log2(n) - 3))), dtype=torch.float32)
+        slopes = torch.pow(base, torch.arange(1, 1 + n, dtype=torch.int32))
+        if n != self.H:
+            extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * n) - 3))), dtype=torch.float32)
+            k = min(n, self.H - n)
+            slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * k, 2, dtype=torch.int32))])
+        self.register_buffer("slopes", slopes.double(), persistent=False)
+
+    def forward(self, input_ids, attention_mask):
+        B, T = input_ids.shape
+        H, hd, d = self.H, self.hd, self.d
+        ln = lambda x, p: torch.nn.functional.layer_norm(x, (d,), p[0], p[1], self.eps)
+        x = ln(self.embed[input_ids], self.ln_e)
+        dt = x.dtype
+        S = attention_mask.shape[1]
+        index = ((attention_mask.cumsum(dim=-1) - 1) * attention_mask)[:, None, :]
+        alibi = (self.slopes.to(dt)[..., None] * index).reshape(B * H, 1, S)
+        lo = torch.finfo(dt).min
+        causal = torch.full((T, T), lo, dtype=dt)
+        cond = torch.arange(T)
+        causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
+        inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
+        masked = (causal[None, None] + inverted.masked_fill(inverted.bool(), lo)).bool()
+        for m in self.layers:
+            h = ln(x, (m.ln1w, m.ln1b))
+            fused = (h @ m.qkv_w.T + m.qkv_b).view(B, T, H, 3, hd)
+            q = fused[..., 0, :].transpose(1, 2).reshape(B * H, T, hd)
+            k = fused[..., 1, :].permute(0, 2, 3, 1).reshape(B * H, hd, T)
+            v = fused[..., 2, :].transpose(1, 2).reshape(B * H, T, hd)
+            s = alibi.baddbmm(batch1=q, batch2=k, beta=1.0, alpha=1 / math.sqrt(hd)).view(B, H, T, -1)
+            s = torch.masked_fill(s, masked, lo)
+            p = torch.softmax(s, dim=-1).view(B * H, T, -1)
+            a = torch.bmm(p, v).view(B, H, T, hd).permute(0, 2, 1, 3).reshape(B, T, d)
+            x = x + a @ m.dense_w.T + m.dense_b
+            h = ln(x, (m.ln2w, m.ln2b))
+            u = h @ m.up_w.T + m.up_b
+            u = u * 0.5 * (1.0 + torch.tanh(0.79788456 * u * (1 + 0.044715 * u * u)))
+            x = x + u @ m.down_w.T + m.down_b
+        return ln(x, self.lnf) @ self.embed.T
+
+
+class Opt(nn.Module):
+    """transformers 4.36's OPT: positions counted from the mask's cumulative sum (offset 2), the query scaled
+    before its product, batch and heads merged ([B·H, S, hd] keys, transposed for the product), bmm and softmax."""
+
+    INPUTS = ("input_ids", "attention_mask")
+
+    def __init__(self, c, g):
+        super().__init__()
+        V, d, L = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"]
+        self.H, self.d = c["num_attention_heads"], d
+        self.hd = d // self.H
+        ffn = c["ffn_dim"]
+        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
+        self.pos = nn.Parameter(0.5 * torch.randn(c["max_position_embeddings"] + 2, d, generator=g, dtype=torch.float64))
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.ln1w, m.ln1b, m.ln2w, m.ln2b = w(d), b(d), w(d), b(d)
+            m.q_w, m.q_b, m.k_w, m.k_b = r(d, d), b(d), r(d, d), b(d)
+            m.v_w, m.v_b, m.o_w, m.o_b = r(d, d), b(d), r(d, d), b(d)
+            m.fc1_w, m.fc1_b, m.fc2_w, m.fc2_b = r(ffn, d), b(ffn), r(d, ffn), b(d)
+            self.layers.append(m)
+        self.lnf = nn.ParameterList((w(d), b(d)))
+
+    def forward(self, input_ids, attention_mask):
+        B, T = input_ids.shape
+        H, hd, d = self.H, self.hd, self.d
+        ln = lambda x, p: torch.nn.functional.layer_norm(x, (d,), p[0], p[1], 1e-5)
+        positions = (torch.cumsum(attention_mask, dim=1).type_as(attention_mask) * attention_mask).long() - 1
+        x = self.embed[input_ids] + self.pos[positions + 2]
+        dt = x.dtype
+        lo = torch.finfo(dt).min
+        S = attention_mask.shape[1]
+        causal = torch.full((T, T), lo, dtype=dt)
+        cond = torch.arange(T)
+        causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
+        inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
+        bias = causal[None, None] + inverted.masked_fill(inverted.bool(), lo)
+        heads = lambda t: t.view(B, -1, H, hd).transpose(1, 2).contiguous()
+        for m in self.layers:
+            h = ln(x, (m.ln1w, m.ln1b))
+            q = heads((h @ m.q_w.T + m.q_b) * hd**-0.5).view(B * H, -1, hd)
+            k = heads(h @ m.k_w.T + m.k_b).reshape(B * H, -1, hd)
+            v = heads(h @ m.v_w.T + m.v_b).reshape(B * H, -1, hd)
+            s = torch.bmm(q, k.transpose(1, 2))
+            s = s.view(B, H, T, -1) + bias
+            s = torch.max(s, torch.tensor(lo, dtype=dt)).view(B * H, T, -1)
+            a = torch.bmm(torch.softmax(s, dim=-1), v).view(B, H, T, hd).transpose(1, 2).reshape(B, T, d)
+            x = x + a @ m.o_w.T + m.o_b
+            h = ln(x, (m.ln2w, m.ln2b))
+            x = x + torch.relu(h @ m.fc1_w.T + m.fc1_b) @ m.fc2_w.T + m.fc2_b
+        return ln(x, self.lnf) @ self.embed.T
+
+
+class Neox(nn.Module):
+    """transformers 4.36's GPT-NeoX: q, k and v fused per head ([B, T, H, 3·hd]), rotary embeddings on the first
+    quarter of each head (tables sliced to the keys' length), keys viewed [B·H, S, hd] for baddbmm, the causal
+    mask sliced from a buffer at the keys' length, parallel residual blocks."""
+
+    def __init__(self, c, g):
+        super().__init__()
+        V, d, L = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"]
+        self.H, self.d = c["num_attention_heads"], d
+        self.hd = d // self.H
+        self.rot = int(self.hd * c.get("rotary_pct", 0.25))
+        inter = c["intermediate_size"]
+        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.ln1w, m.ln1b, m.ln2w, m.ln2b = w(d), b(d), w(d), b(d)
+            m.qkv_w, m.qkv_b, m.dense_w, m.dense_b = r(3 * d, d), b(3 * d), r(d, d), b(d)
+            m.up_w, m.up_b, m.down_w, m.down_b = r(inter, d), b(inter), r(d, inter), b(d)
+            self.layers.append(m)
+        self.lnf = nn.ParameterList((w(d), b(d)))
+        self.head = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64) * 2 / math.sqrt(d))
+        base = c.get("rotary_emb_base", c.get("rope_theta", 10000))
+        inv = 1.0 / (base ** (torch.arange(0, self.rot, 2, dtype=torch.float64) / self.rot))
+        t = torch.arange(c["max_position_embeddings"], dtype=torch.float64)
+        emb = torch.cat([torch.outer(t, inv)] * 2, dim=-1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        n = c["max_position_embeddings"]
+        self.register_buffer("bias", torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, 1, n, n), persistent=False)
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        B, T = input_ids.shape
+        H, hd, d, rot = self.H, self.hd, self.d, self.rot
+        ln = lambda x, p: torch.nn.functional.layer_norm(x, (d,), p[0], p[1], 1e-5)
+        x = self.embed[input_ids]
+        dt = x.dtype
+        lo = torch.finfo(dt).min
+        pad = (1.0 - attention_mask[:, None, None, :].to(dt)) * lo
+        half = lambda t: torch.cat((-t[..., t.shape[-1] // 2 :], t[..., : t.shape[-1] // 2]), dim=-1)
+        for m in self.layers:
+            h = ln(x, (m.ln1w, m.ln1b))
+            qkv = (h @ m.qkv_w.T + m.qkv_b).view(B, T, H, 3 * hd)
+            q = qkv[..., :hd].permute(0, 2, 1, 3)
+            k = qkv[..., hd : 2 * hd].permute(0, 2, 1, 3)
+            v = qkv[..., 2 * hd :].permute(0, 2, 1, 3)
+            seq_len = k.shape[-2]
+            cos = self.cos_cached[:seq_len].to(dt)[position_ids].unsqueeze(1)
+            sin = self.sin_cached[:seq_len].to(dt)[position_ids].unsqueeze(1)
+            q = torch.cat((q[..., :rot] * cos + half(q[..., :rot]) * sin, q[..., rot:]), dim=-1)
+            k = torch.cat((k[..., :rot] * cos + half(k[..., :rot]) * sin, k[..., rot:]), dim=-1)
+            kl = k.size(-2)
+            causal = self.bias[:, :, kl - T : kl, :kl]
+            qm = q.view(B * H, T, hd)
+            km = k.view(B * H, kl, hd)
+            s = torch.zeros(B * H, T, kl, dtype=dt)
+            s = torch.baddbmm(s, qm, km.transpose(1, 2), beta=1.0, alpha=1 / math.sqrt(hd)).view(B, H, T, kl)
+            s = torch.where(causal, s, torch.tensor(lo, dtype=dt)) + pad
+            a = (torch.softmax(s, dim=-1) @ v).permute(0, 2, 1, 3).reshape(B, T, d)
+            u = ln(x, (m.ln2w, m.ln2b)) @ m.up_w.T + m.up_b
+            mlp = torch.nn.functional.gelu(u) @ m.down_w.T + m.down_b
+            x = x + a @ m.dense_w.T + m.dense_b + mlp
+        return ln(x, self.lnf) @ self.head.T
+
+
+FAMILIES = {"llama": Llama, "gpt2": Gpt2, "bloom": Bloom, "opt": Opt, "neox": Neox}
 
 
 def build(family, d, seed):
@@ -151,14 +345,16 @@ def export(family, d, seed):
     ids = torch.ones(B, T, dtype=torch.long)
     mask = torch.ones(B, T, dtype=torch.long)
     pos = torch.arange(T).expand(B, T).contiguous()
+    names = getattr(m, "INPUTS", ("input_ids", "attention_mask", "position_ids"))
     axes = {"input_ids": {0: "batch_size", 1: "sequence_length"},
             "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
             "position_ids": {0: "batch_size", 1: "sequence_length"},
             "logits": {0: "batch_size", 1: "sequence_length"}}
     with torch.no_grad():
-        torch.onnx.export(m, (ids, mask, pos), f"{d}/model.onnx", opset_version=17,
-                          input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"],
-                          dynamic_axes=axes, do_constant_folding=True)
+        torch.onnx.export(m, (ids, mask, pos)[: len(names)], f"{d}/model.onnx", opset_version=17,
+                          input_names=list(names), output_names=["logits"],
+                          dynamic_axes={k: v for k, v in axes.items() if k in names or k == "logits"},
+                          do_constant_folding=True)
 
 
 def greedy(family, d, seed, ids_path, max_new, eos):
@@ -172,7 +368,8 @@ def greedy(family, d, seed, ids_path, max_new, eos):
             seq, gen = list(p), []
             for _ in range(int(max_new)):
                 T = len(seq)
-                logits = m(torch.tensor([seq]), torch.ones(1, T, dtype=torch.long), torch.arange(T)[None])[0, -1]
+                args = (torch.tensor([seq]), torch.ones(1, T, dtype=torch.long), torch.arange(T)[None])
+                logits = m(*args[: len(getattr(m, "INPUTS", args))])[0, -1]
                 t = int(torch.argmax(logits))
                 gen.append(t)
                 seq.append(t)

@@ -5,7 +5,10 @@
  * indexed by position_ids, the causal mask from torch.arange over the query
  * length, grouped-query and multi-query attention) and a GPT-2 (learned
  * positions, fused QKV split in three, the causal buffer sliced at the keys'
- * length). Generation adds a cache, uses it, and writes the greedy text of
+ * length), and three that merge batch and heads into one axis for bmm: BLOOM
+ * (ALiBi from the mask's cumulative sum), OPT (positions counted over the
+ * mask) and GPT-NeoX (rotary embeddings on part of each head, the keys'
+ * length read before they are split and joined). Generation adds a cache, uses it, and writes the greedy text of
  * the same PyTorch module run in float64 (test/helpers/torch_export.py). Skipped
  * where PyTorch is not installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
  */
@@ -52,6 +55,9 @@ const MODELS = {
   "llama-gqa": { module: "llama", family: "llama", kvHeads: 2, seed: 7 },
   "llama-mqa": { module: "llama", family: "llama", kvHeads: 1, seed: 9 },
   gpt2: { module: "gpt2", family: "gpt2", kvHeads: undefined, seed: 8 },
+  bloom: { module: "bloom", family: "bloom", kvHeads: undefined, seed: 10 },
+  opt: { module: "opt", family: "opt", kvHeads: undefined, seed: 11 },
+  neox: { module: "neox", family: "neox", kvHeads: 4, seed: 12 },
 } as const;
 
 function torch(...args: string[]): string {

@@ -11,7 +11,8 @@ indexed by position_ids, grouped-query attention, the causal mask from
 torch.arange over the query length plus the padding from attention_mask, as
 transformers 4.36 writes Llama), gpt2 (learned absolute positions indexed by
 position_ids, fused QKV, the causal mask sliced from a buffer at the keys'
-length), bloom, opt and neox (batch and heads merged into one axis for bmm, as
+length), gptj (interleaved rotary embeddings on part of each head), bloom,
+opt and neox (batch and heads merged into one axis for bmm, as
 transformers writes them; each class says more). The weights are drawn from
 SEED, so export and reference agree.
 """
@@ -331,7 +332,73 @@ class Neox(nn.Module):
         return ln(x, self.lnf) @ self.head.T
 
 
-FAMILIES = {"llama": Llama, "gpt2": Gpt2, "bloom": Bloom, "opt": Opt, "neox": Neox}
+class Gptj(nn.Module):
+    """transformers 4.36's GPT-J: interleaved rotary embeddings on the first rotary_dim features of each head
+    (sin and cos gathered by position_ids from one table), the heads permuted after them, the causal mask sliced
+    from a buffer at the keys' length, parallel blocks, an LM head with a bias."""
+
+    def __init__(self, c, g):
+        super().__init__()
+        V, d, L = c["vocab_size"], c["n_embd"], c["n_layer"]
+        self.H, self.d = c["n_head"], d
+        self.hd = d // self.H
+        self.rot = c["rotary_dim"] or self.hd
+        inner = c.get("n_inner") or 4 * d
+        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.lnw, m.lnb = w(d), b(d)
+            m.q, m.k, m.v, m.o = r(d, d), r(d, d), r(d, d), r(d, d)
+            m.fc_w, m.fc_b, m.out_w, m.out_b = r(inner, d), b(inner), r(d, inner), b(d)
+            self.layers.append(m)
+        self.lnf = nn.ParameterList((w(d), b(d)))
+        self.head = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64) * 2 / math.sqrt(d))
+        self.head_b = b(V)
+        n = c["n_positions"]
+        inv = 1.0 / (10000 ** (torch.arange(0, self.rot, 2, dtype=torch.float64) / self.rot))
+        angles = torch.einsum("i,j->ij", torch.arange(n, dtype=torch.float64), inv)
+        self.register_buffer("embed_positions", torch.cat((angles.sin(), angles.cos()), dim=1), persistent=False)
+        self.register_buffer("bias", torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, 1, n, n), persistent=False)
+
+    @staticmethod
+    def rotate_every_two(x):
+        return torch.stack((-x[:, :, :, 1::2], x[:, :, :, ::2]), dim=-1).flatten(-2)
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        B, T = input_ids.shape
+        H, hd, d, rot = self.H, self.hd, self.d, self.rot
+        ln = lambda x, p: torch.nn.functional.layer_norm(x, (d,), p[0], p[1], 1e-5)
+        x = self.embed[input_ids]
+        dt = x.dtype
+        lo = torch.finfo(dt).min
+        pad = (1.0 - attention_mask[:, None, None, :].to(dt)) * lo
+        table = self.embed_positions.to(dt)
+        sincos = torch.gather(table.unsqueeze(0).repeat(B, 1, 1), 1, position_ids.unsqueeze(-1).repeat(1, 1, rot))
+        sin, cos = torch.split(sincos, rot // 2, dim=-1)
+        sin = torch.repeat_interleave(sin[:, :, None, :], 2, 3)
+        cos = torch.repeat_interleave(cos[:, :, None, :], 2, 3)
+        for m in self.layers:
+            h = ln(x, (m.lnw, m.lnb))
+            q = (h @ m.q.T).view(B, T, H, hd)
+            k = (h @ m.k.T).view(B, T, H, hd)
+            v = (h @ m.v.T).view(B, T, H, hd).permute(0, 2, 1, 3)
+            q = torch.cat([q[..., :rot] * cos + self.rotate_every_two(q[..., :rot]) * sin, q[..., rot:]], dim=-1)
+            k = torch.cat([k[..., :rot] * cos + self.rotate_every_two(k[..., :rot]) * sin, k[..., rot:]], dim=-1)
+            q, k = q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3)
+            kl = k.size(-2)
+            causal = self.bias[:, :, kl - T : kl, :kl]
+            s = torch.where(causal, q @ k.transpose(-1, -2), torch.tensor(lo, dtype=dt)) / math.sqrt(hd) + pad
+            a = (torch.softmax(s, dim=-1) @ v).permute(0, 2, 1, 3).reshape(B, T, d)
+            u = h @ m.fc_w.T + m.fc_b
+            x = x + a @ m.o.T + torch.nn.functional.gelu(u, approximate="tanh") @ m.out_w.T + m.out_b
+        return ln(x, self.lnf) @ self.head.T + self.head_b
+
+
+FAMILIES = {"llama": Llama, "gpt2": Gpt2, "bloom": Bloom, "opt": Opt, "neox": Neox, "gptj": Gptj}
 
 
 def build(family, d, seed):

@@ -5,7 +5,8 @@
  * indexed by position_ids, the causal mask from torch.arange over the query
  * length, grouped-query and multi-query attention) and a GPT-2 (learned
  * positions, fused QKV split in three, the causal buffer sliced at the keys'
- * length), and three that merge batch and heads into one axis for bmm: BLOOM
+ * length), a GPT-J (interleaved rotary embeddings on part of each head, sin
+ * and cos gathered from one table), and three that merge batch and heads into one axis for bmm: BLOOM
  * (ALiBi from the mask's cumulative sum), OPT (positions counted over the
  * mask) and GPT-NeoX (rotary embeddings on part of each head, the keys'
  * length read before they are split and joined). Generation adds a cache, uses it, and writes the greedy text of
@@ -58,6 +59,7 @@ const MODELS = {
   bloom: { module: "bloom", family: "bloom", kvHeads: undefined, seed: 10 },
   opt: { module: "opt", family: "opt", kvHeads: undefined, seed: 11 },
   neox: { module: "neox", family: "neox", kvHeads: 4, seed: 12 },
+  gptj: { module: "gptj", family: "gptj", kvHeads: undefined, seed: 13 },
 } as const;
 
 function torch(...args: string[]): string {

@@ -11,7 +11,8 @@ indexed by position_ids, grouped-query attention, the causal mask from
 torch.arange over the query length plus the padding from attention_mask, as
 transformers 4.36 writes Llama), gpt2 (learned absolute positions indexed by
 position_ids, fused QKV, the causal mask sliced from a buffer at the keys'
-length), gptj (interleaved rotary embeddings on part of each head), bloom,
+length), gptj (interleaved rotary embeddings on part of each head), falcon
+(one key/value head broadcast against the queries), bloom,
 opt and neox (batch and heads merged into one axis for bmm, as
 transformers writes them; each class says more). The weights are drawn from
 SEED, so export and reference agree.
@@ -398,7 +399,68 @@ class Gptj(nn.Module):
         return ln(x, self.lnf) @ self.head.T + self.head_b
 
 
-FAMILIES = {"llama": Llama, "gpt2": Gpt2, "bloom": Bloom, "opt": Opt, "neox": Neox, "gptj": Gptj}
+class Falcon(nn.Module):
+    """transformers 4.36's Falcon-7B (multi_query, parallel_attn, the eager path): one key/value head cut from the
+    fused projection viewed [B, T, H + 2, hd] by a list index, broadcast against every query head by the product,
+    rotary tables sliced to the keys' length, attention and MLP reading one layer norm."""
+
+    def __init__(self, c, g):
+        super().__init__()
+        V, d, L = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"]
+        self.H, self.d = c["num_attention_heads"], d
+        self.hd = d // self.H
+        ffn = c["ffn_hidden_size"]
+        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.lnw, m.lnb = w(d), b(d)
+            m.qkv, m.dense = r((self.H + 2) * self.hd, d), r(d, d)
+            m.up, m.down = r(ffn, d), r(d, ffn)
+            self.layers.append(m)
+        self.lnf = nn.ParameterList((w(d), b(d)))
+        inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd))
+        t = torch.arange(c["max_position_embeddings"], dtype=torch.float64)
+        emb = torch.cat([torch.outer(t, inv)] * 2, dim=-1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        self.eps = c["layer_norm_epsilon"]
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        B, T = input_ids.shape
+        H, hd, d = self.H, self.hd, self.d
+        x = self.embed[input_ids]
+        dt = x.dtype
+        lo = torch.finfo(dt).min
+        causal = torch.full((T, T), lo, dtype=dt)
+        cond = torch.arange(T)
+        causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
+        S = attention_mask.shape[1]
+        inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
+        bias = causal[None, None] + inverted.masked_fill(inverted.bool(), lo)
+        half = lambda t: torch.cat((-t[..., t.shape[-1] // 2 :], t[..., : t.shape[-1] // 2]), dim=-1)
+        for m in self.layers:
+            h = torch.nn.functional.layer_norm(x, (d,), m.lnw, m.lnb, self.eps)
+            fused = (h @ m.qkv.T).view(B, T, H + 2, hd)
+            q = fused[..., :-2, :].transpose(1, 2).reshape(B, H, T, hd)
+            k = fused[..., [-2], :].transpose(1, 2).reshape(B, 1, T, hd)
+            v = fused[..., [-1], :].transpose(1, 2).reshape(B, 1, T, hd)
+            kv_len = k.shape[-2]
+            cos = self.cos_cached[:kv_len].to(dt)[position_ids].unsqueeze(1)
+            sin = self.sin_cached[:kv_len].to(dt)[position_ids].unsqueeze(1)
+            q, k = q * cos + half(q) * sin, k * cos + half(k) * sin
+            s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+            a = (torch.softmax(s + bias, dim=-1) @ v).view(B, H, T, hd).permute(0, 2, 1, 3).reshape(B, T, d)
+            mlp = torch.nn.functional.gelu(h @ m.up.T) @ m.down.T
+            x = x + a @ m.dense.T + mlp
+        return torch.nn.functional.layer_norm(x, (d,), self.lnf[0], self.lnf[1], self.eps) @ self.embed.T
+
+
+FAMILIES = {"llama": Llama, "gpt2": Gpt2, "bloom": Bloom, "opt": Opt, "neox": Neox, "gptj": Gptj,
+            "falcon": Falcon}
 
 
 def build(family, d, seed):

@@ -6,7 +6,9 @@
  * length, grouped-query and multi-query attention) and a GPT-2 (learned
  * positions, fused QKV split in three, the causal buffer sliced at the keys'
  * length), a GPT-J (interleaved rotary embeddings on part of each head, sin
- * and cos gathered from one table), and three that merge batch and heads into one axis for bmm: BLOOM
+ * and cos gathered from one table), a Falcon-7B (one key/value head cut from
+ * the fused projection by a list index and broadcast against the queries),
+ * and three that merge batch and heads into one axis for bmm: BLOOM
  * (ALiBi from the mask's cumulative sum), OPT (positions counted over the
  * mask) and GPT-NeoX (rotary embeddings on part of each head, the keys'
  * length read before they are split and joined). Generation adds a cache, uses it, and writes the greedy text of
@@ -60,6 +62,7 @@ const MODELS = {
   opt: { module: "opt", family: "opt", kvHeads: undefined, seed: 11 },
   neox: { module: "neox", family: "neox", kvHeads: 4, seed: 12 },
   gptj: { module: "gptj", family: "gptj", kvHeads: undefined, seed: 13 },
+  falcon: { module: "falcon", family: "falcon", kvHeads: undefined, seed: 14 },
 } as const;
 
 function torch(...args: string[]): string {

@@ -114,7 +114,8 @@ function earliestPoint(
   consumers: ReadonlyMap<string, NodeProto[]>,
 ): CachePoint {
   const from = (p: CachePoint) => producer.get(p.reader.input![p.index]!);
-  const only = (n: NodeProto) => (consumers.get(n.output![0]!) ?? []).length === 1;
+  // Read by one node besides Shapes: a Shape after the join reads the past's length too, as a with-past export's.
+  const only = (n: NodeProto) => (consumers.get(n.output![0]!) ?? []).filter((r) => r.opType !== "Shape").length === 1;
   let p = point;
   const t = from(p);
   const perm =

@@ -12,7 +12,8 @@ torch.arange over the query length plus the padding from attention_mask, as
 transformers 4.36 writes Llama), gpt2 (learned absolute positions indexed by
 position_ids, fused QKV, the causal mask sliced from a buffer at the keys'
 length), gptj (interleaved rotary embeddings on part of each head), falcon
-(one key/value head broadcast against the queries), bloom,
+(one key/value head broadcast against the queries), gpt_bigcode (multi-query,
+keys without a heads' axis), bloom,
 opt and neox (batch and heads merged into one axis for bmm, as
 transformers writes them; each class says more). The weights are drawn from
 SEED, so export and reference agree.
@@ -459,8 +460,63 @@ class Falcon(nn.Module):
         return torch.nn.functional.layer_norm(x, (d,), self.lnf[0], self.lnf[1], self.eps) @ self.embed.T
 
 
+class GptBigcode(nn.Module):
+    """transformers 4.36's GPT-BigCode with multi_query: one key/value head split from the fused projection
+    ([B, S, hd], no heads' axis), the queries viewed [B, T·H, hd] for baddbmm and the scores [B, T, H, S] for the
+    causal buffer sliced at the keys' length, learned positions."""
+
+    def __init__(self, c, g):
+        super().__init__()
+        V, d, L = c["vocab_size"], c["n_embd"], c["n_layer"]
+        self.H, self.d = c["n_head"], d
+        self.hd = d // self.H
+        inner = c.get("n_inner") or 4 * d
+        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        self.wte = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
+        self.wpe = nn.Parameter(0.5 * torch.randn(c["n_positions"], d, generator=g, dtype=torch.float64))
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.ln1w, m.ln1b, m.ln2w, m.ln2b = w(d), b(d), w(d), b(d)
+            m.attn_w, m.attn_b, m.proj_w, m.proj_b = r(d + 2 * self.hd, d), b(d + 2 * self.hd), r(d, d), b(d)
+            m.fc_w, m.fc_b, m.out_w, m.out_b = r(inner, d), b(inner), r(d, inner), b(d)
+            self.layers.append(m)
+        self.lnf = nn.ParameterList((w(d), b(d)))
+        n = c["n_positions"]
+        self.register_buffer("bias", torch.tril(torch.ones(n, n, dtype=torch.bool)), persistent=False)
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        B, T = input_ids.shape
+        H, hd, d = self.H, self.hd, self.d
+        ln = lambda x, p: torch.nn.functional.layer_norm(x, (d,), p[0], p[1], 1e-5)
+        x = self.wte[input_ids] + self.wpe[position_ids]
+        dt = x.dtype
+        lo = torch.finfo(dt).min
+        S = attention_mask.shape[1]
+        for m in self.layers:
+            h = ln(x, (m.ln1w, m.ln1b))
+            q, kv = (h @ m.attn_w.T + m.attn_b).split((d, 2 * hd), dim=2)
+            k, v = kv.split((hd, hd), dim=-1)
+            k = k.transpose(-1, -2)
+            kl = k.size(-1)
+            keep = self.bias[None, kl - T : kl, :kl] * attention_mask.bool().view(B, 1, -1)
+            keep = keep.unsqueeze(2)
+            qv = q.reshape(B, T * H, hd)
+            s = torch.zeros(B, T * H, kl, dtype=dt)
+            s = torch.baddbmm(s, qv, k, beta=0, alpha=1 / math.sqrt(hd)).view(B, T, H, kl)
+            s = torch.where(keep, s, torch.tensor(lo, dtype=dt))
+            p = torch.softmax(s, dim=-1)
+            a = torch.bmm(p.view(B, T * H, kl), v).view(B, T, d)
+            x = x + a @ m.proj_w.T + m.proj_b
+            h = ln(x, (m.ln2w, m.ln2b))
+            x = x + torch.nn.functional.gelu(h @ m.fc_w.T + m.fc_b, approximate="tanh") @ m.out_w.T + m.out_b
+        return ln(x, self.lnf) @ self.wte.T
+
+
 FAMILIES = {"llama": Llama, "gpt2": Gpt2, "bloom": Bloom, "opt": Opt, "neox": Neox, "gptj": Gptj,
-            "falcon": Falcon}
+            "falcon": Falcon, "gpt_bigcode": GptBigcode}
 
 
 def build(family, d, seed):

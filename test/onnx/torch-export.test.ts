@@ -8,7 +8,8 @@
  * length), a GPT-J (interleaved rotary embeddings on part of each head, sin
  * and cos gathered from one table), a Falcon-7B (one key/value head cut from
  * the fused projection by a list index and broadcast against the queries),
- * and three that merge batch and heads into one axis for bmm: BLOOM
+ * a multi-query GPT-BigCode (keys `[B, S, hd]` whose length the graph reads
+ * after their transpose), and three that merge batch and heads into one axis for bmm: BLOOM
  * (ALiBi from the mask's cumulative sum), OPT (positions counted over the
  * mask) and GPT-NeoX (rotary embeddings on part of each head, the keys'
  * length read before they are split and joined). Generation adds a cache, uses it, and writes the greedy text of
@@ -63,6 +64,7 @@ const MODELS = {
   neox: { module: "neox", family: "neox", kvHeads: 4, seed: 12 },
   gptj: { module: "gptj", family: "gptj", kvHeads: undefined, seed: 13 },
   falcon: { module: "falcon", family: "falcon", kvHeads: undefined, seed: 14 },
+  gpt_bigcode: { module: "gpt_bigcode", family: "gpt_bigcode", kvHeads: undefined, seed: 15 },
 } as const;
 
 function torch(...args: string[]): string {

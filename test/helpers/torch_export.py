@@ -31,6 +31,39 @@ def cfg_of(d):
         return json.load(f)
 
 
+def draws(g):
+    """Draws from g: weights [out, in] scaled by their fan-in, biases, and norm weights near 1."""
+    r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+    b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+    w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+    return r, b, w
+
+
+def rotary_tables(module, base, dim, positions):
+    """transformers' rotary tables as the module's buffers cos_cached and sin_cached, [positions, dim]."""
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    emb = torch.cat([torch.outer(torch.arange(positions, dtype=torch.float64), inv)] * 2, dim=-1)
+    module.register_buffer("cos_cached", emb.cos(), persistent=False)
+    module.register_buffer("sin_cached", emb.sin(), persistent=False)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def mask_bias(attention_mask, B, T, dt):
+    """transformers' _prepare_4d_causal_attention_mask without a past: [B, 1, T, S], 0 where a query sees a key,
+    the lowest float where it does not (the causal mask from torch.arange over T, the padding from the mask)."""
+    lo = torch.finfo(dt).min
+    causal = torch.full((T, T), lo, dtype=dt)
+    cond = torch.arange(T)
+    causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
+    S = attention_mask.shape[1]
+    inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
+    return causal[None, None] + inverted.masked_fill(inverted.bool(), lo)
+
+
 class Llama(nn.Module):
     def __init__(self, c, g):
         super().__init__()
@@ -38,45 +71,28 @@ class Llama(nn.Module):
         self.H, self.KV = c["num_attention_heads"], c["num_key_value_heads"]
         self.hd = d // self.H
         inter = c["intermediate_size"]
-        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
+        r, _, w = draws(g)
         self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
         self.layers = nn.ModuleList()
         for _ in range(L):
             m = nn.Module()
-            m.ln1 = nn.Parameter(1 + 0.1 * torch.randn(d, generator=g, dtype=torch.float64))
-            m.ln2 = nn.Parameter(1 + 0.1 * torch.randn(d, generator=g, dtype=torch.float64))
+            m.ln1, m.ln2 = w(d), w(d)
             m.q, m.k, m.v, m.o = r(self.H * self.hd, d), r(self.KV * self.hd, d), r(self.KV * self.hd, d), r(d, d)
             m.gate, m.up, m.down = r(inter, d), r(inter, d), r(d, inter)
             self.layers.append(m)
         self.norm = nn.Parameter(torch.ones(d, dtype=torch.float64))
         self.head = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64) * 2 / math.sqrt(d))
-        inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd))
-        t = torch.arange(c["max_position_embeddings"], dtype=torch.float64)
-        emb = torch.cat([torch.outer(t, inv)] * 2, dim=-1)
-        self.register_buffer("cos_cached", emb.cos(), persistent=False)
-        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        rotary_tables(self, c["rope_theta"], self.hd, c["max_position_embeddings"])
         self.eps = c["rms_norm_eps"]
 
     def rms(self, x, w):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
-    @staticmethod
-    def rotate_half(x):
-        h = x.shape[-1] // 2
-        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
     def forward(self, input_ids, attention_mask, position_ids):
         B, T = input_ids.shape
         x = self.embed[input_ids]
         dt = x.dtype
-        lo = torch.finfo(dt).min
-        # transformers' _prepare_4d_causal_attention_mask without a past.
-        causal = torch.full((T, T), lo, dtype=dt)
-        cond = torch.arange(T)
-        causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
-        S = attention_mask.shape[1]
-        inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
-        bias = causal[None, None] + inverted.masked_fill(inverted.bool(), lo)
+        bias = mask_bias(attention_mask, B, T, dt)
         for m in self.layers:
             h = self.rms(x, m.ln1)
             q = (h @ m.q.T).view(B, T, self.H, self.hd).transpose(1, 2)
@@ -85,8 +101,8 @@ class Llama(nn.Module):
             kv_len = k.shape[-2]
             cos = self.cos_cached[:kv_len].to(dt)[position_ids].unsqueeze(1)
             sin = self.sin_cached[:kv_len].to(dt)[position_ids].unsqueeze(1)
-            q = q * cos + self.rotate_half(q) * sin
-            k = k * cos + self.rotate_half(k) * sin
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
             rep = self.H // self.KV
             k = k[:, :, None].expand(B, self.KV, rep, kv_len, self.hd).reshape(B, self.H, kv_len, self.hd)
             v = v[:, :, None].expand(B, self.KV, rep, kv_len, self.hd).reshape(B, self.H, kv_len, self.hd)
@@ -104,8 +120,9 @@ class Gpt2(nn.Module):
         V, d, L = c["vocab_size"], c["n_embd"], c["n_layer"]
         self.H, self.d = c["n_head"], d
         self.hd = d // self.H
+        # Conv1D weights are [in, out]: scaled by their first axis.
         r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[0]))
-        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        _, b, _ = draws(g)
         self.wte = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64) * 0.5)
         self.wpe = nn.Parameter(torch.randn(c["n_positions"], d, generator=g, dtype=torch.float64) * 0.5)
         self.layers = nn.ModuleList()
@@ -153,9 +170,7 @@ class Bloom(nn.Module):
         V, d, L = c["vocab_size"], c["hidden_size"], c["n_layer"]
         self.H, self.d = c["n_head"], d
         self.hd = d // self.H
-        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
-        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
-        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        r, b, w = draws(g)
         self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
         self.ln_e = nn.ParameterList((w(d), b(d)))
         self.layers = nn.ModuleList()
@@ -186,11 +201,7 @@ class Bloom(nn.Module):
         index = ((attention_mask.cumsum(dim=-1) - 1) * attention_mask)[:, None, :]
         alibi = (self.slopes.to(dt)[..., None] * index).reshape(B * H, 1, S)
         lo = torch.finfo(dt).min
-        causal = torch.full((T, T), lo, dtype=dt)
-        cond = torch.arange(T)
-        causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
-        inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
-        masked = (causal[None, None] + inverted.masked_fill(inverted.bool(), lo)).bool()
+        masked = mask_bias(attention_mask, B, T, dt).bool()
         for m in self.layers:
             h = ln(x, (m.ln1w, m.ln1b))
             fused = (h @ m.qkv_w.T + m.qkv_b).view(B, T, H, 3, hd)
@@ -221,9 +232,7 @@ class Opt(nn.Module):
         self.H, self.d = c["num_attention_heads"], d
         self.hd = d // self.H
         ffn = c["ffn_dim"]
-        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
-        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
-        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        r, b, w = draws(g)
         self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
         self.pos = nn.Parameter(0.5 * torch.randn(c["max_position_embeddings"] + 2, d, generator=g, dtype=torch.float64))
         self.layers = nn.ModuleList()
@@ -244,12 +253,7 @@ class Opt(nn.Module):
         x = self.embed[input_ids] + self.pos[positions + 2]
         dt = x.dtype
         lo = torch.finfo(dt).min
-        S = attention_mask.shape[1]
-        causal = torch.full((T, T), lo, dtype=dt)
-        cond = torch.arange(T)
-        causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
-        inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
-        bias = causal[None, None] + inverted.masked_fill(inverted.bool(), lo)
+        bias = mask_bias(attention_mask, B, T, dt)
         heads = lambda t: t.view(B, -1, H, hd).transpose(1, 2).contiguous()
         for m in self.layers:
             h = ln(x, (m.ln1w, m.ln1b))
@@ -278,9 +282,7 @@ class Neox(nn.Module):
         self.hd = d // self.H
         self.rot = int(self.hd * c.get("rotary_pct", 0.25))
         inter = c["intermediate_size"]
-        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
-        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
-        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        r, b, w = draws(g)
         self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
         self.layers = nn.ModuleList()
         for _ in range(L):
@@ -292,11 +294,7 @@ class Neox(nn.Module):
         self.lnf = nn.ParameterList((w(d), b(d)))
         self.head = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64) * 2 / math.sqrt(d))
         base = c.get("rotary_emb_base", c.get("rope_theta", 10000))
-        inv = 1.0 / (base ** (torch.arange(0, self.rot, 2, dtype=torch.float64) / self.rot))
-        t = torch.arange(c["max_position_embeddings"], dtype=torch.float64)
-        emb = torch.cat([torch.outer(t, inv)] * 2, dim=-1)
-        self.register_buffer("cos_cached", emb.cos(), persistent=False)
-        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        rotary_tables(self, base, self.rot, c["max_position_embeddings"])
         n = c["max_position_embeddings"]
         self.register_buffer("bias", torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, 1, n, n), persistent=False)
 
@@ -308,7 +306,6 @@ class Neox(nn.Module):
         dt = x.dtype
         lo = torch.finfo(dt).min
         pad = (1.0 - attention_mask[:, None, None, :].to(dt)) * lo
-        half = lambda t: torch.cat((-t[..., t.shape[-1] // 2 :], t[..., : t.shape[-1] // 2]), dim=-1)
         for m in self.layers:
             h = ln(x, (m.ln1w, m.ln1b))
             qkv = (h @ m.qkv_w.T + m.qkv_b).view(B, T, H, 3 * hd)
@@ -318,8 +315,8 @@ class Neox(nn.Module):
             seq_len = k.shape[-2]
             cos = self.cos_cached[:seq_len].to(dt)[position_ids].unsqueeze(1)
             sin = self.sin_cached[:seq_len].to(dt)[position_ids].unsqueeze(1)
-            q = torch.cat((q[..., :rot] * cos + half(q[..., :rot]) * sin, q[..., rot:]), dim=-1)
-            k = torch.cat((k[..., :rot] * cos + half(k[..., :rot]) * sin, k[..., rot:]), dim=-1)
+            q = torch.cat((q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]), dim=-1)
+            k = torch.cat((k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]), dim=-1)
             kl = k.size(-2)
             causal = self.bias[:, :, kl - T : kl, :kl]
             qm = q.view(B * H, T, hd)
@@ -346,9 +343,7 @@ class Gptj(nn.Module):
         self.hd = d // self.H
         self.rot = c["rotary_dim"] or self.hd
         inner = c.get("n_inner") or 4 * d
-        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
-        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
-        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        r, b, w = draws(g)
         self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
         self.layers = nn.ModuleList()
         for _ in range(L):
@@ -411,9 +406,7 @@ class Falcon(nn.Module):
         self.H, self.d = c["num_attention_heads"], d
         self.hd = d // self.H
         ffn = c["ffn_hidden_size"]
-        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
-        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
-        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        r, b, w = draws(g)
         self.embed = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
         self.layers = nn.ModuleList()
         for _ in range(L):
@@ -423,11 +416,7 @@ class Falcon(nn.Module):
             m.up, m.down = r(ffn, d), r(d, ffn)
             self.layers.append(m)
         self.lnf = nn.ParameterList((w(d), b(d)))
-        inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd))
-        t = torch.arange(c["max_position_embeddings"], dtype=torch.float64)
-        emb = torch.cat([torch.outer(t, inv)] * 2, dim=-1)
-        self.register_buffer("cos_cached", emb.cos(), persistent=False)
-        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        rotary_tables(self, c["rope_theta"], self.hd, c["max_position_embeddings"])
         self.eps = c["layer_norm_epsilon"]
 
     def forward(self, input_ids, attention_mask, position_ids):
@@ -435,14 +424,7 @@ class Falcon(nn.Module):
         H, hd, d = self.H, self.hd, self.d
         x = self.embed[input_ids]
         dt = x.dtype
-        lo = torch.finfo(dt).min
-        causal = torch.full((T, T), lo, dtype=dt)
-        cond = torch.arange(T)
-        causal = causal.masked_fill(cond < (cond + 1).view(T, 1), 0.0)
-        S = attention_mask.shape[1]
-        inverted = 1.0 - attention_mask[:, None, None, :].expand(B, 1, T, S).to(dt)
-        bias = causal[None, None] + inverted.masked_fill(inverted.bool(), lo)
-        half = lambda t: torch.cat((-t[..., t.shape[-1] // 2 :], t[..., : t.shape[-1] // 2]), dim=-1)
+        bias = mask_bias(attention_mask, B, T, dt)
         for m in self.layers:
             h = torch.nn.functional.layer_norm(x, (d,), m.lnw, m.lnb, self.eps)
             fused = (h @ m.qkv.T).view(B, T, H + 2, hd)
@@ -452,7 +434,7 @@ class Falcon(nn.Module):
             kv_len = k.shape[-2]
             cos = self.cos_cached[:kv_len].to(dt)[position_ids].unsqueeze(1)
             sin = self.sin_cached[:kv_len].to(dt)[position_ids].unsqueeze(1)
-            q, k = q * cos + half(q) * sin, k * cos + half(k) * sin
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             s = q @ k.transpose(-1, -2) / math.sqrt(hd)
             a = (torch.softmax(s + bias, dim=-1) @ v).view(B, H, T, hd).permute(0, 2, 1, 3).reshape(B, T, d)
             mlp = torch.nn.functional.gelu(h @ m.up.T) @ m.down.T
@@ -471,9 +453,7 @@ class GptBigcode(nn.Module):
         self.H, self.d = c["n_head"], d
         self.hd = d // self.H
         inner = c.get("n_inner") or 4 * d
-        r = lambda *s: nn.Parameter(torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[-1]))
-        b = lambda n: nn.Parameter(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
-        w = lambda n: nn.Parameter(1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+        r, b, w = draws(g)
         self.wte = nn.Parameter(torch.randn(V, d, generator=g, dtype=torch.float64))
         self.wpe = nn.Parameter(0.5 * torch.randn(c["n_positions"], d, generator=g, dtype=torch.float64))
         self.layers = nn.ModuleList()

@@ -57,6 +57,16 @@ export interface DecodeSetup {
 /** Each session's joined caches not in use, their buffers kept from one batch to the next. */
 const joinedCaches = new WeakMap<ort.InferenceSession, JoinedCache[]>();
 
+/** The next step's past inputs: the step's `present.*` outputs, each under its past input's name. */
+function presentsAsPast(result: ort.InferenceSession.ReturnType, pastNames: ReadonlySet<string>) {
+  const past: Record<string, ort.Tensor> = {};
+  for (const [name, tensor] of Object.entries(result)) {
+    const input = pastFor(name, pastNames);
+    if (input) past[input] = tensor;
+  }
+  return past;
+}
+
 /** The past inputs of a graph as {@link DecodeSetup} describes them. */
 export function pastInputs(values: readonly ValueInfoProto[]): PastInput[] {
   return values.map((v) => ({
@@ -125,16 +135,8 @@ export async function decodeBatch(
       // The next step's inputs: every row advances by its chosen token (finished rows too; their output is ignored).
       const chosen = Array.from(next, (v) => Number(v));
       lastPos = lastPos.map((p) => p + 1);
-      if (cached && joined) {
-        past = joined.next(past, result, newTokens);
-      } else if (cached) {
-        past = {};
-        for (const [name, tensor] of Object.entries(result)) {
-          const input = pastFor(name, pastNames);
-          if (input) past[input] = tensor;
-        }
-      }
       if (cached) {
+        past = joined ? joined.next(past, result, newTokens) : presentsAsPast(result, pastNames);
         ids = BigInt64Array.from(chosen, (t) => BigInt(t));
         idsLen = 1;
         const grown = new BigInt64Array(B * (maskLen + 1));

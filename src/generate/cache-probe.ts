@@ -11,7 +11,10 @@ import * as ort from "onnxruntime-node";
 
 import { f16ToF32 } from "../kernels/typescript/float16.js";
 import type { BatchRule } from "../model/batching.js";
-import { loadSession, type SessionOptions } from "../model/session.js";
+import { createSession, loadSession, stageModel, type SessionOptions } from "../model/session.js";
+import { decodeModel, encodeModel, trimEmptyInputs } from "../onnx/graph.js";
+import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
+import { readWhole } from "../util/fs.js";
 import type { Decoders } from "./workers.js";
 
 /** New tokens an added KV cache must agree on with full recomputation before it is used. */
@@ -86,13 +89,26 @@ function nearTie(logits: Float32Array, token: number): { gap: number; margin: nu
 }
 
 /**
+ * A session over the graph file as exported; where its nodes have trailing empty inputs, over the same graph
+ * without them (staged beside its weights, as generation stages its rewrite): onnxruntime crashes on some.
+ */
+async function exportedSession(onnxPath: string, options: SessionOptions): Promise<ort.InferenceSession> {
+  const bytes = await readWhole(onnxPath);
+  const model = decodeModel(bytes);
+  if (!trimEmptyInputs(model.graph!)) return loadSession(onnxPath, options);
+  const stage = await stageModel(onnxPath);
+  if (stage) rewriteWeightsInPlace(model, bytes, stage.sourceName);
+  return createSession(encodeModel(model), stage, options);
+}
+
+/**
  * Reads the next token's logits of one prompt from the graph file as exported, in a session of its own opened
  * per call (it runs only where the probe's tokens differ): batch 1, no padding, positions 0…n−1 where the graph
  * takes them; float16 logits widened. The graph's first output holds the logits where it has none named `logits`.
  */
 export function exportedLogits(onnxPath: string, options: SessionOptions, positions: boolean): LastLogits {
   return async (prompt) => {
-    const session = await loadSession(onnxPath, options);
+    const session = await exportedSession(onnxPath, options);
     try {
       const n = prompt.length;
       const ids = BigInt64Array.from(prompt, (t) => BigInt(t));

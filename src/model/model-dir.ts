@@ -12,7 +12,7 @@ import { join, relative } from "node:path";
 
 import { HsmError } from "../errors.js";
 import { readText } from "../util/fs.js";
-import { decodeModel, type ModelProto } from "../onnx/graph.js";
+import { decodeModel, trimEmptyInputs, type ModelProto } from "../onnx/graph.js";
 import { fetchHubModel, isHubId } from "./hub.js";
 
 export const MODEL_FILES = ["model.onnx", "config.json", "tokenizer.json", "tokenizer_config.json"] as const;
@@ -55,9 +55,9 @@ function pickInt(raw: Record<string, unknown>, keys: string[], path: string): nu
 }
 
 /**
- * The graph of `md` from its bytes: a file that is not an ONNX model, or holds no graph (an empty file, a file cut
- * short), is an error naming it; so is a config.json whose hidden size is not the width of the graph's token
- * embedding (a config from another model).
+ * The graph of `md` from its bytes, its nodes' trailing empty inputs dropped (`trimEmptyInputs`): a file that is not
+ * an ONNX model, or holds no graph (an empty file, a file cut short), is an error naming it; so is a config.json
+ * whose hidden size is not the width of the graph's token embedding (a config from another model).
  */
 export function decodeModelOf(md: ModelDir, bytes: Uint8Array): ModelProto {
   let model: ModelProto;
@@ -73,6 +73,7 @@ export function decodeModelOf(md: ModelDir, bytes: Uint8Array): ModelProto {
       `holds no ONNX graph (${bytes.length} bytes): the file is empty or not a model`,
     );
   }
+  trimEmptyInputs(graph);
   const { hiddenSize, vocabSize } = md.config;
   const tables = new Map((graph.initializer ?? []).map((t) => [t.name, (t.dims ?? []).map(Number)]));
   for (const node of graph.node ?? []) {

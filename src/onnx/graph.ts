@@ -209,6 +209,27 @@ export function pruneGraph(graph: GraphProto): { removedNodes: number } {
   return { removedNodes: before - graph.node.length };
 }
 
+/**
+ * Drops every node's trailing empty inputs, in subgraphs too. ONNX reads an empty name as an optional input left
+ * out, so the graph means the same; onnxruntime 1.30 crashes the process loading a `LayerNormalization` whose bias
+ * is written as `""` (torch.onnx.export writes one for a layer norm without a bias). True where any was dropped.
+ */
+export function trimEmptyInputs(graph: GraphProto): boolean {
+  let trimmed = false;
+  for (const node of graph.node ?? []) {
+    const inputs = node.input ?? [];
+    let n = inputs.length;
+    while (n > 0 && !inputs[n - 1]) n--;
+    if (n < inputs.length) {
+      node.input = inputs.slice(0, n);
+      trimmed = true;
+    }
+    for (const a of node.attribute ?? [])
+      for (const g of [a.g, ...(a.graphs ?? [])]) if (g && trimEmptyInputs(g)) trimmed = true;
+  }
+  return trimmed;
+}
+
 /** Initializer `t`'s external-data entry `key` (`location`, `offset`, `length`), or undefined. */
 export function externalDataEntry(t: TensorProto, key: "location" | "offset" | "length"): string | undefined {
   return t.externalData?.find((e) => e.key === key)?.value ?? undefined;

@@ -279,13 +279,16 @@ interface JoinedCache {
 const SAME_LAYOUT = new Set(["Add", "Sub", "Mul", "Div", "Neg", "Cast", "Identity"]);
 
 /**
- * Every `Shape` of the keys or values the cache joins (or of what they are computed from elementwise: the keys
- * before their rotary embedding) gets the past's length added on the sequence's axis: the graph reads the keys'
- * length there to slice its rotary tables, a causal buffer or the repetition of shared heads, and with a cache
- * that length is the past's and the new tokens'. A with-past export adds the past's length the same way.
+ * Every `Shape` of the keys or values the cache joins (or of what they are computed from elementwise, by a split
+ * and join on the features or by a transpose: the keys before their rotary embedding, or before their transpose
+ * for the product) gets the past's length added on the sequence's axis, wherever that axis is in the tensor it
+ * reads: the graph reads the keys' length there to slice its rotary tables, a causal buffer, ALiBi biases or the
+ * repetition of shared heads, and with a cache that length is the past's and the new tokens'. A with-past export
+ * adds the past's length the same way.
  */
 function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], before: Map<NodeProto, NodeProto[]>): void {
   const { producer, consumers } = graphIndex(graph);
+  const order = new Map((graph.node ?? []).map((n, i) => [n, i]));
   const initializers = new Map((graph.initializer ?? []).map((t) => [t.name!, t]));
   const ints = (t: string | undefined) => {
     const n = t ? producer.get(t) : undefined;
@@ -294,25 +297,42 @@ function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], befor
     );
   };
   for (const p of points) {
-    // The features' axis, where the sequence is not last: rotary embeddings split the keys there and join them again.
-    const onFeatures = (axes: number[] | undefined) =>
-      p.seqAxis !== p.rank - 1 && !!axes?.length && axes.every((a) => (a + p.rank) % p.rank === p.rank - 1);
-    const layout = new Set<string>();
-    const stack = [p.tensor];
+    // Each tensor the joined one is computed from without a change of sequence, and its sequence's axis there.
+    const axisOf = new Map<string, number>();
+    const stack: [string, number][] = [[p.tensor, p.seqAxis]];
     while (stack.length > 0) {
-      const t = stack.pop()!;
-      if (layout.has(t)) continue;
-      layout.add(t);
+      const [t, axis] = stack.pop()!;
+      if (axisOf.has(t)) continue;
+      axisOf.set(t, axis);
       const n = producer.get(t);
+      // The same keys transposed another way beside (a trace folds `transpose(1, 2)` and `transpose(-1, -2)` into one
+      // Transpose and reads the keys' length from a second one of the tensor before them, as MPT's does).
+      for (const c of consumers.get(t) ?? []) {
+        const perm = (c.attribute ?? []).find((a) => a.name === "perm")?.ints?.map(num);
+        if (c.opType === "Transpose" && !c.domain && perm?.length === p.rank)
+          stack.push([c.output![0]!, perm.indexOf(axis)]);
+      }
       if (!n || n.domain) continue;
-      if (SAME_LAYOUT.has(n.opType ?? "")) stack.push(...(n.input ?? []).filter(Boolean));
-      // A fused key and value split apart on their features (GPT-BigCode's key_value): the same sequence's axis.
+      // The features' axis, where the sequence is not last: rotary embeddings split the keys there and join them again.
+      const onFeatures = (axes: number[] | undefined) =>
+        axis !== p.rank - 1 && !!axes?.length && axes.every((a) => (a + p.rank) % p.rank === p.rank - 1);
+      const inputs = (n.input ?? []).filter(Boolean);
+      if (SAME_LAYOUT.has(n.opType ?? "")) stack.push(...inputs.map((i): [string, number] => [i, axis]));
       const along = num((n.attribute ?? []).find((a) => a.name === "axis")?.i ?? 0);
-      if (n.opType === "Split" && (along + p.rank) % p.rank === p.rank - 1) stack.push(n.input![0]!);
-      if (n.opType === "Concat" && onFeatures([along])) stack.push(...(n.input ?? []));
-      if (n.opType === "Slice" && onFeatures(ints(n.input![3]))) stack.push(n.input![0]!);
+      // A fused key and value split apart on their features (GPT-BigCode's key_value): the same sequence's axis.
+      if (n.opType === "Split" && (along + p.rank) % p.rank === p.rank - 1) stack.push([n.input![0]!, axis]);
+      if (n.opType === "Concat" && onFeatures([along])) stack.push(...inputs.map((i): [string, number] => [i, axis]));
+      if (n.opType === "Slice" && onFeatures(ints(n.input![3]))) stack.push([n.input![0]!, axis]);
+      // The keys before their transpose for the product (MPT reads their length there): the axis it moved.
+      const perm = (n.attribute ?? []).find((a) => a.name === "perm")?.ints?.map(num);
+      if (n.opType === "Transpose" && perm?.length === p.rank) stack.push([n.input![0]!, perm[axis]!]);
     }
-    const shapes = [...layout].flatMap((t) => (consumers.get(t) ?? []).filter((n) => n.opType === "Shape"));
+    // In the graph's order: the first computes the past's length that the others read.
+    const shapes = [...axisOf]
+      .flatMap(([t, axis]) =>
+        (consumers.get(t) ?? []).filter((n) => n.opType === "Shape").map((shape) => ({ shape, axis })),
+      )
+      .sort((a, b) => order.get(a.shape)! - order.get(b.shape)!);
     if (shapes.length === 0) continue;
     const onehot = `${p.name}/seq_axis`;
     (graph.initializer ??= []).push(
@@ -327,17 +347,37 @@ function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], befor
       { name: pastShape, opType: "Shape", input: [p.past], output: [pastShape] },
       { name: pastLength, opType: "Mul", input: [pastShape, onehot], output: [pastLength] },
     ];
-    for (const [j, s] of shapes.entries()) {
+    /** The past's length on `axis` of a rank-`p.rank` shape, the rest zero: computed before the node that first needs it. */
+    const lengthOn = (axis: number, at: NodeProto[]): string => {
+      if (axis === p.seqAxis) return pastLength;
+      const name = `${p.name}/past_length_${axis}`;
+      if (!graph.initializer!.some((t) => t.name === `${name}/axis`)) {
+        graph.initializer!.push(
+          int64Tensor(`${name}/at`, [p.seqAxis], []),
+          int64Tensor(
+            `${name}/axis`,
+            Array.from({ length: p.rank }, (_, a) => (a === axis ? 1 : 0)),
+          ),
+        );
+        at.push(
+          { name: `${name}/n`, opType: "Gather", input: [pastShape, `${name}/at`], output: [`${name}/n`] },
+          { name, opType: "Mul", input: [`${name}/n`, `${name}/axis`], output: [name] },
+        );
+      }
+      return name;
+    };
+    for (const [j, { shape: s, axis }] of shapes.entries()) {
       const own = `${p.name}/shape_${j}`;
       const attr = (k: string) => (s.attribute ?? []).find((a) => a.name === k);
       const start = attr("start");
       const end = attr("end");
       const grown = `${own}/grown`;
-      const added: NodeProto[] = [
-        ...(j === 0 ? first : []),
+      const added: NodeProto[] = j === 0 ? [...first] : [];
+      const length = lengthOn(axis, added);
+      added.push(
         { name: `${own}/full`, opType: "Shape", input: [s.input![0]!], output: [`${own}/full`] },
-        { name: grown, opType: "Add", input: [`${own}/full`, pastLength], output: [grown] },
-      ];
+        { name: grown, opType: "Add", input: [`${own}/full`, length], output: [grown] },
+      );
       before.set(s, [...(before.get(s) ?? []), ...added]);
       if (start || end) {
         const bounds = `${own}/bounds`;

@@ -1,20 +1,20 @@
 /**
  * Graphs exported by hand with torch.onnx.export, without a KV cache (logits
- * only; int64 input_ids, attention_mask and position_ids): a Llama as
- * transformers 4.36 writes it (rotary tables sliced to the keys' length and
- * indexed by position_ids, the causal mask from torch.arange over the query
- * length, grouped-query and multi-query attention) and a GPT-2 (learned
- * positions, fused QKV split in three, the causal buffer sliced at the keys'
- * length), a GPT-J (interleaved rotary embeddings on part of each head, sin
- * and cos gathered from one table), a Falcon-7B (one key/value head cut from
- * the fused projection by a list index and broadcast against the queries),
- * a multi-query GPT-BigCode (keys `[B, S, hd]` whose length the graph reads
- * after their transpose), and three that merge batch and heads into one axis for bmm: BLOOM
- * (ALiBi from the mask's cumulative sum), OPT (positions counted over the
- * mask) and GPT-NeoX (rotary embeddings on part of each head, the keys'
- * length read before they are split and joined). Generation adds a cache, uses it, and writes the greedy text of
- * the same PyTorch module run in float64 (test/helpers/torch_export.py). Skipped
- * where PyTorch is not installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
+ * only; int64 input_ids, attention_mask and, where the family takes them,
+ * position_ids), one for each family make-model writes, from modules written
+ * as transformers writes them (test/helpers/torch_export.py says how each
+ * differs): Llama with grouped-query and multi-query attention and its
+ * relatives (Mistral's and Phi-3's sliding windows, Qwen2's biases, OLMo's
+ * layer norms without weights, Starcoder2, a mixture of experts, Phi-3's fused
+ * projections and long-RoPE tables computed from position_ids, StableLM's and
+ * Phi's partial rotary embeddings, Gemma 2's soft-capped scores), GPT-2 and
+ * GPT-Neo (learned positions, causal buffers sliced at the keys' length),
+ * GPT-J and CodeGen (interleaved rotary embeddings gathered from one table),
+ * Falcon-7B and GPT-BigCode (one key/value head), MPT (ALiBi sliced by the
+ * keys' length), and BLOOM, OPT and GPT-NeoX (batch and heads merged into one
+ * axis for bmm). Generation adds a cache, uses it, and writes the greedy text
+ * of the same PyTorch module run in float64. Skipped where PyTorch is not
+ * installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -65,6 +65,18 @@ const MODELS = {
   gptj: { module: "gptj", family: "gptj", kvHeads: undefined, seed: 13 },
   falcon: { module: "falcon", family: "falcon", kvHeads: undefined, seed: 14 },
   gpt_bigcode: { module: "gpt_bigcode", family: "gpt_bigcode", kvHeads: undefined, seed: 15 },
+  mistral: { module: "mistral", family: "mistral", kvHeads: 2, seed: 16 },
+  qwen2: { module: "qwen2", family: "qwen2", kvHeads: 2, seed: 17 },
+  olmo: { module: "olmo", family: "olmo", kvHeads: 2, seed: 18 },
+  starcoder2: { module: "starcoder2", family: "starcoder2", kvHeads: 2, seed: 19 },
+  mixtral: { module: "mixtral", family: "mixtral", kvHeads: 2, seed: 20 },
+  phi3: { module: "phi3", family: "phi3", kvHeads: 2, seed: 21 },
+  stablelm: { module: "stablelm", family: "stablelm", kvHeads: undefined, seed: 22 },
+  phi: { module: "phi", family: "phi", kvHeads: undefined, seed: 23 },
+  gemma: { module: "gemma", family: "gemma", kvHeads: 2, seed: 24 },
+  codegen: { module: "codegen", family: "codegen", kvHeads: undefined, seed: 25 },
+  gpt_neo: { module: "gpt_neo", family: "gpt_neo", kvHeads: undefined, seed: 26 },
+  mpt: { module: "mpt", family: "mpt", kvHeads: undefined, seed: 27 },
 } as const;
 
 function torch(...args: string[]): string {

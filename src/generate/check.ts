@@ -36,6 +36,8 @@ export interface GenerationCheckInput {
   window: number;
   /** Rows to check; 0 turns the check off. */
   count: number;
+  /** Rows regenerated at once (the batches the run decodes at once); 1 where absent. */
+  parallel?: number;
   out: string;
 }
 
@@ -58,11 +60,17 @@ export async function checkGenerations(c: GenerationCheckInput): Promise<Generat
     (i) => c.written.has(i),
   );
   if (picked.length === 0) return undefined;
+  // Each of `parallel` lanes takes the next row not taken yet; the texts land by row, so the sidecar is the same.
+  const texts: string[] = new Array(picked.length);
+  let next = 0;
+  const lane = async () => {
+    for (let k = next++; k < picked.length; k = next++) texts[k] = await c.generateAlone([...c.tokens[picked[k]!]!]);
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(c.parallel ?? 1, picked.length)) }, lane));
   const differences: GenerationCheck["differences"] = [];
-  for (const i of picked) {
-    const alone = await c.generateAlone([...c.tokens[i]!]);
+  for (const [k, i] of picked.entries()) {
     const batched = c.written.get(i)!;
-    if (alone !== batched) differences.push({ query_id: c.queryIds[i]!, batched, alone });
+    if (texts[k] !== batched) differences.push({ query_id: c.queryIds[i]!, batched, alone: texts[k]! });
   }
   const check: GenerationCheck = {
     rows: picked.length,

@@ -822,6 +822,7 @@ async function generateRows(o: GenerateOptions, g: Generation, done: Set<string>
     rule: g.rule,
     window: SORT_WINDOW,
     count: o.selfCheck ?? DEFAULT_GENERATE_CHECK_ROWS,
+    parallel: decoders.parallel,
     out: o.out,
   });
   const warning = check && generationCheckWarning(check, o.out);

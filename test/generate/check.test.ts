@@ -11,7 +11,7 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 
 import { writeTinyModel } from "../../src/synthetic/llama.js";
 import { generate } from "../../src/generate/generate.js";
-import { generationCheckPath } from "../../src/generate/check.js";
+import { checkGenerations, generationCheckPath } from "../../src/generate/check.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-gencheck-");
@@ -97,5 +97,47 @@ describe("generation's self-check", () => {
       expect(d.batched).toBe(batched.get(d.query_id));
       expect(d.alone).toBe(single.get(d.query_id));
     }
+  });
+
+  it("regenerates as many rows at once as the run decodes batches, and writes the same sidecar", async () => {
+    // Row i's prompt is i + 1 tokens; the "batched" text of rows 3 and 6 differs from what they give alone.
+    const tokens = Array.from({ length: 12 }, (_, i) => Array.from({ length: i + 1 }, (_, j) => j));
+    const alone = (t: number[]) => `row ${t.length - 1}`;
+    const written = new Map(tokens.map((t, i) => [i, i === 3 || i === 6 ? "other" : alone(t)]));
+    const sidecar = async (parallel: number) => {
+      let running = 0;
+      let most = 0;
+      const out = join(dir, `lanes-${parallel}.jsonl`);
+      await checkGenerations({
+        generateAlone: async (t) => {
+          most = Math.max(most, ++running);
+          // Longer prompts take longer, so the lanes finish out of order.
+          await new Promise((r) => setTimeout(r, 2 * t.length));
+          running--;
+          return alone(t);
+        },
+        tokens,
+        queryIds: tokens.map((_, i) => `q${i}`),
+        written,
+        batchSize: 4,
+        rule: { size: 4 },
+        window: 12,
+        count: 12,
+        parallel,
+        out,
+      });
+      const { seconds, ...rest } = JSON.parse(readFileSync(generationCheckPath(out), "utf8"));
+      expect(seconds).toBeGreaterThan(0);
+      return { most, rest };
+    };
+    const one = await sidecar(1);
+    const two = await sidecar(2);
+    expect([one.most, two.most]).toEqual([1, 2]);
+    expect(two.rest).toEqual(one.rest);
+    expect(one.rest.rows).toBe(12);
+    expect(one.rest.differences).toEqual([
+      { query_id: "q3", batched: "other", alone: "row 3" },
+      { query_id: "q6", batched: "other", alone: "row 6" },
+    ]);
   });
 });

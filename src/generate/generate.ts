@@ -776,6 +776,10 @@ async function decodeInOrder(
   const { rows, tokens, decoders } = g;
   // None of these promises rejects.
   const inFlight: { batch: number[]; results: Promise<BatchResults> }[] = [];
+  // Batches are written in order, so a worker that finishes before the oldest batch would wait for it. With
+  // several workers, a sort window's batches (and one more per worker) wait in their queue, and a free worker
+  // takes the longest: the window's longest batch, planned last, then does not end the run on one worker alone.
+  const depth = decoders.parallel > 1 ? Math.ceil(SORT_WINDOW / g.batchSize) + decoders.parallel : 1;
   for (const batch of g.batches) {
     const wanted = batch.map((i) => !done.has(rows[i]!.query_id));
     if (!wanted.includes(true)) continue;
@@ -788,7 +792,7 @@ async function decodeInOrder(
         wanted,
       ),
     });
-    if (inFlight.length < decoders.parallel) continue;
+    if (inFlight.length < depth) continue;
     const oldest = inFlight.shift()!;
     await write(oldest.batch, await oldest.results);
   }

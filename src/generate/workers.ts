@@ -114,10 +114,15 @@ export async function workerDecoders(script: string, count: number, init: Worker
     waiting.clear();
     queue.length = 0;
   };
+  // The longest batch waiting goes first, so the run does not end on one worker decoding a long batch alone
+  // (callers write results in their own order).
+  const work = (r: WorkerRequest) => r.prompts.reduce((n, p) => n + p.length, 0);
   const dispatch = () => {
     while (!closed && idle.length > 0 && queue.length > 0) {
       const worker = idle.pop()!;
-      const { request, settle } = queue.shift()!;
+      let k = 0;
+      for (let j = 1; j < queue.length; j++) if (work(queue[j]!.request) > work(queue[k]!.request)) k = j;
+      const { request, settle } = queue.splice(k, 1)[0]!;
       waiting.set(request.id, settle);
       running.add(request.id);
       worker.postMessage(request);

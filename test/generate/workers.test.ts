@@ -2,7 +2,9 @@
  * How many decoding sessions generation starts by default: each holds a copy
  * of the weights, so no more than fit in half the available memory. And the
  * threads that hold them are stopped only between batches, so that a run
- * stopped mid-way, or run to its end, never takes the process down.
+ * stopped mid-way, or run to its end, never takes the process down; and
+ * the rows they decode are written in the plan's order, whichever batch a
+ * worker takes first.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -115,5 +117,16 @@ describe("decoding threads", () => {
       files.push(readFileSync(out, "utf8"));
     }
     expect(new Set(files).size).toBe(1);
+  });
+
+  it("write the rows in the plan's order though the longest batch waiting is decoded first", async () => {
+    const run = async (workers: number) => {
+      const out = join(dir, `order-${workers}.jsonl`);
+      await generate({ modelDir, bank, out, batchSize: 4, workers, maxNewTokens: 6, selfCheck: 0 });
+      return readFileSync(out, "utf8");
+    };
+    const alone = await run(1);
+    expect(alone.trim().split("\n")).toHaveLength(48);
+    expect(await run(2)).toBe(alone);
   });
 });

@@ -86,8 +86,11 @@ import { tokenizerAndModel, type PromptTokenizer } from "../model/tokenizer.js";
 
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
 const SORT_WINDOW = 256;
-/** Blocks of this size or more are mapped by themselves while workers decode on the CPU: a prompt step's activations. */
-const LARGE_BLOCK_BYTES = 4 << 20;
+/**
+ * Blocks of this size or more are mapped by themselves while workers decode on the CPU: a prompt step's activations,
+ * and a long row's cache inside a step (one layer's keys for 16 rows of 192 tokens are 3 MB).
+ */
+const LARGE_BLOCK_BYTES = 2 << 20;
 /** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
 const FAILURES_BEFORE_STOP = 8;
 

@@ -21,7 +21,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { agreement, envWithout, median, share, timed } from "./bench-util.mjs";
+import { agreement, describeBlas, envWithout, median, share, timed } from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -164,9 +164,7 @@ const fmt = (x) => (x === 0 ? "0" : x.toExponential(1));
 console.log(
   `hsm metrics vs NumPy + scikit-learn — 39,260 rows, d = 1024, 8 layers; medians of ${runs} runs (${slowRuns} for backends other than native)`,
 );
-console.log(
-  `  peer BLAS: ${results.peer_blas.map((p) => `${p.internal_api ?? "?"} ${p.version ?? ""} (${p.architecture ?? "?"} kernel, ${p.num_threads ?? "?"} threads)`).join("; ")}`,
-);
+console.log(`  peer BLAS: ${describeBlas(results.peer_blas)}`);
 // ISS is a GEMM at heart: each side's useful GFLOP/s against NumPy's float32 GEMM on the same shape, measured above.
 const limitShare = (e) =>
   e.gflops && results.numpy_sgemm?.gflops

@@ -2,16 +2,19 @@
 // npm run bench:scale — the store at the real size (39,260 rows × d = 4608 × 28
 // of 46 layers, about 10 GB), written once with `hsm fixture --full`:
 //   1. `hsm verify` vs `sha256sum` over the same files (medians, page cache warm when memory allows);
-//   2. `hsm metrics` (ISS and KTS): time and peak RSS;
+//   2. `hsm metrics` (ISS and KTS): time and peak RSS, against the NumPy + scikit-learn peer of bench:metrics
+//      (scripts/metrics_peer.py) on the same store, one run each (the peer's takes about ten minutes on 2 cores),
+//      and whether the two agree within metrics.md's tolerances;
 //   3. `hsm merge` of 8 shards cut from the fixture: time and peak RSS, then a verify of the result.
 // Free disk space is checked before anything is written; each figure is printed as it is measured.
-// HSM_BENCH_SCALE_ONLY=verify runs only the first (no shards are cut, so only the fixture needs the space).
+// HSM_BENCH_SCALE_ONLY=verify runs only the first, =metrics the first two (no shards are cut, so only the fixture
+// needs the space).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statfsSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { median, shaLimit, share } from "./bench-util.mjs";
+import { agreement, describeBlas, envWithout, median, shaLimit, share } from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -21,19 +24,21 @@ const runs = Number(process.env.HSM_BENCH_RUNS ?? 3);
 const bin = join(root, "bin", "hsm.js");
 const SHARDS = 8;
 const GB = 1e9;
+const python = process.env.HSM_PYTHON ?? "/usr/bin/python3";
 const only = process.env.HSM_BENCH_SCALE_ONLY;
-if (only !== undefined && only !== "verify") {
-  console.error(`HSM_BENCH_SCALE_ONLY takes "verify" (or is unset for every figure), not "${only}"`);
+if (only !== undefined && only !== "verify" && only !== "metrics") {
+  console.error(`HSM_BENCH_SCALE_ONLY takes "verify" or "metrics" (or is unset for every figure), not "${only}"`);
   process.exit(2);
 }
 
 /** Runs a command under /usr/bin/time: wall seconds and peak resident memory; `inherit` shows its output (progress) live. */
-function timed(cmd, args, { inherit = false } = {}) {
+function timed(cmd, args, { inherit = false, env = process.env } = {}) {
   const report = join(benchDir, ".time");
   const t0 = performance.now();
   const r = spawnSync("/usr/bin/time", ["-f", "%M", "-o", report, cmd, ...args], {
     stdio: ["ignore", inherit ? "inherit" : "pipe", inherit ? "inherit" : "pipe"],
     maxBuffer: 1 << 28,
+    env,
   });
   const secs = (performance.now() - t0) / 1000;
   if (r.status !== 0)
@@ -125,8 +130,44 @@ const m = timed(
   [bin, "metrics", store, "--scored", join(fixture, "scored.jsonl"), "--out", metricsOut],
   { inherit: true },
 );
-results.metrics = { seconds: m.secs, peak_rss_mb: m.rssMb };
 console.log(`hsm metrics (ISS and KTS, 28 layers) ${m.secs.toFixed(1)} s, peak RSS ${m.rssMb.toFixed(0)} MB`);
+// The peer without the variables that pin OpenBLAS to an older kernel (see bench:metrics).
+const peerOut = join(benchDir, "full-metrics-peer.json");
+const p = timed(
+  python,
+  [join(root, "scripts", "metrics_peer.py"), store, "--scored", join(fixture, "scored.jsonl"), "--out", peerOut],
+  { env: envWithout("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") },
+);
+const peer = JSON.parse(readFileSync(peerOut, "utf8"));
+const agrees = Object.fromEntries(
+  ["iss", "kts"].map((metric) => [
+    metric,
+    agreement(JSON.parse(readFileSync(join(metricsOut, `${metric}.json`), "utf8")).rows, peer[metric]),
+  ]),
+);
+results.metrics = {
+  seconds: m.secs,
+  peak_rss_mb: m.rssMb,
+  peer: { seconds: p.secs, peak_rss_mb: p.rssMb, phases: peer.peer.phases, blas: peer.peer.blas },
+  time_vs_peer: m.secs / p.secs,
+  agreement: agrees,
+};
+console.log(
+  `  NumPy + scikit-learn peer ${p.secs.toFixed(1)} s, peak RSS ${p.rssMb.toFixed(0)} MB (${describeBlas(peer.peer.blas)}); hsm at ${(m.secs / p.secs).toFixed(2)}x its time, ${(m.rssMb / p.rssMb).toFixed(2)}x its memory`,
+);
+for (const [metric, a] of Object.entries(agrees)) {
+  const largest = Object.entries(a.maxDev)
+    .map(([f, dev]) => `${f} ${dev.toExponential(1)}`)
+    .join(", ");
+  console.log(
+    `  ${metric}: ${a.failures.length === 0 ? `agrees on all ${a.rows} rows` : `${a.failures.length} fields outside the tolerances (first: ${a.failures[0]})`} (largest |Δ|: ${largest})`,
+  );
+}
+if (only === "metrics") {
+  writeFileSync(join(benchDir, "bench-scale.json"), JSON.stringify(results, null, 2) + "\n");
+  console.log(`results: ${join(benchDir, "bench-scale.json")}`);
+  process.exit(0);
+}
 
 // 3. merge of 8 shards cut from the fixture (made once).
 const shardDir = join(benchDir, "full-shards");

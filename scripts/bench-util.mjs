@@ -71,6 +71,16 @@ export function agreement(mine, peer) {
   return { rows: mine.length, maxDev, failures };
 }
 
+/** The BLAS libraries a Python peer ran on, as scripts/metrics_peer.py's `blas_info` lists them, in one line. */
+export function describeBlas(blas) {
+  return blas
+    .map(
+      (p) =>
+        `${p.internal_api ?? "?"} ${p.version ?? ""} (${p.architecture ?? "?"} kernel, ${p.num_threads ?? "?"} threads)`,
+    )
+    .join("; ");
+}
+
 /**
  * Whether `python` can import torch and onnx (the PyTorch peers); installs
  * Debian's python3-torch and python3-onnx with apt-get when missing and root,

@@ -176,7 +176,7 @@ inline size_t PrefetchRows(size_t d) {
 // hardware prefetcher alone leaves the stream of vocabulary rows waiting on memory between tiles.
 // Locality 3 fills L1, 2 stops at L2. The vector screens ask into L2 from far ahead: into L1 from
 // near, the requests outran the L1's outstanding misses and the screen ran at a third of the
-// memory's rate (measured on Zen 4: 28 ms against 20 ms for one row block of 16 over a 128,256 ×
+// memory's rate (measured on Zen 4: 28 ms against 20 ms for 16 rows over a 128,256 ×
 // 512 head); AMX asks for its next pass into L1, as it reads whole tiles.
 template <int Locality>
 inline void Prefetch(const uint16_t* p, size_t n) {

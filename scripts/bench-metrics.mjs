@@ -21,7 +21,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { agreement, describeBlas, envWithout, median, share, timed } from "./bench-util.mjs";
+import { agreement, describeBlas, envWithout, issFlops, median, share, timed } from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -42,10 +42,7 @@ if (!existsSync(join(store, "index.json"))) {
   if (r.status !== 0) process.exit(1);
 }
 
-// ISS's useful work: every perturbed row against every anchor, once per layer (d multiply-adds each).
-const manifest = JSON.parse(readFileSync(join(store, "index.json"), "utf8"));
-const anchors = manifest.condition_families.filter((f) => f === "anchor").length;
-const issFlops = 2 * (manifest.query_ids.length - anchors) * anchors * manifest.d_model * manifest.layers.length;
+const issWork = issFlops(JSON.parse(readFileSync(join(store, "index.json"), "utf8")));
 
 const results = { date: new Date().toISOString(), runs, rows: 39260, d: 1024, layers: 8, metrics: {} };
 for (const metric of metricNames) {
@@ -99,7 +96,7 @@ for (const metric of metricNames) {
     entry[b] = { seconds: median(s.map((x) => x.secs)), peak_mb: median(s.map((x) => x.mb)) };
   const peer = JSON.parse(readFileSync(join(benchDir, `peer-${metric}.json`), "utf8"));
   entry.peer.phases = peer.peer.phases;
-  if (metric === "iss") entry.peer.gflops = issFlops / entry.peer.seconds / 1e9;
+  if (metric === "iss") entry.peer.gflops = issWork / entry.peer.seconds / 1e9;
   results.peer_blas = peer.peer.blas;
   for (const b of backends) {
     entry[b].agreement = agreement(
@@ -107,7 +104,7 @@ for (const metric of metricNames) {
       peer[metric],
     );
     entry[b].time_vs_peer = entry[b].seconds / entry.peer.seconds;
-    if (metric === "iss") entry[b].gflops = issFlops / entry[b].seconds / 1e9;
+    if (metric === "iss") entry[b].gflops = issWork / entry[b].seconds / 1e9;
     entry[b].memory_vs_peer = entry[b].peak_mb / entry.peer.peak_mb;
   }
 }

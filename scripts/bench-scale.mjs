@@ -14,7 +14,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statfsSync, s
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { agreement, describeBlas, envWithout, median, shaLimit, share } from "./bench-util.mjs";
+import { agreement, describeBlas, envWithout, gemmLimit, issFlops, median, shaLimit, share } from "./bench-util.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const benchDir = process.env.HSM_BENCH_DIR ?? join(root, ".bench");
@@ -48,6 +48,12 @@ function timed(cmd, args, { inherit = false, env = process.env } = {}) {
   const rssKb = Number(readFileSync(report, "utf8").trim().split("\n").at(-1));
   rmSync(report, { force: true });
   return { secs, rssMb: rssKb / 1024 };
+}
+
+/** Writes what was measured and says where. */
+function writeResults() {
+  writeFileSync(join(benchDir, "bench-scale.json"), JSON.stringify(results, null, 2) + "\n");
+  console.log(`results: ${join(benchDir, "bench-scale.json")}`);
 }
 
 function freeBytes(dir) {
@@ -118,8 +124,7 @@ console.log(
 );
 console.log(`  ratio        ${v.speedup_vs_sha256sum.toFixed(2)}x faster`);
 if (only === "verify") {
-  writeFileSync(join(benchDir, "bench-scale.json"), JSON.stringify(results, null, 2) + "\n");
-  console.log(`results: ${join(benchDir, "bench-scale.json")}`);
+  writeResults();
   process.exit(0);
 }
 
@@ -131,13 +136,16 @@ const m = timed(
   { inherit: true },
 );
 console.log(`hsm metrics (ISS and KTS, 28 layers) ${m.secs.toFixed(1)} s, peak RSS ${m.rssMb.toFixed(0)} MB`);
-// The peer without the variables that pin OpenBLAS to an older kernel (see bench:metrics).
+// The peer, and NumPy's float32 GEMM as the limit, without the variables that pin OpenBLAS to an older kernel
+// (see bench:metrics).
+const peerEnv = envWithout("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE");
 const peerOut = join(benchDir, "full-metrics-peer.json");
 const p = timed(
   python,
   [join(root, "scripts", "metrics_peer.py"), store, "--scored", join(fixture, "scored.jsonl"), "--out", peerOut],
-  { env: envWithout("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") },
+  { env: peerEnv },
 );
+const limit = gemmLimit(python, peerEnv);
 const peer = JSON.parse(readFileSync(peerOut, "utf8"));
 const agrees = Object.fromEntries(
   ["iss", "kts"].map((metric) => [
@@ -151,9 +159,16 @@ results.metrics = {
   peer: { seconds: p.secs, peak_rss_mb: p.rssMb, phases: peer.peer.phases, blas: peer.peer.blas },
   time_vs_peer: m.secs / p.secs,
   agreement: agrees,
+  gemm_limit: limit,
 };
+// ISS's similarity work over each side's whole run (KTS's time included, so a lower bound for both alike).
+const issWork = issFlops(JSON.parse(readFileSync(join(store, "index.json"), "utf8")));
+const gflops = (secs) => issWork / secs / 1e9;
 console.log(
   `  NumPy + scikit-learn peer ${p.secs.toFixed(1)} s, peak RSS ${p.rssMb.toFixed(0)} MB (${describeBlas(peer.peer.blas)}); hsm at ${(m.secs / p.secs).toFixed(2)}x its time, ${(m.rssMb / p.rssMb).toFixed(2)}x its memory`,
+);
+console.log(
+  `  share of the limit (NumPy float32 GEMM ${limit.gflops.toFixed(0)} GFLOP/s, ${limit.blas}; ISS's similarity work over the whole run): hsm ${gflops(m.secs).toFixed(0)} GFLOP/s, ${share(gflops(m.secs), limit.gflops)}; peer ${gflops(p.secs).toFixed(0)} GFLOP/s, ${share(gflops(p.secs), limit.gflops)}`,
 );
 for (const [metric, a] of Object.entries(agrees)) {
   const largest = Object.entries(a.maxDev)
@@ -164,8 +179,7 @@ for (const [metric, a] of Object.entries(agrees)) {
   );
 }
 if (only === "metrics") {
-  writeFileSync(join(benchDir, "bench-scale.json"), JSON.stringify(results, null, 2) + "\n");
-  console.log(`results: ${join(benchDir, "bench-scale.json")}`);
+  writeResults();
   process.exit(0);
 }
 
@@ -234,5 +248,4 @@ console.log(
 );
 rmSync(merged, { recursive: true, force: true });
 
-writeFileSync(join(benchDir, "bench-scale.json"), JSON.stringify(results, null, 2) + "\n");
-console.log(`results: ${join(benchDir, "bench-scale.json")}`);
+writeResults();

@@ -71,6 +71,12 @@ export function agreement(mine, peer) {
   return { rows: mine.length, maxDev, failures };
 }
 
+/** ISS's useful work over a store (its index.json): every perturbed row against every anchor, once per layer, d multiply-adds each. */
+export function issFlops(manifest) {
+  const anchors = manifest.condition_families.filter((f) => f === "anchor").length;
+  return 2 * (manifest.query_ids.length - anchors) * anchors * manifest.d_model * manifest.layers.length;
+}
+
 /** The BLAS libraries a Python peer ran on, as scripts/metrics_peer.py's `blas_info` lists them, in one line. */
 export function describeBlas(blas) {
   return blas

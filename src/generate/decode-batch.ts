@@ -54,6 +54,14 @@ export interface DecodeSetup {
   joins?: CacheJoin[];
 }
 
+/**
+ * The tokens (rows × padded length) a batch's first step runs at once where the cache is joined outside the graph;
+ * a longer prompt runs in chunks of rows. The step's intermediate tensors grow with its tokens (its attention
+ * scores with their square), and onnxruntime's arena keeps its largest size for the rest of the run. Each row's
+ * values are the same in any chunk.
+ */
+export const PROMPT_STEP_TOKENS = 1024;
+
 /** Each session's joined caches not in use, their buffers kept from one batch to the next. */
 const joinedCaches = new WeakMap<ort.InferenceSession, JoinedCache[]>();
 
@@ -125,7 +133,11 @@ export async function decodeBatch(
       if (setup.positions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
       if (setup.branch)
         feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
-      const result = await session.run(feeds);
+      // The first step of a long batch runs in chunks of rows where the cache is joined from their pieces.
+      const chunks = joined && idsLen > 1 ? Math.ceil((B * idsLen) / PROMPT_STEP_TOKENS) : 1;
+      const results =
+        chunks > 1 ? await runInChunks(session, feeds, B, Math.ceil(B / chunks)) : [await session.run(feeds)];
+      const result = results.length === 1 ? results[0]! : joinRows(results, new Set(setup.joins!.map((j) => j.output)));
       const read = [...cacheTensors];
       cacheTensors.clear();
       for (const [name, tensor] of Object.entries(result)) if (isPresentOutput(name)) cacheTensors.add(tensor);
@@ -136,7 +148,7 @@ export async function decodeBatch(
       const chosen = Array.from(next, (v) => Number(v));
       lastPos = lastPos.map((p) => p + 1);
       if (cached) {
-        past = joined ? joined.next(past, result, newTokens) : presentsAsPast(result, pastNames);
+        past = joined ? joined.next(past, results, newTokens) : presentsAsPast(result, pastNames);
         ids = BigInt64Array.from(chosen, (t) => BigInt(t));
         idsLen = 1;
         const grown = new BigInt64Array(B * (maskLen + 1));
@@ -163,6 +175,60 @@ export async function decodeBatch(
     await rows?.close();
   }
   return greedy.ids;
+}
+
+/**
+ * One step run over rows [r, r + rows) at a time: each feed whose first dimension is the batch's `B` cut to those
+ * rows, the others fed whole. The results in row order.
+ */
+async function runInChunks(
+  session: ort.InferenceSession,
+  feeds: Readonly<Record<string, ort.Tensor>>,
+  B: number,
+  rows: number,
+): Promise<ort.InferenceSession.ReturnType[]> {
+  const results: ort.InferenceSession.ReturnType[] = [];
+  for (let r = 0; r < B; r += rows) {
+    const n = Math.min(rows, B - r);
+    const cut: Record<string, ort.Tensor> = {};
+    for (const [name, t] of Object.entries(feeds)) {
+      if (t.dims[0] !== B) {
+        cut[name] = t;
+        continue;
+      }
+      const data = t.data as Float32Array | Uint16Array | BigInt64Array | Uint8Array;
+      const row = data.length / B;
+      cut[name] = new ort.Tensor(t.type, data.subarray(r * row, (r + n) * row), [n, ...t.dims.slice(1)]);
+    }
+    results.push(await session.run(cut));
+  }
+  return results;
+}
+
+/** The outputs of a step run in chunks of rows, each joined on its rows, except those in `skip` (the cache's new positions, which the cache joins itself). */
+function joinRows(
+  results: readonly ort.InferenceSession.ReturnType[],
+  skip: ReadonlySet<string>,
+): ort.InferenceSession.ReturnType {
+  const out: Record<string, ort.Tensor> = {};
+  for (const name of Object.keys(results[0]!)) {
+    if (skip.has(name)) continue;
+    const pieces = results.map((r) => r[name]!);
+    const data = pieces[0]!.data as Float32Array | Uint16Array | BigInt64Array | Int32Array;
+    const joined = new (data.constructor as new (n: number) => typeof data)(
+      pieces.reduce((n, t) => n + (t.data as ArrayLike<unknown>).length, 0),
+    );
+    let at = 0;
+    for (const t of pieces) {
+      (joined as Float32Array).set(t.data as Float32Array, at);
+      at += (t.data as ArrayLike<unknown>).length;
+    }
+    out[name] = new ort.Tensor(pieces[0]!.type, joined, [
+      pieces.reduce((n, t) => n + t.dims[0]!, 0),
+      ...pieces[0]!.dims.slice(1),
+    ]);
+  }
+  return out;
 }
 
 /** Each step's next tokens: from the graph, or the argmax of the head outside it. */

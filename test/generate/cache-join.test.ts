@@ -4,7 +4,8 @@
  * from them step after step equal the presents the unchanged graph computes
  * itself (onnxruntime's Concat), on the sequence axis of a rank-4 cache and on
  * the last axis of a rank-3 one (BLOOM's keys), over batches of two sizes that
- * share the buffers. Presents made otherwise leave the graph untouched.
+ * share the buffer, with room to grow in place and with none. Presents made
+ * otherwise leave the graph untouched.
  */
 import * as ort from "onnxruntime-node";
 import { describe, expect, it } from "vitest";
@@ -60,9 +61,16 @@ describe("the KV cache joined outside the graph", () => {
     ]);
     expect(graph.output!.map((o) => o.name)).toEqual(["total", "hsm_new_present.0.key", "hsm_new_present.0.value"]);
     const [whole, sliced] = await Promise.all([session(cacheGraph()), session(graph)]);
-    const joined = new JoinedCache(joins);
+    const shared = new JoinedCache(joins);
     const rng = new Rng(3);
-    for (const B of [2, 1]) {
+    // Two batch sizes sharing one cache with room for every step (the past grows in place), then a cache with no
+    // room (each step lays the buffer out anew).
+    const runs = [
+      { B: 2, room: 3, joined: shared },
+      { B: 1, room: 3, joined: shared },
+      { B: 2, room: 0, joined: new JoinedCache(joins) },
+    ];
+    for (const { B, room, joined } of runs) {
       // The prompt's positions, then one a step.
       let past: Record<string, ort.Tensor> = {
         "past_key_values.0.key": new ort.Tensor("float32", new Float32Array(0), [B, H, 0, dh]),
@@ -76,7 +84,7 @@ describe("the KV cache joined outside the graph", () => {
         };
         const [mine, theirs] = [await sliced.run({ ...past, ...fresh }), await whole.run({ ...expected, ...fresh })];
         expect(mine.total!.data).toEqual(theirs.total!.data);
-        past = joined.next(past, mine, 3);
+        past = joined.next(past, [mine], room);
         expected = {
           "past_key_values.0.key": theirs["present.0.key"]!,
           "past_key_values.0.value": theirs["present.0.value"]!,

@@ -3,7 +3,8 @@
  * reason equal an independent float64 greedy decode (test/helpers/llama-reference.ts:
  * each position computed once, bit for bit as full recomputation computes it,
  * with its own byte-level decoder) on the 1k-vocabulary tokenizer, at batch
- * sizes 1 and 8 — on plain models, with and without the KV cache, and on
+ * sizes 1 and 8 — on plain models, with and without the KV cache (a batch of
+ * long prompts running its first step in chunks of rows), and on
  * models made to emit an EOS first, an EOS as the 24th token, reserved special
  * tokens and UTF-8 split across tokens. A run killed with kill -9 resumes into
  * the same file as an uninterrupted run; a query that cannot run costs only
@@ -19,6 +20,7 @@ import { buildPrompt } from "../../src/bank/prompt.js";
 import { MAX_NEW_TOKENS } from "../../src/defaults.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
 import { GenerationError, generate } from "../../src/generate/generate.js";
+import { PROMPT_STEP_TOKENS } from "../../src/generate/decode-batch.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { Rng } from "../../src/util/random.js";
 import { referenceDecoder, referenceGreedy, referenceLogits } from "../helpers/llama-reference.js";
@@ -28,6 +30,7 @@ const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
 const dir = tempDir("hsm-generate-");
 const bank = join(dir, "bank.jsonl");
 const bigBank = join(dir, "big-bank.jsonl");
+const longBank = join(dir, "long-bank.jsonl");
 
 // Ids of llama3.1-1k, Llama 3.1's tokenizer cut to 1,024 ranks, its special tokens renumbered from 1024.
 const TOKENIZER = "llama3.1-1k";
@@ -143,6 +146,17 @@ async function reference(name: ModelName, row: Record<string, unknown>) {
 beforeAll(async () => {
   writeFileSync(bank, lines(12));
   writeFileSync(bigBank, lines(150));
+  // Eight prompts as long as the prompt limit allows: a batch of them is more than one prompt step runs at once.
+  writeFileSync(
+    longBank,
+    bankRows(bank)
+      .filter((r) => String(r.query).startsWith("Long preamble"))
+      .flatMap((r, k) =>
+        Array.from({ length: 4 }, (_, j) => ({ ...r, query_id: `long${4 * k + j}`, query: `${j} ${r.query}` })),
+      )
+      .map((r) => JSON.stringify(r))
+      .join("\n") + "\n",
+  );
   for (const [name, o] of Object.entries(MODELS)) await writeTinyModel(modelDir(name as ModelName), o);
   // "mixed": the plain KV-cache model, except that row 0's first answer token is followed by <|eot_id|>
   // and row 1's by a special token, so rows of one batch stop at different steps.
@@ -214,6 +228,22 @@ describe("hsm generate against a float64 greedy reference", () => {
       expect([...got.values()].some((r) => r.finish_reason === "length" && r.generated_tokens === 24)).toBe(true);
     });
   }
+
+  it("runs a long batch's prompt step in chunks of rows, with the reference's rows", async () => {
+    const tok = await PromptTokenizer.load(modelDir("withPast"));
+    const rows = bankRows(longBank);
+    const tokens = rows.map((r) => tok.encode(buildPrompt(r)).length);
+    // 8 rows of this many tokens are more than one step's PROMPT_STEP_TOKENS: the step runs in two chunks of 4.
+    expect(8 * Math.max(...tokens)).toBeGreaterThan(PROMPT_STEP_TOKENS);
+    expect(4 * Math.max(...tokens)).toBeLessThanOrEqual(PROMPT_STEP_TOKENS);
+    for (const name of ["withPast", "noPast"] as const) {
+      const out = join(dir, `${name}-long.jsonl`);
+      expect(await generate({ modelDir: modelDir(name), bank: longBank, out, batchSize: 8 })).toMatchObject({
+        written: 8,
+      });
+      await expectReference(name, byId(out), rows);
+    }
+  });
 
   it("writes an EOS as the first token as a valid row: empty text, one token, stop", async () => {
     const got = await bothBatchSizes("eosFirst");

@@ -855,20 +855,6 @@ napi_value TrimHeap(napi_env, napi_callback_info) {
   return nullptr;
 }
 
-// mapLargeBlocks(bytes): from now on, malloc maps every block of at least
-// `bytes` by itself and unmaps it when it is freed. glibc's threshold
-// otherwise rises to the largest block freed so far (up to 32 MB), after which
-// such blocks are carved from arenas whose freed pages stay resident.
-napi_value MapLargeBlocks(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  uint32_t bytes;
-  if (!GetArgs(env, info, 1, argv) || !GetU32(env, argv[0], "Expected a number of bytes", &bytes)) return nullptr;
-#ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes < 0x7fffffffu ? bytes : 0x7fffffffu));
-#endif
-  return nullptr;
-}
-
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -896,7 +882,6 @@ NAPI_MODULE_INIT() {
       {"setSimd", SetSimd},
       {"simdLevel", SimdLevel},
       {"trimHeap", TrimHeap},
-      {"mapLargeBlocks", MapLargeBlocks},
       {"testThrow", TestThrow},
       {"testFailThreadStart", TestFailThreadStart},
   };

@@ -49,7 +49,6 @@ import {
   type Decoders,
 } from "./workers.js";
 import { outputNewPositions } from "./cache-join.js";
-import { nativeHeap } from "../kernels/native.js";
 import { answerFields, readEosIds } from "./rules.js";
 import { fileSha256 } from "../extract/extract.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
@@ -86,11 +85,6 @@ import { tokenizerAndModel, type PromptTokenizer } from "../model/tokenizer.js";
 
 /** Rows sorted by length together: batches are planned within windows of this many rows in bank order. */
 const SORT_WINDOW = 256;
-/**
- * Blocks of this size or more are mapped by themselves while workers decode on the CPU: a prompt step's activations,
- * and a long row's cache inside a step (one layer's keys for 16 rows of 192 tokens are 3 MB).
- */
-const LARGE_BLOCK_BYTES = 2 << 20;
 /** Queries failing in a row, with none answered yet, that mean the model cannot generate at all. */
 const FAILURES_BEFORE_STOP = 8;
 
@@ -616,11 +610,7 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   const decoders = await withStagedModel(bytes, stage, device, async (file) => {
     if (typeof file !== "string" || !script || workers === 1)
       return sessionDecoders(await loadSession(file, options), setup);
-    if (device !== "cpu") return workerDecoders(script, workers, { model: file, options, setup });
-    // Several sessions in one process: each would keep its arena's high-water mark (session.ts, `arena`), and
-    // without it a step's large blocks go straight back to the system (see nativeHeap).
-    nativeHeap?.mapLargeBlocks(LARGE_BLOCK_BYTES);
-    return workerDecoders(script, workers, { model: file, options: { ...options, arena: false }, setup });
+    return workerDecoders(script, workers, { model: file, options, setup });
   });
   return { decoders, cached: cached && past.length > 0, added, head: headSetup, widened };
 }

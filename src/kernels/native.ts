@@ -30,7 +30,6 @@ interface NativeBinding {
   /** Hands malloc's free pages back to the system. */
   trimHeap(): void;
   /** Has malloc map every block of at least `bytes` by itself, unmapped when freed. */
-  mapLargeBlocks(bytes: number): void;
   /** "sha-ni" where the CPU has the SHA extensions, else "portable". */
   sha: string;
   /** Bytes of the hash state a caller keeps between chunks. */
@@ -267,14 +266,8 @@ if (binding && process.env.HSM_SIMD) {
   }
 }
 
-/**
- * The process's C heap, where the addon loaded: `trim` hands free pages back to the system, `mapLargeBlocks(bytes)`
- * has blocks of at least `bytes` mapped by themselves and unmapped when freed (glibc; nothing elsewhere).
- */
-export const nativeHeap: { trim(): void; mapLargeBlocks(bytes: number): void } | undefined = binding && {
-  trim: () => binding.trimHeap(),
-  mapLargeBlocks: (bytes) => binding.mapLargeBlocks(bytes),
-};
+/** The process's C heap, where the addon loaded: `trim` hands free pages back to the system (glibc; nothing elsewhere). */
+export const nativeHeap: { trim(): void } | undefined = binding && { trim: () => binding.trimHeap() };
 
 /** Which sha256 code path runs inside the addon ("sha-ni" or "portable"), or undefined where it did not load. */
 export const nativeSha: string | undefined = binding?.sha;

@@ -73,11 +73,6 @@ export interface SessionOptions {
    */
   spin?: boolean;
   /**
-   * False: no onnxruntime memory arena on the CPU: blocks go back to malloc when a run is done. The arena grows by
-   * doubling and never shrinks, which several sessions in one process (generation's workers) pay for each.
-   */
-  arena?: boolean;
-  /**
    * Outputs left on the device (WebGPU's GPU buffers) for the next run to read back in as inputs: a KV cache that
    * stays where it is computed between decoding steps. Ignored on the CPU and CUDA.
    */
@@ -348,7 +343,6 @@ function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOption
     graphOptimizationLevel: "all",
     logSeverityLevel: 4,
     ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
-    ...(options.arena === false ? { enableCpuMemArena: false } : {}),
     ...(options.spin === false ? { extra: { session: { intra_op: { allow_spinning: "0" } } } } : {}),
     ...(options.device === "webgpu" && options.deviceOutputs?.length
       ? { preferredOutputLocation: Object.fromEntries(options.deviceOutputs.map((n) => [n, "gpu-buffer" as const])) }

@@ -23,8 +23,8 @@
 // For a batch row h and a vocabulary row w (float32, d long), s = the float64
 // sum of h_i w_i in order, and s~ = the screened score: h rounded and w truncated
 // to bfloat16 (h^, w^), their products summed in float32 lanes (any order, no
-// element passing through more than n = d + 64 roundings: d/16 + 4 with the
-// AVX-512 dot products, d/8 + 3 in the portable lanes), where the AVX-512
+// element passing through more than n = d + 64 roundings: d + 1 at most with
+// the AVX-512 dot products, d/8 + 3 in the portable lanes), where the AVX-512
 // instructions also read bfloat16 subnormals as zero and flush subnormal
 // results to zero. With u = 2^-8 (the unit roundoff of bfloat16), t = 2^-126
 // (the smallest normal float32), g = n 2^-24 / (1 - n 2^-24), and h's rounding
@@ -276,126 +276,119 @@ struct alignas(64) Lanes {
 
 #define HSM_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
-// Sixteen accumulators to one vector: lane k = the sum of a[k]'s lanes.
-HSM_BF16_TARGET inline __m512 ReduceSixteen(const __m512* a) {
-  __m512 y[4];
-  for (int q = 0; q < 4; q++) {
-    const __m512 t01 =
-        _mm512_add_ps(_mm512_unpacklo_ps(a[4 * q], a[4 * q + 1]), _mm512_unpackhi_ps(a[4 * q], a[4 * q + 1]));
-    const __m512 t23 =
-        _mm512_add_ps(_mm512_unpacklo_ps(a[4 * q + 2], a[4 * q + 3]), _mm512_unpackhi_ps(a[4 * q + 2], a[4 * q + 3]));
-    y[q] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
+// The screened rows (bfloat16, dp apart) as the dot products read them, in pairs along d with the
+// rows across: group g of 16 rows, pair k, row n at ((g * dh + k) * 16 + n) for dh = ceil(d / 2)
+// pairs, the pair's first value in the low half; rows past the last, and the value after an odd
+// d's last (dp's zero padding), are zero.
+constexpr size_t kGroup = 16;  // screened rows a group (a vector's float32 lanes, a tile's rows)
+
+std::vector<uint32_t> PairedRows(const uint16_t* hb, size_t dp, size_t rows, size_t d) {
+  const size_t groups = (rows + kGroup - 1) / kGroup, dh = (d + 1) / 2;
+  std::vector<uint32_t> hv(groups * dh * kGroup, 0);
+  for (size_t r = 0; r < rows; r++) {
+    const uint16_t* row = hb + r * dp;
+    uint32_t* out = hv.data() + (r / kGroup) * dh * kGroup + r % kGroup;
+    for (size_t k = 0; k < dh; k++) out[k * kGroup] = row[2 * k] | static_cast<uint32_t>(row[2 * k + 1]) << 16;
   }
-  const __m512 z01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 z23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(z01, z23, _MM_SHUFFLE(3, 1, 3, 1)));
+  return hv;
 }
 
-// acc[bi * 4 + vi] += NB batch rows' 32 values from k (bfloat16) · four vocabulary rows' (x0…x3).
-template <size_t NB>
-HSM_BF16_TARGET inline void AccumulateBf16(__m512* acc, const uint16_t* hb, size_t dp, size_t k, __m512bh x0,
-                                           __m512bh x1, __m512bh x2, __m512bh x3) {
-#pragma GCC unroll 4
-  for (size_t bi = 0; bi < NB; bi++) {
-    const __m512bh y = (__m512bh)_mm512_load_si512(hb + bi * dp + k);
-    acc[bi * 4 + 0] = _mm512_dpbf16_ps(acc[bi * 4 + 0], x0, y);
-    acc[bi * 4 + 1] = _mm512_dpbf16_ps(acc[bi * 4 + 1], x1, y);
-    acc[bi * 4 + 2] = _mm512_dpbf16_ps(acc[bi * 4 + 2], x2, y);
-    acc[bi * 4 + 3] = _mm512_dpbf16_ps(acc[bi * 4 + 3], x3, y);
-  }
-}
+// The screen on AVX-512 BF16 dot products, the screened rows across the lanes: each VDPBF16PS
+// multiplies one pair of a vocabulary row's values, broadcast, by the same pair of 16 screened
+// rows, so lane n holds row n's score of that vocabulary row, summed over dh steps of two
+// roundings each: d roundings in all (d + 1 for an odd d, whose last pair holds a zero), within
+// the n = d + 64 of the bound above, and no lanes to add up. kLaneVocab vocabulary rows are
+// scored at once, each in an accumulator of its own; the bound's terms for all 16 rows are one
+// vector too, and the running maximum of s~ - E stays in a register across the vocabulary.
+constexpr size_t kLaneVocab = 12;  // vocabulary rows scored at once
 
-// Scores of NB batch rows (bfloat16, zero-padded to dp) against four vocabulary rows:
-// lane bi * 4 + vi (lanes of rows past NB are zero).
-template <size_t NB>
-HSM_BF16_TARGET inline __m512 TileBf16(const uint16_t* hb, size_t dp, const uint16_t* const* w, size_t d) {
-  __m512 acc[kTileB * kTileV];
-  for (size_t j = 0; j < kTileB * kTileV; j++) acc[j] = _mm512_setzero_ps();
-  const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-  size_t k = 0;
-  for (; k + 32 <= d; k += 32) {
-    AccumulateBf16<NB>(acc, hb, dp, k, (__m512bh)_mm512_loadu_si512(w0 + k), (__m512bh)_mm512_loadu_si512(w1 + k),
-                       (__m512bh)_mm512_loadu_si512(w2 + k), (__m512bh)_mm512_loadu_si512(w3 + k));
-  }
-  if (k < d) {
-    // The rows' last d - k values; the batch rows' padding is zero.
-    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (d - k)) - 1);
-    AccumulateBf16<NB>(acc, hb, dp, k, (__m512bh)_mm512_maskz_loadu_epi16(m, w0 + k),
-                       (__m512bh)_mm512_maskz_loadu_epi16(m, w1 + k), (__m512bh)_mm512_maskz_loadu_epi16(m, w2 + k),
-                       (__m512bh)_mm512_maskz_loadu_epi16(m, w3 + k));
-  }
-  return ReduceSixteen(acc);
-}
-
-template <size_t NB>
-HSM_BF16_TARGET inline __m512 TileBf16N(size_t nb, const uint16_t* hb, size_t dp, const uint16_t* const* w, size_t d) {
-  if constexpr (NB > 1) {
-    if (nb < NB) return TileBf16N<NB - 1>(nb, hb, dp, w, d);
-  }
-  return TileBf16<NB>(hb, dp, w, d);
-}
-
-HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size_t d, const uint16_t* bf16,
-                                const float* norms, size_t v_begin, size_t v_end, const Bounds& bounds,
-                                Screen* screens) {
-  const size_t blocks = (rows + kTileB - 1) / kTileB;
-  // Per block of four rows: c'|h| and a' for lane bi * 4 + vi, and the running max of s~ - E (each row's in its four
-  // lanes).
-  std::vector<Lanes> hn(blocks), abs(blocks), lower(blocks);
-  std::vector<__mmask16> rows_in(blocks);
-  for (size_t q = 0; q < blocks; q++) {
-    for (size_t j = 0; j < 16; j++) {
-      const size_t r = q * kTileB + j / kTileV;
-      hn[q].x[j] = r < rows ? bounds.hn[r] : 0;
-      abs[q].x[j] = r < rows ? bounds.abs[r] : 0;
-      lower[q].x[j] = r < rows ? screens[r].lower : -std::numeric_limits<float>::infinity();
+// acc[r] = the scores of vocabulary row w + r * d against one group of screened rows (g).
+template <size_t R>
+HSM_BF16_TARGET inline void LaneScores(const uint32_t* g, const uint16_t* w, size_t d, __m512* acc) {
+  const size_t full = d / 2;
+  // In registers of their own: stored through acc, every step would write them out.
+  __m512 a[R];
+  for (size_t r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
+  for (size_t k = 0; k < full; k++) {
+    const __m512bh x = (__m512bh)_mm512_loadu_si512(g + k * kGroup);
+#pragma GCC unroll 16
+    for (size_t r = 0; r < R; r++) {
+      const __m512bh pair = (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(w + r * d + 2 * k));
+      a[r] = _mm512_dpbf16_ps(a[r], pair, x);
     }
-    rows_in[q] = static_cast<__mmask16>((uint32_t{1} << (4 * std::min(kTileB, rows - q * kTileB))) - 1);
   }
+  if (d % 2 != 0) {
+    // An odd d's last value, paired with zero (the row after it is not this row's).
+    const __m512bh x = (__m512bh)_mm512_loadu_si512(g + full * kGroup);
+    for (size_t r = 0; r < R; r++) a[r] = _mm512_dpbf16_ps(a[r], (__m512bh)_mm512_set1_epi32(w[r * d + d - 1]), x);
+  }
+  for (size_t r = 0; r < R; r++) acc[r] = a[r];
+}
+
+// Per group of screened rows, what the epilogue reads: the bound's terms and the running maximum.
+struct LaneGroup {
+  Lanes hn, abs, lower;
+  __mmask16 valid;
+};
+
+// The screen's epilogue for R scored vocabulary rows from v of one group (rows r0…): the bound,
+// the running maximum of s~ - E, and the candidates that may still win.
+template <size_t R>
+HSM_BF16_TARGET inline void LaneEpilogue(const __m512* acc, size_t v, const float* norms, LaneGroup& lg, size_t r0,
+                                         Screen* screens) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const size_t ahead = PrefetchRows(d);
-  for (size_t v0 = v_begin; v0 < v_end; v0 += kTileV) {
-    const size_t nv = std::min(kTileV, v_end - v0);
-    const uint16_t* w[kTileV];
-    float nw[kTileV];
-    for (size_t vi = 0; vi < kTileV; vi++) {
-      const size_t v = v0 + std::min(vi, nv - 1);
-      w[vi] = bf16 + v * d;
-      nw[vi] = norms[v];
-    }
-    if (v0 + kTileV + ahead <= v_end) Prefetch<2>(bf16 + (v0 + ahead) * d, kTileV * d);
-    const __m512 norm = _mm512_broadcast_f32x4(_mm_loadu_ps(nw));
-    const __mmask16 cols_in = static_cast<__mmask16>(0x1111u * ((1u << nv) - 1));
-    for (size_t q = 0; q < blocks; q++) {
-      const size_t r0 = q * kTileB;
-      const __m512 s = TileBf16N<kTileB>(std::min(kTileB, rows - r0), hb + r0 * dp, dp, w, d);
-      const __mmask16 in = rows_in[q] & cols_in;
-      const __m512 e = _mm512_fmadd_ps(_mm512_load_ps(hn[q].x), norm, _mm512_load_ps(abs[q].x));
-      const __m512 up = _mm512_add_ps(s, e);
-      const __m512 lo = _mm512_mask_sub_ps(neg_inf, in, s, e);
-      const __m512 m1 = _mm512_max_ps(lo, _mm512_permute_ps(lo, _MM_SHUFFLE(2, 3, 0, 1)));
-      const __m512 m2 = _mm512_max_ps(m1, _mm512_permute_ps(m1, _MM_SHUFFLE(1, 0, 3, 2)));
-      const __m512 bar = _mm512_max_ps(_mm512_load_ps(lower[q].x), m2);
-      _mm512_store_ps(lower[q].x, bar);
-      uint32_t keep = _mm512_mask_cmp_ps_mask(in, up, bar, _CMP_NLT_UQ);
-      if (keep == 0) continue;
-      alignas(64) float ups[16];
-      _mm512_store_ps(ups, up);
-      for (; keep != 0; keep &= keep - 1) {
-        const unsigned j = static_cast<unsigned>(__builtin_ctz(keep));
-        Screen& sc = screens[r0 + j / kTileV];
-        sc.lower = lower[q].x[j];
-        sc.Add(static_cast<uint32_t>(v0 + j % kTileV), ups[j]);
-      }
+  const __m512 hn = _mm512_load_ps(lg.hn.x), abs = _mm512_load_ps(lg.abs.x);
+  __m512 lower = _mm512_load_ps(lg.lower.x);
+  for (size_t r = 0; r < R; r++) {
+    const __m512 e = _mm512_fmadd_ps(hn, _mm512_set1_ps(norms[v + r]), abs);
+    const __m512 up = _mm512_add_ps(acc[r], e);
+    lower = _mm512_max_ps(lower, _mm512_mask_sub_ps(neg_inf, lg.valid, acc[r], e));
+    uint32_t keep = _mm512_mask_cmp_ps_mask(lg.valid, up, lower, _CMP_NLT_UQ);
+    if (keep == 0) continue;
+    alignas(64) float ups[16], lows[16];
+    _mm512_store_ps(ups, up);
+    _mm512_store_ps(lows, lower);
+    for (; keep != 0; keep &= keep - 1) {
+      const unsigned j = static_cast<unsigned>(__builtin_ctz(keep));
+      Screen& sc = screens[r0 + j];
+      sc.lower = lows[j];
+      sc.Add(static_cast<uint32_t>(v + r), ups[j]);
     }
   }
-  for (size_t q = 0; q < blocks; q++) {
-    for (size_t bi = 0; bi < std::min(kTileB, rows - q * kTileB); bi++)
-      screens[q * kTileB + bi].lower = lower[q].x[bi * kTileV];
+  _mm512_store_ps(lg.lower.x, lower);
+}
+
+HSM_BF16_TARGET void ScreenBf16(const uint32_t* hv, size_t rows, size_t d, const uint16_t* bf16, const float* norms,
+                                size_t v_begin, size_t v_end, const Bounds& bounds, Screen* screens) {
+  const size_t groups = (rows + kGroup - 1) / kGroup, dh = (d + 1) / 2;
+  std::vector<LaneGroup> lg(groups);
+  for (size_t g = 0; g < groups; g++) {
+    for (size_t j = 0; j < kGroup; j++) {
+      const size_t r = g * kGroup + j;
+      lg[g].hn.x[j] = r < rows ? bounds.hn[r] : 0;
+      lg[g].abs.x[j] = r < rows ? bounds.abs[r] : 0;
+      lg[g].lower.x[j] = r < rows ? screens[r].lower : -std::numeric_limits<float>::infinity();
+    }
+    lg[g].valid = static_cast<__mmask16>((uint32_t{1} << std::min(kGroup, rows - g * kGroup)) - 1);
+  }
+  const size_t ahead = PrefetchRows(d);
+  __m512 acc[kLaneVocab];
+  size_t v = v_begin;
+  for (; v + kLaneVocab <= v_end; v += kLaneVocab) {
+    if (v + kLaneVocab + ahead <= v_end) Prefetch<2>(bf16 + (v + ahead) * d, kLaneVocab * d);
+    for (size_t g = 0; g < groups; g++) {
+      LaneScores<kLaneVocab>(hv + g * dh * kGroup, bf16 + v * d, d, acc);
+      LaneEpilogue<kLaneVocab>(acc, v, norms, lg[g], g * kGroup, screens);
+    }
+  }
+  for (; v < v_end; v++) {
+    for (size_t g = 0; g < groups; g++) {
+      LaneScores<1>(hv + g * dh * kGroup, bf16 + v * d, d, acc);
+      LaneEpilogue<1>(acc, v, norms, lg[g], g * kGroup, screens);
+    }
+  }
+  for (size_t g = 0; g < groups; g++) {
+    for (size_t j = 0; j < std::min(kGroup, rows - g * kGroup); j++) screens[g * kGroup + j].lower = lg[g].lower.x[j];
   }
 }
 
@@ -406,21 +399,7 @@ HSM_BF16_TARGET void ScreenBf16(const uint16_t* hb, size_t dp, size_t rows, size
 // so the bound holds as it stands. Tiles 0-3 accumulate 32 vocabulary rows (tiles 4-5) against
 // two groups of 16 screened rows (tiles 6-7).
 constexpr size_t kAmxVocab = 32;  // vocabulary rows a pass
-constexpr size_t kAmxGroup = 16;  // screened rows a tile
 constexpr size_t kAmxPairs = 16;  // pairs along d a tile step
-
-// The screened rows (bfloat16, dp apart) as the tiles read them: group g, pair k, row n at
-// ((g * d / 2 + k) * 16 + n), the pair's first value in the low half; rows past the last are zero.
-std::vector<uint32_t> AmxRows(const uint16_t* hb, size_t dp, size_t rows, size_t d) {
-  const size_t groups = (rows + kAmxGroup - 1) / kAmxGroup, dh = d / 2;
-  std::vector<uint32_t> hv(groups * dh * kAmxGroup, 0);
-  for (size_t r = 0; r < rows; r++) {
-    const uint16_t* row = hb + r * dp;
-    uint32_t* out = hv.data() + (r / kAmxGroup) * dh * kAmxGroup + r % kAmxGroup;
-    for (size_t k = 0; k < dh; k++) out[k * kAmxGroup] = row[2 * k] | static_cast<uint32_t>(row[2 * k + 1]) << 16;
-  }
-  return hv;
-}
 
 #define HSM_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
 
@@ -431,11 +410,11 @@ HSM_AMX_TARGET inline void AmxPass(const uint16_t* a0, const uint16_t* a1, const
   for (size_t k = 0; k < dh; k += kAmxPairs) {
     _tile_loadd(4, a0 + 2 * k, row_bytes);
     _tile_loadd(5, a1 + 2 * k, row_bytes);
-    _tile_loadd(6, g + k * kAmxGroup, 64);
+    _tile_loadd(6, g + k * kGroup, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 5, 6);
     if constexpr (Two) {
-      _tile_loadd(7, g + (dh + k) * kAmxGroup, 64);
+      _tile_loadd(7, g + (dh + k) * kGroup, 64);
       _tile_dpbf16ps(2, 4, 7);
       _tile_dpbf16ps(3, 5, 7);
     }
@@ -446,22 +425,22 @@ HSM_AMX_TARGET inline void AmxPass(const uint16_t* a0, const uint16_t* a1, const
 // passes; the rest of [v_begin, v_end) is left to ScreenBf16.
 HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const uint16_t* bf16, const float* norms,
                                 size_t v_begin, size_t v_end, const Bounds& bounds, Screen* screens) {
-  const size_t groups = (rows + kAmxGroup - 1) / kAmxGroup, dh = d / 2;
+  const size_t groups = (rows + kGroup - 1) / kGroup, dh = d / 2;
   const size_t end = v_begin + (v_end - v_begin) / kAmxVocab * kAmxVocab;
   if (end == v_begin) return end;
   std::vector<Lanes> hn(groups), abs(groups), lower(groups);
   std::vector<__mmask16> valid(groups);
   for (size_t g = 0; g < groups; g++) {
-    for (size_t j = 0; j < kAmxGroup; j++) {
-      const size_t r = g * kAmxGroup + j;
+    for (size_t j = 0; j < kGroup; j++) {
+      const size_t r = g * kGroup + j;
       hn[g].x[j] = r < rows ? bounds.hn[r] : 0;
       abs[g].x[j] = r < rows ? bounds.abs[r] : 0;
       lower[g].x[j] = r < rows ? screens[r].lower : -std::numeric_limits<float>::infinity();
     }
-    valid[g] = static_cast<__mmask16>((uint32_t{1} << std::min(kAmxGroup, rows - g * kAmxGroup)) - 1);
+    valid[g] = static_cast<__mmask16>((uint32_t{1} << std::min(kGroup, rows - g * kGroup)) - 1);
   }
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  alignas(64) float scores[4][kAmxGroup * 16];
+  alignas(64) float scores[4][kGroup * 16];
   AmxTiles tiles;
   for (size_t v0 = v_begin; v0 < end; v0 += kAmxVocab) {
     const uint16_t* a0 = bf16 + v0 * d;
@@ -474,11 +453,11 @@ HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const
       if (two) {
         _tile_zero(2);
         _tile_zero(3);
-        AmxPass<true>(a0, a0 + 16 * d, hv + g0 * dh * kAmxGroup, d);
+        AmxPass<true>(a0, a0 + 16 * d, hv + g0 * dh * kGroup, d);
         _tile_stored(2, scores[2], 64);
         _tile_stored(3, scores[3], 64);
       } else {
-        AmxPass<false>(a0, a0 + 16 * d, hv + g0 * dh * kAmxGroup, d);
+        AmxPass<false>(a0, a0 + 16 * d, hv + g0 * dh * kGroup, d);
       }
       _tile_stored(0, scores[0], 64);
       _tile_stored(1, scores[1], 64);
@@ -500,7 +479,7 @@ HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const
           _mm512_store_ps(lows, low);
           for (; keep != 0; keep &= keep - 1) {
             const unsigned j = static_cast<unsigned>(__builtin_ctz(keep));
-            Screen& sc = screens[g * kAmxGroup + j];
+            Screen& sc = screens[g * kGroup + j];
             sc.lower = lows[j];
             sc.Add(static_cast<uint32_t>(v), ups[j]);
           }
@@ -509,7 +488,7 @@ HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const
       }
     }
   }
-  for (size_t r = 0; r < rows; r++) screens[r].lower = lower[r / kAmxGroup].x[r % kAmxGroup];
+  for (size_t r = 0; r < rows; r++) screens[r].lower = lower[r / kGroup].x[r % kGroup];
   return end;
 }
 #pragma GCC diagnostic pop
@@ -625,7 +604,7 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const uint16_t* hi, 
       }
     }
 #ifdef HSM_X86
-    const std::vector<uint32_t> hv = use_amx ? AmxRows(hb.get(), dp, rows, d) : std::vector<uint32_t>();
+    const std::vector<uint32_t> hv = use_bf16 ? PairedRows(hb.get(), dp, rows, d) : std::vector<uint32_t>();
 #endif
     Shares(nt, static_cast<int>(nt), [&](size_t t0, size_t t1) {
       for (size_t s = t0; s < t1; s++) {
@@ -633,7 +612,7 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const uint16_t* hi, 
         const size_t v_end = vocab * (s + 1) / nt;
 #ifdef HSM_X86
         if (use_amx) v_begin = ScreenAmx(hv.data(), rows, d, hi, norms, v_begin, v_end, bounds, screens[s].data());
-        if (use_bf16) ScreenBf16(hb.get(), dp, rows, d, hi, norms, v_begin, v_end, bounds, screens[s].data());
+        if (use_bf16) ScreenBf16(hv.data(), rows, d, hi, norms, v_begin, v_end, bounds, screens[s].data());
         else if (HasAvx2())
           ScreenLanesAvx2(hf.data(), dp, rows, d, hi, norms, v_begin, v_end, bounds, screens[s].data());
         else

@@ -331,30 +331,34 @@ struct LaneGroup {
   __mmask16 valid;
 };
 
-// The screen's epilogue for R scored vocabulary rows from v of one group (rows r0…): the bound,
-// the running maximum of s~ - E, and the candidates that may still win.
+// One vocabulary row v's scores s of a group of screened rows (lanes past its rows off in `valid`):
+// the bound, the running maximum of s~ - E, and the candidates that may still win, into screens
+// (the group's first row's).
+HSM_BF16_TARGET inline void LaneCandidates(__m512 s, size_t v, float norm, __m512 hn, __m512 abs, __mmask16 valid,
+                                           __m512& lower, Screen* screens) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 e = _mm512_fmadd_ps(hn, _mm512_set1_ps(norm), abs);
+  const __m512 up = _mm512_add_ps(s, e);
+  lower = _mm512_max_ps(lower, _mm512_mask_sub_ps(neg_inf, valid, s, e));
+  uint32_t keep = _mm512_mask_cmp_ps_mask(valid, up, lower, _CMP_NLT_UQ);
+  if (keep == 0) return;
+  alignas(64) float ups[16], lows[16];
+  _mm512_store_ps(ups, up);
+  _mm512_store_ps(lows, lower);
+  for (; keep != 0; keep &= keep - 1) {
+    const unsigned j = static_cast<unsigned>(__builtin_ctz(keep));
+    screens[j].lower = lows[j];
+    screens[j].Add(static_cast<uint32_t>(v), ups[j]);
+  }
+}
+
+// The screen's epilogue for R scored vocabulary rows from v of one group (rows r0…).
 template <size_t R>
 HSM_BF16_TARGET inline void LaneEpilogue(const __m512* acc, size_t v, const float* norms, LaneGroup& lg, size_t r0,
                                          Screen* screens) {
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 hn = _mm512_load_ps(lg.hn.x), abs = _mm512_load_ps(lg.abs.x);
   __m512 lower = _mm512_load_ps(lg.lower.x);
-  for (size_t r = 0; r < R; r++) {
-    const __m512 e = _mm512_fmadd_ps(hn, _mm512_set1_ps(norms[v + r]), abs);
-    const __m512 up = _mm512_add_ps(acc[r], e);
-    lower = _mm512_max_ps(lower, _mm512_mask_sub_ps(neg_inf, lg.valid, acc[r], e));
-    uint32_t keep = _mm512_mask_cmp_ps_mask(lg.valid, up, lower, _CMP_NLT_UQ);
-    if (keep == 0) continue;
-    alignas(64) float ups[16], lows[16];
-    _mm512_store_ps(ups, up);
-    _mm512_store_ps(lows, lower);
-    for (; keep != 0; keep &= keep - 1) {
-      const unsigned j = static_cast<unsigned>(__builtin_ctz(keep));
-      Screen& sc = screens[r0 + j];
-      sc.lower = lows[j];
-      sc.Add(static_cast<uint32_t>(v + r), ups[j]);
-    }
-  }
+  for (size_t r = 0; r < R; r++) LaneCandidates(acc[r], v + r, norms[v + r], hn, abs, lg.valid, lower, screens + r0);
   _mm512_store_ps(lg.lower.x, lower);
 }
 
@@ -439,7 +443,6 @@ HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const
     }
     valid[g] = static_cast<__mmask16>((uint32_t{1} << std::min(kGroup, rows - g * kGroup)) - 1);
   }
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   alignas(64) float scores[4][kGroup * 16];
   AmxTiles tiles;
   for (size_t v0 = v_begin; v0 < end; v0 += kAmxVocab) {
@@ -469,20 +472,7 @@ HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const
         for (size_t i = 0; i < kAmxVocab; i++) {
           const size_t v = v0 + i;
           const __m512 sv = _mm512_load_ps(scores[2 * q + i / 16] + (i % 16) * 16);
-          const __m512 e = _mm512_fmadd_ps(hnv, _mm512_set1_ps(norms[v]), absv);
-          const __m512 up = _mm512_add_ps(sv, e);
-          low = _mm512_max_ps(low, _mm512_mask_sub_ps(neg_inf, valid[g], sv, e));
-          uint32_t keep = _mm512_mask_cmp_ps_mask(valid[g], up, low, _CMP_NLT_UQ);
-          if (keep == 0) continue;
-          alignas(64) float ups[16], lows[16];
-          _mm512_store_ps(ups, up);
-          _mm512_store_ps(lows, low);
-          for (; keep != 0; keep &= keep - 1) {
-            const unsigned j = static_cast<unsigned>(__builtin_ctz(keep));
-            Screen& sc = screens[g * kGroup + j];
-            sc.lower = lows[j];
-            sc.Add(static_cast<uint32_t>(v), ups[j]);
-          }
+          LaneCandidates(sv, v, norms[v], hnv, absv, valid[g], low, screens + g * kGroup);
         }
         _mm512_store_ps(lower[g].x, low);
       }

@@ -331,6 +331,26 @@ struct LaneGroup {
   __mmask16 valid;
 };
 
+// The groups of `rows` screened rows, from their bounds and their running maxima so far.
+std::vector<LaneGroup> LaneGroups(size_t rows, const Bounds& bounds, const Screen* screens) {
+  std::vector<LaneGroup> lg((rows + kGroup - 1) / kGroup);
+  for (size_t g = 0; g < lg.size(); g++) {
+    for (size_t j = 0; j < kGroup; j++) {
+      const size_t r = g * kGroup + j;
+      lg[g].hn.x[j] = r < rows ? bounds.hn[r] : 0;
+      lg[g].abs.x[j] = r < rows ? bounds.abs[r] : 0;
+      lg[g].lower.x[j] = r < rows ? screens[r].lower : -std::numeric_limits<float>::infinity();
+    }
+    lg[g].valid = static_cast<__mmask16>((uint32_t{1} << std::min(kGroup, rows - g * kGroup)) - 1);
+  }
+  return lg;
+}
+
+// Each screened row's running maximum back from its group.
+void StoreLower(const std::vector<LaneGroup>& lg, size_t rows, Screen* screens) {
+  for (size_t r = 0; r < rows; r++) screens[r].lower = lg[r / kGroup].lower.x[r % kGroup];
+}
+
 // One vocabulary row v's scores s of a group of screened rows (lanes past its rows off in `valid`):
 // the bound, the running maximum of s~ - E, and the candidates that may still win, into screens
 // (the group's first row's).
@@ -364,36 +384,25 @@ HSM_BF16_TARGET inline void LaneEpilogue(const __m512* acc, size_t v, const floa
 
 HSM_BF16_TARGET void ScreenBf16(const uint32_t* hv, size_t rows, size_t d, const uint16_t* bf16, const float* norms,
                                 size_t v_begin, size_t v_end, const Bounds& bounds, Screen* screens) {
-  const size_t groups = (rows + kGroup - 1) / kGroup, dh = (d + 1) / 2;
-  std::vector<LaneGroup> lg(groups);
-  for (size_t g = 0; g < groups; g++) {
-    for (size_t j = 0; j < kGroup; j++) {
-      const size_t r = g * kGroup + j;
-      lg[g].hn.x[j] = r < rows ? bounds.hn[r] : 0;
-      lg[g].abs.x[j] = r < rows ? bounds.abs[r] : 0;
-      lg[g].lower.x[j] = r < rows ? screens[r].lower : -std::numeric_limits<float>::infinity();
-    }
-    lg[g].valid = static_cast<__mmask16>((uint32_t{1} << std::min(kGroup, rows - g * kGroup)) - 1);
-  }
+  const size_t dh = (d + 1) / 2;
+  std::vector<LaneGroup> lg = LaneGroups(rows, bounds, screens);
   const size_t ahead = PrefetchRows(d);
   __m512 acc[kLaneVocab];
   size_t v = v_begin;
   for (; v + kLaneVocab <= v_end; v += kLaneVocab) {
     if (v + kLaneVocab + ahead <= v_end) Prefetch<2>(bf16 + (v + ahead) * d, kLaneVocab * d);
-    for (size_t g = 0; g < groups; g++) {
+    for (size_t g = 0; g < lg.size(); g++) {
       LaneScores<kLaneVocab>(hv + g * dh * kGroup, bf16 + v * d, d, acc);
       LaneEpilogue<kLaneVocab>(acc, v, norms, lg[g], g * kGroup, screens);
     }
   }
   for (; v < v_end; v++) {
-    for (size_t g = 0; g < groups; g++) {
+    for (size_t g = 0; g < lg.size(); g++) {
       LaneScores<1>(hv + g * dh * kGroup, bf16 + v * d, d, acc);
       LaneEpilogue<1>(acc, v, norms, lg[g], g * kGroup, screens);
     }
   }
-  for (size_t g = 0; g < groups; g++) {
-    for (size_t j = 0; j < std::min(kGroup, rows - g * kGroup); j++) screens[g * kGroup + j].lower = lg[g].lower.x[j];
-  }
+  StoreLower(lg, rows, screens);
 }
 
 // The same screen on AMX tiles, for d a whole number of 32-value steps: TDPBF16PS multiplies 16
@@ -432,17 +441,7 @@ HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const
   const size_t groups = (rows + kGroup - 1) / kGroup, dh = d / 2;
   const size_t end = v_begin + (v_end - v_begin) / kAmxVocab * kAmxVocab;
   if (end == v_begin) return end;
-  std::vector<Lanes> hn(groups), abs(groups), lower(groups);
-  std::vector<__mmask16> valid(groups);
-  for (size_t g = 0; g < groups; g++) {
-    for (size_t j = 0; j < kGroup; j++) {
-      const size_t r = g * kGroup + j;
-      hn[g].x[j] = r < rows ? bounds.hn[r] : 0;
-      abs[g].x[j] = r < rows ? bounds.abs[r] : 0;
-      lower[g].x[j] = r < rows ? screens[r].lower : -std::numeric_limits<float>::infinity();
-    }
-    valid[g] = static_cast<__mmask16>((uint32_t{1} << std::min(kGroup, rows - g * kGroup)) - 1);
-  }
+  std::vector<LaneGroup> lg = LaneGroups(rows, bounds, screens);
   alignas(64) float scores[4][kGroup * 16];
   AmxTiles tiles;
   for (size_t v0 = v_begin; v0 < end; v0 += kAmxVocab) {
@@ -466,19 +465,19 @@ HSM_AMX_TARGET size_t ScreenAmx(const uint32_t* hv, size_t rows, size_t d, const
       _tile_stored(1, scores[1], 64);
       for (size_t q = 0; q < (two ? 2u : 1u); q++) {
         const size_t g = g0 + q;
-        const __m512 hnv = _mm512_load_ps(hn[g].x), absv = _mm512_load_ps(abs[g].x);
-        __m512 low = _mm512_load_ps(lower[g].x);
+        const __m512 hnv = _mm512_load_ps(lg[g].hn.x), absv = _mm512_load_ps(lg[g].abs.x);
+        __m512 low = _mm512_load_ps(lg[g].lower.x);
         // Vocabulary rows in order (panel 0, then panel 1), so that each row's list stays sorted by v.
         for (size_t i = 0; i < kAmxVocab; i++) {
           const size_t v = v0 + i;
           const __m512 sv = _mm512_load_ps(scores[2 * q + i / 16] + (i % 16) * 16);
-          LaneCandidates(sv, v, norms[v], hnv, absv, valid[g], low, screens + g * kGroup);
+          LaneCandidates(sv, v, norms[v], hnv, absv, lg[g].valid, low, screens + g * kGroup);
         }
-        _mm512_store_ps(lower[g].x, low);
+        _mm512_store_ps(lg[g].lower.x, low);
       }
     }
   }
-  for (size_t r = 0; r < rows; r++) screens[r].lower = lower[r / kGroup].x[r % kGroup];
+  StoreLower(lg, rows, screens);
   return end;
 }
 #pragma GCC diagnostic pop

@@ -29,7 +29,6 @@ interface NativeBinding {
   f16Stats(src: Uint16Array): [number, number];
   /** Hands malloc's free pages back to the system. */
   trimHeap(): void;
-  /** Has malloc map every block of at least `bytes` by itself, unmapped when freed. */
   /** "sha-ni" where the CPU has the SHA extensions, else "portable". */
   sha: string;
   /** Bytes of the hash state a caller keeps between chunks. */

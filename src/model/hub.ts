@@ -6,9 +6,9 @@
  * themselves are fetched here, because a download must resume (`blobs/<etag>.incomplete`, a Range request), be
  * checked against its hash and show its progress.
  */
-import { createHash, type Hash } from "node:crypto";
+import { createHash, randomUUID, type Hash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { lstat, open, rename, stat, symlink, unlink } from "node:fs/promises";
+import { link, lstat, open, rename, stat, symlink, unlink } from "node:fs/promises";
 import { homedir, hostname } from "node:os";
 import { dirname, join, relative } from "node:path";
 
@@ -262,7 +262,7 @@ async function withLock(lock: string, watched: string, work: () => Promise<void>
         ...(await Promise.all([lock, watched].map(async (p) => (await stat(p).catch(() => undefined))?.mtimeMs ?? 0))),
       );
       const gone = host === hostname() && Number.isSafeInteger(pid) && pid > 0 && !alive(pid);
-      if (gone || Date.now() - changed > STALE_LOCK_MS) await unlink(lock).catch(() => {});
+      if (gone || Date.now() - changed > STALE_LOCK_MS) await takeOver(lock, owner);
       else await new Promise((r) => setTimeout(r, 200));
     }
   }
@@ -271,6 +271,22 @@ async function withLock(lock: string, watched: string, work: () => Promise<void>
   } finally {
     await unlink(lock).catch(() => {});
   }
+}
+
+/**
+ * Removes `lock` as `owner` left it. Two runs may find the same abandoned lock, and the first may have taken it
+ * before the second acts: the lock is moved aside first (one rename wins), and put back where it names another
+ * owner by then.
+ */
+async function takeOver(lock: string, owner: string): Promise<void> {
+  const aside = `${lock}.${randomUUID()}`;
+  try {
+    await rename(lock, aside);
+  } catch {
+    return; // moved or removed by another run already
+  }
+  if ((await readTextIfPresent(aside).catch(() => null)) !== owner) await link(aside, lock).catch(() => {});
+  await unlink(aside).catch(() => {});
 }
 
 function alive(pid: number): boolean {

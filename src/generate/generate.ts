@@ -18,7 +18,6 @@
  * tried again by the next run); a model that fails on every query stops the run.
  */
 import { truncate, type FileHandle } from "node:fs/promises";
-import { availableParallelism } from "node:os";
 import { basename, dirname } from "node:path";
 
 import { readBank, type BankRow } from "../bank/bank.js";
@@ -35,6 +34,7 @@ import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
 import { makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
 import { availableMemory, collectGarbage } from "../util/memory.js";
+import { computeCores } from "../util/cores.js";
 import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
 import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
@@ -572,7 +572,7 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
     job.setup.right ? "attention_mask" : undefined,
     place.kernels,
     md.onnxPath,
-    sessionOptions.threads ?? availableParallelism(),
+    sessionOptions.threads ?? computeCores(),
   );
   const stage = await stageModel(md.onnxPath);
   // Weights stay where they are, read by offset from the original file (see extraction).
@@ -646,7 +646,7 @@ function decodingWorkers(o: GenerateOptions, onnxPath: string, model: ModelProto
     wanted = fit.workers;
   }
   const workers = Math.min(wanted, batches);
-  const threads = o.threads ?? (workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : undefined);
+  const threads = o.threads ?? (workers > 1 ? Math.max(1, Math.floor(computeCores() / workers)) : undefined);
   const sessionOptions = { device, threads, spin: false };
   return { device, workers, sessionOptions };
 }

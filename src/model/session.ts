@@ -20,6 +20,7 @@ import * as ort from "onnxruntime-node";
 
 import type { DEVICES } from "../defaults.js";
 import { HsmError } from "../errors.js";
+import { computeCores } from "../util/cores.js";
 import { ModelDirError } from "./model-dir.js";
 import {
   DataType,
@@ -63,7 +64,7 @@ export interface ModelRunOptions {
 
 export interface SessionOptions {
   device?: Device;
-  /** Intra-op threads; default: onnxruntime's choice (the core count). */
+  /** Intra-op threads; default: the cores this process may compute on ({@link computeCores}). */
   threads?: number;
   /**
    * False: idle intra-op threads sleep instead of spinning: spinning threads
@@ -342,7 +343,8 @@ function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOption
     executionProviders: [options.device ?? "cpu"],
     graphOptimizationLevel: "all",
     logSeverityLevel: 4,
-    ...(options.threads ? { intraOpNumThreads: options.threads, interOpNumThreads: 1 } : {}),
+    intraOpNumThreads: options.threads ?? computeCores(),
+    interOpNumThreads: 1,
     ...(options.spin === false ? { extra: { session: { intra_op: { allow_spinning: "0" } } } } : {}),
     ...(options.device === "webgpu" && options.deviceOutputs?.length
       ? { preferredOutputLocation: Object.fromEntries(options.deviceOutputs.map((n) => [n, "gpu-buffer" as const])) }

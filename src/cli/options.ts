@@ -91,7 +91,11 @@ export function modelRunOptions(cmd: Command, output: OutputOption): Command {
     .option("--model <name>", "model name recorded in the outputs (default: the folder's name)")
     .option("--batch-size <n>", "prompts per forward pass", intOption("--batch-size", 1), DEFAULT_BATCH_SIZE)
     .option("--device <device>", DEVICES.join(", "), choiceOption("--device", DEVICES), DEFAULT_DEVICE)
-    .option("--threads <n>", "onnxruntime intra-op threads (default: all cores)", intOption("--threads", 1));
+    .option(
+      "--threads <n>",
+      "onnxruntime intra-op threads (default: one per physical core this process may use)",
+      intOption("--threads", 1),
+    );
 }
 
 /** The help of `--model-file`, shared by every command that opens a model folder. */

@@ -48,8 +48,11 @@ function cpuQuota(root: string): number | undefined {
   try {
     const path = /^0::(\S*)$/m.exec(readFileSync(join(root, "proc/self/cgroup"), "utf8"))?.[1];
     if (path === undefined) return undefined;
-    const [quota, period] = readFileSync(join(root, "sys/fs/cgroup", path, "cpu.max"), "utf8").trim().split(/\s+/);
-    const q = Number(quota), p = Number(period);
+    const [quota, period] = readFileSync(join(root, "sys/fs/cgroup", path, "cpu.max"), "utf8")
+      .trim()
+      .split(/\s+/);
+    const q = Number(quota),
+      p = Number(period);
     return quota === "max" || !(q > 0 && p > 0) ? undefined : Math.ceil(q / p);
   } catch {
     return undefined;

@@ -34,7 +34,8 @@ function topology(cpus: [number, number][]): Record<string, string> {
   return files;
 }
 
-const status = (allowed: string) => `Name:\tnode\nCpus_allowed:\tff\nCpus_allowed_list:\t${allowed}\nMems_allowed:\t1\n`;
+const status = (allowed: string) =>
+  `Name:\tnode\nCpus_allowed:\tff\nCpus_allowed_list:\t${allowed}\nMems_allowed:\t1\n`;
 
 // Two packages of two cores with two hardware threads each, numbered as Linux numbers them:
 // cpu0-3 the first thread of each core, cpu4-7 their siblings.
@@ -61,7 +62,13 @@ describe("computeCores", () => {
   });
 
   it("counts every core of a machine without hardware threads", () => {
-    const r = root({ ...topology([[0, 0], [0, 1]]), "proc/self/status": status("0-1") });
+    const r = root({
+      ...topology([
+        [0, 0],
+        [0, 1],
+      ]),
+      "proc/self/status": status("0-1"),
+    });
     expect(computeCores(r)).toBe(2);
   });
 

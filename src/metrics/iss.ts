@@ -5,7 +5,7 @@
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { ALL_FAMILIES, MetricsError, type LayerData, type Metric, type MetricSettings } from "./metric.js";
-import { bootstrapStream, indexBy, interval } from "./stats.js";
+import { bootstrapStream, interval } from "./stats.js";
 
 export interface IssRow {
   layer: number;
@@ -24,44 +24,99 @@ export interface IssRow {
 }
 
 /**
+ * What ISS needs of the rows whatever a layer's values are, made once and
+ * carried across layers: each row's fact and family as small integers (facts
+ * numbered in order of first appearance), and a buffer for the anchors.
+ */
+interface IssLayout {
+  /** Per row: fact number. */
+  fact: Int32Array;
+  facts: number;
+  /** Per row: index into the layer data's familyNames; -1 for an anchor row, -2 for a family not named there. */
+  family: Int32Array;
+  /** Scratch, one slot per fact, all zero between uses. */
+  slot: Int32Array;
+  /** Anchor vectors, F × d of it used at each layer. */
+  anchors: Float32Array;
+}
+
+function issLayout(data: LayerData): IssLayout {
+  const cached = data.carry?.get("layout") as IssLayout | undefined;
+  if (cached) return cached;
+  const { n: N, facts, families, familyNames } = data;
+  const factOf = new Map<string, number>();
+  const fact = new Int32Array(N);
+  for (let i = 0; i < N; i++) {
+    let f = factOf.get(facts[i]!);
+    if (f === undefined) factOf.set(facts[i]!, (f = factOf.size));
+    fact[i] = f;
+  }
+  const familyOf = new Map(familyNames.map((name, j) => [name, j]));
+  const family = Int32Array.from({ length: N }, (_, i) =>
+    families[i] === ANCHOR_FAMILY ? -1 : (familyOf.get(families[i]!) ?? -2),
+  );
+  const layout: IssLayout = {
+    fact,
+    facts: factOf.size,
+    family,
+    slot: new Int32Array(factOf.size),
+    anchors: new Float32Array(0),
+  };
+  data.carry?.set("layout", layout);
+  return layout;
+}
+
+/**
  * ISS's anchors over centred unit rows `x`: one vector per fact with a usable
- * anchor row (several rows average and renormalize), `anchorOf` mapping each
- * such fact to its index in `A` (F × d). Fewer than two stops the run.
+ * anchor row (several rows average and renormalize), numbered in order of
+ * their first usable anchor row; `anchorOf[fact]` is that number (-1: none)
+ * and `A` holds the vectors (F × d). Fewer than two stops the run.
  */
 function anchorVectors(
   layer: number,
   x: Float32Array,
   valid: Uint8Array,
-  facts: readonly string[],
-  families: readonly string[],
+  lay: IssLayout,
   N: number,
   d: number,
-): { anchorOf: Map<string, number>; A: Float32Array; F: number } {
-  const anchorOf = new Map<string, number>();
-  const anchorRows: number[][] = [];
+): { anchorOf: Int32Array; A: Float32Array; F: number } {
+  const { fact, family } = lay;
+  const anchorOf = new Int32Array(lay.facts).fill(-1);
+  // Each fact's usable anchor rows, in row order: the first, then next[] from each to the one after (-1: none).
+  const first: number[] = [];
+  const last: number[] = [];
+  const next = new Int32Array(N).fill(-1);
   for (let i = 0; i < N; i++) {
-    if (!valid[i] || families[i] !== ANCHOR_FAMILY) continue;
-    let g = anchorOf.get(facts[i]!);
-    if (g === undefined) {
-      g = anchorRows.length;
-      anchorOf.set(facts[i]!, g);
-      anchorRows.push([]);
+    if (!valid[i] || family[i] !== -1) continue;
+    const g = anchorOf[fact[i]!]!;
+    if (g < 0) {
+      anchorOf[fact[i]!] = first.length;
+      first.push(i);
+      last.push(i);
+    } else {
+      next[last[g]!] = i;
+      last[g] = i;
     }
-    anchorRows[g]!.push(i);
   }
-  const F = anchorRows.length;
+  const F = first.length;
   if (F < 2) throw new MetricsError(`layer ${layer}: ${F} fact(s) have a usable anchor row; ISS needs at least 2`);
-  const A = new Float32Array(F * d);
-  anchorRows.forEach((rows, g) => {
+  if (lay.anchors.length < F * d) lay.anchors = new Float32Array(F * d);
+  const A = lay.anchors.subarray(0, F * d);
+  for (let g = 0; g < F; g++) {
     const a = A.subarray(g * d, (g + 1) * d);
-    if (rows.length === 1) a.set(x.subarray(rows[0]! * d, (rows[0]! + 1) * d));
-    else {
-      const sum = new Float64Array(d);
-      for (const r of rows) for (let j = 0; j < d; j++) sum[j]! += x[r * d + j]!;
-      const norm = Math.sqrt(sum.reduce((t, v) => t + v * v, 0));
-      for (let j = 0; j < d; j++) a[j] = sum[j]! / norm;
+    const r0 = first[g]!;
+    if (next[r0] === -1) {
+      a.set(x.subarray(r0 * d, (r0 + 1) * d));
+      continue;
     }
-  });
+    // Several rows: summed in float64 in row order, then renormalized.
+    const sum = new Float64Array(d);
+    for (let r = r0; r !== -1; r = next[r]!) {
+      for (let j = 0; j < d; j++) sum[j]! += x[r * d + j]!;
+    }
+    const norm = Math.sqrt(sum.reduce((t, v) => t + v * v, 0));
+    for (let j = 0; j < d; j++) a[j] = sum[j]! / norm;
+  }
   return { anchorOf, A, F };
 }
 
@@ -81,20 +136,23 @@ export interface IssQueryScores {
 
 /** Centres and normalizes the layer in ISS's own buffer (the layer's rows stay as read), builds the anchors and scores every query row. */
 export async function issQueryScores(data: LayerData): Promise<IssQueryScores> {
-  const { layer, n: N, d, facts, families, kernels: k } = data;
+  const { layer, n: N, d, kernels: k } = data;
+  const lay = issLayout(data);
+  const { fact, family } = lay;
   const x = data.buffer(N * d);
   const valid = Uint8Array.from(data.finite);
   const excluded = k.centreRows(data.h, N, d, valid, x);
-  const { anchorOf, A, F } = anchorVectors(layer, x, valid, facts, families, N, d);
-  const q: number[] = [];
+  const { anchorOf, A, F } = anchorVectors(layer, x, valid, lay, N, d);
+  const q = new Int32Array(N);
+  let nq = 0;
   let skipped = 0;
   for (let i = 0; i < N; i++) {
-    if (!valid[i] || families[i] === ANCHOR_FAMILY) continue;
-    if (anchorOf.has(facts[i]!)) q.push(i);
+    if (!valid[i] || family[i] === -1) continue;
+    if (anchorOf[fact[i]!]! >= 0) q[nq++] = i;
     else skipped++;
   }
-  const rows = Int32Array.from(q);
-  const own = Int32Array.from(q, (i) => anchorOf.get(facts[i]!)!);
+  const rows = q.slice(0, nq);
+  const own = rows.map((i) => anchorOf[fact[i]!]!);
   const above = new Int32Array(rows.length);
   await k.rank(x, rows, A, F, d, own, new Float32Array(rows.length), above);
   const ownCos = new Float64Array(rows.length);
@@ -104,16 +162,20 @@ export async function issQueryScores(data: LayerData): Promise<IssQueryScores> {
 }
 
 export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRow[]> {
-  const { layer, facts, families, kernels: k } = data;
+  const { layer, kernels: k } = data;
   const { rows, above, ownCos, otherCos, excluded, skipped } = await issQueryScores(data);
-  const q = Array.from(rows);
+  const { fact, family: familyOf, slot } = issLayout(data);
   const out: IssRow[] = [];
-  for (const family of [...data.familyNames, ALL_FAMILIES]) {
-    const sel = q.map((_, i) => i).filter((i) => family === ALL_FAMILIES || families[rows[i]!] === family);
+  const sel = new Int32Array(rows.length);
+  for (const [index, family] of [...data.familyNames, ALL_FAMILIES].entries()) {
+    let n = 0;
+    for (let i = 0; i < rows.length; i++) {
+      if (family === ALL_FAMILIES || familyOf[rows[i]!] === index) sel[n++] = i;
+    }
     const row: IssRow = {
       layer,
       family,
-      n_queries: sel.length,
+      n_queries: n,
       n_facts: 0,
       iss: null,
       own_cos: null,
@@ -125,12 +187,16 @@ export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRo
       excluded_nonfinite: excluded,
       skipped_no_anchor: skipped,
     };
-    if (sel.length > 0) {
-      const { id, names } = indexBy(
-        facts,
-        sel.map((i) => rows[i]!),
-      );
-      const nf = names.length;
+    if (n > 0) {
+      // The family's facts numbered in order of first appearance among its query rows.
+      const id = new Int32Array(n);
+      let nf = 0;
+      for (let j = 0; j < n; j++) {
+        const f = fact[rows[sel[j]!]!]!;
+        if (slot[f] === 0) slot[f] = ++nf;
+        id[j] = slot[f]! - 1;
+      }
+      for (let j = 0; j < n; j++) slot[fact[rows[sel[j]!]!]!] = 0;
       const size = new Int32Array(nf);
       const sums = [
         new Float64Array(nf),
@@ -139,7 +205,7 @@ export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRo
         new Float64Array(nf),
         new Float64Array(nf),
       ];
-      sel.forEach((i, j) => {
+      sel.subarray(0, n).forEach((i, j) => {
         const f = id[j]!;
         const rank = 1 + above[i]!;
         size[f]!++;

@@ -20,40 +20,6 @@ void SplitRows(size_t n, size_t d, int threads, Fn fn) {
 
 }  // namespace
 
-size_t CentreRows(const float* h, size_t n, size_t d, uint8_t* valid, float* out, int threads) {
-  std::vector<double> mu(d, 0.0);
-  size_t n_valid = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!valid[i]) continue;
-    n_valid++;
-    const float* row = h + i * d;
-    for (size_t j = 0; j < d; j++) mu[j] += row[j];
-  }
-  const double count = static_cast<double>(std::max<size_t>(n_valid, 1));
-  for (size_t j = 0; j < d; j++) mu[j] /= count;
-  SplitRows(n, d, threads, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; i++) {
-      if (!valid[i]) continue;
-      const float* src = h + i * d;
-      float* row = out + i * d;
-      double ss = 0;
-      for (size_t j = 0; j < d; j++) {
-        row[j] = static_cast<float>(static_cast<double>(src[j]) - mu[j]);
-        ss += static_cast<double>(row[j]) * row[j];
-      }
-      if (ss == 0) {
-        valid[i] = 0;
-        continue;
-      }
-      const double inv = 1 / std::sqrt(ss);
-      for (size_t j = 0; j < d; j++) row[j] = static_cast<float>(row[j] * inv);
-    }
-  });
-  size_t excluded = 0;
-  for (size_t i = 0; i < n; i++) excluded += valid[i] ? 0 : 1;
-  return excluded;
-}
-
 void AnchorCosines(const float* x, const int32_t* rows, size_t n_rows, const float* a, size_t n_anchors, size_t d,
                    const int32_t* own, double* own_cos, double* other_cos, int threads) {
   std::vector<double> sum(d, 0.0);
@@ -99,6 +65,9 @@ inline __attribute__((always_inline)) void RowSums(const float* h, const int32_t
   }
 }
 
+void SumsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* sum) {
+  RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { sum[j] += v; });
+}
 void MeanPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
                   double* mean) {
   const double n = static_cast<double>(n_rows);
@@ -122,6 +91,10 @@ void MomentsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t 
 }
 
 #if defined(__x86_64__)
+__attribute__((target("avx512f"))) void SumsAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+                                                   size_t begin, size_t end, double* sum) {
+  RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { sum[j] += v; });
+}
 __attribute__((target("avx512f"))) void MeanAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
                                                    size_t begin, size_t end, double* mean) {
   const double n = static_cast<double>(n_rows);
@@ -147,18 +120,53 @@ __attribute__((target("avx512f"))) void MomentsAvx512(const float* h, const int3
 
 // The column loops for the SIMD level in force, chosen per call.
 struct ColumnLoops {
+  decltype(&SumsPortable) sums;
   decltype(&MeanPortable) mean;
   decltype(&VariancePortable) variance;
   decltype(&MomentsPortable) moments;
 };
 ColumnLoops Loops() {
 #if defined(__x86_64__)
-  if (HasAvx512()) return {MeanAvx512, VarianceAvx512, MomentsAvx512};
+  if (HasAvx512()) return {SumsAvx512, MeanAvx512, VarianceAvx512, MomentsAvx512};
 #endif
-  return {MeanPortable, VariancePortable, MomentsPortable};
+  return {SumsPortable, MeanPortable, VariancePortable, MomentsPortable};
 }
 
 }  // namespace
+
+size_t CentreRows(const float* h, size_t n, size_t d, uint8_t* valid, float* out, int threads) {
+  std::vector<int32_t> rows;
+  for (size_t i = 0; i < n; i++) {
+    if (valid[i]) rows.push_back(static_cast<int32_t>(i));
+  }
+  std::vector<double> mu(d, 0.0);
+  const auto sums = Loops().sums;
+  SplitColumns(rows.size(), d, threads,
+               [&](size_t begin, size_t end) { sums(h, rows.data(), rows.size(), d, begin, end, mu.data()); });
+  const double count = static_cast<double>(std::max<size_t>(rows.size(), 1));
+  for (size_t j = 0; j < d; j++) mu[j] /= count;
+  SplitRows(n, d, threads, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; i++) {
+      if (!valid[i]) continue;
+      const float* src = h + i * d;
+      float* row = out + i * d;
+      double ss = 0;
+      for (size_t j = 0; j < d; j++) {
+        row[j] = static_cast<float>(static_cast<double>(src[j]) - mu[j]);
+        ss += static_cast<double>(row[j]) * row[j];
+      }
+      if (ss == 0) {
+        valid[i] = 0;
+        continue;
+      }
+      const double inv = 1 / std::sqrt(ss);
+      for (size_t j = 0; j < d; j++) row[j] = static_cast<float>(row[j] * inv);
+    }
+  });
+  size_t excluded = 0;
+  for (size_t i = 0; i < n; i++) excluded += valid[i] ? 0 : 1;
+  return excluded;
+}
 
 void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean,
                      double* scale, int threads) {

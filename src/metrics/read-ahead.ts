@@ -26,8 +26,8 @@ export interface RowBlock {
 
 /** What the pipeline reads from: a store (src/store/reader.ts's StoreReader). */
 export interface RowSource {
-  readRows(layer: number, start: number, count: number, into?: Uint16Array): Promise<Uint16Array>;
-  blocks(layer: number, blockRows?: number): AsyncIterable<RowBlock>;
+  /** Rows `start` … `start + count` of a layer as float16 bits, into the start of `into`. */
+  readRows(layer: number, start: number, count: number, into: Uint16Array): Promise<Uint16Array>;
 }
 
 /** Hands over the row blocks of each layer in turn (see {@link startLayerReads}). */
@@ -44,9 +44,11 @@ export interface LayerReads {
  * Starts reading `layers` (of `rows` × `width` float16 values each) from
  * `source`. A layer of at most `maxBytes` is requested whole, every block at
  * once, and the next layer's reads start as soon as this one is taken, so they
- * run while the caller computes. A larger layer is read one block at a time,
- * only when taken: at full size (d 4608) a layer of float16 in flight would be
- * 362 MB more at peak.
+ * run while the caller computes. A larger layer is read when taken, one block
+ * ahead of the block being taken: at full size (d 4608) a layer of float16 in
+ * flight would be 362 MB more at peak. Either way every layer is read into the
+ * same buffers: a fresh 38 MB block for each read cost more in page faults
+ * than the read itself.
  */
 export function startLayerReads(
   source: RowSource,
@@ -71,13 +73,30 @@ export function startLayerReads(
     all.catch(() => {});
     return all;
   };
+  // A streamed layer's blocks take turns in two buffers: one taken while the next is read.
+  const streamBuffers: Uint16Array[] = [];
+  const streamLayer = async (layer: number, take: (block: RowBlock) => void): Promise<void> => {
+    const read = (start: number, b: number): Promise<RowBlock> => {
+      const count = Math.min(BLOCK_ROWS, rows - start);
+      const into = (streamBuffers[b] ??= new Uint16Array(Math.min(BLOCK_ROWS, rows) * width));
+      return source.readRows(layer, start, count, into).then((data) => ({ start, count, data }));
+    };
+    let pending = rows > 0 ? read(0, 0) : undefined;
+    for (let start = 0, b = 0; pending; start += BLOCK_ROWS, b ^= 1) {
+      const block = await pending;
+      pending = start + BLOCK_ROWS < rows ? read(start + BLOCK_ROWS, b ^ 1) : undefined;
+      // Awaited on the next turn; a read that fails while this block is taken must not go unhandled first.
+      pending?.catch(() => {});
+      take(block);
+    }
+  };
   let next = 0;
   let requested = readAhead && layers.length ? requestLayer(layers[0]!) : undefined;
   return {
     async takeNext(take) {
       const index = next++;
       if (requested) for (const block of await requested) take(block);
-      else for await (const block of source.blocks(layers[index]!, BLOCK_ROWS)) take(block);
+      else await streamLayer(layers[index]!, take);
       requested = readAhead && index + 1 < layers.length ? requestLayer(layers[index + 1]!) : undefined;
     },
   };

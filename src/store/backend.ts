@@ -76,7 +76,7 @@ export function directoryBackend(dir: string): StoreBackend {
       } catch (err) {
         throw fileError(err, join(dir, name));
       }
-      return got === length ? out : out.subarray(0, got);
+      return got === out.length ? out : out.subarray(0, got);
     },
     async size(name) {
       const fh = await handle(name);

@@ -188,14 +188,16 @@ napi_value F16Stats(napi_env env, napi_callback_info info) {
   return result;
 }
 
-// rankAgainstAnchors(x, nRows, a, nAnchors, d, own, ownScore, above, threads, allowBf16)
+bool RowsBelow(napi_env env, const View& rows, size_t limit, const char* message);
+
+// rankAgainstAnchors(x, rows, a, nAnchors, d, own, ownScore, above, threads, allowBf16)
 napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
   napi_value argv[10];
   bool allow_bf16 = false;
-  View x, a, own, own_score, above;
-  size_t n_rows, n_anchors, d, threads;
+  View x, rows, a, own, own_score, above;
+  size_t n_anchors, d, threads;
   if (!GetArgs(env, info, 10, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for x", &x) ||
-      !GetCount(env, argv[1], "Expected a row count", &n_rows) ||
+      !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) ||
       !GetTyped(env, argv[2], napi_float32_array, "Expected Float32Array for anchors", &a) ||
       !GetCount(env, argv[3], "Expected an anchor count", &n_anchors) || !GetCount(env, argv[4], "Expected d", &d) ||
       !GetTyped(env, argv[5], napi_int32_array, "Expected Int32Array for own", &own) ||
@@ -208,21 +210,26 @@ napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
     Fail(env, "Expected a boolean allowBf16");
     return nullptr;
   }
-  if (!Need(env, x, "x", n_rows, d, "nRows × d") || !Need(env, a, "anchors", n_anchors, d, "nAnchors × d") ||
-      !Need(env, own, "own", n_rows, 1, "nRows") || !Need(env, own_score, "ownScore", n_rows, 1, "nRows") ||
-      !Need(env, above, "above", n_rows, 1, "nRows")) {
+  const size_t n = rows.length;
+  if (d == 0) {
+    Fail(env, "Expected d above 0");
     return nullptr;
   }
+  if (!Need(env, a, "anchors", n_anchors, d, "nAnchors × d") || !Need(env, own, "own", n, 1, "rows.length") ||
+      !Need(env, own_score, "ownScore", n, 1, "rows.length") || !Need(env, above, "above", n, 1, "rows.length")) {
+    return nullptr;
+  }
+  if (!RowsBelow(env, rows, x.length / d, "Expected rows inside x")) return nullptr;
   const int32_t* owns = static_cast<const int32_t*>(own.data);
-  for (size_t i = 0; i < n_rows; i++) {
+  for (size_t i = 0; i < n; i++) {
     if (owns[i] >= static_cast<int64_t>(n_anchors)) {
       Fail(env, "Expected own anchor indices below the anchor count");
       return nullptr;
     }
   }
-  hsm::RankAgainstAnchors(static_cast<const float*>(x.data), n_rows, static_cast<const float*>(a.data), n_anchors, d,
-                          owns, static_cast<float*>(own_score.data), static_cast<int32_t*>(above.data),
-                          Threads(threads), allow_bf16);
+  hsm::RankAgainstAnchors(static_cast<const float*>(x.data), static_cast<const int32_t*>(rows.data), n,
+                          static_cast<const float*>(a.data), n_anchors, d, owns, static_cast<float*>(own_score.data),
+                          static_cast<int32_t*>(above.data), Threads(threads), allow_bf16);
   return nullptr;
 }
 

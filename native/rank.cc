@@ -192,8 +192,9 @@ constexpr float kScreen = 1.0f / 64;
 // zero. The chains run side by side so that their latencies overlap.
 class NearPairs {
  public:
-  NearPairs(const float* x, const float* a, size_t d, const float* own_score, int32_t* above)
-      : x_(x), a_(a), d_(d), own_score_(own_score), above_(above) {}
+  // Row r is x's row rows[r].
+  NearPairs(const float* x, const int32_t* rows, const float* a, size_t d, const float* own_score, int32_t* above)
+      : x_(x), x_rows_(rows), a_(a), d_(d), own_score_(own_score), above_(above) {}
   ~NearPairs() { Flush(); }
 
   void Add(size_t r, size_t g) {
@@ -207,7 +208,7 @@ class NearPairs {
     const float* as[kNearChains];
     for (size_t j = 0; j < kNearChains; j++) {
       const size_t i = j < n_ ? j : 0;  // a short batch repeats its first pair, whose result is not used
-      xs[j] = x_ + rows_[i] * d_;
+      xs[j] = x_ + static_cast<size_t>(x_rows_[rows_[i]]) * d_;
       as[j] = a_ + anchors_[i] * d_;
     }
     float c[kNearChains] = {};
@@ -222,6 +223,7 @@ class NearPairs {
  private:
   static constexpr size_t kNearChains = 8;
   const float* x_;
+  const int32_t* x_rows_;
   const float* a_;
   size_t d_;
   const float* own_score_;
@@ -303,9 +305,10 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) void ScreenTile(const ui
 }
 static_assert(kScreenPanels == 3, "ScreenTile dispatches on up to three panels");
 
-__attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, size_t d, size_t r_begin, size_t r_end,
-                                                                const float* a, const uint32_t* packed_bf,
-                                                                size_t n_panels, size_t n_anchors, const int32_t* own,
+__attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, const int32_t* x_rows, size_t d,
+                                                                size_t r_begin, size_t r_end, const float* a,
+                                                                const uint32_t* packed_bf, size_t n_panels,
+                                                                size_t n_anchors, const int32_t* own,
                                                                 const float* own_score, int32_t* above) {
   const size_t dp = (d + 1) / 2;
   // These rows as bfloat16 pairs (k, k+1), converted once; d and the last tile of rows
@@ -313,10 +316,10 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
   const size_t tiles = (r_end - r_begin + kScreenRows - 1) / kScreenRows;
   std::vector<uint32_t> xb(tiles * kScreenRows * dp);
   for (size_t r = r_begin; r < r_end; r++) {
-    PairsBf16(x + r * d, d, xb.data() + (r - r_begin) * dp, 1);
+    PairsBf16(x + static_cast<size_t>(x_rows[r]) * d, d, xb.data() + (r - r_begin) * dp, 1);
   }
   __m512 acc[kScreenRows * kScreenPanels];
-  NearPairs near_pairs(x, a, d, own_score, above);
+  NearPairs near_pairs(x, x_rows, a, d, own_score, above);
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
@@ -347,18 +350,20 @@ constexpr size_t kAmxRows = 32;
 constexpr size_t kAmxPairs = 16;        // pairs along d per tile step (64 bytes a tile row)
 constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat16 at d = 1024
 
-// Rows [r_begin, r_end) against every anchor. packed_bf holds the panels as PairsBf16 lays them
-// out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded
-// up to an even count with zero panels.
+// Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor. packed_bf holds the panels as PairsBf16 lays
+// them out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded up to an even
+// count with zero panels.
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows(
-    const float* x, size_t d, size_t r_begin, size_t r_end, const float* a, const uint32_t* packed_bf, size_t n_panels,
-    size_t n_anchors, const int32_t* own, const float* own_score, int32_t* above) {
+    const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const float* a,
+    const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const int32_t* own, const float* own_score,
+    int32_t* above) {
   const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
   std::vector<uint32_t> xb(padded * dq);
-  for (size_t r = r_begin; r < r_end; r++) PairsBf16(x + r * d, d, xb.data() + (r - r_begin) * dq, 1);
+  for (size_t r = r_begin; r < r_end; r++)
+    PairsBf16(x + static_cast<size_t>(x_rows[r]) * d, d, xb.data() + (r - r_begin) * dq, 1);
   AmxTiles tiles;
-  NearPairs near_pairs(x, a, d, own_score, above);
+  NearPairs near_pairs(x, x_rows, a, d, own_score, above);
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
@@ -403,10 +408,13 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
 
 }  // namespace
 
-void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_anchors, size_t d, const int32_t* own,
-                        float* own_score, int32_t* above, int threads, bool allow_bf16) {
-  // Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
-  // across threads, each row's sum in order on one thread).
+namespace {
+
+// Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
+// across threads, each row's sum in order on one thread); every count starts at 0. Row r is x's
+// row x_rows[r].
+void OwnScores(const float* x, const int32_t* x_rows, size_t n_rows, const float* a, size_t d, const int32_t* own,
+               float* own_score, int32_t* above, int threads) {
   Shares(n_rows, n_rows >= 256 ? threads : 1, [&](size_t begin, size_t end) {
     // kOwnRows rows at a time: as many independent sums in flight, each still in order.
     constexpr size_t kOwnRows = 8;
@@ -416,7 +424,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
       const float* ar[kOwnRows];
       for (size_t i = 0; i < kOwnRows; i++) {
         const size_t r = r0 + std::min(i, nr - 1);  // short last group: repeat its last row
-        xr[i] = x + r * d;
+        xr[i] = x + static_cast<size_t>(x_rows[r]) * d;
         ar[i] = own[r] < 0 ? xr[i] : a + static_cast<size_t>(own[r]) * d;
       }
       float s[kOwnRows] = {0};
@@ -429,6 +437,18 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
       }
     }
   });
+}
+
+// Rows the float32 tiles take at a time, gathered into one contiguous block.
+constexpr size_t kGatherRows = 8192;
+
+}  // namespace
+
+void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, const float* a, size_t n_anchors, size_t d,
+                        const int32_t* own, float* own_score, int32_t* above, int threads, bool allow_bf16) {
+  OwnScores(x, rows, n_rows, a, d, own, own_score, above, threads);
+  if (n_rows == 0) return;
+    // The screens read each chunk's rows where they are, as they convert them to bfloat16.
 #ifdef HSM_X86
   if (HasAmxBf16() && allow_bf16) {
     const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
@@ -447,7 +467,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     Crew(nt, [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankAmxRows(x, d, first, last, a, packed_bf.get(), even_panels, n_anchors, own, own_score, above);
+        RankAmxRows(x, rows, d, first, last, a, packed_bf.get(), even_panels, n_anchors, own, own_score, above);
       }
     });
     return;
@@ -473,7 +493,7 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
     auto work = [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankBf16Rows(x, d, first, last, a, packed_bf.get(), n_panels, n_anchors, own, own_score, above);
+        RankBf16Rows(x, rows, d, first, last, a, packed_bf.get(), n_panels, n_anchors, own, own_score, above);
       }
     };
     Crew(nt, work);
@@ -483,27 +503,37 @@ void RankAgainstAnchors(const float* x, size_t n_rows, const float* a, size_t n_
 #else
   const auto tile = TilePortable;
 #endif
+  // The float32 tiles read whole micro-tiles of contiguous rows: the rows are gathered a slice at a time.
   size_t n_panels = 0;
   const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels, threads);
-  const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, (n_rows + kRows - 1) / kRows));
-  auto work = [&](size_t t) {
-    // Each thread takes whole micro-tiles of rows: no two threads touch one row.
-    const size_t tiles = (n_rows + kRows - 1) / kRows;
-    const size_t first = tiles * t / nt, last = tiles * (t + 1) / nt;
-    float scores[kRows * kPanel];
-    for (size_t b0 = 0; b0 < n_panels; b0 += kBlockPanels) {
-      const size_t b1 = std::min(n_panels, b0 + kBlockPanels);
-      for (size_t tr = first; tr < last; tr++) {
-        const size_t r0 = tr * kRows;
-        const size_t nr = std::min(kRows, n_rows - r0);
-        for (size_t p = b0; p < b1; p++) {
-          tile(x, d, r0, nr, packed.get() + p * kPanel * d, scores);
-          CountTile(scores, nr, r0, p, n_anchors, own, own_score, above);
+  const size_t slice = std::min(n_rows, kGatherRows);
+  std::unique_ptr<float[]> gathered(new float[slice * d]);
+  for (size_t s0 = 0; s0 < n_rows; s0 += slice) {
+    const size_t ns = std::min(slice, n_rows - s0);
+    Shares(ns, threads, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; i++)
+        std::memcpy(gathered.get() + i * d, x + static_cast<size_t>(rows[s0 + i]) * d, d * sizeof(float));
+    });
+    const float* xs = gathered.get();
+    const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, (ns + kRows - 1) / kRows));
+    Parallel(nt, [&](size_t t) {
+      // Each thread takes whole micro-tiles of rows: no two threads touch one row.
+      const size_t tiles = (ns + kRows - 1) / kRows;
+      const size_t first = tiles * t / nt, last = tiles * (t + 1) / nt;
+      float scores[kRows * kPanel];
+      for (size_t b0 = 0; b0 < n_panels; b0 += kBlockPanels) {
+        const size_t b1 = std::min(n_panels, b0 + kBlockPanels);
+        for (size_t tr = first; tr < last; tr++) {
+          const size_t r0 = tr * kRows;
+          const size_t nr = std::min(kRows, ns - r0);
+          for (size_t p = b0; p < b1; p++) {
+            tile(xs, d, r0, nr, packed.get() + p * kPanel * d, scores);
+            CountTile(scores, nr, r0, p, n_anchors, own + s0, own_score + s0, above + s0);
+          }
         }
       }
-    }
-  };
-  Parallel(nt, work);
+    });
+  }
 }
 
 }  // namespace hsm

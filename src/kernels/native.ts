@@ -54,7 +54,7 @@ interface NativeBinding {
   ): Promise<([string, number, number, number] | number)[]>;
   rankAgainstAnchors(
     x: Float32Array,
-    nRows: number,
+    rows: Int32Array,
     a: Float32Array,
     nAnchors: number,
     d: number,
@@ -282,9 +282,6 @@ function f32BitsToNumber(bits: number): number {
   return bitsF32[0]!;
 }
 
-/** Rows the rank kernel gathers at a time: the kernel reads contiguous rows; slices bound the copy. */
-const RANK_SLICE = 8192;
-
 /** The loaded addon. */
 type Binding = NonNullable<typeof binding>;
 
@@ -348,8 +345,6 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
   if (simdError) throw simdError;
   const b = binding;
   const threads = o.threads;
-  // The rank kernel's gathered rows: one buffer for every call, not a fresh one per slice for the collector to reclaim.
-  let gather = new Float32Array(0);
   return {
     f32ToF16: (src, dst) => binding.f32ToF16(src, dst, threads),
     f16ToF32: (src, dst) => binding.f16ToF32(src, dst, threads),
@@ -359,32 +354,8 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
     },
     sha256Stats: (width) => nativeSha256Stream(b, width),
     sha256Files: (jobs, threads) => nativeSha256Files(b, jobs, threads),
-    rank(x, rows, a, nAnchors, d, own, ownScore, above) {
-      for (let from = 0; from < rows.length; from += RANK_SLICE) {
-        const to = Math.min(rows.length, from + RANK_SLICE);
-        let contiguous = true;
-        for (let i = from + 1; i < to && contiguous; i++) contiguous = rows[i] === rows[i - 1]! + 1;
-        // A run of consecutive rows is read in place; any other selection is gathered.
-        if (!contiguous && gather.length < (to - from) * d) gather = new Float32Array(RANK_SLICE * d);
-        const block = contiguous
-          ? x.subarray(rows[from]! * d, (rows[from]! + to - from) * d)
-          : gather.subarray(0, (to - from) * d);
-        if (!contiguous)
-          for (let i = from; i < to; i++) block.set(x.subarray(rows[i]! * d, (rows[i]! + 1) * d), (i - from) * d);
-        binding.rankAgainstAnchors(
-          block,
-          to - from,
-          a,
-          nAnchors,
-          d,
-          own.subarray(from, to),
-          ownScore.subarray(from, to),
-          above.subarray(from, to),
-          threads,
-          o.allowBf16,
-        );
-      }
-    },
+    rank: (x, rows, a, nAnchors, d, own, ownScore, above) =>
+      binding.rankAgainstAnchors(x, rows, a, nAnchors, d, own, ownScore, above, threads, o.allowBf16),
     centreRows: (h, n, d, valid, out) => binding.centreRows(h, n, d, valid, out, threads),
     anchorCosines: (x, rows, a, nAnchors, d, own, ownCos, otherCos) =>
       binding.anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads),

@@ -88,8 +88,8 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
     return s;
   };
   it.each<[string, () => unknown[], string]>([
-    ["rankAgainstAnchors", () => [f32(4), 2 ** 26, f32(4), 1, HUGE, i32(1), f32(1), i32(1), 1, false], "x"],
-    ["rankAgainstAnchors", () => [f32(4), 2, f32(4), 2, 2, i32(2), f32(1), i32(2), 1, false], "ownScore"],
+    ["rankAgainstAnchors", () => [f32(4), i32(1), f32(4), HUGE, HUGE, i32(1), f32(1), i32(1), 1, false], "anchors"],
+    ["rankAgainstAnchors", () => [f32(4), i32(2), f32(4), 2, 2, i32(2), f32(1), i32(2), 1, false], "ownScore"],
     ["bootstrapMean", () => [1, 1, f64(2), 3, f64(2), 1], "out"],
     ["rowsTimes", () => [f32(4), 2, 2, f64(4), 2 ** 52, f64(4), 1], "v"],
     ["rowsTimes", () => [f32(4), 2, 2, f64(4), 2, f64(3), 1], "out"],
@@ -106,6 +106,17 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
   ])("%s refuses a short %s… (RangeError naming it)", (entry, args, name) => {
     expect(() => call(entry, ...args())).toThrow(RangeError);
     expect(() => call(entry, ...args())).toThrow(new RegExp(`^Expected ${name} large enough for `));
+  });
+
+  it("refuses rows outside x", () => {
+    const rank = (rows: Int32Array) => () =>
+      call("rankAgainstAnchors", f32(4), rows, f32(4), 2, 2, i32(1), f32(1), i32(1), 1, false);
+    expect(rank(Int32Array.of(2))).toThrow(/^Expected rows inside x/);
+    expect(rank(Int32Array.of(-1))).toThrow(/^Expected rows inside x/);
+    expect(rank(Int32Array.of(1))).not.toThrow();
+    expect(() => call("anchorCosines", f32(4), Int32Array.of(2), f32(4), 2, 2, i32(1), f64(1), f64(1), 1)).toThrow(
+      /^Expected rows inside x/,
+    );
   });
 
   it("refuses counts that are not whole numbers below 2^53", () => {

@@ -103,6 +103,30 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     expect(counts(nativeFloat32!)).toEqual(Array.from(reference));
   });
 
+  it("ranks a selection of rows as it ranks those rows copied out, past one gathered slice", () => {
+    // 9,000 of 18,001 rows, every other one, in a scrambled order: more than the 8,192 rows the
+    // float32 tiles gather at a time.
+    const rng = new Rng(4);
+    const N = 18001;
+    const F = 21;
+    const d = 12;
+    const a = unitRows(F, d, rng);
+    const x = unitRows(N, d, rng);
+    const rows = Int32Array.from({ length: 9000 }, (_, i) => 2 * ((i * 4001) % 9000) + 1);
+    const own = Int32Array.from(rows, (r) => (r % 7 === 0 ? -1 : r % F));
+    const copied = new Float32Array(rows.length * d);
+    rows.forEach((r, i) => copied.set(x.subarray(r * d, (r + 1) * d), i * d));
+    for (const k of [nativeKernels!, nativeFloat32!]) {
+      const picked = { score: new Float32Array(rows.length), above: new Int32Array(rows.length) };
+      const whole = { score: new Float32Array(rows.length), above: new Int32Array(rows.length) };
+      k.rank(x, rows, a, F, d, own, picked.score, picked.above);
+      k.rank(copied, all(rows.length), a, F, d, own, whole.score, whole.above);
+      expect(Array.from(picked.above)).toEqual(Array.from(whole.above));
+      expect(Array.from(picked.score)).toEqual(Array.from(whole.score));
+      expect(picked.above.some((c) => c > 0)).toBe(true);
+    }
+  });
+
   // Below AVX-512 the tiles (portable, AVX2) round each product and each sum as the own score does, in the
   // same order, so an exact copy of the own anchor ties with it bit for bit and never counts as above.
   it.runIf(!FUSED.has(level))("ties an exact copy of the own anchor with the own score", () => {

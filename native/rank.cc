@@ -2,6 +2,7 @@
 
 #include "amx.h"
 #include "cpu.h"
+#include "row_groups.h"
 #include "threads.h"
 
 #include <algorithm>
@@ -406,10 +407,6 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
 }
 #endif
 
-}  // namespace
-
-namespace {
-
 // Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
 // across threads, each row's sum in order on one thread); every count starts at 0. Row r is x's
 // row x_rows[r].
@@ -418,24 +415,19 @@ void OwnScores(const float* x, const int32_t* x_rows, size_t n_rows, const float
   Shares(n_rows, n_rows >= 256 ? threads : 1, [&](size_t begin, size_t end) {
     // kOwnRows rows at a time: as many independent sums in flight, each still in order.
     constexpr size_t kOwnRows = 8;
-    for (size_t r0 = begin; r0 < end; r0 += kOwnRows) {
-      const size_t nr = std::min(kOwnRows, end - r0);
-      const float* xr[kOwnRows];
-      const float* ar[kOwnRows];
-      for (size_t i = 0; i < kOwnRows; i++) {
-        const size_t r = r0 + std::min(i, nr - 1);  // short last group: repeat its last row
-        xr[i] = x + static_cast<size_t>(x_rows[r]) * d;
-        ar[i] = own[r] < 0 ? xr[i] : a + static_cast<size_t>(own[r]) * d;
-      }
-      float s[kOwnRows] = {0};
-      for (size_t k = 0; k < d; k++) {
-        for (size_t i = 0; i < kOwnRows; i++) s[i] += xr[i][k] * ar[i][k];
-      }
-      for (size_t i = 0; i < nr; i++) {
-        above[r0 + i] = 0;
-        own_score[r0 + i] = own[r0 + i] < 0 ? 0 : s[i];
-      }
-    }
+    RowGroups<kOwnRows>(
+        begin, end, [&](size_t r) { return x + static_cast<size_t>(x_rows[r]) * d; },
+        [&](size_t r, const float* xr) { return own[r] < 0 ? xr : a + static_cast<size_t>(own[r]) * d; },
+        [&](size_t r0, size_t nr, const float* const* xr, const float* const* ar) {
+          float s[kOwnRows] = {0};
+          for (size_t k = 0; k < d; k++) {
+            for (size_t i = 0; i < kOwnRows; i++) s[i] += xr[i][k] * ar[i][k];
+          }
+          for (size_t i = 0; i < nr; i++) {
+            above[r0 + i] = 0;
+            own_score[r0 + i] = own[r0 + i] < 0 ? 0 : s[i];
+          }
+        });
   });
 }
 

@@ -1,6 +1,7 @@
 #include "rows.h"
 
 #include "cpu.h"
+#include "row_groups.h"
 #include "threads.h"
 
 #include <algorithm>
@@ -30,27 +31,22 @@ void AnchorCosines(const float* x, const int32_t* rows, size_t n_rows, const flo
   SplitRows(n_rows, d, threads, [&](size_t begin, size_t end) {
     // kCosRows rows at a time: as many independent pairs of sums in flight, each still in order.
     constexpr size_t kCosRows = 4;
-    for (size_t k0 = begin; k0 < end; k0 += kCosRows) {
-      const size_t nr = std::min(kCosRows, end - k0);
-      const float* xr[kCosRows];
-      const float* ar[kCosRows];
-      for (size_t i = 0; i < kCosRows; i++) {
-        const size_t k = k0 + std::min(i, nr - 1);  // short last group: repeat its last row
-        xr[i] = x + static_cast<size_t>(rows[k]) * d;
-        ar[i] = a + static_cast<size_t>(own[k]) * d;
-      }
-      double s[kCosRows] = {}, t[kCosRows] = {};
-      for (size_t j = 0; j < d; j++) {
-        for (size_t i = 0; i < kCosRows; i++) {
-          s[i] += static_cast<double>(xr[i][j]) * ar[i][j];
-          t[i] += static_cast<double>(xr[i][j]) * sum[j];
-        }
-      }
-      for (size_t i = 0; i < nr; i++) {
-        own_cos[k0 + i] = s[i];
-        other_cos[k0 + i] = (t[i] - s[i]) / others;
-      }
-    }
+    RowGroups<kCosRows>(
+        begin, end, [&](size_t k) { return x + static_cast<size_t>(rows[k]) * d; },
+        [&](size_t k, const float*) { return a + static_cast<size_t>(own[k]) * d; },
+        [&](size_t k0, size_t nr, const float* const* xr, const float* const* ar) {
+          double s[kCosRows] = {}, t[kCosRows] = {};
+          for (size_t j = 0; j < d; j++) {
+            for (size_t i = 0; i < kCosRows; i++) {
+              s[i] += static_cast<double>(xr[i][j]) * ar[i][j];
+              t[i] += static_cast<double>(xr[i][j]) * sum[j];
+            }
+          }
+          for (size_t i = 0; i < nr; i++) {
+            own_cos[k0 + i] = s[i];
+            other_cos[k0 + i] = (t[i] - s[i]) / others;
+          }
+        });
   });
 }
 

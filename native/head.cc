@@ -6,11 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
-#include <new>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -277,19 +274,19 @@ struct alignas(64) Lanes {
 
 #define HSM_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
-// The screened rows (bfloat16, dp apart) as the dot products read them, in pairs along d with the
-// rows across: group g of 16 rows, pair k, row n at ((g * dh + k) * 16 + n) for dh = ceil(d / 2)
-// pairs, the pair's first value in the low half; rows past the last, and the value after an odd
-// d's last (dp's zero padding), are zero.
+// The screened rows of h (screened[r] for row r) rounded to bfloat16 as the dot products read
+// them, in pairs along d with the rows across: group g of 16 rows, pair k, row n at
+// ((g * dh + k) * 16 + n) for dh = ceil(d / 2) pairs, the pair's first value in the low half;
+// rows past the last, and the value after an odd d's last, are zero.
 constexpr size_t kGroup = 16;  // screened rows a group (a vector's float32 lanes, a tile's rows)
 
-std::vector<uint32_t> PairedRows(const uint16_t* hb, size_t dp, size_t rows, size_t d) {
-  const size_t groups = (rows + kGroup - 1) / kGroup, dh = (d + 1) / 2;
+std::vector<uint32_t> PairedRows(const float* h, const std::vector<size_t>& screened, size_t d) {
+  const size_t rows = screened.size(), groups = (rows + kGroup - 1) / kGroup, dh = (d + 1) / 2;
   std::vector<uint32_t> hv(groups * dh * kGroup, 0);
   for (size_t r = 0; r < rows; r++) {
-    const uint16_t* row = hb + r * dp;
+    const float* row = h + screened[r] * d;
     uint32_t* out = hv.data() + (r / kGroup) * dh * kGroup + r % kGroup;
-    for (size_t k = 0; k < dh; k++) out[k * kGroup] = row[2 * k] | static_cast<uint32_t>(row[2 * k + 1]) << 16;
+    for (size_t i = 0; i < d; i++) out[i / 2 * kGroup] |= static_cast<uint32_t>(Bf16(row[i])) << (16 * (i % 2));
   }
   return hv;
 }
@@ -584,27 +581,19 @@ uint64_t HeadArgmax(const float* h, size_t batch, size_t d, const uint16_t* hi, 
 #ifdef HSM_X86
     const bool use_amx = use_bf16 && HasAmxBf16() && d % 32 == 0;
 #endif
-    // The screened rows rounded to bfloat16, zero-padded to whole 32-value steps.
+    // For the portable lanes, the screened rows rounded to bfloat16 and widened back, zero-padded
+    // to whole 32-value steps.
     const size_t dp = (d + 31) / 32 * 32;
-    std::unique_ptr<uint16_t[], void (*)(void*)> hb(nullptr, std::free);
     std::vector<float> hf;
-    if (use_bf16) {
-      hb.reset(static_cast<uint16_t*>(std::aligned_alloc(64, rows * dp * sizeof(uint16_t))));
-      if (!hb) throw std::bad_alloc();
-      std::memset(hb.get(), 0, rows * dp * sizeof(uint16_t));
-    } else {
+    if (!use_bf16) {
       hf.assign(rows * dp, 0.0f);
-    }
-    for (size_t r = 0; r < rows; r++) {
-      const float* row = h + screened[r] * d;
-      for (size_t i = 0; i < d; i++) {
-        const uint16_t x = Bf16(row[i]);
-        if (use_bf16) hb[r * dp + i] = x;
-        else hf[r * dp + i] = Bf16ToF32(x);
+      for (size_t r = 0; r < rows; r++) {
+        const float* row = h + screened[r] * d;
+        for (size_t i = 0; i < d; i++) hf[r * dp + i] = Bf16ToF32(Bf16(row[i]));
       }
     }
 #ifdef HSM_X86
-    const std::vector<uint32_t> hv = use_bf16 ? PairedRows(hb.get(), dp, rows, d) : std::vector<uint32_t>();
+    const std::vector<uint32_t> hv = use_bf16 ? PairedRows(h, screened, d) : std::vector<uint32_t>();
 #endif
     Shares(nt, static_cast<int>(nt), [&](size_t t0, size_t t1) {
       for (size_t s = t0; s < t1; s++) {

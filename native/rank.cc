@@ -495,18 +495,23 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
 #else
   const auto tile = TilePortable;
 #endif
-  // The float32 tiles read whole micro-tiles of contiguous rows: the rows are gathered a slice at a time.
+  // The float32 tiles read whole micro-tiles of contiguous rows: other rows are gathered a slice at a time.
   size_t n_panels = 0;
   const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels, threads);
-  const size_t slice = std::min(n_rows, kGatherRows);
-  std::unique_ptr<float[]> gathered(new float[slice * d]);
+  // Consecutive rows are read where they are, all at once.
+  bool consecutive = true;
+  for (size_t i = 1; i < n_rows && consecutive; i++) consecutive = rows[i] == rows[i - 1] + 1;
+  const size_t slice = consecutive ? n_rows : std::min(n_rows, kGatherRows);
+  std::unique_ptr<float[]> gathered(consecutive ? nullptr : new float[slice * d]);
   for (size_t s0 = 0; s0 < n_rows; s0 += slice) {
     const size_t ns = std::min(slice, n_rows - s0);
-    Shares(ns, threads, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; i++)
-        std::memcpy(gathered.get() + i * d, x + static_cast<size_t>(rows[s0 + i]) * d, d * sizeof(float));
-    });
-    const float* xs = gathered.get();
+    if (!consecutive) {
+      Shares(ns, threads, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; i++)
+          std::memcpy(gathered.get() + i * d, x + static_cast<size_t>(rows[s0 + i]) * d, d * sizeof(float));
+      });
+    }
+    const float* xs = consecutive ? x + static_cast<size_t>(rows[0]) * d : gathered.get();
     const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, (ns + kRows - 1) / kRows));
     Parallel(nt, [&](size_t t) {
       // Each thread takes whole micro-tiles of rows: no two threads touch one row.

@@ -188,7 +188,14 @@ napi_value F16Stats(napi_env env, napi_callback_info info) {
   return result;
 }
 
-bool RowsBelow(napi_env env, const View& rows, size_t limit, const char* message);
+// Every entry of `rows` below `limit`.
+bool RowsBelow(napi_env env, const View& rows, size_t limit, const char* message) {
+  const int32_t* r = static_cast<const int32_t*>(rows.data);
+  for (size_t i = 0; i < rows.length; i++) {
+    if (r[i] < 0 || static_cast<size_t>(r[i]) >= limit) return Fail(env, message);
+  }
+  return true;
+}
 
 // rankAgainstAnchors(x, rows, a, nAnchors, d, own, ownScore, above, threads, allowBf16)
 napi_value RankAgainstAnchors(napi_env env, napi_callback_info info) {
@@ -413,15 +420,6 @@ napi_value CentreRows(napi_env env, napi_callback_info info) {
   napi_value result;
   napi_create_double(env, static_cast<double>(excluded), &result);
   return result;
-}
-
-// Every entry of `rows` below `limit`.
-bool RowsBelow(napi_env env, const View& rows, size_t limit, const char* message) {
-  const int32_t* r = static_cast<const int32_t*>(rows.data);
-  for (size_t i = 0; i < rows.length; i++) {
-    if (r[i] < 0 || static_cast<size_t>(r[i]) >= limit) return Fail(env, message);
-  }
-  return true;
 }
 
 // anchorCosines(x, rows, a, nAnchors, d, own, ownCos, otherCos, threads)

@@ -102,7 +102,7 @@ void Work(Shared& sh) {
   struct Free {
     void operator()(uint8_t* p) const { std::free(p); }
   };
-  std::unique_ptr<uint8_t, Free> mem(static_cast<uint8_t*>(std::aligned_alloc(4096, kMaxLanes * kChunk)));
+  std::unique_ptr<uint8_t, Free> mem(static_cast<uint8_t*>(std::aligned_alloc(4096, sh.lanes * kChunk)));
   if (!mem) {
     // No memory for buffers: every job this thread would take fails with ENOMEM.
     for (size_t i = sh.next.fetch_add(1); i < sh.n; i = sh.next.fetch_add(1))

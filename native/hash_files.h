@@ -1,8 +1,8 @@
-// Whole files hashed in native threads: each thread keeps up to four files open
-// at a time and feeds them through Sha256UpdateN together (their blocks
-// interleaved on the SHA unit), reading large chunks with pread into buffers of
-// its own, so the bytes go from the page cache to the hash without touching
-// JavaScript.
+// Whole files hashed in native threads: each thread keeps an even share of the
+// files open at a time, up to sixteen, and feeds them through Sha256UpdateN
+// together (side by side in vector lanes, or their blocks interleaved on the
+// SHA unit), reading large chunks with pread into buffers of its own, so the
+// bytes go from the page cache to the hash without touching JavaScript.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -149,6 +149,87 @@ __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX(uint32_t* const h[
   }
 }
 
+// Sixteen messages at once, one per 32-bit lane of AVX-512 registers: FIPS
+// 180-4's rounds as written, on sixteen states side by side. Where many files
+// are hashed at once this outruns the SHA extensions (about 4.0 GB/s a core
+// against 3.0 on AMD Zen 5), and it is the only fast path on CPUs with AVX-512
+// but no SHA extensions. Each block's sixteen rows of sixteen words are
+// transposed so that register t holds word t of every message.
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void Transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4q + k] now holds, in its 128-bit part c, words 4c + k of messages 4q…4q+3.
+  for (int k = 0; k < 4; k++) {
+    const __m512i ab0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88), ab1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xdd);
+    const __m512i cd0 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
+    const __m512i cd1 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xdd);
+    t[k] = _mm512_shuffle_i32x4(ab0, cd0, 0x88);
+    t[8 + k] = _mm512_shuffle_i32x4(ab0, cd0, 0xdd);
+    t[4 + k] = _mm512_shuffle_i32x4(ab1, cd1, 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(ab1, cd1, 0xdd);
+  }
+  for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+__attribute__((target("avx512f,avx512bw"))) void BlocksX16(uint32_t* const h[16], const uint8_t* const data[16],
+                                                           size_t blocks) {
+  const __m512i swap = _mm512_broadcast_i32x4(_mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL));
+  __m512i s[8];
+  for (int i = 0; i < 8; i++) {
+    alignas(64) uint32_t v[16];
+    for (int j = 0; j < 16; j++) v[j] = h[j][i];
+    s[i] = _mm512_load_si512(v);
+  }
+  for (size_t b = 0; b < blocks; b++) {
+    __m512i w[16];
+    for (int j = 0; j < 16; j++) w[j] = _mm512_shuffle_epi8(_mm512_loadu_si512(data[j] + 64 * b), swap);
+    Transpose16(w);
+    __m512i a = s[0], bb = s[1], c = s[2], d = s[3], e = s[4], f = s[5], g = s[6], hh = s[7];
+#pragma GCC unroll 64
+    for (int t = 0; t < 64; t++) {
+      if (t >= 16) {
+        const __m512i w15 = w[(t - 15) & 15], w2 = w[(t - 2) & 15];
+        const __m512i s0 = _mm512_ternarylogic_epi32(_mm512_ror_epi32(w15, 7), _mm512_ror_epi32(w15, 18),
+                                                     _mm512_srli_epi32(w15, 3), 0x96);
+        const __m512i s1 = _mm512_ternarylogic_epi32(_mm512_ror_epi32(w2, 17), _mm512_ror_epi32(w2, 19),
+                                                     _mm512_srli_epi32(w2, 10), 0x96);
+        w[t & 15] = _mm512_add_epi32(_mm512_add_epi32(w[t & 15], s0), _mm512_add_epi32(w[(t - 7) & 15], s1));
+      }
+      // The sums are grouped so that the new e and a wait on as few steps after e and a as possible:
+      // h + K + W, and d added to it, do not depend on the round before.
+      const __m512i hkw = _mm512_add_epi32(hh, _mm512_add_epi32(w[t & 15], _mm512_set1_epi32(kK[t])));
+      const __m512i s1 =
+          _mm512_ternarylogic_epi32(_mm512_ror_epi32(e, 6), _mm512_ror_epi32(e, 11), _mm512_ror_epi32(e, 25), 0x96);
+      const __m512i x = _mm512_add_epi32(hkw, _mm512_ternarylogic_epi32(e, f, g, 0xCA));  // + Ch(e, f, g)
+      const __m512i t1 = _mm512_add_epi32(x, s1);
+      const __m512i dx = _mm512_add_epi32(d, x);
+      const __m512i s0 =
+          _mm512_ternarylogic_epi32(_mm512_ror_epi32(a, 2), _mm512_ror_epi32(a, 13), _mm512_ror_epi32(a, 22), 0x96);
+      const __m512i maj = _mm512_ternarylogic_epi32(a, bb, c, 0xE8);
+      hh = g, g = f, f = e, e = _mm512_add_epi32(dx, s1);
+      d = c, c = bb, bb = a, a = _mm512_add_epi32(_mm512_add_epi32(t1, maj), s0);
+    }
+    s[0] = _mm512_add_epi32(s[0], a), s[1] = _mm512_add_epi32(s[1], bb);
+    s[2] = _mm512_add_epi32(s[2], c), s[3] = _mm512_add_epi32(s[3], d);
+    s[4] = _mm512_add_epi32(s[4], e), s[5] = _mm512_add_epi32(s[5], f);
+    s[6] = _mm512_add_epi32(s[6], g), s[7] = _mm512_add_epi32(s[7], hh);
+  }
+  for (int i = 0; i < 8; i++) {
+    alignas(64) uint32_t v[16];
+    _mm512_store_si512(v, s[i]);
+    for (int j = 0; j < 16; j++) h[j][i] = v[j];
+  }
+}
+
 __attribute__((target("avx2"))) void F32StatsAvx2(const uint32_t* src, size_t n, uint64_t* nonfinite,
                                                   uint32_t* max_bits) {
   const __m256i mag_mask = _mm256_set1_epi32(0x7fffffff);
@@ -226,29 +307,59 @@ void Stash(Sha256State* s, const uint8_t* p, size_t n) {
   s->pending_len += static_cast<uint32_t>(n);
 }
 
-// Hashes up to kMaxLanes streams at once: while several have whole
-// blocks left, their common blocks go through the interleaved kernel.
+// The streams among n[0, count) with whole blocks left, up to `most` of them
+// into `lane`, and the blocks every one of those has.
+int Ready(const size_t n[], int count, int most, int lane[], size_t* common) {
+  int k = 0;
+  *common = SIZE_MAX;
+  for (int j = 0; j < count && k < most; j++) {
+    if (n[j] >= 64) lane[k++] = j, *common = std::min(*common, n[j] / 64);
+  }
+  return k;
+}
+
+#ifdef HSM_X86
+// Streams with whole blocks left from which the sixteen-lane kernel is used:
+// with the SHA extensions, only where it nearly fills its lanes (sixteen
+// lanes hash about 1.33 times what the SHA extensions do four at a time).
+int WideFrom() { return ShaNi() ? 12 : 2; }
+#endif
+
+// Hashes up to kMaxLanes streams at once: while enough have whole blocks
+// left, their common blocks go through the sixteen-lane kernel, then through
+// the SHA extensions up to four at a time, and the rest one by one.
 void HashBytesN(Sha256State* const s[], const uint8_t* p[], size_t n[], int count) {
   for (int j = 0; j < count; j++) {
     const size_t took = TopUp(s[j], p[j], n[j]);
     p[j] += took, n[j] -= took;
   }
 #ifdef HSM_X86
-  while (ShaNi()) {
-    int lane[kMaxLanes];
-    int k = 0;
-    size_t common = SIZE_MAX;
-    for (int j = 0; j < count; j++) {
-      if (n[j] >= 64) lane[k++] = j, common = std::min(common, n[j] / 64);
+  int lane[kMaxLanes];
+  size_t common = 0;
+  if (HasAvx512Bw()) {
+    for (int k; (k = Ready(n, count, 16, lane, &common)) >= WideFrom();) {
+      // Lanes without a stream of their own hash the first one's blocks again, into scratch.
+      uint32_t spare[16][8];
+      uint32_t* h[16];
+      const uint8_t* q[16];
+      for (int i = 0; i < 16; i++) {
+        h[i] = i < k ? s[lane[i]]->h : spare[i];
+        q[i] = p[lane[i < k ? i : 0]];
+      }
+      BlocksX16(h, q, common);
+      for (int i = 0; i < k; i++) p[lane[i]] += 64 * common, n[lane[i]] -= 64 * common;
     }
-    if (k < 2) break;
-    uint32_t* h[kMaxLanes];
-    const uint8_t* q[kMaxLanes];
-    for (int i = 0; i < k; i++) h[i] = s[lane[i]]->h, q[i] = p[lane[i]];
-    if (k == 2) BlocksShaNiX<2>(h, q, common);
-    else if (k == 3) BlocksShaNiX<3>(h, q, common);
-    else BlocksShaNiX<4>(h, q, common);
-    for (int i = 0; i < k; i++) p[lane[i]] += 64 * common, n[lane[i]] -= 64 * common;
+  }
+  if (ShaNi()) {
+    for (int k; (k = Ready(n, count, 4, lane, &common)) >= 2;) {
+      uint32_t* h[4];
+      const uint8_t* q[4];
+      for (int i = 0; i < k; i++) h[i] = s[lane[i]]->h, q[i] = p[lane[i]];
+      if (k == 2) BlocksShaNiX<2>(h, q, common);
+      else if (k == 3) BlocksShaNiX<3>(h, q, common);
+      else BlocksShaNiX<4>(h, q, common);
+      for (int i = 0; i < k; i++) p[lane[i]] += 64 * common, n[lane[i]] -= 64 * common;
+    }
   }
 #endif
   for (int j = 0; j < count; j++) {

@@ -32,8 +32,11 @@ void Sha256Update2(Sha256State* a, const uint8_t* data_a, size_t n_a, size_t fro
                    const uint8_t* data_b, size_t n_b, size_t from_b, int width);
 
 // Sha256Update on up to kMaxLanes states at once, each with its own values'
-// width; their blocks are interleaved as in Sha256Update2.
-constexpr int kMaxLanes = 4;
+// width. On a CPU with AVX-512, where enough have blocks in common (twelve
+// with the SHA extensions, two without), they are hashed sixteen side by side
+// in vector lanes; otherwise the SHA extensions' blocks are interleaved four
+// at a time, as in Sha256Update2.
+constexpr int kMaxLanes = 16;
 void Sha256UpdateN(Sha256State* const s[], const uint8_t* const data[], const size_t n[], const size_t stats_from[],
                    const int width[], int count);
 

@@ -1,6 +1,6 @@
 /**
  * Hashes many files at once. With the native core, its own threads read and
- * hash whole files (up to four at a time per thread, see native/hash_files.h) and
+ * hash whole files (up to sixteen at a time per thread, see native/hash_files.h) and
  * JavaScript never touches the bytes. Without it, the calling thread and one
  * worker thread per further core (or `concurrency` threads in all) take files
  * two at a time from one shared counter and stream each pair through the hash

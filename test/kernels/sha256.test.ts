@@ -12,9 +12,9 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { kernelOptions } from "../../src/kernels/default.js";
-import { nativeKernels } from "../../src/kernels/native.js";
+import { nativeKernels, nativeSimdLevels } from "../../src/kernels/native.js";
 import { Rng } from "../../src/util/random.js";
-import { AVAILABLE } from "../helpers/backends.js";
+import { AVAILABLE, atSimdLevel } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BACKENDS = AVAILABLE.map((r) => [r.label, r.kernels] as const);
@@ -150,7 +150,7 @@ const native = nativeKernels(kernelOptions());
 describe.skipIf(!native)("sha256Files (native core)", () => {
   const dir = tempDir("hsm-sha256-files-");
   const rng = new Rng(19);
-  const CHUNK = 256 << 10; // the native read size: lengths around it cross chunk edges
+  const CHUNK = 128 << 10; // the native read size: lengths around it cross chunk edges
   const write = (name: string, data: Uint8Array) => {
     writeFileSync(join(dir, name), data);
     return join(dir, name);
@@ -215,3 +215,45 @@ describe.skipIf(!native)("sha256Files (native core)", () => {
     expect(got).toEqual([undefined, { sha256: sha256(data), bytes: 5000 }, undefined]);
   });
 });
+
+/** The native core's whole-file hashing at each SIMD level this CPU has: sixteen AVX-512 lanes, the SHA extensions, plain C++. */
+const FILE_HASHERS = native
+  ? nativeSimdLevels.map((level) => [level, atSimdLevel(nativeKernels(kernelOptions())!, level).sha256Files] as const)
+  : [];
+
+describe.skipIf(FILE_HASHERS.length === 0).each(FILE_HASHERS)(
+  "sha256Files with many files at once, %s",
+  (_l, hashFiles) => {
+    const dir = tempDir("hsm-sha256-lanes-");
+    const rng = new Rng(23);
+    const CHUNK = 128 << 10;
+
+    it("gives node:crypto's digests and counts when up to sixteen files share a thread and end at different blocks", async () => {
+      // Lengths from nothing to a few chunks, some on block and chunk edges: the lanes run dry one by one,
+      // so every count of streams in flight is hashed, wide lanes and the SHA extensions' groups alike.
+      const lengths = Array.from({ length: 37 }, (_, i) =>
+        i % 6 === 0 ? CHUNK * (1 + (i % 3)) + 64 * (i % 5) : 128 + 2 * (rng.u32() % (2 * CHUNK)),
+      );
+      const datas = lengths.map((n) => randomBytes(rng, n));
+      const jobs = datas.map((d, i) => {
+        writeFileSync(join(dir, `f${i}.bin`), d);
+        return { path: join(dir, `f${i}.bin`), statsFrom: 128, width: 2 as const };
+      });
+      const want = datas.map((d) => {
+        const halves = new Uint16Array(d.buffer, 128, (d.length - 128) / 2);
+        return { sha256: sha256(d), bytes: d.length, stats: expectedStats(Array.from(halves, halfValue)) };
+      });
+      // One thread takes sixteen files at a time, two and three threads sixteen and thirteen, five threads eight.
+      for (const threads of [1, 2, 3, 5]) expect(await hashFiles(jobs, threads)).toEqual(want);
+    });
+
+    it("hashes sixteen files of one length in lockstep, and a seventeenth after them", async () => {
+      const datas = Array.from({ length: 17 }, () => randomBytes(rng, 3 * CHUNK + 1000));
+      const jobs = datas.map((d, i) => {
+        writeFileSync(join(dir, `same${i}.bin`), d);
+        return { path: join(dir, `same${i}.bin`), statsFrom: 0, width: 0 as const };
+      });
+      expect(await hashFiles(jobs, 1)).toEqual(datas.map((d) => ({ sha256: sha256(d), bytes: d.length })));
+    });
+  },
+);

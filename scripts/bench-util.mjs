@@ -252,8 +252,9 @@ print(json.dumps({"gflops": 2 * n ** 3 / ts[2] / 1e9, "blas": blas}))
 }
 
 /**
- * This machine's SHA-256 limit over memory: every core hashing at once (Node's crypto, OpenSSL's SHA-NI code where
- * the CPU has it), each for about a second over a 64 MiB buffer; the sum of their rates in GB/s.
+ * This machine's SHA-256 rate over memory, one stream per core: every core hashing at once (Node's crypto, OpenSSL's
+ * SHA-NI code where the CPU has it), each for about a second over a 64 MiB buffer; the sum of their rates in GB/s.
+ * Several streams per core (hsm's lanes) can exceed it.
  */
 export async function shaLimit() {
   const script = `

@@ -851,6 +851,17 @@ napi_value TestFailThreadStart(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
+// shaPaths(): the whole-file hashing paths at the SIMD level in force: sixteen
+// AVX-512 lanes for many files, the SHA extensions for a few, or plain C++.
+napi_value ShaPaths(napi_env env, napi_callback_info) {
+  const char* paths = hsm::HasAvx512Bw() ? (hsm::HasShaNi() ? "avx512-lanes+sha-ni" : "avx512-lanes")
+                      : hsm::HasShaNi()  ? "sha-ni"
+                                         : "portable";
+  napi_value out;
+  napi_create_string_utf8(env, paths, NAPI_AUTO_LENGTH, &out);
+  return out;
+}
+
 // trimHeap(): hands the free pages of every malloc arena back to the system
 // (glibc's malloc_trim); nothing where the C library is not glibc.
 napi_value TrimHeap(napi_env, napi_callback_info) {
@@ -887,6 +898,7 @@ NAPI_MODULE_INIT() {
       {"setSimd", SetSimd},
       {"simdLevel", SimdLevel},
       {"trimHeap", TrimHeap},
+      {"shaPaths", ShaPaths},
       {"testThrow", TestThrow},
       {"testFailThreadStart", TestFailThreadStart},
   };
@@ -910,9 +922,8 @@ NAPI_MODULE_INIT() {
     napi_set_element(env, levels, level, name);
   }
   napi_set_named_property(env, exports, "simdLevels", levels);
-  napi_value sha, state_bytes;
-  napi_create_string_utf8(env, hsm::HasShaNi() ? "sha-ni" : "portable", NAPI_AUTO_LENGTH, &sha);
-  napi_set_named_property(env, exports, "sha", sha);
+  napi_value state_bytes;
+
   napi_create_uint32(env, static_cast<uint32_t>(sizeof(hsm::Sha256State)), &state_bytes);
   napi_set_named_property(env, exports, "sha256StateBytes", state_bytes);
   return exports;

@@ -64,7 +64,7 @@ for (let i = 0; i < runs; i++) {
 
 // Two sizes: a row block that stays in cache (1M values, what the store reader
 // and writer convert at a time) and a whole-layer buffer far larger than cache.
-const { nativeSimd, nativeSha } = await import(join(root, "dist", "kernels", "native.js"));
+const { nativeSimd, nativeShaPaths } = await import(join(root, "dist", "kernels", "native.js"));
 const { kernelOptions } = await import(join(root, "dist", "kernels", "default.js"));
 const { typescriptKernels } = await import(join(root, "dist", "kernels", "typescript", "index.js"));
 const nativeKernels = (await import(join(root, "dist", "kernels", "native.js"))).nativeKernels(kernelOptions());
@@ -139,7 +139,7 @@ const results = {
     ]),
   ),
   native: nativeSimd ?? "not built",
-  sha256: nativeSha ?? "node:crypto",
+  sha256: nativeShaPaths() ?? "node:crypto",
 };
 writeFileSync(join(benchDir, "bench-store.json"), JSON.stringify(results, null, 2) + "\n");
 

@@ -29,8 +29,8 @@ interface NativeBinding {
   f16Stats(src: Uint16Array): [number, number];
   /** Hands malloc's free pages back to the system. */
   trimHeap(): void;
-  /** "sha-ni" where the CPU has the SHA extensions, else "portable". */
-  sha: string;
+  /** The whole-file hashing paths at the level in force: "avx512-lanes+sha-ni", "avx512-lanes", "sha-ni" or "portable". */
+  shaPaths(): string;
   /** Bytes of the hash state a caller keeps between chunks. */
   sha256StateBytes: number;
   sha256Init(state: Uint8Array): void;
@@ -268,8 +268,13 @@ if (binding && process.env.HSM_SIMD) {
 /** The process's C heap, where the addon loaded: `trim` hands free pages back to the system (glibc; nothing elsewhere). */
 export const nativeHeap: { trim(): void } | undefined = binding && { trim: () => binding.trimHeap() };
 
-/** Which sha256 code path runs inside the addon ("sha-ni" or "portable"), or undefined where it did not load. */
-export const nativeSha: string | undefined = binding?.sha;
+/**
+ * Which sha256 code paths the addon runs at the SIMD level in force ("avx512-lanes+sha-ni", "avx512-lanes",
+ * "sha-ni" or "portable"), or undefined where it did not load.
+ */
+export function nativeShaPaths(): string | undefined {
+  return binding?.shaPaths();
+}
 
 /** Each native hash stream's state, so that two streams can be updated together. */
 const shaStates = new WeakMap<Sha256Stream, { state: Uint8Array; width: number }>();

@@ -12,7 +12,13 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { kernelOptions } from "../../src/kernels/default.js";
-import { nativeKernels, nativeSimdLevels } from "../../src/kernels/native.js";
+import {
+  nativeKernels,
+  nativeShaPaths,
+  nativeSimdLevel,
+  nativeSimdLevels,
+  setNativeSimd,
+} from "../../src/kernels/native.js";
 import { Rng } from "../../src/util/random.js";
 import { AVAILABLE, atSimdLevel } from "../helpers/backends.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -257,3 +263,20 @@ describe.skipIf(FILE_HASHERS.length === 0).each(FILE_HASHERS)(
     });
   },
 );
+
+describe.skipIf(!native)("the whole-file hashing paths named", () => {
+  it("follow the SIMD level in force: no vector lanes below avx512, no SHA extensions at portable", () => {
+    const before = nativeSimdLevel()!;
+    try {
+      for (const level of nativeSimdLevels) {
+        setNativeSimd(level);
+        const paths = nativeShaPaths()!;
+        if (level === "portable") expect(paths).toBe("portable");
+        else if (level === "avx2") expect(["sha-ni", "portable"]).toContain(paths);
+        else expect(paths).toMatch(/^avx512-lanes(\+sha-ni)?$/);
+      }
+    } finally {
+      setNativeSimd(before);
+    }
+  });
+});

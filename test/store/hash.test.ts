@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 
 import { storeKernels } from "../../src/kernels/default.js";
-import { nativeSha } from "../../src/kernels/native.js";
+import { nativeShaPaths } from "../../src/kernels/native.js";
 import { hashFiles, type HashJob, type HashOutcome } from "../../src/store/hash.js";
 import { Rng } from "../../src/util/random.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -70,7 +70,7 @@ describe("hashFiles", () => {
     ["native", undefined],
   ])("%s: digests, lengths and statistics in job order; a missing file's error is Node's", async (_name, env) => {
     if (env) process.env.HSM_NATIVE = env;
-    else if (!nativeSha) return; // no native core built here
+    else if (!nativeShaPaths()) return; // no native core built here
     expect(storeKernels({ quiet: true }).sha256Files === undefined).toBe(env === "0");
     for (const threads of [1, 2, 4]) {
       const got = await hashFiles(jobs, threads);
@@ -94,7 +94,7 @@ describe("hashFiles", () => {
     ["native", undefined],
   ])("%s: never follows a symbolic link or waits on a FIFO put in a file's place", async (_name, env) => {
     if (env) process.env.HSM_NATIVE = env;
-    else if (!nativeSha) return;
+    else if (!nativeShaPaths()) return;
     const link = join(dir, `link-${_name}.npy`);
     symlinkSync(files[1]!.path, link);
     const fifo = join(dir, `fifo-${_name}.npy`);

@@ -5,6 +5,7 @@
 // Every entry runs inside Guard, which turns a C++ exception into a JS Error.
 #include <node_api.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
@@ -851,6 +852,16 @@ napi_value TestFailThreadStart(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
+// testShaWideFrom(k): the sixteen AVX-512 lanes hash from k streams with
+// blocks in common (1 to 17; 17: never), or as timed (0).
+napi_value TestShaWideFrom(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  uint32_t k;
+  if (!GetArgs(env, info, 1, argv) || !GetU32(env, argv[0], "Expected a count", &k)) return nullptr;
+  hsm::testing::sha_wide_from.store(static_cast<int>(std::min<uint32_t>(k, 17)));
+  return nullptr;
+}
+
 // shaPaths(): the whole-file hashing paths at the SIMD level in force: sixteen
 // AVX-512 lanes for many files, the SHA extensions for a few, or plain C++.
 napi_value ShaPaths(napi_env env, napi_callback_info) {
@@ -901,6 +912,7 @@ NAPI_MODULE_INIT() {
       {"shaPaths", ShaPaths},
       {"testThrow", TestThrow},
       {"testFailThreadStart", TestFailThreadStart},
+      {"testShaWideFrom", TestShaWideFrom},
   };
   constexpr size_t kCount = sizeof(kEntries) / sizeof(kEntries[0]);
   napi_property_descriptor props[kCount];

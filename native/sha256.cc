@@ -1,8 +1,11 @@
 #include "sha256.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "cpu.h"
 #include "float16.h"
@@ -327,10 +330,43 @@ int Ready(const size_t n[], int count, int most, int lane[], size_t* common) {
 }
 
 #ifdef HSM_X86
+// Times the sixteen lanes against the SHA extensions four at a time, once per
+// process, on blocks in cache (about 0.1 ms): their speeds differ from CPU to
+// CPU (on AMD Zen 5 about 4.0 and 3.0 GB/s a core). Returns how many streams
+// the lanes need before they hash more than the SHA extensions do; 17: never.
+int CalibratedWideFrom() {
+  constexpr size_t kBlocks = 128;  // 8 KiB a stream
+  static const int from = [] {
+    std::unique_ptr<uint8_t[]> buf(new uint8_t[16 * 64 * kBlocks]());
+    uint32_t states[16][8] = {};
+    uint32_t* h[16];
+    const uint8_t* q[16];
+    for (int j = 0; j < 16; j++) h[j] = states[j], q[j] = buf.get() + j * 64 * kBlocks;
+    const auto best = [&](auto&& run) {
+      double least = 1e30;
+      for (int rep = 0; rep < 4; rep++) {  // the first warms the caches and the vector units
+        const auto t0 = std::chrono::steady_clock::now();
+        run();
+        const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rep > 0) least = std::min(least, t);
+      }
+      return least;
+    };
+    const double wide = 16 / best([&] { BlocksX16(h, q, kBlocks); });      // streams a second, per block
+    const double sha = 4 / best([&] { BlocksShaNiX<4>(h, q, kBlocks); });  // the same for four
+    return std::clamp(static_cast<int>(std::floor(16 * sha / wide)) + 1, 2, 17);
+  }();
+  return from;
+}
+
 // Streams with whole blocks left from which the sixteen-lane kernel is used:
-// with the SHA extensions, only where it nearly fills its lanes (sixteen
-// lanes hash about 1.33 times what the SHA extensions do four at a time).
-int WideFrom() { return ShaNi() ? 12 : 2; }
+// from two without the SHA extensions (one stream at a time is all the
+// portable code does), else from where it outruns them, as timed.
+int WideFrom() {
+  const int set = testing::sha_wide_from.load(std::memory_order_relaxed);
+  if (set > 0) return set;
+  return ShaNi() ? CalibratedWideFrom() : 2;
+}
 #endif
 
 // Hashes up to kMaxLanes streams at once: while enough have whole blocks

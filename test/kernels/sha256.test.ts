@@ -7,6 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
@@ -222,14 +223,38 @@ describe.skipIf(!native)("sha256Files (native core)", () => {
   });
 });
 
-/** The native core's whole-file hashing at each SIMD level this CPU has: sixteen AVX-512 lanes, the SHA extensions, plain C++. */
+/** The addon's test hook for where the sixteen lanes start (src/kernels/native.ts passes test hooks by). */
+function setWideFrom(streams: number): void {
+  const path =
+    process.env.HSM_NATIVE_PATH ??
+    join(import.meta.dirname, "..", "..", "native", "build", "Release", "hsm_native.node");
+  (createRequire(import.meta.url)(path) as { testShaWideFrom(k: number): void }).testShaWideFrom(streams);
+}
+
+/**
+ * The native core's whole-file hashing at each SIMD level this CPU has: plain C++, the SHA extensions, and at
+ * avx512 and above the sixteen lanes where timed to win, from two streams, and never.
+ */
 const FILE_HASHERS = native
-  ? nativeSimdLevels.map((level) => [level, atSimdLevel(nativeKernels(kernelOptions())!, level).sha256Files] as const)
+  ? nativeSimdLevels.flatMap((level) =>
+      (level === "portable" || level === "avx2" ? [0] : [0, 2, 17]).map((wideFrom) => {
+        const label = wideFrom === 0 ? level : `${level}, lanes ${wideFrom === 2 ? "from two streams" : "never"}`;
+        return [label, atSimdLevel(nativeKernels(kernelOptions())!, level).sha256Files, wideFrom] as const;
+      }),
+    )
   : [];
 
 describe.skipIf(FILE_HASHERS.length === 0).each(FILE_HASHERS)(
   "sha256Files with many files at once, %s",
-  (_l, hashFiles) => {
+  (_l, hashFilesAtLevel, wideFrom) => {
+    const hashFiles: typeof hashFilesAtLevel = async (jobs, threads) => {
+      setWideFrom(wideFrom);
+      try {
+        return await hashFilesAtLevel(jobs, threads);
+      } finally {
+        setWideFrom(0);
+      }
+    };
     const dir = tempDir("hsm-sha256-lanes-");
     const rng = new Rng(23);
     const CHUNK = 128 << 10;

@@ -240,8 +240,9 @@ function rowProblems(m: Record<string, unknown>, n: number, bad: Bad): void {
       bad(key, `has ${a.length} entries but query_ids has ${n}: one per row is required`);
   }
   const ids = m.query_ids as unknown[];
-  // One pass builds the set; a second finds the repeat only where there is one.
-  if (new Set(ids).size !== ids.length) {
+  // Ids in strictly ascending order are distinct without a set (as the rows of a bank numbered in order are). Else
+  // one pass builds the set; a second finds the repeat only where there is one.
+  if (!strictlyAscending(ids) && new Set(ids).size !== ids.length) {
     const seen = new Set<unknown>();
     const twice = ids.find((id) => {
       if (seen.has(id)) return true;
@@ -254,6 +255,16 @@ function rowProblems(m: Record<string, unknown>, n: number, bad: Bad): void {
   if (m.complete === true && isInt(m.rows_done) && m.rows_done !== n) {
     bad("complete", `is true but rows_done is ${m.rows_done} of ${n}`);
   }
+}
+
+/** Whether `ids` are strings, each after the one before in code-unit order: then no two are the same. */
+function strictlyAscending(ids: readonly unknown[]): boolean {
+  for (let i = 1; i < ids.length; i++) {
+    const a = ids[i - 1];
+    const b = ids[i];
+    if (typeof a !== "string" || typeof b !== "string" || !(a < b)) return false;
+  }
+  return true;
 }
 
 /** Each file entry against its name, the rows and d_model; returns the layers the files name. */
@@ -342,27 +353,43 @@ function isJsonPrimitive(v: unknown): boolean {
   return v === null || typeof v === "string" || typeof v === "number" || typeof v === "boolean";
 }
 
-/** JSON with every object's keys sorted and no spaces: one text for one value, whatever order built it. */
-function canonicalJson(value: unknown): string {
+/**
+ * JSON with every object's keys sorted and no spaces, one text for one value whatever order built it, handed to
+ * `out` piece by piece: the per-row arrays (tens of thousands of ids) go out as one flat string each, never joined
+ * into a larger one.
+ */
+function writeCanonicalJson(value: unknown, out: (text: string) => void): void {
   if (Array.isArray(value)) {
-    // The per-row arrays (tens of thousands of ids) in one call: for strings, finite or not numbers,
-    // booleans and null, JSON.stringify writes each element as the recursion below would.
-    if (value.every(isJsonPrimitive)) return JSON.stringify(value);
-    return `[${value.map(canonicalJson).join(",")}]`;
+    // For strings, finite or not numbers, booleans and null, JSON.stringify writes each element as the recursion
+    // below would.
+    if (value.every(isJsonPrimitive)) return out(JSON.stringify(value));
+    out("[");
+    value.forEach((v, i) => {
+      if (i > 0) out(",");
+      writeCanonicalJson(v, out);
+    });
+    return out("]");
   }
   if (value !== null && typeof value === "object") {
     const entries = Object.entries(value as Record<string, unknown>)
       .filter(([, v]) => v !== undefined)
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+    out("{");
+    entries.forEach(([k, v], i) => {
+      out(`${i > 0 ? "," : ""}${JSON.stringify(k)}:`);
+      writeCanonicalJson(v, out);
+    });
+    return out("}");
   }
-  return JSON.stringify(value);
+  out(JSON.stringify(value));
 }
 
 /** The sha256 of a manifest's content: every field but `manifest_sha256` itself, as canonical JSON. */
 export function manifestContentSha256(m: object): string {
   const { manifest_sha256: _, ...content } = m as Manifest;
-  return createHash("sha256").update(canonicalJson(content)).digest("hex");
+  const hash = createHash("sha256");
+  writeCanonicalJson(content, (text) => hash.update(text));
+  return hash.digest("hex");
 }
 
 /**

@@ -240,6 +240,15 @@ describe("verifyStore", () => {
       [/^index\.json: \[manifest-field\] "query_ids" lists "query_\d+" twice$/],
     ],
     [
+      "a query id repeated far from its first place, among ids out of order",
+      (s: string) =>
+        editManifest(s, (m) => {
+          m.query_ids.reverse();
+          m.query_ids[60] = m.query_ids[3];
+        }),
+      [/^index\.json: \[manifest-field\] "query_ids" lists "query_\d+" twice$/],
+    ],
+    [
       "a non-finite count that disagrees with the data",
       (s: string) => editManifest(s, (m) => (m.files["L005.npy"].nonfinite = 0)),
       ["L005.npy: [nonfinite] holds 2 non-finite values, the manifest says 0"],
@@ -261,6 +270,13 @@ describe("verifyStore", () => {
     expected.forEach((want, i) =>
       typeof want === "string" ? expect(got[i]).toBe(want) : expect(got[i]).toMatch(want),
     );
+  });
+
+  it("takes distinct query ids in any order", async () => {
+    const store = corrupt((s) => editManifest(s, (m) => m.query_ids.reverse()));
+    const r = await verifyStore(store);
+    expect(lines(r)).toEqual([]);
+    expect(r.ok).toBe(true);
   });
 
   it.each([

@@ -852,8 +852,8 @@ napi_value TestFailThreadStart(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
-// testShaWideFrom(k): the sixteen AVX-512 lanes hash from k streams with
-// blocks in common (1 to 17; 17: never), or as timed (0).
+// testShaWideFrom(k): the vector lanes hash from k streams with blocks in
+// common (1 to 17; 17: never), or as timed (0).
 napi_value TestShaWideFrom(napi_env env, napi_callback_info info) {
   napi_value argv[1];
   uint32_t k;
@@ -862,14 +862,16 @@ napi_value TestShaWideFrom(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
-// shaPaths(): the whole-file hashing paths at the SIMD level in force: sixteen
-// AVX-512 lanes for many files, the SHA extensions for a few, or plain C++.
+// shaPaths(): the whole-file hashing paths at the SIMD level in force: vector
+// lanes for many files (sixteen AVX-512 or eight AVX2), the SHA extensions
+// for a few, or plain C++.
 napi_value ShaPaths(napi_env env, napi_callback_info) {
-  const char* paths = hsm::HasAvx512Bw() ? (hsm::HasShaNi() ? "avx512-lanes+sha-ni" : "avx512-lanes")
-                      : hsm::HasShaNi()  ? "sha-ni"
-                                         : "portable";
+  const char* lanes = hsm::HasAvx512Bw() ? "avx512-lanes" : hsm::HasAvx2() ? "avx2-lanes" : nullptr;
+  std::string paths = lanes ? lanes : "";
+  if (hsm::HasShaNi()) paths += lanes ? "+sha-ni" : "sha-ni";
+  if (paths.empty()) paths = "portable";
   napi_value out;
-  napi_create_string_utf8(env, paths, NAPI_AUTO_LENGTH, &out);
+  napi_create_string_utf8(env, paths.c_str(), paths.size(), &out);
   return out;
 }
 

@@ -189,7 +189,7 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline void Transpose
   for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-__attribute__((target("avx512f,avx512bw"))) void BlocksX16(uint32_t* const h[16], const uint8_t* const data[16],
+__attribute__((target("avx512f,avx512bw"))) void BlocksX16(uint32_t* const h[], const uint8_t* const data[],
                                                            size_t blocks) {
   const __m512i swap = _mm512_broadcast_i32x4(_mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL));
   __m512i s[8];
@@ -236,6 +236,83 @@ __attribute__((target("avx512f,avx512bw"))) void BlocksX16(uint32_t* const h[16]
     alignas(64) uint32_t v[16];
     _mm512_store_si512(v, s[i]);
     for (int j = 0; j < 16; j++) h[j][i] = v[j];
+  }
+}
+
+// The same on eight messages in the 32-bit lanes of AVX2 registers, for CPUs
+// without AVX-512: AVX2 has no rotate, so each is two shifts and an or, and
+// no three-input logic, so Ch and Maj take three steps each.
+__attribute__((target("avx2"), always_inline)) inline __m256i Ror8(__m256i x, int n) {
+  return _mm256_or_si256(_mm256_srli_epi32(x, n), _mm256_slli_epi32(x, 32 - n));
+}
+
+// Eight rows of eight words to eight registers each holding one word of every row.
+__attribute__((target("avx2"), always_inline)) inline void Transpose8(__m256i r[8]) {
+  __m256i t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4q + k] now holds, in its 128-bit half c, words 4c + k of rows 4q…4q+3.
+  for (int k = 0; k < 4; k++) {
+    t[k] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x20);
+    t[4 + k] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x31);
+  }
+  for (int i = 0; i < 8; i++) r[i] = t[i];
+}
+
+__attribute__((target("avx2"))) void BlocksX8(uint32_t* const h[], const uint8_t* const data[], size_t blocks) {
+  const __m256i swap = _mm256_broadcastsi128_si256(_mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL));
+  __m256i s[8];
+  for (int i = 0; i < 8; i++) {
+    alignas(32) uint32_t v[8];
+    for (int j = 0; j < 8; j++) v[j] = h[j][i];
+    s[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(v));
+  }
+  for (size_t b = 0; b < blocks; b++) {
+    __m256i w[16];
+    for (int half = 0; half < 2; half++) {
+      for (int j = 0; j < 8; j++) {
+        w[8 * half + j] = _mm256_shuffle_epi8(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data[j] + 64 * b + 32 * half)), swap);
+      }
+      Transpose8(w + 8 * half);
+    }
+    __m256i a = s[0], bb = s[1], c = s[2], d = s[3], e = s[4], f = s[5], g = s[6], hh = s[7];
+#pragma GCC unroll 64
+    for (int t = 0; t < 64; t++) {
+      if (t >= 16) {
+        const __m256i w15 = w[(t - 15) & 15], w2 = w[(t - 2) & 15];
+        const __m256i s0 = _mm256_xor_si256(_mm256_xor_si256(Ror8(w15, 7), Ror8(w15, 18)), _mm256_srli_epi32(w15, 3));
+        const __m256i s1 = _mm256_xor_si256(_mm256_xor_si256(Ror8(w2, 17), Ror8(w2, 19)), _mm256_srli_epi32(w2, 10));
+        w[t & 15] = _mm256_add_epi32(_mm256_add_epi32(w[t & 15], s0), _mm256_add_epi32(w[(t - 7) & 15], s1));
+      }
+      const __m256i hkw = _mm256_add_epi32(hh, _mm256_add_epi32(w[t & 15], _mm256_set1_epi32(kK[t])));
+      const __m256i s1 = _mm256_xor_si256(_mm256_xor_si256(Ror8(e, 6), Ror8(e, 11)), Ror8(e, 25));
+      const __m256i ch = _mm256_xor_si256(_mm256_and_si256(e, f), _mm256_andnot_si256(e, g));
+      const __m256i x = _mm256_add_epi32(hkw, ch);
+      const __m256i t1 = _mm256_add_epi32(x, s1);
+      const __m256i dx = _mm256_add_epi32(d, x);
+      const __m256i s0 = _mm256_xor_si256(_mm256_xor_si256(Ror8(a, 2), Ror8(a, 13)), Ror8(a, 22));
+      const __m256i maj = _mm256_xor_si256(_mm256_and_si256(_mm256_xor_si256(a, bb), c), _mm256_and_si256(a, bb));
+      hh = g, g = f, f = e, e = _mm256_add_epi32(dx, s1);
+      d = c, c = bb, bb = a, a = _mm256_add_epi32(_mm256_add_epi32(t1, maj), s0);
+    }
+    s[0] = _mm256_add_epi32(s[0], a), s[1] = _mm256_add_epi32(s[1], bb);
+    s[2] = _mm256_add_epi32(s[2], c), s[3] = _mm256_add_epi32(s[3], d);
+    s[4] = _mm256_add_epi32(s[4], e), s[5] = _mm256_add_epi32(s[5], f);
+    s[6] = _mm256_add_epi32(s[6], g), s[7] = _mm256_add_epi32(s[7], hh);
+  }
+  for (int i = 0; i < 8; i++) {
+    alignas(32) uint32_t v[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v), s[i]);
+    for (int j = 0; j < 8; j++) h[j][i] = v[j];
   }
 }
 
@@ -318,6 +395,7 @@ void Stash(Sha256State* s, const uint8_t* p, size_t n) {
   s->pending_len += static_cast<uint32_t>(n);
 }
 
+#ifdef HSM_X86
 // The streams among n[0, count) with whole blocks left, up to `most` of them
 // into `lane`, and the blocks every one of those has.
 int Ready(const size_t n[], int count, int most, int lane[], size_t* common) {
@@ -329,49 +407,65 @@ int Ready(const size_t n[], int count, int most, int lane[], size_t* common) {
   return k;
 }
 
-#ifdef HSM_X86
-// Times the sixteen lanes against the SHA extensions four at a time, once per
-// process, on blocks in cache (about 0.1 ms): their speeds differ from CPU to
-// CPU (on AMD Zen 5 about 4.0 and 3.0 GB/s a core). Returns how many streams
-// the lanes need before they hash more than the SHA extensions do; 17: never.
-int CalibratedWideFrom() {
-  constexpr size_t kBlocks = 128;  // 8 KiB a stream
-  static const int from = [] {
-    std::unique_ptr<uint8_t[]> buf(new uint8_t[16 * 64 * kBlocks]());
-    uint32_t states[16][8] = {};
-    uint32_t* h[16];
-    const uint8_t* q[16];
-    for (int j = 0; j < 16; j++) h[j] = states[j], q[j] = buf.get() + j * 64 * kBlocks;
-    const auto best = [&](auto&& run) {
-      double least = 1e30;
-      for (int rep = 0; rep < 4; rep++) {  // the first warms the caches and the vector units
-        const auto t0 = std::chrono::steady_clock::now();
-        run();
-        const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (rep > 0) least = std::min(least, t);
-      }
-      return least;
-    };
-    const double wide = 16 / best([&] { BlocksX16(h, q, kBlocks); });      // streams a second, per block
-    const double sha = 4 / best([&] { BlocksShaNiX<4>(h, q, kBlocks); });  // the same for four
-    return std::clamp(static_cast<int>(std::floor(16 * sha / wide)) + 1, 2, 17);
-  }();
-  return from;
+// A kernel hashing one message per vector lane, and how many lanes it has.
+struct Wide {
+  int lanes;
+  void (*blocks)(uint32_t* const h[], const uint8_t* const data[], size_t blocks);
+};
+
+// The widest lanes the SIMD level in force allows; none below AVX2.
+Wide WideLanes() {
+  if (HasAvx512Bw()) return {16, BlocksX16};
+  if (HasAvx2()) return {8, BlocksX8};
+  return {0, nullptr};
 }
 
-// Streams with whole blocks left from which the sixteen-lane kernel is used:
-// from two without the SHA extensions (one stream at a time is all the
-// portable code does), else from where it outruns them, as timed.
-int WideFrom() {
+// Times `wide` against the SHA extensions four at a time on blocks in cache
+// (8 KiB a stream, about 0.1 ms): their speeds differ from CPU to CPU (on AMD
+// Zen 5 sixteen AVX-512 lanes hash about 4.0 GB/s a core, the SHA extensions
+// 3.0). Returns how many streams the lanes need before they hash more; one
+// more than the lanes: never.
+int TimedWideFrom(const Wide& wide) {
+  constexpr size_t kBlocks = 128;
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[16 * 64 * kBlocks]());
+  uint32_t states[16][8] = {};
+  uint32_t* h[16];
+  const uint8_t* q[16];
+  for (int j = 0; j < 16; j++) h[j] = states[j], q[j] = buf.get() + j * 64 * kBlocks;
+  const auto best = [&](auto&& run) {
+    double least = 1e30;
+    for (int rep = 0; rep < 4; rep++) {  // the first warms the caches and the vector units
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rep > 0) least = std::min(least, t);
+    }
+    return least;
+  };
+  const double lanes = wide.lanes / best([&] { wide.blocks(h, q, kBlocks); });  // streams a second, per block
+  const double sha = 4 / best([&] { BlocksShaNiX<4>(h, q, kBlocks); });         // the same for four
+  return std::clamp(static_cast<int>(std::floor(wide.lanes * sha / lanes)) + 1, 2, wide.lanes + 1);
+}
+
+// Streams with whole blocks left from which `wide` is used: from two without
+// the SHA extensions (the portable code hashes one stream at a time), else
+// from where it outruns them, timed once per process for each kind of lanes.
+int WideFrom(const Wide& wide) {
   const int set = testing::sha_wide_from.load(std::memory_order_relaxed);
   if (set > 0) return set;
-  return ShaNi() ? CalibratedWideFrom() : 2;
+  if (!ShaNi()) return 2;
+  if (wide.lanes == 16) {
+    static const int from16 = TimedWideFrom(wide);
+    return from16;
+  }
+  static const int from8 = TimedWideFrom(wide);
+  return from8;
 }
 #endif
 
 // Hashes up to kMaxLanes streams at once: while enough have whole blocks
-// left, their common blocks go through the sixteen-lane kernel, then through
-// the SHA extensions up to four at a time, and the rest one by one.
+// left, their common blocks go through the vector lanes, then through the SHA
+// extensions up to four at a time, and the rest one by one.
 void HashBytesN(Sha256State* const s[], const uint8_t* p[], size_t n[], int count) {
   for (int j = 0; j < count; j++) {
     const size_t took = TopUp(s[j], p[j], n[j]);
@@ -380,17 +474,17 @@ void HashBytesN(Sha256State* const s[], const uint8_t* p[], size_t n[], int coun
 #ifdef HSM_X86
   int lane[kMaxLanes];
   size_t common = 0;
-  if (HasAvx512Bw()) {
-    for (int k; (k = Ready(n, count, 16, lane, &common)) >= WideFrom();) {
+  if (const Wide wide = WideLanes(); wide.blocks != nullptr) {
+    for (int k; (k = Ready(n, count, wide.lanes, lane, &common)) >= WideFrom(wide);) {
       // Lanes without a stream of their own hash the first one's blocks again, into scratch.
       uint32_t spare[16][8];
       uint32_t* h[16];
       const uint8_t* q[16];
-      for (int i = 0; i < 16; i++) {
+      for (int i = 0; i < wide.lanes; i++) {
         h[i] = i < k ? s[lane[i]]->h : spare[i];
         q[i] = p[lane[i < k ? i : 0]];
       }
-      BlocksX16(h, q, common);
+      wide.blocks(h, q, common);
       for (int i = 0; i < k; i++) p[lane[i]] += 64 * common, n[lane[i]] -= 64 * common;
     }
   }

@@ -33,18 +33,18 @@ void Sha256Update2(Sha256State* a, const uint8_t* data_a, size_t n_a, size_t fro
                    const uint8_t* data_b, size_t n_b, size_t from_b, int width);
 
 // Sha256Update on up to kMaxLanes states at once, each with its own values'
-// width. On a CPU with AVX-512, where enough have blocks in common (two
-// without the SHA extensions; with them, as many as it takes for the lanes to
-// hash more, timed once per process: eleven on AMD Zen 5), they are
-// hashed sixteen side by side in vector lanes; otherwise the SHA extensions'
-// blocks are interleaved four at a time, as in Sha256Update2.
+// width. Where enough have blocks in common (two without the SHA extensions;
+// with them, as many as it takes for the lanes to hash more, timed once per
+// process: eleven of sixteen on AMD Zen 5), they are hashed side by side in
+// vector lanes, sixteen with AVX-512 or eight with AVX2; otherwise the SHA
+// extensions' blocks are interleaved four at a time, as in Sha256Update2.
 constexpr int kMaxLanes = 16;
 void Sha256UpdateN(Sha256State* const s[], const uint8_t* const data[], const size_t n[], const size_t stats_from[],
                    const int width[], int count);
 
 namespace testing {
-// Streams from which the sixteen lanes are used, in place of the timed choice
-// (0: timed; 17: never), so that tests reach both paths on any CPU.
+// Streams from which the vector lanes are used, in place of the timed choice
+// (0: timed; 17: never), so that tests reach every path on any CPU.
 inline std::atomic<int> sha_wide_from{0};
 }  // namespace testing
 

@@ -29,7 +29,7 @@ interface NativeBinding {
   f16Stats(src: Uint16Array): [number, number];
   /** Hands malloc's free pages back to the system. */
   trimHeap(): void;
-  /** The whole-file hashing paths at the level in force: "avx512-lanes+sha-ni", "avx512-lanes", "sha-ni" or "portable". */
+  /** The whole-file hashing paths at the level in force: vector lanes ("avx512-lanes", "avx2-lanes") and "sha-ni", joined by "+", or "portable". */
   shaPaths(): string;
   /** Bytes of the hash state a caller keeps between chunks. */
   sha256StateBytes: number;
@@ -269,8 +269,9 @@ if (binding && process.env.HSM_SIMD) {
 export const nativeHeap: { trim(): void } | undefined = binding && { trim: () => binding.trimHeap() };
 
 /**
- * Which sha256 code paths the addon runs at the SIMD level in force ("avx512-lanes+sha-ni", "avx512-lanes",
- * "sha-ni" or "portable"), or undefined where it did not load.
+ * Which sha256 code paths the addon runs at the SIMD level in force: vector lanes ("avx512-lanes", "avx2-lanes")
+ * and the SHA extensions ("sha-ni"), joined by "+" ("avx512-lanes+sha-ni"), or "portable"; undefined where it did
+ * not load.
  */
 export function nativeShaPaths(): string | undefined {
   return binding?.shaPaths();

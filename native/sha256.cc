@@ -477,7 +477,7 @@ void HashBytesN(Sha256State* const s[], const uint8_t* p[], size_t n[], int coun
   if (const Wide wide = WideLanes(); wide.blocks != nullptr) {
     for (int k; (k = Ready(n, count, wide.lanes, lane, &common)) >= WideFrom(wide);) {
       // Lanes without a stream of their own hash the first one's blocks again, into scratch.
-      uint32_t spare[16][8];
+      uint32_t spare[16][8] = {};
       uint32_t* h[16];
       const uint8_t* q[16];
       for (int i = 0; i < wide.lanes; i++) {

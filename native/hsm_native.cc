@@ -862,16 +862,11 @@ napi_value TestShaWideFrom(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
-// shaPaths(): the whole-file hashing paths at the SIMD level in force: vector
-// lanes for many files (sixteen AVX-512 or eight AVX2), the SHA extensions
-// for a few, or plain C++.
+// shaPaths(): the whole-file hashing paths at the SIMD level in force (see
+// Sha256Paths).
 napi_value ShaPaths(napi_env env, napi_callback_info) {
-  const char* lanes = hsm::HasAvx512Bw() ? "avx512-lanes" : hsm::HasAvx2() ? "avx2-lanes" : nullptr;
-  std::string paths = lanes ? lanes : "";
-  if (hsm::HasShaNi()) paths += lanes ? "+sha-ni" : "sha-ni";
-  if (paths.empty()) paths = "portable";
   napi_value out;
-  napi_create_string_utf8(env, paths.c_str(), paths.size(), &out);
+  napi_create_string_utf8(env, hsm::Sha256Paths(), NAPI_AUTO_LENGTH, &out);
   return out;
 }
 
@@ -937,7 +932,6 @@ NAPI_MODULE_INIT() {
   }
   napi_set_named_property(env, exports, "simdLevels", levels);
   napi_value state_bytes;
-
   napi_create_uint32(env, static_cast<uint32_t>(sizeof(hsm::Sha256State)), &state_bytes);
   napi_set_named_property(env, exports, "sha256StateBytes", state_bytes);
   return exports;

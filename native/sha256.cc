@@ -526,7 +526,15 @@ constexpr size_t kTile = size_t{32} << 10;
 
 }  // namespace
 
-bool HasShaNi() { return ShaNi(); }
+const char* Sha256Paths() {
+#ifdef HSM_X86
+  const int lanes = WideLanes().lanes;
+  if (ShaNi()) return lanes == 16 ? "avx512-lanes+sha-ni" : lanes == 8 ? "avx2-lanes+sha-ni" : "sha-ni";
+  return lanes == 16 ? "avx512-lanes" : lanes == 8 ? "avx2-lanes" : "portable";
+#else
+  return "portable";
+#endif
+}
 
 void Sha256Init(Sha256State* s) {
   static constexpr uint32_t kInit[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,

@@ -18,8 +18,10 @@ struct Sha256State {
   uint8_t pending[64];
 };
 
-// True when this CPU has the SHA extensions and the fast path is in use.
-bool HasShaNi();
+// The whole-file hashing paths at the SIMD level in force: the vector lanes
+// ("avx512-lanes", "avx2-lanes") and the SHA extensions ("sha-ni"), joined by
+// "+", or "portable".
+const char* Sha256Paths();
 
 void Sha256Init(Sha256State* s);
 

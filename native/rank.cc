@@ -4,9 +4,11 @@
 #include "cpu.h"
 #include "row_groups.h"
 #include "threads.h"
+#include "transpose.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -176,80 +178,289 @@ __attribute__((target("avx512f,avx512bf16"))) void PairsBf16(const float* v, siz
   }
 }
 
-// Screening with bfloat16 products, exact where it matters. Rows and anchors
-// are unit vectors. Rounding to bfloat16 (8 significant bits, to nearest) has
-// relative error at most 2^-8 per factor (or flushes below 2^-126), so each
-// product is off by at most (2^-7 + 2^-16)|x_i a_i|, at most 2^-7 + 2^-16 in
-// all; summing d products in float32, in this pass and in the float32 path,
-// adds at most 2 d 2^-24 (under 2^-11 for d up to 8192). The screened score is
-// therefore within 2^-7 + 2^-11 < kScreen of the float32 one. An anchor
-// scoring clearly above or below a row's own score is counted from the screen;
-// an anchor within kScreen of the own score is recomputed in float32 with the
-// float32 path's arithmetic (NearPairs), so every count equals that path's.
-constexpr float kScreen = 1.0f / 64;
+// Screening with bfloat16 products, exact where it matters. A row x and an
+// anchor a are read by the screen as xh and ah, their values rounded to
+// bfloat16 (to nearest; values below 2^-126 read as 0), and the rest xl = x - xh,
+// al = a - ah is left out. The screen's products xh_i ah_i are exact in float32,
+// and x.a - xh.ah = xl.a + xh.al, which by Cauchy-Schwarz is at most
+// |xl| |a| + |xh| |al| in size. Summing d terms in float32 (the screen's
+// accumulation, or the float32 path's d fused multiply-adds) moves a sum by at
+// most g_d times the sum of the terms' sizes, g_d = d u / (1 - d u), u = 2^-24,
+// and that sum is at most |xh| |ah| for the screen and |x| |a| for the float32
+// path. So the screened score of the pair is within
+//   B = (|xl| + g_d |x|) |a| + |xh| (|al| + g_d |ah|)
+// of the float32 score, norms taken per row and per anchor (in float64, then
+// rounded up). For unit vectors B is about 0.003 at d = 1024: the bfloat16
+// rounding errors of d coordinates do not all lean one way unless the vectors
+// make them. An anchor scoring more than B + δ above a row's own score is
+// counted from the screen, one more than B + δ below is not; an anchor between
+// is recomputed in float32 with the float32 path's arithmetic (NearPairs), so
+// every count equals that path's. δ = 2^-20 (1 + |x| max |a|) covers the float32
+// rounding of the bound and of the comparisons, and products flushed below 2^-126.
 
-// The (row, anchor) pairs a screen could not call, recomputed in float32 kNearChains at a time,
-// lane for lane what the float32 tiles compute: one fused multiply-add per k, in order, from
-// zero. The chains run side by side so that their latencies overlap.
-class NearPairs {
+// The screen's bound for one row, ready for the epilogue: B + δ = r1 |a| + r2 c_a + delta, with c_a =
+// |al| + g_d |ah| kept per anchor (ScreenBound).
+struct RowBound {
+  float r1;     // |xl| + g_d |x|
+  float r2;     // |xh|
+  float delta;  // δ
+};
+
+// v's norms as the bound needs them, in float64: of v, of vh (v's bfloat16 values as the screen reads them,
+// from `pairs` as PairsBf16 wrote them with `stride`) and of vl = v - vh (each difference exact in float32).
+struct Bf16Norms {
+  double v, h, l;
+};
+Bf16Norms NormsOf(const float* v, size_t d, const uint32_t* pairs, size_t stride) {
+  double sv = 0, sh = 0, sl = 0;
+  for (size_t k = 0; k < d; k++) {
+    const uint32_t pair = pairs[(k / 2) * stride];
+    const uint32_t bits = (k % 2 == 0 ? pair & 0xffffu : pair >> 16) << 16;
+    float h;
+    std::memcpy(&h, &bits, sizeof(h));
+    const double l = static_cast<double>(v[k] - h);
+    sv += static_cast<double>(v[k]) * v[k];
+    sh += static_cast<double>(h) * h;
+    sl += l * l;
+  }
+  return {std::sqrt(sv), std::sqrt(sh), std::sqrt(sl)};
+}
+
+// A nonnegative float64 as the nearest float32 not below it.
+float Up(double v) {
+  const float f = static_cast<float>(v);
+  return static_cast<double>(f) < v ? std::nextafter(f, INFINITY) : f;
+}
+
+// The anchors' side of the bound, lane for lane as the panels hold them (zero past the last anchor).
+class ScreenBound {
  public:
-  // Row r is x's row rows[r].
-  NearPairs(const float* x, const int32_t* rows, const float* a, size_t d, const float* own_score, int32_t* above)
-      : x_(x), x_rows_(rows), a_(a), d_(d), own_score_(own_score), above_(above) {}
-  ~NearPairs() { Flush(); }
-
-  void Add(size_t r, size_t g) {
-    rows_[n_] = r;
-    anchors_[n_] = g;
-    if (++n_ == kNearChains) Flush();
+  // pairs: anchor g's bfloat16 pairs start at pairs + (g / 16) * 16 * dp + g % 16, stride 16.
+  ScreenBound(const float* a, size_t n_anchors, size_t d, const uint32_t* pairs, size_t dp, size_t n_panels,
+              int threads)
+      : d_(d), na_(n_panels * kPanel), ca_(n_panels * kPanel) {
+    const double n = static_cast<double>(d + 2) * 0x1p-24;  // the sums' roundings, with room for padding
+    gamma_ = n / (1 - n);
+    Shares(n_anchors, threads, [&](size_t g0, size_t g1) {
+      for (size_t g = g0; g < g1; g++) {
+        const Bf16Norms m = NormsOf(a + g * d, d, pairs + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
+        na_[g] = Up(m.v);
+        ca_[g] = Up(m.l + gamma_ * m.h);
+      }
+    });
+    for (size_t g = 0; g < n_anchors; g++) na_max_ = std::max(na_max_, na_[g]);
   }
 
-  __attribute__((target("avx512f"))) void Flush() {
-    const float* xs[kNearChains];
-    const float* as[kNearChains];
-    for (size_t j = 0; j < kNearChains; j++) {
-      const size_t i = j < n_ ? j : 0;  // a short batch repeats its first pair, whose result is not used
-      xs[j] = x_ + static_cast<size_t>(x_rows_[rows_[i]]) * d_;
-      as[j] = a_ + anchors_[i] * d_;
+  // Row x (pairs: its bfloat16 pairs, stride 1).
+  RowBound Row(const float* x, const uint32_t* pairs) const {
+    const Bf16Norms m = NormsOf(x, d_, pairs, 1);
+    return {Up(m.l + gamma_ * m.v), Up(m.h), Up(0x1p-20 * (1 + m.v * na_max_))};
+  }
+  const float* na(size_t panel) const { return na_.data() + panel * kPanel; }
+  const float* ca(size_t panel) const { return ca_.data() + panel * kPanel; }
+
+ private:
+  size_t d_;
+  double gamma_ = 0;
+  float na_max_ = 0;
+  std::vector<float> na_, ca_;
+};
+
+// Rows of d floats copied `stride` floats apart, stride a whole number of 64-byte lines but an odd one:
+// rows d = 1024 floats apart all fall on the same cache sets (4 KB apart), and the recomputation below
+// reads the same few coordinates of many rows at once.
+size_t PaddedStride(size_t d) {
+  const size_t lines = (d + 15) / 16;
+  return 16 * (lines % 2 == 1 ? lines : lines + 1);
+}
+
+// rows[r] (x's rows rows[first + r]; every row of x when rows is null), each copied `stride` floats apart.
+std::unique_ptr<float[]> Padded(const float* x, const int32_t* rows, size_t first, size_t n, size_t d, size_t stride,
+                                int threads) {
+  std::unique_ptr<float[]> out(new float[n * stride]);
+  Shares(n, threads, [&](size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; r++) {
+      const size_t from = rows ? static_cast<size_t>(rows[first + r]) : r;
+      std::memcpy(out.get() + r * stride, x + from * d, d * sizeof(float));
     }
-    float c[kNearChains] = {};
-    for (size_t k = 0; k < d_; k++) {
-#pragma GCC unroll 8
-      for (size_t j = 0; j < kNearChains; j++) c[j] = __builtin_fmaf(xs[j][k], as[j][k], c[j]);
+  });
+  return out;
+}
+
+// The (row, anchor) pairs a screen could not call, recomputed in float32 with the float32 tiles'
+// arithmetic: one fused multiply-add per k, in order, from zero. They are recomputed when an anchor
+// block ends, while its anchors are in cache. A row's near anchors in the block go sixteen at a time
+// to a group, one anchor per lane of a vector, and all the block's groups advance together sixteen
+// coordinates at a time: the anchors' values there are transposed into lanes, the row's broadcast,
+// and the few kilobytes the step reads serve every group. A row left with fewer than kGroupFrom near
+// anchors has them recomputed a pair at a time, kChains scalar chains side by side.
+class NearPairs {
+ public:
+  // Rows [r_begin, r_end) may come, row r copied at x + (r - r_begin) * stride; anchor g is at a + g * stride (a
+  // Padded copy).
+  NearPairs(const float* x, const float* a, size_t d, size_t stride, const float* own_score, int32_t* above,
+            size_t r_begin, size_t r_end)
+      : x_(x),
+        a_(a),
+        d_(d),
+        stride_(stride),
+        own_score_(own_score),
+        above_(above),
+        r_begin_(r_begin),
+        near_(r_end - r_begin) {}
+
+  void Add(size_t r, size_t g) { near_[r - r_begin_].push_back(static_cast<uint32_t>(g)); }
+
+  // The anchor block is done: every pair found near in it.
+  void EndBlock() {
+    groups_.clear();
+    for (size_t i = 0; i < near_.size(); i++) {
+      std::vector<uint32_t>& g = near_[i];
+      for (size_t j0 = 0; j0 < g.size(); j0 += kLanes) {
+        const size_t n = std::min(kLanes, g.size() - j0);
+        if (n >= kGroupFrom) {
+          GroupJob job{r_begin_ + i, {}, n};
+          for (size_t j = 0; j < kLanes; j++) job.g[j] = g[j0 + (j < n ? j : 0)];
+          groups_.push_back(job);
+        } else {
+          for (size_t j = 0; j < n; j++) Pair(r_begin_ + i, g[j0 + j]);
+        }
+      }
+      g.clear();
     }
-    for (size_t j = 0; j < n_; j++) above_[rows_[j]] += c[j] > own_score_[rows_[j]];
-    n_ = 0;
+    if (!groups_.empty()) Groups();
+    Pairs();
   }
 
  private:
-  static constexpr size_t kNearChains = 8;
+  static constexpr size_t kLanes = 16;
+  static constexpr size_t kGroupFrom = 3;
+  static constexpr size_t kChains = 8;
+  static constexpr size_t kGroups = 4;
+
+  // One row against up to sixteen anchors; lanes past n repeat the first anchor, and their results are not used.
+  struct GroupJob {
+    size_t r;
+    uint32_t g[kLanes];
+    size_t n;
+  };
+
+// GCC 12's AVX-512 headers pass an undefined register as the unused merge source of unmasked intrinsics, which
+// -Wuninitialized and -Wmaybe-uninitialized report once they are inlined (here, Transpose16's); every lane is written.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+  // The groups kGroups at a time, their chains interleaved so that their latencies overlap (a group past the
+  // last repeats the last; its result is not used).
+  __attribute__((target("avx512f"))) void Groups() {
+    const size_t n = groups_.size();
+    const size_t sets = (n + kGroups - 1) / kGroups;
+    sums_.assign(sets * kGroups * kLanes, 0.0f);
+    alignas(64) float t[kGroups][kLanes][kLanes];
+    for (size_t k0 = 0; k0 < d_; k0 += kLanes) {
+      const size_t nk = std::min(kLanes, d_ - k0);
+      const __mmask16 mask = nk == kLanes ? 0xffff : static_cast<__mmask16>((1u << nk) - 1);
+      for (size_t q0 = 0; q0 < n; q0 += kGroups) {
+        const float* xk[kGroups];
+        for (size_t q = 0; q < kGroups; q++) {
+          const GroupJob& job = groups_[std::min(q0 + q, n - 1)];
+          __m512i v[kLanes];
+#pragma GCC unroll 16
+          for (size_t j = 0; j < kLanes; j++)
+            v[j] = _mm512_maskz_loadu_epi32(mask, a_ + static_cast<size_t>(job.g[j]) * stride_ + k0);
+          Transpose16(v);  // v[i]: coordinate k0 + i of every lane's anchor
+#pragma GCC unroll 16
+          for (size_t i = 0; i < kLanes; i++) _mm512_store_si512(t[q][i], v[i]);
+          xk[q] = x_ + (job.r - r_begin_) * stride_ + k0;
+        }
+        float* sums = sums_.data() + q0 * kLanes;
+        __m512 c[kGroups];
+#pragma GCC unroll 4
+        for (size_t q = 0; q < kGroups; q++) c[q] = _mm512_loadu_ps(sums + q * kLanes);
+        if (nk == kLanes) {
+#pragma GCC unroll 16
+          for (size_t i = 0; i < kLanes; i++) {
+#pragma GCC unroll 4
+            for (size_t q = 0; q < kGroups; q++)
+              c[q] = _mm512_fmadd_ps(_mm512_set1_ps(xk[q][i]), _mm512_load_ps(t[q][i]), c[q]);
+          }
+        } else {
+          for (size_t i = 0; i < nk; i++) {
+#pragma GCC unroll 4
+            for (size_t q = 0; q < kGroups; q++)
+              c[q] = _mm512_fmadd_ps(_mm512_set1_ps(xk[q][i]), _mm512_load_ps(t[q][i]), c[q]);
+          }
+        }
+#pragma GCC unroll 4
+        for (size_t q = 0; q < kGroups; q++) _mm512_storeu_ps(sums + q * kLanes, c[q]);
+      }
+    }
+    for (size_t q = 0; q < n; q++) {
+      const size_t r = groups_[q].r;
+      for (size_t j = 0; j < groups_[q].n; j++) above_[r] += sums_[q * kLanes + j] > own_score_[r];
+    }
+  }
+#pragma GCC diagnostic pop
+
+  void Pair(size_t r, size_t g) {
+    pair_rows_[n_pairs_] = r;
+    pair_anchors_[n_pairs_] = g;
+    if (++n_pairs_ == kChains) Pairs();
+  }
+
+  __attribute__((target("avx512f"))) void Pairs() {
+    if (n_pairs_ == 0) return;
+    const float* xs[kChains];
+    const float* as[kChains];
+    for (size_t j = 0; j < kChains; j++) {
+      const size_t i = j < n_pairs_ ? j : 0;  // a short batch repeats its first pair, whose result is not used
+      xs[j] = x_ + (pair_rows_[i] - r_begin_) * stride_;
+      as[j] = a_ + pair_anchors_[i] * stride_;
+    }
+    float c[kChains] = {};
+    for (size_t k = 0; k < d_; k++) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kChains; j++) c[j] = __builtin_fmaf(xs[j][k], as[j][k], c[j]);
+    }
+    for (size_t j = 0; j < n_pairs_; j++) above_[pair_rows_[j]] += c[j] > own_score_[pair_rows_[j]];
+    n_pairs_ = 0;
+  }
+
   const float* x_;
-  const int32_t* x_rows_;
   const float* a_;
   size_t d_;
+  size_t stride_;
   const float* own_score_;
   int32_t* above_;
-  size_t rows_[kNearChains] = {};
-  size_t anchors_[kNearChains] = {};
-  size_t n_ = 0;
+  size_t r_begin_;
+  // Each row's near anchors in the current block.
+  std::vector<std::vector<uint32_t>> near_;
+  std::vector<GroupJob> groups_;
+  std::vector<float> sums_;
+  size_t pair_rows_[kChains] = {};
+  size_t pair_anchors_[kChains] = {};
+  size_t n_pairs_ = 0;
 };
 
-// Counts, for row r and panel p, the anchors whose screened scores s (lanes of the panel; `lanes`
-// masks those past the last anchor) lie above the row's own score; each anchor too close to call
-// goes to `near`, which adds its float32 verdict to the row's count.
-__attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m512 s, size_t r, size_t p,
-                                                                            __mmask16 lanes, const int32_t* own,
-                                                                            const float* own_score, int32_t* above,
-                                                                            NearPairs& near_pairs) {
+// Counts, for row r (its bound rb) and panel p, the anchors whose screened scores s (lanes of the
+// panel; `lanes` masks those past the last anchor) lie above the row's own score; each anchor too
+// close to call goes to `near`, which adds its float32 verdict to the row's count.
+__attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m512 s, size_t r, const RowBound& rb,
+                                                                            size_t p, __mmask16 lanes,
+                                                                            const ScreenBound& bound,
+                                                                            const int32_t* own, const float* own_score,
+                                                                            int32_t* above, NearPairs& near_pairs) {
   if (own[r] < 0) return;
   __mmask16 mine = lanes;
   if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
+  const __m512 b =
+      _mm512_fmadd_ps(_mm512_set1_ps(rb.r1), _mm512_loadu_ps(bound.na(p)),
+                      _mm512_fmadd_ps(_mm512_set1_ps(rb.r2), _mm512_loadu_ps(bound.ca(p)), _mm512_set1_ps(rb.delta)));
   const __m512 o = _mm512_set1_ps(own_score[r]);
-  const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, _mm512_set1_ps(kScreen)), _CMP_GT_OQ);
-  const __mmask16 near =
-      _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, _mm512_set1_ps(kScreen)), _CMP_GE_OQ) & ~high;
+  const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, b), _CMP_GT_OQ);
+  const __mmask16 near = _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, b), _CMP_GE_OQ) & ~high;
   above[r] += __builtin_popcount(high);
-  // Too close to call (rare): those anchors again in float32.
+  // Too close to call: those anchors again in float32.
   for (uint32_t m = near; m != 0; m &= m - 1) near_pairs.Add(r, p * kPanel + __builtin_ctz(m));
 }
 
@@ -306,21 +517,28 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) void ScreenTile(const ui
 }
 static_assert(kScreenPanels == 3, "ScreenTile dispatches on up to three panels");
 
+// Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor: packed_bf holds them as bfloat16 panels,
+// a_padded in float32, anchor g at a_padded + g * stride.
 __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, const int32_t* x_rows, size_t d,
-                                                                size_t r_begin, size_t r_end, const float* a,
-                                                                const uint32_t* packed_bf, size_t n_panels,
-                                                                size_t n_anchors, const int32_t* own,
+                                                                size_t r_begin, size_t r_end, const float* a_padded,
+                                                                size_t stride, const uint32_t* packed_bf,
+                                                                size_t n_panels, size_t n_anchors,
+                                                                const ScreenBound& bound, const int32_t* own,
                                                                 const float* own_score, int32_t* above) {
   const size_t dp = (d + 1) / 2;
   // These rows as bfloat16 pairs (k, k+1), converted once; d and the last tile of rows
   // are zero-padded (padding rows are never counted).
   const size_t tiles = (r_end - r_begin + kScreenRows - 1) / kScreenRows;
   std::vector<uint32_t> xb(tiles * kScreenRows * dp);
+  std::vector<RowBound> rb(r_end - r_begin);
   for (size_t r = r_begin; r < r_end; r++) {
-    PairsBf16(x + static_cast<size_t>(x_rows[r]) * d, d, xb.data() + (r - r_begin) * dp, 1);
+    const float* xr = x + static_cast<size_t>(x_rows[r]) * d;
+    PairsBf16(xr, d, xb.data() + (r - r_begin) * dp, 1);
+    rb[r - r_begin] = bound.Row(xr, xb.data() + (r - r_begin) * dp);
   }
   __m512 acc[kScreenRows * kScreenPanels];
-  NearPairs near_pairs(x, x_rows, a, d, own_score, above);
+  const std::unique_ptr<float[]> x_padded = Padded(x, x_rows, r_begin, r_end - r_begin, d, stride, 1);
+  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end);
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
@@ -333,11 +551,13 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
           const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
           const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
           for (size_t i = 0; i < nr; i++) {
-            CountScreened(acc[i * np + q], r0 + i, p, lanes, own, own_score, above, near_pairs);
+            CountScreened(acc[i * np + q], r0 + i, rb[r0 + i - r_begin], p, lanes, bound, own, own_score, above,
+                          near_pairs);
           }
         }
       }
     }
+    near_pairs.EndBlock();
   }
 }
 
@@ -353,18 +573,23 @@ constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat
 
 // Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor. packed_bf holds the panels as PairsBf16 lays
 // them out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded up to an even
-// count with zero panels.
+// count with zero panels; a_padded holds the anchors in float32, anchor g at a_padded + g * stride.
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows(
-    const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const float* a,
-    const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const int32_t* own, const float* own_score,
-    int32_t* above) {
+    const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const float* a_padded, size_t stride,
+    const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const ScreenBound& bound, const int32_t* own,
+    const float* own_score, int32_t* above) {
   const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
   std::vector<uint32_t> xb(padded * dq);
-  for (size_t r = r_begin; r < r_end; r++)
-    PairsBf16(x + static_cast<size_t>(x_rows[r]) * d, d, xb.data() + (r - r_begin) * dq, 1);
+  std::vector<RowBound> rb(r_end - r_begin);
+  for (size_t r = r_begin; r < r_end; r++) {
+    const float* xr = x + static_cast<size_t>(x_rows[r]) * d;
+    PairsBf16(xr, d, xb.data() + (r - r_begin) * dq, 1);
+    rb[r - r_begin] = bound.Row(xr, xb.data() + (r - r_begin) * dq);
+  }
+  const std::unique_ptr<float[]> x_padded = Padded(x, x_rows, r_begin, r_end - r_begin, d, stride, 1);
   AmxTiles tiles;
-  NearPairs near_pairs(x, x_rows, a, d, own_score, above);
+  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end);
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
@@ -398,11 +623,12 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
           const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
           for (size_t i = 0; i < kAmxRows && r0 + i < r_end; i++) {
             const __m512 s = _mm512_load_ps(scores[(i / 16) * 2 + q] + (i % 16) * kPanel);
-            CountScreened(s, r0 + i, p, lanes, own, own_score, above, near_pairs);
+            CountScreened(s, r0 + i, rb[r0 + i - r_begin], p, lanes, bound, own, own_score, above, near_pairs);
           }
         }
       }
     }
+    near_pairs.EndBlock();
   }
 }
 #endif
@@ -452,6 +678,9 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
         PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dq + g % kPanel, kPanel);
       }
     });
+    const ScreenBound bound(a, n_anchors, d, packed_bf.get(), dq, even_panels, threads);
+    const size_t stride = PaddedStride(d);
+    const std::unique_ptr<float[]> a_padded = Padded(a, nullptr, 0, n_anchors, d, stride, threads);
     constexpr size_t kChunkRows = 16 * kAmxRows;
     const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
     const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
@@ -459,7 +688,8 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     Crew(nt, [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankAmxRows(x, rows, d, first, last, a, packed_bf.get(), even_panels, n_anchors, own, own_score, above);
+        RankAmxRows(x, rows, d, first, last, a_padded.get(), stride, packed_bf.get(), even_panels, n_anchors, bound,
+                    own, own_score, above);
       }
     });
     return;
@@ -475,6 +705,9 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
         PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
       }
     });
+    const ScreenBound bound(a, n_anchors, d, packed_bf.get(), dp, n_panels, threads);
+    const size_t stride = PaddedStride(d);
+    const std::unique_ptr<float[]> a_padded = Padded(a, nullptr, 0, n_anchors, d, stride, threads);
     // Rows in chunks handed out one at a time, so that a thread the machine slows down (other
     // processes on the same cores) takes fewer chunks instead of holding the others up at the end.
     // Each chunk is converted to bfloat16 once (1 MB) and read again for every anchor block.
@@ -485,7 +718,8 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     auto work = [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankBf16Rows(x, rows, d, first, last, a, packed_bf.get(), n_panels, n_anchors, own, own_score, above);
+        RankBf16Rows(x, rows, d, first, last, a_padded.get(), stride, packed_bf.get(), n_panels, n_anchors, bound, own,
+                     own_score, above);
       }
     };
     Crew(nt, work);

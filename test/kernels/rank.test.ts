@@ -127,6 +127,66 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     }
   });
 
+  it("counts rows whose scores crowd around their own as the float32 kernel does", () => {
+    // Anchors close to one direction and rows of noise: every row's scores lie within a few thousandths
+    // of its own, so the screen leaves many anchors of each block to recompute, sixteen or more for
+    // some rows and a few for others. d = 1001 leaves a partial step of coordinates.
+    for (const d of [1024, 1001]) {
+      const rng = new Rng(d);
+      const n = 120;
+      const F = 450;
+      const u = unitRows(1, d, rng);
+      const a = unitRows(F, d, rng);
+      for (let g = 0; g < F; g++) {
+        let norm = 0;
+        for (let j = 0; j < d; j++) norm += (a[g * d + j] = 0.95 * u[j]! + 0.3 * a[g * d + j]!) ** 2;
+        for (let j = 0; j < d; j++) a[g * d + j]! /= Math.sqrt(norm);
+      }
+      const x = unitRows(n, d, rng);
+      const own = Int32Array.from({ length: n }, (_, i) => (i * 37) % F);
+      const counts = (k: NonNullable<typeof nativeKernels>) => {
+        const c = new Int32Array(n);
+        k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
+        return Array.from(c);
+      };
+      const float32 = counts(nativeFloat32!);
+      // Own scores fall among the others, not above or below them all: most rows rank mid-field.
+      expect(float32.filter((c) => c > 20 && c < F - 20).length).toBeGreaterThan(n / 2);
+      expect(counts(nativeKernels!)).toEqual(float32);
+    }
+  });
+
+  it("recomputes an anchor whose bfloat16 rounding errors all lean one way", () => {
+    // Row r and its competitor (anchor 2r) hold ±m in one sign pattern, m just under half a bfloat16 step
+    // above 2^-5: every coordinate rounds down, so the screen scores the competitor about 0.0078 (the
+    // bound's worst case) below its float32 score. The own anchor (2r + 1), same pattern, scores between
+    // the two, so only a screen that allows for the whole error finds the competitor above it.
+    const d = 1024;
+    const n = 6;
+    const F = 40;
+    const rng = new Rng(23);
+    const m = Math.fround((1 + 0.99 * 2 ** -8) * 2 ** -5);
+    const mOwn = Math.fround(2 ** -5 * (1.006 / (1 + 0.99 * 2 ** -8)));
+    const a = unitRows(F, d, rng);
+    const x = new Float32Array(n * d);
+    for (let r = 0; r < n; r++) {
+      for (let j = 0; j < d; j++) {
+        const sign = rng.uniform() < 0.5 ? -1 : 1;
+        x[r * d + j] = sign * m;
+        a[2 * r * d + j] = sign * m;
+        a[(2 * r + 1) * d + j] = sign * mOwn;
+      }
+    }
+    const own = Int32Array.from({ length: n }, (_, r) => 2 * r + 1);
+    const counts = (k: NonNullable<typeof nativeKernels>) => {
+      const c = new Int32Array(n);
+      k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
+      return Array.from(c);
+    };
+    expect(counts(nativeFloat32!)).toEqual(new Array<number>(n).fill(1));
+    expect(counts(nativeKernels!)).toEqual(new Array<number>(n).fill(1));
+  });
+
   // Below AVX-512 the tiles (portable, AVX2) round each product and each sum as the own score does, in the
   // same order, so an exact copy of the own anchor ties with it bit for bit and never counts as above.
   it.runIf(!FUSED.has(level))("ties an exact copy of the own anchor with the own score", () => {

@@ -297,9 +297,9 @@ std::unique_ptr<float[]> Padded(const float* x, const int32_t* rows, size_t firs
 class NearPairs {
  public:
   // Rows [r_begin, r_end) may come, row r copied at x + (r - r_begin) * stride; anchor g is at a + g * stride (a
-  // Padded copy).
+  // Padded copy). A block holds at most block_anchors anchors.
   NearPairs(const float* x, const float* a, size_t d, size_t stride, const float* own_score, int32_t* above,
-            size_t r_begin, size_t r_end)
+            size_t r_begin, size_t r_end, size_t block_anchors)
       : x_(x),
         a_(a),
         d_(d),
@@ -307,17 +307,22 @@ class NearPairs {
         own_score_(own_score),
         above_(above),
         r_begin_(r_begin),
-        near_(r_end - r_begin) {}
+        block_anchors_(block_anchors),
+        near_(new uint32_t[(r_end - r_begin) * block_anchors]),
+        n_near_(r_end - r_begin) {}
 
-  void Add(size_t r, size_t g) { near_[r - r_begin_].push_back(static_cast<uint32_t>(g)); }
+  void Add(size_t r, size_t g) {
+    const size_t i = r - r_begin_;
+    near_[i * block_anchors_ + n_near_[i]++] = static_cast<uint32_t>(g);
+  }
 
   // The anchor block is done: every pair found near in it.
   void EndBlock() {
     groups_.clear();
-    for (size_t i = 0; i < near_.size(); i++) {
-      std::vector<uint32_t>& g = near_[i];
-      for (size_t j0 = 0; j0 < g.size(); j0 += kLanes) {
-        const size_t n = std::min(kLanes, g.size() - j0);
+    for (size_t i = 0; i < n_near_.size(); i++) {
+      const uint32_t* g = near_.get() + i * block_anchors_;
+      for (size_t j0 = 0; j0 < n_near_[i]; j0 += kLanes) {
+        const size_t n = std::min<size_t>(kLanes, n_near_[i] - j0);
         if (n >= kGroupFrom) {
           GroupJob job{r_begin_ + i, {}, n};
           for (size_t j = 0; j < kLanes; j++) job.g[j] = g[j0 + (j < n ? j : 0)];
@@ -326,7 +331,7 @@ class NearPairs {
           for (size_t j = 0; j < n; j++) Pair(r_begin_ + i, g[j0 + j]);
         }
       }
-      g.clear();
+      n_near_[i] = 0;
     }
     if (!groups_.empty()) Groups();
     Pairs();
@@ -336,7 +341,7 @@ class NearPairs {
   static constexpr size_t kLanes = 16;
   static constexpr size_t kGroupFrom = 3;
   static constexpr size_t kChains = 8;
-  static constexpr size_t kGroups = 4;
+  static constexpr size_t kGroups = 2;
 
   // One row against up to sixteen anchors; lanes past n repeat the first anchor, and their results are not used.
   struct GroupJob {
@@ -356,43 +361,38 @@ class NearPairs {
     const size_t n = groups_.size();
     const size_t sets = (n + kGroups - 1) / kGroups;
     sums_.assign(sets * kGroups * kLanes, 0.0f);
-    alignas(64) float t[kGroups][kLanes][kLanes];
     for (size_t k0 = 0; k0 < d_; k0 += kLanes) {
       const size_t nk = std::min(kLanes, d_ - k0);
       const __mmask16 mask = nk == kLanes ? 0xffff : static_cast<__mmask16>((1u << nk) - 1);
       for (size_t q0 = 0; q0 < n; q0 += kGroups) {
-        const float* xk[kGroups];
-        for (size_t q = 0; q < kGroups; q++) {
-          const GroupJob& job = groups_[std::min(q0 + q, n - 1)];
-          __m512i v[kLanes];
+        const GroupJob& j0 = groups_[q0];
+        const GroupJob& j1 = groups_[std::min(q0 + 1, n - 1)];
+        __m512i v[kLanes], w[kLanes];
 #pragma GCC unroll 16
-          for (size_t j = 0; j < kLanes; j++)
-            v[j] = _mm512_maskz_loadu_epi32(mask, a_ + static_cast<size_t>(job.g[j]) * stride_ + k0);
-          Transpose16(v);  // v[i]: coordinate k0 + i of every lane's anchor
-#pragma GCC unroll 16
-          for (size_t i = 0; i < kLanes; i++) _mm512_store_si512(t[q][i], v[i]);
-          xk[q] = x_ + (job.r - r_begin_) * stride_ + k0;
+        for (size_t j = 0; j < kLanes; j++) {
+          v[j] = _mm512_maskz_loadu_epi32(mask, a_ + static_cast<size_t>(j0.g[j]) * stride_ + k0);
+          w[j] = _mm512_maskz_loadu_epi32(mask, a_ + static_cast<size_t>(j1.g[j]) * stride_ + k0);
         }
+        Transpose16(v);
+        Transpose16(w);
+        const float* x0 = x_ + (j0.r - r_begin_) * stride_ + k0;
+        const float* x1 = x_ + (j1.r - r_begin_) * stride_ + k0;
         float* sums = sums_.data() + q0 * kLanes;
-        __m512 c[kGroups];
-#pragma GCC unroll 4
-        for (size_t q = 0; q < kGroups; q++) c[q] = _mm512_loadu_ps(sums + q * kLanes);
+        __m512 c0 = _mm512_loadu_ps(sums), c1 = _mm512_loadu_ps(sums + kLanes);
         if (nk == kLanes) {
 #pragma GCC unroll 16
           for (size_t i = 0; i < kLanes; i++) {
-#pragma GCC unroll 4
-            for (size_t q = 0; q < kGroups; q++)
-              c[q] = _mm512_fmadd_ps(_mm512_set1_ps(xk[q][i]), _mm512_load_ps(t[q][i]), c[q]);
+            c0 = _mm512_fmadd_ps(_mm512_set1_ps(x0[i]), _mm512_castsi512_ps(v[i]), c0);
+            c1 = _mm512_fmadd_ps(_mm512_set1_ps(x1[i]), _mm512_castsi512_ps(w[i]), c1);
           }
         } else {
           for (size_t i = 0; i < nk; i++) {
-#pragma GCC unroll 4
-            for (size_t q = 0; q < kGroups; q++)
-              c[q] = _mm512_fmadd_ps(_mm512_set1_ps(xk[q][i]), _mm512_load_ps(t[q][i]), c[q]);
+            c0 = _mm512_fmadd_ps(_mm512_set1_ps(x0[i]), _mm512_castsi512_ps(v[i]), c0);
+            c1 = _mm512_fmadd_ps(_mm512_set1_ps(x1[i]), _mm512_castsi512_ps(w[i]), c1);
           }
         }
-#pragma GCC unroll 4
-        for (size_t q = 0; q < kGroups; q++) _mm512_storeu_ps(sums + q * kLanes, c[q]);
+        _mm512_storeu_ps(sums, c0);
+        _mm512_storeu_ps(sums + kLanes, c1);
       }
     }
     for (size_t q = 0; q < n; q++) {
@@ -433,8 +433,10 @@ class NearPairs {
   const float* own_score_;
   int32_t* above_;
   size_t r_begin_;
-  // Each row's near anchors in the current block.
-  std::vector<std::vector<uint32_t>> near_;
+  // Each row's near anchors in the current block: row i's n_near_[i] of them from near_[i * block_anchors_].
+  size_t block_anchors_;
+  std::unique_ptr<uint32_t[]> near_;
+  std::vector<uint16_t> n_near_;
   std::vector<GroupJob> groups_;
   std::vector<float> sums_;
   size_t pair_rows_[kChains] = {};
@@ -538,7 +540,8 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
   }
   __m512 acc[kScreenRows * kScreenPanels];
   const std::unique_ptr<float[]> x_padded = Padded(x, x_rows, r_begin, r_end - r_begin, d, stride, 1);
-  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end);
+  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end,
+                       kScreenBlockPanels * kPanel);
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
@@ -589,7 +592,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   }
   const std::unique_ptr<float[]> x_padded = Padded(x, x_rows, r_begin, r_end - r_begin, d, stride, 1);
   AmxTiles tiles;
-  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end);
+  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel);
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {

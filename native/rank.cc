@@ -355,9 +355,10 @@ class NearPairs {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-  // The groups kGroups at a time, their chains interleaved so that their latencies overlap (a group past the
-  // last repeats the last; its result is not used).
+  // The groups two at a time, their chains interleaved so that their latencies overlap, both groups' transposed
+  // anchors held in registers (an odd last group is paired with itself; the copy's result is not used).
   __attribute__((target("avx512f"))) void Groups() {
+    static_assert(kGroups == 2, "Groups interleaves two groups");
     const size_t n = groups_.size();
     const size_t sets = (n + kGroups - 1) / kGroups;
     sums_.assign(sets * kGroups * kLanes, 0.0f);

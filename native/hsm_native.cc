@@ -22,6 +22,10 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#define HSM_MMAP 1
+#endif
 
 #include "bootstrap.h"
 #include "cpu.h"
@@ -879,6 +883,62 @@ napi_value TrimHeap(napi_env, napi_callback_info) {
   return nullptr;
 }
 
+// largeBuffer(bytes): a zero-filled ArrayBuffer in a mapping of its own, which Linux is asked to back
+// with 2 MB pages (transparent huge pages, granted on request where the system allows it). A buffer of
+// hundreds of megabytes is then faulted in by hundreds of faults instead of tens of thousands, which
+// is most of the cost of touching it where faults are dear (virtual machines). Unmapped when the
+// ArrayBuffer is collected; V8 counts it as external memory meanwhile.
+napi_value LargeBuffer(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value arg;
+  napi_get_cb_info(env, info, &argc, &arg, nullptr, nullptr);
+  double requested = -1;
+  if (argc < 1 || napi_get_value_double(env, arg, &requested) != napi_ok || !(requested >= 0) ||
+      requested != std::floor(requested) || requested > 9007199254740991.0) {
+    napi_throw_type_error(env, nullptr, "largeBuffer: expected a byte count");
+    return nullptr;
+  }
+  const size_t bytes = static_cast<size_t>(requested);
+  napi_value out;
+#ifdef HSM_MMAP
+  constexpr size_t kHuge = size_t{2} << 20;
+  // Room to start on a 2 MB boundary, so that every 2 MB of the buffer can be one page.
+  const size_t mapped = bytes + kHuge;
+  void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) throw std::bad_alloc();
+  char* start = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~(kHuge - 1));
+#ifdef MADV_HUGEPAGE
+  madvise(start, (bytes + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // a hint: refused or ignored, pages stay small
+#endif
+  struct Mapping {
+    void* base;
+    size_t length;
+  };
+  Mapping* mapping = new Mapping{base, mapped};
+  const napi_finalize unmap = [](napi_env env, void*, void* hint) {
+    Mapping* m = static_cast<Mapping*>(hint);
+    int64_t ignored;
+    napi_adjust_external_memory(env, -static_cast<int64_t>(m->length), &ignored);
+    munmap(m->base, m->length);
+    delete m;
+  };
+  if (napi_create_external_arraybuffer(env, start, bytes, unmap, mapping, &out) != napi_ok) {
+    // A runtime that refuses memory from outside its heap gets an ordinary buffer.
+    munmap(base, mapped);
+    delete mapping;
+    void* data;
+    napi_create_arraybuffer(env, bytes, &data, &out);
+    return out;
+  }
+  int64_t ignored;
+  napi_adjust_external_memory(env, static_cast<int64_t>(mapped), &ignored);
+#else
+  void* data;
+  napi_create_arraybuffer(env, bytes, &data, &out);
+#endif
+  return out;
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -906,6 +966,7 @@ NAPI_MODULE_INIT() {
       {"setSimd", SetSimd},
       {"simdLevel", SimdLevel},
       {"trimHeap", TrimHeap},
+      {"largeBuffer", LargeBuffer},
       {"shaPaths", ShaPaths},
       {"testThrow", TestThrow},
       {"testFailThreadStart", TestFailThreadStart},

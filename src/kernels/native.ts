@@ -29,6 +29,8 @@ interface NativeBinding {
   f16Stats(src: Uint16Array): [number, number];
   /** Hands malloc's free pages back to the system. */
   trimHeap(): void;
+  /** A zero-filled ArrayBuffer in a mapping of its own, offered 2 MB pages. */
+  largeBuffer(bytes: number): ArrayBuffer;
   /** The whole-file hashing paths at the level in force: vector lanes ("avx512-lanes", "avx2-lanes") and "sha-ni", joined by "+", or "portable". */
   shaPaths(): string;
   /** Bytes of the hash state a caller keeps between chunks. */
@@ -267,6 +269,19 @@ if (binding && process.env.HSM_SIMD) {
 
 /** The process's C heap, where the addon loaded: `trim` hands free pages back to the system (glibc; nothing elsewhere). */
 export const nativeHeap: { trim(): void } | undefined = binding && { trim: () => binding.trimHeap() };
+
+/** From this size on, {@link largeArrayBuffer} maps a buffer of its own. */
+const LARGE_BUFFER_BYTES = 8 << 20;
+
+/**
+ * A zero-filled ArrayBuffer of `bytes`. A large one, where the addon loaded, is mapped on its own and offered 2 MB
+ * pages (Linux's transparent huge pages, where the system grants them on request): touching hundreds of megabytes
+ * then takes hundreds of page faults instead of tens of thousands, which in a virtual machine can cost more than
+ * the work done on the data. Elsewhere, or where huge pages are refused, it is an ordinary buffer in all but name.
+ */
+export function largeArrayBuffer(bytes: number): ArrayBuffer {
+  return binding && bytes >= LARGE_BUFFER_BYTES ? binding.largeBuffer(bytes) : new ArrayBuffer(bytes);
+}
 
 /**
  * Which sha256 code paths the addon runs at the SIMD level in force: vector lanes ("avx512-lanes", "avx2-lanes")

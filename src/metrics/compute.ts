@@ -10,6 +10,7 @@ import { createHash } from "node:crypto";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";
+import { largeArrayBuffer } from "../kernels/native.js";
 import { openKernels, type BackendName } from "../kernels/registry.js";
 import type { Kernels } from "../kernels/types.js";
 import type { Manifest } from "../store/manifest.js";
@@ -233,7 +234,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       onSkip: o.onBackendSkipped ?? skipped,
     });
     const k = resolved.kernels;
-    const h = new Float32Array(N * d);
+    const h = new Float32Array(largeArrayBuffer(N * d * 4));
     const result: MetricsResult = {
       manifest: m,
       config: await describeRun(store, resolved, layers, { rows: N, d }, { ...o, metrics: names }),
@@ -245,7 +246,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     const carried = new Map(metrics.map((x) => [x.name, new Map<string, unknown>()]));
     const buffer = (metric: Metric, length: number): Float32Array => {
       let b = buffers.get(metric.name);
-      if (!b || b.length < length) buffers.set(metric.name, (b = new Float32Array(length)));
+      if (!b || b.length < length) buffers.set(metric.name, (b = new Float32Array(largeArrayBuffer(length * 4))));
       return b;
     };
     const reads = startLayerReads(reader, layers, N, d);

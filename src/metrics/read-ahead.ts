@@ -3,6 +3,7 @@
  * reads of the next layer with the computing of the current one where the
  * layer is small enough to hold twice.
  */
+import { largeArrayBuffer } from "../kernels/native.js";
 
 /**
  * The largest float16 layer read ahead while the layer before is computed: the
@@ -65,7 +66,7 @@ export function startLayerReads(
     const blocks: Promise<RowBlock>[] = [];
     for (let start = 0, b = 0; start < rows; start += BLOCK_ROWS, b++) {
       const count = Math.min(BLOCK_ROWS, rows - start);
-      const into = (blockBuffers[b] ??= new Uint16Array(count * width));
+      const into = (blockBuffers[b] ??= new Uint16Array(largeArrayBuffer(count * width * 2)));
       blocks.push(source.readRows(layer, start, count, into).then((data) => ({ start, count, data })));
     }
     const all = Promise.all(blocks);
@@ -78,7 +79,7 @@ export function startLayerReads(
   const streamLayer = async (layer: number, take: (block: RowBlock) => void): Promise<void> => {
     const read = (start: number, b: number): Promise<RowBlock> => {
       const count = Math.min(BLOCK_ROWS, rows - start);
-      const into = (streamBuffers[b] ??= new Uint16Array(Math.min(BLOCK_ROWS, rows) * width));
+      const into = (streamBuffers[b] ??= new Uint16Array(largeArrayBuffer(Math.min(BLOCK_ROWS, rows) * width * 2)));
       return source.readRows(layer, start, count, into).then((data) => ({ start, count, data }));
     };
     let pending = rows > 0 ? read(0, 0) : undefined;

@@ -16,7 +16,13 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { UsageError } from "../../src/errors.js";
-import { nativeSimdLevel, nativeSimdLevels, setNativeSimd, SIMD_LEVELS } from "../../src/kernels/native.js";
+import {
+  largeArrayBuffer,
+  nativeSimdLevel,
+  nativeSimdLevels,
+  setNativeSimd,
+  SIMD_LEVELS,
+} from "../../src/kernels/native.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const addonPath = process.env.HSM_NATIVE_PATH ?? join(root, "native", "build", "Release", "hsm_native.node");
@@ -166,5 +172,37 @@ describe.runIf(Boolean(addon))("SIMD level override", () => {
     expect(underEnv("avx9")).toBe(
       'UsageError: HSM_SIMD: Expected portable, avx2, avx512 or amx for the SIMD level but received "avx9"',
     );
+  });
+});
+
+describe.runIf(Boolean(addon))("large buffers", () => {
+  it("are zero-filled, of the length asked, and hold what is written", () => {
+    for (const bytes of [9 * 2 ** 20 + 3, 1000]) {
+      const b = new Uint8Array(largeArrayBuffer(bytes));
+      expect(b.byteLength).toBe(bytes);
+      expect(b.every((v) => v === 0)).toBe(true);
+      for (let i = 0; i < bytes; i += 4093) b[i] = i % 251;
+      for (let i = 0; i < bytes; i += 4093) expect(b[i]).toBe(i % 251);
+    }
+  });
+
+  it("refuses a byte count that is not a whole number", () => {
+    for (const bad of [-1, 1.5, Number.NaN, "8"]) expect(() => call("largeBuffer", bad)).toThrow(TypeError);
+  });
+
+  it("are unmapped once collected", () => {
+    // 64 buffers of 64 MB, each filled and dropped: were none handed back, the process would peak at 4 GB. Node
+    // runs the finalizers that unmap them between turns of the event loop, so each drop is followed by one.
+    const script = `
+      const { largeArrayBuffer } = await import(${JSON.stringify(join(root, "dist", "kernels", "native.js"))});
+      for (let i = 0; i < 64; i++) {
+        new Uint8Array(largeArrayBuffer(64 * 2 ** 20)).fill(1);
+        await new Promise((turn) => setImmediate(turn));
+      }
+      console.log(process.resourceUsage().maxRSS * 1024);`;
+    const env = { ...process.env, HSM_NATIVE_PATH: addonPath };
+    const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env });
+    expect(r.stderr).toBe("");
+    expect(Number(r.stdout)).toBeLessThan(2 ** 30);
   });
 });

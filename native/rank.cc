@@ -204,6 +204,7 @@ struct RowBound {
   float r1;     // |xl| + g_d |x|
   float r2;     // |xh|
   float delta;  // δ
+  float norm;   // |x|
 };
 
 // v's norms as the bound needs them, in float64: of v, of vh (v's bfloat16 values as the screen reads them,
@@ -254,9 +255,13 @@ class ScreenBound {
   // Row x (pairs: its bfloat16 pairs, stride 1).
   RowBound Row(const float* x, const uint32_t* pairs) const {
     const Bf16Norms m = NormsOf(x, d_, pairs, 1);
-    return {Up(m.l + gamma_ * m.v), Up(m.h), Up(0x1p-20 * (1 + m.v * na_max_))};
+    return {Up(m.l + gamma_ * m.v), Up(m.h), Up(0x1p-20 * (1 + m.v * na_max_)), Up(m.v)};
   }
   const float* na(size_t panel) const { return na_.data() + panel * kPanel; }
+  // |a| of anchor g, rounded up.
+  float norm(size_t g) const { return na_[g]; }
+  // The bound's g_d: how far d float32 roundings in a row can move a sum, relative to the sum of its terms' sizes.
+  double gamma() const { return gamma_; }
   const float* ca(size_t panel) const { return ca_.data() + panel * kPanel; }
 
  private:
@@ -287,19 +292,55 @@ std::unique_ptr<float[]> Padded(const float* x, const int32_t* rows, size_t firs
   return out;
 }
 
-// The (row, anchor) pairs a screen could not call, recomputed in float32 with the float32 tiles'
-// arithmetic: one fused multiply-add per k, in order, from zero. They are recomputed when an anchor
-// block ends, while its anchors are in cache. A row's near anchors in the block go sixteen at a time
+// GCC 12's AVX-512 headers pass an undefined register as the unused merge source of unmasked intrinsics, which
+// -Wuninitialized and -Wmaybe-uninitialized report once they are inlined (here, _mm512_reduce_add_ps's); every lane
+// is written.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// x.a0 and x.a1 in float32, another order than the float32 path's: lane j of accumulator q sums the
+// coordinates k = 16 q + j (mod 64) (a last partial step adds to accumulator 0), then the four
+// accumulators and the sixteen lanes are added pairwise. Each term meets at most d / 64 + 10 roundings.
+__attribute__((target("avx512f"))) void Dot2(const float* x, const float* a0, const float* a1, size_t d, float* out) {
+  __m512 c0[4], c1[4];
+  for (int q = 0; q < 4; q++) c0[q] = c1[q] = _mm512_setzero_ps();
+  size_t k = 0;
+  for (; k + 64 <= d; k += 64) {
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+      const __m512 v = _mm512_loadu_ps(x + k + 16 * q);
+      c0[q] = _mm512_fmadd_ps(v, _mm512_loadu_ps(a0 + k + 16 * q), c0[q]);
+      c1[q] = _mm512_fmadd_ps(v, _mm512_loadu_ps(a1 + k + 16 * q), c1[q]);
+    }
+  }
+  for (; k < d; k += 16) {
+    const __mmask16 m = d - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (d - k)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+    c0[0] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, a0 + k), c0[0]);
+    c1[0] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, a1 + k), c1[0]);
+  }
+  out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0[0], c0[1]), _mm512_add_ps(c0[2], c0[3])));
+  out[1] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c1[0], c1[1]), _mm512_add_ps(c1[2], c1[3])));
+}
+#pragma GCC diagnostic pop
+
+// The (row, anchor) pairs a screen could not call. Most are settled by a float32 dot product in
+// another order (Dot2): it and the float32 path's sum are each within g_m or g_d times the sum of the
+// terms' sizes of the exact x.a (g_m for Dot2's at most m = d / 64 + 10 roundings a term), so an anchor
+// scoring more than (g_d + g_m) |x| |a| + δ above or below the own score there is above or below it in
+// the float32 path too. The few left are recomputed in float32 with the float32 tiles' arithmetic:
+// one fused multiply-add per k, in order, from zero. All this happens when an anchor block ends,
+// while its anchors are in cache. A row's anchors left in the block go sixteen at a time
 // to a group, one anchor per lane of a vector, and all the block's groups advance together sixteen
 // coordinates at a time: the anchors' values there are transposed into lanes, the row's broadcast,
 // and the few kilobytes the step reads serve every group. A row left with fewer than kGroupFrom near
 // anchors has them recomputed a pair at a time, kChains scalar chains side by side.
 class NearPairs {
  public:
-  // Rows [r_begin, r_end) may come, row r copied at x + (r - r_begin) * stride; anchor g is at a + g * stride (a
-  // Padded copy). A block holds at most block_anchors anchors.
+  // Rows [r_begin, r_end) may come, row r copied at x + (r - r_begin) * stride, its bound rb[r - r_begin];
+  // anchor g is at a + g * stride (a Padded copy). A block holds at most block_anchors anchors.
   NearPairs(const float* x, const float* a, size_t d, size_t stride, const float* own_score, int32_t* above,
-            size_t r_begin, size_t r_end, size_t block_anchors)
+            size_t r_begin, size_t r_end, size_t block_anchors, const ScreenBound& bound, const RowBound* rb)
       : x_(x),
         a_(a),
         d_(d),
@@ -309,7 +350,12 @@ class NearPairs {
         r_begin_(r_begin),
         block_anchors_(block_anchors),
         near_(new uint32_t[(r_end - r_begin) * block_anchors]),
-        n_near_(r_end - r_begin) {}
+        n_near_(r_end - r_begin),
+        bound_(bound),
+        rb_(rb) {
+    const double m = static_cast<double>(d / 64 + 10) * 0x1p-24;
+    settle_ = Up(bound.gamma() + m / (1 - m));
+  }
 
   void Add(size_t r, size_t g) {
     const size_t i = r - r_begin_;
@@ -320,9 +366,11 @@ class NearPairs {
   void EndBlock() {
     groups_.clear();
     for (size_t i = 0; i < n_near_.size(); i++) {
-      const uint32_t* g = near_.get() + i * block_anchors_;
-      for (size_t j0 = 0; j0 < n_near_[i]; j0 += kLanes) {
-        const size_t n = std::min<size_t>(kLanes, n_near_[i] - j0);
+      if (n_near_[i] == 0) continue;
+      uint32_t* g = near_.get() + i * block_anchors_;
+      const size_t left = Settle(r_begin_ + i, g, n_near_[i]);
+      for (size_t j0 = 0; j0 < left; j0 += kLanes) {
+        const size_t n = std::min<size_t>(kLanes, left - j0);
         if (n >= kGroupFrom) {
           GroupJob job{r_begin_ + i, {}, n};
           for (size_t j = 0; j < kLanes; j++) job.g[j] = g[j0 + (j < n ? j : 0)];
@@ -342,6 +390,29 @@ class NearPairs {
   static constexpr size_t kGroupFrom = 3;
   static constexpr size_t kChains = 8;
   static constexpr size_t kGroups = 2;
+
+  // Counts the anchors g[0, n) of row r that Dot2 can call; moves the others to the front of g and returns how
+  // many they are.
+  __attribute__((target("avx512f"))) size_t Settle(size_t r, uint32_t* g, size_t n) {
+    const float* xr = x_ + (r - r_begin_) * stride_;
+    const RowBound& b = rb_[r - r_begin_];
+    const float o = own_score_[r];
+    size_t left = 0;
+    for (size_t j = 0; j < n; j += 2) {
+      const uint32_t pair[2] = {g[j], g[j + 1 < n ? j + 1 : j]};
+      float s[2];
+      Dot2(xr, a_ + static_cast<size_t>(pair[0]) * stride_, a_ + static_cast<size_t>(pair[1]) * stride_, d_, s);
+      for (size_t t = 0; t < 2 && j + t < n; t++) {
+        const float e = settle_ * b.norm * bound_.norm(pair[t]) + b.delta;
+        if (s[t] - o > e) {
+          above_[r]++;
+        } else if (s[t] - o >= -e) {
+          g[left++] = pair[t];  // too close for this sum: the float32 path's decides
+        }
+      }
+    }
+    return left;
+  }
 
   // One row against up to sixteen anchors; lanes past n repeat the first anchor, and their results are not used.
   struct GroupJob {
@@ -438,6 +509,10 @@ class NearPairs {
   size_t block_anchors_;
   std::unique_ptr<uint32_t[]> near_;
   std::vector<uint16_t> n_near_;
+  const ScreenBound& bound_;
+  const RowBound* rb_;
+  // g_d + g_m, rounded up: what Settle's margin is made of.
+  float settle_ = 0;
   std::vector<GroupJob> groups_;
   std::vector<float> sums_;
   size_t pair_rows_[kChains] = {};
@@ -542,7 +617,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
   __m512 acc[kScreenRows * kScreenPanels];
   const std::unique_ptr<float[]> x_padded = Padded(x, x_rows, r_begin, r_end - r_begin, d, stride, 1);
   NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end,
-                       kScreenBlockPanels * kPanel);
+                       kScreenBlockPanels * kPanel, bound, rb.data());
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
@@ -593,7 +668,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   }
   const std::unique_ptr<float[]> x_padded = Padded(x, x_rows, r_begin, r_end - r_begin, d, stride, 1);
   AmxTiles tiles;
-  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel);
+  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel,
+                       bound, rb.data());
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {

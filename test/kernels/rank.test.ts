@@ -156,6 +156,43 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     }
   });
 
+  it("counts anchors a hair from the own anchor as the float32 kernel does", () => {
+    // Each row's own anchor has 40 near-copies, a millionth apart: their scores differ from the own score in the
+    // last digits of float32, which only the float32 path's own sums can order, sixteen anchors at a time or a
+    // few at a time. d = 1001 leaves a partial step of coordinates.
+    for (const d of [1024, 1001]) {
+      const rng = new Rng(d + 1);
+      const n = 30;
+      const copies = 40;
+      const F = 3 * (copies + 1);
+      const a = unitRows(F, d, rng);
+      const noise = unitRows(F, d, rng);
+      for (let g = 0; g < F; g++) {
+        const base = g - (g % (copies + 1));
+        if (g === base) continue;
+        let norm = 0;
+        for (let j = 0; j < d; j++) norm += (a[g * d + j] = a[base * d + j]! + 1e-6 * noise[g * d + j]!) ** 2;
+        for (let j = 0; j < d; j++) a[g * d + j]! /= Math.sqrt(norm);
+      }
+      const own = Int32Array.from({ length: n }, (_, i) => (i % 3) * (copies + 1));
+      const x = unitRows(n, d, rng);
+      for (let i = 0; i < n; i++) {
+        let norm = 0;
+        for (let j = 0; j < d; j++) norm += (x[i * d + j] = a[own[i]! * d + j]! + 0.3 * x[i * d + j]!) ** 2;
+        for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(norm);
+      }
+      const counts = (k: NonNullable<typeof nativeKernels>) => {
+        const c = new Int32Array(n);
+        k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
+        return Array.from(c);
+      };
+      const float32 = counts(nativeFloat32!);
+      // Some copies score above the own anchor and some below, row by row.
+      expect(float32.some((c) => c > 0 && c < copies)).toBe(true);
+      expect(counts(nativeKernels!)).toEqual(float32);
+    }
+  });
+
   it("recomputes an anchor whose bfloat16 rounding errors all lean one way", () => {
     // Row r and its competitor (anchor 2r) hold ±m in one sign pattern, m just under half a bfloat16 step
     // above 2^-5: every coordinate rounds down, so the screen scores the competitor about 0.0078 (the

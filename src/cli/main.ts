@@ -6,7 +6,7 @@
 import { Command, CommanderError } from "commander";
 
 import { EXIT, HsmError } from "../errors.js";
-import { exportFormatRegistry, metricRegistry, VERSION } from "../index.js";
+import { VERSION } from "../version.js";
 import type { AddCommand, Registries } from "./commands/index.js";
 
 /**
@@ -29,6 +29,9 @@ async function commandsFor(argv: string[]): Promise<readonly AddCommand[]> {
 async function registriesFor(argv: string[]): Promise<Registries> {
   const command = argv[2] === "help" ? argv[3] : argv[2];
   const help = command === undefined || command.startsWith("-");
+  if (!help && command !== "metrics" && command !== "export") return { metrics: [], exportFormats: [] };
+  // The library's entry point, loaded only here: `hsm verify` needs none of it.
+  const { exportFormatRegistry, metricRegistry } = await import("../index.js");
   const [metrics, exportFormats] = await Promise.all([
     help || command === "metrics" ? metricRegistry() : [],
     help || command === "export" ? exportFormatRegistry() : [],

@@ -1,7 +1,8 @@
 /**
  * The shape of src/cli/: every function short (a command declares options,
  * calls one library function and prints), and nothing imported but the public
- * API (src/index.ts), errors, defaults, commander and Node itself.
+ * API (src/index.ts), errors, defaults, the version, commander and Node itself.
+ * One exception, named below: `hsm verify` loads its pipeline module directly.
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
@@ -15,7 +16,13 @@ import { COMMANDS } from "../../src/cli/commands/index.js";
 const SRC = join(import.meta.dirname, "..", "..", "src");
 const CLI = join(SRC, "cli");
 const MAX_LINES = 40;
-const ALLOWED = new Set(["index.ts", "errors.ts", "defaults.ts"].map((f) => join(SRC, f)));
+const ALLOWED = new Set(["index.ts", "errors.ts", "defaults.ts", "version.ts"].map((f) => join(SRC, f)));
+/**
+ * Imports past the public API, file by file, each with its reason. `hsm verify`'s start-up is part of the time it
+ * reports against `sha256sum`, and the library's entry point loads some twenty modules it never uses; its command
+ * imports the verify pipeline (itself behind `verifyStoreFolder` in the API) when it runs.
+ */
+const EXCEPTIONS = new Map([[join(CLI, "commands", "verify.ts"), new Set([join(SRC, "pipeline", "verify.ts")])]]);
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true, recursive: true })
@@ -74,7 +81,7 @@ function forbiddenImports(file: string, text: string): string[] {
       if (spec === "commander" || spec.startsWith("node:")) return false;
       if (!spec.startsWith(".")) return true;
       const target = resolve(dirname(file), spec).replace(/\.js$/, ".ts");
-      return !(ALLOWED.has(target) || target.startsWith(CLI + "/"));
+      return !(ALLOWED.has(target) || target.startsWith(CLI + "/") || EXCEPTIONS.get(file)?.has(target));
     })
     .map((spec) => `${relative(SRC, file)}: ${spec}`);
 }
@@ -95,7 +102,7 @@ describe("src/cli", () => {
     expect(files.flatMap((f) => longFunctions(f, readFileSync(f, "utf8"), MAX_LINES))).toEqual([]);
   });
 
-  it("imports only the public API, errors, defaults, commander and node:", () => {
+  it("imports only the public API, errors, defaults, the version, commander and node:", () => {
     expect(files.flatMap((f) => forbiddenImports(f, readFileSync(f, "utf8")))).toEqual([]);
   });
 

@@ -1,13 +1,14 @@
 /**
  * `hsm verify`. Light on purpose: the command line (src/cli/main.ts) loads
- * only this command module for it (the store code is imported when the
- * command runs), so start-up adds as little as possible to the hashing.
+ * only this command module for it, without the library's entry point, and the
+ * store code is imported when the command runs, so start-up adds as little as
+ * possible to the hashing.
  */
 import { join } from "node:path";
 
 import type { Command } from "commander";
 
-import { verifyStoreFolder, type VerifyReport } from "../../index.js";
+import type { VerifyReport } from "../../index.js";
 import { intOption } from "../options.js";
 
 export function verifyCommand(program: Command): void {
@@ -26,6 +27,7 @@ export function verifyCommand(program: Command): void {
     .option("-j, --jobs <n>", "files hashed at once (default: the core count)", intOption("--jobs", 1))
     .option("--bank <file>", "query bank: a store from another tool has its rows checked against it")
     .action(async (store: string, opts: { json?: boolean; jobs?: number; bank?: string }) => {
+      const { verifyStoreFolder } = await import("../../pipeline/verify.js");
       const { report, seconds } = await verifyStoreFolder(store, { concurrency: opts.jobs, bank: opts.bank });
       process.exitCode = printVerifyReport(report, seconds, Boolean(opts.json));
     });

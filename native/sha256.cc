@@ -222,27 +222,6 @@ __attribute__((target("avx2"), always_inline)) inline __m256i Ror8(__m256i x, in
   return _mm256_or_si256(_mm256_srli_epi32(x, n), _mm256_slli_epi32(x, 32 - n));
 }
 
-// Eight rows of eight words to eight registers each holding one word of every row.
-__attribute__((target("avx2"), always_inline)) inline void Transpose8(__m256i r[8]) {
-  __m256i t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // r[4q + k] now holds, in its 128-bit half c, words 4c + k of rows 4q…4q+3.
-  for (int k = 0; k < 4; k++) {
-    t[k] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x20);
-    t[4 + k] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x31);
-  }
-  for (int i = 0; i < 8; i++) r[i] = t[i];
-}
-
 __attribute__((target("avx2"))) void BlocksX8(uint32_t* const h[], const uint8_t* const data[], size_t blocks) {
   const __m256i swap = _mm256_broadcastsi128_si256(_mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL));
   __m256i s[8];

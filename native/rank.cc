@@ -4,7 +4,6 @@
 #include "cpu.h"
 #include "row_groups.h"
 #include "threads.h"
-#include "transpose.h"
 
 #include <algorithm>
 #include <atomic>
@@ -271,27 +270,6 @@ class ScreenBound {
   std::vector<float> na_, ca_;
 };
 
-// Rows of d floats copied `stride` floats apart, stride a whole number of 64-byte lines but an odd one:
-// rows d = 1024 floats apart all fall on the same cache sets (4 KB apart), and the recomputation below
-// reads the same few coordinates of many rows at once.
-size_t PaddedStride(size_t d) {
-  const size_t lines = (d + 15) / 16;
-  return 16 * (lines % 2 == 1 ? lines : lines + 1);
-}
-
-// rows[r] (x's rows rows[first + r]; every row of x when rows is null), each copied `stride` floats apart.
-std::unique_ptr<float[]> Padded(const float* x, const int32_t* rows, size_t first, size_t n, size_t d, size_t stride,
-                                int threads) {
-  std::unique_ptr<float[]> out(new float[n * stride]);
-  Shares(n, threads, [&](size_t r0, size_t r1) {
-    for (size_t r = r0; r < r1; r++) {
-      const size_t from = rows ? static_cast<size_t>(rows[first + r]) : r;
-      std::memcpy(out.get() + r * stride, x + from * d, d * sizeof(float));
-    }
-  });
-  return out;
-}
-
 // GCC 12's AVX-512 headers pass an undefined register as the unused merge source of unmasked intrinsics, which
 // -Wuninitialized and -Wmaybe-uninitialized report once they are inlined (here, _mm512_reduce_add_ps's); every lane
 // is written.
@@ -324,27 +302,24 @@ __attribute__((target("avx512f"))) void Dot2(const float* x, const float* a0, co
 }
 #pragma GCC diagnostic pop
 
-// The (row, anchor) pairs a screen could not call. Most are settled by a float32 dot product in
-// another order (Dot2): it and the float32 path's sum are each within g_m or g_d times the sum of the
-// terms' sizes of the exact x.a (g_m for Dot2's at most m = d / 64 + 10 roundings a term), so an anchor
-// scoring more than (g_d + g_m) |x| |a| + δ above or below the own score there is above or below it in
-// the float32 path too. The few left are recomputed in float32 with the float32 tiles' arithmetic:
-// one fused multiply-add per k, in order, from zero. All this happens when an anchor block ends,
-// while its anchors are in cache. A row's anchors left in the block go sixteen at a time
-// to a group, one anchor per lane of a vector, and all the block's groups advance together sixteen
-// coordinates at a time: the anchors' values there are transposed into lanes, the row's broadcast,
-// and the few kilobytes the step reads serve every group. A row left with fewer than kGroupFrom near
-// anchors has them recomputed a pair at a time, kChains scalar chains side by side.
+// The (row, anchor) pairs a screen could not call, settled when an anchor block ends, while its
+// anchors are in cache. Most are settled by a float32 dot product in another order (Dot2): it and the
+// float32 path's sum are each within g_m or g_d times the sum of the terms' sizes of the exact x.a (g_m
+// for Dot2's at most m = d / 64 + 10 roundings a term), so an anchor scoring more than
+// (g_d + g_m) |x| |a| + δ above or below the own score there is above or below it in the float32 path
+// too. The few left (anchors within about 1e-4 of the own score) are recomputed with the float32
+// tiles' arithmetic, one fused multiply-add per k, in order, from zero: kChains pairs at a time in
+// scalar chains side by side.
 class NearPairs {
  public:
-  // Rows [r_begin, r_end) may come, row r copied at x + (r - r_begin) * stride, its bound rb[r - r_begin];
-  // anchor g is at a + g * stride (a Padded copy). A block holds at most block_anchors anchors.
-  NearPairs(const float* x, const float* a, size_t d, size_t stride, const float* own_score, int32_t* above,
+  // Rows [r_begin, r_end) may come (row r is x's row x_rows[r], its bound rb[r - r_begin]). A block holds at most
+  // block_anchors anchors.
+  NearPairs(const float* x, const int32_t* x_rows, const float* a, size_t d, const float* own_score, int32_t* above,
             size_t r_begin, size_t r_end, size_t block_anchors, const ScreenBound& bound, const RowBound* rb)
       : x_(x),
+        x_rows_(x_rows),
         a_(a),
         d_(d),
-        stride_(stride),
         own_score_(own_score),
         above_(above),
         r_begin_(r_begin),
@@ -364,115 +339,37 @@ class NearPairs {
 
   // The anchor block is done: every pair found near in it.
   void EndBlock() {
-    groups_.clear();
     for (size_t i = 0; i < n_near_.size(); i++) {
-      if (n_near_[i] == 0) continue;
-      uint32_t* g = near_.get() + i * block_anchors_;
-      const size_t left = Settle(r_begin_ + i, g, n_near_[i]);
-      for (size_t j0 = 0; j0 < left; j0 += kLanes) {
-        const size_t n = std::min<size_t>(kLanes, left - j0);
-        if (n >= kGroupFrom) {
-          GroupJob job{r_begin_ + i, {}, n};
-          for (size_t j = 0; j < kLanes; j++) job.g[j] = g[j0 + (j < n ? j : 0)];
-          groups_.push_back(job);
-        } else {
-          for (size_t j = 0; j < n; j++) Pair(r_begin_ + i, g[j0 + j]);
-        }
-      }
+      if (n_near_[i] > 0) Settle(r_begin_ + i, near_.get() + i * block_anchors_, n_near_[i]);
       n_near_[i] = 0;
     }
-    if (!groups_.empty()) Groups();
     Pairs();
   }
 
  private:
-  static constexpr size_t kLanes = 16;
-  static constexpr size_t kGroupFrom = 3;
   static constexpr size_t kChains = 8;
-  static constexpr size_t kGroups = 2;
 
-  // Counts the anchors g[0, n) of row r that Dot2 can call; moves the others to the front of g and returns how
-  // many they are.
-  __attribute__((target("avx512f"))) size_t Settle(size_t r, uint32_t* g, size_t n) {
-    const float* xr = x_ + (r - r_begin_) * stride_;
+  const float* Row(size_t r) const { return x_ + static_cast<size_t>(x_rows_[r]) * d_; }
+
+  // Counts the anchors g[0, n) of row r that Dot2 can call; the others go to the float32 path's chains.
+  __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n) {
+    const float* xr = Row(r);
     const RowBound& b = rb_[r - r_begin_];
     const float o = own_score_[r];
-    size_t left = 0;
     for (size_t j = 0; j < n; j += 2) {
       const uint32_t pair[2] = {g[j], g[j + 1 < n ? j + 1 : j]};
       float s[2];
-      Dot2(xr, a_ + static_cast<size_t>(pair[0]) * stride_, a_ + static_cast<size_t>(pair[1]) * stride_, d_, s);
+      Dot2(xr, a_ + static_cast<size_t>(pair[0]) * d_, a_ + static_cast<size_t>(pair[1]) * d_, d_, s);
       for (size_t t = 0; t < 2 && j + t < n; t++) {
         const float e = settle_ * b.norm * bound_.norm(pair[t]) + b.delta;
         if (s[t] - o > e) {
           above_[r]++;
         } else if (s[t] - o >= -e) {
-          g[left++] = pair[t];  // too close for this sum: the float32 path's decides
+          Pair(r, pair[t]);  // too close for this sum: the float32 path's decides
         }
       }
     }
-    return left;
   }
-
-  // One row against up to sixteen anchors; lanes past n repeat the first anchor, and their results are not used.
-  struct GroupJob {
-    size_t r;
-    uint32_t g[kLanes];
-    size_t n;
-  };
-
-// GCC 12's AVX-512 headers pass an undefined register as the unused merge source of unmasked intrinsics, which
-// -Wuninitialized and -Wmaybe-uninitialized report once they are inlined (here, Transpose16's); every lane is written.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-  // The groups two at a time, their chains interleaved so that their latencies overlap, both groups' transposed
-  // anchors held in registers (an odd last group is paired with itself; the copy's result is not used).
-  __attribute__((target("avx512f"))) void Groups() {
-    static_assert(kGroups == 2, "Groups interleaves two groups");
-    const size_t n = groups_.size();
-    const size_t sets = (n + kGroups - 1) / kGroups;
-    sums_.assign(sets * kGroups * kLanes, 0.0f);
-    for (size_t k0 = 0; k0 < d_; k0 += kLanes) {
-      const size_t nk = std::min(kLanes, d_ - k0);
-      const __mmask16 mask = nk == kLanes ? 0xffff : static_cast<__mmask16>((1u << nk) - 1);
-      for (size_t q0 = 0; q0 < n; q0 += kGroups) {
-        const GroupJob& j0 = groups_[q0];
-        const GroupJob& j1 = groups_[std::min(q0 + 1, n - 1)];
-        __m512i v[kLanes], w[kLanes];
-#pragma GCC unroll 16
-        for (size_t j = 0; j < kLanes; j++) {
-          v[j] = _mm512_maskz_loadu_epi32(mask, a_ + static_cast<size_t>(j0.g[j]) * stride_ + k0);
-          w[j] = _mm512_maskz_loadu_epi32(mask, a_ + static_cast<size_t>(j1.g[j]) * stride_ + k0);
-        }
-        Transpose16(v);
-        Transpose16(w);
-        const float* x0 = x_ + (j0.r - r_begin_) * stride_ + k0;
-        const float* x1 = x_ + (j1.r - r_begin_) * stride_ + k0;
-        float* sums = sums_.data() + q0 * kLanes;
-        __m512 c0 = _mm512_loadu_ps(sums), c1 = _mm512_loadu_ps(sums + kLanes);
-        if (nk == kLanes) {
-#pragma GCC unroll 16
-          for (size_t i = 0; i < kLanes; i++) {
-            c0 = _mm512_fmadd_ps(_mm512_set1_ps(x0[i]), _mm512_castsi512_ps(v[i]), c0);
-            c1 = _mm512_fmadd_ps(_mm512_set1_ps(x1[i]), _mm512_castsi512_ps(w[i]), c1);
-          }
-        } else {
-          for (size_t i = 0; i < nk; i++) {
-            c0 = _mm512_fmadd_ps(_mm512_set1_ps(x0[i]), _mm512_castsi512_ps(v[i]), c0);
-            c1 = _mm512_fmadd_ps(_mm512_set1_ps(x1[i]), _mm512_castsi512_ps(w[i]), c1);
-          }
-        }
-        _mm512_storeu_ps(sums, c0);
-        _mm512_storeu_ps(sums + kLanes, c1);
-      }
-    }
-    for (size_t q = 0; q < n; q++) {
-      const size_t r = groups_[q].r;
-      for (size_t j = 0; j < groups_[q].n; j++) above_[r] += sums_[q * kLanes + j] > own_score_[r];
-    }
-  }
-#pragma GCC diagnostic pop
 
   void Pair(size_t r, size_t g) {
     pair_rows_[n_pairs_] = r;
@@ -486,8 +383,8 @@ class NearPairs {
     const float* as[kChains];
     for (size_t j = 0; j < kChains; j++) {
       const size_t i = j < n_pairs_ ? j : 0;  // a short batch repeats its first pair, whose result is not used
-      xs[j] = x_ + (pair_rows_[i] - r_begin_) * stride_;
-      as[j] = a_ + pair_anchors_[i] * stride_;
+      xs[j] = Row(pair_rows_[i]);
+      as[j] = a_ + pair_anchors_[i] * d_;
     }
     float c[kChains] = {};
     for (size_t k = 0; k < d_; k++) {
@@ -499,9 +396,9 @@ class NearPairs {
   }
 
   const float* x_;
+  const int32_t* x_rows_;
   const float* a_;
   size_t d_;
-  size_t stride_;
   const float* own_score_;
   int32_t* above_;
   size_t r_begin_;
@@ -513,8 +410,6 @@ class NearPairs {
   const RowBound* rb_;
   // g_d + g_m, rounded up: what Settle's margin is made of.
   float settle_ = 0;
-  std::vector<GroupJob> groups_;
-  std::vector<float> sums_;
   size_t pair_rows_[kChains] = {};
   size_t pair_anchors_[kChains] = {};
   size_t n_pairs_ = 0;
@@ -595,14 +490,14 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) void ScreenTile(const ui
 }
 static_assert(kScreenPanels == 3, "ScreenTile dispatches on up to three panels");
 
-// Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor: packed_bf holds them as bfloat16 panels,
-// a_padded in float32, anchor g at a_padded + g * stride.
+// Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor of a, which packed_bf holds as bfloat16
+// panels.
 __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, const int32_t* x_rows, size_t d,
-                                                                size_t r_begin, size_t r_end, const float* a_padded,
-                                                                size_t stride, const uint32_t* packed_bf,
-                                                                size_t n_panels, size_t n_anchors,
-                                                                const ScreenBound& bound, const int32_t* own,
-                                                                const float* own_score, int32_t* above) {
+                                                                size_t r_begin, size_t r_end, const float* a,
+                                                                const uint32_t* packed_bf, size_t n_panels,
+                                                                size_t n_anchors, const ScreenBound& bound,
+                                                                const int32_t* own, const float* own_score,
+                                                                int32_t* above) {
   const size_t dp = (d + 1) / 2;
   // These rows as bfloat16 pairs (k, k+1), converted once; d and the last tile of rows
   // are zero-padded (padding rows are never counted).
@@ -615,9 +510,8 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
     rb[r - r_begin] = bound.Row(xr, xb.data() + (r - r_begin) * dp);
   }
   __m512 acc[kScreenRows * kScreenPanels];
-  const std::unique_ptr<float[]> x_padded = Padded(x, x_rows, r_begin, r_end - r_begin, d, stride, 1);
-  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end,
-                       kScreenBlockPanels * kPanel, bound, rb.data());
+  NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kScreenBlockPanels * kPanel, bound,
+                       rb.data());
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
@@ -652,9 +546,9 @@ constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat
 
 // Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor. packed_bf holds the panels as PairsBf16 lays
 // them out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded up to an even
-// count with zero panels; a_padded holds the anchors in float32, anchor g at a_padded + g * stride.
+// count with zero panels.
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows(
-    const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const float* a_padded, size_t stride,
+    const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const float* a,
     const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const ScreenBound& bound, const int32_t* own,
     const float* own_score, int32_t* above) {
   const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
@@ -666,10 +560,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     PairsBf16(xr, d, xb.data() + (r - r_begin) * dq, 1);
     rb[r - r_begin] = bound.Row(xr, xb.data() + (r - r_begin) * dq);
   }
-  const std::unique_ptr<float[]> x_padded = Padded(x, x_rows, r_begin, r_end - r_begin, d, stride, 1);
   AmxTiles tiles;
-  NearPairs near_pairs(x_padded.get(), a_padded, d, stride, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel,
-                       bound, rb.data());
+  NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel, bound, rb.data());
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
@@ -759,8 +651,6 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
       }
     });
     const ScreenBound bound(a, n_anchors, d, packed_bf.get(), dq, even_panels, threads);
-    const size_t stride = PaddedStride(d);
-    const std::unique_ptr<float[]> a_padded = Padded(a, nullptr, 0, n_anchors, d, stride, threads);
     constexpr size_t kChunkRows = 16 * kAmxRows;
     const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
     const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
@@ -768,8 +658,7 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     Crew(nt, [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankAmxRows(x, rows, d, first, last, a_padded.get(), stride, packed_bf.get(), even_panels, n_anchors, bound,
-                    own, own_score, above);
+        RankAmxRows(x, rows, d, first, last, a, packed_bf.get(), even_panels, n_anchors, bound, own, own_score, above);
       }
     });
     return;
@@ -786,8 +675,6 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
       }
     });
     const ScreenBound bound(a, n_anchors, d, packed_bf.get(), dp, n_panels, threads);
-    const size_t stride = PaddedStride(d);
-    const std::unique_ptr<float[]> a_padded = Padded(a, nullptr, 0, n_anchors, d, stride, threads);
     // Rows in chunks handed out one at a time, so that a thread the machine slows down (other
     // processes on the same cores) takes fewer chunks instead of holding the others up at the end.
     // Each chunk is converted to bfloat16 once (1 MB) and read again for every anchor block.
@@ -798,8 +685,7 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     auto work = [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankBf16Rows(x, rows, d, first, last, a_padded.get(), stride, packed_bf.get(), n_panels, n_anchors, bound, own,
-                     own_score, above);
+        RankBf16Rows(x, rows, d, first, last, a, packed_bf.get(), n_panels, n_anchors, bound, own, own_score, above);
       }
     };
     Crew(nt, work);

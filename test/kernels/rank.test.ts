@@ -129,8 +129,8 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
 
   it("counts rows whose scores crowd around their own as the float32 kernel does", () => {
     // Anchors close to one direction and rows of noise: every row's scores lie within a few thousandths
-    // of its own, so the screen leaves many anchors of each block to recompute, sixteen or more for
-    // some rows and a few for others. d = 1001 leaves a partial step of coordinates.
+    // of its own, so the screen leaves many anchors of each block to the float32 dot products that settle
+    // them. d = 1001 leaves a partial step of coordinates.
     for (const d of [1024, 1001]) {
       const rng = new Rng(d);
       const n = 120;
@@ -158,8 +158,8 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
 
   it("counts anchors a hair from the own anchor as the float32 kernel does", () => {
     // Each row's own anchor has 40 near-copies, a millionth apart: their scores differ from the own score in the
-    // last digits of float32, which only the float32 path's own sums can order, sixteen anchors at a time or a
-    // few at a time. d = 1001 leaves a partial step of coordinates.
+    // last digits of float32, which only the float32 path's own sums can order. d = 1001 leaves a partial step of
+    // coordinates.
     for (const d of [1024, 1001]) {
       const rng = new Rng(d + 1);
       const n = 30;

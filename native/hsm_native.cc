@@ -889,16 +889,10 @@ napi_value TrimHeap(napi_env, napi_callback_info) {
 // is most of the cost of touching it where faults are dear (virtual machines). Unmapped when the
 // ArrayBuffer is collected; V8 counts it as external memory meanwhile.
 napi_value LargeBuffer(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value arg;
-  napi_get_cb_info(env, info, &argc, &arg, nullptr, nullptr);
-  double requested = -1;
-  if (argc < 1 || napi_get_value_double(env, arg, &requested) != napi_ok || !(requested >= 0) ||
-      requested != std::floor(requested) || requested > 9007199254740991.0) {
-    napi_throw_type_error(env, nullptr, "largeBuffer: expected a byte count");
+  napi_value argv[1];
+  size_t bytes;
+  if (!GetArgs(env, info, 1, argv) || !GetCount(env, argv[0], "largeBuffer: expected a byte count", &bytes))
     return nullptr;
-  }
-  const size_t bytes = static_cast<size_t>(requested);
   napi_value out;
 #ifdef HSM_MMAP
   constexpr size_t kHuge = size_t{2} << 20;

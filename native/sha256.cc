@@ -9,6 +9,7 @@
 
 #include "cpu.h"
 #include "float16.h"
+#include "transpose.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -164,31 +165,6 @@ __attribute__((target("sha,sse4.1,ssse3"))) void BlocksShaNiX(uint32_t* const h[
 // against 3.0 on AMD Zen 5), and it is the only fast path on CPUs with AVX-512
 // but no SHA extensions. Each block's sixteen rows of sixteen words are
 // transposed so that register t holds word t of every message.
-__attribute__((target("avx512f"), always_inline)) inline void Transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // r[4q + k] now holds, in its 128-bit part c, words 4c + k of rows 4q…4q+3.
-  for (int k = 0; k < 4; k++) {
-    const __m512i ab0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88), ab1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xdd);
-    const __m512i cd0 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
-    const __m512i cd1 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xdd);
-    t[k] = _mm512_shuffle_i32x4(ab0, cd0, 0x88);
-    t[8 + k] = _mm512_shuffle_i32x4(ab0, cd0, 0xdd);
-    t[4 + k] = _mm512_shuffle_i32x4(ab1, cd1, 0x88);
-    t[12 + k] = _mm512_shuffle_i32x4(ab1, cd1, 0xdd);
-  }
-  for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
 __attribute__((target("avx512f,avx512bw"))) void BlocksX16(uint32_t* const h[], const uint8_t* const data[],
                                                            size_t blocks) {
   const __m512i swap = _mm512_broadcast_i32x4(_mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL));
@@ -244,27 +220,6 @@ __attribute__((target("avx512f,avx512bw"))) void BlocksX16(uint32_t* const h[], 
 // no three-input logic, so Ch and Maj take three steps each.
 __attribute__((target("avx2"), always_inline)) inline __m256i Ror8(__m256i x, int n) {
   return _mm256_or_si256(_mm256_srli_epi32(x, n), _mm256_slli_epi32(x, 32 - n));
-}
-
-// Eight rows of eight words to eight registers each holding one word of every row.
-__attribute__((target("avx2"), always_inline)) inline void Transpose8(__m256i r[8]) {
-  __m256i t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // r[4q + k] now holds, in its 128-bit half c, words 4c + k of rows 4q…4q+3.
-  for (int k = 0; k < 4; k++) {
-    t[k] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x20);
-    t[4 + k] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x31);
-  }
-  for (int i = 0; i < 8; i++) r[i] = t[i];
 }
 
 __attribute__((target("avx2"))) void BlocksX8(uint32_t* const h[], const uint8_t* const data[], size_t blocks) {

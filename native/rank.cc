@@ -4,6 +4,7 @@
 #include "cpu.h"
 #include "row_groups.h"
 #include "threads.h"
+#include "transpose.h"
 
 #include <algorithm>
 #include <atomic>
@@ -276,40 +277,42 @@ class ScreenBound {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// x.a0 and x.a1 in float32, another order than the float32 path's: lane j of accumulator q sums the
-// coordinates k = 16 q + j (mod 64) (a last partial step adds to accumulator 0), then the four
+// x.a[0], ..., x.a[3] in float32, another order than the float32 path's: lane j of accumulator q sums
+// the coordinates k = 16 q + j (mod 64) (a last partial step adds to accumulator 0), then the four
 // accumulators and the sixteen lanes are added pairwise. Each term meets at most d / 64 + 10 roundings.
-__attribute__((target("avx512f"))) void Dot2(const float* x, const float* a0, const float* a1, size_t d, float* out) {
-  __m512 c0[4], c1[4];
-  for (int q = 0; q < 4; q++) c0[q] = c1[q] = _mm512_setzero_ps();
+// The row's coordinates, loaded once, serve the four anchors.
+__attribute__((target("avx512f"))) void Dot4(const float* x, const float* const a[4], size_t d, float* out) {
+  __m512 c[4][4];
+  for (int j = 0; j < 4; j++) {
+    for (int q = 0; q < 4; q++) c[j][q] = _mm512_setzero_ps();
+  }
   size_t k = 0;
   for (; k + 64 <= d; k += 64) {
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
       const __m512 v = _mm512_loadu_ps(x + k + 16 * q);
-      c0[q] = _mm512_fmadd_ps(v, _mm512_loadu_ps(a0 + k + 16 * q), c0[q]);
-      c1[q] = _mm512_fmadd_ps(v, _mm512_loadu_ps(a1 + k + 16 * q), c1[q]);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) c[j][q] = _mm512_fmadd_ps(v, _mm512_loadu_ps(a[j] + k + 16 * q), c[j][q]);
     }
   }
   for (; k < d; k += 16) {
     const __mmask16 m = d - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (d - k)) - 1);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
-    c0[0] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, a0 + k), c0[0]);
-    c1[0] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, a1 + k), c1[0]);
+    for (int j = 0; j < 4; j++) c[j][0] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, a[j] + k), c[j][0]);
   }
-  out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0[0], c0[1]), _mm512_add_ps(c0[2], c0[3])));
-  out[1] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c1[0], c1[1]), _mm512_add_ps(c1[2], c1[3])));
+  for (int j = 0; j < 4; j++)
+    out[j] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c[j][0], c[j][1]), _mm512_add_ps(c[j][2], c[j][3])));
 }
 #pragma GCC diagnostic pop
 
 // The (row, anchor) pairs a screen could not call, settled when an anchor block ends, while its
-// anchors are in cache. Most are settled by a float32 dot product in another order (Dot2): it and the
-// float32 path's sum are each within g_m or g_d times the sum of the terms' sizes of the exact x.a (g_m
-// for Dot2's at most m = d / 64 + 10 roundings a term), so an anchor scoring more than
-// (g_d + g_m) |x| |a| + δ above or below the own score there is above or below it in the float32 path
-// too. The few left (anchors within about 1e-4 of the own score) are recomputed with the float32
-// tiles' arithmetic, one fused multiply-add per k, in order, from zero: kChains pairs at a time in
-// scalar chains side by side.
+// anchors are in cache. Most are settled by a float32 dot product in another order (Dot4, a row
+// against four of its anchors): it and the float32 path's sum are each within g_m or g_d times the
+// sum of the terms' sizes of the exact x.a (g_m for Dot4's at most m = d / 64 + 10 roundings a term),
+// so an anchor scoring more than (g_d + g_m) |x| |a| + δ above or below the own score there is above
+// or below it in the float32 path too. The few left (anchors within about 1e-4 of the own score) are
+// recomputed with the float32 tiles' arithmetic, one fused multiply-add per k, in order, from zero:
+// kChains pairs at a time, one a vector lane.
 class NearPairs {
  public:
   // Rows [r_begin, r_end) may come (row r is x's row x_rows[r], its bound rb[r - r_begin]). A block holds at most
@@ -332,9 +335,16 @@ class NearPairs {
     settle_ = Up(bound.gamma() + m / (1 - m));
   }
 
-  void Add(size_t r, size_t g) {
+  // Panel p's anchors in the lanes of `lanes`, for row r, without a branch: the panel's sixteen
+  // anchor numbers, those of `lanes` packed to the front, are stored whole past the row's last, and
+  // the count moves on by as many as were packed. The row's list holds fewer than 16 per panel
+  // before this one in the block, so the store stays inside it.
+  __attribute__((target("avx512f"), always_inline)) void Add(size_t r, size_t p, __mmask16 lanes) {
     const size_t i = r - r_begin_;
-    near_[i * block_anchors_ + n_near_[i]++] = static_cast<uint32_t>(g);
+    const __m512i g = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(p * kPanel)),
+                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    _mm512_storeu_si512(near_.get() + i * block_anchors_ + n_near_[i], _mm512_maskz_compress_epi32(lanes, g));
+    n_near_[i] += static_cast<uint16_t>(__builtin_popcount(lanes));
   }
 
   // The anchor block is done: every pair found near in it.
@@ -347,28 +357,41 @@ class NearPairs {
   }
 
  private:
-  static constexpr size_t kChains = 8;
+  static constexpr size_t kChains = 16;  // pairs a batch: the lanes of one vector
 
   const float* Row(size_t r) const { return x_ + static_cast<size_t>(x_rows_[r]) * d_; }
 
-  // Counts the anchors g[0, n) of row r that Dot2 can call; the others go to the float32 path's chains.
+  // Counts the anchors g[0, n) of row r that Dot4 can call; the others go to the float32 path's
+  // lanes. A last short group of four repeats its first anchor, whose copies are not used.
   __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n) {
     const float* xr = Row(r);
     const RowBound& b = rb_[r - r_begin_];
-    const float o = own_score_[r];
-    for (size_t j = 0; j < n; j += 2) {
-      const uint32_t pair[2] = {g[j], g[j + 1 < n ? j + 1 : j]};
-      float s[2];
-      Dot2(xr, a_ + static_cast<size_t>(pair[0]) * d_, a_ + static_cast<size_t>(pair[1]) * d_, d_, s);
-      for (size_t t = 0; t < 2 && j + t < n; t++) {
-        const float e = settle_ * b.norm * bound_.norm(pair[t]) + b.delta;
-        if (s[t] - o > e) {
-          above_[r]++;
-        } else if (s[t] - o >= -e) {
-          Pair(r, pair[t]);  // too close for this sum: the float32 path's decides
-        }
+    const __m128 o = _mm_set1_ps(own_score_[r]);
+    const __m128 margin = _mm_set1_ps(settle_ * b.norm);
+    const __m128 delta = _mm_set1_ps(b.delta);
+    int32_t above = 0;
+    for (size_t j = 0; j < n; j += 4) {
+      const size_t left = std::min<size_t>(4, n - j);
+      uint32_t g4[4];
+      const float* a[4];
+      for (size_t t = 0; t < 4; t++) {
+        g4[t] = g[j + (t < left ? t : 0)];
+        a[t] = a_ + static_cast<size_t>(g4[t]) * d_;
       }
+      alignas(16) float s[4];
+      Dot4(xr, a, d_, s);
+      const __m128 norms = _mm_setr_ps(bound_.norm(g4[0]), bound_.norm(g4[1]), bound_.norm(g4[2]), bound_.norm(g4[3]));
+      const __m128 e = _mm_add_ps(_mm_mul_ps(margin, norms), delta);
+      const __m128 gap = _mm_sub_ps(_mm_load_ps(s), o);
+      const uint32_t valid = (1u << left) - 1;
+      const uint32_t high = static_cast<uint32_t>(_mm_movemask_ps(_mm_cmpgt_ps(gap, e))) & valid;
+      // Too close for this sum: the float32 path's decides.
+      const uint32_t close =
+          static_cast<uint32_t>(_mm_movemask_ps(_mm_cmpge_ps(gap, _mm_sub_ps(_mm_setzero_ps(), e)))) & valid & ~high;
+      above += __builtin_popcount(high);
+      for (uint32_t m = close; m != 0; m &= m - 1) Pair(r, g4[__builtin_ctz(m)]);
     }
+    above_[r] += above;
   }
 
   void Pair(size_t r, size_t g) {
@@ -377,23 +400,47 @@ class NearPairs {
     if (++n_pairs_ == kChains) Pairs();
   }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+  // The pairs so far, with the float32 tiles' arithmetic: lane j of one vector is pair j's sum, one fused
+  // multiply-add per k, in order, from zero. Sixteen coordinates of each pair's row and anchor are loaded at a
+  // time and transposed into lanes. A short batch repeats its first pair, whose copies are not counted.
   __attribute__((target("avx512f"))) void Pairs() {
     if (n_pairs_ == 0) return;
     const float* xs[kChains];
     const float* as[kChains];
     for (size_t j = 0; j < kChains; j++) {
-      const size_t i = j < n_pairs_ ? j : 0;  // a short batch repeats its first pair, whose result is not used
+      const size_t i = j < n_pairs_ ? j : 0;
       xs[j] = Row(pair_rows_[i]);
       as[j] = a_ + pair_anchors_[i] * d_;
     }
-    float c[kChains] = {};
-    for (size_t k = 0; k < d_; k++) {
-#pragma GCC unroll 8
-      for (size_t j = 0; j < kChains; j++) c[j] = __builtin_fmaf(xs[j][k], as[j][k], c[j]);
+    __m512 c = _mm512_setzero_ps();
+    for (size_t k0 = 0; k0 < d_; k0 += kChains) {
+      const size_t nk = std::min(kChains, d_ - k0);
+      const __mmask16 m = nk == kChains ? 0xffff : static_cast<__mmask16>((1u << nk) - 1);
+      __m512i v[kChains], w[kChains];
+#pragma GCC unroll 16
+      for (size_t j = 0; j < kChains; j++) {
+        v[j] = _mm512_maskz_loadu_epi32(m, xs[j] + k0);
+        w[j] = _mm512_maskz_loadu_epi32(m, as[j] + k0);
+      }
+      Transpose16(v);
+      Transpose16(w);
+      if (nk == kChains) {
+#pragma GCC unroll 16
+        for (size_t i = 0; i < kChains; i++)
+          c = _mm512_fmadd_ps(_mm512_castsi512_ps(v[i]), _mm512_castsi512_ps(w[i]), c);
+      } else {
+        for (size_t i = 0; i < nk; i++) c = _mm512_fmadd_ps(_mm512_castsi512_ps(v[i]), _mm512_castsi512_ps(w[i]), c);
+      }
     }
-    for (size_t j = 0; j < n_pairs_; j++) above_[pair_rows_[j]] += c[j] > own_score_[pair_rows_[j]];
+    alignas(64) float sums[kChains];
+    _mm512_store_ps(sums, c);
+    for (size_t j = 0; j < n_pairs_; j++) above_[pair_rows_[j]] += sums[j] > own_score_[pair_rows_[j]];
     n_pairs_ = 0;
   }
+#pragma GCC diagnostic pop
 
   const float* x_;
   const int32_t* x_rows_;
@@ -433,8 +480,7 @@ __attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m5
   const __mmask16 high = _mm512_mask_cmp_ps_mask(mine, s, _mm512_add_ps(o, b), _CMP_GT_OQ);
   const __mmask16 near = _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, b), _CMP_GE_OQ) & ~high;
   above[r] += __builtin_popcount(high);
-  // Too close to call: those anchors again in float32.
-  for (uint32_t m = near; m != 0; m &= m - 1) near_pairs.Add(r, p * kPanel + __builtin_ctz(m));
+  near_pairs.Add(r, p, near);  // too close to call: those anchors again in float32
 }
 
 // The screen's register block: kScreenRows rows against kScreenPanels panels,

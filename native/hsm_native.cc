@@ -22,16 +22,12 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/mman.h>
-#define HSM_MMAP 1
-#endif
-
 #include "bootstrap.h"
 #include "cpu.h"
 #include "float16.h"
 #include "hash_files.h"
 #include "head.h"
+#include "huge_pages.h"
 #include "products.h"
 #include "rank.h"
 #include "rows.h"
@@ -883,53 +879,32 @@ napi_value TrimHeap(napi_env, napi_callback_info) {
   return nullptr;
 }
 
-// largeBuffer(bytes): a zero-filled ArrayBuffer in a mapping of its own, which Linux is asked to back
-// with 2 MB pages (transparent huge pages, granted on request where the system allows it). A buffer of
-// hundreds of megabytes is then faulted in by hundreds of faults instead of tens of thousands, which
-// is most of the cost of touching it where faults are dear (virtual machines). Unmapped when the
-// ArrayBuffer is collected; V8 counts it as external memory meanwhile.
+// largeBuffer(bytes): a zero-filled ArrayBuffer in a mapping of its own offered 2 MB pages
+// (huge_pages.h). Unmapped when the ArrayBuffer is collected; V8 counts it as external memory meanwhile.
 napi_value LargeBuffer(napi_env env, napi_callback_info info) {
   napi_value argv[1];
   size_t bytes;
   if (!GetArgs(env, info, 1, argv) || !GetCount(env, argv[0], "largeBuffer: expected a byte count", &bytes))
     return nullptr;
   napi_value out;
-#ifdef HSM_MMAP
-  constexpr size_t kHuge = size_t{2} << 20;
-  // Room to start on a 2 MB boundary, so that every 2 MB of the buffer can be one page.
-  const size_t mapped = bytes + kHuge;
-  void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) throw std::bad_alloc();
-  char* start = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~(kHuge - 1));
-#ifdef MADV_HUGEPAGE
-  madvise(start, (bytes + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // a hint: refused or ignored, pages stay small
-#endif
-  struct Mapping {
-    void* base;
-    size_t length;
-  };
-  Mapping* mapping = new Mapping{base, mapped};
+  hsm::HugeMapping* mapping = new hsm::HugeMapping(hsm::MapHuge(bytes));
   const napi_finalize unmap = [](napi_env env, void*, void* hint) {
-    Mapping* m = static_cast<Mapping*>(hint);
+    hsm::HugeMapping* m = static_cast<hsm::HugeMapping*>(hint);
     int64_t ignored;
     napi_adjust_external_memory(env, -static_cast<int64_t>(m->length), &ignored);
-    munmap(m->base, m->length);
+    hsm::Unmap(*m);
     delete m;
   };
-  if (napi_create_external_arraybuffer(env, start, bytes, unmap, mapping, &out) != napi_ok) {
+  if (napi_create_external_arraybuffer(env, mapping->start, bytes, unmap, mapping, &out) != napi_ok) {
     // A runtime that refuses memory from outside its heap gets an ordinary buffer.
-    munmap(base, mapped);
+    hsm::Unmap(*mapping);
     delete mapping;
     void* data;
     napi_create_arraybuffer(env, bytes, &data, &out);
     return out;
   }
   int64_t ignored;
-  napi_adjust_external_memory(env, static_cast<int64_t>(mapped), &ignored);
-#else
-  void* data;
-  napi_create_arraybuffer(env, bytes, &data, &out);
-#endif
+  napi_adjust_external_memory(env, static_cast<int64_t>(mapping->length), &ignored);
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include "amx.h"
 #include "cpu.h"
+#include "huge_pages.h"
 #include "row_groups.h"
 #include "threads.h"
 #include "transpose.h"
@@ -690,7 +691,7 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
     const size_t even_panels = (n_panels + 1) / 2 * 2;
     const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
-    std::unique_ptr<uint32_t[]> packed_bf(new uint32_t[even_panels * kPanel * dq]());
+    const HugeArray<uint32_t> packed_bf(even_panels * kPanel * dq);
     Shares(n_panels, threads, [&](size_t p0, size_t p1) {
       for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
         PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dq + g % kPanel, kPanel);
@@ -714,7 +715,8 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
     const size_t dp = (d + 1) / 2;
-    std::unique_ptr<uint32_t[]> packed_bf(new uint32_t[n_panels * kPanel * dp]());
+    // Mapped on its own (huge_pages.h): every row tile reads the panels of a block afresh.
+    const HugeArray<uint32_t> packed_bf(n_panels * kPanel * dp);
     Shares(n_panels, threads, [&](size_t p0, size_t p1) {
       for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
         PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);

@@ -4,6 +4,7 @@
  * anchors, with R@1, MRR and a bootstrap interval over facts.
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
+import { largeArrayBuffer } from "../kernels/native.js";
 import { ALL_FAMILIES, MetricsError, type LayerData, type Metric, type MetricSettings } from "./metric.js";
 import { bootstrapStream, interval } from "./stats.js";
 
@@ -100,7 +101,7 @@ function anchorVectors(
   }
   const F = first.length;
   if (F < 2) throw new MetricsError(`layer ${layer}: ${F} fact(s) have a usable anchor row; ISS needs at least 2`);
-  if (lay.anchors.length < F * d) lay.anchors = new Float32Array(F * d);
+  if (lay.anchors.length < F * d) lay.anchors = new Float32Array(largeArrayBuffer(F * d * 4));
   const A = lay.anchors.subarray(0, F * d);
   for (let g = 0; g < F; g++) {
     const a = A.subarray(g * d, (g + 1) * d);

@@ -338,8 +338,8 @@ class NearPairs {
 
   // Panel p's anchors in the lanes of `lanes`, for row r, without a branch: the panel's sixteen
   // anchor numbers, those of `lanes` packed to the front, are stored whole past the row's last, and
-  // the count moves on by as many as were packed. The row's list holds fewer than 16 per panel
-  // before this one in the block, so the store stays inside it.
+  // the count moves on by as many as were packed. The row's list holds at most 16 for each panel
+  // before this one in the block (panels come in order, each once), so the store ends inside it.
   __attribute__((target("avx512f"), always_inline)) void Add(size_t r, size_t p, __mmask16 lanes) {
     const size_t i = r - r_begin_;
     const __m512i g = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(p * kPanel)),

@@ -177,12 +177,19 @@ describe.runIf(Boolean(addon))("SIMD level override", () => {
 
 describe.runIf(Boolean(addon))("large buffers", () => {
   it("are zero-filled, of the length asked, and hold what is written", () => {
-    for (const bytes of [9 * 2 ** 20 + 3, 1000]) {
-      const b = new Uint8Array(largeArrayBuffer(bytes));
+    // Through largeArrayBuffer (an ordinary buffer under 8 MB), and from the addon itself on either side of one
+    // 2 MB page, where its own mapping gives way to an ordinary allocation.
+    const buffers = [9 * 2 ** 20 + 3, 1000].map((bytes) => [bytes, largeArrayBuffer(bytes)] as const);
+    for (const bytes of [0, 1000, 2 * 2 ** 20 - 1, 2 * 2 ** 20, 3 * 2 ** 20 + 5])
+      buffers.push([bytes, call("largeBuffer", bytes) as ArrayBuffer]);
+    for (const [bytes, buffer] of buffers) {
+      const b = new Uint8Array(buffer);
       expect(b.byteLength).toBe(bytes);
       expect(b.every((v) => v === 0)).toBe(true);
       for (let i = 0; i < bytes; i += 4093) b[i] = i % 251;
-      for (let i = 0; i < bytes; i += 4093) expect(b[i]).toBe(i % 251);
+      if (bytes > 0) b[bytes - 1] = 7;
+      for (let i = 0; i < bytes - 1; i += 4093) expect(b[i]).toBe(i % 251);
+      if (bytes > 0) expect(b[bytes - 1]).toBe(7);
     }
   });
 

@@ -7,7 +7,6 @@
  * shards cut on block boundaries merge into exactly the single-process store.
  */
 import { createHash } from "node:crypto";
-import { realpathSync } from "node:fs";
 import { join } from "node:path";
 
 import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
@@ -22,12 +21,12 @@ import {
 } from "../defaults.js";
 import { HsmError, InternalError, UsageError } from "../errors.js";
 import { selectLayers } from "../store/layers.js";
-import { hashFiles } from "../store/hash.js";
+import { fileSha256 } from "../store/hash.js";
 import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
-import { fileError, makeDir, readText } from "../util/fs.js";
+import { makeDir, readText } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { lengthBreaks, leftPad, planBatches, rightPad, type BatchRule } from "../model/batching.js";
 import {
@@ -59,20 +58,6 @@ import {
 } from "../model/session.js";
 import { tokenizerAndModel } from "../model/tokenizer.js";
 import { shardFromEnv } from "./shard.js";
-
-/** The model file's sha256, hashed in a thread of its own (the native core's, or a worker) while this one works. */
-export async function fileSha256(path: string): Promise<string> {
-  // The file itself: a model folder may link to it (as the Hugging Face cache does), and hashing never follows links.
-  let real: string;
-  try {
-    real = realpathSync(path);
-  } catch (err) {
-    throw fileError(err, path);
-  }
-  const [outcome] = await hashFiles([{ path: real }], 1);
-  if (!outcome!.ok) throw fileError(outcome, path);
-  return outcome!.result.sha256;
-}
 
 /**
  * Rewrites the inspected model for extraction (weights by reference into the

@@ -50,7 +50,7 @@ import {
 } from "./workers.js";
 import { outputNewPositions } from "./cache-join.js";
 import { answerFields, readEosIds } from "./rules.js";
-import { fileSha256 } from "../extract/extract.js";
+import { fileSha256 } from "../store/hash.js";
 import { checkGenerations, generationCheckWarning } from "./check.js";
 import { isPastInput, isPresentOutput } from "../onnx/kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";

@@ -6,7 +6,6 @@
  * read-only to each metric in turn; every kernel comes from the one backend
  * selected.
  */
-import { createHash } from "node:crypto";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";
@@ -14,8 +13,8 @@ import { largeArrayBuffer } from "../kernels/native.js";
 import { openKernels, type BackendName } from "../kernels/registry.js";
 import type { Kernels } from "../kernels/types.js";
 import type { Manifest } from "../store/manifest.js";
+import { fileSha256 } from "../store/hash.js";
 import { StoreReader } from "../store/reader.js";
-import { fileError, openInput } from "../util/fs.js";
 import { readLabels } from "./labels.js";
 import {
   MetricsError,
@@ -122,20 +121,6 @@ async function labelsFor(
     throw new MetricsError(`${titles} needs the scored file: pass --scored SCORED.jsonl (or --metrics ${alone})`);
   }
   return readLabels(o.scored, queryIds, o);
-}
-
-/** The sha256 (hex) of a file's bytes, read as a stream. */
-export async function fileSha256(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  const { fh } = await openInput(path, { follow: true });
-  try {
-    for await (const chunk of fh.createReadStream()) hash.update(chunk as Buffer);
-  } catch (err) {
-    throw fileError(err, path);
-  } finally {
-    await fh.close().catch(() => {});
-  }
-  return hash.digest("hex");
 }
 
 /**

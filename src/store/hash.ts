@@ -8,13 +8,14 @@
  * needs threads, not just parallel reads; the calling thread works too rather
  * than wait, so no thread start delays the first files.
  */
-import { existsSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { storeKernels } from "../kernels/default.js";
 import type { FileHashJob } from "../kernels/types.js";
+import { fileError } from "../util/fs.js";
 import { hashFilesSync, type HashJob, type HashOutcome, type HashResult } from "./hash-file.js";
 
 export type { HashJob, HashOutcome, HashResult };
@@ -69,6 +70,23 @@ export async function hashFiles(
     return hashed.map((result, i) => (result ? { ok: true, result } : hashFilesSync([jobs[i]!])[0]!));
   }
   return hashInWorkers(jobs, concurrency);
+}
+
+/**
+ * One file's sha256 (hex), hashed in a thread of its own (the native core's, or a worker) while the calling one
+ * works. The file itself is hashed: a link to it (as a model folder in the Hugging Face cache holds) is resolved
+ * first, and hashing never follows links.
+ */
+export async function fileSha256(path: string): Promise<string> {
+  let real: string;
+  try {
+    real = realpathSync(path);
+  } catch (err) {
+    throw fileError(err, path);
+  }
+  const [outcome] = await hashFiles([{ path: real }], 1);
+  if (!outcome!.ok) throw fileError(outcome, path);
+  return outcome!.result.sha256;
 }
 
 async function hashInWorkers(jobs: readonly HashJob[], concurrency: number): Promise<HashOutcome[]> {

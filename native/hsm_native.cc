@@ -22,6 +22,7 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+
 #include "bootstrap.h"
 #include "cpu.h"
 #include "float16.h"

@@ -313,7 +313,7 @@ __attribute__((target("avx512f"))) void Dot4(const float* x, const float* const 
 // so an anchor scoring more than (g_d + g_m) |x| |a| + δ above or below the own score there is above
 // or below it in the float32 path too. The few left (anchors within about 1e-4 of the own score) are
 // recomputed with the float32 tiles' arithmetic, one fused multiply-add per k, in order, from zero:
-// kChains pairs at a time, one a vector lane.
+// kLanes pairs at a time, one a vector lane.
 class NearPairs {
  public:
   // Rows [r_begin, r_end) may come (row r is x's row x_rows[r], its bound rb[r - r_begin]). A block holds at most
@@ -358,7 +358,8 @@ class NearPairs {
   }
 
  private:
-  static constexpr size_t kChains = 16;  // pairs a batch: the lanes of one vector
+  // Pairs a batch, one a lane of a vector; also the coordinates a step transposes (a square 16 x 16).
+  static constexpr size_t kLanes = 16;
 
   const float* Row(size_t r) const { return x_ + static_cast<size_t>(x_rows_[r]) * d_; }
 
@@ -398,7 +399,7 @@ class NearPairs {
   void Pair(size_t r, size_t g) {
     pair_rows_[n_pairs_] = r;
     pair_anchors_[n_pairs_] = g;
-    if (++n_pairs_ == kChains) Pairs();
+    if (++n_pairs_ == kLanes) Pairs();
   }
 
 #pragma GCC diagnostic push
@@ -409,34 +410,34 @@ class NearPairs {
   // time and transposed into lanes. A short batch repeats its first pair, whose copies are not counted.
   __attribute__((target("avx512f"))) void Pairs() {
     if (n_pairs_ == 0) return;
-    const float* xs[kChains];
-    const float* as[kChains];
-    for (size_t j = 0; j < kChains; j++) {
+    const float* xs[kLanes];
+    const float* as[kLanes];
+    for (size_t j = 0; j < kLanes; j++) {
       const size_t i = j < n_pairs_ ? j : 0;
       xs[j] = Row(pair_rows_[i]);
       as[j] = a_ + pair_anchors_[i] * d_;
     }
     __m512 c = _mm512_setzero_ps();
-    for (size_t k0 = 0; k0 < d_; k0 += kChains) {
-      const size_t nk = std::min(kChains, d_ - k0);
-      const __mmask16 m = nk == kChains ? 0xffff : static_cast<__mmask16>((1u << nk) - 1);
-      __m512i v[kChains], w[kChains];
+    for (size_t k0 = 0; k0 < d_; k0 += kLanes) {
+      const size_t nk = std::min(kLanes, d_ - k0);
+      const __mmask16 m = nk == kLanes ? 0xffff : static_cast<__mmask16>((1u << nk) - 1);
+      __m512i v[kLanes], w[kLanes];
 #pragma GCC unroll 16
-      for (size_t j = 0; j < kChains; j++) {
+      for (size_t j = 0; j < kLanes; j++) {
         v[j] = _mm512_maskz_loadu_epi32(m, xs[j] + k0);
         w[j] = _mm512_maskz_loadu_epi32(m, as[j] + k0);
       }
       Transpose16(v);
       Transpose16(w);
-      if (nk == kChains) {
+      if (nk == kLanes) {
 #pragma GCC unroll 16
-        for (size_t i = 0; i < kChains; i++)
+        for (size_t i = 0; i < kLanes; i++)
           c = _mm512_fmadd_ps(_mm512_castsi512_ps(v[i]), _mm512_castsi512_ps(w[i]), c);
       } else {
         for (size_t i = 0; i < nk; i++) c = _mm512_fmadd_ps(_mm512_castsi512_ps(v[i]), _mm512_castsi512_ps(w[i]), c);
       }
     }
-    alignas(64) float sums[kChains];
+    alignas(64) float sums[kLanes];
     _mm512_store_ps(sums, c);
     for (size_t j = 0; j < n_pairs_; j++) above_[pair_rows_[j]] += sums[j] > own_score_[pair_rows_[j]];
     n_pairs_ = 0;
@@ -458,8 +459,8 @@ class NearPairs {
   const RowBound* rb_;
   // g_d + g_m, rounded up: what Settle's margin is made of.
   float settle_ = 0;
-  size_t pair_rows_[kChains] = {};
-  size_t pair_anchors_[kChains] = {};
+  size_t pair_rows_[kLanes] = {};
+  size_t pair_anchors_[kLanes] = {};
   size_t n_pairs_ = 0;
 };
 

@@ -6,7 +6,6 @@
  * read-only to each metric in turn; every kernel comes from the one backend
  * selected.
  */
-
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";
 import { largeArrayBuffer } from "../kernels/native.js";

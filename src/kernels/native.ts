@@ -270,17 +270,15 @@ if (binding && process.env.HSM_SIMD) {
 /** The process's C heap, where the addon loaded: `trim` hands free pages back to the system (glibc; nothing elsewhere). */
 export const nativeHeap: { trim(): void } | undefined = binding && { trim: () => binding.trimHeap() };
 
-/** From this size on, {@link largeArrayBuffer} maps a buffer of its own. */
-const LARGE_BUFFER_BYTES = 8 << 20;
-
 /**
- * A zero-filled ArrayBuffer of `bytes`. A large one, where the addon loaded, is mapped on its own and offered 2 MB
- * pages (Linux's transparent huge pages, where the system grants them on request): touching hundreds of megabytes
- * then takes hundreds of page faults instead of tens of thousands, which in a virtual machine can cost more than
- * the work done on the data. Elsewhere, or where huge pages are refused, it is an ordinary buffer in all but name.
+ * A zero-filled ArrayBuffer of `bytes`, for buffers of many megabytes. Where the addon loaded, one of 2 MB or more
+ * is mapped on its own and offered 2 MB pages (Linux's transparent huge pages, where the system grants them on
+ * request; native/huge_pages.h decides): touching hundreds of megabytes then takes hundreds of page faults instead
+ * of tens of thousands, which in a virtual machine can cost more than the work done on the data. Elsewhere, below
+ * 2 MB, or where huge pages are refused, it is an ordinary buffer in all but name.
  */
 export function largeArrayBuffer(bytes: number): ArrayBuffer {
-  return binding && bytes >= LARGE_BUFFER_BYTES ? binding.largeBuffer(bytes) : new ArrayBuffer(bytes);
+  return binding ? binding.largeBuffer(bytes) : new ArrayBuffer(bytes);
 }
 
 /**

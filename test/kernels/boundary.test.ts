@@ -177,8 +177,8 @@ describe.runIf(Boolean(addon))("SIMD level override", () => {
 
 describe.runIf(Boolean(addon))("large buffers", () => {
   it("are zero-filled, of the length asked, and hold what is written", () => {
-    // Through largeArrayBuffer (an ordinary buffer under 8 MB), and from the addon itself on either side of one
-    // 2 MB page, where its own mapping gives way to an ordinary allocation.
+    // Through largeArrayBuffer, and from the addon itself on either side of one 2 MB page, where its own mapping
+    // gives way to an ordinary allocation.
     const buffers = [9 * 2 ** 20 + 3, 1000].map((bytes) => [bytes, largeArrayBuffer(bytes)] as const);
     for (const bytes of [0, 1000, 2 * 2 ** 20 - 1, 2 * 2 ** 20, 3 * 2 ** 20 + 5])
       buffers.push([bytes, call("largeBuffer", bytes) as ArrayBuffer]);

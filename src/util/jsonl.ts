@@ -9,6 +9,7 @@
  * {@link JSONL_LINE_MAX_BYTES}, so one enormous line cannot exhaust memory.
  */
 import { isUtf8 } from "node:buffer";
+import type { FileHandle } from "node:fs/promises";
 
 import { fileError, hasUtf8Bom, invalidUtf8Offset, openInput } from "./fs.js";
 
@@ -23,7 +24,27 @@ export const JSONL_LINE_MAX_BYTES = 1024 * 1024;
 
 const NEWLINE = 0x0a;
 
-/** The lines of an open file as bytes (without "\n"), each with the byte offset where it starts. */
+/**
+ * Bytes per read. Every read goes into the same buffer: a fresh buffer per chunk
+ * would be fresh memory each time, and touching fresh memory page by page costs
+ * more than reading the file (dearly so in a virtual machine).
+ */
+const CHUNK_BYTES = 1 << 20;
+
+/** An open file's bytes in chunks, each read into one reused buffer: a chunk is valid until the next is asked for. */
+async function* chunksOf(fh: FileHandle): AsyncGenerator<Buffer> {
+  const buffer = Buffer.allocUnsafeSlow(CHUNK_BYTES);
+  for (;;) {
+    const { bytesRead } = await fh.read(buffer, 0, CHUNK_BYTES, null);
+    if (bytesRead === 0) return;
+    yield buffer.subarray(0, bytesRead);
+  }
+}
+
+/**
+ * The lines of an open file as bytes (without "\n"), each with the byte offset where it starts. A line is valid
+ * until the next is asked for; one that spans chunks is copied out of them.
+ */
 async function* byteLines(
   chunks: AsyncIterable<Buffer>,
   tooLong: (offset: number) => Error,
@@ -45,7 +66,8 @@ async function* byteLines(
     if (start < chunk.length) {
       pendingBytes += chunk.length - start;
       if (pendingBytes > JSONL_LINE_MAX_BYTES) throw tooLong(offset);
-      pending.push(chunk.subarray(start));
+      // The chunk's buffer is read into again: the piece is kept as a copy.
+      pending.push(Buffer.from(chunk.subarray(start)));
     }
   }
   if (pendingBytes > 0) yield { bytes: Buffer.concat(pending), offset };
@@ -56,9 +78,8 @@ export async function* jsonLines(
   fail: (line: number, problem: string, cause?: unknown) => Error,
 ): AsyncGenerator<{ value: Record<string, unknown>; line: number }> {
   const { fh } = await openInput(file, { follow: true });
-  const input = fh.createReadStream({ highWaterMark: 1 << 20 });
   let line = 0;
-  const lines = byteLines(input, () =>
+  const lines = byteLines(chunksOf(fh), () =>
     fail(line + 1, `is longer than ${JSONL_LINE_MAX_BYTES} bytes; a JSONL line holds one short record`),
   );
   try {
@@ -95,6 +116,6 @@ export async function* jsonLines(
     }
   } finally {
     await lines.return(undefined);
-    input.destroy();
+    await fh.close();
   }
 }

@@ -36,6 +36,18 @@ describe("jsonLines", () => {
     ]);
   });
 
+  it("reads lines across the file's chunks whole, multi-byte characters split between chunks included", async () => {
+    // Lines of many lengths (some near a chunk of 1 MiB, some of several chunks' worth of lines), with "é" (two
+    // bytes) and "😀" (four) placed so that the boundaries fall inside them somewhere over 5 MiB.
+    const rows = Array.from({ length: 600 }, (_, i) => ({
+      i,
+      text: `${"é".repeat((i * 7919) % 4001)}😀${"x".repeat((i * 104729) % 15013)}`,
+    }));
+    rows.splice(300, 0, { i: -1, text: "ü".repeat(400_000) }); // 800,000 bytes, so it straddles a boundary
+    const path = file("chunks.jsonl", rows.map((r) => JSON.stringify(r)).join("\n"));
+    expect(await readAll(path)).toEqual(rows.map((r, k) => [k + 1, r]));
+  });
+
   it.each([
     ["a line that is not JSON", '{"a": 1}\n{"a": \n', 2, /^is not valid JSON \(.+\)$/],
     ["an array", "[1, 2]\n", 1, /^expected a JSON object but received array$/],

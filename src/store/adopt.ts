@@ -16,7 +16,7 @@ import { fileError, openInput, osReason, readTextIfPresent, writeFileAtomic } fr
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
-import { isNativeManifest, MANIFEST_NAME, parseManifest, writeManifestAtomic, type Manifest } from "./manifest.js";
+import { checkedManifest, isNativeManifest, MANIFEST_NAME, writeManifestAtomic, type Manifest } from "./manifest.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader } from "./npy.js";
 
@@ -139,7 +139,7 @@ async function readExisting(
       { cause: err },
     );
   }
-  if (isNativeManifest(value)) return { original, native: parseManifest(original, where) };
+  if (isNativeManifest(value)) return { original, native: checkedManifest(value, where) };
   const parsed = parseForeignManifest(value);
   if (!parsed.manifest || parsed.problems.length > 0)
     throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);

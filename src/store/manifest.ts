@@ -320,6 +320,11 @@ export function parseManifest(text: string, path: string): Manifest {
   } catch (err) {
     throw new ManifestError(path, "", `is not valid JSON (${(err as Error).message})`, { cause: err });
   }
+  return checkedManifest(value, path);
+}
+
+/** A parsed manifest, checked; throws a {@link ManifestError} for the first problem. */
+export function checkedManifest(value: unknown, path: string): Manifest {
   const problems = manifestProblems(value);
   if (problems.length > 0) throw new ManifestError(path, problems[0]!.key, problems[0]!.message);
   return value as Manifest;

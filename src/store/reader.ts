@@ -11,7 +11,7 @@ import { utf8Text } from "../util/fs.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { isNativeManifest, MANIFEST_NAME, manifestContentSha256, parseManifest, type Manifest } from "./manifest.js";
+import { checkedManifest, isNativeManifest, MANIFEST_NAME, manifestContentSha256, type Manifest } from "./manifest.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface OpenOptions {
@@ -75,7 +75,7 @@ export class StoreReader {
         throw new ManifestError(where, "", `is not valid JSON (${(err as Error).message})`, { cause: err });
       }
       const { manifest, layout, foreign } = isNativeManifest(value)
-        ? await openNative(backend, parseManifest(text, where))
+        ? await openNative(backend, checkedManifest(value, where))
         : await openForeign(backend, value, where, options);
       if (!manifest.complete && !options.allowIncomplete) {
         throw new ManifestError(

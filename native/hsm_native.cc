@@ -29,6 +29,7 @@
 #include "hash_files.h"
 #include "head.h"
 #include "huge_pages.h"
+#include "jsonl.h"
 #include "products.h"
 #include "rank.h"
 #include "rows.h"
@@ -909,6 +910,51 @@ napi_value LargeBuffer(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// jsonlKeys(bytes, keys) -> Int32Array: per line of `bytes` that is not blank, [line, start, end, verdict,
+// then start and end per key] (jsonl.h). Lines are cut at '\n'; the caller hands whole lines.
+napi_value JsonlKeys(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  View bytes;
+  uint32_t n = 0;
+  bool is_array = false;
+  if (!GetArgs(env, info, 2, argv) ||
+      !GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", &bytes)) {
+    return nullptr;
+  }
+  // Offsets are int32.
+  if (bytes.length > INT32_MAX) {
+    Fail(env, "Expected at most 2 GiB - 1 bytes");
+    return nullptr;
+  }
+  if (napi_is_array(env, argv[1], &is_array) != napi_ok || !is_array ||
+      napi_get_array_length(env, argv[1], &n) != napi_ok) {
+    Fail(env, "Expected an array of keys");
+    return nullptr;
+  }
+  std::vector<std::string> keys(n);
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value k;
+    size_t len = 0;
+    if (napi_get_element(env, argv[1], i, &k) != napi_ok ||
+        napi_get_value_string_utf8(env, k, nullptr, 0, &len) != napi_ok) {
+      Fail(env, "Expected an array of keys");
+      return nullptr;
+    }
+    keys[i].resize(len);
+    napi_get_value_string_utf8(env, k, &keys[i][0], len + 1, &len);
+  }
+  std::vector<int32_t> found;
+  hsm::ScanJsonlKeys(static_cast<const uint8_t*>(bytes.data), bytes.length, keys, &found);
+  napi_value buffer, out;
+  void* data;
+  if (napi_create_arraybuffer(env, found.size() * sizeof(int32_t), &data, &buffer) != napi_ok ||
+      napi_create_typedarray(env, napi_int32_array, found.size(), buffer, 0, &out) != napi_ok) {
+    return nullptr;
+  }
+  std::copy(found.begin(), found.end(), static_cast<int32_t*>(data));
+  return out;
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -937,6 +983,7 @@ NAPI_MODULE_INIT() {
       {"simdLevel", SimdLevel},
       {"trimHeap", TrimHeap},
       {"largeBuffer", LargeBuffer},
+      {"jsonlKeys", JsonlKeys},
       {"shaPaths", ShaPaths},
       {"testThrow", TestThrow},
       {"testFailThreadStart", TestFailThreadStart},

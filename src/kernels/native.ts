@@ -10,6 +10,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { UsageError } from "../errors.js";
+import type { JsonlScan } from "../util/jsonl.js";
 import { f16BitsToNumber } from "./typescript/float16.js";
 import { syncProducts } from "./typescript/products.js";
 import type { FileHash, FileHashJob, KernelOptions, Kernels, Sha256Files, Sha256Stream } from "./types.js";
@@ -31,6 +32,8 @@ interface NativeBinding {
   trimHeap(): void;
   /** A zero-filled ArrayBuffer in a mapping of its own, offered 2 MB pages. */
   largeBuffer(bytes: number): ArrayBuffer;
+  /** The spans of top-level string members in whole lines of JSON (src/util/jsonl.ts's JsonlScan). */
+  jsonlKeys(bytes: Uint8Array, keys: string[]): Int32Array;
   /** The whole-file hashing paths at the level in force: vector lanes ("avx512-lanes", "avx2-lanes") and "sha-ni", joined by "+", or "portable". */
   shaPaths(): string;
   /** Bytes of the hash state a caller keeps between chunks. */
@@ -280,6 +283,12 @@ export const nativeHeap: { trim(): void } | undefined = binding && { trim: () =>
 export function largeArrayBuffer(bytes: number): ArrayBuffer {
   return binding ? binding.largeBuffer(bytes) : new ArrayBuffer(bytes);
 }
+
+/**
+ * The native scan of JSON lines for the values of top-level string members (native/jsonl.h), which lets a reader
+ * take a few fields from each line without parsing whole records; undefined where the addon did not load.
+ */
+export const nativeJsonlScan: JsonlScan | undefined = binding && ((bytes, keys) => binding.jsonlKeys(bytes, keys));
 
 /**
  * Which sha256 code paths the addon runs at the SIMD level in force: vector lanes ("avx512-lanes", "avx2-lanes")

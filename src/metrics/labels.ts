@@ -4,7 +4,8 @@
  */
 import { ScoredError } from "../errors.js";
 import { LABELS } from "../score/labels.js";
-import { jsonLines } from "../util/jsonl.js";
+import { nativeJsonlScan } from "../kernels/native.js";
+import { jsonlFields } from "../util/jsonl.js";
 
 /** The marker for a row that has no 0/1 label. */
 export const NO_LABEL = 255;
@@ -19,22 +20,25 @@ export async function readLabels(file: string, queryIds: readonly string[], o: L
   const want = new Map(queryIds.map((q, i) => [q, i]));
   const y = new Uint8Array(queryIds.length).fill(NO_LABEL);
   const seen = new Uint8Array(queryIds.length);
-  for await (const { value: row, line } of jsonLines(
+  // Only the two members are taken from each row: the native scan cuts them out of plain rows unparsed.
+  await jsonlFields(
     file,
+    ["query_id", "label"],
     (l, problem, cause) => new ScoredError(file, l, undefined, problem, { cause }),
-  )) {
-    if (typeof row.query_id !== "string") throw new ScoredError(file, line, "query_id", "expected a string");
-    const label = row.label;
-    if (typeof label !== "string" || !(LABELS as readonly string[]).includes(label)) {
-      throw new ScoredError(file, line, "label", `${JSON.stringify(label)} is not one of ${LABELS.join(", ")}`);
-    }
-    const i = want.get(row.query_id);
-    if (i === undefined) continue; // rows outside the store (not main-forward) are fine
-    if (seen[i]) throw new ScoredError(file, line, "query_id", `"${row.query_id}" is scored twice`);
-    seen[i] = 1;
-    y[i] =
-      label === "correct" ? 1 : label === "incorrect" || (label === "abstain" && o.abstainAsIncorrect) ? 0 : NO_LABEL;
-  }
+    ([queryId, label], line) => {
+      if (typeof queryId !== "string") throw new ScoredError(file, line, "query_id", "expected a string");
+      if (typeof label !== "string" || !(LABELS as readonly string[]).includes(label)) {
+        throw new ScoredError(file, line, "label", `${JSON.stringify(label)} is not one of ${LABELS.join(", ")}`);
+      }
+      const i = want.get(queryId);
+      if (i === undefined) return; // rows outside the store (not main-forward) are fine
+      if (seen[i]) throw new ScoredError(file, line, "query_id", `"${queryId}" is scored twice`);
+      seen[i] = 1;
+      y[i] =
+        label === "correct" ? 1 : label === "incorrect" || (label === "abstain" && o.abstainAsIncorrect) ? 0 : NO_LABEL;
+    },
+    nativeJsonlScan,
+  );
   let missing = 0;
   let firstMissing = -1;
   seen.forEach((s, i) => {

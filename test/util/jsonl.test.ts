@@ -1,11 +1,15 @@
-/** The one JSONL reader: objects with their line numbers; bad lines and bad files named exactly. */
+/**
+ * The one JSONL reader: objects with their line numbers; bad lines and bad files named exactly. jsonlFields,
+ * which takes a few members of each record (cut out by the native scan where it can), gives what jsonLines gives.
+ */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
 import { EXIT, FileError, JsonlError } from "../../src/errors.js";
-import { jsonLines } from "../../src/util/jsonl.js";
+import { nativeJsonlScan } from "../../src/kernels/native.js";
+import { JSONL_LINE_MAX_BYTES, jsonlFields, jsonLines, type JsonlScan } from "../../src/util/jsonl.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-jsonl-");
@@ -86,6 +90,93 @@ describe("jsonLines", () => {
       constructor: FileError,
       message: `${folder}: cannot be read: it is a directory (EISDIR)`,
       exitCode: EXIT.data,
+    });
+  });
+});
+
+/** What jsonlFields hands over, or the error it stops with (message and the lines taken before it). */
+async function fieldsOf(path: string, scan?: JsonlScan): Promise<{ taken: [number, unknown[]][]; error?: string }> {
+  const taken: [number, unknown[]][] = [];
+  try {
+    await jsonlFields(
+      path,
+      ["query_id", "label", "toString"],
+      (l, problem, cause) => new JsonlError(path, l, undefined, problem, { cause }),
+      (fields, line) => taken.push([line, fields]),
+      scan,
+    );
+  } catch (err) {
+    return { taken, error: (err as Error).message };
+  }
+  return { taken };
+}
+
+/** The same from jsonLines, the reference: each record's own members, or the error and the records before it. */
+async function recordsOf(path: string): Promise<{ taken: [number, unknown[]][]; error?: string }> {
+  const taken: [number, unknown[]][] = [];
+  try {
+    for await (const { value: v, line } of jsonLines(
+      path,
+      (l, problem, cause) => new JsonlError(path, l, undefined, problem, { cause }),
+    ))
+      taken.push([line, ["query_id", "label", "toString"].map((k) => (Object.hasOwn(v, k) ? v[k] : undefined))]);
+  } catch (err) {
+    return { taken, error: (err as Error).message };
+  }
+  return { taken };
+}
+
+describe("jsonlFields", () => {
+  const scans: [string, JsonlScan | undefined][] = [["without the native scan", undefined]];
+  if (nativeJsonlScan) scans.push(["with the native scan", nativeJsonlScan]);
+
+  const good = [
+    '{"query_id":"q1","label":"correct","answer":{"label":"nested"}}',
+    "",
+    '  {"label" : "abstain", "query_id" : "é😀"}  \r',
+    '{"query_id":"q\\u0033","label":"a\\"b"}', // escapes: parsed by JSON.parse
+    '{"query\\u005fid":"spelled","label":7}', // an escaped key, a number
+    '{"label":"first","label":"last"}',
+    "\u00a0\u00a0", // blank to String.trim, not to JSON
+    '{"toString":"own"}',
+    '{"x":[1,2,{"query_id":"inner"}]}',
+    '{"query_id":null,"label":["x"]}',
+  ];
+
+  describe.each(scans)("%s", (_name, scan) => {
+    it("hands over each record's members as jsonLines reads them, across chunks", async () => {
+      // Repeated past several 1 MiB reads, so that lines straddle them.
+      const lines = Array.from({ length: 40_000 }, (_, i) => good[i % good.length]!);
+      const path = file(`fields-${scan ? "scan" : "js"}.jsonl`, lines.join("\n"));
+      const got = await fieldsOf(path, scan);
+      expect(got.error).toBeUndefined();
+      expect(got).toEqual(await recordsOf(path));
+      expect(got.taken[0]).toEqual([1, ["q1", "correct", undefined]]);
+      expect(got.taken.find(([, f]) => f[2] !== undefined)).toEqual([8, [undefined, undefined, "own"]]);
+    });
+
+    it.each([
+      ["a line that is not JSON", `${good[0]}\n{"query_id": \n${good[0]}`],
+      ["an array", `${good[0]}\n[1]`],
+      ["a byte-order mark", `\uFEFF${good[0]}`],
+      ["a blank line too long", `${good[0]}\n${" ".repeat(JSONL_LINE_MAX_BYTES + 1)}\n${good[0]}`],
+      ["a record too long", `${good[0]}\n{"a":"${"x".repeat(JSONL_LINE_MAX_BYTES)}"}`],
+    ])("stops at %s as jsonLines does, after the lines before it", async (what, text) => {
+      const path = file(`bad-fields-${what.replace(/ /g, "-")}-${scan ? "scan" : "js"}.jsonl`, text);
+      const got = await fieldsOf(path, scan);
+      expect(got.error).toBeDefined();
+      expect(got).toEqual(await recordsOf(path));
+    });
+
+    it("stops at a byte that is not UTF-8 as jsonLines does", async () => {
+      const path = join(dir, `bad-utf8-${scan ? "scan" : "js"}.jsonl`);
+      writeFileSync(
+        path,
+        Buffer.concat([Buffer.from(`${good[0]}\n{"label":"`), Buffer.from([0xff]), Buffer.from('"}\n')]),
+      );
+      const got = await fieldsOf(path, scan);
+      expect(got.error).toMatch(/:2: is not valid UTF-8: byte 0xff at offset \d+ of the file$/);
+      expect(got).toEqual(await recordsOf(path));
     });
   });
 });

@@ -1,0 +1,216 @@
+#include "jsonl.h"
+
+#include <cstring>
+
+namespace hsm {
+namespace {
+
+// Bytes that may stand for themselves inside a JSON string: everything but the quote, the backslash and the
+// control characters below 0x20. Bytes from 0x80 up are UTF-8, checked by the caller before the scan.
+struct PlainTable {
+  bool plain[256];
+  constexpr PlainTable() : plain() {
+    for (int c = 0; c < 256; c++) plain[c] = c >= 0x20 && c != '"' && c != '\\';
+  }
+};
+constexpr PlainTable kPlain;
+
+bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// One line, [p, end), no '\n' inside. Nesting is kept on a stack of open brackets, not in recursion, so that
+// however deep a line nests, the scan takes no more of the thread's stack.
+class LineScan {
+ public:
+  LineScan(const uint8_t* p, const uint8_t* end, const std::vector<std::string>& keys, int32_t* spans,
+           std::vector<uint8_t>* stack)
+      : p_(p), end_(end), keys_(keys), spans_(spans), stack_(*stack) {}
+
+  // kJsonlPlain with the spans filled (offsets from `origin`), or kJsonlDefer.
+  JsonlVerdict Run(const uint8_t* origin) {
+    origin_ = origin;
+    for (size_t k = 0; k < keys_.size(); k++) spans_[2 * k] = spans_[2 * k + 1] = -1;
+    stack_.clear();
+    SkipSpace();
+    if (p_ == end_ || *p_ != '{') return kJsonlDefer;
+    ++p_;
+    stack_.push_back('}');
+    opened_ = true;
+    while (!stack_.empty()) {
+      SkipSpace();
+      if (p_ == end_) return kJsonlDefer;
+      const uint8_t close = stack_.back();
+      if (*p_ == close) {
+        // A container ends: empty, or after an item.
+        ++p_;
+        stack_.pop_back();
+        opened_ = false;
+        continue;
+      }
+      if (!opened_) {
+        if (*p_ != ',') return kJsonlDefer;
+        ++p_;
+      }
+      opened_ = false;
+      if (!(close == '}' ? Member() : Value())) return kJsonlDefer;
+    }
+    SkipSpace();
+    return p_ == end_ ? kJsonlPlain : kJsonlDefer;
+  }
+
+ private:
+  void SkipSpace() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r')) ++p_;
+  }
+
+  // A string, at its opening quote; its characters are [*start, *stop), `*escaped` when a backslash is among them.
+  bool String(const uint8_t** start, const uint8_t** stop, bool* escaped) {
+    ++p_;
+    *start = p_;
+    *escaped = false;
+    for (;;) {
+      while (p_ < end_ && kPlain.plain[*p_]) ++p_;
+      if (p_ == end_ || *p_ < 0x20) return false;
+      if (*p_ == '"') {
+        *stop = p_++;
+        return true;
+      }
+      // A backslash: one of JSON's escapes.
+      *escaped = true;
+      if (++p_ == end_) return false;
+      const uint8_t c = *p_;
+      if (c == 'u') {
+        if (end_ - p_ < 5 || !IsHex(p_[1]) || !IsHex(p_[2]) || !IsHex(p_[3]) || !IsHex(p_[4])) return false;
+        p_ += 5;
+      } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+        ++p_;
+      } else {
+        return false;
+      }
+    }
+  }
+
+  bool Digits() {
+    const uint8_t* from = p_;
+    while (p_ < end_ && IsDigit(*p_)) ++p_;
+    return p_ > from;
+  }
+
+  // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  bool Number() {
+    if (*p_ == '-') ++p_;
+    if (p_ == end_) return false;
+    if (*p_ == '0') {
+      ++p_;
+    } else if (!Digits()) {
+      return false;
+    }
+    if (p_ < end_ && *p_ == '.') {
+      ++p_;
+      if (!Digits()) return false;
+    }
+    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+      ++p_;
+      if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (!Digits()) return false;
+    }
+    return true;
+  }
+
+  bool Word(const char* word, size_t length) {
+    if (static_cast<size_t>(end_ - p_) < length || std::memcmp(p_, word, length) != 0) return false;
+    p_ += length;
+    return true;
+  }
+
+  // A value. A container is only opened here (its closing bracket pushed); Run's loop reads what it holds.
+  bool Value() {
+    SkipSpace();
+    if (p_ == end_) return false;
+    const uint8_t* start;
+    const uint8_t* stop;
+    bool escaped;
+    switch (*p_) {
+      case '{':
+      case '[':
+        stack_.push_back(*p_ == '{' ? '}' : ']');
+        ++p_;
+        opened_ = true;
+        return true;
+      case '"':
+        return String(&start, &stop, &escaped);
+      case 't':
+        return Word("true", 4);
+      case 'f':
+        return Word("false", 5);
+      case 'n':
+        return Word("null", 4);
+      default:
+        return (*p_ == '-' || IsDigit(*p_)) && Number();
+    }
+  }
+
+  // A member of the innermost open object: key, colon, value. In the line's own object (one bracket deep) a
+  // wanted key's value must be a string without escapes, and its span is kept.
+  bool Member() {
+    SkipSpace();
+    if (p_ == end_ || *p_ != '"') return false;
+    const uint8_t* key;
+    const uint8_t* key_end;
+    bool escaped;
+    if (!String(&key, &key_end, &escaped)) return false;
+    SkipSpace();
+    if (p_ == end_ || *p_ != ':') return false;
+    ++p_;
+    if (stack_.size() != 1) return Value();
+    if (escaped) return false;  // it might spell a wanted key: the caller decides
+    const size_t length = static_cast<size_t>(key_end - key);
+    for (size_t k = 0; k < keys_.size(); k++) {
+      if (keys_[k].size() != length || std::memcmp(keys_[k].data(), key, length) != 0) continue;
+      SkipSpace();
+      const uint8_t* start;
+      const uint8_t* stop;
+      if (p_ == end_ || *p_ != '"' || !String(&start, &stop, &escaped) || escaped) return false;
+      spans_[2 * k] = static_cast<int32_t>(start - origin_);
+      spans_[2 * k + 1] = static_cast<int32_t>(stop - origin_);
+      return true;
+    }
+    return Value();
+  }
+
+  const uint8_t* p_;
+  const uint8_t* const end_;
+  const std::vector<std::string>& keys_;
+  int32_t* const spans_;
+  std::vector<uint8_t>& stack_;
+  const uint8_t* origin_ = nullptr;
+  // Whether the innermost container was just opened: then it may close at once, and its first item has no comma.
+  bool opened_ = false;
+};
+
+}  // namespace
+
+void ScanJsonlKeys(const uint8_t* bytes, size_t n, const std::vector<std::string>& keys, std::vector<int32_t>* out) {
+  std::vector<uint8_t> stack;
+  std::vector<int32_t> spans(2 * keys.size());
+  int32_t line = 0;
+  for (size_t from = 0; from < n; line++) {
+    const void* nl = std::memchr(bytes + from, '\n', n - from);
+    const size_t to = nl ? static_cast<size_t>(static_cast<const uint8_t*>(nl) - bytes) : n;
+    size_t first = from;
+    while (first < to && (bytes[first] == ' ' || bytes[first] == '\t' || bytes[first] == '\r')) first++;
+    if (first < to) {
+      const JsonlVerdict verdict = LineScan(bytes + from, bytes + to, keys, spans.data(), &stack).Run(bytes);
+      out->insert(out->end(), {line, static_cast<int32_t>(from), static_cast<int32_t>(to), verdict});
+      if (verdict == kJsonlPlain) {
+        out->insert(out->end(), spans.begin(), spans.end());
+      } else {
+        out->insert(out->end(), spans.size(), -1);
+      }
+    }
+    from = to + 1;
+  }
+}
+
+}  // namespace hsm

@@ -19,8 +19,8 @@ bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
 
 bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-// One line, [p, end), no '\n' inside. Nesting is kept on a stack of open brackets, not in recursion, so that
-// however deep a line nests, the scan takes no more of the thread's stack.
+// One line, [p, end), no '\n' inside. Nesting is kept on a stack of the brackets still to close, not in
+// recursion, so that however deep a line nests, the scan takes no more of the thread's stack.
 class LineScan {
  public:
   LineScan(const uint8_t* p, const uint8_t* end, const std::vector<std::string>& keys, int32_t* spans,

@@ -165,23 +165,24 @@ export async function jsonlFields(
       const { bytes, offset } = run;
       // A run with a byte that is not UTF-8 is parsed line by line, so that the first such line is named.
       const found = isUtf8(bytes) ? scan(bytes, keys) : undefined;
-      let at = 0;
+      let at = 0; // the scan's entry for the next line it did not find blank
       let index = 0;
       for (const { start, stop } of linesOf(bytes)) {
         line++;
         if (stop - start > JSONL_LINE_MAX_BYTES) throw fail(line, tooLongProblem);
-        const scanned = found !== undefined && at < found.length && found[at] === index++;
-        if (found !== undefined && !scanned) continue; // blank
-        if (scanned && found[at + 3] === 0) {
-          const fields = keys.map((_, k) => {
-            const from = found[at + 4 + 2 * k]!;
-            return from < 0 ? undefined : bytes.toString("utf8", from, found[at + 5 + 2 * k]);
-          });
+        if (found !== undefined) {
+          if (found[at] !== index++) continue; // blank: the scan has no entry for it
+          const entry = at;
           at += stride;
-          take(fields, line);
-          continue;
+          if (found[entry + 3] === 0) {
+            const fields = keys.map((_, k) => {
+              const from = found[entry + 4 + 2 * k]!;
+              return from < 0 ? undefined : bytes.toString("utf8", from, found[entry + 5 + 2 * k]);
+            });
+            take(fields, line);
+            continue;
+          }
         }
-        if (scanned) at += stride;
         const value = recordOf(bytes.subarray(start, stop), offset + start, line, fail);
         if (value !== undefined) take(membersOf(value, keys), line);
       }

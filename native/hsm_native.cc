@@ -29,7 +29,7 @@
 #include "hash_files.h"
 #include "head.h"
 #include "huge_pages.h"
-#include "jsonl.h"
+#include "json_scan.h"
 #include "products.h"
 #include "rank.h"
 #include "rows.h"
@@ -910,49 +910,79 @@ napi_value LargeBuffer(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// jsonlKeys(bytes, keys) -> Int32Array: per line of `bytes` that is not blank, [line, start, end, verdict,
-// then start and end per key] (jsonl.h). Lines are cut at '\n'; the caller hands whole lines.
-napi_value JsonlKeys(napi_env env, napi_callback_info info) {
+// The text and the keys of a scan's call (bytes, keys); false with an exception pending where they are not
+// a Uint8Array of at most 2 GiB - 1 bytes (offsets are int32) and an array of strings.
+bool ScanArgs(napi_env env, napi_callback_info info, View* bytes, std::vector<std::string>* keys) {
   napi_value argv[2];
-  View bytes;
   uint32_t n = 0;
   bool is_array = false;
   if (!GetArgs(env, info, 2, argv) ||
-      !GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", &bytes)) {
-    return nullptr;
+      !GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", bytes)) {
+    return false;
   }
-  // Offsets are int32.
-  if (bytes.length > INT32_MAX) {
+  if (bytes->length > INT32_MAX) {
     Fail(env, "Expected at most 2 GiB - 1 bytes");
-    return nullptr;
+    return false;
   }
   if (napi_is_array(env, argv[1], &is_array) != napi_ok || !is_array ||
       napi_get_array_length(env, argv[1], &n) != napi_ok) {
     Fail(env, "Expected an array of keys");
-    return nullptr;
+    return false;
   }
-  std::vector<std::string> keys(n);
+  keys->resize(n);
   for (uint32_t i = 0; i < n; i++) {
     napi_value k;
     size_t len = 0;
     if (napi_get_element(env, argv[1], i, &k) != napi_ok ||
         napi_get_value_string_utf8(env, k, nullptr, 0, &len) != napi_ok) {
       Fail(env, "Expected an array of keys");
-      return nullptr;
+      return false;
     }
-    keys[i].resize(len);
-    napi_get_value_string_utf8(env, k, &keys[i][0], len + 1, &len);
+    (*keys)[i].resize(len);
+    napi_get_value_string_utf8(env, k, &(*keys)[i][0], len + 1, &len);
   }
-  std::vector<int32_t> found;
-  hsm::ScanJsonlKeys(static_cast<const uint8_t*>(bytes.data), bytes.length, keys, &found);
+  return true;
+}
+
+// `values` as a new Int32Array.
+napi_value Int32s(napi_env env, const std::vector<int32_t>& values) {
   napi_value buffer, out;
   void* data;
-  if (napi_create_arraybuffer(env, found.size() * sizeof(int32_t), &data, &buffer) != napi_ok ||
-      napi_create_typedarray(env, napi_int32_array, found.size(), buffer, 0, &out) != napi_ok) {
+  if (napi_create_arraybuffer(env, values.size() * sizeof(int32_t), &data, &buffer) != napi_ok ||
+      napi_create_typedarray(env, napi_int32_array, values.size(), buffer, 0, &out) != napi_ok) {
     return nullptr;
   }
-  std::copy(found.begin(), found.end(), static_cast<int32_t*>(data));
+  std::copy(values.begin(), values.end(), static_cast<int32_t*>(data));
   return out;
+}
+
+// jsonlKeys(bytes, keys) -> Int32Array: per line of `bytes` that is not blank, [line, start, end, verdict,
+// then start and end per key] (json_scan.h). Lines are cut at '\n'; the caller hands whole lines.
+napi_value JsonlKeys(napi_env env, napi_callback_info info) {
+  View bytes;
+  std::vector<std::string> keys;
+  if (!ScanArgs(env, info, &bytes, &keys)) return nullptr;
+  std::vector<int32_t> found;
+  hsm::ScanJsonlKeys(static_cast<const uint8_t*>(bytes.data), bytes.length, keys, &found);
+  return Int32s(env, found);
+}
+
+// jsonRowArrays(bytes, keys) -> Int32Array | null: per key, [start, end, count, ascending (1 or 0)] of its
+// top-level array of plain strings (start -1: absent); null where the document is left to the caller
+// (json_scan.h).
+napi_value JsonRowArrays(napi_env env, napi_callback_info info) {
+  View bytes;
+  std::vector<std::string> keys;
+  if (!ScanArgs(env, info, &bytes, &keys)) return nullptr;
+  std::vector<hsm::JsonRowArray> arrays;
+  if (!hsm::ScanJsonRowArrays(static_cast<const uint8_t*>(bytes.data), bytes.length, keys, &arrays)) {
+    napi_value null;
+    napi_get_null(env, &null);
+    return null;
+  }
+  std::vector<int32_t> found;
+  for (const hsm::JsonRowArray& a : arrays) found.insert(found.end(), {a.start, a.end, a.count, a.ascending ? 1 : 0});
+  return Int32s(env, found);
 }
 
 }  // namespace
@@ -984,6 +1014,7 @@ NAPI_MODULE_INIT() {
       {"trimHeap", TrimHeap},
       {"largeBuffer", LargeBuffer},
       {"jsonlKeys", JsonlKeys},
+      {"jsonRowArrays", JsonRowArrays},
       {"shaPaths", ShaPaths},
       {"testThrow", TestThrow},
       {"testFailThreadStart", TestFailThreadStart},

@@ -34,6 +34,8 @@ interface NativeBinding {
   largeBuffer(bytes: number): ArrayBuffer;
   /** The spans of top-level string members in whole lines of JSON (src/util/jsonl.ts's JsonlScan). */
   jsonlKeys(bytes: Uint8Array, keys: string[]): Int32Array;
+  /** Where one JSON document's top-level arrays of plain strings are (native/json_scan.h), or null. */
+  jsonRowArrays(bytes: Uint8Array, keys: string[]): Int32Array | null;
   /** The whole-file hashing paths at the level in force: vector lanes ("avx512-lanes", "avx2-lanes") and "sha-ni", joined by "+", or "portable". */
   shaPaths(): string;
   /** Bytes of the hash state a caller keeps between chunks. */
@@ -285,10 +287,18 @@ export function largeArrayBuffer(bytes: number): ArrayBuffer {
 }
 
 /**
- * The native scan of JSON lines for the values of top-level string members (native/jsonl.h), which lets a reader
+ * The native scan of JSON lines for the values of top-level string members (native/json_scan.h), which lets a reader
  * take a few fields from each line without parsing whole records; undefined where the addon did not load.
  */
 export const nativeJsonlScan: JsonlScan | undefined = binding && ((bytes, keys) => binding.jsonlKeys(bytes, keys));
+
+/**
+ * The native scan of one JSON document for top-level arrays of plain strings (native/json_scan.h): per key, [start,
+ * end, count, ascending (1 or 0)] of its array (start −1: absent), or null where the document must be parsed in
+ * full; undefined where the addon did not load.
+ */
+export const nativeJsonRowArrays: ((bytes: Uint8Array, keys: string[]) => Int32Array | null) | undefined =
+  binding && ((bytes, keys) => binding.jsonRowArrays(bytes, keys));
 
 /**
  * Which sha256 code paths the addon runs at the SIMD level in force: vector lanes ("avx512-lanes", "avx2-lanes")

@@ -132,7 +132,7 @@ function membersOf(value: Record<string, unknown>, keys: readonly string[]): unk
 }
 
 /**
- * Finds the top-level string members `keys` in whole lines of JSON (native/jsonl.h): per line that is not blank,
+ * Finds the top-level string members `keys` in whole lines of JSON (native/json_scan.h): per line that is not blank,
  * [line index, start, end, verdict (0: plain, 1: parse it yourself), then per key its value's span or −1, −1].
  */
 export type JsonlScan = (bytes: Uint8Array, keys: string[]) => Int32Array;

@@ -1,14 +1,22 @@
 /**
- * The native scan of JSON lines (native/jsonl.h) against JSON.parse, the
- * parser it stands in for: a line it calls plain must be a JSON object that
- * JSON.parse reads, with exactly the wanted members it cut out; a valid line
- * whose wanted members are strings without escapes must be called plain (else
- * the scan would be correct but useless). Checked on hand-picked lines and on
- * 60,000 seeded random lines, most of them broken one byte at a time.
+ * The native JSON scans (native/json_scan.h) against JSON.parse, the parser
+ * they stand in for.
+ *
+ * - JSON lines: a line the scan calls plain must be a JSON object that
+ *   JSON.parse reads, with exactly the wanted members it cut out; a valid line
+ *   whose wanted members are strings without escapes must be called plain (else
+ *   the scan would be correct but useless).
+ * - One document's per-row arrays: where the scan vouches for a document, it is
+ *   an object JSON.parse reads, and each array found is the member's value,
+ *   written as JSON.stringify writes it, with its count and order; a document
+ *   written plainly must be vouched for.
+ *
+ * Checked on hand-picked texts and on seeded random ones, most of them broken
+ * one byte at a time.
  */
 import { describe, expect, it } from "vitest";
 
-import { nativeJsonlScan } from "../../src/kernels/native.js";
+import { nativeJsonlScan, nativeJsonRowArrays } from "../../src/kernels/native.js";
 
 const KEYS = ["query_id", "label"];
 const STRIDE = 4 + 2 * KEYS.length;
@@ -160,5 +168,123 @@ describe.skipIf(!nativeJsonlScan)("the native JSON lines scan", () => {
     // Both kinds were met in numbers.
     expect(plain).toBeGreaterThan(10_000);
     expect(plain).toBeLessThan(50_000);
+  });
+});
+
+const LISTS = ["ids", "facts"];
+
+/** What the document scan found of each wanted array: [text, count, ascending], or null (absent); null: deferred. */
+function scanDocument(text: string): ([string, number, boolean] | null)[] | null {
+  const bytes = Buffer.from(text);
+  const found = nativeJsonRowArrays!(bytes, LISTS);
+  if (!found) return null;
+  return LISTS.map((_, k) =>
+    found[4 * k]! < 0
+      ? null
+      : [bytes.toString("utf8", found[4 * k], found[4 * k + 1]), found[4 * k + 2]!, found[4 * k + 3] === 1],
+  );
+}
+
+/** Checks what the scan vouched for against JSON.parse. */
+function expectDocumentAgrees(text: string, got: ([string, number, boolean] | null)[]): void {
+  const value = JSON.parse(text) as Record<string, unknown>;
+  expect(typeof value === "object" && value !== null && !Array.isArray(value), text).toBe(true);
+  LISTS.forEach((key, k) => {
+    if (got[k] === null) return expect(Object.hasOwn(value, key), text).toBe(false);
+    const list = value[key] as unknown[];
+    expect(Array.isArray(list) && list.every((s) => typeof s === "string"), text).toBe(true);
+    const ascending = list.every((s, i) => i === 0 || (list[i - 1] as string) < (s as string));
+    expect(got[k], text).toEqual([JSON.stringify(list), list.length, ascending]);
+  });
+}
+
+describe.skipIf(!nativeJsonRowArrays)("the native scan of a document's per-row arrays", () => {
+  it.each([
+    [
+      '{"ids":["a","b"],\n "facts": [],\n "x":{"ids":1}}',
+      [
+        ['["a","b"]', 2, true],
+        ["[]", 0, true],
+      ],
+    ],
+    ['{\n  "ids":["b","a"]\n}\n', [['["b","a"]', 2, false], null]],
+    ['{"ids":["a","a"]}', [['["a","a"]', 2, false], null]], // the same id twice is not ascending
+    ['{"ids":["a","ab","b"]}', [['["a","ab","b"]', 3, true], null]],
+    ['{"x":[{"ids":["a"]}]}', [null, null]], // only the document's own members count
+    ['{"ids":["a", "b"]}', null], // whitespace inside: not the array's canonical text
+    ['{"ids":[ "a"]}', null],
+    ['{"ids":["a"\n]}', null],
+    ['{"ids":["a\\"b"]}', null], // an escape
+    ['{"ids":["é"]}', null], // beyond ASCII
+    ['{"ids":["\\u0041"]}', null],
+    ['{"ids":["a",1]}', null], // not all strings
+    ['{"ids":"a"}', null],
+    ['{"ids":["a"],"ids":["b"]}', null], // twice: JSON.parse keeps the last
+    ['{"i\\u0064s":["a"]}', null], // a key that spells ids with an escape
+    ['{"ids":["a"]', null],
+    ['{"ids":["a"],}', null],
+    ['{"ids":["a",]}', null],
+    ['["a"]', null],
+    ["\uFEFF{}", null],
+  ])("%j", (text, want) => {
+    const got = scanDocument(text);
+    expect(got).toEqual(want);
+    if (got) expectDocumentAgrees(text, got);
+  });
+
+  it("agrees with JSON.parse on 20,000 random documents, most of them broken", () => {
+    let seed = 20261206;
+    const random = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
+    const pick = <T>(a: readonly T[]): T => a[Math.floor(random() * a.length)]!;
+    const ids = ["q1", "q2", "q10", "a", "", "Z~ !", "é", 'q"', "q\\", "\u0001"];
+    let vouched = 0;
+    for (let round = 0; round < 20_000; round++) {
+      const doc: Record<string, unknown> = {};
+      for (let i = Math.floor(random() * 5); i--;) {
+        const key = pick([...LISTS, "x", "rows"]);
+        doc[key] =
+          random() < 0.8
+            ? Array.from({ length: Math.floor(random() * 5) }, () => pick(ids))
+            : pick([7, "ids", null, { ids: ["q1"] }, ["q1", 2]]);
+      }
+      const lists = LISTS.filter((k) => Object.hasOwn(doc, k)).map((k) => doc[k]);
+      const plainLists = lists.every(
+        (l) =>
+          Array.isArray(l) && l.every((s) => typeof s === "string" && /^[\x20-\x7e]*$/.test(s) && !/["\\]/.test(s)),
+      );
+      // One member per line, as hsm writes a manifest, or other whitespace.
+      let text =
+        random() < 0.5
+          ? `{\n${Object.entries(doc)
+              .map(([k, v]) => `  ${JSON.stringify(k)}: ${JSON.stringify(v)}`)
+              .join(",\n")}\n}\n`
+          : JSON.stringify(doc, null, pick([undefined, "\t", 1]));
+      const indented = !text.startsWith("{\n  ") && /\n/.test(text) && lists.some((l) => Array.isArray(l) && l.length);
+      const edit = random();
+      const c = pick(["{", "}", "[", "]", ",", ":", '"', "\\", " ", "\n", "0", "u"]);
+      const i = Math.floor(random() * (text.length + 1));
+      if (edit < 0.25) text = text.slice(0, i) + c + text.slice(i);
+      else if (edit < 0.4) text = text.slice(0, i) + text.slice(i + 1);
+      else if (edit < 0.5) text = text.slice(0, i) + c + text.slice(i + 1);
+      text = Buffer.from(text).toString(); // as read from a file
+      const got = scanDocument(text);
+      if (got) {
+        vouched++;
+        expectDocumentAgrees(text, got);
+      } else if (edit >= 0.5 && plainLists && !indented) {
+        throw new Error(`a plain document was not vouched for: ${JSON.stringify(text)}`);
+      }
+    }
+    expect(vouched).toBeGreaterThan(5_000);
+    expect(vouched).toBeLessThan(18_000);
+  });
+
+  it("finds hsm's own per-row lists in a manifest as the writer lays it out", () => {
+    const ids = Array.from({ length: 1000 }, (_, i) => `query_${String(i + 1).padStart(8, "0")}`);
+    const text = `{\n  "format": "hidden-states/1",\n  "ids": ${JSON.stringify(ids)},\n  "facts": ${JSON.stringify(ids.map((id) => id.replace("query", "fact")).reverse())}\n}\n`;
+    expect(scanDocument(text)).toEqual([
+      [JSON.stringify(ids), 1000, true],
+      [JSON.stringify(ids.map((id) => id.replace("query", "fact")).reverse()), 1000, false],
+    ]);
   });
 });

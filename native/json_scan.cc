@@ -1,5 +1,6 @@
-#include "jsonl.h"
+#include "json_scan.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace hsm {
@@ -15,17 +16,28 @@ struct PlainTable {
 };
 constexpr PlainTable kPlain;
 
+// The bytes a per-row array's strings may hold: printable ASCII but the quote and the backslash, so that the
+// strings are written as JSON.stringify writes them and compare byte by byte as JavaScript compares them.
+struct AsciiTable {
+  bool plain[256];
+  constexpr AsciiTable() : plain() {
+    for (int c = 0; c < 256; c++) plain[c] = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+  }
+};
+constexpr AsciiTable kAscii;
+
 bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
 
 bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-// One line, [p, end), no '\n' inside. Nesting is kept on a stack of the brackets still to close, not in
-// recursion, so that however deep a line nests, the scan takes no more of the thread's stack.
-class LineScan {
+// One JSON text, [p, end): a line (no '\n' inside), or with `arrays` a whole document, where '\n' is whitespace
+// and the wanted members are arrays (json_scan.h). Nesting is kept on a stack of the brackets still to close, not in
+// recursion, so that however deep the text nests, the scan takes no more of the thread's stack.
+class Scan {
  public:
-  LineScan(const uint8_t* p, const uint8_t* end, const std::vector<std::string>& keys, int32_t* spans,
-           std::vector<uint8_t>* stack)
-      : p_(p), end_(end), keys_(keys), spans_(spans), stack_(*stack) {}
+  Scan(const uint8_t* p, const uint8_t* end, const std::vector<std::string>& keys, int32_t* spans,
+       std::vector<uint8_t>* stack, JsonRowArray* arrays = nullptr)
+      : p_(p), end_(end), keys_(keys), spans_(spans), stack_(*stack), arrays_(arrays) {}
 
   // kJsonlPlain with the spans filled (offsets from `origin`), or kJsonlDefer.
   JsonlVerdict Run(const uint8_t* origin) {
@@ -61,7 +73,39 @@ class LineScan {
 
  private:
   void SkipSpace() {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r')) ++p_;
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r' || (*p_ == '\n' && arrays_))) ++p_;
+  }
+
+  // A wanted array, in the one form taken: '[', plain strings joined by ',' with no whitespace, ']'.
+  bool RowArray(JsonRowArray* a) {
+    SkipSpace();
+    if (p_ == end_ || *p_ != '[') return false;
+    a->start = static_cast<int32_t>(p_ - origin_);
+    const uint8_t* previous = nullptr;
+    size_t previous_length = 0;
+    if (++p_ < end_ && *p_ == ']') {
+      a->end = static_cast<int32_t>(++p_ - origin_);
+      return true;
+    }
+    for (;;) {
+      if (p_ == end_ || *p_ != '"') return false;
+      const uint8_t* start = ++p_;
+      while (p_ < end_ && kAscii.plain[*p_]) ++p_;
+      if (p_ == end_ || *p_ != '"') return false;
+      const size_t length = static_cast<size_t>(p_++ - start);
+      if (previous) {
+        const int order = std::memcmp(previous, start, std::min(previous_length, length));
+        if (order > 0 || (order == 0 && previous_length >= length)) a->ascending = false;
+      }
+      previous = start, previous_length = length;
+      a->count++;
+      if (p_ == end_) return false;
+      if (*p_ == ']') {
+        a->end = static_cast<int32_t>(++p_ - origin_);
+        return true;
+      }
+      if (*p_++ != ',') return false;
+    }
   }
 
   // A string, at its opening quote; its characters are [*start, *stop), `*escaped` when a backslash is among them.
@@ -151,8 +195,9 @@ class LineScan {
     }
   }
 
-  // A member of the innermost open object: key, colon, value. In the line's own object (one bracket deep) a
-  // wanted key's value must be a string without escapes, and its span is kept.
+  // A member of the innermost open object: key, colon, value. In the text's own object (one bracket deep) a
+  // wanted key's value must be a string without escapes, and its span is kept; or, scanning for arrays, the key
+  // must not have come before and its value must be a row array.
   bool Member() {
     SkipSpace();
     if (p_ == end_ || *p_ != '"') return false;
@@ -168,6 +213,7 @@ class LineScan {
     const size_t length = static_cast<size_t>(key_end - key);
     for (size_t k = 0; k < keys_.size(); k++) {
       if (keys_[k].size() != length || std::memcmp(keys_[k].data(), key, length) != 0) continue;
+      if (arrays_) return arrays_[k].start < 0 && RowArray(&arrays_[k]);
       SkipSpace();
       const uint8_t* start;
       const uint8_t* stop;
@@ -184,6 +230,7 @@ class LineScan {
   const std::vector<std::string>& keys_;
   int32_t* const spans_;
   std::vector<uint8_t>& stack_;
+  JsonRowArray* const arrays_;
   const uint8_t* origin_ = nullptr;
   // Whether the innermost container was just opened: then it may close at once, and its first item has no comma.
   bool opened_ = false;
@@ -201,7 +248,7 @@ void ScanJsonlKeys(const uint8_t* bytes, size_t n, const std::vector<std::string
     size_t first = from;
     while (first < to && (bytes[first] == ' ' || bytes[first] == '\t' || bytes[first] == '\r')) first++;
     if (first < to) {
-      const JsonlVerdict verdict = LineScan(bytes + from, bytes + to, keys, spans.data(), &stack).Run(bytes);
+      const JsonlVerdict verdict = Scan(bytes + from, bytes + to, keys, spans.data(), &stack).Run(bytes);
       out->insert(out->end(), {line, static_cast<int32_t>(from), static_cast<int32_t>(to), verdict});
       if (verdict == kJsonlPlain) {
         out->insert(out->end(), spans.begin(), spans.end());
@@ -211,6 +258,14 @@ void ScanJsonlKeys(const uint8_t* bytes, size_t n, const std::vector<std::string
     }
     from = to + 1;
   }
+}
+
+bool ScanJsonRowArrays(const uint8_t* bytes, size_t n, const std::vector<std::string>& keys,
+                       std::vector<JsonRowArray>* out) {
+  std::vector<uint8_t> stack;
+  std::vector<int32_t> spans(2 * keys.size());
+  out->assign(keys.size(), JsonRowArray{});
+  return Scan(bytes, bytes + n, keys, spans.data(), &stack, out->data()).Run(bytes) == kJsonlPlain;
 }
 
 }  // namespace hsm

@@ -132,6 +132,26 @@ export function isNativeManifest(value: unknown): boolean {
   );
 }
 
+/** The per-row lists of a manifest: one entry per row, in row order. */
+export const ROW_LISTS = ["query_ids", "fact_ids", "condition_families"] as const;
+
+/**
+ * A per-row list read as its JSON text rather than as strings: an array of printable-ASCII strings written without
+ * escapes or whitespace, which is therefore its own canonical JSON. `hsm verify` reads a large manifest this way
+ * (src/store/verify.ts), without building tens of thousands of strings; the manifest's value then holds `[]` in the
+ * list's place, and the checks below take the list's facts from here.
+ */
+export interface RowListText {
+  /** The array's JSON text, from `[` to `]`. */
+  text: Uint8Array;
+  count: number;
+  /** Whether each id comes after the one before; then no two are the same. */
+  ascending: boolean;
+}
+
+/** Per-row lists read as text, by key (only `query_ids` lists that are ascending). */
+export type RowListTexts = ReadonlyMap<string, RowListText>;
+
 /** One thing wrong with a manifest, in the words verify prints. */
 export interface ManifestProblem {
   key: string;
@@ -150,8 +170,9 @@ type Bad = (key: string, message: string, code?: ManifestProblem["code"]) => voi
  * Every problem with a parsed manifest. An empty list means the object can be
  * used as a {@link Manifest}. File names are checked for being plain `L###.npy`
  * names, so a manifest pointing outside its store is reported, never followed.
+ * `lists` are per-row lists read as text, in place of the value's own.
  */
-export function manifestProblems(value: unknown): ManifestProblem[] {
+export function manifestProblems(value: unknown, lists?: RowListTexts): ManifestProblem[] {
   const problems: ManifestProblem[] = [];
   const bad: Bad = (key, message, code = "manifest-field") => problems.push({ key, code, message });
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
@@ -159,9 +180,9 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
     return problems;
   }
   const m = value as Record<string, unknown>;
-  fieldProblems(m, bad);
-  const n = Array.isArray(m.query_ids) ? m.query_ids.length : undefined;
-  if (n !== undefined) rowProblems(m, n, bad);
+  fieldProblems(m, bad, lists);
+  const n = rowCount(m, "query_ids", lists);
+  if (n !== undefined) rowProblems(m, n, bad, lists);
   const layers = m.layers;
   if (!Array.isArray(layers) || !layers.every(isInt)) bad("layers", "expected an array of integers");
   else {
@@ -202,8 +223,14 @@ export function manifestProblems(value: unknown): ManifestProblem[] {
   return problems;
 }
 
+/** How many entries a per-row list has: read as text, or in the value (undefined where it is no array). */
+function rowCount(m: Record<string, unknown>, key: string, lists: RowListTexts | undefined): number | undefined {
+  const a = m[key];
+  return lists?.get(key)?.count ?? (Array.isArray(a) ? a.length : undefined);
+}
+
 /** The top-level fields' types, one by one. */
-function fieldProblems(m: Record<string, unknown>, bad: Bad): void {
+function fieldProblems(m: Record<string, unknown>, bad: Bad, lists: RowListTexts | undefined): void {
   if (m.format !== STORE_FORMAT) bad("format", `expected "${STORE_FORMAT}" but found ${JSON.stringify(m.format)}`);
   for (const key of ["model", "model_sha256", "layer_rule", "probe_position", "dtype", "created_at", "tool_version"]) {
     if (!isStr(m[key])) bad(key, `expected a string but found ${JSON.stringify(m[key]) ?? "nothing"}`);
@@ -226,23 +253,25 @@ function fieldProblems(m: Record<string, unknown>, bad: Bad): void {
   if (typeof prompt !== "object" || prompt === null || !isStr(prompt.anchor) || !isStr(prompt.other)) {
     bad("prompt", 'expected an object with string templates "anchor" and "other"');
   }
-  for (const key of ["query_ids", "fact_ids", "condition_families"]) {
+  for (const key of ROW_LISTS) {
     const a = m[key];
-    if (!Array.isArray(a) || !a.every(isStr)) bad(key, "expected an array of strings");
+    if (!lists?.has(key) && (!Array.isArray(a) || !a.every(isStr))) bad(key, "expected an array of strings");
   }
 }
 
 /** What must agree with the row count `n` of query_ids: the per-row arrays, unique ids, rows_done and complete. */
-function rowProblems(m: Record<string, unknown>, n: number, bad: Bad): void {
+function rowProblems(m: Record<string, unknown>, n: number, bad: Bad, lists: RowListTexts | undefined): void {
   for (const key of ["fact_ids", "condition_families"]) {
-    const a = m[key];
-    if (Array.isArray(a) && a.length !== n)
-      bad(key, `has ${a.length} entries but query_ids has ${n}: one per row is required`);
+    const count = rowCount(m, key, lists);
+    if (count !== undefined && count !== n)
+      bad(key, `has ${count} entries but query_ids has ${n}: one per row is required`);
   }
+  const listed = lists?.get("query_ids");
+  if (listed && !listed.ascending) throw new InternalError("query_ids read as text must be ascending");
   const ids = m.query_ids as unknown[];
   // Ids in strictly ascending order are distinct without a set (as the rows of a bank numbered in order are). Else
   // one pass builds the set; a second finds the repeat only where there is one.
-  if (!strictlyAscending(ids) && new Set(ids).size !== ids.length) {
+  if (!listed && !strictlyAscending(ids) && new Set(ids).size !== ids.length) {
     const seen = new Set<unknown>();
     const twice = ids.find((id) => {
       if (seen.has(id)) return true;
@@ -361,9 +390,13 @@ function isJsonPrimitive(v: unknown): boolean {
 /**
  * JSON with every object's keys sorted and no spaces, one text for one value whatever order built it, handed to
  * `out` piece by piece: the per-row arrays (tens of thousands of ids) go out as one flat string each, never joined
- * into a larger one.
+ * into a larger one. A top-level member in `verbatim` goes out as that text, which is its canonical JSON.
  */
-function writeCanonicalJson(value: unknown, out: (text: string) => void): void {
+function writeCanonicalJson(
+  value: unknown,
+  out: (text: string | Uint8Array) => void,
+  verbatim?: ReadonlyMap<string, { text: Uint8Array }>,
+): void {
   if (Array.isArray(value)) {
     // For strings, finite or not numbers, booleans and null, JSON.stringify writes each element as the recursion
     // below would.
@@ -382,18 +415,23 @@ function writeCanonicalJson(value: unknown, out: (text: string) => void): void {
     out("{");
     entries.forEach(([k, v], i) => {
       out(`${i > 0 ? "," : ""}${JSON.stringify(k)}:`);
-      writeCanonicalJson(v, out);
+      const text = verbatim?.get(k)?.text;
+      if (text) out(text);
+      else writeCanonicalJson(v, out);
     });
     return out("}");
   }
   out(JSON.stringify(value));
 }
 
-/** The sha256 of a manifest's content: every field but `manifest_sha256` itself, as canonical JSON. */
-export function manifestContentSha256(m: object): string {
+/**
+ * The sha256 of a manifest's content: every field but `manifest_sha256` itself, as canonical JSON. `lists` are
+ * per-row lists read as text, in place of the value's own.
+ */
+export function manifestContentSha256(m: object, lists?: RowListTexts): string {
   const { manifest_sha256: _, ...content } = m as Manifest;
   const hash = createHash("sha256");
-  writeCanonicalJson(content, (text) => hash.update(text));
+  writeCanonicalJson(content, (text) => hash.update(text), lists);
   return hash.digest("hex");
 }
 

@@ -30,7 +30,8 @@ import { join } from "node:path";
 
 import type { BankRow } from "../bank/bank.js";
 import { FileError, NpyHeaderError } from "../errors.js";
-import { fileError, osReason, readTextSync } from "../util/fs.js";
+import { nativeJsonRowArrays } from "../kernels/native.js";
+import { fileError, osReason, readUtf8Sync } from "../util/fs.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { selectLayers } from "./layers.js";
 import { layerFileName, layerOfFileName } from "./names.js";
@@ -39,8 +40,11 @@ import {
   MANIFEST_NAME,
   manifestContentSha256,
   manifestProblems,
+  ROW_LISTS,
   selfCheckFinding,
   type Manifest,
+  type RowListText,
+  type RowListTexts,
   type SelfCheck,
 } from "./manifest.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
@@ -128,7 +132,7 @@ export async function verifyStore(dir: string, options: VerifyOptions = {}): Pro
   const concurrency = options.concurrency ?? availableParallelism();
   const ahead = hashAhead(dir, concurrency);
   const manifest = readManifestJson(dir, problem);
-  const plan = manifest && (await planFor(manifest.value, problem, report, options, dir));
+  const plan = manifest && (await planFor(manifest, problem, report, options, dir));
   if (!plan) {
     await ahead.outcomes; // no hashing left running behind the report
     return report;
@@ -165,28 +169,78 @@ function expectFolder(dir: string): void {
   }
 }
 
-/** The manifest's parsed JSON, or null with the problem reported where it is missing, unreadable or not JSON. */
-function readManifestJson(dir: string, problem: ProblemSink): { value: unknown } | null {
-  let text: string;
+/** A manifest as read: its parsed JSON, and its per-row lists where they were read as text instead. */
+interface ManifestRead {
+  value: unknown;
+  lists?: RowListTexts;
+}
+
+/** The manifest as read, or null with the problem reported where it is missing, unreadable or not JSON. */
+function readManifestJson(dir: string, problem: ProblemSink): ManifestRead | null {
+  let bytes: Buffer;
   try {
-    text = readTextSync(join(dir, MANIFEST_NAME), { what: "a store's manifest" });
+    bytes = readUtf8Sync(join(dir, MANIFEST_NAME), { what: "a store's manifest" });
   } catch (err) {
     if (!(err instanceof FileError)) throw err;
     if (err.problem === "missing") problem(MANIFEST_NAME, "manifest-missing", "is missing");
     else problem(MANIFEST_NAME, "manifest-unreadable", err.message.slice(err.path.length + 2));
     return null;
   }
+  const read = listsAsText(bytes);
+  if (read) return read;
   try {
-    return { value: JSON.parse(text) };
+    return { value: JSON.parse(bytes.toString("utf8")) };
   } catch (err) {
     problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${(err as Error).message})`);
     return null;
   }
 }
 
+/**
+ * hsm's own manifest with its per-row lists read as text (RowListText in manifest.ts): the rest is parsed, and the
+ * lists, nearly all of a large manifest's bytes, are never built as strings. Only where the native scan vouches
+ * for the whole document, and query_ids are ascending (as a bank's ids are); undefined otherwise, for a full
+ * parse, which every other manifest gets and which words every error.
+ */
+function listsAsText(bytes: Buffer): ManifestRead | undefined {
+  const found = nativeJsonRowArrays?.(bytes, [...ROW_LISTS]);
+  if (!found) return undefined;
+  const spans = ROW_LISTS.flatMap((key, k) => {
+    const [start, end, count, ascending] = found.subarray(4 * k, 4 * k + 4) as unknown as number[];
+    if (start! < 0) return [];
+    return [
+      {
+        key,
+        start: start!,
+        end: end!,
+        list: { text: bytes.subarray(start, end), count: count!, ascending: ascending === 1 },
+      },
+    ];
+  }).sort((a, b) => a.start - b.start);
+  const lists = new Map<string, RowListText>(spans.map((s) => [s.key, s.list]));
+  if (lists.get("query_ids")?.ascending === false) return undefined;
+  // The document with each list emptied: `[]` where it stood.
+  const rest: Uint8Array[] = [];
+  let at = 0;
+  for (const s of spans) {
+    rest.push(bytes.subarray(at, s.start), EMPTY_LIST);
+    at = s.end;
+  }
+  rest.push(bytes.subarray(at));
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.concat(rest).toString("utf8"));
+  } catch {
+    return undefined; // the full parse words the error
+  }
+  return isNativeManifest(value) ? { value, lists } : undefined;
+}
+
+const EMPTY_LIST = Buffer.from("[]");
+
 /** What to check, from hsm's own manifest or another tool's (undefined: nothing can be checked). */
 async function planFor(
-  value: unknown,
+  { value, lists }: ManifestRead,
   problem: ProblemSink,
   report: VerifyReport,
   options: VerifyOptions,
@@ -194,7 +248,7 @@ async function planFor(
 ): Promise<Plan | undefined> {
   const native = isNativeManifest(value);
   report.foreign = !native;
-  return native ? planNative(value, problem, report) : await planForeign(value, problem, report, options, dir);
+  return native ? planNative(value, lists, problem, report) : await planForeign(value, problem, report, options, dir);
 }
 
 /**
@@ -444,7 +498,7 @@ function summarizeSelfCheck(c: SelfCheck): NonNullable<VerifyReport["self_check"
  * What a complete manifest says of itself: its content (labels, settings) is what was sealed at completion, and
  * its layers are the blocks its rule keeps at its block count.
  */
-function contentProblems(m: Partial<Manifest>, problem: ProblemSink): void {
+function contentProblems(m: Partial<Manifest>, lists: RowListTexts | undefined, problem: ProblemSink): void {
   const recorded = m.manifest_sha256;
   if (recorded === undefined) {
     problem(
@@ -453,7 +507,7 @@ function contentProblems(m: Partial<Manifest>, problem: ProblemSink): void {
       "records no manifest_sha256, so its labels and settings cannot be checked; extract the store again",
     );
   } else if (typeof recorded === "string") {
-    const actual = manifestContentSha256(m);
+    const actual = manifestContentSha256(m, lists);
     if (actual !== recorded) {
       problem(
         MANIFEST_NAME,
@@ -482,12 +536,14 @@ function contentProblems(m: Partial<Manifest>, problem: ProblemSink): void {
 }
 
 /** hsm's own manifest: every field required, every file entry compared. */
-function planNative(value: unknown, problem: ProblemSink, report: VerifyReport): Plan {
-  const invalid = manifestProblems(value);
+function planNative(value: unknown, lists: RowListTexts | undefined, problem: ProblemSink, report: VerifyReport): Plan {
+  const invalid = manifestProblems(value, lists);
   for (const p of invalid) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   const m = value as Partial<Manifest>;
   if (typeof m.complete === "boolean") report.complete = m.complete;
-  if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
+  const ids = lists?.get("query_ids");
+  if (ids) report.rows = ids.count;
+  else if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
   if (Number.isSafeInteger(m.rows_done)) report.rows_done = m.rows_done!;
   if (m.self_check && Array.isArray(m.self_check.layers)) {
     report.self_check = summarizeSelfCheck(m.self_check);
@@ -495,7 +551,7 @@ function planNative(value: unknown, problem: ProblemSink, report: VerifyReport):
     if (finding) problem(MANIFEST_NAME, "self-check", `the batch self-check failed: ${finding}`);
   }
   // A manifest already invalid field by field is not also weighed as a whole.
-  if (m.complete === true && invalid.length === 0) contentProblems(m, problem);
+  if (m.complete === true && invalid.length === 0) contentProblems(m, lists, problem);
   if (m.complete === false) {
     problem(
       MANIFEST_NAME,

@@ -259,6 +259,12 @@ export function invalidUtf8Offset(bytes: Uint8Array): number {
  * a piece of a longer file).
  */
 export function utf8Text(bytes: Uint8Array, path: string, base = 0): string {
+  checkUtf8(bytes, path, base);
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
+}
+
+/** Throws the {@link FileError} {@link utf8Text} throws where `bytes` are not UTF-8 text without a byte-order mark. */
+function checkUtf8(bytes: Uint8Array, path: string, base = 0): void {
   if (base === 0 && hasUtf8Bom(bytes)) {
     throw new FileError(
       path,
@@ -276,7 +282,6 @@ export function utf8Text(bytes: Uint8Array, path: string, base = 0): string {
       `is not valid UTF-8: byte 0x${bytes[at - base]!.toString(16).padStart(2, "0")} at offset ${at}`,
     );
   }
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
 }
 
 /** A text input, read whole by the rule above (capped at {@link TEXT_FILE_MAX_BYTES} unless told otherwise). */
@@ -287,6 +292,13 @@ export async function readText(path: string, o: InputOptions = {}): Promise<stri
 /** {@link readText} for synchronous readers. */
 export function readTextSync(path: string, o: InputOptions = {}): string {
   return utf8Text(readInputSync(path, { maxBytes: TEXT_FILE_MAX_BYTES, ...o }), path);
+}
+
+/** {@link readTextSync}'s bytes, checked as it checks them but not decoded, for a reader that decodes only part. */
+export function readUtf8Sync(path: string, o: InputOptions = {}): Buffer {
+  const bytes = readInputSync(path, { maxBytes: TEXT_FILE_MAX_BYTES, ...o });
+  checkUtf8(bytes, path);
+  return bytes;
 }
 
 /** One read request per GiB: few requests for a multi-GiB model, and under the 2 GiB a single read(2) may return. */

@@ -22,7 +22,8 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { writeFixture } from "../../src/synthetic/store.js";
 import { EXIT, FileError } from "../../src/errors.js";
-import { manifestContentSha256 } from "../../src/store/manifest.js";
+import { nativeJsonRowArrays } from "../../src/kernels/native.js";
+import { manifestContentSha256, ROW_LISTS } from "../../src/store/manifest.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { verifyStore, type VerifyReport } from "../../src/store/verify.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -359,5 +360,43 @@ describe("verifyStore", () => {
       message: `${file}: is not a folder; a store is a folder holding index.json and L###.npy files`,
       exitCode: EXIT.data,
     });
+  });
+});
+
+describe("verifyStore on a manifest's per-row lists read as text", () => {
+  /** The good store with its manifest edited (the seal kept as it was) and written compactly or indented. */
+  function rewritten(edit: (m: Json) => void, indent: number | undefined): string {
+    return corrupt((store) => {
+      const path = join(store, "index.json");
+      const m = JSON.parse(readFileSync(path, "utf8"));
+      edit(m);
+      writeFileSync(path, JSON.stringify(m, null, indent));
+    });
+  }
+
+  it.skipIf(!nativeJsonRowArrays)("reads hsm's own manifest's lists as text", () => {
+    const found = nativeJsonRowArrays!(readFileSync(join(good, "index.json")), [...ROW_LISTS]);
+    expect(found && [found[2], found[6], found[10], found[3]]).toEqual([72, 72, 72, 1]);
+  });
+
+  // Written compactly, the lists are read as text (where the native core is built); indented, whitespace inside
+  // them makes verify parse the manifest whole. Both must report the same.
+  it.each([
+    ["nothing changed", () => {}],
+    ["a fact id changed after sealing", (m: Json) => (m.fact_ids[3] = "fact_x")],
+    ["a family changed after sealing", (m: Json) => (m.condition_families[0] = "typo")],
+    ["a query id changed after sealing", (m: Json) => (m.query_ids[7] += "x")],
+    ["a query id repeated", (m: Json) => (m.query_ids[5] = m.query_ids[4])],
+    ["query ids out of order", (m: Json) => m.query_ids.reverse()],
+    ["a row missing from fact_ids", (m: Json) => m.fact_ids.pop()],
+    ["query_ids missing", (m: Json) => delete m.query_ids],
+    ["an id with an escape", (m: Json) => (m.query_ids[0] = 'q"0')],
+    ["an id beyond ASCII", (m: Json) => (m.fact_ids[0] = "fakt_ü")],
+    ["a list that is not all strings", (m: Json) => (m.fact_ids[2] = 7)],
+  ])("reports the same either way: %s", async (_what, edit) => {
+    const [text, parsed] = await Promise.all([undefined, 2].map((indent) => verifyStore(rewritten(edit, indent))));
+    expect(lines(text!)).toEqual(lines(parsed!));
+    const facts = (r: VerifyReport) => [r.ok, r.rows, r.complete, r.rows_done, r.files.map((f) => [f.sha256, f.ok])];
+    expect(facts(text!)).toEqual(facts(parsed!));
   });
 });

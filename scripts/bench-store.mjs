@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // npm run bench — the store benchmarks, each against a peer measured in the same run:
 //   1. `hsm verify` on the benchmark-scale fixture vs `sha256sum` over the same files,
-//      beside Node's own start-up (`node -e 0`), which is part of every hsm command;
+//      beside Node's own start-up (`node -e 0`), which is part of every hsm command,
+//      and beside the most a Node command could do here: a bare process that loads
+//      the native core and hashes the same files on every core, and nothing else;
 //   2. float32 <-> float16 conversion, native core vs the TypeScript fallback.
 // Medians of several runs; the machine is shared, so ratios matter more than seconds.
 //
@@ -10,7 +12,7 @@
 // (nodejs/node#40524); hsm makes no TLS connection. The verify figure is then
 // also taken without that variable, and both are printed.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -48,17 +50,46 @@ const bytes = files.reduce((s, f) => s + statSync(f).size, 0);
 // spawn below slower, which costs the faster command the larger share.
 for (const f of files) spawnSync("cat", [f], { stdio: ["ignore", "ignore", "ignore"] });
 
+// The ceiling for hsm verify on this store and machine: a bare Node process that
+// loads the native core and hashes the same files on every core, counting their
+// float16 values as verify does, and nothing more (no command line, manifest,
+// headers or report). Its ratio to sha256sum is the most verify could reach here.
+const { parseNpyHeader } = await import(join(root, "dist", "store", "npy.js"));
+const addon = ["Release", "Debug"]
+  .map((b) => join(root, "native", "build", b, "hsm_native.node"))
+  .find((p) => existsSync(p));
+const dataFrom = files.map((f) => {
+  const fd = openSync(f, "r");
+  const head = Buffer.alloc(4096);
+  const got = readSync(fd, head, 0, head.length, 0);
+  closeSync(fd);
+  return parseNpyHeader(head.subarray(0, got), f).dataOffset;
+});
+const hashOnly = [
+  "-e",
+  `const [addon, files, from] = process.argv.slice(1);
+const paths = JSON.parse(files);
+require(addon)
+  .sha256Files(paths, Float64Array.from(JSON.parse(from)), new Uint8Array(paths.length).fill(2), require("node:os").availableParallelism())
+  .then((r) => { if (r.some((x) => typeof x === "number")) process.exit(1); });`,
+  addon ?? "",
+  JSON.stringify(files),
+  JSON.stringify(dataFrom),
+];
+
 const caBundle = process.env.NODE_EXTRA_CA_CERTS;
 const withoutCa = envWithout("NODE_EXTRA_CA_CERTS");
-const times = { verify: [], sha: [], node: [], verifyWithoutCa: [], nodeWithoutCa: [] };
+const times = { verify: [], sha: [], node: [], floor: [], verifyWithoutCa: [], nodeWithoutCa: [], floorWithoutCa: [] };
 for (let i = 0; i < runs; i++) {
   // Alternate so that background load hits all alike.
   times.verify.push(timeCommand(process.execPath, [bin, "verify", store]));
   times.sha.push(timeCommand("sha256sum", files));
   times.node.push(timeCommand(process.execPath, ["-e", "0"]));
+  if (addon) times.floor.push(timeCommand(process.execPath, hashOnly));
   if (caBundle) {
     times.verifyWithoutCa.push(timeCommand(process.execPath, [bin, "verify", store], withoutCa));
     times.nodeWithoutCa.push(timeCommand(process.execPath, ["-e", "0"], withoutCa));
+    if (addon) times.floorWithoutCa.push(timeCommand(process.execPath, hashOnly, withoutCa));
   }
 }
 
@@ -115,6 +146,7 @@ const results = {
     sha256sum_s: median(times.sha),
     speedup_vs_sha256sum: median(times.sha) / median(times.verify),
     node_start_s: median(times.node),
+    hash_only_s: addon ? median(times.floor) : null,
     ...(caBundle
       ? {
           node_extra_ca_certs: caBundle,
@@ -122,6 +154,7 @@ const results = {
             hsm_verify_s: median(times.verifyWithoutCa),
             speedup_vs_sha256sum: median(times.sha) / median(times.verifyWithoutCa),
             node_start_s: median(times.nodeWithoutCa),
+            hash_only_s: addon ? median(times.floorWithoutCa) : null,
           },
         }
       : {}),
@@ -155,6 +188,12 @@ console.log(
   `  share of the limit (one SHA-256 stream per core over memory, ${sha.cores} cores, ${sha.gb_per_s.toFixed(2)} GB/s): hsm verify ${share(rate(v.hsm_verify_s), sha.gb_per_s)}, sha256sum ${share(rate(v.sha256sum_s), sha.gb_per_s)}`,
 );
 console.log(`  ratio        ${v.speedup_vs_sha256sum.toFixed(2)}x faster`);
+const ceiling = (hashOnly) =>
+  hashOnly === null
+    ? "  hashing alone: not measured (the native core is not built)"
+    : `  hashing alone (a bare Node process: the native core on every core, no checks) ${hashOnly.toFixed(3)} s: ` +
+      `the most verify could reach here is ${(v.sha256sum_s / hashOnly).toFixed(2)}x`;
+console.log(ceiling(v.hash_only_s));
 if (v.without_node_extra_ca_certs) {
   const w = v.without_node_extra_ca_certs;
   console.log(
@@ -164,6 +203,7 @@ if (v.without_node_extra_ca_certs) {
     `  hsm verify   ${w.hsm_verify_s.toFixed(3)} s (Node's start-up: ${w.node_start_s.toFixed(3)} s), ${share(rate(w.hsm_verify_s), sha.gb_per_s)} of the limit`,
   );
   console.log(`  ratio        ${w.speedup_vs_sha256sum.toFixed(2)}x faster`);
+  console.log(ceiling(w.hash_only_s));
 }
 console.log(`float16 conversion — native core: ${results.native}; medians`);
 for (const [dir, r] of Object.entries(results.float16)) {

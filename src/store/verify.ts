@@ -206,16 +206,9 @@ function listsAsText(bytes: Buffer): ManifestRead | undefined {
   const found = nativeJsonRowArrays?.(bytes, [...ROW_LISTS]);
   if (!found) return undefined;
   const spans = ROW_LISTS.flatMap((key, k) => {
-    const [start, end, count, ascending] = found.subarray(4 * k, 4 * k + 4) as unknown as number[];
-    if (start! < 0) return [];
-    return [
-      {
-        key,
-        start: start!,
-        end: end!,
-        list: { text: bytes.subarray(start, end), count: count!, ascending: ascending === 1 },
-      },
-    ];
+    const [start = -1, end = -1, count = 0, ascending = 0] = found.subarray(4 * k, 4 * k + 4);
+    if (start < 0) return [];
+    return [{ key, start, end, list: { text: bytes.subarray(start, end), count, ascending: ascending === 1 } }];
   }).sort((a, b) => a.start - b.start);
   const lists = new Map<string, RowListText>(spans.map((s) => [s.key, s.list]));
   if (lists.get("query_ids")?.ascending === false) return undefined;

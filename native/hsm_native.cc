@@ -967,7 +967,7 @@ napi_value JsonlKeys(napi_env env, napi_callback_info info) {
   return Int32s(env, found);
 }
 
-// jsonRowArrays(bytes, keys) -> Int32Array | null: per key, [start, end, count, ascending (1 or 0)] of its
+// jsonRowArrays(bytes, keys) -> Int32Array | null: per key, [start, end, count, distinct (1 or 0)] of its
 // top-level array of plain strings (start -1: absent); null where the document is left to the caller
 // (json_scan.h).
 napi_value JsonRowArrays(napi_env env, napi_callback_info info) {
@@ -981,7 +981,7 @@ napi_value JsonRowArrays(napi_env env, napi_callback_info info) {
     return null;
   }
   std::vector<int32_t> found;
-  for (const hsm::JsonRowArray& a : arrays) found.insert(found.end(), {a.start, a.end, a.count, a.ascending ? 1 : 0});
+  for (const hsm::JsonRowArray& a : arrays) found.insert(found.end(), {a.start, a.end, a.count, a.distinct ? 1 : 0});
   return Int32s(env, found);
 }
 

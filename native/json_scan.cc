@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
+#include <unordered_set>
 
 namespace hsm {
 namespace {
@@ -83,6 +85,7 @@ class Scan {
     a->start = static_cast<int32_t>(p_ - origin_);
     const uint8_t* previous = nullptr;
     size_t previous_length = 0;
+    bool ascending = true;
     if (++p_ < end_ && *p_ == ']') {
       a->end = static_cast<int32_t>(++p_ - origin_);
       return true;
@@ -93,15 +96,16 @@ class Scan {
       while (p_ < end_ && kAscii.plain[*p_]) ++p_;
       if (p_ == end_ || *p_ != '"') return false;
       const size_t length = static_cast<size_t>(p_++ - start);
-      if (previous) {
+      if (previous && ascending) {
         const int order = std::memcmp(previous, start, std::min(previous_length, length));
-        if (order > 0 || (order == 0 && previous_length >= length)) a->ascending = false;
+        ascending = order < 0 || (order == 0 && previous_length < length);
       }
       previous = start, previous_length = length;
       a->count++;
       if (p_ == end_) return false;
       if (*p_ == ']') {
         a->end = static_cast<int32_t>(++p_ - origin_);
+        if (!ascending) a->distinct = Distinct(origin_ + a->start, p_);
         return true;
       }
       if (*p_++ != ',') return false;
@@ -133,6 +137,19 @@ class Scan {
         return false;
       }
     }
+  }
+
+  // Whether the strings of a row array, [open, close) as RowArray read it, are all different. Read again only
+  // for arrays out of order, and only to the first repeat (a fact's ids repeat at once).
+  static bool Distinct(const uint8_t* open, const uint8_t* close) {
+    std::unordered_set<std::string_view> seen;
+    for (const uint8_t* p = open + 1; p < close - 1;) {
+      const uint8_t* start = p + 1;  // past the opening quote
+      const auto* stop = static_cast<const uint8_t*>(std::memchr(start, '"', static_cast<size_t>(close - start)));
+      if (!seen.emplace(reinterpret_cast<const char*>(start), static_cast<size_t>(stop - start)).second) return false;
+      p = stop + 2;  // past the closing quote and the comma or bracket
+    }
+    return true;
   }
 
   bool Digits() {

@@ -34,17 +34,19 @@ void ScanJsonlKeys(const uint8_t* bytes, size_t n, const std::vector<std::string
 
 // A wanted top-level array of one document, as the scan found it.
 struct JsonRowArray {
-  int32_t start = -1;     // its '[' (-1: the document has no such member)
-  int32_t end = -1;       // just past its ']'
-  int32_t count = 0;      // the strings it holds
-  bool ascending = true;  // each string after the one before, byte by byte (so no two are the same)
+  int32_t start = -1;    // its '[' (-1: the document has no such member)
+  int32_t end = -1;      // just past its ']'
+  int32_t count = 0;     // the strings it holds
+  bool distinct = true;  // no string twice
 };
 
 // Scans one JSON document, bytes[0, n), which may span lines. Returns true when it is a valid JSON object in which
 // each of `keys` is absent or appears once at the top level as an array of plain strings written without
 // whitespace: every byte of every string printable ASCII (0x20 to 0x7E) other than '"' and '\'. Such an array is
 // then its own canonical JSON (JSON.stringify writes it back byte for byte), and out[k] says where key k's array
-// is. Returns false otherwise, for the caller to parse the document in full.
+// is. Returns false otherwise, for the caller to parse the document in full. Strings that come each after the one
+// before, byte by byte (as a bank's zero-padded ids do), are distinct without further work; others are checked in a
+// hash set, which stops at the first repeat.
 bool ScanJsonRowArrays(const uint8_t* bytes, size_t n, const std::vector<std::string>& keys,
                        std::vector<JsonRowArray>* out);
 

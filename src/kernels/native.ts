@@ -294,7 +294,7 @@ export const nativeJsonlScan: JsonlScan | undefined = binding && ((bytes, keys) 
 
 /**
  * The native scan of one JSON document for top-level arrays of plain strings (native/json_scan.h): per key, [start,
- * end, count, ascending (1 or 0)] of its array (start −1: absent), or null where the document must be parsed in
+ * end, count, distinct (1 or 0)] of its array (start −1: absent), or null where the document must be parsed in
  * full; undefined where the addon did not load.
  */
 export const nativeJsonRowArrays: ((bytes: Uint8Array, keys: string[]) => Int32Array | null) | undefined =

@@ -145,11 +145,11 @@ export interface RowListText {
   /** The array's JSON text, from `[` to `]`. */
   text: Uint8Array;
   count: number;
-  /** Whether each id comes after the one before; then no two are the same. */
-  ascending: boolean;
+  /** Whether no two entries are the same. */
+  distinct: boolean;
 }
 
-/** Per-row lists read as text, by key (only `query_ids` lists that are ascending). */
+/** Per-row lists read as text, by key (a `query_ids` list only where it is distinct). */
 export type RowListTexts = ReadonlyMap<string, RowListText>;
 
 /** One thing wrong with a manifest, in the words verify prints. */
@@ -267,7 +267,7 @@ function rowProblems(m: Record<string, unknown>, n: number, bad: Bad, lists: Row
       bad(key, `has ${count} entries but query_ids has ${n}: one per row is required`);
   }
   const listed = lists?.get("query_ids");
-  if (listed && !listed.ascending) throw new InternalError("query_ids read as text must be ascending");
+  if (listed && !listed.distinct) throw new InternalError("query_ids read as text must be distinct");
   const ids = m.query_ids as unknown[];
   // Ids in strictly ascending order are distinct without a set (as the rows of a bank numbered in order are). Else
   // one pass builds the set; a second finds the repeat only where there is one.

@@ -199,19 +199,19 @@ function readManifestJson(dir: string, problem: ProblemSink): ManifestRead | nul
 /**
  * hsm's own manifest with its per-row lists read as text (RowListText in manifest.ts): the rest is parsed, and the
  * lists, nearly all of a large manifest's bytes, are never built as strings. Only where the native scan vouches
- * for the whole document, and query_ids are ascending (as a bank's ids are); undefined otherwise, for a full
+ * for the whole document, and query_ids are distinct; undefined otherwise, for a full
  * parse, which every other manifest gets and which words every error.
  */
 function listsAsText(bytes: Buffer): ManifestRead | undefined {
   const found = nativeJsonRowArrays?.(bytes, [...ROW_LISTS]);
   if (!found) return undefined;
   const spans = ROW_LISTS.flatMap((key, k) => {
-    const [start = -1, end = -1, count = 0, ascending = 0] = found.subarray(4 * k, 4 * k + 4);
+    const [start = -1, end = -1, count = 0, distinct = 0] = found.subarray(4 * k, 4 * k + 4);
     if (start < 0) return [];
-    return [{ key, start, end, list: { text: bytes.subarray(start, end), count, ascending: ascending === 1 } }];
+    return [{ key, start, end, list: { text: bytes.subarray(start, end), count, distinct: distinct === 1 } }];
   }).sort((a, b) => a.start - b.start);
   const lists = new Map<string, RowListText>(spans.map((s) => [s.key, s.list]));
-  if (lists.get("query_ids")?.ascending === false) return undefined;
+  if (lists.get("query_ids")?.distinct === false) return undefined; // the full parse names the repeat
   // The document with each list emptied: `[]` where it stood.
   const rest: Uint8Array[] = [];
   let at = 0;

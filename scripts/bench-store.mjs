@@ -54,13 +54,16 @@ for (const f of files) spawnSync("cat", [f], { stdio: ["ignore", "ignore", "igno
 // loads the native core and hashes the same files on every core, counting their
 // float16 values as verify does, and nothing more (no command line, manifest,
 // headers or report). Its ratio to sha256sum is the most verify could reach here.
-const { parseNpyHeader } = await import(join(root, "dist", "store", "npy.js"));
-const addon = ["Release", "Debug"]
-  .map((b) => join(root, "native", "build", b, "hsm_native.node"))
-  .find((p) => existsSync(p));
+const { NPY_MAX_PRELUDE, parseNpyHeader } = await import(join(root, "dist", "store", "npy.js"));
+const {
+  nativeAddonPath: addon,
+  nativeKernels: loadNativeKernels,
+  nativeShaPaths,
+  nativeSimd,
+} = await import(join(root, "dist", "kernels", "native.js"));
 const dataFrom = files.map((f) => {
   const fd = openSync(f, "r");
-  const head = Buffer.alloc(4096);
+  const head = Buffer.alloc(NPY_MAX_PRELUDE);
   const got = readSync(fd, head, 0, head.length, 0);
   closeSync(fd);
   return parseNpyHeader(head.subarray(0, got), f).dataOffset;
@@ -95,10 +98,9 @@ for (let i = 0; i < runs; i++) {
 
 // Two sizes: a row block that stays in cache (1M values, what the store reader
 // and writer convert at a time) and a whole-layer buffer far larger than cache.
-const { nativeSimd, nativeShaPaths } = await import(join(root, "dist", "kernels", "native.js"));
 const { kernelOptions } = await import(join(root, "dist", "kernels", "default.js"));
 const { typescriptKernels } = await import(join(root, "dist", "kernels", "typescript", "index.js"));
-const nativeKernels = (await import(join(root, "dist", "kernels", "native.js"))).nativeKernels(kernelOptions());
+const nativeKernels = loadNativeKernels(kernelOptions());
 const conv = {};
 for (const n of [1 << 20, 1 << 24]) {
   const src = new Float32Array(n);

@@ -215,7 +215,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 /** Why the addon could not be loaded, one entry per place tried; empty when it loaded. */
 export const nativeLoadErrors: string[] = [];
 
-function loadBinding(): NativeBinding | undefined {
+function loadBinding(): { binding: NativeBinding; path: string } | undefined {
   const require = createRequire(import.meta.url);
   // HSM_NATIVE_PATH names the one addon to try (a custom build, or a missing one to test the fallback).
   const candidates = process.env.HSM_NATIVE_PATH
@@ -226,7 +226,7 @@ function loadBinding(): NativeBinding | undefined {
       ];
   for (const path of candidates) {
     try {
-      return require(path) as NativeBinding;
+      return { binding: require(path) as NativeBinding, path };
     } catch (err) {
       nativeLoadErrors.push(`${path}: ${(err as Error).message.split("\n")[0]}`);
     }
@@ -234,7 +234,11 @@ function loadBinding(): NativeBinding | undefined {
   return undefined;
 }
 
-const binding = loadBinding();
+const loaded = loadBinding();
+const binding = loaded?.binding;
+
+/** The file the addon was loaded from (HSM_NATIVE_PATH where set), or undefined where it did not load. */
+export const nativeAddonPath: string | undefined = loaded?.path;
 
 /** Which float16 code path runs inside the addon ("f16c" or "portable"), or undefined where it did not load. */
 export let nativeSimd: string | undefined = binding?.simd;

@@ -224,8 +224,8 @@ export function manifestProblems(value: unknown, lists?: RowListTexts): Manifest
 }
 
 /** How many entries a per-row list has: read as text, or in the value (undefined where it is no array). */
-function rowCount(m: Record<string, unknown>, key: string, lists: RowListTexts | undefined): number | undefined {
-  const a = m[key];
+export function rowCount(m: object, key: string, lists: RowListTexts | undefined): number | undefined {
+  const a = (m as Record<string, unknown>)[key];
   return lists?.get(key)?.count ?? (Array.isArray(a) ? a.length : undefined);
 }
 

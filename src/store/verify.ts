@@ -41,6 +41,7 @@ import {
   manifestContentSha256,
   manifestProblems,
   ROW_LISTS,
+  rowCount,
   selfCheckFinding,
   type Manifest,
   type RowListText,
@@ -534,9 +535,7 @@ function planNative(value: unknown, lists: RowListTexts | undefined, problem: Pr
   for (const p of invalid) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   const m = value as Partial<Manifest>;
   if (typeof m.complete === "boolean") report.complete = m.complete;
-  const ids = lists?.get("query_ids");
-  if (ids) report.rows = ids.count;
-  else if (Array.isArray(m.query_ids)) report.rows = m.query_ids.length;
+  report.rows = rowCount(m, "query_ids", lists) ?? null;
   if (Number.isSafeInteger(m.rows_done)) report.rows_done = m.rows_done!;
   if (m.self_check && Array.isArray(m.self_check.layers)) {
     report.self_check = summarizeSelfCheck(m.self_check);

@@ -291,7 +291,7 @@ export async function readText(path: string, o: InputOptions = {}): Promise<stri
 
 /** {@link readText} for synchronous readers. */
 export function readTextSync(path: string, o: InputOptions = {}): string {
-  return utf8Text(readInputSync(path, { maxBytes: TEXT_FILE_MAX_BYTES, ...o }), path);
+  return readUtf8Sync(path, o).toString("utf8");
 }
 
 /** {@link readTextSync}'s bytes, checked as it checks them but not decoded, for a reader that decodes only part. */

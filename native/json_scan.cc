@@ -37,14 +37,15 @@ bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A'
 // recursion, so that however deep the text nests, the scan takes no more of the thread's stack.
 class Scan {
  public:
+  // Fills `spans` (two per key) for a line, or with `arrays` (one per key, as the caller set them) a document.
   Scan(const uint8_t* p, const uint8_t* end, const std::vector<std::string>& keys, int32_t* spans,
        std::vector<uint8_t>* stack, JsonRowArray* arrays = nullptr)
       : p_(p), end_(end), keys_(keys), spans_(spans), stack_(*stack), arrays_(arrays) {}
 
-  // kJsonlPlain with the spans filled (offsets from `origin`), or kJsonlDefer.
+  // kJsonlPlain with the spans (or arrays) filled (offsets from `origin`), or kJsonlDefer.
   JsonlVerdict Run(const uint8_t* origin) {
     origin_ = origin;
-    for (size_t k = 0; k < keys_.size(); k++) spans_[2 * k] = spans_[2 * k + 1] = -1;
+    if (!arrays_) std::fill(spans_, spans_ + 2 * keys_.size(), -1);
     stack_.clear();
     SkipSpace();
     if (p_ == end_ || *p_ != '{') return kJsonlDefer;
@@ -280,9 +281,8 @@ void ScanJsonlKeys(const uint8_t* bytes, size_t n, const std::vector<std::string
 bool ScanJsonRowArrays(const uint8_t* bytes, size_t n, const std::vector<std::string>& keys,
                        std::vector<JsonRowArray>* out) {
   std::vector<uint8_t> stack;
-  std::vector<int32_t> spans(2 * keys.size());
   out->assign(keys.size(), JsonRowArray{});
-  return Scan(bytes, bytes + n, keys, spans.data(), &stack, out->data()).Run(bytes) == kJsonlPlain;
+  return Scan(bytes, bytes + n, keys, nullptr, &stack, out->data()).Run(bytes) == kJsonlPlain;
 }
 
 }  // namespace hsm

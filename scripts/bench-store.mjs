@@ -12,7 +12,7 @@
 // (nodejs/node#40524); hsm makes no TLS connection. The verify figure is then
 // also taken without that variable, and both are printed.
 import { spawnSync } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -55,6 +55,7 @@ for (const f of files) spawnSync("cat", [f], { stdio: ["ignore", "ignore", "igno
 // float16 values as verify does, and nothing more (no command line, manifest,
 // headers or report). Its ratio to sha256sum is the most verify could reach here.
 const { NPY_MAX_PRELUDE, parseNpyHeader } = await import(join(root, "dist", "store", "npy.js"));
+const { readInputSync } = await import(join(root, "dist", "util", "fs.js"));
 const {
   nativeAddonPath: addon,
   nativeKernels: loadNativeKernels,
@@ -62,11 +63,8 @@ const {
   nativeSimd,
 } = await import(join(root, "dist", "kernels", "native.js"));
 const dataFrom = files.map((f) => {
-  const fd = openSync(f, "r");
-  const head = Buffer.alloc(NPY_MAX_PRELUDE);
-  const got = readSync(fd, head, 0, head.length, 0);
-  closeSync(fd);
-  return parseNpyHeader(head.subarray(0, got), f).dataOffset;
+  const prelude = readInputSync(f, {}, { offset: 0, length: Math.min(statSync(f).size, NPY_MAX_PRELUDE) });
+  return parseNpyHeader(prelude, f).dataOffset;
 });
 const hashOnly = [
   "-e",

@@ -392,11 +392,7 @@ function isJsonPrimitive(v: unknown): boolean {
  * `out` piece by piece: the per-row arrays (tens of thousands of ids) go out as one flat string each, never joined
  * into a larger one. A top-level member in `verbatim` goes out as that text, which is its canonical JSON.
  */
-function writeCanonicalJson(
-  value: unknown,
-  out: (text: string | Uint8Array) => void,
-  verbatim?: ReadonlyMap<string, { text: Uint8Array }>,
-): void {
+function writeCanonicalJson(value: unknown, out: (text: string | Uint8Array) => void, verbatim?: RowListTexts): void {
   if (Array.isArray(value)) {
     // For strings, finite or not numbers, booleans and null, JSON.stringify writes each element as the recursion
     // below would.

@@ -43,7 +43,8 @@ const files = readdirSync(store)
   .filter((n) => n.endsWith(".npy"))
   .sort()
   .map((n) => join(store, n));
-const bytes = files.reduce((s, f) => s + statSync(f).size, 0);
+const sizes = files.map((f) => statSync(f).size);
+const bytes = sizes.reduce((s, n) => s + n, 0);
 
 // Warm the page cache so both tools read from memory, not disk. `cat` reads
 // them, not this process: a parent holding the files' bytes would make every
@@ -62,8 +63,8 @@ const {
   nativeShaPaths,
   nativeSimd,
 } = await import(join(root, "dist", "kernels", "native.js"));
-const dataFrom = files.map((f) => {
-  const prelude = readInputSync(f, {}, { offset: 0, length: Math.min(statSync(f).size, NPY_MAX_PRELUDE) });
+const dataFrom = files.map((f, i) => {
+  const prelude = readInputSync(f, {}, { offset: 0, length: Math.min(sizes[i], NPY_MAX_PRELUDE) });
   return parseNpyHeader(prelude, f).dataOffset;
 });
 const hashOnly = [

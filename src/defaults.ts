@@ -18,11 +18,11 @@ export const DEFAULT_SELF_CHECK_ROWS = 32;
 /** Rows of a generation regenerated alone at batch 1 to check the batched texts (0: no check). */
 export const DEFAULT_GENERATE_CHECK_ROWS = 16;
 /**
- * Batches `hsm generate` decodes at once on the CPU, each in a worker thread
- * with a session (and a copy of the weights) of its own: a small batch's
- * decoding step keeps one core busier than it keeps two.
+ * Batches `hsm extract` and `hsm generate` run at once on the CPU, each in a
+ * worker thread with a session (and a copy of the weights) of its own: a
+ * small batch's matrix products keep one core busier than they keep two.
  */
-export const DEFAULT_GENERATE_WORKERS = 2;
+export const DEFAULT_CPU_WORKERS = 2;
 /** Where onnxruntime runs. */
 export const DEFAULT_DEVICE = "cpu";
 

@@ -1,7 +1,7 @@
 /** Option parsers that turn bad flags into usage errors with the flag's name, and the options commands share. */
 import type { Command } from "commander";
 
-import { DEFAULT_BATCH_SIZE, DEFAULT_DEVICE, DEVICES } from "../defaults.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_CPU_WORKERS, DEFAULT_DEVICE, DEVICES } from "../defaults.js";
 import { UsageError } from "../errors.js";
 import type { ExportFormatRegistry, MetricRegistry } from "../index.js";
 
@@ -93,8 +93,13 @@ export function modelRunOptions(cmd: Command, output: OutputOption): Command {
     .option("--device <device>", DEVICES.join(", "), choiceOption("--device", DEVICES), DEFAULT_DEVICE)
     .option(
       "--threads <n>",
-      "onnxruntime intra-op threads (default: one per physical core this process may use)",
+      "onnxruntime intra-op threads (default: one per physical core this process may use; with several workers, per session)",
       intOption("--threads", 1),
+    )
+    .option(
+      "--workers <n>",
+      `batches run at once, each by an onnxruntime session of its own (with its own copy of the weights) in a worker thread (default: ${DEFAULT_CPU_WORKERS} on the CPU, sharing the cores, fewer on one core or where their copies would take over half the available memory; 1 on a GPU)`,
+      intOption("--workers", 1),
     );
 }
 
@@ -111,5 +116,6 @@ export interface ModelRunFlags {
   batchSize: number;
   device: (typeof DEVICES)[number];
   threads?: number;
+  workers?: number;
   quiet?: boolean;
 }

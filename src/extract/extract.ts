@@ -19,7 +19,7 @@ import {
   defaultModelName,
   MAX_PROMPT_LEN,
 } from "../defaults.js";
-import { HsmError, InternalError, UsageError } from "../errors.js";
+import { HsmError, UsageError } from "../errors.js";
 import { selectLayers } from "../store/layers.js";
 import { fileSha256 } from "../store/hash.js";
 import { acquireLock } from "../store/lock.js";
@@ -28,6 +28,7 @@ import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { makeDir, readText } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
+import { forEachSettled } from "../util/settle.js";
 import { lengthBreaks, leftPad, planBatches, rightPad, type BatchRule } from "../model/batching.js";
 import {
   DetectionError,
@@ -37,27 +38,29 @@ import {
   type HiddenPlan,
   type HiddenTensor,
 } from "../model/detect.js";
-import { promptFeeds } from "../model/feeds.js";
 import type { InputPlan } from "../model/styles/style.js";
 import { decodeModelOf, openModelDir } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
-import { num, valueShape, type ModelProto } from "../onnx/graph.js";
-import { HIDDEN_OUTPUT, rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
+import { valueShape, type ModelProto } from "../onnx/graph.js";
+import { rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckFailure } from "../model/self-check.js";
-import { hiddenBits, hiddenOutputType } from "../model/hidden-output.js";
+import { hiddenOutputType } from "../model/hidden-output.js";
 import {
   checkDevice,
-  createSession,
   forDevice,
   graphNeeds,
+  loadSession,
   runError,
   stageModel,
+  withStagedModel,
   type Device,
   type ModelRunOptions,
   type Stage,
 } from "../model/session.js";
 import { tokenizerAndModel } from "../model/tokenizer.js";
+import { parallelLine, placeSessions, weightBytes } from "../model/workers.js";
 import { shardFromEnv } from "./shard.js";
+import { extractionWorkerScript, sessionStates, workerStates, type StateRunner, type StatesSetup } from "./states.js";
 
 /**
  * Rewrites the inspected model for extraction (weights by reference into the
@@ -267,8 +270,17 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       seconds: (performance.now() - t0) / 1000,
     };
   }
-  const tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
-  const { session, inputFeeds, pad, rule } = await openSession(inspected, tensors, batchSize, o, log);
+  // The sessions load (in their threads) while this one tokenizes.
+  const opening = openSession(inspected, tensors, batchSize, rows.length, o, log);
+  opening.catch(() => {});
+  let tokens: number[][];
+  try {
+    tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
+  } catch (err) {
+    await opening.then((opened) => opened.runner.close()).catch(() => {});
+    throw err;
+  }
+  const { runner, pad, rule } = await opening;
   let release: (() => Promise<void>) | undefined;
   let writer: StoreWriter | undefined;
   try {
@@ -278,7 +290,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     const d = inspection.dModel;
     const resumedAt = writer.rowsDone;
     const { padId } = tokenizer;
-    const job: Blocks = { session, writer, layers, d, tokens, commitRows, rule, pad, padId, inputFeeds };
+    const job: Blocks = { runner, writer, layers, d, tokens, commitRows, rule, pad, padId };
     const onDevice = <T>(work: Promise<T>) =>
       work.catch((err: unknown) => {
         throw runError(o.device ?? "cpu", inspection.onnxPath, err) ?? err;
@@ -286,14 +298,14 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     await onDevice(writeBlocks(job, o.onProgress));
     const check = await onDevice(
       runSelfCheck({
-        session,
+        states: (f) => runner.states(f),
+        parallel: runner.parallel,
         dir: o.out,
         layers,
         dModel: d,
         tokens,
         queryIds: init.query_ids,
         padId: tokenizer.padId,
-        inputFeeds,
         rule,
         commitRows,
         count: o.selfCheck ?? DEFAULT_SELF_CHECK_ROWS,
@@ -316,7 +328,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       seconds: (performance.now() - t0) / 1000,
     };
   } finally {
-    await session.release().catch(() => {});
+    await runner.close().catch(() => {});
     await writer?.close();
     await release?.();
   }
@@ -371,12 +383,17 @@ async function openSession(
   inspected: Awaited<ReturnType<typeof inspectModel>>,
   tensors: HiddenTensor[],
   batchSize: number,
+  rows: number,
   o: ExtractOptions,
   log: NonNullable<ExtractOptions["log"]>,
 ) {
   const { inspection } = inspected;
   const device = o.device ?? "cpu";
   checkDevice(device, graphNeeds(inspection.onnxPath, inspected.model));
+  // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
+  const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
+  const weights = weightBytes(inspection.onnxPath, inspected.model.graph!);
+  const place = placeSessions(o, weights, Math.ceil(rows / rowsPerRun), "extracting", log);
   const widened = forDevice(device, inspection.onnxPath, inspected.model);
   if (widened !== undefined) log(widened, "info");
   const stage = await stageModel(inspection.onnxPath);
@@ -408,17 +425,25 @@ async function openSession(
   }
   const pad = paddingSide === "right" ? rightPad : leftPad;
   collectGarbage();
-  const session = await createSession(rewritten.bytes, stage, { device: o.device, threads: o.threads, spin: false });
-  // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
-  const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
+  const setup: StatesSetup = { inputFeeds, layers: tensors.length, d: inspection.dModel };
+  const script = extractionWorkerScript();
+  // Worker threads load the staged file; where there is none (weights inlined, or running from the TypeScript
+  // sources), one session on the main thread takes every core.
+  const runner = await withStagedModel(rewritten.bytes, stage, device, async (file) =>
+    typeof file === "string" && script && place.workers > 1
+      ? workerStates(script, place.workers, { model: file, options: place.sessionOptions, setup })
+      : sessionStates(await loadSession(file, { ...place.sessionOptions, threads: o.threads }), setup),
+  );
   if (rowsPerRun < batchSize)
     log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
   log(
     `graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`,
     "info",
   );
+  const line = parallelLine("extracting", runner.parallel, place.sessionOptions.threads);
+  if (line) log(line, "info");
   const rule: BatchRule = { size: rowsPerRun, breaks: lengthBreaks(inspected.configRaw) };
-  return { session, inputFeeds, pad, rule };
+  return { runner, pad, rule };
 }
 
 /**
@@ -433,7 +458,7 @@ function promptPadding(inputs: InputPlan): "left" | "right" {
 
 /** What writing the rows in commit blocks needs. */
 interface Blocks {
-  session: Awaited<ReturnType<typeof createSession>>;
+  runner: StateRunner;
   writer: StoreWriter;
   layers: number[];
   d: number;
@@ -442,15 +467,14 @@ interface Blocks {
   rule: BatchRule;
   pad: typeof leftPad;
   padId: number;
-  inputFeeds: Parameters<typeof promptFeeds>[0];
 }
 
 /**
- * Runs the rows from where the store left off, one commit block at a time (each block's rows batched by length),
- * and commits each block's rows to every layer file.
+ * Runs the rows from where the store left off, one commit block at a time (each block's rows batched by length,
+ * the batches run as the runner takes them), and commits each block's rows to every layer file.
  */
 async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]): Promise<void> {
-  const { session, writer, layers, d, tokens, commitRows, rule, pad, padId, inputFeeds } = b;
+  const { runner, writer, layers, d, tokens, commitRows, rule, pad, padId } = b;
   const total = tokens.length;
   const n = layers.length;
   const blocks = layers.map(() => new Uint16Array(commitRows * d));
@@ -459,21 +483,14 @@ async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]):
   while (done < total) {
     const blockEnd = Math.min(total, done + commitRows);
     const lengths = tokens.slice(done, blockEnd).map((t) => t.length);
-    for (const batch of planBatches(lengths, rule)) {
-      const seqs = batch.map((i) => tokens[done + i]!);
-      const f = breakBatchingForTest(pad(seqs, padId));
-      const feeds = promptFeeds(inputFeeds, f);
-      const out = (await session.run(feeds, [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
-      const data = hiddenBits(out);
-      if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
-        throw new InternalError(
-          `the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${n}, ${d}]`,
-        );
-      }
+    const start = done;
+    await forEachSettled(planBatches(lengths, rule), runner.parallel, async (batch) => {
+      const seqs = batch.map((i) => tokens[start + i]!);
+      const data = await runner.states(breakBatchingForTest(pad(seqs, padId)));
       batch.forEach((i, b) => {
         for (let k = 0; k < n; k++) blocks[k]!.set(data.subarray((b * n + k) * d, (b * n + k + 1) * d), i * d);
       });
-    }
+    });
     const count = blockEnd - done;
     for (let k = 0; k < n; k++) {
       await writer.writeRows(layers[k]!, done, blocks[k]!.subarray(0, count * d));

@@ -22,32 +22,20 @@ import { basename, dirname } from "node:path";
 
 import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
-import {
-  DEFAULT_BATCH_SIZE,
-  DEFAULT_GENERATE_CHECK_ROWS,
-  DEFAULT_GENERATE_WORKERS,
-  defaultModelName,
-  MAX_NEW_TOKENS,
-} from "../defaults.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { FileError, HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
 import { makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
-import { availableMemory, collectGarbage } from "../util/memory.js";
+import { collectGarbage } from "../util/memory.js";
 import { computeCores } from "../util/cores.js";
 import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
 import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
 import { cacheDeparture, exportedLogits } from "./cache-probe.js";
-import {
-  affordableWorkers,
-  sessionDecoders,
-  weightBytes,
-  workerDecoders,
-  workerScript,
-  type Decoders,
-} from "./workers.js";
+import { decodingWorkerScript, sessionDecoders, workerDecoders, type Decoders } from "./workers.js";
+import { parallelLine, placeSessions, weightBytes, type SessionPlace } from "../model/workers.js";
 import { outputNewPositions } from "./cache-join.js";
 import { answerFields, readEosIds } from "./rules.js";
 import { fileSha256 } from "../store/hash.js";
@@ -90,8 +78,6 @@ const FAILURES_BEFORE_STOP = 8;
 
 export interface GenerateOptions extends ModelRunOptions {
   maxNewTokens?: number;
-  /** Batches decoded at once, each by a session of its own in a worker thread; default 2 on the CPU (fewer where their copies of the weights would take over half the available memory), else 1. */
-  workers?: number;
   /** Rows regenerated alone at batch 1 after the run, whose text must not change (`<out>.check.json`); 0 turns it off. */
   selfCheck?: number;
   /** Messages for the user: what was done ("info") and what to look at ("warn"). */
@@ -400,7 +386,7 @@ async function decodeJob(
   run: { modelName: string; done: Set<string>; batchSize: number; log: Log; t0: number },
 ): Promise<GenerateResult> {
   const { log } = run;
-  const place = decodingWorkers(o, job.md.onnxPath, job.model, job.batches.length, log);
+  const place = placeSessions(o, weightBytes(job.md.onnxPath, job.model.graph!), job.batches.length, "decoding", log);
   // On the CPU the LM head runs outside onnxruntime where the native core can compute it (lm-head.ts).
   const kernels = place.device === "cpu" ? headKernels() : undefined;
   const opened = await openDecoders({ ...place, job, kernels });
@@ -532,7 +518,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
 }
 
 /** Where and how the decoders run. */
-type DecoderPlace = ReturnType<typeof decodingWorkers> & { job: GenerationJob; kernels: HeadKernels | undefined };
+type DecoderPlace = SessionPlace & { job: GenerationJob; kernels: HeadKernels | undefined };
 
 interface OpenedDecoders {
   decoders: Decoders;
@@ -606,7 +592,7 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   m.graph = null;
   job.source.bytes = undefined;
   if (stage) collectGarbage();
-  const script = workerScript();
+  const script = decodingWorkerScript();
   const decoders = await withStagedModel(bytes, stage, device, async (file) => {
     if (typeof file !== "string" || !script || workers === 1)
       return sessionDecoders(await loadSession(file, options), setup);
@@ -628,29 +614,6 @@ function checkCounts(batchSize: number, maxNew: number, selfCheck: number | unde
   }
 }
 
-/**
- * How many decoding workers to start (never more than there are batches; by default two on the CPU, fewer where
- * their copies of the weights would not fit in memory) and the session options each gets: the cores shared out.
- */
-function decodingWorkers(o: GenerateOptions, onnxPath: string, model: ModelProto, batches: number, log: Log) {
-  const device = o.device ?? "cpu";
-  let wanted = o.workers ?? (device === "cpu" ? DEFAULT_GENERATE_WORKERS : 1);
-  if (device === "webgpu" && wanted > 1) {
-    // onnxruntime's WebGPU provider serves one thread of a process: sessions in worker threads crash it.
-    log(`decoding with one session instead of ${wanted}: on WebGPU batches are decoded one at a time`, "info");
-    wanted = 1;
-  }
-  if (o.workers === undefined && wanted > 1) {
-    const fit = affordableWorkers(wanted, weightBytes(onnxPath, model.graph!), availableMemory());
-    if (fit.reason) log(fit.reason, "info");
-    wanted = fit.workers;
-  }
-  const workers = Math.min(wanted, batches);
-  const threads = o.threads ?? (workers > 1 ? Math.max(1, Math.floor(computeCores() / workers)) : undefined);
-  const sessionOptions = { device, threads, spin: false };
-  return { device, workers, sessionOptions };
-}
-
 /** Tells the user where the LM head runs and how many batches decode at once. */
 function logDecoders(
   head: { d: number; vocab: number } | undefined,
@@ -662,10 +625,8 @@ function logDecoders(
     const how = "exact argmax of float64 logits, screened in bfloat16";
     log(`the LM head (${head.d} × ${head.vocab}) runs in the native core: ${how}`, "info");
   }
-  if (parallel > 1) {
-    const each = `${threads} thread${threads === 1 ? "" : "s"} each`;
-    log(`decoding ${parallel} batches at once, each by an onnxruntime session of its own (${each})`, "info");
-  }
+  const line = parallelLine("decoding", parallel, threads);
+  if (line) log(line, "info");
 }
 
 interface Generation {

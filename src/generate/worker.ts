@@ -1,9 +1,7 @@
 // Worker-thread entry: one session of the rewritten model, decoding the batches the main thread sends (see workers.ts).
-import { parentPort, workerData } from "node:worker_threads";
-
-import { decodeBatch } from "./decode-batch.js";
-import type { WorkerInit, WorkerReply, WorkerRequest } from "./workers.js";
-import { loadSession } from "../model/session.js";
+import { decodeBatch, type DecodeSetup } from "./decode-batch.js";
+import type { DecodeRequest } from "./workers.js";
+import { serveSession } from "../model/workers.js";
 import { collectGarbage } from "../util/memory.js";
 import { nativeHeap } from "../kernels/native.js";
 
@@ -16,26 +14,7 @@ function handBack(): void {
   nativeHeap?.trim();
 }
 
-const { model, options, setup } = workerData as WorkerInit;
-const port = parentPort!;
-const reply = (r: WorkerReply) => port.postMessage(r);
-try {
-  const session = await loadSession(model, options);
-  port.on("message", (r: WorkerRequest | { close: true }) => {
-    // Asked to stop (never while a batch runs): the session is released and the thread ends by itself.
-    if ("close" in r) {
-      void session.release().finally(() => port.close());
-      return;
-    }
-    decodeBatch(session, setup, r.prompts, r.cached, r.newTokens)
-      .then(
-        (ids) => reply({ id: r.id, ids }),
-        (err: unknown) => reply({ id: r.id, error: err instanceof Error ? err.message : String(err) }),
-      )
-      .finally(handBack);
-  });
-  reply({ ready: true });
-} catch (err) {
-  reply({ loadError: (err as Error).message });
-  port.close();
-}
+await serveSession<DecodeSetup, DecodeRequest, number[][]>(
+  async (session, setup, r) => ({ result: await decodeBatch(session, setup, r.prompts, r.cached, r.newTokens) }),
+  handBack,
+);

@@ -16,20 +16,14 @@
  */
 import { join } from "node:path";
 
-import type * as ort from "onnxruntime-node";
-
-import { HsmError, InternalError } from "../errors.js";
+import { HsmError } from "../errors.js";
 import { f16BitsToNumber } from "../kernels/typescript/float16.js";
 import { selfCheckFinding, type SelfCheck } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { buildNpyHeader } from "../store/npy.js";
 import { fileError, openInput } from "../util/fs.js";
-import { hiddenBits } from "./hidden-output.js";
+import { forEachSettled } from "../util/settle.js";
 import { leftPad, planBatches, type BatchFeeds, type BatchRule } from "./batching.js";
-import { promptFeeds } from "./feeds.js";
-import { num } from "../onnx/graph.js";
-import { HIDDEN_OUTPUT } from "../onnx/rewrite.js";
-import type { InputPlan } from "./styles/style.js";
 
 /** One float16 spacing relative to a value's magnitude, at most (values in [2^e, 2^(e+1)) are spaced 2^(e−10)). */
 const F16_SPACING = 2 ** -10;
@@ -101,7 +95,10 @@ export function rowDeviation(stored: Uint16Array, fresh: Uint16Array): { abs: nu
 }
 
 export interface SelfCheckInput {
-  session: ort.InferenceSession;
+  /** The states extraction stores for a padded batch: float16 bits, [batch, layers, d]. */
+  states(f: BatchFeeds): Promise<Uint16Array>;
+  /** Batches `states` runs at once. */
+  parallel: number;
   /** The store folder, every row written. */
   dir: string;
   layers: readonly number[];
@@ -110,7 +107,6 @@ export interface SelfCheckInput {
   tokens: readonly number[][];
   queryIds: readonly string[];
   padId: number;
-  inputFeeds: InputPlan["feeds"];
   /** How extraction batched the rows. */
   rule: BatchRule;
   commitRows: number;
@@ -162,20 +158,16 @@ export async function runSelfCheck(c: SelfCheckInput): Promise<SelfCheck> {
   const d = c.dModel;
   const abs = new Array<number>(n).fill(0);
   const rel = new Array<number>(n).fill(0);
-  for (const row of picked) {
-    const f = leftPad([c.tokens[row]!], c.padId);
-    const out = (await c.session.run(promptFeeds(c.inputFeeds, f), [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
-    if (out.dims.length !== 3 || num(out.dims[1]) !== n || num(out.dims[2]) !== d) {
-      throw new InternalError(`the rewritten model returned shape [${out.dims.join(", ")}], expected [1, ${n}, ${d}]`);
-    }
-    const fresh = hiddenBits(out);
+  // The rows run as the extraction's sessions take them; the maxima do not depend on the order.
+  await forEachSettled(picked, c.parallel, async (row) => {
+    const fresh = await c.states(leftPad([c.tokens[row]!], c.padId));
     const stored = await readStoredRow(c.dir, c.layers, c.tokens.length, d, row);
     for (let k = 0; k < n; k++) {
       const dev = rowDeviation(stored[k]!, fresh.subarray(k * d, (k + 1) * d));
       abs[k] = Math.max(abs[k]!, dev.abs);
       rel[k] = Math.max(rel[k]!, dev.rel);
     }
-  }
+  });
   // JSON has no Infinity: a value finite on one side only is recorded as null.
   const finite = (x: number) => (Number.isFinite(x) ? x : null);
   return {

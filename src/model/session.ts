@@ -59,6 +59,12 @@ export interface ModelRunOptions {
   batchSize?: number;
   device?: Device;
   threads?: number;
+  /**
+   * Batches run at once, each by a session of its own (with its own copy of the weights) in a worker thread;
+   * default DEFAULT_CPU_WORKERS on the CPU (fewer where their copies would take over half the available memory),
+   * else 1. `threads` is then per session.
+   */
+  workers?: number;
   onProgress?: (done: number, total: number) => void;
 }
 

@@ -44,6 +44,8 @@ export interface RunOptions {
   batchSize?: number;
   device?: Device;
   threads?: number;
+  /** Batches run at once by generation and extraction (see ModelRunOptions). */
+  workers?: number;
   /** Rows per durable commit of the extraction (default DEFAULT_COMMIT_ROWS). */
   commitRows?: number;
   /** What each step did, for the user. */
@@ -123,6 +125,7 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
     batchSize: o.batchSize,
     device: o.device,
     threads: o.threads,
+    workers: o.workers,
   };
 
   const g = await generate({

@@ -237,6 +237,37 @@ describe("hsm extract", () => {
     await expectMatchesReference(join(dir, "qwen-store"), QWEN, qwenDir, bank);
   });
 
+  it("runs its batches on worker threads, storing the bytes one session on the main thread stores", async () => {
+    const stores = { 1: join(dir, "workers-1"), 3: join(dir, "workers-3") };
+    for (const [n, out] of Object.entries(stores)) {
+      const args = bigArgs(out).filter((a) => a !== "--quiet");
+      const r = spawnSync(process.execPath, [...args, "--workers", n], { encoding: "utf8" });
+      expect(r.status, r.stderr).toBe(0);
+      const parallel = /extracting (\d+) batches at once, each by an onnxruntime session of its own/.exec(r.stderr);
+      expect(parallel?.[1]).toBe(n === "1" ? undefined : n);
+    }
+    const whole = await wholeStore();
+    const manifest = (store: string) => {
+      const m = JSON.parse(readFileSync(join(store, "index.json"), "utf8"));
+      expect(m.self_check.status).toBe("pass");
+      delete m.created_at;
+      delete m.self_check.seconds;
+      delete m.manifest_sha256;
+      return m;
+    };
+    const alone = manifest(stores[1]);
+    expect(alone.layers).toEqual([2, 3, 4]);
+    for (const store of [stores[3], whole]) {
+      expect(manifest(store)).toEqual(alone);
+      for (const layer of alone.layers) {
+        const name = `L${String(layer).padStart(3, "0")}.npy`;
+        expect(readFileSync(join(store, name)).equals(readFileSync(join(stores[1], name))), `${store}/${name}`).toBe(
+          true,
+        );
+      }
+    }
+  });
+
   it("writes a store that hsm verify passes", async () => {
     const r = hsm(["verify", (await storeB16()).out]);
     expect(r.status).toBe(0);

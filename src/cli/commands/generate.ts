@@ -1,18 +1,11 @@
 import type { Command } from "commander";
 
-import {
-  DEFAULT_GENERATE_CHECK_ROWS,
-  DEFAULT_GENERATE_WORKERS,
-  MAX_NEW_TOKENS,
-  MAX_PROMPT_LEN,
-} from "../../defaults.js";
+import { DEFAULT_GENERATE_CHECK_ROWS, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../../defaults.js";
 import { createProgress, generate } from "../../index.js";
 import { intOption, modelRunOptions, type ModelRunFlags } from "../options.js";
 import { out } from "../print.js";
 
-async function action(
-  opts: ModelRunFlags & { out: string; maxNewTokens: number; selfCheck: number; workers?: number },
-): Promise<void> {
+async function action(opts: ModelRunFlags & { out: string; maxNewTokens: number; selfCheck: number }): Promise<void> {
   const { quiet, ...rest } = opts;
   const progress = createProgress("generate", 0, { quiet });
   const log = (m: string, level?: string) => (level === "warn" || !quiet) && process.stderr.write(`hsm: ${m}\n`);
@@ -46,11 +39,6 @@ export function generateCommand(program: Command): void {
       "answers regenerated alone at batch 1 that must not change, reported in <out>.check.json (0: off)",
       intOption("--self-check", 0),
       DEFAULT_GENERATE_CHECK_ROWS,
-    )
-    .option(
-      "--workers <n>",
-      `batches decoded at once, each by an onnxruntime session of its own (with its own copy of the weights) in a worker thread; --threads is then per session (default: ${DEFAULT_GENERATE_WORKERS} on the CPU, sharing the cores, fewer where their copies would take over half the available memory; 1 on a GPU)`,
-      intOption("--workers", 1),
     )
     .option("-q, --quiet", "no progress on stderr")
     .action(action);

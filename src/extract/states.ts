@@ -1,0 +1,84 @@
+/**
+ * Where extraction runs its prompt batches: on the main thread's session, or
+ * on worker threads, each with a session of its own (worker.ts, through
+ * ../model/workers.ts) running one batch at a time. A batch's states do not
+ * depend on which session ran it: every session runs the same graph on the
+ * same batch.
+ */
+import type * as ort from "onnxruntime-node";
+
+import { InternalError } from "../errors.js";
+import type { BatchFeeds } from "../model/batching.js";
+import { promptFeeds } from "../model/feeds.js";
+import { hiddenBits } from "../model/hidden-output.js";
+import type { InputPlan } from "../model/styles/style.js";
+import { startSessionWorkers, workerScript, type SessionWorkerInit } from "../model/workers.js";
+import { num } from "../onnx/graph.js";
+import { HIDDEN_OUTPUT } from "../onnx/rewrite.js";
+
+/** What running a batch needs besides the session: the inputs to feed and the output's shape. */
+export interface StatesSetup {
+  inputFeeds: InputPlan["feeds"];
+  /** Stored layers. */
+  layers: number;
+  d: number;
+}
+
+export interface StateRunner {
+  /** Batches run at once. */
+  readonly parallel: number;
+  /** The states of a padded batch: float16 bits, [batch, layers, d]. */
+  states(f: BatchFeeds): Promise<Uint16Array>;
+  close(): Promise<void>;
+}
+
+/** Runs one padded batch through the rewritten graph on `session`; its states as float16 bits, [batch, layers, d]. */
+export async function batchStates(
+  session: ort.InferenceSession,
+  setup: StatesSetup,
+  f: BatchFeeds,
+): Promise<Uint16Array> {
+  const out = (await session.run(promptFeeds(setup.inputFeeds, f), [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
+  if (
+    out.dims.length !== 3 ||
+    num(out.dims[0]) !== f.batch ||
+    num(out.dims[1]) !== setup.layers ||
+    num(out.dims[2]) !== setup.d
+  ) {
+    throw new InternalError(
+      `the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${setup.layers}, ${setup.d}]`,
+    );
+  }
+  return hiddenBits(out);
+}
+
+/** Batches run on the main thread's session, one at a time. */
+export function sessionStates(session: ort.InferenceSession, setup: StatesSetup): StateRunner {
+  return {
+    parallel: 1,
+    states: (f) => batchStates(session, setup, f),
+    close: () => session.release(),
+  };
+}
+
+/** The compiled extraction worker; undefined when running from TypeScript sources, where there is none. */
+export const extractionWorkerScript = (): string | undefined => workerScript(import.meta.url, "worker.js");
+
+/**
+ * `count` worker threads, each loading the model file at `init.model` into a session of its own (see
+ * {@link startSessionWorkers}). The largest batch waiting runs first.
+ */
+export async function workerStates(
+  script: string,
+  count: number,
+  init: SessionWorkerInit<StatesSetup>,
+): Promise<StateRunner> {
+  const pool = await startSessionWorkers<StatesSetup, BatchFeeds, Uint16Array>(
+    script,
+    count,
+    init,
+    (f) => f.batch * f.length,
+    "extraction",
+  );
+  return { parallel: count, states: (f) => pool.run(f), close: () => pool.close() };
+}

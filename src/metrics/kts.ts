@@ -319,28 +319,33 @@ async function fillTransfer(
   const { family } = g;
   const { layer, kernels: k } = data;
   row.auroc = sortedAuroc(sortedGroup);
-  const aucReps = new Float64Array(s.bootstrap);
-  const ancReps = new Float64Array(s.bootstrap);
-  const bs = bootstrapStream(s.seed, "kts", layer, family);
-  // Paired: the same drawn facts decide the anchor's AUROC in each replicate.
-  if (family === ANCHOR_FAMILY) await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps);
-  else await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
-  const ktsReps = aucReps.map((fam, r) => {
-    const anc = ancReps[r]!;
-    if (Number.isNaN(fam) || Number.isNaN(anc) || anc <= KTS_MIN_ANCHOR_AUROC) return NaN;
-    return (fam - CHANCE_AUROC) / (anc - CHANCE_AUROC);
-  });
-  [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
   if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";
   else if (row.auroc === null) row.kts_null_reason = "auroc undefined: only one label class among this family's rows";
   else if (anchorAuroc === null) row.kts_null_reason = "anchor auroc undefined: only one label class among the anchors";
   else if (anchorAuroc <= KTS_MIN_ANCHOR_AUROC) {
     const below = `auroc_anchor ${anchorAuroc.toFixed(4)} ≤ ${KTS_MIN_ANCHOR_AUROC}`;
     row.kts_null_reason = `${below}: the probe learned nothing to transfer`;
-  } else {
-    row.kts = (row.auroc - CHANCE_AUROC) / (anchorAuroc - CHANCE_AUROC);
-    [row.kts_ci_low, row.kts_ci_high] = interval(ktsReps);
   }
+  const aucReps = new Float64Array(s.bootstrap);
+  const bs = bootstrapStream(s.seed, "kts", layer, family);
+  if (row.kts_null_reason !== null) {
+    // No transfer to bound: the anchor's AUROC under the same draws is not needed (the draws, and so the
+    // family's replicates, are the same with or without it).
+    await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps);
+    [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
+    return;
+  }
+  // Paired: the same drawn facts decide the anchor's AUROC in each replicate.
+  const ancReps = new Float64Array(s.bootstrap);
+  await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
+  const ktsReps = aucReps.map((fam, r) => {
+    const anc = ancReps[r]!;
+    if (Number.isNaN(fam) || Number.isNaN(anc) || anc <= KTS_MIN_ANCHOR_AUROC) return NaN;
+    return (fam - CHANCE_AUROC) / (anc - CHANCE_AUROC);
+  });
+  [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
+  row.kts = (row.auroc! - CHANCE_AUROC) / (anchorAuroc! - CHANCE_AUROC);
+  [row.kts_ci_low, row.kts_ci_high] = interval(ktsReps);
 }
 
 export const KTS: Metric<KtsRow> = {

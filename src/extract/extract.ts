@@ -298,8 +298,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     await onDevice(writeBlocks(job, o.onProgress));
     const check = await onDevice(
       runSelfCheck({
-        states: (f) => runner.states(f),
-        parallel: runner.parallel,
+        runner,
         dir: o.out,
         layers,
         dModel: d,
@@ -432,7 +431,7 @@ async function openSession(
   const runner = await withStagedModel(rewritten.bytes, stage, device, async (file) =>
     typeof file === "string" && script && place.workers > 1
       ? workerStates(script, place.workers, { model: file, options: place.sessionOptions, setup })
-      : sessionStates(await loadSession(file, { ...place.sessionOptions, threads: o.threads }), setup),
+      : sessionStates(await loadSession(file, place.aloneOptions), setup),
   );
   if (rowsPerRun < batchSize)
     log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
@@ -486,7 +485,7 @@ async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]):
     const start = done;
     await forEachSettled(planBatches(lengths, rule), runner.parallel, async (batch) => {
       const seqs = batch.map((i) => tokens[start + i]!);
-      const data = await runner.states(breakBatchingForTest(pad(seqs, padId)));
+      const data = await runner.run(breakBatchingForTest(pad(seqs, padId)));
       batch.forEach((i, b) => {
         for (let k = 0; k < n; k++) blocks[k]!.set(data.subarray((b * n + k) * d, (b * n + k + 1) * d), i * d);
       });

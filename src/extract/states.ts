@@ -12,7 +12,7 @@ import type { BatchFeeds } from "../model/batching.js";
 import { promptFeeds } from "../model/feeds.js";
 import { hiddenBits } from "../model/hidden-output.js";
 import type { InputPlan } from "../model/styles/style.js";
-import { startSessionWorkers, workerScript, type SessionWorkerInit } from "../model/workers.js";
+import { startSessionWorkers, workerScript, type SessionRunner, type SessionWorkerInit } from "../model/workers.js";
 import { num } from "../onnx/graph.js";
 import { HIDDEN_OUTPUT } from "../onnx/rewrite.js";
 
@@ -24,13 +24,8 @@ export interface StatesSetup {
   d: number;
 }
 
-export interface StateRunner {
-  /** Batches run at once. */
-  readonly parallel: number;
-  /** The states of a padded batch: float16 bits, [batch, layers, d]. */
-  states(f: BatchFeeds): Promise<Uint16Array>;
-  close(): Promise<void>;
-}
+/** Where extraction's batches run: each batch's states as float16 bits, [batch, layers, d]. */
+export type StateRunner = SessionRunner<BatchFeeds, Uint16Array>;
 
 /** Runs one padded batch through the rewritten graph on `session`; its states as float16 bits, [batch, layers, d]. */
 export async function batchStates(
@@ -56,7 +51,7 @@ export async function batchStates(
 export function sessionStates(session: ort.InferenceSession, setup: StatesSetup): StateRunner {
   return {
     parallel: 1,
-    states: (f) => batchStates(session, setup, f),
+    run: (f) => batchStates(session, setup, f),
     close: () => session.release(),
   };
 }
@@ -68,17 +63,9 @@ export const extractionWorkerScript = (): string | undefined => workerScript(imp
  * `count` worker threads, each loading the model file at `init.model` into a session of its own (see
  * {@link startSessionWorkers}). The largest batch waiting runs first.
  */
-export async function workerStates(
+export const workerStates = (
   script: string,
   count: number,
   init: SessionWorkerInit<StatesSetup>,
-): Promise<StateRunner> {
-  const pool = await startSessionWorkers<StatesSetup, BatchFeeds, Uint16Array>(
-    script,
-    count,
-    init,
-    (f) => f.batch * f.length,
-    "extraction",
-  );
-  return { parallel: count, states: (f) => pool.run(f), close: () => pool.close() };
-}
+): Promise<StateRunner> =>
+  startSessionWorkers(script, count, init, (f: BatchFeeds) => f.batch * f.length, "extraction");

@@ -595,7 +595,7 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   const script = decodingWorkerScript();
   const decoders = await withStagedModel(bytes, stage, device, async (file) => {
     if (typeof file !== "string" || !script || workers === 1)
-      return sessionDecoders(await loadSession(file, options), setup);
+      return sessionDecoders(await loadSession(file, { ...place.aloneOptions, deviceOutputs: presents }), setup);
     return workerDecoders(script, workers, { model: file, options, setup });
   });
   return { decoders, cached: cached && past.length > 0, added, head: headSetup, widened };

@@ -24,6 +24,7 @@ import { buildNpyHeader } from "../store/npy.js";
 import { fileError, openInput } from "../util/fs.js";
 import { forEachSettled } from "../util/settle.js";
 import { leftPad, planBatches, type BatchFeeds, type BatchRule } from "./batching.js";
+import type { SessionRunner } from "./workers.js";
 
 /** One float16 spacing relative to a value's magnitude, at most (values in [2^e, 2^(e+1)) are spaced 2^(e−10)). */
 const F16_SPACING = 2 ** -10;
@@ -95,10 +96,8 @@ export function rowDeviation(stored: Uint16Array, fresh: Uint16Array): { abs: nu
 }
 
 export interface SelfCheckInput {
-  /** The states extraction stores for a padded batch: float16 bits, [batch, layers, d]. */
-  states(f: BatchFeeds): Promise<Uint16Array>;
-  /** Batches `states` runs at once. */
-  parallel: number;
+  /** Where extraction runs a padded batch: its states as float16 bits, [batch, layers, d]. */
+  runner: Pick<SessionRunner<BatchFeeds, Uint16Array>, "parallel" | "run">;
   /** The store folder, every row written. */
   dir: string;
   layers: readonly number[];
@@ -159,8 +158,8 @@ export async function runSelfCheck(c: SelfCheckInput): Promise<SelfCheck> {
   const abs = new Array<number>(n).fill(0);
   const rel = new Array<number>(n).fill(0);
   // The rows run as the extraction's sessions take them; the maxima do not depend on the order.
-  await forEachSettled(picked, c.parallel, async (row) => {
-    const fresh = await c.states(leftPad([c.tokens[row]!], c.padId));
+  await forEachSettled(picked, c.runner.parallel, async (row) => {
+    const fresh = await c.runner.run(leftPad([c.tokens[row]!], c.padId));
     const stored = await readStoredRow(c.dir, c.layers, c.tokens.length, d, row);
     for (let k = 0; k < n; k++) {
       const dev = rowDeviation(stored[k]!, fresh.subarray(k * d, (k + 1) * d));

@@ -85,12 +85,12 @@ export interface SessionWorkerInit<Setup> {
 type Request<Req> = { id: number; request: Req };
 type Reply<Res> = { ready: true } | { loadError: string } | { id: number; result: Res } | { id: number; error: string };
 
-/** Threads with a session each, taking requests as they fall idle. */
-export interface SessionWorkers<Req, Res> {
+/** Where requests run: one session on the main thread, or threads with a session each taking them as they fall idle. */
+export interface SessionRunner<Req, Res> {
   /** Requests run at once. */
   readonly parallel: number;
   run(request: Req): Promise<Res>;
-  /** Stops every thread once the requests running are done. */
+  /** Releases the sessions once the requests running are done. */
   close(): Promise<void>;
 }
 
@@ -107,7 +107,7 @@ export async function startSessionWorkers<Setup, Req, Res>(
   init: SessionWorkerInit<Setup>,
   work: (request: Req) => number,
   what: string,
-): Promise<SessionWorkers<Req, Res>> {
+): Promise<SessionRunner<Req, Res>> {
   const workers = Array.from({ length: count }, () => new Worker(script, { workerData: init }));
   const idle: Worker[] = [];
   const queue: { message: Request<Req>; settle: Settle<Res> }[] = [];
@@ -258,6 +258,8 @@ export interface SessionPlace {
   device: Device;
   workers: number;
   sessionOptions: SessionOptions & { device: Device; spin: false };
+  /** The options of one session on the main thread, where the workers cannot start: the threads asked for, or every core. */
+  aloneOptions: SessionOptions & { device: Device; spin: false };
 }
 
 /**
@@ -287,7 +289,12 @@ export function placeSessions(
   }
   const workers = Math.max(1, Math.min(wanted, requests));
   const threads = o.threads ?? (workers > 1 ? Math.max(1, Math.floor(computeCores() / workers)) : undefined);
-  return { device, workers, sessionOptions: { device, threads, spin: false } };
+  return {
+    device,
+    workers,
+    sessionOptions: { device, threads, spin: false },
+    aloneOptions: { device, threads: o.threads, spin: false },
+  };
 }
 
 /** The line telling the user that `parallel` batches run at once (`what`: "decoding", "extracting"); undefined for one. */

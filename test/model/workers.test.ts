@@ -62,6 +62,7 @@ describe("placeSessions", () => {
       device: "cpu",
       workers: 2,
       sessionOptions: { device: "cpu", threads: Math.max(1, Math.floor(cores / 2)), spin: false },
+      aloneOptions: { device: "cpu", threads: undefined, spin: false },
     });
     expect(placeSessions({ workers: 4 }, 1000, 3, "extracting", quiet).workers).toBe(3);
     expect(placeSessions({ workers: 4 }, 1000, 0, "extracting", quiet).workers).toBe(1);

@@ -252,6 +252,13 @@ void F16ToF32(const uint16_t* src, float* dst, size_t n, int threads) {
   });
 }
 
+void WidenF16(const uint16_t* src, float* dst, size_t n) {
+#ifdef HSM_X86
+  if (HasF16c()) return F16ToF32F16cLoop<false>(src, dst, n);
+#endif
+  F16ToF32Portable(src, dst, n);
+}
+
 void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {
 #ifdef HSM_X86
   if (HasAvx512Bw()) return F16StatsAvx512(src, n, nonfinite, max_bits);

@@ -13,6 +13,9 @@ bool HasF16c();
 void F32ToF16(const float* src, uint16_t* dst, size_t n, int threads);
 void F16ToF32(const uint16_t* src, float* dst, size_t n, int threads);
 
+// F16ToF32 on the calling thread, for spans small enough to stay in cache (a row, a tile).
+void WidenF16(const uint16_t* src, float* dst, size_t n);
+
 // Non-finite count and the largest finite magnitude, as float16 bits.
 void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits);
 

@@ -88,19 +88,37 @@ napi_value Guard(napi_env env, napi_callback_info info) {
   }
 }
 
-// Reads argument `value` as a typed array of `type`; throws on anything else.
-bool GetTyped(napi_env env, napi_value value, napi_typedarray_type type, const char* message, View* out) {
+// Reads argument `value` as a typed array of any type, into *out and *type; throws on anything else.
+bool GetTypedAny(napi_env env, napi_value value, const char* message, View* out, napi_typedarray_type* type) {
   bool is_typed = false;
   if (napi_is_typedarray(env, value, &is_typed) != napi_ok || !is_typed) return Fail(env, message);
-  napi_typedarray_type actual;
   napi_value buffer;
   size_t offset;
   // `data` already points at the view's first element (byteOffset included).
-  if (napi_get_typedarray_info(env, value, &actual, &out->length, &out->data, &buffer, &offset) != napi_ok ||
-      actual != type) {
+  if (napi_get_typedarray_info(env, value, type, &out->length, &out->data, &buffer, &offset) != napi_ok) {
     return Fail(env, message);
   }
   return true;
+}
+
+// Reads argument `value` as a typed array of `type`; throws on anything else.
+bool GetTyped(napi_env env, napi_value value, napi_typedarray_type type, const char* message, View* out) {
+  napi_typedarray_type actual;
+  return GetTypedAny(env, value, message, out, &actual) && (actual == type || Fail(env, message));
+}
+
+// Reads argument `value` as a layer's rows: a Float32Array, or a Uint16Array of float16 bits (*half set).
+bool GetRows(napi_env env, napi_value value, const char* message, View* out, bool* half) {
+  napi_typedarray_type actual;
+  if (!GetTypedAny(env, value, message, out, &actual)) return false;
+  if (actual != napi_float32_array && actual != napi_uint16_array) return Fail(env, message);
+  *half = actual == napi_uint16_array;
+  return true;
+}
+
+hsm::LayerRows Rows(const View& h, bool half, size_t d) {
+  return half ? hsm::LayerRows::Float16(static_cast<const uint16_t*>(h.data), d)
+              : hsm::LayerRows::Float32(static_cast<const float*>(h.data), d);
 }
 
 bool GetArgs(napi_env env, napi_callback_info info, size_t want, napi_value* argv) {
@@ -348,12 +366,19 @@ napi_value Products(napi_env env, napi_callback_info info) {
   napi_value argv[7];
   View h, in, out;
   size_t n, d, k, threads;
-  if (!GetArgs(env, info, 7, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+  bool half = false;
+  // Hᵀ·G runs on the probe's float32 rows only.
+  const char* h_kinds = kTranspose ? "Expected Float32Array for h" : "Expected Float32Array or Uint16Array for h";
+  if (!GetArgs(env, info, 7, argv) || !GetRows(env, argv[0], h_kinds, &h, &half) ||
       !GetCount(env, argv[1], "Expected a row count", &n) || !GetCount(env, argv[2], "Expected d", &d) ||
       !GetTyped(env, argv[3], napi_float64_array, "Expected Float64Array for the right-hand side", &in) ||
       !GetCount(env, argv[4], "Expected a column count", &k) ||
       !GetTyped(env, argv[5], napi_float64_array, "Expected Float64Array for out", &out) ||
       !GetCount(env, argv[6], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (kTranspose && half) {
+    Fail(env, h_kinds);
     return nullptr;
   }
   const bool sized = Need(env, h, "h", n, d, "n × d") &&
@@ -365,8 +390,7 @@ napi_value Products(napi_env env, napi_callback_info info) {
     hsm::RowsTransposeTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k,
                             static_cast<double*>(out.data), nt);
   } else {
-    hsm::RowsTimes(static_cast<const float*>(h.data), n, d, static_cast<const double*>(in.data), k,
-                   static_cast<double*>(out.data), nt);
+    hsm::RowsTimes(Rows(h, half, d), n, d, static_cast<const double*>(in.data), k, static_cast<double*>(out.data), nt);
   }
   return nullptr;
 }
@@ -407,7 +431,8 @@ napi_value CentreRows(napi_env env, napi_callback_info info) {
   napi_value argv[6];
   View h, valid, out;
   size_t n, d, threads;
-  if (!GetArgs(env, info, 6, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+  bool half = false;
+  if (!GetArgs(env, info, 6, argv) || !GetRows(env, argv[0], "Expected Float32Array or Uint16Array for h", &h, &half) ||
       !GetCount(env, argv[1], "Expected a row count", &n) || !GetCount(env, argv[2], "Expected d", &d) ||
       !GetTyped(env, argv[3], napi_uint8_array, "Expected Uint8Array for valid", &valid) ||
       !GetTyped(env, argv[4], napi_float32_array, "Expected Float32Array for out", &out) ||
@@ -418,7 +443,7 @@ napi_value CentreRows(napi_env env, napi_callback_info info) {
       !Need(env, valid, "valid", n, 1, "n")) {
     return nullptr;
   }
-  const size_t excluded = hsm::CentreRows(static_cast<const float*>(h.data), n, d, static_cast<uint8_t*>(valid.data),
+  const size_t excluded = hsm::CentreRows(Rows(h, half, d), n, d, static_cast<uint8_t*>(valid.data),
                                           static_cast<float*>(out.data), Threads(threads));
   napi_value result;
   napi_create_double(env, static_cast<double>(excluded), &result);
@@ -464,7 +489,8 @@ napi_value StandardizeRows(napi_env env, napi_callback_info info) {
   napi_value argv[7];
   View h, rows, out, mean, scale;
   size_t d, threads;
-  if (!GetArgs(env, info, 7, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+  bool half = false;
+  if (!GetArgs(env, info, 7, argv) || !GetRows(env, argv[0], "Expected Float32Array or Uint16Array for h", &h, &half) ||
       !GetTyped(env, argv[1], napi_int32_array, "Expected Int32Array for rows", &rows) ||
       !GetCount(env, argv[2], "Expected d", &d) ||
       !GetTyped(env, argv[3], napi_float32_array, "Expected Float32Array for out", &out) ||
@@ -482,7 +508,7 @@ napi_value StandardizeRows(napi_env env, napi_callback_info info) {
     return nullptr;
   }
   if (!RowsBelow(env, rows, h.length / d, "Expected rows inside h")) return nullptr;
-  hsm::StandardizeRows(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
+  hsm::StandardizeRows(Rows(h, half, d), static_cast<const int32_t*>(rows.data), rows.length, d,
                        static_cast<float*>(out.data), static_cast<double*>(mean.data), static_cast<double*>(scale.data),
                        Threads(threads));
   return nullptr;

@@ -91,7 +91,7 @@ void AxpyPortable(float alpha, const float* x, float* y, size_t d) {
 
 }  // namespace
 
-void RowsTimes(const float* h, size_t n, size_t d, const double* v, size_t k, double* out, int threads) {
+void RowsTimes(const LayerRows& h, size_t n, size_t d, const double* v, size_t k, double* out, int threads) {
   std::vector<float> vf(v, v + k * d);
 #ifdef HSM_X86
   const auto dot = HasAvx512() ? DotAvx512 : HasAvx2() ? DotAvx2 : DotPortable;
@@ -99,8 +99,10 @@ void RowsTimes(const float* h, size_t n, size_t d, const double* v, size_t k, do
   const auto dot = DotPortable;
 #endif
   Split(n, RowThreads(n, threads), [&](size_t, size_t begin, size_t end) {
+    std::vector<float> scratch = h.Scratch(d);
     for (size_t i = begin; i < end; i++) {
-      for (size_t j = 0; j < k; j++) out[i * k + j] = dot(h + i * d, vf.data() + j * d, d);
+      const float* row = h.Span(i, 0, d, scratch.data());
+      for (size_t j = 0; j < k; j++) out[i * k + j] = dot(row, vf.data() + j * d, d);
     }
   });
 }

@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "layer_rows.h"
+
 namespace hsm {
 
-// out (n x k, row-major) = H . V, where column j of V is v[j*d .. j*d+d).
-void RowsTimes(const float* h, size_t n, size_t d, const double* v, size_t k, double* out, int threads);
+// out (n x k, row-major) = H . V, where column j of V is v[j*d .. j*d+d); H float32 or float16 (LayerRows).
+void RowsTimes(const LayerRows& h, size_t n, size_t d, const double* v, size_t k, double* out, int threads);
 
 // out (k x d: column j at out[j*d ..]) = H^T . G, for G (n x k, row-major).
 void RowsTransposeTimes(const float* h, size_t n, size_t d, const double* g, size_t k, double* out, int threads);

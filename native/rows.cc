@@ -1,6 +1,7 @@
 #include "rows.h"
 
 #include "cpu.h"
+#include "layer_rows.h"
 #include "row_groups.h"
 #include "threads.h"
 
@@ -65,23 +66,25 @@ void SplitColumns(size_t n_rows, size_t d, int threads, Fn fn) {
 // The column loops below, each element's operations as written (no contraction, no reassociation),
 // so a wider vector only runs more columns at once: the AVX-512 copies give the portable ones' bits.
 template <typename Body>
-inline __attribute__((always_inline)) void RowSums(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+inline __attribute__((always_inline)) void RowSums(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d,
                                                    size_t begin, size_t end, Body body) {
+  std::vector<float> scratch = h.Scratch(end - begin);
   for (size_t i = 0; i < n_rows; i++) {
-    const float* row = h + static_cast<size_t>(rows[i]) * d;
-    for (size_t j = begin; j < end; j++) body(j, row[j]);
+    const float* row = h.Span(static_cast<size_t>(rows[i]), begin, end, scratch.data());
+    for (size_t j = begin; j < end; j++) body(j, row[j - begin]);
   }
 }
 
-void SumsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end, double* sum) {
+void SumsPortable(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
+                  double* sum) {
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { sum[j] += v; });
 }
-void MeanPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
+void MeanPortable(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
                   double* mean) {
   const double n = static_cast<double>(n_rows);
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { mean[j] += v / n; });
 }
-void VariancePortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
+void VariancePortable(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
                       const double* mean, double* var) {
   const double n = static_cast<double>(n_rows);
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) {
@@ -89,7 +92,7 @@ void VariancePortable(const float* h, const int32_t* rows, size_t n_rows, size_t
     var[j] += c * c / n;
   });
 }
-void MomentsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
+void MomentsPortable(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d, size_t begin, size_t end,
                      double* sum, double* sum_squares) {
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float f) {
     const double v = f;
@@ -99,16 +102,16 @@ void MomentsPortable(const float* h, const int32_t* rows, size_t n_rows, size_t 
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void SumsAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+__attribute__((target("avx512f"))) void SumsAvx512(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d,
                                                    size_t begin, size_t end, double* sum) {
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { sum[j] += v; });
 }
-__attribute__((target("avx512f"))) void MeanAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+__attribute__((target("avx512f"))) void MeanAvx512(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d,
                                                    size_t begin, size_t end, double* mean) {
   const double n = static_cast<double>(n_rows);
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) { mean[j] += v / n; });
 }
-__attribute__((target("avx512f"))) void VarianceAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+__attribute__((target("avx512f"))) void VarianceAvx512(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d,
                                                        size_t begin, size_t end, const double* mean, double* var) {
   const double n = static_cast<double>(n_rows);
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float v) {
@@ -116,7 +119,7 @@ __attribute__((target("avx512f"))) void VarianceAvx512(const float* h, const int
     var[j] += c * c / n;
   });
 }
-__attribute__((target("avx512f"))) void MomentsAvx512(const float* h, const int32_t* rows, size_t n_rows, size_t d,
+__attribute__((target("avx512f"))) void MomentsAvx512(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d,
                                                       size_t begin, size_t end, double* sum, double* sum_squares) {
   RowSums(h, rows, n_rows, d, begin, end, [&](size_t j, float f) {
     const double v = f;
@@ -142,7 +145,7 @@ ColumnLoops Loops() {
 
 }  // namespace
 
-size_t CentreRows(const float* h, size_t n, size_t d, uint8_t* valid, float* out, int threads) {
+size_t CentreRows(const LayerRows& h, size_t n, size_t d, uint8_t* valid, float* out, int threads) {
   std::vector<int32_t> rows;
   for (size_t i = 0; i < n; i++) {
     if (valid[i]) rows.push_back(static_cast<int32_t>(i));
@@ -154,9 +157,10 @@ size_t CentreRows(const float* h, size_t n, size_t d, uint8_t* valid, float* out
   const double count = static_cast<double>(std::max<size_t>(rows.size(), 1));
   for (size_t j = 0; j < d; j++) mu[j] /= count;
   SplitRows(n, d, threads, [&](size_t begin, size_t end) {
+    std::vector<float> scratch = h.Scratch(d);
     for (size_t i = begin; i < end; i++) {
       if (!valid[i]) continue;
-      const float* src = h + i * d;
+      const float* src = h.Span(i, 0, d, scratch.data());
       float* row = out + i * d;
       double ss = 0;
       for (size_t j = 0; j < d; j++) {
@@ -176,7 +180,7 @@ size_t CentreRows(const float* h, size_t n, size_t d, uint8_t* valid, float* out
   return excluded;
 }
 
-void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean,
+void StandardizeRows(const LayerRows& h, const int32_t* rows, size_t n_rows, size_t d, float* out, double* mean,
                      double* scale, int threads) {
   std::fill(mean, mean + d, 0.0);
   std::fill(scale, scale + d, 0.0);
@@ -190,8 +194,9 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
     if (scale[j] == 0 || std::isnan(scale[j])) scale[j] = 1;  // JavaScript's `|| 1`
   }
   SplitRows(n_rows, d, threads, [&](size_t begin, size_t end) {
+    std::vector<float> scratch = h.Scratch(d);
     for (size_t i = begin; i < end; i++) {
-      const float* row = h + static_cast<size_t>(rows[i]) * d;
+      const float* row = h.Span(static_cast<size_t>(rows[i]), 0, d, scratch.data());
       for (size_t j = 0; j < d; j++) out[i * d + j] = static_cast<float>((row[j] - mean[j]) / scale[j]);
     }
   });
@@ -200,8 +205,9 @@ void StandardizeRows(const float* h, const int32_t* rows, size_t n_rows, size_t 
 void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares,
                 int threads) {
   const auto moments = Loops().moments;
-  SplitColumns(n_rows, d, threads,
-               [&](size_t begin, size_t end) { moments(h, rows, n_rows, d, begin, end, sum, sum_squares); });
+  SplitColumns(n_rows, d, threads, [&](size_t begin, size_t end) {
+    moments(LayerRows::Float32(h, d), rows, n_rows, d, begin, end, sum, sum_squares);
+  });
 }
 
 }  // namespace hsm

@@ -13,7 +13,7 @@ import { UsageError } from "../errors.js";
 import type { JsonlScan } from "../util/jsonl.js";
 import { f16BitsToNumber } from "./typescript/float16.js";
 import { syncProducts } from "./typescript/products.js";
-import type { FileHash, FileHashJob, KernelOptions, Kernels, Sha256Files, Sha256Stream } from "./types.js";
+import type { FileHash, FileHashJob, KernelOptions, Kernels, LayerRows, Sha256Files, Sha256Stream } from "./types.js";
 
 /** What `hsm_native.node` exports; nothing else touches the addon. */
 interface NativeBinding {
@@ -79,15 +79,7 @@ interface NativeBinding {
     out: Float64Array,
     threads: number,
   ): void;
-  rowsTimes(
-    h: Float32Array,
-    n: number,
-    d: number,
-    v: Float64Array,
-    k: number,
-    out: Float64Array,
-    threads: number,
-  ): void;
+  rowsTimes(h: LayerRows, n: number, d: number, v: Float64Array, k: number, out: Float64Array, threads: number): void;
   rowsTransposeTimes(
     h: Float32Array,
     n: number,
@@ -97,7 +89,7 @@ interface NativeBinding {
     out: Float64Array,
     threads: number,
   ): void;
-  centreRows(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array, threads: number): number;
+  centreRows(h: LayerRows, n: number, d: number, valid: Uint8Array, out: Float32Array, threads: number): number;
   anchorCosines(
     x: Float32Array,
     rows: Int32Array,
@@ -110,7 +102,7 @@ interface NativeBinding {
     threads: number,
   ): void;
   standardizeRows(
-    h: Float32Array,
+    h: LayerRows,
     rows: Int32Array,
     d: number,
     out: Float32Array,

@@ -10,6 +10,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 import type { Kernels, RowProducts } from "./types.js";
+import { f16ToF32 } from "./typescript/float16.js";
 
 type Tf = typeof import("@tensorflow/tfjs-core");
 
@@ -209,10 +210,18 @@ export async function tfKernels(name: TfBackendName): Promise<Pick<Kernels, "ran
     async rowsTimes(h, n, d, v, k, out) {
       await use(tf, name);
       const V = columns(v, d, k);
+      // Float16 rows are widened a block at a time into one buffer (exact, as the native core widens them).
+      const wide = h instanceof Float32Array ? undefined : new Float32Array(Math.min(n, SCORE_BLOCK) * d);
+      const block = (from: number, to: number): Float32Array => {
+        if (h instanceof Float32Array) return h.subarray(from * d, to * d);
+        const rows = wide!.subarray(0, (to - from) * d);
+        f16ToF32(h.subarray(from * d, to * d), rows);
+        return rows;
+      };
       try {
         for (let from = 0; from < n; from += SCORE_BLOCK) {
           const to = Math.min(n, from + SCORE_BLOCK);
-          const P = tf.tidy(() => tf.matMul(tf.tensor2d(h.subarray(from * d, to * d), [to - from, d]), V));
+          const P = tf.tidy(() => tf.matMul(tf.tensor2d(block(from, to), [to - from, d]), V));
           out.set(await P.data(), from * k);
           P.dispose();
         }

@@ -26,6 +26,13 @@
  *   the survivors exactly; TypeScript computes every logit).
  */
 
+/**
+ * A layer's rows as the passes over a layer read them: float32 values, or the
+ * float16 bits a store holds (a Uint16Array). Widening float16 is exact, so a
+ * kernel gives the same bits either way; float16 spares the float32 copy.
+ */
+export type LayerRows = Float32Array | Uint16Array;
+
 /** Maybe a promise: TensorFlow.js kernels read results back asynchronously. */
 export type MaybePromise<T> = T | Promise<T>;
 
@@ -157,7 +164,7 @@ export interface Kernels {
    * `h` is only read). Rows of zero length are unmarked in `valid`. Returns
    * how many rows are left unmarked.
    */
-  centreRows(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array): number;
+  centreRows(h: LayerRows, n: number, d: number, valid: Uint8Array, out: Float32Array): number;
   /**
    * ISS's rank kernel: for query i, row `rows[i]` of `x` against anchors `a`
    * (nAnchors × d): `ownScore[i]` = its float32 dot product with anchor
@@ -194,7 +201,7 @@ export interface Kernels {
    * The rows are written into `out` (at least rows × d values) where given.
    */
   standardizeRows(
-    h: Float32Array,
+    h: LayerRows,
     rows: Int32Array,
     d: number,
     out?: Float32Array,
@@ -204,7 +211,7 @@ export interface Kernels {
   /** Products on a fixed row matrix, for the probe's training steps. */
   products(h: Float32Array, n: number, d: number): MaybePromise<RowProducts>;
   /** out (n × k, row-major) = H · V, column j of V at v[j·d …]. */
-  rowsTimes(h: Float32Array, n: number, d: number, v: Float64Array, k: number, out: Float64Array): MaybePromise<void>;
+  rowsTimes(h: LayerRows, n: number, d: number, v: Float64Array, k: number, out: Float64Array): MaybePromise<void>;
   /** Bootstrap replicates of the mean over facts of `values` (one per fact). */
   bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): MaybePromise<void>;
   /**

@@ -10,6 +10,7 @@
 import { describe, expect, it } from "vitest";
 
 import type { Kernels, SortedArrays } from "../../src/kernels/types.js";
+import { f16ToF32, f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { Rng } from "../../src/util/random.js";
 import { COSINE_F32, FLOAT32_ROUNDING, FLOAT64_REORDER, PRODUCTS_F32 } from "../tolerances.js";
 import { referenceDraws } from "./reference-rng.js";
@@ -318,6 +319,47 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
         }
       });
     });
+  });
+
+  describe("float16 rows read in place of float32", () => {
+    // Enough rows for native threads; a constant row, a constant column, and the edges of float16.
+    it.each(cases)(
+      "%s: centreRows, standardizeRows and rowsTimes give what they give on the rows widened",
+      async (_name, { kernels: k }) => {
+        const rng = new Rng(14);
+        const n = 600;
+        const d = 130;
+        const h16 = new Uint16Array(n * d);
+        f32ToF16(normalRows(rng, n, d, 3), h16);
+        h16.fill(0x3c00, 3 * d, 4 * d); // 1.0
+        for (let i = 0; i < n; i++) h16[i * d + 4] = 0xc080; // -2.25
+        h16.set([0x0001, 0x8000, 0x7bff, 0xfbff, 0x0400, 0x83ff], 9 * d); // subnormal, −0, ±65504, smallest normal
+        const h = new Float32Array(n * d);
+        f16ToF32(h16, h);
+        const bits = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+        const same = (got: ArrayBufferView, want: ArrayBufferView) => expect(bits(got).equals(bits(want))).toBe(true);
+
+        const validOf = () => Uint8Array.from({ length: n }, (_, i) => (i % 11 === 5 ? 0 : 1));
+        const [valid16, valid32] = [validOf(), validOf()];
+        const [out16, out32] = [new Float32Array(n * d), new Float32Array(n * d)];
+        expect(k.centreRows(h16, n, d, valid16, out16)).toBe(k.centreRows(h, n, d, valid32, out32));
+        same(out16, out32);
+        same(valid16, valid32);
+
+        const rows = Int32Array.from({ length: 400 }, (_, i) => (i * 7) % n);
+        const [st16, st32] = [k.standardizeRows(h16, rows, d), k.standardizeRows(h, rows, d)];
+        same(st16.rows, st32.rows);
+        same(st16.mean, st32.mean);
+        same(st16.scale, st32.scale);
+
+        const K = 3;
+        const v = Float64Array.from({ length: K * d }, () => rng.normal());
+        const [p16, p32] = [new Float64Array(n * K), new Float64Array(n * K)];
+        await k.rowsTimes(h16, n, d, v, K, p16);
+        await k.rowsTimes(h, n, d, v, K, p32);
+        same(p16, p32);
+      },
+    );
   });
 
   describe("exact kernels agree bit for bit across backends", () => {

@@ -125,6 +125,19 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
     );
   });
 
+  it("takes a layer's rows as float32 or as float16 bits, counted in values, and nothing else", () => {
+    expect(() => call("rowsTimes", u16(3), 2, 2, f64(2), 1, f64(2), 1)).toThrow(/^Expected h large enough for /);
+    expect(() => call("rowsTimes", u16(4), 2, 2, f64(2), 1, f64(2), 1)).not.toThrow();
+    expect(() => call("rowsTimes", f64(4), 2, 2, f64(2), 1, f64(2), 1)).toThrow(
+      /^Expected Float32Array or Uint16Array for h/,
+    );
+    expect(() => call("rowsTransposeTimes", u16(4), 2, 2, f64(2), 1, f64(2), 1)).toThrow(
+      /^Expected Float32Array for h/,
+    );
+    expect(() => call("centreRows", f64(4), 2, 2, u8(2), f32(4), 1)).toThrow(TypeError);
+    expect(() => call("standardizeRows", i32(4), i32(1), 2, f32(2), f64(2), f64(2), 1)).toThrow(TypeError);
+  });
+
   it("refuses counts that are not whole numbers below 2^53", () => {
     for (const n of [-1, 0.5, 2 ** 53, 1e300, NaN]) {
       expect(() => call("rowsTimes", f32(4), n, 2, f64(4), 1, f64(4), 1)).toThrow(TypeError);

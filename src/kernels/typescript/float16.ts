@@ -7,7 +7,7 @@
  * This is the pure-TypeScript reference. The native core implements the same
  * functions faster; the kernel tests hold every backend to these bits.
  */
-import type { F16Stats } from "../types.js";
+import type { F16Stats, LayerRows } from "../types.js";
 
 /** Converts the bits of one float32 to the bits of the nearest float16. */
 export function f32BitsToF16Bits(f: number): number {
@@ -101,6 +101,19 @@ export function f16ToF32(src: Uint16Array, dst: Float32Array): void {
   const t = table();
   const out = asU32(dst);
   for (let i = 0; i < src.length; i++) out[i] = t[src[i]!]!;
+}
+
+/**
+ * Row i of `h` (d values a row) as float32: a view of float32 rows, or float16
+ * bits widened into one buffer that every call reuses (so valid until the next).
+ */
+export function rowReader(h: LayerRows, d: number): (i: number) => Float32Array {
+  if (h instanceof Float32Array) return (i) => h.subarray(i * d, (i + 1) * d);
+  const row = new Float32Array(d);
+  return (i) => {
+    f16ToF32(h.subarray(i * d, (i + 1) * d), row);
+    return row;
+  };
 }
 
 /** Counts non-finite halves and finds the largest finite magnitude. */

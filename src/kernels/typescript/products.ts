@@ -3,21 +3,17 @@
  * (the native core accumulates float32 lanes, TensorFlow.js float32: they agree
  * within float32 accumulation error, not bit for bit).
  */
-import type { LogisticPass, RowProducts } from "../types.js";
+import type { LayerRows, LogisticPass, RowProducts } from "../types.js";
+import { rowReader } from "./float16.js";
 
 /** out (n × k) = H · V, column j of V at v[j·d …]. */
-export function rowsTimesTs(
-  h: Float32Array,
-  n: number,
-  d: number,
-  v: Float64Array,
-  k: number,
-  out: Float64Array,
-): void {
+export function rowsTimesTs(h: LayerRows, n: number, d: number, v: Float64Array, k: number, out: Float64Array): void {
+  const rowOf = rowReader(h, d);
   for (let i = 0; i < n; i++) {
+    const row = rowOf(i);
     for (let j = 0; j < k; j++) {
       let s = 0;
-      for (let c = 0; c < d; c++) s += h[i * d + c]! * v[j * d + c]!;
+      for (let c = 0; c < d; c++) s += row[c]! * v[j * d + c]!;
       out[i * k + j] = s;
     }
   }

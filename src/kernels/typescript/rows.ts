@@ -3,15 +3,19 @@
  * centring and normalizing, cosines against the anchors, standardizing, and
  * per-fold moments. Float64 sums in a fixed order.
  */
+import type { LayerRows } from "../types.js";
+import { rowReader } from "./float16.js";
 
-export function centreRowsTs(h: Float32Array, n: number, d: number, valid: Uint8Array, out: Float32Array): number {
+export function centreRowsTs(h: LayerRows, n: number, d: number, valid: Uint8Array, out: Float32Array): number {
   // Centre on the mean of the usable rows (float64 sums), then normalize each row.
+  const rowOf = rowReader(h, d);
   const mu = new Float64Array(d);
   let nValid = 0;
   for (let i = 0; i < n; i++) {
     if (!valid[i]) continue;
     nValid++;
-    for (let j = 0; j < d; j++) mu[j]! += h[i * d + j]!;
+    const src = rowOf(i);
+    for (let j = 0; j < d; j++) mu[j]! += src[j]!;
   }
   for (let j = 0; j < d; j++) mu[j]! /= Math.max(nValid, 1);
   let excluded = 0;
@@ -20,7 +24,7 @@ export function centreRowsTs(h: Float32Array, n: number, d: number, valid: Uint8
       excluded++;
       continue;
     }
-    const src = h.subarray(i * d, (i + 1) * d);
+    const src = rowOf(i);
     const row = out.subarray(i * d, (i + 1) * d);
     let ss = 0;
     for (let j = 0; j < d; j++) {
@@ -65,20 +69,28 @@ export function anchorCosinesTs(
 }
 
 export function standardizeRowsTs(
-  h: Float32Array,
+  h: LayerRows,
   rows: Int32Array,
   d: number,
   into?: Float32Array,
 ): { rows: Float32Array; mean: Float64Array; scale: Float64Array } {
+  const rowOf = rowReader(h, d);
   const n = rows.length;
   const mean = new Float64Array(d);
   const scale = new Float64Array(d);
-  for (const r of rows) for (let j = 0; j < d; j++) mean[j]! += h[r * d + j]! / n;
-  for (const r of rows) for (let j = 0; j < d; j++) scale[j]! += (h[r * d + j]! - mean[j]!) ** 2 / n;
+  for (const r of rows) {
+    const row = rowOf(r);
+    for (let j = 0; j < d; j++) mean[j]! += row[j]! / n;
+  }
+  for (const r of rows) {
+    const row = rowOf(r);
+    for (let j = 0; j < d; j++) scale[j]! += (row[j]! - mean[j]!) ** 2 / n;
+  }
   for (let j = 0; j < d; j++) scale[j] = Math.sqrt(scale[j]!) || 1;
   const out = into ? into.subarray(0, n * d) : new Float32Array(n * d);
   rows.forEach((r, i) => {
-    for (let j = 0; j < d; j++) out[i * d + j] = (h[r * d + j]! - mean[j]!) / scale[j]!;
+    const row = rowOf(r);
+    for (let j = 0; j < d; j++) out[i * d + j] = (row[j]! - mean[j]!) / scale[j]!;
   });
   return { rows: out, mean, scale };
 }

@@ -1,10 +1,11 @@
 /**
  * Runs the requested metrics (src/metrics/registry.ts) over a hidden-state
  * store, exactly as docs/metrics.md defines them. One layer at a time: the
- * layer is read in row blocks (src/metrics/read-ahead.ts: requested while the
- * layer before is computed) into one float32 matrix, read once, and handed
- * read-only to each metric in turn; every kernel comes from the one backend
- * selected.
+ * layer is read whole as the store's float16 bits (src/metrics/read-ahead.ts:
+ * requested while the layer before is computed), read once, and handed
+ * read-only to each metric in turn, whose kernels read the float16 rows
+ * directly; a metric that asks for float32 rows gets them widened once. Every
+ * kernel comes from the one backend selected.
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";
@@ -24,7 +25,7 @@ import {
   type MetricSettings,
 } from "./metric.js";
 import { PROBE_MAX_ITERATIONS } from "./probe.js";
-import { startLayerReads, type RowBlock } from "./read-ahead.js";
+import { startLayerReads } from "./read-ahead.js";
 import { METRICS, type MetricRegistry } from "./registry.js";
 
 /** The exponent bits of a float16: all set in an infinity or a NaN, and in nothing else. */
@@ -175,19 +176,20 @@ async function describeRun(
   };
 }
 
-/** Widens a block into its rows of the float32 matrix `h`; clears `finite` for rows with a non-finite value. */
-function widenBlock(k: Kernels, block: RowBlock, h: Float32Array, d: number, finite: Uint8Array): void {
-  k.f16ToF32(block.data, h.subarray(block.start * d, (block.start + block.count) * d));
-  if (k.f16Stats(block.data).nonfinite === 0) return; // the usual case: nothing to look for
-  for (let i = 0; i < block.count; i++) {
-    const row = block.data.subarray(i * d, (i + 1) * d);
+/** Per row of a layer (n × d float16 bits): 1 where no value is infinite or NaN. */
+function finiteRows(k: Kernels, h16: Uint16Array, n: number, d: number): Uint8Array {
+  const finite = new Uint8Array(n).fill(1);
+  if (k.f16Stats(h16).nonfinite === 0) return finite; // the usual case: nothing to look for
+  for (let i = 0; i < n; i++) {
+    const row = h16.subarray(i * d, (i + 1) * d);
     for (let j = 0; j < d; j++) {
       if ((row[j]! & F16_EXPONENT) === F16_EXPONENT) {
-        finite[block.start + i] = 0;
+        finite[i] = 0;
         break;
       }
     }
   }
+  return finite;
 }
 
 /** Runs the requested metrics over a store, one layer at a time; see the file's comment. */
@@ -206,6 +208,8 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       if (m.layers.includes(l)) continue;
       throw new MetricsError(`${store}: layer ${l} is not stored (stored: ${m.layers.join(", ")})`);
     }
+    // The first layer is read while the labels are read and the kernels load.
+    const reads = startLayerReads(reader, layers, N, d);
     const families = m.condition_families.slice(0, N);
     const facts = m.fact_ids.slice(0, N);
     const familyNames = [...new Set(families)].filter((f) => f !== ANCHOR_FAMILY).sort();
@@ -218,7 +222,8 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       onSkip: o.onBackendSkipped ?? skipped,
     });
     const k = resolved.kernels;
-    const h = new Float32Array(largeArrayBuffer(N * d * 4));
+    // The float32 rows, for a metric that reads `h`: one buffer, widened at most once a layer.
+    let wide: Float32Array | undefined;
     const result: MetricsResult = {
       manifest: m,
       config: await describeRun(store, resolved, layers, { rows: N, d }, { ...o, metrics: names }),
@@ -233,18 +238,27 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       if (!b || b.length < length) buffers.set(metric.name, (b = new Float32Array(largeArrayBuffer(length * 4))));
       return b;
     };
-    const reads = startLayerReads(reader, layers, N, d);
     for (const [done, layer] of layers.entries()) {
       o.onProgress?.(layer, "read", done, layers.length);
-      const finite = new Uint8Array(N).fill(1);
-      await reads.takeNext((block) => widenBlock(k, block, h, d, finite));
+      const h16 = await reads.next();
+      const finite = finiteRows(k, h16, N, d);
+      let widened = false;
+      const widen = (): Float32Array => {
+        wide ??= new Float32Array(largeArrayBuffer(N * d * 4));
+        if (!widened) k.f16ToF32(h16, wide);
+        widened = true;
+        return wide;
+      };
       for (const metric of metrics) {
         o.onProgress?.(layer, metric.name, done, layers.length);
         const data: LayerData = {
           layer,
           n: N,
           d,
-          h,
+          h16,
+          get h() {
+            return widen();
+          },
           finite,
           facts,
           families,

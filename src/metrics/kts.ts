@@ -165,7 +165,8 @@ export interface KtsScores {
 
 /** Trains one probe per fold on the other folds' anchors and scores every labelled row with its own fold's probe. */
 export async function ktsScores(data: LayerData, s: MetricSettings): Promise<KtsScores> {
-  const { n: N, d, h, finite, kernels: k } = data;
+  const { n: N, d, finite, kernels: k } = data;
+  const h = data.h16 ?? data.h;
   const K = s.folds;
   let excluded = 0;
   const nonfinite: number[] = [];

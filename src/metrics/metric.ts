@@ -17,8 +17,19 @@ export interface LayerData {
   /** Rows read (N) and the width of each (d). */
   n: number;
   d: number;
-  /** The layer's rows widened to float32, N × d row-major. Read only: a metric that transforms rows writes them to its own buffer. */
-  h: Float32Array;
+  /**
+   * The layer's rows widened to float32, N × d row-major. `hsm metrics` widens
+   * them on first read (once a layer, into one buffer reused across layers).
+   * Read only: a metric that transforms rows writes them to its own buffer.
+   */
+  readonly h: Float32Array;
+  /**
+   * The same rows as the store holds them, float16 bits, where the caller has
+   * them (`hsm metrics` always does): the row kernels read these in place of
+   * `h` with the same results (src/kernels/types.ts's LayerRows), and no
+   * float32 copy of the layer is made. Read only.
+   */
+  h16?: Uint16Array;
   /** 1 where a row has no non-finite value. */
   finite: Uint8Array;
   /** Per row: fact id and condition family. */

@@ -1,5 +1,5 @@
 /**
- * Reads a store's layers in order, one row block at a time, overlapping the
+ * Reads a store's layers in order, each whole as float16 bits, overlapping the
  * reads of the next layer with the computing of the current one where the
  * layer is small enough to hold twice.
  */
@@ -11,19 +11,8 @@ import { largeArrayBuffer } from "../kernels/native.js";
  */
 const READ_AHEAD_BYTES = 128 * 2 ** 20;
 
-/**
- * Rows per read. A large layer, read one block at a time, holds one block of
- * float16 in flight (36 MiB at d 4608); a small layer is requested as all its
- * blocks at once, so the reads run side by side on I/O threads.
- */
+/** Rows per read: a layer is requested as all its blocks at once, so the reads run side by side on I/O threads. */
 export const BLOCK_ROWS = 4096;
-
-/** Rows `start` … `start + count` of one layer, as float16 bits. */
-export interface RowBlock {
-  start: number;
-  count: number;
-  data: Uint16Array;
-}
 
 /** What the pipeline reads from: a store (src/store/reader.ts's StoreReader). */
 export interface RowSource {
@@ -31,25 +20,23 @@ export interface RowSource {
   readRows(layer: number, start: number, count: number, into: Uint16Array): Promise<Uint16Array>;
 }
 
-/** Hands over the row blocks of each layer in turn (see {@link startLayerReads}). */
+/** Hands over each layer in turn (see {@link startLayerReads}). */
 export interface LayerReads {
   /**
-   * Passes every block of the next layer, in row order, to `take`. A block's
-   * data is only valid during the call: read-ahead blocks are reused for the
-   * layer after, whose reads start once this layer's blocks are all taken.
+   * The next layer's rows, rows × width float16 bits. Valid until the call
+   * after: its buffer then takes a later layer's reads.
    */
-  takeNext(take: (block: RowBlock) => void): Promise<void>;
+  next(): Promise<Uint16Array>;
 }
 
 /**
  * Starts reading `layers` (of `rows` × `width` float16 values each) from
- * `source`. A layer of at most `maxBytes` is requested whole, every block at
- * once, and the next layer's reads start as soon as this one is taken, so they
- * run while the caller computes. A larger layer is read when taken, one block
- * ahead of the block being taken: at full size (d 4608) a layer of float16 in
- * flight would be 362 MB more at peak. Either way every layer is read into the
- * same buffers: a fresh 38 MB block for each read cost more in page faults
- * than the read itself.
+ * `source`. A layer of at most `maxBytes` is read ahead: the next layer's reads
+ * start as soon as this one is handed over, into a second buffer, so they run
+ * while the caller computes. A larger layer is read when asked for, into the
+ * one buffer every layer takes turns in: at full size (d 4608) a second layer
+ * would be 362 MB more at peak. Either way the layers reuse their buffers: a
+ * fresh buffer for each layer cost more in page faults than the read itself.
  */
 export function startLayerReads(
   source: RowSource,
@@ -59,46 +46,33 @@ export function startLayerReads(
   maxBytes = READ_AHEAD_BYTES,
 ): LayerReads {
   const readAhead = rows * width * 2 <= maxBytes;
-  // A read-ahead layer's blocks are read into the same buffers every time: the layer before was
-  // taken out of them.
-  const blockBuffers: Uint16Array[] = [];
-  const requestLayer = (layer: number): Promise<RowBlock[]> => {
-    const blocks: Promise<RowBlock>[] = [];
-    for (let start = 0, b = 0; start < rows; start += BLOCK_ROWS, b++) {
-      const count = Math.min(BLOCK_ROWS, rows - start);
-      const into = (blockBuffers[b] ??= new Uint16Array(largeArrayBuffer(count * width * 2)));
-      blocks.push(source.readRows(layer, start, count, into).then((data) => ({ start, count, data })));
+  const buffers: Uint16Array[] = [];
+  const request = (index: number): Promise<Uint16Array> => {
+    const layer = (buffers[readAhead ? index % 2 : 0] ??= new Uint16Array(largeArrayBuffer(rows * width * 2)));
+    const blocks: Promise<void>[] = [];
+    for (let start = 0; start < rows; start += BLOCK_ROWS) {
+      const into = layer.subarray(start * width, Math.min(rows, start + BLOCK_ROWS) * width);
+      const read = source.readRows(layers[index]!, start, into.length / width, into);
+      // A source may hand back its rows elsewhere (an unaligned read is copied): they belong in the layer.
+      blocks.push(
+        read.then((data) => {
+          if (data.buffer !== into.buffer || data.byteOffset !== into.byteOffset) into.set(data);
+        }),
+      );
     }
-    const all = Promise.all(blocks);
+    const all = Promise.all(blocks).then(() => layer);
     // Awaited later; a read that fails while the layer before is computed must not go unhandled first.
     all.catch(() => {});
     return all;
   };
-  // A streamed layer's blocks take turns in two buffers: one taken while the next is read.
-  const streamBuffers: Uint16Array[] = [];
-  const streamLayer = async (layer: number, take: (block: RowBlock) => void): Promise<void> => {
-    const read = (start: number, b: number): Promise<RowBlock> => {
-      const count = Math.min(BLOCK_ROWS, rows - start);
-      const into = (streamBuffers[b] ??= new Uint16Array(largeArrayBuffer(Math.min(BLOCK_ROWS, rows) * width * 2)));
-      return source.readRows(layer, start, count, into).then((data) => ({ start, count, data }));
-    };
-    let pending = rows > 0 ? read(0, 0) : undefined;
-    for (let start = 0, b = 0; pending; start += BLOCK_ROWS, b ^= 1) {
-      const block = await pending;
-      pending = start + BLOCK_ROWS < rows ? read(start + BLOCK_ROWS, b ^ 1) : undefined;
-      // Awaited on the next turn; a read that fails while this block is taken must not go unhandled first.
-      pending?.catch(() => {});
-      take(block);
-    }
-  };
   let next = 0;
-  let requested = readAhead && layers.length ? requestLayer(layers[0]!) : undefined;
+  let requested = readAhead && layers.length ? request(0) : undefined;
   return {
-    async takeNext(take) {
+    async next() {
       const index = next++;
-      if (requested) for (const block of await requested) take(block);
-      else await streamLayer(layers[index]!, take);
-      requested = readAhead && index + 1 < layers.length ? requestLayer(layers[index + 1]!) : undefined;
+      const layer = await (requested ?? request(index));
+      requested = readAhead && index + 1 < layers.length ? request(index + 1) : undefined;
+      return layer;
     },
   };
 }

@@ -243,13 +243,17 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       const h16 = await reads.next();
       const finite = finiteRows(k, h16, N, d);
       let widened = false;
+      let released = false;
       const widen = (): Float32Array => {
+        if (released && !widened) throw new MetricsError(`layer ${layer}: its rows were read after they were released`);
         wide ??= new Float32Array(largeArrayBuffer(N * d * 4));
         if (!widened) k.f16ToF32(h16, wide);
         widened = true;
         return wide;
       };
       for (const metric of metrics) {
+        // The rows are the last metric's to release: every metric before it has returned when it starts.
+        const last = metric === metrics.at(-1);
         o.onProgress?.(layer, metric.name, done, layers.length);
         const data: LayerData = {
           layer,
@@ -258,6 +262,11 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
           h16,
           get h() {
             return widen();
+          },
+          release() {
+            if (!last) return;
+            released = true;
+            reads.release();
           },
           finite,
           facts,

@@ -143,6 +143,7 @@ export async function issQueryScores(data: LayerData): Promise<IssQueryScores> {
   const x = data.buffer(N * d);
   const valid = Uint8Array.from(data.finite);
   const excluded = k.centreRows(data.h16 ?? data.h, N, d, valid, x);
+  data.release?.(); // the rest reads the centred rows
   const { anchorOf, A, F } = anchorVectors(layer, x, valid, lay, N, d);
   const q = new Int32Array(N);
   let nq = 0;

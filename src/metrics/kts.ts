@@ -226,6 +226,7 @@ export async function ktsScores(data: LayerData, s: MetricSettings): Promise<Kts
   probes.forEach((p, j) => v.set(p.v, j * d));
   const all = new Float64Array(N * K);
   await k.rowsTimes(h, N, d, v, K, all);
+  data.release?.();
   const score = new Float64Array(N);
   for (const i of labelled) score[i] = all[i * K + foldOf[i]!]! + probes[foldOf[i]!]!.offset;
   return { layout: lay, excluded, score, notConverged: probes.filter((p) => !p.converged).length };

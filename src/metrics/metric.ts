@@ -30,6 +30,14 @@ export interface LayerData {
    * float32 copy of the layer is made. Read only.
    */
   h16?: Uint16Array;
+  /**
+   * Says the metric will not read `h16` again, nor `h` for the first time, in
+   * this layer (optional; where given, call it at most once). `hsm metrics`
+   * then reads the next layer into the rows' buffer while the metric finishes
+   * from buffers of its own; without the call, the next layer is read once the
+   * metric returns.
+   */
+  release?(): void;
   /** 1 where a row has no non-finite value. */
   finite: Uint8Array;
   /** Per row: fact id and condition family. */

@@ -1,8 +1,8 @@
 /**
- * The layer read pipeline on a store held in memory: both ways of reading (a
- * small layer read ahead, a large one when asked for) hand over the same rows,
- * a read-ahead layer's reads start as soon as the layer before is handed over,
- * and the layers take turns in two buffers (read ahead) or share one.
+ * The layer read pipeline on a store held in memory: every layer handed over
+ * whole and as stored, its blocks read one at a time into the one buffer every
+ * layer shares, and the next layer's reads started when the caller releases
+ * the layer it holds (or asks for the next without releasing it).
  */
 import { describe, expect, it } from "vitest";
 
@@ -11,19 +11,32 @@ import { BLOCK_ROWS, startLayerReads, type RowSource } from "../../src/metrics/r
 const ROWS = BLOCK_ROWS * 2 + 5;
 const WIDTH = 3;
 const LAYERS = [2, 5, 9];
+const STARTS = [0, BLOCK_ROWS, 2 * BLOCK_ROWS];
 
 /** Row r, column j of layer l holds (l * 1000 + r * 7 + j) mod 65536. */
 const value = (l: number, r: number, j: number) => (l * 1000 + r * 7 + j) % 65536;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+interface Log {
+  events: string[];
+  buffers: Set<ArrayBufferLike>;
+  /** The most reads in flight at once. */
+  widest: number;
+}
 
 /**
- * Every read is logged. With `elsewhere`, the last block comes back in an array of its own, as a source's
- * unaligned read does.
+ * Every read is logged, and finishes on a later turn of the event loop. With `elsewhere`, the last block comes
+ * back in an array of its own, as a source's unaligned read does.
  */
-function memorySource(log: string[], buffers: Set<ArrayBufferLike>, elsewhere = false): RowSource {
+function memorySource(log: Log, elsewhere = false): RowSource {
+  let inFlight = 0;
   return {
     async readRows(layer, start, count, into) {
-      log.push(`read ${layer}:${start}`);
-      buffers.add(into.buffer);
+      log.events.push(`read ${layer}:${start}`);
+      log.buffers.add(into.buffer);
+      log.widest = Math.max(log.widest, ++inFlight);
+      await sleep(1);
+      inFlight--;
       const out = elsewhere && start + count === ROWS ? new Uint16Array(count * WIDTH) : into;
       for (let i = 0; i < count * WIDTH; i++) out[i] = value(layer, start + Math.floor(i / WIDTH), i % WIDTH);
       return out.subarray(0, count * WIDTH);
@@ -31,55 +44,57 @@ function memorySource(log: string[], buffers: Set<ArrayBufferLike>, elsewhere = 
   };
 }
 
-/** Every layer as handed over, checked against its values, with the log and the buffers read into. */
-async function takeAll(maxBytes: number, elsewhere = false): Promise<{ log: string[]; buffers: number }> {
-  const log: string[] = [];
-  const buffers = new Set<ArrayBufferLike>();
-  const reads = startLayerReads(memorySource(log, buffers, elsewhere), LAYERS, ROWS, WIDTH, maxBytes);
+/**
+ * Every layer as handed over, checked against its values, with the log. With `releaseAfter`, each layer is
+ * released and then worked on for that many ms before the next is asked for; without, the next is asked for
+ * at once.
+ */
+async function takeAll(o: { elsewhere?: boolean; releaseAfter?: number } = {}): Promise<Log> {
+  const log: Log = { events: [], buffers: new Set(), widest: 0 };
+  const reads = startLayerReads(memorySource(log, o.elsewhere), LAYERS, ROWS, WIDTH);
   for (const layer of LAYERS) {
-    log.push(`take ${layer}`);
+    log.events.push(`take ${layer}`);
     const h16 = await reads.next();
-    log.push(`got ${layer}`);
-    expect(h16).toHaveLength(ROWS * WIDTH);
+    log.events.push(`got ${layer}`);
     const want = Uint16Array.from({ length: ROWS * WIDTH }, (_, i) => value(layer, Math.floor(i / WIDTH), i % WIDTH));
     expect(h16).toEqual(want);
+    if (o.releaseAfter === undefined) continue;
+    reads.release();
+    log.events.push(`released ${layer}`);
+    reads.release(); // a second release of the same layer does nothing
+    await sleep(o.releaseAfter);
   }
-  return { log, buffers: buffers.size };
+  await expect(reads.next()).rejects.toThrow(RangeError);
+  return log;
 }
 
 describe("startLayerReads", () => {
-  it("hands over every layer whole, read ahead or not, rows handed back elsewhere included", async () => {
-    for (const maxBytes of [Number.MAX_SAFE_INTEGER, 0]) {
-      await takeAll(maxBytes);
-      await takeAll(maxBytes, true);
+  it("hands over every layer whole and as stored, rows handed back elsewhere included", async () => {
+    await takeAll();
+    await takeAll({ elsewhere: true });
+    await takeAll({ releaseAfter: 0, elsewhere: true });
+  });
+
+  it("reads the next layer when asked for, where the one held is not released, one block at a time into one buffer", async () => {
+    const log = await takeAll();
+    const layer = (l: number) => [`take ${l}`, ...STARTS.map((s) => `read ${l}:${s}`), `got ${l}`];
+    expect(log.events).toEqual(LAYERS.flatMap(layer));
+    expect(log.widest).toBe(1);
+    expect(log.buffers.size).toBe(1);
+  });
+
+  it("reads the next layer once the one held is released, while the caller works on", async () => {
+    const log = await takeAll({ releaseAfter: 50 });
+    const at = (event: string) => log.events.indexOf(event);
+    expect(log.events.filter((e) => e.startsWith("read"))).toEqual(
+      LAYERS.flatMap((l) => STARTS.map((s) => `read ${l}:${s}`)),
+    );
+    for (const [i, l] of LAYERS.entries()) {
+      if (i === 0) continue;
+      expect(at(`read ${l}:0`)).toBeGreaterThan(at(`released ${LAYERS[i - 1]}`));
+      expect(at(`read ${l}:${2 * BLOCK_ROWS}`)).toBeLessThan(at(`take ${l}`));
     }
-  });
-
-  it("reads a large layer when asked for, every layer into the same buffer", async () => {
-    const { log, buffers } = await takeAll(0);
-    const layer = (l: number) => [
-      `take ${l}`,
-      ...[0, BLOCK_ROWS, 2 * BLOCK_ROWS].map((s) => `read ${l}:${s}`),
-      `got ${l}`,
-    ];
-    expect(log).toEqual(LAYERS.flatMap(layer));
-    expect(buffers).toBe(1);
-  });
-
-  it("requests the next layer whole once the one before is handed over, into two buffers in turn", async () => {
-    const { log, buffers } = await takeAll(Number.MAX_SAFE_INTEGER);
-    const reads = (layer: number) => [0, BLOCK_ROWS, 2 * BLOCK_ROWS].map((s) => `read ${layer}:${s}`);
-    expect(log).toEqual([
-      ...reads(2),
-      "take 2",
-      ...reads(5),
-      "got 2",
-      "take 5",
-      ...reads(9),
-      "got 5",
-      "take 9",
-      "got 9",
-    ]);
-    expect(buffers).toBe(2);
+    expect(log.widest).toBe(1);
+    expect(log.buffers.size).toBe(1);
   });
 });

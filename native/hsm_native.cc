@@ -316,8 +316,52 @@ bool GetGroup(napi_env env, napi_value* argv, size_t n_facts, hsm::SortedGroup* 
   return true;
 }
 
+// One bootstrapAuroc call's replicates, drawn off the JavaScript thread. The typed arrays its pointers
+// read and write are held by references until it completes.
+struct AurocWork {
+  uint32_t seed = 0, stream = 0;
+  hsm::SortedGroup group{}, paired{};
+  bool has_paired = false;
+  size_t b = 0;
+  double* out = nullptr;
+  const int32_t* to_paired = nullptr;
+  double* paired_out = nullptr;
+  int threads = 1;
+  std::vector<napi_ref> held;
+  napi_deferred deferred = nullptr;
+  napi_async_work work = nullptr;
+  char error[256] = "";  // a C++ exception on the worker, for the promise's rejection
+};
+
+void AurocExecute(napi_env, void* data) {
+  auto* w = static_cast<AurocWork*>(data);
+  try {
+    hsm::BootstrapAuroc(w->seed, w->stream, w->group, w->b, w->out, w->has_paired ? &w->paired : nullptr, w->to_paired,
+                        w->paired_out, w->threads);
+  } catch (...) {
+    Describe("bootstrapAuroc", std::current_exception(), w->error, sizeof w->error);
+  }
+}
+
+void AurocComplete(napi_env env, napi_status, void* data) {
+  std::unique_ptr<AurocWork> w(static_cast<AurocWork*>(data));
+  napi_delete_async_work(env, w->work);
+  for (napi_ref r : w->held) napi_delete_reference(env, r);
+  if (w->error[0] != 0) {
+    napi_value message, error;
+    napi_create_string_utf8(env, w->error, NAPI_AUTO_LENGTH, &message);
+    napi_create_error(env, nullptr, message, &error);
+    napi_reject_deferred(env, w->deferred, error);
+    return;
+  }
+  napi_value done;
+  napi_get_undefined(env, &done);
+  napi_resolve_deferred(env, w->deferred, done);
+}
+
 // bootstrapAuroc(seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts, toPaired, pOut,
-// threads)
+// threads) -> a promise, settled once `out` (and `pOut`) are written: the arguments are checked at once, the
+// replicates drawn on a worker thread, so that the JavaScript thread goes on meanwhile.
 napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
   napi_value argv[15];
   uint32_t seed, stream;
@@ -354,10 +398,35 @@ napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
       }
     }
   }
-  hsm::BootstrapAuroc(seed, stream, group, b, static_cast<double*>(out.data), has_paired ? &paired : nullptr,
-                      has_paired ? static_cast<const int32_t*>(to_paired.data) : nullptr,
-                      has_paired ? static_cast<double*>(p_out.data) : nullptr, Threads(threads));
-  return nullptr;
+  auto w = std::make_unique<AurocWork>();
+  w->seed = seed;
+  w->stream = stream;
+  w->group = group;
+  w->paired = paired;
+  w->has_paired = has_paired;
+  w->b = b;
+  w->out = static_cast<double*>(out.data);
+  w->to_paired = has_paired ? static_cast<const int32_t*>(to_paired.data) : nullptr;
+  w->paired_out = has_paired ? static_cast<double*>(p_out.data) : nullptr;
+  w->threads = Threads(threads);
+  for (int i : {2, 3, 4, 7, 8, 9, 10, 12, 13}) {
+    if (i >= 8 && !has_paired) break;
+    napi_ref r;
+    napi_create_reference(env, argv[i], 1, &r);
+    w->held.push_back(r);
+  }
+  napi_value promise, name;
+  napi_create_promise(env, &w->deferred, &promise);
+  napi_create_string_utf8(env, "hsm.bootstrapAuroc", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_async_work(env, nullptr, name, AurocExecute, AurocComplete, w.get(), &w->work) != napi_ok ||
+      napi_queue_async_work(env, w->work) != napi_ok) {
+    if (w->work != nullptr) napi_delete_async_work(env, w->work);
+    for (napi_ref r : w->held) napi_delete_reference(env, r);
+    Fail(env, "Could not start the bootstrap work");
+    return nullptr;
+  }
+  w.release();  // AurocComplete owns it now
+  return promise;
 }
 
 // rowsTimes(h, n, d, v, k, out, threads) and rowsTransposeTimes(h, n, d, g, k, out, threads)

@@ -170,7 +170,7 @@ interface NativeBinding {
     toPaired: Int32Array | null,
     pOut: Float64Array | null,
     threads: number,
-  ): void;
+  ): Promise<void>;
 }
 
 /**

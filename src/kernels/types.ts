@@ -217,7 +217,9 @@ export interface Kernels {
   /**
    * Bootstrap replicates of a group's fact-weighted AUROC (NaN where a class
    * has no weight); with `paired`, also the paired group's AUROC under the same
-   * draw, each fact's count carried to `toPaired[f]` (−1: none).
+   * draw, each fact's count carried to `toPaired[f]` (−1: none). The native
+   * core draws them off the JavaScript thread: `out` and `pairedOut` are
+   * written once the promise it returns settles.
    */
   bootstrapAuroc(
     seed: number,

@@ -238,6 +238,13 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
       if (!b || b.length < length) buffers.set(metric.name, (b = new Float32Array(largeArrayBuffer(length * 4))));
       return b;
     };
+    // Each layer's rows, per metric; a metric's finish (Metric.start) runs on while the next layer is computed.
+    let behind: Promise<MetricRow[]>[] = [];
+    const collect = async (layerRows: Promise<MetricRow[]>[]) => {
+      for (const [i, rows] of layerRows.entries()) {
+        result.rows[metrics[i]!.name]!.push(...(await rows).filter((r) => report(r.family)));
+      }
+    };
     for (const [done, layer] of layers.entries()) {
       o.onProgress?.(layer, "read", done, layers.length);
       const h16 = await reads.next();
@@ -251,6 +258,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
         widened = true;
         return wide;
       };
+      const ahead: Promise<MetricRow[]>[] = [];
       for (const metric of metrics) {
         // The rows are the last metric's to release: every metric before it has returned when it starts.
         const last = metric === metrics.at(-1);
@@ -277,9 +285,18 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
           carry: carried.get(metric.name)!,
           buffer: (length) => buffer(metric, length),
         };
-        result.rows[metric.name]!.push(...(await metric.compute(data, settings)).filter((r) => report(r.family)));
+        if (metric.start) {
+          const rows = (await metric.start(data, settings))();
+          rows.catch(() => {}); // collected below, in order
+          ahead.push(rows);
+        } else ahead.push(Promise.resolve(await metric.compute(data, settings)));
       }
+      released = true;
+      reads.release();
+      await collect(behind);
+      behind = ahead;
     }
+    await collect(behind);
     return result;
   } finally {
     await reader.close();

@@ -6,7 +6,7 @@
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { NO_LABEL } from "./labels.js";
 import { sortedAuroc } from "../kernels/typescript/bootstrap.js";
-import type { SortedArrays } from "../kernels/types.js";
+import type { Kernels, SortedArrays } from "../kernels/types.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricSettings } from "./metric.js";
 import { PROBE_MAX_ITERATIONS, trainProbes } from "./probe.js";
 import { bootstrapStream, CHANCE_AUROC, fnv1a32, indexBy, interval, KTS_MIN_ANCHOR_AUROC } from "./stats.js";
@@ -233,9 +233,27 @@ export async function ktsScores(data: LayerData, s: MetricSettings): Promise<Kts
 }
 
 export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
-  const { layer } = data;
-  const y = data.labels!;
-  const { layout: lay, excluded, score, notConverged, nullReason } = await ktsScores(data, s);
+  return (await ktsStart(data, s))();
+}
+
+/**
+ * KTS in two parts: the scores, which read the layer, then (returned) the groups' AUROCs and their bootstrap
+ * intervals, which read only the scores and the layout.
+ */
+async function ktsStart(data: LayerData, s: MetricSettings): Promise<() => Promise<KtsRow[]>> {
+  const scores = await ktsScores(data, s);
+  const { layer, kernels } = data;
+  return () => ktsFromScores(scores, data.labels!, layer, kernels, s);
+}
+
+async function ktsFromScores(
+  scores: KtsScores,
+  y: Uint8Array,
+  layer: number,
+  k: Kernels,
+  s: MetricSettings,
+): Promise<KtsRow[]> {
+  const { layout: lay, excluded, score, notConverged, nullReason } = scores;
   const { groups } = lay;
   const base = (g: Group): KtsRow => ({
     layer,
@@ -269,7 +287,7 @@ export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRo
       row.kts_null_reason = "no labelled rows";
       continue;
     }
-    await fillTransfer(row, g, arrays[gi]!, anchorSorted, anchorAuroc, data, s);
+    await fillTransfer(row, g, arrays[gi]!, anchorSorted, anchorAuroc, layer, k, s);
   }
   return out;
 }
@@ -315,11 +333,11 @@ async function fillTransfer(
   sortedGroup: SortedArrays,
   anchorSorted: SortedArrays,
   anchorAuroc: number | null,
-  data: LayerData,
+  layer: number,
+  k: Kernels,
   s: MetricSettings,
 ): Promise<void> {
   const { family } = g;
-  const { layer, kernels: k } = data;
   row.auroc = sortedAuroc(sortedGroup);
   if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";
   else if (row.auroc === null) row.kts_null_reason = "auroc undefined: only one label class among this family's rows";
@@ -357,6 +375,7 @@ export const KTS: Metric<KtsRow> = {
   tableTitle: "KTS (1: the anchor probe's signal transfers fully; 0: not at all)",
   needs: ["labels"],
   compute: ktsRows,
+  start: ktsStart,
   columns: { value: "kts", low: "kts_ci_low", high: "kts_ci_high", nullReason: "kts_null_reason" },
   shown: (row) => row.family !== ANCHOR_FAMILY,
   notes: (rows) => [

@@ -87,6 +87,15 @@ export interface Metric<Row extends MetricRow = MetricRow> {
   /** What the metric needs beyond the store. */
   needs: readonly "labels"[];
   compute(data: LayerData, settings: MetricSettings): Promise<Row[]>;
+  /**
+   * Optional, for a metric whose work ends without the layer: where given,
+   * `hsm metrics` calls it in place of `compute`. It does the part that reads
+   * the layer (its rows, `h`, the metric's buffer) and returns the rest, which
+   * reads none of it, nor what the next layer's `start` writes: that part runs
+   * while the next layer is computed (overlapping where its kernels run off
+   * the JavaScript thread). Start, then finish, gives the rows `compute` gives.
+   */
+  start?(data: LayerData, settings: MetricSettings): Promise<() => Promise<Row[]>>;
   /** The row fields shown: the value (table and plot), its interval (plot band), and why it is null. */
   columns: { value: string; low: string; high: string; nullReason?: string };
   /** Which rows appear in the table and the plot (default: all). */

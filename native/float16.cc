@@ -220,14 +220,23 @@ __attribute__((target("avx512f,avx512bw,popcnt"))) void F16StatsAvx512(const uin
 // Splits [0, n) across up to `max_threads` threads (at most 8) for buffers big
 // enough to repay a thread start (tens of microseconds); conversion is bound by
 // memory bandwidth, which one core alone does not saturate.
+// fn(share, begin, end) for at most kMaxShares shares.
+constexpr size_t kMaxShares = 8;
 template <typename Fn>
-void ParallelFor(size_t n, int max_threads, Fn fn) {
+void ParallelShares(size_t n, int max_threads, Fn fn) {
   constexpr size_t kMinPerThread = size_t{1} << 19;
-  const size_t threads = std::min<size_t>({static_cast<size_t>(std::max(1, max_threads)), 8, n / kMinPerThread});
-  if (threads <= 1) return fn(size_t{0}, n);
+  const size_t threads =
+      std::min<size_t>({static_cast<size_t>(std::max(1, max_threads)), kMaxShares, n / kMinPerThread});
+  if (threads <= 1) return fn(size_t{0}, size_t{0}, n);
   // Chunk boundaries on multiples of 64 elements keep every vector step whole.
   const size_t chunk = ((n + threads - 1) / threads + 63) & ~size_t{63};
-  Parallel(std::min(threads, (n + chunk - 1) / chunk), [&](size_t t) { fn(t * chunk, std::min(n, (t + 1) * chunk)); });
+  Parallel(std::min(threads, (n + chunk - 1) / chunk),
+           [&](size_t t) { fn(t, t * chunk, std::min(n, (t + 1) * chunk)); });
+}
+
+template <typename Fn>
+void ParallelFor(size_t n, int max_threads, Fn fn) {
+  ParallelShares(n, max_threads, [&](size_t, size_t begin, size_t end) { fn(begin, end); });
 }
 
 }  // namespace
@@ -259,7 +268,9 @@ void WidenF16(const uint16_t* src, float* dst, size_t n) {
   F16ToF32Portable(src, dst, n);
 }
 
-void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {
+namespace {
+
+void F16StatsRange(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits) {
 #ifdef HSM_X86
   if (HasAvx512Bw()) return F16StatsAvx512(src, n, nonfinite, max_bits);
   if (HasF16c()) return F16StatsAvx2(src, n, nonfinite, max_bits);
@@ -276,6 +287,23 @@ void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_
   }
   *nonfinite = bad;
   *max_bits = best;
+}
+
+}  // namespace
+
+void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits, int threads) {
+  // Per share, a count and a maximum: their sum and maximum are the buffer's.
+  uint64_t bad[kMaxShares] = {};
+  uint16_t top[kMaxShares] = {};
+  ParallelShares(n, threads, [&](size_t t, size_t begin, size_t end) {
+    F16StatsRange(src + begin, end - begin, &bad[t], &top[t]);
+  });
+  *nonfinite = 0;
+  *max_bits = 0;
+  for (size_t t = 0; t < kMaxShares; t++) {
+    *nonfinite += bad[t];
+    *max_bits = std::max(*max_bits, top[t]);
+  }
 }
 
 }  // namespace hsm

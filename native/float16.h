@@ -16,7 +16,7 @@ void F16ToF32(const uint16_t* src, float* dst, size_t n, int threads);
 // F16ToF32 on the calling thread, for spans small enough to stay in cache (a row, a tile).
 void WidenF16(const uint16_t* src, float* dst, size_t n);
 
-// Non-finite count and the largest finite magnitude, as float16 bits.
-void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits);
+// Non-finite count and the largest finite magnitude, as float16 bits; large buffers split as above.
+void F16Stats(const uint16_t* src, size_t n, uint64_t* nonfinite, uint16_t* max_bits, int threads = 1);
 
 }  // namespace hsm

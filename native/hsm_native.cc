@@ -190,16 +190,19 @@ napi_value F16ToF32(napi_env env, napi_callback_info info) {
       env, info, "Expected Uint16Array for src", "Expected Float32Array for dst", hsm::F16ToF32);
 }
 
+// f16Stats(src, threads) -> [nonfinite, maxBits]
 napi_value F16Stats(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
+  napi_value argv[2];
   View src;
-  if (!GetArgs(env, info, 1, argv) ||
-      !GetTyped(env, argv[0], napi_uint16_array, "Expected Uint16Array for src", &src)) {
+  size_t threads;
+  if (!GetArgs(env, info, 2, argv) ||
+      !GetTyped(env, argv[0], napi_uint16_array, "Expected Uint16Array for src", &src) ||
+      !GetCount(env, argv[1], "Expected a thread count", &threads)) {
     return nullptr;
   }
   uint64_t nonfinite = 0;
   uint16_t max_bits = 0;
-  hsm::F16Stats(static_cast<const uint16_t*>(src.data), src.length, &nonfinite, &max_bits);
+  hsm::F16Stats(static_cast<const uint16_t*>(src.data), src.length, &nonfinite, &max_bits, Threads(threads));
   napi_value result, a, b;
   napi_create_array_with_length(env, 2, &result);
   napi_create_double(env, static_cast<double>(nonfinite), &a);
@@ -605,6 +608,44 @@ napi_value AddMoments(napi_env env, napi_callback_info info) {
   hsm::AddMoments(static_cast<const float*>(h.data), static_cast<const int32_t*>(rows.data), rows.length, d,
                   static_cast<double*>(sum.data), static_cast<double*>(sum_squares.data), Threads(threads));
   return nullptr;
+}
+
+// foldMoments(h, d, rows, starts, sum, sumSquares, threads) -> false where it added nothing (see rows.h)
+napi_value FoldMoments(napi_env env, napi_callback_info info) {
+  napi_value argv[7];
+  View h, rows, starts, sum, sum_squares;
+  size_t d, threads;
+  if (!GetArgs(env, info, 7, argv) || !GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h) ||
+      !GetCount(env, argv[1], "Expected d", &d) ||
+      !GetTyped(env, argv[2], napi_int32_array, "Expected Int32Array for rows", &rows) ||
+      !GetTyped(env, argv[3], napi_int32_array, "Expected Int32Array for starts", &starts) ||
+      !GetTyped(env, argv[4], napi_float64_array, "Expected Float64Array for sum", &sum) ||
+      !GetTyped(env, argv[5], napi_float64_array, "Expected Float64Array for sumSquares", &sum_squares) ||
+      !GetCount(env, argv[6], "Expected a thread count", &threads)) {
+    return nullptr;
+  }
+  if (d == 0 || starts.length == 0) {
+    Fail(env, "Expected d above 0 and at least one fold start");
+    return nullptr;
+  }
+  const size_t k = starts.length - 1;
+  const int32_t* s = static_cast<const int32_t*>(starts.data);
+  bool ordered = s[0] == 0 && static_cast<size_t>(s[k]) == rows.length;
+  for (size_t f = 0; f < k; f++) ordered = ordered && s[f + 1] >= s[f];
+  if (!ordered) {
+    Fail(env, "Expected fold starts ascending from 0 to the row count");
+    return nullptr;
+  }
+  if (!Need(env, sum, "sum", k, d, "folds × d") || !Need(env, sum_squares, "sumSquares", k, d, "folds × d")) {
+    return nullptr;
+  }
+  if (!RowsBelow(env, rows, h.length / d, "Expected rows inside h")) return nullptr;
+  const bool added =
+      hsm::FoldMoments(static_cast<const float*>(h.data), h.length / d, d, static_cast<const int32_t*>(rows.data), s, k,
+                       static_cast<double*>(sum.data), static_cast<double*>(sum_squares.data), Threads(threads));
+  napi_value result;
+  napi_get_boolean(env, added, &result);
+  return result;
 }
 
 // prepareHead(w, d, vocab, hi, lo, norms, threads)
@@ -1097,6 +1138,7 @@ NAPI_MODULE_INIT() {
       {"anchorCosines", AnchorCosines},
       {"standardizeRows", StandardizeRows},
       {"addMoments", AddMoments},
+      {"foldMoments", FoldMoments},
       {"prepareHead", PrepareHead},
       {"headArgmax", HeadArgmax},
       {"sha256Init", Sha256Init},

@@ -31,4 +31,10 @@ void StandardizeRows(const LayerRows& h, const int32_t* rows, size_t n_rows, siz
 void AddMoments(const float* h, const int32_t* rows, size_t n_rows, size_t d, double* sum, double* sum_squares,
                 int threads);
 
+// AddMoments for k folds at once over h (n_h x d), fold f's rows being rows[starts[f] .. starts[f + 1]) and
+// its sums at f * d of sum and sum_squares: the same sums in one pass over the rows. False (nothing added)
+// where a fold's rows do not ascend or there are more than 64 folds: the caller adds them fold by fold.
+bool FoldMoments(const float* h, size_t n_h, size_t d, const int32_t* rows, const int32_t* starts, size_t k,
+                 double* sum, double* sum_squares, int threads);
+
 }  // namespace hsm

@@ -27,7 +27,7 @@ interface NativeBinding {
   simdLevel(): SimdLevel;
   f32ToF16(src: Float32Array, dst: Uint16Array, threads: number): void;
   f16ToF32(src: Uint16Array, dst: Float32Array, threads: number): void;
-  f16Stats(src: Uint16Array): [number, number];
+  f16Stats(src: Uint16Array, threads: number): [number, number];
   /** Hands malloc's free pages back to the system. */
   trimHeap(): void;
   /** A zero-filled ArrayBuffer in a mapping of its own, offered 2 MB pages. */
@@ -118,6 +118,15 @@ interface NativeBinding {
     sumSquares: Float64Array,
     threads: number,
   ): void;
+  foldMoments(
+    h: Float32Array,
+    d: number,
+    rows: Int32Array,
+    starts: Int32Array,
+    sum: Float64Array,
+    sumSquares: Float64Array,
+    threads: number,
+  ): boolean;
   logisticPass(
     h: Float32Array,
     n: number,
@@ -383,7 +392,7 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
     f32ToF16: (src, dst) => binding.f32ToF16(src, dst, threads),
     f16ToF32: (src, dst) => binding.f16ToF32(src, dst, threads),
     f16Stats(src) {
-      const [nonfinite, maxBits] = binding.f16Stats(src);
+      const [nonfinite, maxBits] = binding.f16Stats(src, threads);
       return { nonfinite, maxAbs: f16BitsToNumber(maxBits) };
     },
     sha256Stats: (width) => nativeSha256Stream(b, width),
@@ -405,6 +414,13 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
     foldMoments(h, d, folds) {
       const sum = new Float64Array(folds.length * d);
       const sumSquares = new Float64Array(folds.length * d);
+      // Every fold in one pass over the rows where each fold's rows ascend (KTS's do); else fold by fold.
+      const starts = Int32Array.from({ length: folds.length + 1 }, (_, k) =>
+        folds.slice(0, k).reduce((t, f) => t + f.length, 0),
+      );
+      const rows = new Int32Array(starts[folds.length]!);
+      folds.forEach((f, k) => rows.set(f, starts[k]));
+      if (binding.foldMoments(h, d, rows, starts, sum, sumSquares, threads)) return { sum, sumSquares };
       folds.forEach((rows, k) =>
         binding.addMoments(
           h,

@@ -426,6 +426,27 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
       got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
     });
 
+    // KTS's folds: each fold's rows ascending, every row in all folds but its own (and some in none), which the
+    // native core sums in one pass over the rows; more folds than bits in a word are summed fold by fold.
+    it.each(cases)("%s, fold moments", async (_name, { kernels: k }) => {
+      const run = (kk: Kernels, K: number) => {
+        const rng = new Rng(10);
+        const n = 700;
+        const d = 150;
+        const h = normalRows(rng, n, d, 2);
+        const own = Int32Array.from({ length: n }, () => rng.int(K + 1)); // K: in no fold's training rows
+        const folds = Array.from({ length: K }, (_, f) =>
+          Int32Array.from(own.keys()).filter((i) => own[i] !== f && own[i] !== K),
+        );
+        const m = kk.foldMoments(h, d, folds);
+        return [m.sum, m.sumSquares];
+      };
+      for (const K of [5, 70]) {
+        const [got, want] = [run(k, K), run(reference, K)];
+        got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
+      }
+    });
+
     // Large enough that native kernels split the replicates across threads, each
     // starting the generator part-way through the stream; a replicate count that
     // is no multiple of any lane width; distinct scores beside tied ones.

@@ -138,6 +138,21 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
     expect(() => call("standardizeRows", i32(4), i32(1), 2, f32(2), f64(2), f64(2), 1)).toThrow(TypeError);
   });
 
+  it("takes fold moments' folds as starts into one row list, sums sized folds × d", () => {
+    const starts = Int32Array.of(0, 1, 2);
+    expect(() => call("foldMoments", f32(4), 2, i32(2), starts, f64(3), f64(4), 1)).toThrow(
+      /^Expected sum large enough for folds × d/,
+    );
+    expect(() => call("foldMoments", f32(4), 2, i32(2), Int32Array.of(0, 2, 1), f64(4), f64(4), 1)).toThrow(
+      /^Expected fold starts ascending from 0 to the row count/,
+    );
+    expect(() => call("foldMoments", f32(4), 2, Int32Array.of(0, 2), starts, f64(4), f64(4), 1)).toThrow(
+      /^Expected rows inside h/,
+    );
+    expect(call("foldMoments", f32(4), 2, Int32Array.of(1, 0), starts, f64(4), f64(4), 1)).toBe(true);
+    expect(call("foldMoments", f32(4), 2, Int32Array.of(1, 0, 0), Int32Array.of(0, 3), f64(2), f64(2), 1)).toBe(false);
+  });
+
   it("refuses counts that are not whole numbers below 2^53", () => {
     for (const n of [-1, 0.5, 2 ** 53, 1e300, NaN]) {
       expect(() => call("rowsTimes", f32(4), n, 2, f64(4), 1, f64(4), 1)).toThrow(TypeError);

@@ -116,7 +116,11 @@ function dot(a: Float64Array, b: Float64Array): number {
   return s;
 }
 
-const maxAbs = (a: Float64Array) => a.reduce((x, v) => Math.max(x, Math.abs(v)), 0);
+function maxAbs(a: Float64Array): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]!));
+  return m;
+}
 
 /**
  * Trains one probe per fold. `y` holds 0/1 labels for the rows of H; each fold

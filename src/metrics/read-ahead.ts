@@ -5,10 +5,13 @@
 import { largeArrayBuffer } from "../kernels/native.js";
 
 /**
- * Rows per read. A layer's blocks are read one after another: side by side, the reads would contend for the
- * kernel's page locks and take the cores from the layer being computed.
+ * The most float16 bytes one read asks for (a layer takes as few reads as fit). Each read is one request to the
+ * I/O threads and back through the JavaScript thread, which may be busy computing: a layer read in 8 MB blocks
+ * waited on that round trip ten times, and took two to three times as long as in one or two reads. A layer's
+ * reads run one after another: side by side, they would contend for the kernel's page locks and take the cores
+ * from the layer being computed.
  */
-export const BLOCK_ROWS = 4096;
+export const READ_BYTES = 64 * 2 ** 20;
 
 /** What the pipeline reads from: a store (src/store/reader.ts's StoreReader). */
 export interface RowSource {
@@ -26,7 +29,7 @@ export interface LayerReads {
 
 /**
  * Starts reading `layers` (of `rows` × `width` float16 values each) from
- * `source`, the first at once. Every layer is read into the same buffer, so
+ * `source`, the first at once, in reads of at most `readBytes`. Every layer is read into the same buffer, so
  * the next layer's reads start when the caller releases the one it holds:
  * metrics release their rows once their passes over them are done (ISS after
  * centring them, KTS after scoring them), and the read runs while they finish
@@ -34,18 +37,25 @@ export interface LayerReads {
  * a second (80 MB on the benchmark, 362 MB at full size) cost more to fill in
  * a virtual machine than the reads they would overlap.
  */
-export function startLayerReads(source: RowSource, layers: readonly number[], rows: number, width: number): LayerReads {
+export function startLayerReads(
+  source: RowSource,
+  layers: readonly number[],
+  rows: number,
+  width: number,
+  readBytes = READ_BYTES,
+): LayerReads {
   let buffer: Uint16Array | undefined;
+  const blockRows = Math.max(1, Math.floor(readBytes / (width * 2)));
   const read = (index: number): Promise<Uint16Array> => {
     const layer = (buffer ??= new Uint16Array(largeArrayBuffer(rows * width * 2)));
     const readBlock = async (start: number): Promise<void> => {
-      const into = layer.subarray(start * width, Math.min(rows, start + BLOCK_ROWS) * width);
+      const into = layer.subarray(start * width, Math.min(rows, start + blockRows) * width);
       const data = await source.readRows(layers[index]!, start, into.length / width, into);
       // A source may hand back its rows elsewhere (an unaligned read is copied): they belong in the layer.
       if (data.buffer !== into.buffer || data.byteOffset !== into.byteOffset) into.set(data);
     };
     let blocks = Promise.resolve();
-    for (let start = 0; start < rows; start += BLOCK_ROWS) blocks = blocks.then(() => readBlock(start));
+    for (let start = 0; start < rows; start += blockRows) blocks = blocks.then(() => readBlock(start));
     const done = blocks.then(() => layer);
     // Awaited later; a read that fails while the caller computes must not go unhandled first.
     done.catch(() => {});

@@ -6,10 +6,13 @@
  */
 import { describe, expect, it } from "vitest";
 
-import { BLOCK_ROWS, startLayerReads, type RowSource } from "../../src/metrics/read-ahead.js";
+import { startLayerReads, type RowSource } from "../../src/metrics/read-ahead.js";
 
-const ROWS = BLOCK_ROWS * 2 + 5;
 const WIDTH = 3;
+/** Rows per read, with reads of at most READ_BYTES: three to a layer, the last short. */
+const BLOCK_ROWS = 4096;
+const READ_BYTES = BLOCK_ROWS * WIDTH * 2 + 5;
+const ROWS = BLOCK_ROWS * 2 + 5;
 const LAYERS = [2, 5, 9];
 const STARTS = [0, BLOCK_ROWS, 2 * BLOCK_ROWS];
 
@@ -51,7 +54,7 @@ function memorySource(log: Log, elsewhere = false): RowSource {
  */
 async function takeAll(o: { elsewhere?: boolean; releaseAfter?: number } = {}): Promise<Log> {
   const log: Log = { events: [], buffers: new Set(), widest: 0 };
-  const reads = startLayerReads(memorySource(log, o.elsewhere), LAYERS, ROWS, WIDTH);
+  const reads = startLayerReads(memorySource(log, o.elsewhere), LAYERS, ROWS, WIDTH, READ_BYTES);
   for (const layer of LAYERS) {
     log.events.push(`take ${layer}`);
     const h16 = await reads.next();

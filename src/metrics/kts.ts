@@ -5,6 +5,7 @@
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { NO_LABEL } from "./labels.js";
+import { orderByScore } from "./score-order.js";
 import { sortedAuroc } from "../kernels/typescript/bootstrap.js";
 import type { Kernels, SortedArrays } from "../kernels/types.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricSettings } from "./metric.js";
@@ -123,33 +124,6 @@ function layout(data: LayerData, K: number, key: string): Layout {
     factOf,
     pooledFactOf,
   };
-}
-
-/**
- * `rows` (ascending) ordered by (score, row): the scores sorted by the typed array's own sort, each row then
- * taking the next free place in its score's run (found by binary search), in row order.
- */
-function orderByScore(rows: Int32Array, score: Float64Array): Int32Array {
-  const n = rows.length;
-  const sorted = new Float64Array(n);
-  for (let i = 0; i < n; i++) sorted[i] = score[rows[i]!]!;
-  sorted.sort();
-  // Per run of equal scores (at its first place): rows placed so far.
-  const placed = new Int32Array(n);
-  const out = new Int32Array(n);
-  for (let i = 0; i < n; i++) {
-    const r = rows[i]!;
-    const s = score[r]!;
-    let lo = 0;
-    let hi = n;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (sorted[mid]! < s) lo = mid + 1;
-      else hi = mid;
-    }
-    out[lo + placed[lo]!++] = r;
-  }
-  return out;
 }
 
 /** A layer's out-of-fold probe scores: per store row (labelled rows only), or why no probe could be trained. */

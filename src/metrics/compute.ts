@@ -2,10 +2,11 @@
  * Runs the requested metrics (src/metrics/registry.ts) over a hidden-state
  * store, exactly as docs/metrics.md defines them. One layer at a time: the
  * layer is read whole as the store's float16 bits (src/metrics/read-ahead.ts:
- * requested while the layer before is computed), read once, and handed
+ * requested once the layer before releases its rows), read once, and handed
  * read-only to each metric in turn, whose kernels read the float16 rows
- * directly; a metric that asks for float32 rows gets them widened once. Every
- * kernel comes from the one backend selected.
+ * directly; a metric that asks for float32 rows gets them widened once. A
+ * metric that splits its work (Metric.start) finishes a layer while the next
+ * is computed. Every kernel comes from the one backend selected.
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";

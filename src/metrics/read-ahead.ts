@@ -11,7 +11,7 @@ import { largeArrayBuffer } from "../kernels/native.js";
  * reads run one after another: side by side, they would contend for the kernel's page locks and take the cores
  * from the layer being computed.
  */
-export const READ_BYTES = 64 * 2 ** 20;
+const READ_BYTES = 64 * 2 ** 20;
 
 /** What the pipeline reads from: a store (src/store/reader.ts's StoreReader). */
 export interface RowSource {
@@ -23,19 +23,20 @@ export interface RowSource {
 export interface LayerReads {
   /** The next layer's rows, rows × width float16 bits, valid until {@link release} (or the next call). */
   next(): Promise<Uint16Array>;
-  /** Done with the layer handed over: the next layer's reads start, into its buffer. Once a layer; later calls do nothing. */
+  /** Done with the layer handed over: the next layer's reads start, into its buffer (once; later calls do nothing). */
   release(): void;
 }
 
 /**
  * Starts reading `layers` (of `rows` × `width` float16 values each) from
- * `source`, the first at once, in reads of at most `readBytes`. Every layer is read into the same buffer, so
- * the next layer's reads start when the caller releases the one it holds:
- * metrics release their rows once their passes over them are done (ISS after
- * centring them, KTS after scoring them), and the read runs while they finish
- * from their own buffers. One buffer, not two taking turns: the fresh pages of
- * a second (80 MB on the benchmark, 362 MB at full size) cost more to fill in
- * a virtual machine than the reads they would overlap.
+ * `source`, the first at once, in reads of at most `readBytes`. Every layer is
+ * read into the same buffer, so the next layer's reads start when the caller
+ * releases the one it holds: metrics release their rows once their passes
+ * over them are done (ISS after centring them, KTS after scoring them), and
+ * the read runs while they finish from their own buffers. One buffer, not two
+ * taking turns: the fresh pages of a second (80 MB on the benchmark, 362 MB at
+ * full size) cost more to fill in a virtual machine than the reads they would
+ * overlap, measured on the benchmark (1.44 s against 1.57 s for KTS).
  */
 export function startLayerReads(
   source: RowSource,

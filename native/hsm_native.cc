@@ -319,9 +319,58 @@ bool GetGroup(napi_env env, napi_value* argv, size_t n_facts, hsm::SortedGroup* 
   return true;
 }
 
+// Work done off the JavaScript thread and settled as a promise: what every such entry's work holds.
+struct PromiseWork {
+  napi_deferred deferred = nullptr;
+  napi_async_work work = nullptr;
+  char error[256] = "";  // a C++ exception on the worker, for the promise's rejection
+};
+
+// On the worker: fn(), a C++ exception that leaves it kept (named for `entry`) for the rejection.
+template <typename Fn>
+void RunCaught(PromiseWork* w, const char* entry, Fn fn) {
+  try {
+    fn();
+  } catch (...) {
+    Describe(entry, std::current_exception(), w->error, sizeof w->error);
+  }
+}
+
+// Back on the JavaScript thread: the async work deleted, and true (the promise rejected) where it failed.
+bool Rejected(napi_env env, PromiseWork* w) {
+  napi_delete_async_work(env, w->work);
+  if (w->error[0] == 0) return false;
+  napi_value message, error;
+  napi_create_string_utf8(env, w->error, NAPI_AUTO_LENGTH, &message);
+  napi_create_error(env, nullptr, message, &error);
+  napi_reject_deferred(env, w->deferred, error);
+  return true;
+}
+
+// Queues `w` (execute on the worker, then complete, which owns it from then on) and returns its promise; null,
+// with `failure` thrown and `w` still the caller's, where the work cannot start.
+template <class W>
+napi_value QueuePromise(napi_env env, std::unique_ptr<W>& w, const char* name, napi_async_execute_callback execute,
+                        napi_async_complete_callback complete, const char* failure) {
+  napi_value promise, resource;
+  napi_create_promise(env, &w->deferred, &promise);
+  napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &resource);
+  if (napi_create_async_work(env, nullptr, resource, execute, complete, w.get(), &w->work) != napi_ok) {
+    Fail(env, failure);
+    return nullptr;
+  }
+  if (napi_queue_async_work(env, w->work) != napi_ok) {
+    napi_delete_async_work(env, w->work);
+    Fail(env, failure);
+    return nullptr;
+  }
+  w.release();
+  return promise;
+}
+
 // One bootstrapAuroc call's replicates, drawn off the JavaScript thread. The typed arrays its pointers
 // read and write are held by references until it completes.
-struct AurocWork {
+struct AurocWork : PromiseWork {
   uint32_t seed = 0, stream = 0;
   hsm::SortedGroup group{}, paired{};
   bool has_paired = false;
@@ -331,32 +380,20 @@ struct AurocWork {
   double* paired_out = nullptr;
   int threads = 1;
   std::vector<napi_ref> held;
-  napi_deferred deferred = nullptr;
-  napi_async_work work = nullptr;
-  char error[256] = "";  // a C++ exception on the worker, for the promise's rejection
 };
 
 void AurocExecute(napi_env, void* data) {
   auto* w = static_cast<AurocWork*>(data);
-  try {
+  RunCaught(w, "bootstrapAuroc", [w] {
     hsm::BootstrapAuroc(w->seed, w->stream, w->group, w->b, w->out, w->has_paired ? &w->paired : nullptr, w->to_paired,
                         w->paired_out, w->threads);
-  } catch (...) {
-    Describe("bootstrapAuroc", std::current_exception(), w->error, sizeof w->error);
-  }
+  });
 }
 
 void AurocComplete(napi_env env, napi_status, void* data) {
   std::unique_ptr<AurocWork> w(static_cast<AurocWork*>(data));
-  napi_delete_async_work(env, w->work);
   for (napi_ref r : w->held) napi_delete_reference(env, r);
-  if (w->error[0] != 0) {
-    napi_value message, error;
-    napi_create_string_utf8(env, w->error, NAPI_AUTO_LENGTH, &message);
-    napi_create_error(env, nullptr, message, &error);
-    napi_reject_deferred(env, w->deferred, error);
-    return;
-  }
+  if (Rejected(env, w.get())) return;
   napi_value done;
   napi_get_undefined(env, &done);
   napi_resolve_deferred(env, w->deferred, done);
@@ -418,17 +455,11 @@ napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
     napi_create_reference(env, argv[i], 1, &r);
     w->held.push_back(r);
   }
-  napi_value promise, name;
-  napi_create_promise(env, &w->deferred, &promise);
-  napi_create_string_utf8(env, "hsm.bootstrapAuroc", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_async_work(env, nullptr, name, AurocExecute, AurocComplete, w.get(), &w->work) != napi_ok ||
-      napi_queue_async_work(env, w->work) != napi_ok) {
-    if (w->work != nullptr) napi_delete_async_work(env, w->work);
+  napi_value promise =
+      QueuePromise(env, w, "hsm.bootstrapAuroc", AurocExecute, AurocComplete, "Could not start the bootstrap work");
+  if (promise == nullptr) {
     for (napi_ref r : w->held) napi_delete_reference(env, r);
-    Fail(env, "Could not start the bootstrap work");
-    return nullptr;
   }
-  w.release();  // AurocComplete owns it now
   return promise;
 }
 
@@ -799,35 +830,21 @@ napi_value Sha256Final(napi_env env, napi_callback_info info) {
 // path: [hexDigest, bytes, nonfinite, maxBits], or the errno (a number) of the
 // open or read that failed. The files are read and hashed off the JavaScript
 // thread (see hash_files.h).
-struct FilesWork {
+struct FilesWork : PromiseWork {
   std::vector<std::string> paths;
   std::vector<hsm::FileHashJob> jobs;
   std::vector<hsm::FileHashResult> results;
   int threads = 1;
-  napi_deferred deferred = nullptr;
-  napi_async_work work = nullptr;
-  char error[256] = "";  // a C++ exception on the worker, for the promise's rejection
 };
 
 void FilesExecute(napi_env, void* data) {
   auto* w = static_cast<FilesWork*>(data);
-  try {
-    hsm::Sha256Files(w->jobs.data(), w->jobs.size(), w->threads, w->results.data());
-  } catch (...) {
-    Describe("sha256Files", std::current_exception(), w->error, sizeof w->error);
-  }
+  RunCaught(w, "sha256Files", [w] { hsm::Sha256Files(w->jobs.data(), w->jobs.size(), w->threads, w->results.data()); });
 }
 
 void FilesComplete(napi_env env, napi_status, void* data) {
   std::unique_ptr<FilesWork> w(static_cast<FilesWork*>(data));
-  napi_delete_async_work(env, w->work);
-  if (w->error[0] != 0) {
-    napi_value message, error;
-    napi_create_string_utf8(env, w->error, NAPI_AUTO_LENGTH, &message);
-    napi_create_error(env, nullptr, message, &error);
-    napi_reject_deferred(env, w->deferred, error);
-    return;
-  }
+  if (Rejected(env, w.get())) return;
   napi_value list;
   napi_create_array_with_length(env, w->results.size(), &list);
   for (size_t i = 0; i < w->results.size(); i++) {
@@ -902,20 +919,7 @@ napi_value Sha256Files(napi_env env, napi_callback_info info) {
   }
   w->results.resize(n);
   w->threads = Threads(threads);
-  napi_value promise, name;
-  napi_create_promise(env, &w->deferred, &promise);
-  napi_create_string_utf8(env, "hsm.sha256Files", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_async_work(env, nullptr, name, FilesExecute, FilesComplete, w.get(), &w->work) != napi_ok) {
-    Fail(env, "Could not start the hashing work");
-    return nullptr;
-  }
-  if (napi_queue_async_work(env, w->work) != napi_ok) {
-    napi_delete_async_work(env, w->work);
-    Fail(env, "Could not start the hashing work");
-    return nullptr;
-  }
-  w.release();  // FilesComplete owns it now
-  return promise;
+  return QueuePromise(env, w, "hsm.sha256Files", FilesExecute, FilesComplete, "Could not start the hashing work");
 }
 
 constexpr const char* kSimdNames[] = {"portable", "avx2", "avx512", "amx"};

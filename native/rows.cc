@@ -202,29 +202,6 @@ void StandardizeRows(const LayerRows& h, const int32_t* rows, size_t n_rows, siz
   });
 }
 
-namespace {
-
-// One row's columns [begin, end) added into sum and sum_squares, each element as MomentsPortable adds it.
-void MomentsRowPortable(const float* row, size_t begin, size_t end, double* sum, double* sum_squares) {
-  for (size_t j = begin; j < end; j++) {
-    const double v = row[j];
-    sum[j] += v;
-    sum_squares[j] += v * v;
-  }
-}
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) void MomentsRowAvx512(const float* row, size_t begin, size_t end, double* sum,
-                                                         double* sum_squares) {
-  for (size_t j = begin; j < end; j++) {
-    const double v = row[j];
-    sum[j] += v;
-    sum_squares[j] += v * v;
-  }
-}
-#endif
-
-}  // namespace
-
 bool FoldMoments(const float* h, size_t n_h, size_t d, const int32_t* rows, const int32_t* starts, size_t k,
                  double* sum, double* sum_squares, int threads) {
   constexpr size_t kMaxFolds = 64;
@@ -237,27 +214,23 @@ bool FoldMoments(const float* h, size_t n_h, size_t d, const int32_t* rows, cons
       folds_of[static_cast<size_t>(rows[i])] |= uint64_t{1} << f;
     }
   }
-  std::vector<std::pair<size_t, uint64_t>> members;
+  std::vector<std::pair<int32_t, uint64_t>> members;
   for (size_t r = 0; r < n_h; r++) {
-    if (folds_of[r] != 0) members.push_back({r, folds_of[r]});
+    if (folds_of[r] != 0) members.push_back({static_cast<int32_t>(r), folds_of[r]});
   }
-  const size_t n = members.size();
-#if defined(__x86_64__)
-  const auto add = HasAvx512() ? MomentsRowAvx512 : MomentsRowPortable;
-#else
-  const auto add = MomentsRowPortable;
-#endif
+  const auto moments = Loops().moments;
+  const LayerRows rows_of_h = LayerRows::Float32(h, d);
   // Columns a tile at a time, so that every fold's sums for the tile stay in the first-level cache while each
-  // row passes: each (fold, column) sum still takes its fold's rows in order.
+  // row passes (AddMoments' column loop, one row at a time): each (fold, column) sum still takes its fold's rows
+  // in order.
   constexpr size_t kTile = 128;
-  SplitColumns(n, d, threads, [&](size_t begin, size_t end) {
+  SplitColumns(members.size(), d, threads, [&](size_t begin, size_t end) {
     for (size_t t0 = begin; t0 < end; t0 += kTile) {
       const size_t t1 = std::min(end, t0 + kTile);
       for (const auto& [r, folds] : members) {
-        const float* row = h + r * d;
         for (uint64_t m = folds; m != 0; m &= m - 1) {
           const size_t f = static_cast<size_t>(__builtin_ctzll(m));
-          add(row, t0, t1, sum + f * d, sum_squares + f * d);
+          moments(rows_of_h, &r, 1, d, t0, t1, sum + f * d, sum_squares + f * d);
         }
       }
     }

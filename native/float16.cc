@@ -217,10 +217,10 @@ __attribute__((target("avx512f,avx512bw,popcnt"))) void F16StatsAvx512(const uin
 
 #endif
 
-// Splits [0, n) across up to `max_threads` threads (at most 8) for buffers big
-// enough to repay a thread start (tens of microseconds); conversion is bound by
-// memory bandwidth, which one core alone does not saturate.
-// fn(share, begin, end) for at most kMaxShares shares.
+// fn(share, begin, end) over [0, n) split across up to `max_threads` threads
+// (at most kMaxShares) for buffers big enough to repay a thread start (tens of
+// microseconds); conversion is bound by memory bandwidth, which one core alone
+// does not saturate.
 constexpr size_t kMaxShares = 8;
 template <typename Fn>
 void ParallelShares(size_t n, int max_threads, Fn fn) {
@@ -234,6 +234,7 @@ void ParallelShares(size_t n, int max_threads, Fn fn) {
            [&](size_t t) { fn(t, t * chunk, std::min(n, (t + 1) * chunk)); });
 }
 
+// ParallelShares without the share's index.
 template <typename Fn>
 void ParallelFor(size_t n, int max_threads, Fn fn) {
   ParallelShares(n, max_threads, [&](size_t, size_t begin, size_t end) { fn(begin, end); });

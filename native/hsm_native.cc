@@ -470,18 +470,15 @@ napi_value Products(napi_env env, napi_callback_info info) {
   View h, in, out;
   size_t n, d, k, threads;
   bool half = false;
-  // Hᵀ·G runs on the probe's float32 rows only.
-  const char* h_kinds = kTranspose ? "Expected Float32Array for h" : "Expected Float32Array or Uint16Array for h";
-  if (!GetArgs(env, info, 7, argv) || !GetRows(env, argv[0], h_kinds, &h, &half) ||
+  if (!GetArgs(env, info, 7, argv) ||
+      // Hᵀ·G runs on the probe's float32 rows only.
+      !(kTranspose ? GetTyped(env, argv[0], napi_float32_array, "Expected Float32Array for h", &h)
+                   : GetRows(env, argv[0], "Expected Float32Array or Uint16Array for h", &h, &half)) ||
       !GetCount(env, argv[1], "Expected a row count", &n) || !GetCount(env, argv[2], "Expected d", &d) ||
       !GetTyped(env, argv[3], napi_float64_array, "Expected Float64Array for the right-hand side", &in) ||
       !GetCount(env, argv[4], "Expected a column count", &k) ||
       !GetTyped(env, argv[5], napi_float64_array, "Expected Float64Array for out", &out) ||
       !GetCount(env, argv[6], "Expected a thread count", &threads)) {
-    return nullptr;
-  }
-  if (kTranspose && half) {
-    Fail(env, h_kinds);
     return nullptr;
   }
   const bool sized = Need(env, h, "h", n, d, "n × d") &&

@@ -415,9 +415,8 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
       const sum = new Float64Array(folds.length * d);
       const sumSquares = new Float64Array(folds.length * d);
       // Every fold in one pass over the rows where each fold's rows ascend (KTS's do); else fold by fold.
-      const starts = Int32Array.from({ length: folds.length + 1 }, (_, k) =>
-        folds.slice(0, k).reduce((t, f) => t + f.length, 0),
-      );
+      const starts = new Int32Array(folds.length + 1);
+      folds.forEach((f, k) => (starts[k + 1] = starts[k]! + f.length));
       const rows = new Int32Array(starts[folds.length]!);
       folds.forEach((f, k) => rows.set(f, starts[k]));
       if (binding.foldMoments(h, d, rows, starts, sum, sumSquares, threads)) return { sum, sumSquares };

@@ -164,8 +164,30 @@ int ThreadsFor(size_t work, size_t b, int threads) {
 constexpr size_t kLanes = 16;
 // Below this many items a draw is the high half of a 32 x 32-bit product (Rng::Int).
 constexpr size_t kLaneItems = size_t{1} << 21;
+// Below this many items a replicate's counts are 16-bit: a count never exceeds the n draws. Half the bytes
+// of 32-bit counts, so more of the table stays in cache while the draws scatter into it.
+constexpr size_t kShortCountItems = size_t{1} << 16;
 
-__attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const int32_t* weight, double* out) {
+// Sixteen lanes' counts of one fact as doubles, lanes 0-7 and 8-15.
+__attribute__((target("avx512f"))) inline void LaneCounts(const int32_t* c, __m512d& c0, __m512d& c1) {
+  c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+  c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 8)));
+}
+__attribute__((target("avx512f"))) inline void LaneCounts(const uint16_t* c, __m512d& c0, __m512d& c1) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+  c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm512_castsi512_si256(wide));
+  c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm512_extracti64x4_epi64(wide, 1));
+}
+// Four lanes' counts of one fact as doubles (AVX2).
+__attribute__((target("avx2"))) inline __m256d QuarterCounts(const int32_t* c) {
+  return _mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)));
+}
+__attribute__((target("avx2"))) inline __m256d QuarterCounts(const uint16_t* c) {
+  return _mm256_cvtepi32_pd(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
+}
+
+template <class C>
+__attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const C* weight, double* out) {
   const __m512d half = _mm512_set1_pd(0.5);
   __m512d nb0 = _mm512_setzero_pd(), nb1 = _mm512_setzero_pd();
   __m512d sp0 = _mm512_setzero_pd(), sp1 = _mm512_setzero_pd();
@@ -174,9 +196,8 @@ __attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const i
     const int32_t begin = g.ties[t], end = g.ties[t + 1];
     if (end - begin == 1) {
       // A score of its own: a positive row wins against every negative below it.
-      const int32_t* c = weight + static_cast<size_t>(g.fact[begin]) * kLanes;
-      const __m512d c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
-      const __m512d c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 8)));
+      __m512d c0, c1;
+      LaneCounts(weight + static_cast<size_t>(g.fact[begin]) * kLanes, c0, c1);
       if (g.label[begin]) {
         w0 = _mm512_fmadd_pd(c0, nb0, w0);
         w1 = _mm512_fmadd_pd(c1, nb1, w1);
@@ -190,9 +211,8 @@ __attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const i
     }
     __m512d p0 = _mm512_setzero_pd(), p1 = _mm512_setzero_pd(), a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
     for (int32_t i = begin; i < end; i++) {
-      const int32_t* c = weight + static_cast<size_t>(g.fact[i]) * kLanes;
-      const __m512d c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
-      const __m512d c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 8)));
+      __m512d c0, c1;
+      LaneCounts(weight + static_cast<size_t>(g.fact[i]) * kLanes, c0, c1);
       if (g.label[i]) {
         p0 = _mm512_add_pd(p0, c0);
         p1 = _mm512_add_pd(p1, c1);
@@ -221,7 +241,8 @@ __attribute__((target("avx512f"))) void AurocLanes(const SortedGroup& g, const i
 }
 
 // AurocLanes with AVX2: the same sums, four lanes per vector, each operation unfused as Auroc() does it.
-__attribute__((target("avx2"))) void AurocLanesAvx2(const SortedGroup& g, const int32_t* weight, double* out) {
+template <class C>
+__attribute__((target("avx2"))) void AurocLanesAvx2(const SortedGroup& g, const C* weight, double* out) {
   const __m256d half = _mm256_set1_pd(0.5);
   __m256d nb[4], sp[4], w[4];
   for (int q = 0; q < 4; q++) nb[q] = _mm256_setzero_pd(), sp[q] = _mm256_setzero_pd(), w[q] = _mm256_setzero_pd();
@@ -230,9 +251,9 @@ __attribute__((target("avx2"))) void AurocLanesAvx2(const SortedGroup& g, const 
     __m256d p[4], a[4];
     for (int q = 0; q < 4; q++) p[q] = _mm256_setzero_pd(), a[q] = _mm256_setzero_pd();
     for (int32_t i = begin; i < end; i++) {
-      const int32_t* c = weight + static_cast<size_t>(g.fact[i]) * kLanes;
+      const C* c = weight + static_cast<size_t>(g.fact[i]) * kLanes;
       for (int q = 0; q < 4; q++) {
-        const __m256d cq = _mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 4 * q)));
+        const __m256d cq = QuarterCounts(c + 4 * q);
         if (g.label[i]) p[q] = _mm256_add_pd(p[q], cq);
         a[q] = _mm256_add_pd(a[q], cq);
       }
@@ -273,14 +294,21 @@ class RngLanes {
   }
 
   // One replicate per lane: n draws of Int(n), each lane's counts added to
-  // weight[f * 16 + l] (which the caller has zeroed).
-  __attribute__((target("avx512f"))) void Draw(size_t n, int32_t* weight) {
+  // weight[f * 16 + l] (which the caller has zeroed). A step's sixteen places
+  // go through memory and are counted one step later, read back by plain
+  // loads while the next step is drawn; taken out of the register one by one
+  // instead, they held every step up behind the extractions.
+  template <class C>
+  __attribute__((target("avx512f"))) void Draw(size_t n, C* weight) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i nv = _mm512_set1_epi64(static_cast<long long>(n));
     const __m512i five = _mm512_set1_epi32(5), nine = _mm512_set1_epi32(9);
     __m512i a = _mm512_load_si512(s_[0]), b = _mm512_load_si512(s_[1]), c = _mm512_load_si512(s_[2]),
             d = _mm512_load_si512(s_[3]);
-    alignas(64) int32_t at[kLanes];
+    alignas(64) int32_t at[2][kLanes];
+    const auto count = [weight](const int32_t* places) {
+      for (size_t l = 0; l < kLanes; l++) weight[places[l]]++;
+    };
     // (The zero-masked forms do what the plain ones do, without GCC 12's false uninitialized warning.)
     constexpr __mmask16 all = 0xffff;
     constexpr __mmask8 all64 = 0xff;
@@ -296,9 +324,12 @@ class RngLanes {
       const __m512i even = _mm512_maskz_srli_epi64(all64, _mm512_maskz_mul_epu32(all64, u, nv), 32);
       const __m512i odd = _mm512_maskz_mul_epu32(all64, _mm512_maskz_srli_epi64(all64, u, 32), nv);
       const __m512i item = _mm512_mask_blend_epi32(0xAAAA, even, odd);
-      _mm512_store_si512(at, _mm512_add_epi32(_mm512_maskz_slli_epi32(all, item, 4), lane));
-      for (size_t l = 0; l < kLanes; l++) weight[at[l]]++;
+      _mm512_store_si512(at[i & 1], _mm512_add_epi32(_mm512_maskz_slli_epi32(all, item, 4), lane));
+      // Only a compiler barrier: it keeps the places in memory for count() to load.
+      asm volatile("" ::: "memory");
+      if (i > 0) count(at[(i - 1) & 1]);
     }
+    if (n > 0) count(at[(n - 1) & 1]);
     _mm512_store_si512(s_[0], a);
     _mm512_store_si512(s_[1], b);
     _mm512_store_si512(s_[2], c);
@@ -306,7 +337,8 @@ class RngLanes {
   }
 
   // Draw() with AVX2: eight lanes per vector, the same steps and the same high halves.
-  __attribute__((target("avx2"))) void DrawAvx2(size_t n, int32_t* weight) {
+  template <class C>
+  __attribute__((target("avx2"))) void DrawAvx2(size_t n, C* weight) {
     const __m256i nv = _mm256_set1_epi64x(static_cast<long long>(n));
     const __m256i five = _mm256_set1_epi32(5), nine = _mm256_set1_epi32(9);
     for (size_t h = 0; h < kLanes; h += 8) {
@@ -348,17 +380,17 @@ class RngLanes {
 // Replicates [first, last) split into sixteen runs of consecutive replicates,
 // one per lane; step t draws replicate t of every run at once. `rng` is at
 // replicate `first`. fn(weight, replicate of each lane or -1) then reads the
-// counts, weight[f * 16 + l] for fact f in lane l.
-template <typename Fn>
+// counts, weight[f * 16 + l] for fact f in lane l, of type C.
+template <class C, typename Fn>
 void LaneReplicates(Rng rng, size_t first, size_t last, size_t n, Fn fn) {
   const size_t count = last - first;
   size_t starts[kLanes], ends[kLanes];
   for (size_t l = 0; l < kLanes; l++) starts[l] = count * l / kLanes, ends[l] = count * (l + 1) / kLanes;
   RngLanes lanes(rng, starts, n);
-  std::vector<int32_t> weight(n * kLanes);
+  std::vector<C> weight(n * kLanes);
   int64_t replicate[kLanes];
   for (size_t t = 0; t < (count + kLanes - 1) / kLanes; t++) {
-    std::fill(weight.begin(), weight.end(), 0);
+    std::fill(weight.begin(), weight.end(), C{0});
     if (HasAvx512()) lanes.Draw(n, weight.data());
     else lanes.DrawAvx2(n, weight.data());
     for (size_t l = 0; l < kLanes; l++)
@@ -367,39 +399,48 @@ void LaneReplicates(Rng rng, size_t first, size_t last, size_t n, Fn fn) {
   }
 }
 
-// Replicates [first, last), sixteen at a time, drawn from `rng` (already at replicate `first`).
-void BootstrapAurocLanes(Rng rng, size_t first, size_t last, const SortedGroup& group, double* out,
-                         const SortedGroup* paired, const int32_t* to_paired, double* paired_out) {
+// Replicates [first, last), sixteen at a time, drawn from `rng` (already at replicate `first`), counted in C.
+template <class C>
+void BootstrapAurocLanesOf(Rng rng, size_t first, size_t last, const SortedGroup& group, double* out,
+                           const SortedGroup* paired, const int32_t* to_paired, double* paired_out) {
   const size_t n = group.n_facts;
   const size_t pn = paired ? paired->n_facts : 0;
-  std::vector<int32_t> paired_weight(pn * kLanes);
+  // A paired fact's weight is a sum of counts, at most the n draws: C holds it too.
+  std::vector<C> paired_weight(pn * kLanes);
   double lanes[kLanes];
-  LaneReplicates(rng, first, last, n, [&](const int32_t* weight, const int64_t* replicate) {
-    (HasAvx512() ? AurocLanes : AurocLanesAvx2)(group, weight, lanes);
+  LaneReplicates<C>(rng, first, last, n, [&](const C* weight, const int64_t* replicate) {
+    (HasAvx512() ? AurocLanes<C> : AurocLanesAvx2<C>)(group, weight, lanes);
     for (size_t l = 0; l < kLanes; l++)
       if (replicate[l] >= 0) out[replicate[l]] = lanes[l];
     if (!paired) return;
-    std::fill(paired_weight.begin(), paired_weight.end(), 0);
+    std::fill(paired_weight.begin(), paired_weight.end(), C{0});
     for (size_t f = 0; f < n; f++) {
       if (to_paired[f] < 0) continue;
-      int32_t* dst = paired_weight.data() + static_cast<size_t>(to_paired[f]) * kLanes;
-      const int32_t* src = weight + f * kLanes;
-      for (size_t l = 0; l < kLanes; l++) dst[l] += src[l];
+      C* dst = paired_weight.data() + static_cast<size_t>(to_paired[f]) * kLanes;
+      const C* src = weight + f * kLanes;
+      for (size_t l = 0; l < kLanes; l++) dst[l] = static_cast<C>(dst[l] + src[l]);
     }
-    (HasAvx512() ? AurocLanes : AurocLanesAvx2)(*paired, paired_weight.data(), lanes);
+    (HasAvx512() ? AurocLanes<C> : AurocLanesAvx2<C>)(*paired, paired_weight.data(), lanes);
     for (size_t l = 0; l < kLanes; l++)
       if (replicate[l] >= 0) paired_out[replicate[l]] = lanes[l];
   });
 }
 
+void BootstrapAurocLanes(Rng rng, size_t first, size_t last, const SortedGroup& group, double* out,
+                         const SortedGroup* paired, const int32_t* to_paired, double* paired_out) {
+  if (group.n_facts < kShortCountItems)
+    BootstrapAurocLanesOf<uint16_t>(rng, first, last, group, out, paired, to_paired, paired_out);
+  else BootstrapAurocLanesOf<int32_t>(rng, first, last, group, out, paired, to_paired, paired_out);
+}
+
 // Per lane, sum_f count_f * values[f] in f order (a product, then a sum, as the scalar loop does).
-__attribute__((target("avx512f"))) void MeanSums(const int32_t* weight, const double* values, size_t n, double* sums) {
+template <class C>
+__attribute__((target("avx512f"))) void MeanSums(const C* weight, const double* values, size_t n, double* sums) {
   __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
   for (size_t f = 0; f < n; f++) {
-    const int32_t* c = weight + f * kLanes;
     const __m512d v = _mm512_set1_pd(values[f]);
-    const __m512d c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
-    const __m512d c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 8)));
+    __m512d c0, c1;
+    LaneCounts(weight + f * kLanes, c0, c1);
     s0 = _mm512_add_pd(s0, _mm512_mul_pd(c0, v));
     s1 = _mm512_add_pd(s1, _mm512_mul_pd(c1, v));
   }
@@ -408,26 +449,33 @@ __attribute__((target("avx512f"))) void MeanSums(const int32_t* weight, const do
 }
 
 // MeanSums with AVX2, four lanes per vector, the same unfused product and sum.
-__attribute__((target("avx2"))) void MeanSumsAvx2(const int32_t* weight, const double* values, size_t n, double* sums) {
+template <class C>
+__attribute__((target("avx2"))) void MeanSumsAvx2(const C* weight, const double* values, size_t n, double* sums) {
   __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   for (size_t f = 0; f < n; f++) {
-    const int32_t* c = weight + f * kLanes;
+    const C* c = weight + f * kLanes;
     const __m256d v = _mm256_set1_pd(values[f]);
     for (int q = 0; q < 4; q++) {
-      const __m256d cq = _mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 4 * q)));
+      const __m256d cq = QuarterCounts(c + 4 * q);
       acc[q] = _mm256_add_pd(acc[q], _mm256_mul_pd(cq, v));
     }
   }
   for (int q = 0; q < 4; q++) _mm256_storeu_pd(sums + 4 * q, acc[q]);
 }
 
-void BootstrapMeanLanes(Rng rng, size_t first, size_t last, const double* values, size_t n, double* out) {
+template <class C>
+void BootstrapMeanLanesOf(Rng rng, size_t first, size_t last, const double* values, size_t n, double* out) {
   double sums[kLanes];
-  LaneReplicates(rng, first, last, n, [&](const int32_t* weight, const int64_t* replicate) {
-    (HasAvx512() ? MeanSums : MeanSumsAvx2)(weight, values, n, sums);
+  LaneReplicates<C>(rng, first, last, n, [&](const C* weight, const int64_t* replicate) {
+    (HasAvx512() ? MeanSums<C> : MeanSumsAvx2<C>)(weight, values, n, sums);
     for (size_t l = 0; l < kLanes; l++)
       if (replicate[l] >= 0) out[replicate[l]] = sums[l] / static_cast<double>(n);
   });
+}
+
+void BootstrapMeanLanes(Rng rng, size_t first, size_t last, const double* values, size_t n, double* out) {
+  if (n < kShortCountItems) BootstrapMeanLanesOf<uint16_t>(rng, first, last, values, n, out);
+  else BootstrapMeanLanesOf<int32_t>(rng, first, last, values, n, out);
 }
 #endif
 

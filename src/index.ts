@@ -108,7 +108,8 @@ export async function inspectModel(
   modelDir: string,
   options: { layerRule?: string; hiddenTensors?: string; modelFile?: string } = {},
 ): Promise<ModelInspection> {
-  return (await (await import("./extract/extract.js")).inspectModel(modelDir, options)).inspection;
+  return (await (await import("./extract/extract.js")).inspectModel(modelDir, { ...options, weights: false }))
+    .inspection;
 }
 
 /** Greedy answers to every bank query, appended to a JSONL file; a rerun skips the queries already answered. */

@@ -43,6 +43,7 @@ import { decodeModelOf, openModelDir } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
 import { valueShape, type ModelProto } from "../onnx/graph.js";
 import { rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
+import { readModel, readModelStructure, type ModelStructure } from "../onnx/structure.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckFailure } from "../model/self-check.js";
 import { hiddenOutputType } from "../model/hidden-output.js";
 import {
@@ -71,7 +72,7 @@ import { extractionWorkerScript, sessionStates, workerStates, type StateRunner, 
  * model and the inputs it still reads.
  */
 function rewriteAndRelease(
-  inspected: { model: ModelProto; source: Uint8Array },
+  inspected: { model: ModelProto; source: ModelStructure },
   tensors: HiddenTensor[],
   dModel: number,
   stage: Stage | undefined,
@@ -82,7 +83,7 @@ function rewriteAndRelease(
     inspected.model,
     tensors,
     dModel,
-    stage ? { bytes: inspected.source, name: stage.sourceName } : undefined,
+    stage ? { bytes: inspected.source.bytes, name: stage.sourceName } : undefined,
     rightPaddedMask,
     hiddenOutputType(device),
   );
@@ -176,16 +177,20 @@ export interface ModelInspection {
   promptPadding: "left" | "right";
 }
 
+/**
+ * Inspects a model folder. The graph file is read whole, or with `weights: false` without its large weights
+ * (`source.fill()` reads them), for a caller that hands them to onnxruntime by offset or never looks at them.
+ */
 export async function inspectModel(
   modelDir: string,
-  options: { layerRule?: string; hiddenTensors?: string; modelFile?: string; hash?: boolean } = {},
+  options: { layerRule?: string; hiddenTensors?: string; modelFile?: string; hash?: boolean; weights?: boolean } = {},
 ) {
   const md = await openModelDir(modelDir, options.modelFile);
   // With `hash`, the model file is hashed in another thread while this one loads the tokenizer (and another reads the file).
   const hashing = options.hash ? fileSha256(md.onnxPath) : undefined;
   hashing?.catch(() => {});
-  const { tokenizer, source } = await tokenizerAndModel(md);
-  const model = decodeModelOf(md, source);
+  const { tokenizer, source } = await tokenizerAndModel(md, options.weights === false ? readModelStructure : readModel);
+  const model = decodeModelOf(md, source.bytes);
   const L = md.config.numLayers;
   const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
   const plan = detectHiddenTensors(model.graph!, L, explicit);
@@ -235,6 +240,8 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     hiddenTensors: o.hiddenTensors,
     modelFile: o.modelFile,
     hash: true,
+    // The weights go to onnxruntime by offset into the file (see rewriteAndRelease).
+    weights: false,
   });
   const { inspection, tokenizer } = inspected;
   for (const w of inspection.plan.warnings) log(`warning: ${w}`, "warn");
@@ -393,9 +400,13 @@ async function openSession(
   const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
   const weights = weightBytes(inspection.onnxPath, inspected.model.graph!);
   const place = placeSessions(o, weights, Math.ceil(rows / rowsPerRun), "extracting", log);
+  // The weights were left unread (inspectModel); WebGPU may widen float16 ones in memory.
+  if (device === "webgpu") await inspected.source.fill();
   const widened = forDevice(device, inspection.onnxPath, inspected.model);
   if (widened !== undefined) log(widened, "info");
   const stage = await stageModel(inspection.onnxPath);
+  // A model that cannot be staged carries its weights inline.
+  if (stage === undefined) await inspected.source.fill();
   const paddingSide = inspection.promptPadding;
   // Right-padded rows are read at their last real token, found from the mask inside the graph.
   const mask = inspection.plan.inputs.feeds.find((f) => f.kind === "attention_mask")?.name;

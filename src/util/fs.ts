@@ -305,30 +305,63 @@ export function readUtf8Sync(path: string, o: InputOptions = {}): Buffer {
 const READ_CHUNK_BYTES = 1 << 30;
 
 /**
- * The whole of a large file (a model), read by one request to libuv's thread
- * pool per GiB: `readFile` asks for 512 KiB at a time and needs this
- * thread's event loop between requests, so it stalls whenever this thread is
- * busy (loading a tokenizer, say). Errors are Node's, as `readFile`'s are.
+ * A regular file opened for reading spans of it, each into a buffer the file's
+ * size at the span's own offset, by one request to libuv's thread pool per GiB:
+ * `readFile` asks for 512 KiB at a time and needs this thread's event loop
+ * between requests, so it stalls whenever this thread is busy (loading a
+ * tokenizer, say). What is never read costs no memory. Errors are Node's, as
+ * `readFile`'s are. The caller closes it.
  */
-export async function readWhole(path: string): Promise<Buffer> {
+export interface FileSpans {
+  /** The file's size in bytes, when it was opened; every span read lands at its offset. */
+  readonly bytes: Buffer;
+  /** Reads [from, to); the offset where the file ended instead, if it is shorter now. */
+  read(from: number, to: number): Promise<number>;
+  close(): void;
+}
+
+/** The error for a file whose size changed between two reads of it. */
+export function changedWhileRead(path: string): FileError {
+  return new FileError(path, "unreadable", undefined, "cannot be read: it changed while it was read");
+}
+
+/** Opens `path` (a link at it followed) for {@link FileSpans}, into `into` where given (the file's size, or refused). */
+export function openSpans(path: string, into?: Buffer): FileSpans {
   const fd = openSync(path, inputFlags({ follow: true }));
+  let bytes: Buffer;
   try {
     const st = fstatSync(fd);
     checkInput(st, path, {});
-    const size = st.size;
-    const buf = Buffer.allocUnsafe(size);
-    for (let done = 0; done < size;) {
-      const got = await new Promise<number>((resolve, reject) =>
-        read(fd, buf, done, Math.min(size - done, READ_CHUNK_BYTES), done, (err, n) =>
-          err ? reject(err) : resolve(n),
-        ),
-      );
-      if (got === 0) return buf.subarray(0, done); // the file shrank meanwhile
-      done += got;
-    }
-    return buf;
-  } finally {
+    if (into && into.length !== st.size) throw changedWhileRead(path);
+    bytes = into ?? Buffer.allocUnsafe(st.size);
+  } catch (err) {
     closeSync(fd);
+    throw err;
+  }
+  return {
+    bytes,
+    read: async (from, to) => {
+      for (let at = from; at < to;) {
+        const got = await new Promise<number>((resolve, reject) =>
+          read(fd, bytes, at, Math.min(to - at, READ_CHUNK_BYTES), at, (err, n) => (err ? reject(err) : resolve(n))),
+        );
+        if (got === 0) return at;
+        at += got;
+      }
+      return to;
+    },
+    close: () => closeSync(fd),
+  };
+}
+
+/** The whole of a large file (a model), read as {@link openSpans} reads. */
+export async function readWhole(path: string): Promise<Buffer> {
+  const file = openSpans(path);
+  try {
+    const end = await file.read(0, file.bytes.length);
+    return end < file.bytes.length ? file.bytes.subarray(0, end) : file.bytes; // the file shrank meanwhile
+  } finally {
+    file.close();
   }
 }
 

@@ -58,7 +58,7 @@ import {
   type ModelRunOptions,
   type Stage,
 } from "../model/session.js";
-import { modelTokenizer, type PromptTokenizer } from "../model/tokenizer.js";
+import { tokenizerAndModel } from "../model/tokenizer.js";
 import { parallelLine, placeSessions, weightBytes } from "../model/workers.js";
 import { shardFromEnv } from "./shard.js";
 import { extractionWorkerScript, sessionStates, workerStates, type StateRunner, type StatesSetup } from "./states.js";
@@ -177,85 +177,46 @@ export interface ModelInspection {
   promptPadding: "left" | "right";
 }
 
-/** What {@link openModel} finds in a model folder: its inspection but for what the tokenizer says. */
-export type ModelFound = Omit<ModelInspection, "tokenizerSize" | "addsPrefix">;
-
-export interface InspectOptions {
-  layerRule?: string;
-  hiddenTensors?: string;
-  modelFile?: string;
-  /** Hash the graph file (`sha256`) in another thread meanwhile. */
-  hash?: boolean;
-  /** False: the graph file is read without its large weights (`source.fill()` reads them); see ../onnx/structure.ts. */
-  weights?: boolean;
-}
-
 /**
- * A model folder's graph, read and inspected, and its tokenizer, loaded when asked for (`tokenizer()`), so that
- * a caller can set the graph to work first. Where the graph fails, the tokenizer is loaded before the error is
- * thrown: a tokenizer error, if there is one, is the one reported, as when it was loaded first.
+ * Inspects a model folder. The graph file is read whole, or with `weights: false` without its large weights
+ * (`source.fill()` reads them), for a caller that hands them to onnxruntime by offset or never looks at them.
  */
-export async function openModel(modelDir: string, options: InspectOptions = {}) {
+export async function inspectModel(
+  modelDir: string,
+  options: { layerRule?: string; hiddenTensors?: string; modelFile?: string; hash?: boolean; weights?: boolean } = {},
+) {
   const md = await openModelDir(modelDir, options.modelFile);
+  // With `hash`, the model file is hashed in another thread while this one loads the tokenizer (and another reads the file).
   const hashing = options.hash ? fileSha256(md.onnxPath) : undefined;
   hashing?.catch(() => {});
-  let loading: Promise<PromptTokenizer> | undefined;
-  const tokenizer = () => (loading ??= modelTokenizer(md));
-  try {
-    const source = await (options.weights === false ? readModelStructure : readModel)(md.onnxPath);
-    const model = decodeModelOf(md, source.bytes);
-    const L = md.config.numLayers;
-    const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
-    const plan = detectHiddenTensors(model.graph!, L, explicit);
-    const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);
-    const missing = storedLayers.filter((l) => !plan.tensors.some((t) => t.layer === l));
-    if (missing.length)
-      throw new DetectionError(
-        `no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`,
-      );
-    const found: ModelFound = {
-      dir: modelDir,
-      onnxPath: md.onnxPath,
-      ...(md.source ? { source: md.source } : {}),
-      numLayers: L,
-      dModel: md.config.hiddenSize,
-      vocabSize: md.config.vocabSize,
-      plan,
-      storedLayers,
-      inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
-      outputs: (model.graph!.output ?? []).map((v) => v.name!),
-      format: graphFormat(model.graph!),
-      promptPadding: promptPadding(plan.inputs),
-    };
-    return { found, model, source, tokenizer, sha256: hashing, configRaw: md.config.raw };
-  } catch (err) {
-    await tokenizer();
-    throw err;
-  }
-}
-
-/** Everything about a model folder that extraction needs (see {@link openModel}), its tokenizer loaded. */
-export async function inspectModel(modelDir: string, options: InspectOptions = {}) {
-  const opened = await openModel(modelDir, options);
-  const tokenizer = await opened.tokenizer();
-  const { found } = opened;
+  const { tokenizer, source } = await tokenizerAndModel(md, options.weights === false ? readModelStructure : readModel);
+  const model = decodeModelOf(md, source.bytes);
+  const L = md.config.numLayers;
+  const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
+  const plan = detectHiddenTensors(model.graph!, L, explicit);
+  const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);
+  const missing = storedLayers.filter((l) => !plan.tensors.some((t) => t.layer === l));
+  if (missing.length)
+    throw new DetectionError(
+      `no tensor is known for stored layer(s) ${missing.join(", ")}; add them to --hidden-tensors`,
+    );
   const inspection: ModelInspection = {
-    dir: found.dir,
-    onnxPath: found.onnxPath,
-    ...(found.source ? { source: found.source } : {}),
-    numLayers: found.numLayers,
-    dModel: found.dModel,
-    vocabSize: found.vocabSize,
+    dir: modelDir,
+    onnxPath: md.onnxPath,
+    ...(md.source ? { source: md.source } : {}),
+    numLayers: L,
+    dModel: md.config.hiddenSize,
+    vocabSize: md.config.vocabSize,
     tokenizerSize: tokenizer.size,
     addsPrefix: tokenizer.prefix,
-    plan: found.plan,
-    storedLayers: found.storedLayers,
-    inputs: found.inputs,
-    outputs: found.outputs,
-    format: found.format,
-    promptPadding: found.promptPadding,
+    plan,
+    storedLayers,
+    inputs: (model.graph!.input ?? []).map((v) => ({ name: v.name!, shape: valueShape(v) })),
+    outputs: (model.graph!.output ?? []).map((v) => v.name!),
+    format: graphFormat(model.graph!),
+    promptPadding: promptPadding(plan.inputs),
   };
-  return { ...opened, inspection, tokenizer };
+  return { inspection, model, source, tokenizer, sha256: hashing, configRaw: md.config.raw };
 }
 
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
@@ -274,7 +235,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const main = mainForwardRows(bankRows);
   if (main.length === 0)
     throw new EmptyBankError(o.bank, "no row has use_for_main_forward: true, so there is nothing to extract");
-  const opened = await openModel(o.modelDir, {
+  const inspected = await inspectModel(o.modelDir, {
     layerRule: o.layerRule,
     hiddenTensors: o.hiddenTensors,
     modelFile: o.modelFile,
@@ -282,7 +243,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     // The weights go to onnxruntime by offset into the file (see rewriteAndRelease).
     weights: false,
   });
-  const inspection = opened.found;
+  const { inspection, tokenizer } = inspected;
   for (const w of inspection.plan.warnings) log(`warning: ${w}`, "warn");
   const layers = inspection.storedLayers;
   const tensors = layers.map((l) => inspection.plan.tensors.find((t) => t.layer === l)!);
@@ -296,20 +257,18 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   const shard: ShardInfo | undefined = o.shard
     ? { index: o.shard.index, count: o.shard.count, row_start: start, row_end: end, rows_total: main.length }
     : undefined;
-  const storeFor = async () => {
-    const init = storeInit(o, inspection, tensors, rows, shard, await opened.sha256!);
-    init.extraction = {
-      rows_sha256: rowsSha256(main),
-      batch_size: inspection.format.batchDependent ? 1 : batchSize,
-      commit_rows: commitRows,
-      device: o.device ?? "cpu",
-    };
-    return init;
+  const modelSha = await inspected.sha256!;
+
+  const init = storeInit(o, inspection, tensors, rows, shard, modelSha);
+  init.extraction = {
+    rows_sha256: rowsSha256(main),
+    batch_size: inspection.format.batchDependent ? 1 : batchSize,
+    commit_rows: commitRows,
+    device: o.device ?? "cpu",
   };
   // A finished store is left alone (after checking it was made the same way).
   if (await isComplete(o.out)) {
-    await opened.tokenizer();
-    const writer = await StoreWriter.open(o.out, await storeFor());
+    const writer = await StoreWriter.open(o.out, init);
     await writer.close();
     return {
       manifest: writer.manifest,
@@ -318,21 +277,14 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
       seconds: (performance.now() - t0) / 1000,
     };
   }
-  // The sessions load (in their threads) while this one loads the tokenizer and tokenizes: it goes on once they
-  // have started (or failed to).
-  let started!: () => void;
-  const starting = new Promise<void>((resolve) => (started = resolve));
-  const opening = openSession(opened, tensors, batchSize, rows.length, o, log, started);
-  await Promise.race([starting, opening.catch(() => {})]);
-  let tokenizer: PromptTokenizer;
+  // The sessions load (in their threads) while this one tokenizes.
+  const opening = openSession(inspected, tensors, batchSize, rows.length, o, log);
+  opening.catch(() => {});
   let tokens: number[][];
-  let init: StoreInit;
   try {
-    tokenizer = await opened.tokenizer();
     tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
-    init = await storeFor();
   } catch (err) {
-    await opening.then((session) => session.runner.close()).catch(() => {});
+    await opening.then((opened) => opened.runner.close()).catch(() => {});
     throw err;
   }
   const { runner, pad, rule } = await opening;
@@ -391,7 +343,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
 /** The manifest fields an extraction records before its first row: the model, the layers and the row order. */
 function storeInit(
   o: ExtractOptions,
-  inspection: ModelFound,
+  inspection: ModelInspection,
   tensors: HiddenTensor[],
   rows: ReturnType<typeof mainForwardRows>,
   shard: ShardInfo | undefined,
@@ -434,15 +386,14 @@ export function rowsSha256(rows: readonly BankRow[]): string {
  * session is made before the store: a model or device that cannot run leaves nothing behind.
  */
 async function openSession(
-  inspected: Awaited<ReturnType<typeof openModel>>,
+  inspected: Awaited<ReturnType<typeof inspectModel>>,
   tensors: HiddenTensor[],
   batchSize: number,
   rows: number,
   o: ExtractOptions,
   log: NonNullable<ExtractOptions["log"]>,
-  started: () => void,
 ) {
-  const inspection = inspected.found;
+  const { inspection } = inspected;
   const device = o.device ?? "cpu";
   checkDevice(device, graphNeeds(inspection.onnxPath, inspected.model));
   // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
@@ -488,16 +439,11 @@ async function openSession(
   const script = extractionWorkerScript();
   // Worker threads load the staged file; where there is none (weights inlined, or running from the TypeScript
   // sources), one session on the main thread takes every core.
-  const runner = await withStagedModel(rewritten.bytes, stage, device, async (file) => {
-    if (typeof file === "string" && script && place.workers > 1) {
-      const loading = workerStates(script, place.workers, { model: file, options: place.sessionOptions, setup });
-      started();
-      return loading;
-    }
-    // The session loads on this thread: nothing else runs meanwhile.
-    started();
-    return sessionStates(await loadSession(file, place.aloneOptions), setup);
-  });
+  const runner = await withStagedModel(rewritten.bytes, stage, device, async (file) =>
+    typeof file === "string" && script && place.workers > 1
+      ? workerStates(script, place.workers, { model: file, options: place.sessionOptions, setup })
+      : sessionStates(await loadSession(file, place.aloneOptions), setup),
+  );
   if (rowsPerRun < batchSize)
     log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
   log(

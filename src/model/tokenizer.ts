@@ -128,21 +128,18 @@ export class PromptTokenizer {
   }
 }
 
-/** The model's tokenizer, checked against its config. */
-export async function modelTokenizer(md: ModelDir): Promise<PromptTokenizer> {
+/**
+ * The model's tokenizer, checked against its config, and its graph file as
+ * `read` gives it (whole, by default): the file is read in another thread
+ * while this one loads the tokenizer, and a tokenizer error is reported first.
+ */
+export async function tokenizerAndModel<T = Buffer>(
+  md: ModelDir,
+  read: (path: string) => Promise<T> = readWhole as (path: string) => Promise<T>,
+): Promise<{ tokenizer: PromptTokenizer; source: T }> {
+  const reading = read(md.onnxPath);
+  reading.catch(() => {});
   const tokenizer = await PromptTokenizer.load(md.dir);
   tokenizer.checkVocab(md.config.vocabSize, `${md.dir}/tokenizer.json`);
-  return tokenizer;
-}
-
-/**
- * The model's tokenizer, checked against its config, and its graph file's
- * bytes: the file is read in another thread while this one loads the
- * tokenizer, and a tokenizer error is reported first.
- */
-export async function tokenizerAndModel(md: ModelDir): Promise<{ tokenizer: PromptTokenizer; source: Buffer }> {
-  const reading = readWhole(md.onnxPath);
-  reading.catch(() => {});
-  const tokenizer = await modelTokenizer(md);
   return { tokenizer, source: await reading };
 }

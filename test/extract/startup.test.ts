@@ -1,9 +1,9 @@
 /**
- * What `hsm extract` does before its first batch: the sessions start loading
- * while the main thread loads the tokenizer, yet a tokenizer that cannot be
- * loaded still stops the run with its own error — the one reported where the
- * graph is broken too — with nothing written, no staged model left behind, and
- * no session thread keeping the command from ending.
+ * What `hsm extract` does before its first batch, where the model folder is
+ * broken: a tokenizer that cannot be loaded stops the run with its own error,
+ * the one reported where the graph is broken too, and a broken graph with its
+ * own; either way nothing is written, no staged model is left behind, and no
+ * session thread keeps the command from ending.
  */
 import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";

@@ -475,27 +475,23 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
 
     // Native kernels count a replicate's draws in 16 bits below 2^16 facts and in 32 bits from there on.
     it.each(cases)("%s, with more facts than 16-bit counts reach", async (_name, { kernels: k }) => {
-      const run = async (kk: Kernels) => {
-        const rng = new Rng(6);
-        const nFacts = 2 ** 16 + 7;
-        const fam = group(rng, nFacts + 3000, nFacts);
-        const anc = group(rng, 3000, 1500);
-        const toPaired = Int32Array.from({ length: nFacts }, (_, f) => (f % 5 === 0 ? -1 : f % 1500));
-        const out = new Float64Array(19);
-        const paired = new Float64Array(19);
-        await kk.bootstrapAuroc(13, 14, fam.g, 19, out, anc.g, toPaired, paired);
-        const mean = new Float64Array(19);
-        await kk.bootstrapMean(
-          13,
-          15,
-          Float64Array.from({ length: nFacts }, () => rng.normal()),
-          19,
-          mean,
-        );
-        return [out, paired, mean];
-      };
-      const [got, want] = [await run(k), await run(reference)];
-      got.forEach((a, i) => expect(Buffer.from(a.buffer).equals(Buffer.from(want[i]!.buffer))).toBe(true));
+      const nFacts = 2 ** 16 + 7;
+      const B = 19;
+      const rng = new Rng(6);
+      const fam = group(rng, nFacts + 3000, nFacts);
+      const anc = group(rng, 3000, 1500);
+      const toPaired = Int32Array.from({ length: nFacts }, (_, f) => (f % 5 === 0 ? -1 : f % 1500));
+      const values = Float64Array.from({ length: nFacts }, () => rng.normal());
+      // Replicates of the AUROC, of the paired group's, and of the mean: this backend's, then the reference's.
+      const [mine, theirs] = await Promise.all(
+        [k, reference].map(async (kk) => {
+          const [out, paired, mean] = [new Float64Array(B), new Float64Array(B), new Float64Array(B)];
+          await kk.bootstrapAuroc(13, 14, fam.g, B, out, anc.g, toPaired, paired);
+          await kk.bootstrapMean(13, 15, values, B, mean);
+          return [out, paired, mean].map((a) => Buffer.from(a.buffer));
+        }),
+      );
+      mine!.forEach((a, i) => expect(a.equals(theirs![i]!)).toBe(true));
     });
   });
 }

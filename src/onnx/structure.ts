@@ -12,7 +12,7 @@
  * {@link ModelStructure.fill} reads them for a caller that needs the weights
  * after all.
  */
-import { changedWhileRead, openSpans, readWhole, type FileSpans } from "../util/fs.js";
+import { changedWhileRead, openSpans, readAll, readWhole, type FileSpans } from "../util/fs.js";
 
 /** A payload at least this long is skipped (well above the 4 KB the rewrite leaves inline). */
 const SKIP_BYTES = 1 << 16;
@@ -40,15 +40,16 @@ export async function readModel(path: string): Promise<ModelStructure> {
 /** The graph file at `path` (a link followed) without its initializers' large payloads. */
 export async function readModelStructure(path: string): Promise<ModelStructure> {
   const file = openSpans(path);
-  let unread: [number, number][] | undefined;
+  let bytes = file.bytes;
+  let spans: [number, number][];
   try {
-    unread = await skippedPayloads(file);
+    const unread = await skippedPayloads(file);
+    // Bytes the walk did not expect, or a file that shrank: read whole, the decoder says what is wrong.
+    if (unread === undefined) bytes = await readAll(file);
+    spans = unread ?? [];
   } finally {
     file.close();
   }
-  // Bytes the walk did not expect, or a file that shrank: read whole, the decoder says what is wrong.
-  const bytes = unread === undefined ? await readWhole(path) : file.bytes;
-  const spans = unread ?? [];
   let filling: Promise<void> | undefined;
   const fill = async () => {
     if (spans.length === 0) return;

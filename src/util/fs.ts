@@ -354,12 +354,17 @@ export function openSpans(path: string, into?: Buffer): FileSpans {
   };
 }
 
+/** Every byte of an open file, into its buffer (shorter where the file shrank meanwhile). */
+export async function readAll(file: FileSpans): Promise<Buffer> {
+  const end = await file.read(0, file.bytes.length);
+  return end < file.bytes.length ? file.bytes.subarray(0, end) : file.bytes;
+}
+
 /** The whole of a large file (a model), read as {@link openSpans} reads. */
 export async function readWhole(path: string): Promise<Buffer> {
   const file = openSpans(path);
   try {
-    const end = await file.read(0, file.bytes.length);
-    return end < file.bytes.length ? file.bytes.subarray(0, end) : file.bytes; // the file shrank meanwhile
+    return await readAll(file);
   } finally {
     file.close();
   }

@@ -465,7 +465,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   // Hashed in another thread while this one tokenizes.
   const hashing = fileSha256(md.onnxPath);
   hashing.catch(() => {});
-  const { tokenizer, source } = await tokenizerAndModel(md);
+  const { tokenizer, source } = await tokenizerAndModel(md, readWhole);
   const eos = await readEosIds(md.dir, md.config.raw, tokenizer.eosIds);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));

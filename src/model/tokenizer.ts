@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 
 import { MAX_PROMPT_LEN } from "../defaults.js";
-import { readText, readWhole } from "../util/fs.js";
+import { readText } from "../util/fs.js";
 import { ModelDirError, type ModelDir } from "./model-dir.js";
 
 export class PromptTokenizer {
@@ -130,12 +130,13 @@ export class PromptTokenizer {
 
 /**
  * The model's tokenizer, checked against its config, and its graph file as
- * `read` gives it (whole, by default): the file is read in another thread
- * while this one loads the tokenizer, and a tokenizer error is reported first.
+ * `read` gives it (generation reads every byte, extraction its structure):
+ * the file is read in another thread while this one loads the tokenizer, and
+ * a tokenizer error is reported first.
  */
-export async function tokenizerAndModel<T = Buffer>(
+export async function tokenizerAndModel<T>(
   md: ModelDir,
-  read: (path: string) => Promise<T> = readWhole as (path: string) => Promise<T>,
+  read: (path: string) => Promise<T>,
 ): Promise<{ tokenizer: PromptTokenizer; source: T }> {
   const reading = read(md.onnxPath);
   reading.catch(() => {});

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -26,6 +27,14 @@ namespace {
 constexpr size_t kPanel = 16;       // anchors per packed panel (one 512-bit vector)
 constexpr size_t kBlockPanels = 8;  // panels per anchor block: 128 anchors, 512 KB at d = 1024
 constexpr size_t kRows = 8;         // rows per micro-tile
+
+// The anchors in the order the bfloat16 screens take them (AnchorSlots): slot s holds anchor slot[s].
+struct SlotRows {
+  const float* a;
+  const uint32_t* slot;
+  size_t d;
+  const float* operator[](size_t s) const { return a + static_cast<size_t>(slot[s]) * d; }
+};
 
 // Anchors packed panel by panel: panel p holds anchors [16p, 16p+16) transposed,
 // so that for each k the 16 values a[16p + j][k] are contiguous. Missing anchors
@@ -238,14 +247,14 @@ float Up(double v) {
 class ScreenBound {
  public:
   // pairs: anchor g's bfloat16 pairs start at pairs + (g / 16) * 16 * dp + g % 16, stride 16.
-  ScreenBound(const float* a, size_t n_anchors, size_t d, const uint32_t* pairs, size_t dp, size_t n_panels,
+  ScreenBound(const SlotRows& a, size_t n_anchors, size_t d, const uint32_t* pairs, size_t dp, size_t n_panels,
               int threads)
       : d_(d), na_(n_panels * kPanel), ca_(n_panels * kPanel) {
     const double n = static_cast<double>(d + 2) * 0x1p-24;  // the sums' roundings, with room for padding
     gamma_ = n / (1 - n);
     Shares(n_anchors, threads, [&](size_t g0, size_t g1) {
       for (size_t g = g0; g < g1; g++) {
-        const Bf16Norms m = NormsOf(a + g * d, d, pairs + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
+        const Bf16Norms m = NormsOf(a[g], d, pairs + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
         na_[g] = Up(m.v);
         ca_[g] = Up(m.l + gamma_ * m.h);
       }
@@ -306,6 +315,31 @@ __attribute__((target("avx512f"))) void Dot4(const float* x, const float* const 
 }
 #pragma GCC diagnostic pop
 
+// The anchors as float32 panels (Pack's layout), packed the first time a thread asks for them: only
+// anchors that crowd a row's own score need them (NearPairs::Exact).
+class FloatPanels {
+ public:
+  FloatPanels(const SlotRows& a, size_t n_anchors, size_t d) : a_(a), n_anchors_(n_anchors), d_(d) {}
+  const float* Get() {
+    std::call_once(once_, [this]() {
+      // Mapped afresh, so zero past the last anchor.
+      packed_ = std::make_unique<HugeArray<float>>((n_anchors_ + kPanel - 1) / kPanel * kPanel * d_);
+      for (size_t g = 0; g < n_anchors_; g++) {
+        float* panel = packed_->get() + (g / kPanel) * kPanel * d_;
+        const float* row = a_[g];
+        for (size_t k = 0; k < d_; k++) panel[k * kPanel + g % kPanel] = row[k];
+      }
+    });
+    return packed_->get();
+  }
+
+ private:
+  SlotRows a_;
+  size_t n_anchors_, d_;
+  std::once_flag once_;
+  std::unique_ptr<HugeArray<float>> packed_;
+};
+
 // The (row, anchor) pairs a screen could not call, settled when an anchor block ends, while its
 // anchors are in cache. Most are settled by a float32 dot product in another order (Dot4, a row
 // against four of its anchors): it and the float32 path's sum are each within g_m or g_d times the
@@ -313,13 +347,16 @@ __attribute__((target("avx512f"))) void Dot4(const float* x, const float* const 
 // so an anchor scoring more than (g_d + g_m) |x| |a| + δ above or below the own score there is above
 // or below it in the float32 path too. The few left (anchors within about 1e-4 of the own score) are
 // recomputed with the float32 tiles' arithmetic, one fused multiply-add per k, in order, from zero:
-// kLanes pairs at a time, one a vector lane.
+// kLanes pairs at a time, one a vector lane. Where Dot4 settles too few (near-copies of one anchor crowd
+// the own score: TryDot4), a row's anchors go straight to that arithmetic: a panel holding several of them
+// whole (Exact, PanelRows), the others in lanes.
 class NearPairs {
  public:
   // Rows [r_begin, r_end) may come (row r is x's row x_rows[r], its bound rb[r - r_begin]). A block holds at most
   // block_anchors anchors.
-  NearPairs(const float* x, const int32_t* x_rows, const float* a, size_t d, const float* own_score, int32_t* above,
-            size_t r_begin, size_t r_end, size_t block_anchors, const ScreenBound& bound, const RowBound* rb)
+  NearPairs(const float* x, const int32_t* x_rows, const SlotRows& a, size_t d, const float* own_score, int32_t* above,
+            size_t r_begin, size_t r_end, size_t block_anchors, const ScreenBound& bound, const RowBound* rb,
+            FloatPanels& panels)
       : x_(x),
         x_rows_(x_rows),
         a_(a),
@@ -331,7 +368,9 @@ class NearPairs {
         near_(new uint32_t[(r_end - r_begin) * block_anchors]),
         n_near_(r_end - r_begin),
         bound_(bound),
-        rb_(rb) {
+        rb_(rb),
+        panels_(panels),
+        waiting_(block_anchors / kPanel) {
     const double m = static_cast<double>(d / 64 + 10) * 0x1p-24;
     settle_ = Up(bound.gamma() + m / (1 - m));
   }
@@ -355,17 +394,34 @@ class NearPairs {
       n_near_[i] = 0;
     }
     Pairs();
+    PanelRows();
   }
 
  private:
   // Pairs a batch, one a lane of a vector; also the coordinates a step transposes (a square 16 x 16).
   static constexpr size_t kLanes = 16;
+  // A panel with at least this many of a row's pairs is computed whole (Exact).
+  static constexpr size_t kPanelPairs = 2;
+  // Rows a panel is computed against at a time (PanelRows).
+  static constexpr size_t kTileRows = 8;
+  // A row waiting on a panel, and the panel's lanes it needs.
+  struct PanelRow {
+    uint32_t r;
+    __mmask16 lanes;
+  };
+  struct PanelWait {
+    size_t panel = 0;
+    std::vector<PanelRow> rows;
+  };
+  // One row in this many tries Dot4 even while it settles too little (TryDot4).
+  static constexpr size_t kProbeRows = 64;
 
   const float* Row(size_t r) const { return x_ + static_cast<size_t>(x_rows_[r]) * d_; }
 
   // Counts the anchors g[0, n) of row r that Dot4 can call; the others go to the float32 path's
   // lanes. A last short group of four repeats its first anchor, whose copies are not used.
   __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n) {
+    if (!TryDot4()) return Exact(r, g, n);
     const float* xr = Row(r);
     const RowBound& b = rb_[r - r_begin_];
     const __m128 o = _mm_set1_ps(own_score_[r]);
@@ -378,7 +434,7 @@ class NearPairs {
       const float* a[4];
       for (size_t t = 0; t < 4; t++) {
         g4[t] = g[j + (t < left ? t : 0)];
-        a[t] = a_ + static_cast<size_t>(g4[t]) * d_;
+        a[t] = a_[g4[t]];
       }
       alignas(16) float s[4];
       Dot4(xr, a, d_, s);
@@ -391,9 +447,73 @@ class NearPairs {
       const uint32_t close =
           static_cast<uint32_t>(_mm_movemask_ps(_mm_cmpge_ps(gap, _mm_sub_ps(_mm_setzero_ps(), e)))) & valid & ~high;
       above += __builtin_popcount(high);
+      settled_ += __builtin_popcount(valid & ~close);
       for (uint32_t m = close; m != 0; m &= m - 1) Pair(r, g4[__builtin_ctz(m)]);
     }
+    tried_ += n;
     above_[r] += above;
+  }
+
+  // Row r's anchors g[0, n) (ascending) without Dot4: a panel holding kPanelPairs or more of them waits
+  // for the block's end (PanelRows), where it is computed whole for every row waiting on it; the others go
+  // to the lanes (Pair).
+  void Exact(size_t r, const uint32_t* g, size_t n) {
+    for (size_t j = 0; j < n;) {
+      const size_t p = g[j] / kPanel;
+      size_t e = j;
+      __mmask16 m = 0;
+      for (; e < n && g[e] / kPanel == p; e++) m |= static_cast<__mmask16>(1u << (g[e] % kPanel));
+      if (e - j < kPanelPairs) {
+        for (; j < e; j++) Pair(r, g[j]);
+        continue;
+      }
+      PanelWait& w = waiting_[p % waiting_.size()];
+      w.panel = p;
+      w.rows.push_back({static_cast<uint32_t>(r), m});
+      j = e;
+    }
+  }
+
+  // Every panel's waiting rows against it, kTileRows at a time, as the float32 tiles compute them: per row
+  // and anchor one fused multiply-add per k, in order, from zero (TileAvx512). Each row counts the anchors
+  // of its lanes that score above its own.
+  __attribute__((target("avx512f"))) void PanelRows() {
+    const float* packed = nullptr;
+    for (PanelWait& w : waiting_) {
+      if (w.rows.empty()) continue;
+      if (!packed) packed = panels_.Get();
+      const float* panel = packed + w.panel * kPanel * d_;
+      for (size_t i0 = 0; i0 < w.rows.size(); i0 += kTileRows) {
+        const size_t nr = std::min(kTileRows, w.rows.size() - i0);
+        // A short tile repeats its first row, whose copies are not counted.
+        const float* xr[kTileRows];
+        for (size_t i = 0; i < kTileRows; i++) xr[i] = Row(w.rows[i0 + (i < nr ? i : 0)].r);
+        __m512 c[kTileRows];
+#pragma GCC unroll 8
+        for (size_t i = 0; i < kTileRows; i++) c[i] = _mm512_setzero_ps();
+        for (size_t k = 0; k < d_; k++) {
+          const __m512 a = _mm512_loadu_ps(panel + k * kPanel);
+#pragma GCC unroll 8
+          for (size_t i = 0; i < kTileRows; i++) c[i] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i][k]), a, c[i]);
+        }
+        for (size_t i = 0; i < nr; i++) {
+          const PanelRow& pr = w.rows[i0 + i];
+          above_[pr.r] +=
+              __builtin_popcount(_mm512_mask_cmp_ps_mask(pr.lanes, c[i], _mm512_set1_ps(own_score_[pr.r]), _CMP_GT_OQ));
+        }
+      }
+      w.rows.clear();
+    }
+  }
+
+  // Whether the next row's near anchors go through Dot4 first. It settles a pair for about half the cost of
+  // the float32 path's lanes; where the anchors crowd the own score (near-duplicate anchors), it settles
+  // almost none and only adds its cost. So it is used while it has settled at least half of what it tried,
+  // and one row in kProbeRows tries it regardless, to notice when that changes. Either way every count is
+  // the float32 path's: only the time differs.
+  bool TryDot4() {
+    if (++rows_seen_ % kProbeRows == 0 || 2 * settled_ >= tried_) return true;
+    return false;
   }
 
   void Pair(size_t r, size_t g) {
@@ -415,7 +535,7 @@ class NearPairs {
     for (size_t j = 0; j < kLanes; j++) {
       const size_t i = j < n_pairs_ ? j : 0;
       xs[j] = Row(pair_rows_[i]);
-      as[j] = a_ + pair_anchors_[i] * d_;
+      as[j] = a_[pair_anchors_[i]];
     }
     __m512 c = _mm512_setzero_ps();
     for (size_t k0 = 0; k0 < d_; k0 += kLanes) {
@@ -446,7 +566,7 @@ class NearPairs {
 
   const float* x_;
   const int32_t* x_rows_;
-  const float* a_;
+  SlotRows a_;
   size_t d_;
   const float* own_score_;
   int32_t* above_;
@@ -457,8 +577,15 @@ class NearPairs {
   std::vector<uint16_t> n_near_;
   const ScreenBound& bound_;
   const RowBound* rb_;
+  FloatPanels& panels_;
+  // The block's panels (panel p at p mod their count), with the rows waiting on each (Exact).
+  std::vector<PanelWait> waiting_;
   // g_d + g_m, rounded up: what Settle's margin is made of.
   float settle_ = 0;
+  // Rows whose near anchors have come (Settle), and the pairs Dot4 tried and settled.
+  size_t rows_seen_ = 0;
+  size_t tried_ = 0;
+  size_t settled_ = 0;
   size_t pair_rows_[kLanes] = {};
   size_t pair_anchors_[kLanes] = {};
   size_t n_pairs_ = 0;
@@ -541,11 +668,11 @@ static_assert(kScreenPanels == 3, "ScreenTile dispatches on up to three panels")
 // Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor of a, which packed_bf holds as bfloat16
 // panels.
 __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, const int32_t* x_rows, size_t d,
-                                                                size_t r_begin, size_t r_end, const float* a,
+                                                                size_t r_begin, size_t r_end, const SlotRows& a,
                                                                 const uint32_t* packed_bf, size_t n_panels,
                                                                 size_t n_anchors, const ScreenBound& bound,
                                                                 const int32_t* own, const float* own_score,
-                                                                int32_t* above) {
+                                                                int32_t* above, FloatPanels& panels) {
   const size_t dp = (d + 1) / 2;
   // These rows as bfloat16 pairs (k, k+1), converted once; d and the last tile of rows
   // are zero-padded (padding rows are never counted).
@@ -558,8 +685,8 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
     rb[r - r_begin] = bound.Row(xr, xb.data() + (r - r_begin) * dp);
   }
   __m512 acc[kScreenRows * kScreenPanels];
-  NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kScreenBlockPanels * kPanel, bound,
-                       rb.data());
+  NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kScreenBlockPanels * kPanel, bound, rb.data(),
+                       panels);
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
@@ -596,9 +723,9 @@ constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat
 // them out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded up to an even
 // count with zero panels.
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows(
-    const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const float* a,
+    const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const SlotRows& a,
     const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const ScreenBound& bound, const int32_t* own,
-    const float* own_score, int32_t* above) {
+    const float* own_score, int32_t* above, FloatPanels& panels) {
   const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
   std::vector<uint32_t> xb(padded * dq);
@@ -609,7 +736,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     rb[r - r_begin] = bound.Row(xr, xb.data() + (r - r_begin) * dq);
   }
   AmxTiles tiles;
-  NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel, bound, rb.data());
+  NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel, bound, rb.data(),
+                       panels);
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
@@ -651,6 +779,57 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     near_pairs.EndBlock();
   }
 }
+
+// Slots for the anchors: an order that puts near-duplicate anchors side by side. Where a row's own
+// score has many anchors within float32 rounding of it (anchors that are copies, or nearly, of one
+// another), those anchors then sit in a few runs of consecutive slots, and the pairs the screen cannot
+// call come in runs too. Anchor g's key is the signs of its projections on kOrderBits fixed directions
+// of +1 and -1 (random hyperplanes: two anchors at an angle t differ in a bit with probability t / pi);
+// slots go by key, then by anchor. The order changes no count: each anchor is counted or not on its own.
+constexpr size_t kOrderBits = 16;
+static_assert(kOrderBits == 16, "OrderKey takes the projections as the lanes of one vector");
+// The signs of v's projections on the directions (dirs[k * kOrderBits + b]: direction b at k), as bits.
+// Only the bfloat16 screens order their anchors, and they run where AVX-512 does.
+__attribute__((target("avx512f"))) uint32_t OrderKey(const float* v, const float* dirs, size_t d) {
+  __m512 p[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (size_t k = 0; k < d; k++)
+    p[k % 4] = _mm512_fmadd_ps(_mm512_set1_ps(v[k]), _mm512_loadu_ps(dirs + k * kOrderBits), p[k % 4]);
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
+  return _mm512_cmp_ps_mask(sum, _mm512_setzero_ps(), _CMP_GT_OQ);
+}
+
+std::vector<uint32_t> AnchorSlots(const float* a, size_t n_anchors, size_t d, int threads) {
+  // Direction b's sign at coordinate k, dirs[k * kOrderBits + b]: bit b of a fixed hash of k.
+  std::vector<float> dirs(d * kOrderBits);
+  for (size_t k = 0; k < d; k++) {
+    uint64_t h = (k + 1) * 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    for (size_t b = 0; b < kOrderBits; b++) dirs[k * kOrderBits + b] = (h >> b) & 1 ? 1.0f : -1.0f;
+  }
+  std::vector<uint32_t> key(n_anchors);
+  Shares(n_anchors, threads, [&](size_t g0, size_t g1) {
+    for (size_t g = g0; g < g1; g++) key[g] = OrderKey(a + g * d, dirs.data(), d);
+  });
+  std::vector<uint32_t> slots(n_anchors);
+  for (size_t g = 0; g < n_anchors; g++) slots[g] = static_cast<uint32_t>(g);
+  std::stable_sort(slots.begin(), slots.end(), [&](uint32_t u, uint32_t v) { return key[u] < key[v]; });
+  return slots;
+}
+
+// The anchors' slots (AnchorSlots), and each ranked row's own anchor as a slot.
+struct SlottedAnchors {
+  SlottedAnchors(const float* a, size_t n_anchors, size_t d, const int32_t* own, size_t n_rows, int threads)
+      : slots(AnchorSlots(a, n_anchors, d, threads)), own(n_rows), rows{a, slots.data(), d} {
+    std::vector<int32_t> slot_of(n_anchors);
+    for (size_t s = 0; s < n_anchors; s++) slot_of[slots[s]] = static_cast<int32_t>(s);
+    for (size_t r = 0; r < n_rows; r++) this->own[r] = own[r] < 0 ? -1 : slot_of[own[r]];
+  }
+  std::vector<uint32_t> slots;
+  std::vector<int32_t> own;
+  SlotRows rows;
+};
 #endif
 
 // Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
@@ -689,16 +868,19 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     // The screens read each chunk's rows where they are, as they convert them to bfloat16.
 #ifdef HSM_X86
   if (HasAmxBf16() && allow_bf16) {
+    const SlottedAnchors slotted(a, n_anchors, d, own, n_rows, threads);
+    const SlotRows& sa = slotted.rows;
     const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
     const size_t even_panels = (n_panels + 1) / 2 * 2;
     const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
     const HugeArray<uint32_t> packed_bf(even_panels * kPanel * dq);
     Shares(n_panels, threads, [&](size_t p0, size_t p1) {
       for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
-        PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dq + g % kPanel, kPanel);
+        PairsBf16(sa[g], d, packed_bf.get() + (g / kPanel) * kPanel * dq + g % kPanel, kPanel);
       }
     });
-    const ScreenBound bound(a, n_anchors, d, packed_bf.get(), dq, even_panels, threads);
+    const ScreenBound bound(sa, n_anchors, d, packed_bf.get(), dq, even_panels, threads);
+    FloatPanels panels(sa, n_anchors, d);
     constexpr size_t kChunkRows = 16 * kAmxRows;
     const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
     const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
@@ -706,13 +888,16 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     Crew(nt, [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankAmxRows(x, rows, d, first, last, a, packed_bf.get(), even_panels, n_anchors, bound, own, own_score, above);
+        RankAmxRows(x, rows, d, first, last, sa, packed_bf.get(), even_panels, n_anchors, bound, slotted.own.data(),
+                    own_score, above, panels);
       }
     });
     return;
   }
   const bool bf16 = HasAvx512Bf16() && allow_bf16;
   if (bf16) {
+    const SlottedAnchors slotted(a, n_anchors, d, own, n_rows, threads);
+    const SlotRows& sa = slotted.rows;
     const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
     const size_t dp = (d + 1) / 2;
@@ -720,10 +905,11 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     const HugeArray<uint32_t> packed_bf(n_panels * kPanel * dp);
     Shares(n_panels, threads, [&](size_t p0, size_t p1) {
       for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
-        PairsBf16(a + g * d, d, packed_bf.get() + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
+        PairsBf16(sa[g], d, packed_bf.get() + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
       }
     });
-    const ScreenBound bound(a, n_anchors, d, packed_bf.get(), dp, n_panels, threads);
+    const ScreenBound bound(sa, n_anchors, d, packed_bf.get(), dp, n_panels, threads);
+    FloatPanels panels(sa, n_anchors, d);
     // Rows in chunks handed out one at a time, so that a thread the machine slows down (other
     // processes on the same cores) takes fewer chunks instead of holding the others up at the end.
     // Each chunk is converted to bfloat16 once (1 MB) and read again for every anchor block.
@@ -734,7 +920,8 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     auto work = [&]() {
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankBf16Rows(x, rows, d, first, last, a, packed_bf.get(), n_panels, n_anchors, bound, own, own_score, above);
+        RankBf16Rows(x, rows, d, first, last, sa, packed_bf.get(), n_panels, n_anchors, bound, slotted.own.data(),
+                     own_score, above, panels);
       }
     };
     Crew(nt, work);

@@ -193,6 +193,52 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     }
   });
 
+  it("counts crowds of near-copies scattered through the anchors as the float32 kernel does", () => {
+    // Five groups of near-copies (1e-6 to 1e-5 apart), interleaved among 700 anchors so that no two copies sit
+    // side by side, and 163 rows, each near one group's anchors: every row has dozens of anchors within float32
+    // rounding of its own score, in every anchor block, with rows of one group side by side and mixed.
+    for (const d of [1024, 1001]) {
+      const rng = new Rng(d + 5);
+      const n = 163;
+      const F = 700;
+      const groups = 5;
+      const a = unitRows(F, d, rng);
+      const bases = unitRows(groups, d, rng);
+      const noise = unitRows(F, d, rng);
+      // Anchors g ≡ 0 (mod 3) are copies of base g mod 5; the rest stay random.
+      const groupOf = (g: number) => (g % 3 === 0 ? (g / 3) % groups : -1);
+      for (let g = 0; g < F; g++) {
+        const b = groupOf(g);
+        if (b < 0) continue;
+        const spread = 1e-6 * (1 + (g % 10));
+        let norm = 0;
+        for (let j = 0; j < d; j++) norm += (a[g * d + j] = bases[b * d + j]! + spread * noise[g * d + j]!) ** 2;
+        for (let j = 0; j < d; j++) a[g * d + j]! /= Math.sqrt(norm);
+      }
+      // Row i leans on group (i * 7) mod 5 (runs of rows of one group, and rows of every group side by side); its
+      // own anchor is one of that group's copies.
+      const rowGroup = (i: number) => (i < 80 ? Math.floor(i / 16) : (i * 7) % groups);
+      const own = Int32Array.from({ length: n }, (_, i) => (i % 17 === 0 ? -1 : 3 * (rowGroup(i) + groups * (i % 40))));
+      const x = unitRows(n, d, rng);
+      for (let i = 0; i < n; i++) {
+        let norm = 0;
+        const b = rowGroup(i);
+        for (let j = 0; j < d; j++) norm += (x[i * d + j] = bases[b * d + j]! + 0.3 * x[i * d + j]!) ** 2;
+        for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(norm);
+      }
+      const counts = (k: NonNullable<typeof nativeKernels>) => {
+        const c = new Int32Array(n);
+        k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
+        return Array.from(c);
+      };
+      const float32 = counts(nativeFloat32!);
+      // Each row with an own anchor lands mid-field among its group's 47 copies.
+      const copies = Math.ceil(F / 3 / groups);
+      expect(float32.filter((c, i) => own[i]! >= 0 && c > 2 && c < copies - 2).length).toBeGreaterThan(n / 2);
+      expect(counts(nativeKernels!)).toEqual(float32);
+    }
+  });
+
   it("recomputes an anchor whose bfloat16 rounding errors all lean one way", () => {
     // Row r and its competitor (anchor 2r) hold ±m in one sign pattern, m just under half a bfloat16 step
     // above 2^-5: every coordinate rounds down, so the screen scores the competitor about 0.0078 (the

@@ -340,6 +340,28 @@ class FloatPanels {
   std::unique_ptr<HugeArray<float>> packed_;
 };
 
+// How the reordered dot product (Dot4) has fared on a thread's rows, so that NearPairs uses it where it pays.
+// It settles a pair for about half the cost of the float32 path's lanes; where near-copies of one anchor crowd
+// the own score it settles almost none and only adds its cost. The tallies halve at each use, so they follow
+// the rows of late. Either way every count is the float32 path's: only the time differs.
+struct Dot4Odds {
+  // One row in this many tries Dot4 on its first kProbePairs anchors while it settles too little.
+  static constexpr size_t kProbeRows = 64;
+  static constexpr size_t kProbePairs = 16;
+  size_t rows = 0, tried = 0, settled = 0;
+
+  // How many of a row's n anchors, from its first, go through Dot4: all while it has settled at least half of
+  // what it tried, else a probe's share of one row in kProbeRows.
+  size_t Take(size_t n) {
+    if (2 * settled >= tried) return n;
+    return ++rows % kProbeRows == 0 ? std::min(n, kProbePairs) : 0;
+  }
+  void Tally(size_t n, size_t n_settled) {
+    tried = tried / 2 + n;
+    settled = settled / 2 + n_settled;
+  }
+};
+
 // The (row, anchor) pairs a screen could not call, settled when an anchor block ends, while its
 // anchors are in cache. Most are settled by a float32 dot product in another order (Dot4, a row
 // against four of its anchors): it and the float32 path's sum are each within g_m or g_d times the
@@ -348,7 +370,7 @@ class FloatPanels {
 // or below it in the float32 path too. The few left (anchors within about 1e-4 of the own score) are
 // recomputed with the float32 tiles' arithmetic, one fused multiply-add per k, in order, from zero:
 // kLanes pairs at a time, one a vector lane. Where Dot4 settles too few (near-copies of one anchor crowd
-// the own score: TryDot4), a row's anchors go straight to that arithmetic: a panel holding several of them
+// the own score: Dot4Odds), a row's anchors go straight to that arithmetic: a panel holding several of them
 // whole (Exact, PanelRows), the others in lanes.
 class NearPairs {
  public:
@@ -356,7 +378,7 @@ class NearPairs {
   // block_anchors anchors.
   NearPairs(const float* x, const int32_t* x_rows, const SlotRows& a, size_t d, const float* own_score, int32_t* above,
             size_t r_begin, size_t r_end, size_t block_anchors, const ScreenBound& bound, const RowBound* rb,
-            FloatPanels& panels)
+            FloatPanels& panels, Dot4Odds& odds)
       : x_(x),
         x_rows_(x_rows),
         a_(a),
@@ -370,7 +392,8 @@ class NearPairs {
         bound_(bound),
         rb_(rb),
         panels_(panels),
-        waiting_(block_anchors / kPanel) {
+        odds_(odds),
+        block_panels_(block_anchors / kPanel) {
     const double m = static_cast<double>(d / 64 + 10) * 0x1p-24;
     settle_ = Up(bound.gamma() + m / (1 - m));
   }
@@ -404,24 +427,25 @@ class NearPairs {
   static constexpr size_t kPanelPairs = 2;
   // Rows a panel is computed against at a time (PanelRows).
   static constexpr size_t kTileRows = 8;
-  // A row waiting on a panel, and the panel's lanes it needs.
-  struct PanelRow {
+  // A row's panels of the block to be computed whole (bit q: the block's panel q) and, for each, the lanes
+  // whose anchors it counts.
+  static constexpr size_t kMaxBlockPanels = 16;
+  struct WholePanels {
     uint32_t r;
-    __mmask16 lanes;
+    uint32_t panels;
+    __mmask16 lanes[kMaxBlockPanels];
   };
-  struct PanelWait {
-    size_t panel = 0;
-    std::vector<PanelRow> rows;
-  };
-  // One row in this many tries Dot4 even while it settles too little (TryDot4).
-  static constexpr size_t kProbeRows = 64;
 
   const float* Row(size_t r) const { return x_ + static_cast<size_t>(x_rows_[r]) * d_; }
 
-  // Counts the anchors g[0, n) of row r that Dot4 can call; the others go to the float32 path's
-  // lanes. A last short group of four repeats its first anchor, whose copies are not used.
+  // Counts the anchors g[0, n) of row r that Dot4 can call, of those Dot4Odds gives it; the others go to the
+  // float32 path (Exact, Pair). A last short group of four repeats its first anchor, whose copies are not used.
   __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n) {
-    if (!TryDot4()) return Exact(r, g, n);
+    const size_t dotted = odds_.Take(n);
+    if (dotted < n) Exact(r, g + dotted, n - dotted);
+    if (dotted == 0) return;
+    n = dotted;
+    size_t settled = 0;
     const float* xr = Row(r);
     const RowBound& b = rb_[r - r_begin_];
     const __m128 o = _mm_set1_ps(own_score_[r]);
@@ -447,17 +471,17 @@ class NearPairs {
       const uint32_t close =
           static_cast<uint32_t>(_mm_movemask_ps(_mm_cmpge_ps(gap, _mm_sub_ps(_mm_setzero_ps(), e)))) & valid & ~high;
       above += __builtin_popcount(high);
-      settled_ += __builtin_popcount(valid & ~close);
+      settled += __builtin_popcount(valid & ~close);
       for (uint32_t m = close; m != 0; m &= m - 1) Pair(r, g4[__builtin_ctz(m)]);
     }
-    tried_ += n;
+    odds_.Tally(n, settled);
     above_[r] += above;
   }
 
-  // Row r's anchors g[0, n) (ascending) without Dot4: a panel holding kPanelPairs or more of them waits
-  // for the block's end (PanelRows), where it is computed whole for every row waiting on it; the others go
-  // to the lanes (Pair).
+  // Row r's anchors g[0, n) (ascending) without Dot4: the panels holding kPanelPairs or more of them are
+  // left for the block's end (PanelRows), where they are computed whole; the others go to the lanes (Pair).
   void Exact(size_t r, const uint32_t* g, size_t n) {
+    WholePanels w{static_cast<uint32_t>(r), 0, {}};
     for (size_t j = 0; j < n;) {
       const size_t p = g[j] / kPanel;
       size_t e = j;
@@ -467,53 +491,53 @@ class NearPairs {
         for (; j < e; j++) Pair(r, g[j]);
         continue;
       }
-      PanelWait& w = waiting_[p % waiting_.size()];
-      w.panel = p;
-      w.rows.push_back({static_cast<uint32_t>(r), m});
+      const size_t q = p % block_panels_;
+      block_first_ = p - q;
+      w.panels |= 1u << q;
+      w.lanes[q] = m;
       j = e;
     }
+    if (w.panels != 0) whole_.push_back(w);
   }
 
-  // Every panel's waiting rows against it, kTileRows at a time, as the float32 tiles compute them: per row
-  // and anchor one fused multiply-add per k, in order, from zero (TileAvx512). Each row counts the anchors
-  // of its lanes that score above its own.
+  // The rows with whole panels left (Exact), kTileRows at a time against every panel any of them needs, as the
+  // float32 tiles compute them: per row and anchor one fused multiply-add per k, in order, from zero
+  // (TileAvx512). Rows needing the same panels are taken together (sorted by their panel sets), and a tile's rows
+  // stay in cache while its panels pass; each row counts the anchors of its lanes that score above its own.
   __attribute__((target("avx512f"))) void PanelRows() {
-    const float* packed = nullptr;
-    for (PanelWait& w : waiting_) {
-      if (w.rows.empty()) continue;
-      if (!packed) packed = panels_.Get();
-      const float* panel = packed + w.panel * kPanel * d_;
-      for (size_t i0 = 0; i0 < w.rows.size(); i0 += kTileRows) {
-        const size_t nr = std::min(kTileRows, w.rows.size() - i0);
-        // A short tile repeats its first row, whose copies are not counted.
-        const float* xr[kTileRows];
-        for (size_t i = 0; i < kTileRows; i++) xr[i] = Row(w.rows[i0 + (i < nr ? i : 0)].r);
+    if (whole_.empty()) return;
+    const float* panels = panels_.Get() + block_first_ * kPanel * d_;
+    std::sort(whole_.begin(), whole_.end(),
+              [](const WholePanels& u, const WholePanels& v) { return u.panels < v.panels; });
+    for (size_t i0 = 0; i0 < whole_.size(); i0 += kTileRows) {
+      const size_t nr = std::min(kTileRows, whole_.size() - i0);
+      const WholePanels* rows = whole_.data() + i0;
+      // A short tile repeats its first row, whose copies are not counted.
+      const float* xr[kTileRows];
+      uint32_t needed = 0;
+      for (size_t i = 0; i < kTileRows; i++) {
+        xr[i] = Row(rows[i < nr ? i : 0].r);
+        if (i < nr) needed |= rows[i].panels;
+      }
+      for (uint32_t left = needed; left != 0; left &= left - 1) {
+        const size_t q = static_cast<size_t>(__builtin_ctz(left));
+        const float* panel = panels + q * kPanel * d_;
         __m512 c[kTileRows];
 #pragma GCC unroll 8
         for (size_t i = 0; i < kTileRows; i++) c[i] = _mm512_setzero_ps();
         for (size_t k = 0; k < d_; k++) {
-          const __m512 a = _mm512_loadu_ps(panel + k * kPanel);
+          const __m512 v = _mm512_loadu_ps(panel + k * kPanel);
 #pragma GCC unroll 8
-          for (size_t i = 0; i < kTileRows; i++) c[i] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i][k]), a, c[i]);
+          for (size_t i = 0; i < kTileRows; i++) c[i] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i][k]), v, c[i]);
         }
         for (size_t i = 0; i < nr; i++) {
-          const PanelRow& pr = w.rows[i0 + i];
-          above_[pr.r] +=
-              __builtin_popcount(_mm512_mask_cmp_ps_mask(pr.lanes, c[i], _mm512_set1_ps(own_score_[pr.r]), _CMP_GT_OQ));
+          if (!(rows[i].panels >> q & 1)) continue;
+          above_[rows[i].r] += __builtin_popcount(
+              _mm512_mask_cmp_ps_mask(rows[i].lanes[q], c[i], _mm512_set1_ps(own_score_[rows[i].r]), _CMP_GT_OQ));
         }
       }
-      w.rows.clear();
     }
-  }
-
-  // Whether the next row's near anchors go through Dot4 first. It settles a pair for about half the cost of
-  // the float32 path's lanes; where the anchors crowd the own score (near-duplicate anchors), it settles
-  // almost none and only adds its cost. So it is used while it has settled at least half of what it tried,
-  // and one row in kProbeRows tries it regardless, to notice when that changes. Either way every count is
-  // the float32 path's: only the time differs.
-  bool TryDot4() {
-    if (++rows_seen_ % kProbeRows == 0 || 2 * settled_ >= tried_) return true;
-    return false;
+    whole_.clear();
   }
 
   void Pair(size_t r, size_t g) {
@@ -578,14 +602,13 @@ class NearPairs {
   const ScreenBound& bound_;
   const RowBound* rb_;
   FloatPanels& panels_;
-  // The block's panels (panel p at p mod their count), with the rows waiting on each (Exact).
-  std::vector<PanelWait> waiting_;
+  Dot4Odds& odds_;
+  // Panels a block holds, the current block's first, and its rows with panels to compute whole (Exact).
+  size_t block_panels_;
+  size_t block_first_ = 0;
+  std::vector<WholePanels> whole_;
   // g_d + g_m, rounded up: what Settle's margin is made of.
   float settle_ = 0;
-  // Rows whose near anchors have come (Settle), and the pairs Dot4 tried and settled.
-  size_t rows_seen_ = 0;
-  size_t tried_ = 0;
-  size_t settled_ = 0;
   size_t pair_rows_[kLanes] = {};
   size_t pair_anchors_[kLanes] = {};
   size_t n_pairs_ = 0;
@@ -672,7 +695,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
                                                                 const uint32_t* packed_bf, size_t n_panels,
                                                                 size_t n_anchors, const ScreenBound& bound,
                                                                 const int32_t* own, const float* own_score,
-                                                                int32_t* above, FloatPanels& panels) {
+                                                                int32_t* above, FloatPanels& panels, Dot4Odds& odds) {
   const size_t dp = (d + 1) / 2;
   // These rows as bfloat16 pairs (k, k+1), converted once; d and the last tile of rows
   // are zero-padded (padding rows are never counted).
@@ -686,7 +709,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
   }
   __m512 acc[kScreenRows * kScreenPanels];
   NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kScreenBlockPanels * kPanel, bound, rb.data(),
-                       panels);
+                       panels, odds);
   for (size_t b0 = 0; b0 < n_panels; b0 += kScreenBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kScreenBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kScreenRows) {
@@ -718,6 +741,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
 constexpr size_t kAmxRows = 32;
 constexpr size_t kAmxPairs = 16;        // pairs along d per tile step (64 bytes a tile row)
 constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat16 at d = 1024
+static_assert(kAmxBlockPanels <= 16 && kScreenBlockPanels <= 16, "NearPairs keeps a block's panels in 16 bits");
 
 // Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor. packed_bf holds the panels as PairsBf16 lays
 // them out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded up to an even
@@ -725,7 +749,7 @@ constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows(
     const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const SlotRows& a,
     const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const ScreenBound& bound, const int32_t* own,
-    const float* own_score, int32_t* above, FloatPanels& panels) {
+    const float* own_score, int32_t* above, FloatPanels& panels, Dot4Odds& odds) {
   const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
   std::vector<uint32_t> xb(padded * dq);
@@ -737,7 +761,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   }
   AmxTiles tiles;
   NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel, bound, rb.data(),
-                       panels);
+                       panels, odds);
   alignas(64) float scores[4][16 * kPanel];
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
@@ -886,10 +910,11 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
     std::atomic<size_t> next{0};
     Crew(nt, [&]() {
+      Dot4Odds odds;
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
         RankAmxRows(x, rows, d, first, last, sa, packed_bf.get(), even_panels, n_anchors, bound, slotted.own.data(),
-                    own_score, above, panels);
+                    own_score, above, panels, odds);
       }
     });
     return;
@@ -918,10 +943,11 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
     std::atomic<size_t> next{0};
     auto work = [&]() {
+      Dot4Odds odds;
       for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
         const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
         RankBf16Rows(x, rows, d, first, last, sa, packed_bf.get(), n_panels, n_anchors, bound, slotted.own.data(),
-                     own_score, above, panels);
+                     own_score, above, panels, odds);
       }
     };
     Crew(nt, work);

@@ -60,6 +60,13 @@ const NEXT_STEP_MAX_FRACTION = 0.5;
 /** …and at least a tenth of it, so that one poor interpolation cannot collapse the step. */
 const NEXT_STEP_MIN_FRACTION = 0.1;
 /**
+ * A step stalls (see `stalled`) when it lowers the objective by less than this fraction of it (float64 rounding,
+ * give or take)…
+ */
+const STALL_OBJECTIVE_FRACTION = 1e-14;
+/** …and leaves the largest gradient component above this fraction of where it was. */
+const STALL_GRADIENT_FRACTION = 0.999;
+/**
  * Curvature pairs with s·y at or below this are not kept: the inverse-Hessian estimate stays positive definite
  * only with positive curvature, and 1/(s·y) of a pair near zero would swamp the others.
  */
@@ -161,7 +168,8 @@ export async function trainProbes(
       const a = accepted[k]!;
       finalV[k] = a.v;
       finalOffset[k] = a.offset;
-      remember(hist[k]!, a.theta, theta[k]!, a.grad, g[k]!, m);
+      if (stalled(a, f[k]!, g[k]!)) forget(hist[k]!);
+      else remember(hist[k]!, a.theta, theta[k]!, a.grad, g[k]!, m);
       theta[k] = a.theta;
       f[k] = a.value;
       g[k] = a.grad;
@@ -412,6 +420,24 @@ function nextStep(t: number, value: number, f: number, slope: number): number {
   const quadratic = (-slope * t * t) / (2 * (value - f - slope * t));
   if (!Number.isFinite(quadratic)) return NEXT_STEP_MAX_FRACTION * t;
   return Math.min(NEXT_STEP_MAX_FRACTION * t, Math.max(NEXT_STEP_MIN_FRACTION * t, quadratic));
+}
+
+/**
+ * Whether an accepted step made no progress: the objective no lower than the float64 rounding of its value and
+ * the largest gradient component within {@link STALL_GRADIENT_FRACTION} of where it was. Near the optimum of an
+ * ill-conditioned fold (features that are a few directions repeated) L-BFGS's memory can steer every direction
+ * along the flat valley, so that each line search ends on a step that changes nothing and the fold never meets the
+ * stopping rule; scikit-learn's float64 L-BFGS converges there.
+ */
+function stalled(a: Accepted, f: number, g: Float64Array): boolean {
+  return a.value >= f - STALL_OBJECTIVE_FRACTION * Math.abs(f) && maxAbs(a.grad) > STALL_GRADIENT_FRACTION * maxAbs(g);
+}
+
+/** Drops a fold's curvature pairs, so that its next direction is the steepest descent (see {@link stalled}). */
+function forget(H: CurvatureHistory): void {
+  H.s.length = 0;
+  H.y.length = 0;
+  H.rho.length = 0;
 }
 
 /** Keeps a step's curvature pair (s = θ' − θ, y = g' − g) when its curvature is positive; the oldest go beyond `m`. */

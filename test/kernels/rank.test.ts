@@ -24,6 +24,29 @@ function unitRows(n: number, d: number, rng: Rng): Float32Array {
   return x;
 }
 
+const all = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
+
+/** Row i of x (d values) set to `toward` plus `weight` times itself, then scaled to unit length. */
+function leanRow(x: Float32Array, i: number, d: number, toward: Float32Array, weight: number): void {
+  let norm = 0;
+  for (let j = 0; j < d; j++) norm += (x[i * d + j] = toward[j]! + weight * x[i * d + j]!) ** 2;
+  for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(norm);
+}
+
+/** How many anchors score above each row's own, by kernels k: every row of x against every anchor of a. */
+function aboveCounts(
+  k: Pick<NonNullable<ReturnType<typeof loadNative>>, "rank">,
+  x: Float32Array,
+  a: Float32Array,
+  F: number,
+  d: number,
+  own: Int32Array,
+): number[] {
+  const c = new Int32Array(own.length);
+  k.rank(x, all(own.length), a, F, d, own, new Float32Array(own.length), c);
+  return Array.from(c);
+}
+
 function rankCase(seed: number) {
   const rng = new Rng(seed);
   const n = 517;
@@ -58,7 +81,6 @@ function copiedAnchors() {
   return { x, a, n, F, d, own };
 }
 
-const all = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
 const LEVELS = loadNative({ threads: 1, allowBf16: false }) ? nativeSimdLevels : [];
 /** The levels whose float32 tiles fuse each multiply-add. */
 const FUSED = new Set<string>(["avx512", "amx"]);
@@ -176,20 +198,11 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
       }
       const own = Int32Array.from({ length: n }, (_, i) => (i % 3) * (copies + 1));
       const x = unitRows(n, d, rng);
-      for (let i = 0; i < n; i++) {
-        let norm = 0;
-        for (let j = 0; j < d; j++) norm += (x[i * d + j] = a[own[i]! * d + j]! + 0.3 * x[i * d + j]!) ** 2;
-        for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(norm);
-      }
-      const counts = (k: NonNullable<typeof nativeKernels>) => {
-        const c = new Int32Array(n);
-        k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
-        return Array.from(c);
-      };
-      const float32 = counts(nativeFloat32!);
+      for (let i = 0; i < n; i++) leanRow(x, i, d, a.subarray(own[i]! * d, (own[i]! + 1) * d), 0.3);
+      const float32 = aboveCounts(nativeFloat32!, x, a, F, d, own);
       // Some copies score above the own anchor and some below, row by row.
       expect(float32.some((c) => c > 0 && c < copies)).toBe(true);
-      expect(counts(nativeKernels!)).toEqual(float32);
+      expect(aboveCounts(nativeKernels!, x, a, F, d, own)).toEqual(float32);
     }
   });
 
@@ -220,22 +233,12 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
       const rowGroup = (i: number) => (i < 80 ? Math.floor(i / 16) : (i * 7) % groups);
       const own = Int32Array.from({ length: n }, (_, i) => (i % 17 === 0 ? -1 : 3 * (rowGroup(i) + groups * (i % 40))));
       const x = unitRows(n, d, rng);
-      for (let i = 0; i < n; i++) {
-        let norm = 0;
-        const b = rowGroup(i);
-        for (let j = 0; j < d; j++) norm += (x[i * d + j] = bases[b * d + j]! + 0.3 * x[i * d + j]!) ** 2;
-        for (let j = 0; j < d; j++) x[i * d + j]! /= Math.sqrt(norm);
-      }
-      const counts = (k: NonNullable<typeof nativeKernels>) => {
-        const c = new Int32Array(n);
-        k.rank(x, all(n), a, F, d, own, new Float32Array(n), c);
-        return Array.from(c);
-      };
-      const float32 = counts(nativeFloat32!);
+      for (let i = 0; i < n; i++) leanRow(x, i, d, bases.subarray(rowGroup(i) * d, (rowGroup(i) + 1) * d), 0.3);
+      const float32 = aboveCounts(nativeFloat32!, x, a, F, d, own);
       // Each row with an own anchor lands mid-field among its group's 47 copies.
       const copies = Math.ceil(F / 3 / groups);
       expect(float32.filter((c, i) => own[i]! >= 0 && c > 2 && c < copies - 2).length).toBeGreaterThan(n / 2);
-      expect(counts(nativeKernels!)).toEqual(float32);
+      expect(aboveCounts(nativeKernels!, x, a, F, d, own)).toEqual(float32);
     }
   });
 

@@ -36,20 +36,22 @@ struct SlotRows {
   const float* operator[](size_t s) const { return a + static_cast<size_t>(slot[s]) * d; }
 };
 
-// Anchors packed panel by panel: panel p holds anchors [16p, 16p+16) transposed,
-// so that for each k the 16 values a[16p + j][k] are contiguous. Missing anchors
-// past the end are zero and never counted.
-// Panels of kPanel anchors, each threads' share of panels written by it.
-std::unique_ptr<float[]> Pack(const float* a, size_t n_anchors, size_t d, size_t* n_panels, int threads) {
-  *n_panels = (n_anchors + kPanel - 1) / kPanel;
-  std::unique_ptr<float[]> packed(new float[*n_panels * kPanel * d]());
-  Shares(*n_panels, threads, [&](size_t p0, size_t p1) {
+// Panels for n_anchors anchors of d values.
+inline size_t PanelCount(size_t n_anchors) { return (n_anchors + kPanel - 1) / kPanel; }
+
+// Anchors packed panel by panel into `packed` (PanelCount panels of kPanel x d, zero-filled by the caller):
+// panel p holds anchors [16p, 16p+16) transposed, so that for each k the 16 values a[16p + j][k] are
+// contiguous. Missing anchors past the end stay zero and are never counted. row(g) is anchor g's d values;
+// each thread's share of panels is written by it.
+template <class Row>
+void Pack(const Row& row, size_t n_anchors, size_t d, float* packed, int threads) {
+  Shares(PanelCount(n_anchors), threads, [&](size_t p0, size_t p1) {
     for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
-      float* panel = packed.get() + (g / kPanel) * kPanel * d;
-      for (size_t k = 0; k < d; k++) panel[k * kPanel + g % kPanel] = a[g * d + k];
+      float* panel = packed + (g / kPanel) * kPanel * d;
+      const float* a = row(g);
+      for (size_t k = 0; k < d; k++) panel[k * kPanel + g % kPanel] = a[k];
     }
   });
-  return packed;
 }
 
 // Counts, for rows [r0, r0 + nr) and panel `panel`, anchors scoring above each row's own.
@@ -323,12 +325,8 @@ class FloatPanels {
   const float* Get() {
     std::call_once(once_, [this]() {
       // Mapped afresh, so zero past the last anchor.
-      packed_ = std::make_unique<HugeArray<float>>((n_anchors_ + kPanel - 1) / kPanel * kPanel * d_);
-      for (size_t g = 0; g < n_anchors_; g++) {
-        float* panel = packed_->get() + (g / kPanel) * kPanel * d_;
-        const float* row = a_[g];
-        for (size_t k = 0; k < d_; k++) panel[k * kPanel + g % kPanel] = row[k];
-      }
+      packed_ = std::make_unique<HugeArray<float>>(PanelCount(n_anchors_) * kPanel * d_);
+      Pack([this](size_t g) { return a_[g]; }, n_anchors_, d_, packed_->get(), 1);
     });
     return packed_->get();
   }
@@ -894,7 +892,7 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
   if (HasAmxBf16() && allow_bf16) {
     const SlottedAnchors slotted(a, n_anchors, d, own, n_rows, threads);
     const SlotRows& sa = slotted.rows;
-    const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
+    const size_t n_panels = PanelCount(n_anchors);
     const size_t even_panels = (n_panels + 1) / 2 * 2;
     const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
     const HugeArray<uint32_t> packed_bf(even_panels * kPanel * dq);
@@ -923,7 +921,7 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
   if (bf16) {
     const SlottedAnchors slotted(a, n_anchors, d, own, n_rows, threads);
     const SlotRows& sa = slotted.rows;
-    const size_t n_panels = (n_anchors + kPanel - 1) / kPanel;
+    const size_t n_panels = PanelCount(n_anchors);
     // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
     const size_t dp = (d + 1) / 2;
     // Mapped on its own (huge_pages.h): every row tile reads the panels of a block afresh.
@@ -958,8 +956,9 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
   const auto tile = TilePortable;
 #endif
   // The float32 tiles read whole micro-tiles of contiguous rows: other rows are gathered a slice at a time.
-  size_t n_panels = 0;
-  const std::unique_ptr<float[]> packed = Pack(a, n_anchors, d, &n_panels, threads);
+  const size_t n_panels = PanelCount(n_anchors);
+  const std::unique_ptr<float[]> packed(new float[n_panels * kPanel * d]());
+  Pack([&](size_t g) { return a + g * d; }, n_anchors, d, packed.get(), threads);
   // Consecutive rows are read where they are, all at once.
   bool consecutive = true;
   for (size_t i = 1; i < n_rows && consecutive; i++) consecutive = rows[i] == rows[i - 1] + 1;

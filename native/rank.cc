@@ -27,6 +27,7 @@ namespace {
 constexpr size_t kPanel = 16;       // anchors per packed panel (one 512-bit vector)
 constexpr size_t kBlockPanels = 8;  // panels per anchor block: 128 anchors, 512 KB at d = 1024
 constexpr size_t kRows = 8;         // rows per micro-tile
+constexpr size_t kTilePanels = 3;   // panels per micro-tile (FloatTile): 24 accumulators of 32 registers
 
 // The anchors in the order the bfloat16 screens take them (AnchorSlots): slot s holds anchor slot[s].
 struct SlotRows {
@@ -81,42 +82,67 @@ void TilePortable(const float* x, size_t d, size_t r0, size_t nr, const float* p
   }
 }
 
-#ifdef HSM_X86
-// One row against one panel, lane for lane the same fused multiply-adds as the eight-row tile below.
-__attribute__((target("avx512f"))) void RowAvx512(const float* xi, size_t d, const float* panel, float* scores) {
-  __m512 c = _mm512_setzero_ps();
-  for (size_t k = 0; k < d; k++) c = _mm512_fmadd_ps(_mm512_set1_ps(xi[k]), _mm512_loadu_ps(panel + k * kPanel), c);
-  _mm512_storeu_ps(scores, c);
+// A one-panel tile (TilePortable, TileAvx2) over np consecutive panels, one after the other, with the scores laid out
+// as TileAvx512 lays them: scores + (q * kRows + i) * kPanel is row i against panel q.
+template <void (*Tile)(const float*, size_t, size_t, size_t, const float*, float*)>
+void PanelByPanel(const float* x, size_t d, size_t r0, size_t nr, const float* panels, size_t np, float* scores) {
+  for (size_t q = 0; q < np; q++) Tile(x, d, r0, nr, panels + q * kPanel * d, scores + q * kRows * kPanel);
 }
 
-__attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, size_t r0, size_t nr, const float* panel,
-                                                   float* scores) {
-  if (nr != kRows) {
-    for (size_t i = 0; i < nr; i++) RowAvx512(x + (r0 + i) * d, d, panel, scores + i * kPanel);
-    return;
+#ifdef HSM_X86
+// kRows rows (xr) against NP panels (panel), as the float32 tiles compute: in every lane one fused multiply-add
+// per coordinate, in order, from zero. out[q * kRows + i] is row i against panel q. Each panel load feeds kRows
+// rows and each broadcast NP panels, so that the loads keep up with the multiply-adds.
+template <size_t NP>
+__attribute__((target("avx512f"), always_inline)) inline void FloatBlock(const float* const* xr,
+                                                                         const float* const* panel, size_t d,
+                                                                         __m512* out) {
+  __m512 c[NP][kRows];
+#pragma GCC unroll 4
+  for (size_t q = 0; q < NP; q++) {
+#pragma GCC unroll 8
+    for (size_t i = 0; i < kRows; i++) c[q][i] = _mm512_setzero_ps();
   }
-  __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
-  __m512 c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps(), c6 = _mm512_setzero_ps(), c7 = _mm512_setzero_ps();
-  const float* x0 = x + r0 * d;
   for (size_t k = 0; k < d; k++) {
-    const __m512 p = _mm512_loadu_ps(panel + k * kPanel);
-    c0 = _mm512_fmadd_ps(_mm512_set1_ps(x0[k]), p, c0);
-    c1 = _mm512_fmadd_ps(_mm512_set1_ps(x0[d + k]), p, c1);
-    c2 = _mm512_fmadd_ps(_mm512_set1_ps(x0[2 * d + k]), p, c2);
-    c3 = _mm512_fmadd_ps(_mm512_set1_ps(x0[3 * d + k]), p, c3);
-    c4 = _mm512_fmadd_ps(_mm512_set1_ps(x0[4 * d + k]), p, c4);
-    c5 = _mm512_fmadd_ps(_mm512_set1_ps(x0[5 * d + k]), p, c5);
-    c6 = _mm512_fmadd_ps(_mm512_set1_ps(x0[6 * d + k]), p, c6);
-    c7 = _mm512_fmadd_ps(_mm512_set1_ps(x0[7 * d + k]), p, c7);
+    __m512 p[NP];
+#pragma GCC unroll 4
+    for (size_t q = 0; q < NP; q++) p[q] = _mm512_loadu_ps(panel[q] + k * kPanel);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < kRows; i++) {
+      const __m512 b = _mm512_set1_ps(xr[i][k]);
+#pragma GCC unroll 4
+      for (size_t q = 0; q < NP; q++) c[q][i] = _mm512_fmadd_ps(b, p[q], c[q][i]);
+    }
   }
-  _mm512_storeu_ps(scores + 0 * kPanel, c0);
-  _mm512_storeu_ps(scores + 1 * kPanel, c1);
-  _mm512_storeu_ps(scores + 2 * kPanel, c2);
-  _mm512_storeu_ps(scores + 3 * kPanel, c3);
-  _mm512_storeu_ps(scores + 4 * kPanel, c4);
-  _mm512_storeu_ps(scores + 5 * kPanel, c5);
-  _mm512_storeu_ps(scores + 6 * kPanel, c6);
-  _mm512_storeu_ps(scores + 7 * kPanel, c7);
+#pragma GCC unroll 4
+  for (size_t q = 0; q < NP; q++) {
+#pragma GCC unroll 8
+    for (size_t i = 0; i < kRows; i++) out[q * kRows + i] = c[q][i];
+  }
+}
+
+// kRows rows against np <= kTilePanels panels; out as in FloatBlock. Kept out of line, as ScreenTile is.
+__attribute__((target("avx512f"), noinline)) void FloatTile(const float* const* xr, const float* const* panel,
+                                                            size_t np, size_t d, __m512* out) {
+  if (np == 3) return FloatBlock<3>(xr, panel, d, out);
+  if (np == 2) return FloatBlock<2>(xr, panel, d, out);
+  FloatBlock<1>(xr, panel, d, out);
+}
+static_assert(kTilePanels == 3, "FloatTile dispatches on up to three panels");
+
+// Rows [r0, r0 + nr) of x against np consecutive panels; a short tile repeats its first row, whose copies are
+// dropped.
+__attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, size_t r0, size_t nr, const float* panels,
+                                                   size_t np, float* scores) {
+  const float* xr[kRows];
+  for (size_t i = 0; i < kRows; i++) xr[i] = x + (r0 + (i < nr ? i : 0)) * d;
+  const float* panel[kTilePanels];
+  for (size_t q = 0; q < np; q++) panel[q] = panels + q * kPanel * d;
+  __m512 out[kTilePanels * kRows];
+  FloatTile(xr, panel, np, d, out);
+  for (size_t q = 0; q < np; q++) {
+    for (size_t i = 0; i < nr; i++) _mm512_storeu_ps(scores + (q * kRows + i) * kPanel, out[q * kRows + i]);
+  }
 }
 
 // The portable tile's arithmetic eight lanes at a time: per lane a product rounded to float32, then a
@@ -423,8 +449,6 @@ class NearPairs {
   static constexpr size_t kLanes = 16;
   // A panel with at least this many of a row's pairs is computed whole (Exact).
   static constexpr size_t kPanelPairs = 2;
-  // Rows a panel is computed against at a time (PanelRows).
-  static constexpr size_t kTileRows = 8;
   // A row's panels of the block to be computed whole (bit q: the block's panel q) and, for each, the lanes
   // whose anchors it counts.
   static constexpr size_t kMaxBlockPanels = 16;
@@ -498,40 +522,43 @@ class NearPairs {
     if (w.panels != 0) whole_.push_back(w);
   }
 
-  // The rows with whole panels left (Exact), kTileRows at a time against every panel any of them needs, as the
-  // float32 tiles compute them: per row and anchor one fused multiply-add per k, in order, from zero
-  // (TileAvx512). Rows needing the same panels are taken together (sorted by their panel sets), and a tile's rows
-  // stay in cache while its panels pass; each row counts the anchors of its lanes that score above its own.
+  // The rows with whole panels left (Exact), kRows at a time against every panel any of them needs, up to
+  // kTilePanels at once, as the float32 tiles compute them (FloatTile): per row and anchor one fused multiply-add
+  // per k, in order, from zero. Rows needing the same panels are taken together (sorted by their panel sets), and a
+  // tile's rows stay in cache while its panels pass; each row counts the anchors of its lanes that score above its
+  // own.
   __attribute__((target("avx512f"))) void PanelRows() {
     if (whole_.empty()) return;
     const float* panels = panels_.Get() + block_first_ * kPanel * d_;
     std::sort(whole_.begin(), whole_.end(),
               [](const WholePanels& u, const WholePanels& v) { return u.panels < v.panels; });
-    for (size_t i0 = 0; i0 < whole_.size(); i0 += kTileRows) {
-      const size_t nr = std::min(kTileRows, whole_.size() - i0);
+    for (size_t i0 = 0; i0 < whole_.size(); i0 += kRows) {
+      const size_t nr = std::min(kRows, whole_.size() - i0);
       const WholePanels* rows = whole_.data() + i0;
       // A short tile repeats its first row, whose copies are not counted.
-      const float* xr[kTileRows];
+      const float* xr[kRows];
       uint32_t needed = 0;
-      for (size_t i = 0; i < kTileRows; i++) {
+      for (size_t i = 0; i < kRows; i++) {
         xr[i] = Row(rows[i < nr ? i : 0].r);
         if (i < nr) needed |= rows[i].panels;
       }
-      for (uint32_t left = needed; left != 0; left &= left - 1) {
-        const size_t q = static_cast<size_t>(__builtin_ctz(left));
-        const float* panel = panels + q * kPanel * d_;
-        __m512 c[kTileRows];
-#pragma GCC unroll 8
-        for (size_t i = 0; i < kTileRows; i++) c[i] = _mm512_setzero_ps();
-        for (size_t k = 0; k < d_; k++) {
-          const __m512 v = _mm512_loadu_ps(panel + k * kPanel);
-#pragma GCC unroll 8
-          for (size_t i = 0; i < kTileRows; i++) c[i] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i][k]), v, c[i]);
+      for (uint32_t left = needed; left != 0;) {
+        // Up to kTilePanels of the needed panels at a time.
+        size_t q[kTilePanels];
+        const float* panel[kTilePanels];
+        size_t np = 0;
+        for (; np < kTilePanels && left != 0; np++, left &= left - 1) {
+          q[np] = static_cast<size_t>(__builtin_ctz(left));
+          panel[np] = panels + q[np] * kPanel * d_;
         }
-        for (size_t i = 0; i < nr; i++) {
-          if (!(rows[i].panels >> q & 1)) continue;
-          above_[rows[i].r] += __builtin_popcount(
-              _mm512_mask_cmp_ps_mask(rows[i].lanes[q], c[i], _mm512_set1_ps(own_score_[rows[i].r]), _CMP_GT_OQ));
+        __m512 c[kTilePanels * kRows];
+        FloatTile(xr, panel, np, d_, c);
+        for (size_t t = 0; t < np; t++) {
+          for (size_t i = 0; i < nr; i++) {
+            if (!(rows[i].panels >> q[t] & 1)) continue;
+            above_[rows[i].r] += __builtin_popcount(_mm512_mask_cmp_ps_mask(
+                rows[i].lanes[q[t]], c[t * kRows + i], _mm512_set1_ps(own_score_[rows[i].r]), _CMP_GT_OQ));
+          }
         }
       }
     }
@@ -951,9 +978,10 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     Crew(nt, work);
     return;
   }
-  const auto tile = HasAvx512() ? TileAvx512 : HasAvx2() ? TileAvx2 : TilePortable;
+  using Tile = void (*)(const float*, size_t, size_t, size_t, const float*, size_t, float*);
+  const Tile tile = HasAvx512() ? TileAvx512 : HasAvx2() ? PanelByPanel<TileAvx2> : PanelByPanel<TilePortable>;
 #else
-  const auto tile = TilePortable;
+  const auto tile = PanelByPanel<TilePortable>;
 #endif
   // The float32 tiles read whole micro-tiles of contiguous rows: other rows are gathered a slice at a time.
   const size_t n_panels = PanelCount(n_anchors);
@@ -978,15 +1006,18 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
       // Each thread takes whole micro-tiles of rows: no two threads touch one row.
       const size_t tiles = (ns + kRows - 1) / kRows;
       const size_t first = tiles * t / nt, last = tiles * (t + 1) / nt;
-      float scores[kRows * kPanel];
+      float scores[kTilePanels * kRows * kPanel];
       for (size_t b0 = 0; b0 < n_panels; b0 += kBlockPanels) {
         const size_t b1 = std::min(n_panels, b0 + kBlockPanels);
         for (size_t tr = first; tr < last; tr++) {
           const size_t r0 = tr * kRows;
           const size_t nr = std::min(kRows, ns - r0);
-          for (size_t p = b0; p < b1; p++) {
-            tile(xs, d, r0, nr, packed.get() + p * kPanel * d, scores);
-            CountTile(scores, nr, r0, p, n_anchors, own + s0, own_score + s0, above + s0);
+          for (size_t p = b0; p < b1; p += kTilePanels) {
+            const size_t np = std::min(kTilePanels, b1 - p);
+            tile(xs, d, r0, nr, packed.get() + p * kPanel * d, np, scores);
+            for (size_t q = 0; q < np; q++) {
+              CountTile(scores + q * kRows * kPanel, nr, r0, p + q, n_anchors, own + s0, own_score + s0, above + s0);
+            }
           }
         }
       }

@@ -97,12 +97,9 @@ template <size_t NP>
 __attribute__((target("avx512f"), always_inline)) inline void FloatBlock(const float* const* xr,
                                                                          const float* const* panel, size_t d,
                                                                          __m512* out) {
-  __m512 c[NP][kRows];
-#pragma GCC unroll 4
-  for (size_t q = 0; q < NP; q++) {
-#pragma GCC unroll 8
-    for (size_t i = 0; i < kRows; i++) c[q][i] = _mm512_setzero_ps();
-  }
+  // c[q * kRows + i]: row i against panel q, as out holds it.
+  __m512 c[NP * kRows];
+  for (__m512& v : c) v = _mm512_setzero_ps();
   for (size_t k = 0; k < d; k++) {
     __m512 p[NP];
 #pragma GCC unroll 4
@@ -111,14 +108,10 @@ __attribute__((target("avx512f"), always_inline)) inline void FloatBlock(const f
     for (size_t i = 0; i < kRows; i++) {
       const __m512 b = _mm512_set1_ps(xr[i][k]);
 #pragma GCC unroll 4
-      for (size_t q = 0; q < NP; q++) c[q][i] = _mm512_fmadd_ps(b, p[q], c[q][i]);
+      for (size_t q = 0; q < NP; q++) c[q * kRows + i] = _mm512_fmadd_ps(b, p[q], c[q * kRows + i]);
     }
   }
-#pragma GCC unroll 4
-  for (size_t q = 0; q < NP; q++) {
-#pragma GCC unroll 8
-    for (size_t i = 0; i < kRows; i++) out[q * kRows + i] = c[q][i];
-  }
+  std::copy(c, c + NP * kRows, out);
 }
 
 // kRows rows against np <= kTilePanels panels; out as in FloatBlock. Kept out of line, as ScreenTile is.
@@ -136,7 +129,7 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, size_t d, siz
                                                    size_t np, float* scores) {
   const float* xr[kRows];
   for (size_t i = 0; i < kRows; i++) xr[i] = x + (r0 + (i < nr ? i : 0)) * d;
-  const float* panel[kTilePanels];
+  const float* panel[kTilePanels] = {};
   for (size_t q = 0; q < np; q++) panel[q] = panels + q * kPanel * d;
   __m512 out[kTilePanels * kRows];
   FloatTile(xr, panel, np, d, out);
@@ -544,8 +537,8 @@ class NearPairs {
       }
       for (uint32_t left = needed; left != 0;) {
         // Up to kTilePanels of the needed panels at a time.
-        size_t q[kTilePanels];
-        const float* panel[kTilePanels];
+        size_t q[kTilePanels] = {};
+        const float* panel[kTilePanels] = {};
         size_t np = 0;
         for (; np < kTilePanels && left != 0; np++, left &= left - 1) {
           q[np] = static_cast<size_t>(__builtin_ctz(left));

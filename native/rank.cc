@@ -872,6 +872,52 @@ struct SlottedAnchors {
   std::vector<int32_t> own;
   SlotRows rows;
 };
+
+// The anchors (a, in slot order) into `packed` as bfloat16 panels of `pairs` pairs a row (PairsBf16's layout,
+// stride 16: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors); returns packed.
+const uint32_t* PackBf16(const SlotRows& a, size_t n_anchors, size_t d, uint32_t* packed, size_t pairs, int threads) {
+  Shares(PanelCount(n_anchors), threads, [&](size_t p0, size_t p1) {
+    for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
+      PairsBf16(a[g], d, packed + (g / kPanel) * kPanel * pairs + g % kPanel, kPanel);
+    }
+  });
+  return packed;
+}
+
+// What both bfloat16 screens read of the anchors: their slots (SlottedAnchors), their bfloat16 panels of `pairs`
+// pairs a row (n_panels panels, zero past the last anchor; mapped on their own, huge_pages.h, as every row tile
+// reads a block's panels afresh), their side of the bound, and their float32 panels for crowded rows.
+struct ScreenAnchors {
+  ScreenAnchors(const float* a, size_t n_anchors, size_t d, const int32_t* own, size_t n_rows, size_t pairs,
+                size_t n_panels, int threads)
+      : slotted(a, n_anchors, d, own, n_rows, threads),
+        n_panels(n_panels),
+        packed_bf(n_panels * kPanel * pairs),
+        bound(slotted.rows, n_anchors, d, PackBf16(slotted.rows, n_anchors, d, packed_bf.get(), pairs, threads), pairs,
+              n_panels, threads),
+        panels(slotted.rows, n_anchors, d) {}
+  const SlottedAnchors slotted;
+  const size_t n_panels;
+  const HugeArray<uint32_t> packed_bf;
+  const ScreenBound bound;
+  FloatPanels panels;
+};
+
+// Rows [0, n_rows) in chunks of chunk_rows, rank(first, last, odds) on each, handed out one at a time so that a
+// thread the machine slows down (other processes on the same cores) takes fewer chunks instead of holding the others
+// up at the end. Each thread keeps one Dot4Odds over all its chunks.
+template <class Rank>
+void InChunks(size_t n_rows, size_t chunk_rows, int threads, const Rank& rank) {
+  const size_t chunks = (n_rows + chunk_rows - 1) / chunk_rows;
+  const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
+  std::atomic<size_t> next{0};
+  Crew(nt, [&]() {
+    Dot4Odds odds;
+    for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
+      rank(c * chunk_rows, std::min(n_rows, (c + 1) * chunk_rows), odds);
+    }
+  });
+}
 #endif
 
 // Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
@@ -910,65 +956,22 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     // The screens read each chunk's rows where they are, as they convert them to bfloat16.
 #ifdef HSM_X86
   if (HasAmxBf16() && allow_bf16) {
-    const SlottedAnchors slotted(a, n_anchors, d, own, n_rows, threads);
-    const SlotRows& sa = slotted.rows;
-    const size_t n_panels = PanelCount(n_anchors);
-    const size_t even_panels = (n_panels + 1) / 2 * 2;
+    // d padded with zeros to a whole number of tile steps, the panels to an even count.
     const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
-    const HugeArray<uint32_t> packed_bf(even_panels * kPanel * dq);
-    Shares(n_panels, threads, [&](size_t p0, size_t p1) {
-      for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
-        PairsBf16(sa[g], d, packed_bf.get() + (g / kPanel) * kPanel * dq + g % kPanel, kPanel);
-      }
-    });
-    const ScreenBound bound(sa, n_anchors, d, packed_bf.get(), dq, even_panels, threads);
-    FloatPanels panels(sa, n_anchors, d);
-    constexpr size_t kChunkRows = 16 * kAmxRows;
-    const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
-    const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
-    std::atomic<size_t> next{0};
-    Crew(nt, [&]() {
-      Dot4Odds odds;
-      for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
-        const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankAmxRows(x, rows, d, first, last, sa, packed_bf.get(), even_panels, n_anchors, bound, slotted.own.data(),
-                    own_score, above, panels, odds);
-      }
+    ScreenAnchors s(a, n_anchors, d, own, n_rows, dq, (PanelCount(n_anchors) + 1) / 2 * 2, threads);
+    InChunks(n_rows, 16 * kAmxRows, threads, [&](size_t first, size_t last, Dot4Odds& odds) {
+      RankAmxRows(x, rows, d, first, last, s.slotted.rows, s.packed_bf.get(), s.n_panels, n_anchors, s.bound,
+                  s.slotted.own.data(), own_score, above, s.panels, odds);
     });
     return;
   }
-  const bool bf16 = HasAvx512Bf16() && allow_bf16;
-  if (bf16) {
-    const SlottedAnchors slotted(a, n_anchors, d, own, n_rows, threads);
-    const SlotRows& sa = slotted.rows;
-    const size_t n_panels = PanelCount(n_anchors);
-    // Panels again, as bfloat16 pairs along d: panel p, pair k holds (a[g][2k], a[g][2k+1]) for its 16 anchors.
-    const size_t dp = (d + 1) / 2;
-    // Mapped on its own (huge_pages.h): every row tile reads the panels of a block afresh.
-    const HugeArray<uint32_t> packed_bf(n_panels * kPanel * dp);
-    Shares(n_panels, threads, [&](size_t p0, size_t p1) {
-      for (size_t g = p0 * kPanel; g < std::min(n_anchors, p1 * kPanel); g++) {
-        PairsBf16(sa[g], d, packed_bf.get() + (g / kPanel) * kPanel * dp + g % kPanel, kPanel);
-      }
-    });
-    const ScreenBound bound(sa, n_anchors, d, packed_bf.get(), dp, n_panels, threads);
-    FloatPanels panels(sa, n_anchors, d);
-    // Rows in chunks handed out one at a time, so that a thread the machine slows down (other
-    // processes on the same cores) takes fewer chunks instead of holding the others up at the end.
+  if (HasAvx512Bf16() && allow_bf16) {
+    ScreenAnchors s(a, n_anchors, d, own, n_rows, (d + 1) / 2, PanelCount(n_anchors), threads);
     // Each chunk is converted to bfloat16 once (1 MB) and read again for every anchor block.
-    constexpr size_t kChunkRows = 64 * kScreenRows;
-    const size_t chunks = (n_rows + kChunkRows - 1) / kChunkRows;
-    const size_t nt = std::max<size_t>(1, std::min<size_t>(threads, chunks));
-    std::atomic<size_t> next{0};
-    auto work = [&]() {
-      Dot4Odds odds;
-      for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
-        const size_t first = c * kChunkRows, last = std::min(n_rows, first + kChunkRows);
-        RankBf16Rows(x, rows, d, first, last, sa, packed_bf.get(), n_panels, n_anchors, bound, slotted.own.data(),
-                     own_score, above, panels, odds);
-      }
-    };
-    Crew(nt, work);
+    InChunks(n_rows, 64 * kScreenRows, threads, [&](size_t first, size_t last, Dot4Odds& odds) {
+      RankBf16Rows(x, rows, d, first, last, s.slotted.rows, s.packed_bf.get(), s.n_panels, n_anchors, s.bound,
+                   s.slotted.own.data(), own_score, above, s.panels, odds);
+    });
     return;
   }
   using Tile = void (*)(const float*, size_t, size_t, size_t, const float*, size_t, float*);

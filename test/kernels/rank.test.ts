@@ -223,10 +223,8 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
       for (let g = 0; g < F; g++) {
         const b = groupOf(g);
         if (b < 0) continue;
-        const spread = 1e-6 * (1 + (g % 10));
-        let norm = 0;
-        for (let j = 0; j < d; j++) norm += (a[g * d + j] = bases[b * d + j]! + spread * noise[g * d + j]!) ** 2;
-        for (let j = 0; j < d; j++) a[g * d + j]! /= Math.sqrt(norm);
+        a.set(noise.subarray(g * d, (g + 1) * d), g * d);
+        leanRow(a, g, d, bases.subarray(b * d, (b + 1) * d), 1e-6 * (1 + (g % 10)));
       }
       // Row i leans on group (i * 7) mod 5 (runs of rows of one group, and rows of every group side by side); its
       // own anchor is one of that group's copies.

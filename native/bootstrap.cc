@@ -174,9 +174,9 @@ __attribute__((target("avx512f"))) inline void LaneCounts(const int32_t* c, __m5
   c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 8)));
 }
 __attribute__((target("avx512f"))) inline void LaneCounts(const uint16_t* c, __m512d& c0, __m512d& c1) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
-  c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm512_castsi512_si256(wide));
-  c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm512_extracti64x4_epi64(wide, 1));
+  const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+  c0 = _mm512_maskz_cvtepi32_pd(0xff, _mm512_maskz_extracti64x4_epi64(0xf, wide, 0));
+  c1 = _mm512_maskz_cvtepi32_pd(0xff, _mm512_maskz_extracti64x4_epi64(0xf, wide, 1));
 }
 // Four lanes' counts of one fact as doubles (AVX2).
 __attribute__((target("avx2"))) inline __m256d QuarterCounts(const int32_t* c) {

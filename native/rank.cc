@@ -770,12 +770,13 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     const float* own_score, int32_t* above, FloatPanels& panels, Dot4Odds& odds) {
   const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
-  std::vector<uint32_t> xb(padded * dq);
+  // Each tile row a whole cache line (HugeArray): a tile load of rows that straddle two takes twice as long.
+  const HugeArray<uint32_t> xb(padded * dq);
   std::vector<RowBound> rb(r_end - r_begin);
   for (size_t r = r_begin; r < r_end; r++) {
     const float* xr = x + static_cast<size_t>(x_rows[r]) * d;
-    PairsBf16(xr, d, xb.data() + (r - r_begin) * dq, 1);
-    rb[r - r_begin] = bound.Row(xr, xb.data() + (r - r_begin) * dq);
+    PairsBf16(xr, d, xb.get() + (r - r_begin) * dq, 1);
+    rb[r - r_begin] = bound.Row(xr, xb.get() + (r - r_begin) * dq);
   }
   AmxTiles tiles;
   NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel, bound, rb.data(),
@@ -785,7 +786,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kAmxBlockPanels);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kAmxRows) {
-      const uint32_t* rows = xb.data() + (r0 - r_begin) * dq;
+      const uint32_t* rows = xb.get() + (r0 - r_begin) * dq;
       for (size_t p0 = b0; p0 < b1; p0 += 2) {
         const uint32_t* panels = packed_bf + p0 * panel_pairs;
         _tile_zero(0);
@@ -981,7 +982,8 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
 #endif
   // The float32 tiles read whole micro-tiles of contiguous rows: other rows are gathered a slice at a time.
   const size_t n_panels = PanelCount(n_anchors);
-  const std::unique_ptr<float[]> packed(new float[n_panels * kPanel * d]());
+  // On a cache line (HugeArray): each k of a panel, its 16 anchors' values, is one line.
+  const HugeArray<float> packed(n_panels * kPanel * d);
   Pack([&](size_t g) { return a + g * d; }, n_anchors, d, packed.get(), threads);
   // Consecutive rows are read where they are, all at once.
   bool consecutive = true;

@@ -819,10 +819,31 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   AmxTiles tiles;
   NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel, bound, rb.data(),
                        panels, odds);
-  alignas(64) float scores[4][16 * kPanel];
-  const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq;
+  // A group's scores (32 rows against two panels, as tiles 0-3 hold them) are counted while the next group's
+  // products run, a share after each tile step: the vector units count while the AMX unit multiplies. count(g, i0,
+  // i1) counts g's items [i0, i1), item j being row r0 + j % 32 against panel p0 + j / 32: each row still meets its
+  // panels in order, as NearPairs needs.
+  struct Group {
+    size_t r0, p0;
+    alignas(64) float scores[4][16 * kPanel];
+  };
+  constexpr size_t kItems = 2 * kAmxRows;
+  Group groups[2];
+  const auto count = [&](const Group& g, size_t i0, size_t i1) __attribute__((target("avx512f"), always_inline)) {
+    for (size_t j = i0; j < i1; j++) {
+      const size_t q = j / kAmxRows, i = j % kAmxRows, p = g.p0 + q, r = g.r0 + i;
+      if (r >= r_end || p >= n_panels || p * kPanel >= n_anchors) continue;
+      const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
+      const __m512 s = _mm512_load_ps(g.scores[(i / 16) * 2 + q] + (i % 16) * kPanel);
+      CountScreened(s, r, rb[r - r_begin], p, static_cast<__mmask16>((1u << valid) - 1), bound, own, own_score, above,
+                    near_pairs);
+    }
+  };
+  const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq, steps = dq / kAmxPairs;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kAmxBlockPanels);
+    const Group* pending = nullptr;
+    size_t n_groups = 0;
     for (size_t r0 = r_begin; r0 < r_end; r0 += kAmxRows) {
       const uint32_t* rows = xb.get() + (r0 - r_begin) * dq;
       for (size_t p0 = b0; p0 < b1; p0 += 2) {
@@ -831,7 +852,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
-        for (size_t k = 0; k < dq; k += kAmxPairs) {
+        for (size_t k = 0, step = 0; k < dq; k += kAmxPairs, step++) {
           _tile_loadd(4, rows + k, row_bytes);
           _tile_loadd(5, rows + 16 * dq + k, row_bytes);
           _tile_loadd(6, panels + k * kPanel, 64);
@@ -840,23 +861,20 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
           _tile_dpbf16ps(1, 4, 7);
           _tile_dpbf16ps(2, 5, 6);
           _tile_dpbf16ps(3, 5, 7);
+          // The group before's share of items for this step, all of them by the last.
+          if (pending != nullptr) count(*pending, step * kItems / steps, (step + 1) * kItems / steps);
         }
-        _tile_stored(0, scores[0], 64);
-        _tile_stored(1, scores[1], 64);
-        _tile_stored(2, scores[2], 64);
-        _tile_stored(3, scores[3], 64);
-        for (size_t q = 0; q < 2 && p0 + q < b1; q++) {
-          const size_t p = p0 + q;
-          if (p * kPanel >= n_anchors) continue;
-          const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
-          const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1);
-          for (size_t i = 0; i < kAmxRows && r0 + i < r_end; i++) {
-            const __m512 s = _mm512_load_ps(scores[(i / 16) * 2 + q] + (i % 16) * kPanel);
-            CountScreened(s, r0 + i, rb[r0 + i - r_begin], p, lanes, bound, own, own_score, above, near_pairs);
-          }
-        }
+        Group& g = groups[n_groups++ % 2];
+        g.r0 = r0;
+        g.p0 = p0;
+        _tile_stored(0, g.scores[0], 64);
+        _tile_stored(1, g.scores[1], 64);
+        _tile_stored(2, g.scores[2], 64);
+        _tile_stored(3, g.scores[3], 64);
+        pending = &g;
       }
     }
+    if (pending != nullptr) count(*pending, 0, kItems);
     near_pairs.EndBlock();
   }
 }

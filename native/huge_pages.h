@@ -5,9 +5,9 @@
 // and touching the buffer costs hundreds of page faults instead of tens of
 // thousands (dear in virtual machines). Where the request is refused the
 // pages stay small. A buffer under one huge page, or any where there is no
-// mmap, is an ordinary allocation on a 64-byte boundary. Either way a kernel
-// can load whole cache lines: AMX tile loads, for one, run at half speed on
-// rows that straddle two.
+// mmap, is an ordinary allocation on a 64-byte boundary (LineAlloc). Either
+// way a kernel can load whole cache lines: AMX tile loads, for one, run at
+// half speed on rows that straddle two.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -36,6 +36,16 @@ struct HugeMapping {
   bool mapped;
 };
 
+// `bytes` zero-filled bytes from the ordinary heap, on a cache line, so that a 64-byte load never straddles two;
+// released with std::free. Throws std::bad_alloc when the memory is not there.
+inline void* LineAlloc(size_t bytes) {
+  const size_t length = std::max(kCacheLine, (bytes + kCacheLine - 1) / kCacheLine * kCacheLine);
+  void* p = std::aligned_alloc(kCacheLine, length);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, length);
+  return p;
+}
+
 // `bytes` zero-filled bytes; throws std::bad_alloc when the memory is not there.
 inline HugeMapping MapHuge(size_t bytes) {
 #ifdef HSM_MMAP
@@ -52,12 +62,8 @@ inline HugeMapping MapHuge(size_t bytes) {
     return {base, length, start, true};
   }
 #endif
-  // On a cache line, so that a 64-byte load never straddles two.
-  const size_t length = std::max(kCacheLine, (bytes + kCacheLine - 1) / kCacheLine * kCacheLine);
-  void* p = std::aligned_alloc(kCacheLine, length);
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, length);
-  return {p, length, p, false};
+  void* p = LineAlloc(bytes);
+  return {p, bytes, p, false};
 }
 
 inline void Unmap(const HugeMapping& m) {
@@ -82,6 +88,22 @@ class HugeArray {
 
  private:
   HugeMapping m_;
+};
+
+// n zero-filled values of T on a cache line, from the ordinary heap (LineAlloc), released with the array: for a
+// buffer made again and again, which the heap hands back already faulted in where a mapping of its own would be
+// faulted in afresh each time.
+template <class T>
+class LineArray {
+ public:
+  explicit LineArray(size_t n) : p_(static_cast<T*>(LineAlloc(n * sizeof(T)))) {}
+  ~LineArray() { std::free(p_); }
+  LineArray(const LineArray&) = delete;
+  LineArray& operator=(const LineArray&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  T* p_;
 };
 
 }  // namespace hsm

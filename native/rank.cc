@@ -808,8 +808,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     const float* own_score, int32_t* above, FloatPanels& panels, Dot4Odds& odds) {
   const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
-  // Each tile row a whole cache line (HugeArray): a tile load of rows that straddle two takes twice as long.
-  const HugeArray<uint32_t> xb(padded * dq);
+  // Each tile row a whole cache line (LineArray): a tile load of rows that straddle two takes twice as long.
+  const LineArray<uint32_t> xb(padded * dq);
   std::vector<RowBound> rb(r_end - r_begin);
   for (size_t r = r_begin; r < r_end; r++) {
     const float* xr = x + static_cast<size_t>(x_rows[r]) * d;
@@ -1038,8 +1038,8 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
 #endif
   // The float32 tiles read whole micro-tiles of contiguous rows: other rows are gathered a slice at a time.
   const size_t n_panels = PanelCount(n_anchors);
-  // On a cache line (HugeArray): each k of a panel, its 16 anchors' values, is one line.
-  const HugeArray<float> packed(n_panels * kPanel * d);
+  // On a cache line (LineArray): each k of a panel, its 16 anchors' values, is one line.
+  const LineArray<float> packed(n_panels * kPanel * d);
   Pack([&](size_t g) { return a + g * d; }, n_anchors, d, packed.get(), threads);
   // Consecutive rows are read where they are, all at once.
   bool consecutive = true;

@@ -799,14 +799,16 @@ constexpr size_t kAmxPairs = 16;        // pairs along d per tile step (64 bytes
 constexpr size_t kAmxBlockPanels = 16;  // 256 anchors a block, 512 KB as bfloat16 at d = 1024
 static_assert(kAmxBlockPanels <= 16 && kScreenBlockPanels <= 16, "NearPairs keeps a block's panels in 16 bits");
 
+// The pairs a row of d values takes on the AMX tiles: d padded with zeros to a whole number of tile steps.
+inline size_t AmxPairs(size_t d) { return ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs; }
+
 // Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor. packed_bf holds the panels as PairsBf16 lays
-// them out with dq pairs a row (d padded with zeros to a whole number of tile steps), n_panels rounded up to an even
-// count with zero panels.
+// them out with AmxPairs(d) pairs a row, n_panels rounded up to an even count with zero panels.
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows(
     const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const SlotRows& a,
     const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const ScreenBound& bound, const int32_t* own,
     const float* own_score, int32_t* above, FloatPanels& panels, Dot4Odds& odds) {
-  const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
+  const size_t dq = AmxPairs(d);
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
   // Each tile row a whole cache line (LineArray): a tile load of rows that straddle two takes twice as long.
   const LineArray<uint32_t> xb(padded * dq);
@@ -832,7 +834,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   const auto count = [&](const Group& g, size_t i0, size_t i1) __attribute__((target("avx512f"), always_inline)) {
     for (size_t j = i0; j < i1; j++) {
       const size_t q = j / kAmxRows, i = j % kAmxRows, p = g.p0 + q, r = g.r0 + i;
-      if (r >= r_end || p >= n_panels || p * kPanel >= n_anchors) continue;
+      if (r >= r_end || p * kPanel >= n_anchors) continue;
       const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
       const __m512 s = _mm512_load_ps(g.scores[(i / 16) * 2 + q] + (i % 16) * kPanel);
       CountScreened(s, r, rb[r - r_begin], p, static_cast<__mmask16>((1u << valid) - 1), bound, own, own_score, above,
@@ -843,7 +845,6 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kAmxBlockPanels);
     const Group* pending = nullptr;
-    size_t n_groups = 0;
     for (size_t r0 = r_begin; r0 < r_end; r0 += kAmxRows) {
       const uint32_t* rows = xb.get() + (r0 - r_begin) * dq;
       for (size_t p0 = b0; p0 < b1; p0 += 2) {
@@ -864,7 +865,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
           // The group before's share of items for this step, all of them by the last.
           if (pending != nullptr) count(*pending, step * kItems / steps, (step + 1) * kItems / steps);
         }
-        Group& g = groups[n_groups++ % 2];
+        Group& g = pending == &groups[0] ? groups[1] : groups[0];
         g.r0 = r0;
         g.p0 = p0;
         _tile_stored(0, g.scores[0], 64);
@@ -1013,9 +1014,8 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     // The screens read each chunk's rows where they are, as they convert them to bfloat16.
 #ifdef HSM_X86
   if (HasAmxBf16() && allow_bf16) {
-    // d padded with zeros to a whole number of tile steps, the panels to an even count.
-    const size_t dq = ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
-    ScreenAnchors s(a, n_anchors, d, own, n_rows, dq, (PanelCount(n_anchors) + 1) / 2 * 2, threads);
+    // The panels padded to an even count.
+    ScreenAnchors s(a, n_anchors, d, own, n_rows, AmxPairs(d), (PanelCount(n_anchors) + 1) / 2 * 2, threads);
     InChunks(n_rows, 16 * kAmxRows, threads, [&](size_t first, size_t last, Dot4Odds& odds) {
       RankAmxRows(x, rows, d, first, last, s.slotted.rows, s.packed_bf.get(), s.n_panels, n_anchors, s.bound,
                   s.slotted.own.data(), own_score, above, s.panels, odds);

@@ -28,8 +28,8 @@
 #include "float16.h"
 #include "hash_files.h"
 #include "head.h"
-#include "huge_pages.h"
 #include "json_scan.h"
+#include "large_buffers.h"
 #include "products.h"
 #include "rank.h"
 #include "rows.h"
@@ -1018,17 +1018,17 @@ napi_value TrimHeap(napi_env, napi_callback_info) {
   return nullptr;
 }
 
-// largeBuffer(bytes): a zero-filled ArrayBuffer in a mapping of its own offered 2 MB pages
-// (huge_pages.h). Unmapped when the ArrayBuffer is collected; V8 counts it as external memory meanwhile.
+// largeBuffer(bytes): a zero-filled ArrayBuffer, from kLargeBuffer up in a mapping of its own
+// (large_buffers.h). Unmapped when the ArrayBuffer is collected; V8 counts it as external memory meanwhile.
 napi_value LargeBuffer(napi_env env, napi_callback_info info) {
   napi_value argv[1];
   size_t bytes;
   if (!GetArgs(env, info, 1, argv) || !GetCount(env, argv[0], "largeBuffer: expected a byte count", &bytes))
     return nullptr;
   napi_value out;
-  hsm::HugeMapping* mapping = new hsm::HugeMapping(hsm::MapHuge(bytes));
+  hsm::LargeMapping* mapping = new hsm::LargeMapping(hsm::MapLarge(bytes));
   const napi_finalize unmap = [](napi_env env, void*, void* hint) {
-    hsm::HugeMapping* m = static_cast<hsm::HugeMapping*>(hint);
+    hsm::LargeMapping* m = static_cast<hsm::LargeMapping*>(hint);
     int64_t ignored;
     napi_adjust_external_memory(env, -static_cast<int64_t>(m->length), &ignored);
     hsm::Unmap(*m);

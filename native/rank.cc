@@ -2,7 +2,7 @@
 
 #include "amx.h"
 #include "cpu.h"
-#include "huge_pages.h"
+#include "large_buffers.h"
 #include "row_groups.h"
 #include "threads.h"
 #include "transpose.h"
@@ -382,7 +382,7 @@ class FloatPanels {
   const float* Get() {
     std::call_once(once_, [this]() {
       // Mapped afresh, so zero past the last anchor.
-      packed_ = std::make_unique<HugeArray<float>>(PanelCount(n_anchors_) * kPanel * d_);
+      packed_ = std::make_unique<LargeArray<float>>(PanelCount(n_anchors_) * kPanel * d_);
       Pack([this](size_t g) { return a_[g]; }, n_anchors_, d_, packed_->get(), 1);
     });
     return packed_->get();
@@ -392,7 +392,7 @@ class FloatPanels {
   SlotRows a_;
   size_t n_anchors_, d_;
   std::once_flag once_;
-  std::unique_ptr<HugeArray<float>> packed_;
+  std::unique_ptr<LargeArray<float>> packed_;
 };
 
 // How the reordered dot product (Dot4) has fared on a thread's rows, so that NearPairs uses it where it pays.
@@ -943,8 +943,8 @@ const uint32_t* PackBf16(const SlotRows& a, size_t n_anchors, size_t d, uint32_t
 }
 
 // What both bfloat16 screens read of the anchors: their slots (SlottedAnchors), their bfloat16 panels of `pairs`
-// pairs a row (n_panels panels, zero past the last anchor; mapped on their own, huge_pages.h, as every row tile
-// reads a block's panels afresh), their side of the bound, and their float32 panels for crowded rows.
+// pairs a row (n_panels panels, zero past the last anchor; large_buffers.h), their side of the bound, and their float32
+// panels for crowded rows.
 struct ScreenAnchors {
   ScreenAnchors(const float* a, size_t n_anchors, size_t d, const int32_t* own, size_t n_rows, size_t pairs,
                 size_t n_panels, int threads)
@@ -956,7 +956,7 @@ struct ScreenAnchors {
         panels(slotted.rows, n_anchors, d) {}
   const SlottedAnchors slotted;
   const size_t n_panels;
-  const HugeArray<uint32_t> packed_bf;
+  const LargeArray<uint32_t> packed_bf;
   const ScreenBound bound;
   FloatPanels panels;
 };

@@ -282,10 +282,8 @@ export const nativeHeap: { trim(): void } | undefined = binding && { trim: () =>
 
 /**
  * A zero-filled ArrayBuffer of `bytes`, for buffers of many megabytes. Where the addon loaded, one of 2 MB or more
- * is mapped on its own and offered 2 MB pages (Linux's transparent huge pages, where the system grants them on
- * request; native/huge_pages.h decides): touching hundreds of megabytes then takes hundreds of page faults instead
- * of tens of thousands, which in a virtual machine can cost more than the work done on the data. Elsewhere, below
- * 2 MB, or where huge pages are refused, it is an ordinary buffer in all but name.
+ * is mapped on its own (native/large_buffers.h): its pages cost nothing until touched and go back to the system as
+ * soon as it is collected. Elsewhere, or below 2 MB, it is an ordinary buffer in all but name.
  */
 export function largeArrayBuffer(bytes: number): ArrayBuffer {
   return binding ? binding.largeBuffer(bytes) : new ArrayBuffer(bytes);

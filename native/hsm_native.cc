@@ -1009,9 +1009,10 @@ napi_value ShaPaths(napi_env env, napi_callback_info) {
   return out;
 }
 
-// trimHeap(): hands the free pages of every malloc arena back to the system
-// (glibc's malloc_trim); nothing where the C library is not glibc.
+// trimHeap(): hands the kernels' kept mappings (large_buffers.h) and the free pages of every malloc arena back to
+// the system (glibc's malloc_trim; only the mappings where the C library is not glibc).
 napi_value TrimHeap(napi_env, napi_callback_info) {
+  hsm::SpareMappings::Get().Release();
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif

@@ -381,7 +381,7 @@ class FloatPanels {
   FloatPanels(const SlotRows& a, size_t n_anchors, size_t d) : a_(a), n_anchors_(n_anchors), d_(d) {}
   const float* Get() {
     std::call_once(once_, [this]() {
-      // Mapped afresh, so zero past the last anchor.
+      // Zero-filled (LargeArray), so zero past the last anchor.
       packed_ = std::make_unique<LargeArray<float>>(PanelCount(n_anchors_) * kPanel * d_);
       Pack([this](size_t g) { return a_[g]; }, n_anchors_, d_, packed_->get(), 1);
     });

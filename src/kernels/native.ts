@@ -277,7 +277,10 @@ if (binding && process.env.HSM_SIMD) {
   }
 }
 
-/** The process's C heap, where the addon loaded: `trim` hands free pages back to the system (glibc; nothing elsewhere). */
+/**
+ * The native core's memory, where the addon loaded: `trim` hands the buffers its kernels keep from call to call, and the
+ * C heap's free pages (glibc; nothing elsewhere), back to the system.
+ */
 export const nativeHeap: { trim(): void } | undefined = binding && { trim: () => binding.trimHeap() };
 
 /**

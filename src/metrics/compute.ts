@@ -10,7 +10,7 @@
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../defaults.js";
-import { largeArrayBuffer } from "../kernels/native.js";
+import { largeArrayBuffer, nativeHeap } from "../kernels/native.js";
 import { openKernels, type BackendName } from "../kernels/registry.js";
 import type { Kernels } from "../kernels/types.js";
 import type { Manifest } from "../store/manifest.js";
@@ -301,5 +301,6 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     return result;
   } finally {
     await reader.close();
+    nativeHeap?.trim(); // the kernels' buffers kept from layer to layer go back to the system
   }
 }

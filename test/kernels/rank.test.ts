@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 
 import { kernelOptions } from "../../src/kernels/default.js";
 import { typescriptKernels } from "../../src/kernels/typescript/index.js";
-import { nativeKernels as loadNative, nativeSimdLevels } from "../../src/kernels/native.js";
+import { nativeHeap, nativeKernels as loadNative, nativeSimdLevels } from "../../src/kernels/native.js";
 import { Rng } from "../../src/util/random.js";
 import { atSimdLevel } from "../helpers/backends.js";
 import { COSINE_F32 } from "../tolerances.js";
@@ -147,6 +147,36 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
       expect(Array.from(picked.score)).toEqual(Array.from(whole.score));
       expect(picked.above.some((c) => c > 0)).toBe(true);
     }
+  });
+
+  it("counts as the float32 kernel with panels kept from a call on non-finite anchors", () => {
+    // The screens' anchor panels from 2 MB up are kept for the next call (native/large_buffers.h). The first call
+    // fills them with NaN; the second pads each row of 520 values to 272 bfloat16 pairs on AMX tiles, and a NaN
+    // left in that padding would turn every screened score to NaN.
+    nativeHeap!.trim();
+    const rng = new Rng(31);
+    const poisoned = new Float32Array(2048 * 544).fill(NaN);
+    nativeKernels!.rank(
+      unitRows(16, 544, rng),
+      all(16),
+      poisoned,
+      2048,
+      544,
+      all(16),
+      new Float32Array(16),
+      new Int32Array(16),
+    );
+    const n = 64;
+    const F = 2040;
+    const d = 520;
+    const a = unitRows(F, d, rng);
+    const x = unitRows(n, d, rng);
+    for (let i = 0; i < n; i++) leanRow(x, i, d, a.subarray(i * 31 * d, (i * 31 + 1) * d), 8);
+    const own = Int32Array.from({ length: n }, (_, i) => i * 31);
+    const screened = aboveCounts(nativeKernels!, x, a, F, d, own);
+    expect(screened).toEqual(aboveCounts(nativeFloat32!, x, a, F, d, own));
+    expect(screened.some((c) => c > 0)).toBe(true);
+    nativeHeap!.trim();
   });
 
   it("counts rows whose scores crowd around their own as the float32 kernel does", () => {

@@ -672,13 +672,14 @@ class NearPairs {
 
 // Counts, for row r (its bound rb) and panel p, the anchors whose screened scores s (lanes of the
 // panel; `lanes` masks those past the last anchor) lie above the row's own score; each anchor too
-// close to call goes to `near`, which adds its float32 verdict to the row's count.
-__attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m512 s, size_t r, const RowBound& rb,
+// close to call goes to `near`, which adds its float32 verdict to the row's count. Returns whether
+// the screen called none of the row's anchors in the panel.
+__attribute__((target("avx512f"), always_inline)) inline bool CountScreened(__m512 s, size_t r, const RowBound& rb,
                                                                             size_t p, __mmask16 lanes,
                                                                             const ScreenBound& bound,
                                                                             const int32_t* own, const float* own_score,
                                                                             int32_t* above, NearPairs& near_pairs) {
-  if (own[r] < 0) return;
+  if (own[r] < 0) return true;
   __mmask16 mine = lanes;
   if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
   const __m512 b =
@@ -689,6 +690,16 @@ __attribute__((target("avx512f"), always_inline)) inline void CountScreened(__m5
   const __mmask16 near = _mm512_mask_cmp_ps_mask(mine, s, _mm512_sub_ps(o, b), _CMP_GE_OQ) & ~high;
   above[r] += __builtin_popcount(high);
   near_pairs.Add(r, p, near);  // too close to call: those anchors again in float32
+  return near == mine;
+}
+
+// Row r's anchors in panel p (`lanes` masks those past the last anchor), but for its own, all sent to the
+// float32 path unscreened, as CountScreened sends those it cannot call.
+__attribute__((target("avx512f"), always_inline)) inline void Unscreened(size_t r, size_t p, __mmask16 lanes,
+                                                                         const int32_t* own, NearPairs& near_pairs) {
+  if (own[r] < 0) return;
+  if (static_cast<size_t>(own[r]) / kPanel == p) lanes &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
+  near_pairs.Add(r, p, lanes);
 }
 
 // The screen's register block: kScreenRows rows against kScreenPanels panels,
@@ -825,29 +836,55 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   // products run, a share after each tile step: the vector units count while the AMX unit multiplies. count(g, i0,
   // i1) counts g's items [i0, i1), item j being row r0 + j % 32 against panel p0 + j / 32: each row still meets its
   // panels in order, as NearPairs needs.
+  //
+  // Where a group's screen called none of its pairs (near-copies of its rows' anchors crowd every own score), the
+  // next kSkipGroups groups of rows on the same two panels are sent to the float32 path unscreened, as the screen
+  // would have sent them: the rows come ordered by their own anchors' slots (RankAgainstAnchors), so the rows that
+  // follow are most likely alike. Every count is still the float32 path's; a guess that proves wrong only costs time.
   struct Group {
     size_t r0, p0;
+    bool uncalled;  // the screen called none of the group's pairs
     alignas(64) float scores[4][16 * kPanel];
   };
   constexpr size_t kItems = 2 * kAmxRows;
+  constexpr uint8_t kSkipGroups = 3;
   Group groups[2];
-  const auto count = [&](const Group& g, size_t i0, size_t i1) __attribute__((target("avx512f"), always_inline)) {
+  const auto lanes_of = [n_anchors](size_t p) {
+    return static_cast<__mmask16>((1u << std::min(kPanel, n_anchors - p * kPanel)) - 1);
+  };
+  // Per pair of panels in the block: how many more groups go unscreened.
+  uint8_t skip[kAmxBlockPanels / 2];
+  const auto count = [&](Group & g, size_t i0, size_t i1) __attribute__((target("avx512f"), always_inline)) {
+    bool uncalled = true;
     for (size_t j = i0; j < i1; j++) {
       const size_t q = j / kAmxRows, i = j % kAmxRows, p = g.p0 + q, r = g.r0 + i;
       if (r >= r_end || p * kPanel >= n_anchors) continue;
-      const size_t valid = std::min(kPanel, n_anchors - p * kPanel);
       const __m512 s = _mm512_load_ps(g.scores[(i / 16) * 2 + q] + (i % 16) * kPanel);
-      CountScreened(s, r, rb[r - r_begin], p, static_cast<__mmask16>((1u << valid) - 1), bound, own, own_score, above,
-                    near_pairs);
+      uncalled &= CountScreened(s, r, rb[r - r_begin], p, lanes_of(p), bound, own, own_score, above, near_pairs);
     }
+    g.uncalled &= uncalled;
+    if (i1 == kItems) skip[(g.p0 % kAmxBlockPanels) / 2] = g.uncalled ? kSkipGroups : 0;
   };
   const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq, steps = dq / kAmxPairs;
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kAmxBlockPanels);
-    const Group* pending = nullptr;
+    Group* pending = nullptr;
+    std::fill(std::begin(skip), std::end(skip), 0);
     for (size_t r0 = r_begin; r0 < r_end; r0 += kAmxRows) {
       const uint32_t* rows = xb.get() + (r0 - r_begin) * dq;
       for (size_t p0 = b0; p0 < b1; p0 += 2) {
+        uint8_t& left = skip[(p0 - b0) / 2];
+        if (left > 0) {
+          left--;
+          // The group before first, so that each row still meets its panels in order.
+          if (pending != nullptr) count(*pending, 0, kItems);
+          pending = nullptr;
+          for (size_t q = 0; q < 2 && (p0 + q) * kPanel < n_anchors; q++) {
+            for (size_t r = r0; r < std::min(r_end, r0 + kAmxRows); r++)
+              Unscreened(r, p0 + q, lanes_of(p0 + q), own, near_pairs);
+          }
+          continue;
+        }
         const uint32_t* panels = packed_bf + p0 * panel_pairs;
         _tile_zero(0);
         _tile_zero(1);
@@ -868,6 +905,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
         Group& g = pending == &groups[0] ? groups[1] : groups[0];
         g.r0 = r0;
         g.p0 = p0;
+        g.uncalled = true;
         _tile_stored(0, g.scores[0], 64);
         _tile_stored(1, g.scores[1], 64);
         _tile_stored(2, g.scores[2], 64);
@@ -961,6 +999,34 @@ struct ScreenAnchors {
   FloatPanels panels;
 };
 
+// The ranked rows in the order the bfloat16 screens take them, by their own anchors' slots (rows without one last):
+// rows alike come together as their anchors do (AnchorSlots), so that a group of rows whose own scores near-copies of
+// their anchors crowd is followed by more of the same (RankAmxRows). Row i of the order is the caller's row
+// order[i]; each row is counted on its own, so the order changes no count.
+struct RowOrder {
+  RowOrder(const int32_t* x_rows, const int32_t* own_slot, const float* own_score_in, size_t n)
+      : order(n), rows(n), own(n), own_score(n), above(n) {
+    for (size_t i = 0; i < n; i++) order[i] = static_cast<uint32_t>(i);
+    // A row without an own anchor (slot -1) goes last.
+    std::stable_sort(order.begin(), order.end(), [own_slot](uint32_t u, uint32_t v) {
+      return static_cast<uint32_t>(own_slot[u]) < static_cast<uint32_t>(own_slot[v]);
+    });
+    for (size_t i = 0; i < n; i++) {
+      rows[i] = x_rows[order[i]];
+      own[i] = own_slot[order[i]];
+      own_score[i] = own_score_in[order[i]];
+    }
+  }
+  // Each row's count back in the caller's order.
+  void CountsTo(int32_t* above_out) const {
+    for (size_t i = 0; i < order.size(); i++) above_out[order[i]] = above[i];
+  }
+  std::vector<uint32_t> order;
+  std::vector<int32_t> rows, own;
+  std::vector<float> own_score;
+  std::vector<int32_t> above;
+};
+
 // Rows [0, n_rows) in chunks of chunk_rows, rank(first, last, odds) on each, handed out one at a time so that a
 // thread the machine slows down (other processes on the same cores) takes fewer chunks instead of holding the others
 // up at the end. Each thread keeps one Dot4Odds over all its chunks.
@@ -1016,19 +1082,23 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
   if (HasAmxBf16() && allow_bf16) {
     // The panels padded to an even count.
     ScreenAnchors s(a, n_anchors, d, own, n_rows, AmxPairs(d), (PanelCount(n_anchors) + 1) / 2 * 2, threads);
+    RowOrder o(rows, s.slotted.own.data(), own_score, n_rows);
     InChunks(n_rows, 16 * kAmxRows, threads, [&](size_t first, size_t last, Dot4Odds& odds) {
-      RankAmxRows(x, rows, d, first, last, s.slotted.rows, s.packed_bf.get(), s.n_panels, n_anchors, s.bound,
-                  s.slotted.own.data(), own_score, above, s.panels, odds);
+      RankAmxRows(x, o.rows.data(), d, first, last, s.slotted.rows, s.packed_bf.get(), s.n_panels, n_anchors, s.bound,
+                  o.own.data(), o.own_score.data(), o.above.data(), s.panels, odds);
     });
+    o.CountsTo(above);
     return;
   }
   if (HasAvx512Bf16() && allow_bf16) {
     ScreenAnchors s(a, n_anchors, d, own, n_rows, (d + 1) / 2, PanelCount(n_anchors), threads);
+    RowOrder o(rows, s.slotted.own.data(), own_score, n_rows);
     // Each chunk is converted to bfloat16 once (1 MB) and read again for every anchor block.
     InChunks(n_rows, 64 * kScreenRows, threads, [&](size_t first, size_t last, Dot4Odds& odds) {
-      RankBf16Rows(x, rows, d, first, last, s.slotted.rows, s.packed_bf.get(), s.n_panels, n_anchors, s.bound,
-                   s.slotted.own.data(), own_score, above, s.panels, odds);
+      RankBf16Rows(x, o.rows.data(), d, first, last, s.slotted.rows, s.packed_bf.get(), s.n_panels, n_anchors, s.bound,
+                   o.own.data(), o.own_score.data(), o.above.data(), s.panels, odds);
     });
+    o.CountsTo(above);
     return;
   }
   using Tile = void (*)(const float*, size_t, size_t, size_t, const float*, size_t, float*);

@@ -236,6 +236,29 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     }
   });
 
+  it("counts rows whose every anchor of one kind crowds the own score, in runs of many rows, as the float32 kernel does", () => {
+    // Every row and anchor is one of two directions, nudged by a ten-thousandth: a row's scores against the anchors
+    // of its own direction crowd its own score within float32 rounding, and the AMX screen, finding whole groups of
+    // 32 rows on 32 anchors it cannot call, stops screening the groups that follow.
+    const d = 96;
+    const n = 300;
+    const F = 200;
+    const rng = new Rng(37);
+    const directions = unitRows(2, d, rng);
+    const lean = (m: number, kind: (i: number) => number) => {
+      const v = unitRows(m, d, rng);
+      for (let i = 0; i < m; i++) leanRow(v, i, d, directions.subarray(kind(i) * d, (kind(i) + 1) * d), 1e-4);
+      return v;
+    };
+    const a = lean(F, (g) => ((g * 7) % 3 === 0 ? 1 : 0));
+    const own = Int32Array.from({ length: n }, (_, i) => (i * 13) % F);
+    const x = lean(n, (i) => ((own[i]! * 7) % 3 === 0 ? 1 : 0));
+    const float32 = aboveCounts(nativeFloat32!, x, a, F, d, own);
+    // Rows rank all through their own direction's anchors.
+    expect(new Set(float32).size).toBeGreaterThan(50);
+    expect(aboveCounts(nativeKernels!, x, a, F, d, own)).toEqual(float32);
+  });
+
   it("counts crowds of near-copies scattered through the anchors as the float32 kernel does", () => {
     // Five groups of near-copies (1e-6 to 1e-5 apart), interleaved among 700 anchors so that no two copies sit
     // side by side, and 163 rows, each near one group's anchors: every row has dozens of anchors within float32

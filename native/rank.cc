@@ -444,6 +444,7 @@ class NearPairs {
         block_anchors_(block_anchors),
         near_(new uint32_t[(r_end - r_begin) * block_anchors]),
         n_near_(r_end - r_begin),
+        near_lanes_((r_end - r_begin) * kMaxBlockPanels),
         bound_(bound),
         rb_(rb),
         panels_(panels),
@@ -463,13 +464,17 @@ class NearPairs {
                                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     _mm512_storeu_si512(near_.get() + i * block_anchors_ + n_near_[i], _mm512_maskz_compress_epi32(lanes, g));
     n_near_[i] += static_cast<uint16_t>(__builtin_popcount(lanes));
+    near_lanes_[i * kMaxBlockPanels + p % block_panels_] |= lanes;
   }
 
-  // The anchor block is done: every pair found near in it.
-  void EndBlock() {
+  // The anchor block whose first panel is `first` is done: every pair found near in it.
+  void EndBlock(size_t first) {
+    block_first_ = first;
     for (size_t i = 0; i < n_near_.size(); i++) {
-      if (n_near_[i] > 0) Settle(r_begin_ + i, near_.get() + i * block_anchors_, n_near_[i]);
+      uint16_t* lanes = near_lanes_.data() + i * kMaxBlockPanels;
+      if (n_near_[i] > 0) Settle(r_begin_ + i, near_.get() + i * block_anchors_, n_near_[i], lanes);
       n_near_[i] = 0;
+      std::fill(lanes, lanes + kMaxBlockPanels, 0);
     }
     Pairs();
     PanelRows();
@@ -492,9 +497,11 @@ class NearPairs {
   const float* Row(size_t r) const { return x_ + static_cast<size_t>(x_rows_[r]) * d_; }
 
   // Counts the anchors g[0, n) of row r that Dot4 can call, of those Dot4Odds gives it; the others go to the
-  // float32 path (Exact, Pair). A last short group of four repeats its first anchor, whose copies are not used.
-  __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n) {
+  // float32 path (Exact, Pair). lanes[q]: the same anchors, by lane of the block's panel q. A last short group of
+  // four repeats its first anchor, whose copies are not used.
+  __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n, const uint16_t* lanes) {
     const size_t dotted = odds_.Take(n);
+    if (dotted == 0) return ExactPanels(r, lanes);
     if (dotted < n) Exact(r, g + dotted, n - dotted);
     if (dotted == 0) return;
     n = dotted;
@@ -545,10 +552,25 @@ class NearPairs {
         continue;
       }
       const size_t q = p % block_panels_;
-      block_first_ = p - q;
       w.panels |= 1u << q;
       w.lanes[q] = m;
       j = e;
+    }
+    if (w.panels != 0) whole_.push_back(w);
+  }
+
+  // Exact for all of row r's anchors in the block, taken panel by panel from their lanes (lanes[q]: the block's
+  // panel q) rather than anchor by anchor.
+  void ExactPanels(size_t r, const uint16_t* lanes) {
+    WholePanels w{static_cast<uint32_t>(r), 0, {}};
+    for (size_t q = 0; q < block_panels_; q++) {
+      const uint32_t m = lanes[q];
+      if (static_cast<size_t>(__builtin_popcount(m)) >= kPanelPairs) {
+        w.panels |= 1u << q;
+        w.lanes[q] = static_cast<__mmask16>(m);
+        continue;
+      }
+      for (uint32_t left = m; left != 0; left &= left - 1) Pair(r, (block_first_ + q) * kPanel + __builtin_ctz(left));
     }
     if (w.panels != 0) whole_.push_back(w);
   }
@@ -655,6 +677,8 @@ class NearPairs {
   size_t block_anchors_;
   std::unique_ptr<uint32_t[]> near_;
   std::vector<uint16_t> n_near_;
+  // The same anchors as lanes: row i's in the block's panel q at near_lanes_[i * kMaxBlockPanels + q].
+  std::vector<uint16_t> near_lanes_;
   const ScreenBound& bound_;
   const RowBound* rb_;
   FloatPanels& panels_;
@@ -795,7 +819,7 @@ __attribute__((target("avx512f,avx512bf16"))) void RankBf16Rows(const float* x, 
         }
       }
     }
-    near_pairs.EndBlock();
+    near_pairs.EndBlock(b0);
   }
 }
 
@@ -914,7 +938,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
       }
     }
     if (pending != nullptr) count(*pending, 0, kItems);
-    near_pairs.EndBlock();
+    near_pairs.EndBlock(b0);
   }
 }
 

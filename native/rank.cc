@@ -327,8 +327,9 @@ class ScreenBound {
     return {Up(m.l + gamma_ * m.v), Up(m.h), Up(0x1p-20 * (1 + m.v * na_max_)), Up(m.v)};
   }
   const float* na(size_t panel) const { return na_.data() + panel * kPanel; }
-  // |a| of anchor g, rounded up.
+  // |a| of anchor g, rounded up, and the largest.
   float norm(size_t g) const { return na_[g]; }
+  float norm_max() const { return na_max_; }
   // The bound's g_d: how far d float32 roundings in a row can move a sum, relative to the sum of its terms' sizes.
   double gamma() const { return gamma_; }
   const float* ca(size_t panel) const { return ca_.data() + panel * kPanel; }
@@ -837,12 +838,95 @@ static_assert(kAmxBlockPanels <= 16 && kScreenBlockPanels <= 16, "NearPairs keep
 // The pairs a row of d values takes on the AMX tiles: d padded with zeros to a whole number of tile steps.
 inline size_t AmxPairs(size_t d) { return ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs; }
 
+// A centre for each pair of the AMX screen's panels (pair j: panels 2j and 2j + 1, 32 anchors), to settle a whole
+// group of rows against the pair's 32 anchors at once where they all lie far from the rows' own scores (anchors of
+// another kind altogether, in tight kinds: RankAmxRows). The centre c of pair j is the mean of its anchors rounded to
+// bfloat16, packed as the anchors are (16 centres a panel, AmxPairs(d) pairs a row); R_j = max |a - c| over its
+// anchors, and |c|, are taken in float64 and rounded up. For a row x and an anchor a of the pair,
+// x.a = x.c + x.(a - c), the second term at most |x| R_j; the tiles' x.c, from xh in float32 sums, is within
+// (|xl| + g_d |xh|) |c| of x.c; and the float32 path's score of the pair is within g_d |x| |a| of x.a. So where
+// the tiles' x.c lies more than
+//   E = r1 |c| + r2 g_d |c| + |x| (R_j + g_d max |a|) + δ
+// below the row's own score, no anchor of the pair scores above it in the float32 path, and where it lies more
+// than E above, every one does (r1, r2, δ: the row's RowBound). A pair whose radius is over half the largest
+// anchor norm is not tried: its anchors are too spread for their centre to settle anything.
+class PairCentres {
+ public:
+  PairCentres(const SlotRows& a, size_t n_anchors, size_t d, size_t n_pairs, const ScreenBound& bound, int threads)
+      : dq_(AmxPairs(d)),
+        n_lanes_((n_pairs + 2 * kPanel - 1) / (2 * kPanel) * 2 * kPanel),
+        packed_(n_lanes_ * dq_),
+        tried_(n_pairs),
+        norm_(n_pairs),
+        gamma_norm_(n_pairs),
+        reach_(n_pairs) {
+    const float na_max = bound.norm_max();
+    const double gamma = bound.gamma();
+    Shares(n_pairs, threads, [&](size_t j0, size_t j1) {
+      std::vector<double> sum(d), c(d);
+      std::vector<float> mean(d);
+      for (size_t j = j0; j < j1; j++) {
+        const size_t g0 = j * 2 * kPanel, g1 = std::min(n_anchors, g0 + 2 * kPanel);
+        if (g0 >= g1) continue;
+        std::fill(sum.begin(), sum.end(), 0.0);
+        for (size_t g = g0; g < g1; g++) {
+          for (size_t k = 0; k < d; k++) sum[k] += a[g][k];
+        }
+        for (size_t k = 0; k < d; k++) mean[k] = static_cast<float>(sum[k] / static_cast<double>(g1 - g0));
+        uint32_t* pairs = packed_.get() + (j / kPanel) * kPanel * dq_ + j % kPanel;
+        PairsBf16(mean.data(), d, pairs, kPanel);
+        // The centre as the tiles read it.
+        double norm = 0;
+        for (size_t k = 0; k < d; k++) {
+          const uint32_t pair = pairs[(k / 2) * kPanel];
+          const uint32_t bits = (k % 2 == 0 ? pair & 0xffffu : pair >> 16) << 16;
+          float h;
+          std::memcpy(&h, &bits, sizeof(h));
+          c[k] = h;
+          norm += c[k] * c[k];
+        }
+        double radius = 0;
+        for (size_t g = g0; g < g1; g++) {
+          double r = 0;
+          for (size_t k = 0; k < d; k++) r += (a[g][k] - c[k]) * (a[g][k] - c[k]);
+          radius = std::max(radius, r);
+        }
+        radius = std::sqrt(radius);
+        if (!(radius <= 0.5 * na_max)) continue;
+        tried_[j] = 1;
+        norm_[j] = Up(std::sqrt(norm));
+        gamma_norm_[j] = Up(gamma * norm_[j]);
+        reach_[j] = Up(radius + gamma * na_max);
+      }
+    });
+    for (size_t j = 0; j < n_pairs; j++) any_ |= tried_[j] != 0;
+  }
+
+  // Whether any pair is tried; whether pair j is.
+  bool any() const { return any_; }
+  bool tried(size_t j) const { return tried_[j] != 0; }
+  // The centres' panels, n_lanes() / 16 of them (an even count).
+  const uint32_t* packed() const { return packed_.get(); }
+  size_t n_lanes() const { return n_lanes_; }
+  // E for a row (its bound b) against pair j.
+  float Reach(const RowBound& b, size_t j) const {
+    return b.r1 * norm_[j] + b.r2 * gamma_norm_[j] + b.norm * reach_[j] + b.delta;
+  }
+
+ private:
+  size_t dq_, n_lanes_;
+  LargeArray<uint32_t> packed_;
+  std::vector<uint8_t> tried_;
+  std::vector<float> norm_, gamma_norm_, reach_;
+  bool any_ = false;
+};
+
 // Rows [r_begin, r_end) (row r is x's row x_rows[r]) against every anchor. packed_bf holds the panels as PairsBf16 lays
 // them out with AmxPairs(d) pairs a row, n_panels rounded up to an even count with zero panels.
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows(
     const float* x, const int32_t* x_rows, size_t d, size_t r_begin, size_t r_end, const SlotRows& a,
-    const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const ScreenBound& bound, const int32_t* own,
-    const float* own_score, int32_t* above, FloatPanels& panels, Dot4Odds& odds) {
+    const uint32_t* packed_bf, size_t n_panels, size_t n_anchors, const ScreenBound& bound, const PairCentres& centres,
+    const int32_t* own, const float* own_score, int32_t* above, FloatPanels& panels, Dot4Odds& odds) {
   const size_t dq = AmxPairs(d);
   const size_t padded = (r_end - r_begin + kAmxRows - 1) / kAmxRows * kAmxRows;
   // Each tile row a whole cache line (LineArray): a tile load of rows that straddle two takes twice as long.
@@ -854,8 +938,38 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     rb[r - r_begin] = bound.Row(xr, xb.get() + (r - r_begin) * dq);
   }
   AmxTiles tiles;
+  const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq, steps = dq / kAmxPairs;
+  // The tiles' x.c for every row and pair centre (PairCentres): row i's against pair j at centre[i * nc + j].
+  const size_t nc = centres.any() ? centres.n_lanes() : 0;
+  const LineArray<float> centre(padded * nc);
+  for (size_t r0 = 0; r0 < padded && nc > 0; r0 += kAmxRows) {
+    const uint32_t* rows = xb.get() + r0 * dq;
+    for (size_t c0 = 0; c0 < nc; c0 += 2 * kPanel) {
+      const uint32_t* cp = centres.packed() + c0 * dq;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (size_t k = 0; k < dq; k += kAmxPairs) {
+        _tile_loadd(4, rows + k, row_bytes);
+        _tile_loadd(5, rows + 16 * dq + k, row_bytes);
+        _tile_loadd(6, cp + k * kPanel, 64);
+        _tile_loadd(7, cp + panel_pairs + k * kPanel, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      float* out = centre.get() + r0 * nc + c0;
+      _tile_stored(0, out, nc * sizeof(float));
+      _tile_stored(1, out + kPanel, nc * sizeof(float));
+      _tile_stored(2, out + 16 * nc, nc * sizeof(float));
+      _tile_stored(3, out + 16 * nc + kPanel, nc * sizeof(float));
+    }
+  }
   NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel, bound, rb.data(),
                        panels, odds);
+
   // A group's scores (32 rows against two panels, as tiles 0-3 hold them) are counted while the next group's
   // products run, a share after each tile step: the vector units count while the AMX unit multiplies. count(g, i0,
   // i1) counts g's items [i0, i1), item j being row r0 + j % 32 against panel p0 + j / 32: each row still meets its
@@ -889,7 +1003,30 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     g.uncalled &= uncalled;
     if (i1 == kItems) skip[(g.p0 % kAmxBlockPanels) / 2] = g.uncalled ? kSkipGroups : 0;
   };
-  const size_t row_bytes = dq * sizeof(uint32_t), panel_pairs = kPanel * dq, steps = dq / kAmxPairs;
+  // Rows [r0, r0 + 32) against the pair of panels from p0, settled from its centre where every row can be: a row's
+  // count moves by the pair's anchors (but its own) where all score above it. False where any row is left.
+  const auto far = [&](size_t r0, size_t p0) {
+    const size_t j = p0 / 2, r1 = std::min(r_end, r0 + kAmxRows);
+    uint32_t high = 0;
+    for (size_t r = r0; r < r1; r++) {
+      if (own[r] < 0) continue;
+      const float z = centre.get()[(r - r_begin) * nc + j], e = centres.Reach(rb[r - r_begin], j);
+      if (z - e > own_score[r]) {
+        high |= 1u << (r - r0);
+      } else if (!(z + e < own_score[r])) {
+        return false;
+      }
+    }
+    for (uint32_t m = high; m != 0; m &= m - 1) {
+      const size_t r = r0 + __builtin_ctz(m);
+      for (size_t q = 0; q < 2 && (p0 + q) * kPanel < n_anchors; q++) {
+        __mmask16 lanes = lanes_of(p0 + q);
+        if (static_cast<size_t>(own[r]) / kPanel == p0 + q) lanes &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
+        above[r] += __builtin_popcount(lanes);
+      }
+    }
+    return true;
+  };
   for (size_t b0 = 0; b0 < n_panels; b0 += kAmxBlockPanels) {
     const size_t b1 = std::min(n_panels, b0 + kAmxBlockPanels);
     Group* pending = nullptr;
@@ -897,6 +1034,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     for (size_t r0 = r_begin; r0 < r_end; r0 += kAmxRows) {
       const uint32_t* rows = xb.get() + (r0 - r_begin) * dq;
       for (size_t p0 = b0; p0 < b1; p0 += 2) {
+        if (nc > 0 && centres.tried(p0 / 2) && far(r0, p0)) continue;
         uint8_t& left = skip[(p0 - b0) / 2];
         if (left > 0) {
           left--;
@@ -1107,9 +1245,10 @@ void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, cons
     // The panels padded to an even count.
     ScreenAnchors s(a, n_anchors, d, own, n_rows, AmxPairs(d), (PanelCount(n_anchors) + 1) / 2 * 2, threads);
     RowOrder o(rows, s.slotted.own.data(), own_score, n_rows);
+    const PairCentres centres(s.slotted.rows, n_anchors, d, s.n_panels / 2, s.bound, threads);
     InChunks(n_rows, 16 * kAmxRows, threads, [&](size_t first, size_t last, Dot4Odds& odds) {
       RankAmxRows(x, o.rows.data(), d, first, last, s.slotted.rows, s.packed_bf.get(), s.n_panels, n_anchors, s.bound,
-                  o.own.data(), o.own_score.data(), o.above.data(), s.panels, odds);
+                  centres, o.own.data(), o.own_score.data(), o.above.data(), s.panels, odds);
     });
     o.CountsTo(above);
     return;

@@ -259,6 +259,41 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     expect(aboveCounts(nativeKernels!, x, a, F, d, own)).toEqual(float32);
   });
 
+  it("counts rows against tight kinds of anchors settled from each pair of panels' centre as the float32 kernel does", () => {
+    // 192 anchors along a short segment (u + t v, |t| <= 0.05) and 16 near-copies of w. Rows near u + v/2 whose own
+    // anchors sit at the top of the segment score a few of its anchors above their own, and the segment's centres
+    // below it by less than the segment's reach: a centre settles nothing there. Rows whose own anchors are the
+    // copies of w score every anchor of the segment above their own, which a centre settles for 32 at a time.
+    const d = 96;
+    const rng = new Rng(41);
+    const [u, v, w] = [0, 1, 2].map(() => unitRows(1, d, rng));
+    const along = (t: number, noise: Float32Array) => Float32Array.from(noise, (z, j) => u![j]! + t * v![j]! + z);
+    const line = 192;
+    const F = line + 16;
+    const t = Float32Array.from({ length: line }, () => 0.1 * rng.uniform() - 0.05);
+    const a = new Float32Array(F * d);
+    for (let g = 0; g < line; g++) a.set(along(t[g]!, new Float32Array(d)), g * d);
+    const jitter = unitRows(F, d, rng);
+    for (let g = line; g < F; g++)
+      a.set(
+        Float32Array.from(w!, (c, j) => c + 1e-3 * jitter[g * d + j]!),
+        g * d,
+      );
+    for (let g = 0; g < F; g++) leanRow(a, g, d, new Float32Array(d), 1);
+    const top = Array.from(t.keys()).sort((p, q) => t[q]! - t[p]!);
+    const n = 160;
+    const own = Int32Array.from({ length: n }, (_, i) => (i < 96 ? top[i % 16]! : line + (i % 16)));
+    const x = unitRows(n, d, rng);
+    for (let i = 0; i < n; i++) {
+      const toward = i < 96 ? along(0.5, new Float32Array(d)) : Float32Array.from(w!, (c, j) => 0.1 * c + u![j]!);
+      leanRow(x, i, d, toward, 0.01);
+    }
+    const float32 = aboveCounts(nativeFloat32!, x, a, F, d, own);
+    expect(float32.slice(0, 96).some((c) => c > 0 && c < 16)).toBe(true);
+    expect(float32.slice(96).every((c) => c >= line)).toBe(true);
+    expect(aboveCounts(nativeKernels!, x, a, F, d, own)).toEqual(float32);
+  });
+
   it("counts crowds of near-copies scattered through the anchors as the float32 kernel does", () => {
     // Five groups of near-copies (1e-6 to 1e-5 apart), interleaved among 700 anchors so that no two copies sit
     // side by side, and 163 rows, each near one group's anchors: every row has dozens of anchors within float32

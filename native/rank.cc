@@ -504,7 +504,6 @@ class NearPairs {
     const size_t dotted = odds_.Take(n);
     if (dotted == 0) return ExactPanels(r, lanes);
     if (dotted < n) Exact(r, g + dotted, n - dotted);
-    if (dotted == 0) return;
     n = dotted;
     size_t settled = 0;
     const float* xr = Row(r);

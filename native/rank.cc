@@ -837,6 +837,29 @@ static_assert(kAmxBlockPanels <= 16 && kScreenBlockPanels <= 16, "NearPairs keep
 // The pairs a row of d values takes on the AMX tiles: d padded with zeros to a whole number of tile steps.
 inline size_t AmxPairs(size_t d) { return ((d + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs; }
 
+// Tiles 0-3 set to zero, for a group of 32 rows against two panels.
+__attribute__((target("amx-tile"), always_inline)) inline void AmxZero() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
+// One step of a group on tiles 0-3: pairs [k, k + 16) of 32 rows (rows, row_bytes apart, the second sixteen from
+// row 16) against those of two panels (panels, the second panel_pairs pairs on).
+__attribute__((target("amx-tile,amx-bf16"), always_inline)) inline void AmxStep(const uint32_t* rows, size_t row_bytes,
+                                                                                const uint32_t* panels,
+                                                                                size_t panel_pairs, size_t k) {
+  _tile_loadd(4, rows + k, row_bytes);
+  _tile_loadd(5, rows + 16 * (row_bytes / sizeof(uint32_t)) + k, row_bytes);
+  _tile_loadd(6, panels + k * kPanel, 64);
+  _tile_loadd(7, panels + panel_pairs + k * kPanel, 64);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
 // A centre for each pair of the AMX screen's panels (pair j: panels 2j and 2j + 1, 32 anchors), to settle a whole
 // group of rows against the pair's 32 anchors at once where they all lie far from the rows' own scores (anchors of
 // another kind altogether, in tight kinds: RankAmxRows). The centre c of pair j is the mean of its anchors rounded to
@@ -944,21 +967,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   for (size_t r0 = 0; r0 < padded && nc > 0; r0 += kAmxRows) {
     const uint32_t* rows = xb.get() + r0 * dq;
     for (size_t c0 = 0; c0 < nc; c0 += 2 * kPanel) {
-      const uint32_t* cp = centres.packed() + c0 * dq;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (size_t k = 0; k < dq; k += kAmxPairs) {
-        _tile_loadd(4, rows + k, row_bytes);
-        _tile_loadd(5, rows + 16 * dq + k, row_bytes);
-        _tile_loadd(6, cp + k * kPanel, 64);
-        _tile_loadd(7, cp + panel_pairs + k * kPanel, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
+      AmxZero();
+      for (size_t k = 0; k < dq; k += kAmxPairs) AmxStep(rows, row_bytes, centres.packed() + c0 * dq, panel_pairs, k);
       float* out = centre.get() + r0 * nc + c0;
       _tile_stored(0, out, nc * sizeof(float));
       _tile_stored(1, out + kPanel, nc * sizeof(float));
@@ -1046,20 +1056,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
           }
           continue;
         }
-        const uint32_t* panels = packed_bf + p0 * panel_pairs;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        AmxZero();
         for (size_t k = 0, step = 0; k < dq; k += kAmxPairs, step++) {
-          _tile_loadd(4, rows + k, row_bytes);
-          _tile_loadd(5, rows + 16 * dq + k, row_bytes);
-          _tile_loadd(6, panels + k * kPanel, 64);
-          _tile_loadd(7, panels + panel_pairs + k * kPanel, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          AmxStep(rows, row_bytes, packed_bf + p0 * panel_pairs, panel_pairs, k);
           // The group before's share of items for this step, all of them by the last.
           if (pending != nullptr) count(*pending, step * kItems / steps, (step + 1) * kItems / steps);
         }

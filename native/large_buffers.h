@@ -72,7 +72,7 @@ inline void Unmap(const LargeMapping& m) {
 // Mappings of LargeArrays that are gone, kept for the next ones: a kernel that makes the same buffers again for
 // every layer (ISS's anchor panels) then writes over pages already faulted in, instead of faulting in fresh ones
 // (0.4 to 0.9 ms a megabyte in a virtual machine, against about 0.05 to zero them again). At most kKept are kept;
-// ReleaseSpareMappings hands them back to the system.
+// Release hands them back to the system (trimHeap).
 class SpareMappings {
  public:
   static SpareMappings& Get() {

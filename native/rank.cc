@@ -279,15 +279,21 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) Bf16Norms RowNorms
   return {std::sqrt(sum[0]), std::sqrt(sum[1]), std::sqrt(sum[2])};
 }
 
+// Value k of a vector as its bfloat16 pairs hold it (PairsBf16's layout, read with `stride`), in float32.
+inline float PairValue(const uint32_t* pairs, size_t k, size_t stride) {
+  const uint32_t pair = pairs[(k / 2) * stride];
+  const uint32_t bits = (k % 2 == 0 ? pair & 0xffffu : pair >> 16) << 16;
+  float h;
+  std::memcpy(&h, &bits, sizeof(h));
+  return h;
+}
+
 // v's norms (Bf16Norms), its pairs read with `stride`.
 Bf16Norms NormsOf(const float* v, size_t d, const uint32_t* pairs, size_t stride) {
   if (stride == 1) return RowNorms(v, d, pairs);
   double sv = 0, sh = 0, sl = 0;
   for (size_t k = 0; k < d; k++) {
-    const uint32_t pair = pairs[(k / 2) * stride];
-    const uint32_t bits = (k % 2 == 0 ? pair & 0xffffu : pair >> 16) << 16;
-    float h;
-    std::memcpy(&h, &bits, sizeof(h));
+    const float h = PairValue(pairs, k, stride);
     const double l = static_cast<double>(v[k] - h);
     sv += static_cast<double>(v[k]) * v[k];
     sh += static_cast<double>(h) * h;
@@ -498,12 +504,13 @@ class NearPairs {
   const float* Row(size_t r) const { return x_ + static_cast<size_t>(x_rows_[r]) * d_; }
 
   // Counts the anchors g[0, n) of row r that Dot4 can call, of those Dot4Odds gives it; the others go to the
-  // float32 path (Exact, Pair). lanes[q]: the same anchors, by lane of the block's panel q. A last short group of
-  // four repeats its first anchor, whose copies are not used.
-  __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n, const uint16_t* lanes) {
+  // float32 path (Exact, Pair). lanes[q]: the same anchors, by lane of the block's panel q (those Dot4 takes are
+  // cleared from it). A last short group of four repeats its first anchor, whose copies are not used.
+  __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n, uint16_t* lanes) {
     const size_t dotted = odds_.Take(n);
-    if (dotted == 0) return ExactPanels(r, lanes);
-    if (dotted < n) Exact(r, g + dotted, n - dotted);
+    for (size_t j = 0; j < dotted; j++) lanes[(g[j] / kPanel) % block_panels_] &= ~(1u << (g[j] % kPanel));
+    if (dotted < n) Exact(r, lanes);
+    if (dotted == 0) return;
     n = dotted;
     size_t settled = 0;
     const float* xr = Row(r);
@@ -538,30 +545,10 @@ class NearPairs {
     above_[r] += above;
   }
 
-  // Row r's anchors g[0, n) (ascending) without Dot4: the panels holding kPanelPairs or more of them are
-  // left for the block's end (PanelRows), where they are computed whole; the others go to the lanes (Pair).
-  void Exact(size_t r, const uint32_t* g, size_t n) {
-    WholePanels w{static_cast<uint32_t>(r), 0, {}};
-    for (size_t j = 0; j < n;) {
-      const size_t p = g[j] / kPanel;
-      size_t e = j;
-      __mmask16 m = 0;
-      for (; e < n && g[e] / kPanel == p; e++) m |= static_cast<__mmask16>(1u << (g[e] % kPanel));
-      if (e - j < kPanelPairs) {
-        for (; j < e; j++) Pair(r, g[j]);
-        continue;
-      }
-      const size_t q = p % block_panels_;
-      w.panels |= 1u << q;
-      w.lanes[q] = m;
-      j = e;
-    }
-    if (w.panels != 0) whole_.push_back(w);
-  }
-
-  // Exact for all of row r's anchors in the block, taken panel by panel from their lanes (lanes[q]: the block's
-  // panel q) rather than anchor by anchor.
-  void ExactPanels(size_t r, const uint16_t* lanes) {
+  // Row r's anchors in the block without Dot4, by lane of the block's panels (lanes[q]: panel q): the panels holding
+  // kPanelPairs or more of them are left for the block's end (PanelRows), where they are computed whole; the others
+  // go to the lanes (Pair).
+  void Exact(size_t r, const uint16_t* lanes) {
     WholePanels w{static_cast<uint32_t>(r), 0, {}};
     for (size_t q = 0; q < block_panels_; q++) {
       const uint32_t m = lanes[q];
@@ -694,6 +681,12 @@ class NearPairs {
   size_t n_pairs_ = 0;
 };
 
+// `lanes` of panel p but the lane of row r's own anchor.
+inline __mmask16 OthersThanOwn(__mmask16 lanes, size_t p, int32_t own) {
+  if (static_cast<size_t>(own) / kPanel != p) return lanes;
+  return static_cast<__mmask16>(lanes & ~(1u << (own % kPanel)));
+}
+
 // Counts, for row r (its bound rb) and panel p, the anchors whose screened scores s (lanes of the
 // panel; `lanes` masks those past the last anchor) lie above the row's own score; each anchor too
 // close to call goes to `near`, which adds its float32 verdict to the row's count. Returns whether
@@ -704,8 +697,7 @@ __attribute__((target("avx512f"), always_inline)) inline bool CountScreened(__m5
                                                                             const int32_t* own, const float* own_score,
                                                                             int32_t* above, NearPairs& near_pairs) {
   if (own[r] < 0) return true;
-  __mmask16 mine = lanes;
-  if (static_cast<size_t>(own[r]) / kPanel == p) mine &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
+  const __mmask16 mine = OthersThanOwn(lanes, p, own[r]);
   const __m512 b =
       _mm512_fmadd_ps(_mm512_set1_ps(rb.r1), _mm512_loadu_ps(bound.na(p)),
                       _mm512_fmadd_ps(_mm512_set1_ps(rb.r2), _mm512_loadu_ps(bound.ca(p)), _mm512_set1_ps(rb.delta)));
@@ -721,9 +713,7 @@ __attribute__((target("avx512f"), always_inline)) inline bool CountScreened(__m5
 // float32 path unscreened, as CountScreened sends those it cannot call.
 __attribute__((target("avx512f"), always_inline)) inline void Unscreened(size_t r, size_t p, __mmask16 lanes,
                                                                          const int32_t* own, NearPairs& near_pairs) {
-  if (own[r] < 0) return;
-  if (static_cast<size_t>(own[r]) / kPanel == p) lanes &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
-  near_pairs.Add(r, p, lanes);
+  if (own[r] >= 0) near_pairs.Add(r, p, OthersThanOwn(lanes, p, own[r]));
 }
 
 // The screen's register block: kScreenRows rows against kScreenPanels panels,
@@ -900,11 +890,7 @@ class PairCentres {
         // The centre as the tiles read it.
         double norm = 0;
         for (size_t k = 0; k < d; k++) {
-          const uint32_t pair = pairs[(k / 2) * kPanel];
-          const uint32_t bits = (k % 2 == 0 ? pair & 0xffffu : pair >> 16) << 16;
-          float h;
-          std::memcpy(&h, &bits, sizeof(h));
-          c[k] = h;
+          c[k] = PairValue(pairs, k, kPanel);
           norm += c[k] * c[k];
         }
         double radius = 0;
@@ -1029,9 +1015,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     for (uint32_t m = high; m != 0; m &= m - 1) {
       const size_t r = r0 + __builtin_ctz(m);
       for (size_t q = 0; q < 2 && (p0 + q) * kPanel < n_anchors; q++) {
-        __mmask16 lanes = lanes_of(p0 + q);
-        if (static_cast<size_t>(own[r]) / kPanel == p0 + q) lanes &= static_cast<__mmask16>(~(1u << (own[r] % kPanel)));
-        above[r] += __builtin_popcount(lanes);
+        above[r] += __builtin_popcount(OthersThanOwn(lanes_of(p0 + q), p0 + q, own[r]));
       }
     }
     return true;

@@ -448,9 +448,6 @@ class NearPairs {
         own_score_(own_score),
         above_(above),
         r_begin_(r_begin),
-        block_anchors_(block_anchors),
-        near_(new uint32_t[(r_end - r_begin) * block_anchors]),
-        n_near_(r_end - r_begin),
         near_lanes_((r_end - r_begin) * kMaxBlockPanels),
         bound_(bound),
         rb_(rb),
@@ -461,26 +458,17 @@ class NearPairs {
     settle_ = Up(bound.gamma() + m / (1 - m));
   }
 
-  // Panel p's anchors in the lanes of `lanes`, for row r, without a branch: the panel's sixteen
-  // anchor numbers, those of `lanes` packed to the front, are stored whole past the row's last, and
-  // the count moves on by as many as were packed. The row's list holds at most 16 for each panel
-  // before this one in the block (panels come in order, each once), so the store ends inside it.
-  __attribute__((target("avx512f"), always_inline)) void Add(size_t r, size_t p, __mmask16 lanes) {
-    const size_t i = r - r_begin_;
-    const __m512i g = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(p * kPanel)),
-                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    _mm512_storeu_si512(near_.get() + i * block_anchors_ + n_near_[i], _mm512_maskz_compress_epi32(lanes, g));
-    n_near_[i] += static_cast<uint16_t>(__builtin_popcount(lanes));
-    near_lanes_[i * kMaxBlockPanels + p % block_panels_] |= lanes;
+  // Panel p's anchors in the lanes of `lanes`, for row r.
+  void Add(size_t r, size_t p, __mmask16 lanes) {
+    near_lanes_[(r - r_begin_) * kMaxBlockPanels + p % block_panels_] |= lanes;
   }
 
   // The anchor block whose first panel is `first` is done: every pair found near in it.
   void EndBlock(size_t first) {
     block_first_ = first;
-    for (size_t i = 0; i < n_near_.size(); i++) {
+    for (size_t i = 0; i < near_lanes_.size() / kMaxBlockPanels; i++) {
       uint16_t* lanes = near_lanes_.data() + i * kMaxBlockPanels;
-      if (n_near_[i] > 0) Settle(r_begin_ + i, near_.get() + i * block_anchors_, n_near_[i], lanes);
-      n_near_[i] = 0;
+      Settle(r_begin_ + i, lanes);
       std::fill(lanes, lanes + kMaxBlockPanels, 0);
     }
     Pairs();
@@ -492,6 +480,10 @@ class NearPairs {
   static constexpr size_t kLanes = 16;
   // A panel with at least this many of a row's pairs is computed whole (Exact).
   static constexpr size_t kPanelPairs = 2;
+  // A panel with at least this many of a row's pairs goes to the float32 tiles whole, never to Dot4: a tile
+  // computes a panel's sixteen lanes for about what Dot4 takes for eight pairs, and where near-copies of a row's
+  // anchor crowd its own score, the pairs Dot4 cannot settle would still go to the lanes (Pair), far slower.
+  static constexpr size_t kDensePanel = 8;
   // A row's panels of the block to be computed whole (bit q: the block's panel q) and, for each, the lanes
   // whose anchors it counts.
   static constexpr size_t kMaxBlockPanels = 16;
@@ -503,13 +495,27 @@ class NearPairs {
 
   const float* Row(size_t r) const { return x_ + static_cast<size_t>(x_rows_[r]) * d_; }
 
-  // Counts the anchors g[0, n) of row r that Dot4 can call, of those Dot4Odds gives it; the others go to the
-  // float32 path (Exact, Pair). lanes[q]: the same anchors, by lane of the block's panel q (those Dot4 takes are
-  // cleared from it). A last short group of four repeats its first anchor, whose copies are not used.
-  __attribute__((target("avx512f"))) void Settle(size_t r, const uint32_t* g, size_t n, uint16_t* lanes) {
+  // Counts row r's near anchors in the block (lanes[q]: those of the block's panel q): of those in panels with
+  // fewer than kDensePanel, the ones Dot4Odds gives Dot4 and Dot4 can call (cleared from `lanes`); the others go
+  // to the float32 path (Exact, Pair). A last short group of four repeats its first anchor, whose copies are not
+  // used.
+  __attribute__((target("avx512f"))) void Settle(size_t r, uint16_t* lanes) {
+    uint32_t* g = sparse_;
+    size_t n = 0;
+    bool dense = false;
+    for (size_t q = 0; q < block_panels_; q++) {
+      const uint32_t m = lanes[q];
+      if (static_cast<size_t>(__builtin_popcount(m)) >= kDensePanel) {
+        dense = true;
+        continue;
+      }
+      for (uint32_t left = m; left != 0; left &= left - 1)
+        g[n++] = static_cast<uint32_t>((block_first_ + q) * kPanel + __builtin_ctz(left));
+    }
+    if (n == 0 && !dense) return;
     const size_t dotted = odds_.Take(n);
     for (size_t j = 0; j < dotted; j++) lanes[(g[j] / kPanel) % block_panels_] &= ~(1u << (g[j] % kPanel));
-    if (dotted < n) Exact(r, lanes);
+    if (dense || dotted < n) Exact(r, lanes);
     if (dotted == 0) return;
     n = dotted;
     size_t settled = 0;
@@ -660,12 +666,11 @@ class NearPairs {
   const float* own_score_;
   int32_t* above_;
   size_t r_begin_;
-  // Each row's near anchors in the current block: row i's n_near_[i] of them from near_[i * block_anchors_].
-  size_t block_anchors_;
-  std::unique_ptr<uint32_t[]> near_;
-  std::vector<uint16_t> n_near_;
-  // The same anchors as lanes: row i's in the block's panel q at near_lanes_[i * kMaxBlockPanels + q].
+  // Each row's near anchors in the current block, as lanes: row i's in the block's panel q at
+  // near_lanes_[i * kMaxBlockPanels + q].
   std::vector<uint16_t> near_lanes_;
+  // Settle's list of a row's anchors in sparse panels.
+  uint32_t sparse_[kMaxBlockPanels * kPanel];
   const ScreenBound& bound_;
   const RowBound* rb_;
   FloatPanels& panels_;

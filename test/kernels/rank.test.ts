@@ -259,6 +259,26 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     expect(aboveCounts(nativeKernels!, x, a, F, d, own)).toEqual(float32);
   });
 
+  it("counts rows of one direction, whose anchors crowd the own score past the screen's reach but not the reordered sum's, as the float32 kernel does", () => {
+    // Rows and anchors all lean on one direction, a tenth of their length off it at random: a row's scores spread
+    // over a few thousandths around its own, so that the screen calls few of them (whole panels are left near), while
+    // the reordered float32 sum (Dot4) could settle most. Those panels go to the float32 tiles whole.
+    const d = 96;
+    const n = 300;
+    const F = 200;
+    const rng = new Rng(43);
+    const u = unitRows(1, d, rng);
+    const a = unitRows(F, d, rng);
+    for (let g = 0; g < F; g++) leanRow(a, g, d, u, 0.1);
+    const x = unitRows(n, d, rng);
+    for (let i = 0; i < n; i++) leanRow(x, i, d, u, 0.1);
+    const own = Int32Array.from({ length: n }, (_, i) => (i * 13) % F);
+    const float32 = aboveCounts(nativeFloat32!, x, a, F, d, own);
+    // Rows rank all through the anchors.
+    expect(new Set(float32).size).toBeGreaterThan(50);
+    expect(aboveCounts(nativeKernels!, x, a, F, d, own)).toEqual(float32);
+  });
+
   it("counts rows against tight kinds of anchors settled from each pair of panels' centre as the float32 kernel does", () => {
     // 192 anchors along a short segment (u + t v, |t| <= 0.05) and 16 near-copies of w. Rows near u + v/2 whose own
     // anchors sit at the top of the segment score a few of its anchors above their own, and the segment's centres

@@ -45,6 +45,15 @@ const FIRST_STEP_GRADIENT_FLOOR = 1e-12;
  * `converged: false` (counted in `probes_not_converged`) and the `gradMax` it reached.
  */
 const MAX_LINE_SEARCH_TRIALS = 40;
+/**
+ * Trials evaluated ahead (lineSearch): where one fold is left searching and its last trial failed and cut its step
+ * to NEXT_STEP_MIN_FRACTION of itself, the same pass also evaluates the steps that this many more such cuts would
+ * give. Near the optimum of an ill-conditioned fold, trial after trial fails that way, a dozen an iteration for
+ * hundreds of iterations; a pass for one point is bound by reading the rows, and a few more points cost it about a
+ * half more. A trial evaluated ahead is used only where the search arrives at its very step, so only the passes
+ * change. Only with a backend's fused pass (RowProducts.logistic), which computes each point as it would alone.
+ */
+const TRIALS_AHEAD = 3;
 /** Armijo's sufficient-decrease fraction of the slope: the customary 1e-4, which accepts nearly any decrease. */
 const ARMIJO_FRACTION = 1e-4;
 /**
@@ -98,6 +107,11 @@ export interface ProbeOptions {
   start?: Float64Array[];
   /** Where the per-fold moments are computed (default: TypeScript). */
   kernels?: Pick<Kernels, "foldMoments">;
+  /**
+   * Trials a lone fold's line search evaluates ahead (default {@link TRIALS_AHEAD} where `products` has a fused
+   * pass, else 0): the same probes, in fewer passes.
+   */
+  trialsAhead?: number;
 }
 
 export interface TrainedProbe {
@@ -162,7 +176,16 @@ export async function trainProbes(
   // Each pass is one L-BFGS iteration of every fold not yet done: direction, line search, curvature, stopping rule.
   for (let it = 0; it < maxIt && done.some((x) => !x); it++) {
     const dir = theta.map((_, k) => (done[k] ? new Float64Array(d + 1) : lbfgsDirection(g[k]!, hist[k]!)));
-    const accepted = await lineSearch(evaluate, theta, f, g, dir, done, hist);
+    const accepted = await lineSearch(
+      evaluate,
+      theta,
+      f,
+      g,
+      dir,
+      done,
+      hist,
+      o.trialsAhead ?? (products.logistic ? TRIALS_AHEAD : 0),
+    );
     for (let k = 0; k < K; k++) {
       if (done[k]) continue;
       const a = accepted[k]!;
@@ -232,8 +255,12 @@ interface Evaluation {
   offset: Float64Array;
 }
 
-/** Evaluates the folds in `active` (default: all) at θ_k = (w_k ∈ R^d, b_k), standardized weights then intercept. */
-type Evaluate = (theta: Float64Array[], active?: number[]) => Promise<Evaluation>;
+/**
+ * Evaluates points θ = (w ∈ R^d, b), standardized weights then intercept: `points[a]` for fold `folds[a]` (by
+ * default one point per fold, in fold order). A fold may come more than once. Each point's value and gradient
+ * are the same, bit for bit, whatever the other points of the pass.
+ */
+type Evaluate = (points: Float64Array[], folds?: number[]) => Promise<Evaluation>;
 
 /** The folds' objective and gradient, every fold asked for in one pass over the rows. */
 function foldObjective(
@@ -248,20 +275,22 @@ function foldObjective(
   const { mean, scale, inTrain } = std;
   const sgn = Float64Array.from(y, (v) => (v ? 1 : -1));
   const allFolds = folds.map((_, k) => k);
-  return async (theta, active = allFolds) => {
-    const A = active.length;
+  return async (points, cols = allFolds) => {
+    const A = cols.length;
     const v = new Float64Array(A * d);
     const offset = new Float64Array(A);
-    const train = A === K ? inTrain : new Uint8Array(A * n);
-    active.forEach((k, a) => {
-      let o2 = theta[k]![d]!;
+    const inOrder = A === K && cols.every((k, a) => k === a);
+    const train = inOrder ? inTrain : new Uint8Array(A * n);
+    cols.forEach((k, a) => {
+      const th = points[a]!;
+      let o2 = th[d]!;
       for (let c = 0; c < d; c++) {
-        const vc = theta[k]![c]! / scale[k * d + c]!;
+        const vc = th[c]! / scale[k * d + c]!;
         v[a * d + c] = vc;
         o2 -= vc * mean[k * d + c]!;
       }
       offset[a] = o2;
-      if (A !== K) train.set(inTrain.subarray(k * n, (k + 1) * n), a * n);
+      if (!inOrder) train.set(inTrain.subarray(k * n, (k + 1) * n), a * n);
     });
     const {
       loss,
@@ -272,8 +301,8 @@ function foldObjective(
       : await logisticPass(products, sgn, v, offset, train, A);
     const values: number[] = [];
     const grads: Float64Array[] = [];
-    active.forEach((k, a) => {
-      const th = theta[k]!;
+    cols.forEach((k, a) => {
+      const th = points[a]!;
       let reg = 0;
       const grad = new Float64Array(d + 1);
       for (let c = 0; c < d; c++) {
@@ -356,7 +385,8 @@ interface Accepted {
 /**
  * Backtracking line search (Armijo) along each unfinished fold's direction, the trial points of the folds still
  * searching evaluated together. Every unfinished fold comes back with a point: its last trial is taken
- * unconditionally (see MAX_LINE_SEARCH_TRIALS).
+ * unconditionally (see MAX_LINE_SEARCH_TRIALS). A fold searching alone whose last trial failed and cut its step to
+ * the low bound has `ahead` more trials evaluated in the same pass (see TRIALS_AHEAD).
  */
 async function lineSearch(
   evaluate: Evaluate,
@@ -366,6 +396,7 @@ async function lineSearch(
   dir: Float64Array[],
   done: boolean[],
   hist: CurvatureHistory[],
+  ahead: number,
 ): Promise<(Accepted | undefined)[]> {
   const d = theta[0]!.length - 1;
   const allFolds = theta.map((_, k) => k);
@@ -375,27 +406,68 @@ async function lineSearch(
   );
   const slope = theta.map((_, k) => dot(g[k]!, dir[k]!));
   const searching = theta.map((_, k) => !done[k]);
+  // Whether a fold's last failed trial cut its step by NEXT_STEP_MIN_FRACTION.
+  const cutLow = theta.map(() => false);
   const accepted: (Accepted | undefined)[] = new Array(theta.length);
+  const at = (k: number, s: number) => {
+    const t = Float64Array.from(theta[k]!);
+    for (let c = 0; c <= d; c++) t[c]! += s * dir[k]![c]!;
+    return t;
+  };
+  // Trials evaluated ahead for the fold searching alone, each step a tenth of the one before.
+  let early: Trial[] = [];
   for (let tries = 0; tries < MAX_LINE_SEARCH_TRIALS && searching.some(Boolean); tries++) {
     const active = allFolds.filter((k) => searching[k]);
-    const trial = theta.map((th, k) => {
-      if (!searching[k]) return th;
-      const t = Float64Array.from(th);
-      for (let c = 0; c <= d; c++) t[c]! += step[k]! * dir[k]![c]!;
-      return t;
-    });
-    const e = await evaluate(trial, active);
+    const alone = active.length === 1 ? active[0]! : -1;
+    let trials: Trial[];
+    if (alone >= 0 && early[0]?.fold === alone && early[0].step === step[alone]) {
+      trials = early.splice(0, 1);
+    } else {
+      const cols = active.map((k) => ({ fold: k, step: step[k]! }));
+      for (
+        let j = 0, s = step[alone]!;
+        alone >= 0 && cutLow[alone] && j < ahead && tries + j + 1 < MAX_LINE_SEARCH_TRIALS;
+        j++
+      ) {
+        s = NEXT_STEP_MIN_FRACTION * s;
+        cols.push({ fold: alone, step: s });
+      }
+      const points = cols.map((c) => at(c.fold, c.step));
+      const e = await evaluate(
+        points,
+        cols.map((c) => c.fold),
+      );
+      const all = cols.map((c, a) => ({
+        ...c,
+        theta: points[a]!,
+        value: e.values[a]!,
+        grad: e.grads[a]!,
+        v: e.v.slice(a * d, (a + 1) * d),
+        offset: e.offset[a]!,
+      }));
+      trials = all.slice(0, active.length);
+      early = all.slice(active.length);
+    }
+    const last = tries === MAX_LINE_SEARCH_TRIALS - 1;
     active.forEach((k, a) => {
-      const value = e.values[a]!;
-      const last = tries === MAX_LINE_SEARCH_TRIALS - 1;
-      if (acceptable(value, e.grads[a]!, f[k]!, g[k]!, step[k]!, slope[k]!) || last) {
+      const t = trials[a]!;
+      if (acceptable(t.value, t.grad, f[k]!, g[k]!, step[k]!, slope[k]!) || last) {
         searching[k] = false;
-        const v = e.v.slice(a * d, (a + 1) * d);
-        accepted[k] = { theta: trial[k]!, value, grad: e.grads[a]!, v, offset: e.offset[a]! };
-      } else step[k] = nextStep(step[k]!, value, f[k]!, slope[k]!);
+        accepted[k] = { theta: t.theta, value: t.value, grad: t.grad, v: t.v, offset: t.offset };
+      } else {
+        const next = nextStep(step[k]!, t.value, f[k]!, slope[k]!);
+        cutLow[k] = next === NEXT_STEP_MIN_FRACTION * step[k]!;
+        step[k] = next;
+      }
     });
   }
   return accepted;
+}
+
+/** A trial evaluated: the fold, its step along the fold's direction, and the point with its objective. */
+interface Trial extends Accepted {
+  fold: number;
+  step: number;
 }
 
 /**

@@ -855,6 +855,14 @@ __attribute__((target("amx-tile,amx-bf16"), always_inline)) inline void AmxStep(
   _tile_dpbf16ps(3, 5, 7);
 }
 
+// Tiles 0-3 stored as one block of 32 rows against 32 lanes (two panels), row i at out + i * stride.
+__attribute__((target("amx-tile"), always_inline)) inline void AmxStore(float* out, size_t stride) {
+  _tile_stored(0, out, stride * sizeof(float));
+  _tile_stored(1, out + kPanel, stride * sizeof(float));
+  _tile_stored(2, out + 16 * stride, stride * sizeof(float));
+  _tile_stored(3, out + 16 * stride + kPanel, stride * sizeof(float));
+}
+
 // A centre for each pair of the AMX screen's panels (pair j: panels 2j and 2j + 1, 32 anchors), to settle a whole
 // group of rows against the pair's 32 anchors at once where they all lie far from the rows' own scores (anchors of
 // another kind altogether, in tight kinds: RankAmxRows). The centre c of pair j is the mean of its anchors rounded to
@@ -960,17 +968,13 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     for (size_t c0 = 0; c0 < nc; c0 += 2 * kPanel) {
       AmxZero();
       for (size_t k = 0; k < dq; k += kAmxPairs) AmxStep(rows, row_bytes, centres.packed() + c0 * dq, panel_pairs, k);
-      float* out = centre.get() + r0 * nc + c0;
-      _tile_stored(0, out, nc * sizeof(float));
-      _tile_stored(1, out + kPanel, nc * sizeof(float));
-      _tile_stored(2, out + 16 * nc, nc * sizeof(float));
-      _tile_stored(3, out + 16 * nc + kPanel, nc * sizeof(float));
+      AmxStore(centre.get() + r0 * nc + c0, nc);
     }
   }
   NearPairs near_pairs(x, x_rows, a, d, own_score, above, r_begin, r_end, kAmxBlockPanels * kPanel, bound, rb.data(),
                        panels, odds);
 
-  // A group's scores (32 rows against two panels, as tiles 0-3 hold them) are counted while the next group's
+  // A group's scores (32 rows against two panels, as AmxStore lays them out) are counted while the next group's
   // products run, a share after each tile step: the vector units count while the AMX unit multiplies. count(g, i0,
   // i1) counts g's items [i0, i1), item j being row r0 + j % 32 against panel p0 + j / 32: each row still meets its
   // panels in order, as NearPairs needs.
@@ -981,8 +985,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
   // follow are most likely alike. Every count is still the float32 path's; a guess that proves wrong only costs time.
   struct Group {
     size_t r0, p0;
-    bool uncalled;  // the screen called none of the group's pairs
-    alignas(64) float scores[4][16 * kPanel];
+    bool uncalled;                                    // the screen called none of the group's pairs
+    alignas(64) float scores[kAmxRows * 2 * kPanel];  // row i against lane j of the two panels at i * 32 + j
   };
   constexpr size_t kItems = 2 * kAmxRows;
   constexpr uint8_t kSkipGroups = 3;
@@ -997,7 +1001,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
     for (size_t j = i0; j < i1; j++) {
       const size_t q = j / kAmxRows, i = j % kAmxRows, p = g.p0 + q, r = g.r0 + i;
       if (r >= r_end || p * kPanel >= n_anchors) continue;
-      const __m512 s = _mm512_load_ps(g.scores[(i / 16) * 2 + q] + (i % 16) * kPanel);
+      const __m512 s = _mm512_load_ps(g.scores + (i * 2 + q) * kPanel);
       uncalled &= CountScreened(s, r, rb[r - r_begin], p, lanes_of(p), bound, own, own_score, above, near_pairs);
     }
     g.uncalled &= uncalled;
@@ -1055,10 +1059,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16"))) void RankAmxRows
         g.r0 = r0;
         g.p0 = p0;
         g.uncalled = true;
-        _tile_stored(0, g.scores[0], 64);
-        _tile_stored(1, g.scores[1], 64);
-        _tile_stored(2, g.scores[2], 64);
-        _tile_stored(3, g.scores[3], 64);
+        AmxStore(g.scores, 2 * kPanel);
         pending = &g;
       }
     }

@@ -81,6 +81,25 @@ function copiedAnchors() {
   return { x, a, n, F, d, own };
 }
 
+/**
+ * 300 rows and 200 anchors of d = 96 leaning on `kinds` random directions: anchor g on direction kind(g), row i on
+ * its own anchor's, (13 i) mod 200, each with `weight` times a random unit vector added (leanRow).
+ */
+function leaningCase(seed: number, kinds: number, weight: number, kind: (g: number) => number) {
+  const [d, n, F] = [96, 300, 200];
+  const rng = new Rng(seed);
+  const directions = unitRows(kinds, d, rng);
+  const lean = (m: number, kindOf: (i: number) => number) => {
+    const v = unitRows(m, d, rng);
+    for (let i = 0; i < m; i++) leanRow(v, i, d, directions.subarray(kindOf(i) * d, (kindOf(i) + 1) * d), weight);
+    return v;
+  };
+  const a = lean(F, kind);
+  const own = Int32Array.from({ length: n }, (_, i) => (i * 13) % F);
+  const x = lean(n, (i) => kind(own[i]!));
+  return { x, a, F, d, own };
+}
+
 const LEVELS = loadNative({ threads: 1, allowBf16: false }) ? nativeSimdLevels : [];
 /** The levels whose float32 tiles fuse each multiply-add. */
 const FUSED = new Set<string>(["avx512", "amx"]);
@@ -240,19 +259,7 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     // Every row and anchor is one of two directions, nudged by a ten-thousandth: a row's scores against the anchors
     // of its own direction crowd its own score within float32 rounding, and the AMX screen, finding whole groups of
     // 32 rows on 32 anchors it cannot call, stops screening the groups that follow.
-    const d = 96;
-    const n = 300;
-    const F = 200;
-    const rng = new Rng(37);
-    const directions = unitRows(2, d, rng);
-    const lean = (m: number, kind: (i: number) => number) => {
-      const v = unitRows(m, d, rng);
-      for (let i = 0; i < m; i++) leanRow(v, i, d, directions.subarray(kind(i) * d, (kind(i) + 1) * d), 1e-4);
-      return v;
-    };
-    const a = lean(F, (g) => ((g * 7) % 3 === 0 ? 1 : 0));
-    const own = Int32Array.from({ length: n }, (_, i) => (i * 13) % F);
-    const x = lean(n, (i) => ((own[i]! * 7) % 3 === 0 ? 1 : 0));
+    const { x, a, F, d, own } = leaningCase(37, 2, 1e-4, (g) => ((g * 7) % 3 === 0 ? 1 : 0));
     const float32 = aboveCounts(nativeFloat32!, x, a, F, d, own);
     // Rows rank all through their own direction's anchors.
     expect(new Set(float32).size).toBeGreaterThan(50);
@@ -263,16 +270,7 @@ describe.each(LEVELS)("rank kernel on native[%s]", (level) => {
     // Rows and anchors all lean on one direction, a tenth of their length off it at random: a row's scores spread
     // over a few thousandths around its own, so that the screen calls few of them (whole panels are left near), while
     // the reordered float32 sum (Dot4) could settle most. Those panels go to the float32 tiles whole.
-    const d = 96;
-    const n = 300;
-    const F = 200;
-    const rng = new Rng(43);
-    const u = unitRows(1, d, rng);
-    const a = unitRows(F, d, rng);
-    for (let g = 0; g < F; g++) leanRow(a, g, d, u, 0.1);
-    const x = unitRows(n, d, rng);
-    for (let i = 0; i < n; i++) leanRow(x, i, d, u, 0.1);
-    const own = Int32Array.from({ length: n }, (_, i) => (i * 13) % F);
+    const { x, a, F, d, own } = leaningCase(43, 1, 0.1, () => 0);
     const float32 = aboveCounts(nativeFloat32!, x, a, F, d, own);
     // Rows rank all through the anchors.
     expect(new Set(float32).size).toBeGreaterThan(50);

@@ -453,7 +453,7 @@ async function lineSearch(
       const t = trials[a]!;
       if (acceptable(t.value, t.grad, f[k]!, g[k]!, step[k]!, slope[k]!) || last) {
         searching[k] = false;
-        accepted[k] = { theta: t.theta, value: t.value, grad: t.grad, v: t.v, offset: t.offset };
+        accepted[k] = t;
       } else {
         const next = nextStep(step[k]!, t.value, f[k]!, slope[k]!);
         cutLow[k] = next === NEXT_STEP_MIN_FRACTION * step[k]!;

@@ -22,12 +22,11 @@ async function commandsFor(argv: string[]): Promise<readonly AddCommand[]> {
 /**
  * The registries behind the options and help of the command named (`hsm X …`
  * or `hsm help X`): `hsm metrics` lists the metric registry, `hsm export` the
- * export formats, and `hsm --help` both in their summaries. Every other command
- * line gets them empty, and never reaches those options: loading the metrics
- * would only slow its start.
+ * export formats, and the program's own help both in their summaries. Every
+ * other command gets them empty, and never reaches those options: loading the
+ * metrics would only slow its start.
  */
-async function registriesFor(argv: string[]): Promise<Registries> {
-  const command = argv[2] === "help" ? argv[3] : argv[2];
+async function registriesFor(command: string | undefined): Promise<Registries> {
   const help = command === undefined || command.startsWith("-");
   if (!help && command !== "metrics" && command !== "export") return { metrics: [], exportFormats: [] };
   // The library's entry point, loaded only here: `hsm verify` needs none of it.
@@ -37,6 +36,11 @@ async function registriesFor(argv: string[]): Promise<Registries> {
     help || command === "export" ? exportFormatRegistry() : [],
   ]);
   return { metrics, exportFormats };
+}
+
+/** Whether `name` is one of the program's commands (or an alias of one). */
+function isCommand(program: Command, name: string): boolean {
+  return program.commands.some((c) => c.name() === name || c.aliases().includes(name));
 }
 
 function buildProgram(commands: readonly AddCommand[], registries: Registries): Command {
@@ -79,8 +83,12 @@ export function exitStatusFor(err: unknown): number {
 
 /** Runs the CLI on `argv` (as process.argv); returns the exit status. */
 export async function run(argv: string[]): Promise<number> {
-  const [commands, registries] = await Promise.all([commandsFor(argv), registriesFor(argv)]);
-  const program = buildProgram(commands, registries);
+  const command = argv[2] === "help" ? argv[3] : argv[2];
+  const [commands, registries] = await Promise.all([commandsFor(argv), registriesFor(command)]);
+  let program = buildProgram(commands, registries);
+  // A word that is no command gets the program's help (with --help) or an error that points to it: with the registries.
+  if (command !== undefined && !isCommand(program, command))
+    program = buildProgram(commands, await registriesFor(undefined));
   program.exitOverride();
   for (const cmd of program.commands) cmd.exitOverride();
   try {

@@ -55,6 +55,9 @@ describe("hsm", () => {
     const r = hsm(["--help"]);
     expect(r.status).toBe(0);
     for (const cmd of ["verify", "fixture", "check-bank", "layers", "demo"]) expect(r.stdout).toContain(cmd);
+    expect(r.stdout).toContain("compute ISS and KTS over a hidden-state store");
+    // A word that is no command gets the same help, registries and all.
+    expect(hsm(["no-such-command", "--help"]).stdout).toBe(r.stdout);
     expect(hsm(["verify", "--help"]).stdout).toMatch(
       /Exit status: 0 when everything holds, 1 with one line per problem, 2 on a usage error/,
     );

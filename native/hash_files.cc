@@ -1,6 +1,10 @@
 #include "hash_files.h"
 
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "sha256.h"
@@ -16,20 +21,80 @@
 namespace hsm {
 namespace {
 
-// Bytes read per call: all lanes' chunks stay in a core's L2 cache between the
-// read and the hash, and system calls cost nothing at this size. A multiple of
-// 4, so no counted value straddles two chunks.
+// Bytes of each file per step (mapped, or read per call): all lanes' chunks
+// stay in a core's L2 cache between a read and the hash, and system calls cost
+// nothing at this size. A multiple of 4, so no counted value straddles two
+// chunks.
 constexpr size_t kChunk = size_t{128} << 10;
 
-// One file in progress on a thread.
+// One file in progress on a thread. A regular file is hashed where the page
+// cache holds it, mapped into memory (map, mapped bytes), which spares the copy
+// a read makes: about a third of the CPU time of hashing a store whose pages
+// are cached. Past the mapping, and for any file that cannot be mapped, it is
+// read into buf, until its end: a file that grew since it was opened is hashed
+// whole, as reading alone would.
 struct Lane {
   size_t job = 0;
   int fd = -1;
   uint64_t pos = 0;
-  size_t len = 0;  // bytes in buf from the last read
+  const uint8_t* data = nullptr;  // the bytes from the last read: in buf or in the mapping
+  size_t len = 0;
   Sha256State state;
   uint8_t* buf = nullptr;
+  const uint8_t* map = nullptr;
+  size_t mapped = 0;
 };
+
+// Mapped bytes that are gone (the file was cut short after it was mapped) raise
+// SIGBUS on the thread that touches them. While a thread hashes mapped bytes
+// its jump point is armed, and the handler returns there: the hash in progress
+// fails, and its files are read again by the caller. Any other SIGBUS goes to
+// whatever handled it before. (Initial-exec: reading the variable in the
+// handler allocates nothing, on any thread.)
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_jump = nullptr;
+struct sigaction g_before_bus;
+
+void OnBus(int sig, siginfo_t* info, void* context) {
+  if (sigjmp_buf* jump = t_jump) siglongjmp(*jump, 1);
+  if (g_before_bus.sa_flags & SA_SIGINFO) {
+    if (g_before_bus.sa_sigaction != nullptr) g_before_bus.sa_sigaction(sig, info, context);
+  } else if (g_before_bus.sa_handler == SIG_DFL) {
+    // Returning re-runs the faulting access, which now meets the default action.
+    signal(SIGBUS, SIG_DFL);
+  } else if (g_before_bus.sa_handler != SIG_IGN) {
+    g_before_bus.sa_handler(sig);
+  }
+}
+
+// Whether the handler is in place (installed once per process, on first use).
+bool BusHandled() {
+  static std::once_flag once;
+  static bool ok = false;
+  std::call_once(once, [] {
+    struct sigaction sa = {};
+    sa.sa_sigaction = OnBus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    ok = sigaction(SIGBUS, &sa, &g_before_bus) == 0;
+  });
+  return ok;
+}
+
+// Sha256UpdateN with the jump point armed; false where mapped bytes were gone,
+// and the states are then of no use. Only plain arithmetic runs while it is
+// armed: nothing to release on the way out.
+__attribute__((noinline)) bool UpdateGuarded(Sha256State* const s[], const uint8_t* const data[], const size_t n[],
+                                             const size_t from[], const int width[], int count) {
+  sigjmp_buf jump;
+  if (sigsetjmp(jump, 1) != 0) {
+    t_jump = nullptr;
+    return false;
+  }
+  t_jump = &jump;
+  Sha256UpdateN(s, data, n, from, width, count);
+  t_jump = nullptr;
+  return true;
+}
 
 struct Shared {
   const FileHashJob* jobs;
@@ -57,13 +122,30 @@ bool Take(Shared& sh, Lane& lane) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
     lane.job = i, lane.fd = fd, lane.pos = 0, lane.len = 0;
+    lane.map = nullptr, lane.mapped = 0;
+    struct stat st;
+    if (BusHandled() && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+      const size_t size = static_cast<size_t>(st.st_size);
+      void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+      if (map != MAP_FAILED) {
+        madvise(map, size, MADV_SEQUENTIAL);
+        lane.map = static_cast<const uint8_t*>(map), lane.mapped = size;
+      }
+    }
     Sha256Init(&lane.state);
     return true;
   }
 }
 
-// Fills the lane's buffer with the next chunk; returns 0, or errno.
+// The lane's next chunk: from the mapping while it lasts, else read into its
+// buffer; returns 0, or errno.
 int Read(Lane& lane) {
+  if (lane.pos < lane.mapped) {
+    lane.data = lane.map + lane.pos;
+    lane.len = static_cast<size_t>(std::min<uint64_t>(kChunk, lane.mapped - lane.pos));
+    return 0;
+  }
+  lane.data = lane.buf;
   size_t got = 0;
   while (got < kChunk) {
     const ssize_t r = pread(lane.fd, lane.buf + got, kChunk - got, static_cast<off_t>(lane.pos + got));
@@ -88,6 +170,8 @@ void Finish(Shared& sh, Lane& lane, int error) {
     r.max_bits = lane.state.max_bits;
   }
   r.error = error;
+  if (lane.map != nullptr) munmap(const_cast<uint8_t*>(lane.map), lane.mapped);
+  lane.map = nullptr, lane.mapped = 0;
   close(lane.fd);
   lane.fd = -1;
 }
@@ -121,6 +205,7 @@ void Work(Shared& sh) {
     size_t len[kMaxLanes], from[kMaxLanes];
     int width[kMaxLanes];
     int count = 0;
+    bool mapped = false;
     for (int j = 0; j < kMaxLanes; j++) {
       // A lane at its file's end finishes it and takes the next file.
       while (active[j]) {
@@ -130,12 +215,22 @@ void Work(Shared& sh) {
         active[j] = Take(sh, lanes[j]);
       }
       if (!active[j]) continue;
-      states[count] = &lanes[j].state, data[count] = lanes[j].buf, len[count] = lanes[j].len;
+      states[count] = &lanes[j].state, data[count] = lanes[j].data, len[count] = lanes[j].len;
       from[count] = StatsOffset(sh, lanes[j]), width[count] = sh.jobs[lanes[j].job].width;
+      mapped = mapped || lanes[j].data != lanes[j].buf;
       count++;
     }
     if (count == 0) break;
-    Sha256UpdateN(states, data, len, from, width, count);
+    if (!mapped) Sha256UpdateN(states, data, len, from, width, count);
+    else if (!UpdateGuarded(states, data, len, from, width, count)) {
+      // A mapped file was cut short: every file of this step fails (their states took part), to be read again.
+      for (int j = 0; j < kMaxLanes; j++) {
+        if (!active[j]) continue;
+        Finish(sh, lanes[j], EIO);
+        active[j] = Take(sh, lanes[j]);
+      }
+      continue;
+    }
     for (int j = 0; j < kMaxLanes; j++) {
       if (active[j]) lanes[j].pos += lanes[j].len;
     }

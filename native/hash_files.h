@@ -1,8 +1,11 @@
 // Whole files hashed in native threads: each thread keeps an even share of the
 // files open at a time, up to sixteen, and feeds them through Sha256UpdateN
 // together (side by side in vector lanes, or their blocks interleaved on the
-// SHA unit), reading large chunks with pread into buffers of its own, so the
-// bytes go from the page cache to the hash without touching JavaScript.
+// SHA unit), in large chunks, mapped from the page cache (or read with pread
+// into buffers of its own, where a file cannot be mapped or has grown past its
+// mapping), so the bytes go from the page cache to the hash without touching
+// JavaScript. A mapped file cut short while it is hashed fails with EIO (see
+// hash_files.cc), as a file that cannot be read does.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +23,7 @@ struct FileHashResult {
   uint64_t bytes;      // bytes read and hashed
   uint64_t nonfinite;  // as Sha256State
   uint32_t max_bits;
-  int error;  // errno of the open or read that failed; 0: the fields above hold
+  int error;  // errno of the open or read that failed (EIO: a mapped file cut short); 0: the fields above hold
 };
 
 // Hashes every job on up to `threads` threads (the calling one included);

@@ -3,6 +3,7 @@
  * corruption must be reported with the file it concerns and its own message.
  */
 import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import {
   cpSync,
   mkdirSync,
@@ -26,6 +27,7 @@ import { nativeJsonRowArrays } from "../../src/kernels/native.js";
 import { manifestContentSha256, ROW_LISTS } from "../../src/store/manifest.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { verifyStore, type VerifyReport } from "../../src/store/verify.js";
+import { runChild } from "../helpers/child.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir();
@@ -398,5 +400,84 @@ describe("verifyStore on a manifest's per-row lists read as text", () => {
     expect(lines(text!)).toEqual(lines(parsed!));
     const facts = (r: VerifyReport) => [r.ok, r.rows, r.complete, r.rows_done, r.files.map((f) => [f.sha256, f.ok])];
     expect(facts(text!)).toEqual(facts(parsed!));
+  });
+});
+
+/**
+ * The native core hashes a store's files where the page cache holds them, mapped into memory. A file cut short
+ * after it was mapped leaves pages that are gone: touching them raises SIGBUS. A preloaded `mmap` cuts every mapped
+ * layer file to half its length right after mapping it, so that each hash runs into those pages; verify must report
+ * the files as they now are, and not die of the signal. With SHIM_GROW set it appends to each file instead: the
+ * bytes past the mapping must be hashed too.
+ */
+const compiler = (() => {
+  try {
+    execFileSync("cc", ["--version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+describe.skipIf(!compiler || process.platform !== "linux")("verify of files changed after they were mapped", () => {
+  const SHIM = String.raw`
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static void* cut(void* p, size_t n, int fd);
+void* mmap(void* at, size_t n, int prot, int flags, int fd, off_t off) {
+  static void* (*real)(void*, size_t, int, int, int, off_t);
+  if (!real) real = (void* (*)(void*, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
+  return cut(real(at, n, prot, flags, fd, off), n, fd);
+}
+void* mmap64(void* at, size_t n, int prot, int flags, int fd, off_t off) { return mmap(at, n, prot, flags, fd, off); }
+static void* cut(void* p, size_t n, int fd) {
+  char link[64], path[4096];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t k = fd >= 0 && p != MAP_FAILED ? readlink(link, path, sizeof path - 1) : -1;
+  if (k > 4 && memcmp(path + k - 4, ".npy", 4) == 0) {
+    path[k] = 0;
+    if (getenv("SHIM_GROW") == NULL) truncate(path, (off_t)(n / 2));
+    else {
+      FILE* f = fopen(path, "ab");
+      fputs("grown after it was mapped", f);
+      fclose(f);
+    }
+  }
+  return p;
+}
+`;
+
+  it.each([
+    ["cut short", (size: number) => Math.floor(size / 2), {}],
+    ["grown", (size: number) => size + "grown after it was mapped".length, { SHIM_GROW: "1" }],
+  ])("reports each file as it now is, and exits 1: %s", async (what, length, env) => {
+    const root = join(dir, `mapped-${what.replace(" ", "-")}`);
+    await writeFixture(join(root, "fx"), { facts: 40, d: 512, layersTotal: 6, seed: 8 });
+    const store = join(root, "fx", "store");
+    writeFileSync(join(root, "shim.c"), SHIM);
+    execFileSync("cc", ["-shared", "-fPIC", "-O1", "-o", join(root, "shim.so"), join(root, "shim.c"), "-ldl"]);
+    const files = ["L002.npy", "L003.npy", "L004.npy", "L005.npy"];
+    const sizes = files.map((f) => statSync(join(store, f)).size);
+    const recorded = JSON.parse(readFileSync(join(store, "index.json"), "utf8")).files;
+    const bin = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
+    const r = await runChild(process.execPath, [bin, "verify", store], {
+      env: { ...process.env, ...env, LD_PRELOAD: join(root, "shim.so") },
+    });
+    expect(r.signal).toBeNull();
+    expect(r.status).toBe(EXIT.data);
+    for (const [i, name] of files.entries()) {
+      // Changed after the size checks had passed: the digest of the file as it now is tells.
+      const now = readFileSync(join(store, name));
+      expect(now.length).toBe(length(sizes[i]!));
+      const sha = createHash("sha256").update(now).digest("hex");
+      expect(r.stdout).toContain(
+        `${name}: sha256 is ${sha}, the manifest says ${recorded[name].sha256}: the file changed after it was written`,
+      );
+    }
   });
 });

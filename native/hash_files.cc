@@ -27,23 +27,36 @@ namespace {
 // chunks.
 constexpr size_t kChunk = size_t{128} << 10;
 
+// Bytes of a file mapped at a time (a multiple of kChunk): the pages hashed are
+// unmapped as the next window is mapped, so that a process hashing a 10 GB
+// store never holds more than a few windows a file in its resident set.
+constexpr size_t kWindow = size_t{2} << 20;
+
 // One file in progress on a thread. A regular file is hashed where the page
-// cache holds it, mapped into memory (map, mapped bytes), which spares the copy
-// a read makes: about a third of the CPU time of hashing a store whose pages
-// are cached. Past the mapping, and for any file that cannot be mapped, it is
-// read into buf, until its end: a file that grew since it was opened is hashed
-// whole, as reading alone would.
+// cache holds it, mapped into memory a window at a time (map: bytes
+// [map_from, map_from + map_len) of its first `size`, its length when it was
+// opened), which spares the copy a read makes: about a third of the CPU time of
+// hashing a store whose pages are cached. Past that length, and for any file
+// that cannot be mapped, it is read into buf, until its end: a file that grew
+// since it was opened is hashed whole, as reading alone would.
 struct Lane {
   size_t job = 0;
   int fd = -1;
   uint64_t pos = 0;
-  const uint8_t* data = nullptr;  // the bytes from the last read: in buf or in the mapping
+  const uint8_t* data = nullptr;  // the bytes from the last read: in buf or in the window
   size_t len = 0;
   Sha256State state;
   uint8_t* buf = nullptr;
+  uint64_t size = 0;  // bytes to take from windows; 0: read them all
   const uint8_t* map = nullptr;
-  size_t mapped = 0;
+  uint64_t map_from = 0;
+  size_t map_len = 0;
 };
+
+void Unmap(Lane& lane) {
+  if (lane.map != nullptr) munmap(const_cast<uint8_t*>(lane.map), lane.map_len);
+  lane.map = nullptr, lane.map_from = 0, lane.map_len = 0;
+}
 
 // Mapped bytes that are gone (the file was cut short after it was mapped) raise
 // SIGBUS on the thread that touches them. While a thread hashes mapped bytes
@@ -121,30 +134,39 @@ bool Take(Shared& sh, Lane& lane) {
 #ifdef POSIX_FADV_SEQUENTIAL
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
-    lane.job = i, lane.fd = fd, lane.pos = 0, lane.len = 0;
-    lane.map = nullptr, lane.mapped = 0;
+    lane.job = i, lane.fd = fd, lane.pos = 0, lane.len = 0, lane.size = 0;
     struct stat st;
-    if (BusHandled() && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-      const size_t size = static_cast<size_t>(st.st_size);
-      void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-      if (map != MAP_FAILED) {
-        madvise(map, size, MADV_SEQUENTIAL);
-        lane.map = static_cast<const uint8_t*>(map), lane.mapped = size;
-      }
-    }
+    if (BusHandled() && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) lane.size = static_cast<uint64_t>(st.st_size);
     Sha256Init(&lane.state);
     return true;
   }
 }
 
-// The lane's next chunk: from the mapping while it lasts, else read into its
-// buffer; returns 0, or errno.
+// The lane's next chunk: from its window while the file's first `size` bytes
+// last (the next window mapped as one ends), else read into its buffer;
+// returns 0, or errno.
 int Read(Lane& lane) {
-  if (lane.pos < lane.mapped) {
-    lane.data = lane.map + lane.pos;
-    lane.len = static_cast<size_t>(std::min<uint64_t>(kChunk, lane.mapped - lane.pos));
+  if (lane.pos < lane.size && lane.pos >= lane.map_from + lane.map_len) {
+    Unmap(lane);
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(kWindow, lane.size - lane.pos));
+    void* map = mmap(nullptr, len, PROT_READ, MAP_SHARED, lane.fd, static_cast<off_t>(lane.pos));
+    if (map == MAP_FAILED) {
+      lane.size = 0;  // read the rest
+    } else {
+      madvise(map, len, MADV_SEQUENTIAL);
+#ifdef MADV_POPULATE_READ
+      // The window's page table at once (where the kernel offers it, 5.14 on), not a fault every 64 KB.
+      madvise(map, len, MADV_POPULATE_READ);
+#endif
+      lane.map = static_cast<const uint8_t*>(map), lane.map_from = lane.pos, lane.map_len = len;
+    }
+  }
+  if (lane.pos < lane.size) {
+    lane.data = lane.map + (lane.pos - lane.map_from);
+    lane.len = static_cast<size_t>(std::min<uint64_t>(kChunk, lane.map_from + lane.map_len - lane.pos));
     return 0;
   }
+  Unmap(lane);
   lane.data = lane.buf;
   size_t got = 0;
   while (got < kChunk) {
@@ -170,8 +192,7 @@ void Finish(Shared& sh, Lane& lane, int error) {
     r.max_bits = lane.state.max_bits;
   }
   r.error = error;
-  if (lane.map != nullptr) munmap(const_cast<uint8_t*>(lane.map), lane.mapped);
-  lane.map = nullptr, lane.mapped = 0;
+  Unmap(lane);
   close(lane.fd);
   lane.fd = -1;
 }

@@ -1,10 +1,10 @@
 // Whole files hashed in native threads: each thread keeps an even share of the
 // files open at a time, up to sixteen, and feeds them through Sha256UpdateN
 // together (side by side in vector lanes, or their blocks interleaved on the
-// SHA unit), in large chunks, mapped from the page cache (or read with pread
-// into buffers of its own, where a file cannot be mapped or has grown past its
-// mapping), so the bytes go from the page cache to the hash without touching
-// JavaScript. A mapped file cut short while it is hashed fails with EIO (see
+// SHA unit), in large chunks, mapped from the page cache a window at a time
+// (or read with pread into buffers of its own, where a file cannot be mapped or
+// has grown since it was opened), so the bytes go from the page cache to the
+// hash without touching JavaScript. A mapped file cut short while it is hashed fails with EIO (see
 // hash_files.cc), as a file that cannot be read does.
 #pragma once
 #include <cstddef>

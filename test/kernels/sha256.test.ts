@@ -158,15 +158,17 @@ describe.skipIf(!native)("sha256Files (native core)", () => {
   const dir = tempDir("hsm-sha256-files-");
   const rng = new Rng(19);
   const CHUNK = 128 << 10; // the native read size: lengths around it cross chunk edges
+  const WINDOW = 2 << 20; // the bytes of a file the native core maps at a time
   const write = (name: string, data: Uint8Array) => {
     writeFileSync(join(dir, name), data);
     return join(dir, name);
   };
 
-  it("gives node:crypto's digest and the length of files around block and chunk edges, on 1 to 8 threads", async () => {
-    const datas = [0, 1, 63, 64, 65, 1000, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 37, 3 * CHUNK].map((n) =>
-      randomBytes(rng, n),
-    );
+  it("gives node:crypto's digest and the length of files around block, chunk and window edges, on 1 to 8 threads", async () => {
+    const datas = [
+      ...[0, 1, 63, 64, 65, 1000, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 37, 3 * CHUNK],
+      ...[WINDOW - 1, WINDOW, WINDOW + 1, 2 * WINDOW + CHUNK + 37],
+    ].map((n) => randomBytes(rng, n));
     const jobs = datas.map((d, i) => ({ path: write(`bytes-${i}.bin`, d), statsFrom: 0, width: 0 as const }));
     for (const threads of [1, 2, 3, 8]) {
       const got = await native!.sha256Files(jobs, threads);

@@ -238,7 +238,7 @@ void Work(Shared& sh) {
       if (!active[j]) continue;
       states[count] = &lanes[j].state, data[count] = lanes[j].data, len[count] = lanes[j].len;
       from[count] = StatsOffset(sh, lanes[j]), width[count] = sh.jobs[lanes[j].job].width;
-      mapped = mapped || lanes[j].data != lanes[j].buf;
+      mapped = mapped || lanes[j].map != nullptr;  // a window is held only while its bytes are hashed
       count++;
     }
     if (count == 0) break;

@@ -4,8 +4,8 @@
 // SHA unit), in large chunks, mapped from the page cache a window at a time
 // (or read with pread into buffers of its own, where a file cannot be mapped or
 // has grown since it was opened), so the bytes go from the page cache to the
-// hash without touching JavaScript. A mapped file cut short while it is hashed fails with EIO (see
-// hash_files.cc), as a file that cannot be read does.
+// hash without touching JavaScript. A mapped file cut short while it is hashed
+// fails with EIO (see hash_files.cc), as a file that cannot be read does.
 #pragma once
 #include <cstddef>
 #include <cstdint>

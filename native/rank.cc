@@ -1194,21 +1194,40 @@ void InChunks(size_t n_rows, size_t chunk_rows, int threads, const Rank& rank) {
 }
 #endif
 
-// Own scores first, in the same float32 arithmetic the tiles use for everything else (rows split
-// across threads, each row's sum in order on one thread); every count starts at 0. Row r is x's
-// row x_rows[r].
+// Rows owned in the own-score pass at a time: as many independent sums in flight, each still in order.
+constexpr size_t kOwnRows = 8;
+
+#ifdef HSM_X86
+// kOwnRows rows' own scores in the AVX-512 tiles' arithmetic: one fused multiply-add per coordinate, in order,
+// from zero.
+__attribute__((target("avx512f"))) void FusedDots(const float* const* xr, const float* const* ar, size_t d, float* s) {
+  for (size_t k = 0; k < d; k++) {
+    for (size_t i = 0; i < kOwnRows; i++) s[i] = __builtin_fmaf(xr[i][k], ar[i][k], s[i]);
+  }
+}
+#endif
+
+// Own scores first, in the same float32 arithmetic as the tiles that score every other anchor (`fused`: the
+// AVX-512 tiles' fused multiply-adds; else the portable tile's rounded product, then rounded sum), so that an
+// anchor equal to the row's own scores exactly its own score and does not raise the rank. Rows are split across
+// threads, each row's sum in order on one thread; every count starts at 0. Row r is x's row x_rows[r].
 void OwnScores(const float* x, const int32_t* x_rows, size_t n_rows, const float* a, size_t d, const int32_t* own,
-               float* own_score, int32_t* above, int threads) {
+               float* own_score, int32_t* above, bool fused, int threads) {
   Shares(n_rows, n_rows >= 256 ? threads : 1, [&](size_t begin, size_t end) {
-    // kOwnRows rows at a time: as many independent sums in flight, each still in order.
-    constexpr size_t kOwnRows = 8;
     RowGroups<kOwnRows>(
         begin, end, [&](size_t r) { return x + static_cast<size_t>(x_rows[r]) * d; },
         [&](size_t r, const float* xr) { return own[r] < 0 ? xr : a + static_cast<size_t>(own[r]) * d; },
         [&](size_t r0, size_t nr, const float* const* xr, const float* const* ar) {
           float s[kOwnRows] = {0};
-          for (size_t k = 0; k < d; k++) {
-            for (size_t i = 0; i < kOwnRows; i++) s[i] += xr[i][k] * ar[i][k];
+#ifdef HSM_X86
+          if (fused) {
+            FusedDots(xr, ar, d, s);
+          } else
+#endif
+          {
+            for (size_t k = 0; k < d; k++) {
+              for (size_t i = 0; i < kOwnRows; i++) s[i] += xr[i][k] * ar[i][k];
+            }
           }
           for (size_t i = 0; i < nr; i++) {
             above[r0 + i] = 0;
@@ -1225,7 +1244,13 @@ constexpr size_t kGatherRows = 8192;
 
 void RankAgainstAnchors(const float* x, const int32_t* rows, size_t n_rows, const float* a, size_t n_anchors, size_t d,
                         const int32_t* own, float* own_score, int32_t* above, int threads, bool allow_bf16) {
-  OwnScores(x, rows, n_rows, a, d, own, own_score, above, threads);
+#ifdef HSM_X86
+  // Every path from the AVX-512 tile up scores anchors with fused multiply-adds.
+  const bool fused = HasAvx512();
+#else
+  const bool fused = false;
+#endif
+  OwnScores(x, rows, n_rows, a, d, own, own_score, above, fused, threads);
   if (n_rows == 0) return;
     // The screens read each chunk's rows where they are, as they convert them to bfloat16.
 #ifdef HSM_X86

@@ -13,7 +13,7 @@ import { defaultModelName, UNNAMED } from "../defaults.js";
 import { ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
 import { fileError, openInput, osReason, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
-import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import { joinBank, normalizedManifest, outsideBlocks, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
 import { checkedManifest, isNativeManifest, MANIFEST_NAME, writeManifestAtomic, type Manifest } from "./manifest.js";
@@ -161,6 +161,13 @@ async function layersToAdopt(dir: string, foreign: ForeignManifest | undefined):
     throw fileError(err, dir);
   }
   const layers = foreign?.layers ?? names.map((name) => layerOfFileName(name)!);
+  if (foreign && !foreign.layers) {
+    const gone = [...foreign.checksums.keys()].find((name) => !names.includes(name));
+    if (gone !== undefined)
+      throw new StoreError(join(dir, gone), "has a checksum in the manifest but is not in the store folder");
+    const outside = foreign.numLayers === undefined ? undefined : outsideBlocks(layers, foreign.numLayers);
+    if (outside) throw new StoreError(dir, `the layer files: ${outside}`);
+  }
   if (layers.length === 0) throw new StoreError(dir, "holds no L###.npy files to adopt");
   const unlisted = names.filter((name) => !layers.includes(layerOfFileName(name)!));
   if (unlisted.length > 0)
@@ -189,7 +196,7 @@ async function checkHeaders(dir: string, layers: number[], n: number, d: number 
     d ??= header.shape[1];
     const problem = headerMismatch(header, n, d ?? -1, prelude.size);
     if (problem)
-      throw new StoreError(path, `${problem}${header.shape[0] !== n ? ` (${n} rows in the row order)` : ""}`);
+      throw new StoreError(path, `${problem.message}${header.shape[0] !== n ? ` (${n} rows in the row order)` : ""}`);
     sizes.set(name, prelude.size);
     offsets.push(header.dataOffset);
   }

@@ -71,6 +71,18 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
   const { checksums, nonfinite, otherFiles } = readChecksums(m, layers, bad);
   if (m.complete !== undefined && typeof m.complete !== "boolean")
     bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
+  for (const key of ["rows_done", "num_layers", "d_model"]) {
+    if (m[key] !== undefined && !isInt(m[key]))
+      bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key])}`);
+  }
+  if (queryIds && isInt(m.rows_done)) {
+    if (m.rows_done > queryIds.length)
+      bad("rows_done", `is ${m.rows_done} but the row order has ${queryIds.length} rows`);
+    else if (m.complete === true && m.rows_done !== queryIds.length)
+      bad("rows_done", `is ${m.rows_done} but a complete store has all ${queryIds.length} rows written`);
+  }
+  const outside = layers && isInt(m.num_layers) ? outsideBlocks(layers, m.num_layers) : undefined;
+  if (outside) bad("layers", outside);
   if (problems.length > 0 || !queryIds) return { problems };
   const text = (k: string) => (typeof m[k] === "string" && m[k] !== "" ? (m[k] as string) : undefined);
   const manifest: ForeignManifest = {
@@ -90,6 +102,12 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
     ...(typeof m.last_layer_final_norm === "boolean" ? { lastLayerFinalNorm: m.last_layer_final_norm } : {}),
   };
   return { manifest, problems };
+}
+
+/** Why `layers` cannot be blocks of a model of `numLayers` blocks (the first outside 0…L−1), or undefined. */
+export function outsideBlocks(layers: readonly number[], numLayers: number): string | undefined {
+  const l = layers.find((x) => x >= numLayers);
+  return l === undefined ? undefined : `holds layer ${l}, outside 0…${numLayers - 1} for num_layers ${numLayers}`;
 }
 
 /** The row order's ids, and the facts and families where it (or the manifest beside it) gives them. */
@@ -183,6 +201,9 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
     if (layerOfFileName(name) === undefined) return void otherFiles.push(name);
     if (!isHex(hex))
       return bad(`${key}.${name}`, `expected a sha256 of 64 hex digits but found ${JSON.stringify(hex) ?? "nothing"}`);
+    const earlier = checksums.get(name);
+    if (earlier !== undefined && earlier !== hex.toLowerCase())
+      return bad(`${key}.${name}`, `records two different sha256 for ${name} (${earlier} and ${hex.toLowerCase()})`);
     checksums.set(name, hex.toLowerCase());
     if (isObject(entry) && isInt(entry.nonfinite)) nonfinite.set(name, entry.nonfinite);
   };

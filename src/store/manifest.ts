@@ -197,16 +197,8 @@ export function manifestProblems(value: unknown, lists?: RowListTexts): Manifest
     }
   }
   if (m.self_check !== undefined) {
-    const c = m.self_check as Record<string, unknown> | null;
-    if (
-      typeof c !== "object" ||
-      c === null ||
-      !isInt(c.rows) ||
-      !Array.isArray(c.layers) ||
-      !["pass", "fail", "warn", "off"].includes(c.status as string)
-    ) {
-      bad("self_check", "expected an object with rows, layers and status pass, fail, warn or off");
-    }
+    const problem = selfCheckProblem(m.self_check);
+    if (problem) bad("self_check", problem);
   }
   const files = m.files;
   if (typeof files !== "object" || files === null || Array.isArray(files)) {
@@ -450,6 +442,36 @@ export function selfCheckFinding(check: SelfCheck): string | undefined {
     `${worst.max_rel_dev === null ? "a non-finite value" : `${worst.max_rel_dev.toExponential(2)} of the row's largest value`} ` +
     `in layer ${worst.layer} (tolerance ${check.tolerance.toExponential(2)}): the states depend on padding or batch size`
   );
+}
+
+/**
+ * What is wrong with a manifest's `self_check`, or undefined where it holds what verify reads: `rows`, a `status`
+ * of pass, fail, warn or off, and per layer its number and deviations (non-negative numbers, or null); a failed
+ * or warned check also its `tolerance` and at least one layer.
+ */
+export function selfCheckProblem(value: unknown): string | undefined {
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    return "expected an object with rows, layers and status pass, fail, warn or off";
+  const c = value as Record<string, unknown>;
+  const deviation = (v: unknown) => v === null || (typeof v === "number" && Number.isFinite(v) && v >= 0);
+  if (!isInt(c.rows)) return `"rows" expected a non-negative integer but found ${JSON.stringify(c.rows) ?? "nothing"}`;
+  if (!["pass", "fail", "warn", "off"].includes(c.status as string))
+    return `"status" expected pass, fail, warn or off but found ${JSON.stringify(c.status) ?? "nothing"}`;
+  if (!Array.isArray(c.layers)) return `"layers" expected a list but found ${JSON.stringify(c.layers) ?? "nothing"}`;
+  const at = c.layers.findIndex((l: unknown) => {
+    const e = l as Record<string, unknown> | null;
+    return (
+      typeof e !== "object" || e === null || !isInt(e.layer) || !deviation(e.max_abs_dev) || !deviation(e.max_rel_dev)
+    );
+  });
+  if (at >= 0)
+    return `"layers" entry ${at} is ${JSON.stringify(c.layers[at])}, expected {layer, max_abs_dev, max_rel_dev}`;
+  if (c.status === "fail" || c.status === "warn") {
+    if (c.layers.length === 0) return `a ${c.status as string} status needs the layers it found`;
+    if (!(typeof c.tolerance === "number" && Number.isFinite(c.tolerance) && c.tolerance >= 0))
+      return `"tolerance" expected a non-negative number but found ${JSON.stringify(c.tolerance) ?? "nothing"}`;
+  }
+  return undefined;
 }
 
 /** The layer with the largest relative deviation (a non-finite one counts as the largest). */

@@ -147,25 +147,34 @@ export function parseNpyHeader(bytes: Uint8Array, path: string): NpyHeader {
   };
 }
 
-/** What is wrong with a store file's header, given the rows, width and dtypes its manifest promises and the file's size; undefined where nothing is. */
+/**
+ * What is wrong with a store file's header, given the rows, width and dtypes its manifest promises and the file's
+ * size, and the header field it concerns (`descr`, `fortran_order`, `shape`; `size` where the file's length
+ * disagrees with the shape); undefined where nothing is.
+ */
 export function headerMismatch(
   h: NpyHeader,
   rows: number,
   d: number,
   fileSize: number,
   dtypes: readonly string[] = ["<f2"],
-): string | undefined {
+): { field: string; message: string } | undefined {
   if (!dtypes.includes(h.descr))
-    return `dtype is '${h.descr}', expected ${dtypes.map((t) => `'${t}'`).join(" or ")} (${dtypes.map((t) => (t === "<f2" ? "float16" : "float32")).join(" or ")})`;
-  if (h.fortranOrder) return "is Fortran-ordered, expected C order";
+    return {
+      field: "descr",
+      message: `dtype is '${h.descr}', expected ${dtypes.map((t) => `'${t}'`).join(" or ")} (${dtypes.map((t) => (t === "<f2" ? "float16" : "float32")).join(" or ")})`,
+    };
+  if (h.fortranOrder) return { field: "fortran_order", message: "is Fortran-ordered, expected C order" };
   if (h.shape.length !== 2 || h.shape[0] !== rows || h.shape[1] !== d) {
-    return `header shape is (${h.shape.join(", ")}), the manifest says (${rows}, ${d})`;
+    return { field: "shape", message: `header shape is (${h.shape.join(", ")}), the manifest says (${rows}, ${d})` };
   }
   if (h.dataOffset + h.dataBytes !== fileSize) {
-    return (
-      `header shape (${h.shape.join(", ")}) needs ${h.dataOffset + h.dataBytes} bytes but the file holds ${fileSize}` +
-      (fileSize < h.dataOffset + h.dataBytes ? " (truncated)" : "")
-    );
+    return {
+      field: "size",
+      message:
+        `header shape (${h.shape.join(", ")}) needs ${h.dataOffset + h.dataBytes} bytes but the file holds ${fileSize}` +
+        (fileSize < h.dataOffset + h.dataBytes ? " (truncated)" : ""),
+    };
   }
   return undefined;
 }

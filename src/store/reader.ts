@@ -9,7 +9,7 @@ import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.
 import { storeKernels } from "../kernels/default.js";
 import { utf8Text } from "../util/fs.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
-import { joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import { joinBank, normalizedManifest, outsideBlocks, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import { checkedManifest, isNativeManifest, MANIFEST_NAME, manifestContentSha256, type Manifest } from "./manifest.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
@@ -212,7 +212,7 @@ async function openNative(
   for (const layer of manifest.layers) {
     const { header, size, path } = await readHeader(backend, layer);
     const problem = headerMismatch(header, manifest.query_ids.length, manifest.d_model, size);
-    if (problem) throw new NpyHeaderError(path, "shape", problem);
+    if (problem) throw new NpyHeaderError(path, problem.field, problem.message);
     offsets.set(layer, header.dataOffset);
   }
   return { manifest, layout: { offsets, float32: new Set() } };
@@ -226,7 +226,14 @@ async function openForeign(
 ): Promise<{ manifest: Manifest; layout: Layout; foreign: ForeignManifest }> {
   const { manifest: f, problems } = parseForeignManifest(value);
   if (!f || problems.length > 0) throw new ManifestError(where, problems[0]!.key, problems[0]!.message);
-  const layers = f.layers ?? (await backend.list()).map(layerOfFileName).filter((l): l is number => l !== undefined);
+  // Without a list, the folder's layer files and those the checksums name (a file checksummed and gone fails below).
+  const layers =
+    f.layers ??
+    [...new Set([...(await backend.list()), ...f.checksums.keys()].map(layerOfFileName))]
+      .filter((l): l is number => l !== undefined)
+      .sort((a, b) => a - b);
+  const outside = !f.layers && f.numLayers !== undefined ? outsideBlocks(layers, f.numLayers) : undefined;
+  if (outside) throw new StoreError(backend.location, `the layer files: ${outside}`);
   if (layers.length === 0)
     throw new StoreError(backend.location, "holds no L###.npy files and its manifest lists no layers");
   for (const l of layers) {
@@ -247,7 +254,7 @@ async function openForeign(
     // The width comes from the manifest if it records one, else from the first file; all must agree.
     d ??= header.shape[1];
     const problem = headerMismatch(header, n, d ?? -1, size, ["<f2", "<f4"]);
-    if (problem) throw new NpyHeaderError(path, "shape", problem);
+    if (problem) throw new NpyHeaderError(path, problem.field, problem.message);
     offsets.set(layer, header.dataOffset);
     sizes.set(layerFileName(layer), size);
     if (header.descr === "<f4") float32.add(layer);

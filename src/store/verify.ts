@@ -43,6 +43,7 @@ import {
   ROW_LISTS,
   rowCount,
   selfCheckFinding,
+  selfCheckProblem,
   type Manifest,
   type RowListText,
   type RowListTexts,
@@ -281,10 +282,13 @@ function checkHeaders(
     const { header } = seen;
     // A manifest that does not record the width leaves it to the first file; the others must agree.
     if (d === null && report.foreign && header.shape.length === 2) d = header.shape[1]!;
-    if (rows !== null && d !== null) {
-      const mismatch = headerMismatch(header, rows, d, seen.bytes, dtypes);
-      if (mismatch) problem(name, "npy-header", mismatch);
-    }
+    const mismatch =
+      rows !== null && d !== null
+        ? headerMismatch(header, rows, d, seen.bytes, dtypes)?.message
+        : header.shape.length !== 2
+          ? `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`
+          : undefined;
+    if (mismatch) problem(name, "npy-header", mismatch);
     toHash.push(hashPlan(name, header));
   }
   return toHash;
@@ -537,7 +541,7 @@ function planNative(value: unknown, lists: RowListTexts | undefined, problem: Pr
   if (typeof m.complete === "boolean") report.complete = m.complete;
   report.rows = rowCount(m, "query_ids", lists) ?? null;
   if (Number.isSafeInteger(m.rows_done)) report.rows_done = m.rows_done!;
-  if (m.self_check && Array.isArray(m.self_check.layers)) {
+  if (m.self_check !== undefined && selfCheckProblem(m.self_check) === undefined) {
     report.self_check = summarizeSelfCheck(m.self_check);
     const finding = selfCheckFinding(m.self_check);
     if (finding) problem(MANIFEST_NAME, "self-check", `the batch self-check failed: ${finding}`);
@@ -582,7 +586,7 @@ async function planForeign(
   dir: string,
 ): Promise<Plan | undefined> {
   // Loaded here, not with this module: hsm's own stores, the usual case, need none of it.
-  const { bankMismatch, parseForeignManifest, unrecorded } = await import("./foreign.js");
+  const { bankMismatch, outsideBlocks, parseForeignManifest, unrecorded } = await import("./foreign.js");
   const { manifest: f, problems } = parseForeignManifest(value);
   for (const p of problems) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   if (!f) return undefined;
@@ -615,14 +619,18 @@ async function planForeign(
 
   let layers = f.layers;
   if (!layers) {
+    // The folder's layer files, and those the checksums name: a file checksummed and gone is reported missing.
+    let names: string[];
     try {
-      layers = (await readdir(dir))
-        .map(layerOfFileName)
-        .filter((l): l is number => l !== undefined)
-        .sort((a, b) => a - b);
+      names = await readdir(dir);
     } catch (err) {
       throw fileError(err, dir);
     }
+    layers = [...new Set([...names, ...f.checksums.keys()].map(layerOfFileName))]
+      .filter((l): l is number => l !== undefined)
+      .sort((a, b) => a - b);
+    const outside = f.numLayers === undefined ? undefined : outsideBlocks(layers, f.numLayers);
+    if (outside) problem(MANIFEST_NAME, "manifest-field", `the folder's layer files: ${outside}`);
   }
   if (layers.length === 0)
     problem(MANIFEST_NAME, "no-layers", "lists no layers and the folder holds no L###.npy files");

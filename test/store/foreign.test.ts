@@ -4,7 +4,7 @@
  * families from the bank; what cannot be trusted is refused, naming why.
  */
 import { createHash } from "node:crypto";
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -249,6 +249,18 @@ describe("adoptStore", () => {
     expect(JSON.parse(readFileSync(join(store, "index.json"), "utf8")).checksums).toEqual(sums);
   });
 
+  it("refuses a store whose manifest checksums a layer file the folder lacks, in adopting and in reading", async () => {
+    const sums = Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(fx.store, f))]));
+    const store = foreignStore("gone-file", { query_ids: native.query_ids, checksums: sums });
+    rmSync(join(store, "L005.npy"));
+    await expect(adoptStore(store, { bank: fx.bank })).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${join(store, "L005.npy")}: has a checksum in the manifest but is not in the store folder`,
+    });
+    expect(existsSync(join(store, "index.orig.json"))).toBe(false);
+    await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toThrow(/L005\.npy/);
+  });
+
   it("refuses files whose rows are not the bank's main-forward rows", async () => {
     const store = foreignStore("wrong-rows");
     const lines = readFileSync(fx.bank, "utf8").trim().split("\n");
@@ -366,6 +378,77 @@ describe("verifying a store written by another tool", () => {
     const want = expected(store);
     expect(lines).toHaveLength(want.length);
     want.forEach((w, i) => (typeof w === "string" ? expect(lines[i]).toBe(w) : expect(lines[i]).toMatch(w)));
+    expect(r.ok).toBe(false);
+  });
+
+  /** The foreign manifest of `store` rewritten by `edit`, its checksums those of the files as they are now. */
+  const remanifest = (store: string, edit: (m: Record<string, unknown>) => void) => {
+    const m = JSON.parse(readFileSync(join(store, "index.json"), "utf8")) as Record<string, unknown>;
+    m.checksums = Object.fromEntries(
+      LAYER_FILES.filter((f) => existsSync(join(store, f))).map((f) => [f, sha256(join(store, f))]),
+    );
+    edit(m);
+    writeFileSync(join(store, "index.json"), JSON.stringify(m));
+  };
+
+  it.each([
+    [
+      "a layer file of one dimension",
+      async (s: string) => {
+        const file = readFileSync(join(s, "L002.npy"));
+        const bits = new Uint16Array(file.buffer.slice(file.byteOffset + 128, file.byteOffset + file.length));
+        await writeNpyFile(join(s, "L002.npy"), [bits.length], bits);
+        remanifest(s, () => {});
+      },
+      (n: number) => [`L002.npy: [npy-header] header shape is (${8 * n}), expected two dimensions (rows, d_model)`],
+    ],
+    [
+      "a checksummed file that is gone",
+      (s: string) => remanifest(s, () => rmSync(join(s, "L004.npy"))),
+      () => ["L004.npy: [file-missing] is listed in the manifest but missing"],
+    ],
+    [
+      "two different checksums for one file",
+      (s: string) =>
+        remanifest(s, (m) => {
+          const sums = Object.entries(m.checksums as Record<string, string>);
+          m.checksums = [
+            { file: "L002.npy", sha256: "0".repeat(64) },
+            ...sums.map(([file, h]) => ({ file, sha256: h })),
+          ];
+        }),
+      () => [
+        /^index\.json: \[manifest-field\] "checksums\.L002\.npy" records two different sha256 for L002\.npy \(0{64} and [0-9a-f]{64}\)$/,
+      ],
+    ],
+    [
+      "more rows done than rows",
+      (s: string) => remanifest(s, (m) => (m.rows_done = 1000)),
+      (n: number) => [`index.json: [manifest-field] "rows_done" is 1000 but the row order has ${n} rows`],
+    ],
+    [
+      "a complete store with rows left",
+      (s: string) => remanifest(s, (m) => Object.assign(m, { complete: true, rows_done: 50 })),
+      (n: number) => [`index.json: [manifest-field] "rows_done" is 50 but a complete store has all ${n} rows written`],
+    ],
+    [
+      "listed layers beyond the block count",
+      (s: string) => remanifest(s, (m) => Object.assign(m, { layers: [2, 3, 4, 5], num_layers: 4 })),
+      () => [`index.json: [manifest-field] "layers" holds layer 4, outside 0…3 for num_layers 4`],
+    ],
+    [
+      "layer files beyond the block count",
+      (s: string) => remanifest(s, (m) => (m.num_layers = 5)),
+      () => ["index.json: [manifest-field] the folder's layer files: holds layer 5, outside 0…4 for num_layers 5"],
+    ],
+  ])("refuses %s", async (what, change, expectedFor) => {
+    const expected: (string | RegExp)[] = expectedFor(native.query_ids.length);
+    const store = foreignStore(`verify-${what.replace(/ /g, "-")}`, { query_ids: native.query_ids, checksums: sums() });
+    await change(store);
+    const r = await verifyStore(store, { bank: fx.bank });
+    const lines = r.problems.map((p) => `${p.file}: [${p.problem}] ${p.message}`);
+    expect(lines).toHaveLength(expected.length);
+    expected.forEach((w, i) => (typeof w === "string" ? expect(lines[i]).toBe(w) : expect(lines[i]).toMatch(w)));
     expect(r.ok).toBe(false);
   });
 

@@ -170,6 +170,17 @@ describe("store writer and reader", () => {
     await expect(StoreReader.open(memoryBackend(bad, "mem"))).rejects.toThrow(
       /mem\/L002\.npy: npy header shape: header shape is \(36, 8\), the manifest says \(37, 8\)/,
     );
+    // Each mismatch names the header field it concerns.
+    for (const [from, to, field] of [
+      ["'<f2'", "'<f4'", "descr"],
+      ["False", "True ", "fortran_order"],
+    ]) {
+      const header = new Uint8Array(files.get("L002.npy")!);
+      header.set(Buffer.from(to!), Buffer.from(header).indexOf(from!));
+      await expect(StoreReader.open(memoryBackend(new Map([...files, ["L002.npy", header]]), "mem"))).rejects.toThrow(
+        new RegExp(`^mem/L002\\.npy: npy header ${field}: `),
+      );
+    }
   });
 
   it("rejects rows that do not fit", async () => {

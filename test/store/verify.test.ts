@@ -264,6 +264,27 @@ describe("verifyStore", () => {
         'index.json: [manifest-field] "files" has no entry for layer 9 (L009.npy)',
       ],
     ],
+    [
+      "a failed self-check that names no layer",
+      (s: string) => editManifest(s, (m) => (m.self_check = { rows: 4, layers: [], status: "fail" })),
+      ['index.json: [manifest-field] "self_check" a fail status needs the layers it found'],
+    ],
+    [
+      "a failed self-check without its tolerance",
+      (s: string) =>
+        editManifest(
+          s,
+          (m) => (m.self_check = { rows: 4, layers: [{ layer: 2, max_abs_dev: 1, max_rel_dev: 1 }], status: "fail" }),
+        ),
+      ['index.json: [manifest-field] "self_check" "tolerance" expected a non-negative number but found nothing'],
+    ],
+    [
+      "a self-check layer that is not one",
+      (s: string) => editManifest(s, (m) => (m.self_check = { rows: 4, layers: [null], status: "pass" })),
+      [
+        'index.json: [manifest-field] "self_check" "layers" entry 0 is null, expected {layer, max_abs_dev, max_rel_dev}',
+      ],
+    ],
   ])("reports %s", async (_what, change, expected) => {
     const store = corrupt(change);
     const r = await verifyStore(store);

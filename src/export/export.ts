@@ -15,20 +15,41 @@ export interface ExportOptions extends ExportSettings {
   format: string;
 }
 
-/** The scored rows, each with its line in the file. */
+/** Fields a scored row may leave out, each with what it must be where present. */
+const OPTIONAL_FIELDS: [string, string, (v: unknown) => boolean][] = [
+  ["model", "a string", (v) => typeof v === "string"],
+  ["span", "a string", (v) => typeof v === "string"],
+  ["flags", "an array of strings", (v) => Array.isArray(v) && v.every((f) => typeof f === "string")],
+  ["matched_alias", "a string or null", (v) => v === null || typeof v === "string"],
+  ["scorer", "a string", (v) => typeof v === "string"],
+  ["needs_manual_review", "true or false", (v) => typeof v === "boolean"],
+];
+
+/** The scored rows, each with its line in the file; a query scored twice is refused. */
 async function readScored(file: string): Promise<{ rows: ScoredRow[]; lines: number[] }> {
   const rows: ScoredRow[] = [];
   const lines: number[] = [];
+  const firstLine = new Map<string, number>();
   for await (const { value: r, line } of jsonLines(
     file,
     (l, problem, cause) => new ScoredError(file, l, undefined, problem, { cause }),
   )) {
+    const received = (key: string) => JSON.stringify(r[key]) ?? "nothing";
     for (const key of ["query_id", "raw_response", "label", "condition_family", "fact_id"]) {
       if (typeof r[key] !== "string")
-        throw new ScoredError(file, line, key, `expected a string but received ${JSON.stringify(r[key]) ?? "nothing"}`);
+        throw new ScoredError(file, line, key, `expected a string but received ${received(key)}`);
     }
     if (!(LABELS as readonly string[]).includes(r.label as string))
       throw new ScoredError(file, line, "label", `${JSON.stringify(r.label)} is not one of ${LABELS.join(", ")}`);
+    for (const [key, what, ok] of OPTIONAL_FIELDS) {
+      if (key in r && !ok(r[key]))
+        throw new ScoredError(file, line, key, `expected ${what} but received ${received(key)}`);
+    }
+    const id = r.query_id as string;
+    const first = firstLine.get(id);
+    if (first !== undefined)
+      throw new ScoredError(file, line, "query_id", `"${id}" is scored twice (first on line ${first})`);
+    firstLine.set(id, line);
     rows.push({
       span: "",
       flags: [],

@@ -3,10 +3,12 @@
  * scored row per generation, in bank order, with every field of the output
  * schema. Written atomically (see writeFileAtomic), so a failure leaves nothing.
  */
+import { dirname } from "node:path";
+
 import { readBank, type BankRow } from "../bank/bank.js";
 import { UNNAMED } from "../defaults.js";
 import { GenerationsError } from "../errors.js";
-import { writeFileAtomic } from "../util/fs.js";
+import { makeDir, writeFileAtomic } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { scoreResponse, type ScoreResult } from "./scorer.js";
 
@@ -43,6 +45,9 @@ export async function readGenerations(file: string): Promise<Map<string, Generat
     }
     if (typeof g.raw_response !== "string")
       throw new GenerationsError(file, line, "raw_response", "is missing or not a string");
+    // Copied onto the scored row, whose `model` is a string.
+    if ("model" in g && typeof g.model !== "string")
+      throw new GenerationsError(file, line, "model", `expected a string but received ${JSON.stringify(g.model)}`);
     const first = out.get(g.query_id);
     if (first)
       throw new GenerationsError(file, line, "query_id", `duplicate "${g.query_id}" (first on line ${first.line})`);
@@ -137,6 +142,7 @@ export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
     summary.labels[s.label] = (summary.labels[s.label] ?? 0) + 1;
     if (s.needs_manual_review) summary.needsReview++;
   }
+  await makeDir(dirname(o.out));
   await writeFileAtomic(o.out, lines.join("\n") + (lines.length ? "\n" : ""));
   return summary;
 }

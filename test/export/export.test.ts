@@ -3,18 +3,19 @@
  * Foundry's columns; a third format added through the registry.
  */
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { Command } from "commander";
 import { beforeAll, describe, expect, it } from "vitest";
 
+import { readBank } from "../../src/bank/bank.js";
 import { exportCommand } from "../../src/cli/commands/export.js";
 import { EXIT, InternalError, ScoredError, UsageError } from "../../src/errors.js";
 import { exportScored } from "../../src/export/export.js";
-import { instanceSchema, sampleHash } from "../../src/export/formats/eee.js";
-import type { ExportFormat } from "../../src/export/formats/format.js";
+import { instanceSchema, sampleHash, writeEee } from "../../src/export/formats/eee.js";
+import type { ExportFormat, ScoredRow } from "../../src/export/formats/format.js";
 import { EXPORT_FORMATS, registerExportFormat } from "../../src/export/formats/registry.js";
 import { validate } from "../../src/export/validate.js";
 import { writeFixture } from "../../src/synthetic/store.js";
@@ -219,6 +220,75 @@ describe("export errors and settings", () => {
       message: scored + tail,
       exitCode: EXIT.data,
     });
+  });
+
+  /** The fixture's scored file with its second row changed by `edit`. */
+  const scoredWith = (name: string, edit: (row: Record<string, unknown>) => void) => {
+    const lines = readFileSync(fx.scored, "utf8").trim().split("\n");
+    const row = JSON.parse(lines[1]!) as Record<string, unknown>;
+    edit(row);
+    lines[1] = JSON.stringify(row);
+    const scored = join(dir, `${name}.jsonl`);
+    writeFileSync(scored, lines.join("\n") + "\n");
+    return scored;
+  };
+
+  it.each([
+    [
+      "a span that is not a string",
+      (r: Record<string, unknown>) => (r.span = null),
+      'field "span": expected a string but received null',
+    ],
+    [
+      "flags that are not a list of strings",
+      (r: Record<string, unknown>) => (r.flags = "hit_token_limit"),
+      'field "flags": expected an array of strings but received "hit_token_limit"',
+    ],
+    [
+      "a matched alias that is a number",
+      (r: Record<string, unknown>) => (r.matched_alias = 7),
+      'field "matched_alias": expected a string or null but received 7',
+    ],
+    [
+      "a model that is not a string",
+      (r: Record<string, unknown>) => (r.model = { name: "x" }),
+      'field "model": expected a string but received {"name":"x"}',
+    ],
+    [
+      "a review flag that is not true or false",
+      (r: Record<string, unknown>) => (r.needs_manual_review = "no"),
+      'field "needs_manual_review": expected true or false but received "no"',
+    ],
+    [
+      "a query scored twice",
+      (r: Record<string, unknown>) => (r.query_id = "query_00000001"),
+      'field "query_id": "query_00000001" is scored twice (first on line 1)',
+    ],
+  ])("refuses %s, naming its line and field, and writes nothing", async (what, edit, tail) => {
+    const scored = scoredWith(`scored-${what.replace(/ /g, "-")}`, edit);
+    for (const format of ["eee", "foundry"]) {
+      const out = join(dir, `refused-${format}-${what.replace(/ /g, "-")}`);
+      await expect(exportScored({ format, scored, bank: fx.bank, out })).rejects.toMatchObject({
+        constructor: ScoredError,
+        message: `${scored}:2: ${tail}`,
+        exitCode: EXIT.data,
+      });
+      expect(existsSync(out)).toBe(false);
+    }
+  });
+
+  it("checks every Every Eval Ever record against the schema before writing either file", async () => {
+    // Rows the reader would refuse, handed to the writer directly: the record it builds fails the schema.
+    const bank = new Map((await readBank(fx.bank)).map((r) => [r.query_id, r]));
+    const rows = readFileSync(fx.scored, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as ScoredRow);
+    rows[1]!.matched_alias = 7 as unknown as string;
+    const out = join(dir, "eee-unchecked");
+    const id = { benchmark: "b", modelId: "org/m", developer: "org", organization: "o", evaluationId: "b/org/m/1" };
+    await expect(writeEee(out, rows, bank, id)).rejects.toThrow(InternalError);
+    expect(existsSync(out)).toBe(false);
   });
 
   it("names the line of a scored row whose query the bank lacks", async () => {

@@ -22,6 +22,11 @@ describe("generations file", () => {
       ['{"query_id": "q1"}'],
       /gens\.jsonl:1: field "raw_response": is missing or not a string$/,
     ],
+    [
+      "a model that is not a string",
+      ['{"query_id": "q1", "raw_response": " a", "model": {"name": "x"}}'],
+      /gens\.jsonl:1: field "model": expected a string but received \{"name":"x"\}$/,
+    ],
     ["a line that is not JSON", ['{"query_id": '], /gens\.jsonl:1: is not valid JSON/],
     ["an array line", ["[1]"], /gens\.jsonl:1: expected a JSON object but received array$/],
     [
@@ -118,6 +123,16 @@ describe("scoreFile", () => {
       message: `${short.generations}: has no generation for 1 of the bank's 2 queries (first: "q1", ${short.bank}:1); pass --allow-missing to score the rest`,
     });
     expect(existsSync(short.out)).toBe(false);
+  });
+
+  it("makes the output's folder, as mkdir -p does", async () => {
+    const o = setup("nested", [
+      { query_id: "q1", raw_response: " Paris" },
+      { query_id: "q2", raw_response: " Lyon" },
+    ]);
+    const out = join(dir, "new", "deeper", "scored.jsonl");
+    await scoreFile({ ...o, out });
+    expect(readFileSync(out, "utf8").trim().split("\n")).toHaveLength(2);
   });
 
   it("reports a missing generations file as missing", async () => {

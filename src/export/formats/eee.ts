@@ -337,7 +337,8 @@ async function removeAll(paths: string[]): Promise<void> {
 }
 
 /**
- * Writes the aggregate record and its samples; returns their paths. With
+ * Writes the aggregate record and its samples, every instance record checked
+ * against the schema before anything is written; returns their paths. With
  * `replace`, the model's one record in the folder is kept when writing it again
  * (with its own id and time) would give the same two files, and every other
  * record of the model there is removed once the new one is written.
@@ -348,18 +349,20 @@ export async function writeEee(
   bank: Map<string, BankRow>,
   id: ExportIdentity,
   replace = false,
-): Promise<{ aggregate: string; samples: string; records: Record<string, unknown>[]; unchanged: boolean }> {
+): Promise<{ aggregate: string; samples: string; unchanged: boolean }> {
   const dir = recordFolder(outDir, id);
+  const texts = recordTexts(rows, bank, id);
+  const samplesPath = join(dir, `${texts.stem}_samples.jsonl`);
+  // Checked before anything is written or removed: a record the schema refuses leaves the folder as it was.
+  checkRecords(texts.records, samplesPath);
   const earlier = replace ? await earlierRecords(dir, id) : { records: [], orphans: [] };
   for (const e of earlier.records) {
     const again = recordTexts(rows, bank, { ...id, evaluationId: e.evaluationId }, e.time);
     if (!(await holdsText(e.aggregate, again.aggregate)) || !(await holdsText(e.samples, again.samples))) continue;
     const others = earlier.records.filter((x) => x !== e).flatMap((x) => [x.aggregate, x.samples]);
     await removeAll([...others, ...earlier.orphans]);
-    return { aggregate: e.aggregate, samples: e.samples, records: again.records, unchanged: true };
+    return { aggregate: e.aggregate, samples: e.samples, unchanged: true };
   }
-  const texts = recordTexts(rows, bank, id);
-  const samplesPath = join(dir, `${texts.stem}_samples.jsonl`);
   const aggregatePath = join(dir, `${texts.stem}.json`);
   // The samples first: an aggregate never points at a file not yet written.
   await writeExportFile(samplesPath, texts.samples);
@@ -367,7 +370,20 @@ export async function writeEee(
   const mine = new Set([samplesPath, aggregatePath]);
   const replaced = earlier.records.flatMap((x) => [x.aggregate, x.samples]);
   await removeAll([...replaced, ...earlier.orphans].filter((p) => !mine.has(p)));
-  return { aggregate: aggregatePath, samples: samplesPath, records: texts.records, unchanged: false };
+  return { aggregate: aggregatePath, samples: samplesPath, unchanged: false };
+}
+
+/** Checks every instance record against the published schema; `samples` names the file they would be written to. */
+function checkRecords(records: Record<string, unknown>[], samples: string): void {
+  const schema = instanceSchema();
+  for (const [i, record] of records.entries()) {
+    const errors = validate(record, schema);
+    // The records are hsm's own making from checked rows: one that fails the schema is a bug in hsm.
+    if (errors.length) {
+      const problems = errors.map((e) => `${e.path} ${e.message}`).join("; ");
+      throw new InternalError(`${samples}:${i + 1}: not valid against ${String(schema.version)}: ${problems}`);
+    }
+  }
 }
 
 /** Who and what was evaluated: from the settings, else the rows and the bank file; the id ends in the time. */
@@ -397,16 +413,6 @@ export const EEE: ExportFormat = {
   async write(input) {
     const o = input.settings;
     const written = await writeEee(o.out, input.rows, input.bank, identity(input), o.replace);
-    const schema = instanceSchema();
-    for (const [i, record] of written.records.entries()) {
-      const errors = validate(record, schema);
-      // The records are hsm's own making: one that fails the schema is a bug in hsm.
-      if (errors.length) {
-        const problems = errors.map((e) => `${e.path} ${e.message}`).join("; ");
-        const where = `${written.samples}:${i + 1}`;
-        throw new InternalError(`${where}: not valid against ${String(schema.version)}: ${problems}`);
-      }
-    }
     return { files: [written.aggregate, written.samples], unchanged: written.unchanged };
   },
 };

@@ -71,8 +71,9 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
   const { checksums, nonfinite, otherFiles } = readChecksums(m, layers, bad);
   if (m.complete !== undefined && typeof m.complete !== "boolean")
     bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
+  // Null, as Python tools write None, counts as absent.
   for (const key of ["rows_done", "num_layers", "d_model"]) {
-    if (m[key] !== undefined && !isInt(m[key]))
+    if (m[key] !== undefined && m[key] !== null && !isInt(m[key]))
       bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key])}`);
   }
   if (queryIds && isInt(m.rows_done)) {

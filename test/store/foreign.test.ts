@@ -427,6 +427,11 @@ describe("verifying a store written by another tool", () => {
       (n: number) => [`index.json: [manifest-field] "rows_done" is 1000 but the row order has ${n} rows`],
     ],
     [
+      "a block count that is not a number",
+      (s: string) => remanifest(s, (m) => Object.assign(m, { num_layers: "6", d_model: null })),
+      () => ['index.json: [manifest-field] "num_layers" expected a non-negative integer but found "6"'],
+    ],
+    [
       "a complete store with rows left",
       (s: string) => remanifest(s, (m) => Object.assign(m, { complete: true, rows_done: 50 })),
       (n: number) => [`index.json: [manifest-field] "rows_done" is 50 but a complete store has all ${n} rows written`],

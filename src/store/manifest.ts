@@ -93,6 +93,14 @@ export interface StyleRecord {
   layers: { layer: number; tensor: string; how: string }[];
 }
 
+/**
+ * Which graph tensor each stored layer was read from, as text to compare (the `style` record's tensors, not how
+ * they were found, which does not change a byte); undefined for a store whose manifest records no style.
+ */
+export function storedTensors(m: Pick<Manifest, "style">): string | undefined {
+  return m.style ? JSON.stringify(m.style.layers.map(({ layer, tensor }) => [layer, tensor])) : undefined;
+}
+
 /** The batch self-check: per layer, the largest deviation of rows re-run alone from the stored rows. */
 export interface SelfCheck {
   rows: number;

@@ -5,7 +5,7 @@
  * rows exactly once.
  */
 import { StoreError, UsageError } from "../errors.js";
-import type { Manifest, SelfCheck } from "./manifest.js";
+import { storedTensors, type Manifest, type SelfCheck } from "./manifest.js";
 import { STREAM_BLOCK_ROWS, StoreReader } from "./reader.js";
 import { verifyStore } from "./verify.js";
 import { StoreWriter } from "./writer.js";
@@ -25,7 +25,10 @@ const SAME = [
   "extraction",
 ] as const;
 
-/** The shards' self-checks as one: every row checked, per layer the largest deviation; absent when a shard has none. */
+/**
+ * The shards' self-checks as one: every row checked, per layer the largest deviation; absent when a shard has
+ * none, `off` when any shard's was (some rows went unchecked), a failure when any shard's failed.
+ */
 function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefined {
   if (checks.some((c) => !c)) return undefined;
   const all = checks as SelfCheck[];
@@ -39,7 +42,7 @@ function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefin
     };
   });
   const failed = all.find((c) => c.status === "fail" || c.status === "warn");
-  const status = failed ? failed.status : all.every((c) => c.status === "off") ? "off" : "pass";
+  const status = failed ? failed.status : all.some((c) => c.status === "off") ? "off" : "pass";
   const seconds = Number(all.reduce((s, c) => s + c.seconds, 0).toFixed(3));
   return {
     rows: all.reduce((s, c) => s + c.rows, 0),
@@ -74,6 +77,12 @@ export async function mergeShards(
         if (JSON.stringify(r.manifest[key]) !== JSON.stringify(readers[0]!.manifest[key])) {
           throw new StoreError(shardDirs[i]!, `${key} differs from ${shardDirs[0]}'s; these shards are not of one run`);
         }
+      }
+      if (storedTensors(r.manifest) !== storedTensors(readers[0]!.manifest)) {
+        throw new StoreError(
+          shardDirs[i]!,
+          `its layers were read from other graph tensors than ${shardDirs[0]}'s (style); these shards are not of one run`,
+        );
       }
     }
     readers.sort((a, b) => a.manifest.shard!.index - b.manifest.shard!.index);

@@ -20,6 +20,7 @@ import {
   MANIFEST_NAME,
   parseManifest,
   STORE_FORMAT,
+  storedTensors,
   writeManifestAtomic,
   type FileEntry,
   type Manifest,
@@ -175,6 +176,13 @@ export class StoreWriter {
       }
     }
     madeFromSame(dir, manifest, init);
+    const [was, now] = [storedTensors(manifest), storedTensors(init)];
+    if (was !== undefined && now !== undefined && was !== now)
+      throw new StoreError(
+        dir,
+        "already holds a store whose layers were read from other graph tensors (style); refusing to mix them. " +
+          "Use another --out folder, the same --hidden-tensors, or delete this one",
+      );
     const handles = new Map<number, FileHandle>();
     const offsets = new Map<number, number>();
     const writer = new StoreWriter(dir, manifest, handles, offsets);

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { EXIT, StoreError, UsageError } from "../../src/errors.js";
+import type { SelfCheck } from "../../src/store/manifest.js";
 import { mergeShards } from "../../src/store/merge.js";
 import { StoreWriter, type StoreInit } from "../../src/store/writer.js";
 import { Rng } from "../../src/util/random.js";
@@ -36,9 +37,16 @@ function init(rows: [number, number], shard?: StoreInit["shard"]): StoreInit {
   };
 }
 
-async function write(path: string, rows: [number, number], shard?: StoreInit["shard"]): Promise<string> {
-  const w = await StoreWriter.open(path, init(rows, shard));
+async function write(
+  path: string,
+  rows: [number, number],
+  shard?: StoreInit["shard"],
+  made: Pick<StoreInit, "style"> & { self_check?: SelfCheck } = {},
+): Promise<string> {
+  const { self_check, ...rest } = made;
+  const w = await StoreWriter.open(path, { ...init(rows, shard), ...rest });
   for (const l of LAYERS) await w.writeRowsF32(l, 0, data.get(l)!.subarray(rows[0] * D, rows[1] * D));
+  if (self_check) w.manifest.self_check = self_check;
   await w.finish(1);
   await w.close();
   return path;
@@ -49,15 +57,65 @@ const BOUNDS: [number, number][] = [
   [10, 20],
   [20, N],
 ];
-async function shards(name: string): Promise<string[]> {
+async function shards(
+  name: string,
+  made: (index: number) => Pick<StoreInit, "style"> & { self_check?: SelfCheck } = () => ({}),
+): Promise<string[]> {
   return Promise.all(
     BOUNDS.map((b, index) =>
-      write(join(dir, name, `shard-${index}`), b, { index, count: 3, row_start: b[0], row_end: b[1], rows_total: N }),
+      write(
+        join(dir, name, `shard-${index}`),
+        b,
+        { index, count: 3, row_start: b[0], row_end: b[1], rows_total: N },
+        made(index),
+      ),
     ),
   );
 }
 
+/** The style record of a store whose layer 2 was read from `tensor`. */
+const styleReading = (tensor: string): NonNullable<StoreInit["style"]> => ({
+  name: "structural",
+  layers: [
+    { layer: 1, tensor: "/model/layers.1/Add_1_output_0", how: "structure" },
+    { layer: 2, tensor, how: tensor.startsWith("/model") ? "structure" : "given" },
+  ],
+});
+
+/** A passing (or, with `status`, another) self-check of `rows` rows. */
+const check = (rows: number, status: SelfCheck["status"] = "pass"): SelfCheck => ({
+  rows,
+  query_ids: ids.slice(0, rows),
+  layers: LAYERS.map((layer) => ({ layer, max_abs_dev: 0, max_rel_dev: 0 })),
+  tolerance: 1e-3,
+  status,
+  seconds: 0.5,
+});
+
 describe("mergeShards", () => {
+  it("refuses shards whose layers were read from other graph tensors", async () => {
+    const [s0, s1, s2] = await shards("tensors", (i) => ({
+      style: styleReading(i === 1 ? "/model/layers.2/Add_output_0" : "/model/layers.2/Add_1_output_0"),
+    }));
+    await expect(mergeShards(join(dir, "tensors-merged"), [s0!, s1!, s2!])).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${s1}: its layers were read from other graph tensors than ${s0}'s (style); these shards are not of one run`,
+    });
+  });
+
+  it("records the joined self-check as off where any shard's was off, failed where any failed", async () => {
+    const off = await shards("check-off", (i) => ({ self_check: check(4, i === 1 ? "off" : "pass") }));
+    expect((await mergeShards(join(dir, "check-off-merged"), off)).self_check).toMatchObject({
+      rows: 12,
+      status: "off",
+    });
+    const on = await shards("check-on", () => ({ self_check: check(4) }));
+    expect((await mergeShards(join(dir, "check-on-merged"), on)).self_check).toMatchObject({
+      rows: 12,
+      status: "pass",
+    });
+  });
+
   it("joins shards given in any order into the store a single run writes", async () => {
     const whole = await write(join(dir, "whole"), [0, N]);
     const [s0, s1, s2] = await shards("ok");

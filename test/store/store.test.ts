@@ -129,6 +129,29 @@ describe("store writer and reader", () => {
     );
   });
 
+  it("refuses to continue a store whose layers were read from other graph tensors", async () => {
+    const style = (tensor: string) => ({
+      name: "structural",
+      layers: [
+        { layer: 2, tensor: "/model/layers.2/Add_1_output_0", how: "structure" },
+        { layer: 3, tensor, how: "structure" },
+      ],
+    });
+    const store = join(dir, "styled");
+    const w1 = await StoreWriter.open(store, init({ style: style("/model/layers.3/Add_1_output_0") }));
+    for (const layer of [2, 3]) await w1.writeRowsF32(layer, 0, rows(layer).subarray(0, 15 * D));
+    await w1.commit(15);
+    await w1.close();
+    await expect(StoreWriter.open(store, init({ style: style("/model/layers.3/Add_output_0") }))).rejects.toThrow(
+      /read from other graph tensors \(style\); refusing to mix them/,
+    );
+    // The same tensors found another way write the same bytes: resumed.
+    const found = { ...style("/model/layers.3/Add_1_output_0"), name: "explicit" };
+    const w2 = await StoreWriter.open(store, init({ style: found }));
+    expect(w2.rowsDone).toBe(15);
+    await w2.close();
+  });
+
   it("reopens a complete store as complete, writing nothing", async () => {
     const store = await wholeStore("whole-for-reopen");
     const before = readFileSync(join(store, "index.json"));

@@ -14,5 +14,8 @@ process.stdout.on("error", (err) => {
   if (err.code === "EPIPE") process.exit(0);
   throw err;
 });
+// A command stopped by Ctrl-C or SIGTERM leaves no store lock or temporary file behind (src/util/stop.ts).
+const { cleanUpOnStopSignals } = await import(join(dirname(main), "..", "util", "stop.js"));
+cleanUpOnStopSignals();
 const { run } = await import(main);
 process.exitCode = await run(process.argv);

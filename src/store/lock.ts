@@ -7,6 +7,8 @@
  * lock from another host cannot be checked by pid, so its holder touches it
  * every minute and a lock from another host untouched for LOCK_STALE_MS is
  * taken to be left by a node that went away (a job killed, a node lost).
+ * A holder stopped by a signal the CLI catches (Ctrl-C, SIGTERM) removes its
+ * lock first (src/util/stop.ts).
  */
 import { unlinkSync } from "node:fs";
 import { open, stat, unlink, utimes } from "node:fs/promises";
@@ -15,6 +17,7 @@ import { join } from "node:path";
 
 import { StoreError } from "../errors.js";
 import { fileError, readText, readTextSync } from "../util/fs.js";
+import { onStopSignal } from "../util/stop.js";
 
 const LOCK_NAME = ".hsm.lock";
 /** How often a holder touches its lock. */
@@ -60,8 +63,10 @@ export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => 
         }
       };
       process.once("exit", onExit);
+      const forget = onStopSignal(onExit);
       return async () => {
         process.removeListener("exit", onExit);
+        forget();
         clearInterval(heartbeat);
         await unlink(path).catch(() => {});
       };

@@ -20,12 +20,13 @@
  * - Every operating-system error becomes an error that names the path and says
  *   why ({@link fileError}).
  */
-import { closeSync, constants, fstatSync, openSync, read, readSync, type Stats } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, read, readSync, rmSync, type Stats } from "node:fs";
 import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from "node:fs/promises";
 import { isUtf8 } from "node:buffer";
 import { basename, dirname, join } from "node:path";
 
 import { FileError, HsmError, UsageError } from "../errors.js";
+import { onStopSignal } from "./stop.js";
 
 /** The operating system's reasons, in words, for the codes users meet. */
 const REASONS: Readonly<Record<string, string>> = {
@@ -460,6 +461,17 @@ export async function openOutput(path: string, mode: OutputMode): Promise<FileHa
  */
 export async function writeFilesAtomic(files: ReadonlyArray<readonly [path: string, data: AtomicData]>): Promise<void> {
   const temps: string[] = [];
+  // A signal that stops the process meanwhile removes them too (src/util/stop.ts).
+  const forget = onStopSignal(() => temps.forEach((t) => rmSync(t, { force: true })));
+  try {
+    await writeAndRename(files, temps);
+  } finally {
+    forget();
+  }
+}
+
+/** writeFilesAtomic's steps; `temps` collects the temporary files as they are made. */
+async function writeAndRename(files: ReadonlyArray<readonly [path: string, data: AtomicData]>, temps: string[]) {
   try {
     for (const [path, data] of files) {
       const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${tempCounter++}.tmp`);

@@ -4,7 +4,7 @@
  * and a prompt past 192 tokens; resume after kill -9; shards + merge; bad input.
  */
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
 import * as ort from "onnxruntime-node";
@@ -363,6 +363,40 @@ describe("hsm extract", () => {
     }
     expect(existsSync(join(out, ".hsm.lock"))).toBe(false);
   });
+
+  it.each(["SIGTERM", "SIGINT"] as const)(
+    "leaves no lock or temporary file when %s stops it, and resumes byte-identical",
+    async (sig) => {
+      const whole = await wholeStore();
+      const out = join(dir, `stopped-${sig}`);
+      const child = spawn(process.execPath, bigArgs(out), { stdio: "ignore" });
+      const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+        let sent = false;
+        const poll = setInterval(() => {
+          try {
+            if (!sent && JSON.parse(readFileSync(join(out, "index.json"), "utf8")).rows_done >= 32) {
+              child.kill(sig);
+              sent = true;
+            }
+          } catch {
+            /* not written yet, or mid-rename */
+          }
+        }, 2);
+        child.on("exit", (code, signal) => {
+          clearInterval(poll);
+          resolve({ code, signal });
+        });
+      });
+      // Ended by the signal itself, as a scheduler expects, with the lock and every temporary file gone.
+      expect(exit.signal).toBe(sig);
+      expect(readdirSync(out).filter((f) => f.startsWith("."))).toEqual([]);
+      const resumed = spawnSync(process.execPath, bigArgs(out), { encoding: "utf8" });
+      expect(resumed.status).toBe(0);
+      for (const f of ["L002.npy", "L003.npy", "L004.npy"]) {
+        expect(readFileSync(join(out, f)).equals(readFileSync(join(whole, f)))).toBe(true);
+      }
+    },
+  );
 
   it("splits into shards on block boundaries whose merge equals the single run", async () => {
     const whole = await wholeStore();

@@ -487,7 +487,8 @@ async function writeBlocks(b: Blocks, onProgress: ExtractOptions["onProgress"]):
   const { runner, writer, layers, d, tokens, commitRows, rule, pad, padId } = b;
   const total = tokens.length;
   const n = layers.length;
-  const blocks = layers.map(() => new Uint16Array(commitRows * d));
+  // A block never holds more rows than the run has (--commit-rows may exceed them).
+  const blocks = layers.map(() => new Uint16Array(Math.min(commitRows, total) * d));
   let done = writer.rowsDone;
   onProgress?.(done, total);
   while (done < total) {

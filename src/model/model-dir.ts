@@ -11,6 +11,7 @@ import { readdir, stat } from "node:fs/promises";
 import { join, relative } from "node:path";
 
 import { HsmError } from "../errors.js";
+import { MAX_BLOCKS } from "../store/layers.js";
 import { readText } from "../util/fs.js";
 import { decodeModel, trimEmptyInputs, type ModelProto } from "../onnx/graph.js";
 import { fetchHubModel, isHubId } from "./hub.js";
@@ -52,6 +53,13 @@ function pickInt(raw: Record<string, unknown>, keys: string[], path: string): nu
   const text = raw.text_config;
   if (text && typeof text === "object") return pickInt(text as Record<string, unknown>, keys, path);
   throw new ModelDirError(path, `has none of ${keys.map((k) => `"${k}"`).join(", ")} as a positive integer`);
+}
+
+/** A block count read from `path`, at most {@link MAX_BLOCKS} (no decoder has more; more would exhaust memory). */
+function blockCount(n: number, path: string): number {
+  if (n > MAX_BLOCKS)
+    throw new ModelDirError(path, `gives ${n} decoder blocks; no decoder has more than ${MAX_BLOCKS}`);
+  return n;
 }
 
 /**
@@ -96,11 +104,15 @@ export function decodeModelOf(md: ModelDir, bytes: Uint8Array): ModelProto {
 const isFile = async (path: string) => (await stat(path).catch(() => undefined))?.isFile() ?? false;
 
 async function readJson(path: string): Promise<Record<string, unknown>> {
+  let value: unknown;
   try {
-    return JSON.parse(await readText(path, { follow: true }));
+    value = JSON.parse(await readText(path, { follow: true }));
   } catch (err) {
     throw new ModelDirError(path, `is not valid JSON (${(err as Error).message})`);
   }
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new ModelDirError(path, `is not a JSON object but ${JSON.stringify(value).slice(0, 40)}`);
+  return value as Record<string, unknown>;
 }
 
 /**
@@ -221,7 +233,7 @@ export async function openModelDir(given: string, modelFile?: string): Promise<M
     dir,
     onnxPath: await pickOnnx(dir, modelFile, preferred),
     config: {
-      numLayers: pickInt(raw, ["num_hidden_layers", "n_layer", "n_layers", "num_layers"], path),
+      numLayers: blockCount(pickInt(raw, ["num_hidden_layers", "n_layer", "n_layers", "num_layers"], path), path),
       hiddenSize: pickInt(raw, ["hidden_size", "n_embd", "n_embed", "d_model"], path),
       vocabSize: pickInt(raw, ["vocab_size"], path),
       raw,

@@ -29,11 +29,15 @@ export class PromptTokenizer {
   static async load(dir: string): Promise<PromptTokenizer> {
     const read = async (name: string) => {
       const path = join(dir, name);
+      let value: unknown;
       try {
-        return JSON.parse(await readText(path, { follow: true })) as Record<string, unknown>;
+        value = JSON.parse(await readText(path, { follow: true }));
       } catch (err) {
         throw new ModelDirError(path, `cannot be read as JSON (${(err as Error).message})`);
       }
+      if (typeof value !== "object" || value === null || Array.isArray(value))
+        throw new ModelDirError(path, `is not a JSON object but ${JSON.stringify(value).slice(0, 40)}`);
+      return value as Record<string, unknown>;
     };
     const [json, config] = await Promise.all([read("tokenizer.json"), read("tokenizer_config.json")]);
     let tokenizer: Tokenizer;

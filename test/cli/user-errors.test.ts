@@ -67,6 +67,38 @@ describe("exit 1 or 2, never 3, for a user's mistakes", () => {
     );
   });
 
+  it.each([
+    ["config.json", "null", /config\.json: is not a JSON object but null/],
+    ["config.json", "[1,2]", /config\.json: is not a JSON object but \[1,2\]/],
+    ["tokenizer_config.json", "[]", /tokenizer_config\.json: is not a JSON object but \[\]/],
+  ])("a %s holding %s is named as no JSON object", (file, text, says) => {
+    const broken = join(dir, `broken-${file}-${text.length}`);
+    cpSync(model, broken, { recursive: true });
+    writeFileSync(join(broken, file), text);
+    const out = join(dir, `s-broken-${file}-${text.length}`);
+    expectOneLine(hsm(["extract", "--model-dir", broken, "--bank", bank, "--out", out]), EXIT.data, says);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("a config.json giving more decoder blocks than any decoder has is named, within memory", () => {
+    const huge = join(dir, "huge-config");
+    cpSync(model, huge, { recursive: true });
+    const config = JSON.parse(readFileSync(join(huge, "config.json"), "utf8"));
+    writeFileSync(join(huge, "config.json"), JSON.stringify({ ...config, num_hidden_layers: 1_000_000_000 }));
+    expectOneLine(
+      hsm(["inspect-model", huge]),
+      EXIT.data,
+      /config\.json: gives 1000000000 decoder blocks; no decoder has more than 100000/,
+    );
+  });
+
+  it("--commit-rows beyond the bank's rows extracts the bank in one block", () => {
+    const out = join(dir, "s-commit");
+    const args = ["extract", "--model-dir", model, "--bank", bank, "--out", out, "--quiet"];
+    expect(hsm([...args, "--commit-rows", "99999999999"]).status).toBe(0);
+    expect(hsm(["verify", out]).status).toBe(0);
+  });
+
   it("a layer rule that keeps no block, and an absurd block count, are usage errors", () => {
     const r = hsm(["extract", "--model-dir", model, "--bank", bank, "--out", join(dir, "s-rule"), "--layers", "l > 9"]);
     expectOneLine(r, EXIT.usage, /The layer rule "l > 9" keeps no block of a model with 2/);

@@ -9,6 +9,10 @@ export const DEFAULT_LAYER_RULE = "l/(L-1) >= 0.4";
 export const MAX_PROMPT_LEN = 192;
 /** docs/formats.md#decoding: greedy decoding stops after this many new tokens. */
 export const MAX_NEW_TOKENS = 24;
+/** The most new tokens `--max-new-tokens` takes: beyond any prompt-and-answer context, a run would only exhaust memory. */
+export const MAX_NEW_TOKENS_LIMIT = 65_536;
+/** The most intra-op threads `--threads` takes. */
+export const MAX_THREADS = 4096;
 /** Prompts per forward pass in `extract` and `generate`. */
 export const DEFAULT_BATCH_SIZE = 16;
 /** Rows per durable commit (and shard boundary) of an extraction. */
@@ -30,8 +34,12 @@ export const DEFAULT_DEVICE = "cpu";
 export const DEFAULT_PROBE_C = 0.01;
 /** docs/metrics.md#kts-definition: KTS folds over facts. */
 export const DEFAULT_FOLDS = 5;
+/** The most KTS folds `--folds` takes (more than any store has facts). */
+export const MAX_FOLDS = 100_000;
 /** docs/metrics.md#bootstrap-definition: bootstrap replicates per interval. */
 export const DEFAULT_BOOTSTRAP = 1000;
+/** The most bootstrap replicates `--bootstrap` takes. */
+export const MAX_BOOTSTRAP = 1_000_000;
 /** docs/metrics.md#bootstrap-definition: the bootstrap seed (also the fixture generator's). */
 export const DEFAULT_SEED = 20260101;
 /** The metrics backend chosen when none is named. */

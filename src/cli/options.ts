@@ -1,7 +1,7 @@
 /** Option parsers that turn bad flags into usage errors with the flag's name, and the options commands share. */
 import type { Command } from "commander";
 
-import { DEFAULT_BATCH_SIZE, DEFAULT_CPU_WORKERS, DEFAULT_DEVICE, DEVICES } from "../defaults.js";
+import { DEFAULT_BATCH_SIZE, DEFAULT_CPU_WORKERS, DEFAULT_DEVICE, DEVICES, MAX_THREADS } from "../defaults.js";
 import { UsageError } from "../errors.js";
 import type { ExportFormatRegistry, MetricRegistry } from "../index.js";
 
@@ -11,12 +11,15 @@ export interface Registries {
   exportFormats: ExportFormatRegistry;
 }
 
-export function intOption(flag: string, min = 0): (value: string) => number {
+/** An integer of at least `min` (and, given `max`, at most `max`: beyond it a run would only exhaust memory). */
+export function intOption(flag: string, min = 0, max?: number): (value: string) => number {
   return (value: string) => {
     const n = /^[0-9]+$/.test(value.trim()) ? Number(value) : NaN;
     if (!Number.isSafeInteger(n) || n < min) {
       throw new UsageError(`Expected an integer of at least ${min} for ${flag} but received "${value}"`);
     }
+    if (max !== undefined && n > max)
+      throw new UsageError(`Expected an integer of at most ${max} for ${flag} but received "${value}"`);
     return n;
   };
 }
@@ -66,6 +69,7 @@ export function parseLayerList(text: string): number[] {
     if (b < a) throw new UsageError(`Expected an ascending range in --layers but received "${part}"`);
     for (let l = a; l <= b; l++) out.push(l);
   }
+  if (out.length === 0) throw new UsageError(`Expected --layers like 18,20-24 but received "${text}"`);
   return [...new Set(out)].sort((x, y) => x - y);
 }
 
@@ -94,7 +98,7 @@ export function modelRunOptions(cmd: Command, output: OutputOption): Command {
     .option(
       "--threads <n>",
       "onnxruntime intra-op threads (default: one per physical core this process may use; with several workers, per session)",
-      intOption("--threads", 1),
+      intOption("--threads", 1, MAX_THREADS),
     )
     .option(
       "--workers <n>",

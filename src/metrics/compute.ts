@@ -18,6 +18,7 @@ import { fileSha256 } from "../store/hash.js";
 import { StoreReader } from "../store/reader.js";
 import { readLabels } from "./labels.js";
 import {
+  ALL_FAMILIES,
   MetricsError,
   type LayerData,
   type Metric,
@@ -214,6 +215,11 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     const families = m.condition_families.slice(0, N);
     const facts = m.fact_ids.slice(0, N);
     const familyNames = [...new Set(families)].filter((f) => f !== ANCHOR_FAMILY).sort();
+    const unknownFamily = o.families?.find((f) => f !== ALL_FAMILIES && !familyNames.includes(f));
+    if (unknownFamily !== undefined)
+      throw new MetricsError(
+        `${store}: family "${unknownFamily}" is not in the store (families: ${[ALL_FAMILIES, ...familyNames].join(", ")})`,
+      );
     const report = (f: string) => !o.families || o.families.includes(f);
     const labels = await labelsFor(metrics, registry, m.query_ids.slice(0, N), o);
     const skipped = (backend: string, reason: string) =>

@@ -99,6 +99,23 @@ describe("hsm metrics", () => {
     expect(r.stderr).toMatch(/does not verify:\n {2}L003\.npy: sha256 is/);
   });
 
+  it("refuses a selection of nothing, a family the store lacks and counts that would only exhaust memory", () => {
+    const family = hsm(["metrics", store, "--families", "typo,bogus", "--out", join(dir, "no-family")]);
+    expect(family.status).toBe(1);
+    expect(family.stderr).toMatch(/family "bogus" is not in the store \(families: all, /);
+    expect(existsSync(join(dir, "no-family"))).toBe(false);
+    for (const [flag, value, says] of [
+      ["--layers", "", /Expected --layers like 18,20-24 but received ""/],
+      ["--folds", "99999999999", /Expected an integer of at most 100000 for --folds/],
+      ["--bootstrap", "99999999999", /Expected an integer of at most 1000000 for --bootstrap/],
+    ] as const) {
+      const r = hsm(["metrics", store, flag, value, "--out", join(dir, "no-out")]);
+      expect(r.status).toBe(2);
+      expect(r.stderr).toMatch(says);
+      expect(r.stderr).not.toMatch(/unexpected error/);
+    }
+  });
+
   it("explains what is missing or wrong", () => {
     const kts = hsm(["metrics", store, "--metrics", "kts", "--quiet"]);
     expect(kts.status).toBe(1);

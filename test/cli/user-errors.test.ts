@@ -92,6 +92,27 @@ describe("exit 1 or 2, never 3, for a user's mistakes", () => {
     );
   });
 
+  it("thread and token counts no machine could hold are usage errors, with nothing written", () => {
+    const gen = join(dir, "g-huge.jsonl");
+    const generate = [
+      "generate",
+      "--model-dir",
+      model,
+      "--bank",
+      bank,
+      "--out",
+      gen,
+      "--max-new-tokens",
+      "99999999999",
+    ];
+    expectOneLine(hsm(generate), EXIT.usage, /Expected an integer of at most 65536 for --max-new-tokens/);
+    expect(existsSync(gen)).toBe(false);
+    const out = join(dir, "s-threads");
+    const extract = ["extract", "--model-dir", model, "--bank", bank, "--out", out, "--threads", "99999999999"];
+    expectOneLine(hsm(extract), EXIT.usage, /Expected an integer of at most 4096 for --threads/);
+    expect(existsSync(out)).toBe(false);
+  });
+
   it("--commit-rows beyond the bank's rows extracts the bank in one block", () => {
     const out = join(dir, "s-commit");
     const args = ["extract", "--model-dir", model, "--bank", bank, "--out", out, "--quiet"];

@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 
-import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_SEED } from "../../defaults.js";
+import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_SEED, MAX_BOOTSTRAP } from "../../defaults.js";
 import { compareModels, formatComparison, type BackendName } from "../../index.js";
 import { intOption } from "../options.js";
 import { out } from "../print.js";
@@ -41,7 +41,7 @@ export function compareCommand(program: Command): void {
     .argument("<model-a>", "model A's name")
     .argument("<model-b>", "model B's name")
     .option("--json", "print the comparison as JSON")
-    .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1), DEFAULT_BOOTSTRAP)
+    .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1, MAX_BOOTSTRAP), DEFAULT_BOOTSTRAP)
     .option("--seed <s>", "bootstrap seed", intOption("--seed", 0), DEFAULT_SEED)
     .option(
       "--backend <name>",

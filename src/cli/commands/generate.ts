@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 
-import { DEFAULT_GENERATE_CHECK_ROWS, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../../defaults.js";
+import { DEFAULT_GENERATE_CHECK_ROWS, MAX_NEW_TOKENS, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_LEN } from "../../defaults.js";
 import { createProgress, generate } from "../../index.js";
 import { intOption, modelRunOptions, type ModelRunFlags } from "../options.js";
 import { out } from "../print.js";
@@ -33,7 +33,12 @@ export function generateCommand(program: Command): void {
     flags: "--out <path>",
     description: "generations JSONL, e.g. outputs/evaluation/<model>.jsonl",
   })
-    .option("--max-new-tokens <n>", "tokens to generate at most", intOption("--max-new-tokens", 1), MAX_NEW_TOKENS)
+    .option(
+      "--max-new-tokens <n>",
+      "tokens to generate at most",
+      intOption("--max-new-tokens", 1, MAX_NEW_TOKENS_LIMIT),
+      MAX_NEW_TOKENS,
+    )
     .option(
       "--self-check <n>",
       "answers regenerated alone at batch 1 that must not change, reported in <out>.check.json (0: off)",

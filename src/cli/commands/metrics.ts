@@ -1,6 +1,14 @@
 import type { Command } from "commander";
 
-import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_FOLDS, DEFAULT_PROBE_C, DEFAULT_SEED } from "../../defaults.js";
+import {
+  DEFAULT_BACKEND,
+  DEFAULT_BOOTSTRAP,
+  DEFAULT_FOLDS,
+  DEFAULT_PROBE_C,
+  DEFAULT_SEED,
+  MAX_BOOTSTRAP,
+  MAX_FOLDS,
+} from "../../defaults.js";
 import { UsageError } from "../../errors.js";
 import { BACKENDS, createProgress, runMetrics, type MetricRegistry, type RunMetricsOptions } from "../../index.js";
 import { intOption, listOption, parseLayerList, positiveOption, wordList } from "../options.js";
@@ -68,8 +76,8 @@ export function metricsCommand(program: Command, { metrics: registry }: Registri
     .option("--backend <name>", BACKENDS.join(", "), DEFAULT_BACKEND)
     .option("--bank <file>", "query bank, for a store from another tool whose index.json lacks fact ids and families")
     .option("--probe-c <c>", "inverse L2 strength of the KTS probe", positiveOption("--probe-c"), DEFAULT_PROBE_C)
-    .option("--folds <k>", "KTS folds", intOption("--folds", 2), DEFAULT_FOLDS)
-    .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1), DEFAULT_BOOTSTRAP)
+    .option("--folds <k>", "KTS folds", intOption("--folds", 2, MAX_FOLDS), DEFAULT_FOLDS)
+    .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1, MAX_BOOTSTRAP), DEFAULT_BOOTSTRAP)
     .option("--seed <s>", "bootstrap seed", intOption("--seed", 0), DEFAULT_SEED)
     .option("--layers <list>", "stored layers to compute, e.g. 18,20-24 (default: all)", parseLayerList)
     .option("--families <list>", "families to report, comma-separated (default: all)", listOption)

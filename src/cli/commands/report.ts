@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 
-import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_SEED } from "../../defaults.js";
+import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_SEED, MAX_BOOTSTRAP } from "../../defaults.js";
 import { writeReport, type BackendName } from "../../index.js";
 import { intOption } from "../options.js";
 import { out } from "../print.js";
@@ -41,7 +41,12 @@ export function reportCommand(program: Command): void {
     )
     .argument("<outputs>", "outputs root (as hsm run and hsm study write it)")
     .option("--out <file>", "the HTML file (default: <outputs>/report.html)")
-    .option("--bootstrap <b>", "paired bootstrap replicates", intOption("--bootstrap", 1), DEFAULT_BOOTSTRAP)
+    .option(
+      "--bootstrap <b>",
+      "paired bootstrap replicates",
+      intOption("--bootstrap", 1, MAX_BOOTSTRAP),
+      DEFAULT_BOOTSTRAP,
+    )
     .option("--seed <s>", "paired bootstrap seed", intOption("--seed", 0), DEFAULT_SEED)
     .option(
       "--backend <name>",

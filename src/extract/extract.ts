@@ -93,6 +93,25 @@ function rewriteAndRelease(
   return { rewritten, live };
 }
 
+/**
+ * Tensors named by `--hidden-tensors` whose shape the graph declares must be `d_model` wide: the rows are read as
+ * `d_model` values each, and a wider tensor (the logits, say) would fill them with slices of something else.
+ */
+function checkGivenWidths(model: ModelProto, tensors: HiddenTensor[], dModel: number): void {
+  const graph = model.graph!;
+  const declared = new Map(
+    [...(graph.valueInfo ?? []), ...(graph.output ?? []), ...(graph.input ?? [])].map((v) => [v.name!, v]),
+  );
+  for (const t of tensors) {
+    const v = declared.get(t.tensor);
+    const width = v ? valueShape(v)?.at(-1) : undefined;
+    if (typeof width === "number" && width !== dModel)
+      throw new DetectionError(
+        `--hidden-tensors names "${t.tensor}" for layer ${t.layer}, which the graph declares ${width} wide; a stored state is d_model = ${dModel} wide`,
+      );
+  }
+}
+
 /** A bank with no row to run. */
 export class EmptyBankError extends HsmError {
   constructor(
@@ -194,6 +213,7 @@ export async function inspectModel(
   const L = md.config.numLayers;
   const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
   const plan = detectHiddenTensors(model.graph!, L, explicit);
+  if (explicit) checkGivenWidths(model, plan.tensors, md.config.hiddenSize);
   const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);
   const missing = storedLayers.filter((l) => !plan.tensors.some((t) => t.layer === l));
   if (missing.length)

@@ -113,6 +113,27 @@ describe("exit 1 or 2, never 3, for a user's mistakes", () => {
     expect(existsSync(out)).toBe(false);
   });
 
+  it("--hidden-tensors naming a tensor of another width than d_model is refused before anything is written", () => {
+    const out = join(dir, "s-logits");
+    const args = [
+      "extract",
+      "--model-dir",
+      model,
+      "--bank",
+      bank,
+      "--out",
+      out,
+      "--hidden-tensors",
+      "0=logits,1=logits",
+    ];
+    expectOneLine(
+      hsm(args),
+      EXIT.data,
+      /--hidden-tensors names "logits" for layer 0, which the graph declares \d+ wide; a stored state is d_model = 32 wide/,
+    );
+    expect(existsSync(out)).toBe(false);
+  });
+
   it("--commit-rows beyond the bank's rows extracts the bank in one block", () => {
     const out = join(dir, "s-commit");
     const args = ["extract", "--model-dir", model, "--bank", bank, "--out", out, "--quiet"];

@@ -2,10 +2,11 @@
  * Initializers kept as external data, as onnxruntime reads them: in a file
  * inside the model's folder, at an offset, of the tensor's size.
  */
+import { stat } from "node:fs/promises";
 import { isAbsolute, join, normalize, sep } from "node:path";
 
 import { ModelDirError } from "./model-dir.js";
-import { externalDataEntry, type TensorProto } from "../onnx/graph.js";
+import { externalDataEntry, num, type GraphProto, type TensorProto } from "../onnx/graph.js";
 
 /**
  * Where initializer `t` of the model at `modelDir` keeps its values as external data: the file (inside the model's
@@ -38,4 +39,51 @@ export function externalFile(t: TensorProto, modelDir: string, bytes: number): {
     );
   }
   return { path: join(modelDir, inside), offset };
+}
+
+/** Bytes per element of the ONNX types weights are stored in (the 4-bit INT4 and UINT4: half a byte). */
+const ELEMENT_BYTES: Readonly<Record<number, number>> = {
+  1: 4, // FLOAT
+  2: 1, // UINT8
+  3: 1, // INT8
+  4: 2, // UINT16
+  5: 2, // INT16
+  6: 4, // INT32
+  7: 8, // INT64
+  9: 1, // BOOL
+  10: 2, // FLOAT16
+  11: 8, // DOUBLE
+  12: 4, // UINT32
+  13: 8, // UINT64
+  16: 2, // BFLOAT16
+  21: 0.5, // UINT4
+  22: 0.5, // INT4
+};
+
+/**
+ * Checks that every initializer `graph` keeps as external data has its values: a file inside the model's folder
+ * `modelDir`, long enough for the bytes the initializer names (its `length` entry, else its shape's size). Run
+ * before a session is made, so that a missing or cut weight file is named here, not in onnxruntime's words about
+ * a staging folder.
+ */
+export async function checkExternalData(graph: GraphProto, modelDir: string): Promise<void> {
+  const sizes = new Map<string, number | null>();
+  for (const t of graph.initializer ?? []) {
+    if (t.dataLocation !== 1) continue; // not EXTERNAL
+    const per = ELEMENT_BYTES[t.dataType ?? 0];
+    const shaped = per === undefined ? undefined : Math.ceil((t.dims ?? []).reduce((a: number, d) => a * num(d), per));
+    const named = externalDataEntry(t, "length");
+    const bytes = named !== undefined ? Number(named) : shaped;
+    if (bytes === undefined) continue; // a type of unknown size: onnxruntime checks it
+    const { path, offset } = externalFile(t, modelDir, bytes);
+    if (!sizes.has(path)) sizes.set(path, (await stat(path).catch(() => undefined))?.size ?? null);
+    const size = sizes.get(path)!;
+    if (size === null)
+      throw new ModelDirError(path, `does not exist, but initializer ${t.name} keeps its values there`);
+    if (offset + bytes > size)
+      throw new ModelDirError(
+        path,
+        `ends before initializer ${t.name}'s ${bytes} bytes at offset ${offset} (the file holds ${size})`,
+      );
+  }
 }

@@ -134,6 +134,29 @@ describe("exit 1 or 2, never 3, for a user's mistakes", () => {
     expect(existsSync(out)).toBe(false);
   });
 
+  it("a missing or cut external weight file is named by extract, before anything is written", () => {
+    const external = join(dir, "external-model");
+    const args = ["--layers", "2", "--hidden", "32", "--heads", "4", "--tokenizer", "llama3.1-1k", "--external-data"];
+    expect(hsm(["make-model", external, ...args]).status).toBe(0);
+    const data = join(external, "model.onnx_data");
+    const extract = (out: string) => hsm(["extract", "--model-dir", external, "--bank", bank, "--out", out]);
+    const whole = readFileSync(data);
+    writeFileSync(data, whole.subarray(0, whole.length - 1));
+    expectOneLine(
+      extract(join(dir, "s-cut")),
+      EXIT.data,
+      /model\.onnx_data: ends before initializer .* bytes at offset \d+ \(the file holds \d+\)/,
+    );
+    expect(existsSync(join(dir, "s-cut"))).toBe(false);
+    rmSync(data);
+    expectOneLine(
+      extract(join(dir, "s-gone")),
+      EXIT.data,
+      /model\.onnx_data: does not exist, but initializer .* keeps its values there/,
+    );
+    expect(existsSync(join(dir, "s-gone"))).toBe(false);
+  });
+
   it("--commit-rows beyond the bank's rows extracts the bank in one block", () => {
     const out = join(dir, "s-commit");
     const args = ["extract", "--model-dir", model, "--bank", bank, "--out", out, "--quiet"];

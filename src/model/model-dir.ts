@@ -8,7 +8,7 @@
  * `genai_config.json` instead of `config.json`.
  */
 import { readdir, stat } from "node:fs/promises";
-import { join, relative } from "node:path";
+import { isAbsolute, join, normalize, relative, sep } from "node:path";
 
 import { HsmError } from "../errors.js";
 import { MAX_BLOCKS } from "../store/layers.js";
@@ -65,7 +65,8 @@ function blockCount(n: number, path: string): number {
 /**
  * The graph of `md` from its bytes, its nodes' trailing empty inputs dropped (`trimEmptyInputs`): a file that is not
  * an ONNX model, or holds no graph (an empty file, a file cut short), is an error naming it; so is a config.json
- * whose hidden size is not the width of the graph's token embedding (a config from another model).
+ * whose vocabulary or hidden size is not the graph's token embedding's row count or width (a config from another
+ * model).
  */
 export function decodeModelOf(md: ModelDir, bytes: Uint8Array): ModelProto {
   let model: ModelProto;
@@ -84,6 +85,17 @@ export function decodeModelOf(md: ModelDir, bytes: Uint8Array): ModelProto {
   trimEmptyInputs(graph);
   const { hiddenSize, vocabSize } = md.config;
   const tables = new Map((graph.initializer ?? []).map((t) => [t.name, (t.dims ?? []).map(Number)]));
+  // The table gathered by input_ids itself has a row per token of the vocabulary.
+  for (const node of graph.node ?? []) {
+    const dims = node.opType === "Gather" && node.input?.[1] === "input_ids" ? tables.get(node.input[0]!) : undefined;
+    if (dims?.length === 2 && dims[0] !== vocabSize) {
+      throw new ModelDirError(
+        join(md.dir, "config.json"),
+        `says the vocabulary has ${vocabSize} tokens, but the graph's token embedding ${node.input![0]} has ` +
+          `${dims[0]} rows: this config.json is not the graph's`,
+      );
+    }
+  }
   for (const node of graph.node ?? []) {
     if (node.opType !== "Gather") continue;
     const dims = tables.get(node.input?.[0] ?? "");
@@ -141,6 +153,12 @@ function fromGenaiConfig(genai: Record<string, unknown>): { raw: Record<string, 
  */
 async function pickOnnx(dir: string, file: string | undefined, preferred: string | undefined): Promise<string> {
   if (file !== undefined) {
+    const inside = normalize(file);
+    if (isAbsolute(inside) || inside === ".." || inside.startsWith(`..${sep}`))
+      throw new ModelDirError(
+        dir,
+        `--model-file ${JSON.stringify(file)} is outside the model folder; name a graph inside it`,
+      );
     for (const candidate of [join(dir, file), join(dir, "onnx", file)]) if (await isFile(candidate)) return candidate;
     throw new ModelDirError(
       join(dir, file),

@@ -164,6 +164,20 @@ describe("exit 1 or 2, never 3, for a user's mistakes", () => {
     expect(hsm(["verify", out]).status).toBe(0);
   });
 
+  it("a config.json whose vocabulary is not the graph's is named, with both counts", () => {
+    const other = join(dir, "other-vocab");
+    cpSync(model, other, { recursive: true });
+    const config = JSON.parse(readFileSync(join(other, "config.json"), "utf8"));
+    writeFileSync(join(other, "config.json"), JSON.stringify({ ...config, vocab_size: config.vocab_size + 20 }));
+    expectOneLine(
+      hsm(["inspect-model", other]),
+      EXIT.data,
+      new RegExp(
+        `config\\.json: says the vocabulary has ${config.vocab_size + 20} tokens, but the graph's token embedding .* has ${config.vocab_size} rows`,
+      ),
+    );
+  });
+
   it("a layer rule that keeps no block, and an absurd block count, are usage errors", () => {
     const r = hsm(["extract", "--model-dir", model, "--bank", bank, "--out", join(dir, "s-rule"), "--layers", "l > 9"]);
     expectOneLine(r, EXIT.usage, /The layer rule "l > 9" keeps no block of a model with 2/);

@@ -122,4 +122,15 @@ describe("a folder with several graphs", () => {
       join(legacy, "decoder_with_past_model.onnx"),
     );
   });
+
+  it("refuses a --model-file outside the folder, relative or absolute", async () => {
+    const folder = join(dir, "inside");
+    await writeTinyModel(folder, { ...MODEL, externalData: false });
+    for (const file of ["../legacy/decoder_model.onnx", join(dir, "legacy", "decoder_model.onnx")]) {
+      await expect(openModelDir(folder, file)).rejects.toThrow(
+        `${folder}: --model-file ${JSON.stringify(file)} is outside the model folder; name a graph inside it`,
+      );
+    }
+    expect((await openModelDir(folder, "./model.onnx")).onnxPath).toBe(join(folder, "model.onnx"));
+  });
 });

@@ -26,6 +26,18 @@ function hsm(args: string[]) {
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/** A model-running command's arguments over the test model and bank, into `out`. */
+const onModel = (command: string, out: string, ...more: string[]) => [
+  command,
+  "--model-dir",
+  model,
+  "--bank",
+  bank,
+  "--out",
+  out,
+  ...more,
+];
+
 /** Exit `status` and one line on stderr, starting "hsm: " and matching `says` (besides what the model run said it did). */
 function expectOneLine(r: ReturnType<typeof hsm>, status: number, says: RegExp): void {
   expect(
@@ -94,38 +106,24 @@ describe("exit 1 or 2, never 3, for a user's mistakes", () => {
 
   it("thread and token counts no machine could hold are usage errors, with nothing written", () => {
     const gen = join(dir, "g-huge.jsonl");
-    const generate = [
-      "generate",
-      "--model-dir",
-      model,
-      "--bank",
-      bank,
-      "--out",
-      gen,
-      "--max-new-tokens",
-      "99999999999",
-    ];
-    expectOneLine(hsm(generate), EXIT.usage, /Expected an integer of at most 65536 for --max-new-tokens/);
+    expectOneLine(
+      hsm(onModel("generate", gen, "--max-new-tokens", "99999999999")),
+      EXIT.usage,
+      /Expected an integer of at most 65536 for --max-new-tokens/,
+    );
     expect(existsSync(gen)).toBe(false);
     const out = join(dir, "s-threads");
-    const extract = ["extract", "--model-dir", model, "--bank", bank, "--out", out, "--threads", "99999999999"];
-    expectOneLine(hsm(extract), EXIT.usage, /Expected an integer of at most 4096 for --threads/);
+    expectOneLine(
+      hsm(onModel("extract", out, "--threads", "99999999999")),
+      EXIT.usage,
+      /Expected an integer of at most 4096 for --threads/,
+    );
     expect(existsSync(out)).toBe(false);
   });
 
   it("--hidden-tensors naming a tensor of another width than d_model is refused before anything is written", () => {
     const out = join(dir, "s-logits");
-    const args = [
-      "extract",
-      "--model-dir",
-      model,
-      "--bank",
-      bank,
-      "--out",
-      out,
-      "--hidden-tensors",
-      "0=logits,1=logits",
-    ];
+    const args = onModel("extract", out, "--hidden-tensors", "0=logits,1=logits");
     expectOneLine(
       hsm(args),
       EXIT.data,

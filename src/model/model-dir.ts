@@ -85,22 +85,20 @@ export function decodeModelOf(md: ModelDir, bytes: Uint8Array): ModelProto {
   trimEmptyInputs(graph);
   const { hiddenSize, vocabSize } = md.config;
   const tables = new Map((graph.initializer ?? []).map((t) => [t.name, (t.dims ?? []).map(Number)]));
-  // The table gathered by input_ids itself has a row per token of the vocabulary.
-  for (const node of graph.node ?? []) {
-    const dims = node.opType === "Gather" && node.input?.[1] === "input_ids" ? tables.get(node.input[0]!) : undefined;
-    if (dims?.length === 2 && dims[0] !== vocabSize) {
-      throw new ModelDirError(
-        join(md.dir, "config.json"),
-        `says the vocabulary has ${vocabSize} tokens, but the graph's token embedding ${node.input![0]} has ` +
-          `${dims[0]} rows: this config.json is not the graph's`,
-      );
-    }
-  }
   for (const node of graph.node ?? []) {
     if (node.opType !== "Gather") continue;
     const dims = tables.get(node.input?.[0] ?? "");
+    if (dims?.length !== 2) continue;
+    // The table gathered by input_ids itself has a row per token of the vocabulary.
+    if (node.input?.[1] === "input_ids" && dims[0] !== vocabSize) {
+      throw new ModelDirError(
+        join(md.dir, "config.json"),
+        `says the vocabulary has ${vocabSize} tokens, but the graph's token embedding ${node.input[0]} has ` +
+          `${dims[0]} rows: this config.json is not the graph's`,
+      );
+    }
     // The token embedding: a [vocab_size, width] table gathered by token ids.
-    if (dims?.length !== 2 || dims[0] !== vocabSize) continue;
+    if (dims[0] !== vocabSize) continue;
     if (dims[1] !== hiddenSize) {
       throw new ModelDirError(
         join(md.dir, "config.json"),
@@ -122,6 +120,11 @@ async function readJson(path: string): Promise<Record<string, unknown>> {
   } catch (err) {
     throw new ModelDirError(path, `is not valid JSON (${(err as Error).message})`);
   }
+  return jsonObject(value, path);
+}
+
+/** `value`, parsed from the model folder's file `path`, as the JSON object every such file holds; else an error naming it. */
+export function jsonObject(value: unknown, path: string): Record<string, unknown> {
   if (typeof value !== "object" || value === null || Array.isArray(value))
     throw new ModelDirError(path, `is not a JSON object but ${JSON.stringify(value).slice(0, 40)}`);
   return value as Record<string, unknown>;

@@ -10,7 +10,7 @@ import { Tokenizer } from "@huggingface/tokenizers";
 
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { readText } from "../util/fs.js";
-import { ModelDirError, type ModelDir } from "./model-dir.js";
+import { jsonObject, ModelDirError, type ModelDir } from "./model-dir.js";
 
 export class PromptTokenizer {
   private constructor(
@@ -35,9 +35,7 @@ export class PromptTokenizer {
       } catch (err) {
         throw new ModelDirError(path, `cannot be read as JSON (${(err as Error).message})`);
       }
-      if (typeof value !== "object" || value === null || Array.isArray(value))
-        throw new ModelDirError(path, `is not a JSON object but ${JSON.stringify(value).slice(0, 40)}`);
-      return value as Record<string, unknown>;
+      return jsonObject(value, path);
     };
     const [json, config] = await Promise.all([read("tokenizer.json"), read("tokenizer_config.json")]);
     let tokenizer: Tokenizer;

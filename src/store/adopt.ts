@@ -13,7 +13,7 @@ import { defaultModelName, UNNAMED } from "../defaults.js";
 import { ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
 import { fileError, openInput, osReason, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
-import { joinBank, normalizedManifest, outsideBlocks, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import { foreignLayers, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
 import { checkedManifest, isNativeManifest, MANIFEST_NAME, writeManifestAtomic, type Manifest } from "./manifest.js";
@@ -160,14 +160,13 @@ async function layersToAdopt(dir: string, foreign: ForeignManifest | undefined):
   } catch (err) {
     throw fileError(err, dir);
   }
-  const layers = foreign?.layers ?? names.map((name) => layerOfFileName(name)!);
-  if (foreign && !foreign.layers) {
-    const gone = [...foreign.checksums.keys()].find((name) => !names.includes(name));
-    if (gone !== undefined)
-      throw new StoreError(join(dir, gone), "has a checksum in the manifest but is not in the store folder");
-    const outside = foreign.numLayers === undefined ? undefined : outsideBlocks(layers, foreign.numLayers);
-    if (outside) throw new StoreError(dir, `the layer files: ${outside}`);
-  }
+  const gone = foreign?.layers ? undefined : [...(foreign?.checksums.keys() ?? [])].find((n) => !names.includes(n));
+  if (gone !== undefined)
+    throw new StoreError(join(dir, gone), "has a checksum in the manifest but is not in the store folder");
+  const { layers, outside } = foreign
+    ? foreignLayers(foreign, names)
+    : { layers: names.map((name) => layerOfFileName(name)!) };
+  if (outside) throw new StoreError(dir, `the layer files: ${outside}`);
   if (layers.length === 0) throw new StoreError(dir, "holds no L###.npy files to adopt");
   const unlisted = names.filter((name) => !layers.includes(layerOfFileName(name)!));
   if (unlisted.length > 0)

@@ -106,9 +106,23 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
 }
 
 /** Why `layers` cannot be blocks of a model of `numLayers` blocks (the first outside 0…L−1), or undefined. */
-export function outsideBlocks(layers: readonly number[], numLayers: number): string | undefined {
+function outsideBlocks(layers: readonly number[], numLayers: number): string | undefined {
   const l = layers.find((x) => x >= numLayers);
   return l === undefined ? undefined : `holds layer ${l}, outside 0…${numLayers - 1} for num_layers ${numLayers}`;
+}
+
+/**
+ * The layers of a foreign store: the manifest's list, else the `L###.npy` files among `folder` (the names in the
+ * store's folder) and those the checksums name, so that a file checksummed and gone is looked for and found
+ * missing. `outside` says why layers taken from the files cannot be blocks of the manifest's `num_layers`.
+ */
+export function foreignLayers(f: ForeignManifest, folder: readonly string[]): { layers: number[]; outside?: string } {
+  if (f.layers) return { layers: f.layers };
+  const layers = [...new Set([...folder, ...f.checksums.keys()].map(layerOfFileName))]
+    .filter((l): l is number => l !== undefined)
+    .sort((a, b) => a - b);
+  const outside = f.numLayers === undefined ? undefined : outsideBlocks(layers, f.numLayers);
+  return outside ? { layers, outside } : { layers };
 }
 
 /** The row order's ids, and the facts and families where it (or the manifest beside it) gives them. */

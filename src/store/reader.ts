@@ -9,8 +9,8 @@ import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.
 import { storeKernels } from "../kernels/default.js";
 import { utf8Text } from "../util/fs.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
-import { joinBank, normalizedManifest, outsideBlocks, parseForeignManifest, type ForeignManifest } from "./foreign.js";
-import { layerFileName, layerOfFileName } from "./names.js";
+import { foreignLayers, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import { layerFileName } from "./names.js";
 import { checkedManifest, isNativeManifest, MANIFEST_NAME, manifestContentSha256, type Manifest } from "./manifest.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
 
@@ -226,13 +226,8 @@ async function openForeign(
 ): Promise<{ manifest: Manifest; layout: Layout; foreign: ForeignManifest }> {
   const { manifest: f, problems } = parseForeignManifest(value);
   if (!f || problems.length > 0) throw new ManifestError(where, problems[0]!.key, problems[0]!.message);
-  // Without a list, the folder's layer files and those the checksums name (a file checksummed and gone fails below).
-  const layers =
-    f.layers ??
-    [...new Set([...(await backend.list()), ...f.checksums.keys()].map(layerOfFileName))]
-      .filter((l): l is number => l !== undefined)
-      .sort((a, b) => a - b);
-  const outside = !f.layers && f.numLayers !== undefined ? outsideBlocks(layers, f.numLayers) : undefined;
+  // A file checksummed and gone fails below, when its header is read.
+  const { layers, outside } = foreignLayers(f, f.layers ? [] : await backend.list());
   if (outside) throw new StoreError(backend.location, `the layer files: ${outside}`);
   if (layers.length === 0)
     throw new StoreError(backend.location, "holds no L###.npy files and its manifest lists no layers");

@@ -586,7 +586,7 @@ async function planForeign(
   dir: string,
 ): Promise<Plan | undefined> {
   // Loaded here, not with this module: hsm's own stores, the usual case, need none of it.
-  const { bankMismatch, outsideBlocks, parseForeignManifest, unrecorded } = await import("./foreign.js");
+  const { bankMismatch, foreignLayers, parseForeignManifest, unrecorded } = await import("./foreign.js");
   const { manifest: f, problems } = parseForeignManifest(value);
   for (const p of problems) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   if (!f) return undefined;
@@ -617,21 +617,16 @@ async function planForeign(
     }
   }
 
-  let layers = f.layers;
-  if (!layers) {
-    // The folder's layer files, and those the checksums name: a file checksummed and gone is reported missing.
-    let names: string[];
+  let names: string[] = [];
+  if (!f.layers) {
     try {
       names = await readdir(dir);
     } catch (err) {
       throw fileError(err, dir);
     }
-    layers = [...new Set([...names, ...f.checksums.keys()].map(layerOfFileName))]
-      .filter((l): l is number => l !== undefined)
-      .sort((a, b) => a - b);
-    const outside = f.numLayers === undefined ? undefined : outsideBlocks(layers, f.numLayers);
-    if (outside) problem(MANIFEST_NAME, "manifest-field", `the folder's layer files: ${outside}`);
   }
+  const { layers, outside } = foreignLayers(f, names);
+  if (outside) problem(MANIFEST_NAME, "manifest-field", `the folder's layer files: ${outside}`);
   if (layers.length === 0)
     problem(MANIFEST_NAME, "no-layers", "lists no layers and the folder holds no L###.npy files");
   const listed = layers.map((l) => {

@@ -23,6 +23,7 @@ function typeName(v: unknown): string {
 export const JSONL_LINE_MAX_BYTES = 1024 * 1024;
 
 const NEWLINE = 0x0a;
+const CARRIAGE_RETURN = 0x0d;
 
 /**
  * Bytes per read. Every read goes into the same buffer: a fresh buffer per chunk
@@ -34,14 +35,15 @@ const CHUNK_BYTES = 1 << 20;
 /**
  * An open file's lines, a run of whole lines at a time, each run with the file offset where it starts. Every run
  * is read into one buffer, which also holds a line that spans reads: a run is valid until the next is asked for.
- * All but the last run end with "\n". `tooLong` is thrown once an unfinished line is longer than any allowed.
+ * All but the last run end with "\n". `tooLong` is thrown once an unfinished line is longer than any allowed
+ * (its "\r" before a "\n" still to come not counted).
  */
 async function* lineRuns(
   fh: FileHandle,
   file: string,
   tooLong: () => Error,
 ): AsyncGenerator<{ bytes: Buffer; offset: number }> {
-  const buffer = Buffer.allocUnsafeSlow(JSONL_LINE_MAX_BYTES + CHUNK_BYTES);
+  const buffer = Buffer.allocUnsafeSlow(JSONL_LINE_MAX_BYTES + 1 + CHUNK_BYTES);
   let held = 0; // an unfinished line's bytes, at the buffer's start
   let offset = 0; // the file offset of the buffer's start
   for (;;) {
@@ -59,7 +61,9 @@ async function* lineRuns(
     const cut = buffer.lastIndexOf(NEWLINE, end - 1) + 1;
     if (cut > 0) yield { bytes: buffer.subarray(0, cut), offset };
     held = end - cut;
-    if (held > JSONL_LINE_MAX_BYTES) throw tooLong();
+    if (held > JSONL_LINE_MAX_BYTES + 1 || (held > JSONL_LINE_MAX_BYTES && buffer[end - 1] !== CARRIAGE_RETURN)) {
+      throw tooLong();
+    }
     buffer.copyWithin(0, cut, end);
     offset += cut;
   }
@@ -79,8 +83,7 @@ function recordOf(
     const byte = bytes[bad]!.toString(16).padStart(2, "0");
     throw fail(line, `is not valid UTF-8: byte 0x${byte} at offset ${offset + bad} of the file`);
   }
-  // "\r\n" line ends are read as "\n".
-  const text = bytes.toString("utf8", 0, bytes.at(-1) === 0x0d ? bytes.length - 1 : bytes.length);
+  const text = bytes.toString("utf8", 0, lineLength(bytes, 0, bytes.length));
   if (!text.trim()) return undefined;
   let value: unknown;
   try {
@@ -95,6 +98,11 @@ function recordOf(
 }
 
 const tooLongProblem = `is longer than ${JSONL_LINE_MAX_BYTES} bytes; a JSONL line holds one short record`;
+
+/** The length of the line `run[start, stop)` without its end: "\r\n" line ends are read as "\n". */
+function lineLength(run: Buffer, start: number, stop: number): number {
+  return stop > start && run[stop - 1] === CARRIAGE_RETURN ? stop - start - 1 : stop - start;
+}
 
 /** Each line of a run: its bytes (without "\n") and where they start in the run. */
 function* linesOf(run: Buffer): Generator<{ start: number; stop: number }> {
@@ -116,7 +124,7 @@ export async function* jsonLines(
     for await (const run of lineRuns(fh, file, () => fail(line + 1, tooLongProblem))) {
       for (const { start, stop } of linesOf(run.bytes)) {
         line++;
-        if (stop - start > JSONL_LINE_MAX_BYTES) throw fail(line, tooLongProblem);
+        if (lineLength(run.bytes, start, stop) > JSONL_LINE_MAX_BYTES) throw fail(line, tooLongProblem);
         const value = recordOf(run.bytes.subarray(start, stop), run.offset + start, line, fail);
         if (value !== undefined) yield { value, line };
       }
@@ -169,7 +177,7 @@ export async function jsonlFields(
       let index = 0;
       for (const { start, stop } of linesOf(bytes)) {
         line++;
-        if (stop - start > JSONL_LINE_MAX_BYTES) throw fail(line, tooLongProblem);
+        if (lineLength(bytes, start, stop) > JSONL_LINE_MAX_BYTES) throw fail(line, tooLongProblem);
         if (found !== undefined) {
           if (found[at] !== index++) continue; // blank: the scan has no entry for it
           const entry = at;

@@ -168,6 +168,27 @@ describe("jsonlFields", () => {
       expect(got).toEqual(await recordsOf(path));
     });
 
+    // The longest record, its "\r" the last byte of a read (the line before it ends one byte short of the first
+    // read), then its "\n" in the next read: a "\r\n" line end is no longer a line than "\n".
+    it.each(["\n", "\r\n"])("reads the longest record that ends in %j, and refuses one byte more", async (end) => {
+      const record = (key: string, bytes: number) => `{"${key}":"${"x".repeat(bytes - key.length - 7)}"}`;
+      const text = (longest: number) =>
+        [record("label", JSONL_LINE_MAX_BYTES - 1 - end.length), record("query_id", longest), '{"label":"c"}'].join(
+          end,
+        );
+      const name = `longest-${end.length}-${scan ? "scan" : "js"}`;
+      const fits = await fieldsOf(file(`${name}.jsonl`, text(JSONL_LINE_MAX_BYTES)), scan);
+      expect(fits.error).toBeUndefined();
+      expect(fits.taken.map(([line, fields]) => [line, (fields[0] as string | undefined)?.length])).toEqual([
+        [1, undefined],
+        [2, JSONL_LINE_MAX_BYTES - 15],
+        [3, undefined],
+      ]);
+      const over = await fieldsOf(file(`${name}-over.jsonl`, text(JSONL_LINE_MAX_BYTES + 1)), scan);
+      expect(over.error).toMatch(/:2: is longer than 1048576 bytes/);
+      expect(await recordsOf(join(dir, `${name}.jsonl`))).toEqual(fits);
+    });
+
     it("stops at a byte that is not UTF-8 as jsonLines does", async () => {
       const path = join(dir, `bad-utf8-${scan ? "scan" : "js"}.jsonl`);
       writeFileSync(

@@ -179,6 +179,19 @@ export function headerMismatch(
   return undefined;
 }
 
+/**
+ * What an hsm store's file breaks of the layout its contract fixes beyond what NumPy reads (NPY format version 1.0,
+ * its data on a 64-byte boundary, as {@link buildNpyHeader} writes); undefined where nothing. Other tools' files
+ * are held only to what NumPy reads.
+ */
+export function npyLayoutProblem(h: NpyHeader): string | undefined {
+  if (h.version !== "1.0") return `is NPY format version ${h.version}; an hsm store's files are version 1.0`;
+  if (h.dataOffset % NPY_ALIGN !== 0) {
+    return `its data starts at byte ${h.dataOffset}, not on a ${NPY_ALIGN}-byte boundary as an hsm store's files do`;
+  }
+  return undefined;
+}
+
 type Literal = string | boolean | number[];
 
 /** How much of the header an error message quotes. */

@@ -49,7 +49,7 @@ import {
   type RowListTexts,
   type SelfCheck,
 } from "./manifest.js";
-import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
+import { headerMismatch, NPY_MAX_PRELUDE, npyLayoutProblem, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface VerifyProblem {
   /** The store file concerned, relative to the store ("index.json", "L018.npy"). */
@@ -289,6 +289,10 @@ function checkHeaders(
           ? `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`
           : undefined;
     if (mismatch) problem(name, "npy-header", mismatch);
+    else if (plan.layout) {
+      const layout = npyLayoutProblem(header);
+      if (layout) problem(name, "npy-header", layout);
+    }
     toHash.push(hashPlan(name, header));
   }
   return toHash;
@@ -476,6 +480,11 @@ interface Plan {
   dtypes: readonly string[];
   /** Whether checksums and statistics are compared (not while a store is incomplete). */
   compare: boolean;
+  /**
+   * Whether the files are held to the layout hsm writes (npyLayoutProblem): in hsm's own stores, but not in an
+   * adopted one (no model_sha256), whose files another tool wrote and which need only read as NumPy reads them.
+   */
+  layout: boolean;
 }
 
 function summarizeSelfCheck(c: SelfCheck): NonNullable<VerifyReport["self_check"]> {
@@ -574,6 +583,7 @@ function planNative(value: unknown, lists: RowListTexts | undefined, problem: Pr
     d: Number.isSafeInteger(m.d_model) ? m.d_model! : null,
     dtypes: ["<f2"],
     compare: m.complete === true,
+    layout: m.model_sha256 !== "",
   };
 }
 
@@ -646,5 +656,6 @@ async function planForeign(
     d: f.dModel ?? null,
     dtypes: ["<f2", "<f4"],
     compare: f.complete !== false,
+    layout: false,
   };
 }

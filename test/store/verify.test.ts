@@ -70,6 +70,32 @@ function tamper(store: string, edit: (m: Json) => void): void {
   writeFileSync(path, JSON.stringify(m, null, 1));
 }
 
+/**
+ * Rewrites a layer file with the same rows under another header, `version` 1 or 2, its text padded so that the
+ * data starts at a multiple of `align` bytes, and records the new file in the sealed manifest, as a tool that
+ * resaved the store would: only the header's layout is then wrong.
+ */
+function resave(store: string, name: string, version: 1 | 2, align: number): void {
+  const path = join(store, name);
+  const old = readFileSync(path);
+  const data = old.subarray(10 + old.readUInt16LE(8));
+  const dict = "{'descr': '<f2', 'fortran_order': False, 'shape': (72, 16), }";
+  const preamble = version === 1 ? 10 : 12;
+  const total = Math.ceil((preamble + dict.length + 1) / align) * align;
+  const header = Buffer.alloc(preamble);
+  Buffer.from("\x93NUMPY", "latin1").copy(header);
+  header[6] = version;
+  if (version === 1) header.writeUInt16LE(total - preamble, 8);
+  else header.writeUInt32LE(total - preamble, 8);
+  const text = Buffer.from(dict.padEnd(total - preamble - 1, " ") + "\n", "latin1");
+  const bytes = Buffer.concat([header, text, data]);
+  writeFileSync(path, bytes);
+  editManifest(store, (m) => {
+    m.files[name].bytes = bytes.length;
+    m.files[name].sha256 = createHash("sha256").update(bytes).digest("hex");
+  });
+}
+
 function lines(r: VerifyReport): string[] {
   return r.problems.map((p) => `${p.file}: [${p.problem}] ${p.message}`);
 }
@@ -285,6 +311,16 @@ describe("verifyStore", () => {
         'index.json: [manifest-field] "self_check" "layers" entry 0 is null, expected {layer, max_abs_dev, max_rel_dev}',
       ],
     ],
+    [
+      "a file resaved in NPY format 2.0",
+      (s: string) => resave(s, "L003.npy", 2, 64),
+      ["L003.npy: [npy-header] is NPY format version 2.0; an hsm store's files are version 1.0"],
+    ],
+    [
+      "a file resaved with its data on a 16-byte boundary (NumPy before 1.14)",
+      (s: string) => resave(s, "L004.npy", 1, 16),
+      ["L004.npy: [npy-header] its data starts at byte 80, not on a 64-byte boundary as an hsm store's files do"],
+    ],
   ])("reports %s", async (_what, change, expected) => {
     const store = corrupt(change);
     const r = await verifyStore(store);
@@ -294,6 +330,20 @@ describe("verifyStore", () => {
     expected.forEach((want, i) =>
       typeof want === "string" ? expect(got[i]).toBe(want) : expect(got[i]).toMatch(want),
     );
+  });
+
+  it("holds an adopted store's files (no model_sha256) only to what NumPy reads", async () => {
+    const store = corrupt((s) => {
+      resave(s, "L003.npy", 2, 64);
+      resave(s, "L004.npy", 1, 16);
+      editManifest(s, (m) => (m.model_sha256 = ""));
+    });
+    const r = await verifyStore(store);
+    expect(lines(r)).toEqual([]);
+    expect(r.ok).toBe(true);
+    // Read back as NumPy would: the same rows as the store they came from.
+    const [mine, theirs] = [await StoreReader.open(store), await StoreReader.open(good)];
+    for (const layer of [3, 4]) expect(await mine.readRows(layer, 0, 72)).toEqual(await theirs.readRows(layer, 0, 72));
   });
 
   it("takes distinct query ids in any order", async () => {

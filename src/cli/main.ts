@@ -87,8 +87,11 @@ export async function run(argv: string[]): Promise<number> {
   const [commands, registries] = await Promise.all([commandsFor(argv), registriesFor(command)]);
   let program = buildProgram(commands, registries);
   // A word that is no command gets the program's help (with --help) or an error that points to it: with the registries.
-  if (command !== undefined && !isCommand(program, command))
+  if (command !== undefined && !isCommand(program, command)) {
     program = buildProgram(commands, await registriesFor(undefined));
+    // `hsm help X` for no command X is the usage error `hsm X` is, not the program's help and success.
+    if (argv[2] === "help") argv = [...argv.slice(0, 2), ...argv.slice(3)];
+  }
   program.exitOverride();
   for (const cmd of program.commands) cmd.exitOverride();
   try {

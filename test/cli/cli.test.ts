@@ -58,6 +58,15 @@ describe("hsm", () => {
     expect(r.stdout).toContain("compute ISS and KTS over a hidden-state store");
     // A word that is no command gets the same help, registries and all.
     expect(hsm(["no-such-command", "--help"]).stdout).toBe(r.stdout);
+    // Help for a command that does not exist is a usage error, as running it is.
+    for (const args of [["help", "verfy"], ["verfy"]]) {
+      expect(hsm(args)).toEqual({
+        status: 2,
+        stdout: "",
+        stderr: "error: unknown command 'verfy'\n(Did you mean verify?)\n(run with --help for usage)\n",
+      });
+    }
+    expect(hsm(["help", "verify"])).toMatchObject({ status: 0, stdout: hsm(["verify", "--help"]).stdout });
     expect(hsm(["verify", "--help"]).stdout).toMatch(
       /Exit status: 0 when everything holds, 1 with one line per problem, 2 on a usage error/,
     );

@@ -3,10 +3,16 @@ import { DEFAULT_TINY_MODEL } from "../defaults.js";
 import { UsageError } from "../errors.js";
 import { TOKENIZERS, type TinyModelOptions, type TokenizerName } from "./llama.js";
 
+/** The most float32 weight bytes a tiny model may hold: what one protobuf message, and so one model.onnx, holds. */
+export const MAX_TINY_MODEL_BYTES = 2 ** 31;
+
+const mib = (bytes: number) => `${Math.ceil(bytes / 2 ** 20).toLocaleString("en-US")} MiB`;
+
 /**
  * The options with every default filled in (src/defaults.ts), or a UsageError
  * naming the `hsm make-model` flag to change: an unknown tokenizer, a head
- * width that is not an even integer, key/value heads that do not divide the heads.
+ * width that is not an even integer, key/value heads that do not divide the heads,
+ * a geometry whose weights pass {@link MAX_TINY_MODEL_BYTES}.
  */
 export function validateTinyModelOptions(o: TinyModelOptions = {}): TinyModelOptions {
   const tokenizer: string = o.tokenizer ?? DEFAULT_TINY_MODEL.tokenizer;
@@ -21,9 +27,20 @@ export function validateTinyModelOptions(o: TinyModelOptions = {}): TinyModelOpt
   const kvHeads = o.kvHeads ?? Math.max(1, heads / 2);
   if (!Number.isInteger(kvHeads) || heads % kvHeads !== 0)
     throw new UsageError(`Expected --kv-heads to divide --heads (${heads}) but received ${kvHeads}`);
+  const layers = o.layers ?? DEFAULT_TINY_MODEL.layers;
+  const intermediate = o.intermediate ?? 2 * hidden;
+  // A Llama block's projections (q and o, k and v, the MLP's three) and norms; the embedding and the LM head.
+  const block = hidden * (2 * hidden + 2 * kvHeads * (hidden / heads)) + 3 * hidden * intermediate + 2 * hidden;
+  const bytes = 4 * (2 * TOKENIZERS[tokenizer as TokenizerName].vocab * hidden + layers * block + hidden);
+  if (bytes > MAX_TINY_MODEL_BYTES) {
+    throw new UsageError(
+      `Expected a model of at most ${mib(MAX_TINY_MODEL_BYTES)} of float32 weights, but --layers ${layers}, ` +
+        `--hidden ${hidden} and --intermediate ${intermediate} make ${mib(bytes)}`,
+    );
+  }
   return {
     ...o,
-    layers: o.layers ?? DEFAULT_TINY_MODEL.layers,
+    layers,
     hidden,
     heads,
     kvHeads,

@@ -33,8 +33,20 @@ describe("validateTinyModelOptions", () => {
       [{ hidden: 64, heads: 4, kvHeads: 3 }, "Expected --kv-heads to divide --heads (4) but received 3"],
       // Three heads have no whole half: the default cannot be used, and the message says so.
       [{ hidden: 12, heads: 3 }, "Expected --kv-heads to divide --heads (3) but received 1.5"],
+      // 4 bytes a weight: 2 × 128,256 × 64 for the embedding and the LM head, then per block 64 × (64 + 64 + 2 ×
+      // 32) for q, o, k and v, 3 × 64 × 128 for the MLP and 2 × 64 for the norms, and 64 for the final norm.
+      [
+        { layers: 14_070 },
+        "Expected a model of at most 2,048 MiB of float32 weights, but --layers 14070, --hidden 64 and --intermediate 128 make 2,049 MiB",
+      ],
+      [
+        { layers: 1_000_000, intermediate: 64 },
+        "Expected a model of at most 2,048 MiB of float32 weights, but --layers 1000000, --hidden 64 and --intermediate 64 make 94,301 MiB",
+      ],
     ];
     for (const [options, message] of bad)
       expect(() => validateTinyModelOptions(options)).toThrow(new UsageError(message));
+    // One block fewer fits: 2,147,429,120 bytes.
+    expect(validateTinyModelOptions({ layers: 14_069 })).toMatchObject({ layers: 14_069 });
   });
 });

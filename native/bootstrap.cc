@@ -428,7 +428,7 @@ void LaneReplicates(Rng rng, size_t first, size_t last, size_t n, Fn fn) {
   size_t starts[kLanes], ends[kLanes];
   for (size_t l = 0; l < kLanes; l++) starts[l] = count * l / kLanes, ends[l] = count * (l + 1) / kLanes;
   RngLanes lanes(rng, starts, n);
-  std::vector<C> counts(n * kLanes);
+  std::vector<C> counts(std::max<size_t>(n, 1) * kLanes);  // never empty: a table's halves point into it
   const LaneTable<C> weight(counts.data(), n);
   int64_t replicate[kLanes];
   for (size_t t = 0; t < (count + kLanes - 1) / kLanes; t++) {
@@ -447,7 +447,7 @@ void BootstrapAurocLanesOf(Rng rng, size_t first, size_t last, const SortedGroup
   const size_t n = group.n_facts;
   const size_t pn = paired ? paired->n_facts : 0;
   // A paired fact's weight is a sum of counts, at most the n draws: C holds it too.
-  std::vector<C> paired_counts(pn * kLanes);
+  std::vector<C> paired_counts(std::max<size_t>(pn, 1) * kLanes);
   const LaneTable<C> paired_weight(paired_counts.data(), pn);
   double lanes[kLanes];
   LaneReplicates<C>(rng, first, last, n, [&](const LaneTable<C>& weight, const int64_t* replicate) {

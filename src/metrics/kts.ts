@@ -252,15 +252,17 @@ async function ktsFromScores(
   const anchorSorted = arrays[0]!;
   const anchorAuroc = sortedAuroc(anchorSorted);
 
-  const out: KtsRow[] = groups.map((g) => ({ ...base(g), probes_not_converged: notConverged }));
-  // Each group's replicates come from a stream of its own: they start together, so that no core waits between one
-  // group's bootstrap and the next's.
-  await Promise.all(
-    groups.map(async (g, gi) => {
-      if (g.rows.length === 0) out[gi]!.kts_null_reason = "no labelled rows";
-      else await fillTransfer(out[gi]!, g, arrays[gi]!, anchorSorted, anchorAuroc, layer, k, s);
-    }),
-  );
+  const out: KtsRow[] = [];
+  for (const [gi, g] of groups.entries()) {
+    const row = base(g);
+    row.probes_not_converged = notConverged;
+    out.push(row);
+    if (g.rows.length === 0) {
+      row.kts_null_reason = "no labelled rows";
+      continue;
+    }
+    await fillTransfer(row, g, arrays[gi]!, anchorSorted, anchorAuroc, layer, k, s);
+  }
   return out;
 }
 

@@ -83,14 +83,17 @@ export function exitStatusFor(err: unknown): number {
 
 /** Runs the CLI on `argv` (as process.argv); returns the exit status. */
 export async function run(argv: string[]): Promise<number> {
-  const command = argv[2] === "help" ? argv[3] : argv[2];
+  // `hsm help X` (or `hsm help help X`) names X.
+  let helps = 0;
+  while (argv[2 + helps] === "help") helps++;
+  const command = argv[2 + helps];
   const [commands, registries] = await Promise.all([commandsFor(argv), registriesFor(command)]);
   let program = buildProgram(commands, registries);
   // A word that is no command gets the program's help (with --help) or an error that points to it: with the registries.
   if (command !== undefined && !isCommand(program, command)) {
     program = buildProgram(commands, await registriesFor(undefined));
     // `hsm help X` for no command X is the usage error `hsm X` is, not the program's help and success.
-    if (argv[2] === "help") argv = [...argv.slice(0, 2), ...argv.slice(3)];
+    argv = [...argv.slice(0, 2), ...argv.slice(2 + helps)];
   }
   program.exitOverride();
   for (const cmd of program.commands) cmd.exitOverride();

@@ -59,7 +59,7 @@ describe("hsm", () => {
     // A word that is no command gets the same help, registries and all.
     expect(hsm(["no-such-command", "--help"]).stdout).toBe(r.stdout);
     // Help for a command that does not exist is a usage error, as running it is.
-    for (const args of [["help", "verfy"], ["verfy"]]) {
+    for (const args of [["help", "verfy"], ["help", "help", "verfy"], ["verfy"]]) {
       expect(hsm(args)).toEqual({
         status: 2,
         stdout: "",

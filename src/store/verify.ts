@@ -482,7 +482,7 @@ interface Plan {
   compare: boolean;
   /**
    * Whether the files are held to the layout hsm writes (npyLayoutProblem): in hsm's own stores, but not in an
-   * adopted one (no model_sha256), whose files another tool wrote and which need only read as NumPy reads them.
+   * adopted one (no model_sha256: another tool's files, or vLLM's), which need only read as NumPy reads them.
    */
   layout: boolean;
 }

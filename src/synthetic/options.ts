@@ -3,8 +3,11 @@ import { DEFAULT_TINY_MODEL } from "../defaults.js";
 import { UsageError } from "../errors.js";
 import { TOKENIZERS, type TinyModelOptions, type TokenizerName } from "./llama.js";
 
-/** The most float32 weight bytes a tiny model may hold: what one protobuf message, and so one model.onnx, holds. */
-export const MAX_TINY_MODEL_BYTES = 2 ** 31;
+/**
+ * The most float32 weight bytes a tiny model may hold: half of what one protobuf message, and so one model.onnx,
+ * holds (2 GiB), which leaves the graph's own nodes and names room (7 % more at d_model 64).
+ */
+export const MAX_TINY_MODEL_BYTES = 2 ** 30;
 
 const mib = (bytes: number) => `${Math.ceil(bytes / 2 ** 20).toLocaleString("en-US")} MiB`;
 
@@ -35,7 +38,8 @@ export function validateTinyModelOptions(o: TinyModelOptions = {}): TinyModelOpt
   if (bytes > MAX_TINY_MODEL_BYTES) {
     throw new UsageError(
       `Expected a model of at most ${mib(MAX_TINY_MODEL_BYTES)} of float32 weights, but --layers ${layers}, ` +
-        `--hidden ${hidden} and --intermediate ${intermediate} make ${mib(bytes)}`,
+        `--hidden ${hidden} and --intermediate ${intermediate} with the ${tokenizer} vocabulary ` +
+        `(${TOKENIZERS[tokenizer as TokenizerName].vocab.toLocaleString("en-US")} tokens) make ${mib(bytes)}`,
     );
   }
   return {

@@ -36,17 +36,17 @@ describe("validateTinyModelOptions", () => {
       // 4 bytes a weight: 2 × 128,256 × 64 for the embedding and the LM head, then per block 64 × (64 + 64 + 2 ×
       // 32) for q, o, k and v, 3 × 64 × 128 for the MLP and 2 × 64 for the norms, and 64 for the final norm.
       [
-        { layers: 14_070 },
-        "Expected a model of at most 2,048 MiB of float32 weights, but --layers 14070, --hidden 64 and --intermediate 128 make 2,049 MiB",
+        { layers: 6_813 },
+        "Expected a model of at most 1,024 MiB of float32 weights, but --layers 6813, --hidden 64 and --intermediate 128 with the llama3.1 vocabulary (128,256 tokens) make 1,025 MiB",
       ],
       [
         { layers: 1_000_000, intermediate: 64 },
-        "Expected a model of at most 2,048 MiB of float32 weights, but --layers 1000000, --hidden 64 and --intermediate 64 make 94,301 MiB",
+        "Expected a model of at most 1,024 MiB of float32 weights, but --layers 1000000, --hidden 64 and --intermediate 64 with the llama3.1 vocabulary (128,256 tokens) make 94,301 MiB",
       ],
     ];
     for (const [options, message] of bad)
       expect(() => validateTinyModelOptions(options)).toThrow(new UsageError(message));
-    // One block fewer fits: 2,147,429,120 bytes.
-    expect(validateTinyModelOptions({ layers: 14_069 })).toMatchObject({ layers: 14_069 });
+    // One block fewer fits: 1,073,625,344 bytes.
+    expect(validateTinyModelOptions({ layers: 6_812 })).toMatchObject({ layers: 6_812 });
   });
 });

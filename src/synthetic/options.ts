@@ -34,12 +34,13 @@ export function validateTinyModelOptions(o: TinyModelOptions = {}): TinyModelOpt
   const intermediate = o.intermediate ?? 2 * hidden;
   // A Llama block's projections (q and o, k and v, the MLP's three) and norms; the embedding and the LM head.
   const block = hidden * (2 * hidden + 2 * kvHeads * (hidden / heads)) + 3 * hidden * intermediate + 2 * hidden;
-  const bytes = 4 * (2 * TOKENIZERS[tokenizer as TokenizerName].vocab * hidden + layers * block + hidden);
+  const { vocab } = TOKENIZERS[tokenizer as TokenizerName];
+  const bytes = 4 * (2 * vocab * hidden + layers * block + hidden);
   if (bytes > MAX_TINY_MODEL_BYTES) {
     throw new UsageError(
       `Expected a model of at most ${mib(MAX_TINY_MODEL_BYTES)} of float32 weights, but --layers ${layers}, ` +
         `--hidden ${hidden} and --intermediate ${intermediate} with the ${tokenizer} vocabulary ` +
-        `(${TOKENIZERS[tokenizer as TokenizerName].vocab.toLocaleString("en-US")} tokens) make ${mib(bytes)}`,
+        `(${vocab.toLocaleString("en-US")} tokens) make ${mib(bytes)}`,
     );
   }
   return {

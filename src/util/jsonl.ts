@@ -61,9 +61,7 @@ async function* lineRuns(
     const cut = buffer.lastIndexOf(NEWLINE, end - 1) + 1;
     if (cut > 0) yield { bytes: buffer.subarray(0, cut), offset };
     held = end - cut;
-    if (held > JSONL_LINE_MAX_BYTES + 1 || (held > JSONL_LINE_MAX_BYTES && buffer[end - 1] !== CARRIAGE_RETURN)) {
-      throw tooLong();
-    }
+    if (lineLength(buffer, cut, end) > JSONL_LINE_MAX_BYTES) throw tooLong();
     buffer.copyWithin(0, cut, end);
     offset += cut;
   }

@@ -30,6 +30,7 @@
 #include "head.h"
 #include "json_scan.h"
 #include "large_buffers.h"
+#include "order.h"
 #include "products.h"
 #include "rank.h"
 #include "rows.h"
@@ -1123,6 +1124,32 @@ napi_value JsonRowArrays(napi_env env, napi_callback_info info) {
   return Int32s(env, found);
 }
 
+// orderByScore(rows, score) -> Int32Array | null: `rows` ordered by (score[row], their order in `rows`), -0 with
+// +0 (order.h); null where a score is NaN.
+napi_value OrderByScore(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  View rows, score;
+  if (!GetArgs(env, info, 2, argv) ||
+      !GetTyped(env, argv[0], napi_int32_array, "Expected Int32Array for rows", &rows) ||
+      !GetTyped(env, argv[1], napi_float64_array, "Expected Float64Array for score", &score)) {
+    return nullptr;
+  }
+  const int32_t* r = static_cast<const int32_t*>(rows.data);
+  for (size_t i = 0; i < rows.length; i++) {
+    if (r[i] < 0 || static_cast<size_t>(r[i]) >= score.length) {
+      Fail(env, "Expected rows below the score count");
+      return nullptr;
+    }
+  }
+  std::vector<int32_t> order(rows.length);
+  if (!hsm::OrderByScore(r, rows.length, static_cast<const double*>(score.data), order.data())) {
+    napi_value null;
+    napi_get_null(env, &null);
+    return null;
+  }
+  return Int32s(env, order);
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -1133,6 +1160,7 @@ NAPI_MODULE_INIT() {
       {"rankAgainstAnchors", RankAgainstAnchors},
       {"bootstrapMean", BootstrapMean},
       {"bootstrapAuroc", BootstrapAuroc},
+      {"orderByScore", OrderByScore},
       {"rowsTimes", Products<false>},
       {"rowsTransposeTimes", Products<true>},
       {"logisticPass", LogisticPass},

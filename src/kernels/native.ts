@@ -36,6 +36,8 @@ interface NativeBinding {
   jsonlKeys(bytes: Uint8Array, keys: string[]): Int32Array;
   /** Where one JSON document's top-level arrays of plain strings are (native/json_scan.h), or null. */
   jsonRowArrays(bytes: Uint8Array, keys: string[]): Int32Array | null;
+  /** `rows` ordered by (score, their order), −0 with +0; null where a score is NaN (native/order.h). */
+  orderByScore(rows: Int32Array, score: Float64Array): Int32Array | null;
   /** The whole-file hashing paths at the level in force: vector lanes ("avx512-lanes", "avx2-lanes") and "sha-ni", joined by "+", or "portable". */
   shaPaths(): string;
   /** Bytes of the hash state a caller keeps between chunks. */
@@ -297,6 +299,13 @@ export function largeArrayBuffer(bytes: number): ArrayBuffer {
  * take a few fields from each line without parsing whole records; undefined where the addon did not load.
  */
 export const nativeJsonlScan: JsonlScan | undefined = binding && ((bytes, keys) => binding.jsonlKeys(bytes, keys));
+
+/**
+ * KTS's order of rows by (score, row) (native/order.h), or null where a score is NaN; undefined where the addon did
+ * not load.
+ */
+export const nativeOrderByScore: ((rows: Int32Array, score: Float64Array) => Int32Array | null) | undefined =
+  binding && ((rows, score) => binding.orderByScore(rows, score));
 
 /**
  * The native scan of one JSON document for top-level arrays of plain strings (native/json_scan.h): per key, [start,

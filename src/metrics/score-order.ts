@@ -1,7 +1,10 @@
 /**
  * Rows ordered by (score, row), as KTS's sorted groups take them: scores
- * ascending, −0 equal to +0, equal scores in row order.
+ * ascending, −0 equal to +0, equal scores in row order. The native core sorts
+ * where it loaded (native/order.h, the same radix sort); the sort here is its
+ * fallback and its reference.
  */
+import { nativeOrderByScore } from "../kernels/native.js";
 
 /** Whether this host stores a float64's low word first. */
 const LITTLE_ENDIAN = new Uint8Array(Uint32Array.of(1).buffer)[0] === 1;
@@ -9,12 +12,18 @@ const LITTLE_ENDIAN = new Uint8Array(Uint32Array.of(1).buffer)[0] === 1;
 const DIGIT_BITS = 16;
 const DIGITS = 64 / DIGIT_BITS;
 
+/** `rows` (ascending) ordered by (score, row): the native core's sort, else {@link orderByScoreRadix}. */
+export function orderByScore(rows: Int32Array, score: Float64Array): Int32Array {
+  if (!nativeOrderByScore) return orderByScoreRadix(rows, score);
+  return nativeOrderByScore(rows, score) ?? orderByScoreComparing(rows, score);
+}
+
 /**
  * `rows` (ascending) ordered by (score, row): a stable radix sort of the
  * scores' bits, four passes of sixteen bits, which keeps equal scores in row
  * order. Where a score is NaN, {@link orderByScoreComparing} decides instead.
  */
-export function orderByScore(rows: Int32Array, score: Float64Array): Int32Array {
+export function orderByScoreRadix(rows: Int32Array, score: Float64Array): Int32Array {
   const n = rows.length;
   const value = new Float64Array(n);
   for (let i = 0; i < n; i++) {

@@ -134,12 +134,13 @@ async function labelsFor(
 export async function decidingSettings(
   layers: readonly number[],
   o: MetricsOptions = {},
+  scoredSha256: Promise<string> | undefined = o.scored ? fileSha256(o.scored) : undefined,
 ): Promise<Record<string, unknown>> {
   const registry = o.registry ?? METRICS;
   const settings = resolveSettings(o);
   return {
     metrics: o.metrics ?? registry.map((m) => m.name),
-    scored_sha256: o.scored ? await fileSha256(o.scored) : null,
+    scored_sha256: (await scoredSha256) ?? null,
     probe_c: settings.probeC,
     folds: settings.folds,
     fold_rule: "fnv1a32(utf8(fact_id)) mod K",
@@ -163,8 +164,9 @@ async function describeRun(
   layers: readonly number[],
   shape: { rows: number; d: number },
   o: MetricsOptions,
+  scoredSha256: Promise<string> | undefined,
 ): Promise<Record<string, unknown>> {
-  const { metrics, scored_sha256, ...knobs } = await decidingSettings(layers, o);
+  const { metrics, scored_sha256, ...knobs } = await decidingSettings(layers, o, scoredSha256);
   return {
     metrics,
     store,
@@ -200,6 +202,9 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
   const names = o.metrics ?? registry.map((m) => m.name);
   const metrics = selectMetrics(registry, names);
   const settings = resolveSettings(o);
+  // The scored file is hashed (for the result's config) on the addon's threads while the store opens.
+  const scoredSha256 = o.scored ? fileSha256(o.scored) : undefined;
+  scoredSha256?.catch(() => {}); // awaited later, after the labels' own errors
   const reader = await StoreReader.open(store, { allowIncomplete: o.allowIncomplete, bank: o.bank });
   try {
     const m = reader.manifest;
@@ -233,7 +238,7 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     let wide: Float32Array | undefined;
     const result: MetricsResult = {
       manifest: m,
-      config: await describeRun(store, resolved, layers, { rows: N, d }, { ...o, metrics: names }),
+      config: await describeRun(store, resolved, layers, { rows: N, d }, { ...o, metrics: names }, scoredSha256),
       backend: { name: resolved.backend, tfjs: resolved.detail.tfjs, simd: resolved.detail.simd },
       rows: Object.fromEntries(metrics.map((x) => [x.name, []])),
     };

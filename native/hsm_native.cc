@@ -1150,6 +1150,73 @@ napi_value OrderByScore(napi_env env, napi_callback_info info) {
   return Int32s(env, order);
 }
 
+// Element i of the JS array `list` as a typed array of `type`; false with an exception pending where it is not.
+bool GetTypedElement(napi_env env, napi_value list, uint32_t i, napi_typedarray_type type, const char* message,
+                     View* out) {
+  napi_value element;
+  return (napi_get_element(env, list, i, &element) == napi_ok || Fail(env, message)) &&
+         GetTyped(env, element, type, message, out);
+}
+
+// sortedGroups(order, score, y, groupOf, factOf, pooledFactOf, fact[], label[], ties[], auroc) -> Int32Array:
+// the rows of `order` (sorted by score) taken into the groups' arrays (order.h's SortedGroups), each group's
+// unweighted AUROC into auroc[g] (NaN: undefined), and per group the length of its ties.
+napi_value SortedGroups(napi_env env, napi_callback_info info) {
+  napi_value argv[10];
+  View order, score, y, group_of, fact_of, pooled_fact_of, auroc;
+  if (!GetArgs(env, info, 10, argv) ||
+      !GetTyped(env, argv[0], napi_int32_array, "Expected Int32Array for order", &order) ||
+      !GetTyped(env, argv[1], napi_float64_array, "Expected Float64Array for score", &score) ||
+      !GetTyped(env, argv[2], napi_uint8_array, "Expected Uint8Array for y", &y) ||
+      !GetTyped(env, argv[3], napi_int32_array, "Expected Int32Array for groupOf", &group_of) ||
+      !GetTyped(env, argv[4], napi_int32_array, "Expected Int32Array for factOf", &fact_of) ||
+      !GetTyped(env, argv[5], napi_int32_array, "Expected Int32Array for pooledFactOf", &pooled_fact_of) ||
+      !GetTyped(env, argv[9], napi_float64_array, "Expected Float64Array for auroc", &auroc)) {
+    return nullptr;
+  }
+  const size_t n = score.length;
+  if (y.length != n || group_of.length != n || fact_of.length != n || pooled_fact_of.length != n) {
+    Fail(env, "Expected y, groupOf, factOf and pooledFactOf of one length per score");
+    return nullptr;
+  }
+  const int32_t* rows = static_cast<const int32_t*>(order.data);
+  for (size_t i = 0; i < order.length; i++) {
+    if (rows[i] < 0 || static_cast<size_t>(rows[i]) >= n) {
+      Fail(env, "Expected rows below the score count");
+      return nullptr;
+    }
+  }
+  const size_t n_groups = auroc.length;
+  std::vector<hsm::SortedGroupOut> groups(n_groups);
+  for (uint32_t g = 0; g < n_groups; g++) {
+    View fact, label, ties;
+    if (!GetTypedElement(env, argv[6], g, napi_int32_array, "Expected an Int32Array of facts per group", &fact) ||
+        !GetTypedElement(env, argv[7], g, napi_uint8_array, "Expected a Uint8Array of labels per group", &label) ||
+        !GetTypedElement(env, argv[8], g, napi_int32_array, "Expected an Int32Array of ties per group", &ties)) {
+      return nullptr;
+    }
+    if (label.length != fact.length || ties.length < fact.length + 1) {
+      Fail(env, "Expected a group's labels as long as its facts, and room for one tie more");
+      return nullptr;
+    }
+    groups[g] = {static_cast<int32_t*>(fact.data), static_cast<uint8_t*>(label.data), static_cast<int32_t*>(ties.data),
+                 fact.length, 0};
+  }
+  if (!hsm::SortedGroups(rows, order.length, static_cast<const double*>(score.data),
+                         static_cast<const uint8_t*>(y.data), static_cast<const int32_t*>(group_of.data),
+                         static_cast<const int32_t*>(fact_of.data), static_cast<const int32_t*>(pooled_fact_of.data),
+                         groups.data(), n_groups)) {
+    Fail(env, "Expected one group per auroc, each sized to the rows it takes");
+    return nullptr;
+  }
+  std::vector<int32_t> n_ties(n_groups);
+  for (size_t g = 0; g < n_groups; g++) {
+    static_cast<double*>(auroc.data)[g] = hsm::UnweightedAuroc(groups[g]);
+    n_ties[g] = static_cast<int32_t>(groups[g].n_ties);
+  }
+  return Int32s(env, n_ties);
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -1161,6 +1228,7 @@ NAPI_MODULE_INIT() {
       {"bootstrapMean", BootstrapMean},
       {"bootstrapAuroc", BootstrapAuroc},
       {"orderByScore", OrderByScore},
+      {"sortedGroups", SortedGroups},
       {"rowsTimes", Products<false>},
       {"rowsTransposeTimes", Products<true>},
       {"logisticPass", LogisticPass},

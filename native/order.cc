@@ -55,3 +55,50 @@ bool OrderByScore(const int32_t* rows, size_t n, const double* score, int32_t* o
 }
 
 }  // namespace hsm
+
+namespace hsm {
+
+bool SortedGroups(const int32_t* order, size_t n, const double* score, const uint8_t* y, const int32_t* group_of,
+                  const int32_t* fact_of, const int32_t* pooled_fact_of, SortedGroupOut* groups, size_t n_groups) {
+  if (n_groups == 0) return false;
+  std::vector<size_t> at(n_groups, 0);
+  std::vector<double> last(n_groups, 0);
+  for (size_t g = 0; g < n_groups; g++) groups[g].n_ties = 0;
+  const auto place = [&](size_t g, int32_t r, int32_t fact) {
+    SortedGroupOut& o = groups[g];
+    if (at[g] == o.rows) return false;
+    if (at[g] == 0 || score[r] != last[g]) o.ties[o.n_ties++] = static_cast<int32_t>(at[g]);
+    last[g] = score[r];
+    o.fact[at[g]] = fact;
+    o.label[at[g]++] = y[r];
+    return true;
+  };
+  const size_t pooled = n_groups - 1;
+  for (size_t i = 0; i < n; i++) {
+    const int32_t r = order[i];
+    if (group_of[r] >= 0 && (static_cast<size_t>(group_of[r]) >= n_groups || !place(group_of[r], r, fact_of[r]))) {
+      return false;
+    }
+    if (pooled_fact_of[r] >= 0 && !place(pooled, r, pooled_fact_of[r])) return false;
+  }
+  for (size_t g = 0; g < n_groups; g++) {
+    if (at[g] != groups[g].rows) return false;
+    groups[g].ties[groups[g].n_ties++] = static_cast<int32_t>(at[g]);
+  }
+  return true;
+}
+
+double UnweightedAuroc(const SortedGroupOut& g) {
+  double neg_below = 0, sum_pos = 0, wins = 0;
+  for (size_t t = 0; t + 1 < g.n_ties; t++) {
+    double pos = 0, neg = 0;
+    for (int32_t i = g.ties[t]; i < g.ties[t + 1]; i++) (g.label[i] ? pos : neg) += 1;
+    wins += pos * (neg_below + neg / 2);
+    neg_below += neg;
+    sum_pos += pos;
+  }
+  if (sum_pos == 0 || neg_below == 0) return std::nan("");
+  return wins / (sum_pos * neg_below);
+}
+
+}  // namespace hsm

@@ -38,6 +38,19 @@ interface NativeBinding {
   jsonRowArrays(bytes: Uint8Array, keys: string[]): Int32Array | null;
   /** `rows` ordered by (score, their order), −0 with +0; null where a score is NaN (native/order.h). */
   orderByScore(rows: Int32Array, score: Float64Array): Int32Array | null;
+  /** Sorted rows taken into groups, with each group's unweighted AUROC (native/order.h); per group its ties' length. */
+  sortedGroups(
+    order: Int32Array,
+    score: Float64Array,
+    y: Uint8Array,
+    groupOf: Int32Array,
+    factOf: Int32Array,
+    pooledFactOf: Int32Array,
+    fact: Int32Array[],
+    label: Uint8Array[],
+    ties: Int32Array[],
+    auroc: Float64Array,
+  ): Int32Array;
   /** The whole-file hashing paths at the level in force: vector lanes ("avx512-lanes", "avx2-lanes") and "sha-ni", joined by "+", or "portable". */
   shaPaths(): string;
   /** Bytes of the hash state a caller keeps between chunks. */
@@ -306,6 +319,13 @@ export const nativeJsonlScan: JsonlScan | undefined = binding && ((bytes, keys) 
  */
 export const nativeOrderByScore: ((rows: Int32Array, score: Float64Array) => Int32Array | null) | undefined =
   binding && ((rows, score) => binding.orderByScore(rows, score));
+
+/**
+ * KTS's sorted groups taken from rows in score order, with each group's unweighted AUROC (native/order.h:
+ * src/metrics/score-order.ts's sortedGroups is its caller); undefined where the addon did not load.
+ */
+export const nativeSortedGroups: NativeBinding["sortedGroups"] | undefined =
+  binding && ((...args) => binding.sortedGroups(...args));
 
 /**
  * The native scan of one JSON document for top-level arrays of plain strings (native/json_scan.h): per key, [start,

@@ -5,8 +5,7 @@
  */
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { NO_LABEL } from "./labels.js";
-import { orderByScore } from "./score-order.js";
-import { sortedAuroc } from "../kernels/typescript/bootstrap.js";
+import { orderByScore, sortedGroups } from "./score-order.js";
 import type { Kernels, SortedArrays } from "../kernels/types.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricSettings } from "./metric.js";
 import { PROBE_MAX_ITERATIONS, trainProbes } from "./probe.js";
@@ -248,9 +247,15 @@ async function ktsFromScores(
   });
   if (nullReason) return groups.map((g) => ({ ...base(g), kts_null_reason: nullReason }));
 
-  const arrays = sortedGroups(lay, score, y);
+  // One sort of every labelled row by (score, row); each group takes its rows in that order, with runs of equal
+  // scores marked. Bootstrap replicates then reweight facts in one pass over each group. The pooled group is last.
+  const { arrays, auroc } = sortedGroups(orderByScore(lay.labelled, score), score, y, {
+    ...lay,
+    rows: groups.map((g) => g.rows.length),
+    nFacts: groups.map((g) => g.names.length),
+  });
   const anchorSorted = arrays[0]!;
-  const anchorAuroc = sortedAuroc(anchorSorted);
+  const anchorAuroc = auroc[0]!;
 
   const out: KtsRow[] = [];
   for (const [gi, g] of groups.entries()) {
@@ -261,46 +266,13 @@ async function ktsFromScores(
       row.kts_null_reason = "no labelled rows";
       continue;
     }
+    row.auroc = auroc[gi]!;
     await fillTransfer(row, g, arrays[gi]!, anchorSorted, anchorAuroc, layer, k, s);
   }
   return out;
 }
 
-/**
- * One sort of every labelled row by (score, row); each group takes its rows in
- * that order, with runs of equal scores marked. Bootstrap replicates then
- * reweight facts in one pass over each group. The pooled group is last.
- */
-function sortedGroups(lay: Layout, score: Float64Array, y: Uint8Array): SortedArrays[] {
-  const { labelled, groups, groupOf, factOf, pooledFactOf } = lay;
-  const sortedRows = orderByScore(labelled, score);
-  const sorted = groups.map((g) => ({
-    fact: new Int32Array(g.rows.length),
-    label: new Uint8Array(g.rows.length),
-    ties: [] as number[],
-    at: 0,
-    last: NaN,
-  }));
-  const place = (o: (typeof sorted)[number], r: number, fact: number) => {
-    if (o.at === 0 || score[r] !== o.last) o.ties.push(o.at);
-    o.last = score[r]!;
-    o.fact[o.at] = fact;
-    o.label[o.at++] = y[r]!;
-  };
-  const pooled = sorted.at(-1)!;
-  for (const r of sortedRows) {
-    if (groupOf[r]! >= 0) place(sorted[groupOf[r]!]!, r, factOf[r]!);
-    if (pooledFactOf[r]! >= 0) place(pooled, r, pooledFactOf[r]!);
-  }
-  return sorted.map((o, gi) => ({
-    fact: o.fact,
-    label: o.label,
-    ties: Int32Array.from([...o.ties, o.at]),
-    nFacts: groups[gi]!.names.length,
-  }));
-}
-
-/** A group's AUROC, its interval, and its transfer to the anchor's AUROC (or why there is none). */
+/** A group's AUROC interval (its AUROC already in `row`), and its transfer to the anchor's AUROC (or why there is none). */
 async function fillTransfer(
   row: KtsRow,
   g: Group,
@@ -312,7 +284,6 @@ async function fillTransfer(
   s: MetricSettings,
 ): Promise<void> {
   const { family } = g;
-  row.auroc = sortedAuroc(sortedGroup);
   if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";
   else if (row.auroc === null) row.kts_null_reason = "auroc undefined: only one label class among this family's rows";
   else if (anchorAuroc === null) row.kts_null_reason = "anchor auroc undefined: only one label class among the anchors";

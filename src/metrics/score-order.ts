@@ -1,10 +1,13 @@
 /**
  * Rows ordered by (score, row), as KTS's sorted groups take them: scores
- * ascending, −0 equal to +0, equal scores in row order. The native core sorts
- * where it loaded (native/order.h, the same radix sort); the sort here is its
- * fallback and its reference.
+ * ascending, −0 equal to +0, equal scores in row order; and the groups taken
+ * from them in that order. The native core does both where it loaded
+ * (native/order.h, the same radix sort and the same placing); the code here is
+ * its fallback and its reference.
  */
-import { nativeOrderByScore } from "../kernels/native.js";
+import { nativeOrderByScore, nativeSortedGroups } from "../kernels/native.js";
+import { sortedAuroc } from "../kernels/typescript/bootstrap.js";
+import type { SortedArrays } from "../kernels/types.js";
 
 /** Whether this host stores a float64's low word first. */
 const LITTLE_ENDIAN = new Uint8Array(Uint32Array.of(1).buffer)[0] === 1;
@@ -93,4 +96,72 @@ export function orderByScoreComparing(rows: Int32Array, score: Float64Array): In
     out[lo + placed[lo]!++] = r;
   }
   return out;
+}
+
+/** Where each labelled row of a layer goes among KTS's reported groups (the pooled group last). */
+export interface GroupPlaces {
+  /** Per row of the store: its family's group (−1: none), and its fact there. */
+  groupOf: Int32Array;
+  factOf: Int32Array;
+  /** Per row of the store: its fact in the pooled group, −1 where it is not pooled. */
+  pooledFactOf: Int32Array;
+  /** Per group: the rows it takes, and its facts. */
+  rows: readonly number[];
+  nFacts: readonly number[];
+}
+
+/**
+ * The groups' rows in `order` (rows sorted by score): each row's fact and label, runs of equal scores marked; and
+ * each group's AUROC with every row weighted 1 (null where a label is missing). The native core does it in one
+ * call where it loaded (and `useNative` is left true); else the same placing here.
+ */
+export function sortedGroups(
+  order: Int32Array,
+  score: Float64Array,
+  y: Uint8Array,
+  places: GroupPlaces,
+  useNative = true,
+): { arrays: SortedArrays[]; auroc: (number | null)[] } {
+  const { groupOf, factOf, pooledFactOf, rows, nFacts } = places;
+  const native = useNative ? nativeSortedGroups : undefined;
+  if (native) {
+    const fact = rows.map((n) => new Int32Array(n));
+    const label = rows.map((n) => new Uint8Array(n));
+    const ties = rows.map((n) => new Int32Array(n + 1));
+    const auroc = new Float64Array(rows.length);
+    const lengths = native(order, score, y, groupOf, factOf, pooledFactOf, fact, label, ties, auroc);
+    return {
+      arrays: rows.map((_, g) => ({
+        fact: fact[g]!,
+        label: label[g]!,
+        ties: ties[g]!.subarray(0, lengths[g]!),
+        nFacts: nFacts[g]!,
+      })),
+      auroc: Array.from(auroc, (a) => (Number.isNaN(a) ? null : a)),
+    };
+  }
+  const sorted = rows.map((n) => ({
+    fact: new Int32Array(n),
+    label: new Uint8Array(n),
+    ties: new Int32Array(n + 1),
+    nTies: 0,
+    at: 0,
+    last: NaN,
+  }));
+  const place = (o: (typeof sorted)[number], r: number, fact: number) => {
+    if (o.at === 0 || score[r] !== o.last) o.ties[o.nTies++] = o.at;
+    o.last = score[r]!;
+    o.fact[o.at] = fact;
+    o.label[o.at++] = y[r]!;
+  };
+  const pooled = sorted.at(-1)!;
+  for (const r of order) {
+    if (groupOf[r]! >= 0) place(sorted[groupOf[r]!]!, r, factOf[r]!);
+    if (pooledFactOf[r]! >= 0) place(pooled, r, pooledFactOf[r]!);
+  }
+  const arrays = sorted.map((o, g) => {
+    o.ties[o.nTies++] = o.at;
+    return { fact: o.fact, label: o.label, ties: o.ties.subarray(0, o.nTies), nFacts: nFacts[g]! };
+  });
+  return { arrays, auroc: arrays.map((a) => sortedAuroc(a)) };
 }

@@ -16,7 +16,13 @@
  */
 import { describe, expect, it } from "vitest";
 
-import { nativeJsonlScan, nativeJsonRowArrays } from "../../src/kernels/native.js";
+import {
+  nativeJsonlScan,
+  nativeJsonRowArrays,
+  nativeSimdLevel,
+  nativeSimdLevels,
+  setNativeSimd,
+} from "../../src/kernels/native.js";
 
 const KEYS = ["query_id", "label"];
 const STRIDE = 4 + 2 * KEYS.length;
@@ -26,10 +32,22 @@ interface Verdict {
   fields?: (string | undefined)[];
 }
 
-/** The scan's verdict on each line of `lines` (undefined for a blank line), from one call over all of them. */
+/**
+ * The scan's verdict on each line of `lines` (undefined for a blank line), from one call over all of them; the
+ * scan's entries the same at every SIMD level of this CPU (strings are skipped 32 bytes at a time from avx2 up).
+ */
 function scanLines(lines: string[]): (Verdict | undefined)[] {
   const bytes = Buffer.from(lines.join("\n"));
   const found = nativeJsonlScan!(bytes, KEYS);
+  const before = nativeSimdLevel()!;
+  try {
+    for (const level of nativeSimdLevels) {
+      setNativeSimd(level);
+      expect(nativeJsonlScan!(bytes, KEYS), level).toEqual(found);
+    }
+  } finally {
+    setNativeSimd(before);
+  }
   const out: (Verdict | undefined)[] = lines.map(() => undefined);
   for (let at = 0; at < found.length; at += STRIDE) {
     const plain = found[at + 3] === 0;
@@ -132,7 +150,8 @@ describe.skipIf(!nativeJsonlScan)("the native JSON lines scan", () => {
     let seed = 20261205;
     const random = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
     const pick = <T>(a: readonly T[]): T => a[Math.floor(random() * a.length)]!;
-    const strings = ["", "a", "query_1", "é😀", "tab\there", 'q"uote', "back\\slash", "\u0001", "\ud800", "/"];
+    const long = "a long answer that runs on past one block of 32 bytes, ".repeat(3);
+    const strings = ["", "a", "query_1", "é😀", "tab\there", 'q"uote', "back\\slash", "\u0001", "\ud800", "/", long];
     const value = (depth: number): unknown => {
       const r = random();
       if (depth > 3 || r < 0.5) return pick([0, -3, 12.25, 1.5e300, 1e-7, true, false, null, ...strings]);
@@ -149,7 +168,26 @@ describe.skipIf(!nativeJsonlScan)("the native JSON lines scan", () => {
       if (random() < 0.2) t = t.replace(/:/g, " : ");
       if (random() < 0.1) t = t.replace(/"query_id"/, '"query\\u005fid"');
       const edit = random();
-      const c = pick(["{", "}", "[", "]", ",", ":", '"', "\\", "0", "-", ".", "e", "t", " ", "\r", "\u0001", "u"]);
+      const c = pick([
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        '"',
+        "\\",
+        "0",
+        "-",
+        ".",
+        "e",
+        "t",
+        " ",
+        "\r",
+        "\u0001",
+        "\u001f",
+        "u",
+      ]);
       const i = Math.floor(random() * (t.length + 1));
       if (edit < 0.3) t = t.slice(0, i) + c + t.slice(i);
       else if (edit < 0.5) t = t.slice(0, i) + t.slice(i + 1);

@@ -64,52 +64,63 @@ export interface Layout {
   pooledFactOf: Int32Array;
 }
 
+/**
+ * Built once, on the first layer, in plain loops: run once, the code is mostly not yet optimized by V8, and a
+ * callback per row (filter, forEach, reduce) cost several times the loop's own work over the store's rows.
+ */
 function layout(data: LayerData, K: number, key: string): Layout {
   const { n: N, finite, facts, families } = data;
   const y = data.labels!;
   const foldCache = new Map<string, number>();
-  const fold = (f: string) => {
-    let j = foldCache.get(f);
-    if (j === undefined) foldCache.set(f, (j = fnv1a32(f) % K));
-    return j;
-  };
-  const labelled: number[] = [];
-  for (let i = 0; i < N; i++) if (finite[i] && y[i] !== NO_LABEL) labelled.push(i);
-  const anchors = Int32Array.from(labelled.filter((i) => families[i] === ANCHOR_FAMILY));
-  const foldOf = new Int32Array(N).fill(-1);
-  for (const i of labelled) foldOf[i] = fold(facts[i]!);
-  const ya = Uint8Array.from(anchors, (r) => y[r]!);
-  const folds = Array.from({ length: K }, (_, j) => ({
-    train: Int32Array.from(anchors.keys()).filter((i) => foldOf[anchors[i]!] !== j),
-  }));
   const names = [ANCHOR_FAMILY, ...data.familyNames, ALL_FAMILIES];
   const index = new Map(names.map((f, g) => [f, g]));
   const pooled = names.length - 1;
-  const groupOf = new Int32Array(N).fill(-1);
-  const factOf = new Int32Array(N).fill(-1);
-  const pooledFactOf = new Int32Array(N).fill(-1);
+  const labelled: number[] = [];
   const members: number[][] = names.map(() => []);
-  for (const i of labelled) {
+  const foldOf = new Int32Array(N).fill(-1);
+  const groupOf = new Int32Array(N).fill(-1);
+  for (let i = 0; i < N; i++) {
+    if (!finite[i] || y[i] === NO_LABEL) continue;
+    labelled.push(i);
+    const fact = facts[i]!;
+    let j = foldCache.get(fact);
+    if (j === undefined) foldCache.set(fact, (j = fnv1a32(fact) % K));
+    foldOf[i] = j;
     const g = index.get(families[i]!) ?? -1;
     groupOf[i] = g;
     if (g >= 0) members[g]!.push(i);
     if (families[i] !== ANCHOR_FAMILY) members[pooled]!.push(i);
   }
+  const anchors = Int32Array.from(members[0]!);
+  const ya = new Uint8Array(anchors.length);
+  for (let a = 0; a < anchors.length; a++) ya[a] = y[anchors[a]!]!;
+  const folds = Array.from({ length: K }, (_, j) => {
+    const train: number[] = [];
+    for (let a = 0; a < anchors.length; a++) if (foldOf[anchors[a]!] !== j) train.push(a);
+    return { train: Int32Array.from(train) };
+  });
+  const factOf = new Int32Array(N).fill(-1);
+  const pooledFactOf = new Int32Array(N).fill(-1);
   const groups: Group[] = [];
+  let anchorFact: Map<string, number> | undefined;
   for (const [g, family] of names.entries()) {
     const rows = Int32Array.from(members[g]!);
     const { id, names: factNames } = indexBy(facts, rows);
-    rows.forEach((r, i) => ((g === pooled ? pooledFactOf : factOf)[r] = id[i]!));
-    const anchorFact = g === 0 ? undefined : new Map(groups[0]!.names.map((n, f) => [n, f]));
-    groups.push({
-      family,
-      rows,
-      names: factNames,
-      toAnchor: anchorFact
-        ? Int32Array.from(factNames, (n) => anchorFact.get(n) ?? -1)
-        : Int32Array.from(factNames.keys()),
-      nCorrect: rows.reduce((t, i) => t + (y[i] === 1 ? 1 : 0), 0),
-    });
+    const factIn = g === pooled ? pooledFactOf : factOf;
+    let nCorrect = 0;
+    for (let i = 0; i < rows.length; i++) {
+      factIn[rows[i]!] = id[i]!;
+      if (y[rows[i]!] === 1) nCorrect++;
+    }
+    let toAnchor: Int32Array;
+    if (anchorFact === undefined) {
+      anchorFact = new Map(factNames.map((n, f) => [n, f]));
+      toAnchor = Int32Array.from(factNames.keys());
+    } else {
+      toAnchor = new Int32Array(factNames.length);
+      for (let f = 0; f < factNames.length; f++) toAnchor[f] = anchorFact.get(factNames[f]!) ?? -1;
+    }
+    groups.push({ family, rows, names: factNames, toAnchor, nCorrect });
   }
   return {
     key,

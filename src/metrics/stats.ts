@@ -97,8 +97,8 @@ export function indexBy(keys: readonly string[], rows: Int32Array | number[]): {
   const map = new Map<string, number>();
   const id = new Int32Array(rows.length);
   const names: string[] = [];
-  rows.forEach((r, i) => {
-    const k = keys[r]!;
+  for (let i = 0; i < rows.length; i++) {
+    const k = keys[rows[i]!]!;
     let v = map.get(k);
     if (v === undefined) {
       v = names.length;
@@ -106,6 +106,6 @@ export function indexBy(keys: readonly string[], rows: Int32Array | number[]): {
       names.push(k);
     }
     id[i] = v;
-  });
+  }
   return { id, names };
 }

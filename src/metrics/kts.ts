@@ -114,7 +114,8 @@ function layout(data: LayerData, K: number, key: string): Layout {
     }
     let toAnchor: Int32Array;
     if (anchorFact === undefined) {
-      anchorFact = new Map(factNames.map((n, f) => [n, f]));
+      anchorFact = new Map();
+      for (let f = 0; f < factNames.length; f++) anchorFact.set(factNames[f]!, f);
       toAnchor = Int32Array.from(factNames.keys());
     } else {
       toAnchor = new Int32Array(factNames.length);

@@ -17,7 +17,8 @@ export interface LabelOptions {
 
 /** 0/1 (or NO_LABEL) for each of `queryIds`, read from a scored JSONL file. */
 export async function readLabels(file: string, queryIds: readonly string[], o: LabelOptions = {}): Promise<Uint8Array> {
-  const want = new Map(queryIds.map((q, i) => [q, i]));
+  const want = new Map<string, number>();
+  for (let i = 0; i < queryIds.length; i++) want.set(queryIds[i]!, i); // no [key, value] pair per row to collect
   const y = new Uint8Array(queryIds.length).fill(NO_LABEL);
   const seen = new Uint8Array(queryIds.length);
   // Only the two members are taken from each row: the native scan cuts them out of plain rows unparsed.

@@ -351,22 +351,29 @@ interface CurvatureHistory {
   rho: number[];
 }
 
-/** The L-BFGS direction −H·g, by the two-loop recursion over the kept curvature pairs. */
+/**
+ * The L-BFGS direction −H·g, by the two-loop recursion over the kept curvature pairs. Each pair's vectors are
+ * taken once per loop and each update's coefficient once per pair (the same operations, in the same order, as the
+ * recursion written out: `q[c] += s[c] * (alpha − rho · (y·q))`).
+ */
 function lbfgsDirection(grad: Float64Array, H: CurvatureHistory): Float64Array {
   const q = Float64Array.from(grad);
   const len = q.length;
-  const alpha: number[] = [];
-  for (let j = H.s.length - 1; j >= 0; j--) {
+  const m = H.s.length;
+  const alpha = new Float64Array(m);
+  for (let j = m - 1; j >= 0; j--) {
     const a = H.rho[j]! * dot(H.s[j]!, q);
+    const yj = H.y[j]!;
     alpha[j] = a;
-    for (let c = 0; c < len; c++) q[c]! -= a * H.y[j]![c]!;
+    for (let c = 0; c < len; c++) q[c]! -= a * yj[c]!;
   }
   let gamma = 1;
-  if (H.s.length) gamma = dot(H.s.at(-1)!, H.y.at(-1)!) / dot(H.y.at(-1)!, H.y.at(-1)!);
+  if (m) gamma = dot(H.s[m - 1]!, H.y[m - 1]!) / dot(H.y[m - 1]!, H.y[m - 1]!);
   for (let c = 0; c < len; c++) q[c]! *= gamma;
-  for (let j = 0; j < H.s.length; j++) {
-    const b = H.rho[j]! * dot(H.y[j]!, q);
-    for (let c = 0; c < len; c++) q[c]! += H.s[j]![c]! * (alpha[j]! - b);
+  for (let j = 0; j < m; j++) {
+    const step = alpha[j]! - H.rho[j]! * dot(H.y[j]!, q);
+    const sj = H.s[j]!;
+    for (let c = 0; c < len; c++) q[c]! += sj[c]! * step;
   }
   for (let c = 0; c < len; c++) q[c] = -q[c]!;
   return q;

@@ -369,9 +369,8 @@ napi_value QueuePromise(napi_env env, std::unique_ptr<W>& w, const char* name, n
   return promise;
 }
 
-// One bootstrapAuroc call's replicates, drawn off the JavaScript thread. The typed arrays its pointers
-// read and write are held by references until it completes.
-struct AurocWork : PromiseWork {
+// One group's replicates for bootstrapAuroc: its draws, its sorted rows, and the paired group's, if any.
+struct AurocJob {
   uint32_t seed = 0, stream = 0;
   hsm::SortedGroup group{}, paired{};
   bool has_paired = false;
@@ -379,6 +378,12 @@ struct AurocWork : PromiseWork {
   double* out = nullptr;
   const int32_t* to_paired = nullptr;
   double* paired_out = nullptr;
+};
+
+// One bootstrapAuroc call's jobs, drawn one after another off the JavaScript thread. The typed arrays their
+// pointers read and write are held by references until it completes.
+struct AurocWork : PromiseWork {
+  std::vector<AurocJob> jobs;
   int threads = 1;
   std::vector<napi_ref> held;
 };
@@ -386,8 +391,10 @@ struct AurocWork : PromiseWork {
 void AurocExecute(napi_env, void* data) {
   auto* w = static_cast<AurocWork*>(data);
   RunCaught(w, "bootstrapAuroc", [w] {
-    hsm::BootstrapAuroc(w->seed, w->stream, w->group, w->b, w->out, w->has_paired ? &w->paired : nullptr, w->to_paired,
-                        w->paired_out, w->threads);
+    for (const AurocJob& j : w->jobs) {
+      hsm::BootstrapAuroc(j.seed, j.stream, j.group, j.b, j.out, j.has_paired ? &j.paired : nullptr, j.to_paired,
+                          j.paired_out, w->threads);
+    }
   });
 }
 
@@ -400,67 +407,91 @@ void AurocComplete(napi_env env, napi_status, void* data) {
   napi_resolve_deferred(env, w->deferred, done);
 }
 
-// bootstrapAuroc(seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts, toPaired, pOut,
-// threads) -> a promise, settled once `out` (and `pOut`) are written: the arguments are checked at once, the
-// replicates drawn on a worker thread, so that the JavaScript thread goes on meanwhile.
-napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
-  napi_value argv[15];
-  uint32_t seed, stream;
-  size_t n_facts, b, rows, p_facts = 0, p_rows = 0, threads;
-  hsm::SortedGroup group, paired;
-  View out, to_paired, p_out;
-  if (!GetArgs(env, info, 15, argv) || !GetU32(env, argv[0], "Expected a 32-bit seed", &seed) ||
-      !GetU32(env, argv[1], "Expected a 32-bit stream", &stream) ||
-      !GetCount(env, argv[5], "Expected a fact count", &n_facts) || !GetGroup(env, argv + 2, n_facts, &group, &rows) ||
-      !GetCount(env, argv[6], "Expected a replicate count", &b) ||
-      !GetTyped(env, argv[7], napi_float64_array, "Expected Float64Array for out", &out) ||
-      !GetCount(env, argv[14], "Expected a thread count", &threads)) {
-    return nullptr;
+// One job of bootstrapAuroc, [seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts,
+// toPaired, pOut] (the paired four null without a paired group), checked into *job; its typed arrays held in
+// *held. False with an exception pending where it does not hold.
+bool GetAurocJob(napi_env env, napi_value list, AurocJob* job, std::vector<napi_ref>* held) {
+  constexpr uint32_t kFields = 14;
+  napi_value argv[kFields];
+  bool is_array = false;
+  uint32_t length = 0;
+  if (napi_is_array(env, list, &is_array) != napi_ok || !is_array ||
+      napi_get_array_length(env, list, &length) != napi_ok || length != kFields) {
+    return Fail(env, "Expected each bootstrap job as an array of 14 arguments");
   }
-  if (!Need(env, out, "out", b, 1, "b")) return nullptr;
-  const bool has_paired = !IsNull(env, argv[8]);
-  if (has_paired) {
+  for (uint32_t i = 0; i < kFields; i++) {
+    if (napi_get_element(env, list, i, &argv[i]) != napi_ok) return Fail(env, "Expected a bootstrap job's arguments");
+  }
+  size_t n_facts, rows, p_facts = 0, p_rows = 0;
+  View out, to_paired, p_out;
+  if (!GetU32(env, argv[0], "Expected a 32-bit seed", &job->seed) ||
+      !GetU32(env, argv[1], "Expected a 32-bit stream", &job->stream) ||
+      !GetCount(env, argv[5], "Expected a fact count", &n_facts) ||
+      !GetGroup(env, argv + 2, n_facts, &job->group, &rows) ||
+      !GetCount(env, argv[6], "Expected a replicate count", &job->b) ||
+      !GetTyped(env, argv[7], napi_float64_array, "Expected Float64Array for out", &out) ||
+      !Need(env, out, "out", job->b, 1, "b")) {
+    return false;
+  }
+  job->out = static_cast<double*>(out.data);
+  job->has_paired = !IsNull(env, argv[8]);
+  if (job->has_paired) {
     if (!GetCount(env, argv[11], "Expected a paired fact count", &p_facts) ||
-        !GetGroup(env, argv + 8, p_facts, &paired, &p_rows) ||
+        !GetGroup(env, argv + 8, p_facts, &job->paired, &p_rows) ||
         !GetTyped(env, argv[12], napi_int32_array, "Expected Int32Array for toPaired", &to_paired) ||
         !GetTyped(env, argv[13], napi_float64_array, "Expected Float64Array for pairedOut", &p_out)) {
-      return nullptr;
+      return false;
     }
     const int32_t* tp = static_cast<const int32_t*>(to_paired.data);
-    if (to_paired.length != n_facts) {
-      Fail(env, "Expected toPaired per fact");
-      return nullptr;
-    }
-    if (!Need(env, p_out, "pairedOut", b, 1, "b")) return nullptr;
+    if (to_paired.length != n_facts) return Fail(env, "Expected toPaired per fact");
+    if (!Need(env, p_out, "pairedOut", job->b, 1, "b")) return false;
     for (size_t f = 0; f < n_facts; f++) {
       if (tp[f] >= static_cast<int64_t>(p_facts)) {
-        Fail(env, "Expected paired fact indices below the paired fact count");
-        return nullptr;
+        return Fail(env, "Expected paired fact indices below the paired fact count");
       }
     }
+    job->to_paired = tp;
+    job->paired_out = static_cast<double*>(p_out.data);
   }
-  auto w = std::make_unique<AurocWork>();
-  w->seed = seed;
-  w->stream = stream;
-  w->group = group;
-  w->paired = paired;
-  w->has_paired = has_paired;
-  w->b = b;
-  w->out = static_cast<double*>(out.data);
-  w->to_paired = has_paired ? static_cast<const int32_t*>(to_paired.data) : nullptr;
-  w->paired_out = has_paired ? static_cast<double*>(p_out.data) : nullptr;
-  w->threads = Threads(threads);
   for (int i : {2, 3, 4, 7, 8, 9, 10, 12, 13}) {
-    if (i >= 8 && !has_paired) break;
+    if (i >= 8 && !job->has_paired) break;
     napi_ref r;
     napi_create_reference(env, argv[i], 1, &r);
-    w->held.push_back(r);
+    held->push_back(r);
+  }
+  return true;
+}
+
+// bootstrapAuroc(jobs, threads) -> a promise, settled once every job's `out` (and `pOut`) is written: the jobs
+// (GetAurocJob) are checked at once, their replicates drawn on a worker thread one job after another, so that
+// the JavaScript thread goes on meanwhile and need not come back between two groups.
+napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t threads;
+  bool is_array = false;
+  uint32_t count = 0;
+  if (!GetArgs(env, info, 2, argv) || !GetCount(env, argv[1], "Expected a thread count", &threads)) return nullptr;
+  if (napi_is_array(env, argv[0], &is_array) != napi_ok || !is_array ||
+      napi_get_array_length(env, argv[0], &count) != napi_ok) {
+    Fail(env, "Expected an array of bootstrap jobs");
+    return nullptr;
+  }
+  auto w = std::make_unique<AurocWork>();
+  w->jobs.resize(count);
+  w->threads = Threads(threads);
+  const auto release = [&] {
+    for (napi_ref r : w->held) napi_delete_reference(env, r);
+  };
+  for (uint32_t i = 0; i < count; i++) {
+    napi_value job;
+    if (napi_get_element(env, argv[0], i, &job) != napi_ok || !GetAurocJob(env, job, &w->jobs[i], &w->held)) {
+      release();
+      return nullptr;
+    }
   }
   napi_value promise =
       QueuePromise(env, w, "hsm.bootstrapAuroc", AurocExecute, AurocComplete, "Could not start the bootstrap work");
-  if (promise == nullptr) {
-    for (napi_ref r : w->held) napi_delete_reference(env, r);
-  }
+  if (promise == nullptr) release();
   return promise;
 }
 

@@ -178,23 +178,8 @@ interface NativeBinding {
     threads: number,
     allowBf16: boolean,
   ): number;
-  bootstrapAuroc(
-    seed: number,
-    stream: number,
-    fact: Int32Array,
-    label: Uint8Array,
-    ties: Int32Array,
-    nFacts: number,
-    b: number,
-    out: Float64Array,
-    pFact: Int32Array | null,
-    pLabel: Uint8Array | null,
-    pTies: Int32Array | null,
-    pNFacts: number,
-    toPaired: Int32Array | null,
-    pOut: Float64Array | null,
-    threads: number,
-  ): Promise<void>;
+  /** Each job: [seed, stream, fact, label, ties, nFacts, b, out, pFact, pLabel, pTies, pNFacts, toPaired, pOut]. */
+  bootstrapAuroc(jobs: unknown[][], threads: number): Promise<void>;
 }
 
 /**
@@ -474,22 +459,24 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
       ),
     rowsTimes: (h, n, d, v, k, out) => binding.rowsTimes(h, n, d, v, k, out, threads),
     bootstrapMean: (seed, stream, values, b, out) => binding.bootstrapMean(seed, stream, values, b, out, threads),
-    bootstrapAuroc: (seed, stream, g, b, out, p, toPaired, pOut) =>
+    bootstrapAuroc: (jobs) =>
       binding.bootstrapAuroc(
-        seed,
-        stream,
-        g.fact,
-        g.label,
-        g.ties,
-        g.nFacts,
-        b,
-        out,
-        p?.fact ?? null,
-        p?.label ?? null,
-        p?.ties ?? null,
-        p?.nFacts ?? 0,
-        toPaired ?? null,
-        pOut ?? null,
+        jobs.map((j) => [
+          j.seed,
+          j.stream,
+          j.group.fact,
+          j.group.label,
+          j.group.ties,
+          j.group.nFacts,
+          j.b,
+          j.out,
+          j.paired?.fact ?? null,
+          j.paired?.label ?? null,
+          j.paired?.ties ?? null,
+          j.paired?.nFacts ?? 0,
+          j.toPaired ?? null,
+          j.pairedOut ?? null,
+        ]),
         threads,
       ),
     prepareHead: (w, d, vocab, head) => binding.prepareHead(w, d, vocab, head.hi, head.lo, head.norms, threads),

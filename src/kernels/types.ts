@@ -101,6 +101,18 @@ export interface SortedArrays {
   nFacts: number;
 }
 
+/** One group's bootstrap replicates for {@link Kernels.bootstrapAuroc}: its draws, its rows, where they go. */
+export interface AurocJob {
+  seed: number;
+  stream: number;
+  group: SortedArrays;
+  b: number;
+  out: Float64Array;
+  paired?: SortedArrays;
+  toPaired?: Int32Array;
+  pairedOut?: Float64Array;
+}
+
 /** Matrix products on a fixed row matrix H (n × d, float32, row-major). */
 export interface RowProducts {
   readonly n: number;
@@ -215,22 +227,15 @@ export interface Kernels {
   /** Bootstrap replicates of the mean over facts of `values` (one per fact). */
   bootstrapMean(seed: number, stream: number, values: Float64Array, b: number, out: Float64Array): MaybePromise<void>;
   /**
-   * Bootstrap replicates of a group's fact-weighted AUROC (NaN where a class
-   * has no weight); with `paired`, also the paired group's AUROC under the same
-   * draw, each fact's count carried to `toPaired[f]` (−1: none). The native
-   * core draws them off the JavaScript thread: `out` and `pairedOut` are
-   * written once the promise it returns settles.
+   * For each job, bootstrap replicates of a group's fact-weighted AUROC (NaN
+   * where a class has no weight); with `paired`, also the paired group's AUROC
+   * under the same draw, each fact's count carried to `toPaired[f]` (−1: none).
+   * The jobs' replicates are what each job alone would give. The native core
+   * draws them off the JavaScript thread, one job after another, without
+   * coming back to it between two: every `out` and `pairedOut` is written once
+   * the promise it returns settles.
    */
-  bootstrapAuroc(
-    seed: number,
-    stream: number,
-    group: SortedArrays,
-    b: number,
-    out: Float64Array,
-    paired?: SortedArrays,
-    toPaired?: Int32Array,
-    pairedOut?: Float64Array,
-  ): MaybePromise<void>;
+  bootstrapAuroc(jobs: readonly AurocJob[]): MaybePromise<void>;
   /**
    * Prepares an LM head from its weight W as an ONNX graph stores it (float32,
    * row-major d × vocab) into `head` (arrays of `headSizes(d, vocab)`).

@@ -6,7 +6,7 @@
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { NO_LABEL } from "./labels.js";
 import { orderByScore, sortedGroups } from "./score-order.js";
-import type { Kernels, SortedArrays } from "../kernels/types.js";
+import type { AurocJob, Kernels } from "../kernels/types.js";
 import { ALL_FAMILIES, type LayerData, type Metric, type MetricSettings } from "./metric.js";
 import { PROBE_MAX_ITERATIONS, trainProbes } from "./probe.js";
 import { bootstrapStream, CHANCE_AUROC, fnv1a32, indexBy, interval, KTS_MIN_ANCHOR_AUROC } from "./stats.js";
@@ -269,7 +269,10 @@ async function ktsFromScores(
   const anchorSorted = arrays[0]!;
   const anchorAuroc = auroc[0]!;
 
+  // Every group's replicates in one call: the native core draws them one group after another without waiting on
+  // the JavaScript thread between two, which is busy with the next layer meanwhile.
   const out: KtsRow[] = [];
+  const pending: { row: KtsRow; job: AurocJob }[] = [];
   for (const [gi, g] of groups.entries()) {
     const row = base(g);
     row.probes_not_converged = notConverged;
@@ -279,50 +282,43 @@ async function ktsFromScores(
       continue;
     }
     row.auroc = auroc[gi]!;
-    await fillTransfer(row, g, arrays[gi]!, anchorSorted, anchorAuroc, layer, k, s);
+    row.kts_null_reason = transferNullReason(g.family, row.auroc, anchorAuroc);
+    const bs = bootstrapStream(s.seed, "kts", layer, g.family);
+    const job: AurocJob = { ...bs, group: arrays[gi]!, b: s.bootstrap, out: new Float64Array(s.bootstrap) };
+    // Paired where there is a transfer to bound: the same drawn facts decide the anchor's AUROC in each replicate.
+    // Without one, the anchor's AUROC under the draws is not needed (the draws, and so the family's replicates,
+    // are the same with or without it).
+    if (row.kts_null_reason === null) {
+      Object.assign(job, { paired: anchorSorted, toPaired: g.toAnchor, pairedOut: new Float64Array(s.bootstrap) });
+    }
+    pending.push({ row, job });
+  }
+  await k.bootstrapAuroc(pending.map((p) => p.job));
+  for (const { row, job } of pending) {
+    [row.auroc_ci_low, row.auroc_ci_high] = interval(job.out);
+    if (!job.pairedOut) continue;
+    const ancReps = job.pairedOut;
+    const ktsReps = job.out.map((fam, r) => {
+      const anc = ancReps[r]!;
+      if (Number.isNaN(fam) || Number.isNaN(anc) || anc <= KTS_MIN_ANCHOR_AUROC) return NaN;
+      return (fam - CHANCE_AUROC) / (anc - CHANCE_AUROC);
+    });
+    row.kts = (row.auroc! - CHANCE_AUROC) / (anchorAuroc! - CHANCE_AUROC);
+    [row.kts_ci_low, row.kts_ci_high] = interval(ktsReps);
   }
   return out;
 }
 
-/** A group's AUROC interval (its AUROC already in `row`), and its transfer to the anchor's AUROC (or why there is none). */
-async function fillTransfer(
-  row: KtsRow,
-  g: Group,
-  sortedGroup: SortedArrays,
-  anchorSorted: SortedArrays,
-  anchorAuroc: number | null,
-  layer: number,
-  k: Kernels,
-  s: MetricSettings,
-): Promise<void> {
-  const { family } = g;
-  if (family === ANCHOR_FAMILY) row.kts_null_reason = "anchor is the reference family";
-  else if (row.auroc === null) row.kts_null_reason = "auroc undefined: only one label class among this family's rows";
-  else if (anchorAuroc === null) row.kts_null_reason = "anchor auroc undefined: only one label class among the anchors";
-  else if (anchorAuroc <= KTS_MIN_ANCHOR_AUROC) {
+/** Why a group has no transfer to bound (null: it has one), from its AUROC and the anchor's. */
+function transferNullReason(family: string, groupAuroc: number | null, anchorAuroc: number | null): string | null {
+  if (family === ANCHOR_FAMILY) return "anchor is the reference family";
+  if (groupAuroc === null) return "auroc undefined: only one label class among this family's rows";
+  if (anchorAuroc === null) return "anchor auroc undefined: only one label class among the anchors";
+  if (anchorAuroc <= KTS_MIN_ANCHOR_AUROC) {
     const below = `auroc_anchor ${anchorAuroc.toFixed(4)} ≤ ${KTS_MIN_ANCHOR_AUROC}`;
-    row.kts_null_reason = `${below}: the probe learned nothing to transfer`;
+    return `${below}: the probe learned nothing to transfer`;
   }
-  const aucReps = new Float64Array(s.bootstrap);
-  const bs = bootstrapStream(s.seed, "kts", layer, family);
-  if (row.kts_null_reason !== null) {
-    // No transfer to bound: the anchor's AUROC under the same draws is not needed (the draws, and so the
-    // family's replicates, are the same with or without it).
-    await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps);
-    [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
-    return;
-  }
-  // Paired: the same drawn facts decide the anchor's AUROC in each replicate.
-  const ancReps = new Float64Array(s.bootstrap);
-  await k.bootstrapAuroc(bs.seed, bs.stream, sortedGroup, s.bootstrap, aucReps, anchorSorted, g.toAnchor, ancReps);
-  const ktsReps = aucReps.map((fam, r) => {
-    const anc = ancReps[r]!;
-    if (Number.isNaN(fam) || Number.isNaN(anc) || anc <= KTS_MIN_ANCHOR_AUROC) return NaN;
-    return (fam - CHANCE_AUROC) / (anc - CHANCE_AUROC);
-  });
-  [row.auroc_ci_low, row.auroc_ci_high] = interval(aucReps);
-  row.kts = (row.auroc! - CHANCE_AUROC) / (anchorAuroc! - CHANCE_AUROC);
-  [row.kts_ci_low, row.kts_ci_high] = interval(ktsReps);
+  return null;
 }
 
 export const KTS: Metric<KtsRow> = {

@@ -216,10 +216,29 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
       const B = 30;
       const out = new Float64Array(B);
       const pairedOut = new Float64Array(B);
-      await k.bootstrapAuroc(77, 1234, fam.g, B, out, anc.g, toPaired, pairedOut);
+      await k.bootstrapAuroc([{ seed: 77, stream: 1234, group: fam.g, b: B, out, paired: anc.g, toPaired, pairedOut }]);
       const alone = new Float64Array(B);
-      await k.bootstrapAuroc(77, 1234, fam.g, B, alone);
+      await k.bootstrapAuroc([{ seed: 77, stream: 1234, group: fam.g, b: B, out: alone }]);
       expect(alone).toEqual(out);
+      // Jobs given together: each one's replicates are those it gives alone, whatever its place.
+      const other = new Float64Array(B);
+      await k.bootstrapAuroc([{ seed: 5, stream: 6, group: anc.g, b: B, out: other }]);
+      const together = [new Float64Array(B), new Float64Array(B), new Float64Array(B), new Float64Array(B)];
+      await k.bootstrapAuroc([
+        { seed: 5, stream: 6, group: anc.g, b: B, out: together[0]! },
+        {
+          seed: 77,
+          stream: 1234,
+          group: fam.g,
+          b: B,
+          out: together[1]!,
+          paired: anc.g,
+          toPaired,
+          pairedOut: together[2]!,
+        },
+        { seed: 77, stream: 1234, group: fam.g, b: B, out: together[3]! },
+      ]);
+      expect(together).toEqual([other, out, pairedOut, alone]);
       referenceDraws(77, 1234, nFacts, B).forEach((counts, r) => {
         const want = pairwiseAuroc(
           fam.scores,
@@ -371,7 +390,9 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
         const toPaired = Int32Array.from({ length: 40 }, (_, f) => (f % 4 === 0 ? -1 : f % 30));
         const out = new Float64Array(100);
         const paired = new Float64Array(100);
-        await kk.bootstrapAuroc(3, 9, fam.g, 100, out, anc.g, toPaired, paired);
+        await kk.bootstrapAuroc([
+          { seed: 3, stream: 9, group: fam.g, b: 100, out, paired: anc.g, toPaired, pairedOut: paired },
+        ]);
         const mean = new Float64Array(100);
         await kk.bootstrapMean(
           3,
@@ -458,7 +479,9 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
         const toPaired = Int32Array.from({ length: 3000 }, (_, f) => (f % 7 === 0 ? -1 : f % 2500));
         const out = new Float64Array(203);
         const paired = new Float64Array(203);
-        await kk.bootstrapAuroc(11, 12, fam.g, 203, out, anc.g, toPaired, paired);
+        await kk.bootstrapAuroc([
+          { seed: 11, stream: 12, group: fam.g, b: 203, out, paired: anc.g, toPaired, pairedOut: paired },
+        ]);
         const mean = new Float64Array(203);
         await kk.bootstrapMean(
           11,
@@ -486,7 +509,9 @@ export function kernelSuite(cases: readonly KernelCase[], reference: Kernels): v
       const [mine, theirs] = await Promise.all(
         [k, reference].map(async (kk) => {
           const [out, paired, mean] = [new Float64Array(B), new Float64Array(B), new Float64Array(B)];
-          await kk.bootstrapAuroc(13, 14, fam.g, B, out, anc.g, toPaired, paired);
+          await kk.bootstrapAuroc([
+            { seed: 13, stream: 14, group: fam.g, b: B, out, paired: anc.g, toPaired, pairedOut: paired },
+          ]);
           await kk.bootstrapMean(13, 15, values, B, mean);
           return [out, paired, mean].map((a) => Buffer.from(a.buffer));
         }),

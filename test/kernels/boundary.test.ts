@@ -114,6 +114,37 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
     expect(() => call(entry, ...args())).toThrow(new RegExp(`^Expected ${name} large enough for `));
   });
 
+  it("checks every bootstrapAuroc job before drawing any", () => {
+    // One group: facts 0 and 1, labels 0 and 1, two runs of tied scores.
+    const job = (out: Float64Array) => [
+      1,
+      2,
+      Int32Array.of(0, 1),
+      Uint8Array.of(0, 1),
+      Int32Array.of(0, 1, 2),
+      2,
+      3,
+      out,
+    ];
+    const paired = [null, null, null, 0, null, null];
+    const first = f64(3).fill(7);
+    expect(() =>
+      call(
+        "bootstrapAuroc",
+        [
+          [...job(first), ...paired],
+          [...job(f64(2)), ...paired],
+        ],
+        1,
+      ),
+    ).toThrow(/^Expected out large enough for /);
+    expect(() => call("bootstrapAuroc", [[...job(first), ...paired], job(f64(3))], 1)).toThrow(
+      /^Expected each bootstrap job as an array of 14 arguments/,
+    );
+    expect(() => call("bootstrapAuroc", "jobs", 1)).toThrow(/^Expected an array of bootstrap jobs/);
+    expect([...first]).toEqual([7, 7, 7]); // refused at once: nothing was drawn
+  });
+
   it("refuses rows outside x", () => {
     const rank = (rows: Int32Array) => () =>
       call("rankAgainstAnchors", f32(4), rows, f32(4), 2, 2, i32(1), f32(1), i32(1), 1, false);

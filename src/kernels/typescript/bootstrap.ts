@@ -4,7 +4,7 @@
  * replicates are equal bit for bit.
  */
 import { Rng } from "../../util/random.js";
-import type { SortedArrays } from "../types.js";
+import type { AurocJob, SortedArrays } from "../types.js";
 
 /** Draws `b` multisets of `n` items with replacement; calls `replicate` with each draw's counts. */
 function draws(
@@ -39,26 +39,19 @@ export function bootstrapMeanTs(
   });
 }
 
-/** Replicates of a group's fact-weighted AUROC, optionally paired (see Kernels.bootstrapAuroc). */
-export function bootstrapAurocTs(
-  seed: number,
-  stream: number,
-  g: SortedArrays,
-  b: number,
-  out: Float64Array,
-  paired?: SortedArrays,
-  toPaired?: Int32Array,
-  pairedOut?: Float64Array,
-): void {
-  const pw = new Float64Array(paired ? paired.nFacts : 0);
-  draws(g.nFacts, b, seed, stream, (counts, r) => {
-    out[r] = sortedAuroc(g, counts) ?? NaN;
-    if (paired) {
-      pw.fill(0);
-      for (let f = 0; f < g.nFacts; f++) if (toPaired![f]! >= 0) pw[toPaired![f]!]! += counts[f]!;
-      pairedOut![r] = sortedAuroc(paired, pw) ?? NaN;
-    }
-  });
+/** Each job's replicates of a group's fact-weighted AUROC, optionally paired (see Kernels.bootstrapAuroc). */
+export function bootstrapAurocTs(jobs: readonly AurocJob[]): void {
+  for (const { seed, stream, group: g, b, out, paired, toPaired, pairedOut } of jobs) {
+    const pw = new Float64Array(paired ? paired.nFacts : 0);
+    draws(g.nFacts, b, seed, stream, (counts, r) => {
+      out[r] = sortedAuroc(g, counts) ?? NaN;
+      if (paired) {
+        pw.fill(0);
+        for (let f = 0; f < g.nFacts; f++) if (toPaired![f]! >= 0) pw[toPaired![f]!]! += counts[f]!;
+        pairedOut![r] = sortedAuroc(paired, pw) ?? NaN;
+      }
+    });
+  }
 }
 
 /** One weighted AUROC pass over rows sorted by score (ties ½); null when a class has no weight. */

@@ -1137,6 +1137,87 @@ napi_value JsonlKeys(napi_env env, napi_callback_info info) {
   return Int32s(env, found);
 }
 
+// The tag of jsonlIdRows' externals: jsonlJoin takes no other.
+constexpr napi_type_tag kIdRowsTag = {0x6873'6d5f'6964'726fULL, 0x7773'5f74'6167'0001ULL};
+
+// jsonlIdRows(ids) -> an external holding json_scan.h's IdRows of `ids` (one per line), for jsonlJoin.
+napi_value JsonlIdRows(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t length = 0;
+  if (!GetArgs(env, info, 1, argv) || napi_get_value_string_utf8(env, argv[0], nullptr, 0, &length) != napi_ok) {
+    Fail(env, "Expected the ids as one string");
+    return nullptr;
+  }
+  std::string ids(length, '\0');
+  napi_get_value_string_utf8(env, argv[0], &ids[0], length + 1, &length);
+  auto* rows = new hsm::IdRows(std::move(ids));
+  napi_value out;
+  const auto drop = [](napi_env, void* data, void*) { delete static_cast<hsm::IdRows*>(data); };
+  if (napi_create_external(env, rows, drop, nullptr, &out) != napi_ok) {
+    delete rows;
+    return nullptr;
+  }
+  napi_type_tag_object(env, out, &kIdRowsTag);
+  return out;
+}
+
+// jsonlJoin(bytes, keys, idRows, values) -> Int32Array: json_scan.h's ScanJsonlJoin of whole lines of `bytes`
+// for the id member keys[0] and the value member keys[1], ids from jsonlIdRows.
+napi_value JsonlJoin(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  View bytes;
+  napi_valuetype type;
+  void* rows = nullptr;
+  bool is_array = false;
+  if (!GetArgs(env, info, 4, argv) ||
+      !GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", &bytes)) {
+    return nullptr;
+  }
+  if (bytes.length > INT32_MAX) {
+    Fail(env, "Expected at most 2 GiB - 1 bytes");
+    return nullptr;
+  }
+  const auto strings = [&](napi_value list, uint32_t want, std::vector<std::string>* out) {
+    uint32_t count = 0;
+    if (napi_is_array(env, list, &is_array) != napi_ok || !is_array ||
+        napi_get_array_length(env, list, &count) != napi_ok || (want > 0 && count != want)) {
+      return false;
+    }
+    out->resize(count);
+    for (uint32_t i = 0; i < count; i++) {
+      napi_value v;
+      size_t len = 0;
+      if (napi_get_element(env, list, i, &v) != napi_ok ||
+          napi_get_value_string_utf8(env, v, nullptr, 0, &len) != napi_ok) {
+        return false;
+      }
+      (*out)[i].resize(len);
+      napi_get_value_string_utf8(env, v, &(*out)[i][0], len + 1, &len);
+    }
+    return true;
+  };
+  std::vector<std::string> keys, values;
+  if (!strings(argv[1], 2, &keys)) {
+    Fail(env, "Expected the id key and the value key");
+    return nullptr;
+  }
+  bool tagged = false;
+  if (napi_typeof(env, argv[2], &type) != napi_ok || type != napi_external ||
+      napi_check_object_type_tag(env, argv[2], &kIdRowsTag, &tagged) != napi_ok || !tagged ||
+      napi_get_value_external(env, argv[2], &rows) != napi_ok) {
+    Fail(env, "Expected ids from jsonlIdRows");
+    return nullptr;
+  }
+  if (!strings(argv[3], 0, &values)) {
+    Fail(env, "Expected an array of values");
+    return nullptr;
+  }
+  std::vector<int32_t> found;
+  hsm::ScanJsonlJoin(static_cast<const uint8_t*>(bytes.data), bytes.length, keys,
+                     *static_cast<const hsm::IdRows*>(rows), values, &found);
+  return Int32s(env, found);
+}
+
 // jsonRowArrays(bytes, keys) -> Int32Array | null: per key, [start, end, count, distinct (1 or 0)] of its
 // top-level array of plain strings (start -1: absent); null where the document is left to the caller
 // (json_scan.h).
@@ -1281,6 +1362,8 @@ NAPI_MODULE_INIT() {
       {"largeBuffer", LargeBuffer},
       {"jsonlKeys", JsonlKeys},
       {"jsonRowArrays", JsonRowArrays},
+      {"jsonlIdRows", JsonlIdRows},
+      {"jsonlJoin", JsonlJoin},
       {"shaPaths", ShaPaths},
       {"testThrow", TestThrow},
       {"testFailThreadStart", TestFailThreadStart},

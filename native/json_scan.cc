@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 
 #include "cpu.h"
 
@@ -328,6 +329,50 @@ bool ScanJsonRowArrays(const uint8_t* bytes, size_t n, const std::vector<std::st
   std::vector<uint8_t> stack;
   out->assign(keys.size(), JsonRowArray{});
   return Scan(bytes, bytes + n, keys, nullptr, &stack, out->data()).Run(bytes) == kJsonlPlain;
+}
+
+IdRows::IdRows(std::string ids) : ids_(std::move(ids)) {
+  const char* p = ids_.data();
+  const char* const end = p + ids_.size();
+  for (int32_t row = 0; !ids_.empty(); row++) {
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    const char* stop = nl ? nl : end;
+    rows_.insert_or_assign(std::string_view(p, static_cast<size_t>(stop - p)), row);
+    if (!nl) break;
+    p = nl + 1;
+  }
+}
+
+int32_t IdRows::Find(std::string_view id) const {
+  const auto it = rows_.find(id);
+  return it == rows_.end() ? -1 : it->second;
+}
+
+void ScanJsonlJoin(const uint8_t* bytes, size_t n, const std::vector<std::string>& keys, const IdRows& ids,
+                   const std::vector<std::string>& values, std::vector<int32_t>* out) {
+  std::vector<int32_t> found;
+  ScanJsonlKeys(bytes, n, keys, &found);
+  constexpr size_t kStride = 8;  // ScanJsonlKeys' entries for two keys
+  out->reserve(found.size());
+  const auto text = [&](int32_t start, int32_t stop) {
+    return std::string_view(reinterpret_cast<const char*>(bytes) + start, static_cast<size_t>(stop - start));
+  };
+  for (size_t e = 0; e + kStride <= found.size(); e += kStride) {
+    const int32_t* f = &found[e];
+    int32_t verdict = f[3], row = -1, value = -1;
+    if (verdict == kJsonlPlain && f[4] >= 0 && f[6] >= 0) {
+      const std::string_view v = text(f[6], f[7]);
+      for (size_t i = 0; i < values.size() && value < 0; i++) {
+        if (values[i] == v) value = static_cast<int32_t>(i);
+      }
+    }
+    if (value >= 0) {
+      row = ids.Find(text(f[4], f[5]));
+    } else {
+      verdict = kJsonlDefer;
+    }
+    out->insert(out->end(), {f[0], f[1], f[2], verdict, row, value, f[4], f[5]});
+  }
 }
 
 }  // namespace hsm

@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace hsm {
@@ -49,5 +51,25 @@ struct JsonRowArray {
 // hash set, which stops at the first repeat.
 bool ScanJsonRowArrays(const uint8_t* bytes, size_t n, const std::vector<std::string>& keys,
                        std::vector<JsonRowArray>* out);
+
+// Ids and their rows, for ScanJsonlJoin: the ids given one per line ('\n' between two; an id holds no '\n'),
+// row i the i-th; an id given twice keeps its last row.
+class IdRows {
+ public:
+  explicit IdRows(std::string ids);
+  // The row of `id`, or -1.
+  int32_t Find(std::string_view id) const;
+
+ private:
+  std::string ids_;
+  std::unordered_map<std::string_view, int32_t> rows_;
+};
+
+// ScanJsonlKeys for an id member and a value member (keys[0], keys[1]), joined: per line that is not blank,
+// [line, first byte, end, verdict, row, value, id start, id end], where a plain line (both members plain strings,
+// the value one of `values`) has the id's row in `ids` (-1: not there) and the value's index in `values`; any
+// other line is kJsonlDefer with row and value -1, for the caller to parse.
+void ScanJsonlJoin(const uint8_t* bytes, size_t n, const std::vector<std::string>& keys, const IdRows& ids,
+                   const std::vector<std::string>& values, std::vector<int32_t>* out);
 
 }  // namespace hsm

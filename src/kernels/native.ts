@@ -34,6 +34,10 @@ interface NativeBinding {
   largeBuffer(bytes: number): ArrayBuffer;
   /** The spans of top-level string members in whole lines of JSON (src/util/jsonl.ts's JsonlScan). */
   jsonlKeys(bytes: Uint8Array, keys: string[]): Int32Array;
+  /** json_scan.h's IdRows of `ids` (one per line), for jsonlJoin. */
+  jsonlIdRows(ids: string): object;
+  /** JSON lines' id member joined to rows and value member matched to `values` (native/json_scan.h's ScanJsonlJoin). */
+  jsonlJoin(bytes: Uint8Array, keys: [string, string], idRows: object, values: readonly string[]): Int32Array;
   /** Where one JSON document's top-level arrays of plain strings are (native/json_scan.h), or null. */
   jsonRowArrays(bytes: Uint8Array, keys: string[]): Int32Array | null;
   /** `rows` ordered by (score, their order), −0 with +0; null where a score is NaN (native/order.h). */
@@ -297,6 +301,21 @@ export function largeArrayBuffer(bytes: number): ArrayBuffer {
  * take a few fields from each line without parsing whole records; undefined where the addon did not load.
  */
 export const nativeJsonlScan: JsonlScan | undefined = binding && ((bytes, keys) => binding.jsonlKeys(bytes, keys));
+
+/**
+ * The native join of JSON lines to rows (native/json_scan.h's ScanJsonlJoin): `rows(ids)` indexes ids (none may
+ * hold a "\n"), `join(bytes, [idKey, valueKey], rows, values)` gives per line that is not blank [line, start, end,
+ * verdict, row, value index, id start, id end]; undefined where the addon did not load.
+ */
+export const nativeJsonlJoin:
+  | {
+      rows(ids: readonly string[]): object;
+      join(bytes: Uint8Array, keys: [string, string], rows: object, values: readonly string[]): Int32Array;
+    }
+  | undefined = binding && {
+  rows: (ids) => binding.jsonlIdRows(ids.join("\n")),
+  join: (bytes, keys, rows, values) => binding.jsonlJoin(bytes, keys, rows, values),
+};
 
 /**
  * KTS's order of rows by (score, row) (native/order.h), or null where a score is NaN; undefined where the addon did

@@ -144,6 +144,17 @@ function membersOf(value: Record<string, unknown>, keys: readonly string[]): unk
 export type JsonlScan = (bytes: Uint8Array, keys: string[]) => Int32Array;
 
 /**
+ * A native scan's way through a JSONL file's lines (see {@link jsonlFields}): per line that is not blank,
+ * `stride` values [line index in the run, start, end, verdict (0: plain, 1: parse it yourself), …], and what to
+ * do with a plain line's entry `found[entry …]` (the run's bytes in `bytes`).
+ */
+export interface JsonlFastPath {
+  stride: number;
+  scan(bytes: Uint8Array): Int32Array;
+  plain(found: Int32Array, entry: number, bytes: Buffer, line: number): void;
+}
+
+/**
  * Hands `take` the members `keys` of each record of a JSONL file (undefined where absent), with its line, in
  * order: the records, line numbers and errors of {@link jsonLines}, word for word (an error `take` throws stops
  * the reading). With `scan` (the native core's), a line whose wanted members are plain strings is not parsed into
@@ -163,14 +174,39 @@ export async function jsonlFields(
     for await (const { value, line } of jsonLines(file, fail)) take(membersOf(value, keys), line);
     return;
   }
-  const stride = 4 + 2 * keys.length;
+  await jsonlScanned(file, keys, fail, take, {
+    stride: 4 + 2 * keys.length,
+    scan: (bytes) => scan(bytes, keys),
+    plain(found, entry, bytes, line) {
+      const fields = new Array<string | undefined>(keys.length);
+      for (let k = 0; k < keys.length; k++) {
+        const from = found[entry + 4 + 2 * k]!;
+        fields[k] = from < 0 ? undefined : bytes.toString("utf8", from, found[entry + 5 + 2 * k]);
+      }
+      take(fields, line);
+    },
+  });
+}
+
+/**
+ * {@link jsonlFields} with a fast path of the caller's: its plain lines go to `fast.plain`, every other record's
+ * members `keys` to `take`, in line order, with the line numbers and errors of {@link jsonLines}.
+ */
+export async function jsonlScanned(
+  file: string,
+  keys: string[],
+  fail: (line: number, problem: string, cause?: unknown) => Error,
+  take: (fields: unknown[], line: number) => void,
+  fast: JsonlFastPath,
+): Promise<void> {
+  const { stride } = fast;
   const { fh } = await openInput(file, { follow: true });
   let line = 0;
   try {
     for await (const run of lineRuns(fh, file, () => fail(line + 1, tooLongProblem))) {
       const { bytes, offset } = run;
       // A run with a byte that is not UTF-8 is parsed line by line, so that the first such line is named.
-      const found = isUtf8(bytes) ? scan(bytes, keys) : undefined;
+      const found = isUtf8(bytes) ? fast.scan(bytes) : undefined;
       let at = 0; // the scan's entry for the next line it did not find blank
       let index = 0;
       // The lines one by one, in a plain loop: a generator's object per line cost more than the line's own work.
@@ -188,12 +224,7 @@ export async function jsonlFields(
           const entry = at;
           at += stride;
           if (found[entry + 3] === 0) {
-            const fields = new Array<string | undefined>(keys.length);
-            for (let k = 0; k < keys.length; k++) {
-              const from = found[entry + 4 + 2 * k]!;
-              fields[k] = from < 0 ? undefined : bytes.toString("utf8", from, found[entry + 5 + 2 * k]);
-            }
-            take(fields, line);
+            fast.plain(found, entry, bytes, line);
             start = next;
             continue;
           }

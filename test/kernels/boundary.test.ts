@@ -145,6 +145,18 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
     expect([...first]).toEqual([7, 7, 7]); // refused at once: nothing was drawn
   });
 
+  it("joins JSON lines only against ids it indexed itself", () => {
+    const bytes = Buffer.from('{"id":"a","v":"x"}');
+    const ids = call("jsonlIdRows", "a\nb");
+    expect([...(call("jsonlJoin", bytes, ["id", "v"], ids, ["x"]) as Int32Array)]).toEqual([0, 0, 18, 0, 0, 0, 7, 8]);
+    expect(() => call("jsonlJoin", bytes, ["id", "v"], {}, ["x"])).toThrow(/^Expected ids from jsonlIdRows/);
+    expect(() => call("jsonlJoin", bytes, ["id", "v"], call("largeBuffer", 8), ["x"])).toThrow(
+      /^Expected ids from jsonlIdRows/,
+    );
+    expect(() => call("jsonlJoin", bytes, ["id"], ids, ["x"])).toThrow(/^Expected the id key and the value key/);
+    expect(() => call("jsonlJoin", bytes, ["id", "v"], ids, "x")).toThrow(/^Expected an array of values/);
+  });
+
   it("refuses rows outside x", () => {
     const rank = (rows: Int32Array) => () =>
       call("rankAgainstAnchors", f32(4), rows, f32(4), 2, 2, i32(1), f32(1), i32(1), 1, false);

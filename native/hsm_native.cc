@@ -1086,14 +1086,7 @@ bool ScanArgs(napi_env env, napi_callback_info info, View* bytes, std::vector<st
   napi_value argv[2];
   uint32_t n = 0;
   bool is_array = false;
-  if (!GetArgs(env, info, 2, argv) ||
-      !GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", bytes)) {
-    return false;
-  }
-  if (bytes->length > INT32_MAX) {
-    Fail(env, "Expected at most 2 GiB - 1 bytes");
-    return false;
-  }
+  if (!GetArgs(env, info, 2, argv)) return false;
   if (napi_is_array(env, argv[1], &is_array) != napi_ok || !is_array ||
       napi_get_array_length(env, argv[1], &n) != napi_ok) {
     Fail(env, "Expected an array of keys");
@@ -1110,6 +1103,12 @@ bool ScanArgs(napi_env env, napi_callback_info info, View* bytes, std::vector<st
     }
     (*keys)[i].resize(len);
     napi_get_value_string_utf8(env, k, &(*keys)[i][0], len + 1, &len);
+  }
+  // The bytes last: reading the keys above may run JavaScript (a getter), which must not move them.
+  if (!GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", bytes)) return false;
+  if (bytes->length > INT32_MAX) {
+    Fail(env, "Expected at most 2 GiB - 1 bytes");
+    return false;
   }
   return true;
 }
@@ -1140,23 +1139,27 @@ napi_value JsonlKeys(napi_env env, napi_callback_info info) {
 // The tag of jsonlIdRows' externals: jsonlJoin takes no other.
 constexpr napi_type_tag kIdRowsTag = {0x6873'6d5f'6964'726fULL, 0x7773'5f74'6167'0001ULL};
 
-// jsonlIdRows(ids) -> an external holding json_scan.h's IdRows of `ids` (one per line), for jsonlJoin.
+// jsonlIdRows(ids, count) -> an external holding json_scan.h's IdRows of the `count` ids of `ids` (one per line),
+// for jsonlJoin.
 napi_value JsonlIdRows(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  size_t length = 0;
-  if (!GetArgs(env, info, 1, argv) || napi_get_value_string_utf8(env, argv[0], nullptr, 0, &length) != napi_ok) {
+  napi_value argv[2];
+  size_t length = 0, count = 0;
+  if (!GetArgs(env, info, 2, argv) || !GetCount(env, argv[1], "Expected an id count", &count)) return nullptr;
+  if (napi_get_value_string_utf8(env, argv[0], nullptr, 0, &length) != napi_ok) {
     Fail(env, "Expected the ids as one string");
     return nullptr;
   }
   std::string ids(length, '\0');
   napi_get_value_string_utf8(env, argv[0], &ids[0], length + 1, &length);
-  auto* rows = new hsm::IdRows(std::move(ids));
-  napi_value out;
-  const auto drop = [](napi_env, void* data, void*) { delete static_cast<hsm::IdRows*>(data); };
-  if (napi_create_external(env, rows, drop, nullptr, &out) != napi_ok) {
-    delete rows;
+  auto rows = std::make_unique<hsm::IdRows>(std::move(ids), count);
+  if (!rows->complete()) {
+    Fail(env, "Expected as many ids as the count, one per line");
     return nullptr;
   }
+  napi_value out;
+  const auto drop = [](napi_env, void* data, void*) { delete static_cast<hsm::IdRows*>(data); };
+  if (napi_create_external(env, rows.get(), drop, nullptr, &out) != napi_ok) return nullptr;
+  rows.release();
   napi_type_tag_object(env, out, &kIdRowsTag);
   return out;
 }
@@ -1169,14 +1172,7 @@ napi_value JsonlJoin(napi_env env, napi_callback_info info) {
   napi_valuetype type;
   void* rows = nullptr;
   bool is_array = false;
-  if (!GetArgs(env, info, 4, argv) ||
-      !GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", &bytes)) {
-    return nullptr;
-  }
-  if (bytes.length > INT32_MAX) {
-    Fail(env, "Expected at most 2 GiB - 1 bytes");
-    return nullptr;
-  }
+  if (!GetArgs(env, info, 4, argv)) return nullptr;
   const auto strings = [&](napi_value list, uint32_t want, std::vector<std::string>* out) {
     uint32_t count = 0;
     if (napi_is_array(env, list, &is_array) != napi_ok || !is_array ||
@@ -1210,6 +1206,12 @@ napi_value JsonlJoin(napi_env env, napi_callback_info info) {
   }
   if (!strings(argv[3], 0, &values)) {
     Fail(env, "Expected an array of values");
+    return nullptr;
+  }
+  // The bytes last: reading the arrays above may run JavaScript (a getter), which must not move them.
+  if (!GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", &bytes)) return nullptr;
+  if (bytes.length > INT32_MAX) {
+    Fail(env, "Expected at most 2 GiB - 1 bytes");
     return nullptr;
   }
   std::vector<int32_t> found;

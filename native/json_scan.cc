@@ -331,16 +331,20 @@ bool ScanJsonRowArrays(const uint8_t* bytes, size_t n, const std::vector<std::st
   return Scan(bytes, bytes + n, keys, nullptr, &stack, out->data()).Run(bytes) == kJsonlPlain;
 }
 
-IdRows::IdRows(std::string ids) : ids_(std::move(ids)) {
+IdRows::IdRows(std::string ids, size_t count) : ids_(std::move(ids)) {
   const char* p = ids_.data();
   const char* const end = p + ids_.size();
-  for (int32_t row = 0; !ids_.empty(); row++) {
+  for (size_t row = 0; row < count; row++) {
     const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
     const char* stop = nl ? nl : end;
-    rows_.insert_or_assign(std::string_view(p, static_cast<size_t>(stop - p)), row);
-    if (!nl) break;
+    rows_.insert_or_assign(std::string_view(p, static_cast<size_t>(stop - p)), static_cast<int32_t>(row));
+    if (!nl) {
+      complete_ = row + 1 == count;
+      return;
+    }
     p = nl + 1;
   }
+  complete_ = count == 0 && ids_.empty();
 }
 
 int32_t IdRows::Find(std::string_view id) const {

@@ -52,17 +52,20 @@ struct JsonRowArray {
 bool ScanJsonRowArrays(const uint8_t* bytes, size_t n, const std::vector<std::string>& keys,
                        std::vector<JsonRowArray>* out);
 
-// Ids and their rows, for ScanJsonlJoin: the ids given one per line ('\n' between two; an id holds no '\n'),
-// row i the i-th; an id given twice keeps its last row.
+// Ids and their rows, for ScanJsonlJoin: `count` ids given one per line ('\n' between two; an id holds no
+// '\n', and may be empty), row i the i-th; an id given twice keeps its last row.
 class IdRows {
  public:
-  explicit IdRows(std::string ids);
+  IdRows(std::string ids, size_t count);
+  // Whether `ids` held exactly `count` ids.
+  bool complete() const { return complete_; }
   // The row of `id`, or -1.
   int32_t Find(std::string_view id) const;
 
  private:
   std::string ids_;
   std::unordered_map<std::string_view, int32_t> rows_;
+  bool complete_ = false;
 };
 
 // ScanJsonlKeys for an id member and a value member (keys[0], keys[1]), joined: per line that is not blank,

@@ -34,8 +34,8 @@ interface NativeBinding {
   largeBuffer(bytes: number): ArrayBuffer;
   /** The spans of top-level string members in whole lines of JSON (src/util/jsonl.ts's JsonlScan). */
   jsonlKeys(bytes: Uint8Array, keys: string[]): Int32Array;
-  /** json_scan.h's IdRows of `ids` (one per line), for jsonlJoin. */
-  jsonlIdRows(ids: string): object;
+  /** json_scan.h's IdRows of the `count` ids of `ids` (one per line), for jsonlJoin. */
+  jsonlIdRows(ids: string, count: number): object;
   /** JSON lines' id member joined to rows and value member matched to `values` (native/json_scan.h's ScanJsonlJoin). */
   jsonlJoin(bytes: Uint8Array, keys: [string, string], idRows: object, values: readonly string[]): Int32Array;
   /** Where one JSON document's top-level arrays of plain strings are (native/json_scan.h), or null. */
@@ -313,7 +313,7 @@ export const nativeJsonlJoin:
       join(bytes: Uint8Array, keys: [string, string], rows: object, values: readonly string[]): Int32Array;
     }
   | undefined = binding && {
-  rows: (ids) => binding.jsonlIdRows(ids.join("\n")),
+  rows: (ids) => binding.jsonlIdRows(ids.join("\n"), ids.length),
   join: (bytes, keys, rows, values) => binding.jsonlJoin(bytes, keys, rows, values),
 };
 

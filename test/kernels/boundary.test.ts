@@ -147,7 +147,9 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
 
   it("joins JSON lines only against ids it indexed itself", () => {
     const bytes = Buffer.from('{"id":"a","v":"x"}');
-    const ids = call("jsonlIdRows", "a\nb");
+    const ids = call("jsonlIdRows", "a\nb", 2);
+    expect(() => call("jsonlIdRows", "a\nb", 1)).toThrow(/^Expected as many ids as the count/);
+    expect(() => call("jsonlIdRows", "a\nb", 3)).toThrow(/^Expected as many ids as the count/);
     expect([...(call("jsonlJoin", bytes, ["id", "v"], ids, ["x"]) as Int32Array)]).toEqual([0, 0, 18, 0, 0, 0, 7, 8]);
     expect(() => call("jsonlJoin", bytes, ["id", "v"], {}, ["x"])).toThrow(/^Expected ids from jsonlIdRows/);
     expect(() => call("jsonlJoin", bytes, ["id", "v"], call("largeBuffer", 8), ["x"])).toThrow(

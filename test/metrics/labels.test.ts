@@ -78,6 +78,18 @@ describe("readLabels", () => {
     }
   });
 
+  it.each([
+    [[""], ['{"query_id":"","label":"correct"}'], [1]],
+    [[], ['{"query_id":"","label":"correct"}'], []],
+    [
+      ["", "q1"],
+      ['{"query_id":"q1","label":"incorrect"}', '{"query_id":"","label":"correct"}'],
+      [1, 0],
+    ],
+  ])("joins an empty id as any other (store ids %j)", async (ids, lines, want) => {
+    expect([...(await readLabels(scoredFile(lines), ids))]).toEqual(want);
+  });
+
   it("reads ids the native join cannot take (a line break, a lone surrogate) as JSON.parse does", async () => {
     const ids = ["q0", "line\nbreak", "lone\ud800", "q3"];
     const lines = [

@@ -477,17 +477,18 @@ napi_value BootstrapAuroc(napi_env env, napi_callback_info info) {
     return nullptr;
   }
   auto w = std::make_unique<AurocWork>();
-  w->jobs.resize(count);
   w->threads = Threads(threads);
   const auto release = [&] {
     for (napi_ref r : w->held) napi_delete_reference(env, r);
   };
   for (uint32_t i = 0; i < count; i++) {
     napi_value job;
-    if (napi_get_element(env, argv[0], i, &job) != napi_ok || !GetAurocJob(env, job, &w->jobs[i], &w->held)) {
+    AurocJob parsed;
+    if (napi_get_element(env, argv[0], i, &job) != napi_ok || !GetAurocJob(env, job, &parsed, &w->held)) {
       release();
       return nullptr;
     }
+    w->jobs.push_back(parsed);
   }
   napi_value promise =
       QueuePromise(env, w, "hsm.bootstrapAuroc", AurocExecute, AurocComplete, "Could not start the bootstrap work");
@@ -1264,14 +1265,6 @@ napi_value OrderByScore(napi_env env, napi_callback_info info) {
   return Int32s(env, order);
 }
 
-// Element i of the JS array `list` as a typed array of `type`; false with an exception pending where it is not.
-bool GetTypedElement(napi_env env, napi_value list, uint32_t i, napi_typedarray_type type, const char* message,
-                     View* out) {
-  napi_value element;
-  return (napi_get_element(env, list, i, &element) == napi_ok || Fail(env, message)) &&
-         GetTyped(env, element, type, message, out);
-}
-
 // sortedGroups(order, score, y, groupOf, factOf, pooledFactOf, fact[], label[], ties[], auroc) -> Int32Array:
 // the rows of `order` (sorted by score) taken into the groups' arrays (order.h's SortedGroups), each group's
 // unweighted AUROC into auroc[g] (NaN: undefined), and per group the length of its ties.
@@ -1279,7 +1272,40 @@ napi_value SortedGroups(napi_env env, napi_callback_info info) {
   napi_value argv[10];
   View order, score, y, group_of, fact_of, pooled_fact_of, auroc;
   if (!GetArgs(env, info, 10, argv) ||
-      !GetTyped(env, argv[0], napi_int32_array, "Expected Int32Array for order", &order) ||
+      !GetTyped(env, argv[9], napi_float64_array, "Expected Float64Array for auroc", &auroc)) {
+    return nullptr;
+  }
+  // The groups' arrays first, every list element before any typed array: reading a list may run JavaScript (a
+  // getter), which must not move what is read after it. The rows' order, and each group's ties, are then worked on in
+  // copies of this entry's own, so that an output array sharing memory with an input cannot steer a read out of bounds.
+  const size_t n_groups = auroc.length;
+  std::vector<napi_value> lists(3 * n_groups);
+  for (uint32_t g = 0; g < n_groups; g++) {
+    for (uint32_t a = 0; a < 3; a++) {
+      if (napi_get_element(env, argv[6 + a], g, &lists[3 * g + a]) != napi_ok) {
+        Fail(env, "Expected the groups' facts, labels and ties, one of each per group");
+        return nullptr;
+      }
+    }
+  }
+  std::vector<hsm::SortedGroupOut> groups(n_groups);
+  std::vector<std::vector<int32_t>> ties(n_groups);
+  std::vector<View> ties_out(n_groups);
+  for (uint32_t g = 0; g < n_groups; g++) {
+    View fact, label;
+    if (!GetTyped(env, lists[3 * g], napi_int32_array, "Expected an Int32Array of facts per group", &fact) ||
+        !GetTyped(env, lists[3 * g + 1], napi_uint8_array, "Expected a Uint8Array of labels per group", &label) ||
+        !GetTyped(env, lists[3 * g + 2], napi_int32_array, "Expected an Int32Array of ties per group", &ties_out[g])) {
+      return nullptr;
+    }
+    if (label.length != fact.length || ties_out[g].length < fact.length + 1) {
+      Fail(env, "Expected a group's labels as long as its facts, and room for one tie more");
+      return nullptr;
+    }
+    ties[g].resize(fact.length + 1);
+    groups[g] = {static_cast<int32_t*>(fact.data), static_cast<uint8_t*>(label.data), ties[g].data(), fact.length, 0};
+  }
+  if (!GetTyped(env, argv[0], napi_int32_array, "Expected Int32Array for order", &order) ||
       !GetTyped(env, argv[1], napi_float64_array, "Expected Float64Array for score", &score) ||
       !GetTyped(env, argv[2], napi_uint8_array, "Expected Uint8Array for y", &y) ||
       !GetTyped(env, argv[3], napi_int32_array, "Expected Int32Array for groupOf", &group_of) ||
@@ -1288,35 +1314,24 @@ napi_value SortedGroups(napi_env env, napi_callback_info info) {
       !GetTyped(env, argv[9], napi_float64_array, "Expected Float64Array for auroc", &auroc)) {
     return nullptr;
   }
+  if (auroc.length != n_groups) {
+    Fail(env, "Expected one group per auroc, each sized to the rows it takes");
+    return nullptr;
+  }
   const size_t n = score.length;
   if (y.length != n || group_of.length != n || fact_of.length != n || pooled_fact_of.length != n) {
     Fail(env, "Expected y, groupOf, factOf and pooledFactOf of one length per score");
     return nullptr;
   }
-  const int32_t* rows = static_cast<const int32_t*>(order.data);
-  for (size_t i = 0; i < order.length; i++) {
-    if (rows[i] < 0 || static_cast<size_t>(rows[i]) >= n) {
+  const int32_t* given = static_cast<const int32_t*>(order.data);
+  const std::vector<int32_t> rows(given, given + order.length);
+  for (int32_t r : rows) {
+    if (r < 0 || static_cast<size_t>(r) >= n) {
       Fail(env, "Expected rows below the score count");
       return nullptr;
     }
   }
-  const size_t n_groups = auroc.length;
-  std::vector<hsm::SortedGroupOut> groups(n_groups);
-  for (uint32_t g = 0; g < n_groups; g++) {
-    View fact, label, ties;
-    if (!GetTypedElement(env, argv[6], g, napi_int32_array, "Expected an Int32Array of facts per group", &fact) ||
-        !GetTypedElement(env, argv[7], g, napi_uint8_array, "Expected a Uint8Array of labels per group", &label) ||
-        !GetTypedElement(env, argv[8], g, napi_int32_array, "Expected an Int32Array of ties per group", &ties)) {
-      return nullptr;
-    }
-    if (label.length != fact.length || ties.length < fact.length + 1) {
-      Fail(env, "Expected a group's labels as long as its facts, and room for one tie more");
-      return nullptr;
-    }
-    groups[g] = {static_cast<int32_t*>(fact.data), static_cast<uint8_t*>(label.data), static_cast<int32_t*>(ties.data),
-                 fact.length, 0};
-  }
-  if (!hsm::SortedGroups(rows, order.length, static_cast<const double*>(score.data),
+  if (!hsm::SortedGroups(rows.data(), rows.size(), static_cast<const double*>(score.data),
                          static_cast<const uint8_t*>(y.data), static_cast<const int32_t*>(group_of.data),
                          static_cast<const int32_t*>(fact_of.data), static_cast<const int32_t*>(pooled_fact_of.data),
                          groups.data(), n_groups)) {
@@ -1327,6 +1342,7 @@ napi_value SortedGroups(napi_env env, napi_callback_info info) {
   for (size_t g = 0; g < n_groups; g++) {
     static_cast<double*>(auroc.data)[g] = hsm::UnweightedAuroc(groups[g]);
     n_ties[g] = static_cast<int32_t>(groups[g].n_ties);
+    std::copy(ties[g].begin(), ties[g].begin() + groups[g].n_ties, static_cast<int32_t*>(ties_out[g].data));
   }
   return Int32s(env, n_ties);
 }

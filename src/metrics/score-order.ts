@@ -73,21 +73,24 @@ export function orderByScoreRadix(rows: Int32Array, score: Float64Array): Int32A
 /**
  * `rows` (ascending) ordered by (score, row) by comparison: the scores sorted
  * by the typed array's own sort, each row then taking the next free place in
- * its score's run (found by binary search), in row order.
+ * its score's run (found by binary search), in row order. Rows whose score is
+ * NaN come last, in row order.
  */
 export function orderByScoreComparing(rows: Int32Array, score: Float64Array): Int32Array {
   const n = rows.length;
   const sorted = new Float64Array(n);
   for (let i = 0; i < n; i++) sorted[i] = score[rows[i]!]!;
-  sorted.sort();
-  // Per run of equal scores (at its first place): rows placed so far.
+  sorted.sort(); // NaN last
+  let nan = n;
+  while (nan > 0 && Number.isNaN(sorted[nan - 1]!)) nan--;
+  // Per run of equal scores (at its first place): rows placed so far. NaN scores are one run, last.
   const placed = new Int32Array(n);
   const out = new Int32Array(n);
   for (let i = 0; i < n; i++) {
     const r = rows[i]!;
     const s = score[r]!;
-    let lo = 0;
-    let hi = n;
+    let lo = Number.isNaN(s) ? nan : 0;
+    let hi = Number.isNaN(s) ? nan : n;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
       if (sorted[mid]! < s) lo = mid + 1;

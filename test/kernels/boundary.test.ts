@@ -159,6 +159,35 @@ describe.runIf(Boolean(addon))("native buffer checks", () => {
     expect(() => call("jsonlJoin", bytes, ["id", "v"], ids, "x")).toThrow(/^Expected an array of values/);
   });
 
+  it("places sorted groups from the order it checked, whatever the outputs share or the lists run", () => {
+    const args = (order: Int32Array, facts: unknown[], fact = Int32Array.of(0)) => [
+      order,
+      Float64Array.of(0.5),
+      Uint8Array.of(1),
+      Int32Array.of(0),
+      fact,
+      Int32Array.of(-1),
+      facts,
+      [new Uint8Array(2)],
+      [new Int32Array(3)],
+      new Float64Array(1),
+    ];
+    // Group 0's facts share memory with the order: writing its first fact must not move the second row read.
+    const buffer = new ArrayBuffer(12);
+    const order = new Int32Array(buffer, 0, 2);
+    expect([
+      ...(call(
+        "sortedGroups",
+        ...args(order, [new Int32Array(buffer, 4, 2)], Int32Array.of(2 ** 31 - 1)),
+      ) as Int32Array),
+    ]).toEqual([2]);
+    // A getter on the lists that rewrites the order runs before the order is read.
+    const rewritten = Int32Array.of(0, 0);
+    const facts: unknown[] = [];
+    Object.defineProperty(facts, 0, { get: () => ((rewritten[1] = 2 ** 30), new Int32Array(2)) });
+    expect(() => call("sortedGroups", ...args(rewritten, facts))).toThrow(/^Expected rows below the score count/);
+  });
+
   it("refuses rows outside x", () => {
     const rank = (rows: Int32Array) => () =>
       call("rankAgainstAnchors", f32(4), rows, f32(4), 2, 2, i32(1), f32(1), i32(1), 1, false);

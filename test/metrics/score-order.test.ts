@@ -53,8 +53,17 @@ describe("orderByScore", () => {
     }
   });
 
+  it("puts NaN scores last, in row order", () => {
+    const score = Float64Array.of(NaN, 1, 2, NaN, -1, 1);
+    const rows = Int32Array.of(0, 1, 2, 3, 4, 5);
+    for (const order of [orderByScore, orderByScoreComparing, orderByScoreRadix]) {
+      expect([...order(rows, score)]).toEqual([4, 1, 5, 2, 0, 3]);
+    }
+  });
+
   it("leaves a NaN score to the comparison sort", () => {
     const { rows, score } = case_(500, (r) => (r.int(50) === 0 ? NaN : r.normal()));
+    expect([...orderByScoreComparing(rows, score)].sort((a, b) => a - b)).toEqual([...rows]); // each row once
     expect(nativeOrderByScore!(rows, score)).toBeNull();
     expect(orderByScoreRadix(rows, score)).toEqual(orderByScoreComparing(rows, score));
     expect(orderByScore(rows, score)).toEqual(orderByScoreComparing(rows, score));

@@ -220,6 +220,11 @@ export async function computeMetrics(store: string, o: MetricsOptions = {}): Pro
     const families = m.condition_families.slice(0, N);
     const facts = m.fact_ids.slice(0, N);
     const familyNames = [...new Set(families)].filter((f) => f !== ANCHOR_FAMILY).sort();
+    if (familyNames.includes(ALL_FAMILIES)) {
+      throw new MetricsError(
+        `${store}: condition family "${ALL_FAMILIES}" names the rows that pool every family; rename that family in the bank`,
+      );
+    }
     const unknownFamily = o.families?.find((f) => f !== ALL_FAMILIES && !familyNames.includes(f));
     if (unknownFamily !== undefined)
       throw new MetricsError(

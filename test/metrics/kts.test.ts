@@ -151,6 +151,16 @@ describe("KTS, hand-computed", () => {
     expect(rows.same).toMatchObject({ n_queries: 8, auroc: 1, excluded_nonfinite: 1 });
   });
 
+  it("refuses a family named like the pooled rows", async () => {
+    const rows = rowsFor((c) => (c ? 1 : -1)).map((r) => (r.family === "flat" ? { ...r, family: "all" } : r));
+    const { store, scored } = await tinyStore(join(dir, "family-all"), rows);
+    for (const metrics of [["kts"], ["iss"]]) {
+      await expect(computeMetrics(store, { metrics, scored, folds: 2 })).rejects.toThrow(
+        `${store}: condition family "all" names the rows that pool every family; rename that family in the bank`,
+      );
+    }
+  });
+
   it("stops on a scored file with a label outside the five, or missing rows", async () => {
     const { store, scored } = await tinyStore(
       join(dir, "bad-labels"),

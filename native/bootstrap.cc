@@ -129,27 +129,6 @@ void Draw(Rng& rng, std::vector<int32_t>& counts) {
   rng = local;
 }
 
-// Weights are counts of drawn facts: whole numbers, summed exactly in integers
-// (as TypeScript's doubles sum them exactly), then combined in double as there.
-double Auroc(const SortedGroup& g, const int32_t* weight) {
-  double neg_below = 0, sum_pos = 0, wins = 0;
-  for (size_t t = 0; t < g.n_ties; t++) {
-    int64_t pos = 0, all = 0;
-    for (int32_t i = g.ties[t]; i < g.ties[t + 1]; i++) {
-      const int64_t w = weight[g.fact[i]];
-      pos += w * g.label[i];
-      all += w;
-    }
-    const double p = static_cast<double>(pos);
-    const double neg = static_cast<double>(all - pos);
-    wins += p * (neg_below + neg / 2);
-    neg_below += neg;
-    sum_pos += p;
-  }
-  if (sum_pos == 0 || neg_below == 0) return std::numeric_limits<double>::quiet_NaN();
-  return wins / (sum_pos * neg_below);
-}
-
 // Threads worth starting for `work` draws-and-passes (a thread start costs tens of microseconds).
 int ThreadsFor(size_t work, size_t b, int threads) {
   if (work < (size_t{1} << 18)) return 1;
@@ -527,6 +506,27 @@ void BootstrapMeanLanes(Rng rng, size_t first, size_t last, const double* values
 #endif
 
 }  // namespace
+
+// Weights are counts of drawn facts (every row 1 without them): whole numbers, summed exactly in integers (as
+// TypeScript's doubles sum them exactly), then combined in double as there.
+double Auroc(const SortedGroup& g, const int32_t* weight) {
+  double neg_below = 0, sum_pos = 0, wins = 0;
+  for (size_t t = 0; t < g.n_ties; t++) {
+    int64_t pos = 0, all = 0;
+    for (int32_t i = g.ties[t]; i < g.ties[t + 1]; i++) {
+      const int64_t w = weight ? weight[g.fact[i]] : 1;
+      pos += w * g.label[i];
+      all += w;
+    }
+    const double p = static_cast<double>(pos);
+    const double neg = static_cast<double>(all - pos);
+    wins += p * (neg_below + neg / 2);
+    neg_below += neg;
+    sum_pos += p;
+  }
+  if (sum_pos == 0 || neg_below == 0) return std::numeric_limits<double>::quiet_NaN();
+  return wins / (sum_pos * neg_below);
+}
 
 void BootstrapMean(uint32_t seed, uint32_t stream, const double* values, size_t n, size_t b, double* out, int threads) {
   // One sequential stream of draws; each thread skips ahead to its share's first replicate.

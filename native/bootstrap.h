@@ -23,6 +23,10 @@ struct SortedGroup {
   size_t n_facts;
 };
 
+// The group's AUROC with each row weighted by weight[its fact] (every row 1 where weight is null); equal scores
+// count 1/2. Exact: every sum is a whole or half number far below 2^53. NaN when a class has no weight.
+double Auroc(const SortedGroup& g, const int32_t* weight);
+
 // For each replicate: draw group.n_facts facts, out[r] = the group's AUROC
 // with rows weighted by their fact's count (NaN when a class has no weight).
 // With paired != nullptr, also paired_out[r] = the paired group's AUROC with

@@ -1081,37 +1081,44 @@ napi_value LargeBuffer(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// The text and the keys of a scan's call (bytes, keys); false with an exception pending where they are not
-// a Uint8Array of at most 2 GiB - 1 bytes (offsets are int32) and an array of strings.
-bool ScanArgs(napi_env env, napi_callback_info info, View* bytes, std::vector<std::string>* keys) {
-  napi_value argv[2];
-  uint32_t n = 0;
+// `list` as strings into *out (of `want` strings where want > 0); false, without an exception, where it is not an
+// array of that many strings.
+bool GetStrings(napi_env env, napi_value list, uint32_t want, std::vector<std::string>* out) {
   bool is_array = false;
-  if (!GetArgs(env, info, 2, argv)) return false;
-  if (napi_is_array(env, argv[1], &is_array) != napi_ok || !is_array ||
-      napi_get_array_length(env, argv[1], &n) != napi_ok) {
-    Fail(env, "Expected an array of keys");
+  uint32_t count = 0;
+  if (napi_is_array(env, list, &is_array) != napi_ok || !is_array ||
+      napi_get_array_length(env, list, &count) != napi_ok || (want > 0 && count != want)) {
     return false;
   }
-  keys->resize(n);
-  for (uint32_t i = 0; i < n; i++) {
-    napi_value k;
+  out->resize(count);
+  for (uint32_t i = 0; i < count; i++) {
+    napi_value v;
     size_t len = 0;
-    if (napi_get_element(env, argv[1], i, &k) != napi_ok ||
-        napi_get_value_string_utf8(env, k, nullptr, 0, &len) != napi_ok) {
-      Fail(env, "Expected an array of keys");
+    if (napi_get_element(env, list, i, &v) != napi_ok ||
+        napi_get_value_string_utf8(env, v, nullptr, 0, &len) != napi_ok) {
       return false;
     }
-    (*keys)[i].resize(len);
-    napi_get_value_string_utf8(env, k, &(*keys)[i][0], len + 1, &len);
-  }
-  // The bytes last: reading the keys above may run JavaScript (a getter), which must not move them.
-  if (!GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", bytes)) return false;
-  if (bytes->length > INT32_MAX) {
-    Fail(env, "Expected at most 2 GiB - 1 bytes");
-    return false;
+    (*out)[i].resize(len);
+    napi_get_value_string_utf8(env, v, &(*out)[i][0], len + 1, &len);
   }
   return true;
+}
+
+// The text of a scan's call, argument 0, as a Uint8Array of at most 2 GiB - 1 bytes (offsets are int32); taken
+// after the call's other arguments, since reading those may run JavaScript (a getter), which must not move it.
+bool GetScanBytes(napi_env env, napi_value value, View* bytes) {
+  if (!GetTyped(env, value, napi_uint8_array, "Expected Uint8Array for bytes", bytes)) return false;
+  if (bytes->length > INT32_MAX) return Fail(env, "Expected at most 2 GiB - 1 bytes");
+  return true;
+}
+
+// The text and the keys of a scan's call (bytes, keys); false with an exception pending where they are not
+// a Uint8Array (GetScanBytes) and an array of strings.
+bool ScanArgs(napi_env env, napi_callback_info info, View* bytes, std::vector<std::string>* keys) {
+  napi_value argv[2];
+  if (!GetArgs(env, info, 2, argv)) return false;
+  if (!GetStrings(env, argv[1], 0, keys)) return Fail(env, "Expected an array of keys");
+  return GetScanBytes(env, argv[0], bytes);
 }
 
 // `values` as a new Int32Array.
@@ -1172,49 +1179,24 @@ napi_value JsonlJoin(napi_env env, napi_callback_info info) {
   View bytes;
   napi_valuetype type;
   void* rows = nullptr;
-  bool is_array = false;
-  if (!GetArgs(env, info, 4, argv)) return nullptr;
-  const auto strings = [&](napi_value list, uint32_t want, std::vector<std::string>* out) {
-    uint32_t count = 0;
-    if (napi_is_array(env, list, &is_array) != napi_ok || !is_array ||
-        napi_get_array_length(env, list, &count) != napi_ok || (want > 0 && count != want)) {
-      return false;
-    }
-    out->resize(count);
-    for (uint32_t i = 0; i < count; i++) {
-      napi_value v;
-      size_t len = 0;
-      if (napi_get_element(env, list, i, &v) != napi_ok ||
-          napi_get_value_string_utf8(env, v, nullptr, 0, &len) != napi_ok) {
-        return false;
-      }
-      (*out)[i].resize(len);
-      napi_get_value_string_utf8(env, v, &(*out)[i][0], len + 1, &len);
-    }
-    return true;
-  };
+  bool tagged = false;
   std::vector<std::string> keys, values;
-  if (!strings(argv[1], 2, &keys)) {
+  if (!GetArgs(env, info, 4, argv)) return nullptr;
+  if (!GetStrings(env, argv[1], 2, &keys)) {
     Fail(env, "Expected the id key and the value key");
     return nullptr;
   }
-  bool tagged = false;
   if (napi_typeof(env, argv[2], &type) != napi_ok || type != napi_external ||
       napi_check_object_type_tag(env, argv[2], &kIdRowsTag, &tagged) != napi_ok || !tagged ||
       napi_get_value_external(env, argv[2], &rows) != napi_ok) {
     Fail(env, "Expected ids from jsonlIdRows");
     return nullptr;
   }
-  if (!strings(argv[3], 0, &values)) {
+  if (!GetStrings(env, argv[3], 0, &values)) {
     Fail(env, "Expected an array of values");
     return nullptr;
   }
-  // The bytes last: reading the arrays above may run JavaScript (a getter), which must not move them.
-  if (!GetTyped(env, argv[0], napi_uint8_array, "Expected Uint8Array for bytes", &bytes)) return nullptr;
-  if (bytes.length > INT32_MAX) {
-    Fail(env, "Expected at most 2 GiB - 1 bytes");
-    return nullptr;
-  }
+  if (!GetScanBytes(env, argv[0], &bytes)) return nullptr;
   std::vector<int32_t> found;
   hsm::ScanJsonlJoin(static_cast<const uint8_t*>(bytes.data), bytes.length, keys,
                      *static_cast<const hsm::IdRows*>(rows), values, &found);
@@ -1340,7 +1322,8 @@ napi_value SortedGroups(napi_env env, napi_callback_info info) {
   }
   std::vector<int32_t> n_ties(n_groups);
   for (size_t g = 0; g < n_groups; g++) {
-    static_cast<double*>(auroc.data)[g] = hsm::UnweightedAuroc(groups[g]);
+    const hsm::SortedGroup sorted{groups[g].fact, groups[g].label, groups[g].ties, groups[g].n_ties - 1, 0};
+    static_cast<double*>(auroc.data)[g] = hsm::Auroc(sorted, nullptr);  // every row weighted 1
     n_ties[g] = static_cast<int32_t>(groups[g].n_ties);
     std::copy(ties[g].begin(), ties[g].begin() + groups[g].n_ties, static_cast<int32_t*>(ties_out[g].data));
   }

@@ -54,10 +54,6 @@ bool OrderByScore(const int32_t* rows, size_t n, const double* score, int32_t* o
   return true;
 }
 
-}  // namespace hsm
-
-namespace hsm {
-
 bool SortedGroups(const int32_t* order, size_t n, const double* score, const uint8_t* y, const int32_t* group_of,
                   const int32_t* fact_of, const int32_t* pooled_fact_of, SortedGroupOut* groups, size_t n_groups) {
   if (n_groups == 0) return false;
@@ -86,19 +82,6 @@ bool SortedGroups(const int32_t* order, size_t n, const double* score, const uin
     groups[g].ties[groups[g].n_ties++] = static_cast<int32_t>(at[g]);
   }
   return true;
-}
-
-double UnweightedAuroc(const SortedGroupOut& g) {
-  double neg_below = 0, sum_pos = 0, wins = 0;
-  for (size_t t = 0; t + 1 < g.n_ties; t++) {
-    double pos = 0, neg = 0;
-    for (int32_t i = g.ties[t]; i < g.ties[t + 1]; i++) (g.label[i] ? pos : neg) += 1;
-    wins += pos * (neg_below + neg / 2);
-    neg_below += neg;
-    sum_pos += pos;
-  }
-  if (sum_pos == 0 || neg_below == 0) return std::nan("");
-  return wins / (sum_pos * neg_below);
 }
 
 }  // namespace hsm

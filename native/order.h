@@ -29,8 +29,4 @@ struct SortedGroupOut {
 bool SortedGroups(const int32_t* order, size_t n, const double* score, const uint8_t* y, const int32_t* group_of,
                   const int32_t* fact_of, const int32_t* pooled_fact_of, SortedGroupOut* groups, size_t n_groups);
 
-// The group's AUROC with every row weighted 1 (equal scores count 1/2), exact: every sum is a whole
-// or half number far below 2^53. NaN where either label is missing.
-double UnweightedAuroc(const SortedGroupOut& g);
-
 }  // namespace hsm

@@ -102,14 +102,10 @@ function lineLength(run: Buffer, start: number, stop: number): number {
   return stop > start && run[stop - 1] === CARRIAGE_RETURN ? stop - start - 1 : stop - start;
 }
 
-/** Each line of a run: its bytes (without "\n") and where they start in the run. */
-function* linesOf(run: Buffer): Generator<{ start: number; stop: number }> {
-  for (let start = 0; start < run.length;) {
-    const nl = run.indexOf(NEWLINE, start);
-    const stop = nl === -1 ? run.length : nl;
-    yield { start, stop };
-    start = stop + 1;
-  }
+/** Where the line of `run` that starts at `start` stops: its "\n", or the run's end. */
+function lineStop(run: Buffer, start: number): number {
+  const nl = run.indexOf(NEWLINE, start);
+  return nl === -1 ? run.length : nl;
 }
 
 export async function* jsonLines(
@@ -120,7 +116,8 @@ export async function* jsonLines(
   let line = 0;
   try {
     for await (const run of lineRuns(fh, file, () => fail(line + 1, tooLongProblem))) {
-      for (const { start, stop } of linesOf(run.bytes)) {
+      for (let start = 0, stop = 0; start < run.bytes.length; start = stop + 1) {
+        stop = lineStop(run.bytes, start);
         line++;
         if (lineLength(run.bytes, start, stop) > JSONL_LINE_MAX_BYTES) throw fail(line, tooLongProblem);
         const value = recordOf(run.bytes.subarray(start, stop), run.offset + start, line, fail);
@@ -210,28 +207,21 @@ export async function jsonlScanned(
       let at = 0; // the scan's entry for the next line it did not find blank
       let index = 0;
       // The lines one by one, in a plain loop: a generator's object per line cost more than the line's own work.
-      for (let start = 0; start < bytes.length; index++) {
-        const nl = bytes.indexOf(NEWLINE, start);
-        const stop = nl === -1 ? bytes.length : nl;
-        const next = stop + 1;
+      for (let start = 0, stop = 0; start < bytes.length; start = stop + 1, index++) {
+        stop = lineStop(bytes, start);
         line++;
         if (lineLength(bytes, start, stop) > JSONL_LINE_MAX_BYTES) throw fail(line, tooLongProblem);
         if (found !== undefined) {
-          if (found[at] !== index) {
-            start = next;
-            continue; // blank: the scan has no entry for it
-          }
+          if (found[at] !== index) continue; // blank: the scan has no entry for it
           const entry = at;
           at += stride;
           if (found[entry + 3] === 0) {
             fast.plain(found, entry, bytes, line);
-            start = next;
             continue;
           }
         }
         const value = recordOf(bytes.subarray(start, stop), offset + start, line, fail);
         if (value !== undefined) take(membersOf(value, keys), line);
-        start = next;
       }
     }
   } finally {

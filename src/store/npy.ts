@@ -9,8 +9,11 @@ import { NpyHeaderError } from "../errors.js";
 export const NPY_MAGIC = Uint8Array.from([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]); // \x93NUMPY
 /** The data of every file we write starts at a multiple of this. */
 const NPY_ALIGN = 64;
-/** Headers longer than this are refused before they are parsed. */
-export const NPY_MAX_HEADER = 1 << 16;
+/**
+ * Headers longer than this are refused before they are parsed: NumPy's own limit (`max_header_size`), past which
+ * `numpy.load` refuses a file unless told to trust it whole.
+ */
+export const NPY_MAX_HEADER = 10000;
 /** Bytes before the header text: magic, version, and the header length in 2 bytes (1.0) or 4 (2.0, 3.0). */
 const NPY_PREAMBLE_1 = 10;
 const NPY_PREAMBLE_2 = 12;
@@ -72,15 +75,21 @@ function readPrelude(bytes: Uint8Array, path: string): { version: string; header
   const major = bytes[6]!;
   const minor = bytes[7]!;
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const long = (headerLen: number) =>
+    new NpyHeaderError(
+      path,
+      "length",
+      `${headerLen} bytes exceeds NumPy's ${NPY_MAX_HEADER}-byte limit (numpy.load refuses such a file by default)`,
+    );
   if (major === 1 && minor === 0) {
-    return { version: "1.0", headerStart: NPY_PREAMBLE_1, headerLen: view.getUint16(8, true) };
+    const headerLen = view.getUint16(8, true);
+    if (headerLen > NPY_MAX_HEADER) throw long(headerLen);
+    return { version: "1.0", headerStart: NPY_PREAMBLE_1, headerLen };
   }
   if ((major === 2 || major === 3) && minor === 0) {
     if (bytes.length < NPY_PREAMBLE_2) throw new NpyHeaderError(path, "length", "is cut short");
     const headerLen = view.getUint32(8, true);
-    if (headerLen > NPY_MAX_HEADER) {
-      throw new NpyHeaderError(path, "length", `${headerLen} bytes exceeds the ${NPY_MAX_HEADER}-byte limit`);
-    }
+    if (headerLen > NPY_MAX_HEADER) throw long(headerLen);
     return { version: `${major}.0`, headerStart: NPY_PREAMBLE_2, headerLen };
   }
   throw new NpyHeaderError(path, "version", `${major}.${minor} is not supported (expected 1.0, 2.0 or 3.0)`);
@@ -251,6 +260,8 @@ class LiteralReader {
     if (!m) return this.fail("expected a non-negative integer");
     this.i += m[0].length;
     if (m[0].length > MAX_DIMENSION_DIGITS) this.fail("dimension too large");
+    // Python reads no integer literal with a leading zero but 0 itself, and neither does numpy.load.
+    if (m[0].length > 1 && m[0].startsWith("0")) this.fail(`dimension ${m[0]} has a leading zero`);
     const n = Number(m[0]);
     if (!Number.isSafeInteger(n)) this.fail("dimension too large");
     return n;

@@ -125,6 +125,54 @@ np.save(sys.argv[1] + "/h1.npy", np.zeros((7,), dtype=np.float32))`,
     expect(Buffer.from(readFileSync(join(dir, "h1.npy")).subarray(0, h1.length)).equals(Buffer.from(h1))).toBe(true);
   });
 
+  it("refuses the headers numpy.load refuses and reads those it reads, at NumPy's header limit", () => {
+    // Headers of 10,000 and 10,001 bytes (padding before the newline), and shapes with and without a leading zero.
+    const header = (dict: string, length: number) => {
+      const text = dict + " ".repeat(length - dict.length - 1) + "\n";
+      const out = new Uint8Array(10 + text.length + 8);
+      out.set(buildNpyHeader("<f2", [2, 2]).subarray(0, 8));
+      out[8] = text.length & 0xff;
+      out[9] = text.length >> 8;
+      for (let i = 0; i < text.length; i++) out[10 + i] = text.charCodeAt(i);
+      return out;
+    };
+    const dict = (shape: string) => `{'descr': '<f2', 'fortran_order': False, 'shape': ${shape}, }`;
+    const cases = {
+      "at-limit": header(dict("(2, 2)"), 10000),
+      "past-limit": header(dict("(2, 2)"), 10001),
+      "zero-dim": header(dict("(0, 2)"), 128 - 10),
+      "leading-zero": header(dict("(02, 2)"), 128 - 10),
+    };
+    for (const [name, bytes] of Object.entries(cases)) writeFileSync(join(dir, `${name}.npy`), bytes);
+    const numpyReads = JSON.parse(
+      python(
+        `import numpy as np, sys, json
+ok = {}
+for name in sys.argv[2:]:
+    try:
+        np.load(sys.argv[1] + "/" + name + ".npy"); ok[name] = True
+    except Exception:
+        ok[name] = False
+print(json.dumps(ok))`,
+        dir,
+        ...Object.keys(cases),
+      ),
+    );
+    const hsmReads = Object.fromEntries(
+      Object.entries(cases).map(([name, bytes]) => {
+        try {
+          parseNpyHeader(bytes, name);
+          return [name, true];
+        } catch (err) {
+          if (!(err instanceof NpyHeaderError)) throw err;
+          return [name, false];
+        }
+      }),
+    );
+    expect(numpyReads).toEqual({ "at-limit": true, "past-limit": false, "zero-dim": true, "leading-zero": false });
+    expect(hsmReads).toEqual(numpyReads);
+  });
+
   it("reads numpy.save's float16 and float32 files and rejects Fortran order clearly", async () => {
     python(
       `import numpy as np, sys

@@ -288,12 +288,21 @@ export function explainLayers(layers: readonly number[], numLayers?: number): { 
   return { numLayers: L, rule: layers.map((l) => `l == ${l}`).join(" or ") };
 }
 
+/**
+ * Whether a foreign store counts as complete: as its `complete` flag says where it records one; without one, unless
+ * its `rows_done` says rows are still to be written.
+ */
+export function takenComplete(f: ForeignManifest): boolean {
+  return f.complete ?? (f.rowsDone === undefined || f.rowsDone === f.queryIds.length);
+}
+
 /** Everything a foreign manifest does not record, in words for `verify`'s notes. */
 export function unrecorded(f: ForeignManifest): string[] {
   const notes: string[] = [];
   if (!f.factIds || !f.families) notes.push("records no fact ids or condition families (they come from the bank)");
   if (!f.layers) notes.push("lists no layers (the L###.npy names in the folder give them)");
-  if (f.complete === undefined) notes.push('records no "complete" flag (the store is taken as complete)');
+  if (f.complete === undefined && takenComplete(f))
+    notes.push('records no "complete" flag (the store is taken as complete)');
   if (!f.model) notes.push("does not name the model");
   if (f.numLayers === undefined)
     notes.push("does not record the model's block count (taken as the highest stored layer + 1)");
@@ -320,7 +329,7 @@ export function normalizedManifest(
 ): Manifest {
   const n = f.queryIds.length;
   const { numLayers, rule } = explainLayers(o.layers, f.numLayers);
-  const complete = f.complete ?? true;
+  const complete = takenComplete(f);
   return {
     format: STORE_FORMAT,
     model: f.model ?? o.model,

@@ -78,11 +78,12 @@ export class StoreReader {
         ? await openNative(backend, checkedManifest(value, where))
         : await openForeign(backend, value, where, options);
       if (!manifest.complete && !options.allowIncomplete) {
-        throw new ManifestError(
-          where,
-          "complete",
-          `is false: ${manifest.rows_done} of ${manifest.query_ids.length} rows written. Finish the run, or pass --allow-incomplete to read the rows so far`,
-        );
+        const finish = "Finish the run, or pass --allow-incomplete to read the rows so far";
+        const rows = `${manifest.rows_done} of ${manifest.query_ids.length} rows`;
+        // Another tool's store may say so by its rows_done alone.
+        throw foreign !== undefined && foreign.complete === undefined
+          ? new ManifestError(where, "rows_done", `is ${rows}, and no "complete" flag is recorded. ${finish}`)
+          : new ManifestError(where, "complete", `is false: ${rows} written. ${finish}`);
       }
       const sealed = manifest.manifest_sha256;
       if (!foreign && manifest.complete && sealed !== undefined && manifestContentSha256(manifest) !== sealed) {

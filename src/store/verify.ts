@@ -596,7 +596,7 @@ async function planForeign(
   dir: string,
 ): Promise<Plan | undefined> {
   // Loaded here, not with this module: hsm's own stores, the usual case, need none of it.
-  const { bankMismatch, foreignLayers, parseForeignManifest, unrecorded } = await import("./foreign.js");
+  const { bankMismatch, foreignLayers, parseForeignManifest, takenComplete, unrecorded } = await import("./foreign.js");
   const { manifest: f, problems } = parseForeignManifest(value);
   for (const p of problems) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   if (!f) return undefined;
@@ -609,22 +609,24 @@ async function planForeign(
   report.rows_done = f.rowsDone ?? null;
   if (f.complete === false)
     problem(MANIFEST_NAME, "incomplete", "the store is incomplete by its own manifest (complete: false)");
+  else if (!takenComplete(f))
+    problem(
+      MANIFEST_NAME,
+      "incomplete",
+      `the store is incomplete by its own manifest (rows_done: ${f.rowsDone} of ${f.queryIds.length} rows, and no "complete" flag)`,
+    );
 
-  if (!f.factIds || !f.families) {
-    if (options.bank === undefined) {
-      note(
-        MANIFEST_NAME,
-        "no-bank",
-        "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)",
-      );
-    } else {
-      const bank =
-        typeof options.bank === "string"
-          ? await (await import("../bank/bank.js")).readBank(options.bank)
-          : options.bank;
-      const mismatch = bankMismatch(f.queryIds, bank, typeof options.bank === "string" ? options.bank : "given");
-      if (mismatch) problem(MANIFEST_NAME, "bank-join", `"query_ids" ${mismatch}`);
-    }
+  if (options.bank !== undefined) {
+    const bank =
+      typeof options.bank === "string" ? await (await import("../bank/bank.js")).readBank(options.bank) : options.bank;
+    const mismatch = bankMismatch(f.queryIds, bank, typeof options.bank === "string" ? options.bank : "given");
+    if (mismatch) problem(MANIFEST_NAME, "bank-join", `"query_ids" ${mismatch}`);
+  } else if (!f.factIds || !f.families) {
+    note(
+      MANIFEST_NAME,
+      "no-bank",
+      "no bank given: the rows' query ids were not checked against one (the metrics need --bank BANK)",
+    );
   }
 
   let names: string[] = [];

@@ -467,4 +467,42 @@ describe("verifying a store written by another tool", () => {
       `index.json: [bank-join] "query_ids" row 0 is query "query_elsewhere", which the bank ${fx.bank} lacks (1 of ${ids.length} rows are not in it); is this the bank the store was made from?`,
     ]);
   });
+
+  it("checks the rows against a given bank when the manifest carries their fact ids and families too", async () => {
+    const ids = native.query_ids.map((q, i) => (i === 2 ? "query_elsewhere" : q));
+    const rows = ids.map((q, i) => ({
+      query_id: q,
+      fact_id: native.fact_ids[i],
+      condition_family: native.condition_families[i],
+    }));
+    const store = foreignStore("verify-bank-rows", { rows, checksums: sums(), complete: true });
+    // Without the bank the rows need none; with it, they are checked against it.
+    expect((await verifyStore(store)).ok).toBe(true);
+    const r = await verifyStore(store, { bank: fx.bank });
+    expect(r.problems.map((p) => `${p.file}: [${p.problem}] ${p.message}`)).toEqual([
+      `index.json: [bank-join] "query_ids" row 2 is query "query_elsewhere", which the bank ${fx.bank} lacks (1 of ${ids.length} rows are not in it); is this the bank the store was made from?`,
+    ]);
+  });
+
+  it("takes a store whose rows_done falls short, with no complete flag, as incomplete", async () => {
+    const n = native.query_ids.length;
+    const store = foreignStore("rows-short", { query_ids: native.query_ids, checksums: sums(), rows_done: 5 });
+    const r = await verifyStore(store, { bank: fx.bank });
+    expect(r.problems.map((p) => `${p.file}: [${p.problem}] ${p.message}`)).toEqual([
+      `index.json: [incomplete] the store is incomplete by its own manifest (rows_done: 5 of ${n} rows, and no "complete" flag)`,
+    ]);
+    await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toThrow(
+      `index.json: "rows_done" is 5 of ${n} rows, and no "complete" flag is recorded. Finish the run, or pass --allow-incomplete to read the rows so far`,
+    );
+    const reader = await StoreReader.open(store, { bank: fx.bank, allowIncomplete: true });
+    try {
+      expect(reader.manifest.complete).toBe(false);
+      expect(reader.readableRows).toBe(5);
+    } finally {
+      await reader.close();
+    }
+    // All rows done without the flag: complete.
+    const whole = foreignStore("rows-whole", { query_ids: native.query_ids, checksums: sums(), rows_done: n });
+    expect((await verifyStore(whole, { bank: fx.bank })).ok).toBe(true);
+  });
 });

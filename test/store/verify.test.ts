@@ -2,7 +2,7 @@
  * `verifyStore` on a good fixture store and on one corruption at a time. Each
  * corruption must be reported with the file it concerns and its own message.
  */
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
   cpSync,
@@ -373,43 +373,35 @@ describe("verifyStore", () => {
       await expect(StoreReader.open(store)).rejects.toThrow(/"manifest_sha256" does not match the manifest's content/);
   });
 
-  it("seals what the writer completed: the recorded sha256 is that of the content, computed independently", async () => {
+  /** Whether the Python recipe docs/formats.md gives for recomputing the seal accepts `manifest`'s seal. */
+  const docRecipeAccepts = (manifest: object): boolean => {
+    const doc = readFileSync(join(import.meta.dirname, "..", "..", "docs", "formats.md"), "utf8");
+    const recipe = /#### Recomputing the seal[\s\S]*?```python\n([\s\S]*?)```/.exec(doc)![1]!;
+    const at = join(dir, `recipe-${Math.random().toString(36).slice(2)}`);
+    mkdirSync(at);
+    writeFileSync(join(at, "index.json"), JSON.stringify(manifest));
+    return spawnSync("/usr/bin/python3", ["-c", recipe], { cwd: at }).status === 0;
+  };
+
+  it("seals what the writer completed: docs/formats.md's Python recipe recomputes the seal", async () => {
     const m = JSON.parse(readFileSync(join(good, "index.json"), "utf8"));
-    const { manifest_sha256: sealed, ...content } = m;
-    // Canonical JSON by a second route: Python's json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False).
-    const py = execFileSync(
-      "/usr/bin/python3",
-      [
-        "-c",
-        "import json,sys,hashlib; m=json.load(sys.stdin); " +
-          "print(hashlib.sha256(json.dumps(m,sort_keys=True,separators=(',',':'),ensure_ascii=False).encode()).hexdigest())",
-      ],
-      { input: JSON.stringify(content) },
-    )
-      .toString()
-      .trim();
-    expect(sealed).toBe(py);
+    expect(docRecipeAccepts(m)).toBe(true);
+    expect(docRecipeAccepts({ ...m, model: `${m.model}x` })).toBe(false);
   });
 
-  it("hashes arrays of every JSON kind as canonical JSON computed independently", () => {
+  it("hashes every JSON kind as canonical JSON that docs/formats.md's Python recipe recomputes", () => {
     const content = {
-      z: ['a"b', "é\u2028", "", "\\"],
+      z: ['a"b', "é\u2028", "", "\\", "\u0001\u007f"],
       a: [1, -2, 0, 3.5, null, true, false, "x"],
+      // Numbers Python's json.dumps writes otherwise: 3.2e-05, 1e-07, 1e+16, 1.7976931348623157e+308.
+      n: [0.000032, 1e-7, 1.25e-7, 1e16, 1e21, 123456789.5, 5e-324, 1.7976931348623157e308, -0.5, 2 ** 60],
       m: [[], [1, [2, "3"]], [{ b: 1, a: [null] }], {}],
-      k: { y: [true], x: "v" },
+      // Keys past the Basic Multilingual Plane sort by UTF-16 code unit, before U+FFFD.
+      k: { y: [true], x: "v", "\ufffd": 1, "\u{1f600}": 2, é: 3 },
     };
-    const py = execFileSync(
-      "/usr/bin/python3",
-      [
-        "-c",
-        "import json,sys,hashlib; m=json.load(sys.stdin); " +
-          "print(hashlib.sha256(json.dumps(m,sort_keys=True,separators=(',',':'),ensure_ascii=False).encode()).hexdigest())",
-      ],
-      { input: JSON.stringify(content) },
-    )
-      .toString()
-      .trim();
-    expect(manifestContentSha256({ ...content, manifest_sha256: "f".repeat(64) })).toBe(py);
+    const manifest = { ...content, manifest_sha256: manifestContentSha256(content) };
+    expect(docRecipeAccepts(manifest)).toBe(true);
+    expect(docRecipeAccepts({ ...manifest, n: [...content.n, 0.1] })).toBe(false);
   });
 
   it("reports layers that are not what the layer rule keeps at the block count", async () => {

@@ -572,9 +572,10 @@ function planNative(value: unknown, lists: RowListTexts | undefined, problem: Pr
           .map(([name, e]) => ({
             name,
             ...(Number.isSafeInteger(e.bytes) ? { bytes: e.bytes } : {}),
-            sha256: typeof e.sha256 === "string" ? e.sha256 : "",
-            nonfinite: e.nonfinite,
-            maxAbs: e.max_abs,
+            // A field already reported as malformed is not compared with the file as well.
+            ...(typeof e.sha256 === "string" && /^[0-9a-f]{64}$/.test(e.sha256) ? { sha256: e.sha256 } : {}),
+            ...(Number.isSafeInteger(e.nonfinite) && e.nonfinite >= 0 ? { nonfinite: e.nonfinite } : {}),
+            ...(e.max_abs === null || (typeof e.max_abs === "number" && e.max_abs >= 0) ? { maxAbs: e.max_abs } : {}),
           }))
       : [];
   return {

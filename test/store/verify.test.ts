@@ -282,6 +282,22 @@ describe("verifyStore", () => {
       (s: string) => editManifest(s, (m) => (m.files["L005.npy"].nonfinite = 0)),
       ["L005.npy: [nonfinite] holds 2 non-finite values, the manifest says 0"],
     ],
+    // A malformed field is reported once, as malformed, and not compared with the file as well.
+    [
+      "a checksum in upper-case hex",
+      (s: string) => editManifest(s, (m) => (m.files["L003.npy"].sha256 = m.files["L003.npy"].sha256.toUpperCase())),
+      ['index.json: [manifest-field] "files.L003.npy.sha256" expected 64 lowercase hex digits'],
+    ],
+    [
+      "a fractional non-finite count",
+      (s: string) => editManifest(s, (m) => (m.files["L005.npy"].nonfinite = 2.5)),
+      ['index.json: [manifest-field] "files.L005.npy.nonfinite" expected a non-negative integer'],
+    ],
+    [
+      "a negative largest magnitude",
+      (s: string) => editManifest(s, (m) => (m.files["L004.npy"].max_abs = -1)),
+      ['index.json: [manifest-field] "files.L004.npy.max_abs" expected a non-negative number or null'],
+    ],
     [
       "a layer list that disagrees with the files",
       (s: string) => editManifest(s, (m) => m.layers.push(9)),

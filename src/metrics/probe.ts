@@ -160,11 +160,19 @@ export async function trainProbes(
   const C = o.c;
   const maxIt = o.maxIterations ?? PROBE_MAX_ITERATIONS;
   const m = o.history ?? DEFAULT_HISTORY;
-  const evaluate = foldObjective(products, y, folds, standardize(h, products.n, d, folds, o), C);
+  const std = standardize(h, products.n, d, folds, o);
+  const evaluate = foldObjective(products, y, folds, std, C);
 
-  const theta: Float64Array[] = folds.map((_, k) =>
-    o.start?.[k]?.length === d + 1 ? Float64Array.from(o.start[k]!) : new Float64Array(d + 1),
-  );
+  // A dimension flat over a fold's training rows (deviation below 1e-8) keeps its weight at zero, as a start from
+  // zero on exact arithmetic leaves it: its standardized values there are all but zero, so the data give it no
+  // gradient, while float32 products on prescaled rows (whose scale the other folds' rows set) would give it rounding
+  // noise times that scale, and a warm start a weight the stopping rule need not remove. Either would then weigh the
+  // fold's own rows by their raw, unscaled values in that dimension.
+  const theta: Float64Array[] = folds.map((_, k) => {
+    const t = o.start?.[k]?.length === d + 1 ? Float64Array.from(o.start[k]!) : new Float64Array(d + 1);
+    for (let c = 0; c < d; c++) if (std.flat[k * d + c]) t[c] = 0;
+    return t;
+  });
   const { values: f, grads: g, v: vAll, offset: offAll } = await evaluate(theta);
   const tol = folds.map((fold) => GRADIENT_TOLERANCE * C * fold.train.length);
   const done = folds.map((_, k) => maxAbs(g[k]!) <= tol[k]!);
@@ -219,6 +227,8 @@ interface Standardization {
   scale: Float64Array;
   /** 1 where row i trains fold k, at k·n + i. */
   inTrain: Uint8Array;
+  /** 1 where dimension c's deviation over fold k's training rows is below 1e-8 (divided by 1), at k·d + c. */
+  flat: Uint8Array;
 }
 
 /** Each fold's mean and population deviation over its training rows, and its training mask. */
@@ -231,6 +241,7 @@ function standardize(h: Float32Array, n: number, d: number, folds: FoldProblem[]
   );
   const scale = new Float64Array(K * d);
   const inTrain = new Uint8Array(K * n);
+  const flat = new Uint8Array(K * d);
   folds.forEach((f, k) => {
     for (const i of f.train) inTrain[k * n + i] = 1;
     const mk = mean.subarray(k * d, (k + 1) * d);
@@ -241,10 +252,11 @@ function standardize(h: Float32Array, n: number, d: number, folds: FoldProblem[]
       // Rows arrive centred and scaled (see prescale), so the one-pass variance loses nothing.
       const sd = Math.sqrt(Math.max(ss[c]! / cnt - mk[c]! * mk[c]!, 0));
       const raw = o.prescale ? o.prescale.scale[c]! : 1;
-      scale[k * d + c] = sd * raw < CONSTANT_FEATURE_DEVIATION ? 1 / raw : sd;
+      flat[k * d + c] = sd * raw < CONSTANT_FEATURE_DEVIATION ? 1 : 0;
+      scale[k * d + c] = flat[k * d + c] ? 1 / raw : sd;
     }
   });
-  return { mean, scale, inTrain };
+  return { mean, scale, inTrain, flat };
 }
 
 /** Some folds' objective values and gradients, with their weights and offsets on the rows as given. */
@@ -272,7 +284,7 @@ function foldObjective(
 ): Evaluate {
   const { n, d } = products;
   const K = folds.length;
-  const { mean, scale, inTrain } = std;
+  const { mean, scale, inTrain, flat } = std;
   const sgn = Float64Array.from(y, (v) => (v ? 1 : -1));
   const allFolds = folds.map((_, k) => k);
   return async (points, cols = allFolds) => {
@@ -307,7 +319,10 @@ function foldObjective(
       const grad = new Float64Array(d + 1);
       for (let c = 0; c < d; c++) {
         reg += th[c]! * th[c]!;
-        grad[c] = th[c]! + (C * (ht[a * d + c]! - mean[k * d + c]! * gsum[a]!)) / scale[k * d + c]!;
+        // A flat dimension's weight is held at zero (see trainProbes).
+        grad[c] = flat[k * d + c]
+          ? 0
+          : th[c]! + (C * (ht[a * d + c]! - mean[k * d + c]! * gsum[a]!)) / scale[k * d + c]!;
       }
       grad[d] = C * gsum[a]!;
       values.push(0.5 * reg + C * loss[a]!);

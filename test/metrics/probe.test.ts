@@ -209,6 +209,56 @@ describe("probe", () => {
     },
   );
 
+  it("holds at zero a dimension flat over a fold's training rows, however large on its other rows, on every backend", async () => {
+    // Dimension 0 is exactly 0 on the rows fold 0 trains on and ±20,000…60,000 on the rows it scores, as KTS
+    // prescales them (the other folds' rows set that dimension's scale). Fold 0's optimum weighs it 0; float32
+    // products on the prescaled rows, or a warm start, must not give it a weight that those values then multiply.
+    const rows = 500;
+    const dims = 5;
+    const rng = new Rng(8);
+    const x = new Float32Array(rows * dims);
+    for (let i = 0; i < rows; i++) {
+      x[i * dims] = i % 5 === 0 ? (rng.normal() < 0 ? -1 : 1) * (20000 + 40000 * rng.uniform()) : 0;
+      for (let j = 1; j < dims; j++) x[i * dims + j] = rng.normal();
+    }
+    const labels = Uint8Array.from({ length: rows }, (_, i) => (x[i * dims + 1]! - x[i * dims + 2]! > 0 ? 1 : 0));
+    const every = Int32Array.from({ length: rows }, (_, i) => i);
+    const five = [0, 1, 2, 3, 4].map((k) => ({ train: every.filter((i) => i % 5 !== k) }));
+    // Fold 0 on its own four dimensions, in float64 without the flat one: where its weights should end.
+    const rest = new Float32Array(rows * (dims - 1));
+    for (let i = 0; i < rows; i++) rest.set(x.subarray(i * dims + 1, (i + 1) * dims), i * (dims - 1));
+    const [want] = await trainProbes(rest, await typescriptKernels.products(rest, rows, dims - 1), labels, [five[0]!], {
+      c: 0.01,
+    });
+    for (const name of BACKENDS) {
+      const { kernels } = await openKernels(name);
+      const prescaled = kernels.standardizeRows(x, every, dims);
+      for (const start of [undefined, five.map(() => Float64Array.of(0.3, 0, 0, 0, 0, 0))]) {
+        const products = await kernels.products(prescaled.rows, rows, dims);
+        const probes = await trainProbes(prescaled.rows, products, labels, five, {
+          c: 0.01,
+          prescale: prescaled,
+          kernels,
+          ...(start ? { start } : {}),
+        });
+        products.dispose();
+        const fold0 = probes[0]!;
+        expect(fold0.converged, name).toBe(true);
+        // The scores fold 0 gives its own rows, and its raw weights, as without the flat dimension.
+        for (let i = 0; i < rows; i += 5) {
+          let mine = fold0.offset;
+          let theirs = want!.offset;
+          for (let j = 0; j < dims; j++) mine += fold0.v[j]! * x[i * dims + j]!;
+          for (let j = 1; j < dims; j++) theirs += want!.v[j - 1]! * x[i * dims + j]!;
+          expect(mine, `${name} row ${i}`).toBeCloseTo(theirs, 3);
+        }
+        want!.v.forEach((v, j) => expect(fold0.v[j + 1]!, `${name} v${j + 1}`).toBeCloseTo(v, 3));
+        expect(fold0.w[0], name).toBe(0);
+        expect(fold0.v[0], name).toBe(0);
+      }
+    }
+  });
+
   it.skipIf(!hasSklearn && !numpyRequired)("reaches scikit-learn's LogisticRegression(C) optimum", async () => {
     const probes = await trainProbes(h, await typescriptKernels.products(h, n, d), y, [folds[0]!], { c: 0.05 });
     writeFileSync(join(dir, "h.f4"), new Uint8Array(h.buffer));

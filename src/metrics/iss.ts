@@ -69,9 +69,10 @@ function issLayout(data: LayerData): IssLayout {
 
 /**
  * ISS's anchors over centred unit rows `x`: one vector per fact with a usable
- * anchor row (several rows average and renormalize), numbered in order of
- * their first usable anchor row; `anchorOf[fact]` is that number (-1: none)
- * and `A` holds the vectors (F × d). Fewer than two stops the run.
+ * anchor row (several rows average and renormalize; rows whose mean is zero
+ * leave their fact without one), numbered in order of their first usable
+ * anchor row; `anchorOf[fact]` is that number (-1: none) and `A` holds the
+ * vectors (F × d). Fewer than two stops the run.
  */
 function anchorVectors(
   layer: number,
@@ -99,26 +100,31 @@ function anchorVectors(
       last[g] = i;
     }
   }
-  const F = first.length;
-  if (F < 2) throw new MetricsError(`layer ${layer}: ${F} fact(s) have a usable anchor row; ISS needs at least 2`);
-  if (lay.anchors.length < F * d) lay.anchors = new Float32Array(largeArrayBuffer(F * d * 4));
-  const A = lay.anchors.subarray(0, F * d);
-  for (let g = 0; g < F; g++) {
-    const a = A.subarray(g * d, (g + 1) * d);
+  if (lay.anchors.length < first.length * d) lay.anchors = new Float32Array(largeArrayBuffer(first.length * d * 4));
+  // Anchor g's final number (-1: its rows' mean is zero, so the fact has no usable anchor after all).
+  const number = new Int32Array(first.length).fill(-1);
+  let F = 0;
+  for (let g = 0; g < first.length; g++) {
+    const a = lay.anchors.subarray(F * d, (F + 1) * d);
     const r0 = first[g]!;
     if (next[r0] === -1) {
       a.set(x.subarray(r0 * d, (r0 + 1) * d));
+      number[g] = F++;
       continue;
     }
-    // Several rows: summed in float64 in row order, then renormalized.
+    // Several rows: summed in float64 in row order, then renormalized. Rows that cancel out give no direction.
     const sum = new Float64Array(d);
     for (let r = r0; r !== -1; r = next[r]!) {
       for (let j = 0; j < d; j++) sum[j]! += x[r * d + j]!;
     }
     const norm = Math.sqrt(sum.reduce((t, v) => t + v * v, 0));
+    if (!(norm > 0)) continue;
     for (let j = 0; j < d; j++) a[j] = sum[j]! / norm;
+    number[g] = F++;
   }
-  return { anchorOf, A, F };
+  for (let f = 0; f < anchorOf.length; f++) if (anchorOf[f]! >= 0) anchorOf[f] = number[anchorOf[f]!]!;
+  if (F < 2) throw new MetricsError(`layer ${layer}: ${F} fact(s) have a usable anchor row; ISS needs at least 2`);
+  return { anchorOf, A: lay.anchors.subarray(0, F * d), F };
 }
 
 /** Each query row's scores at one layer: the store rows, their rank among the anchors and their cosines. */

@@ -101,6 +101,20 @@ describe("ISS, hand-computed", () => {
     expectRows(await iss(rows), EXPECTED, { excluded_nonfinite: 0, skipped_no_anchor: 2 });
   });
 
+  it("leaves a fact without an anchor where its anchor rows cancel out, on every backend", async () => {
+    // f4's two anchor rows are opposite about the layer's mean (zero): their mean has no direction to renormalize.
+    // Its rows are skipped as a fact's without an anchor, and F stays 3 for everyone else.
+    const rows: TinyRow[] = [
+      ...BASE,
+      { fact: "f4", family: "anchor", h: [0, 0, 2, 2] },
+      { fact: "f4", family: "anchor", h: [0, 0, -2, -2] },
+      { fact: "f4", family: "para", h: [0, 0, 0, 3] },
+      { fact: "f4", family: "typo", h: [0, 0, 0, -3] },
+    ];
+    for (const backend of BACKENDS)
+      expectRows(await iss(rows, backend), EXPECTED, { excluded_nonfinite: 0, skipped_no_anchor: 2 });
+  });
+
   it("averages a fact's two anchors and renormalizes", async () => {
     // a1 = (1,0,0,1)/√2, a2 = (0,1,0,0); q = (-1,-1,0,-1)/√3.
     const rows: TinyRow[] = [

@@ -73,8 +73,9 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
     bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
   // Null, as Python tools write None, counts as absent.
   for (const key of ["rows_done", "num_layers", "d_model"]) {
-    if (m[key] !== undefined && m[key] !== null && !isInt(m[key]))
-      bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key])}`);
+    if (m[key] === undefined || m[key] === null) continue;
+    if (!isInt(m[key])) bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key])}`);
+    else if (key !== "rows_done" && m[key] === 0) bad(key, "is 0: a model has blocks, and its states have width");
   }
   if (queryIds && isInt(m.rows_done)) {
     if (m.rows_done > queryIds.length)

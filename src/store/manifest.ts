@@ -235,9 +235,14 @@ function fieldProblems(m: Record<string, unknown>, bad: Bad, lists: RowListTexts
   for (const key of ["model", "model_sha256", "layer_rule", "probe_position", "dtype", "created_at", "tool_version"]) {
     if (!isStr(m[key])) bad(key, `expected a string but found ${JSON.stringify(m[key]) ?? "nothing"}`);
   }
-  for (const key of ["num_layers", "d_model", "max_prompt_len", "rows_done"]) {
+  for (const key of ["max_prompt_len", "rows_done"]) {
     if (!isInt(m[key]) || (m[key] as number) < 0)
       bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+  }
+  // A model has blocks, and its states have width.
+  for (const key of ["num_layers", "d_model"]) {
+    if (!isInt(m[key]) || (m[key] as number) < 1)
+      bad(key, `expected a positive integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
   }
   if (m.manifest_sha256 !== undefined && !(isStr(m.manifest_sha256) && /^[0-9a-f]{64}$/.test(m.manifest_sha256)))
     bad("manifest_sha256", `expected 64 lowercase hex digits but found ${JSON.stringify(m.manifest_sha256)}`);

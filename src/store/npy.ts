@@ -174,6 +174,8 @@ export function headerMismatch(
       message: `dtype is '${h.descr}', expected ${dtypes.map((t) => `'${t}'`).join(" or ")} (${dtypes.map((t) => (t === "<f2" ? "float16" : "float32")).join(" or ")})`,
     };
   if (h.fortranOrder) return { field: "fortran_order", message: "is Fortran-ordered, expected C order" };
+  if (h.shape.length === 2 && h.shape[1] === 0)
+    return { field: "shape", message: `header shape is (${h.shape.join(", ")}): rows of width 0 hold no states` };
   if (h.shape.length !== 2 || h.shape[0] !== rows || h.shape[1] !== d) {
     return { field: "shape", message: `header shape is (${h.shape.join(", ")}), the manifest says (${rows}, ${d})` };
   }

@@ -432,6 +432,11 @@ describe("verifying a store written by another tool", () => {
       () => ['index.json: [manifest-field] "num_layers" expected a non-negative integer but found "6"'],
     ],
     [
+      "a width of 0",
+      (s: string) => remanifest(s, (m) => Object.assign(m, { d_model: 0 })),
+      () => ['index.json: [manifest-field] "d_model" is 0: a model has blocks, and its states have width'],
+    ],
+    [
       "a complete store with rows left",
       (s: string) => remanifest(s, (m) => Object.assign(m, { complete: true, rows_done: 50 })),
       (n: number) => [`index.json: [manifest-field] "rows_done" is 50 but a complete store has all ${n} rows written`],

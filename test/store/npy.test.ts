@@ -5,7 +5,7 @@ import npyjs from "npyjs";
 import { describe, expect, it } from "vitest";
 
 import { EXIT, FileError, NpyHeaderError } from "../../src/errors.js";
-import { buildNpyHeader, parseNpyHeader } from "../../src/store/npy.js";
+import { buildNpyHeader, headerMismatch, parseNpyHeader } from "../../src/store/npy.js";
 import { readNpyFile, writeNpyFile } from "../../src/store/npy-file.js";
 import { f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { ATTACKS } from "./attacks.js";
@@ -35,6 +35,15 @@ describe("npy header", () => {
       expect(parsed).toMatchObject({ descr: "<f2", fortranOrder: false, shape, dataOffset: h.length, version: "1.0" });
       expect(parsed.dataBytes).toBe(shape.reduce((a, b) => a * b, 1) * 2);
     }
+  });
+
+  it("finds rows of width 0 wrong, whatever width a manifest expects", () => {
+    const h = parseNpyHeader(buildNpyHeader("<f2", [5, 0]), "x.npy");
+    for (const d of [0, -1])
+      expect(headerMismatch(h, 5, d, h.dataOffset)).toEqual({
+        field: "shape",
+        message: "header shape is (5, 0): rows of width 0 hold no states",
+      });
   });
 
   describe("rejects hostile headers (attacks/)", () => {

@@ -348,6 +348,14 @@ describe("verifyStore", () => {
     );
   });
 
+  it("refuses a width of 0 first, then each file it disagrees with", async () => {
+    const got = lines(await verifyStore(corrupt((s) => editManifest(s, (m) => (m.d_model = 0)))));
+    expect(got[0]).toBe('index.json: [manifest-field] "d_model" expected a positive integer but found 0');
+    expect(got.slice(1).every((l) => /^(index\.json: \[manifest-field\]|L00\d\.npy: \[npy-header\]) /.test(l))).toBe(
+      true,
+    );
+  });
+
   it("holds an adopted store's files (no model_sha256) only to what NumPy reads", async () => {
     const store = corrupt((s) => {
       resave(s, "L003.npy", 2, 64);

@@ -10,12 +10,14 @@ import { VERSION } from "../version.js";
 import type { AddCommand, Registries } from "./commands/index.js";
 
 /**
- * The commands to build: all of them, except for `hsm verify`, which loads
- * only its own (start-up is a visible share of verifying a store, and no other
- * command's modules are needed to parse its command line or print its help).
+ * The commands to build: all of them, except for `hsm verify` and `hsm
+ * metrics`, which load only their own (start-up is a visible share of
+ * verifying a store or computing KTS, and no other command's modules are
+ * needed to parse their command lines or print their help).
  */
 async function commandsFor(argv: string[]): Promise<readonly AddCommand[]> {
   if (argv[2] === "verify") return [(await import("./commands/verify.js")).verifyCommand];
+  if (argv[2] === "metrics") return [(await import("./commands/metrics.js")).metricsCommand];
   return (await import("./commands/index.js")).COMMANDS;
 }
 

@@ -1,6 +1,6 @@
 /**
  * Start-up stays light: `hsm verify` and `hsm export` never load onnxruntime-node
- * or TensorFlow.js, and `hsm verify` loads no other command's module. A preload records every module the process resolves (ESM
+ * or TensorFlow.js, and `hsm verify` and `hsm metrics` load no other command's module. A preload records every module the process resolves (ESM
  * resolve hook) and every CommonJS module in require.cache at exit; commands
  * that do need those libraries show that the recording sees them.
  */
@@ -85,6 +85,12 @@ describe("start-up", () => {
     expect(metrics.stderr).toBe("");
     expect(metrics.status).toBe(0);
     expect(metrics.modules.some((m) => TFJS.test(m))).toBe(true);
+    // Only its own command module, not the other commands'.
+    expect(
+      new Set(
+        metrics.modules.filter((m) => /[\\/]dist[\\/]cli[\\/]commands[\\/]/.test(m)).map((m) => m.split(/[\\/]/).pop()),
+      ),
+    ).toEqual(new Set(["metrics.js"]));
   });
 
   it("hsm verify loads neither", () => {

@@ -13,7 +13,14 @@ import { defaultModelName, UNNAMED } from "../defaults.js";
 import { ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
 import { fileError, openInput, osReason, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
-import { foreignLayers, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
+import {
+  foreignLayers,
+  joinBank,
+  normalizedManifest,
+  parseForeignManifest,
+  takenComplete,
+  type ForeignManifest,
+} from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { acquireLock } from "./lock.js";
 import { checkedManifest, isNativeManifest, MANIFEST_NAME, writeManifestAtomic, type Manifest } from "./manifest.js";
@@ -144,10 +151,10 @@ async function readExisting(
   if (!parsed.manifest || parsed.problems.length > 0)
     throw new ManifestError(where, parsed.problems[0]!.key, parsed.problems[0]!.message);
   const foreign = parsed.manifest;
-  if (foreign.complete === false)
+  if (!takenComplete(foreign))
     throw new StoreError(
       dir,
-      "is incomplete by its own manifest (complete: false); finish writing it before adopting it",
+      `is incomplete by its own manifest (${foreign.complete === false ? "complete: false" : `rows_done: ${foreign.rowsDone} of ${foreign.queryIds.length} rows`}); finish writing it before adopting it`,
     );
   return { original, foreign };
 }

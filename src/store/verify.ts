@@ -658,7 +658,7 @@ async function planForeign(
     rows: f.queryIds.length,
     d: f.dModel ?? null,
     dtypes: ["<f2", "<f4"],
-    compare: f.complete !== false,
+    compare: takenComplete(f),
     layout: false,
   };
 }

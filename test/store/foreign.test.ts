@@ -506,6 +506,17 @@ describe("verifying a store written by another tool", () => {
     } finally {
       await reader.close();
     }
+    // Its checksums are not held against its files, as an unfinished store's are not: a byte changed past
+    // rows_done adds nothing to the report.
+    const path = join(store, "L002.npy");
+    const bytes = readFileSync(path);
+    bytes[bytes.length - 1] ^= 0xff;
+    writeFileSync(path, bytes);
+    expect((await verifyStore(store, { bank: fx.bank })).problems.map((p) => p.problem)).toEqual(["incomplete"]);
+    // Nor is it adopted.
+    await expect(adoptStore(store, { bank: fx.bank })).rejects.toThrow(
+      `is incomplete by its own manifest (rows_done: 5 of ${n} rows); finish writing it before adopting it`,
+    );
     // All rows done without the flag: complete.
     const whole = foreignStore("rows-whole", { query_ids: native.query_ids, checksums: sums(), rows_done: n });
     expect((await verifyStore(whole, { bank: fx.bank })).ok).toBe(true);

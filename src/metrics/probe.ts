@@ -28,6 +28,11 @@ const DEFAULT_HISTORY = 20;
  */
 const CONSTANT_FEATURE_DEVIATION = 1e-8;
 /**
+ * A one-pass variance (mean of squares less the squared mean) at most this fraction of the mean of squares has lost
+ * all but its last dozen bits to cancellation; it is taken again in two passes.
+ */
+const CANCELLED_VARIANCE = 2 ** -40;
+/**
  * The stopping rule (docs/metrics.md#kts-definition): the largest gradient component at most this times
  * C·n_train. The loss term's gradient grows with C and with the rows, so the bound scales with both;
  * off-the-shelf L-BFGS rules stop earlier.
@@ -249,8 +254,22 @@ function standardize(h: Float32Array, n: number, d: number, folds: FoldProblem[]
     const cnt = f.train.length;
     for (let c = 0; c < d; c++) {
       mk[c]! /= cnt;
-      // Rows arrive centred and scaled (see prescale), so the one-pass variance loses nothing.
-      const sd = Math.sqrt(Math.max(ss[c]! / cnt - mk[c]! * mk[c]!, 0));
+      // Rows arrive centred and scaled (see prescale), so the one-pass variance loses nothing, unless a fold's rows
+      // sit far from the rows' common centre in this dimension and vary little about their own: there the
+      // subtraction cancels almost every digit (a constant column can leave 1e-18 where 0 is right), and the
+      // variance is taken again about the fold's mean, in a second pass over its rows.
+      let variance = ss[c]! / cnt - mk[c]! * mk[c]!;
+      if (variance <= CANCELLED_VARIANCE * (ss[c]! / cnt)) {
+        let sum = 0;
+        let squares = 0;
+        for (const i of f.train) {
+          const dev = h[i * d + c]! - mk[c]!;
+          sum += dev;
+          squares += dev * dev;
+        }
+        variance = squares / cnt - (sum / cnt) * (sum / cnt);
+      }
+      const sd = Math.sqrt(Math.max(variance, 0));
       const raw = o.prescale ? o.prescale.scale[c]! : 1;
       flat[k * d + c] = sd * raw < CONSTANT_FEATURE_DEVIATION ? 1 : 0;
       scale[k * d + c] = flat[k * d + c] ? 1 / raw : sd;

@@ -510,7 +510,7 @@ describe("verifying a store written by another tool", () => {
     // rows_done adds nothing to the report.
     const path = join(store, "L002.npy");
     const bytes = readFileSync(path);
-    bytes[bytes.length - 1] ^= 0xff;
+    bytes[bytes.length - 1]! ^= 0xff;
     writeFileSync(path, bytes);
     expect((await verifyStore(store, { bank: fx.bank })).problems.map((p) => p.problem)).toEqual(["incomplete"]);
     // Nor is it adopted.

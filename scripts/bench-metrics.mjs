@@ -48,7 +48,7 @@ const manifest = JSON.parse(readFileSync(join(store, "index.json"), "utf8"));
 const issWork = issFlops(manifest);
 
 // KTS's limit: the store's layers read once from the page cache, every core at once.
-const readLimitRate = await readLimit(Object.keys(manifest.files).map((f) => join(store, f)));
+const readLimitRate = readLimit(Object.keys(manifest.files).map((f) => join(store, f)));
 const readSeconds = readLimitRate.bytes / 1e9 / readLimitRate.gb_per_s;
 
 const results = {

@@ -351,6 +351,8 @@ describe("verifyStore", () => {
   it("refuses a width of 0 first, then each file it disagrees with", async () => {
     const got = lines(await verifyStore(corrupt((s) => editManifest(s, (m) => (m.d_model = 0)))));
     expect(got[0]).toBe('index.json: [manifest-field] "d_model" expected a positive integer but found 0');
+    // Every file's width then disagrees with it: four files, each in its entry and its header.
+    expect(got).toHaveLength(9);
     expect(got.slice(1).every((l) => /^(index\.json: \[manifest-field\]|L00\d\.npy: \[npy-header\]) /.test(l))).toBe(
       true,
     );

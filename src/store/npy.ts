@@ -75,24 +75,23 @@ function readPrelude(bytes: Uint8Array, path: string): { version: string; header
   const major = bytes[6]!;
   const minor = bytes[7]!;
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const long = (headerLen: number) =>
-    new NpyHeaderError(
+  let prelude: { version: string; headerStart: number; headerLen: number };
+  if (major === 1 && minor === 0) {
+    prelude = { version: "1.0", headerStart: NPY_PREAMBLE_1, headerLen: view.getUint16(8, true) };
+  } else if ((major === 2 || major === 3) && minor === 0) {
+    if (bytes.length < NPY_PREAMBLE_2) throw new NpyHeaderError(path, "length", "is cut short");
+    prelude = { version: `${major}.0`, headerStart: NPY_PREAMBLE_2, headerLen: view.getUint32(8, true) };
+  } else {
+    throw new NpyHeaderError(path, "version", `${major}.${minor} is not supported (expected 1.0, 2.0 or 3.0)`);
+  }
+  if (prelude.headerLen > NPY_MAX_HEADER) {
+    throw new NpyHeaderError(
       path,
       "length",
-      `${headerLen} bytes exceeds NumPy's ${NPY_MAX_HEADER}-byte limit (numpy.load refuses such a file by default)`,
+      `${prelude.headerLen} bytes exceeds NumPy's ${NPY_MAX_HEADER}-byte limit (numpy.load refuses such a file by default)`,
     );
-  if (major === 1 && minor === 0) {
-    const headerLen = view.getUint16(8, true);
-    if (headerLen > NPY_MAX_HEADER) throw long(headerLen);
-    return { version: "1.0", headerStart: NPY_PREAMBLE_1, headerLen };
   }
-  if ((major === 2 || major === 3) && minor === 0) {
-    if (bytes.length < NPY_PREAMBLE_2) throw new NpyHeaderError(path, "length", "is cut short");
-    const headerLen = view.getUint32(8, true);
-    if (headerLen > NPY_MAX_HEADER) throw long(headerLen);
-    return { version: `${major}.0`, headerStart: NPY_PREAMBLE_2, headerLen };
-  }
-  throw new NpyHeaderError(path, "version", `${major}.${minor} is not supported (expected 1.0, 2.0 or 3.0)`);
+  return prelude;
 }
 
 /**

@@ -545,6 +545,7 @@ function contentProblems(m: Partial<Manifest>, lists: RowListTexts | undefined, 
 /** hsm's own manifest: every field required, every file entry compared. */
 function planNative(value: unknown, lists: RowListTexts | undefined, problem: ProblemSink, report: VerifyReport): Plan {
   const invalid = manifestProblems(value, lists);
+  const malformed = new Set(invalid.map((p) => p.key));
   for (const p of invalid) problem(MANIFEST_NAME, p.code, p.key ? `"${p.key}" ${p.message}` : p.message);
   const m = value as Partial<Manifest>;
   if (typeof m.complete === "boolean") report.complete = m.complete;
@@ -572,10 +573,10 @@ function planNative(value: unknown, lists: RowListTexts | undefined, problem: Pr
           .map(([name, e]) => ({
             name,
             ...(Number.isSafeInteger(e.bytes) ? { bytes: e.bytes } : {}),
-            // A field already reported as malformed is not compared with the file as well.
-            ...(typeof e.sha256 === "string" && /^[0-9a-f]{64}$/.test(e.sha256) ? { sha256: e.sha256 } : {}),
-            ...(Number.isSafeInteger(e.nonfinite) && e.nonfinite >= 0 ? { nonfinite: e.nonfinite } : {}),
-            ...(e.max_abs === null || (typeof e.max_abs === "number" && e.max_abs >= 0) ? { maxAbs: e.max_abs } : {}),
+            // A field the checks above reported as malformed is not compared with the file as well.
+            ...(!malformed.has(`files.${name}.sha256`) ? { sha256: e.sha256 } : {}),
+            ...(!malformed.has(`files.${name}.nonfinite`) ? { nonfinite: e.nonfinite } : {}),
+            ...(!malformed.has(`files.${name}.max_abs`) ? { maxAbs: e.max_abs } : {}),
           }))
       : [];
   return {

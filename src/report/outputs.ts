@@ -47,14 +47,19 @@ export async function readStudyRecord(outputs: string): Promise<Record<string, u
   }
 }
 
-/** The models of an outputs root with a finished scored file, in the study's order (else by name). */
+/**
+ * The models of an outputs root with a finished scored file, in the study's
+ * order (else by name). The models a study ran are read under `outputs`, so
+ * that a study's folder moved or copied elsewhere reads its own files; only
+ * imported models are read where the record says they live.
+ */
 export async function listModels(outputs: string): Promise<OutputsModel[]> {
   if (!(await exists(outputs))) throw new UsageError(`${outputs}: no such outputs folder`);
   const record = await readStudyRecord(outputs);
   const found: OutputsModel[] = [];
   if (record && Array.isArray(record.models)) {
-    for (const m of record.models as { name: string; paths?: ModelPaths }[]) {
-      const paths = m.paths ?? modelPaths(outputs, m.name);
+    for (const m of record.models as { name: string; status?: string; paths?: ModelPaths }[]) {
+      const paths = m.status === "imported" && m.paths ? m.paths : modelPaths(outputs, m.name);
       if (await exists(paths.scored)) found.push({ name: m.name, paths });
     }
     return found;

@@ -5,7 +5,7 @@
  * models (different numbers of blocks) against counts and differences
  * computed here from the files.
  */
-import { readFileSync } from "node:fs";
+import { cpSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -213,6 +213,32 @@ describe("per-row values and the paired comparison", () => {
     const text = formatComparison(c).split("\n");
     expect(text[0]).toBe("six (A) vs ten (B): paired on the same queries and facts; differences are A − B");
     expect(text.some((l) => /^\s*2\s+4\s+0\.400\s+0\.444\s+all\s+[+-]\d\.\d{4} \[/.test(l))).toBe(true);
+  }, 60_000);
+
+  it("reads a moved study's models under the folder given, and imported models where they live", async () => {
+    const ran = join(dir, "ran");
+    cpSync(outputs, ran, { recursive: true });
+    const entry = (name: string, status: string, root: string) => ({
+      name,
+      status,
+      outputs: root,
+      paths: {
+        generations: join(root, "evaluation", `${name}.jsonl`),
+        scored: join(root, "evaluation", `${name}.scored.jsonl`),
+        store: join(root, "hidden", name),
+        metrics: join(root, "metrics", name),
+      },
+    });
+    const record = { format: "hsm-study/1", models: [entry("six", "done", ran), entry("ten", "imported", outputs)] };
+    writeFileSync(join(ran, "study.json"), JSON.stringify(record));
+    const moved = join(dir, "moved");
+    cpSync(ran, moved, { recursive: true });
+    rmSync(ran, { recursive: true });
+    expect(await listModels(moved)).toEqual([
+      { name: "six", paths: entry("six", "done", moved).paths },
+      { name: "ten", paths: entry("ten", "imported", outputs).paths },
+    ]);
+    expect(await compareModels(moved, "six", "ten", { replicates: 200 })).toEqual(c);
   }, 60_000);
 
   it("names the models an outputs root has when asked for another", async () => {

@@ -18,6 +18,7 @@ import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BOOTSTRAP, DEFAULT_SEED } from "../defaults.js";
 import { ALL_FAMILIES } from "../metrics/metric.js";
 import type { BackendName } from "../kernels/registry.js";
+import type { MetricsOptions } from "../metrics/compute.js";
 import {
   benjaminiHochberg,
   pairedCorrectness,
@@ -50,19 +51,37 @@ export interface LoadOptions {
   onProgress?: (model: string, layer: number, phase: string) => void;
 }
 
-/** The folds and probe C that the model's kts.json was computed with, where it records them. */
-async function ktsSettings(metrics: string): Promise<{ folds?: number; probeC?: number }> {
+/** The settings of a kts.json that decide its rows' labels and scores, so that the per-row values are its own. */
+type RecordedSettings = Pick<
+  MetricsOptions,
+  "folds" | "probeC" | "abstainAsIncorrect" | "allowMissingLabels" | "allowIncomplete"
+>;
+
+/** The settings the model's kts.json was computed with, where it records them. */
+async function ktsSettings(metrics: string): Promise<RecordedSettings> {
   const text = await readTextIfPresent(join(metrics, "kts.json"));
   if (text === null) return {};
-  const config = (JSON.parse(text) as { config?: { folds?: number; probe_c?: number } }).config ?? {};
-  return { folds: config.folds, probeC: config.probe_c };
+  const config = (JSON.parse(text) as { config?: Record<string, unknown> }).config ?? {};
+  return {
+    folds: config.folds as number | undefined,
+    probeC: config.probe_c as number | undefined,
+    abstainAsIncorrect: config.abstain_as_incorrect as boolean | undefined,
+    allowMissingLabels: config.allow_missing_labels as boolean | undefined,
+    allowIncomplete: config.allow_incomplete as boolean | undefined,
+  };
 }
 
-/** Reads a model's scored file and recomputes its per-row ISS and KTS values from its store (with kts.json's folds and C unless given). */
+/**
+ * Reads a model's scored file and recomputes its per-row ISS and KTS values
+ * from its store, with the settings its kts.json records (folds and C unless
+ * given, which abstentions count as incorrect, whether rows without a label or
+ * an unfinished store were accepted).
+ */
 export async function loadModel(model: OutputsModel, o: LoadOptions = {}): Promise<LoadedModel> {
   const scored = await readScored(model.paths.scored);
   const recorded = await ktsSettings(model.paths.metrics);
   const values = await storeRowValues(model.paths.store, {
+    ...recorded,
     scored: model.paths.scored,
     backend: o.backend,
     folds: o.folds ?? recorded.folds,

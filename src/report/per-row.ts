@@ -91,7 +91,19 @@ export interface StoreRowValues {
 /** Runs {@link ISS_ROWS} (and {@link KTS_ROWS} with `scored`) over a store with the metrics' settings. */
 export async function storeRowValues(
   store: string,
-  o: Pick<MetricsOptions, "scored" | "backend" | "threads" | "probeC" | "folds" | "layers" | "onProgress"> = {},
+  o: Pick<
+    MetricsOptions,
+    | "scored"
+    | "backend"
+    | "threads"
+    | "probeC"
+    | "folds"
+    | "abstainAsIncorrect"
+    | "allowMissingLabels"
+    | "allowIncomplete"
+    | "layers"
+    | "onProgress"
+  > = {},
 ): Promise<StoreRowValues> {
   const r = await computeMetrics(store, {
     ...o,

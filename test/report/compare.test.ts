@@ -99,7 +99,7 @@ describe("per-row values and the paired comparison", () => {
   beforeAll(async () => {
     await syntheticModel(outputs, dir, "six", 1, 6);
     // Three folds, not the default five: the per-row scores must follow what kts.json recorded.
-    await syntheticModel(outputs, dir, "ten", 2, 10, 3);
+    await syntheticModel(outputs, dir, "ten", 2, 10, { folds: 3 });
     const models = await listModels(outputs);
     expect(models.map((m) => m.name)).toEqual(["six", "ten"]);
     [a, b] = (await Promise.all(models.map((m) => loadModel(m)))) as [LoadedModel, LoadedModel];
@@ -142,6 +142,29 @@ describe("per-row values and the paired comparison", () => {
       const v = b.values.kts.get(row.layer as number)!;
       const keep = Array.from(v.rows.keys()).filter((i) => {
         const f = b.values.families[v.rows[i]!];
+        return row.family === "all" ? f !== "anchor" : f === row.family;
+      });
+      expect(keep.length).toBe(row.n_queries);
+      const auroc = aurocByPairs(
+        keep.map((i) => v.score[i]!),
+        keep.map((i) => v.label[i]!),
+      );
+      expect(Math.abs(auroc - (row.auroc as number))).toBeLessThanOrEqual(FLOAT64_REORDER);
+    }
+  });
+
+  it("per-row KTS scores give kts.json's AUROC of a model whose abstentions counted as incorrect", async () => {
+    const root = join(dir, "abstain");
+    await syntheticModel(root, dir, "abst", 3, 6, { abstainAsIncorrect: true });
+    const [model] = await listModels(root);
+    const m = await loadModel(model!);
+    const rows = JSON.parse(readFileSync(join(root, "metrics", "abst", "kts.json"), "utf8")).rows as Row[];
+    const scored = rows.filter((r) => r.auroc !== null);
+    expect(scored.length).toBeGreaterThan(10);
+    for (const row of scored) {
+      const v = m.values.kts.get(row.layer as number)!;
+      const keep = Array.from(v.rows.keys()).filter((i) => {
+        const f = m.values.families[v.rows[i]!];
         return row.family === "all" ? f !== "anchor" : f === row.family;
       });
       expect(keep.length).toBe(row.n_queries);

@@ -2,16 +2,16 @@
 import { cpSync } from "node:fs";
 import { join } from "node:path";
 
-import { runMetrics, writeFixture } from "../../src/index.js";
+import { runMetrics, writeFixture, type MetricsOptions } from "../../src/index.js";
 
-/** Writes fixture `name` (40 facts, d 16, `layersTotal` blocks) into `outputs` with its iss.json and kts.json (KTS over `folds` folds). */
+/** Writes fixture `name` (40 facts, d 16, `layersTotal` blocks) into `outputs` with its iss.json and kts.json (computed with `settings`). */
 export async function syntheticModel(
   outputs: string,
   work: string,
   name: string,
   seed: number,
   layersTotal: number,
-  folds?: number,
+  settings: Pick<MetricsOptions, "folds" | "abstainAsIncorrect"> = {},
 ): Promise<void> {
   const fx = await writeFixture(join(work, `fx-${name}`), { facts: 40, d: 16, seed, layersTotal });
   cpSync(fx.store, join(outputs, "hidden", name), { recursive: true });
@@ -20,6 +20,6 @@ export async function syntheticModel(
     scored: join(outputs, "evaluation", `${name}.scored.jsonl`),
     out: join(outputs, "metrics", name),
     bootstrap: 20,
-    folds,
+    ...settings,
   });
 }

@@ -12,7 +12,7 @@ export const CLIENT_SCRIPT = [
   "const esc = (s) => String(s).replace(/[&<>\"]/g, (c) => ENTITIES[c]);",
   "const num = (v) => (v === null || v === undefined ? \"—\" : v.toFixed(4));",
   "const sgn = (v) => v === null || v === undefined ? \"—\" : (v >= 0 ? \"+\" : \"\") + v.toFixed(4);",
-  "const pv = (p) => (p < 1e-4 ? p.toExponential(1) : p.toFixed(4));",
+  "const pv = (p) => (p === null ? \"—\" : p < 1e-4 ? p.toExponential(1) : p.toFixed(4));",
   "function diff(d, flip) {",
   "    if (!d || d.difference === null)",
   "        return \"—\";",

@@ -105,8 +105,8 @@ export interface FamilyComparison {
   a: Accuracy;
   b: Accuracy;
   paired: PairedCorrectness;
-  /** McNemar's p adjusted with Benjamini–Hochberg across every family of the table. */
-  pAdjusted: number;
+  /** McNemar's p adjusted with Benjamini–Hochberg across the families of the table that have a test; null for one without. */
+  pAdjusted: number | null;
 }
 
 export interface DepthComparison extends LayerPair {
@@ -164,10 +164,10 @@ function familyComparisons(a: LoadedModel, b: LoadedModel, families: string[]): 
       a: accuracyOf(ra),
       b: accuracyOf(rb),
       paired: pairedCorrectness(right(ra), right(rb)),
-      pAdjusted: 1,
+      pAdjusted: null as number | null,
     };
   });
-  benjaminiHochberg(rows.map((r) => r.paired.p)).forEach((p, i) => (rows[i]!.pAdjusted = p!));
+  benjaminiHochberg(rows.map((r) => r.paired.p)).forEach((p, i) => (rows[i]!.pAdjusted = p));
   return rows;
 }
 

@@ -4,7 +4,7 @@ import type { Accuracy, Comparison } from "./compare.js";
 
 const num = (v: number | null, digits = 4) => (v === null ? "—" : v.toFixed(digits));
 const signed = (v: number | null) => (v === null ? "—" : `${v >= 0 ? "+" : ""}${v.toFixed(4)}`);
-const pValue = (p: number) => (p < 1e-4 ? p.toExponential(1) : p.toFixed(4));
+const pValue = (p: number | null) => (p === null ? "—" : p < 1e-4 ? p.toExponential(1) : p.toFixed(4));
 const withInterval = (d: PairedDifference | null) =>
   d === null || d.difference === null ? "—" : `${signed(d.difference)} [${signed(d.low)}, ${signed(d.high)}]`;
 

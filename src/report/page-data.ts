@@ -59,8 +59,8 @@ export interface PairView {
     family: string;
     a: AccuracyView;
     b: AccuracyView;
-    paired: { onlyA: number; onlyB: number; p: number; difference: number | null };
-    pAdjusted: number;
+    paired: { onlyA: number; onlyB: number; p: number | null; difference: number | null };
+    pAdjusted: number | null;
   }[];
   depth: {
     family: string;

@@ -84,7 +84,8 @@ export interface PairedCorrectness {
   /** B right, A wrong (McNemar's c). */
   onlyB: number;
   bothWrong: number;
-  p: number;
+  /** McNemar's exact p; null when no query was answered by both (there is no test). */
+  p: number | null;
   /** (onlyA − onlyB)/n: accuracy of A minus accuracy of B on the shared queries; null when n is 0. */
   difference: number | null;
 }
@@ -92,6 +93,7 @@ export interface PairedCorrectness {
 /**
  * McNemar's exact test of two models on the same queries, joined on query id
  * (queries one model lacks are left out); `true` means answered correctly.
+ * Without a query both answered there is no test, and `p` is null.
  */
 export function pairedCorrectness(a: ReadonlyMap<string, boolean>, b: ReadonlyMap<string, boolean>): PairedCorrectness {
   const t = { n: 0, bothRight: 0, onlyA: 0, onlyB: 0, bothWrong: 0 };
@@ -104,7 +106,11 @@ export function pairedCorrectness(a: ReadonlyMap<string, boolean>, b: ReadonlyMa
     else if (rightB) t.onlyB++;
     else t.bothWrong++;
   }
-  return { ...t, p: mcnemarExact(t.onlyA, t.onlyB), difference: t.n ? (t.onlyA - t.onlyB) / t.n : null };
+  return {
+    ...t,
+    p: t.n ? mcnemarExact(t.onlyA, t.onlyB) : null,
+    difference: t.n ? (t.onlyA - t.onlyB) / t.n : null,
+  };
 }
 
 /**

@@ -197,12 +197,29 @@ describe("per-row values and the paired comparison", () => {
       expect(f.a.correct).toBe(rows.filter((r) => r.label === "correct").length);
       expect(f.paired.onlyA).toBe(rows.filter((r) => r.label === "correct" && !right.get(r.query_id as string)).length);
       expect(f.paired.onlyB).toBe(rows.filter((r) => r.label !== "correct" && right.get(r.query_id as string)).length);
-      expect(f.pAdjusted).toBeGreaterThanOrEqual(f.paired.p);
+      expect(f.pAdjusted).toBeGreaterThanOrEqual(f.paired.p!);
     }
     // BH by hand: m = 8 p-values, the i-th smallest times 8/i, then the running minimum from the top.
-    const sorted = c.families.map((f) => f.paired.p).sort((x, y) => x - y);
+    const sorted = c.families.map((f) => f.paired.p!).sort((x, y) => x - y);
     const adjusted = sorted.map((_, i) => Math.min(1, ...sorted.slice(i).map((q, j) => (8 * q) / (i + j + 1))));
-    expect(c.families.map((f) => f.pAdjusted).sort((x, y) => x - y)).toEqual(adjusted);
+    expect(c.families.map((f) => f.pAdjusted!).sort((x, y) => x - y)).toEqual(adjusted);
+  });
+
+  it("leaves a family without shared queries untested and out of BH's m", () => {
+    const noReverse = { ...b, scored: new Map([...b.scored].filter(([, q]) => q.family !== "reverse")) };
+    const r = compareLoaded(a, noReverse, { replicates: 20 });
+    const reverse = r.families.find((f) => f.family === "reverse")!;
+    expect(reverse.paired).toMatchObject({ n: 0, p: null, difference: null });
+    expect(reverse.pAdjusted).toBeNull();
+    const tested = r.families.filter((f) => f !== reverse);
+    const sorted = tested.map((f) => f.paired.p!).sort((x, y) => x - y);
+    const adjusted = sorted.map((_, i) => Math.min(1, ...sorted.slice(i).map((q, j) => (7 * q) / (i + j + 1))));
+    expect(tested.map((f) => f.pAdjusted!).sort((x, y) => x - y)).toEqual(adjusted);
+    expect(
+      formatComparison(r)
+        .split("\n")
+        .find((l) => l.startsWith("reverse")),
+    ).toMatch(/\s—\s+—$/);
   });
 
   it("compares ISS at matched depth: the point difference is iss(A) − iss(B) of the paired layers", () => {

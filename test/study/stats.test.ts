@@ -178,7 +178,7 @@ describe("McNemar's exact test", () => {
       onlyA: 0,
       onlyB: 0,
       bothWrong: 0,
-      p: 1,
+      p: null,
       difference: null,
     });
   });

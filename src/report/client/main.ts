@@ -18,7 +18,7 @@ const esc = (s: unknown): string => String(s).replace(/[&<>"]/g, (c) => ENTITIES
 const num = (v: number | null | undefined): string => (v === null || v === undefined ? "—" : v.toFixed(4));
 const sgn = (v: number | null | undefined): string =>
   v === null || v === undefined ? "—" : (v >= 0 ? "+" : "") + v.toFixed(4);
-const pv = (p: number): string => (p < 1e-4 ? p.toExponential(1) : p.toFixed(4));
+const pv = (p: number | null): string => (p === null ? "—" : p < 1e-4 ? p.toExponential(1) : p.toFixed(4));
 
 /** A − B with its interval, or B − A (bounds swapped) when `flip`. */
 function diff(d: DifferenceView | null, flip: boolean): string {

@@ -122,6 +122,8 @@ export function studyShardCommands(study: Study, n: number): ShardCommands[] {
         ...(study.run.batchSize ? ["--batch-size", String(study.run.batchSize)] : []),
         ...(study.run.device ? ["--device", study.run.device] : []),
         ...(study.run.threads ? ["--threads", String(study.run.threads)] : []),
+        // The store records its commit block, and the study's own run resumes only a store cut in its blocks.
+        ...(study.run.commitRows ? ["--commit-rows", String(study.run.commitRows)] : []),
       ];
       const extract = Array.from({ length: n }, (_, k) =>
         [

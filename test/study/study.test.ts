@@ -209,4 +209,15 @@ describe("studyShardCommands", () => {
       "Expected a positive integer for the shard count but received 0",
     );
   });
+
+  it("passes the study's run.commit_rows to every shard's extraction", () => {
+    const study = parseStudy(
+      "bank: bank.jsonl\noutputs: /out\nrun: {threads: 1, commit_rows: 8}\nmodels:\n  - {name: base, model_dir: /models/base}\n",
+      "/studies/study.yaml",
+    );
+    expect(studyShardCommands(study, 2)[0]!.extract).toEqual([
+      "hsm extract --model-dir /models/base --bank /studies/bank.jsonl --out /out/shards/base/0-of-2 --model base --threads 1 --commit-rows 8 --shard 0/2",
+      "hsm extract --model-dir /models/base --bank /studies/bank.jsonl --out /out/shards/base/1-of-2 --model base --threads 1 --commit-rows 8 --shard 1/2",
+    ]);
+  });
 });

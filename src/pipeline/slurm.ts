@@ -26,6 +26,7 @@ import { shardRange } from "../extract/extract.js";
 import { DEFAULT_COMMIT_ROWS } from "../defaults.js";
 import { METRICS } from "../metrics/registry.js";
 import { verifyStore } from "../store/verify.js";
+import { checkStudy } from "../study/check.js";
 import { modelPaths, SHARDS_FOLDER, shellWord } from "../study/layout.js";
 import { readStudyFile, type Study, type StudyModel } from "../study/study-file.js";
 import { makeDir, readText, writeFileAtomic } from "../util/fs.js";
@@ -280,9 +281,10 @@ export async function submitStudy(file: string | Study, o: SlurmOptions): Promis
   const study = typeof file === "string" ? await readStudyFile(file) : file;
   const n = o.shards ?? 1;
   if (!Number.isInteger(n) || n < 1) throw new UsageError(`Expected a positive integer for --shards but received ${n}`);
-  if (!(await exists(study.bank))) throw new HsmError(`${study.bank}: no such file (the study's bank)`);
+  // What stops a local study stops it here too, before any job is submitted.
+  const bank = await checkStudy(study);
   const commitRows = study.run.commitRows ?? DEFAULT_COMMIT_ROWS;
-  const mainRows = mainForwardRows(await readBank(study.bank)).length;
+  const mainRows = mainForwardRows(bank).length;
   for (let k = 0; k < n; k++) {
     const [a, b] = shardRange(mainRows, k, n, commitRows);
     if (a === b)

@@ -9,7 +9,6 @@
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
 
-import { MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
 import { HsmError } from "../errors.js";
 import { METRICS } from "../metrics/registry.js";
 import { runPipeline } from "./run.js";
@@ -25,32 +24,14 @@ import {
   type StudySummary,
 } from "../study/layout.js";
 import { wilsonInterval } from "../study/stats.js";
-import { readStudyFile, StudyFileError, type Study, type StudyModel } from "../study/study-file.js";
+import { checkStudy } from "../study/check.js";
+import { readStudyFile, type Study, type StudyModel } from "../study/study-file.js";
 import { makeDir, readText, writeFileAtomic } from "../util/fs.js";
 
 export interface StudyOptions {
   /** What each model's steps did, for the user. */
   log?: (model: string, step: string, message: string) => void;
   onProgress?: (model: string, step: string, done: number, total: number) => void;
-}
-
-/** Refuses decoding settings the pipeline does not run, before any model starts. */
-function checkDecoding(study: Study): void {
-  const runs: [key: "max_new_tokens" | "max_prompt_len", supported: number][] = [
-    ["max_new_tokens", MAX_NEW_TOKENS],
-    ["max_prompt_len", MAX_PROMPT_LEN],
-  ];
-  for (const [key, supported] of runs) {
-    const given = study.generation[key];
-    if (given !== supported) {
-      throw new StudyFileError(
-        study.file,
-        study.lines[`generation.${key}`],
-        `generation.${key}`,
-        `hsm runs models with the benchmark's ${key} = ${supported}; expected ${supported} but received ${given}`,
-      );
-    }
-  }
 }
 
 async function exists(path: string): Promise<boolean> {
@@ -183,14 +164,14 @@ async function writeRecord(study: Study, models: ModelSummary[]): Promise<string
 
 /**
  * Runs every model of a study (a study file's path, or one already read) in
- * order; never throws for one model's failure. Throws StudyFileError for a
- * study that cannot run at all (a missing bank, decoding settings hsm does not run).
+ * order; never throws for one model's failure. Throws, before any model runs
+ * and before study.json is written, for a study that cannot run at all: a
+ * StudyFileError for a missing bank or decoding settings hsm does not run, the
+ * bank's BankError for an invalid bank.
  */
 export async function runStudy(file: string | Study, o: StudyOptions = {}): Promise<StudySummary> {
   const study = typeof file === "string" ? await readStudyFile(file) : file;
-  if (!(await exists(study.bank)))
-    throw new StudyFileError(study.file, study.lines.bank, "bank", `${study.bank}: no such file`);
-  if (study.models.some((m) => m.modelDir !== undefined)) checkDecoding(study);
+  await checkStudy(study);
   const models: ModelSummary[] = [];
   for (const model of study.models) models.push(await runModel(study, model, o));
   const record = await writeRecord(study, models);

@@ -4,16 +4,17 @@
  * the finished models' stores byte for byte as they were.
  */
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { HsmError } from "../../src/errors.js";
+import { BankError, HsmError } from "../../src/errors.js";
 import { writeTinyModel } from "../../src/synthetic/llama.js";
 import { parseStudy, StudyFileError } from "../../src/study/study-file.js";
 import { formatStudySummary, studyShardCommands, type StudySummary } from "../../src/study/layout.js";
+import { submitStudy } from "../../src/pipeline/slurm.js";
 import { runStudy } from "../../src/pipeline/study.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -185,6 +186,43 @@ describe("a study that cannot run", () => {
     await expect(runStudy(study)).rejects.toThrow(
       '/nonexistent/study.yaml:3: field "generation.max_new_tokens": hsm runs models with the benchmark\'s max_new_tokens = 24; expected 24 but received 32',
     );
+  });
+
+  it("stops at an invalid bank with the bank's own error, before any model runs or study.json is written", async () => {
+    const root = join(dir, "bad-bank");
+    mkdirSync(root);
+    const first = readFileSync(BANK, "utf8").split("\n")[0]!;
+    writeFileSync(join(root, "bank.jsonl"), `${first}\n${first}\n`);
+    writeFileSync(join(root, "study.yaml"), "bank: bank.jsonl\nmodels:\n  - {name: m, model_dir: m}\n");
+    const id = JSON.parse(first).query_id as string;
+    const error = new BankError(join(root, "bank.jsonl"), 2, "query_id", `duplicate "${id}" (first on line 1)`);
+    await expect(runStudy(join(root, "study.yaml"))).rejects.toThrow(error);
+    expect(existsSync(join(root, "outputs"))).toBe(false);
+  });
+
+  it("stops a study submitted to SLURM the same way, before any job is submitted", async () => {
+    const root = join(dir, "slurm-decoding");
+    const bin = join(root, "bin");
+    mkdirSync(bin, { recursive: true });
+    // A stand-in sbatch that records every call: none may come.
+    writeFileSync(join(bin, "sbatch"), `#!/bin/sh\necho "$@" >> ${join(root, "sbatch.log")}\necho 1\n`, {
+      mode: 0o755,
+    });
+    const study = parseStudy(
+      `bank: ${BANK}\ngeneration:\n  max_new_tokens: 32\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(root, "study.yaml"),
+    );
+    const path = process.env.PATH;
+    process.env.PATH = `${bin}:${path}`;
+    try {
+      await expect(submitStudy(study, { shards: 2, hsm: ["hsm"] })).rejects.toThrow(
+        `${join(root, "study.yaml")}:3: field "generation.max_new_tokens": hsm runs models with the benchmark's max_new_tokens = 24; expected 24 but received 32`,
+      );
+    } finally {
+      process.env.PATH = path;
+    }
+    expect(existsSync(join(root, "sbatch.log"))).toBe(false);
+    expect(existsSync(join(root, "outputs"))).toBe(false);
   });
 });
 

@@ -6,8 +6,8 @@
  * per-fact drill-down, packed in chunks of facts that the page inflates only
  * when a fact of the chunk is opened. The page itself only looks things up.
  */
-import { stat } from "node:fs/promises";
-import { dirname, join, resolve } from "node:path";
+import { realpath, stat } from "node:fs/promises";
+import { dirname, join, resolve, sep } from "node:path";
 import { deflateRawSync } from "node:zlib";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
@@ -23,6 +23,7 @@ import { jsonLines } from "../util/jsonl.js";
 import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
 import { normalizedDepth } from "./depth.js";
+import { STUDY_RECORD } from "../study/layout.js";
 import { listModels, readStudyRecord, type OutputsModel } from "./outputs.js";
 import type { DrillDown, FactChunk } from "./page-data.js";
 import { renderPage } from "./page.js";
@@ -246,6 +247,32 @@ async function provenance(m: OutputsModel, o: ReportOptions, registry: MetricReg
   };
 }
 
+/**
+ * Refuses an `out` that is one of the files the report reads (a study record,
+ * a model's scored rows, generations or metric results, anything in a store),
+ * compared by real path, so that a link to one counts too.
+ */
+async function refuseInputAsOut(out: string, outputs: string, models: OutputsModel[], registry: MetricRegistry) {
+  const realOf = (path: string) => realpath(path).catch(() => undefined);
+  const real = await realOf(out);
+  if (real === undefined) return; // every input exists, so a new file is none of them
+  const refuse = (what: string) => {
+    throw new UsageError(`--out ${out}: is ${what}, which the report reads; choose another file`);
+  };
+  const inputs: [path: string, what: string][] = [[join(outputs, STUDY_RECORD), "the study record"]];
+  for (const m of models) {
+    inputs.push([m.paths.scored, `${m.name}'s scored rows`], [m.paths.generations, `${m.name}'s generations`]);
+    for (const metric of registry)
+      inputs.push([join(m.paths.metrics, `${metric.name}.json`), `${m.name}'s ${metric.name}.json`]);
+  }
+  for (const [path, what] of inputs) if ((await realOf(path)) === real) refuse(`${what} (${path})`);
+  for (const m of models) {
+    const store = await realOf(m.paths.store);
+    if (store !== undefined && (real === store || real.startsWith(store + sep)))
+      refuse(`in ${m.name}'s store (${m.paths.store})`);
+  }
+}
+
 /** Every pair i < j of models compared; the page flips a pair's signs when B is chosen before A. */
 function allPairs(models: LoadedModel[], o: ReportOptions): Record<string, Comparison> {
   const pairs: Record<string, Comparison> = {};
@@ -265,6 +292,9 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
     throw new UsageError(
       `${outputs}: no model with scored rows (evaluation/<model>.scored.jsonl); run hsm run or hsm study first`,
     );
+  const registry = o.registry ?? METRICS;
+  const path = o.out ?? join(outputs, "report.html");
+  await refuseInputAsOut(path, outputs, found, registry);
   const loaded: LoadedModel[] = [];
   for (const m of found) {
     o.log?.(`reading ${m.name}`);
@@ -277,7 +307,6 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
       .sort(),
     ALL_FAMILIES,
   ];
-  const registry = o.registry ?? METRICS;
   const metricRows = async (name: string): Promise<ModelRows> =>
     new Map(
       await Promise.all(
@@ -326,7 +355,6 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
   o.log?.("packing the facts");
   const drill = factChunks(loaded, await promptsOf(found), families);
   const { html, firstViewBytes } = renderPage(data, drill);
-  const path = o.out ?? join(outputs, "report.html");
   await makeDir(dirname(resolve(path)));
   await writeFileAtomic(path, html);
   return { path, bytes: Buffer.byteLength(html), models: found.map((m) => m.name), firstViewBytes };

@@ -1,6 +1,6 @@
 /** hsm study --shards, hsm compare and hsm report as a user runs them (the built CLI), on synthetic models. */
 import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -69,5 +69,24 @@ describe("the study, compare and report commands", () => {
     const html = readFileSync(out, "utf8");
     expect(html).toContain("not checked (--no-verify)");
     expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);
+  });
+
+  it("report refuses an --out that is one of the files it reads, a link to one included", () => {
+    const scored = join(outputs, "evaluation", "six.scored.jsonl");
+    const kts = join(outputs, "metrics", "ten", "kts.json");
+    const link = join(dir, "kts-link.json");
+    symlinkSync(kts, link);
+    const before = [readFileSync(scored), readFileSync(kts)];
+    const report = (out: string) => hsm(["report", outputs, "--out", out, "--bootstrap", "5", "--no-verify", "-q"]);
+    const reads = (out: string, what: string) =>
+      `hsm: --out ${out}: is ${what}, which the report reads; choose another file\n`;
+    expect(report(scored)).toMatchObject({ status: 2, stderr: reads(scored, `six's scored rows (${scored})`) });
+    expect(report(link)).toMatchObject({ status: 2, stderr: reads(link, `ten's kts.json (${kts})`) });
+    const index = join(outputs, "hidden", "six", "index.json");
+    expect(report(index)).toMatchObject({
+      status: 2,
+      stderr: reads(index, `in six's store (${join(outputs, "hidden", "six")})`),
+    });
+    expect([readFileSync(scored), readFileSync(kts)]).toEqual(before);
   });
 });

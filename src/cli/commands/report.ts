@@ -40,7 +40,7 @@ export function reportCommand(program: Command): void {
         "verify status, versions, settings). docs/report.md describes each part.",
     )
     .argument("<outputs>", "outputs root (as hsm run and hsm study write it)")
-    .option("--out <file>", "the HTML file (default: <outputs>/report.html)")
+    .option("--out <file>", "the HTML file, not one of the files it reads (default: <outputs>/report.html)")
     .option(
       "--bootstrap <b>",
       "paired bootstrap replicates",

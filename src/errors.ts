@@ -41,6 +41,22 @@ export class JsonlError extends HsmError {
   }
 }
 
+/**
+ * A JSON file that hsm wrote and reads back (a study record, a metric's
+ * results) that is not valid JSON or does not hold what it should:
+ * `FILE: field "F": problem`.
+ */
+export class JsonFileError extends HsmError {
+  constructor(
+    readonly file: string,
+    readonly field: string | undefined,
+    problem: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${file}: ${field ? `field "${field}": ` : ""}${problem}`, options);
+  }
+}
+
 /** A query-bank line that is not a valid query (a field missing, of the wrong type, or a duplicate id). */
 export class BankError extends JsonlError {}
 

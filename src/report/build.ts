@@ -11,20 +11,20 @@ import { dirname, join, resolve, sep } from "node:path";
 import { deflateRawSync } from "node:zlib";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
-import { UsageError } from "../errors.js";
+import { JsonFileError, UsageError } from "../errors.js";
 import { ALL_FAMILIES, type Metric, type MetricRegistry, type MetricRow } from "../metrics/metric.js";
 import { METRICS } from "../metrics/registry.js";
 import { LABELS } from "../score/labels.js";
 import { verifyStore } from "../store/verify.js";
 import { wilsonInterval } from "../study/stats.js";
 import { lineChart, type ChartSeries } from "../util/chart.js";
-import { makeDir, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
+import { makeDir, writeFileAtomic } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
 import { normalizedDepth } from "./depth.js";
 import { STUDY_RECORD } from "../study/layout.js";
-import { listModels, readStudyRecord, type OutputsModel } from "./outputs.js";
+import { describeValue, listModels, readJsonObject, readStudyRecord, type OutputsModel } from "./outputs.js";
 import type { DrillDown, FactChunk } from "./page-data.js";
 import { renderPage } from "./page.js";
 
@@ -64,9 +64,32 @@ export interface ReportResult {
 
 type Row = Record<string, unknown>;
 
-async function readJson(path: string): Promise<Row | null> {
-  const text = await readTextIfPresent(path);
-  return text === null ? null : (JSON.parse(text) as Row);
+/**
+ * A model's rows of one metric (its `<name>.json`; none without one), checked
+ * before they are charted: a JsonFileError names the file and field of a row
+ * whose layer is not one of the store's, whose family is not a string or
+ * whose charted values are not numbers or null.
+ */
+async function readMetricRows(metric: Metric<MetricRow>, file: string, layers: readonly number[]): Promise<Row[]> {
+  const results = await readJsonObject(file);
+  if (results === null) return [];
+  const rows = results.rows;
+  if (!Array.isArray(rows))
+    throw new JsonFileError(file, "rows", `expected an array but received ${describeValue(rows)}`);
+  const { value, low, high } = metric.columns;
+  rows.forEach((r: unknown, i) => {
+    const fail = (field: string, expected: string, v: unknown) => {
+      throw new JsonFileError(file, `rows[${i}]${field}`, `expected ${expected} but received ${describeValue(v)}`);
+    };
+    if (r === null || typeof r !== "object" || Array.isArray(r)) fail("", "an object", r);
+    const row = r as Row;
+    if (!layers.includes(row.layer as number))
+      fail(".layer", `one of the store's layers (${layers.join(", ")})`, row.layer);
+    if (typeof row.family !== "string") fail(".family", "a string", row.family);
+    for (const column of new Set([value, low, high]))
+      if (row[column] !== null && typeof row[column] !== "number") fail(`.${column}`, "a number or null", row[column]);
+  });
+  return rows as Row[];
 }
 
 /** Accuracy with its Wilson interval and the label mix, per family (anchor, the others, `all` pooling the non-anchor ones). */
@@ -211,10 +234,11 @@ function factChunks(models: LoadedModel[], prompts: Map<string, string>, familie
 
 /** Provenance of one model: its store's checksums and verification, and what produced its files. */
 async function provenance(m: OutputsModel, o: ReportOptions, registry: MetricRegistry): Promise<Row> {
-  const manifest = (await readJson(join(m.paths.store, "index.json"))) ?? {};
+  const manifest = (await readJsonObject(join(m.paths.store, "index.json"))) ?? {};
   // Every metric of a run records the same settings: the first one written tells them.
   let results: Row | null = null;
-  for (const metric of registry) if ((results = await readJson(join(m.paths.metrics, `${metric.name}.json`)))) break;
+  for (const metric of registry)
+    if ((results = await readJsonObject(join(m.paths.metrics, `${metric.name}.json`)))) break;
   const report = o.verify === false ? null : await verifyStore(m.paths.store);
   const files = (manifest.files ?? {}) as Record<string, { sha256?: string; bytes?: number }>;
   const selfCheck = Object.entries(manifest).filter(([k]) => /self.?check/i.test(k));
@@ -307,23 +331,18 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
       .sort(),
     ALL_FAMILIES,
   ];
-  const metricRows = async (name: string): Promise<ModelRows> =>
+  const metricRows = async (metric: Metric<MetricRow>): Promise<ModelRows> =>
     new Map(
       await Promise.all(
-        found.map(
-          async (m, i) =>
-            [
-              m.name,
-              {
-                L: loaded[i]!.values.numLayers,
-                rows: ((await readJson(join(m.paths.metrics, `${name}.json`)))?.rows ?? []) as Row[],
-              },
-            ] as const,
-        ),
+        found.map(async (m, i) => {
+          const file = join(m.paths.metrics, `${metric.name}.json`);
+          const { numLayers, layers } = loaded[i]!.values;
+          return [m.name, { L: numLayers, rows: await readMetricRows(metric, file, layers) }] as const;
+        }),
       ),
     );
   const rows: ModelRows[] = [];
-  for (const metric of registry) rows.push(await metricRows(metric.name));
+  for (const metric of registry) rows.push(await metricRows(metric));
   const charted = (f: string) =>
     rows.some((byModel) => [...byModel.values()].some((m) => m.rows.some((r) => r.family === f)));
   const chartFamilies = families.filter((f) => f !== ANCHOR_FAMILY && charted(f));

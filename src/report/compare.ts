@@ -15,7 +15,8 @@
 import { join } from "node:path";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
-import { DEFAULT_BOOTSTRAP, DEFAULT_SEED } from "../defaults.js";
+import { DEFAULT_BOOTSTRAP, DEFAULT_SEED, MAX_FOLDS } from "../defaults.js";
+import { JsonFileError } from "../errors.js";
 import { ALL_FAMILIES } from "../metrics/metric.js";
 import type { BackendName } from "../kernels/registry.js";
 import type { MetricsOptions } from "../metrics/compute.js";
@@ -32,9 +33,15 @@ import {
   type ScoredRows,
 } from "../study/stats.js";
 import { matchDepth, type LayerPair } from "./depth.js";
-import { findModel, readScored, type OutputsModel, type ScoredQuery } from "./outputs.js";
+import {
+  describeValue,
+  findModel,
+  readJsonObject,
+  readScored,
+  type OutputsModel,
+  type ScoredQuery,
+} from "./outputs.js";
 import { storeRowValues, type StoreRowValues } from "./per-row.js";
-import { readTextIfPresent } from "../util/fs.js";
 
 /** One model's scored queries and per-row metric values, loaded once for any number of comparisons. */
 export interface LoadedModel {
@@ -57,17 +64,30 @@ type RecordedSettings = Pick<
   "folds" | "probeC" | "abstainAsIncorrect" | "allowMissingLabels" | "allowIncomplete"
 >;
 
-/** The settings the model's kts.json was computed with, where it records them. */
+/** The settings the model's kts.json was computed with, where it records them; a JsonFileError names a bad one. */
 async function ktsSettings(metrics: string): Promise<RecordedSettings> {
-  const text = await readTextIfPresent(join(metrics, "kts.json"));
-  if (text === null) return {};
-  const config = (JSON.parse(text) as { config?: Record<string, unknown> }).config ?? {};
+  const file = join(metrics, "kts.json");
+  const results = await readJsonObject(file);
+  if (results === null || results.config === undefined) return {};
+  const config = results.config as Record<string, unknown>;
+  if (config === null || typeof config !== "object" || Array.isArray(config))
+    throw new JsonFileError(file, "config", `expected an object but received ${describeValue(config)}`);
+  const field = <T>(key: string, ok: (v: unknown) => boolean, expected: string): T | undefined => {
+    const v = config[key];
+    if (v === undefined || ok(v)) return v as T | undefined;
+    throw new JsonFileError(file, `config.${key}`, `expected ${expected} but received ${describeValue(v)}`);
+  };
+  const flag = (key: string) => field<boolean>(key, (v) => typeof v === "boolean", "true or false");
   return {
-    folds: config.folds as number | undefined,
-    probeC: config.probe_c as number | undefined,
-    abstainAsIncorrect: config.abstain_as_incorrect as boolean | undefined,
-    allowMissingLabels: config.allow_missing_labels as boolean | undefined,
-    allowIncomplete: config.allow_incomplete as boolean | undefined,
+    folds: field(
+      "folds",
+      (v) => Number.isSafeInteger(v) && (v as number) >= 2 && (v as number) <= MAX_FOLDS,
+      `an integer from 2 to ${MAX_FOLDS}`,
+    ),
+    probeC: field("probe_c", (v) => typeof v === "number" && v > 0 && Number.isFinite(v), "a positive number"),
+    abstainAsIncorrect: flag("abstain_as_incorrect"),
+    allowMissingLabels: flag("allow_missing_labels"),
+    allowIncomplete: flag("allow_incomplete"),
   };
 }
 

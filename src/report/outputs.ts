@@ -8,10 +8,10 @@
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 
-import { HsmError, JsonlError, UsageError } from "../errors.js";
+import { JsonFileError, JsonlError, UsageError } from "../errors.js";
 import { modelPaths, stemPaths, STUDY_RECORD, type ModelPaths } from "../study/layout.js";
 import { jsonLines } from "../util/jsonl.js";
-import { readText } from "../util/fs.js";
+import { readTextIfPresent } from "../util/fs.js";
 import { pathStem } from "../util/stem.js";
 
 /** One scored query of one model. */
@@ -34,17 +34,93 @@ async function exists(path: string): Promise<boolean> {
   return (await stat(path).catch(() => undefined)) !== undefined;
 }
 
-/** The study record of an outputs root, or undefined without one. */
-export async function readStudyRecord(outputs: string): Promise<Record<string, unknown> | undefined> {
-  const file = join(outputs, STUDY_RECORD);
-  if (!(await exists(file))) return undefined;
+/** A value as an error message shows it: `5 (number)`, `null`. */
+export function describeValue(v: unknown): string {
+  if (v === undefined) return "nothing";
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "an array";
+  if (typeof v === "object") return "an object";
+  return `${JSON.stringify(v) ?? String(v)} (${typeof v})`;
+}
+
+/** A JSON file hsm wrote, read back: null when absent; a JsonFileError naming it when it is not a JSON object. */
+export async function readJsonObject(file: string): Promise<Record<string, unknown> | null> {
+  const text = await readTextIfPresent(file);
+  if (text === null) return null;
+  let value: unknown;
   try {
-    return JSON.parse(await readText(file)) as Record<string, unknown>;
+    value = JSON.parse(text);
   } catch (err) {
-    throw new HsmError(`${file}: not a study record (${(err as Error).message}); remove it or rerun hsm study`, {
-      cause: err,
-    });
+    throw new JsonFileError(file, undefined, `not valid JSON (${(err as Error).message})`, { cause: err });
   }
+  if (value === null || typeof value !== "object" || Array.isArray(value))
+    throw new JsonFileError(file, undefined, `expected a JSON object but received ${describeValue(value)}`);
+  return value as Record<string, unknown>;
+}
+
+/** One model of a study record: its name, what became of it, where an imported one lives, why a failed one failed. */
+export interface RecordedModel {
+  name: string;
+  status: "done" | "imported" | "failed";
+  paths?: ModelPaths;
+  error: string | null;
+}
+
+/** What the report and compare read of a study record (`study.json`). */
+export interface StudyRecord {
+  bank: unknown;
+  generation: unknown;
+  /** Absent in a record without a `models` list. */
+  models?: RecordedModel[];
+}
+
+const STATUSES = ["done", "imported", "failed"] as const;
+const PATH_KEYS = ["generations", "scored", "store", "metrics"] as const;
+
+/** A record's `models[i]`, checked: a JsonFileError names the file and field of anything else. */
+function checkRecordedModel(file: string, v: unknown, i: number): RecordedModel {
+  const at = `models[${i}]`;
+  const fail = (field: string, problem: string): never => {
+    throw new JsonFileError(file, field, problem);
+  };
+  if (v === null || typeof v !== "object" || Array.isArray(v))
+    fail(at, `expected an object but received ${describeValue(v)}`);
+  const m = v as Record<string, unknown>;
+  if (typeof m.name !== "string") return fail(`${at}.name`, `expected a string but received ${describeValue(m.name)}`);
+  try {
+    pathStem(m.name);
+  } catch (err) {
+    fail(`${at}.name`, (err as Error).message);
+  }
+  if (!(STATUSES as readonly unknown[]).includes(m.status))
+    fail(`${at}.status`, `expected done, imported or failed but received ${describeValue(m.status)}`);
+  const status = m.status as RecordedModel["status"];
+  let paths: ModelPaths | undefined;
+  if (status === "imported") {
+    const p = m.paths as Record<string, unknown> | undefined;
+    if (p === null || typeof p !== "object" || Array.isArray(p))
+      fail(`${at}.paths`, `expected an object but received ${describeValue(p)}`);
+    for (const key of PATH_KEYS)
+      if (typeof p![key] !== "string")
+        fail(`${at}.paths.${key}`, `expected a string but received ${describeValue(p![key])}`);
+    paths = p as unknown as ModelPaths;
+  }
+  return { name: m.name, status, ...(paths ? { paths } : {}), error: typeof m.error === "string" ? m.error : null };
+}
+
+/** The study record of an outputs root, checked, or undefined without one. */
+export async function readStudyRecord(outputs: string): Promise<StudyRecord | undefined> {
+  const file = join(outputs, STUDY_RECORD);
+  const record = await readJsonObject(file);
+  if (record === null) return undefined;
+  const models = record.models;
+  if (models !== undefined && !Array.isArray(models))
+    throw new JsonFileError(file, "models", `expected an array but received ${describeValue(models)}`);
+  return {
+    bank: record.bank ?? null,
+    generation: record.generation ?? null,
+    ...(models ? { models: models.map((m, i) => checkRecordedModel(file, m, i)) } : {}),
+  };
 }
 
 /**
@@ -57,9 +133,9 @@ export async function listModels(outputs: string): Promise<OutputsModel[]> {
   if (!(await exists(outputs))) throw new UsageError(`${outputs}: no such outputs folder`);
   const record = await readStudyRecord(outputs);
   const found: OutputsModel[] = [];
-  if (record && Array.isArray(record.models)) {
-    for (const m of record.models as { name: string; status?: string; paths?: ModelPaths }[]) {
-      const paths = m.status === "imported" && m.paths ? m.paths : modelPaths(outputs, m.name);
+  if (record?.models) {
+    for (const m of record.models) {
+      const paths = m.paths ?? modelPaths(outputs, m.name);
       if (await exists(paths.scored)) found.push({ name: m.name, paths });
     }
     return found;

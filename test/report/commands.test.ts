@@ -1,6 +1,6 @@
 /** hsm study --shards, hsm compare and hsm report as a user runs them (the built CLI), on synthetic models. */
 import { spawnSync } from "node:child_process";
-import { readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -88,5 +88,60 @@ describe("the study, compare and report commands", () => {
       stderr: reads(index, `in six's store (${join(outputs, "hidden", "six")})`),
     });
     expect([readFileSync(scored), readFileSync(kts)]).toEqual(before);
+  });
+
+  it("compare and report name the file and field of a bad metric result or study record, exit 1", () => {
+    let n = 0;
+    /** A copy of the outputs root with `file` (relative to it) rewritten by `edit` (or written); the bad file's path. */
+    const broken = (file: string, edit: (text: string) => string) => {
+      const root = join(dir, `broken-${n++}`);
+      cpSync(outputs, root, { recursive: true });
+      const path = join(root, file);
+      writeFileSync(path, edit(existsSync(path) ? readFileSync(path, "utf8") : ""));
+      return { root, path };
+    };
+    const report = (root: string) => hsm(["report", root, "--bootstrap", "5", "--no-verify", "-q"]);
+    const json = (change: (v: Record<string, unknown>) => unknown) => (text: string) =>
+      JSON.stringify(change(JSON.parse(text)));
+    const cases: [file: string, edit: (text: string) => string, message: (path: string) => string][] = [
+      ["metrics/six/iss.json", (t) => t.slice(0, 100), (p) => `${p}: not valid JSON (`],
+      ["metrics/ten/kts.json", () => "null", (p) => `${p}: expected a JSON object but received null`],
+      [
+        "metrics/ten/kts.json",
+        json((v) => ({ ...v, config: { ...(v.config as object), probe_c: -1 } })),
+        (p) => `${p}: field "config.probe_c": expected a positive number but received -1 (number)`,
+      ],
+      [
+        "metrics/six/iss.json",
+        json((v) => ({ ...v, rows: (v.rows as object[]).map((r, i) => (i === 3 ? { ...r, layer: 9 } : r)) })),
+        (p) => `${p}: field "rows[3].layer": expected one of the store's layers (2, 3, 4, 5) but received 9 (number)`,
+      ],
+      [
+        "metrics/six/kts.json",
+        json((v) => ({ ...v, rows: (v.rows as object[]).map((r) => ({ ...r, layer: undefined })) })),
+        (p) => `${p}: field "rows[0].layer": expected one of the store's layers (2, 3, 4, 5) but received nothing`,
+      ],
+    ];
+    for (const [file, edit, message] of cases) {
+      const { root, path } = broken(file, edit);
+      const r = report(root);
+      expect(r.stderr.startsWith(`hsm: ${message(path)}`), r.stderr).toBe(true);
+      expect(r.stderr.split("\n")).toHaveLength(2);
+      expect(r.status).toBe(1);
+    }
+    const study = broken("study.json", () => JSON.stringify({ models: [{ name: 5 }] }));
+    for (const r of [report(study.root), hsm(["compare", study.root, "six", "ten", "-q"])])
+      expect(r).toMatchObject({
+        status: 1,
+        stderr: `hsm: ${study.path}: field "models[0].name": expected a string but received 5 (number)\n`,
+      });
+    const c = broken(
+      "metrics/ten/kts.json",
+      json((v) => ({ ...v, config: { ...(v.config as object), probe_c: -1 } })),
+    );
+    expect(hsm(["compare", c.root, "six", "ten", "-q"])).toMatchObject({
+      status: 1,
+      stderr: `hsm: ${c.path}: field "config.probe_c": expected a positive number but received -1 (number)\n`,
+    });
   });
 });

@@ -11,7 +11,7 @@ import { dirname, join, resolve, sep } from "node:path";
 import { deflateRawSync } from "node:zlib";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
-import { JsonFileError, UsageError } from "../errors.js";
+import { HsmError, JsonFileError, UsageError } from "../errors.js";
 import { ALL_FAMILIES, type Metric, type MetricRegistry, type MetricRow } from "../metrics/metric.js";
 import { METRICS } from "../metrics/registry.js";
 import { LABELS } from "../score/labels.js";
@@ -24,7 +24,7 @@ import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
 import { normalizedDepth } from "./depth.js";
 import { STUDY_RECORD } from "../study/layout.js";
-import { describeValue, listModels, readJsonObject, readStudyRecord, type OutputsModel } from "./outputs.js";
+import { describeValue, readJsonObject, readModels, readStudyRecord, type OutputsModel } from "./outputs.js";
 import type { DrillDown, FactChunk } from "./page-data.js";
 import { renderPage } from "./page.js";
 
@@ -50,6 +50,8 @@ export interface ReportOptions extends LoadOptions {
   verify?: boolean;
   /** What is being done, for the user. */
   log?: (message: string) => void;
+  /** What the user should know of the report's content (models left out), one line each. */
+  warn?: (message: string) => void;
   /** The metrics charted, from each model's `<name>.json` (default: the built-in ones). */
   registry?: MetricRegistry;
 }
@@ -58,6 +60,8 @@ export interface ReportResult {
   path: string;
   bytes: number;
   models: string[];
+  /** Models the study record marks failed, left out of the report. */
+  leftOut: string[];
   /** Bytes of the part of the page read at first view (everything but the fact chunks). */
   firstViewBytes: number;
 }
@@ -311,11 +315,20 @@ function allPairs(models: LoadedModel[], o: ReportOptions): Record<string, Compa
 
 /** Builds the report of every model under `outputs` and writes it as one HTML file. */
 export async function writeReport(outputs: string, o: ReportOptions = {}): Promise<ReportResult> {
-  const found = await listModels(outputs);
+  const { models: found, failed } = await readModels(outputs);
+  const record = join(outputs, STUDY_RECORD);
+  if (found.length === 0 && failed.length)
+    throw new HsmError(`${outputs}: every model failed in the study (see ${record}); nothing to report`);
   if (found.length === 0)
     throw new UsageError(
       `${outputs}: no model with scored rows (evaluation/<model>.scored.jsonl); run hsm run or hsm study first`,
     );
+  const notes: string[] = [];
+  if (failed.length) {
+    const names = failed.map((m) => m.name);
+    o.warn?.(`left out ${names.join(", ")}, which failed in the study (see ${record})`);
+    for (const m of failed) notes.push(`${m.name} is left out: it failed in the study${m.error ? `: ${m.error}` : ""}`);
+  }
   const registry = o.registry ?? METRICS;
   const path = o.out ?? join(outputs, "report.html");
   await refuseInputAsOut(path, outputs, found, registry);
@@ -349,6 +362,7 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
   const study = await readStudyRecord(outputs);
   const data = {
     title: `hsm report — ${found.map((m) => m.name).join(", ")}`,
+    notes,
     outputs: resolve(outputs),
     tool_version: TOOL_VERSION,
     written_at: new Date().toISOString(),
@@ -376,5 +390,11 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
   const { html, firstViewBytes } = renderPage(data, drill);
   await makeDir(dirname(resolve(path)));
   await writeFileAtomic(path, html);
-  return { path, bytes: Buffer.byteLength(html), models: found.map((m) => m.name), firstViewBytes };
+  return {
+    path,
+    bytes: Buffer.byteLength(html),
+    models: found.map((m) => m.name),
+    leftOut: failed.map((m) => m.name),
+    firstViewBytes,
+  };
 }

@@ -123,22 +123,30 @@ export async function readStudyRecord(outputs: string): Promise<StudyRecord | un
   };
 }
 
+/** The models of an outputs root, and those its study record says failed (left out of `models`). */
+export interface OutputsModels {
+  models: OutputsModel[];
+  failed: RecordedModel[];
+}
+
 /**
  * The models of an outputs root with a finished scored file, in the study's
  * order (else by name). The models a study ran are read under `outputs`, so
  * that a study's folder moved or copied elsewhere reads its own files; only
- * imported models are read where the record says they live.
+ * imported models are read where the record says they live. Models the record
+ * marks `failed` are not among them but listed apart.
  */
-export async function listModels(outputs: string): Promise<OutputsModel[]> {
+export async function readModels(outputs: string): Promise<OutputsModels> {
   if (!(await exists(outputs))) throw new UsageError(`${outputs}: no such outputs folder`);
   const record = await readStudyRecord(outputs);
   const found: OutputsModel[] = [];
   if (record?.models) {
     for (const m of record.models) {
+      if (m.status === "failed") continue;
       const paths = m.paths ?? modelPaths(outputs, m.name);
       if (await exists(paths.scored)) found.push({ name: m.name, paths });
     }
-    return found;
+    return { models: found, failed: record.models.filter((m) => m.status === "failed") };
   }
   const files = await readdir(join(outputs, "evaluation")).catch(() => [] as string[]);
   for (const f of files.filter((x) => x.endsWith(".scored.jsonl")).sort()) {
@@ -147,7 +155,12 @@ export async function listModels(outputs: string): Promise<OutputsModel[]> {
     const name = recorded !== undefined && stemOf(recorded) === stem ? recorded : stem;
     found.push({ name, paths: stemPaths(outputs, stem) });
   }
-  return found;
+  return { models: found, failed: [] };
+}
+
+/** The models of an outputs root with a finished scored file, failed models left out: see {@link readModels}. */
+export async function listModels(outputs: string): Promise<OutputsModel[]> {
+  return (await readModels(outputs)).models;
 }
 
 /** The path stem of a name, or undefined for a name that has none (empty, control characters). */
@@ -178,8 +191,14 @@ async function recordedModel(scored: string): Promise<string | undefined> {
  * one of them.
  */
 export async function findModel(outputs: string, name: string): Promise<OutputsModel> {
-  const models = await listModels(outputs);
+  const { models, failed } = await readModels(outputs);
   const m = models.find((x) => x.name === name) ?? models.find((x) => stemOf(x.name) === name);
+  const lost = failed.find((x) => x.name === name) ?? failed.find((x) => stemOf(x.name) === name);
+  if (!m && lost) {
+    throw new UsageError(
+      `${outputs}: model "${lost.name}" failed in the study (see ${join(outputs, STUDY_RECORD)}); rerun hsm study to finish it`,
+    );
+  }
   if (!m) {
     const known = models.length ? models.map((x) => x.name).join(", ") : "none (no evaluation/<model>.scored.jsonl)";
     throw new UsageError(`${outputs}: no model "${name}" with scored rows; models there: ${known}`);

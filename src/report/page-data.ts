@@ -10,6 +10,8 @@ type Row = Record<string, unknown>;
 /** What the page shows; built by src/report/build.ts. */
 export interface PageData {
   title: string;
+  /** What the reader should know of what the report leaves out, one sentence each. */
+  notes: string[];
   outputs: string;
   tool_version: string;
   written_at: string;

@@ -130,7 +130,7 @@ export function renderPage(d: PageData, drill: DrillDown): { html: string; first
   const head = `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
 <link rel="icon" href="data:,"><title>${esc(d.title)}</title><style>${CSS}</style></head><body>
-<h1>${esc(d.title)}</h1><p class="meta">${d.models.length} models · ${drill.facts.length} facts · ${esc(d.outputs)}</p>
+<h1>${esc(d.title)}</h1><p class="meta">${d.models.length} models · ${drill.facts.length} facts · ${esc(d.outputs)}</p>${d.notes.map((n) => `<p class="note">${esc(n)}</p>`).join("")}
 <nav><a href="#accuracy">accuracy</a>${d.charts.map((c) => `<a href="#${esc(c.id)}">${esc(c.title)}</a>`).join("")}<a href="#compare">compare</a><a href="#facts">facts</a><a href="#provenance">provenance</a></nav>
 ${accuracySection(d)}${d.charts.map((c) => chartsSection(c, d)).join("")}${compareSection(d)}
 <h2 id="facts">Facts</h2><p class="meta">Search fact ids or anchor questions; open a fact for every model's answer to its anchor and each perturbation.</p>

@@ -144,4 +144,27 @@ describe("the study, compare and report commands", () => {
       stderr: `hsm: ${c.path}: field "config.probe_c": expected a positive number but received -1 (number)\n`,
     });
   });
+
+  it("report leaves out a model the study record marks failed, and says so; compare names it", () => {
+    const root = join(dir, "one-failed");
+    cpSync(outputs, root, { recursive: true });
+    const record = join(root, "study.json");
+    const models = [
+      { name: "six", status: "done", error: null },
+      { name: "ten", status: "failed", error: "models/ten/model.onnx: is not a readable ONNX model" },
+    ];
+    writeFileSync(record, JSON.stringify({ format: "hsm-study/1", models }));
+    const out = join(root, "report.html");
+    const r = hsm(["report", root, "--bootstrap", "5", "--no-verify", "-q"]);
+    expect(r.stderr).toBe(`report: left out ten, which failed in the study (see ${record})\n`);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toMatch(new RegExp(`^${out.replace(/[.]/g, "\\.")}: 1 models \\(six\\), `));
+    expect(readFileSync(out, "utf8")).toContain(
+      '<p class="note">ten is left out: it failed in the study: models/ten/model.onnx: is not a readable ONNX model</p>',
+    );
+    expect(hsm(["compare", root, "six", "ten", "-q"])).toMatchObject({
+      status: 2,
+      stderr: `hsm: ${root}: model "ten" failed in the study (see ${record}); rerun hsm study to finish it\n`,
+    });
+  });
 });

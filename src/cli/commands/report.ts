@@ -23,6 +23,8 @@ async function action(outputs: string, opts: ReportFlags): Promise<void> {
     backend: opts.backend,
     verify: opts.verify,
     log,
+    // Said even with --quiet: the report holds fewer models than the outputs root.
+    warn: (message) => process.stderr.write(`report: ${message}\n`),
   });
   out(
     `${r.path}: ${r.models.length} models (${r.models.join(", ")}), ${(r.bytes / 1e6).toFixed(2)} MB (${(r.firstViewBytes / 1e6).toFixed(2)} MB read at first view)`,

@@ -42,6 +42,8 @@ export const DEFAULT_BOOTSTRAP = 1000;
 export const MAX_BOOTSTRAP = 1_000_000;
 /** docs/metrics.md#bootstrap-definition: the bootstrap seed (also the fixture generator's). */
 export const DEFAULT_SEED = 20260101;
+/** The largest seed: the generators take 32 bits, so a larger one would wrap onto a smaller one's draws. */
+export const MAX_SEED = 0xffffffff;
 /** The metrics backend chosen when none is named. */
 export const DEFAULT_BACKEND = "auto";
 

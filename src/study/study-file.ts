@@ -8,7 +8,7 @@ import { dirname, extname, resolve } from "node:path";
 
 import { isNode, LineCounter, parseDocument, type Document } from "yaml";
 
-import { DEFAULT_OUTPUTS, DEFAULT_SEED, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../defaults.js";
+import { DEFAULT_OUTPUTS, DEFAULT_SEED, MAX_NEW_TOKENS, MAX_PROMPT_LEN, MAX_SEED } from "../defaults.js";
 import { FileError, HsmError } from "../errors.js";
 import { readText } from "../util/fs.js";
 import { pathStem } from "../util/stem.js";
@@ -154,8 +154,8 @@ function checkGeneration(c: Checker, value: unknown): GenerationSettings {
     seed: DEFAULT_SEED,
   };
   if ("seed" in g) {
-    if (typeof g.seed !== "number" || !Number.isInteger(g.seed) || g.seed < 0 || g.seed > 0xffffffff) {
-      c.fail([...path, "seed"], `expected an integer from 0 to 4294967295 but received ${describe(g.seed)}`);
+    if (typeof g.seed !== "number" || !Number.isInteger(g.seed) || g.seed < 0 || g.seed > MAX_SEED) {
+      c.fail([...path, "seed"], `expected an integer from 0 to ${MAX_SEED} but received ${describe(g.seed)}`);
     }
     settings.seed = g.seed;
   }

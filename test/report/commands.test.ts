@@ -5,6 +5,7 @@ import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
+import { BACKENDS } from "../../src/kernels/names.js";
 import { compareModels } from "../../src/report/compare.js";
 import { tempDir } from "../helpers/tmp.js";
 import { syntheticModel } from "./synthetic.js";
@@ -166,5 +167,23 @@ describe("the study, compare and report commands", () => {
       status: 2,
       stderr: `hsm: ${root}: model "ten" failed in the study (see ${record}); rerun hsm study to finish it\n`,
     });
+  });
+
+  it("compare and report refuse a seed beyond 32 bits, and list every backend they accept", () => {
+    for (const command of [
+      ["compare", outputs, "six", "ten"],
+      ["report", outputs],
+    ]) {
+      expect(hsm([...command, "--seed", "4294967296", "-q"])).toMatchObject({
+        status: 2,
+        stderr: 'hsm: Expected an integer of at most 4294967295 for --seed but received "4294967296"\n',
+      });
+      const help = hsm([command[0]!, "--help"]).stdout.replace(/\s+/g, " ");
+      expect(help).toContain(`kernels for the per-row values: ${BACKENDS.slice(0, -1).join(", ")} or typescript`);
+      expect(hsm([...command, "--backend", "cuda", "-q"])).toMatchObject({
+        status: 2,
+        stderr: `hsm: Expected --backend ${BACKENDS.slice(0, -1).join(", ")} or typescript but received "cuda"\n`,
+      });
+    }
   });
 });

@@ -1,8 +1,8 @@
 import type { Command } from "commander";
 
-import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_SEED, MAX_BOOTSTRAP } from "../../defaults.js";
-import { compareModels, formatComparison, type BackendName } from "../../index.js";
-import { intOption } from "../options.js";
+import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_SEED, MAX_BOOTSTRAP, MAX_SEED } from "../../defaults.js";
+import { compareModels, formatComparison, BACKENDS, type BackendName } from "../../index.js";
+import { choiceOption, intOption, wordList } from "../options.js";
 import { out } from "../print.js";
 
 interface CompareFlags {
@@ -42,10 +42,11 @@ export function compareCommand(program: Command): void {
     .argument("<model-b>", "model B's name")
     .option("--json", "print the comparison as JSON")
     .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1, MAX_BOOTSTRAP), DEFAULT_BOOTSTRAP)
-    .option("--seed <s>", "bootstrap seed", intOption("--seed", 0), DEFAULT_SEED)
+    .option("--seed <s>", "bootstrap seed", intOption("--seed", 0, MAX_SEED), DEFAULT_SEED)
     .option(
       "--backend <name>",
-      "kernels for the per-row values: auto, native, tfjs-node, wasm or typescript",
+      `kernels for the per-row values: ${wordList(BACKENDS, "or")}`,
+      choiceOption("--backend", BACKENDS),
       DEFAULT_BACKEND,
     )
     .option("-q, --quiet", "no progress on stderr")

@@ -1,8 +1,8 @@
 import type { Command } from "commander";
 
-import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_SEED, MAX_BOOTSTRAP } from "../../defaults.js";
-import { writeReport, type BackendName } from "../../index.js";
-import { intOption } from "../options.js";
+import { DEFAULT_BACKEND, DEFAULT_BOOTSTRAP, DEFAULT_SEED, MAX_BOOTSTRAP, MAX_SEED } from "../../defaults.js";
+import { writeReport, BACKENDS, type BackendName } from "../../index.js";
+import { choiceOption, intOption, wordList } from "../options.js";
 import { out } from "../print.js";
 
 interface ReportFlags {
@@ -49,10 +49,11 @@ export function reportCommand(program: Command): void {
       intOption("--bootstrap", 1, MAX_BOOTSTRAP),
       DEFAULT_BOOTSTRAP,
     )
-    .option("--seed <s>", "paired bootstrap seed", intOption("--seed", 0), DEFAULT_SEED)
+    .option("--seed <s>", "paired bootstrap seed", intOption("--seed", 0, MAX_SEED), DEFAULT_SEED)
     .option(
       "--backend <name>",
-      "kernels for the per-row values: auto, native, tfjs-node, wasm or typescript",
+      `kernels for the per-row values: ${wordList(BACKENDS, "or")}`,
+      choiceOption("--backend", BACKENDS),
       DEFAULT_BACKEND,
     )
     .option("--no-verify", "do not hash the stores for the provenance section")

@@ -15,13 +15,16 @@
  *   {@link writeFilesAtomic}): into a temporary file of the same folder, then
  *   renamed over the target, which replaces a link rather than writing
  *   through it. A failure names the file and leaves the old content and no
- *   temporary file. Files written in place (a store's layer files, an answers
- *   file appended to) are opened with {@link openOutput}, never through a link.
+ *   temporary file. A file that must not replace anything
+ *   ({@link writeFileExclusive}) is linked into place instead, which fails
+ *   where the target exists. Files written in place (a store's layer files,
+ *   an answers file appended to) are opened with {@link openOutput}, never
+ *   through a link.
  * - Every operating-system error becomes an error that names the path and says
  *   why ({@link fileError}).
  */
 import { closeSync, constants, fstatSync, openSync, read, readSync, rmSync, type Stats } from "node:fs";
-import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from "node:fs/promises";
+import { link, mkdir, open, readdir, rename, stat, unlink, type FileHandle } from "node:fs/promises";
 import { isUtf8 } from "node:buffer";
 import { basename, dirname, join } from "node:path";
 
@@ -415,6 +418,37 @@ async function writeTemp(temp: string, path: string, data: AtomicData): Promise<
     await fh.close().catch(() => {});
     await unlink(temp).catch(() => {});
     throw fileError(err, path, "write");
+  }
+}
+
+/**
+ * Writes `path` only where nothing is there yet, whole or not at all: the data
+ * goes to a temporary file in the same folder, which is fsynced and then
+ * linked to `path`. The link fails rather than replace what another writer,
+ * another process too, put there first. Returns false (and leaves nothing
+ * behind) when `path` exists; every other failure is an error naming `path`.
+ */
+export async function writeFileExclusive(path: string, data: AtomicData): Promise<boolean> {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${tempCounter++}.tmp`);
+  const forget = onStopSignal(() => rmSync(temp, { force: true }));
+  try {
+    await writeTemp(temp, path, data);
+    try {
+      await link(temp, path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "EEXIST") return false;
+      throw fileError(err, path, "write");
+    } finally {
+      await unlink(temp).catch(() => {});
+    }
+    try {
+      await syncDir(dirname(path));
+    } catch (err) {
+      throw fileError(err, dirname(path), "write");
+    }
+    return true;
+  } finally {
+    forget();
   }
 }
 

@@ -3,12 +3,12 @@
  * Foundry's columns; a third format added through the registry.
  */
 import { createHash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { Command } from "commander";
-import { beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 
 import { readBank } from "../../src/bank/bank.js";
 import { exportCommand } from "../../src/cli/commands/export.js";
@@ -191,6 +191,53 @@ describe("export errors and settings", () => {
     ]);
   });
 
+  it("adds a record each time, even for exports in the same second or side by side", async () => {
+    const out = join(dir, "eee-same-second");
+    const folder = join(out, "data", "bank", "hsm", "x");
+    const lines = readFileSync(fx.scored, "utf8").trim().split("\n");
+    const parts = [1, 2, 3].map((n) => {
+      const scored = join(dir, `scored-first-${n}.jsonl`);
+      writeFileSync(scored, lines.slice(0, n).join("\n") + "\n");
+      return scored;
+    });
+    // Another tool's aggregate holds the name the second after.
+    mkdirSync(folder, { recursive: true });
+    writeFileSync(join(folder, "bank_hsm_x_1700000001.json"), "{}\n");
+    const now = vi.spyOn(Date, "now").mockReturnValue(1_700_000_000_500);
+    try {
+      const settings = { format: "eee", bank: fx.bank, out, modelId: "hsm/x" };
+      await exportScored({ ...settings, scored: parts[0]! });
+      await Promise.all(parts.slice(1).map((scored) => exportScored({ ...settings, scored })));
+    } finally {
+      now.mockRestore();
+    }
+    expect(readFileSync(join(folder, "bank_hsm_x_1700000001.json"), "utf8")).toBe("{}\n");
+    const aggregates = readdirSync(folder).filter((f) => f.endsWith(".json") && f !== "bank_hsm_x_1700000001.json");
+    expect(aggregates.sort()).toEqual([
+      "bank_hsm_x_1700000000.json",
+      "bank_hsm_x_1700000002.json",
+      "bank_hsm_x_1700000003.json",
+    ]);
+    expect(readdirSync(folder).filter((f) => f.endsWith("_samples.jsonl"))).toHaveLength(3);
+    const sizes = aggregates.map((name) => {
+      const aggregate = JSON.parse(readFileSync(join(folder, name), "utf8"));
+      expect(aggregate.evaluation_id).toBe(`bank/hsm/x/${name.slice("bank_hsm_x_".length, -".json".length)}`);
+      const pointer = aggregate.detailed_evaluation_results;
+      expect(pointer.file_path).toBe(name.replace(".json", "_samples.jsonl"));
+      const samples = readFileSync(join(folder, pointer.file_path), "utf8");
+      expect(createHash("sha256").update(samples).digest("hex")).toBe(pointer.checksum);
+      const records = samples
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l));
+      expect(records.every((r) => r.evaluation_id === aggregate.evaluation_id)).toBe(true);
+      expect(records).toHaveLength(pointer.total_rows);
+      return records.length;
+    });
+    expect(sizes.sort()).toEqual([1, 2, 3]);
+    expect(readdirSync(folder).filter((f) => f.endsWith(".tmp"))).toEqual([]);
+  });
+
   it("names the developer and organization unknown when nobody does", async () => {
     const out = join(dir, "eee-unnamed");
     const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out });
@@ -286,7 +333,7 @@ describe("export errors and settings", () => {
       .map((l) => JSON.parse(l) as ScoredRow);
     rows[1]!.matched_alias = 7 as unknown as string;
     const out = join(dir, "eee-unchecked");
-    const id = { benchmark: "b", modelId: "org/m", developer: "org", organization: "o", evaluationId: "b/org/m/1" };
+    const id = { benchmark: "b", modelId: "org/m", developer: "org", organization: "o", time: 1 };
     await expect(writeEee(out, rows, bank, id)).rejects.toThrow(InternalError);
     expect(existsSync(out)).toBe(false);
   });

@@ -19,7 +19,7 @@ import { ANCHOR_TEMPLATE, buildPrompt, PERTURBED_TEMPLATE } from "../../bank/pro
 import { MAX_NEW_TOKENS, MAX_PROMPT_LEN, UNNAMED } from "../../defaults.js";
 import { InternalError } from "../../errors.js";
 import { LABELS } from "../../score/labels.js";
-import { fileError, openInput, readText } from "../../util/fs.js";
+import { fileError, makeDir, openInput, readText, writeFileExclusive } from "../../util/fs.js";
 import { pathStem } from "../../util/stem.js";
 import { VERSION } from "../../version.js";
 import { validate, type Schema } from "../validate.js";
@@ -70,8 +70,12 @@ export interface ExportIdentity {
   modelId: string;
   developer: string;
   organization: string;
-  evaluationId: string;
+  /** The integer that ends the evaluation id: unix seconds when the export ran, or a later second (see writeEee). */
+  time: number;
 }
+
+/** The evaluation id `<benchmark>/<model id>/<time>`; earlierRecords reads it back. */
+const evaluationIdOf = (id: ExportIdentity) => `${id.benchmark}/${id.modelId}/${id.time}`;
 
 /** Both prompt templates on one line, each newline written as the two characters backslash and n. */
 const PROMPT_TEMPLATES = `anchor: ${ANCHOR_TEMPLATE.replace(/\n/g, "\\n")} | other: ${PERTURBED_TEMPLATE.replace(/\n/g, "\\n")}`;
@@ -111,7 +115,7 @@ function instanceRecord(row: ScoredRow, bank: BankRow, id: ExportIdentity): Reco
   }
   return {
     schema_version: INSTANCE_SCHEMA_VERSION,
-    evaluation_id: id.evaluationId,
+    evaluation_id: evaluationIdOf(id),
     model_id: id.modelId,
     evaluation_name: evaluationName,
     evaluation_result_id: evaluationName,
@@ -144,7 +148,7 @@ function aggregateRecord(
   const families = [...new Set(rows.map((r) => r.condition_family))].sort();
   return {
     schema_version: AGGREGATE_SCHEMA_VERSION,
-    evaluation_id: id.evaluationId,
+    evaluation_id: evaluationIdOf(id),
     evaluation_timestamp: now.toISOString(),
     retrieved_timestamp: String(Math.floor(now.getTime() / 1000)),
     source_metadata: {
@@ -239,7 +243,7 @@ function recordTexts(
   id: ExportIdentity,
   now?: Date,
 ): { stem: string; samples: string; aggregate: string; records: Record<string, unknown>[] } {
-  const stem = safe(id.evaluationId);
+  const stem = safe(evaluationIdOf(id));
   const records = rows.map((r) => instanceRecord(r, bank.get(r.query_id)!, id));
   const samples = records.map((r) => JSON.stringify(r)).join("\n") + "\n";
   const pointer = { path: `${stem}_samples.jsonl`, sha256: sha256(samples), rows: records.length };
@@ -250,7 +254,8 @@ function recordTexts(
 interface EarlierRecord {
   aggregate: string;
   samples: string;
-  evaluationId: string;
+  /** The time its evaluation id ends in. */
+  idTime: number;
   time: Date;
 }
 
@@ -310,7 +315,7 @@ async function earlierRecords(
     records.push({
       aggregate: join(dir, name),
       samples: join(dir, samples),
-      evaluationId: evaluationId as string,
+      idTime: Number((evaluationId as string).slice(prefix.length)),
       time,
     });
   }
@@ -338,10 +343,14 @@ async function removeAll(paths: string[]): Promise<void> {
 
 /**
  * Writes the aggregate record and its samples, every instance record checked
- * against the schema before anything is written; returns their paths. With
- * `replace`, the model's one record in the folder is kept when writing it again
- * (with its own id and time) would give the same two files, and every other
- * record of the model there is removed once the new one is written.
+ * against the schema before anything is written; returns their paths. Without
+ * `replace`, the record is a new one: its two file names are claimed without
+ * replacing anything, and where another record (of an export in the same
+ * second, or running beside this one) holds them, the id's time moves on a
+ * second until free ones are found. With `replace`, the model's one record in
+ * the folder is kept when writing it again (with its own id and time) would
+ * give the same two files, and every other record of the model there is
+ * removed once the new one is written.
  */
 export async function writeEee(
   outDir: string,
@@ -355,9 +364,10 @@ export async function writeEee(
   const samplesPath = join(dir, `${texts.stem}_samples.jsonl`);
   // Checked before anything is written or removed: a record the schema refuses leaves the folder as it was.
   checkRecords(texts.records, samplesPath);
-  const earlier = replace ? await earlierRecords(dir, id) : { records: [], orphans: [] };
+  if (!replace) return { ...(await writeNewRecord(dir, rows, bank, id)), unchanged: false };
+  const earlier = await earlierRecords(dir, id);
   for (const e of earlier.records) {
-    const again = recordTexts(rows, bank, { ...id, evaluationId: e.evaluationId }, e.time);
+    const again = recordTexts(rows, bank, { ...id, time: e.idTime }, e.time);
     if (!(await holdsText(e.aggregate, again.aggregate)) || !(await holdsText(e.samples, again.samples))) continue;
     const others = earlier.records.filter((x) => x !== e).flatMap((x) => [x.aggregate, x.samples]);
     await removeAll([...others, ...earlier.orphans]);
@@ -371,6 +381,35 @@ export async function writeEee(
   const replaced = earlier.records.flatMap((x) => [x.aggregate, x.samples]);
   await removeAll([...replaced, ...earlier.orphans].filter((p) => !mine.has(p)));
   return { aggregate: aggregatePath, samples: samplesPath, unchanged: false };
+}
+
+/**
+ * Writes a record under file names no other record holds: the samples are
+ * linked into place first, which fails where the name is taken, so two
+ * exports, even in two processes, never share or replace a record; then the
+ * aggregate is claimed the same way. A taken name moves the id's time on by a
+ * second and tries again.
+ */
+async function writeNewRecord(
+  dir: string,
+  rows: ScoredRow[],
+  bank: Map<string, BankRow>,
+  first: ExportIdentity,
+): Promise<{ aggregate: string; samples: string }> {
+  try {
+    await makeDir(dir);
+  } catch (err) {
+    throw fileError(err, dir, "write");
+  }
+  for (let time = first.time; ; time++) {
+    const texts = recordTexts(rows, bank, { ...first, time });
+    const samples = join(dir, `${texts.stem}_samples.jsonl`);
+    const aggregate = join(dir, `${texts.stem}.json`);
+    if (!(await writeFileExclusive(samples, texts.samples))) continue;
+    if (await writeFileExclusive(aggregate, texts.aggregate)) return { aggregate, samples };
+    // An aggregate without its samples holds the name (another tool's, or one left behind): ours moves on.
+    await removeAll([samples]);
+  }
 }
 
 /** Checks every instance record against the published schema; `samples` names the file they would be written to. */
@@ -397,7 +436,7 @@ function identity(input: ExportInput): ExportIdentity {
     modelId,
     developer: o.developer ?? modelId.split("/")[0] ?? UNNAMED,
     organization: o.organization ?? UNNAMED,
-    evaluationId: `${benchmark}/${modelId}/${Math.floor(Date.now() / 1000)}`,
+    time: Math.floor(Date.now() / 1000),
   };
 }
 

@@ -81,14 +81,17 @@ export async function exportScored(
   const { rows, lines } = await readScored(o.scored);
   const bankRows = await readBank(o.bank);
   const bank = new Map(bankRows.map((r) => [r.query_id, r]));
-  const unknown = rows.findIndex((r) => !bank.has(r.query_id));
-  if (unknown >= 0)
-    throw new ScoredError(
-      o.scored,
-      lines[unknown]!,
-      "query_id",
-      `"${rows[unknown]!.query_id}" is not in the bank ${o.bank}`,
-    );
+  for (const [i, row] of rows.entries()) {
+    const b = bank.get(row.query_id);
+    if (!b) throw new ScoredError(o.scored, lines[i]!, "query_id", `"${row.query_id}" is not in the bank ${o.bank}`);
+    // Exports group and label by these: they are the bank row's, and a row that says otherwise was scored elsewhere.
+    for (const key of ["condition_family", "fact_id"] as const) {
+      if (row[key] !== b[key]) {
+        const problem = `expected ${JSON.stringify(b[key])} (the bank's, ${o.bank}:${b.line}) but received ${JSON.stringify(row[key])}`;
+        throw new ScoredError(o.scored, lines[i]!, key, problem);
+      }
+    }
+  }
   const { format: _, ...settings } = o;
   const written = await format.write({ rows, bank, settings });
   if (Array.isArray(written)) return { files: written, rows: rows.length };

@@ -324,6 +324,28 @@ describe("export errors and settings", () => {
     }
   });
 
+  it.each([
+    ["condition_family", "paraphrase", "anchor"],
+    ["fact_id", "fact_000000", "fact_999999"],
+  ])("refuses a %s that contradicts the bank row, naming its line, and writes nothing", async (key, from, to) => {
+    let id = "";
+    const scored = scoredWith(`scored-other-${key}`, (r) => {
+      id = r.query_id as string;
+      expect(r[key]).toBe(from);
+      r[key] = to;
+    });
+    const line = (await readBank(fx.bank)).find((b) => b.query_id === id)!.line;
+    for (const format of ["eee", "foundry"]) {
+      const out = join(dir, `refused-${format}-other-${key}`);
+      await expect(exportScored({ format, scored, bank: fx.bank, out })).rejects.toMatchObject({
+        constructor: ScoredError,
+        message: `${scored}:2: field "${key}": expected "${from}" (the bank's, ${fx.bank}:${line}) but received "${to}"`,
+        exitCode: EXIT.data,
+      });
+      expect(existsSync(out)).toBe(false);
+    }
+  });
+
   it("checks every Every Eval Ever record against the schema before writing either file", async () => {
     // Rows the reader would refuse, handed to the writer directly: the record it builds fails the schema.
     const bank = new Map((await readBank(fx.bank)).map((r) => [r.query_id, r]));

@@ -15,14 +15,28 @@ export interface ExportOptions extends ExportSettings {
   format: string;
 }
 
-/** Fields a scored row may leave out, each with what it must be where present. */
+const stringOrNull = (v: unknown) => v === null || typeof v === "string";
+const booleanOrNull = (v: unknown) => v === null || typeof v === "boolean";
+
+/**
+ * Fields a scored row may leave out, each with what it must be where present:
+ * the scorer's, then the bank's fields carried onto the row (formats.md#scored-fields),
+ * which the Every Eval Ever metadata writes as strings.
+ */
 const OPTIONAL_FIELDS: [string, string, (v: unknown) => boolean][] = [
   ["model", "a string", (v) => typeof v === "string"],
   ["span", "a string", (v) => typeof v === "string"],
   ["flags", "an array of strings", (v) => Array.isArray(v) && v.every((f) => typeof f === "string")],
-  ["matched_alias", "a string or null", (v) => v === null || typeof v === "string"],
+  ["matched_alias", "a string or null", stringOrNull],
   ["scorer", "a string", (v) => typeof v === "string"],
   ["needs_manual_review", "true or false", (v) => typeof v === "boolean"],
+  ...["relation", "language", "target_slot", "answer_type", "answer_granularity"].map(
+    (key): [string, string, (v: unknown) => boolean] => [key, "a string or null", stringOrNull],
+  ),
+  ["use_for_main_forward", "true or false", (v) => typeof v === "boolean"],
+  ...["answer_in_subject_surface", "use_for_reverse_analysis", "use_for_recognition_analysis"].map(
+    (key): [string, string, (v: unknown) => boolean] => [key, "true, false or null", booleanOrNull],
+  ),
 ];
 
 /** The scored rows, each with its line in the file; a query scored twice is refused. */

@@ -307,6 +307,31 @@ describe("export errors and settings", () => {
       'field "needs_manual_review": expected true or false but received "no"',
     ],
     [
+      "a relation that is an object",
+      (r: Record<string, unknown>) => (r.relation = { a: 1 }),
+      'field "relation": expected a string or null but received {"a":1}',
+    ],
+    [
+      "a language that is a list",
+      (r: Record<string, unknown>) => (r.language = [1, 2]),
+      'field "language": expected a string or null but received [1,2]',
+    ],
+    [
+      "a main-forward flag that is a word",
+      (r: Record<string, unknown>) => (r.use_for_main_forward = "maybe"),
+      'field "use_for_main_forward": expected true or false but received "maybe"',
+    ],
+    [
+      "a main-forward flag that is null",
+      (r: Record<string, unknown>) => (r.use_for_main_forward = null),
+      'field "use_for_main_forward": expected true or false but received null',
+    ],
+    [
+      "a reverse-analysis flag that is a number",
+      (r: Record<string, unknown>) => (r.use_for_reverse_analysis = 1),
+      'field "use_for_reverse_analysis": expected true, false or null but received 1',
+    ],
+    [
       "a query scored twice",
       (r: Record<string, unknown>) => (r.query_id = "query_00000001"),
       'field "query_id": "query_00000001" is scored twice (first on line 1)',

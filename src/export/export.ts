@@ -39,11 +39,16 @@ const OPTIONAL_FIELDS: [string, string, (v: unknown) => boolean][] = [
   ),
 ];
 
-/** The scored rows, each with its line in the file; a query scored twice is refused. */
+/**
+ * The scored rows, each with its line in the file. A query scored twice is
+ * refused, and so is a row naming another `model` than the rows before it: an
+ * export is one model's answers (a row that names none is taken as that model's).
+ */
 async function readScored(file: string): Promise<{ rows: ScoredRow[]; lines: number[] }> {
   const rows: ScoredRow[] = [];
   const lines: number[] = [];
   const firstLine = new Map<string, number>();
+  let model: { name: string; line: number } | undefined;
   for await (const { value: r, line } of jsonLines(
     file,
     (l, problem, cause) => new ScoredError(file, l, undefined, problem, { cause }),
@@ -64,6 +69,13 @@ async function readScored(file: string): Promise<{ rows: ScoredRow[]; lines: num
     if (first !== undefined)
       throw new ScoredError(file, line, "query_id", `"${id}" is scored twice (first on line ${first})`);
     firstLine.set(id, line);
+    if (typeof r.model === "string") {
+      model ??= { name: r.model, line };
+      if (r.model !== model.name) {
+        const problem = `expected ${JSON.stringify(model.name)} (the model of line ${model.line}) but received ${received("model")}`;
+        throw new ScoredError(file, line, "model", `${problem}: an export holds one model's answers`);
+      }
+    }
     rows.push({
       span: "",
       flags: [],

@@ -238,6 +238,29 @@ describe("export errors and settings", () => {
     expect(readdirSync(folder).filter((f) => f.endsWith(".tmp"))).toEqual([]);
   });
 
+  it("refuses a file of two models' answers even under --model-id, and names a model only one row records", async () => {
+    const mixed = scoredWith("scored-two-models", (r) => (r.model = "other/model2"));
+    const out = join(dir, "eee-two-models");
+    await expect(exportScored({ format: "eee", scored: mixed, bank: fx.bank, out, modelId: "hsm/x" })).rejects.toThrow(
+      new ScoredError(
+        mixed,
+        2,
+        "model",
+        'expected "synthetic-fixture" (the model of line 1) but received "other/model2": an export holds one model\'s answers',
+      ),
+    );
+    expect(existsSync(out)).toBe(false);
+    const lines = readFileSync(fx.scored, "utf8").trim().split("\n");
+    const rows = lines.slice(0, 3).map((l, i) => {
+      const { model: _, ...row } = JSON.parse(l) as Record<string, unknown>;
+      return i === 1 ? { ...row, model: "org/named" } : row;
+    });
+    const scored = join(dir, "scored-one-named.jsonl");
+    writeFileSync(scored, rows.map((r) => JSON.stringify(r) + "\n").join(""));
+    const r = await exportScored({ format: "eee", scored, bank: fx.bank, out });
+    expect(JSON.parse(readFileSync(r.files[0]!, "utf8")).model_info.id).toBe("org/named");
+  });
+
   it("names the developer and organization unknown when nobody does", async () => {
     const out = join(dir, "eee-unnamed");
     const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out });
@@ -330,6 +353,11 @@ describe("export errors and settings", () => {
       "a reverse-analysis flag that is a number",
       (r: Record<string, unknown>) => (r.use_for_reverse_analysis = 1),
       'field "use_for_reverse_analysis": expected true, false or null but received 1',
+    ],
+    [
+      "a model other than the rows before it",
+      (r: Record<string, unknown>) => (r.model = "other/model2"),
+      `field "model": expected "synthetic-fixture" (the model of line 1) but received "other/model2": an export holds one model's answers`,
     ],
     [
       "a query scored twice",

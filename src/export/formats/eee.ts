@@ -428,7 +428,7 @@ function checkRecords(records: Record<string, unknown>[], samples: string): void
 /** Who and what was evaluated: from the settings, else the rows and the bank file; the id ends in the time. */
 function identity(input: ExportInput): ExportIdentity {
   const o = input.settings;
-  const model = input.rows[0]?.model ?? UNNAMED;
+  const model = input.rows.find((r) => r.model !== undefined)?.model ?? UNNAMED;
   const modelId = o.modelId ?? (String(model).includes("/") ? String(model) : `${o.developer ?? UNNAMED}/${model}`);
   const benchmark = o.benchmark ?? basename(o.bank).replace(/\.jsonl?$/, "");
   return {

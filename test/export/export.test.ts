@@ -261,6 +261,24 @@ describe("export errors and settings", () => {
     expect(JSON.parse(readFileSync(r.files[0]!, "utf8")).model_info.id).toBe("org/named");
   });
 
+  it("writes an empty samples file and an empty Foundry file for an empty scored file", async () => {
+    const scored = join(dir, "scored-empty.jsonl");
+    writeFileSync(scored, "");
+    const eee = await exportScored({ format: "eee", scored, bank: fx.bank, out: join(dir, "eee-empty") });
+    expect(eee.rows).toBe(0);
+    const aggregate = JSON.parse(readFileSync(eee.files[0]!, "utf8"));
+    expect(readFileSync(eee.files[1]!, "utf8")).toBe("");
+    expect(aggregate.detailed_evaluation_results).toMatchObject({
+      checksum: createHash("sha256").update("").digest("hex"),
+      total_rows: 0,
+    });
+    for (const messages of [false, true]) {
+      const out = join(dir, `foundry-empty-${messages}.jsonl`);
+      await exportScored({ format: "foundry", scored, bank: fx.bank, out, messages });
+      expect(readFileSync(out, "utf8")).toBe("");
+    }
+  });
+
   it("names the developer and organization unknown when nobody does", async () => {
     const out = join(dir, "eee-unnamed");
     const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out });

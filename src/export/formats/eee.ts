@@ -245,7 +245,8 @@ function recordTexts(
 ): { stem: string; samples: string; aggregate: string; records: Record<string, unknown>[] } {
   const stem = safe(evaluationIdOf(id));
   const records = rows.map((r) => instanceRecord(r, bank.get(r.query_id)!, id));
-  const samples = records.map((r) => JSON.stringify(r)).join("\n") + "\n";
+  // "\n" after each line: no rows, no lines, an empty file.
+  const samples = records.map((r) => `${JSON.stringify(r)}\n`).join("");
   const pointer = { path: `${stem}_samples.jsonl`, sha256: sha256(samples), rows: records.length };
   return { stem, samples, aggregate: JSON.stringify(aggregateRecord(rows, id, pointer, now), null, 2) + "\n", records };
 }

@@ -18,9 +18,9 @@ function foundryLine(row: ScoredRow, bank: BankRow, messages = false): Record<st
   return { query: prompt, response: row.raw_response, ground_truth: truth, ...extra };
 }
 
-/** The Foundry lines of every row. */
+/** The Foundry lines of every row, "\n" after each (no rows: an empty file). */
 function foundryText(rows: ScoredRow[], bank: Map<string, BankRow>, messages = false): string {
-  return rows.map((r) => JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages))).join("\n") + "\n";
+  return rows.map((r) => `${JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages))}\n`).join("");
 }
 
 /** Writes every row as one Foundry line to `path`. */

@@ -9,7 +9,7 @@ import { readBank, type BankRow } from "../bank/bank.js";
 import { UNNAMED } from "../defaults.js";
 import { GenerationsError } from "../errors.js";
 import { makeDir, writeFileAtomic } from "../util/fs.js";
-import { jsonLines } from "../util/jsonl.js";
+import { JSONL_LINE_MAX_BYTES, jsonLines } from "../util/jsonl.js";
 import { scoreResponse, type ScoreResult } from "./scorer.js";
 
 export interface Generation {
@@ -137,7 +137,17 @@ export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
     const g = gens.get(row.query_id);
     if (!g) continue;
     const s = scoreResponse(g.raw_response, row.answers, { truncated: g.finish_reason === "length" });
-    lines.push(JSON.stringify(scoredRow(row, g, o.model ?? UNNAMED, s)));
+    const line = JSON.stringify(scoredRow(row, g, o.model ?? UNNAMED, s));
+    // A line no reader takes is refused here, before the file is written, by the generation that made it long.
+    const bytes = Buffer.byteLength(line, "utf8");
+    if (bytes > JSONL_LINE_MAX_BYTES) {
+      const size = Buffer.byteLength(g.raw_response, "utf8");
+      const problem =
+        `is ${size} bytes long, which makes its scored line ${bytes} bytes (with the span), ` +
+        `over the ${JSONL_LINE_MAX_BYTES} bytes (1 MiB) a JSONL line may hold`;
+      throw new GenerationsError(o.generations, g.line, "raw_response", problem);
+    }
+    lines.push(line);
     summary.rows++;
     summary.labels[s.label] = (summary.labels[s.label] ?? 0) + 1;
     if (s.needs_manual_review) summary.needsReview++;

@@ -125,6 +125,24 @@ describe("scoreFile", () => {
     expect(existsSync(short.out)).toBe(false);
   });
 
+  it("refuses a generation whose scored line would pass 1 MiB, naming its line, and writes nothing", async () => {
+    // 700,000 bytes fit a generations line; with the span beside them the scored line does not.
+    const raw = `Paris ${"y".repeat(700_000)}`;
+    const o = setup("long", [
+      { query_id: "q1", raw_response: " Paris" },
+      { query_id: "q2", raw_response: raw },
+    ]);
+    const error = await scoreFile(o).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(GenerationsError);
+    expect((error as GenerationsError).message).toMatch(
+      new RegExp(
+        `^${o.generations.replace(/[.]/g, "\\.")}:2: field "raw_response": is 700006 bytes long, ` +
+          "which makes its scored line \\d+ bytes \\(with the span\\), over the 1048576 bytes \\(1 MiB\\) a JSONL line may hold$",
+      ),
+    );
+    expect(existsSync(o.out)).toBe(false);
+  });
+
   it("makes the output's folder, as mkdir -p does", async () => {
     const o = setup("nested", [
       { query_id: "q1", raw_response: " Paris" },

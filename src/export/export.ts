@@ -7,6 +7,7 @@ import { readBank } from "../bank/bank.js";
 import { ScoredError, UsageError } from "../errors.js";
 import { LABELS } from "../score/labels.js";
 import { jsonLines } from "../util/jsonl.js";
+import { nameProblem } from "../util/stem.js";
 import type { ExportFormatRegistry, ExportSettings, ScoredRow } from "./formats/format.js";
 import { EXPORT_FORMATS } from "./formats/registry.js";
 
@@ -70,6 +71,8 @@ async function readScored(file: string): Promise<{ rows: ScoredRow[]; lines: num
       throw new ScoredError(file, line, "query_id", `"${id}" is scored twice (first on line ${first})`);
     firstLine.set(id, line);
     if (typeof r.model === "string") {
+      const badName = nameProblem(r.model);
+      if (badName) throw new ScoredError(file, line, "model", badName);
       model ??= { name: r.model, line };
       if (r.model !== model.name) {
         const problem = `expected ${JSON.stringify(model.name)} (the model of line ${model.line}) but received ${received("model")}`;

@@ -27,6 +27,7 @@ import { FileError, HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
 import { makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
+import { checkName } from "../util/stem.js";
 import { collectGarbage } from "../util/memory.js";
 import { computeCores } from "../util/cores.js";
 import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
@@ -355,8 +356,10 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const maxNew = o.maxNewTokens ?? MAX_NEW_TOKENS;
   const batchSize = o.batchSize ?? DEFAULT_BATCH_SIZE;
   checkCounts(batchSize, maxNew, o.selfCheck);
-  const job = await prepareJob(o, batchSize, maxNew);
   const modelName = o.model ?? defaultModelName(o.modelDir);
+  // Refused before the model is read: the score and the exports would refuse it later, far from its cause.
+  checkName(modelName);
+  const job = await prepareJob(o, batchSize, maxNew);
   // A device that cannot run fails before the output's folder is made.
   checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model));
   await makeDir(dirname(o.out));

@@ -10,6 +10,7 @@ import { UNNAMED } from "../defaults.js";
 import { GenerationsError } from "../errors.js";
 import { makeDir, writeFileAtomic } from "../util/fs.js";
 import { JSONL_LINE_MAX_BYTES, jsonLines } from "../util/jsonl.js";
+import { checkName, nameProblem } from "../util/stem.js";
 import { scoreResponse, type ScoreResult } from "./scorer.js";
 
 export interface Generation {
@@ -48,6 +49,8 @@ export async function readGenerations(file: string): Promise<Map<string, Generat
     // Copied onto the scored row, whose `model` is a string.
     if ("model" in g && typeof g.model !== "string")
       throw new GenerationsError(file, line, "model", `expected a string but received ${JSON.stringify(g.model)}`);
+    const badName = typeof g.model === "string" ? nameProblem(g.model) : undefined;
+    if (badName) throw new GenerationsError(file, line, "model", badName);
     const first = out.get(g.query_id);
     if (first)
       throw new GenerationsError(file, line, "query_id", `duplicate "${g.query_id}" (first on line ${first.line})`);
@@ -102,6 +105,7 @@ export interface ScoreSummary {
 }
 
 export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
+  if (o.model !== undefined) checkName(o.model);
   const bank = await readBank(o.bank);
   const gens = await readGenerations(o.generations);
   const known = new Set(bank.map((r) => r.query_id));

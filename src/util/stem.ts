@@ -20,6 +20,24 @@ export const STEM_MAX_LENGTH = 64;
 const HASH_DIGITS = 8;
 
 /**
+ * What is wrong with `name` as a name (`what` says which: a model name, a
+ * developer …), or undefined when nothing is: it must hold a visible
+ * character and no control character. Lower-case, for a line's field error.
+ * @example nameProblem("") // 'expected a model name with a visible character but received ""'
+ */
+export function nameProblem(name: string, what = "model name"): string | undefined {
+  if (name.trim() === "") return `expected a ${what} with a visible character but received ${JSON.stringify(name)}`;
+  if (CONTROL.test(name)) return `expected a ${what} without control characters but received ${JSON.stringify(name)}`;
+  return undefined;
+}
+
+/** Refuses, as a UsageError (exit status 2), a name {@link nameProblem} finds wrong. */
+export function checkName(name: string, what = "model name"): void {
+  const problem = nameProblem(name, what);
+  if (problem) throw new UsageError(problem.charAt(0).toUpperCase() + problem.slice(1));
+}
+
+/**
  * The path stem of `name`: the name itself when it is made of `A–Z a–z 0–9 . _
  * + -` only, does not start with `.`, and is at most 64 characters long; else
  * the name with every run of other characters replaced by `_`, a leading `.`
@@ -29,10 +47,7 @@ const HASH_DIGITS = 8;
  * @example pathStem("meta-llama/Llama-3.1-8B") // "meta-llama_Llama-3.1-8B-" + 8 hex digits
  */
 export function pathStem(name: string, what = "model name"): string {
-  if (name.trim() === "")
-    throw new UsageError(`Expected a ${what} with a visible character but received ${JSON.stringify(name)}`);
-  if (CONTROL.test(name))
-    throw new UsageError(`Expected a ${what} without control characters but received ${JSON.stringify(name)}`);
+  checkName(name, what);
   let stem = name.replace(UNSAFE_RUN, "_");
   if (stem.startsWith(".")) stem = `_${stem}`;
   if (stem.length > STEM_MAX_LENGTH) stem = stem.slice(0, STEM_MAX_LENGTH);

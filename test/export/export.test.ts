@@ -279,6 +279,19 @@ describe("export errors and settings", () => {
     }
   });
 
+  it.each([
+    ["", 'Expected a model id (--model-id) with a visible character but received ""'],
+    ["a\tb/c", 'Expected a model id (--model-id) without control characters but received "a\\tb/c"'],
+    ["org/", 'Expected a model id (--model-id) with a name after its last "/" but received "org/"'],
+    ["/m", 'Expected a model id (--model-id) with a developer before its first "/" but received "/m"'],
+  ])("refuses --model-id %j, naming the option, and writes nothing", async (modelId, message) => {
+    const out = join(dir, "eee-bad-model-id");
+    await expect(exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out, modelId })).rejects.toThrow(
+      new UsageError(message),
+    );
+    expect(existsSync(out)).toBe(false);
+  });
+
   it("names the developer and organization unknown when nobody does", async () => {
     const out = join(dir, "eee-unnamed");
     const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out });
@@ -376,6 +389,11 @@ describe("export errors and settings", () => {
       "a model other than the rows before it",
       (r: Record<string, unknown>) => (r.model = "other/model2"),
       `field "model": expected "synthetic-fixture" (the model of line 1) but received "other/model2": an export holds one model's answers`,
+    ],
+    [
+      "a model name of white space",
+      (r: Record<string, unknown>) => (r.model = " "),
+      'field "model": expected a model name with a visible character but received " "',
     ],
     [
       "a query scored twice",

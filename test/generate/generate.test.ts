@@ -18,6 +18,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
 import { MAX_NEW_TOKENS } from "../../src/defaults.js";
+import { EXIT, UsageError } from "../../src/errors.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
 import { GenerationError, generate } from "../../src/generate/generate.js";
 import { PROMPT_STEP_TOKENS } from "../../src/generate/decode-batch.js";
@@ -622,5 +623,30 @@ describe("hsm generate refuses to resume a file it did not write for this run", 
     expect(refused("fewer-tokens.jsonl", await answers(), "--max-new-tokens", "4")).toMatch(
       /fewer-tokens\.jsonl:\d+: field "generated_tokens": \d+ .*--max-new-tokens 4/,
     );
+  });
+});
+
+describe("hsm generate refuses a model name no output can record", () => {
+  it.each([
+    ["an empty name", "", 'Expected a model name with a visible character but received ""'],
+    ["a name of white space", " ", 'Expected a model name with a visible character but received " "'],
+    [
+      "a name with a control character",
+      "a\u0007b",
+      'Expected a model name without control characters but received "a\\u0007b"',
+    ],
+  ])("%s, before reading the model, as the exports would", async (_what, model, message) => {
+    const out = join(dir, "refused-name", "gens.jsonl");
+    await expect(generate({ modelDir: modelDir("withPast"), bank, out, model })).rejects.toThrow(
+      new UsageError(message),
+    );
+    const r = spawnSync(
+      process.execPath,
+      [BIN, "generate", "--model-dir", modelDir("withPast"), "--bank", bank, "--out", out, "--model", model],
+      { encoding: "utf8" },
+    );
+    expect(r.status).toBe(EXIT.usage);
+    expect(r.stderr).toBe(`hsm: ${message}\n`);
+    expect(existsSync(join(dir, "refused-name"))).toBe(false);
   });
 });

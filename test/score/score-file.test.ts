@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { UNNAMED } from "../../src/defaults.js";
-import { EXIT, FileError, GenerationsError } from "../../src/errors.js";
+import { EXIT, FileError, GenerationsError, UsageError } from "../../src/errors.js";
 import { readGenerations, scoreFile } from "../../src/score/score-file.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -26,6 +26,16 @@ describe("generations file", () => {
       "a model that is not a string",
       ['{"query_id": "q1", "raw_response": " a", "model": {"name": "x"}}'],
       /gens\.jsonl:1: field "model": expected a string but received \{"name":"x"\}$/,
+    ],
+    [
+      "a model name of white space",
+      ['{"query_id": "q1", "raw_response": " a", "model": " "}'],
+      /gens\.jsonl:1: field "model": expected a model name with a visible character but received " "$/,
+    ],
+    [
+      "a model name with a control character",
+      ['{"query_id": "q1", "raw_response": " a", "model": "a\\u0007b"}'],
+      /gens\.jsonl:1: field "model": expected a model name without control characters but received "a\\u0007b"$/,
     ],
     ["a line that is not JSON", ['{"query_id": '], /gens\.jsonl:1: is not valid JSON/],
     ["an array line", ["[1]"], /gens\.jsonl:1: expected a JSON object but received array$/],
@@ -139,6 +149,17 @@ describe("scoreFile", () => {
         `^${o.generations.replace(/[.]/g, "\\.")}:2: field "raw_response": is 700006 bytes long, ` +
           "which makes its scored line \\d+ bytes \\(with the span\\), over the 1048576 bytes \\(1 MiB\\) a JSONL line may hold$",
       ),
+    );
+    expect(existsSync(o.out)).toBe(false);
+  });
+
+  it("refuses a model name for unnamed generations that no output can record, before writing", async () => {
+    const o = setup("badname", [
+      { query_id: "q1", raw_response: " Paris" },
+      { query_id: "q2", raw_response: " Lyon" },
+    ]);
+    await expect(scoreFile({ ...o, model: "" })).rejects.toThrow(
+      new UsageError('Expected a model name with a visible character but received ""'),
     );
     expect(existsSync(o.out)).toBe(false);
   });

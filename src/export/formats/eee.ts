@@ -17,10 +17,10 @@ import { fileURLToPath } from "node:url";
 import type { BankRow } from "../../bank/bank.js";
 import { ANCHOR_TEMPLATE, buildPrompt, PERTURBED_TEMPLATE } from "../../bank/prompt.js";
 import { MAX_NEW_TOKENS, MAX_PROMPT_LEN, UNNAMED } from "../../defaults.js";
-import { InternalError } from "../../errors.js";
+import { InternalError, UsageError } from "../../errors.js";
 import { LABELS } from "../../score/labels.js";
 import { fileError, makeDir, openInput, readText, writeFileExclusive } from "../../util/fs.js";
-import { pathStem } from "../../util/stem.js";
+import { checkName, pathStem } from "../../util/stem.js";
 import { VERSION } from "../../version.js";
 import { validate, type Schema } from "../validate.js";
 import { holdsText, writeExportFile, type ExportFormat, type ExportInput, type ScoredRow } from "./format.js";
@@ -426,10 +426,26 @@ function checkRecords(records: Record<string, unknown>[], samples: string): void
   }
 }
 
+/**
+ * Refuses a `--model-id` the record's folder cannot be named by, naming the
+ * option: the folder's rule would blame the developer or model name made from it.
+ */
+function checkModelId(modelId: string, developerGiven: boolean): void {
+  const what = "model id (--model-id)";
+  checkName(modelId, what);
+  const parts = modelId.split("/");
+  const received = JSON.stringify(modelId);
+  if (parts.at(-1)!.trim() === "")
+    throw new UsageError(`Expected a ${what} with a name after its last "/" but received ${received}`);
+  if (!developerGiven && parts[0]!.trim() === "")
+    throw new UsageError(`Expected a ${what} with a developer before its first "/" but received ${received}`);
+}
+
 /** Who and what was evaluated: from the settings, else the rows and the bank file; the id ends in the time. */
 function identity(input: ExportInput): ExportIdentity {
   const o = input.settings;
   const model = input.rows.find((r) => r.model !== undefined)?.model ?? UNNAMED;
+  if (o.modelId !== undefined) checkModelId(o.modelId, o.developer !== undefined);
   const modelId = o.modelId ?? (String(model).includes("/") ? String(model) : `${o.developer ?? UNNAMED}/${model}`);
   const benchmark = o.benchmark ?? basename(o.bank).replace(/\.jsonl?$/, "");
   return {

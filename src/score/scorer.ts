@@ -15,7 +15,7 @@
  * - `multiple_candidates` → ambiguous: the span lists candidates ("Canada or
  *   Mexico", "Canada, Mexico") and one of them is an alias but not all are.
  * - `alias_in_span_negated` → ambiguous, needs review: an alias occurs as whole
- *   words, but so does a negation ("not Paris").
+ *   words right after a negation word ("not Paris").
  * - `alias_in_span` → correct: an alias occurs in the span as whole words.
  * - `no_alias_match` → incorrect.
  * `needs_manual_review` is set where a rule was unsure: a negated match, a long
@@ -135,6 +135,18 @@ function containsWords(haystack: string, needle: string): boolean {
 }
 
 /**
+ * Whether `alias` (as words) occurs in `words` right after a negation word ("not Paris", "isn't Paris"). Only the
+ * word before counts: a negation after the alias negates what follows it ("Paris not Lyon"), one further away
+ * negates something else ("Paris is not in Germany"), and the alias's own words ("Chanel No. 5") are not outside it.
+ */
+function negatedAt(words: readonly string[], alias: readonly string[]): boolean {
+  for (let i = 1; i + alias.length <= words.length; i++) {
+    if (NEGATIONS.has(words[i - 1]!) && alias.every((w, k) => words[i + k] === w)) return true;
+  }
+  return false;
+}
+
+/**
  * Scores one continuation against the gold answers (the first is the gold
  * answer, the rest its aliases).
  * @example scoreResponse(" Canada\nExplanation: …", ["Canada"]).label // "correct"
@@ -172,9 +184,11 @@ export function scoreResponse(
     }
   }
   // Longest alias first, so "New York City" wins over "York".
-  const contained = [...aliases].sort((x, y) => y.norm.length - x.norm.length).find((a) => containsWords(norm, a.norm));
+  const byLength = [...aliases].sort((x, y) => y.norm.length - x.norm.length);
+  const contained = byLength.find((a) => containsWords(norm, a.norm));
   if (contained) {
-    if (words.some((w) => NEGATIONS.has(w))) return result("ambiguous", "alias_in_span_negated", contained.alias, true);
+    const negated = byLength.find((a) => negatedAt(words, a.norm.split(" ")));
+    if (negated) return result("ambiguous", "alias_in_span_negated", negated.alias, true);
     return result(
       "correct",
       "alias_in_span",

@@ -99,6 +99,20 @@ const CASES: Case[] = [
   // negation
   [" Not Paris but Lyon", ["Paris"], "ambiguous", "alias_in_span_negated", "Not Paris but Lyon", "Paris", true],
   [" It is never Rome", ["Rome"], "ambiguous", "alias_in_span_negated", "It is never Rome", "Rome", true],
+  [" It isn't the Hague", ["The Hague"], "ambiguous", "alias_in_span_negated", "It isn't the Hague", "The Hague", true],
+  [" Surely not Chanel No. 5", ["Chanel No. 5"], "ambiguous", "alias_in_span_negated", undefined, "Chanel No. 5", true],
+  // a negation that is not right before the alias does not negate it
+  [" Paris is not in Germany", ["Paris"], "correct", "alias_in_span", "Paris is not in Germany", "Paris"],
+  [" Paris not Lyon", ["Paris"], "correct", "alias_in_span", "Paris not Lyon", "Paris"],
+  [
+    " It is Chanel No. 5 perfume",
+    ["Chanel No. 5"],
+    "correct",
+    "alias_in_span",
+    "It is Chanel No. 5 perfume",
+    "Chanel No. 5",
+  ], // the alias's own "No"
+  [" No, it is Paris", ["Paris"], "correct", "alias_in_span", "No, it is Paris", "Paris"],
   // several candidates
   [" Canada or Mexico", ["Canada"], "ambiguous", "multiple_candidates", "Canada or Mexico", "Canada"],
   [" Canada, Mexico", ["Canada"], "ambiguous", "multiple_candidates", "Canada, Mexico", "Canada"],

@@ -23,6 +23,7 @@
  * by the token limit.
  */
 
+import { caseFold } from "./case-fold.js";
 import type { Label } from "./labels.js";
 
 export type { Label };
@@ -84,12 +85,13 @@ const ABSTAIN = [
 const SEPARATORS = /\s+(?:or|and|and\/or)\s+|\s*[,;/|]\s*/iu;
 
 /**
- * The comparison form: NFKC, case folded, no articles or punctuation, single
+ * The comparison form: NFKC, case folded (full folding, as Python's
+ * `str.casefold`: "Straße" and "STRASSE" are one), no articles or punctuation, single
  * spaces. Periods and apostrophes join what they separate ("U.S.A." → "usa");
  * other punctuation separates words.
  */
 export function normalizeAnswer(text: string): string {
-  const folded = text.normalize("NFKC").toLocaleLowerCase("und");
+  const folded = caseFold(text.normalize("NFKC"));
   const words = folded
     .replace(/[.'’]/gu, "")
     .replace(/[\p{P}\p{S}]+/gu, " ")

@@ -7,6 +7,8 @@ import { spawnSync } from "node:child_process";
 export const PYTHON = process.env.HSM_PYTHON ?? "/usr/bin/python3";
 export const numpyRequired = process.env.HSM_REQUIRE_NUMPY === "1";
 export const hasNumpy = spawnSync(PYTHON, ["-c", "import numpy"], { stdio: "ignore" }).status === 0;
+/** Python itself, for the tests that need only its standard library (unicodedata, str.casefold). */
+export const hasPython = spawnSync(PYTHON, ["-c", "pass"], { stdio: "ignore" }).status === 0;
 /** scikit-learn, for the tests that compare with an independent NumPy + scikit-learn implementation. */
 export const hasSklearn = hasNumpy && spawnSync(PYTHON, ["-c", "import sklearn"], { stdio: "ignore" }).status === 0;
 

@@ -57,6 +57,8 @@ const CASES: Case[] = [
   [" 東京", ["Tokyo", "東京"], "correct", "exact_alias", "東京", "東京"],
   [" «Москва»", ["Москва", "Moscow"], "correct", "exact_alias", "Москва", "Москва"],
   [" ΑΘΗΝΑ", ["Αθήνα"], "incorrect", "no_alias_match", "ΑΘΗΝΑ"], // accents are kept: Α ≠ Ά
+  [" STRASSE", ["Straße"], "correct", "exact_alias", "STRASSE", "Straße"], // full case folding: ß → ss
+  [" ΟΔΟΣ", ["οδος"], "correct", "exact_alias", "ΟΔΟΣ", "οδος"], // final ς folds to σ
   [" Zürich", ["Zurich"], "incorrect", "no_alias_match", "Zürich"],
   // alias contained as whole words
   [" It is Canada, of course", ["Canada"], "correct", "alias_in_span", "It is Canada, of course", "Canada"], // no candidate part is another answer

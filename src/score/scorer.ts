@@ -19,8 +19,9 @@
  * - `alias_in_span` → correct: an alias occurs in the span as whole words.
  * - `no_alias_match` → incorrect.
  * `needs_manual_review` is set where a rule was unsure: a negated match, a long
- * span (over 12 words) decided by containment or by no match, or a span cut off
- * by the token limit.
+ * span (over 12 words) decided by containment or by no match, or a containment
+ * match in a span cut off by the token limit (the continuation's last line: a
+ * line break after the span means the limit cut a later line).
  */
 
 import { caseFold } from "./case-fold.js";
@@ -191,12 +192,9 @@ export function scoreResponse(
   if (contained) {
     const negated = byLength.find((a) => negatedAt(words, a.norm.split(" ")));
     if (negated) return result("ambiguous", "alias_in_span_negated", negated.alias, true);
-    return result(
-      "correct",
-      "alias_in_span",
-      contained.alias,
-      long || Boolean(options.truncated && !raw.includes("\n")),
-    );
+    // A line break after the span's line means the limit cut a later line, not the span.
+    const spanCut = Boolean(options.truncated) && !flags.includes("multi_line");
+    return result("correct", "alias_in_span", contained.alias, long || spanCut);
   }
   return result("incorrect", "no_alias_match", null, long);
 }

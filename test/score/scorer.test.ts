@@ -179,6 +179,12 @@ describe("scorer", () => {
     const cut = scoreResponse(" It is located in the city of Paris which", ["Paris"], { truncated: true });
     expect(cut).toMatchObject({ label: "correct", scorer: "alias_in_span", needs_manual_review: true });
     expect(cut.flags).toContain("hit_token_limit");
+    // The limit cut the span itself only where nothing follows the span's line; leading blank lines do not count.
+    const afterBlank = scoreResponse("\n\nIt is located in the city of Paris which", ["Paris"], { truncated: true });
+    expect(afterBlank).toMatchObject({ scorer: "alias_in_span", needs_manual_review: true });
+    const finished = scoreResponse(" The capital is Paris\nand more text", ["Paris"], { truncated: true });
+    expect(finished).toMatchObject({ label: "correct", scorer: "alias_in_span", needs_manual_review: false });
+    expect(finished.flags).toEqual(["multi_line", "hit_token_limit"]);
   });
 
   it("normalizes by NFKC, case folding, dropping articles and punctuation", () => {

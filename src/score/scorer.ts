@@ -3,8 +3,8 @@
  * are named, and each scored row says which one decided (`scorer`):
  *
  * 1. Span: the first non-blank line of the continuation, with an answer prefix
- *    ("Answer:", "A:", "The answer is", "Final answer:") removed, wrapping
- *    quotes or brackets removed, and trailing punctuation removed.
+ *    ("Answer:", "A:", "The answer is", "Final answer:") removed, quotes or
+ *    brackets that wrap the whole span removed, and trailing punctuation removed.
  * 2. Comparison form: Unicode NFKC, case folded, articles (a, an, the) and
  *    punctuation dropped (periods and apostrophes join, others separate),
  *    whitespace collapsed.
@@ -55,7 +55,11 @@ export interface ScoreResult {
   needs_manual_review: boolean;
 }
 
-const PREFIX = /^(?:final\s+answer|the\s+answer\s+is|answer|a)\s*[:：\-–—]\s*|^the\s+answer\s+is\s+/iu;
+/**
+ * The answer prefixes, exactly: "Answer:", "A:", "Final answer:" (a colon, ASCII or full-width, is part of them; a
+ * dash is not, or "A-League" would lose its "A") and "The answer is" (with or without a colon).
+ */
+const PREFIX = /^(?:final\s+answer|answer|a)\s*[:：]\s*|^the\s+answer\s+is(?:\s*[:：]\s*|\s+)/iu;
 const WRAPPERS: [string, string][] = [
   ['"', '"'],
   ["'", "'"],
@@ -119,7 +123,7 @@ export function extractSpan(raw: string): { span: string; flags: string[] } {
   for (let changed = true; changed;) {
     changed = false;
     for (const [open, close] of WRAPPERS) {
-      if (span.length >= open.length + close.length && span.startsWith(open) && span.endsWith(close)) {
+      if (wraps(span, open, close)) {
         span = span
           .slice(open.length, span.length - close.length)
           .trim()
@@ -130,6 +134,26 @@ export function extractSpan(raw: string): { span: string; flags: string[] } {
     }
   }
   return { span, flags };
+}
+
+/** An apostrophe between letters or digits ("d'Ivoire", "O’Brien") is part of a word, not a quote. */
+const IN_WORD_APOSTROPHE = /(?<=[\p{L}\p{N}])['’](?=[\p{L}\p{N}])/gu;
+
+/**
+ * Whether `open` … `close` wraps the whole of `span`: the mark that opens it is the one that closes at its end, so
+ * '"Paris" or "Lyon"' and "(a) or (b)" are not wrapped. Inside, the same quote or emphasis mark may not appear, and
+ * brackets must pair up; an apostrophe inside a word is not a quote.
+ */
+function wraps(span: string, open: string, close: string): boolean {
+  if (span.length < open.length + close.length || !span.startsWith(open) || !span.endsWith(close)) return false;
+  const inner = span.slice(open.length, span.length - close.length).replace(IN_WORD_APOSTROPHE, "");
+  if (open === close) return !inner.includes(open);
+  let depth = 0;
+  for (let i = 0; i < inner.length; i++) {
+    if (inner.startsWith(open, i)) depth++;
+    else if (inner.startsWith(close, i) && --depth < 0) return false;
+  }
+  return depth === 0;
 }
 
 function containsWords(haystack: string, needle: string): boolean {

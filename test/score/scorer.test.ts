@@ -187,6 +187,46 @@ describe("scorer", () => {
     expect(finished.flags).toEqual(["multi_line", "hit_token_limit"]);
   });
 
+  it.each([
+    // the prefixes are exactly Answer:, A:, Final answer: and The answer is; a dash makes none
+    [" A-League", "A-League", []],
+    [" A – Z", "A – Z", []],
+    [" Answer - Paris", "Answer - Paris", []],
+    [" A: Paris", "Paris", ["prefix_stripped"]],
+    [" answer： Paris", "Paris", ["prefix_stripped"]],
+    [" The answer is: Paris", "Paris", ["prefix_stripped"]],
+    [" The answer isotope", "The answer isotope", []],
+    // only a pair that wraps the whole span is removed
+    [' "Paris" or "Lyon"', '"Paris" or "Lyon"', []],
+    [" (Paris) or (Lyon)", "(Paris) or (Lyon)", []],
+    [" *Paris* or *Lyon*", "*Paris* or *Lyon*", []],
+    [" ‘Paris’ or ‘Lyon’", "‘Paris’ or ‘Lyon’", []],
+    [" (Paris (France))", "Paris (France)", ["wrapper_stripped"]],
+    [" ((Lisbon))", "Lisbon", ["wrapper_stripped"]],
+    [" 'Côte d'Ivoire'", "Côte d'Ivoire", ["wrapper_stripped"]],
+    [" ‘Côte d’Ivoire’", "Côte d’Ivoire", ["wrapper_stripped"]],
+    [" ***Paris***", "Paris", ["wrapper_stripped"]],
+    [" „Berlin“", "Berlin", ["wrapper_stripped"]],
+  ])("extracts the span of %j as %j", (raw, span, flags) => {
+    expect(extractSpan(raw)).toEqual({ span, flags });
+  });
+
+  it("scores the answers a dash prefix or a partial wrapper used to change", () => {
+    expect(scoreResponse(" A-League", ["A-League"])).toMatchObject({
+      span: "A-League",
+      flags: [],
+      label: "correct",
+      scorer: "exact_alias",
+    });
+    expect(scoreResponse(' "Paris" or "Lyon"', ["Paris"])).toMatchObject({
+      span: '"Paris" or "Lyon"',
+      flags: [],
+      label: "ambiguous",
+      scorer: "multiple_candidates",
+      matched_alias: "Paris",
+    });
+  });
+
   it("normalizes by NFKC, case folding, dropping articles and punctuation", () => {
     expect(normalizeAnswer("  The  Hague!! ")).toBe("hague");
     expect(normalizeAnswer("ﬁnal")).toBe("final");

@@ -5,8 +5,8 @@
  * 1. Span: the first non-blank line of the continuation, with an answer prefix
  *    ("Answer:", "A:", "The answer is", "Final answer:") removed, quotes or
  *    brackets that wrap the whole span removed, and trailing punctuation removed.
- * 2. Comparison form: Unicode NFKC, case folded, articles (a, an, the) and
- *    punctuation dropped (periods and apostrophes join, others separate),
+ * 2. Comparison form: Unicode NFKC, case folded, articles (a, an, the) dropped
+ *    unless nothing else is left, punctuation dropped (periods and apostrophes join, others separate),
  *    whitespace collapsed.
  * Then, in order, the first rule that applies:
  * - `empty_span` → unparseable: nothing is left of the span.
@@ -91,7 +91,8 @@ const SEPARATORS = /\s+(?:or|and|and\/or)\s+|\s*[,;/|]\s*/iu;
 
 /**
  * The comparison form: NFKC, case folded (full folding, as Python's
- * `str.casefold`: "Straße" and "STRASSE" are one), no articles or punctuation, single
+ * `str.casefold`: "Straße" and "STRASSE" are one), no articles (unless they are all
+ * there is: "A" stays "a") or punctuation, single
  * spaces. Periods and apostrophes join what they separate ("U.S.A." → "usa");
  * other punctuation separates words.
  */
@@ -101,8 +102,10 @@ export function normalizeAnswer(text: string): string {
     .replace(/[.'’]/gu, "")
     .replace(/[\p{P}\p{S}]+/gu, " ")
     .split(/\s+/u)
-    .filter((w) => w && !ARTICLES.has(w));
-  return words.join(" ");
+    .filter(Boolean);
+  // An answer that is only articles ("A", a blood type) keeps them: dropped, it would be no answer at all.
+  const content = words.filter((w) => !ARTICLES.has(w));
+  return (content.length > 0 ? content : words).join(" ");
 }
 
 /** Extracts the answer span from a raw continuation; returns it with the flags of what was done. */

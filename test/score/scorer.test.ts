@@ -146,7 +146,12 @@ const CASES: Case[] = [
   // incorrect
   [" Mexico", ["Canada"], "incorrect", "no_alias_match", "Mexico"],
   [" Explanation follows\nCanada", ["Canada"], "incorrect", "no_alias_match", "Explanation follows"], // only the first line counts
-  [" The", ["The Hague"], "unparseable", "empty_span", "The"], // an article alone normalizes to nothing
+  [" The", ["The Hague"], "incorrect", "no_alias_match", "The"], // an article alone is kept, and is not "Hague"
+  // an answer that is only an article (a blood type) keeps it
+  [" A", ["A"], "correct", "exact_alias", "A", "A"],
+  [" Type A", ["A"], "incorrect", "no_alias_match", "Type A"], // in a longer span the article is dropped
+  [" A or B", ["A"], "ambiguous", "multiple_candidates", "A or B", "A"],
+  [" AB", ["A"], "incorrect", "no_alias_match", "AB"],
 ];
 
 describe("scorer", () => {
@@ -233,5 +238,8 @@ describe("scorer", () => {
     expect(normalizeAnswer("Côte d'Ivoire")).toBe("côte divoire");
     expect(normalizeAnswer("U.S.A.")).toBe("usa");
     expect(normalizeAnswer("A-ha")).toBe("ha");
+    expect(normalizeAnswer("A")).toBe("a");
+    expect(normalizeAnswer(" The. ")).toBe("the");
+    expect(normalizeAnswer("The The")).toBe("the the");
   });
 });

@@ -4,7 +4,7 @@
  * with a {@link BankError} naming the file, line and field.
  */
 import { BankError } from "../errors.js";
-import { jsonLines } from "../util/jsonl.js";
+import { illFormedText, jsonLines } from "../util/jsonl.js";
 
 export interface BankRow {
   query_id: string;
@@ -41,6 +41,12 @@ function typeName(v: unknown): string {
   return typeof v;
 }
 
+/** Refuses a string that a JSON escape left ill-formed: the model would read U+FFFD in its place. */
+function checkText(s: string, file: string, line: number, field: string): void {
+  const problem = illFormedText(s);
+  if (problem !== undefined) throw new BankError(file, line, field, problem);
+}
+
 /** Validates one parsed line; throws a {@link BankError} for the first problem. */
 function validateBankRow(o: Record<string, unknown>, file: string, line: number): BankRow {
   for (const key of REQUIRED_STRINGS) {
@@ -48,11 +54,13 @@ function validateBankRow(o: Record<string, unknown>, file: string, line: number)
     if (typeof o[key] !== "string")
       throw new BankError(file, line, key, `expected a string but received ${typeName(o[key])}`);
     if ((o[key] as string).length === 0) throw new BankError(file, line, key, "is empty");
+    checkText(o[key] as string, file, line, key);
   }
   for (const key of OPTIONAL_STRINGS) {
-    if (key in o && typeof o[key] !== "string") {
+    if (!(key in o)) continue;
+    if (typeof o[key] !== "string")
       throw new BankError(file, line, key, `expected a string but received ${typeName(o[key])}`);
-    }
+    checkText(o[key] as string, file, line, key);
   }
   for (const key of BOOLEANS) {
     if (!(key in o)) {
@@ -69,6 +77,7 @@ function validateBankRow(o: Record<string, unknown>, file: string, line: number)
     a.forEach((s, i) => {
       if (typeof s !== "string")
         throw new BankError(file, line, `answers[${i}]`, `expected a string but received ${typeName(s)}`);
+      checkText(s, file, line, `answers[${i}]`);
     });
   }
   return { ...(o as object), answers: (o.answers as string[] | undefined) ?? [], line } as BankRow;

@@ -9,7 +9,7 @@ import { readBank, type BankRow } from "../bank/bank.js";
 import { UNNAMED } from "../defaults.js";
 import { GenerationsError } from "../errors.js";
 import { makeDir, writeFileAtomic } from "../util/fs.js";
-import { JSONL_LINE_MAX_BYTES, jsonLines } from "../util/jsonl.js";
+import { illFormedText, JSONL_LINE_MAX_BYTES, jsonLines } from "../util/jsonl.js";
 import { checkName, nameProblem } from "../util/stem.js";
 import { scoreResponse, type ScoreResult } from "./scorer.js";
 
@@ -27,7 +27,13 @@ export interface Generation {
   line: number;
 }
 
-/** Reads a generations JSONL file; `query_id` and `raw_response` are required, duplicates refused. */
+/** The generation's strings that its scored row copies. */
+const COPIED_STRINGS = ["query_id", "raw_response", "model", "model_source"] as const;
+
+/**
+ * Reads a generations JSONL file; `query_id` and `raw_response` are required, duplicates refused, and so is a
+ * string the scored row copies that holds a lone surrogate.
+ */
 export async function readGenerations(file: string): Promise<Map<string, Generation>> {
   const out = new Map<string, Generation>();
   for await (const { value: g, line } of jsonLines(
@@ -49,6 +55,11 @@ export async function readGenerations(file: string): Promise<Map<string, Generat
     // Copied onto the scored row, whose `model` is a string.
     if ("model" in g && typeof g.model !== "string")
       throw new GenerationsError(file, line, "model", `expected a string but received ${JSON.stringify(g.model)}`);
+    // The strings a scored row copies: a lone surrogate there has no UTF-8 form, and would be repaired downstream.
+    for (const key of COPIED_STRINGS) {
+      const problem = typeof g[key] === "string" ? illFormedText(g[key]) : undefined;
+      if (problem !== undefined) throw new GenerationsError(file, line, key, problem);
+    }
     const badName = typeof g.model === "string" ? nameProblem(g.model) : undefined;
     if (badName) throw new GenerationsError(file, line, "model", badName);
     const first = out.get(g.query_id);

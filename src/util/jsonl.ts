@@ -19,6 +19,21 @@ function typeName(v: unknown): string {
   return typeof v;
 }
 
+/**
+ * What is wrong with a string that a JSON escape made ill-formed (a lone surrogate, "\ud800", which no UTF-8 text
+ * can hold and which would become U+FFFD once written or tokenized), or undefined where it is well formed.
+ * @example illFormedText("a\ud800") // 'holds a lone surrogate U+D800 at position 1 (the JSON escape "\ud800" …'
+ */
+export function illFormedText(s: string): string | undefined {
+  if (s.isWellFormed()) return undefined;
+  const at = /\p{Surrogate}/u.exec(s)!;
+  const unit = at[0].charCodeAt(0).toString(16);
+  return (
+    `holds a lone surrogate U+${unit.toUpperCase()} at position ${at.index} (the JSON escape "\\u${unit}" ` +
+    "without its pair), which is not text and is never repaired; fix the escape"
+  );
+}
+
 /** The longest line a JSONL input may hold: far above any query or answer record. */
 export const JSONL_LINE_MAX_BYTES = 1024 * 1024;
 

@@ -125,6 +125,35 @@ describe("query bank", () => {
       "relation",
       /expected a string but received null$/,
     ],
+    // JSON.stringify writes a lone surrogate as its escape, as in a bank written by hand: "\ud800"
+    [
+      "a lone surrogate in the query",
+      [JSON.stringify(row({ query: "Lone \ud800 surrogate" }))],
+      1,
+      "query",
+      /:1: field "query": holds a lone surrogate U\+D800 at position 5 \(the JSON escape "\\ud800" without its pair\), which is not text and is never repaired; fix the escape$/,
+    ],
+    [
+      "a lone low surrogate in an alias",
+      [JSON.stringify(row()), JSON.stringify(row({ query_id: "q2", answers: ["Canada", "Can\udc00"] }))],
+      2,
+      "answers[1]",
+      /:2: field "answers\[1\]": holds a lone surrogate U\+DC00 at position 3 /,
+    ],
+    [
+      "a lone surrogate in an optional field",
+      [JSON.stringify(row({ relation: "\ud83d" }))],
+      1,
+      "relation",
+      /field "relation": holds a lone surrogate U\+D83D at position 0 /,
+    ],
+    [
+      "a reversed surrogate pair in the query_id",
+      [JSON.stringify(row({ query_id: "q\ude00\ud83d" }))],
+      1,
+      "query_id",
+      /field "query_id": holds a lone surrogate U\+DE00 at position 1 /,
+    ],
   ])("names the file, line and field for %s", async (_what, lines, line, field, message) => {
     const path = bank(`bad-${line}-${String(field)}-${Math.random().toString(36).slice(2)}.jsonl`, lines as string[]);
     const e = await bankError(path);
@@ -133,6 +162,14 @@ describe("query bank", () => {
     expect(e.field).toBe(field);
     expect(e.message.startsWith(`${path}:${line}: `)).toBe(true);
     expect(e.message).toMatch(message as RegExp);
+  });
+
+  it("reads a surrogate pair written as JSON escapes as the character it encodes", async () => {
+    const path = bank("pair.jsonl", [
+      '{"query_id":"q","fact_id":"f","condition_family":"anchor","query":"Emoji \\ud83d\\ude00?","use_for_main_forward":true,"answers":["\\ud83d\\ude00"]}',
+    ]);
+    const [r] = await readBank(path);
+    expect([r!.query, r!.answers]).toEqual(["Emoji 😀?", ["😀"]]);
   });
 
   it("reports an empty bank naming the file", async () => {

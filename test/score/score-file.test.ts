@@ -44,6 +44,16 @@ describe("generations file", () => {
       ['{"query_id": "q1", "error": "onnxruntime: invalid dimensions"}'],
       /gens\.jsonl:1: field "error": generation failed for this query \(onnxruntime: invalid dimensions\); run hsm generate again with the same --out to retry it$/,
     ],
+    [
+      "a lone surrogate in raw_response",
+      ['{"query_id": "q1", "raw_response": " a"}', '{"query_id": "q2", "raw_response": " Par\\ud800is"}'],
+      /gens\.jsonl:2: field "raw_response": holds a lone surrogate U\+D800 at position 4 \(the JSON escape "\\ud800" without its pair\), which is not text and is never repaired; fix the escape$/,
+    ],
+    [
+      "a lone surrogate in model",
+      ['{"query_id": "q1", "raw_response": " a", "model": "m\\udfff"}'],
+      /gens\.jsonl:1: field "model": holds a lone surrogate U\+DFFF at position 1 /,
+    ],
   ])("names the line of %s", async (_what, lines, message) => {
     const file = join(dir, "gens.jsonl");
     writeFileSync(file, lines.join("\n") + "\n");

@@ -10,7 +10,7 @@
  * where `<stem>` is the model name made safe as a path (src/util/stem.ts); the
  * name itself is recorded as given. Each step is skipped when its output is
  * already complete for the same inputs: generations and scores newer than
- * their inputs, a complete store, metric results over the same store files and
+ * their inputs (the scores newer than the bank too), a complete store, metric results over the same store files and
  * scored rows with the same settings, exports that would be written the same.
  */
 import { basename, join } from "node:path";
@@ -140,12 +140,14 @@ export async function runPipeline(o: RunOptions): Promise<RunResult> {
       : `all ${g.skipped} queries already answered, skipped`,
   );
 
-  const [genTime, scoredTime] = await Promise.all([
+  // The bank counts too: its answers decide the labels.
+  const [genTime, bankTime, scoredTime] = await Promise.all([
     mtimeOf(paths.generations, "generations file"),
+    mtimeOf(o.bank, "bank"),
     mtimeOf(paths.scored, "scored file"),
   ]);
-  if (scoredTime !== undefined && genTime !== undefined && scoredTime >= genTime && g.written === 0)
-    log("score", "up to date, skipped");
+  const newest = Math.max(genTime ?? Infinity, bankTime ?? Infinity);
+  if (scoredTime !== undefined && scoredTime >= newest && g.written === 0) log("score", "up to date, skipped");
   else {
     const s = await scoreFile({ bank: o.bank, generations: paths.generations, out: paths.scored, model });
     log(

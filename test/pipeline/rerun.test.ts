@@ -128,4 +128,26 @@ describe("rerunning hsm run", () => {
     expect(eeeRecords()[0]).not.toBe(record);
     expect(eeeSamples()).toHaveLength(1);
   });
+
+  it("scores again when the bank's answers changed, and the record says so", async () => {
+    const scored = join(outputs, "evaluation", "tiny.scored.jsonl");
+    const answer = (JSON.parse(readFileSync(scored, "utf8").split("\n")[0]!) as { raw_response: string }).raw_response;
+    const rows = readFileSync(BANK, "utf8").trimEnd().split("\n");
+    const first = JSON.parse(rows[0]!);
+    // The answer's first line as the only alias: the row is correct however the model answered.
+    const line = answer.split("\n").find((l) => l.trim() !== "");
+    expect(line).toBeDefined();
+    first.answers = [line!.trim()];
+    writeFileSync(BANK, [JSON.stringify(first), ...rows.slice(1)].join("\n") + "\n");
+    await nextSecond();
+    const logs = await run();
+    expect(logs.filter((l) => l.startsWith("score: "))).toEqual([expect.stringMatching(/^score: \d+ rows: /)]);
+    const row = JSON.parse(readFileSync(scored, "utf8").split("\n")[0]!);
+    expect(row.query_id).toBe(first.query_id);
+    expect(row.label).toBe("correct");
+    const samples = readFileSync(join(outputs, "eee", eeeSamples()[0]!), "utf8").split("\n");
+    const record = samples.map((l) => l && JSON.parse(l)).find((r) => r && r.sample_id === first.query_id);
+    expect(record.input.reference).toEqual(first.answers);
+    expect(record.evaluation.is_correct).toBe(row.label === "correct");
+  });
 });

@@ -188,7 +188,7 @@ function checkModels(c: Checker, value: unknown, base: string): StudyModel[] {
       ["models"],
       `expected a non-empty list of models (each a name and a model_dir or outputs) but received ${describe(value)}`,
     );
-  const seen = new Map<string, number>();
+  const seen = new Map<string, { index: number; name: string }>();
   return value.map((entry, i): StudyModel => {
     const path = ["models", i];
     const m = c.mapping(entry, path, MODEL_FIELDS, "a mapping with name and model_dir or outputs");
@@ -201,9 +201,15 @@ function checkModels(c: Checker, value: unknown, base: string): StudyModel[] {
       c.fail([...path, "name"], (err as Error).message.replace(/^Expected/, "expected"));
     }
     const first = seen.get(stem);
+    if (first?.name === name)
+      c.fail([...path, "name"], `${JSON.stringify(name)} is already the name of models[${first.index}]`);
+    // A plain name can spell another name's hashed stem: both would be filed under it.
     if (first !== undefined)
-      c.fail([...path, "name"], `${JSON.stringify(name)} is already the name of models[${first}]`);
-    seen.set(stem, i);
+      c.fail(
+        [...path, "name"],
+        `${JSON.stringify(name)} would be filed under ${stem}, the path stem of models[${first.index}] (${JSON.stringify(first.name)}); rename one of them`,
+      );
+    seen.set(stem, { index: i, name });
     const hasDir = "model_dir" in m;
     const hasOutputs = "outputs" in m;
     if (hasDir === hasOutputs) {

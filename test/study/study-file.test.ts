@@ -292,6 +292,11 @@ describe("study file errors", () => {
       `${FILE}:19: field "models[1].name": "llama-base" is already the name of models[0]`,
     ],
     [
+      "a model named by another's hashed path stem",
+      edit(17, "  - name: meta/llama-base").replace("  - name: llama-instruct", "  - name: meta_llama-base-84c9feb3"),
+      `${FILE}:19: field "models[1].name": "meta_llama-base-84c9feb3" would be filed under meta_llama-base-84c9feb3, the path stem of models[0] ("meta/llama-base"); rename one of them`,
+    ],
+    [
       "a model with both folders",
       edit(18, "    model_dir: models/base", "    outputs: old"),
       `${FILE}:17: field "models[0]": expected exactly one of model_dir (a model folder to run) or outputs (an outputs folder to import) but received both`,

@@ -228,6 +228,84 @@ function checkModels(c: Checker, value: unknown, base: string): StudyModel[] {
   });
 }
 
+/** A JSON string at a sticky regex's position: no raw control character, only JSON's escapes. */
+// eslint-disable-next-line no-control-regex
+const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/.source;
+const JSON_STRING = new RegExp(STRING, "y");
+/** A JSON string, number or literal. */
+const JSON_TOKEN = new RegExp(`${STRING}|-?(?:0|[1-9]\\d*)(?:\\.\\d+)?(?:[eE][+-]?\\d+)?|true|false|null`, "y");
+
+/**
+ * Where `text`, which JSON.parse refused, stops being JSON (RFC 8259): the offset of the first character that
+ * cannot continue it (the start of a token that is not one), or its length where it ends too soon. JSON.parse's
+ * own messages give no position for an unexpected token.
+ */
+function jsonErrorAt(text: string): number {
+  /** Thrown where the text stops being JSON. */
+  class Stop {
+    constructor(readonly at: number) {}
+  }
+  let i = 0;
+  const space = () => {
+    while (i < text.length && " \t\n\r".includes(text[i]!)) i++;
+  };
+  const token = (re: RegExp) => {
+    re.lastIndex = i;
+    if (!re.test(text)) throw new Stop(i);
+    i = re.lastIndex;
+  };
+  const expect = (c: string) => {
+    space();
+    if (text[i] !== c) throw new Stop(i);
+    i++;
+  };
+  // Iterative, so that no nesting depth overflows the stack: `open` holds the containers entered.
+  const open: string[] = [];
+  try {
+    for (;;) {
+      space();
+      const c = text[i];
+      if (c === "{" || c === "[") {
+        i++;
+        space();
+        if (text[i] === (c === "{" ? "}" : "]")) i++;
+        else {
+          open.push(c);
+          if (c === "{") {
+            token(JSON_STRING);
+            expect(":");
+          }
+          continue;
+        }
+      } else token(JSON_TOKEN);
+      // A value ended: close what it ends, or go on to the next member.
+      for (;;) {
+        if (open.length === 0) {
+          space();
+          if (i < text.length) throw new Stop(i);
+          return text.length;
+        }
+        space();
+        const top = open.at(-1)!;
+        if (text[i] === ",") {
+          i++;
+          if (top === "{") {
+            space();
+            token(JSON_STRING);
+            expect(":");
+          }
+          break;
+        }
+        expect(top === "{" ? "}" : "]");
+        open.pop();
+      }
+    }
+  } catch (err) {
+    if (err instanceof Stop) return err.at;
+    throw err;
+  }
+}
+
 /**
  * Parses and validates the text of a study file; `file` names it in messages
  * and anchors its relative paths. A `.json` file must be strict JSON.
@@ -238,9 +316,10 @@ export function parseStudy(text: string, file: string): Study {
     try {
       JSON.parse(text);
     } catch (err) {
-      const at = /position (\d+)/.exec((err as Error).message);
-      const line = at ? text.slice(0, Number(at[1])).split("\n").length : undefined;
-      throw new StudyFileError(file, line, undefined, `not valid JSON: ${(err as Error).message}`, { cause: err });
+      const at = jsonErrorAt(text);
+      const line = text.slice(0, at).split("\n").length;
+      const problem = at < text.length ? `unexpected ${JSON.stringify(text[at])}` : "it ends too soon";
+      throw new StudyFileError(file, line, undefined, `not valid JSON: ${problem}`, { cause: err });
     }
   }
   const lc = new LineCounter();

@@ -9,7 +9,19 @@ import { describe, expect, it } from "vitest";
 
 import { DEFAULT_SEED, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../../src/defaults.js";
 import { parseStudy, readStudyFile, StudyFileError } from "../../src/study/study-file.js";
+import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
+
+const withPython = hasNumpy || numpyRequired ? it : it.skip;
+const pythonSkipReason =
+  hasNumpy || numpyRequired ? "" : " (skipped: no python3 with numpy; set HSM_REQUIRE_NUMPY=1 to make that a failure)";
+
+/** `texts` as a JSON file in a temporary folder, for Python to read. */
+function writeTexts(texts: string[]): string {
+  const path = join(tempDir("hsm-json-lines-"), "texts.json");
+  writeFileSync(path, JSON.stringify(texts));
+  return path;
+}
 
 const FILE = "/studies/base-vs-instruct/study.yaml";
 
@@ -325,11 +337,62 @@ describe("study file errors", () => {
     expect(failure(text)).toBe(message);
   });
 
-  it("names the line of a JSON syntax error", () => {
+  it("names the line of a JSON syntax error, on one line", () => {
     const file = "/studies/study.json";
     expect(failure('{\n  "bank": "b.jsonl",\n  "models": [],\n}\n', file)).toBe(
-      `${file}:4: not valid JSON: Expected double-quoted property name in JSON at position 39`,
+      `${file}:4: not valid JSON: unexpected "}"`,
     );
+    // JSON.parse names no position for an unexpected token, and quotes the whole text.
+    expect(
+      failure('{\n  "bank": "b.jsonl",\n  "models": [\n    {"name": "a", "model_dir": "a"},\n  ]\n}\n', file),
+    ).toBe(`${file}:5: not valid JSON: unexpected "]"`);
+    expect(failure('{\n  "bank": "b.jsonl",\n  "models": [\n', file)).toBe(
+      `${file}:4: not valid JSON: it ends too soon`,
+    );
+  });
+
+  withPython(`finds the line Python's json module finds in 400 broken files${pythonSkipReason}`, () => {
+    const valid = JSON.stringify(
+      {
+        bank: "b.jsonl",
+        generation: { max_new_tokens: 24, temperature: 0.0, seed: -12.5e-3, do_sample: false, dtype: null },
+        models: [{ name: "a\\b \\u00e9", model_dir: "a" }, [], {}],
+      },
+      null,
+      2,
+    );
+    // Each a valid file with one character deleted, changed or added: the ones JSON.parse refuses.
+    let seed = 7;
+    const next = (n: number) => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) >>> 8) % n;
+    const broken: string[] = [];
+    while (broken.length < 400) {
+      const at = next(valid.length);
+      const c = ',:]}[{"\\ \nx0-.e'[next(16)]!;
+      const edits = [valid.slice(0, at) + valid.slice(at + 1), valid.slice(0, at) + c + valid.slice(at + 1)];
+      const text = edits[next(2)]!.replace(/\n$/, "") + (next(2) ? c : "");
+      try {
+        JSON.parse(text);
+      } catch {
+        broken.push(text);
+      }
+    }
+    const lines = JSON.parse(
+      python(
+        [
+          "import json, sys",
+          "out = []",
+          "for t in json.load(open(sys.argv[1])):",
+          "    try:",
+          "        json.loads(t); out.append(None)",
+          "    except json.JSONDecodeError as e:",
+          "        out.append(e.lineno)",
+          "print(json.dumps(out))",
+        ].join("\n"),
+        writeTexts(broken),
+      ),
+    ) as (number | null)[];
+    const ours = broken.map((t) => Number(/^[^:]+:(\d+): not valid JSON: /.exec(failure(t, "/s.json"))![1]));
+    expect(ours).toEqual(lines);
   });
 
   it("points at JSON fields by line too", () => {

@@ -9,12 +9,12 @@ import { describe, expect, it } from "vitest";
 
 import { DEFAULT_SEED, MAX_NEW_TOKENS, MAX_PROMPT_LEN } from "../../src/defaults.js";
 import { parseStudy, readStudyFile, StudyFileError } from "../../src/study/study-file.js";
-import { hasNumpy, numpyRequired, python } from "../helpers/numpy.js";
+import { hasPython, numpyRequired, python } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
 
-const withPython = hasNumpy || numpyRequired ? it : it.skip;
+const withPython = hasPython || numpyRequired ? it : it.skip;
 const pythonSkipReason =
-  hasNumpy || numpyRequired ? "" : " (skipped: no python3 with numpy; set HSM_REQUIRE_NUMPY=1 to make that a failure)";
+  hasPython || numpyRequired ? "" : " (skipped: no python3; set HSM_REQUIRE_NUMPY=1 to make that a failure)";
 
 /** `texts` as a JSON file in a temporary folder, for Python to read. */
 function writeTexts(texts: string[]): string {

@@ -86,6 +86,15 @@ describe("metrics on stores written by other tools, with --bank", () => {
       new RegExp(`^${bare}: adopted — ${native.query_ids.length} rows × 16, layers .*; index\\.json written\\n$`),
     );
     expect(metricRows(bare, "adopted")).toEqual(ours);
+    // Adopted again, the store is hsm's already: nothing is written, and the line says so.
+    const written = readFileSync(join(bare, "index.json"));
+    const again = hsm(["adopt", bare, ...bank]);
+    expect(again.stdout).toMatch(
+      new RegExp(
+        `^${bare}: already an hsm store — ${native.query_ids.length} rows × 16, layers .*; index\\.json left as it was\\n$`,
+      ),
+    );
+    expect(readFileSync(join(bare, "index.json")).equals(written)).toBe(true);
   });
 
   it("without --bank a foreign store without fact ids is refused, naming the flag", () => {

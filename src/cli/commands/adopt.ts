@@ -1,3 +1,6 @@
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+
 import type { Command } from "commander";
 
 import { adoptStore, adoptVllm, UsageError } from "../../index.js";
@@ -61,9 +64,15 @@ export function adoptCommand(program: Command): void {
 async function adoptNpy(store: string, opts: AdoptFlags): Promise<void> {
   const given = VLLM_ONLY.find(([key]) => opts[key] !== undefined);
   if (given) throw new UsageError(`${given[1]} is for --from vllm; a folder of L###.npy files takes only --bank`);
+  // A store whose manifest is already hsm's is left as it was: said so by its manifest's bytes, before and after.
+  const manifest = join(store, "index.json");
+  const before = await readFile(manifest).catch(() => undefined);
   const m = await adoptStore(store, { bank: opts.bank, model: opts.model, concurrency: opts.jobs });
+  const after = await readFile(manifest).catch(() => undefined);
+  const kept = before !== undefined && after !== undefined && before.equals(after);
   process.stdout.write(
-    `${store}: adopted — ${m.query_ids.length} rows × ${m.d_model}, layers ${m.layers.join(", ")}; index.json written\n`,
+    `${store}: ${kept ? "already an hsm store" : "adopted"} — ${m.query_ids.length} rows × ${m.d_model}, ` +
+      `layers ${m.layers.join(", ")}; ${kept ? "index.json left as it was" : "index.json written"}\n`,
   );
 }
 

@@ -9,6 +9,7 @@
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
+import { probeAdapter, resolves } from "../model/webgpu-adapter.js";
 import type { Kernels, RowProducts } from "./types.js";
 import { f16ToF32 } from "./typescript/float16.js";
 
@@ -40,6 +41,12 @@ function firstLine(err: unknown): string {
   return String((err as Error)?.message ?? err).split("\n")[0]!;
 }
 
+const noAdapter = () =>
+  new TfUnavailable(
+    "--backend webgpu found no GPU adapter (Dawn needs a GPU with a Vulkan driver); use --backend native or wasm",
+    false,
+  );
+
 /** Imports what backend `name` needs and registers it with TensorFlow.js. */
 async function register(name: TfBackendName): Promise<void> {
   if (name === "wasm") {
@@ -48,6 +55,9 @@ async function register(name: TfBackendName): Promise<void> {
     return;
   }
   if (name === "webgpu") {
+    // Dawn and the Vulkan drivers print their own warnings while they look for an adapter: where there is none,
+    // a child process finds that out, and Dawn never runs in this one.
+    if (resolves("webgpu") !== undefined && typeof probeAdapter() === "string") throw noAdapter();
     let gpu: { requestAdapter(): Promise<unknown> };
     try {
       const dawn = (await import("webgpu" as string)) as { create(flags: string[]): typeof gpu; globals: object };
@@ -60,11 +70,7 @@ async function register(name: TfBackendName): Promise<void> {
       );
     }
     const adapter = await gpu.requestAdapter().catch(() => null);
-    if (!adapter)
-      throw new TfUnavailable(
-        "--backend webgpu found no GPU adapter (Dawn needs a GPU with a Vulkan driver); use --backend native or wasm",
-        false,
-      );
+    if (!adapter) throw noAdapter();
     if (!("navigator" in globalThis) || !(globalThis as { navigator?: object }).navigator) {
       Object.defineProperty(globalThis, "navigator", { value: {}, configurable: true, writable: true });
     }

@@ -6,14 +6,13 @@
  * from Dawn or a Vulkan driver, or hang on a broken one, is tried in a child
  * process whose output is captured, under a time limit.
  */
-import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
-import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 import { kernelOptions, nativeKernels } from "../kernels/default.js";
 import { nativeLoadErrors, nativeSimdLevel, nativeSimdLevels } from "../kernels/native.js";
 import { CUDA_HELP, missingAdapter, probeWebgpu, WEBGPU_HELP } from "./session.js";
+import { child, probeAdapter, resolves, type WebgpuAdapter } from "./webgpu-adapter.js";
 
 /** One device or backend looked for. */
 export interface DeviceFinding {
@@ -26,61 +25,11 @@ export interface DeviceFinding {
   fix?: string;
 }
 
-/** The WebGPU adapter the `webgpu` package (Dawn) finds. */
-export interface WebgpuAdapter {
-  vendor: string;
-  architecture: string;
-  device: string;
-  description: string;
-  /** Every feature it offers, sorted. */
-  features: string[];
-  /** Whether shaders may compute in float16 (the `shader-f16` feature). */
-  shaderF16: boolean;
-  /** The limits that bound a compute workload. */
-  limits: Record<string, number>;
-}
-
 /** Everything `hsm doctor` reports. */
 export interface DeviceReport {
   findings: DeviceFinding[];
   /** The `webgpu` package's adapter; null where none is found. */
   adapter: WebgpuAdapter | null;
-}
-
-const LIMITS = [
-  "maxBufferSize",
-  "maxStorageBufferBindingSize",
-  "maxComputeWorkgroupSizeX",
-  "maxComputeInvocationsPerWorkgroup",
-  "maxComputeWorkgroupStorageSize",
-  "maxComputeWorkgroupsPerDimension",
-];
-
-/** How long a probe in a child process may take before it counts as hung. */
-const PROBE_MS = 60_000;
-
-const require = createRequire(import.meta.url);
-
-function resolves(pkg: string): string | undefined {
-  try {
-    return require.resolve(pkg);
-  } catch {
-    return undefined;
-  }
-}
-
-/** Runs `script` in a child node with output captured: its JSON answer, or why there was none. */
-function child(script: string): { answer: unknown } | { failed: string } {
-  const r = spawnSync(process.execPath, ["-e", script], { encoding: "utf8", timeout: PROBE_MS });
-  try {
-    // The answer is the last line: a library may print before it.
-    return { answer: JSON.parse(r.stdout.trimEnd().split("\n").at(-1)!) };
-  } catch {
-    const why = r.error?.message.includes("ETIMEDOUT")
-      ? `no answer within ${PROBE_MS / 1000} s`
-      : (r.error?.message ?? `exit status ${r.status ?? r.signal}`);
-    return { failed: `the probe ended without an answer (${why})` };
-  }
 }
 
 function nativeFinding(): DeviceFinding {
@@ -121,25 +70,6 @@ function ortWebgpuFinding(): DeviceFinding {
   }
   const detail = missingAdapter(why) ?? why.split("\n")[0]!;
   return { name, available: false, detail, fix: WEBGPU_HELP };
-}
-
-/** The `webgpu` package's adapter, asked for in a child process: the adapter, or why there is none. */
-function probeAdapter(): WebgpuAdapter | string {
-  const webgpu = resolves("webgpu");
-  if (!webgpu) return "the optional package webgpu is not installed";
-  const script =
-    `const { create, globals } = require(${JSON.stringify(webgpu)}); Object.assign(globalThis, globals);` +
-    `const out = (x) => { process.stdout.write(JSON.stringify(x)); process.exit(0); };` +
-    `create([]).requestAdapter().then((a) => { if (!a) return out(null); const i = a.info ?? {}; const limits = {};` +
-    ` for (const k of ${JSON.stringify(LIMITS)}) if (typeof a.limits[k] === "number") limits[k] = a.limits[k];` +
-    ` out({ vendor: i.vendor ?? "", architecture: i.architecture ?? "", device: i.device ?? "",` +
-    ` description: i.description ?? "", features: [...a.features].sort(), limits }); }, (e) => out(String(e)));`;
-  const r = child(script);
-  if ("failed" in r) return r.failed;
-  if (r.answer === null) return "no WebGPU adapter was found";
-  if (typeof r.answer === "string") return `the adapter probe failed: ${r.answer}`;
-  const a = r.answer as Omit<WebgpuAdapter, "shaderF16">;
-  return { ...a, shaderF16: a.features.includes("shader-f16") };
 }
 
 function adapterFinding(adapter: WebgpuAdapter | string): DeviceFinding {

@@ -1,6 +1,7 @@
 /** `hsm metrics` as a user runs it: files written, table printed, clear failures. */
 import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, openSync, readFileSync, writeFileSync, writeSync, closeSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -26,6 +27,16 @@ const TFJS_NODE = await import("@tensorflow/tfjs-node" as string).then(
   () => true,
   () => false,
 );
+
+/** Whether the optional packages of the WebGPU backend are installed. */
+const WEBGPU_PACKAGE = ["webgpu", "@tensorflow/tfjs-backend-webgpu"].every((p) => {
+  try {
+    createRequire(import.meta.url).resolve(p);
+    return true;
+  } catch {
+    return false;
+  }
+});
 
 /** Whether this checkout has the native core built (and not switched off). */
 const NATIVE_BUILT = nativeKernels(kernelOptions()) !== undefined && process.env.HSM_NATIVE !== "0";
@@ -227,4 +238,24 @@ describe("hsm metrics --backend, the native core absent", () => {
       /^hsm: --backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n/,
     );
   });
+
+  it.skipIf(!WEBGPU_PACKAGE)(
+    "auto passes over a WebGPU without an adapter in hsm's one line, with nothing from Dawn",
+    () => {
+      // No Vulkan driver to find: Dawn would print its own multi-line warnings while it looks.
+      const r = hsm(["metrics", store, "--metrics", "iss", "--quiet", "--out", join(dir, "no-gpu")], {
+        ...absent,
+        VK_ICD_FILENAMES: join(dir, "no-such-icd.json"),
+        LD_LIBRARY_PATH: "",
+      });
+      expect(r.status).toBe(0);
+      const lines = r.stderr.split("\n").filter((l) => l && !l.startsWith("(Use `node --trace-warnings"));
+      expect(lines).toEqual([
+        expect.stringMatching(/\[HSM_BACKEND_SKIPPED\] Warning: --backend auto passed over native: /),
+        expect.stringMatching(
+          /\[HSM_BACKEND_SKIPPED\] Warning: --backend auto passed over webgpu: --backend webgpu found no GPU adapter \(Dawn needs a GPU with a Vulkan driver\); use --backend native or wasm$/,
+        ),
+      ]);
+    },
+  );
 });

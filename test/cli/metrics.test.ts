@@ -119,6 +119,8 @@ describe("hsm metrics", () => {
       ["--layers", "", /Expected --layers like 18,20-24 but received ""/],
       ["--folds", "99999999999", /Expected an integer of at most 100000 for --folds/],
       ["--bootstrap", "99999999999", /Expected an integer of at most 1000000 for --bootstrap/],
+      // The bootstrap's generator takes 32 bits: a larger seed would wrap to another one silently.
+      ["--seed", "4294967296", /Expected an integer of at most 4294967295 for --seed/],
     ] as const) {
       const r = hsm(["metrics", store, flag, value, "--out", join(dir, "no-out")]);
       expect(r.status).toBe(2);

@@ -8,6 +8,7 @@ import {
   DEFAULT_SEED,
   MAX_BOOTSTRAP,
   MAX_FOLDS,
+  MAX_SEED,
 } from "../../defaults.js";
 import { UsageError } from "../../errors.js";
 import { BACKENDS, createProgress, runMetrics, type MetricRegistry, type RunMetricsOptions } from "../../index.js";
@@ -78,7 +79,7 @@ export function metricsCommand(program: Command, { metrics: registry }: Registri
     .option("--probe-c <c>", "inverse L2 strength of the KTS probe", positiveOption("--probe-c"), DEFAULT_PROBE_C)
     .option("--folds <k>", "KTS folds", intOption("--folds", 2, MAX_FOLDS), DEFAULT_FOLDS)
     .option("--bootstrap <b>", "bootstrap replicates", intOption("--bootstrap", 1, MAX_BOOTSTRAP), DEFAULT_BOOTSTRAP)
-    .option("--seed <s>", "bootstrap seed", intOption("--seed", 0), DEFAULT_SEED)
+    .option("--seed <s>", "bootstrap seed", intOption("--seed", 0, MAX_SEED), DEFAULT_SEED)
     .option("--layers <list>", "stored layers to compute, e.g. 18,20-24 (default: all)", parseLayerList)
     .option("--families <list>", "families to report, comma-separated (default: all)", listOption)
     .option("--allow-incomplete", "read a store whose extraction has not finished (its rows so far)")

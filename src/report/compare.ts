@@ -16,7 +16,7 @@ import { join } from "node:path";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
 import { DEFAULT_BOOTSTRAP, DEFAULT_SEED, MAX_FOLDS } from "../defaults.js";
-import { JsonFileError } from "../errors.js";
+import { HsmError, JsonFileError } from "../errors.js";
 import { ALL_FAMILIES } from "../metrics/metric.js";
 import type { BackendName } from "../kernels/registry.js";
 import type { MetricsOptions } from "../metrics/compute.js";
@@ -46,6 +46,8 @@ import { storeRowValues, type StoreRowValues } from "./per-row.js";
 /** One model's scored queries and per-row metric values, loaded once for any number of comparisons. */
 export interface LoadedModel {
   name: string;
+  /** The scored file read, for messages. */
+  scoredFile: string;
   scored: Map<string, ScoredQuery>;
   values: StoreRowValues;
 }
@@ -108,7 +110,31 @@ export async function loadModel(model: OutputsModel, o: LoadOptions = {}): Promi
     probeC: o.probeC ?? recorded.probeC,
     onProgress: (layer, phase) => o.onProgress?.(model.name, layer, phase),
   });
-  return { name: model.name, scored, values };
+  const { queryIds, facts, families } = values;
+  for (let i = 0; i < queryIds.length; i++) {
+    const q = scored.get(queryIds[i]!);
+    if (q && (q.fact !== facts[i] || q.family !== families[i]))
+      throw new HsmError(
+        `${model.paths.scored}: query "${q.queryId}" is ${whatQuery(q)}, but ${whatQuery({ fact: facts[i]!, family: families[i]! })} in the store ${model.paths.store}`,
+      );
+  }
+  return { name: model.name, scoredFile: model.paths.scored, scored, values };
+}
+
+const whatQuery = (q: { fact: string; family: string }) => `${q.family} of fact "${q.fact}"`;
+
+/**
+ * Refuses two models whose scored rows disagree on a query both hold (its fact or its family): they answered
+ * different banks, and pairing their rows would compare different questions.
+ */
+function checkSameQueries(a: LoadedModel, b: LoadedModel): void {
+  for (const [id, qa] of a.scored) {
+    const qb = b.scored.get(id);
+    if (qb && (qa.fact !== qb.fact || qa.family !== qb.family))
+      throw new HsmError(
+        `query "${id}" is ${whatQuery(qa)} in ${a.scoredFile} but ${whatQuery(qb)} in ${b.scoredFile}: the two models answered different banks`,
+      );
+  }
 }
 
 /** One model's accuracy on a family: correct of n, with its Wilson 95% interval. */
@@ -234,6 +260,7 @@ function ktsDifference(
 
 /** The paired comparison of two loaded models; see the module's description. */
 export function compareLoaded(a: LoadedModel, b: LoadedModel, options: CompareOptions = {}): Comparison {
+  checkSameQueries(a, b);
   const o = { replicates: options.replicates ?? DEFAULT_BOOTSTRAP, seed: options.seed ?? DEFAULT_SEED };
   // Correctness over every scored query; ISS and KTS over the families the stores hold (main-forward rows).
   const families = familiesOf(scoredFamilies(a), scoredFamilies(b));

@@ -222,6 +222,28 @@ describe("per-row values and the paired comparison", () => {
     ).toMatch(/\s—\s+—$/);
   });
 
+  it("refuses scored rows that disagree on a query's family or fact, with its model's store or the other model", async () => {
+    const [first] = b.scored.keys();
+    const renamed = new Map(b.scored);
+    renamed.set(first!, { ...b.scored.get(first!)!, family: "zzz" });
+    expect(() => compareLoaded(a, { ...b, scored: renamed }, { replicates: 20 })).toThrow(
+      `query "${first}" is ${a.scored.get(first!)!.family} of fact "${a.scored.get(first!)!.fact}" in ${a.scoredFile} but zzz of fact "${b.scored.get(first!)!.fact}" in ${b.scoredFile}: the two models answered different banks`,
+    );
+    // The same edit in the file: the model's own store holds the query's family.
+    const root = join(dir, "disagree");
+    cpSync(outputs, root, { recursive: true });
+    const file = join(root, "evaluation", "ten.scored.jsonl");
+    const lines = readFileSync(file, "utf8").trimEnd().split("\n");
+    const row = JSON.parse(lines[0]!);
+    const stored = row.condition_family;
+    row.condition_family = "zzz";
+    writeFileSync(file, [JSON.stringify(row), ...lines.slice(1)].join("\n") + "\n");
+    const [, ten] = await listModels(root);
+    await expect(loadModel(ten!)).rejects.toThrow(
+      `${file}: query "${row.query_id}" is zzz of fact "${row.fact_id}", but ${stored} of fact "${row.fact_id}" in the store ${join(root, "hidden", "ten")}`,
+    );
+  });
+
   it("compares ISS at matched depth: the point difference is iss(A) − iss(B) of the paired layers", () => {
     expect(c.pairs.map((p) => [p.layerA, p.layerB])).toEqual([
       [2, 4],

@@ -24,7 +24,7 @@
  *   why ({@link fileError}).
  */
 import { closeSync, constants, fstatSync, openSync, read, readSync, rmSync, type Stats } from "node:fs";
-import { link, mkdir, open, readdir, rename, stat, unlink, type FileHandle } from "node:fs/promises";
+import { copyFile, link, mkdir, open, readdir, rename, stat, unlink, type FileHandle } from "node:fs/promises";
 import { isUtf8 } from "node:buffer";
 import { basename, dirname, join } from "node:path";
 
@@ -421,20 +421,36 @@ async function writeTemp(temp: string, path: string, data: AtomicData): Promise<
   }
 }
 
+/** What a file system without hard links (FAT, exFAT, some network and FUSE ones) answers a link with. */
+const NO_HARD_LINKS = new Set(["EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS"]);
+
 /**
  * Writes `path` only where nothing is there yet, whole or not at all: the data
  * goes to a temporary file in the same folder, which is fsynced and then
  * linked to `path`. The link fails rather than replace what another writer,
- * another process too, put there first. Returns false (and leaves nothing
- * behind) when `path` exists; every other failure is an error naming `path`.
+ * another process too, put there first. Where the file system has no hard
+ * links, the temporary file is copied to `path` instead, created exclusively
+ * (still never replacing anything, but a crash midway can leave it part
+ * written), and fsynced. Returns false (and leaves nothing behind) when `path`
+ * exists; every other failure is an error naming `path`. `linkFile` is for
+ * tests.
  */
-export async function writeFileExclusive(path: string, data: AtomicData): Promise<boolean> {
+export async function writeFileExclusive(
+  path: string,
+  data: AtomicData,
+  linkFile: (from: string, to: string) => Promise<void> = link,
+): Promise<boolean> {
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${tempCounter++}.tmp`);
   const forget = onStopSignal(() => rmSync(temp, { force: true }));
   try {
     await writeTemp(temp, path, data);
     try {
-      await link(temp, path);
+      await linkFile(temp, path).catch(async (err: unknown) => {
+        if (!NO_HARD_LINKS.has((err as NodeJS.ErrnoException).code ?? "")) throw err;
+        await copyFile(temp, path, constants.COPYFILE_EXCL);
+        const fh = await open(path, "r+");
+        await fh.sync().finally(() => fh.close());
+      });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "EEXIST") return false;
       throw fileError(err, path, "write");

@@ -10,7 +10,14 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { EXIT, FileError, HsmError, StoreError } from "../../src/errors.js";
-import { fileError, osReason, readInputSync, readWhole, writeFileAtomic } from "../../src/util/fs.js";
+import {
+  fileError,
+  osReason,
+  readInputSync,
+  readWhole,
+  writeFileAtomic,
+  writeFileExclusive,
+} from "../../src/util/fs.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-fs-");
@@ -144,6 +151,35 @@ describe("writeFileAtomic", () => {
       message: `${path}: cannot be written: its folder does not exist (ENOENT)`,
       exitCode: EXIT.data,
     });
+  });
+});
+
+describe("writeFileExclusive", () => {
+  /** A link as a file system without hard links refuses it (FAT answers EPERM). */
+  const noLinks = (_from: string, to: string) => Promise.reject(errno("EPERM", "operation not permitted", "link", to));
+
+  it.each([
+    ["with hard links", undefined],
+    ["on a file system without them", noLinks],
+  ])("%s, writes a new file whole and never replaces one, leaving no temporary file", async (what, linkFile) => {
+    const folder = join(dir, `exclusive-${what.length}`);
+    mkdirSync(folder);
+    const path = join(folder, "record.json");
+    expect(await writeFileExclusive(path, "first\n", linkFile)).toBe(true);
+    expect(await writeFileExclusive(path, ["sec", "ond\n"], linkFile)).toBe(false);
+    expect(readFileSync(path, "utf8")).toBe("first\n");
+    expect(readdirSync(folder)).toEqual(["record.json"]);
+  });
+
+  it("names the path of any other failure and leaves no temporary file", async () => {
+    const folder = join(dir, "exclusive-fails");
+    mkdirSync(folder);
+    const path = join(folder, "record.json");
+    const denied = (_from: string, to: string) => Promise.reject(errno("EACCES", "permission denied", "link", to));
+    await expect(writeFileExclusive(path, "x", denied)).rejects.toThrow(
+      `${path}: cannot be written: permission denied (EACCES)`,
+    );
+    expect(readdirSync(folder)).toEqual([]);
   });
 });
 

@@ -116,10 +116,19 @@ export async function readStudyRecord(outputs: string): Promise<StudyRecord | un
   const models = record.models;
   if (models !== undefined && !Array.isArray(models))
     throw new JsonFileError(file, "models", `expected an array but received ${describeValue(models)}`);
+  const checked = models?.map((m, i) => checkRecordedModel(file, m, i));
+  // Each model once: two entries of one name would be read, charted and compared as two models.
+  const first = new Map<string, number>();
+  for (const [i, m] of (checked ?? []).entries()) {
+    const at = first.get(m.name);
+    if (at !== undefined)
+      throw new JsonFileError(file, `models[${i}].name`, `"${m.name}" is already the name of models[${at}]`);
+    first.set(m.name, i);
+  }
   return {
     bank: record.bank ?? null,
     generation: record.generation ?? null,
-    ...(models ? { models: models.map((m, i) => checkRecordedModel(file, m, i)) } : {}),
+    ...(checked ? { models: checked } : {}),
   };
 }
 

@@ -136,6 +136,13 @@ describe("the study, compare and report commands", () => {
         status: 1,
         stderr: `hsm: ${study.path}: field "models[0].name": expected a string but received 5 (number)\n`,
       });
+    const twice = broken("study.json", () =>
+      JSON.stringify({ models: ["six", "ten", "six"].map((name) => ({ name, status: "done" })) }),
+    );
+    expect(report(twice.root)).toMatchObject({
+      status: 1,
+      stderr: `hsm: ${twice.path}: field "models[2].name": "six" is already the name of models[0]\n`,
+    });
     const c = broken(
       "metrics/ten/kts.json",
       json((v) => ({ ...v, config: { ...(v.config as object), probe_c: -1 } })),

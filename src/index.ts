@@ -90,7 +90,7 @@ export type { AdoptVllmOptions } from "./store/vllm.js";
 export type { Device } from "./model/session.js";
 export { tensorMethod, type GraphFormat, type TensorMethod } from "./model/model-report.js";
 export type { DeviceFinding, DeviceReport } from "./model/devices.js";
-export type { WebgpuAdapter } from "./model/webgpu-adapter.js";
+export type { WebgpuAdapter } from "./kernels/webgpu-adapter.js";
 export type { TokenizerName } from "./synthetic/llama.js";
 
 /** {@link extract}'s options; `shard` may also be written `"K/N"`. */

@@ -9,7 +9,6 @@
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
-import { probeAdapter, resolves } from "../model/webgpu-adapter.js";
 import type { Kernels, RowProducts } from "./types.js";
 import { f16ToF32 } from "./typescript/float16.js";
 
@@ -57,6 +56,8 @@ async function register(name: TfBackendName): Promise<void> {
   if (name === "webgpu") {
     // Dawn and the Vulkan drivers print their own warnings while they look for an adapter: where there is none,
     // a child process finds that out, and Dawn never runs in this one.
+    // Imported here: the probe starts a process, which nothing else of this module does.
+    const { probeAdapter, resolves } = await import("./webgpu-adapter.js");
     if (resolves("webgpu") !== undefined && typeof probeAdapter() === "string") throw noAdapter();
     let gpu: { requestAdapter(): Promise<unknown> };
     try {

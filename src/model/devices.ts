@@ -12,7 +12,7 @@ import { dirname, join } from "node:path";
 import { kernelOptions, nativeKernels } from "../kernels/default.js";
 import { nativeLoadErrors, nativeSimdLevel, nativeSimdLevels } from "../kernels/native.js";
 import { CUDA_HELP, missingAdapter, probeWebgpu, WEBGPU_HELP } from "./session.js";
-import { child, probeAdapter, resolves, type WebgpuAdapter } from "./webgpu-adapter.js";
+import { child, probeAdapter, resolves, type WebgpuAdapter } from "../kernels/webgpu-adapter.js";
 
 /** One device or backend looked for. */
 export interface DeviceFinding {

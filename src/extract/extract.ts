@@ -28,6 +28,7 @@ import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
 import { makeDir, readText } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
+import { checkName } from "../util/stem.js";
 import { forEachSettled } from "../util/settle.js";
 import { lengthBreaks, leftPad, planBatches, rightPad, type BatchRule } from "../model/batching.js";
 import {
@@ -251,7 +252,8 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     throw new UsageError(`Expected --self-check to be 0 or a positive number of rows but received ${o.selfCheck}`);
   }
 
-  // Everything is checked before anything is written.
+  // Everything is checked before anything is written: the name first, which the manifest and every later step record.
+  checkName(o.model ?? defaultModelName(o.modelDir));
   const bankRows = await readBank(o.bank);
   const main = mainForwardRows(bankRows);
   if (main.length === 0)

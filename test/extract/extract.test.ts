@@ -444,9 +444,9 @@ describe("hsm extract", () => {
 });
 
 describe("hsm extract on bad input: one line, nothing written", () => {
-  function run(modelDir: string, bankPath: string, name: string) {
+  function run(modelDir: string, bankPath: string, name: string, extra: string[] = []) {
     const out = join(dir, `bad-${name}`);
-    const r = hsm(["extract", "--model-dir", modelDir, "--bank", bankPath, "--out", out, "--quiet"]);
+    const r = hsm(["extract", "--model-dir", modelDir, "--bank", bankPath, "--out", out, "--quiet", ...extra]);
     expect(r.status).not.toBe(0);
     expect(existsSync(out)).toBe(false);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
@@ -469,6 +469,15 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     copyFileSync(qwen.config, join(m, "tokenizer_config.json"));
     expect(run(m, bank, "wrong-tokenizer")).toMatch(
       /tokenizer\.json: the tokenizer has 151669 tokens but the model's vocabulary has 1280 rows; they do not belong together$/,
+    );
+  });
+
+  it("a model name no output can record, as generate and the exports refuse it", () => {
+    expect(run(llamaDir, bank, "blank-name", ["--model", " "])).toBe(
+      'hsm: Expected a model name with a visible character but received " "',
+    );
+    expect(run(llamaDir, bank, "control-name", ["--model", "a\u0007b"])).toBe(
+      'hsm: Expected a model name without control characters but received "a\\u0007b"',
     );
   });
 

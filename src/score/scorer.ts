@@ -87,7 +87,34 @@ const ABSTAIN = [
   /\bi\s+(?:have\s+no|lack)\s+(?:information|knowledge|data)\b/iu,
   /^n\/?a$/iu,
 ];
-const SEPARATORS = /\s+(?:or|and|and\/or)\s+|\s*[,;/|]\s*/iu;
+/** A conjunction (after white space or a comma: ", or" is one separator) or a punctuation separator. */
+const SEPARATORS = /(?:\s*,\s*|\s+)(?:or|and|and\/or)\s+|\s*[,;/|]\s*/iu;
+
+/**
+ * The candidates a span lists, in comparison form: its pieces between
+ * separators, where a run of pieces that is an alias with its separators
+ * ("Trinidad and Tobago", "Bosnia and Herzegovina") stays one candidate,
+ * the longest such run first.
+ */
+function candidates(span: string, aliases: readonly { norm: string }[]): string[] {
+  // Split with the separators kept: pieces at even indices, separators between them.
+  const pieces = span.split(new RegExp(`(${SEPARATORS.source})`, "iu"));
+  const isAlias = (text: string) => aliases.some((a) => a.norm === text);
+  const out: string[] = [];
+  for (let i = 0; i < pieces.length; i += 2) {
+    let end = i;
+    for (let j = pieces.length - 1; j > i; j -= 2) {
+      if (isAlias(normalizeAnswer(pieces.slice(i, j + 1).join("")))) {
+        end = j;
+        break;
+      }
+    }
+    const candidate = normalizeAnswer(pieces.slice(i, end + 1).join(""));
+    if (candidate) out.push(candidate);
+    i = end;
+  }
+  return out;
+}
 
 /**
  * The comparison form: NFKC, case folded (full folding, as Python's
@@ -205,7 +232,7 @@ export function scoreResponse(
   const exact = aliases.find((a) => a.norm === norm);
   if (exact) return result("correct", "exact_alias", exact.alias);
   // Several candidates, one of them right: "Canada or Mexico".
-  const parts = span.split(SEPARATORS).map(normalizeAnswer).filter(Boolean);
+  const parts = candidates(span, aliases);
   if (parts.length > 1) {
     const hits = parts.filter((p) => aliases.some((a) => a.norm === p));
     if (hits.length > 0 && hits.length < parts.length) {

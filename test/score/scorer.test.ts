@@ -120,6 +120,41 @@ const CASES: Case[] = [
   [" Canada, Mexico", ["Canada"], "ambiguous", "multiple_candidates", "Canada, Mexico", "Canada"],
   [" Canada/USA", ["Canada"], "ambiguous", "multiple_candidates", "Canada/USA", "Canada"],
   [" Lyon and Paris", ["Paris"], "ambiguous", "multiple_candidates", "Lyon and Paris", "Paris"],
+  // An alias holding a separator stays one candidate.
+  [
+    " Trinidad and Tobago or Jamaica",
+    ["Trinidad and Tobago"],
+    "ambiguous",
+    "multiple_candidates",
+    "Trinidad and Tobago or Jamaica",
+    "Trinidad and Tobago",
+  ],
+  [
+    " Jamaica, or Trinidad and Tobago",
+    ["Trinidad and Tobago"],
+    "ambiguous",
+    "multiple_candidates",
+    "Jamaica, or Trinidad and Tobago",
+    "Trinidad and Tobago",
+  ],
+  [
+    " Trinidad and Tobago",
+    ["Trinidad and Tobago"],
+    "correct",
+    "exact_alias",
+    "Trinidad and Tobago",
+    "Trinidad and Tobago",
+  ],
+  // ", and" before the last item of a list is one separator.
+  [" Lyon, Nice, and Paris", ["Paris"], "ambiguous", "multiple_candidates", "Lyon, Nice, and Paris", "Paris"],
+  [
+    " Bosnia and Herzegovina, Croatia and Serbia",
+    ["Bosnia and Herzegovina", "Croatia"],
+    "ambiguous",
+    "multiple_candidates",
+    "Bosnia and Herzegovina, Croatia and Serbia",
+    "Bosnia and Herzegovina",
+  ],
   [" Canada or Canada", ["Canada"], "correct", "alias_in_span", "Canada or Canada", "Canada"], // every candidate right
   [
     " USA or United States",

@@ -62,7 +62,7 @@ import {
 } from "../model/session.js";
 import { tokenizerAndModel } from "../model/tokenizer.js";
 import { parallelLine, placeSessions, weightBytes } from "../model/workers.js";
-import { shardFromEnv } from "./shard.js";
+import { shardFromEnv, shardRange } from "./shard.js";
 import { extractionWorkerScript, sessionStates, workerStates, type StateRunner, type StatesSetup } from "./states.js";
 
 /**
@@ -151,18 +151,6 @@ async function isComplete(dir: string): Promise<boolean> {
   } catch {
     return false;
   }
-}
-
-/** Rows `[start, end)` of shard `index` of `count`, cut on commit-block boundaries. */
-export function shardRange(
-  total: number,
-  index: number,
-  count: number,
-  commitRows = DEFAULT_COMMIT_ROWS,
-): [number, number] {
-  const cut = (k: number) =>
-    k >= count ? total : Math.min(total, Math.floor((k * total) / count / commitRows) * commitRows);
-  return [cut(index), cut(index + 1)];
 }
 
 /** Parses `K/N` (0-based K), or `auto` / `auto/N` read from a scheduler's variables (./shard.ts). */

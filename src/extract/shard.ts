@@ -8,6 +8,7 @@
  *            JOB_COMPLETION_INDEX; the array's indices are the shard numbers,
  *            so an array of some shards only (--array=1,3) works
  */
+import { DEFAULT_COMMIT_ROWS } from "../defaults.js";
 import { UsageError } from "../errors.js";
 
 function integer(env: NodeJS.ProcessEnv, name: string): number | undefined {
@@ -58,4 +59,16 @@ export function shardFromEnv(text: string, env: NodeJS.ProcessEnv = process.env)
         "number its tasks by shard and give the count: --shard auto/N",
     );
   return { index: slurmId - min, count };
+}
+
+/** Rows `[start, end)` of shard `index` of `count`, cut on commit-block boundaries. */
+export function shardRange(
+  total: number,
+  index: number,
+  count: number,
+  commitRows = DEFAULT_COMMIT_ROWS,
+): [number, number] {
+  const cut = (k: number) =>
+    k >= count ? total : Math.min(total, Math.floor((k * total) / count / commitRows) * commitRows);
+  return [cut(index), cut(index + 1)];
 }

@@ -22,12 +22,11 @@ import { promisify } from "node:util";
 
 import { mainForwardRows, readBank } from "../bank/bank.js";
 import { HsmError, UsageError } from "../errors.js";
-import { shardRange } from "../extract/extract.js";
 import { DEFAULT_COMMIT_ROWS } from "../defaults.js";
 import { METRICS } from "../metrics/registry.js";
 import { verifyStore } from "../store/verify.js";
 import { checkStudy } from "../study/check.js";
-import { modelPaths, SHARDS_FOLDER, shellWord } from "../study/layout.js";
+import { checkShardsFilled, modelPaths, SHARDS_FOLDER, shellWord } from "../study/layout.js";
 import { readStudyFile, type Study, type StudyModel } from "../study/study-file.js";
 import { makeDir, readText, writeFileAtomic } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
@@ -283,15 +282,7 @@ export async function submitStudy(file: string | Study, o: SlurmOptions): Promis
   if (!Number.isInteger(n) || n < 1) throw new UsageError(`Expected a positive integer for --shards but received ${n}`);
   // What stops a local study stops it here too, before any job is submitted.
   const bank = await checkStudy(study);
-  const commitRows = study.run.commitRows ?? DEFAULT_COMMIT_ROWS;
-  const mainRows = mainForwardRows(bank).length;
-  for (let k = 0; k < n; k++) {
-    const [a, b] = shardRange(mainRows, k, n, commitRows);
-    if (a === b)
-      throw new UsageError(
-        `--shards ${n}: shard ${k} would be empty (${mainRows} rows in commit blocks of ${commitRows}); use fewer shards or a smaller run.commit_rows in ${study.file}`,
-      );
-  }
+  checkShardsFilled(study, n, mainForwardRows(bank).length);
   const prefix = studyJobPrefix(study);
   const root = join(study.outputs, SLURM_FOLDER);
   const logs = join(root, "logs");

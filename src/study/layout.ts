@@ -5,6 +5,9 @@
  */
 import { join } from "node:path";
 
+import { DEFAULT_COMMIT_ROWS } from "../defaults.js";
+import { UsageError } from "../errors.js";
+import { shardRange } from "../extract/shard.js";
 import { pathStem } from "../util/stem.js";
 import type { Study } from "./study-file.js";
 
@@ -106,14 +109,33 @@ export interface ShardCommands {
 }
 
 /**
+ * Refuses `n` shards of a bank with `mainRows` main-forward rows where one
+ * would hold no row: shards are cut on the study's commit blocks
+ * (`run.commit_rows`), and `hsm extract` refuses an empty shard.
+ */
+export function checkShardsFilled(study: Study, n: number, mainRows: number): void {
+  const commitRows = study.run.commitRows ?? DEFAULT_COMMIT_ROWS;
+  for (let k = 0; k < n; k++) {
+    const [a, b] = shardRange(mainRows, k, n, commitRows);
+    if (a === b)
+      throw new UsageError(
+        `--shards ${n}: shard ${k} would be empty (${mainRows} rows in commit blocks of ${commitRows}); use fewer shards or a smaller run.commit_rows in ${study.file}`,
+      );
+  }
+}
+
+/**
  * The `hsm extract --shard K/N` command of every shard of every model the
  * study runs (imported models need none), and the `hsm merge` that joins them
- * into the store `hsm study` then finds complete.
+ * into the store `hsm study` then finds complete. Given the bank's count of
+ * main-forward rows, a count of shards that would leave one empty is refused
+ * ({@link checkShardsFilled}).
  * @example studyShardCommands(study, 4)[0].extract[1] // "hsm extract --model-dir … --shard 1/4"
  */
-export function studyShardCommands(study: Study, n: number): ShardCommands[] {
+export function studyShardCommands(study: Study, n: number, mainRows?: number): ShardCommands[] {
   if (!Number.isInteger(n) || n < 1)
     throw new RangeError(`Expected a positive integer for the shard count but received ${n}`);
+  if (mainRows !== undefined) checkShardsFilled(study, n, mainRows);
   return study.models
     .filter((m) => m.modelDir !== undefined)
     .map((m) => {

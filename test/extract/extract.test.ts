@@ -20,7 +20,8 @@ import {
 } from "../../src/synthetic/llama.js";
 import { f16BitsToNumber, f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { StoreReader } from "../../src/store/reader.js";
-import { extract, inspectModel, shardRange } from "../../src/extract/extract.js";
+import { extract, inspectModel } from "../../src/extract/extract.js";
+import { shardRange } from "../../src/extract/shard.js";
 import { DataType, encodeModel, loadModel, valueInfo } from "../../src/onnx/graph.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { Rng } from "../../src/util/random.js";

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { BankError, HsmError } from "../../src/errors.js";
+import { BankError, HsmError, UsageError } from "../../src/errors.js";
 import { writeTinyModel } from "../../src/synthetic/llama.js";
 import { parseStudy, StudyFileError } from "../../src/study/study-file.js";
 import { formatStudySummary, studyShardCommands, type StudySummary } from "../../src/study/layout.js";
@@ -257,5 +257,20 @@ describe("studyShardCommands", () => {
       "hsm extract --model-dir /models/base --bank /studies/bank.jsonl --out /out/shards/base/0-of-2 --model base --threads 1 --commit-rows 8 --shard 0/2",
       "hsm extract --model-dir /models/base --bank /studies/bank.jsonl --out /out/shards/base/1-of-2 --model base --threads 1 --commit-rows 8 --shard 1/2",
     ]);
+  });
+
+  it("given the bank's main-forward rows, refuses a shard count that would leave a shard empty", () => {
+    const study = parseStudy(
+      "bank: bank.jsonl\noutputs: /out\nrun: {commit_rows: 8}\nmodels:\n  - {name: base, model_dir: /models/base}\n",
+      "/studies/study.yaml",
+    );
+    // 20 rows in blocks of 8: two shards are cut at row 8 (20/2 = 10, floored to a block), rows 0–7 and 8–19.
+    expect(studyShardCommands(study, 2, 20)).toHaveLength(1);
+    // Three: the first cut, 20/3 ≈ 6.7, floors to row 0, so shard 0 holds no row.
+    expect(() => studyShardCommands(study, 3, 20)).toThrow(
+      new UsageError(
+        "--shards 3: shard 0 would be empty (20 rows in commit blocks of 8); use fewer shards or a smaller run.commit_rows in /studies/study.yaml",
+      ),
+    );
   });
 });

@@ -4,6 +4,8 @@ import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
 
 import {
+  mainForwardRows,
+  readBank,
   readStudyFile,
   runStudy,
   studyShardCommands,
@@ -24,7 +26,9 @@ interface StudyFlags {
 }
 
 async function printShards(file: string, n: number): Promise<void> {
-  const commands = studyShardCommands(await readStudyFile(file), n);
+  const study = await readStudyFile(file);
+  // A count that leaves a shard empty is refused, as hsm extract and --slurm would refuse it.
+  const commands = studyShardCommands(study, n, mainForwardRows(await readBank(study.bank)).length);
   if (commands.length === 0) out("no model of this study runs here (every model is imported); nothing to extract");
   for (const c of commands) {
     out([`# ${c.model}: ${n} extraction shards, then the merge`, ...c.extract, c.merge].join("\n"));

@@ -22,16 +22,24 @@ beforeAll(async () => {
 
 describe("the study, compare and report commands", () => {
   it("study --shards prints each model's extraction shards and merge, and runs nothing", () => {
-    writeFileSync(
-      join(dir, "study.yaml"),
-      `bank: ${join(dir, "fx-six", "bank.jsonl")}\noutputs: out\nmodels:\n  - { name: m1, model_dir: models/m1 }\n  - { name: old, outputs: ${outputs} }\n`,
-    );
+    const study = (run: string) =>
+      writeFileSync(
+        join(dir, "study.yaml"),
+        `bank: ${join(dir, "fx-six", "bank.jsonl")}\noutputs: out\n${run}models:\n  - { name: m1, model_dir: models/m1 }\n  - { name: old, outputs: ${outputs} }\n`,
+      );
+    // In the default blocks of 1024 rows, the fixture's few hundred rows leave the first of two shards empty.
+    study("");
+    const empty = hsm(["study", "study.yaml", "--shards", "2"]);
+    expect(empty.status).toBe(2);
+    expect(empty.stdout).toBe("");
+    expect(empty.stderr).toMatch(/^hsm: --shards 2: shard 0 would be empty \(\d+ rows in commit blocks of 1024\); /);
+    study("run: { commit_rows: 8 }\n");
     const r = hsm(["study", "study.yaml", "--shards", "2"]);
     expect(r.status).toBe(0);
     expect(r.stdout.split("\n")).toEqual([
       "# m1: 2 extraction shards, then the merge",
-      `hsm extract --model-dir ${join(dir, "models", "m1")} --bank ${join(dir, "fx-six", "bank.jsonl")} --out ${join(dir, "out", "shards", "m1", "0-of-2")} --model m1 --shard 0/2`,
-      `hsm extract --model-dir ${join(dir, "models", "m1")} --bank ${join(dir, "fx-six", "bank.jsonl")} --out ${join(dir, "out", "shards", "m1", "1-of-2")} --model m1 --shard 1/2`,
+      `hsm extract --model-dir ${join(dir, "models", "m1")} --bank ${join(dir, "fx-six", "bank.jsonl")} --out ${join(dir, "out", "shards", "m1", "0-of-2")} --model m1 --commit-rows 8 --shard 0/2`,
+      `hsm extract --model-dir ${join(dir, "models", "m1")} --bank ${join(dir, "fx-six", "bank.jsonl")} --out ${join(dir, "out", "shards", "m1", "1-of-2")} --model m1 --commit-rows 8 --shard 1/2`,
       `hsm merge ${join(dir, "out", "hidden", "m1")} ${join(dir, "out", "shards", "m1", "0-of-2")} ${join(dir, "out", "shards", "m1", "1-of-2")}`,
       "",
       "then: hsm study study.yaml",

@@ -365,7 +365,7 @@ export async function writeEee(
   const samplesPath = join(dir, `${texts.stem}_samples.jsonl`);
   // Checked before anything is written or removed: a record the schema refuses leaves the folder as it was.
   checkRecords(texts.records, samplesPath);
-  if (!replace) return { ...(await writeNewRecord(dir, rows, bank, id)), unchanged: false };
+  if (!replace) return { ...(await writeNewRecord(dir, rows, bank, id, texts)), unchanged: false };
   const earlier = await earlierRecords(dir, id);
   for (const e of earlier.records) {
     const again = recordTexts(rows, bank, { ...id, time: e.idTime }, e.time);
@@ -389,21 +389,22 @@ export async function writeEee(
  * linked into place first, which fails where the name is taken, so two
  * exports, even in two processes, never share or replace a record; then the
  * aggregate is claimed the same way. A taken name moves the id's time on by a
- * second and tries again.
+ * second and tries again, with the texts made again for it; `texts` are the
+ * ones of `id`'s own time.
  */
 async function writeNewRecord(
   dir: string,
   rows: ScoredRow[],
   bank: Map<string, BankRow>,
-  first: ExportIdentity,
+  id: ExportIdentity,
+  texts: ReturnType<typeof recordTexts>,
 ): Promise<{ aggregate: string; samples: string }> {
   try {
     await makeDir(dir);
   } catch (err) {
     throw fileError(err, dir, "write");
   }
-  for (let time = first.time; ; time++) {
-    const texts = recordTexts(rows, bank, { ...first, time });
+  for (let time = id.time; ; texts = recordTexts(rows, bank, { ...id, time: ++time })) {
     const samples = join(dir, `${texts.stem}_samples.jsonl`);
     const aggregate = join(dir, `${texts.stem}.json`);
     if (!(await writeFileExclusive(samples, texts.samples))) continue;

@@ -11,7 +11,7 @@ import { isNode, LineCounter, parseDocument, type Document } from "yaml";
 import { DEFAULT_OUTPUTS, DEFAULT_SEED, MAX_NEW_TOKENS, MAX_PROMPT_LEN, MAX_SEED } from "../defaults.js";
 import { FileError, HsmError } from "../errors.js";
 import { readText } from "../util/fs.js";
-import { pathStem } from "../util/stem.js";
+import { nameProblem, pathStem } from "../util/stem.js";
 
 /** A study file that cannot be read as a study. */
 export class StudyFileError extends HsmError {
@@ -194,12 +194,9 @@ function checkModels(c: Checker, value: unknown, base: string): StudyModel[] {
     const m = c.mapping(entry, path, MODEL_FIELDS, "a mapping with name and model_dir or outputs");
     if (!("name" in m)) c.fail(path, "is missing its name");
     const name = c.text(m.name, [...path, "name"], "a model name");
-    let stem: string;
-    try {
-      stem = pathStem(name); // files and folders are named by it; the name is recorded as given
-    } catch (err) {
-      c.fail([...path, "name"], (err as Error).message.replace(/^Expected/, "expected"));
-    }
+    const problem = nameProblem(name);
+    if (problem) c.fail([...path, "name"], problem);
+    const stem = pathStem(name); // files and folders are named by it; the name is recorded as given
     const first = seen.get(stem);
     if (first?.name === name)
       c.fail([...path, "name"], `${JSON.stringify(name)} is already the name of models[${first.index}]`);

@@ -24,7 +24,7 @@ import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
 import { normalizedDepth } from "./depth.js";
 import { STUDY_RECORD } from "../study/layout.js";
-import { describeValue, readJsonObject, readModels, readStudyRecord, type OutputsModel } from "./outputs.js";
+import { describeValue, readJsonObject, readModels, type OutputsModel } from "./outputs.js";
 import type { DrillDown, FactChunk } from "./page-data.js";
 import { renderPage } from "./page.js";
 
@@ -315,7 +315,7 @@ function allPairs(models: LoadedModel[], o: ReportOptions): Record<string, Compa
 
 /** Builds the report of every model under `outputs` and writes it as one HTML file. */
 export async function writeReport(outputs: string, o: ReportOptions = {}): Promise<ReportResult> {
-  const { models: found, failed } = await readModels(outputs);
+  const { models: found, failed, record: study } = await readModels(outputs);
   const record = join(outputs, STUDY_RECORD);
   if (found.length === 0 && failed.length)
     throw new HsmError(`${outputs}: every model failed in the study (see ${record}); nothing to report`);
@@ -359,7 +359,6 @@ export async function writeReport(outputs: string, o: ReportOptions = {}): Promi
   const charted = (f: string) =>
     rows.some((byModel) => [...byModel.values()].some((m) => m.rows.some((r) => r.family === f)));
   const chartFamilies = families.filter((f) => f !== ANCHOR_FAMILY && charted(f));
-  const study = await readStudyRecord(outputs);
   const data = {
     title: `hsm report — ${found.map((m) => m.name).join(", ")}`,
     notes,

@@ -109,7 +109,7 @@ function checkRecordedModel(file: string, v: unknown, i: number): RecordedModel 
 }
 
 /** The study record of an outputs root, checked, or undefined without one. */
-export async function readStudyRecord(outputs: string): Promise<StudyRecord | undefined> {
+async function readStudyRecord(outputs: string): Promise<StudyRecord | undefined> {
   const file = join(outputs, STUDY_RECORD);
   const record = await readJsonObject(file);
   if (record === null) return undefined;
@@ -132,10 +132,11 @@ export async function readStudyRecord(outputs: string): Promise<StudyRecord | un
   };
 }
 
-/** The models of an outputs root, and those its study record says failed (left out of `models`). */
+/** The models of an outputs root, those its study record says failed (left out of `models`), and the record. */
 export interface OutputsModels {
   models: OutputsModel[];
   failed: RecordedModel[];
+  record: StudyRecord | undefined;
 }
 
 /**
@@ -155,7 +156,7 @@ export async function readModels(outputs: string): Promise<OutputsModels> {
       const paths = m.paths ?? modelPaths(outputs, m.name);
       if (await exists(paths.scored)) found.push({ name: m.name, paths });
     }
-    return { models: found, failed: record.models.filter((m) => m.status === "failed") };
+    return { models: found, failed: record.models.filter((m) => m.status === "failed"), record };
   }
   const files = await readdir(join(outputs, "evaluation")).catch(() => [] as string[]);
   for (const f of files.filter((x) => x.endsWith(".scored.jsonl")).sort()) {
@@ -164,7 +165,7 @@ export async function readModels(outputs: string): Promise<OutputsModels> {
     const name = recorded !== undefined && stemOf(recorded) === stem ? recorded : stem;
     found.push({ name, paths: stemPaths(outputs, stem) });
   }
-  return { models: found, failed: [] };
+  return { models: found, failed: [], record };
 }
 
 /** The models of an outputs root with a finished scored file, failed models left out: see {@link readModels}. */

@@ -135,30 +135,8 @@ describe("per-row values and the paired comparison", () => {
     }
   });
 
-  it("per-row KTS scores give kts.json's AUROC per family, with the folds it records", () => {
-    const rows = metricRows("ten", "kts").filter((r) => r.auroc !== null);
-    expect(rows.length).toBeGreaterThan(10);
-    for (const row of rows) {
-      const v = b.values.kts.get(row.layer as number)!;
-      const keep = Array.from(v.rows.keys()).filter((i) => {
-        const f = b.values.families[v.rows[i]!];
-        return row.family === "all" ? f !== "anchor" : f === row.family;
-      });
-      expect(keep.length).toBe(row.n_queries);
-      const auroc = aurocByPairs(
-        keep.map((i) => v.score[i]!),
-        keep.map((i) => v.label[i]!),
-      );
-      expect(Math.abs(auroc - (row.auroc as number))).toBeLessThanOrEqual(FLOAT64_REORDER);
-    }
-  });
-
-  it("per-row KTS scores give kts.json's AUROC of a model whose abstentions counted as incorrect", async () => {
-    const root = join(dir, "abstain");
-    await syntheticModel(root, dir, "abst", 3, 6, { abstainAsIncorrect: true });
-    const [model] = await listModels(root);
-    const m = await loadModel(model!);
-    const rows = JSON.parse(readFileSync(join(root, "metrics", "abst", "kts.json"), "utf8")).rows as Row[];
+  /** Each kts.json row with an AUROC (more than ten of them) against the AUROC of `m`'s per-row scores. */
+  function expectKtsAurocs(m: LoadedModel, rows: Row[]): void {
     const scored = rows.filter((r) => r.auroc !== null);
     expect(scored.length).toBeGreaterThan(10);
     for (const row of scored) {
@@ -174,6 +152,18 @@ describe("per-row values and the paired comparison", () => {
       );
       expect(Math.abs(auroc - (row.auroc as number))).toBeLessThanOrEqual(FLOAT64_REORDER);
     }
+  }
+
+  it("per-row KTS scores give kts.json's AUROC per family, with the folds it records", () => {
+    expectKtsAurocs(b, metricRows("ten", "kts"));
+  });
+
+  it("per-row KTS scores give kts.json's AUROC of a model whose abstentions counted as incorrect", async () => {
+    const root = join(dir, "abstain");
+    await syntheticModel(root, dir, "abst", 3, 6, { abstainAsIncorrect: true });
+    const [model] = await listModels(root);
+    const m = await loadModel(model!);
+    expectKtsAurocs(m, JSON.parse(readFileSync(join(root, "metrics", "abst", "kts.json"), "utf8")).rows as Row[]);
   });
 
   it("compares correctness per family on the same queries, BH-adjusted across the table", () => {

@@ -11,10 +11,13 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { readText } from "../util/fs.js";
 import { jsonObject, ModelDirError, type ModelDir } from "./model-dir.js";
+import { asHuggingFace, encodingJson, fastConfig, templateEnds } from "./tokenizer-hf.js";
 
 export class PromptTokenizer {
   private constructor(
     readonly tokenizer: Tokenizer,
+    /** The tokenizer prompts are encoded with: {@link tokenizer}, but where `split_special_tokens` is set. */
+    private readonly encoder: Tokenizer,
     /** Tokens the post-processor puts before and after every sequence (a BOS, say). */
     readonly prefix: number[],
     readonly suffix: number[],
@@ -38,31 +41,24 @@ export class PromptTokenizer {
       return jsonObject(value, path);
     };
     const [json, config] = await Promise.all([read("tokenizer.json"), read("tokenizer_config.json")]);
-    let tokenizer: Tokenizer;
-    try {
-      tokenizer = new Tokenizer(json, config);
-    } catch (err) {
-      throw new ModelDirError(
-        join(dir, "tokenizer.json"),
-        `is not a tokenizer this tool can load (${(err as Error).message})`,
-      );
-    }
-    // What the post-processor adds is found by comparing one text with and without special tokens.
-    const probe = "Question: probe\nAnswer:";
-    const plain: number[] = tokenizer.encode(probe, { add_special_tokens: false }).ids;
-    const full: number[] = tokenizer.encode(probe, { add_special_tokens: true }).ids;
-    let at = -1;
-    for (let i = 0; i + plain.length <= full.length && at < 0; i++) {
-      if (plain.every((t, j) => full[i + j] === t)) at = i;
-    }
-    if (at < 0)
-      throw new ModelDirError(
-        join(dir, "tokenizer.json"),
-        "adds special tokens inside the text, which left truncation cannot handle",
-      );
+    const path = join(dir, "tokenizer.json");
+    const make = (tokenizerJson: Record<string, unknown>) => {
+      try {
+        return asHuggingFace(new Tokenizer(tokenizerJson, fastConfig(config)));
+      } catch (err) {
+        throw new ModelDirError(path, `is not a tokenizer this tool can load (${(err as Error).message})`);
+      }
+    };
+    const tokenizer = make(json);
+    const forPrompts = encodingJson(json, config);
+    const encoder = forPrompts === json ? tokenizer : make(forPrompts);
+    const ends = templateEnds(json, path) ?? probedEnds(tokenizer, path);
     const vocab = tokenizer.get_vocab(true);
     let size = 0;
     for (const id of vocab.values()) if (id + 1 > size) size = id + 1;
+    const unknown = [...ends.prefix, ...ends.suffix].find((id) => id >= size);
+    if (unknown !== undefined)
+      throw new ModelDirError(path, `the post-processor adds the id ${unknown}, which the vocabulary does not hold`);
     const tokenId = (v: unknown) => {
       const s =
         typeof v === "string"
@@ -82,8 +78,9 @@ export class PromptTokenizer {
     }
     return new PromptTokenizer(
       tokenizer,
-      full.slice(0, at),
-      full.slice(at + plain.length),
+      encoder,
+      ends.prefix,
+      ends.suffix,
       size,
       padId,
       eos === undefined ? [] : [eos],
@@ -96,7 +93,7 @@ export class PromptTokenizer {
    * dropped from the left of the text, never from the special prefix.
    */
   encode(prompt: string, maxLen = MAX_PROMPT_LEN): number[] {
-    const ids = this.tokenizer.encode(prompt, { add_special_tokens: false }).ids;
+    const ids = this.encoder.encode(prompt, { add_special_tokens: false }).ids;
     const room = maxLen - this.prefix.length - this.suffix.length;
     const kept = ids.length > room ? ids.slice(ids.length - Math.max(room, 0)) : ids;
     return [...this.prefix, ...kept, ...this.suffix];
@@ -128,6 +125,21 @@ export class PromptTokenizer {
       );
     }
   }
+}
+
+/**
+ * What a post-processor other than a template adds before and after a text,
+ * found by encoding one text with and without special tokens.
+ */
+function probedEnds(tokenizer: Tokenizer, path: string): { prefix: number[]; suffix: number[] } {
+  const probe = "Question: probe\nAnswer:";
+  const plain: number[] = tokenizer.encode(probe, { add_special_tokens: false }).ids;
+  const full: number[] = tokenizer.encode(probe, { add_special_tokens: true }).ids;
+  for (let at = 0; at + plain.length <= full.length; at++) {
+    if (plain.every((t, j) => full[at + j] === t))
+      return { prefix: full.slice(0, at), suffix: full.slice(at + plain.length) };
+  }
+  throw new ModelDirError(path, "adds special tokens inside the text, which left truncation cannot handle");
 }
 
 /**

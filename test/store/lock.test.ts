@@ -1,10 +1,17 @@
-/** Store locks on a shared file system: another host's lock holds while touched and is taken over once stale. */
-import { existsSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
+/**
+ * Store locks: never two holders, whether processes race for a free folder or for one holding a stale lock; on a
+ * shared file system another host's lock holds while touched and is taken over once stale.
+ */
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 
 import { describe, expect, it } from "vitest";
 
 import { acquireLock } from "../../src/store/lock.js";
+import { runChild } from "../helpers/child.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-lock-");
@@ -31,5 +38,94 @@ describe("acquireLock across hosts", () => {
     expect(JSON.parse(readFileSync(path, "utf8")).pid).toBe(process.pid);
     await release();
     expect(existsSync(path)).toBe(false);
+  });
+});
+
+describe("acquireLock between processes", () => {
+  it("refuses a lock that names no process yet, and takes over one left so for half a minute", async () => {
+    // What a second process sees while the first fills a lock created where the file system has no hard links.
+    writeFileSync(join(dir, "empty.lock"), "");
+    await expect(acquireLock(dir, "empty.lock")).rejects.toThrow(
+      /is being written by another hsm process \(its lock, 0 s old, names no process yet\)/,
+    );
+    const at = new Date(Date.now() - 31_000);
+    utimesSync(join(dir, "empty.lock"), at, at);
+    const release = await acquireLock(dir, "empty.lock");
+    expect(JSON.parse(readFileSync(join(dir, "empty.lock"), "utf8")).pid).toBe(process.pid);
+    await release();
+  });
+
+  it("removes the claims that processes killed while taking over a stale lock left", async () => {
+    const claim = join(dir, "claimed.lock.break-0123456789abcdef");
+    writeFileSync(claim, JSON.stringify({ pid: 1, host: "node-elsewhere", started: "2026-01-01T00:00:00.000Z" }));
+    const release = await acquireLock(dir, "claimed.lock");
+    expect(existsSync(claim)).toBe(false);
+    await release();
+  });
+
+  // Four processes start acquireLock at the same moment on one folder, trial after trial: a free folder, one holding
+  // a lock whose process on this host is gone (as kill -9 leaves it), one holding a torn lock, and one holding a
+  // lock another host stopped touching. Each holder logs when it holds the lock and when it lets go.
+  it("never lets two processes hold the lock at once, racing for a free folder or a stale lock", async () => {
+    const race = join(dir, "race");
+    const dead = spawnSync(process.execPath, ["-e", ""]).pid;
+    const old = new Date(Date.now() - 11 * 60_000);
+    const stale: Record<string, ((path: string) => void) | undefined> = {
+      free: undefined,
+      dead: (p) => writeFileSync(p, JSON.stringify({ pid: dead, host: hostname(), started: "x" }) + "\n"),
+      torn: (p) => (writeFileSync(p, '{"pid": '), utimesSync(p, old, old)),
+      foreign: (p) => (
+        writeFileSync(p, JSON.stringify({ pid: 1, host: "node-elsewhere", started: "x" })),
+        utimesSync(p, old, old)
+      ),
+    };
+    const trials = Object.keys(stale).flatMap((kind) => Array.from({ length: 4 }, (_, i) => `${kind}-${i}`));
+    for (const t of trials) {
+      mkdirSync(join(race, t), { recursive: true });
+      stale[t.split("-")[0]!]?.(join(race, t, ".hsm.lock"));
+      writeFileSync(join(race, t, "log"), "");
+    }
+    const child = join(dir, "race-child.mjs");
+    writeFileSync(
+      child,
+      `import { appendFileSync } from "node:fs";
+import { acquireLock } from ${JSON.stringify(pathToFileURL(join(import.meta.dirname, "..", "..", "dist", "store", "lock.js")).href)};
+const [race, start, ...trials] = process.argv.slice(2);
+for (const [i, t] of trials.entries()) {
+  const at = Number(start) + i * 400;
+  await new Promise((r) => setTimeout(r, Math.max(0, at - 30 - Date.now())));
+  while (Date.now() < at) {} // all four at once
+  const log = race + "/" + t + "/log";
+  try {
+    const release = await acquireLock(race + "/" + t);
+    appendFileSync(log, "in\\n");
+    await new Promise((r) => setTimeout(r, 150));
+    appendFileSync(log, "out\\n");
+    await release();
+  } catch (err) {
+    appendFileSync(log, "refused: " + err.message.split(" (")[0] + "\\n");
+  }
+}
+`,
+    );
+    const start = String(Date.now() + 1500);
+    const children = await Promise.all(
+      Array.from({ length: 4 }, () => runChild(process.execPath, [child, race, start, ...trials])),
+    );
+    for (const c of children) expect(c.stderr).toBe("");
+    for (const t of trials) {
+      const log = readFileSync(join(race, t, "log"), "utf8")
+        .trim()
+        .split("\n");
+      let holders = 0;
+      let most = 0;
+      for (const line of log) {
+        holders += line === "in" ? 1 : line === "out" ? -1 : 0;
+        most = Math.max(most, holders);
+      }
+      expect(most, `${t}: ${log.join(", ")}`).toBe(1);
+      for (const line of log.filter((l) => l.startsWith("refused")))
+        expect(line, t).toBe(`refused: ${join(race, t)}: is being written by another hsm process`);
+    }
   });
 });

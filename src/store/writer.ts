@@ -53,6 +53,7 @@ export type StoreInit = Pick<
 
 /** The manifest fields that must agree for a run to continue an existing store. */
 const IDENTITY = [
+  "model",
   "model_sha256",
   "num_layers",
   "d_model",
@@ -168,12 +169,18 @@ export class StoreWriter {
 
   private static async resume(dir: string, manifest: Manifest, init: StoreInit): Promise<StoreWriter> {
     for (const key of IDENTITY) {
-      if (JSON.stringify(manifest[key]) !== JSON.stringify(init[key])) {
+      if (JSON.stringify(manifest[key]) === JSON.stringify(init[key])) continue;
+      // The name is the user's word on the command line: say which name the store has.
+      if (key === "model")
         throw new StoreError(
           dir,
-          `already holds a store made with a different ${key.replace(/_/g, " ")}; refusing to mix them. Use another --out folder or delete this one`,
+          `already holds a store made with a different model name (model ${JSON.stringify(manifest.model)}, now ` +
+            `${JSON.stringify(init.model)}); refusing to mix them. Use another --out folder, the same --model, or delete this one`,
         );
-      }
+      throw new StoreError(
+        dir,
+        `already holds a store made with a different ${key.replace(/_/g, " ")}; refusing to mix them. Use another --out folder or delete this one`,
+      );
     }
     madeFromSame(dir, manifest, init);
     const [was, now] = [storedTensors(manifest), storedTensors(init)];

@@ -129,6 +129,27 @@ describe("store writer and reader", () => {
     );
   });
 
+  it("refuses to continue or reopen a store recorded under another model name, naming both names", async () => {
+    const partial = join(dir, "named-alpha");
+    const w = await StoreWriter.open(partial, init({ model: "alpha" }));
+    for (const layer of [2, 3]) await w.writeRowsF32(layer, 0, rows(layer).subarray(0, 10 * D));
+    await w.commit(10);
+    await w.close();
+    const complete = await wholeStore("named-tiny");
+    for (const [store, was] of [
+      [partial, "alpha"],
+      [complete, "tiny"],
+    ] as const) {
+      await expect(StoreWriter.open(store, init({ model: "beta" }))).rejects.toMatchObject({
+        constructor: StoreError,
+        message:
+          `${store}: already holds a store made with a different model name (model "${was}", now "beta"); ` +
+          "refusing to mix them. Use another --out folder, the same --model, or delete this one",
+      });
+      expect(parseManifest(readFileSync(join(store, "index.json"), "utf8"), "index.json").model).toBe(was);
+    }
+  });
+
   it("refuses to continue a store whose layers were read from other graph tensors", async () => {
     const style = (tensor: string) => ({
       name: "structural",

@@ -54,6 +54,21 @@ function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefin
   };
 }
 
+/** The first of SAME in which the store `was` differs from the shards' `now`, in words; undefined where none does. */
+function difference(was: Manifest, now: Manifest): string | undefined {
+  const [a, b] = [was.extraction, now.extraction];
+  for (const key of SAME) {
+    if (JSON.stringify(was[key]) === JSON.stringify(now[key])) continue;
+    if (key === "extraction" && a && b) {
+      const sub = (["rows_sha256", "batch_size", "commit_rows", "device"] as const).find((k) => a[k] !== b[k])!;
+      return `${sub.replace(/_/g, " ")} (extraction.${sub} ${JSON.stringify(a[sub])}, the shards' ${JSON.stringify(b[sub])})`;
+    }
+    const [x, y] = [was[key], now[key]].map((v) => (v === undefined ? "absent" : JSON.stringify(v)));
+    return `${key.replace(/_/g, " ")} (${key} ${x}, the shards' ${y})`;
+  }
+  return undefined;
+}
+
 export async function mergeShards(
   out: string,
   shardDirs: string[],
@@ -133,6 +148,16 @@ export async function mergeShards(
       ...(m0.extraction ? { extraction: m0.extraction } : {}),
     });
     try {
+      // Rows OUT already holds are kept: they must be the shards' rows, made as the shards' run makes them.
+      if (writer.complete || writer.rowsDone > 0) {
+        const differs = difference(writer.manifest, m0);
+        if (differs)
+          throw new StoreError(
+            out,
+            `already holds a ${writer.complete ? "complete store" : "store in progress"} made with a different ${differs}; ` +
+              "merging would keep it, not the store the shards' run makes. Use another OUT folder or delete this one",
+          );
+      }
       if (writer.complete) return writer.manifest;
       const selfCheck = mergeSelfChecks(readers.map((r) => r.manifest.self_check));
       if (selfCheck) writer.manifest.self_check = selfCheck;

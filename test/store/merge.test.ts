@@ -41,7 +41,7 @@ async function write(
   path: string,
   rows: [number, number],
   shard?: StoreInit["shard"],
-  made: Pick<StoreInit, "style"> & { self_check?: SelfCheck } = {},
+  made: Pick<StoreInit, "style" | "extraction"> & { self_check?: SelfCheck } = {},
 ): Promise<string> {
   const { self_check, ...rest } = made;
   const w = await StoreWriter.open(path, { ...init(rows, shard), ...rest });
@@ -59,7 +59,7 @@ const BOUNDS: [number, number][] = [
 ];
 async function shards(
   name: string,
-  made: (index: number) => Pick<StoreInit, "style"> & { self_check?: SelfCheck } = () => ({}),
+  made: (index: number) => Pick<StoreInit, "style" | "extraction"> & { self_check?: SelfCheck } = () => ({}),
 ): Promise<string[]> {
   return Promise.all(
     BOUNDS.map((b, index) =>
@@ -128,6 +128,25 @@ describe("mergeShards", () => {
     const single = JSON.parse(readFileSync(join(whole, "index.json"), "utf8"));
     expect(m.files).toEqual(single.files);
     expect(m.fact_ids).toEqual(single.fact_ids);
+  });
+
+  it("refuses an OUT holding a complete store batched otherwise, and keeps one batched as the shards were", async () => {
+    const made = (batch_size: number) => ({
+      extraction: { rows_sha256: "e".repeat(64), batch_size, commit_rows: 10, device: "cpu" },
+    });
+    const sharded = await shards("batched", () => made(8));
+    const other = await write(join(dir, "batched-other"), [0, N], undefined, made(1));
+    const before = readFileSync(join(other, "index.json"), "utf8");
+    await expect(mergeShards(other, sharded)).rejects.toMatchObject({
+      constructor: StoreError,
+      message:
+        `${other}: already holds a complete store made with a different batch size (extraction.batch_size 1, ` +
+        "the shards' 8); merging would keep it, not the store the shards' run makes. Use another OUT folder or delete this one",
+      exitCode: EXIT.data,
+    });
+    expect(readFileSync(join(other, "index.json"), "utf8")).toBe(before);
+    const same = await write(join(dir, "batched-same"), [0, N], undefined, made(8));
+    expect((await mergeShards(same, sharded)).complete).toBe(true);
   });
 
   it("refuses no shards as a usage error", async () => {

@@ -4,7 +4,7 @@
  * fsynced first, then the manifest replaced atomically), and checksums recorded
  * only when every row is in. A store can be reopened and resumed from `rows_done`.
  */
-import { statfs, unlink, type FileHandle } from "node:fs/promises";
+import { readdir, statfs, unlink, type FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
@@ -87,6 +87,8 @@ export class StoreWriter {
       throw fileError(err, dir, "write");
     }
     const existing = await readExisting(dir);
+    // A complete store is only reopened, not written; a store to write is this writer's alone (it holds the lock).
+    if (!existing?.complete) await removeLeftTemps(dir);
     if (existing) return StoreWriter.resume(dir, existing, init);
     return StoreWriter.create(dir, init);
   }
@@ -414,6 +416,25 @@ async function ensureSpace(dir: string, needed: number): Promise<void> {
     throw fileError(err, dir);
   }
   if (available < needed) throw new DiskSpaceError(dir, needed, available);
+}
+
+/** A manifest's temporary file (formats.md: `.<name>.<pid>.<n>.tmp`), as a run killed while replacing it leaves it. */
+const MANIFEST_TEMP = new RegExp(`^\\.${MANIFEST_NAME.replace(/\./g, "\\.")}\\.\\d+\\.\\d+\\.tmp$`);
+
+/** Removes the temporary manifests that runs killed while replacing index.json left in `dir`. */
+async function removeLeftTemps(dir: string): Promise<void> {
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch (err) {
+    throw fileError(err, dir);
+  }
+  for (const name of names.filter((n) => MANIFEST_TEMP.test(n))) {
+    const path = join(dir, name);
+    await unlink(path).catch((err: unknown) => {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw fileError(err, path, "write");
+    });
+  }
 }
 
 async function readExisting(dir: string): Promise<Manifest | undefined> {

@@ -150,6 +150,21 @@ describe("store writer and reader", () => {
     }
   });
 
+  it("removes the temporary manifests a run killed while replacing index.json left, and nothing else", async () => {
+    const store = join(dir, "left-temps");
+    const w1 = await StoreWriter.open(store, init());
+    for (const layer of [2, 3]) await w1.writeRowsF32(layer, 0, rows(layer).subarray(0, 10 * D));
+    await w1.commit(10);
+    await w1.close();
+    const left = [".index.json.4242.3.tmp", ".index.json.17.0.tmp"];
+    const kept = ["notes.txt", ".index.json.tmp", ".L002.npy.4242.1.tmp"];
+    for (const name of [...left, ...kept]) writeFileSync(join(store, name), "{");
+    const w2 = await StoreWriter.open(store, init());
+    expect(w2.rowsDone).toBe(10);
+    await w2.close();
+    expect(readdirSync(store).sort()).toEqual(["L002.npy", "L003.npy", "index.json", ...kept].sort());
+  });
+
   it("refuses to continue a store whose layers were read from other graph tensors", async () => {
     const style = (tensor: string) => ({
       name: "structural",

@@ -50,6 +50,7 @@ export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./synthetic/
 export {
   formatStudySummary,
   modelPaths,
+  shellWord,
   studyShardCommands,
   type ModelPaths,
   type ModelSummary,

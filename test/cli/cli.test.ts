@@ -254,6 +254,33 @@ describe("hsm", () => {
     expect(r.stderr).toBe("");
   });
 
+  it("study --shards: every printed command, the last included, reads back through a shell word for word", () => {
+    const folder = join(dir, "a study's folder");
+    mkdirSync(folder, { recursive: true });
+    cpSync(join(dir, "fx", "bank.jsonl"), join(folder, "bank.jsonl"));
+    const file = join(folder, "study.yaml");
+    writeFileSync(
+      file,
+      "bank: bank.jsonl\noutputs: out\nrun: { commit_rows: 8 }\nmodels:\n  - { name: m, model_dir: model a }\n",
+    );
+    const r = hsm(["study", file, "--shards", "2"]);
+    expect(r.stderr).toBe("");
+    const lines = r.stdout.split("\n").filter((l) => l !== "" && !l.startsWith("#"));
+    expect(lines.at(-1)!.startsWith("then: ")).toBe(true);
+    const words = (line: string) =>
+      spawnSync("bash", ["-c", `printf '%s\\n' ${line.replace(/^then: /, "")}`], { encoding: "utf8" }).stdout.split(
+        "\n",
+      );
+    expect(words(lines.at(-1)!)).toEqual(["hsm", "study", file, ""]);
+    expect(words(lines.at(-2)!)).toEqual([
+      "hsm",
+      "merge",
+      join(folder, "out", "hidden", "m"),
+      ...["0", "1"].map((k) => join(folder, "out", "shards", "m", `${k}-of-2`)),
+      "",
+    ]);
+  });
+
   it("layers: prints the stored blocks", () => {
     expect(hsm(["layers", "46"]).stdout).toBe(
       `28 of 46 layers (l/(L-1) >= 0.4): ${Array.from({ length: 28 }, (_, i) => i + 18).join(", ")}\n`,

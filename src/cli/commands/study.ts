@@ -8,6 +8,7 @@ import {
   readBank,
   readStudyFile,
   runStudy,
+  shellWord,
   studyShardCommands,
   formatStudySummary,
   submitStudy,
@@ -34,7 +35,7 @@ async function printShards(file: string, n: number): Promise<void> {
     out([`# ${c.model}: ${n} extraction shards, then the merge`, ...c.extract, c.merge].join("\n"));
     out("");
   }
-  if (commands.length) out(`then: hsm study ${file}`);
+  if (commands.length) out(`then: hsm study ${shellWord(file)}`);
 }
 
 async function slurm(file: string, opts: StudyFlags): Promise<void> {

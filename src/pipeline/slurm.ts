@@ -6,7 +6,8 @@
  * then finished and skipped). After every model, one report job runs `hsm study`
  * (which writes study.json, every step skipped) and `hsm report`.
  *
- * Jobs are named `hsm-<hash of the output root>-<model>-<step>`; what is
+ * Jobs are named `hsm-<hash of the output root>-<model>-<hash of the model's
+ * name>-<step>`; what is
  * finished is read from the output root (complete stores and shard stores, a
  * generations file answering every query, metric results, the report), what is
  * queued or running from squeue. Submitting again submits only what is
@@ -133,6 +134,15 @@ async function generationsComplete(file: string, queryIds: Set<string>): Promise
 /** A name SLURM and squeue's output keep as it is. */
 function jobWord(stem: string): string {
   return stem.replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 48);
+}
+
+/**
+ * `<prefix><model>-<8 hex of sha256(name)>-`, the start of every job name of model `name`. The stem is cut and its
+ * odd characters replaced, so two models can share it (`a+b` and `a_b`, or names that differ only after 48
+ * characters); the hash of the whole name keeps their jobs apart, as squeue's state is read by job name.
+ */
+export function modelJobPrefix(prefix: string, name: string): string {
+  return `${prefix}${jobWord(pathStem(name))}-${createHash("sha256").update(name).digest("hex").slice(0, 8)}-`;
 }
 
 /** `hsm-<8 hex of sha256(output root)>-`. */
@@ -350,7 +360,7 @@ export async function submitStudy(file: string | Study, o: SlurmOptions): Promis
     const state = models.find((p) => p.model === m.name)!;
     if (state.done) continue;
     const stem = pathStem(m.name);
-    const base = `${prefix}${jobWord(stem)}-`;
+    const base = modelJobPrefix(prefix, m.name);
     const scripts = modelScripts(study, m, n, hsm);
     const dir = join(root, stem);
     await makeDir(dir);
@@ -447,7 +457,7 @@ export async function waitStudy(plan: SlurmPlan, o: WaitOptions = {}): Promise<v
     const step = (["generate", "extract", "finish", "report"] as const).find((s) => q.name.endsWith(`-${s}`));
     if (!step) return undefined;
     const log = logPattern(study, q.name, q.task !== undefined);
-    const model = study.models.find((m) => q.name === `${prefix}${jobWord(pathStem(m.name))}-${step}`)?.name;
+    const model = study.models.find((m) => q.name === `${modelJobPrefix(prefix, m.name)}${step}`)?.name;
     const job: StudyJob = { id: q.id, name: q.name, model, step, log, state: q.state };
     known.set(q.id.split("_")[0]!, job);
     return job;

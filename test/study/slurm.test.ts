@@ -92,7 +92,7 @@ describe.skipIf(!slurm)("hsm study --slurm on a local SLURM cluster", () => {
     const first = await hsm(["study", "study.yaml", "--slurm", "--shards", "3"]);
     expect(first.stderr).toBe("");
     expect(first.status).toBe(0);
-    const array = /submitted (hsm-[0-9a-f]{8}-tiny-a-extract) shards 0,1,2: job (\d+)/.exec(first.stdout);
+    const array = /submitted (hsm-[0-9a-f]{8}-tiny-a-[0-9a-f]{8}-extract) shards 0,1,2: job (\d+)/.exec(first.stdout);
     expect(array).not.toBeNull();
     execFileSync("scancel", [`${array![2]}_2`], { env: slurm!.env });
 
@@ -108,8 +108,8 @@ describe.skipIf(!slurm)("hsm study --slurm on a local SLURM cluster", () => {
     expect(second.status).toBe(0);
     // Only the cancelled task is submitted again; its finishing job and the report give way to ones waiting for it.
     expect(second.stdout).toMatch(new RegExp(`submitted ${array![1]} shards 2: job \\d+`));
-    expect(second.stdout).not.toMatch(/submitted \S+-(generate|tiny-b-extract)/);
-    expect(second.stdout).toMatch(/cancelled \S+-tiny-a-finish/);
+    expect(second.stdout).not.toMatch(/submitted \S+-(generate|tiny-b-[0-9a-f]{8}-extract)/);
+    expect(second.stdout).toMatch(/cancelled \S+-tiny-a-[0-9a-f]{8}-finish/);
     expect(second.stderr).toMatch(/tiny-a extract 2\/3: done/);
     expect(twice).toEqual([]);
     const logs = join(dir, "cluster", "slurm", "logs");
@@ -132,5 +132,36 @@ describe.skipIf(!slurm)("hsm study --slurm on a local SLURM cluster", () => {
     expect(again.stdout.trim()).toBe("every step of this study is finished; nothing submitted");
     expect(again.status).toBe(0);
     expect(squeue()).toEqual([]);
+  });
+
+  it("keeps apart the jobs of models whose stems begin alike, and resubmits the lost shard of the right one", async () => {
+    const names = [
+      "neuralmagic/Meta-Llama-3.1-8B-Instruct-quantized.w4a16",
+      "neuralmagic/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
+    ];
+    writeFileSync(
+      join(dir, "alike.yaml"),
+      `bank: bank.jsonl\noutputs: alike\nrun: { batch_size: 4, threads: 1, commit_rows: 4 }\nmodels:\n` +
+        names.map((m, i) => `  - { name: ${m}, model_dir: models/${"ab"[i]} }\n`).join(""),
+    );
+    // Held: nothing runs, so what squeue lists is only what was submitted.
+    const submit = () => hsm(["study", "alike.yaml", "--slurm", "--shards", "3", "--sbatch-arg=--hold"]);
+    try {
+      const first = await submit();
+      expect(first.stderr).toBe("");
+      const arrays = [...first.stdout.matchAll(/submitted (\S+-extract) shards 0,1,2: job (\d+)/g)];
+      expect(arrays.length).toBe(2);
+      expect(arrays[0]![1]).not.toBe(arrays[1]![1]);
+      const [, second, id] = arrays[1]!;
+      execFileSync("scancel", [`${id}_1`], { env: slurm!.env });
+      for (let t0 = Date.now(); squeue().some((l) => l.startsWith(`${second}|1|`)) && Date.now() - t0 < 10_000;)
+        await new Promise((r) => setTimeout(r, 100));
+      const again = await submit();
+      expect(again.stderr).toBe("");
+      expect(again.stdout).toMatch(new RegExp(`submitted ${second} shards 1: job \\d+`));
+      expect(again.stdout).not.toContain(`submitted ${arrays[0]![1]}`);
+    } finally {
+      execFileSync("scancel", ["--quiet", "--user", "root"], { env: slurm!.env });
+    }
   });
 });

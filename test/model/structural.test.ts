@@ -18,6 +18,7 @@ import { genaiStyle } from "../../src/model/styles/genai.js";
 import { renameGraph, RENAME_STYLES, type RenameStyle } from "../../src/synthetic/rename.js";
 import { locateByStructure } from "../../src/model/styles/structural.js";
 import { torchNamesStyle } from "../../src/model/styles/torch-names.js";
+import { baseModelNames } from "../helpers/base-model.js";
 
 const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 3 };
 
@@ -76,6 +77,18 @@ describe("structural detection", () => {
     expect(plan.crossCheck).toBe(`names (torch-names) agree on all ${L} blocks`);
     expect(plan.warnings).toEqual([]);
     expect(plan.tensors[0]!.how).toMatch(/^structure: residual Add 2 of \d+, the end of block 0/);
+  });
+
+  it("reads a base model's names (/layers.N/, /norm/: no /model/ prefix) as torch names, which agree", () => {
+    const g = graphOf(BASE);
+    const map = baseModelNames(g, "/model");
+    expect(g.node!.find((n) => n.name === "/layers.1/Add_1")).toBeDefined();
+    const want = byNames(graphOf(BASE), 2).map((t) => map.get(t));
+    expect(want).toEqual(["/layers.0/Add_1_output_0", "/norm/Mul_1_output_0"]);
+    expect(byNames(g, 2)).toEqual(want);
+    const plan = detectHiddenTensors(g, 2);
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(want);
+    expect(plan.crossCheck).toBe("names (torch-names) agree on all 2 blocks");
   });
 });
 

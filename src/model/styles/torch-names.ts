@@ -1,20 +1,23 @@
 /**
  * torch.onnx / optimum exports, recognized by node names: every node of
  * decoder block N lives under `/model/layers.N/` (or `/transformer/h.N/`,
- * `/gpt_neox/layers.N/`, …). A block's output is its last residual `Add`
- * whose output the next block reads; the last block's stored state is the
- * output of the final norm (`/model/norm/…`), as HuggingFace's
- * `hidden_states[L]`.
+ * `/gpt_neox/layers.N/`, …), or under `/layers.N/` (`/h.N/`) where the base
+ * model was exported without its LM head (optimum's feature-extraction task:
+ * `LlamaModel`, `GPT2Model`, whose modules are the root's own). A block's
+ * output is its last residual `Add` whose output the next block reads; the
+ * last block's stored state is the output of the final norm (`/model/norm/…`,
+ * `/norm/…`), as HuggingFace's `hidden_states[L]`.
  */
 import { graphIndex, type GraphProto, type NodeProto } from "../../onnx/graph.js";
 import { candidates, DetectionError, type GraphStyle, type HiddenTensor } from "./style.js";
 
-const SCOPE = "(?:model|transformer|gpt_neox|model\\/decoder|model\\/language_model)";
-const BLOCK = new RegExp(`^\\/${SCOPE}\\/(?:layers|h|blocks|layer)\\.(\\d+)\\/`);
+/** The module holding the blocks, absent in a base model's export (its blocks are the root's modules). */
+const SCOPE = "(?:\\/(?:model|transformer|gpt_neox|model\\/decoder|model\\/language_model))?";
+const BLOCK = new RegExp(`^${SCOPE}\\/(?:layers|h|blocks|layer)\\.(\\d+)\\/`);
 /** Operators a block's output may pass through before the next block reads it, and how many in a row. */
 const PASSING = new Set(["Reshape", "Cast", "Identity", "Dropout", "Flatten", "Squeeze", "Unsqueeze"]);
 const PASS_DEPTH = 4;
-const FINAL_NORM = new RegExp(`^\\/${SCOPE}\\/(?:norm|norm_f|ln_f|final_layer_norm|final_layernorm|final_norm)\\/`);
+const FINAL_NORM = new RegExp(`^${SCOPE}\\/(?:norm|norm_f|ln_f|final_layer_norm|final_layernorm|final_norm)\\/`);
 
 /** Nodes grouped by the block their name places them in, and the final norm's nodes. */
 function scopes(graph: GraphProto): { byBlock: Map<number, NodeProto[]>; normNodes: NodeProto[] } {

@@ -3,7 +3,8 @@
  * residuals, genai_config.json, model.onnx.data): detection by structure with
  * genai names agreeing, why they are
  * right-padded, and the stored states against the float64 reference at batch
- * sizes 16 and 1 with padded batches and a prompt past 192 tokens.
+ * sizes 16 and 1 with padded batches and a prompt past 192 tokens; a build
+ * without its LM head (exclude_lm_head) stores the same states.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -17,13 +18,14 @@ import { genaiFiles, type GenaiPrecision } from "../../src/synthetic/genai.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
 import { roundWeightsToFloat16, styleWeights } from "../../src/synthetic/quantize.js";
 import { extract, inspectModel } from "../../src/extract/extract.js";
-import { loadModel } from "../../src/onnx/graph.js";
+import { encodeModel, loadModel } from "../../src/onnx/graph.js";
 import { genaiStyle } from "../../src/model/styles/genai.js";
 import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { Rng } from "../../src/util/random.js";
 import { referenceDecoder, referenceGreedy, referenceHidden, referenceLogits } from "../helpers/llama-reference.js";
+import { dropLmHead } from "../helpers/base-model.js";
 import { tempDir } from "../helpers/tmp.js";
 import { FLOAT16_COMPUTE_PER_LAYER, FLOAT16_RELATIVE, LOGITS_F32 } from "../tolerances.js";
 
@@ -140,11 +142,6 @@ describe("an onnxruntime-genai build", () => {
       const base = tinyWeights(OPTS);
       const float16 = precision.startsWith("fp16");
       const weights = precision === "int4" ? styleWeights("q4", base) : float16 ? roundWeightsToFloat16(base) : base;
-      const tok = await PromptTokenizer.load(d);
-      const rows = readFileSync(bank, "utf8")
-        .trim()
-        .split("\n")
-        .map((l) => JSON.parse(l));
       for (const batchSize of [16, 1]) {
         const out = join(dir, `store-${precision}-${batchSize}`);
         const { manifest } = await extract({ modelDir: d, bank, out, batchSize });
@@ -153,28 +150,64 @@ describe("an onnxruntime-genai build", () => {
           dtype: float16 ? "float16" : "float32",
           weights: float16 ? "float16" : precision === "int4" ? "int4" : "float32",
         });
-        const reader = await StoreReader.open(out);
-        let worst = 0;
-        for (const [i, row] of rows.entries()) {
-          const ref = referenceHidden(config, weights, tok.encode(buildPrompt(row)));
-          for (const layer of manifest.layers) {
-            const got = await reader.readRowsF32(layer, i, 1);
-            const want = ref[layer]!;
-            const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
-            want.forEach((w, j) => {
-              const allowed =
-                2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) +
-                (float16 ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0);
-              worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
-            });
-          }
-        }
-        await reader.close();
-        expect(worst).toBeLessThanOrEqual(1);
+        expect(await worstAgainstReference(d, out, config, weights, float16)).toBeLessThanOrEqual(1);
       }
     },
   );
+
+  it("without its LM head (exclude_lm_head: the final norm's output is the graph's hidden_states): the reference states at batch 16", async () => {
+    const d = join(dir, "genai-no-lm-head");
+    await writeTinyModel(d, OPTS, genaiFiles("fp32"));
+    const model = await loadModel(join(d, "model.onnx"));
+    dropLmHead(model.graph!, "/lm_head/MatMul", "hidden_states", OPTS.hidden!);
+    writeFileSync(join(d, "model.onnx"), encodeModel(model));
+    const out = join(dir, "store-no-lm-head");
+    const { manifest } = await extract({ modelDir: d, bank, out, batchSize: 16, layerRule: "l >= 0" });
+    expect(manifest).toMatchObject({
+      padding_side: "right",
+      last_layer_final_norm: true,
+      style: { name: "structural", cross_check: "names (genai) agree on all 3 blocks" },
+    });
+    expect(manifest.style!.layers.at(-1)).toMatchObject({ layer: 2, tensor: "hidden_states" });
+    expect(await worstAgainstReference(d, out, tinyConfig(OPTS), tinyWeights(OPTS), false)).toBeLessThanOrEqual(1);
+  });
 });
+
+/**
+ * The largest deviation of a store's rows from the float64 reference run on `weights`, as a fraction of what
+ * each value may deviate: float16 rounding, and where the graph computes in float16, its error per layer.
+ */
+async function worstAgainstReference(
+  modelDir: string,
+  store: string,
+  config: ReturnType<typeof tinyConfig>,
+  weights: ReturnType<typeof tinyWeights>,
+  float16: boolean,
+): Promise<number> {
+  const tok = await PromptTokenizer.load(modelDir);
+  const rows = readFileSync(bank, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
+  const reader = await StoreReader.open(store);
+  let worst = 0;
+  for (const [i, row] of rows.entries()) {
+    const ref = referenceHidden(config, weights, tok.encode(buildPrompt(row)));
+    for (const layer of reader.manifest.layers) {
+      const got = await reader.readRowsF32(layer, i, 1);
+      const want = ref[layer]!;
+      const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
+      want.forEach((w, j) => {
+        const allowed =
+          2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms) +
+          (float16 ? FLOAT16_COMPUTE_PER_LAYER * (layer + 1) * rms : 0);
+        worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
+      });
+    }
+  }
+  await reader.close();
+  return worst;
+}
 
 describe("generation on an onnxruntime-genai build", () => {
   it.each(["fp32", "fp16", "int4"] as const)(

@@ -3,8 +3,9 @@
  * live in `model.onnx_data` and that have no `position_ids` input, the merged
  * decoder (one `If` on `use_cache_branch`), graphs renamed as the dynamo
  * exporter names them or with no names at all, names that disagree with the
- * structure, and other families' graph shapes (gemma, qwen2, phi3 with
- * both LongRoPE branches, neox). Extraction
+ * structure, a base model's export without its LM head (optimum's
+ * feature-extraction task), and other families' graph shapes (gemma, qwen2,
+ * phi3 with both LongRoPE branches, neox). Extraction
  * stores what the independent float64 forward pass computes (batch 1 and 16,
  * padded batches, a prompt over 192 tokens) and records the style in the
  * manifest; generation on the merged decoder and the with-past graph writes
@@ -21,12 +22,14 @@ import { MAX_NEW_TOKENS } from "../../src/defaults.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
 import { MERGED_IF, USE_CACHE_BRANCH, writeMergedModel } from "../../src/synthetic/merged.js";
 import { renameModelFile } from "../../src/synthetic/rename.js";
+import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import { extract, inspectModel } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { encodeModel, loadModel } from "../../src/onnx/graph.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { referenceDecoder, referenceGreedy, referenceLogits } from "../helpers/llama-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
+import { baseModelNames, dropLmHead } from "../helpers/base-model.js";
 import { tempDir } from "../helpers/tmp.js";
 import { LOGITS_F32 } from "../tolerances.js";
 
@@ -269,6 +272,46 @@ describe("hsm extract when names and structure disagree", () => {
     });
     await expectStoreMatchesReference(out, MODELS.anonymous, m, bank);
   });
+});
+
+describe("hsm extract on a base model's export (optimum feature-extraction: last_hidden_state, no LM head)", () => {
+  it.each([
+    ["llama", { ...BASE, seed: 45 }],
+    ["starcoder2", { ...BASE, seed: 46, family: "starcoder2" }],
+  ] as const)(
+    "%s: the last block is the graph's output, the final norm's; the reference at batch 16",
+    async (name, o) => {
+      const m = join(dir, `base-${name}`);
+      await writeModelInStyle(m, "plain", o);
+      const model = await loadModel(join(m, "model.onnx"));
+      baseModelNames(model.graph!, "/model");
+      dropLmHead(model.graph!, "/lm_head/MatMul", "last_hidden_state", BASE.hidden!);
+      writeFileSync(join(m, "model.onnx"), encodeModel(model));
+      const warnings: string[] = [];
+      const out = join(dir, `base-${name}-b16`);
+      const { manifest } = await extract({
+        modelDir: m,
+        bank,
+        out,
+        batchSize: 16,
+        layerRule: "l >= 0",
+        log: (msg, level) => level === "warn" && warnings.push(msg),
+      });
+      expect(warnings).toEqual([]);
+      expect(manifest).toMatchObject({
+        last_layer_final_norm: true,
+        style: {
+          name: "structural",
+          cross_check: "names (torch-names) agree on all 2 blocks",
+          layers: [
+            { layer: 0, tensor: "/layers.0/Add_1_output_0" },
+            { layer: 1, tensor: "last_hidden_state" },
+          ],
+        },
+      });
+      await expectStoreMatchesReference(out, o, m, bank);
+    },
+  );
 });
 
 describe("hsm extract on other families' graph shapes", () => {

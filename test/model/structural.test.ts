@@ -5,7 +5,9 @@
  * one line naming the style seen, the candidates and --hidden-tensors on a
  * missing block, a block count that disagrees with config.json, and a fused
  * op it does not know on the residual stream. onnxruntime-genai graphs are
- * read through their Skip norms, genai names agreeing.
+ * read through their Skip norms, genai names agreeing. A graph with no LM head
+ * (a base model's export, genai's exclude_lm_head build) gives its output, the
+ * final norm's, for the last block.
  */
 import { describe, expect, it } from "vitest";
 
@@ -13,12 +15,14 @@ import { buildLlamaOnnx, tinyConfig, tinyWeights, type TinyModelOptions } from "
 import { detectHiddenTensors, DetectionError } from "../../src/model/detect.js";
 import { buildGenaiModel } from "../../src/synthetic/genai.js";
 import { convertToFloat16, linearWriter } from "../../src/synthetic/quantize.js";
-import { decodeModel, encodeModel, type GraphProto } from "../../src/onnx/graph.js";
+import { decodeModel, encodeModel, pruneGraph, type GraphProto } from "../../src/onnx/graph.js";
 import { genaiStyle } from "../../src/model/styles/genai.js";
 import { renameGraph, RENAME_STYLES, type RenameStyle } from "../../src/synthetic/rename.js";
 import { locateByStructure } from "../../src/model/styles/structural.js";
 import { torchNamesStyle } from "../../src/model/styles/torch-names.js";
-import { baseModelNames } from "../helpers/base-model.js";
+import { buildGpt2Onnx, gpt2Config, gpt2Weights } from "../../src/synthetic/learned-positions.js";
+import { buildStarcoder2Onnx, starcoder2Config, starcoder2Weights } from "../../src/synthetic/llama-relatives.js";
+import { baseModelNames, dropLmHead } from "../helpers/base-model.js";
 
 const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 3 };
 
@@ -264,6 +268,72 @@ describe("structural detection on onnxruntime-genai graphs (Skip norms, GroupQue
   it("a block count that disagrees with genai_config.json: one line naming the style seen, the candidates and the flag", () => {
     expect(() => detectHiddenTensors(genaiGraph(3), 4)).toThrow(
       /^structure: the residual stream holds 3 blocks \(6 residual sums, two per pre-norm block\) but config\.json's num_hidden_layers is 4 \(graph style seen: genai\)\. Name the tensors with --hidden-tensors LAYER=TENSOR,…,final=TENSOR; candidate tensors: \/model\/embed_tokens\/Gather_output_0, [^\n]*$/,
+    );
+  });
+});
+
+describe("structural detection on graphs with no LM head (the stream's end is the graph's output)", () => {
+  const d = BASE.hidden!;
+  it("a base model's export (last_hidden_state, /layers.N/ names): the output, the final norm's, for the last block", () => {
+    const g = graphOf(BASE);
+    const map = baseModelNames(g, "/model");
+    // What the LM head read: the final norm's output, which the base model outputs as last_hidden_state.
+    expect(dropLmHead(g, "/lm_head/MatMul", "last_hidden_state", d)).toBe(map.get("/model/norm/Mul_1_output_0"));
+    const plan = detectHiddenTensors(g, 2);
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(["/layers.0/Add_1_output_0", "last_hidden_state"]);
+    expect(plan.tensors[1]!.how).toBe(
+      "structure: final norm output after the last residual (/norm/Mul_1), which the graph outputs as last_hidden_state: it has no LM head",
+    );
+    expect(plan).toMatchObject({ crossCheck: "names (torch-names) agree on all 2 blocks", warnings: [] });
+  });
+
+  it("starcoder2's base model: its final LayerNormalization gives last_hidden_state", () => {
+    const c = starcoder2Config({ ...BASE, family: "starcoder2" });
+    const g = decodeModel(buildStarcoder2Onnx(c, starcoder2Weights(c, 5), false)).graph!;
+    baseModelNames(g, "/model");
+    dropLmHead(g, "/lm_head/MatMul", "last_hidden_state", d);
+    expect(g.node!.find((n) => n.output![0] === "last_hidden_state")).toMatchObject({
+      name: "/norm/LayerNormalization",
+      opType: "LayerNormalization",
+    });
+    const plan = detectHiddenTensors(g, 2);
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(["/layers.0/Add_1_output_0", "last_hidden_state"]);
+    expect(plan).toMatchObject({ crossCheck: "names (torch-names) agree on all 2 blocks", warnings: [] });
+  });
+
+  it("gpt-2's base model: a LayerNormalization, then the view back to [B, T, d], gives last_hidden_state", () => {
+    const c = gpt2Config({ ...BASE, family: "gpt2" });
+    const g = decodeModel(buildGpt2Onnx(c, gpt2Weights(c, 5), false)).graph!;
+    baseModelNames(g, "/transformer");
+    // The LM head reads the reshaped norm output; the state is the norm's own output behind the reshape.
+    dropLmHead(g, "/lm_head/MatMul", "last_hidden_state", d);
+    expect(g.node!.find((n) => n.output![0] === "last_hidden_state")).toMatchObject({
+      opType: "Reshape",
+      input: ["/ln_f/LayerNormalization_output_0", expect.any(String)],
+    });
+    const plan = detectHiddenTensors(g, 2);
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(["/h.0/Add_1_output_0", "/ln_f/LayerNormalization_output_0"]);
+    expect(plan).toMatchObject({ crossCheck: "names (torch-names) agree on all 2 blocks", warnings: [] });
+  });
+
+  it("an onnxruntime-genai exclude_lm_head build: the final Skip norm's output 0 is the graph's hidden_states", () => {
+    const g = genaiGraph(3);
+    const final = "/model/layers.3/final_norm_layernorm/SkipSimplifiedLayerNormalization_output_0";
+    expect(dropLmHead(g, "/lm_head/MatMul", "hidden_states", d)).toBe(final);
+    const plan = detectHiddenTensors(g, 3);
+    expect(plan.tensors.map((t) => t.tensor)).toEqual([skipSum(1, "input"), skipSum(2, "input"), "hidden_states"]);
+    expect(plan.tensors[2]!.how).toBe(
+      "structure: output 0 of the last residual sum's SkipSimplifiedLayerNormalization, the final norm (/model/layers.3/final_norm_layernorm/SkipLayerNorm), which the graph outputs as hidden_states: it has no LM head",
+    );
+    expect(plan).toMatchObject({ crossCheck: "names (genai) agree on all 3 blocks", warnings: [] });
+  });
+
+  it("an output that is the last residual Add itself, no final norm before it: one line saying so", () => {
+    const g = graphOf(BASE);
+    g.output = g.output!.map((o) => (o.name === "logits" ? { ...o, name: "/model/layers.1/Add_1_output_0" } : o));
+    pruneGraph(g);
+    expect(() => detectHiddenTensors(g, 2)).toThrow(
+      /^structure: no LM head follows the last residual Add \(\/model\/layers\.1\/Add_1\), and the graph's output \/model\/layers\.1\/Add_1_output_0 is not a final norm's \(graph style seen: torch-names\)\. /,
     );
   });
 });

@@ -11,8 +11,9 @@
  * 2. `graph-outputs` — outputs `hidden_states.1 … hidden_states.L`: the
  *    exporter said where the states are.
  * 3. `structural` — the residual stream followed from the embedding to the
- *    LM head (structural.ts): it reads any graph whose embedding `Gather`
- *    reads `input_ids`, whatever its names, so it is tried for every such
+ *    LM head, or to the graph's output where it has none (structural.ts): it
+ *    reads any graph whose embedding `Gather` reads `input_ids`, whatever its
+ *    names, so it is tried for every such
  *    graph — onnxruntime-genai builds included, whose residual adds are fused
  *    into Skip norms — and checks genai or torch/optimum names against what
  *    it finds (a disagreement is a warning; structure wins).

@@ -24,6 +24,10 @@
  *   (`Mul`, `Add`, `*Normalization`) on that chain, or, where the last
  *   residual is a fused Skip norm (which then usually emits output 0 alone),
  *   that norm's output 0.
+ * - A graph with no LM head (a base model's `last_hidden_state`, genai's
+ *   `exclude_lm_head` builds' `hidden_states`) ends in the normed stream: where
+ *   no matrix product lies between the last residual and the graph's output,
+ *   that output, behind any casts or reshapes, is the final norm's.
  * - Besides the residual `Add`s and Skip norms only a `Cast`/`Identity`/
  *   `Dropout` or a reshape may sit on the stream (OPT flattens it to
  *   `[B·T, d]` around each MLP), and before the first block an elementwise
@@ -118,8 +122,8 @@ interface ResidualStream {
   residuals: { node: NodeProto; kind: SegmentKind; sum?: string }[];
   /** Per decoder block, the index in `residuals` of the Add that ends it. */
   blockEnds: number[];
-  /** The final norm's output and the node producing it. */
-  finalNorm: { tensor: string; node: NodeProto };
+  /** The final norm's output and the node producing it; `output`, the graph output it gives, where no LM head follows. */
+  finalNorm: { tensor: string; node: NodeProto; output?: string };
 }
 
 /** The styles whose names cross-check the structure, the more specific first (genai graphs also have `/model/layers.N/` names). */
@@ -167,8 +171,12 @@ function findEmbedding(graph: GraphProto, consumers: Map<string, NodeProto[]>): 
   return gathers.find((n) => weights.has(n.input![0]!)) ?? (gathers.length === 1 ? gathers[0] : undefined);
 }
 
-/** The node producing the logits: the `logits` output, else the first output that is not a KV cache. */
-function findLogits(graph: GraphProto): string | undefined {
+/**
+ * The output the stream ends in: `logits`, else the first output that is not a KV cache (the logits under another
+ * name, or the normed stream itself of a graph with no LM head: optimum's `last_hidden_state`, onnxruntime-genai's
+ * `hidden_states`).
+ */
+function findOutput(graph: GraphProto): string | undefined {
   const outs = (graph.output ?? []).map((o) => o.name!);
   return outs.find((o) => o === "logits") ?? outs.find((o) => !/^present/.test(o));
 }
@@ -180,7 +188,9 @@ interface StreamGraph {
   pos: Map<NodeProto, number>;
   /** The embedding's output: where the stream starts. */
   source: string;
-  /** The node producing the logits. */
+  /** The output the stream ends in (findOutput). */
+  output: string;
+  /** The node producing it: the logits', or the final norm's where the graph has no LM head. */
   sink: NodeProto;
   /** Nodes on some path from the embedding to the logits. */
   onPath: Set<NodeProto>;
@@ -239,8 +249,16 @@ function dominatorsOf(s: StreamGraph): NodeProto[] {
 interface ResidualWalk {
   residuals: ResidualStream["residuals"];
   tail: NodeProto[];
+  /** Absent where the walk reached the graph's output with no LM head on the way: that output is the stream's end. */
   head: NodeProto | undefined;
 }
+
+/**
+ * Whether the graph's output may be the residual stream itself, normed: a normalizing operator or a cast produces
+ * it. Any other operator there is taken for the LM head, as a matrix product is.
+ */
+const endsStream = (n: NodeProto) =>
+  (!n.domain || n.domain === "com.microsoft") && (NORM_OUTPUT.has(n.opType ?? "") || PASS_THROUGH.has(n.opType ?? ""));
 
 /**
  * Walks the dominators from the embedding: each Add (or fused Skip norm) of
@@ -305,7 +323,7 @@ function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto
       stream = sum ?? d.output![0]!;
       streamPos = pos.get(d)!;
       tail = [];
-    } else if ((isProduct(d) && residuals.length > 0) || d === sink) {
+    } else if ((isProduct(d) && residuals.length > 0) || (d === sink && !endsStream(d))) {
       head = d;
       break;
     } else {
@@ -326,10 +344,29 @@ function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto
 
 /**
  * The final norm: a norm after the last residual, else the last residual's own
- * (a fused Skip norm), with nothing but casts after it.
+ * (a fused Skip norm), with nothing but casts after it. Where no LM head
+ * follows, the graph's output is the normed stream itself: the final norm is
+ * what produces that output, behind casts and reshapes at most.
  */
-function finalNormOf(residuals: ResidualStream["residuals"], tail: NodeProto[], candidates: string[]): NodeProto {
+function finalNormOf(s: StreamGraph, walk: ResidualWalk, candidates: string[]): NodeProto {
+  const { residuals, tail, head } = walk;
   const last = residuals.at(-1)!.node;
+  if (!head) {
+    // The output's producer, behind any casts and reshapes: the final norm's last operator (a Skip norm's output 0).
+    let norm = s.sink;
+    let out = s.output;
+    while (PASS_THROUGH.has(norm.opType ?? "") && s.producer.has(norm.input?.[0] ?? "")) {
+      out = norm.input![0]!;
+      norm = s.producer.get(out)!;
+    }
+    const normed = isSkipNorm(norm) ? norm === last : NORM_OUTPUT.has(norm.opType ?? "") && tail.includes(norm);
+    if (!normed || norm.output?.[0] !== out)
+      throw new StructureError(
+        `no LM head follows the last ${residualWord(last)} (${last.name || last.output![0]}), and the graph's output ${s.output} is not a final norm's`,
+        candidates,
+      );
+    return norm;
+  }
   const norm =
     [...tail].reverse().find((t) => NORM_OUTPUT.has(t.opType ?? "")) ??
     (isSkipNorm(last) && tail.every((t) => !t.domain && PASS_THROUGH.has(t.opType ?? "")) ? last : undefined);
@@ -378,16 +415,21 @@ function followStream(graph: GraphProto): ResidualStream {
   const { producer, consumers } = graphIndex(graph);
   const embed = findEmbedding(graph, consumers);
   if (!embed) throw new StructureError("no embedding Gather reads input_ids", []);
-  const logits = findLogits(graph);
-  const sink = logits ? producer.get(logits) : undefined;
-  if (!sink) throw new StructureError("no node produces the logits", []);
+  const output = findOutput(graph);
+  const sink = output ? producer.get(output) : undefined;
+  if (!output || !sink)
+    throw new StructureError(
+      output ? `no node produces the graph's output ${output}` : "the graph has no output but its KV cache",
+      [],
+    );
   const pos = new Map(nodes.map((n, i) => [n, i]));
   const source = embed.output![0]!;
   const onPath = pathNodes(source, sink, producer, consumers);
   const ordered = nodes.filter((n) => onPath.has(n));
-  const s: StreamGraph = { producer, consumers, pos, source, sink, onPath, ordered };
+  const s: StreamGraph = { producer, consumers, pos, source, output, sink, onPath, ordered };
 
-  const { residuals, tail, head } = walkResiduals(s, dominatorsOf(s), embed);
+  const walk = walkResiduals(s, dominatorsOf(s), embed);
+  const { residuals, tail, head } = walk;
   const candidates = streamTensors(residuals, source);
   if (residuals.length === 0) {
     const fused = tail.find(
@@ -400,11 +442,14 @@ function followStream(graph: GraphProto): ResidualStream {
       tail.flatMap((t) => t.output ?? []).filter(Boolean),
     );
   }
-  if (!head)
-    throw new StructureError("no LM head (a matrix product to the logits) follows the last residual Add", candidates);
-  const norm = finalNormOf(residuals, tail, candidates);
+  const norm = finalNormOf(s, walk, candidates);
   const blockEnds = groupBlocks(residuals, candidates);
-  return { embedding: source, residuals, blockEnds, finalNorm: { tensor: norm.output![0]!, node: norm } };
+  return {
+    embedding: source,
+    residuals,
+    blockEnds,
+    finalNorm: { tensor: norm.output![0]!, node: norm, ...(head ? {} : { output }) },
+  };
 }
 
 function streamTensors(residuals: ResidualStream["residuals"], source: string): string[] {
@@ -453,12 +498,18 @@ export function locateByStructure(graph: GraphProto, numLayers: number): Located
   });
   const norm = s.finalNorm;
   const fused = isSkipNorm(norm.node) && norm.node === s.residuals.at(-1)!.node;
+  const named = norm.node.name ? ` (${norm.node.name})` : "";
+  const where = norm.output
+    ? `${fused ? "" : " after the last residual"}${named}, which the graph outputs as ${norm.output}: it has no LM head`
+    : fused
+      ? ` before the LM head${named}`
+      : ` between the last residual and the LM head${named}`;
   tensors.push({
     layer: numLayers - 1,
     tensor: norm.tensor,
     how: fused
-      ? `structure: output 0 of the last residual sum's ${norm.node.opType}, the final norm before the LM head${norm.node.name ? ` (${norm.node.name})` : ""}`
-      : `structure: final norm output between the last residual and the LM head${norm.node.name ? ` (${norm.node.name})` : ""}`,
+      ? `structure: output 0 of the last residual sum's ${norm.node.opType}, the final norm${where}`
+      : `structure: final norm output${where}`,
   });
   return { tensors, lastLayerFinalNorm: true };
 }
@@ -503,8 +554,8 @@ export const structuralStyle: GraphStyle = {
   notFound: "no embedding Gather reads input_ids on the way to the logits",
   recognize(graph) {
     const { producer, consumers } = graphIndex(graph);
-    const logits = findLogits(graph);
-    return findEmbedding(graph, consumers) !== undefined && logits !== undefined && producer.has(logits);
+    const output = findOutput(graph);
+    return findEmbedding(graph, consumers) !== undefined && output !== undefined && producer.has(output);
   },
   locate(graph, numLayers) {
     const located = locateByStructure(graph, numLayers);

@@ -5,7 +5,8 @@
  * exporter names them or with no names at all, names that disagree with the
  * structure, a base model's export without its LM head (optimum's
  * feature-extraction task), and other families' graph shapes (gemma, qwen2,
- * phi3 with both LongRoPE branches, neox). Extraction
+ * phi3 with both LongRoPE branches, neox in both orders of its parallel
+ * sums). Extraction
  * stores what the independent float64 forward pass computes (batch 1 and 16,
  * padded batches, a prompt over 192 tokens) and records the style in the
  * manifest; generation on the merged decoder and the with-past graph writes
@@ -30,6 +31,7 @@ import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { referenceDecoder, referenceGreedy, referenceLogits } from "../helpers/llama-reference.js";
 import { expectStoreMatchesReference } from "../helpers/reference-store.js";
 import { baseModelNames, dropLmHead } from "../helpers/base-model.js";
+import { streamFirstOrder } from "../helpers/parallel-residual.js";
 import { tempDir } from "../helpers/tmp.js";
 import { LOGITS_F32 } from "../tolerances.js";
 
@@ -328,6 +330,22 @@ describe("hsm extract on other families' graph shapes", () => {
       }
     });
   }
+
+  it("neox with its parallel blocks added stream first, (x + attn) + mlp (Cohere, StableLM): the reference at batch 16", async () => {
+    const m = join(dir, "neox-stream-first");
+    await writeTinyModel(m, MODELS.neox);
+    const model = await loadModel(join(m, "model.onnx"));
+    expect(streamFirstOrder(model.graph!)).toBe(2);
+    writeFileSync(join(m, "model.onnx"), encodeModel(model));
+    const out = join(dir, "neox-stream-first-b16");
+    const { manifest } = await extract({ modelDir: m, bank, out, batchSize: 16, layerRule: "l >= 0" });
+    expect(manifest.style).toMatchObject({
+      name: "structural",
+      cross_check: "names (torch-names) agree on all 2 blocks",
+      layers: [{ layer: 0, tensor: "/model/layers.0/Add_1_output_0" }, { layer: 1 }],
+    });
+    await expectStoreMatchesReference(out, MODELS.neox, m, bank);
+  });
 
   for (const [name, style, seen] of [
     ["qwen2Merged", "optimum-merged+structural", "names (torch-names) agree on all 2 blocks"],

@@ -23,6 +23,7 @@ import { torchNamesStyle } from "../../src/model/styles/torch-names.js";
 import { buildGpt2Onnx, gpt2Config, gpt2Weights } from "../../src/synthetic/learned-positions.js";
 import { buildStarcoder2Onnx, starcoder2Config, starcoder2Weights } from "../../src/synthetic/llama-relatives.js";
 import { baseModelNames, dropLmHead } from "../helpers/base-model.js";
+import { streamFirstOrder } from "../helpers/parallel-residual.js";
 
 const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 3 };
 
@@ -212,6 +213,26 @@ describe("structural detection on other families' graph shapes", () => {
       crossCheck: "names (torch-names) agree on all 3 blocks",
       warnings: [],
     });
+  });
+
+  it("parallel blocks added stream first, (x + attn) + mlp (Cohere, StableLM): one residual Add per block, names agreeing", () => {
+    const o = { ...BASE, layers: 3, family: "neox" } as const;
+    const g = graphOf(o);
+    expect(streamFirstOrder(g)).toBe(3);
+    // Each block still ends in its Add_1, now (x + attn) + mlp: the tensor the next block reads.
+    const want = ["/model/layers.0/Add_1_output_0", "/model/layers.1/Add_1_output_0", "/model/norm/Mul_1_output_0"];
+    expect(byNames(g, 3)).toEqual(want);
+    const plan = detectHiddenTensors(g, 3);
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(want);
+    expect(plan.tensors[1]!.how).toMatch(/^structure: residual Add 2 of 3, the end of block 1/);
+    expect(plan).toMatchObject({ crossCheck: "names (torch-names) agree on all 3 blocks", warnings: [] });
+    const renamed = graphOf(o);
+    streamFirstOrder(renamed);
+    const map = renameGraph(renamed, "anonymous", 2);
+    expect(byStructure(renamed, 3)).toEqual(want.map((t) => map.get(t)));
+    expect(() => locateByStructure(g, 2)).toThrow(
+      /the residual stream holds 3 blocks \(3 residual Adds, one per parallel block\) but config\.json's num_hidden_layers is 2/,
+    );
   });
 
   it("neox: parallel attention and MLP, one residual Add per block", () => {

@@ -6,12 +6,14 @@
  * embedding `Gather` and the LM head: the tensors no path can avoid.
  *
  * - A pre-norm block adds to the stream twice (attention, then MLP); a
- *   parallel block (GPT-J, NeoX, Phi-2: `x + attn(ln(x)) + mlp(ln(x))`) once.
- *   Each segment between two residual `Add`s is classified by what it holds
- *   (attention: a `Softmax` whose probabilities meet the values in a matrix
- *   product, or an `*Attention` op; an MLP: matrix products and no attention,
- *   a mixture of experts' router Softmax included; parallel: attention whose
- *   branch sums two branches).
+ *   parallel block (GPT-J, NeoX, Phi-2, Cohere: `x + attn(ln(x)) + mlp(ln(x))`)
+ *   once, whether its branches are summed first (`(mlp + attn) + x`) or added
+ *   one after the other (`(x + attn) + mlp`, whose inner Add is off the
+ *   stream). Each segment between two residual `Add`s is classified by what
+ *   it holds (attention: a `Softmax` whose probabilities meet the values in a
+ *   matrix product, or an `*Attention` op; an MLP: matrix products and no
+ *   attention, a mixture of experts' router Softmax included; parallel:
+ *   attention, and two branches added).
  * - The block count must equal config.json's `num_hidden_layers`.
  * - A residual `Add` may be fused with the norm after it: com.microsoft
  *   `SkipSimplifiedLayerNormalization` / `SkipLayerNormalization`
@@ -260,6 +262,39 @@ interface ResidualWalk {
 const endsStream = (n: NodeProto) =>
   (!n.domain || n.domain === "com.microsoft") && (NORM_OUTPUT.has(n.opType ?? "") || PASS_THROUGH.has(n.opType ?? ""));
 
+/** How deep in a residual's sum of Adds the stream may sit: `(x + attn) + mlp` is one Add deep. */
+const SUM_DEPTH = 3;
+
+/**
+ * What `d` adds to the stream, or undefined where it is no residual: an Add of
+ * the stream and a branch (a Skip norm's inputs 0 and 1, its weights following
+ * them), or an Add of such an Add and a further branch. A parallel block
+ * written `x + attn(ln(x)) + mlp(ln(x))` (HuggingFace's Cohere, StableLM with
+ * `use_parallel_residual`) adds `(x + attn) + mlp`: the inner Add is no
+ * dominator, the MLP's path passing it by, so the stream is one Add deep in
+ * the block's last.
+ */
+function addedTo(
+  d: NodeProto,
+  stream: string,
+  fromStream: (t: string) => boolean,
+  producer: Map<string, NodeProto>,
+  depth = 0,
+): string[] | undefined {
+  const skip = isSkipNorm(d);
+  if (!skip && (d.opType !== "Add" || d.domain)) return undefined;
+  const ins = skip ? (d.input ?? []).slice(0, 2).filter(Boolean) : (d.input ?? []).filter(Boolean);
+  if (ins.length !== 2 || !ins.every(fromStream)) return undefined;
+  if (ins.includes(stream)) return [ins[0] === stream ? ins[1]! : ins[0]!];
+  if (skip || depth >= SUM_DEPTH) return undefined;
+  for (const [i, t] of ins.entries()) {
+    const inner = producer.get(t);
+    const added = inner?.opType === "Add" ? addedTo(inner, stream, fromStream, producer, depth + 1) : undefined;
+    if (added) return [...added, ins[1 - i]!];
+  }
+  return undefined;
+}
+
 /**
  * Walks the dominators from the embedding: each Add (or fused Skip norm) of
  * the stream and a branch of it is a residual, classified by what its segment
@@ -277,26 +312,22 @@ function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto
   let closed: NodeProto | undefined;
   for (const d of dominators) {
     const skip = isSkipNorm(d);
-    // The two summands: an Add's inputs, or a Skip norm's inputs 0 and 1 (its weights follow them).
-    const ins = skip ? (d.input ?? []).slice(0, 2).filter(Boolean) : (d.input ?? []).filter(Boolean);
-    if (
-      (skip || (d.opType === "Add" && !d.domain)) &&
-      ins.length === 2 &&
-      ins.includes(stream) &&
-      ins.every(fromStream)
-    ) {
+    const added = addedTo(d, stream, fromStream, producer);
+    if (added) {
       if (closed) {
         throw new StructureError(
           `${opName(closed)} gives only its normalized output 0, not the residual sum (output 3), yet the stream goes on after it to ${opName(d)}`,
           streamTensors(residuals, source),
         );
       }
-      const branch = ins[0] === stream ? ins[1]! : ins[0]!;
       const segment = ordered.filter((n) => pos.get(n)! > streamPos && pos.get(n)! < pos.get(d)!);
-      const top = producer.get(branch);
+      const top = added.length === 1 ? producer.get(added[0]!) : undefined;
       const inSegment = new Set(segment);
       const attention = segment.some((n) => isAttention(n, inSegment, s.consumers));
-      const sums = top?.opType === "Add" && (top.input ?? []).every((i) => i && i !== stream && fromStream(i));
+      // Two branches added: one after the other to the stream, or summed first (GPT-J's `attn + mlp + x`).
+      const sums =
+        added.length > 1 ||
+        (top?.opType === "Add" && (top.input ?? []).every((i) => i && i !== stream && fromStream(i)));
       const kind: SegmentKind = attention
         ? sums
           ? "parallel"

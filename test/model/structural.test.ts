@@ -5,7 +5,8 @@
  * one line naming the style seen, the candidates and --hidden-tensors on a
  * missing block, a block count that disagrees with config.json, and a fused
  * op it does not know on the residual stream. onnxruntime-genai graphs are
- * read through their Skip norms, genai names agreeing. A graph with no LM head
+ * read through their Skip norms, genai names agreeing, and so are graphs
+ * fused by onnxruntime's optimizer, torch names agreeing. A graph with no LM head
  * (a base model's export, genai's exclude_lm_head build) gives its output, the
  * final norm's, for the last block.
  */
@@ -23,6 +24,7 @@ import { torchNamesStyle } from "../../src/model/styles/torch-names.js";
 import { buildGpt2Onnx, gpt2Config, gpt2Weights } from "../../src/synthetic/learned-positions.js";
 import { buildStarcoder2Onnx, starcoder2Config, starcoder2Weights } from "../../src/synthetic/llama-relatives.js";
 import { baseModelNames, dropLmHead } from "../helpers/base-model.js";
+import { fuseNorms } from "../helpers/ort-fusion.js";
 import { streamFirstOrder } from "../helpers/parallel-residual.js";
 
 const BASE: TinyModelOptions = { layers: 2, hidden: 32, heads: 4, kvHeads: 2, seed: 3 };
@@ -356,6 +358,31 @@ describe("structural detection on graphs with no LM head (the stream's end is th
     expect(() => detectHiddenTensors(g, 2)).toThrow(
       /^structure: no LM head follows the last residual Add \(\/model\/layers\.1\/Add_1\), and the graph's output \/model\/layers\.1\/Add_1_output_0 is not a final norm's \(graph style seen: torch-names\)\. /,
     );
+  });
+});
+
+describe("structural detection on graphs fused by onnxruntime's optimizer (torch names, Skip norms)", () => {
+  it("finds what names find on the unfused graph; names read the fused sums and agree, no warning", () => {
+    const want = byNames(graphOf({ ...BASE, layers: 3 }), 3);
+    const g = graphOf({ ...BASE, layers: 3 });
+    fuseNorms(g);
+    expect(g.node!.filter((n) => n.opType === "SkipSimplifiedLayerNormalization").map((n) => n.name)).toEqual([
+      "/model/layers.0/post_attention_layernorm/SkipLayerNorm",
+      "/model/layers.1/input_layernorm/SkipLayerNorm",
+      "/model/layers.1/post_attention_layernorm/SkipLayerNorm",
+      "/model/layers.2/input_layernorm/SkipLayerNorm",
+      "/model/layers.2/post_attention_layernorm/SkipLayerNorm",
+      "/model/norm/SkipLayerNorm",
+    ]);
+    expect(g.node!.some((n) => n.opType === "Add" && /^\/model\/layers\.\d+\/Add/.test(n.name!))).toBe(false);
+    const named = torchNamesStyle.locate(g, 3, { numLayers: 3 }).tensors;
+    expect(named.map((t) => t.tensor)).toEqual(want);
+    expect(named[0]!.how).toBe(
+      "output 3 (input_skip_bias_sum) of /model/layers.1/input_layernorm/SkipLayerNorm, block 0's last residual Add fused with block 1's first norm",
+    );
+    const plan = detectHiddenTensors(g, 3);
+    expect(plan.tensors.map((t) => t.tensor)).toEqual(want);
+    expect(plan).toMatchObject({ crossCheck: "names (torch-names) agree on all 3 blocks", warnings: [] });
   });
 });
 

@@ -46,7 +46,7 @@
  */
 import { graphIndex, type GraphProto, type NodeProto } from "../../onnx/graph.js";
 import { genaiStyle } from "./genai.js";
-import { DetectionError, type GraphStyle, type HiddenTensor, type Located } from "./style.js";
+import { DetectionError, isSkipNorm, type GraphStyle, type HiddenTensor, type Located } from "./style.js";
 import { torchNamesStyle } from "./torch-names.js";
 
 const SHAPE_ONLY = new Set(["Shape", "Size"]);
@@ -75,9 +75,6 @@ const EMBEDDING_OPS = new Set([
 /** Operators that only rearrange `input_ids` before the embedding reads them (GPT-2's `view(-1, T)`). */
 const IDS_REARRANGE = new Set(["Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"]);
 const NORM_OUTPUT = new Set(["Mul", "Add", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"]);
-/** A residual add fused with the norm after it (com.microsoft): inputs 0 and 1 summed, output 3 the sum, output 0 normalized. */
-const SKIP_NORMS = new Set(["SkipSimplifiedLayerNormalization", "SkipLayerNormalization"]);
-const isSkipNorm = (n: NodeProto) => SKIP_NORMS.has(n.opType ?? "") && (!n.domain || n.domain === "com.microsoft");
 /** How a residual is called in messages: an `Add`, or the sum inside a fused Skip norm. */
 const residualWord = (n: NodeProto) => (isSkipNorm(n) ? "residual sum" : "residual Add");
 /** What may lie between an attention's Softmax and its product with the values: casts, reshapes, a mask. */

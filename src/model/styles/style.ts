@@ -100,6 +100,11 @@ export function standardInputs(graph: GraphProto): InputPlan {
   return { feeds, unknown, paddingSide: paddingSideOf(graph) };
 }
 
+/** A residual add fused with the norm after it (com.microsoft): inputs 0 and 1 summed, output 3 the sum, output 0 normalized. */
+const SKIP_NORMS = new Set(["SkipSimplifiedLayerNormalization", "SkipLayerNormalization"]);
+export const isSkipNorm = (n: NodeProto) =>
+  SKIP_NORMS.has(n.opType ?? "") && (!n.domain || n.domain === "com.microsoft");
+
 /** A short list of tensors a user could name: Add and norm outputs, last ones first. */
 export function candidates(graph: GraphProto, nodes: NodeProto[] = graph.node ?? []): string {
   const names = nodes

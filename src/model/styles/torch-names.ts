@@ -4,12 +4,15 @@
  * `/gpt_neox/layers.N/`, …), or under `/layers.N/` (`/h.N/`) where the base
  * model was exported without its LM head (optimum's feature-extraction task:
  * `LlamaModel`, `GPT2Model`, whose modules are the root's own). A block's
- * output is its last residual `Add` whose output the next block reads; the
- * last block's stored state is the output of the final norm (`/model/norm/…`,
- * `/norm/…`), as HuggingFace's `hidden_states[L]`.
+ * output is its last residual `Add` whose output the next block reads, or,
+ * where onnxruntime's optimizer fused that Add with the next block's first
+ * norm into a com.microsoft Skip norm (`SkipSimplifiedLayerNormalization`),
+ * that norm's output 3, the sum; the last block's stored state is the output
+ * of the final norm (`/model/norm/…`, `/norm/…`), as HuggingFace's
+ * `hidden_states[L]`.
  */
 import { graphIndex, type GraphProto, type NodeProto } from "../../onnx/graph.js";
-import { candidates, DetectionError, type GraphStyle, type HiddenTensor } from "./style.js";
+import { candidates, DetectionError, isSkipNorm, type GraphStyle, type HiddenTensor } from "./style.js";
 
 /** The module holding the blocks, absent in a base model's export (its blocks are the root's modules). */
 const SCOPE = "(?:\\/(?:model|transformer|gpt_neox|model\\/decoder|model\\/language_model))?";
@@ -54,6 +57,7 @@ export const torchNamesStyle: GraphStyle = {
       // The residual output: an Add of this block read by the next block, directly or through this block's
       // reshapes and casts (OPT adds the MLP's residual on the flattened stream and reshapes it back).
       const own = new Set(nodes);
+      const ownOutputs = new Set(nodes.flatMap((n) => n.output ?? []));
       const reachesNext = (t: string, depth = 0): boolean =>
         (consumers.get(t) ?? []).some(
           (c) =>
@@ -61,14 +65,27 @@ export const torchNamesStyle: GraphStyle = {
             (depth < PASS_DEPTH && own.has(c) && PASSING.has(c.opType ?? "") && reachesNext(c.output![0]!, depth + 1)),
         );
       const found = nodes.filter((n) => n.opType === "Add" && (n.output ?? []).some((o) => reachesNext(o)));
-      if (found.length === 0) {
+      const last = found.at(-1); // nodes are in topological order: the final residual comes last
+      if (last) {
+        tensors.push({ layer: l, tensor: last.output![0]!, how: `last residual Add of block ${l} (${last.name})` });
+        continue;
+      }
+      // onnxruntime's optimizer fuses that Add into the next block's first norm: the Skip norm there summing
+      // tensors of this block gives their sum as output 3.
+      const fused = byBlock
+        .get(l + 1)
+        ?.find((n) => isSkipNorm(n) && n.output?.[3] && (n.input ?? []).slice(0, 2).some((i) => ownOutputs.has(i)));
+      if (!fused) {
         throw new DetectionError(
-          `cannot find the residual output of block ${l}: no Add in /…layers.${l}/ feeds block ${l + 1}. ` +
+          `cannot find the residual output of block ${l}: no Add in /…layers.${l}/ feeds block ${l + 1}, and no Skip norm of block ${l + 1} sums its output. ` +
             `Name it with --hidden-tensors ${l}=TENSOR; candidate tensors: ${candidates(graph, nodes)}`,
         );
       }
-      const last = found[found.length - 1]!; // nodes are in topological order: the final residual comes last
-      tensors.push({ layer: l, tensor: last.output![0]!, how: `last residual Add of block ${l} (${last.name})` });
+      tensors.push({
+        layer: l,
+        tensor: fused.output![3]!,
+        how: `output 3 (input_skip_bias_sum) of ${fused.name}, block ${l}'s last residual Add fused with block ${l + 1}'s first norm`,
+      });
     }
     // The final norm's output is the norm-scope tensor read outside the norm.
     const normSet = new Set(normNodes);

@@ -416,7 +416,7 @@ async function openSession(
   const widened = forDevice(device, inspection.onnxPath, inspected.model);
   if (widened !== undefined) log(widened, "info");
   await checkExternalData(inspected.model.graph!, dirname(inspection.onnxPath));
-  const stage = await stageModel(inspection.onnxPath);
+  const stage = await stageModel(inspection.onnxPath, inspected.model.graph!);
   // A model that cannot be staged carries its weights inline.
   if (stage === undefined) await inspected.source.fill();
   const paddingSide = inspection.promptPadding;

@@ -96,7 +96,7 @@ async function exportedSession(onnxPath: string, options: SessionOptions): Promi
   const bytes = await readWhole(onnxPath);
   const model = decodeModel(bytes);
   if (!trimEmptyInputs(model.graph!)) return loadSession(onnxPath, options);
-  const stage = await stageModel(onnxPath);
+  const stage = await stageModel(onnxPath, model.graph!);
   if (stage) rewriteWeightsInPlace(model, bytes, stage.sourceName);
   return createSession(encodeModel(model), stage, options);
 }

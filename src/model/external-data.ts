@@ -14,17 +14,8 @@ import { externalDataEntry, num, type GraphProto, type TensorProto } from "../on
  * must equal). A missing, outside or inconsistent entry fails naming the initializer.
  */
 export function externalFile(t: TensorProto, modelDir: string, bytes: number): { path: string; offset: number } {
-  const entry = (key: "location" | "offset" | "length") => externalDataEntry(t, key);
-  const location = entry("location");
-  if (!location) throw new ModelDirError(modelDir, `initializer ${t.name} has no values`);
-  // As onnxruntime requires: external data lies inside the model's folder.
-  const inside = normalize(location);
-  if (isAbsolute(inside) || inside === ".." || inside.startsWith(`..${sep}`)) {
-    throw new ModelDirError(
-      modelDir,
-      `initializer ${t.name} keeps its values in ${JSON.stringify(location)}, outside the model folder`,
-    );
-  }
+  const entry = (key: "offset" | "length") => externalDataEntry(t, key);
+  const location = externalLocation(t, modelDir);
   const offset = Number(entry("offset") ?? 0);
   const length = entry("length");
   if (!Number.isSafeInteger(offset) || offset < 0)
@@ -38,7 +29,44 @@ export function externalFile(t: TensorProto, modelDir: string, bytes: number): {
       `initializer ${t.name} has ${length} bytes of external data where its shape needs ${bytes}`,
     );
   }
-  return { path: join(modelDir, inside), offset };
+  return { path: join(modelDir, location), offset };
+}
+
+/**
+ * The file initializer `t` keeps its values in, relative to the model's folder `modelDir` and normalized
+ * (`weights.bin`, `weights/model.bin`); a missing location, or one outside the folder, fails naming the initializer.
+ */
+function externalLocation(t: TensorProto, modelDir: string): string {
+  const location = externalDataEntry(t, "location");
+  if (!location) throw new ModelDirError(modelDir, `initializer ${t.name} has no values`);
+  // As onnxruntime requires: external data lies inside the model's folder.
+  const inside = normalize(location);
+  if (isAbsolute(inside) || inside === ".." || inside.startsWith(`..${sep}`)) {
+    throw new ModelDirError(
+      modelDir,
+      `initializer ${t.name} keeps its values in ${JSON.stringify(location)}, outside the model folder`,
+    );
+  }
+  return inside;
+}
+
+/** The initializers `graph` keeps as external data, those of its subgraphs (If and Loop bodies) too. */
+function externalInitializers(graph: GraphProto): TensorProto[] {
+  return [
+    ...(graph.initializer ?? []).filter((t) => t.dataLocation === 1), // EXTERNAL
+    ...(graph.node ?? []).flatMap((n) =>
+      (n.attribute ?? []).flatMap((a) => [a.g, ...(a.graphs ?? [])].flatMap((g) => (g ? externalInitializers(g) : []))),
+    ),
+  ];
+}
+
+/**
+ * The files the initializers of `graph` (from the model folder `modelDir`) keep their values in, each once, relative
+ * to the folder: exactly the files onnxruntime opens beside the graph, whatever their names (`model.onnx_data`,
+ * `weights.bin`, one file per tensor, `weights/model.bin` in a subfolder).
+ */
+export function externalDataFiles(graph: GraphProto, modelDir: string): string[] {
+  return [...new Set(externalInitializers(graph).map((t) => externalLocation(t, modelDir)))];
 }
 
 /** Bytes per element of the ONNX types weights are stored in (the 4-bit INT4 and UINT4: half a byte). */
@@ -68,8 +96,7 @@ const ELEMENT_BYTES: Readonly<Record<number, number>> = {
  */
 export async function checkExternalData(graph: GraphProto, modelDir: string): Promise<void> {
   const sizes = new Map<string, number | null>();
-  for (const t of graph.initializer ?? []) {
-    if (t.dataLocation !== 1) continue; // not EXTERNAL
+  for (const t of externalInitializers(graph)) {
     const per = ELEMENT_BYTES[t.dataType ?? 0];
     const shaped = per === undefined ? undefined : Math.ceil((t.dims ?? []).reduce((a: number, d) => a * num(d), per));
     const named = externalDataEntry(t, "length");

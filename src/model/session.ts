@@ -11,7 +11,7 @@
  * loads, and failing that the weights are copied inline.
  */
 import { spawnSync } from "node:child_process";
-import { access, constants, link, lstat, mkdtemp, readdir, realpath, rm, unlink, writeFile } from "node:fs/promises";
+import { access, constants, link, mkdir, mkdtemp, realpath, rm, unlink, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
@@ -28,13 +28,14 @@ import {
   num,
   usesFloat16,
   valueInfo,
+  type GraphProto,
   type ModelProto,
   type TensorProto,
 } from "../onnx/graph.js";
 import { decomposeGroupQueryAttention, groupQueryAttentionGap } from "../onnx/gqa.js";
 import { widenFloat16 } from "../onnx/widen.js";
 import { readInputSync } from "../util/fs.js";
-import { externalFile } from "./external-data.js";
+import { externalDataFiles, externalFile } from "./external-data.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
@@ -255,30 +256,35 @@ export interface Stage {
   cleanup(): Promise<void>;
 }
 
-/** External weight files: `model.onnx_data`, `model.onnx.data`, transformers.js' `model_q4.onnx_data` and its chunks `…_data_1`, …. */
-function externalFiles(names: string[]): string[] {
-  return names.filter((n) => /(\.onnx_data|\.onnx\.data|\.data|_data)(_\d+)?$/.test(n));
-}
-
 /**
- * Prepares a folder to load a rewritten model of the graph at `onnxPath` from; undefined when weights must be
- * inlined. The files are hard-linked by what they are, not by the links that name them: a Hugging Face cache's
- * `snapshots/<rev>/model.onnx_data` is a symbolic link into `../../blobs/`, which onnxruntime would refuse as
- * external data leaving the model's folder. The private folder is tried in the temporary directory, then beside
- * the graph's own file (a cache's `blobs/`, on the same file system), and only where no file is a link is the
- * rewritten model put in the model folder itself.
+ * Prepares a folder to load a rewritten model of `graph`, read from `onnxPath`, from; undefined when weights must be
+ * inlined. The folder holds the graph's file and exactly the files its initializers keep external data in, at the
+ * same paths relative to it (subfolders too), whatever they are named. They are hard-linked by what they are, not by
+ * the links that name them: a Hugging Face cache's `snapshots/<rev>/model.onnx_data` is a symbolic link into
+ * `../../blobs/`, which onnxruntime would refuse as external data leaving the model's folder. The private folder is
+ * tried in the temporary directory, then beside the graph's own file (a cache's `blobs/`, on the same file system),
+ * and only where no file is a link is the rewritten model put in the model folder itself.
  */
-export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
+export async function stageModel(onnxPath: string, graph: GraphProto): Promise<Stage | undefined> {
   const modelDir = dirname(onnxPath);
-  const names = externalFiles(await readdir(modelDir));
+  const names = externalDataFiles(graph, modelDir);
   const real = await realpath(onnxPath);
-  const realData = await Promise.all(names.map((name) => realpath(join(modelDir, name))));
+  const realData = await Promise.all(
+    names.map((name) =>
+      realpath(join(modelDir, name)).catch(() => {
+        throw new ModelDirError(join(modelDir, name), "does not exist, but the graph keeps weights there");
+      }),
+    ),
+  );
   for (const parent of [...new Set([tmpdir(), dirname(real)])]) {
     const temp = await mkdtemp(join(parent, ".hsm-model-")).catch(() => undefined);
     if (temp === undefined) continue;
     try {
       await link(real, join(temp, "hsm-source-model.onnx"));
-      for (const [k, name] of names.entries()) await link(realData[k]!, join(temp, name));
+      for (const [k, name] of names.entries()) {
+        await mkdir(dirname(join(temp, name)), { recursive: true });
+        await link(realData[k]!, join(temp, name));
+      }
       return {
         dir: temp,
         sourceName: "hsm-source-model.onnx",
@@ -289,10 +295,10 @@ export async function stageModel(onnxPath: string): Promise<Stage | undefined> {
       await rm(temp, { recursive: true, force: true });
     }
   }
-  const linked = real !== join(await realpath(modelDir), basename(onnxPath));
-  const dataLinked = await Promise.all(names.map(async (n) => (await lstat(join(modelDir, n))).isSymbolicLink()));
+  const realDir = await realpath(modelDir);
+  const linked = [real, ...realData].some((r, k) => r !== join(realDir, k === 0 ? basename(onnxPath) : names[k - 1]!));
   try {
-    if (linked || dataLinked.some(Boolean)) throw new Error("the model's files are links");
+    if (linked) throw new Error("the model's files are links");
     await access(modelDir, constants.W_OK);
     const modelFile = `.hsm-rewritten-${process.pid}.onnx`;
     return {

@@ -6,13 +6,14 @@
  */
 import { createHash } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { extract } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { openModelDir } from "../../src/model/model-dir.js";
+import { encodeModel, loadModel, pointToExternalData } from "../../src/onnx/graph.js";
 import { writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -105,6 +106,71 @@ describe("a hub cache folder", () => {
     mkdirSync(join(bare, "refs"));
     writeFileSync(join(bare, "refs", "main"), "f".repeat(40));
     await expect(openModelDir(bare)).rejects.toThrow(`${join(bare, "snapshots", "f".repeat(40))}: is missing`);
+  });
+});
+
+/** Moves every initializer of 1 KiB or more of `dir`'s inline model.onnx into the file `fileOf` names for it. */
+async function relocateWeights(dir: string, fileOf: (tensor: string) => string): Promise<void> {
+  const model = await loadModel(join(dir, "model.onnx"));
+  const files = new Map<string, Uint8Array[]>();
+  for (const t of model.graph!.initializer!) {
+    if (t.rawData!.length < 1024) continue;
+    const file = fileOf(t.name!);
+    const parts = files.get(file) ?? [];
+    const raw = t.rawData!;
+    pointToExternalData(
+      t,
+      file,
+      parts.reduce((n, p) => n + p.length, 0),
+      raw.length,
+    );
+    files.set(file, [...parts, raw]);
+  }
+  for (const [file, parts] of files) {
+    mkdirSync(dirname(join(dir, file)), { recursive: true });
+    writeFileSync(join(dir, file), Buffer.concat(parts));
+  }
+  writeFileSync(join(dir, "model.onnx"), encodeModel(model));
+}
+
+describe("external data in files of any name", () => {
+  // As onnx.save_model writes them: a file of the user's choosing, one file per tensor (torch's export of a model
+  // over 2 GB), a file in a subfolder. The staging folder must hold exactly the files the graph names.
+  const LAYOUTS = {
+    "weights.bin": () => "weights.bin",
+    "one file per tensor": (tensor: string) => tensor,
+    "weights/model.bin": () => join("weights", "model.bin"),
+  };
+
+  it.each(Object.entries(LAYOUTS))("%s: extracts and generates what model.onnx_data does", async (name, fileOf) => {
+    const folder = join(dir, `any-name-${name.replace(/\W/g, "-")}`);
+    const outOf = (m: string, what: string) => `${folder}-${what}-${basename(m)}`;
+    await writeTinyModel(folder, { ...MODEL, externalData: false });
+    await relocateWeights(folder, fileOf);
+    expect(readdirSync(folder).some((f) => /(_data|\.data)$/.test(f))).toBe(false);
+    const stores = [folder, flat].map((m) => ({ m, out: outOf(m, "store") }));
+    const manifests = [];
+    for (const { m, out } of stores)
+      manifests.push((await extract({ modelDir: m, bank, out, model: "tiny", batchSize: 4 })).manifest);
+    for (const layer of manifests[0]!.layers) {
+      const file = `L${String(layer).padStart(3, "0")}.npy`;
+      expect(readFileSync(join(stores[0]!.out, file))).toEqual(readFileSync(join(stores[1]!.out, file)));
+    }
+    const texts = [];
+    for (const m of [folder, flat]) {
+      const out = `${outOf(m, "generated")}.jsonl`;
+      expect(await generate({ modelDir: m, bank, out, model: "tiny", batchSize: 4, maxNewTokens: 6 })).toMatchObject({
+        written: 10,
+        failed: 0,
+      });
+      texts.push(
+        readFileSync(out, "utf8")
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l).raw_response),
+      );
+    }
+    expect(texts[0]).toEqual(texts[1]);
   });
 });
 

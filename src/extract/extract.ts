@@ -43,7 +43,7 @@ import type { InputPlan } from "../model/styles/style.js";
 import { checkExternalData } from "../model/external-data.js";
 import { decodeModelOf, openModelDir } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
-import { valueShape, type ModelProto } from "../onnx/graph.js";
+import { OpsetError, valueShape, type ModelProto } from "../onnx/graph.js";
 import { rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
 import { readModel, readModelStructure, type ModelStructure } from "../onnx/structure.js";
 import { breakBatchingForTest, runSelfCheck, selfCheckFailure } from "../model/self-check.js";
@@ -428,14 +428,21 @@ async function openSession(
       `graphs of style ${inspection.plan.strategy} are right-padded, but this one has no attention_mask input to find each row's last token`,
     );
   }
-  const { rewritten, live } = rewriteAndRelease(
-    inspected,
-    tensors,
-    inspection.dModel,
-    stage,
-    paddingSide === "right" ? mask : undefined,
-    device,
-  );
+  let rewriting: ReturnType<typeof rewriteAndRelease>;
+  try {
+    rewriting = rewriteAndRelease(
+      inspected,
+      tensors,
+      inspection.dModel,
+      stage,
+      paddingSide === "right" ? mask : undefined,
+      device,
+    );
+  } catch (err) {
+    await stage?.cleanup();
+    throw err instanceof OpsetError ? err.in(inspection.onnxPath) : err;
+  }
+  const { rewritten, live } = rewriting;
   // Only the inputs the rewritten graph still reads are fed; a widened graph's float16 KV-cache inputs as float32.
   const inputFeeds = inspection.plan.inputs.feeds
     .filter((f) => live.has(f.name))

@@ -47,10 +47,12 @@ import { takeEmbeddingOut } from "./embedding.js";
 import { decodeModelOf, openModelDir, type ModelDir } from "../model/model-dir.js";
 import {
   DataType,
+  defaultOpset,
   encodeModel,
   GraphBuilder,
   graphIndex,
   num,
+  OpsetError,
   pruneGraph,
   valueInfo,
   type GraphProto,
@@ -147,7 +149,7 @@ export function rewriteForGeneration(
       `the model has no "logits" output; outputs are ${(graph.output ?? []).map((o) => o.name).join(", ")}`,
     );
   const { producer } = graphIndex(graph);
-  const g = new GraphBuilder(new Set((graph.node ?? []).map((n) => n.name!)));
+  const g = new GraphBuilder(new Set((graph.node ?? []).map((n) => n.name!)), defaultOpset(model));
   const pick = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask);
   const head = producer.get("logits");
   const weight = headOutside && head?.opType === "MatMul" ? float32Matrix(graph, head.input![1]!) : undefined;
@@ -167,12 +169,8 @@ export function rewriteForGeneration(
       lastLogits = pick("logits");
     }
     const arg = g.op1("/hsm", "ArgMax", [lastLogits], { axis: -1, keepdims: 0 }); // [B, 1]
-    g.nodes.push({
-      name: "/hsm/next_token",
-      opType: "Squeeze",
-      input: [arg, g.ints("/hsm/constants/axes_1", [1])],
-      output: [NEXT_TOKEN],
-    });
+    const next = g.alongAxes("/hsm", "Squeeze", arg, [1], "/hsm/constants/axes_1");
+    g.nodes.push({ name: "/hsm/next_token", opType: "Identity", input: [next], output: [NEXT_TOKEN] });
     first = valueInfo(NEXT_TOKEN, DataType.INT64, ["batch_size"]);
   }
   graph.node = [...(graph.node ?? []), ...g.nodes];
@@ -194,7 +192,13 @@ async function rewriteWithHead(
   onnxPath: string,
   threads: number,
 ): Promise<{ cached: boolean; headSetup?: HeadSetup }> {
-  const { cached, head } = rewriteForGeneration(model, rightPaddedMask, kernels !== undefined);
+  let rewritten: ReturnType<typeof rewriteForGeneration>;
+  try {
+    rewritten = rewriteForGeneration(model, rightPaddedMask, kernels !== undefined);
+  } catch (err) {
+    throw err instanceof OpsetError ? err.in(onnxPath) : err;
+  }
+  const { cached, head } = rewritten;
   return { cached, headSetup: head && (await prepareHead(kernels!, head, dirname(onnxPath), threads)) };
 }
 
@@ -214,7 +218,7 @@ function lastPosition(g: GraphBuilder): (tensor: string) => string {
 function lastRealToken(g: GraphBuilder, mask: string): (tensor: string) => string {
   const S = "/hsm/next_position";
   const one = g.ints("/hsm/constants/one", [1]);
-  const count = g.op1(S, "ReduceSum", [mask, g.ints("/hsm/constants/axes_1", [1])], { keepdims: 1 }); // [B, 1]
+  const count = g.alongAxes(S, "ReduceSum", mask, [1], "/hsm/constants/axes_1", { keepdims: 1 }); // [B, 1]
   const steps = g.op1(S, "Slice", [g.op1(S, "Shape", ["input_ids"]), one, g.ints("/hsm/constants/two", [2])]); // [1]: S
   const index = g.op1(S, "Sub", [g.op1(S, "Min", [count, steps]), one]); // [B, 1]
   return (tensor) => {
@@ -224,7 +228,7 @@ function lastRealToken(g: GraphBuilder, mask: string): (tensor: string) => strin
       g.ints("/hsm/constants/three", [3]),
     ]);
     const target = g.op1(S, "Concat", [one, one, width], { axis: 0 }); // [1, 1, x]
-    const spread = g.op1(S, "Expand", [g.op1(S, "Unsqueeze", [index, g.ints("/hsm/constants/axes_2", [2])]), target]);
+    const spread = g.op1(S, "Expand", [g.alongAxes(S, "Unsqueeze", index, [2], "/hsm/constants/axes_2"), target]);
     return g.op1(S, "GatherElements", [tensor, spread], { axis: 1 });
   };
 }
@@ -516,7 +520,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
     rule,
     setup,
     shape,
-    opset: num((model.opsetImport ?? []).find((o) => !o.domain)?.version ?? 0),
+    opset: defaultOpset(model),
     canAdd: !batchDependent && !right && !branch && shape !== undefined,
   };
 }

@@ -53,6 +53,8 @@ function computedReshape(n: NodeProto, producer: ReadonlyMap<string, NodeProto>)
   );
 }
 const INT = onnx.AttributeProto.AttributeType.INT;
+/** The added cache's `Slice`s take their bounds as inputs, as `Slice` does from opset 10 of the default domain. */
+const MIN_OPSET = 10;
 /** How far back from a Softmax its scores' product may lie (a scale, a soft-cap's three nodes, the bias, casts). */
 const SCORE_DEPTH = 8;
 
@@ -529,10 +531,12 @@ function sequenceLeftFree(graph: GraphProto, reshape: NodeProto, axis: -1 | -2, 
  * without a heads' axis, `[batch, past, headDim]`). Present outputs the graph already has (of the
  * prompt alone) are dropped. False, and the graph untouched, where the graph
  * has past inputs, no attention mask, fused attention operators, or not one
- * Softmax attention per decoder block (a router's Softmax, read by `TopK`, is none).
+ * Softmax attention per decoder block (a router's Softmax, read by `TopK`, is none),
+ * or where its default-domain `opset` is below {@link MIN_OPSET}.
  */
 export function addKvCache(graph: GraphProto, opset: number, numLayers: number, shape: AttentionShape): boolean {
   const inputs = graph.input ?? [];
+  if (opset < MIN_OPSET) return false;
   if (inputs.some((v) => isPastInput(v.name!)) || !inputs.some((v) => v.name === "attention_mask")) return false;
   const sites = findSites(graph, opset);
   if (!sites || sites.length !== numLayers) return false;

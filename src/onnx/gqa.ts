@@ -19,7 +19,15 @@
  * `total_sequence_length` only sizes the kernel's present buffer, which is
  * past + S whenever hsm feeds the graph.
  */
-import { DataType, GraphBuilder, num, type GraphProto, type ModelProto, type NodeProto } from "./graph.js";
+import {
+  DataType,
+  defaultOpset,
+  GraphBuilder,
+  num,
+  type GraphProto,
+  type ModelProto,
+  type NodeProto,
+} from "./graph.js";
 
 const FLOAT32_LOWEST = -3.4028234663852886e38;
 
@@ -43,7 +51,7 @@ const MIN_OPSET = 15;
 export function groupQueryAttentionGap(model: Pick<ModelProto, "graph" | "opsetImport">): string | undefined {
   const nodes = (model.graph?.node ?? []).filter((n) => n.opType === "GroupQueryAttention");
   if (nodes.length === 0) return undefined;
-  const opset = num((model.opsetImport ?? []).find((o) => !o.domain || o.domain === "ai.onnx")?.version ?? 0);
+  const opset = defaultOpset(model);
   if (opset < MIN_OPSET)
     return `GroupQueryAttention in a graph of opset ${opset} (hsm writes it out from opset ${MIN_OPSET})`;
   for (const n of nodes) {

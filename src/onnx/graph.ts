@@ -5,6 +5,8 @@
  */
 
 import onnxProto from "onnx-proto";
+
+import { HsmError } from "../errors.js";
 import { readInput } from "../util/fs.js";
 
 export const { onnx } = onnxProto as unknown as { onnx: typeof import("onnx-proto").onnx };
@@ -94,16 +96,67 @@ export function floatTensor(name: string, values: Float32Array, dims: number[]):
   };
 }
 
+/** The version of the default ONNX domain (`""`, also written `ai.onnx`) that `model` imports; 0 where none. */
+export function defaultOpset(model: Pick<ModelProto, "opsetImport">): number {
+  return num((model.opsetImport ?? []).find((o) => !o.domain || o.domain === "ai.onnx")?.version ?? 0);
+}
+
+/**
+ * The first default-domain opset in which an operator the builder may add computes what hsm asks of it: where it
+ * was introduced, where it began to take int64 (Min), or its bounds as inputs (Slice).
+ */
+const OPERATOR_SINCE: Readonly<Record<string, number>> = {
+  Expand: 8,
+  Slice: 10,
+  Where: 9,
+  GatherElements: 11,
+  Range: 11,
+  Min: 12,
+  CastLike: 15,
+};
+
+/** The first default-domain opset in which `opType` takes its axes as an input instead of an `axes` attribute. */
+function axesInputSince(opType: string): number {
+  return opType.startsWith("Reduce") && opType !== "ReduceSum" ? 18 : 13;
+}
+
+/** An operator the graph's default-domain opset does not have in the form a rewrite needs; `file`, the graph's. */
+export class OpsetError extends HsmError {
+  constructor(
+    readonly opset: number,
+    readonly opType: string,
+    readonly since: number,
+    readonly file?: string,
+  ) {
+    super(
+      `${file ? `${file}: ` : ""}the graph imports default-domain opset ${opset}, and hsm's rewrite needs ` +
+        `${opType} of opset ${since} or later; export the model with opset ${since} or later`,
+    );
+  }
+
+  /** The same error, naming the graph's file. */
+  in(file: string): OpsetError {
+    return new OpsetError(this.opset, this.opType, this.since, file);
+  }
+}
+
 /**
  * Appends nodes to a graph with torch-export-style names: a node `scope/Op`
  * (numbered `Op_1`, `Op_2`… on repeats) whose outputs are `scope/Op_output_0`….
+ * `opset` is the default-domain opset of the graph the nodes go into (see
+ * {@link defaultOpset}; the synthetic writers' 17 where none is given): an
+ * operator it lacks is an {@link OpsetError}, and {@link alongAxes} writes
+ * the form it takes.
  */
 export class GraphBuilder {
   readonly nodes: NodeProto[] = [];
   readonly initializers: TensorProto[] = [];
   private readonly used = new Map<string, number>();
 
-  constructor(private readonly taken: Set<string> = new Set()) {}
+  constructor(
+    private readonly taken: Set<string> = new Set(),
+    readonly opset = 17,
+  ) {}
 
   private uniqueName(scope: string, op: string): string {
     const base = `${scope}/${op}`;
@@ -120,6 +173,8 @@ export class GraphBuilder {
 
   /** Adds a node and returns its output names. */
   op(scope: string, opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}, outputs = 1): string[] {
+    const since = OPERATOR_SINCE[opType] ?? 0;
+    if (this.opset < since) throw new OpsetError(this.opset, opType, since);
     const name = this.uniqueName(scope, opType);
     const outs = Array.from({ length: outputs }, (_, i) => `${name}_output_${i}`);
     this.nodes.push({
@@ -135,6 +190,24 @@ export class GraphBuilder {
   /** One-output shorthand. */
   op1(scope: string, opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}): string {
     return this.op(scope, opType, inputs, attrs)[0]!;
+  }
+
+  /**
+   * `opType` (Unsqueeze, Squeeze, a Reduce…) of `x` along `axes`, in the form the builder's opset takes: the axes
+   * as an input, the int64 constant `name`, from the opset that made them one (13 for Unsqueeze, Squeeze and
+   * ReduceSum, 18 for the other reductions), else as the attribute `axes`.
+   */
+  alongAxes(
+    scope: string,
+    opType: string,
+    x: string,
+    axes: number[],
+    name: string,
+    attrs: Record<string, AttrValue> = {},
+  ): string {
+    return this.opset >= axesInputSince(opType)
+      ? this.op1(scope, opType, [x, this.ints(name, axes)], attrs)
+      : this.op1(scope, opType, [x], { ...attrs, axes });
   }
 
   private readonly constants = new Set<string>();

@@ -8,6 +8,7 @@
  */
 import {
   DataType,
+  defaultOpset,
   encodeModel,
   GraphBuilder,
   graphIndex,
@@ -56,7 +57,7 @@ export function rewriteForExtraction(
 ): RewriteResult {
   const graph = model.graph!;
   const taken = new Set((graph.node ?? []).map((n) => n.name!).filter(Boolean));
-  const g = new GraphBuilder(taken);
+  const g = new GraphBuilder(taken, defaultOpset(model));
   const probe = rightPaddedMask === undefined ? lastPosition(g) : lastRealToken(g, rightPaddedMask, dModel);
   const asRows = rowsOf(g, graph, dModel);
   const rows = tensors.map((t) => {
@@ -104,8 +105,12 @@ function rowsOf(g: GraphBuilder, graph: GraphProto, dModel: number): (tensor: st
 /** Left padding: every row's last real token is the last position; `[B, T, d]` → `[B, 1, d]`. */
 function lastPosition(g: GraphBuilder): (tensor: string, scope: string) => string {
   const last = g.ints("/hsm/constants/last_position", [-1], []);
-  const axis1 = g.ints("/hsm/constants/axes_1", [1]);
-  return (tensor, scope) => g.op1(scope, "Unsqueeze", [g.op1(scope, "Gather", [tensor, last], { axis: 1 }), axis1]);
+  return (tensor, scope) => unsqueezed1(g, scope, g.op1(scope, "Gather", [tensor, last], { axis: 1 }));
+}
+
+/** `[B, d]` → `[B, 1, d]`. */
+function unsqueezed1(g: GraphBuilder, scope: string, x: string): string {
+  return g.alongAxes(scope, "Unsqueeze", x, [1], "/hsm/constants/axes_1");
 }
 
 /**
@@ -115,9 +120,9 @@ function lastPosition(g: GraphBuilder): (tensor: string, scope: string) => strin
  */
 function lastRealToken(g: GraphBuilder, mask: string, dModel: number): (tensor: string, scope: string) => string {
   const S = "/hsm/probe";
-  const count = g.op1(S, "ReduceSum", [mask, g.ints("/hsm/constants/axes_1", [1])], { keepdims: 1 }); // [B, 1]
+  const count = g.alongAxes(S, "ReduceSum", mask, [1], "/hsm/constants/axes_1", { keepdims: 1 }); // [B, 1]
   const index = g.op1(S, "Sub", [count, g.ints("/hsm/constants/one", [1], [])]);
-  const index3 = g.op1(S, "Unsqueeze", [index, g.ints("/hsm/constants/axes_2", [2])]); // [B, 1, 1]
+  const index3 = g.alongAxes(S, "Unsqueeze", index, [2], "/hsm/constants/axes_2"); // [B, 1, 1]
   const spread = g.op1(S, "Expand", [index3, g.ints("/hsm/constants/shape_1_1_d", [1, 1, dModel])]); // [B, 1, d]
   return (tensor, scope) => g.op1(scope, "GatherElements", [tensor, spread], { axis: 1 });
 }
@@ -272,12 +277,11 @@ function gatherEntering(
     }
   }
   const lastIndex = g.ints("/hsm/constants/last_position", [-1], []);
-  const axis1 = g.ints("/hsm/constants/axes_1", [1]);
   const after = new Map<NodeProto | undefined, NodeProto[]>();
   for (const t of entering.keys()) {
     const scope = `/hsm/tail`;
     const before = g.nodes.length;
-    const gathered = g.op1(scope, "Unsqueeze", [g.op1(scope, "Gather", [t, lastIndex], { axis: 1 }), axis1]);
+    const gathered = unsqueezed1(g, scope, g.op1(scope, "Gather", [t, lastIndex], { axis: 1 }));
     entering.set(t, gathered);
     const made = g.nodes.splice(before);
     const p = producer.get(t);

@@ -19,6 +19,7 @@ import {
   type TinyModelOptions,
 } from "../../src/synthetic/llama.js";
 import { f16BitsToNumber, f32ToF16 } from "../../src/kernels/typescript/float16.js";
+import { writeAtOpset } from "../../src/synthetic/opset.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel } from "../../src/extract/extract.js";
 import { shardRange } from "../../src/extract/shard.js";
@@ -547,6 +548,42 @@ describe("hsm extract and the inputs of a graph", () => {
     const out = join(dir, "unused-input-store");
     await extract({ modelDir: m, bank, out, batchSize: 8 });
     await expectMatchesReference(out, LLAMA, m, bank);
+  });
+});
+
+describe("hsm extract on graphs of an older opset", () => {
+  // torch.onnx.export's opset 11 and 12 graphs: the rewrite's own nodes must take that opset's forms.
+  const SMALL: TinyModelOptions = { layers: 3, hidden: 32, heads: 4, kvHeads: 2, seed: 12, tokenizer: "llama3.1-1k" };
+
+  for (const opset of [11, 12] as const) {
+    for (const positionIds of [true, false]) {
+      it(`opset ${opset}${positionIds ? "" : " without position_ids (right-padded)"}: stores what an independent forward pass computes`, async () => {
+        const m = join(dir, `opset-${opset}-${positionIds}`);
+        await writeTinyModel(m, { ...SMALL, positionIds });
+        await writeAtOpset(m, opset);
+        const out = join(dir, `opset-${opset}-${positionIds}-store`);
+        const { manifest } = await extract({ modelDir: m, bank, out, batchSize: 8 });
+        expect(manifest.padding_side).toBe(positionIds ? "left" : "right");
+        await expectMatchesReference(out, SMALL, m, bank);
+      });
+    }
+  }
+
+  it("refuses an operator the graph's opset lacks in one line naming the file, writing nothing", async () => {
+    const m = join(dir, "opset-10");
+    await writeTinyModel(m, { ...SMALL, positionIds: false });
+    await writeAtOpset(m, 11);
+    const model = await loadModel(join(m, "model.onnx"));
+    model.opsetImport![0]!.version = 10;
+    writeFileSync(join(m, "model.onnx"), encodeModel(model));
+    const out = join(dir, "opset-10-store");
+    const r = hsm(["extract", "--model-dir", m, "--bank", bank, "--out", out, "--quiet"]);
+    expect(r.stderr).toBe(
+      `hsm: ${join(m, "model.onnx")}: the graph imports default-domain opset 10, and hsm's rewrite needs ` +
+        `GatherElements of opset 11 or later; export the model with opset 11 or later\n`,
+    );
+    expect(r.status).toBe(1);
+    expect(existsSync(out)).toBe(false);
   });
 });
 

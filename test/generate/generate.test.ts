@@ -14,14 +14,17 @@ import { spawn, spawnSync } from "node:child_process";
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
+import * as ort from "onnxruntime-node";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
 import { MAX_NEW_TOKENS } from "../../src/defaults.js";
 import { EXIT, UsageError } from "../../src/errors.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
-import { GenerationError, generate } from "../../src/generate/generate.js";
-import { PROMPT_STEP_TOKENS } from "../../src/generate/decode-batch.js";
+import { GenerationError, generate, rewriteForGeneration } from "../../src/generate/generate.js";
+import { NEXT_TOKEN, PROMPT_STEP_TOKENS } from "../../src/generate/decode-batch.js";
+import { encodeModel, loadModel } from "../../src/onnx/graph.js";
+import { writeAtOpset } from "../../src/synthetic/opset.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { Rng } from "../../src/util/random.js";
 import { referenceDecoder, referenceGreedy, referenceLogits } from "../helpers/llama-reference.js";
@@ -110,7 +113,7 @@ const MODELS = {
     forcedNext: [COLON, ...CHAIN].map((from, k, all) => [from, all[k + 1] ?? EOT] as const),
   },
 } satisfies Record<string, TinyModelOptions>;
-type ModelName = keyof typeof MODELS | "mixed";
+type ModelName = keyof typeof MODELS | "mixed" | "opset12";
 const modelDir = (name: ModelName) => join(dir, name);
 const options: Partial<Record<ModelName, TinyModelOptions>> = { ...MODELS };
 
@@ -179,6 +182,10 @@ beforeAll(async () => {
     ],
   };
   await writeTinyModel(modelDir("mixed"), options.mixed);
+  // The plain model without a cache as torch.onnx.export writes it at opset 12.
+  options.opset12 = { ...MODELS.noPast, seed: 25 };
+  await writeTinyModel(modelDir("opset12"), options.opset12);
+  await writeAtOpset(modelDir("opset12"), 12);
 });
 
 /** Generates `bank` with `model` at batch sizes 1 and 8; checks they agree and returns the batch-1 rows by query_id. */
@@ -648,5 +655,31 @@ describe("hsm generate refuses a model name no output can record", () => {
     expect(r.status).toBe(EXIT.usage);
     expect(r.stderr).toBe(`hsm: ${message}\n`);
     expect(existsSync(join(dir, "refused-name"))).toBe(false);
+  });
+});
+
+describe("hsm generate on a graph of opset 12", () => {
+  it("writes the float64 reference's rows at batch sizes 1 and 8", async () => {
+    await expectReference("opset12", await bothBatchSizes("opset12"));
+  });
+
+  it("picks the next token inside the graph, in the opset's forms, where the LM head stays in it", async () => {
+    const model = await loadModel(join(modelDir("opset12"), "model.onnx"));
+    rewriteForGeneration(model);
+    const session = await ort.InferenceSession.create(encodeModel(model));
+    const { tok } = await partsOf("opset12");
+    for (const row of bankRows(bank).slice(0, 4)) {
+      const ids = tok.encode(buildPrompt(row));
+      const ints = (v: number[]) => new ort.Tensor("int64", BigInt64Array.from(v, BigInt), [1, ids.length]);
+      const out = await session.run({
+        input_ids: ints(ids),
+        attention_mask: ints(ids.map(() => 1)),
+        position_ids: ints(ids.map((_, i) => i)),
+      });
+      const logits = referenceLogits(tinyConfig(options.opset12!), tinyWeights(options.opset12!), ids);
+      const best = logits.reduce((b, v, i) => (v > logits[b]! ? i : b), 0);
+      expect(Number((out[NEXT_TOKEN]!.data as BigInt64Array)[0])).toBe(best);
+    }
+    await session.release();
   });
 });

@@ -184,6 +184,11 @@ export interface ModelInspection {
   format: GraphFormat;
   /** The side whole prompts are padded on (see {@link promptPadding}). */
   promptPadding: "left" | "right";
+  /**
+   * Batches hold only prompts of one length, never padded: the graph has no `attention_mask` input, so nothing
+   * could hide padding from its attention. Positions are then 0…n−1 in every row.
+   */
+  sameLength: boolean;
 }
 
 /**
@@ -225,6 +230,7 @@ export async function inspectModel(
     outputs: (model.graph!.output ?? []).map((v) => v.name!),
     format: graphFormat(model.graph!),
     promptPadding: promptPadding(plan.inputs),
+    sameLength: !hasMask(plan.inputs),
   };
   return { inspection, model, source, tokenizer, sha256: hashing, configRaw: md.config.raw };
 }
@@ -471,7 +477,11 @@ async function openSession(
   );
   const line = parallelLine("extracting", runner.parallel, place.sessionOptions.threads);
   if (line) log(line, "info");
-  const rule: BatchRule = { size: rowsPerRun, breaks: lengthBreaks(inspected.configRaw) };
+  const rule: BatchRule = {
+    size: rowsPerRun,
+    breaks: lengthBreaks(inspected.configRaw),
+    sameLength: inspection.sameLength,
+  };
   return { runner, pad, rule };
 }
 
@@ -479,10 +489,18 @@ async function openSession(
  * The side whole prompts are padded on. A graph without a `position_ids` input counts positions itself, and
  * may count them from the padded length (optimum's legacy GPT-2 decoder), which left padding would shift; padded
  * on the right, every row's tokens sit at 0…n−1 however the graph counts, and a causal model's real tokens never
- * see the padding after them. A graph that takes positions is padded on the left, as its plan says.
+ * see the padding after them. A graph that takes positions is padded on the left, as its plan says. A graph
+ * without an `attention_mask` input is never padded (its batches hold prompts of one length): each row's last
+ * token is the last position, as with left padding.
  */
 function promptPadding(inputs: InputPlan): "left" | "right" {
-  return inputs.paddingSide === "right" || !inputs.feeds.some((f) => f.kind === "position_ids") ? "right" : "left";
+  if (inputs.paddingSide === "right") return "right";
+  return hasMask(inputs) && !inputs.feeds.some((f) => f.kind === "position_ids") ? "right" : "left";
+}
+
+/** Whether the graph takes an `attention_mask`, which hides padding from its attention. */
+function hasMask(inputs: InputPlan): boolean {
+  return inputs.feeds.some((f) => f.kind === "attention_mask");
 }
 
 /** What writing the rows in commit blocks needs. */

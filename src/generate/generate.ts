@@ -499,11 +499,12 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   };
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
-  // A graph that counts positions itself counts them from the cache's length: its rows are never padded.
+  // A graph that counts positions itself counts them from the cache's length, and one without a mask cannot hide
+  // padding from its attention: their rows are never padded.
   const rule: BatchRule = {
     size: batchDependent ? 1 : batchSize,
     breaks: lengthBreaks(md.config.raw),
-    sameLength: !right && !setup.positions,
+    sameLength: !right && (!setup.positions || !inputs.has("attention_mask")),
   };
   return {
     md,

@@ -19,6 +19,7 @@ import {
   type TinyModelOptions,
 } from "../../src/synthetic/llama.js";
 import { f16BitsToNumber, f32ToF16 } from "../../src/kernels/typescript/float16.js";
+import { changeModelFile, dropAttentionMask } from "../../src/synthetic/input-variants.js";
 import { writeAtOpset } from "../../src/synthetic/opset.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel } from "../../src/extract/extract.js";
@@ -542,6 +543,28 @@ describe("hsm extract and the inputs of a graph", () => {
     expect(r.stderr.trim()).toBe('hsm: the model has an input "token_type_ids" that hsm does not know how to feed');
     expect(existsSync(out)).toBe(false);
   });
+
+  // An export of a model called without a mask: it attends to every token, so no row may be padded.
+  for (const positionIds of [true, false]) {
+    it(`without attention_mask${positionIds ? "" : " or position_ids"}: batches of one length store what the reference computes`, async () => {
+      const m = join(dir, `no-mask-${positionIds}`);
+      const o = { ...LLAMA, withPast: false, positionIds };
+      await writeTinyModel(m, o);
+      await changeModelFile(m, dropAttentionMask);
+      const out = join(dir, `no-mask-${positionIds}-store`);
+      const { manifest } = await extract({ modelDir: m, bank, out, batchSize: 16 });
+      expect(manifest.self_check?.status).toBe("pass");
+      expect(manifest.padding_side).toBe("left");
+      await expectMatchesReference(out, o, m, bank);
+      const feeds = hsm(["inspect-model", m])
+        .stdout.split("\n")
+        .find((l) => l.startsWith("feeds"));
+      expect(feeds).toBe(
+        "feeds (prompts never padded: no attention_mask, so a batch holds prompts of one length): input_ids ← token ids" +
+          (positionIds ? "; position_ids ← 0…n−1" : ""),
+      );
+    });
+  }
 
   it("ignores an input the stored layers do not read", async () => {
     const m = await withExtraInput("token_type_ids", false);

@@ -24,6 +24,7 @@ import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "
 import { GenerationError, generate, rewriteForGeneration } from "../../src/generate/generate.js";
 import { NEXT_TOKEN, PROMPT_STEP_TOKENS } from "../../src/generate/decode-batch.js";
 import { encodeModel, loadModel } from "../../src/onnx/graph.js";
+import { changeModelFile, dropAttentionMask } from "../../src/synthetic/input-variants.js";
 import { writeAtOpset } from "../../src/synthetic/opset.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { Rng } from "../../src/util/random.js";
@@ -113,7 +114,7 @@ const MODELS = {
     forcedNext: [COLON, ...CHAIN].map((from, k, all) => [from, all[k + 1] ?? EOT] as const),
   },
 } satisfies Record<string, TinyModelOptions>;
-type ModelName = keyof typeof MODELS | "mixed" | "opset12";
+type ModelName = keyof typeof MODELS | "mixed" | "opset12" | "noMask";
 const modelDir = (name: ModelName) => join(dir, name);
 const options: Partial<Record<ModelName, TinyModelOptions>> = { ...MODELS };
 
@@ -186,6 +187,10 @@ beforeAll(async () => {
   options.opset12 = { ...MODELS.noPast, seed: 25 };
   await writeTinyModel(modelDir("opset12"), options.opset12);
   await writeAtOpset(modelDir("opset12"), 12);
+  // The plain model without a cache exported without attention_mask: it attends to every token.
+  options.noMask = { ...MODELS.noPast, seed: 26 };
+  await writeTinyModel(modelDir("noMask"), options.noMask);
+  await changeModelFile(modelDir("noMask"), dropAttentionMask);
 });
 
 /** Generates `bank` with `model` at batch sizes 1 and 8; checks they agree and returns the batch-1 rows by query_id. */
@@ -681,5 +686,11 @@ describe("hsm generate on a graph of opset 12", () => {
       expect(Number((out[NEXT_TOKEN]!.data as BigInt64Array)[0])).toBe(best);
     }
     await session.release();
+  });
+});
+
+describe("hsm generate on a graph without attention_mask", () => {
+  it("batches prompts of one length only, writing the float64 reference's rows at batch sizes 1 and 8", async () => {
+    await expectReference("noMask", await bothBatchSizes("noMask"), bankRows(bank));
   });
 });

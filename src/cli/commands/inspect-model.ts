@@ -29,9 +29,12 @@ function printInspection(dir: string, rule: string, i: ModelInspection): void {
   out(`style: ${i.plan.strategy}; computes in ${i.format.dtype}, weights ${i.format.weights}`);
   out(`inputs: ${i.inputs.map((v) => `${v.name} [${(v.shape ?? []).join(", ")}]`).join(", ")}`);
   const { feeds, unknown } = i.plan.inputs;
-  out(
-    `feeds (prompts ${i.promptPadding}-padded): ${feeds.map((f) => `${f.name} ← ${FEED_WORDS[f.kind] ?? f.kind}`).join("; ")}`,
-  );
+  // Without a mask no prompt is padded, and positions count every token.
+  const words = (kind: string) => (i.sameLength && kind === "position_ids" ? "0…n−1" : (FEED_WORDS[kind] ?? kind));
+  const padding = i.sameLength
+    ? "prompts never padded: no attention_mask, so a batch holds prompts of one length"
+    : `prompts ${i.promptPadding}-padded`;
+  out(`feeds (${padding}): ${feeds.map((f) => `${f.name} ← ${words(f.kind)}`).join("; ")}`);
   if (unknown.length) out(`not fed: ${unknown.join(", ")} (a run stops if the stored layers read them)`);
   out(
     `outputs: ${i.outputs.length > 6 ? `${i.outputs.slice(0, 6).join(", ")}, … (${i.outputs.length})` : i.outputs.join(", ")}`,

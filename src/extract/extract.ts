@@ -39,6 +39,7 @@ import {
   type HiddenPlan,
   type HiddenTensor,
 } from "../model/detect.js";
+import { declaredBatch } from "../model/feeds.js";
 import type { InputPlan } from "../model/styles/style.js";
 import { checkExternalData } from "../model/external-data.js";
 import { decodeModelOf, openModelDir } from "../model/model-dir.js";
@@ -275,11 +276,12 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     ? { index: o.shard.index, count: o.shard.count, row_start: start, row_end: end, rows_total: main.length }
     : undefined;
   const modelSha = await inspected.sha256!;
+  const batching = rowsPerRun(inspected, batchSize);
 
   const init = storeInit(o, inspection, tensors, rows, shard, modelSha);
   init.extraction = {
     rows_sha256: rowsSha256(main),
-    batch_size: inspection.format.batchDependent ? 1 : batchSize,
+    batch_size: batching.rows,
     commit_rows: commitRows,
     device: o.device ?? "cpu",
   };
@@ -295,7 +297,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     };
   }
   // The sessions load (in their threads) while this one tokenizes.
-  const opening = openSession(inspected, tensors, batchSize, rows.length, o, log);
+  const opening = openSession(inspected, tensors, batching, rows.length, o, log);
   opening.catch(() => {});
   let tokens: number[][];
   try {
@@ -405,7 +407,7 @@ export function rowsSha256(rows: readonly BankRow[]): string {
 async function openSession(
   inspected: Awaited<ReturnType<typeof inspectModel>>,
   tensors: HiddenTensor[],
-  batchSize: number,
+  batching: ReturnType<typeof rowsPerRun>,
   rows: number,
   o: ExtractOptions,
   log: NonNullable<ExtractOptions["log"]>,
@@ -413,10 +415,9 @@ async function openSession(
   const { inspection } = inspected;
   const device = o.device ?? "cpu";
   checkDevice(device, graphNeeds(inspection.onnxPath, inspected.model));
-  // Activations quantized per tensor make a row's state depend on its batch: such graphs run one row at a time.
-  const rowsPerRun = inspection.format.batchDependent ? 1 : batchSize;
+  const { rows: perRun, fixed, why } = batching;
   const weights = weightBytes(inspection.onnxPath, inspected.model.graph!);
-  const place = placeSessions(o, weights, Math.ceil(rows / rowsPerRun), "extracting", log);
+  const place = placeSessions(o, weights, Math.ceil(rows / perRun), "extracting", log);
   // The weights were left unread (inspectModel); WebGPU may widen float16 ones in memory.
   if (device === "webgpu") await inspected.source.fill();
   const widened = forDevice(device, inspection.onnxPath, inspected.model);
@@ -460,7 +461,12 @@ async function openSession(
   }
   const pad = paddingSide === "right" ? rightPad : leftPad;
   collectGarbage();
-  const setup: StatesSetup = { inputFeeds, layers: tensors.length, d: inspection.dModel };
+  const setup: StatesSetup = {
+    inputFeeds,
+    layers: tensors.length,
+    d: inspection.dModel,
+    ...(fixed !== undefined ? { fixedBatch: fixed } : {}),
+  };
   const script = extractionWorkerScript();
   // Worker threads load the staged file; where there is none (weights inlined, or running from the TypeScript
   // sources), one session on the main thread takes every core.
@@ -469,8 +475,7 @@ async function openSession(
       ? workerStates(script, place.workers, { model: file, options: place.sessionOptions, setup })
       : sessionStates(await loadSession(file, place.aloneOptions), setup),
   );
-  if (rowsPerRun < batchSize)
-    log("the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time", "info");
+  if (why !== undefined) log(why, "info");
   log(
     `graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`,
     "info",
@@ -478,11 +483,36 @@ async function openSession(
   const line = parallelLine("extracting", runner.parallel, place.sessionOptions.threads);
   if (line) log(line, "info");
   const rule: BatchRule = {
-    size: rowsPerRun,
+    size: perRun,
     breaks: lengthBreaks(inspected.configRaw),
     sameLength: inspection.sameLength,
   };
   return { runner, pad, rule };
+}
+
+/**
+ * Rows per batch: `batchSize`, or fewer where the graph needs it, with the line telling the user why. Activations
+ * quantized per tensor make a row's state depend on its batch, so such graphs run one row at a time; a graph whose
+ * inputs fix the batch at n (see declaredBatch) runs batches of at most n rows, a smaller one filled out to n.
+ */
+function rowsPerRun(
+  inspected: Awaited<ReturnType<typeof inspectModel>>,
+  batchSize: number,
+): { rows: number; fixed?: number; why?: string } {
+  const { inspection } = inspected;
+  const fixed = declaredBatch(inspection.onnxPath, inspected.model.graph!, inspection.plan.inputs.feeds);
+  const at = fixed === undefined ? {} : { fixed };
+  if (inspection.format.batchDependent)
+    return {
+      rows: 1,
+      ...at,
+      why: "the graph quantizes activations per tensor (DynamicQuantizeLinear), so rows run one at a time",
+    };
+  if (fixed === undefined) return { rows: batchSize };
+  const rows = Math.min(batchSize, fixed);
+  const how =
+    fixed === 1 ? "rows run one at a time" : `every batch runs as ${fixed} rows, a smaller one filled out with copies`;
+  return { rows, fixed, why: `${inspection.onnxPath}: the graph's inputs fix the batch at ${fixed}, so ${how}` };
 }
 
 /**

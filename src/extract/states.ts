@@ -8,7 +8,7 @@
 import type * as ort from "onnxruntime-node";
 
 import { InternalError } from "../errors.js";
-import type { BatchFeeds } from "../model/batching.js";
+import { fillBatch, type BatchFeeds } from "../model/batching.js";
 import { promptFeeds } from "../model/feeds.js";
 import { hiddenBits } from "../model/hidden-output.js";
 import type { InputPlan } from "../model/styles/style.js";
@@ -22,6 +22,8 @@ export interface StatesSetup {
   /** Stored layers. */
   layers: number;
   d: number;
+  /** The batch the graph's inputs fix (see declaredBatch): a smaller batch runs filled out to it. */
+  fixedBatch?: number;
 }
 
 /** Where extraction's batches run: each batch's states as float16 bits, [batch, layers, d]. */
@@ -33,18 +35,21 @@ export async function batchStates(
   setup: StatesSetup,
   f: BatchFeeds,
 ): Promise<Uint16Array> {
-  const out = (await session.run(promptFeeds(setup.inputFeeds, f), [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
+  const run = setup.fixedBatch === undefined ? f : fillBatch(f, setup.fixedBatch);
+  const out = (await session.run(promptFeeds(setup.inputFeeds, run), [HIDDEN_OUTPUT]))[HIDDEN_OUTPUT]!;
   if (
     out.dims.length !== 3 ||
-    num(out.dims[0]) !== f.batch ||
+    num(out.dims[0]) !== run.batch ||
     num(out.dims[1]) !== setup.layers ||
     num(out.dims[2]) !== setup.d
   ) {
     throw new InternalError(
-      `the rewritten model returned shape [${out.dims.join(", ")}], expected [${f.batch}, ${setup.layers}, ${setup.d}]`,
+      `the rewritten model returned shape [${out.dims.join(", ")}], expected [${run.batch}, ${setup.layers}, ${setup.d}]`,
     );
   }
-  return hiddenBits(out);
+  const bits = hiddenBits(out);
+  // The rows filling out a fixed batch are dropped.
+  return run === f ? bits : bits.subarray(0, f.batch * setup.layers * setup.d);
 }
 
 /** Batches run on the main thread's session, one at a time. */

@@ -7,14 +7,16 @@
  * choice within float32, and a difference there says nothing against the
  * cache. A difference anywhere else refuses it.
  */
-import * as ort from "onnxruntime-node";
+import type * as ort from "onnxruntime-node";
 
 import { f16ToF32 } from "../kernels/typescript/float16.js";
 import type { BatchRule } from "../model/batching.js";
+import { intTensor } from "../model/feeds.js";
 import { createSession, loadSession, stageModel, type SessionOptions } from "../model/session.js";
 import { decodeModel, encodeModel, trimEmptyInputs } from "../onnx/graph.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
 import { readWhole } from "../util/fs.js";
+import type { DecodeSetup } from "./decode-batch.js";
 import type { Decoders } from "./workers.js";
 
 /** New tokens an added KV cache must agree on with full recomputation before it is used. */
@@ -53,7 +55,8 @@ export async function cacheDeparture(
     order.slice(order.length >> 1).find((i) => tokens[i]!.length !== tokens[shortest]!.length) ?? order.at(-1)!;
   const probe = [...new Set([shortest, other])].map((i) => tokens[i]!);
   try {
-    for (const batch of rule.sameLength ? probe.map((p) => [p]) : [probe]) {
+    // Each prompt alone where batches hold one length, or fewer rows than the probe's (a graph fixing the batch at 1).
+    for (const batch of rule.sameLength || rule.size < probe.length ? probe.map((p) => [p]) : [probe]) {
       const withCache = await decoders.decode(batch, true, CACHE_PROBE_TOKENS);
       const recomputed = await decoders.decode(batch, false, CACHE_PROBE_TOKENS);
       for (const [b, want] of recomputed.entries()) {
@@ -103,25 +106,33 @@ async function exportedSession(onnxPath: string, options: SessionOptions): Promi
 
 /**
  * Reads the next token's logits of one prompt from the graph file as exported, in a session of its own opened
- * per call (it runs only where the probe's tokens differ): batch 1, no padding, positions 0…n−1 where the graph
- * takes them; float16 logits widened. The graph's first output holds the logits where it has none named `logits`.
+ * per call (it runs only where the probe's tokens differ): batch 1 (the prompt repeated where the graph's inputs
+ * fix a larger batch), no padding, positions 0…n−1 where the graph takes them, each input in the integer type the
+ * graph declares; float16 logits widened. The graph's first output holds the logits where it has none named
+ * `logits`.
  */
-export function exportedLogits(onnxPath: string, options: SessionOptions, positions: boolean): LastLogits {
+export function exportedLogits(
+  onnxPath: string,
+  options: SessionOptions,
+  setup: Pick<DecodeSetup, "positions" | "int32" | "fixedBatch">,
+): LastLogits {
+  const int32 = new Set(setup.int32);
+  const rows = setup.fixedBatch ?? 1;
   return async (prompt) => {
     const session = await exportedSession(onnxPath, options);
     try {
       const n = prompt.length;
-      const ids = BigInt64Array.from(prompt, (t) => BigInt(t));
-      const feeds: Record<string, ort.Tensor> = {
-        input_ids: new ort.Tensor("int64", ids, [1, n]),
-        attention_mask: new ort.Tensor("int64", new BigInt64Array(n).fill(1n), [1, n]),
-      };
-      if (positions)
-        feeds.position_ids = new ort.Tensor(
-          "int64",
-          BigInt64Array.from({ length: n }, (_, i) => BigInt(i)),
-          [1, n],
+      const ints = (name: string, row: (i: number) => number) =>
+        intTensor(
+          BigInt64Array.from({ length: rows * n }, (_, i) => BigInt(row(i % n))),
+          [rows, n],
+          int32.has(name),
         );
+      const feeds: Record<string, ort.Tensor> = {
+        input_ids: ints("input_ids", (i) => prompt[i]!),
+        attention_mask: ints("attention_mask", () => 1),
+      };
+      if (setup.positions) feeds.position_ids = ints("position_ids", (i) => i);
       const name = session.outputNames.includes("logits") ? "logits" : session.outputNames[0]!;
       const out = (await session.run(feeds, [name]))[name]!;
       const vocab = out.dims.at(-1)!;

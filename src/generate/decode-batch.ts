@@ -11,7 +11,7 @@ import { headKernels } from "../kernels/default.js";
 import { InternalError } from "../errors.js";
 import { leftPad, rightPad } from "../model/batching.js";
 import { GreedyRows } from "./rules.js";
-import { emptyPast } from "../model/feeds.js";
+import { emptyPast, intTensor } from "../model/feeds.js";
 import { isPresentOutput, pastFor } from "../onnx/kv-cache.js";
 import type { HeadSetup } from "./lm-head.js";
 import { DataType, valueShape, type ValueInfoProto } from "../onnx/graph.js";
@@ -52,6 +52,10 @@ export interface DecodeSetup {
   embedding?: EmbeddingSource & { readsIds: boolean };
   /** The cache joined outside the graph, from the new positions each step outputs (cache-join.ts); undefined: the graph outputs the whole cache. */
   joins?: CacheJoin[];
+  /** The inputs among `input_ids`, `attention_mask` and `position_ids` that the graph declares int32 (the others int64). */
+  int32: string[];
+  /** The batch the graph's inputs fix (see declaredBatch): a smaller batch decodes filled out to it. */
+  fixedBatch?: number;
 }
 
 /**
@@ -97,7 +101,15 @@ export async function decodeBatch(
   cached: boolean,
   newTokens = setup.maxNewTokens,
 ): Promise<number[][]> {
+  const fill = setup.fixedBatch === undefined ? 0 : setup.fixedBatch - prompts.length;
+  // The rows filling out a fixed batch copy the last prompt; their tokens are dropped.
+  if (fill > 0) {
+    const filled = [...prompts, ...Array.from({ length: fill }, () => prompts.at(-1)!)];
+    return (await decodeBatch(session, setup, filled, cached, newTokens)).slice(0, prompts.length);
+  }
   const B = prompts.length;
+  const int32 = new Set(setup.int32);
+  const ints = (name: string, values: BigInt64Array, dims: number[]) => intTensor(values, dims, int32.has(name));
   const nextTokens = tokenPicker(setup, B);
   const pad = setup.right ? rightPad : leftPad;
   const greedy = new GreedyRows(B, new Set(setup.eos), newTokens);
@@ -125,16 +137,18 @@ export async function decodeBatch(
   try {
     while (!greedy.done()) {
       const feeds: Record<string, ort.Tensor> = {
-        attention_mask: new ort.Tensor("int64", mask, [B, maskLen]),
+        attention_mask: ints("attention_mask", mask, [B, maskLen]),
         ...past,
       };
-      if (!embedding || embedding.readsIds) feeds.input_ids = new ort.Tensor("int64", ids, [B, idsLen]);
+      if (!embedding || embedding.readsIds) feeds.input_ids = ints("input_ids", ids, [B, idsLen]);
       if (rows) feeds[INPUTS_EMBEDS] = new ort.Tensor("float32", rows.rows(ids), [B, idsLen, embedding!.d]);
-      if (setup.positions) feeds.position_ids = new ort.Tensor("int64", positions, [B, idsLen]);
+      if (setup.positions) feeds.position_ids = ints("position_ids", positions, [B, idsLen]);
       if (setup.branch)
         feeds[setup.branch] = new ort.Tensor("bool", Uint8Array.of(cached && maskLen > idsLen ? 1 : 0), [1]);
       // The first step of a long batch runs in chunks of rows where the cache is joined from their pieces.
-      const chunks = joined && idsLen > 1 ? Math.ceil((B * idsLen) / PROMPT_STEP_TOKENS) : 1;
+      // (Not where the graph's inputs fix the batch, which every chunk would have to fill.)
+      const chunks =
+        joined && idsLen > 1 && setup.fixedBatch === undefined ? Math.ceil((B * idsLen) / PROMPT_STEP_TOKENS) : 1;
       const results =
         chunks > 1 ? await runInChunks(session, feeds, B, Math.ceil(B / chunks)) : [await session.run(feeds)];
       const result = results.length === 1 ? results[0]! : joinRows(results, new Set(setup.joins!.map((j) => j.output)));

@@ -32,6 +32,7 @@ import { collectGarbage } from "../util/memory.js";
 import { computeCores } from "../util/cores.js";
 import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
+import { declaredBatch } from "../model/feeds.js";
 import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
 import { LAST_HIDDEN, NEXT_TOKEN, pastInputs, type DecodeSetup } from "./decode-batch.js";
 import { cacheDeparture, exportedLogits } from "./cache-probe.js";
@@ -405,7 +406,7 @@ async function decodeJob(
   if (!opened.cached) log("the model has no KV cache, and hsm finds none it can add: recomputing every step", "info");
   try {
     if (opened.added) {
-      const logitsOf = exportedLogits(job.md.onnxPath, place.sessionOptions, job.setup.positions);
+      const logitsOf = exportedLogits(job.md.onnxPath, place.sessionOptions, job.setup);
       const differs = await cacheDeparture(decoders, job.tokens, job.rule, logitsOf);
       useCache = differs === undefined;
       log(
@@ -487,6 +488,8 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
     throw new DetectionError(`${md.onnxPath}: a right-padded graph needs an attention_mask input`);
   // Activations quantized per tensor make a row's tokens depend on its batch: such graphs decode one row at a time.
   const batchDependent = graphFormat(model.graph!).batchDependent;
+  // A graph whose inputs fix the batch decodes batches of at most that many rows, filled out to it.
+  const fixedBatch = declaredBatch(md.onnxPath, model.graph!, plan.feeds);
   const branch = plan.feeds.find((f) => f.kind === "use_cache_branch")?.name;
   const setup: DecodeSetup = {
     padId: tokenizer.padId,
@@ -496,13 +499,15 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
     positions: inputs.has("position_ids"),
     right,
     branch,
+    int32: plan.feeds.filter((f) => f.int32).map((f) => f.name),
+    ...(fixedBatch !== undefined ? { fixedBatch } : {}),
   };
   // A cache changes what a step quantizes per tensor (one token instead of the whole sequence), so those graphs keep recomputing.
   const shape = attentionShape(md.config.raw);
   // A graph that counts positions itself counts them from the cache's length, and one without a mask cannot hide
   // padding from its attention: their rows are never padded.
   const rule: BatchRule = {
-    size: batchDependent ? 1 : batchSize,
+    size: batchDependent ? 1 : Math.min(batchSize, fixedBatch ?? batchSize),
     breaks: lengthBreaks(md.config.raw),
     sameLength: !right && (!setup.positions || !inputs.has("attention_mask")),
   };

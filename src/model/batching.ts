@@ -85,3 +85,25 @@ export const leftPad = (sequences: readonly number[][], padId: number): BatchFee
   padBatch(sequences, padId, "left");
 export const rightPad = (sequences: readonly number[][], padId: number): BatchFeeds =>
   padBatch(sequences, padId, "right");
+
+/**
+ * `f` grown to `rows` rows by copies of its last row, for a graph whose inputs fix the batch: each row's states
+ * are those of the row alone, so the copies change nothing and their outputs are dropped.
+ */
+export function fillBatch(f: BatchFeeds, rows: number): BatchFeeds {
+  if (f.batch >= rows) return f;
+  const T = f.length;
+  const grow = (a: BigInt64Array) => {
+    const out = new BigInt64Array(rows * T);
+    out.set(a);
+    for (let b = f.batch; b < rows; b++) out.copyWithin(b * T, (f.batch - 1) * T, f.batch * T);
+    return out;
+  };
+  return {
+    batch: rows,
+    length: T,
+    inputIds: grow(f.inputIds),
+    attentionMask: grow(f.attentionMask),
+    positionIds: grow(f.positionIds),
+  };
+}

@@ -1,8 +1,11 @@
 /**
  * A written model's inputs as other exporters declare them, the computation
  * unchanged: no `attention_mask` (an export of a model called without one,
- * which attends to every token: the graph's mask becomes all ones inside it).
- * Passes over a written folder, like rename.ts and opset.ts.
+ * which attends to every token: the graph's mask becomes all ones inside it),
+ * int32 token ids, mask and positions (cast to int64 inside, as an export
+ * traced with int32 inputs reads them), and fixed dimensions (an export
+ * without dynamic axes). Passes over a written folder, like rename.ts and
+ * opset.ts.
  */
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -45,6 +48,40 @@ export function dropAttentionMask(model: ModelProto): void {
     ...(graph.node ?? []),
   ];
   graph.input = (graph.input ?? []).filter((v) => v !== mask);
+}
+
+/** The inputs declared int32 by {@link int32Inputs}. */
+const TOKEN_INPUTS = new Set(["input_ids", "attention_mask", "position_ids"]);
+
+/** Declares `model`'s token ids, mask and positions int32, in place; the graph casts each to int64 before use. */
+export function int32Inputs(model: ModelProto): void {
+  const graph = model.graph!;
+  const casts = [];
+  for (const v of graph.input ?? []) {
+    if (!TOKEN_INPUTS.has(v.name!)) continue;
+    const wide = `/model/${v.name}/Cast_output_0`;
+    rewire(graph, v.name!, wide);
+    casts.push({
+      name: `/model/${v.name}/Cast`,
+      opType: "Cast",
+      input: [v.name!],
+      output: [wide],
+      attribute: [{ name: "to", type: 2, i: DataType.INT64 }],
+    });
+    v.type!.tensorType!.elemType = DataType.INT32;
+  }
+  graph.node = [...casts, ...(graph.node ?? [])];
+}
+
+/**
+ * Fixes dimension `axis` of every input of `model` that is `[batch, sequence]` or a KV-cache input (batch first)
+ * at `size`, in place: the batch (axis 0) or the sequence length (axis 1) of an export without dynamic axes.
+ */
+export function fixDimension(model: ModelProto, axis: 0 | 1, size: number): void {
+  for (const v of model.graph!.input ?? []) {
+    if (!TOKEN_INPUTS.has(v.name!) && !(axis === 0 && isPastInput(v.name!))) continue;
+    v.type!.tensorType!.shape!.dim![axis] = { dimValue: size };
+  }
 }
 
 /** The int64 1, little-endian. */

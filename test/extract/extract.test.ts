@@ -19,12 +19,12 @@ import {
   type TinyModelOptions,
 } from "../../src/synthetic/llama.js";
 import { f16BitsToNumber, f32ToF16 } from "../../src/kernels/typescript/float16.js";
-import { changeModelFile, dropAttentionMask } from "../../src/synthetic/input-variants.js";
+import { changeModelFile, dropAttentionMask, fixDimension, int32Inputs } from "../../src/synthetic/input-variants.js";
 import { writeAtOpset } from "../../src/synthetic/opset.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel } from "../../src/extract/extract.js";
 import { shardRange } from "../../src/extract/shard.js";
-import { DataType, encodeModel, loadModel, valueInfo } from "../../src/onnx/graph.js";
+import { DataType, encodeModel, loadModel, valueInfo, type ModelProto } from "../../src/onnx/graph.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { Rng } from "../../src/util/random.js";
 import { referenceHidden } from "../helpers/llama-reference.js";
@@ -40,6 +40,15 @@ const LLAMA: TinyModelOptions = {
   kvHeads: 2,
   withPast: true,
   seed: 7,
+  tokenizer: "llama3.1-1k",
+};
+/** A small model without a cache, for the graph variants. */
+const SMALL_PLAIN: TinyModelOptions = {
+  layers: 3,
+  hidden: 32,
+  heads: 4,
+  kvHeads: 2,
+  seed: 9,
   tokenizer: "llama3.1-1k",
 };
 const QWEN: TinyModelOptions = { layers: 3, hidden: 32, heads: 4, kvHeads: 1, tokenizer: "qwen3", seed: 8 };
@@ -565,6 +574,58 @@ describe("hsm extract and the inputs of a graph", () => {
       );
     });
   }
+
+  /** A small model without a cache whose graph `change` rewrites, in its own folder. */
+  async function variant(name: string, change: (model: ModelProto) => void, o: TinyModelOptions = SMALL_PLAIN) {
+    const m = join(dir, name);
+    await writeTinyModel(m, o);
+    await changeModelFile(m, change);
+    return m;
+  }
+
+  it("feeds token ids, mask and positions declared int32 as int32", async () => {
+    const m = await variant("int32-inputs", int32Inputs);
+    const out = join(dir, "int32-inputs-store");
+    await extract({ modelDir: m, bank, out, batchSize: 16 });
+    await expectMatchesReference(out, SMALL_PLAIN, m, bank);
+  });
+
+  for (const rows of [1, 4]) {
+    it(`runs batches of at most ${rows} row(s) where the inputs fix the batch at ${rows}, filling out a smaller one`, async () => {
+      const m = await variant(`fixed-batch-${rows}`, (model) => fixDimension(model, 0, rows));
+      const out = join(dir, `fixed-batch-${rows}-store`);
+      const messages: string[] = [];
+      const { manifest } = await extract({ modelDir: m, bank, out, batchSize: 16, log: (l) => messages.push(l) });
+      expect(manifest.extraction?.batch_size).toBe(rows);
+      expect(messages).toContain(
+        `${join(m, "model.onnx")}: the graph's inputs fix the batch at ${rows}, so ` +
+          (rows === 1 ? "rows run one at a time" : "every batch runs as 4 rows, a smaller one filled out with copies"),
+      );
+      await expectMatchesReference(out, SMALL_PLAIN, m, bank);
+    });
+  }
+
+  it.each([
+    [
+      "a fixed sequence length",
+      (model: ModelProto) => fixDimension(model, 1, 12),
+      "input input_ids fixes the sequence length at 12; prompts differ in length, so hsm needs a graph exported with a dynamic sequence axis",
+    ],
+    [
+      "a float mask",
+      (model: ModelProto) => {
+        model.graph!.input!.find((v) => v.name === "attention_mask")!.type!.tensorType!.elemType = DataType.FLOAT;
+      },
+      "input attention_mask is declared float; hsm feeds attention_mask as int32 or int64 integers",
+    ],
+  ])("refuses %s in one line naming the file and the input, writing nothing", async (what, change, message) => {
+    const m = await variant(`refused-${what.replaceAll(" ", "-")}`, change);
+    const out = join(dir, `refused-${what.replaceAll(" ", "-")}-store`);
+    const r = hsm(["extract", "--model-dir", m, "--bank", bank, "--out", out, "--quiet"]);
+    expect(r.stderr).toBe(`hsm: ${join(m, "model.onnx")}: ${message}\n`);
+    expect(r.status).toBe(1);
+    expect(existsSync(out)).toBe(false);
+  });
 
   it("ignores an input the stored layers do not read", async () => {
     const m = await withExtraInput("token_type_ids", false);

@@ -51,14 +51,14 @@ describe("the added cache's probe", () => {
   });
 
   it("reads the exported graph's logits: the float64 reference's, the twins tied", async () => {
-    const logits = await exportedLogits(file, { threads: 1 }, true)(prompt);
+    const logits = await exportedLogits(file, { threads: 1 }, { positions: true, int32: [] })(prompt);
     expect(logits.length).toBe(c.vocab_size);
     for (let v = 0; v < c.vocab_size; v++) expect(Math.abs(logits[v]! - reference[v]!)).toBeLessThan(1e-3);
     expect(logits[twin]).toBe(logits[top]);
   });
 
   it("accepts a cache whose token departs at a near tie, and refuses one that departs beyond it, with the gap", async () => {
-    const logitsOf = exportedLogits(file, { threads: 1 }, true);
+    const logitsOf = exportedLogits(file, { threads: 1 }, { positions: true, int32: [] });
     const tokens = [prompt, [...prompt, 5, 6]];
     // Row 0 (the shortest prompt) takes the top token's twin at new token 2; after it the rows part for good.
     const seen: number[][] = [];

@@ -24,7 +24,7 @@ import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "
 import { GenerationError, generate, rewriteForGeneration } from "../../src/generate/generate.js";
 import { NEXT_TOKEN, PROMPT_STEP_TOKENS } from "../../src/generate/decode-batch.js";
 import { encodeModel, loadModel } from "../../src/onnx/graph.js";
-import { changeModelFile, dropAttentionMask } from "../../src/synthetic/input-variants.js";
+import { changeModelFile, dropAttentionMask, fixDimension, int32Inputs } from "../../src/synthetic/input-variants.js";
 import { writeAtOpset } from "../../src/synthetic/opset.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { Rng } from "../../src/util/random.js";
@@ -114,7 +114,7 @@ const MODELS = {
     forcedNext: [COLON, ...CHAIN].map((from, k, all) => [from, all[k + 1] ?? EOT] as const),
   },
 } satisfies Record<string, TinyModelOptions>;
-type ModelName = keyof typeof MODELS | "mixed" | "opset12" | "noMask";
+type ModelName = keyof typeof MODELS | "mixed" | "opset12" | "noMask" | "int32" | "fixedBatch";
 const modelDir = (name: ModelName) => join(dir, name);
 const options: Partial<Record<ModelName, TinyModelOptions>> = { ...MODELS };
 
@@ -191,6 +191,13 @@ beforeAll(async () => {
   options.noMask = { ...MODELS.noPast, seed: 26 };
   await writeTinyModel(modelDir("noMask"), options.noMask);
   await changeModelFile(modelDir("noMask"), dropAttentionMask);
+  // The same exported with int32 ids, mask and positions, and with the batch fixed at 2.
+  options.int32 = { ...MODELS.noPast, seed: 27 };
+  await writeTinyModel(modelDir("int32"), options.int32);
+  await changeModelFile(modelDir("int32"), int32Inputs);
+  options.fixedBatch = { ...MODELS.noPast, seed: 28 };
+  await writeTinyModel(modelDir("fixedBatch"), options.fixedBatch);
+  await changeModelFile(modelDir("fixedBatch"), (model) => fixDimension(model, 0, 2));
 });
 
 /** Generates `bank` with `model` at batch sizes 1 and 8; checks they agree and returns the batch-1 rows by query_id. */
@@ -692,5 +699,15 @@ describe("hsm generate on a graph of opset 12", () => {
 describe("hsm generate on a graph without attention_mask", () => {
   it("batches prompts of one length only, writing the float64 reference's rows at batch sizes 1 and 8", async () => {
     await expectReference("noMask", await bothBatchSizes("noMask"), bankRows(bank));
+  });
+});
+
+describe("hsm generate on a graph's declared inputs", () => {
+  it("feeds int32 where the graph declares int32, writing the float64 reference's rows", async () => {
+    await expectReference("int32", await bothBatchSizes("int32"));
+  });
+
+  it("decodes batches of at most the batch the inputs fix, filling out a smaller one", async () => {
+    await expectReference("fixedBatch", await bothBatchSizes("fixedBatch"));
   });
 });

@@ -34,7 +34,7 @@ function printInspection(dir: string, rule: string, i: ModelInspection): void {
   const padding = i.sameLength
     ? "prompts never padded: no attention_mask, so a batch holds prompts of one length"
     : `prompts ${i.promptPadding}-padded`;
-  out(`feeds (${padding}): ${feeds.map((f) => `${f.name} ← ${words(f.kind)}`).join("; ")}`);
+  out(`feeds (${padding}): ${feeds.map((f) => `${f.name} ← ${words(f.kind)}${f.int32 ? " (int32)" : ""}`).join("; ")}`);
   if (unknown.length) out(`not fed: ${unknown.join(", ")} (a run stops if the stored layers read them)`);
   out(
     `outputs: ${i.outputs.length > 6 ? `${i.outputs.slice(0, 6).join(", ")}, … (${i.outputs.length})` : i.outputs.join(", ")}`,

@@ -31,8 +31,11 @@ export type FeedKind = "input_ids" | "attention_mask" | "position_ids" | "past" 
 
 /** How a style's graph is run. */
 export interface InputPlan {
-  /** Every input fed, with its declared shape (numbers for fixed dimensions). */
-  feeds: { name: string; kind: FeedKind; dims: (number | string)[]; float16?: boolean }[];
+  /**
+   * Every input fed, with its declared shape (numbers for fixed dimensions); `int32` for token ids, a mask or
+   * positions declared int32 (fed as int32; int64 otherwise), `float16` for a float16 KV-cache input.
+   */
+  feeds: { name: string; kind: FeedKind; dims: (number | string)[]; int32?: boolean; float16?: boolean }[];
   /** Graph inputs no feed kind covers: a run stops on them with an error naming them. */
   unknown: string[];
   /** Where batches are padded; "right" for graphs whose attention ignores a left-padding mask. */
@@ -86,7 +89,8 @@ export function standardInputs(graph: GraphProto): InputPlan {
   for (const v of graph.input ?? []) {
     const name = v.name!;
     const dims = valueShape(v) ?? [];
-    if (direct.has(name)) feeds.push({ name, kind: name as FeedKind, dims });
+    const int32 = v.type?.tensorType?.elemType === DataType.INT32;
+    if (direct.has(name)) feeds.push({ name, kind: name as FeedKind, dims, ...(int32 ? { int32 } : {}) });
     // CUDA builds take float16 KV-cache inputs.
     else if (isPastInput(name))
       feeds.push({

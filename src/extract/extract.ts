@@ -307,6 +307,13 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     throw err;
   }
   const { runner, pad, rule } = await opening;
+  // The shortest row runs once before anything is written: a graph onnxruntime cannot run leaves no store behind.
+  try {
+    await runner.run(pad([tokens.reduce((a, t) => (t.length < a.length ? t : a))], tokenizer.padId));
+  } catch (err) {
+    await runner.close().catch(() => {});
+    throw runError(o.device ?? "cpu", inspection.onnxPath, err) ?? err;
+  }
   let release: (() => Promise<void>) | undefined;
   let writer: StoreWriter | undefined;
   try {

@@ -24,7 +24,7 @@ import { writeAtOpset } from "../../src/synthetic/opset.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel } from "../../src/extract/extract.js";
 import { shardRange } from "../../src/extract/shard.js";
-import { DataType, encodeModel, loadModel, valueInfo, type ModelProto } from "../../src/onnx/graph.js";
+import { DataType, encodeModel, int64Tensor, loadModel, valueInfo, type ModelProto } from "../../src/onnx/graph.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { Rng } from "../../src/util/random.js";
 import { referenceHidden } from "../helpers/llama-reference.js";
@@ -624,6 +624,26 @@ describe("hsm extract and the inputs of a graph", () => {
     const r = hsm(["extract", "--model-dir", m, "--bank", bank, "--out", out, "--quiet"]);
     expect(r.stderr).toBe(`hsm: ${join(m, "model.onnx")}: ${message}\n`);
     expect(r.status).toBe(1);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("runs one row before the store is made: a graph onnxruntime cannot run leaves nothing behind", async () => {
+    // The token ids plus five zeros: a shape error at run time for every prompt not five tokens long.
+    const m = await variant("fails-at-run", (model) => {
+      const graph = model.graph!;
+      graph.initializer!.push(int64Tensor("/test/five_zeros", [0, 0, 0, 0, 0]));
+      graph.node!.find((n) => n.name === "/model/embed_tokens/Gather")!.input![1] = "/test/ids_plus_zeros";
+      graph.node!.unshift({
+        name: "/test/Add",
+        opType: "Add",
+        input: ["input_ids", "/test/five_zeros"],
+        output: ["/test/ids_plus_zeros"],
+      });
+    });
+    const out = join(dir, "fails-at-run-store");
+    const r = hsm(["extract", "--model-dir", m, "--bank", bank, "--out", out, "--quiet"]);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/Add/);
     expect(existsSync(out)).toBe(false);
   });
 

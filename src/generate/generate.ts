@@ -26,7 +26,7 @@ import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, defaultModelName, MAX_
 import { FileError, HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
-import { makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
+import { fileError, makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
 import { checkName } from "../util/stem.js";
 import { collectGarbage } from "../util/memory.js";
 import { computeCores } from "../util/cores.js";
@@ -253,8 +253,9 @@ const NOT_OURS = "refusing to append to it: use a new --out, or delete the file 
 /**
  * Reads what a previous run wrote: the query_ids answered, and whether rows
  * carrying an `error` are to be tried again. A last line cut off mid-write (no
- * newline yet) is removed; any other line that is not one of this run's own
- * rows (see {@link foreignField}) stops the run.
+ * newline yet, and beginning as this run's rows begin) is removed; any other
+ * line that is not one of this run's own rows (see {@link foreignField}) stops
+ * the run, the file left as it was.
  */
 async function resumeFile(path: string, own: OwnAnswers): Promise<{ done: Set<string>; keep: string[] | undefined }> {
   const done = new Set<string>();
@@ -303,9 +304,49 @@ async function resumeFile(path: string, own: OwnAnswers): Promise<{ done: Set<st
       kept.push(line);
     }
   }
-  // What follows the last newline is a line torn by a crash.
-  if (start < bytes.length) await truncate(path, start);
+  // What follows the last newline is a line torn by a crash, if it begins as this run's rows begin; anything
+  // else there (a file without a newline: a JSON document, a binary file, a one-line bank) is not ours to cut.
+  if (start < bytes.length) {
+    if (!tornOwnLine(bytes.subarray(start), own)) {
+      throw new GenerationsFileError(
+        path,
+        lineNo + 1,
+        `is not a generations row of this run, nor a line of one cut off by a crash; ${NOT_OURS}`,
+      );
+    }
+    try {
+      await truncate(path, start);
+    } catch (err) {
+      throw fileError(err, path, "write");
+    }
+  }
   return { done, keep: failedRows > 0 ? kept : undefined };
+}
+
+/** The fields every row of a generations file begins with, in the order they are written. */
+function rowStart(r: BankRow, model: string, modelSha256: string) {
+  return {
+    query_id: r.query_id,
+    fact_id: r.fact_id,
+    condition_family: r.condition_family,
+    model,
+    model_sha256: modelSha256,
+  };
+}
+
+/**
+ * Whether `tail`, the bytes after the last newline, is what a crash leaves of one of this run's rows: the start of
+ * a row for some bank query as {@link batchWriter} writes it, up to its `model_sha256` at least where it is that long.
+ */
+function tornOwnLine(tail: Buffer, own: OwnAnswers): boolean {
+  return own.rows.some((r) => {
+    const head = JSON.stringify(rowStart(r, own.model, own.modelSha256));
+    // The row goes on past model_sha256 (",\"prompt\"…"), so its closing brace is not part of the fixed start.
+    const fixed = Buffer.from(head.slice(0, -1));
+    return tail.length <= fixed.length
+      ? fixed.subarray(0, tail.length).equals(tail)
+      : tail.subarray(0, fixed.length).equals(fixed);
+  });
 }
 
 /**
@@ -682,11 +723,7 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
   const row = (i: number, fields: Record<string, unknown>) => {
     const r: BankRow = rows[i]!;
     return JSON.stringify({
-      query_id: r.query_id,
-      fact_id: r.fact_id,
-      condition_family: r.condition_family,
-      model: modelName,
-      model_sha256: g.modelSha256,
+      ...rowStart(r, modelName, g.modelSha256),
       ...(g.modelSource ? { model_source: g.modelSource } : {}),
       prompt: prompts[i],
       ...fields,

@@ -467,8 +467,9 @@ describe("hsm generate, killed and resumed", () => {
     const partial = readFileSync(out, "utf8").split("\n").length - 1;
     expect(partial).toBeGreaterThanOrEqual(target);
     expect(partial).toBeLessThan(150);
-    // A line torn by the kill is repaired on resume.
-    appendFileSync(out, '{"query_id": "q1');
+    // A line torn by the kill (the start of the next row as hsm writes it) is repaired on resume.
+    const next = reference.toString("utf8").split("\n")[partial]!;
+    appendFileSync(out, next.slice(0, next.length >> 1));
     const resumed = spawnSync(process.execPath, args(out), { encoding: "utf8" });
     expect(resumed.status).toBe(0);
     expect(resumed.stdout).toContain(`${150 - partial} generated, ${partial} already there`);
@@ -617,6 +618,34 @@ describe("hsm generate refuses to resume a file it did not write for this run", 
     expect(refused("bank-as-out.jsonl", readFileSync(bank, "utf8"))).toMatch(
       /bank-as-out\.jsonl:1: field "model" is missing: not an answer of hsm generate/,
     );
+  });
+
+  it.each([
+    ["a one-line JSON document", JSON.stringify({ important: Array.from({ length: 2000 }, (_, i) => i) })],
+    ["one bank row", (b: string) => b.slice(0, b.indexOf("\n"))],
+    [
+      "another model's torn row",
+      (_b: string, own: string) => own.slice(0, 200).replace('"model":"withPast"', '"model":"x"'),
+    ],
+  ] as const)("a file without a newline that is not a torn row of this run: %s", async (what, make) => {
+    const text = typeof make === "string" ? make : make(readFileSync(bank, "utf8"), await answers());
+    const name = `no-newline-${what.replace(/\W+/g, "-")}.jsonl`;
+    expect(refused(name, text)).toMatch(
+      new RegExp(`${name}:1: is not a generations row of this run, nor a line of one cut off by a crash`),
+    );
+  });
+
+  it("a binary file without a newline, left byte for byte", () => {
+    const out = join(dir, "binary.bin");
+    const bytes = Buffer.from(
+      Array.from({ length: 4096 }, (_, i) => ((i * 131) % 255) + ((i * 131) % 255 >= 10 ? 1 : 0)),
+    );
+    expect(bytes.includes(10)).toBe(false);
+    writeFileSync(out, bytes);
+    const r = spawnSync(process.execPath, args(out), { encoding: "utf8" });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/binary\.bin:1: is not a generations row of this run/);
+    expect(readFileSync(out).equals(bytes)).toBe(true);
   });
 
   it("a file with a query_id twice", async () => {

@@ -6,6 +6,7 @@
 import { readBank } from "../bank/bank.js";
 import { ScoredError, UsageError } from "../errors.js";
 import { LABELS } from "../score/labels.js";
+import { refuseInputAsOutput } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { nameProblem } from "../util/stem.js";
 import type { ExportFormatRegistry, ExportSettings, ScoredRow } from "./formats/format.js";
@@ -107,6 +108,10 @@ export async function exportScored(
     const expected = `${names.slice(0, -1).join(", ")} or ${names.at(-1)}`;
     throw new UsageError(`Expected --format ${expected} but received "${o.format}"`);
   }
+  await refuseInputAsOutput({ name: "--out", path: o.out }, [
+    { name: "--scored", path: o.scored },
+    { name: "--bank", path: o.bank },
+  ]);
   const { rows, lines } = await readScored(o.scored);
   const bankRows = await readBank(o.bank);
   const bank = new Map(bankRows.map((r) => [r.query_id, r]));

@@ -26,7 +26,7 @@ import { acquireLock } from "../store/lock.js";
 import { MANIFEST_NAME, type Manifest, type ShardInfo } from "../store/manifest.js";
 import { layerFileName } from "../store/names.js";
 import { StoreWriter, type StoreInit } from "../store/writer.js";
-import { makeDir, readText } from "../util/fs.js";
+import { makeDir, readText, refuseInputAsOutput } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { checkName } from "../util/stem.js";
 import { forEachSettled } from "../util/settle.js";
@@ -249,6 +249,10 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
 
   // Everything is checked before anything is written: the name first, which the manifest and every later step record.
   checkName(o.model ?? defaultModelName(o.modelDir));
+  await refuseInputAsOutput({ name: "--out", path: o.out }, [
+    { name: "--model-dir", path: o.modelDir },
+    { name: "--bank", path: o.bank },
+  ]);
   const bankRows = await readBank(o.bank);
   const main = mainForwardRows(bankRows);
   if (main.length === 0)

@@ -26,7 +26,15 @@ import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, defaultModelName, MAX_
 import { FileError, HsmError, UsageError } from "../errors.js";
 import { acquireLock } from "../store/lock.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
-import { fileError, makeDir, openOutput, readInput, readWhole, writeFileAtomic } from "../util/fs.js";
+import {
+  fileError,
+  makeDir,
+  openOutput,
+  readInput,
+  readWhole,
+  refuseInputAsOutput,
+  writeFileAtomic,
+} from "../util/fs.js";
 import { checkName } from "../util/stem.js";
 import { collectGarbage } from "../util/memory.js";
 import { computeCores } from "../util/cores.js";
@@ -406,6 +414,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   const modelName = o.model ?? defaultModelName(o.modelDir);
   // Refused before the model is read: the score and the exports would refuse it later, far from its cause.
   checkName(modelName);
+  await refuseInputAsOutput({ name: "--out", path: o.out }, [{ name: "--bank", path: o.bank }]);
   const job = await prepareJob(o, batchSize, maxNew);
   // A device that cannot run fails before the output's folder is made.
   checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model));

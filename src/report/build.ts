@@ -18,7 +18,7 @@ import { LABELS } from "../score/labels.js";
 import { verifyStore } from "../store/verify.js";
 import { wilsonInterval } from "../study/stats.js";
 import { lineChart, type ChartSeries } from "../util/chart.js";
-import { makeDir, writeFileAtomic } from "../util/fs.js";
+import { makeDir, samePath, writeFileAtomic } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
@@ -277,8 +277,8 @@ async function provenance(m: OutputsModel, o: ReportOptions, registry: MetricReg
 
 /**
  * Refuses an `out` that is one of the files the report reads (a study record,
- * a model's scored rows, generations or metric results, anything in a store),
- * compared by real path, so that a link to one counts too.
+ * a model's scored rows, generations or metric results, anything in a store):
+ * the same file as one ({@link samePath}), or a path inside a store by real path.
  */
 async function refuseInputAsOut(out: string, outputs: string, models: OutputsModel[], registry: MetricRegistry) {
   const realOf = (path: string) => realpath(path).catch(() => undefined);
@@ -293,7 +293,8 @@ async function refuseInputAsOut(out: string, outputs: string, models: OutputsMod
     for (const metric of registry)
       inputs.push([join(m.paths.metrics, `${metric.name}.json`), `${m.name}'s ${metric.name}.json`]);
   }
-  for (const [path, what] of inputs) if ((await realOf(path)) === real) refuse(`${what} (${path})`);
+  // The same file by device and inode, so a hard link of one counts too.
+  for (const [path, what] of inputs) if (await samePath(out, path)) refuse(`${what} (${path})`);
   for (const m of models) {
     const store = await realOf(m.paths.store);
     if (store !== undefined && (real === store || real.startsWith(store + sep)))

@@ -8,7 +8,7 @@ import { dirname } from "node:path";
 import { readBank, type BankRow } from "../bank/bank.js";
 import { UNNAMED } from "../defaults.js";
 import { GenerationsError } from "../errors.js";
-import { makeDir, writeFileAtomic } from "../util/fs.js";
+import { makeDir, refuseInputAsOutput, writeFileAtomic } from "../util/fs.js";
 import { illFormedText, JSONL_LINE_MAX_BYTES, jsonLines } from "../util/jsonl.js";
 import { checkName, nameProblem } from "../util/stem.js";
 import { scoreResponse, type ScoreResult } from "./scorer.js";
@@ -117,6 +117,10 @@ export interface ScoreSummary {
 
 export async function scoreFile(o: ScoreOptions): Promise<ScoreSummary> {
   if (o.model !== undefined) checkName(o.model);
+  await refuseInputAsOutput({ name: "--out", path: o.out }, [
+    { name: "--generations", path: o.generations },
+    { name: "--bank", path: o.bank },
+  ]);
   const bank = await readBank(o.bank);
   const gens = await readGenerations(o.generations);
   const known = new Set(bank.map((r) => r.query_id));

@@ -5,6 +5,7 @@
  * rows exactly once.
  */
 import { StoreError, UsageError } from "../errors.js";
+import { refuseInputAsOutput } from "../util/fs.js";
 import { storedTensors, type Manifest, type SelfCheck } from "./manifest.js";
 import { STREAM_BLOCK_ROWS, StoreReader } from "./reader.js";
 import { verifyStore } from "./verify.js";
@@ -75,6 +76,10 @@ export async function mergeShards(
   options: { onProgress?: (done: number, total: number) => void } = {},
 ): Promise<Manifest> {
   if (shardDirs.length === 0) throw new UsageError("Expected at least one shard store to merge but received none");
+  await refuseInputAsOutput(
+    { name: "<out>", path: out },
+    shardDirs.map((path) => ({ name: "a <shards> folder", path })),
+  );
   const readers: StoreReader[] = [];
   try {
     for (const dir of shardDirs) {

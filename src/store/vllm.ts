@@ -13,7 +13,7 @@ import { basename, dirname, join } from "node:path";
 import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
 import { JsonlError, SafetensorsError, StoreError, UsageError } from "../errors.js";
-import { fileError, makeDir, openInput, refuseFilled, syncDir } from "../util/fs.js";
+import { fileError, makeDir, openInput, refuseFilled, refuseInputAsOutput, syncDir } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { explainLayers } from "./foreign.js";
 import type { Manifest } from "./manifest.js";
@@ -77,6 +77,7 @@ interface Column {
 export async function adoptVllm(dir: string, o: AdoptVllmOptions): Promise<Manifest> {
   const columns = planColumns(o.layerIds, o.numLayers);
   const k = o.layerIds.length;
+  await refuseInputAsOutput({ name: "--out", path: o.out }, [{ name: "<store>", path: dir }]);
   await refuseFilled(o.out, "the adopted store");
   const bank = typeof o.bank === "string" ? await readBank(o.bank) : o.bank;
   const rows = mainForwardRows(bank);

@@ -559,6 +559,40 @@ export async function readTextIfPresent(path: string, o: InputOptions = {}): Pro
   }
 }
 
+/** A file or folder a command reads or writes, with the option (or argument) that names it: `--bank`, `<out>`. */
+export interface NamedPath {
+  name: string;
+  path: string;
+}
+
+/**
+ * Whether `a` and `b` are one file or folder: the same device and inode, so a symbolic link to it and a hard
+ * link of it count. A path that does not exist is no other.
+ */
+export async function samePath(a: string, b: string): Promise<boolean> {
+  const [x, y] = await Promise.all([stat(a).catch(() => undefined), stat(b).catch(() => undefined)]);
+  return x !== undefined && y !== undefined && x.dev === y.dev && x.ino === y.ino;
+}
+
+/**
+ * Refuses (a usage error, exit 2) an output that is one of the command's inputs, compared by {@link samePath}:
+ * writing it would replace what the command reads. An output that does not exist yet is none of them.
+ * @example await refuseInputAsOutput({ name: "--out", path: "a.jsonl" }, [{ name: "--bank", path: "a.jsonl" }])
+ * // --out a.jsonl: is also --bank (a.jsonl), which this command reads; choose another file for --out
+ */
+export async function refuseInputAsOutput(output: NamedPath, inputs: readonly NamedPath[]): Promise<void> {
+  const st = await stat(output.path).catch(() => undefined);
+  if (st === undefined) return;
+  const kind = st.isDirectory() ? "folder" : "file";
+  for (const input of inputs) {
+    if (!(await samePath(output.path, input.path))) continue;
+    throw new UsageError(
+      `${output.name} ${output.path}: is also ${input.name} (${input.path}), which this command reads; ` +
+        `choose another ${kind} for ${output.name}`,
+    );
+  }
+}
+
 /**
  * Refuses (a usage error, exit 2) to write `what` into `dir` where `dir` already holds anything: a file, or a
  * folder that is not empty. Commands that make a whole folder never replace what a user keeps there.

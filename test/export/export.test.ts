@@ -3,7 +3,7 @@
  * Foundry's columns; a third format added through the registry.
  */
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -172,6 +172,29 @@ describe("hsm export", () => {
 });
 
 describe("export errors and settings", () => {
+  it("refuses an --out that is its --scored or its --bank, a hard link to one included, leaving both as they were", async () => {
+    const scored = join(dir, "same-scored.jsonl");
+    const bank = join(dir, "same-bank.jsonl");
+    writeFileSync(scored, readFileSync(fx.scored));
+    writeFileSync(bank, readFileSync(fx.bank));
+    const hard = join(dir, "same-bank-hard.jsonl");
+    linkSync(bank, hard);
+    for (const [format, out, name, path] of [
+      ["foundry", scored, "--scored", scored],
+      ["foundry", bank, "--bank", bank],
+      ["foundry", hard, "--bank", bank],
+      ["eee", scored, "--scored", scored],
+    ]) {
+      await expect(exportScored({ format: format!, scored, bank, out: out! })).rejects.toMatchObject({
+        constructor: UsageError,
+        message: `--out ${out}: is also ${name} (${path}), which this command reads; choose another file for --out`,
+        exitCode: EXIT.usage,
+      });
+    }
+    expect(readFileSync(scored).equals(readFileSync(fx.scored))).toBe(true);
+    expect(readFileSync(bank).equals(readFileSync(fx.bank))).toBe(true);
+  });
+
   it("records the prompt templates and every label in the aggregate", async () => {
     const out = join(dir, "eee-settings");
     const r = await exportScored({ format: "eee", scored: fx.scored, bank: fx.bank, out, modelId: "hsm/x" });

@@ -493,6 +493,18 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     );
   });
 
+  it("an --out that is the model folder, leaving it as it was", () => {
+    const m = join(dir, "out-is-model");
+    cpSync(llamaDir, m, { recursive: true });
+    const before = readdirSync(m);
+    const r = hsm(["extract", "--model-dir", m, "--bank", bank, "--out", m, "--quiet"]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toBe(
+      `hsm: --out ${m}: is also --model-dir (${m}), which this command reads; choose another folder for --out\n`,
+    );
+    expect(readdirSync(m)).toEqual(before);
+  });
+
   it("a bank with no main-forward rows", () => {
     const b = join(dir, "no-main.jsonl");
     writeFileSync(

@@ -648,6 +648,21 @@ describe("hsm generate refuses to resume a file it did not write for this run", 
     expect(readFileSync(out).equals(bytes)).toBe(true);
   });
 
+  it("its own --bank, as a usage error naming both", () => {
+    const copy = join(dir, "bank-as-out-copy.jsonl");
+    writeFileSync(copy, readFileSync(bank));
+    const r = spawnSync(
+      process.execPath,
+      args(copy).map((a) => (a === bank ? copy : a)),
+      { encoding: "utf8" },
+    );
+    expect(r.status).toBe(EXIT.usage);
+    expect(r.stderr).toBe(
+      `hsm: --out ${copy}: is also --bank (${copy}), which this command reads; choose another file for --out\n`,
+    );
+    expect(readFileSync(copy).equals(readFileSync(bank))).toBe(true);
+  });
+
   it("a file with a query_id twice", async () => {
     const text = await answers();
     expect(refused("twice.jsonl", text + text.slice(0, text.indexOf("\n") + 1))).toMatch(

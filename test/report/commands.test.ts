@@ -1,6 +1,6 @@
 /** hsm study --shards, hsm compare and hsm report as a user runs them (the built CLI), on synthetic models. */
 import { spawnSync } from "node:child_process";
-import { cpSync, existsSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, linkSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -91,6 +91,9 @@ describe("the study, compare and report commands", () => {
       `hsm: --out ${out}: is ${what}, which the report reads; choose another file\n`;
     expect(report(scored)).toMatchObject({ status: 2, stderr: reads(scored, `six's scored rows (${scored})`) });
     expect(report(link)).toMatchObject({ status: 2, stderr: reads(link, `ten's kts.json (${kts})`) });
+    const hard = join(dir, "scored-hard-link.jsonl");
+    linkSync(scored, hard);
+    expect(report(hard)).toMatchObject({ status: 2, stderr: reads(hard, `six's scored rows (${scored})`) });
     const index = join(outputs, "hidden", "six", "index.json");
     expect(report(index)).toMatchObject({
       status: 2,

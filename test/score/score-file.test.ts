@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
@@ -124,6 +124,28 @@ describe("scoreFile", () => {
         .map((l) => JSON.parse(l).model),
     ).toEqual(["m-gen", "m-cli"]);
     expect(readdirSync(dir).filter((n) => n.includes(".tmp"))).toEqual([]);
+  });
+
+  it("refuses an --out that is its --generations or its --bank, a link to one included, leaving both as they were", async () => {
+    const o = setup("same-path", [
+      { query_id: "q1", raw_response: " Paris" },
+      { query_id: "q2", raw_response: " Lyon" },
+    ]);
+    const before = [readFileSync(o.bank), readFileSync(o.generations)];
+    const link = join(dir, "same-path.link.jsonl");
+    symlinkSync(o.bank, link);
+    for (const [out, name, path] of [
+      [o.generations, "--generations", o.generations],
+      [o.bank, "--bank", o.bank],
+      [link, "--bank", o.bank],
+    ]) {
+      await expect(scoreFile({ ...o, out: out! })).rejects.toMatchObject({
+        constructor: UsageError,
+        message: `--out ${out}: is also ${name} (${path}), which this command reads; choose another file for --out`,
+        exitCode: EXIT.usage,
+      });
+    }
+    expect([readFileSync(o.bank), readFileSync(o.generations)]).toEqual(before);
   });
 
   it("names a generation for a query the bank lacks, and a bank query without a generation", async () => {

@@ -149,6 +149,17 @@ describe("mergeShards", () => {
     expect((await mergeShards(same, sharded)).complete).toBe(true);
   });
 
+  it("refuses an <out> that is one of its shards, leaving the shard as it was", async () => {
+    const [s0, s1, s2] = await shards("out-is-shard");
+    const before = readFileSync(join(s1!, "index.json"));
+    await expect(mergeShards(s1!, [s0!, s1!, s2!])).rejects.toMatchObject({
+      constructor: UsageError,
+      message: `<out> ${s1}: is also a <shards> folder (${s1}), which this command reads; choose another folder for <out>`,
+      exitCode: EXIT.usage,
+    });
+    expect(readFileSync(join(s1!, "index.json")).equals(before)).toBe(true);
+  });
+
   it("refuses no shards as a usage error", async () => {
     await expect(mergeShards(join(dir, "none"), [])).rejects.toMatchObject({
       constructor: UsageError,

@@ -3,18 +3,19 @@
  * path and the reason; writeFileAtomic leaves the old content or the new, and
  * never a temporary file, whatever fails.
  */
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { linkSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
-import { EXIT, FileError, HsmError, StoreError } from "../../src/errors.js";
+import { EXIT, FileError, HsmError, StoreError, UsageError } from "../../src/errors.js";
 import {
   fileError,
   osReason,
   readInputSync,
   readWhole,
+  refuseInputAsOutput,
   writeFileAtomic,
   writeFileExclusive,
 } from "../../src/util/fs.js";
@@ -208,5 +209,41 @@ describe("readInputSync with a range", () => {
       new FileError(path, "unreadable", undefined, "ends before the 4 bytes at offset 38"),
     );
     expect(() => readInputSync(dir, {}, { offset: 0, length: 1 })).toThrow(FileError);
+  });
+});
+
+describe("refuseInputAsOutput", () => {
+  it("refuses an output that is an input, by its own name, a symbolic link or a hard link, naming both", async () => {
+    const folder = join(dir, "same-path");
+    mkdirSync(folder);
+    const bank = join(folder, "bank.jsonl");
+    const gens = join(folder, "gens.jsonl");
+    writeFileSync(bank, "bank\n");
+    writeFileSync(gens, "gens\n");
+    symlinkSync(bank, join(folder, "soft.jsonl"));
+    linkSync(gens, join(folder, "hard.jsonl"));
+    const inputs = [
+      { name: "--generations", path: gens },
+      { name: "--bank", path: bank },
+    ];
+    const refused = (out: string, name: string, path: string) =>
+      expect(refuseInputAsOutput({ name: "--out", path: out }, inputs)).rejects.toMatchObject({
+        constructor: UsageError,
+        message: `--out ${out}: is also ${name} (${path}), which this command reads; choose another file for --out`,
+        exitCode: EXIT.usage,
+      });
+    await refused(bank, "--bank", bank);
+    await refused(gens, "--generations", gens);
+    await refused(join(folder, "soft.jsonl"), "--bank", bank);
+    await refused(join(folder, "hard.jsonl"), "--generations", gens);
+    await expect(refuseInputAsOutput({ name: "--out", path: join(folder, "new.jsonl") }, inputs)).resolves.toBe(
+      undefined,
+    );
+    await expect(
+      refuseInputAsOutput({ name: "<out>", path: folder }, [{ name: "<store>", path: folder }]),
+    ).rejects.toThrow(
+      `<out> ${folder}: is also <store> (${folder}), which this command reads; choose another folder for <out>`,
+    );
+    expect(readFileSync(bank, "utf8")).toBe("bank\n");
   });
 });

@@ -6,14 +6,14 @@
  * into place, so a failure leaves nothing behind.
  */
 import type { FileHandle } from "node:fs/promises";
-import { mkdir, rename, rm } from "node:fs/promises";
+import { rename, rm } from "node:fs/promises";
 import { availableParallelism } from "node:os";
-import { basename, dirname, join } from "node:path";
+import { dirname, join } from "node:path";
 
 import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { defaultModelName, UNNAMED } from "../defaults.js";
 import { JsonlError, SafetensorsError, StoreError, UsageError } from "../errors.js";
-import { fileError, makeDir, openInput, refuseFilled, refuseInputAsOutput, syncDir } from "../util/fs.js";
+import { fileError, makeWorkFolder, openInput, refuseFilled, refuseInputAsOutput, syncDir } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { explainLayers } from "./foreign.js";
 import type { Manifest } from "./manifest.js";
@@ -129,14 +129,7 @@ export async function adoptVllm(dir: string, o: AdoptVllmOptions): Promise<Manif
     },
   };
   const parent = dirname(o.out);
-  const temp = join(parent, `.${basename(o.out)}.adopting-${process.pid}`);
-  try {
-    await makeDir(parent);
-    await rm(temp, { recursive: true, force: true });
-    await mkdir(temp);
-  } catch (err) {
-    throw fileError(err, temp, "write");
-  }
+  const { dir: temp, forget } = await makeWorkFolder(o.out, "adopting");
   try {
     const writer = await StoreWriter.open(temp, init);
     let manifest: Manifest;
@@ -156,6 +149,8 @@ export async function adoptVllm(dir: string, o: AdoptVllmOptions): Promise<Manif
   } catch (err) {
     await rm(temp, { recursive: true, force: true });
     throw err;
+  } finally {
+    forget();
   }
 }
 

@@ -11,6 +11,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 import { InternalError } from "../errors.js";
+import { makeWorkFolder } from "../util/fs.js";
 import { Rng } from "../util/random.js";
 import { cutTokenizer } from "./cut-tokenizer.js";
 import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
@@ -991,9 +992,7 @@ export async function writeModelFolder(
   tokenizer: TokenizerName,
   files: Record<string, Uint8Array | string>,
 ): Promise<void> {
-  const temp = `${dir}.partial-${process.pid}`;
-  await rm(temp, { recursive: true, force: true });
-  await mkdir(temp, { recursive: true });
+  const { dir: temp, forget } = await makeWorkFolder(dir, "partial");
   try {
     for (const [name, bytes] of Object.entries(files)) {
       await mkdir(dirname(join(temp, name)), { recursive: true });
@@ -1013,5 +1012,7 @@ export async function writeModelFolder(
   } catch (err) {
     await rm(temp, { recursive: true, force: true });
     throw err;
+  } finally {
+    forget();
   }
 }

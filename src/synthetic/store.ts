@@ -15,16 +15,16 @@
  *   have, plus isotropic noise.
  */
 import { createHash } from "node:crypto";
-import { mkdir, rename, rm, stat } from "node:fs/promises";
+import { rename, rm, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
-import { basename, dirname, join } from "node:path";
+import { dirname, join } from "node:path";
 
 import { DEFAULT_LAYER_RULE, DEFAULT_SEED } from "../defaults.js";
 import { UsageError } from "../errors.js";
 import { selectLayers } from "../store/layers.js";
 import type { Manifest } from "../store/manifest.js";
 import { StoreWriter } from "../store/writer.js";
-import { fileError, syncDir, writeFileAtomic } from "../util/fs.js";
+import { fileError, makeWorkFolder, syncDir, writeFileAtomic } from "../util/fs.js";
 import { Rng } from "../util/random.js";
 import { REAL_BANK, type FixtureOptions } from "./store-presets.js";
 
@@ -126,13 +126,7 @@ export async function writeFixture(out: string, options: FixtureOptions = {}): P
     throw new UsageError(`Expected a non-negative integer for --seed but received ${seed}`);
   if (await exists(out)) throw new UsageError(`${out} already exists; choose a new folder for the fixture`);
 
-  const temp = join(dirname(out), `.${basename(out)}.partial-${process.pid}`);
-  try {
-    await rm(temp, { recursive: true, force: true });
-    await mkdir(temp, { recursive: true });
-  } catch (err) {
-    throw fileError(err, temp, "write");
-  }
+  const { dir: temp, forget } = await makeWorkFolder(out, "partial");
   try {
     const result = await build(temp, {
       facts,
@@ -160,6 +154,8 @@ export async function writeFixture(out: string, options: FixtureOptions = {}): P
   } catch (err) {
     await rm(temp, { recursive: true, force: true });
     throw err;
+  } finally {
+    forget();
   }
 }
 

@@ -24,7 +24,8 @@
  *   why ({@link fileError}).
  */
 import { closeSync, constants, fstatSync, openSync, read, readSync, rmSync, type Stats } from "node:fs";
-import { copyFile, link, mkdir, open, readdir, rename, stat, unlink, type FileHandle } from "node:fs/promises";
+import { copyFile, link, mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from "node:fs/promises";
+import { hostname } from "node:os";
 import { isUtf8 } from "node:buffer";
 import { basename, dirname, join } from "node:path";
 
@@ -649,4 +650,47 @@ async function expectFolder(dir: string, cause: unknown): Promise<void> {
   const st = await stat(dir).catch(() => undefined);
   if (st?.isDirectory()) return;
   throw new FileError(dir, "unwritable", "EEXIST", "is a file, not a folder; name a folder here", { cause });
+}
+
+/** Whether the process `pid` runs on this host (one of another user's counts). */
+function running(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** The characters of `text` as a regular expression matches them literally. */
+const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+
+/**
+ * Makes a new hidden folder beside `path`, `.<name>.<what>-<host>-<pid>`, in which a command builds `path` whole
+ * before renaming it into place (its parent made first, as {@link makeDir} makes it). A signal that stops the
+ * process removes it (src/util/stop.ts); the caller removes it on failure and calls `forget` once it is renamed or
+ * removed. Leftovers of earlier runs for the same `path` whose process no longer runs on this host (killed with
+ * `kill -9`, a crash) are removed first: each can be as large as the whole output. A leftover of
+ * another host is left alone, since its process cannot be checked from here.
+ */
+export async function makeWorkFolder(path: string, what: string): Promise<{ dir: string; forget: () => void }> {
+  const parent = dirname(path);
+  const prefix = `.${basename(path)}.${what}-`;
+  const host = hostname();
+  const dir = join(parent, `${prefix}${host}-${process.pid}`);
+  await makeDir(parent);
+  // `-<host>-<pid>`, or `-<pid>` alone as hsm named them before it recorded the host.
+  const leftover = new RegExp(`^${literal(prefix)}(?:(.*)-)?(\\d+)$`);
+  for (const name of await readdir(parent).catch(() => [] as string[])) {
+    const m = leftover.exec(name);
+    if (!m || (m[1] !== undefined && m[1] !== host) || running(Number(m[2]))) continue;
+    await rm(join(parent, name), { recursive: true, force: true }).catch(() => {});
+  }
+  try {
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir);
+  } catch (err) {
+    throw fileError(err, dir, "write");
+  }
+  return { dir, forget: onStopSignal(() => rmSync(dir, { recursive: true, force: true })) };
 }

@@ -2,7 +2,7 @@
  * The `hsm` command as a user runs it: the compiled CLI in a child process,
  * checked for exit status, stdout and stderr.
  */
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import {
   chmodSync,
   cpSync,
@@ -12,6 +12,7 @@ import {
   writeFileSync,
   existsSync,
   mkdirSync,
+  readdirSync,
   readFileSync,
   symlinkSync,
 } from "node:fs";
@@ -245,6 +246,37 @@ describe("hsm", () => {
     expect(bad.status).toBe(2);
     expect(existsSync(join(dir, "fx2"))).toBe(false);
   });
+
+  it.each(["SIGINT", "SIGTERM"] as const)(
+    "fixture: %s removes the hidden folder it builds in, and ends by the signal",
+    async (sig) => {
+      const parent = join(dir, `fixture-${sig}`);
+      mkdirSync(parent);
+      const child = spawn(
+        process.execPath,
+        [BIN, "fixture", join(parent, "fx"), "--facts", "3000", "--d", "512", "-q"],
+        {
+          stdio: "ignore",
+        },
+      );
+      const exit = await new Promise<NodeJS.Signals | null>((resolve) => {
+        const poll = setInterval(() => {
+          // Once the folder holds its store folder, the fixture is being written.
+          const work = readdirSync(parent).find((n) => n.startsWith(".fx.partial-"));
+          if (work && existsSync(join(parent, work, "store"))) {
+            clearInterval(poll);
+            child.kill(sig);
+          }
+        }, 2);
+        child.on("exit", (_code, signal) => {
+          clearInterval(poll);
+          resolve(signal);
+        });
+      });
+      expect(exit).toBe(sig);
+      expect(readdirSync(parent)).toEqual([]);
+    },
+  );
 
   it("ends quietly when its reader closes the pipe early (hsm … | head)", () => {
     const r = spawnSync("/bin/sh", ["-c", `"${process.execPath}" "${BIN}" --help | head -c 1 > /dev/null`], {

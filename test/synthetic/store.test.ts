@@ -217,10 +217,9 @@ describe("synthetic fixture", () => {
   it("names the folder it cannot write", async () => {
     const file = join(dir, "plain-file");
     writeFileSync(file, "");
-    const temp = join(file, ".fx.partial-" + process.pid);
     await expect(writeFixture(join(file, "fx"), { facts: 2 })).rejects.toMatchObject({
       constructor: FileError,
-      message: `${temp}: cannot be written: a component of the path is not a directory (ENOTDIR)`,
+      message: `${file}: is a file, not a folder; name a folder here`,
       exitCode: EXIT.data,
     });
   });

@@ -5,6 +5,7 @@
  */
 import { linkSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { hostname } from "node:os";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
@@ -12,6 +13,7 @@ import { describe, expect, it } from "vitest";
 import { EXIT, FileError, HsmError, StoreError, UsageError } from "../../src/errors.js";
 import {
   fileError,
+  makeWorkFolder,
   osReason,
   readInputSync,
   readWhole,
@@ -245,5 +247,25 @@ describe("refuseInputAsOutput", () => {
       `<out> ${folder}: is also <store> (${folder}), which this command reads; choose another folder for <out>`,
     );
     expect(readFileSync(bank, "utf8")).toBe("bank\n");
+  });
+});
+
+describe("makeWorkFolder", () => {
+  it("makes a new hidden folder beside the output, removing leftovers of this host's processes that have ended", async () => {
+    const parent = join(dir, "work", "nested");
+    const host = hostname();
+    // No process has a pid this large (Linux caps pids at 2^22), so these are leftovers of ended runs.
+    const ended = [`.fx.partial-${host}-999999999`, ".fx.partial-999999998"];
+    const kept = [
+      `.fx.partial-${host}-${process.ppid}`, // a live process: this one's parent
+      ".fx.partial-another-host-999999997", // another host's, which cannot be checked from here
+      ".other.partial-999999996", // another output's
+    ];
+    for (const name of [...ended, ...kept]) mkdirSync(join(parent, name, "store"), { recursive: true });
+    const { dir: work, forget } = await makeWorkFolder(join(parent, "fx"), "partial");
+    forget();
+    expect(work).toBe(join(parent, `.fx.partial-${host}-${process.pid}`));
+    expect(readdirSync(work)).toEqual([]);
+    expect(readdirSync(parent).sort()).toEqual([...kept, `.fx.partial-${host}-${process.pid}`].sort());
   });
 });

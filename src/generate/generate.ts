@@ -770,13 +770,30 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
       }
     }
     if (answers.length + errors.length === 0) return;
-    await fh.write([...answers, ...errors].map((l) => `${l}\n`).join(""));
-    await fh.sync();
+    await appendBatch(fh, o.out, [...answers, ...errors].map((l) => `${l}\n`).join(""));
     written += answers.length;
     failed += errors.length;
     o.onProgress?.(answered() + failed, rows.length);
   };
   return { write, texts, counts: () => ({ written, failed }) };
+}
+
+/**
+ * Appends one batch's lines to the generations file and fsyncs them. A write that fails (a full disk, a quota)
+ * takes back what it wrote, so the file ends on a whole line, and names the file. A short write (the disk filling
+ * midway) goes on with the rest, which then fails or lands.
+ */
+async function appendBatch(fh: FileHandle, path: string, text: string): Promise<void> {
+  const bytes = Buffer.from(text, "utf8");
+  let size: number | undefined;
+  try {
+    size = (await fh.stat()).size;
+    for (let at = 0; at < bytes.length;) at += (await fh.write(bytes, at, bytes.length - at)).bytesWritten;
+    await fh.sync();
+  } catch (err) {
+    if (size !== undefined) await fh.truncate(size).catch(() => {});
+    throw fileError(err, path, "write");
+  }
 }
 
 /**

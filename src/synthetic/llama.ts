@@ -11,7 +11,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 import { InternalError } from "../errors.js";
-import { makeWorkFolder } from "../util/fs.js";
+import { fileError, makeWorkFolder } from "../util/fs.js";
 import { Rng } from "../util/random.js";
 import { cutTokenizer } from "./cut-tokenizer.js";
 import { pastInputName, presentOutputName } from "../onnx/kv-cache.js";
@@ -1011,7 +1011,8 @@ export async function writeModelFolder(
     await rename(temp, dir);
   } catch (err) {
     await rm(temp, { recursive: true, force: true });
-    throw err;
+    // A full disk or a quota: the folder asked for, which is left as it was.
+    throw fileError(err, dir, "write");
   } finally {
     forget();
   }

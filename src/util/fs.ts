@@ -23,7 +23,7 @@
  * - Every operating-system error becomes an error that names the path and says
  *   why ({@link fileError}).
  */
-import { closeSync, constants, fstatSync, openSync, read, readSync, rmSync, type Stats } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, read, readlinkSync, readSync, rmSync, type Stats } from "node:fs";
 import { copyFile, link, mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from "node:fs/promises";
 import { hostname } from "node:os";
 import { isUtf8 } from "node:buffer";
@@ -123,10 +123,26 @@ function inputFlags(o: InputOptions): number {
   return constants.O_RDONLY | constants.O_NONBLOCK | (o.follow ? 0 : constants.O_NOFOLLOW);
 }
 
-/** The error for an input's failed open: a link refused by O_NOFOLLOW is named as a link. */
+/**
+ * The error for an input's failed open: a link refused by O_NOFOLLOW is named as a link, and a link followed to
+ * nothing (a hub cache's pruned blob) by where it points.
+ */
 function openError(err: unknown, path: string, o: InputOptions): Error {
-  if (!o.follow && (err as NodeJS.ErrnoException)?.code === "ELOOP")
+  const code = (err as NodeJS.ErrnoException)?.code;
+  if (!o.follow && code === "ELOOP")
     return new FileError(path, "unreadable", "ELOOP", "is a symbolic link, which hsm does not follow here");
+  if (o.follow && code === "ENOENT") {
+    let target: string | undefined;
+    try {
+      target = readlinkSync(path);
+    } catch {
+      target = undefined; // not a link: the file itself is missing
+    }
+    if (target !== undefined) {
+      const problem = `is a symbolic link to ${target}, which does not exist (ENOENT)`;
+      return new FileError(path, "missing", code, problem, { cause: err });
+    }
+  }
   return fileError(err, path);
 }
 
@@ -314,8 +330,8 @@ const READ_CHUNK_BYTES = 1 << 30;
  * size at the span's own offset, by one request to libuv's thread pool per GiB:
  * `readFile` asks for 512 KiB at a time and needs this thread's event loop
  * between requests, so it stalls whenever this thread is busy (loading a
- * tokenizer, say). What is never read costs no memory. Errors are Node's, as
- * `readFile`'s are. The caller closes it.
+ * tokenizer, say). What is never read costs no memory. Errors name the path
+ * ({@link fileError}), as every input's do. The caller closes it.
  */
 export interface FileSpans {
   /** The file's size in bytes, when it was opened; every span read lands at its offset. */
@@ -332,7 +348,12 @@ export function changedWhileRead(path: string): FileError {
 
 /** Opens `path` (a link at it followed) for {@link FileSpans}, into `into` where given (the file's size, or refused). */
 export function openSpans(path: string, into?: Buffer): FileSpans {
-  const fd = openSync(path, inputFlags({ follow: true }));
+  let fd: number;
+  try {
+    fd = openSync(path, inputFlags({ follow: true }));
+  } catch (err) {
+    throw openError(err, path, { follow: true });
+  }
   let bytes: Buffer;
   try {
     const st = fstatSync(fd);
@@ -348,7 +369,9 @@ export function openSpans(path: string, into?: Buffer): FileSpans {
     read: async (from, to) => {
       for (let at = from; at < to;) {
         const got = await new Promise<number>((resolve, reject) =>
-          read(fd, bytes, at, Math.min(to - at, READ_CHUNK_BYTES), at, (err, n) => (err ? reject(err) : resolve(n))),
+          read(fd, bytes, at, Math.min(to - at, READ_CHUNK_BYTES), at, (err, n) =>
+            err ? reject(fileError(err, path)) : resolve(n),
+          ),
         );
         if (got === 0) return at;
         at += got;

@@ -2,7 +2,7 @@
  * The `hsm` command as a user runs it: the compiled CLI in a child process,
  * checked for exit status, stdout and stderr.
  */
-import { spawn, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import {
   chmodSync,
   cpSync,
@@ -12,10 +12,13 @@ import {
   writeFileSync,
   existsSync,
   mkdirSync,
+  mkdtempSync,
   readdirSync,
   readFileSync,
+  rmSync,
   symlinkSync,
 } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
@@ -275,6 +278,23 @@ describe("hsm", () => {
       });
       expect(exit).toBe(sig);
       expect(readdirSync(parent)).toEqual([]);
+    },
+  );
+
+  it.skipIf(process.getuid?.() !== 0)(
+    "make-model: a disk that fills names the folder, exit 1, and leaves nothing (needs root to mount a tmpfs)",
+    () => {
+      const mnt = mkdtempSync(join(tmpdir(), "hsm-make-model-full-"));
+      execFileSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt]);
+      try {
+        const r = hsm(["make-model", join(mnt, "m")]);
+        expect(r.stderr).toBe(`hsm: ${join(mnt, "m")}: cannot be written: no space left on device (ENOSPC)\n`);
+        expect(r.status).toBe(EXIT.data);
+        expect(readdirSync(mnt)).toEqual([]);
+      } finally {
+        execFileSync("umount", ["--lazy", mnt]);
+        rmSync(mnt, { recursive: true, force: true });
+      }
     },
   );
 

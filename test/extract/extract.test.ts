@@ -4,7 +4,7 @@
  * and a prompt past 192 tokens; resume after kill -9; shards + merge; bad input.
  */
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, cpSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
 import * as ort from "onnxruntime-node";
@@ -471,6 +471,23 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     expect(run(m, bank, "no-onnx")).toBe(
       `hsm: ${m}/model.onnx: is missing; a model folder holds model.onnx, config.json, tokenizer.json, tokenizer_config.json (an optimum ONNX export)`,
     );
+  });
+
+  it.each([
+    [
+      "a link to nothing",
+      "/nonexistent/blob",
+      "is a symbolic link to /nonexistent/blob, which does not exist (ENOENT)",
+    ],
+    ["a loop of links", "model.onnx", "cannot be read: too many levels of symbolic links (ELOOP)"],
+  ])("a model.onnx that is %s, by inspect-model and extract", (what, target, problem) => {
+    const m = join(dir, `model-link-${what.replace(/\W+/g, "-")}`);
+    cpSync(llamaDir, m, { recursive: true, filter: (src) => !src.endsWith("model.onnx") });
+    symlinkSync(target, join(m, "model.onnx"));
+    const inspected = hsm(["inspect-model", m]);
+    expect(inspected.status).toBe(1);
+    expect(inspected.stderr).toBe(`hsm: ${m}/model.onnx: ${problem}\n`);
+    expect(run(m, bank, `model-link-${what.length}`)).toBe(`hsm: ${m}/model.onnx: ${problem}`);
   });
 
   it("a tokenizer that does not match the model's vocabulary", () => {

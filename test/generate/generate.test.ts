@@ -10,8 +10,18 @@
  * the same file as an uninterrupted run; a query that cannot run costs only
  * its own row; scoring follows.
  */
-import { spawn, spawnSync } from "node:child_process";
-import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import {
+  appendFileSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import * as ort from "onnxruntime-node";
@@ -686,6 +696,50 @@ describe("hsm generate refuses to resume a file it did not write for this run", 
     expect(refused("fewer-tokens.jsonl", await answers(), "--max-new-tokens", "4")).toMatch(
       /fewer-tokens\.jsonl:\d+: field "generated_tokens": \d+ .*--max-new-tokens 4/,
     );
+  });
+});
+
+describe.skipIf(process.getuid?.() !== 0)("hsm generate on a disk that fills (needs root to mount a tmpfs)", () => {
+  it("names the file, exit 1, leaves only whole lines, and a rerun with room ends as an uninterrupted run", async () => {
+    const reference = join(dir, "full-disk-reference.jsonl");
+    await generate({ modelDir: modelDir("withPast"), bank, out: reference, batchSize: 4, selfCheck: 0 });
+    const mnt = mkdtempSync(join(tmpdir(), "hsm-generate-full-"));
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt]);
+    try {
+      // Room for the lock file's page and the first batch's lines, not for every batch.
+      const firstBatch = Buffer.byteLength(readFileSync(reference, "utf8").split("\n").slice(0, 4).join("\n") + "\n");
+      const page = 4096;
+      const filler = join(mnt, "filler");
+      const block = Buffer.alloc(page, 1);
+      for (;;) {
+        try {
+          appendFileSync(filler, block);
+        } catch {
+          break;
+        }
+      }
+      truncateSync(filler, statSync(filler).size - page * (1 + Math.ceil(firstBatch / page)));
+      const out = join(mnt, "gens.jsonl");
+      const args = [BIN, "generate", "--model-dir", modelDir("withPast"), "--bank", bank, "--out", out];
+      const r = spawnSync(process.execPath, [...args, "--batch-size", "4", "--self-check", "0", "--quiet"], {
+        encoding: "utf8",
+      });
+      expect(r.stderr).toBe(`hsm: ${out}: cannot be written: no space left on device (ENOSPC)\n`);
+      expect(r.status).toBe(EXIT.data);
+      const kept = readFileSync(out, "utf8");
+      expect(kept.length).toBeGreaterThan(0);
+      expect(kept.endsWith("\n")).toBe(true);
+      expect(readFileSync(reference, "utf8").startsWith(kept)).toBe(true);
+      rmSync(filler);
+      const again = spawnSync(process.execPath, [...args, "--batch-size", "4", "--self-check", "0", "--quiet"], {
+        encoding: "utf8",
+      });
+      expect(again.status).toBe(0);
+      expect(readFileSync(out).equals(readFileSync(reference))).toBe(true);
+    } finally {
+      execFileSync("umount", ["--lazy", mnt]);
+      rmSync(mnt, { recursive: true, force: true });
+    }
   });
 });
 

@@ -187,7 +187,7 @@ describe("writeFileExclusive", () => {
 });
 
 describe("readWhole", () => {
-  it("reads what readFile reads, empty files included, and fails with Node's own errors", async () => {
+  it("reads what readFile reads, empty files included, and fails naming the file", async () => {
     const bytes = Buffer.alloc(3_000_001);
     for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7919) & 0xff;
     writeFileSync(join(dir, "whole.bin"), bytes);
@@ -195,9 +195,31 @@ describe("readWhole", () => {
     expect((await readWhole(join(dir, "whole.bin"))).equals(await readFile(join(dir, "whole.bin")))).toBe(true);
     expect((await readWhole(join(dir, "empty.bin"))).length).toBe(0);
     const missing = join(dir, "missing.bin");
-    const want = await readFile(missing).catch((e: NodeJS.ErrnoException) => e);
-    await expect(readWhole(missing)).rejects.toMatchObject({ code: "ENOENT", message: (want as Error).message });
+    await expect(readWhole(missing)).rejects.toMatchObject({
+      constructor: FileError,
+      code: "ENOENT",
+      message: `${missing}: does not exist`,
+    });
     await expect(readWhole(dir)).rejects.toMatchObject({ code: "EISDIR" });
+  });
+
+  it("names a link to nothing by where it points, and a loop of links by its reason", async () => {
+    const dangling = join(dir, "dangling.onnx");
+    symlinkSync("/nonexistent/blob", dangling);
+    await expect(readWhole(dangling)).rejects.toMatchObject({
+      constructor: FileError,
+      code: "ENOENT",
+      message: `${dangling}: is a symbolic link to /nonexistent/blob, which does not exist (ENOENT)`,
+      exitCode: EXIT.data,
+    });
+    const loop = join(dir, "loop.onnx");
+    symlinkSync("loop.onnx", loop);
+    await expect(readWhole(loop)).rejects.toMatchObject({
+      constructor: FileError,
+      code: "ELOOP",
+      message: `${loop}: cannot be read: too many levels of symbolic links (ELOOP)`,
+      exitCode: EXIT.data,
+    });
   });
 });
 

@@ -9,7 +9,7 @@
  * input.reference])` — the prompt and the gold answers, unambiguously joined.
  */
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { readdir, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,6 +21,7 @@ import { InternalError, UsageError } from "../../errors.js";
 import { LABELS } from "../../score/labels.js";
 import { fileError, makeDir, openInput, readText, writeFileExclusive } from "../../util/fs.js";
 import { checkName, pathStem } from "../../util/stem.js";
+import { onStopSignal } from "../../util/stop.js";
 import { VERSION } from "../../version.js";
 import { validate, type Schema } from "../validate.js";
 import { holdsText, writeExportFile, type ExportFormat, type ExportInput, type ScoredRow } from "./format.js";
@@ -377,11 +378,40 @@ export async function writeEee(
   const aggregatePath = join(dir, `${texts.stem}.json`);
   // The samples first: an aggregate never points at a file not yet written.
   await writeExportFile(samplesPath, texts.samples);
-  await writeExportFile(aggregatePath, texts.aggregate);
+  // A samples file an earlier record points at stays if the aggregate fails: that record is the one to keep then.
+  const samplesOwn = !earlier.records.some((x) => x.samples === samplesPath);
+  await withSamplesTakenBack(samplesPath, aggregatePath, samplesOwn, () =>
+    writeExportFile(aggregatePath, texts.aggregate),
+  );
   const mine = new Set([samplesPath, aggregatePath]);
   const replaced = earlier.records.flatMap((x) => [x.aggregate, x.samples]);
   await removeAll([...replaced, ...earlier.orphans].filter((p) => !mine.has(p)));
   return { aggregate: aggregatePath, samples: samplesPath, unchanged: false };
+}
+
+/**
+ * Runs `writeAggregate` once the samples file is in place, and removes the samples file (where `own`) if it fails
+ * (a full disk, a quota) or a signal stops the process before the aggregate is there: a failed export leaves no
+ * half of a record, whose samples no aggregate points at.
+ */
+async function withSamplesTakenBack<T>(
+  samples: string,
+  aggregate: string,
+  own: boolean,
+  writeAggregate: () => Promise<T>,
+): Promise<T> {
+  if (!own) return writeAggregate();
+  const forget = onStopSignal(() => {
+    if (!existsSync(aggregate)) rmSync(samples, { force: true });
+  });
+  try {
+    return await writeAggregate();
+  } catch (err) {
+    await rm(samples, { force: true }).catch(() => {});
+    throw err;
+  } finally {
+    forget();
+  }
 }
 
 /**
@@ -408,7 +438,10 @@ async function writeNewRecord(
     const samples = join(dir, `${texts.stem}_samples.jsonl`);
     const aggregate = join(dir, `${texts.stem}.json`);
     if (!(await writeFileExclusive(samples, texts.samples))) continue;
-    if (await writeFileExclusive(aggregate, texts.aggregate)) return { aggregate, samples };
+    const placed = await withSamplesTakenBack(samples, aggregate, true, () =>
+      writeFileExclusive(aggregate, texts.aggregate),
+    );
+    if (placed) return { aggregate, samples };
     // An aggregate without its samples holds the name (another tool's, or one left behind): ours moves on.
     await removeAll([samples]);
   }

@@ -4,7 +4,8 @@
  * resumed (the pipeline does both); a model that fails is reported with its
  * error and the others go on. Imported models (an outputs folder of an earlier
  * run) are verified where they are. The outcome is written to
- * `<outputs>/study.json` and summarized as a table.
+ * `<outputs>/study.json` and summarized as a table. One study runs on an
+ * outputs root at a time.
  */
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
@@ -12,6 +13,7 @@ import { join } from "node:path";
 import { HsmError } from "../errors.js";
 import { METRICS } from "../metrics/registry.js";
 import { runPipeline } from "./run.js";
+import { acquireLock } from "../store/lock.js";
 import { verifyStore } from "../store/verify.js";
 import { jsonLines } from "../util/jsonl.js";
 import { TOOL_VERSION } from "../version.js";
@@ -27,6 +29,9 @@ import { wilsonInterval } from "../study/stats.js";
 import { checkStudy } from "../study/check.js";
 import { readStudyFile, type Study, type StudyModel } from "../study/study-file.js";
 import { makeDir, readText, writeFileAtomic } from "../util/fs.js";
+
+/** The lock file in the outputs root that one running `hsm study` holds. */
+const STUDY_LOCK = ".hsm-study.lock";
 
 export interface StudyOptions {
   /** What each model's steps did, for the user. */
@@ -172,8 +177,16 @@ async function writeRecord(study: Study, models: ModelSummary[]): Promise<string
 export async function runStudy(file: string | Study, o: StudyOptions = {}): Promise<StudySummary> {
   const study = typeof file === "string" ? await readStudyFile(file) : file;
   await checkStudy(study);
-  const models: ModelSummary[] = [];
-  for (const model of study.models) models.push(await runModel(study, model, o));
-  const record = await writeRecord(study, models);
-  return { study, models, ok: models.every((m) => m.status !== "failed"), record };
+  // One study per outputs root at a time: a second one beside it would find the first's steps locked, record
+  // those models failed though the first finishes them, and replace the first's study.json with that.
+  await makeDir(study.outputs);
+  const release = await acquireLock(study.outputs, STUDY_LOCK);
+  try {
+    const models: ModelSummary[] = [];
+    for (const model of study.models) models.push(await runModel(study, model, o));
+    const record = await writeRecord(study, models);
+    return { study, models, ok: models.every((m) => m.status !== "failed"), record };
+  } finally {
+    await release();
+  }
 }

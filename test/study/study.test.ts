@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { BankError, HsmError, UsageError } from "../../src/errors.js";
+import { BankError, HsmError, StoreError, UsageError } from "../../src/errors.js";
 import { writeTinyModel } from "../../src/synthetic/llama.js";
 import { parseStudy, StudyFileError } from "../../src/study/study-file.js";
 import { formatStudySummary, studyShardCommands, type StudySummary } from "../../src/study/layout.js";
@@ -134,6 +134,30 @@ models:
     expect(hashes(again.models[0]!.paths.store)).toEqual(before.a);
     expect(hashes(again.models[2]!.paths.store)).toEqual(before.c);
     expect(again.models[0]!.accuracy).toBe(first.models[0]!.accuracy);
+  });
+
+  it("refuses a second study on an outputs root while one runs there, so only the first records its models", async () => {
+    const file = join(dir, "twice.yaml");
+    writeFileSync(
+      file,
+      `bank: ${BANK}\noutputs: out-twice\nrun: { batch_size: 8, threads: 1 }\nmodels:\n  - { name: tiny-a, model_dir: models/a }\n`,
+    );
+    const out = join(dir, "out-twice");
+    const lock = join(out, ".hsm-study.lock");
+    let settled = false;
+    const running = runStudy(file).finally(() => (settled = true));
+    while (!existsSync(lock) && !settled) await new Promise((resolve) => setTimeout(resolve, 2));
+    const second = await runStudy(file).catch((e: unknown) => e);
+    expect(second).toBeInstanceOf(StoreError);
+    expect((second as Error).message).toMatch(
+      new RegExp(`^${out}: is being written by another hsm process \\(pid ${process.pid} on `),
+    );
+    expect(existsSync(join(out, "study.json"))).toBe(false);
+    const s = await running;
+    expect(s.models.map((m) => [m.name, m.status])).toEqual([["tiny-a", "done"]]);
+    const record = JSON.parse(readFileSync(join(out, "study.json"), "utf8"));
+    expect(record.models.map((m: { status: string }) => m.status)).toEqual(["done"]);
+    expect(existsSync(lock)).toBe(false);
   });
 
   it("imports a finished model from another outputs folder, and reports one that is not finished", async () => {

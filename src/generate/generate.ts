@@ -24,7 +24,7 @@ import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
 import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
 import { FileError, HsmError, UsageError } from "../errors.js";
-import { acquireLock } from "../store/lock.js";
+import { lockUnlessReadOnly } from "../store/lock-read-only.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
 import {
   fileError,
@@ -419,8 +419,9 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   // A device that cannot run fails before the output's folder is made.
   checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model));
   await makeDir(dirname(o.out));
-  // One writer per generations file; what it holds is checked before the model is loaded.
-  const release = await acquireLock(dirname(o.out), `.${basename(o.out)}.lock`);
+  // One writer per generations file; what it holds is checked before the model is loaded. On read-only media
+  // there is no lock to take and nobody to write: a finished file is read as it is, anything else cannot be done.
+  const lock = await lockUnlessReadOnly(dirname(o.out), `.${basename(o.out)}.lock`);
   try {
     const { done, keep } = await resumeFile(o.out, {
       model: modelName,
@@ -431,10 +432,16 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
       rows: job.rows,
       prompts: job.prompts,
     });
+    if (lock.readOnly) {
+      // Every query answered: nothing to decode or write, so the file is read as it is, no model loaded.
+      if (keep || done.size < job.rows.length) throw fileError(lock.readOnly.cause, o.out, "write");
+      o.onProgress?.(done.size, job.rows.length);
+      return { written: 0, skipped: done.size, failed: 0, seconds: (performance.now() - t0) / 1000 };
+    }
     if (keep) await rewriteLines(o.out, keep);
     return await decodeJob(o, job, { modelName, done, batchSize, log, t0 });
   } finally {
-    await release();
+    await lock.release();
   }
 }
 

@@ -22,7 +22,7 @@ import {
   type ForeignManifest,
 } from "./foreign.js";
 import { hashFiles } from "./hash.js";
-import { acquireLock } from "./lock.js";
+import { lockUnlessReadOnly } from "./lock-read-only.js";
 import { checkedManifest, isNativeManifest, MANIFEST_NAME, writeManifestAtomic, type Manifest } from "./manifest.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader } from "./npy.js";
@@ -48,11 +48,13 @@ export interface AdoptOptions {
  */
 export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest> {
   const where = join(dir, MANIFEST_NAME);
-  const release = await acquireLock(dir);
+  // On read-only media a store that is hsm's already and complete is returned as it is; nothing else can be done.
+  const lock = await lockUnlessReadOnly(dir);
   try {
     const { original, native, foreign } = await readExisting(dir, where);
+    if (native?.complete) return native;
+    if (lock.readOnly) throw fileError(lock.readOnly.cause, dir, "write");
     if (native) {
-      if (native.complete) return native;
       // Its layer files may be the zeros a new store starts from: they are the run's to finish, not data to adopt.
       throw new StoreError(
         dir,
@@ -106,7 +108,7 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
     await writeManifestAtomic(dir, manifest);
     return manifest;
   } finally {
-    await release();
+    await lock.release();
   }
 }
 

@@ -713,7 +713,8 @@ export async function makeWorkFolder(path: string, what: string): Promise<{ dir:
     await rm(dir, { recursive: true, force: true });
     await mkdir(dir);
   } catch (err) {
-    throw fileError(err, dir, "write");
+    // Named by the output asked for (a read-only or full file system), not by the hidden folder.
+    throw fileError(err, path, "write");
   }
   return { dir, forget: onStopSignal(() => rmSync(dir, { recursive: true, force: true })) };
 }

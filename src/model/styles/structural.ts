@@ -30,6 +30,9 @@
  *   `exclude_lm_head` builds' `hidden_states`) ends in the normed stream: where
  *   no matrix product lies between the last residual and the graph's output,
  *   that output, behind any casts or reshapes, is the final norm's.
+ * - A bias `Add` (the stream and a tensor no path from the embedding reaches)
+ *   right after a residual `Add` belongs to it (`x + h @ W + b`): the block's
+ *   output is the biased sum.
  * - Besides the residual `Add`s and Skip norms only a `Cast`/`Identity`/
  *   `Dropout` or a reshape may sit on the stream (OPT flattens it to
  *   `[B·T, d]` around each MLP), and before the first block an elementwise
@@ -118,7 +121,7 @@ interface ResidualStream {
   /** The embedding's output (after any scale). */
   embedding: string;
   /** The residual Adds (or fused Skip norms), in order, with what each adds to the stream and the tensor of the sum (absent where a Skip norm does not emit it). */
-  residuals: { node: NodeProto; kind: SegmentKind; sum?: string }[];
+  residuals: { node: NodeProto; kind: SegmentKind; sum?: string; biases?: NodeProto[] }[];
   /** Per decoder block, the index in `residuals` of the Add that ends it. */
   blockEnds: number[];
   /** The final norm's output and the node producing it; `output`, the graph output it gives, where no LM head follows. */
@@ -269,7 +272,7 @@ const SUM_DEPTH = 3;
  * written `x + attn(ln(x)) + mlp(ln(x))` (HuggingFace's Cohere, StableLM with
  * `use_parallel_residual`) adds `(x + attn) + mlp`: the inner Add is no
  * dominator, the MLP's path passing it by, so the stream is one Add deep in
- * the block's last.
+ * the block's last. A bias Add may sit between them (`((x + attn) + b) + mlp`).
  */
 function addedTo(
   d: NodeProto,
@@ -281,7 +284,15 @@ function addedTo(
   const skip = isSkipNorm(d);
   if (!skip && (d.opType !== "Add" || d.domain)) return undefined;
   const ins = skip ? (d.input ?? []).slice(0, 2).filter(Boolean) : (d.input ?? []).filter(Boolean);
-  if (ins.length !== 2 || !ins.every(fromStream)) return undefined;
+  if (ins.length !== 2) return undefined;
+  if (!ins.every(fromStream)) {
+    // A bias added inside the sum (NeoX's `x + attn @ W + b + mlp`): the stream's Add lies behind it.
+    const behind = !skip && depth > 0 ? ins.find(fromStream) : undefined;
+    const inner = behind && behind !== stream ? producer.get(behind) : undefined;
+    return inner?.opType === "Add" && !inner.domain && depth < SUM_DEPTH
+      ? addedTo(inner, stream, fromStream, producer, depth + 1)
+      : undefined;
+  }
   if (ins.includes(stream)) return [ins[0] === stream ? ins[1]! : ins[0]!];
   if (skip || depth >= SUM_DEPTH) return undefined;
   for (const [i, t] of ins.entries()) {
@@ -290,6 +301,17 @@ function addedTo(
     if (added) return [...added, ins[1 - i]!];
   }
   return undefined;
+}
+
+/**
+ * Whether `d` adds to `stream` a tensor no path from the embedding reaches (an initializer, a constant): a
+ * branch's bias that the module adds after its residual (`x + h @ W + b`, summed left to right), so the stream
+ * after it, not the residual Add's own output, is what the block hands on.
+ */
+function isBiasAdd(d: NodeProto, stream: string, fromStream: (t: string) => boolean): boolean {
+  if (d.opType !== "Add" || d.domain) return false;
+  const ins = (d.input ?? []).filter(Boolean);
+  return ins.length === 2 && ins.includes(stream) && !fromStream(ins[0] === stream ? ins[1]! : ins[0]!);
 }
 
 /**
@@ -309,6 +331,15 @@ function walkResiduals(s: StreamGraph, dominators: NodeProto[], embed: NodeProto
   let closed: NodeProto | undefined;
   for (const d of dominators) {
     const skip = isSkipNorm(d);
+    const last = residuals.at(-1);
+    if (last?.sum === stream && isBiasAdd(d, stream, fromStream)) {
+      // `x + branch + b` adds the branch's bias after the residual: the block's output is the biased sum.
+      last.sum = d.output![0]!;
+      last.biases = [...(last.biases ?? []), d];
+      stream = last.sum;
+      streamPos = pos.get(d)!;
+      continue;
+    }
     const added = addedTo(d, stream, fromStream, producer);
     if (added) {
       if (closed) {
@@ -514,14 +545,16 @@ export function locateByStructure(graph: GraphProto, numLayers: number): Located
     );
   }
   const tensors: HiddenTensor[] = s.blockEnds.slice(0, -1).map((end, l) => {
-    const { node, sum } = s.residuals[end]!;
+    const { node, sum, biases } = s.residuals[end]!;
+    const bias = biases?.at(-1);
     const what = isSkipNorm(node)
       ? `residual sum ${end + 1} of ${s.residuals.length} (output 3, input_skip_bias_sum, of ${node.opType})`
       : `residual Add ${end + 1} of ${s.residuals.length}`;
+    const after = bias ? `, with the bias added after it${bias.name ? ` (${bias.name})` : ""}` : "";
     return {
       layer: l,
       tensor: sum!,
-      how: `structure: ${what}, the end of block ${l}${node.name ? ` (${node.name})` : ""}`,
+      how: `structure: ${what}, the end of block ${l}${node.name ? ` (${node.name})` : ""}${after}`,
     };
   });
   const norm = s.finalNorm;

@@ -2,7 +2,9 @@
 by torch.onnx.export without a KV cache (logits only), and their float64
 greedy decoding: the graphs users export by hand, and their reference.
 
-    torch_export.py export FAMILY DIR SEED     writes DIR/model.onnx (DIR holds config.json)
+    torch_export.py export FAMILY DIR SEED [OPSET]
+                                               writes DIR/model.onnx (DIR holds config.json) at
+                                               OPSET (17; below 17 LayerNorm is written out)
     torch_export.py greedy FAMILY DIR SEED IDS MAX_NEW EOS
                                                prints the float64 greedy ids of each prompt in IDS (a JSON list)
 
@@ -970,7 +972,7 @@ def build(family, d, seed):
     return FAMILIES[family](cfg_of(d), g).eval()
 
 
-def export(family, d, seed):
+def export(family, d, seed, opset="17"):
     m = build(family, d, seed).float()
     B, T = 2, 5
     ids = torch.ones(B, T, dtype=torch.long)
@@ -982,7 +984,7 @@ def export(family, d, seed):
             "position_ids": {0: "batch_size", 1: "sequence_length"},
             "logits": {0: "batch_size", 1: "sequence_length"}}
     with torch.no_grad():
-        torch.onnx.export(m, (ids, mask, pos)[: len(names)], f"{d}/model.onnx", opset_version=17,
+        torch.onnx.export(m, (ids, mask, pos)[: len(names)], f"{d}/model.onnx", opset_version=int(opset),
                           input_names=list(names), output_names=["logits"],
                           dynamic_axes={k: v for k, v in axes.items() if k in names or k == "logits"},
                           do_constant_folding=True)

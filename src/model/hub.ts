@@ -13,7 +13,7 @@ import { homedir, hostname } from "node:os";
 import { dirname, join, relative } from "node:path";
 
 import { HsmError } from "../errors.js";
-import { openInput, openOutput, readTextIfPresent, makeDir, writeFileAtomic } from "../util/fs.js";
+import { openInput, openOutput, processRunning, readTextIfPresent, makeDir, writeFileAtomic } from "../util/fs.js";
 import { createProgress } from "../util/progress.js";
 
 /** The hub the API calls go to when `HF_ENDPOINT` is not set. */
@@ -261,7 +261,7 @@ async function withLock(lock: string, watched: string, work: () => Promise<void>
       const changed = Math.max(
         ...(await Promise.all([lock, watched].map(async (p) => (await stat(p).catch(() => undefined))?.mtimeMs ?? 0))),
       );
-      const gone = host === hostname() && Number.isSafeInteger(pid) && pid > 0 && !alive(pid);
+      const gone = host === hostname() && Number.isSafeInteger(pid) && pid > 0 && !processRunning(pid);
       if (gone || Date.now() - changed > STALE_LOCK_MS) await takeOver(lock, owner);
       else await new Promise((r) => setTimeout(r, 200));
     }
@@ -287,15 +287,6 @@ async function takeOver(lock: string, owner: string): Promise<void> {
   }
   if ((await readTextIfPresent(aside).catch(() => null)) !== owner) await link(aside, lock).catch(() => {});
   await unlink(aside).catch(() => {});
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
 }
 
 async function createExclusive(path: string, text: string): Promise<void> {

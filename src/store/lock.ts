@@ -31,7 +31,7 @@ import { hostname } from "node:os";
 import { basename, dirname, join } from "node:path";
 
 import { StoreError } from "../errors.js";
-import { openInput, readTextSync, writeFileExclusive } from "../util/fs.js";
+import { openInput, processRunning, readTextSync, writeFileExclusive } from "../util/fs.js";
 import { onStopSignal } from "../util/stop.js";
 
 const LOCK_NAME = ".hsm.lock";
@@ -67,15 +67,6 @@ interface SeenLock {
   ageMs: number;
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
 function parseLock(text: string): LockInfo | undefined {
   try {
     const v = JSON.parse(text) as Partial<LockInfo>;
@@ -105,7 +96,7 @@ async function look(path: string, staleMs: number): Promise<SeenLock | undefined
       .slice(0, 16);
     const ageMs = Date.now() - st.mtimeMs;
     const info = parseLock(bytes.toString("utf8"));
-    const held = info ? (info.host === hostname() ? alive(info.pid) : ageMs < staleMs) : ageMs < TORN_GRACE_MS;
+    const held = info ? (info.host === hostname() ? processRunning(info.pid) : ageMs < staleMs) : ageMs < TORN_GRACE_MS;
     return { info, held, id, ageMs };
   } finally {
     await fh.close();

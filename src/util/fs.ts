@@ -676,7 +676,7 @@ async function expectFolder(dir: string, cause: unknown): Promise<void> {
 }
 
 /** Whether the process `pid` runs on this host (one of another user's counts). */
-function running(pid: number): boolean {
+export function processRunning(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -706,7 +706,7 @@ export async function makeWorkFolder(path: string, what: string): Promise<{ dir:
   const leftover = new RegExp(`^${literal(prefix)}(?:(.*)-)?(\\d+)$`);
   for (const name of await readdir(parent).catch(() => [] as string[])) {
     const m = leftover.exec(name);
-    if (!m || (m[1] !== undefined && m[1] !== host) || running(Number(m[2]))) continue;
+    if (!m || (m[1] !== undefined && m[1] !== host) || processRunning(Number(m[2]))) continue;
     await rm(join(parent, name), { recursive: true, force: true }).catch(() => {});
   }
   try {

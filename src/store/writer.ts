@@ -12,7 +12,7 @@ import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { DiskSpaceError, StoreError } from "../errors.js";
 import { storeKernels } from "../kernels/default.js";
-import { fileError, makeDir, openOutput, osReason, readTextIfPresent } from "../util/fs.js";
+import { fileError, isTempOf, makeDir, openOutput, osReason, readTextIfPresent } from "../util/fs.js";
 import { TOOL_VERSION } from "../version.js";
 import { hashFiles } from "./hash.js";
 import { layerFileName } from "./names.js";
@@ -418,9 +418,6 @@ async function ensureSpace(dir: string, needed: number): Promise<void> {
   if (available < needed) throw new DiskSpaceError(dir, needed, available);
 }
 
-/** A manifest's temporary file (formats.md: `.<name>.<pid>.<n>.tmp`), as a run killed while replacing it leaves it. */
-const MANIFEST_TEMP = new RegExp(`^\\.${MANIFEST_NAME.replace(/\./g, "\\.")}\\.\\d+\\.\\d+\\.tmp$`);
-
 /** Removes the temporary manifests that runs killed while replacing index.json left in `dir`. */
 async function removeLeftTemps(dir: string): Promise<void> {
   let names: string[];
@@ -429,7 +426,7 @@ async function removeLeftTemps(dir: string): Promise<void> {
   } catch (err) {
     throw fileError(err, dir);
   }
-  for (const name of names.filter((n) => MANIFEST_TEMP.test(n))) {
+  for (const name of names.filter((n) => isTempOf(n, MANIFEST_NAME))) {
     const path = join(dir, name);
     await unlink(path).catch((err: unknown) => {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw fileError(err, path, "write");

@@ -410,6 +410,19 @@ export async function syncDir(dir: string): Promise<void> {
 
 let tempCounter = 0;
 
+/** The characters of `text` as a regular expression matches them literally. */
+const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+
+/** A new temporary file beside `path` for writing it whole: `.<name>.<pid>.<n>.tmp`. */
+function tempPath(path: string): string {
+  return join(dirname(path), `.${basename(path)}.${process.pid}.${tempCounter++}.tmp`);
+}
+
+/** Whether `name` is a temporary file of an atomic write of a file named `base` ({@link tempPath}), by any process. */
+export function isTempOf(name: string, base: string): boolean {
+  return new RegExp(`^\\.${literal(base)}\\.\\d+\\.\\d+\\.tmp$`).test(name);
+}
+
 /** What {@link writeFileAtomic} writes: text (UTF-8), bytes, or pieces written one after another. */
 export type AtomicData = string | Uint8Array | Iterable<string | Uint8Array> | AsyncIterable<string | Uint8Array>;
 
@@ -464,7 +477,7 @@ export async function writeFileExclusive(
   data: AtomicData,
   linkFile: (from: string, to: string) => Promise<void> = link,
 ): Promise<boolean> {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${tempCounter++}.tmp`);
+  const temp = tempPath(path);
   const forget = onStopSignal(() => rmSync(temp, { force: true }));
   try {
     await writeTemp(temp, path, data);
@@ -548,7 +561,7 @@ export async function writeFilesAtomic(files: ReadonlyArray<readonly [path: stri
 async function writeAndRename(files: ReadonlyArray<readonly [path: string, data: AtomicData]>, temps: string[]) {
   try {
     for (const [path, data] of files) {
-      const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${tempCounter++}.tmp`);
+      const temp = tempPath(path);
       temps.push(temp);
       await writeTemp(temp, path, data);
     }
@@ -684,9 +697,6 @@ export function processRunning(pid: number): boolean {
     return (err as NodeJS.ErrnoException).code === "EPERM";
   }
 }
-
-/** The characters of `text` as a regular expression matches them literally. */
-const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 /**
  * Makes a new hidden folder beside `path`, `.<name>.<what>-<host>-<pid>`, in which a command builds `path` whole

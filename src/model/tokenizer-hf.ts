@@ -98,9 +98,11 @@ export function templateEnds(json: Json, path: string): { prefix: number[]; suff
   return { prefix, suffix };
 }
 
+/** Strict UTF-8 that keeps a byte-order mark, as Rust's String::from_utf8 reads bytes. */
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
 /** HuggingFace's ByteFallback: a run of byte tokens decodes at once, or to one U+FFFD per byte where invalid. */
 function byteFallbackChain(tokens: string[]): string[] {
-  const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
   const out: string[] = [];
   let bytes: number[] = [];
   const flush = () => {

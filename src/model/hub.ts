@@ -152,13 +152,16 @@ async function fromCache(
   return { dir: snapshot, graph, commit, source: `hf:${repo}@${commit}` };
 }
 
+/** What a 401 or 403 answer asks for. */
+const TOKEN_HINT = "; a gated or private model needs HF_TOKEN";
+
 /** One line for a failed API call: the hub's status and what to do, or why it could not be reached. */
 function apiError(id: string, hubUrl: string, what: string, err: unknown): HubError {
   const e = err as { statusCode?: number; message?: string; cause?: { code?: string; message?: string } };
   if (typeof e.statusCode === "number") {
     const hint =
       e.statusCode === 401 || e.statusCode === 403
-        ? "; a gated or private model needs HF_TOKEN"
+        ? TOKEN_HINT
         : e.statusCode === 404
           ? "; check the id and the revision (a gated or private model needs HF_TOKEN)"
           : "";
@@ -316,8 +319,11 @@ async function download(f: RemoteFile, url: string, blob: string, token: string 
     } catch (err) {
       throw new HubError(`${url}: cannot be downloaded (${reason(err)}); run again to resume`);
     }
-    if (res.status !== 200 && res.status !== 206)
-      throw new HubError(`${url}: the hub answered HTTP ${res.status} for ${f.path}`);
+    if (res.status !== 200 && res.status !== 206) {
+      // A gated model's API answers without a token; its files do not.
+      const hint = res.status === 401 || res.status === 403 ? TOKEN_HINT : "";
+      throw new HubError(`${url}: the hub answered HTTP ${res.status} for ${f.path}${hint}`);
+    }
     // A server that ignores the range sends the whole file: it is written again from its first byte.
     if (res.status === 200) have = 0;
   }

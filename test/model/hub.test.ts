@@ -58,6 +58,8 @@ interface Hub {
   corrupt: Set<string>;
   /** The token every request must carry, where set. */
   token?: string;
+  /** With `token`: only the files need it, as with a gated model, whose API answers anyone. */
+  gated?: boolean;
 }
 let hub: Hub;
 
@@ -105,7 +107,7 @@ function handle(req: IncomingMessage, res: ServerResponse) {
   const url = new URL(req.url!, hub.url);
   const path = decodeURIComponent(url.pathname);
   hub.requests.push({ path, range: req.headers.range, auth: req.headers.authorization });
-  if (hub.token && req.headers.authorization !== `Bearer ${hub.token}`)
+  if (hub.token && !(hub.gated && path.startsWith("/api/")) && req.headers.authorization !== `Bearer ${hub.token}`)
     return serve(res, 401, { "Content-Type": "application/json" }, JSON.stringify({ error: "Invalid credentials" }));
   const revision = new RegExp(`^/api/models/${REPO}/revision/(.+)$`).exec(path);
   if (revision) {
@@ -207,6 +209,7 @@ beforeEach(() => {
   hub.requests = [];
   hub.sent = new Map();
   hub.token = undefined;
+  hub.gated = false;
 });
 
 describe("a model named by hub id", () => {
@@ -386,6 +389,18 @@ describe("a model named by hub id", () => {
     useCache(fresh, { HF_TOKEN: "hf_secret" });
     expect((await openModelDir(id)).source).toBe(`hf:${REPO}@${COMMIT}`);
     expect(hub.requests.filter((r) => r.auth === "Bearer hf_secret").length).toBeGreaterThan(2);
+  });
+
+  it("says a gated model's files need HF_TOKEN, though its API answers without one", async () => {
+    const fresh = join(dir, "gated");
+    Object.assign(hub, { token: "hf_secret", gated: true });
+    useCache(fresh);
+    const err = (await openModelDir(id).catch((e: Error) => e)) as Error;
+    expect(err.message).toMatch(/: the hub answered HTTP 401 for [\w./]+; a gated or private model needs HF_TOKEN$/);
+    expect(readdirSync(join(storage(fresh), "blobs"))).toEqual([]);
+    expect(existsSync(join(storage(fresh), "snapshots"))).toBe(false);
+    useCache(fresh, { HF_TOKEN: "hf_secret" });
+    expect((await openModelDir(id)).source).toBe(`hf:${REPO}@${COMMIT}`);
   });
 
   it("names a missing revision, the graphs to choose from, and a malformed id", async () => {

@@ -1,10 +1,10 @@
 /**
  * Models named by hub id, `hf:ORG/NAME[@REVISION]`: the files a run needs are fetched into the standard hub cache
- * (`HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`) in the layout Python's `huggingface_hub`
- * writes and reads: `models--ORG--NAME/blobs/<etag>`, `snapshots/<commit>/<path>` (relative links into blobs/) and
- * `refs/<revision>`. The revision and the file list come from the hub's API through `@huggingface/hub`; the files
- * themselves are fetched here, because a download must resume (`blobs/<etag>.incomplete`, a Range request), be
- * checked against its hash and show its progress.
+ * (`HF_HUB_CACHE`, else `HUGGINGFACE_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`) in the layout
+ * Python's `huggingface_hub` writes and reads: `models--ORG--NAME/blobs/<etag>`, `snapshots/<commit>/<path>`
+ * (relative links into blobs/) and `refs/<revision>`. The revision and the file list come from the hub's API through
+ * `@huggingface/hub`; the files themselves are fetched here, because a download must resume
+ * (`blobs/<etag>.incomplete`, a Range request), be checked against its hash and show its progress.
  */
 import { createHash, randomUUID, type Hash } from "node:crypto";
 import { existsSync } from "node:fs";
@@ -68,11 +68,13 @@ function parseHubId(text: string): HubId {
   return { repo: m[1]!, revision: m[2] ?? "main" };
 }
 
-/** The hub cache folder, as Python's huggingface_hub finds it. */
+/** huggingface_hub's home folder: `HF_HOME`, else `XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`. */
+const hubHome = (env: NodeJS.ProcessEnv) =>
+  env.HF_HOME ?? join(env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "huggingface");
+
+/** The hub cache folder, as Python's huggingface_hub finds it (`HUGGINGFACE_HUB_CACHE` is its older name). */
 function hubCacheDir(env: NodeJS.ProcessEnv): string {
-  if (env.HF_HUB_CACHE) return env.HF_HUB_CACHE;
-  const home = env.HF_HOME ?? join(env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "huggingface");
-  return join(home, "hub");
+  return env.HF_HUB_CACHE || env.HUGGINGFACE_HUB_CACHE || join(hubHome(env), "hub");
 }
 
 const truthy = (v: string | undefined) => ["1", "ON", "YES", "TRUE"].includes((v ?? "").toUpperCase());

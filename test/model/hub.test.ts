@@ -151,9 +151,19 @@ function handle(req: IncomingMessage, res: ServerResponse) {
 }
 
 const savedEnv = { ...process.env };
+const HF_VARIABLES = [
+  "HF_HUB_CACHE",
+  "HUGGINGFACE_HUB_CACHE",
+  "HF_HOME",
+  "XDG_CACHE_HOME",
+  "HF_ENDPOINT",
+  "HF_TOKEN",
+  "HF_TOKEN_PATH",
+  "HF_HUB_OFFLINE",
+];
 /** Points the hub cache and endpoint at this test's; `offline` sets HF_HUB_OFFLINE. */
 function useCache(cache: string, more: Record<string, string> = {}) {
-  for (const k of ["HF_HUB_CACHE", "HF_HOME", "HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE"]) delete process.env[k];
+  for (const k of HF_VARIABLES) delete process.env[k];
   Object.assign(process.env, { HF_HUB_CACHE: cache, HF_ENDPOINT: hub.url, ...more });
 }
 
@@ -292,6 +302,21 @@ describe("a model named by hub id", () => {
       `${id}: not in the hub cache (${join(storage(cold), "refs", "main")} is missing); ` +
         "HF_HUB_OFFLINE=1 forbids downloading it: run once without HF_HUB_OFFLINE to fill the cache",
     );
+    expect(hub.requests).toEqual([]);
+  });
+
+  it("finds the cache where huggingface_hub does: HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub", async () => {
+    const snapshot = join(storage(cache), "snapshots", COMMIT);
+    // huggingface_hub's precedence: HF_HUB_CACHE over its older name HUGGINGFACE_HUB_CACHE, both over HF_HOME.
+    useCache(cache, { HF_HUB_OFFLINE: "1", HUGGINGFACE_HUB_CACHE: join(dir, "not-this"), HF_HOME: join(dir, "nor") });
+    expect((await openModelDir(id)).dir).toBe(snapshot);
+    useCache(cache, { HF_HUB_OFFLINE: "1", HUGGINGFACE_HUB_CACHE: cache, HF_HOME: join(dir, "nor") });
+    delete process.env.HF_HUB_CACHE;
+    expect((await openModelDir(id)).dir).toBe(snapshot);
+    useCache(cache, { HF_HUB_OFFLINE: "1", HF_HOME: dir });
+    delete process.env.HF_HUB_CACHE;
+    const err = (await openModelDir(id).catch((e: Error) => e)) as Error;
+    expect(err.message).toContain(join(dir, "hub", `models--${REPO.replace("/", "--")}`, "refs", "main"));
     expect(hub.requests).toEqual([]);
   });
 

@@ -77,6 +77,23 @@ function hubCacheDir(env: NodeJS.ProcessEnv): string {
   return env.HF_HUB_CACHE || env.HUGGINGFACE_HUB_CACHE || join(hubHome(env), "hub");
 }
 
+/**
+ * The token sent to the hub, as Python's huggingface_hub finds it: `HF_TOKEN`, else the file `hf auth login`
+ * writes (`HF_TOKEN_PATH`, else `HF_HOME/token`). The hub takes only `hf_…` tokens: another is refused here, in
+ * one line naming where it came from.
+ */
+async function hubToken(env: NodeJS.ProcessEnv): Promise<string | undefined> {
+  let token = env.HF_TOKEN?.trim();
+  let where = "HF_TOKEN";
+  if (!token) {
+    where = env.HF_TOKEN_PATH || join(hubHome(env), "token");
+    token = (await readTextIfPresent(where, { follow: true, maxBytes: 4096, what: "a hub token" }))?.trim();
+  }
+  if (!token) return undefined;
+  if (!token.startsWith("hf_")) throw new HubError(`${where}: not a Hugging Face access token (one starts with "hf_")`);
+  return token;
+}
+
 const truthy = (v: string | undefined) => ["1", "ON", "YES", "TRUE"].includes((v ?? "").toUpperCase());
 
 /**
@@ -90,7 +107,7 @@ export async function fetchHubModel(id: string, options: { modelFile?: string } 
   const storage = join(hubCacheDir(env), `models--${repo.replace("/", "--")}`);
   if (truthy(env.HF_HUB_OFFLINE)) return fromCache(id, repo, revision, storage, options.modelFile);
   const hubUrl = (env.HF_ENDPOINT ?? DEFAULT_ENDPOINT).replace(/\/+$/, "");
-  const accessToken = env.HF_TOKEN || undefined;
+  const accessToken = await hubToken(env);
   const hub = await import("@huggingface/hub");
   const ask = async <T>(what: string, call: () => Promise<T>): Promise<T> => {
     try {

@@ -161,10 +161,11 @@ const HF_VARIABLES = [
   "HF_TOKEN_PATH",
   "HF_HUB_OFFLINE",
 ];
-/** Points the hub cache and endpoint at this test's; `offline` sets HF_HUB_OFFLINE. */
+/** Points the hub cache, home and endpoint at this test's; `more` sets other variables. */
 function useCache(cache: string, more: Record<string, string> = {}) {
   for (const k of HF_VARIABLES) delete process.env[k];
-  Object.assign(process.env, { HF_HUB_CACHE: cache, HF_ENDPOINT: hub.url, ...more });
+  // HF_HOME too, so that no token of this machine's own login is sent.
+  Object.assign(process.env, { HF_HUB_CACHE: cache, HF_HOME: join(dir, "home"), HF_ENDPOINT: hub.url, ...more });
 }
 
 const downloads = () => hub.requests.filter((r) => !r.path.startsWith("/api/"));
@@ -414,6 +415,39 @@ describe("a model named by hub id", () => {
     useCache(fresh, { HF_TOKEN: "hf_secret" });
     expect((await openModelDir(id)).source).toBe(`hf:${REPO}@${COMMIT}`);
     expect(hub.requests.filter((r) => r.auth === "Bearer hf_secret").length).toBeGreaterThan(2);
+  });
+
+  it("sends the token huggingface_hub would: HF_TOKEN, else the login's token file", async () => {
+    const home = join(dir, "hf-home");
+    mkdirSync(home, { recursive: true });
+    writeFileSync(join(home, "token"), "hf_secret\n");
+    writeFileSync(join(dir, "other-token"), "hf_other");
+    hub.token = "hf_secret";
+    useCache(join(dir, "token-file"), { HF_HOME: home });
+    expect((await openModelDir(id)).source).toBe(`hf:${REPO}@${COMMIT}`);
+    expect(hub.requests.every((r) => r.auth === "Bearer hf_secret")).toBe(true);
+    // HF_TOKEN_PATH names the file instead, and HF_TOKEN wins over either.
+    hub.requests = [];
+    useCache(join(dir, "token-file"), { HF_HOME: home, HF_TOKEN_PATH: join(dir, "other-token") });
+    await expect(openModelDir(id)).rejects.toThrow(/HTTP 401/);
+    expect(hub.requests.map((r) => r.auth)).toEqual(["Bearer hf_other"]);
+    useCache(join(dir, "token-file"), {
+      HF_HOME: home,
+      HF_TOKEN_PATH: join(dir, "other-token"),
+      HF_TOKEN: "hf_secret",
+    });
+    expect((await openModelDir(id)).source).toBe(`hf:${REPO}@${COMMIT}`);
+    // A value that is no hub token is named where it came from, not taken for an unreachable hub.
+    for (const [more, where] of [
+      [{ HF_TOKEN: "secret" }, "HF_TOKEN"],
+      [{ HF_TOKEN_PATH: join(dir, "bad-token") }, join(dir, "bad-token")],
+    ] as const) {
+      writeFileSync(join(dir, "bad-token"), "secret\n");
+      useCache(join(dir, "token-file"), more);
+      await expect(openModelDir(id)).rejects.toThrow(
+        `${where}: not a Hugging Face access token (one starts with "hf_")`,
+      );
+    }
   });
 
   it("says a gated model's files need HF_TOKEN, though its API answers without one", async () => {

@@ -76,4 +76,19 @@ describe("hsm doctor", () => {
     expect(text).toMatch(/^webgpu adapter +no +no WebGPU adapter was found\n +to add it: WebGPU runs over Vulkan/m);
     expect(text).not.toContain("adapter features:");
   });
+
+  it("gives a fix for a native core turned off or pointed elsewhere that adds it", () => {
+    const cases = [
+      [{ HSM_NATIVE: "0" }, "HSM_NATIVE=0 is set", "unset HSM_NATIVE"],
+      [{ HSM_NATIVE_PATH: join(import.meta.dirname, "no-such-core.node") }, "no-such-core.node", "HSM_NATIVE_PATH"],
+    ] as const;
+    for (const [env, why, fix] of cases) {
+      const native = findings(doctor({ ...NO_GPU, ...env }).stdout).byName["native core"]!;
+      expect(native.available).toBe(false);
+      expect(native.detail).toContain(why);
+      // Building the core changes nothing while the variable is set.
+      expect(native.fix).toContain(fix);
+      expect(native.fix).not.toBe("npm run build:native");
+    }
+  });
 });

@@ -8,7 +8,7 @@
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 
-import { JsonFileError, JsonlError, UsageError } from "../errors.js";
+import { JsonFileError, JsonlError, ScoredError, UsageError } from "../errors.js";
 import { modelPaths, stemPaths, STUDY_RECORD, type ModelPaths } from "../study/layout.js";
 import { jsonLines } from "../util/jsonl.js";
 import { readTextIfPresent } from "../util/fs.js";
@@ -216,9 +216,10 @@ export async function findModel(outputs: string, name: string): Promise<OutputsM
   return m;
 }
 
-/** Reads a scored file: one entry per query, keyed by query id. */
+/** Reads a scored file: one entry per query, keyed by query id; a query scored twice is refused, naming both lines. */
 export async function readScored(file: string): Promise<Map<string, ScoredQuery>> {
   const out = new Map<string, ScoredQuery>();
+  const lines = new Map<string, number>();
   const fail = (line: number, problem: string, cause?: unknown) =>
     new JsonlError(file, line, undefined, problem, { cause });
   for await (const { value: v, line } of jsonLines(file, fail)) {
@@ -226,6 +227,15 @@ export async function readScored(file: string): Promise<Map<string, ScoredQuery>
       if (typeof v[field] !== "string")
         throw new JsonlError(file, line, field, `expected a string but received ${JSON.stringify(v[field])}`);
     }
+    const first = lines.get(v.query_id as string);
+    if (first !== undefined)
+      throw new ScoredError(
+        file,
+        line,
+        "query_id",
+        `"${v.query_id as string}" is scored twice (first on line ${first})`,
+      );
+    lines.set(v.query_id as string, line);
     const answer = typeof v.span === "string" ? v.span : typeof v.raw_response === "string" ? v.raw_response : "";
     out.set(v.query_id as string, {
       queryId: v.query_id as string,

@@ -234,6 +234,22 @@ describe("per-row values and the paired comparison", () => {
     );
   });
 
+  it("refuses a query scored twice, though it is not in the store, naming both lines", async () => {
+    const root = join(dir, "twice");
+    cpSync(outputs, root, { recursive: true });
+    const file = join(root, "evaluation", "ten.scored.jsonl");
+    const lines = readFileSync(file, "utf8").trimEnd().split("\n");
+    // A reverse query (not a main-forward row, so not in the store) again, with the other label.
+    const first = lines.findIndex((l) => JSON.parse(l).condition_family === "reverse");
+    const row = JSON.parse(lines[first]!);
+    row.label = row.label === "correct" ? "incorrect" : "correct";
+    writeFileSync(file, [...lines, JSON.stringify(row)].join("\n") + "\n");
+    const [, ten] = await listModels(root);
+    await expect(loadModel(ten!)).rejects.toThrow(
+      `${file}:${lines.length + 1}: field "query_id": "${row.query_id}" is scored twice (first on line ${first + 1})`,
+    );
+  });
+
   it("compares ISS at matched depth: the point difference is iss(A) − iss(B) of the paired layers", () => {
     expect(c.pairs.map((p) => [p.layerA, p.layerB])).toEqual([
       [2, 4],

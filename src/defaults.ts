@@ -2,6 +2,7 @@
  * Every default value of the library, defined once. The CLI's `--help` shows
  * these; library functions fall back to them; nothing else repeats a literal.
  */
+import { basename, resolve } from "node:path";
 
 /** docs/formats.md#layer-selection: store every block `l` with `l/(L−1) ≥ 0.4`. */
 export const DEFAULT_LAYER_RULE = "l/(L-1) >= 0.4";
@@ -52,11 +53,15 @@ export const DEFAULT_OUTPUTS = "outputs";
 /** `hsm demo`'s output folder. */
 export const DEFAULT_DEMO_OUT = "hsm-demo";
 
-/** The model name recorded in outputs when none is given: the model folder's own name (a hub id's NAME). */
+/**
+ * The model name recorded in outputs when none is given: the model folder's own name (a hub id's NAME); a path
+ * ending in `.` or `..` names the folder it resolves to.
+ */
 export function defaultModelName(modelDir: string): string {
   const path = modelDir.startsWith("hf:") ? modelDir.slice(3).replace(/@.*$/, "") : modelDir;
   const trimmed = path.replace(/[\\/]+$/, "");
-  return trimmed.slice(Math.max(trimmed.lastIndexOf("/"), trimmed.lastIndexOf("\\")) + 1) || trimmed;
+  const last = trimmed.slice(Math.max(trimmed.lastIndexOf("/"), trimmed.lastIndexOf("\\")) + 1) || trimmed;
+  return last === "." || last === ".." ? basename(resolve(path)) || last : last;
 }
 
 /** The name outputs record for a model, developer or organization that neither the command line nor the input names. */

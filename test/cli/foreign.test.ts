@@ -97,6 +97,21 @@ describe("metrics on stores written by other tools, with --bank", () => {
     expect(readFileSync(join(bare, "index.json")).equals(written)).toBe(true);
   });
 
+  it("records a store named . or .. by its folder's name, as with any other path", () => {
+    const bank = ["--bank", join(fx, "bank.jsonl")];
+    for (const [arg, folder] of [
+      [".", "named-here"],
+      ["..", "named-above"],
+    ] as const) {
+      const store = foreignStore(folder);
+      const cwd = arg === "." ? store : join(store, "inside");
+      mkdirSync(cwd, { recursive: true });
+      const r = spawnSync(process.execPath, [BIN, "adopt", arg, ...bank], { encoding: "utf8", cwd });
+      expect(r.stderr).toBe("");
+      expect(JSON.parse(readFileSync(join(store, "index.json"), "utf8")).model).toBe(folder);
+    }
+  });
+
   it("without --bank a foreign store without fact ids is refused, naming the flag", () => {
     const store = foreignStore("needs-bank", {
       query_ids: native.query_ids,

@@ -11,6 +11,7 @@ import { join } from "node:path";
 
 import { ModelDirError } from "../model/model-dir.js";
 import { readTextIfPresent } from "../util/fs.js";
+import { jsonSyntax } from "../util/jsonl.js";
 
 export type FinishReason = "stop" | "length";
 
@@ -55,7 +56,7 @@ export async function readEosIds(
     try {
       parsed = JSON.parse(genai);
     } catch (err) {
-      throw new ModelDirError(genaiPath, `is not valid JSON (${(err as Error).message})`);
+      throw new ModelDirError(genaiPath, `is not valid JSON (${jsonSyntax(err)})`);
     }
     ids.push(...idsOf(parsed.model?.eos_token_id, genaiPath));
   }

@@ -14,6 +14,7 @@ import { HsmError } from "../errors.js";
 import { MAX_BLOCKS } from "../store/layers.js";
 import { readText } from "../util/fs.js";
 import { decodeModel, trimEmptyInputs, type ModelProto } from "../onnx/graph.js";
+import { jsonSyntax } from "../util/jsonl.js";
 import { fetchHubModel, isHubId } from "./hub.js";
 
 export const MODEL_FILES = ["model.onnx", "config.json", "tokenizer.json", "tokenizer_config.json"] as const;
@@ -118,7 +119,7 @@ async function readJson(path: string): Promise<Record<string, unknown>> {
   try {
     value = JSON.parse(await readText(path, { follow: true }));
   } catch (err) {
-    throw new ModelDirError(path, `is not valid JSON (${(err as Error).message})`);
+    throw new ModelDirError(path, `is not valid JSON (${jsonSyntax(err)})`);
   }
   return jsonObject(value, path);
 }

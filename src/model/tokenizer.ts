@@ -10,6 +10,7 @@ import { Tokenizer } from "@huggingface/tokenizers";
 
 import { MAX_PROMPT_LEN } from "../defaults.js";
 import { readText } from "../util/fs.js";
+import { jsonSyntax } from "../util/jsonl.js";
 import { jsonObject, ModelDirError, type ModelDir } from "./model-dir.js";
 import { asHuggingFace, encodingJson, fastConfig, templateEnds } from "./tokenizer-hf.js";
 
@@ -36,7 +37,7 @@ export class PromptTokenizer {
       try {
         value = JSON.parse(await readText(path, { follow: true }));
       } catch (err) {
-        throw new ModelDirError(path, `cannot be read as JSON (${(err as Error).message})`);
+        throw new ModelDirError(path, `cannot be read as JSON (${jsonSyntax(err)})`);
       }
       return jsonObject(value, path);
     };

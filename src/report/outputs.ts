@@ -10,7 +10,7 @@ import { join } from "node:path";
 
 import { JsonFileError, JsonlError, ScoredError, UsageError } from "../errors.js";
 import { modelPaths, stemPaths, STUDY_RECORD, type ModelPaths } from "../study/layout.js";
-import { jsonLines } from "../util/jsonl.js";
+import { jsonLines, jsonSyntax } from "../util/jsonl.js";
 import { readTextIfPresent } from "../util/fs.js";
 import { pathStem } from "../util/stem.js";
 
@@ -51,7 +51,7 @@ export async function readJsonObject(file: string): Promise<Record<string, unkno
   try {
     value = JSON.parse(text);
   } catch (err) {
-    throw new JsonFileError(file, undefined, `not valid JSON (${(err as Error).message})`, { cause: err });
+    throw new JsonFileError(file, undefined, `not valid JSON (${jsonSyntax(err)})`, { cause: err });
   }
   if (value === null || typeof value !== "object" || Array.isArray(value))
     throw new JsonFileError(file, undefined, `expected a JSON object but received ${describeValue(value)}`);

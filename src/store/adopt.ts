@@ -13,6 +13,7 @@ import { defaultModelName, UNNAMED } from "../defaults.js";
 import { ManifestError, StoreError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
 import { fileError, openInput, osReason, readTextIfPresent, writeFileAtomic } from "../util/fs.js";
+import { jsonSyntax } from "../util/jsonl.js";
 import {
   foreignLayers,
   joinBank,
@@ -144,7 +145,7 @@ async function readExisting(
     throw new ManifestError(
       where,
       "",
-      `is not valid JSON (${(err as Error).message}); move it away to adopt the store from the bank alone`,
+      `is not valid JSON (${jsonSyntax(err)}); move it away to adopt the store from the bank alone`,
       { cause: err },
     );
   }

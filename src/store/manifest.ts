@@ -8,6 +8,7 @@ import { join } from "node:path";
 
 import { InternalError, ManifestError } from "../errors.js";
 import { writeFileAtomic } from "../util/fs.js";
+import { jsonSyntax } from "../util/jsonl.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 
 export const MANIFEST_NAME = "index.json";
@@ -352,7 +353,7 @@ export function parseManifest(text: string, path: string): Manifest {
   try {
     value = JSON.parse(text);
   } catch (err) {
-    throw new ManifestError(path, "", `is not valid JSON (${(err as Error).message})`, { cause: err });
+    throw new ManifestError(path, "", `is not valid JSON (${jsonSyntax(err)})`, { cause: err });
   }
   return checkedManifest(value, path);
 }

@@ -8,6 +8,7 @@ import { defaultModelName, UNNAMED } from "../defaults.js";
 import { FileError, ManifestError, NpyHeaderError, StoreError } from "../errors.js";
 import { storeKernels } from "../kernels/default.js";
 import { utf8Text } from "../util/fs.js";
+import { jsonSyntax } from "../util/jsonl.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { foreignLayers, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName } from "./names.js";
@@ -72,7 +73,7 @@ export class StoreReader {
       try {
         value = JSON.parse(text);
       } catch (err) {
-        throw new ManifestError(where, "", `is not valid JSON (${(err as Error).message})`, { cause: err });
+        throw new ManifestError(where, "", `is not valid JSON (${jsonSyntax(err)})`, { cause: err });
       }
       const { manifest, layout, foreign } = isNativeManifest(value)
         ? await openNative(backend, checkedManifest(value, where))

@@ -8,6 +8,7 @@ import type { FileHandle } from "node:fs/promises";
 
 import { SafetensorsError } from "../errors.js";
 import { fileError, utf8Text } from "../util/fs.js";
+import { jsonSyntax } from "../util/jsonl.js";
 
 /**
  * The longest header read. A file of two tensors has a header of a few hundred bytes; the cap leaves room for
@@ -97,7 +98,7 @@ function parseSafetensorsHeader(bytes: Uint8Array, size: number, path: string): 
     value = JSON.parse(utf8Text(bytes, path, 8));
   } catch (err) {
     if (!(err instanceof SyntaxError)) throw err;
-    throw new SafetensorsError(path, "text", `is not valid JSON (${err.message})`, { cause: err });
+    throw new SafetensorsError(path, "text", `is not valid JSON (${jsonSyntax(err)})`, { cause: err });
   }
   if (!isObject(value)) throw new SafetensorsError(path, "text", "is not a JSON object");
   const dataStart = 8 + bytes.length;

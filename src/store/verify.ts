@@ -32,6 +32,7 @@ import type { BankRow } from "../bank/bank.js";
 import { FileError, NpyHeaderError } from "../errors.js";
 import { nativeJsonRowArrays } from "../kernels/native.js";
 import { fileError, osReason, readUtf8Sync } from "../util/fs.js";
+import { jsonSyntax } from "../util/jsonl.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { selectLayers } from "./layers.js";
 import { layerFileName, layerOfFileName } from "./names.js";
@@ -193,7 +194,7 @@ function readManifestJson(dir: string, problem: ProblemSink): ManifestRead | nul
   try {
     return { value: JSON.parse(bytes.toString("utf8")) };
   } catch (err) {
-    problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${(err as Error).message})`);
+    problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${jsonSyntax(err)})`);
     return null;
   }
 }

@@ -102,7 +102,7 @@ function recordOf(
   try {
     value = JSON.parse(text);
   } catch (err) {
-    throw fail(line, `is not valid JSON (${(err as Error).message})`, err);
+    throw fail(line, `is not valid JSON (${jsonSyntax(err)})`, err);
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw fail(line, `expected a JSON object but received ${typeName(value)}`);
@@ -242,4 +242,12 @@ export async function jsonlScanned(
   } finally {
     await fh.close();
   }
+}
+
+/**
+ * Why JSON.parse refused a text, on one line: its message quotes the text around the error, and a pretty-printed
+ * file's line breaks would split the one-line error that names the file.
+ */
+export function jsonSyntax(err: unknown): string {
+  return String((err as Error).message).replace(/\r?\n/g, "\\n");
 }

@@ -112,6 +112,19 @@ describe("metrics on stores written by other tools, with --bank", () => {
     }
   });
 
+  it("refuses a foreign index.json that is not JSON in one line, though Python indented it", () => {
+    // json.dump(..., indent=2) writes NaN, which JSON does not have; the parser quotes the text around it.
+    const store = foreignStore("python-nan");
+    writeFileSync(join(store, "index.json"), '{\n  "model": "x",\n  "max_abs": NaN,\n  "layers": [2, 3]\n}\n');
+    const r = hsm(["adopt", store, "--bank", join(fx, "bank.jsonl")]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(
+      new RegExp(
+        `^hsm: ${join(store, "index.json")}: is not valid JSON \\([^\\n]*NaN[^\\n]*\\); move it away[^\\n]*\\n$`,
+      ),
+    );
+  });
+
   it("without --bank a foreign store without fact ids is refused, naming the flag", () => {
     const store = foreignStore("needs-bank", {
       query_ids: native.query_ids,

@@ -250,6 +250,17 @@ describe("per-row values and the paired comparison", () => {
     );
   });
 
+  it("refuses a kts.json that is not JSON in one line, though it is indented", async () => {
+    const root = join(dir, "nan");
+    cpSync(outputs, root, { recursive: true });
+    const file = join(root, "metrics", "ten", "kts.json");
+    writeFileSync(file, '{\n  "config": {\n    "folds": NaN,\n    "probe_c": 1\n  }\n}\n');
+    const [, ten] = await listModels(root);
+    const err = (await loadModel(ten!).catch((e: Error) => e)) as Error;
+    expect(err.message).toMatch(new RegExp(`^${file}: not valid JSON \\(.*NaN.*\\)$`));
+    expect(err.message).not.toContain("\n");
+  });
+
   it("compares ISS at matched depth: the point difference is iss(A) − iss(B) of the paired layers", () => {
     expect(c.pairs.map((p) => [p.layerA, p.layerB])).toEqual([
       [2, 4],

@@ -20,6 +20,7 @@ import { MAX_NEW_TOKENS, MAX_PROMPT_LEN, UNNAMED } from "../../defaults.js";
 import { InternalError, UsageError } from "../../errors.js";
 import { LABELS } from "../../score/labels.js";
 import { fileError, makeDir, openInput, readText, writeFileExclusive } from "../../util/fs.js";
+import { jsonSyntax } from "../../util/jsonl.js";
 import { checkName, pathStem } from "../../util/stem.js";
 import { onStopSignal } from "../../util/stop.js";
 import { VERSION } from "../../version.js";
@@ -56,7 +57,7 @@ export function instanceSchema(places = schemaPlaces(dirname(fileURLToPath(impor
       return JSON.parse(text) as Schema;
     } catch (err) {
       throw new InternalError(
-        `the instance-level schema of this installation, ${p}, is not valid JSON (${(err as Error).message}); reinstall hsm`,
+        `the instance-level schema of this installation, ${p}, is not valid JSON (${jsonSyntax(err)}); reinstall hsm`,
         { cause: err },
       );
     }

@@ -68,13 +68,17 @@ function parseHubId(text: string): HubId {
   return { repo: m[1]!, revision: m[2] ?? "main" };
 }
 
+/** `path` with a leading `~` read as the home folder, as huggingface_hub's expanduser reads its variables. */
+const expandHome = (path: string) => (path === "~" || path.startsWith("~/") ? join(homedir(), path.slice(1)) : path);
+
 /** huggingface_hub's home folder: `HF_HOME`, else `XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`. */
 const hubHome = (env: NodeJS.ProcessEnv) =>
-  env.HF_HOME ?? join(env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "huggingface");
+  expandHome(env.HF_HOME ?? join(env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "huggingface"));
 
 /** The hub cache folder, as Python's huggingface_hub finds it (`HUGGINGFACE_HUB_CACHE` is its older name). */
 function hubCacheDir(env: NodeJS.ProcessEnv): string {
-  return env.HF_HUB_CACHE || env.HUGGINGFACE_HUB_CACHE || join(hubHome(env), "hub");
+  const given = env.HF_HUB_CACHE || env.HUGGINGFACE_HUB_CACHE;
+  return given ? expandHome(given) : join(hubHome(env), "hub");
 }
 
 /**
@@ -86,7 +90,7 @@ async function hubToken(env: NodeJS.ProcessEnv): Promise<string | undefined> {
   let token = env.HF_TOKEN?.trim();
   let where = "HF_TOKEN";
   if (!token) {
-    where = env.HF_TOKEN_PATH || join(hubHome(env), "token");
+    where = env.HF_TOKEN_PATH ? expandHome(env.HF_TOKEN_PATH) : join(hubHome(env), "token");
     token = (await readTextIfPresent(where, { follow: true, maxBytes: 4096, what: "a hub token" }))?.trim();
   }
   if (!token) return undefined;

@@ -18,7 +18,7 @@ import {
 } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { hostname } from "node:os";
+import { homedir, hostname } from "node:os";
 import { join } from "node:path";
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
@@ -319,6 +319,24 @@ describe("a model named by hub id", () => {
     const err = (await openModelDir(id).catch((e: Error) => e)) as Error;
     expect(err.message).toContain(join(dir, "hub", `models--${REPO.replace("/", "--")}`, "refs", "main"));
     expect(hub.requests).toEqual([]);
+  });
+
+  it("reads a leading ~ in the hub's variables as the home folder, as huggingface_hub does", async () => {
+    // Set where no shell expands it (a Dockerfile's ENV, a .env file); Python's expanduser reads it as $HOME.
+    const home = homedir();
+    for (const [name, value, where] of [
+      ["HF_HUB_CACHE", "~/hsm-hub-test-cache", join(home, "hsm-hub-test-cache")],
+      ["HUGGINGFACE_HUB_CACHE", "~/hsm-hub-test-cache", join(home, "hsm-hub-test-cache")],
+      ["HF_HOME", "~/hsm-hub-test-home", join(home, "hsm-hub-test-home", "hub")],
+    ] as const) {
+      useCache(cache, { HF_HUB_OFFLINE: "1", [name]: value });
+      if (name !== "HF_HUB_CACHE") delete process.env.HF_HUB_CACHE;
+      const err = (await openModelDir(id).catch((e: Error) => e)) as Error;
+      expect(err.message, name).toContain(
+        `(${join(where, `models--${REPO.replace("/", "--")}`, "refs", "main")} is missing)`,
+      );
+    }
+    expect(existsSync(join(home, "hsm-hub-test-cache"))).toBe(false);
   });
 
   it("resumes an interrupted download with a Range request", async () => {

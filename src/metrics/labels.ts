@@ -78,7 +78,7 @@ export async function readLabels(file: string, queryIds: readonly string[], o: L
       file,
       0,
       undefined,
-      `${missing} of the store's ${queryIds.length} rows have no scored row (first: "${queryIds[firstMissing]}"); pass --allow-missing-labels to leave them out`,
+      `${missing} of the store's ${queryIds.length} rows have no scored row (first: "${queryIds[firstMissing]}"); hsm metrics --allow-missing-labels leaves them out`,
     );
   }
   return y;

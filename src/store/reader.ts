@@ -79,7 +79,8 @@ export class StoreReader {
         ? await openNative(backend, checkedManifest(value, where))
         : await openForeign(backend, value, where, options);
       if (!manifest.complete && !options.allowIncomplete) {
-        const finish = "Finish the run, or pass --allow-incomplete to read the rows so far";
+        // compare and report read the store too, and take the setting from kts.json, which hsm metrics writes.
+        const finish = "Finish the run, or read the rows so far with hsm metrics --allow-incomplete";
         const rows = `${manifest.rows_done} of ${manifest.query_ids.length} rows`;
         // Another tool's store may say so by its rows_done alone.
         throw foreign !== undefined && foreign.complete === undefined

@@ -91,7 +91,7 @@ describe("hsm metrics", () => {
     const r = hsm(["metrics", partial, "--quiet"]);
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(
-      /"complete" is false: 360 of 720 rows written\. Finish the run, or pass --allow-incomplete/,
+      /"complete" is false: 360 of 720 rows written\. Finish the run, or read the rows so far with hsm metrics --allow-incomplete/,
     );
     expect(
       hsm(["metrics", partial, "--quiet", "--allow-incomplete", "--bootstrap", "20", "--out", join(dir, "p-out")])

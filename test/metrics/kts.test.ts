@@ -172,7 +172,7 @@ describe("KTS, hand-computed", () => {
     );
     writeFileSync(scored, '{"query_id": "q0", "label": "correct"}\n');
     await expect(computeMetrics(store, { metrics: ["kts"], scored, folds: 2 })).rejects.toThrow(
-      /31 of the store's 32 rows have no scored row \(first: "q1"\); pass --allow-missing-labels/,
+      /31 of the store's 32 rows have no scored row \(first: "q1"\); hsm metrics --allow-missing-labels leaves them out/,
     );
     const ok = await computeMetrics(store, {
       metrics: ["kts"],

@@ -261,6 +261,23 @@ describe("per-row values and the paired comparison", () => {
     expect(err.message).not.toContain("\n");
   });
 
+  it("says which command leaves out store rows the scored file lacks: compare takes it from kts.json", async () => {
+    const root = join(dir, "unscored");
+    cpSync(outputs, root, { recursive: true });
+    const file = join(root, "evaluation", "ten.scored.jsonl");
+    const lines = readFileSync(file, "utf8").trimEnd().split("\n");
+    writeFileSync(file, lines.slice(1).join("\n") + "\n");
+    const [, ten] = await listModels(root);
+    const err = (await loadModel(ten!).catch((e: Error) => e)) as Error;
+    expect(err.message).toMatch(/rows have no scored row .*; hsm metrics --allow-missing-labels leaves them out$/);
+    // What hsm metrics --allow-missing-labels records is what compare then reads.
+    const kts = join(root, "metrics", "ten", "kts.json");
+    const results = JSON.parse(readFileSync(kts, "utf8"));
+    results.config.allow_missing_labels = true;
+    writeFileSync(kts, JSON.stringify(results));
+    expect((await loadModel(ten!)).values.kts.size).toBeGreaterThan(0);
+  });
+
   it("compares ISS at matched depth: the point difference is iss(A) − iss(B) of the paired layers", () => {
     expect(c.pairs.map((p) => [p.layerA, p.layerB])).toEqual([
       [2, 4],

@@ -497,7 +497,7 @@ describe("verifying a store written by another tool", () => {
       `index.json: [incomplete] the store is incomplete by its own manifest (rows_done: 5 of ${n} rows, and no "complete" flag)`,
     ]);
     await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toThrow(
-      `index.json: "rows_done" is 5 of ${n} rows, and no "complete" flag is recorded. Finish the run, or pass --allow-incomplete to read the rows so far`,
+      `index.json: "rows_done" is 5 of ${n} rows, and no "complete" flag is recorded. Finish the run, or read the rows so far with hsm metrics --allow-incomplete`,
     );
     const reader = await StoreReader.open(store, { bank: fx.bank, allowIncomplete: true });
     try {

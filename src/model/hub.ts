@@ -8,7 +8,7 @@
  */
 import { createHash, randomUUID, type Hash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { link, lstat, open, rename, stat, symlink, unlink } from "node:fs/promises";
+import { link, lstat, open, readdir, rename, stat, symlink, unlink } from "node:fs/promises";
 import { homedir, hostname } from "node:os";
 import { dirname, join, relative } from "node:path";
 
@@ -151,7 +151,7 @@ export async function fetchHubModel(id: string, options: { modelFile?: string } 
 /**
  * The cached snapshot of `revision` (a commit, or a ref the cache records); anything missing is one line. The
  * graph is found as online (see {@link pickGraph}): `modelFile` as a path or a name under `onnx/`, else the
- * defaults, where the snapshot holds it.
+ * defaults, else the only graph the snapshot holds.
  */
 async function fromCache(
   id: string,
@@ -171,8 +171,15 @@ async function fromCache(
   const snapshot = join(storage, "snapshots", commit);
   if (!(await stat(snapshot).catch(() => undefined))?.isDirectory())
     throw new HubError(`${id}: not in the hub cache (${snapshot} is missing); ${offline}`);
-  const graph = graphNames(modelFile).find((g) => existsSync(join(snapshot, g))) ?? modelFile;
-  return { dir: snapshot, graph, commit, source: `hf:${repo}@${commit}` };
+  let graph = graphNames(modelFile).find((g) => existsSync(join(snapshot, g)));
+  if (graph === undefined && modelFile === undefined) {
+    // Online, a repository whose one graph has another name runs that graph: so does its snapshot offline.
+    const graphs = (await readdir(snapshot, { recursive: true })).filter((p) => p.endsWith(".onnx")).sort();
+    if (graphs.length > 1)
+      throw new HubError(`${id}: the cache holds several graphs (${graphs.join(", ")}); pick one with --model-file`);
+    graph = graphs[0];
+  }
+  return { dir: snapshot, graph: graph ?? modelFile, commit, source: `hf:${repo}@${commit}` };
 }
 
 /** What a 401 or 403 answer asks for. */

@@ -405,6 +405,32 @@ describe("a model named by hub id", () => {
     expect(lines[0]).toMatch(/^downloading onnx\/model_big\.onnx_data: 9 MiB in \d+\.\d s\n$/);
   });
 
+  it("offline, runs a repository's only graph of another name, as online", async () => {
+    const saved = new Map(files);
+    files.clear();
+    for (const name of ["config.json", "tokenizer.json", "tokenizer_config.json"]) files.set(name, saved.get(name)!);
+    // Older optimum exports name their one graph decoder_model.onnx.
+    files.set("decoder_model.onnx", { bytes: Buffer.from("a graph"), lfs: true });
+    const only = join(dir, "only");
+    try {
+      useCache(only);
+      expect((await fetchHubModel(id)).graph).toBe("decoder_model.onnx");
+      useCache(only, { HF_HUB_OFFLINE: "1" });
+      expect((await fetchHubModel(id)).graph).toBe("decoder_model.onnx");
+      // Two graphs in the snapshot, and no default: online would refuse the repository too.
+      files.set("onnx/decoder_model.onnx", { bytes: Buffer.from("another"), lfs: true });
+      useCache(only);
+      await fetchHubModel(id, { modelFile: "onnx/decoder_model.onnx" });
+      useCache(only, { HF_HUB_OFFLINE: "1" });
+      await expect(fetchHubModel(id)).rejects.toThrow(
+        `${id}: the cache holds several graphs (decoder_model.onnx, onnx/decoder_model.onnx); pick one with --model-file`,
+      );
+    } finally {
+      files.clear();
+      for (const [k, v] of saved) files.set(k, v);
+    }
+  });
+
   it("lets two runs sharing a cache fetch each file once, and takes over locks of runs that are gone", async () => {
     const shared = join(dir, "shared");
     useCache(shared);

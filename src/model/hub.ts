@@ -117,7 +117,7 @@ export async function fetchHubModel(id: string, options: { modelFile?: string } 
     try {
       return await call();
     } catch (err) {
-      throw apiError(id, hubUrl, what, err);
+      throw apiError(id, hubUrl, what, err, accessToken);
     }
   };
   const commit = COMMIT.test(revision)
@@ -182,18 +182,21 @@ async function fromCache(
   return { dir: snapshot, graph: graph ?? modelFile, commit, source: `hf:${repo}@${commit}` };
 }
 
-/** What a 401 or 403 answer asks for. */
-const TOKEN_HINT = "; a gated or private model needs HF_TOKEN";
+/** What a 401 or 403 answer asks for: a token where none was sent, else one the hub accepts for this model. */
+const tokenHint = (token: string | undefined) =>
+  token === undefined
+    ? "; a gated or private model needs HF_TOKEN"
+    : "; the token sent was refused: it may have expired, or its account has no access to this gated or private model";
 
 /** One line for a failed API call: the hub's status and what to do, or why it could not be reached. */
-function apiError(id: string, hubUrl: string, what: string, err: unknown): HubError {
+function apiError(id: string, hubUrl: string, what: string, err: unknown, token: string | undefined): HubError {
   const e = err as { statusCode?: number; message?: string; cause?: { code?: string; message?: string } };
   if (typeof e.statusCode === "number") {
     const hint =
       e.statusCode === 401 || e.statusCode === 403
-        ? TOKEN_HINT
+        ? tokenHint(token)
         : e.statusCode === 404
-          ? "; check the id and the revision (a gated or private model needs HF_TOKEN)"
+          ? `; check the id and the revision${token === undefined ? " (a gated or private model needs HF_TOKEN)" : ""}`
           : "";
     return new HubError(
       `${id}: the hub at ${hubUrl} refused ${what} (HTTP ${e.statusCode}: ${(e.message ?? "").replace(/\. URL: .*$/s, "")})${hint}`,
@@ -351,7 +354,7 @@ async function download(f: RemoteFile, url: string, blob: string, token: string 
     }
     if (res.status !== 200 && res.status !== 206) {
       // A gated model's API answers without a token; its files do not.
-      const hint = res.status === 401 || res.status === 403 ? TOKEN_HINT : "";
+      const hint = res.status === 401 || res.status === 403 ? tokenHint(token) : "";
       throw new HubError(`${url}: the hub answered HTTP ${res.status} for ${f.path}${hint}`);
     }
     // A server that ignores the range sends the whole file: it is written again from its first byte.

@@ -502,6 +502,11 @@ describe("a model named by hub id", () => {
     expect(err.message).toMatch(/: the hub answered HTTP 401 for [\w./]+; a gated or private model needs HF_TOKEN$/);
     expect(readdirSync(join(storage(fresh), "blobs"))).toEqual([]);
     expect(existsSync(join(storage(fresh), "snapshots"))).toBe(false);
+    // A token the hub refuses is not a missing one.
+    useCache(fresh, { HF_TOKEN: "hf_expired" });
+    await expect(openModelDir(id)).rejects.toThrow(
+      /HTTP 401 for [\w./]+; the token sent was refused: it may have expired, or its account has no access/,
+    );
     useCache(fresh, { HF_TOKEN: "hf_secret" });
     expect((await openModelDir(id)).source).toBe(`hf:${REPO}@${COMMIT}`);
   });

@@ -157,6 +157,8 @@ export async function verifyStoreFolder(
 
 /** Writes a conforming index.json for a folder of L###.npy written by another tool (rows from the bank); a foreign index.json is kept as index.orig.json. */
 export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest> {
+  // A missing folder is said as such, as verify says it, not as its lock file that cannot be written.
+  await (await import("./pipeline/paths.js")).requireStoreFolder(dir);
   return (await import("./store/adopt.js")).adoptStore(dir, o);
 }
 

@@ -5,7 +5,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { copyFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -123,6 +123,17 @@ describe("metrics on stores written by other tools, with --bank", () => {
         `^hsm: ${join(store, "index.json")}: is not valid JSON \\([^\\n]*NaN[^\\n]*\\); move it away[^\\n]*\\n$`,
       ),
     );
+  });
+
+  it("says a folder to adopt that is missing or a file as verify says it", () => {
+    const bank = ["--bank", join(fx, "bank.jsonl")];
+    for (const path of [join(dir, "no-such-store"), join(fx, "bank.jsonl")]) {
+      const adopt = hsm(["adopt", path, ...bank]);
+      const verify = hsm(["verify", path]);
+      expect(verify.stderr).toMatch(/^hsm: .*(no such store folder|is a file, not a store folder)\n$/);
+      expect([adopt.status, adopt.stderr]).toEqual([verify.status, verify.stderr]);
+    }
+    expect(existsSync(join(dir, "no-such-store"))).toBe(false);
   });
 
   it("without --bank a foreign store without fact ids is refused, naming the flag", () => {

@@ -124,17 +124,24 @@ export async function loadModel(model: OutputsModel, o: LoadOptions = {}): Promi
 const whatQuery = (q: { fact: string; family: string }) => `${q.family} of fact "${q.fact}"`;
 
 /**
- * Refuses two models whose scored rows disagree on a query both hold (its fact or its family): they answered
- * different banks, and pairing their rows would compare different questions.
+ * Refuses two models whose scored rows disagree on a query both hold (its fact or its family), or share no query
+ * at all: they answered different banks, and pairing their rows would compare different questions, or nothing.
  */
 function checkSameQueries(a: LoadedModel, b: LoadedModel): void {
+  let shared = 0;
   for (const [id, qa] of a.scored) {
     const qb = b.scored.get(id);
-    if (qb && (qa.fact !== qb.fact || qa.family !== qb.family))
+    if (qb === undefined) continue;
+    shared++;
+    if (qa.fact !== qb.fact || qa.family !== qb.family)
       throw new HsmError(
         `query "${id}" is ${whatQuery(qa)} in ${a.scoredFile} but ${whatQuery(qb)} in ${b.scoredFile}: the two models answered different banks`,
       );
   }
+  if (shared === 0)
+    throw new HsmError(
+      `${a.scoredFile} and ${b.scoredFile} share no query_id: the two models answered different banks, and no row pairs`,
+    );
 }
 
 /** One model's accuracy on a family: correct of n, with its Wilson 95% interval. */

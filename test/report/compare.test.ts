@@ -234,6 +234,13 @@ describe("per-row values and the paired comparison", () => {
     );
   });
 
+  it("refuses two models that share no query", () => {
+    const renamed = new Map([...b.scored].map(([id, q]) => [`other-${id}`, { ...q, queryId: `other-${id}` }]));
+    expect(() => compareLoaded(a, { ...b, scored: renamed }, { replicates: 20 })).toThrow(
+      `${a.scoredFile} and ${b.scoredFile} share no query_id: the two models answered different banks, and no row pairs`,
+    );
+  });
+
   it("refuses a query scored twice, though it is not in the store, naming both lines", async () => {
     const root = join(dir, "twice");
     cpSync(outputs, root, { recursive: true });

@@ -99,7 +99,7 @@ function probeModel(op: "Identity" | "Cast", type: number): Uint8Array {
     irVersion: 8,
     opsetImport: [{ domain: "", version: 17 }],
     graph: {
-      name: "webgpu-probe",
+      name: "probe",
       node: [
         { opType: op, input: ["x"], output: ["y"], attribute: op === "Cast" ? [{ name: "to", type: 2, i: type }] : [] },
       ],
@@ -115,35 +115,62 @@ export interface WebgpuProbe {
   float16: boolean;
 }
 
+/** The start of a probe script: onnxruntime, quiet, and `models`, the one-node models given on stdin. */
+const PROBE_PRELUDE =
+  `const ort = require(${JSON.stringify(createRequire(import.meta.url).resolve("onnxruntime-node"))}); ort.env.logLevel = "fatal";` +
+  `const models = require("fs").readFileSync(0, "utf8").split(" ").map((m) => Buffer.from(m, "base64"));` +
+  `const open = (m, provider) => ort.InferenceSession.create(m, { executionProviders: [provider], logSeverityLevel: 4 });` +
+  `const answer = (p) => p.then((a) => { process.stdout.write(a); process.exit(0); });`;
+
 /**
- * Whether onnxruntime's WebGPU provider finds an adapter, and whether that
- * adapter runs float16 shaders (`shader-f16`: a float16 Cast runs). Dawn and
- * the Vulkan drivers print warnings of their own straight to stderr while
- * they look for one, so the provider is tried in a child process whose
- * output is captured; the user sees only hsm's line.
+ * Runs a probe in a child process whose output is captured (providers and drivers print warnings of their own
+ * straight to stderr): `body`, after {@link PROBE_PRELUDE}, answers `ok…` or `error:<onnxruntime's message>`. The
+ * answer, or why the provider cannot be used: that message, or why the probe answered nothing.
  */
-export function probeWebgpu(): WebgpuProbe {
-  const models = [probeModel("Identity", DataType.FLOAT), probeModel("Cast", DataType.FLOAT16)];
-  const script =
-    `const ort = require(${JSON.stringify(createRequire(import.meta.url).resolve("onnxruntime-node"))}); ort.env.logLevel = "fatal";` +
-    `const [plain, half] = require("fs").readFileSync(0, "utf8").split(" ").map((m) => Buffer.from(m, "base64"));` +
-    `const open = (m) => ort.InferenceSession.create(m, { executionProviders: ["webgpu"], logSeverityLevel: 4 });` +
-    `const x = { x: new ort.Tensor("float32", Float32Array.of(1), [1]) };` +
-    `open(plain).then(() => open(half).then((s) => s.run(x)).then(() => "ok f16", () => "ok"), (e) => "error:" + e.message)` +
-    `.then((answer) => { process.stdout.write(answer); process.exit(0); });`;
-  const r = spawnSync(process.execPath, ["-e", script], {
+function probe(body: string, models: Uint8Array[]): { ok: string } | { message: string } {
+  const r = spawnSync(process.execPath, ["-e", PROBE_PRELUDE + body], {
     input: models.map((m) => Buffer.from(m).toString("base64")).join(" "),
     encoding: "utf8",
     timeout: 120_000,
   });
-  if (r.stdout === "ok" || r.stdout === "ok f16") return { message: undefined, float16: r.stdout === "ok f16" };
-  if (r.stdout?.startsWith("error:")) return { message: r.stdout.slice("error:".length), float16: false };
+  if (r.stdout?.startsWith("ok")) return { ok: r.stdout };
+  if (r.stdout?.startsWith("error:")) return { message: r.stdout.slice("error:".length) };
   const why = r.error?.message ?? `exit status ${r.status ?? r.signal}`;
-  return { message: `the probe ended without an answer (${why})`, float16: false };
+  return { message: `the probe ended without an answer (${why})` };
+}
+
+/**
+ * Whether onnxruntime's WebGPU provider finds an adapter, and whether that
+ * adapter runs float16 shaders (`shader-f16`: a float16 Cast runs), tried in a
+ * child process ({@link probe}): Dawn and the Vulkan drivers print while they
+ * look for one; the user sees only hsm's line.
+ */
+export function probeWebgpu(): WebgpuProbe {
+  const r = probe(
+    `const x = { x: new ort.Tensor("float32", Float32Array.of(1), [1]) };` +
+      `answer(open(models[0], "webgpu").then(() => open(models[1], "webgpu").then((s) => s.run(x))` +
+      `.then(() => "ok f16", () => "ok"), (e) => "error:" + e.message));`,
+    [probeModel("Identity", DataType.FLOAT), probeModel("Cast", DataType.FLOAT16)],
+  );
+  return "ok" in r ? { message: undefined, float16: r.ok === "ok f16" } : { message: r.message, float16: false };
+}
+
+/**
+ * Why onnxruntime's CUDA provider cannot be used here (its library missing, or CUDA, cuDNN or a GPU), or undefined
+ * where a session opens on it; tried in a child process ({@link probe}) on a one-node model.
+ */
+function probeCuda(): string | undefined {
+  const r = probe(`answer(open(models[0], "cuda").then(() => "ok", (e) => "error:" + e.message));`, [
+    probeModel("Identity", DataType.FLOAT),
+  ]);
+  return "ok" in r ? undefined : r.message;
 }
 
 /** What {@link probeWebgpu} found, once per process. */
 let webgpuProbe: WebgpuProbe | undefined;
+
+/** What {@link probeCuda} found, once per process (null: the provider runs). */
+let cudaProbe: string | null | undefined;
 
 /** What a graph needs of a device beyond its operators: the graph's file, and what {@link checkDevice} looks at. */
 export interface GraphNeeds {
@@ -156,15 +183,20 @@ export interface GraphNeeds {
 }
 
 /**
- * Throws the {@link DeviceError} of a device that cannot run here (WebGPU without an adapter), before any work;
+ * Throws the {@link DeviceError} of a device that cannot run here (CUDA without its provider or a GPU, WebGPU
+ * without an adapter), before any work;
  * with `graph`, also that of a GroupQueryAttention that cannot be written out in standard operators: its WebGPU
  * kernel (onnxruntime-node 1.30) gives states several percent away from the CPU kernel's, so WebGPU runs the
  * written-out form (see {@link forDevice}).
  */
 export function checkDevice(device: Device, graph?: GraphNeeds): void {
+  if (device === "cuda") {
+    const message = (cudaProbe ??= probeCuda() ?? null);
+    if (message !== null) throw deviceError(device, message)!;
+  }
   if (device !== "webgpu") return;
-  const probe = (webgpuProbe ??= probeWebgpu());
-  if (probe.message !== undefined) throw deviceError(device, probe.message)!;
+  const found = (webgpuProbe ??= probeWebgpu());
+  if (found.message !== undefined) throw deviceError(device, found.message)!;
   if (graph?.groupQueryAttention !== undefined) {
     throw new DeviceError(
       `${graph.file}: ${graph.groupQueryAttention}, and onnxruntime's WebGPU kernel of it does not compute what ` +

@@ -1,10 +1,12 @@
 /**
  * `--device webgpu` on a machine without a WebGPU adapter (no Vulkan, or no
- * GPU): one line saying what to install, exit status 1, and no store written.
+ * GPU), and `--device cuda` without onnxruntime's CUDA provider: one line
+ * saying what to install, exit status 1, and nothing written.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, readdirSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
@@ -61,5 +63,31 @@ describe("--device webgpu without an adapter", () => {
     expect(lines[0]).toMatch(/^hsm: --device webgpu: .*(Vulkan|adapter).*--device cpu$/);
     expect(r.stdout).toBe("");
     expect(existsSync(join(dir, `${command}-out`))).toBe(false);
+  });
+});
+
+// onnxruntime-node's CUDA provider, where `ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node` put it.
+const ortBin = join(dirname(dirname(createRequire(import.meta.url).resolve("onnxruntime-node"))), "bin");
+const cudaInstalled = readdirSync(ortBin, { recursive: true, encoding: "utf8" }).some((f) =>
+  f.includes("libonnxruntime_providers_cuda.so"),
+);
+
+describe.skipIf(cudaInstalled)("--device cuda without onnxruntime's CUDA provider", () => {
+  it.each([
+    ["extract", "--out", join("extract-cuda", "new", "store")],
+    ["generate", "--out", join("generate-cuda", "new", "gen.jsonl")],
+    ["run", "--outputs", join("run-cuda", "outputs")],
+  ])("%s stops with one line, exit 1, before any folder is made", (command, flag, out) => {
+    const r = spawnSync(
+      process.execPath,
+      [BIN, command, "--model-dir", modelDir, "--bank", bank, flag, join(dir, out), "--device", "cuda", "--quiet"],
+      { encoding: "utf8" },
+    );
+    expect(r.status).toBe(1);
+    const lines = r.stderr.trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^hsm: the CUDA execution provider could not be used \(.*ONNXRUNTIME_NODE_INSTALL=cuda12/);
+    expect(r.stdout).toBe("");
+    expect(existsSync(join(dir, out.split("/")[0]!))).toBe(false);
   });
 });

@@ -11,8 +11,11 @@ import { dirname, join } from "node:path";
 
 import { kernelOptions, nativeKernels } from "../kernels/default.js";
 import { nativeLoadErrors, nativeSimdLevel, nativeSimdLevels } from "../kernels/native.js";
-import { CUDA_HELP, missingAdapter, probeWebgpu, WEBGPU_HELP } from "./session.js";
+import { CUDA_HELP, missingAdapter, probeWebgpu, VULKAN_HELP, WEBGPU_HELP } from "./session.js";
 import { child, probeAdapter, resolves, type WebgpuAdapter } from "../kernels/webgpu-adapter.js";
+
+/** The fix of the `webgpu` package's adapter, which only `hsm metrics` uses: its other backends are the way round. */
+const METRICS_WEBGPU_HELP = `${VULKAN_HELP}, or use hsm metrics --backend native or wasm`;
 
 /** One device or backend looked for. */
 export interface DeviceFinding {
@@ -77,7 +80,9 @@ function ortWebgpuFinding(): DeviceFinding {
 function adapterFinding(adapter: WebgpuAdapter | string): DeviceFinding {
   const name = "webgpu adapter";
   if (typeof adapter === "string") {
-    const fix = adapter.includes("not installed") ? "npm install webgpu @tensorflow/tfjs-backend-webgpu" : WEBGPU_HELP;
+    const fix = adapter.includes("not installed")
+      ? "npm install webgpu @tensorflow/tfjs-backend-webgpu"
+      : METRICS_WEBGPU_HELP;
     return { name, available: false, detail: adapter, fix };
   }
   const what = [adapter.vendor, adapter.architecture].filter(Boolean).join(" ");
@@ -116,7 +121,10 @@ function tfjsFindings(adapter: WebgpuAdapter | string): DeviceFinding[] {
           name: "metrics webgpu",
           available: false,
           detail: webgpuPkg ? `no adapter: ${adapter as string}` : "@tensorflow/tfjs-backend-webgpu is not installed",
-          fix: webgpuPkg && resolves("webgpu") ? WEBGPU_HELP : "npm install webgpu @tensorflow/tfjs-backend-webgpu",
+          fix:
+            webgpuPkg && resolves("webgpu")
+              ? METRICS_WEBGPU_HELP
+              : "npm install webgpu @tensorflow/tfjs-backend-webgpu",
         };
   return [
     wasm

@@ -90,8 +90,11 @@ export interface SessionOptions {
 export const CUDA_HELP =
   "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node)";
 
-export const WEBGPU_HELP =
-  "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel), or use --device cpu";
+/** What WebGPU needs on Linux, for onnxruntime's provider and the `webgpu` package alike. */
+export const VULKAN_HELP =
+  "WebGPU runs over Vulkan on Linux: install a Vulkan driver for the GPU (NVIDIA's driver ships one; Mesa's for AMD and Intel)";
+
+export const WEBGPU_HELP = `${VULKAN_HELP}, or use --device cpu`;
 
 /** A one-node model: `y = op(x)`, x float32 `[1]`, y of `type`. */
 function probeModel(op: "Identity" | "Cast", type: number): Uint8Array {

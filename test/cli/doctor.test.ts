@@ -59,6 +59,11 @@ describe("hsm doctor", () => {
       expect(byName[name]!.available, name).toBe(false);
       expect(byName[name]!.fix, name).toMatch(/install a Vulkan driver for the GPU/);
     }
+    // The way round names the option of the command that would use it: --device for extract and generate, --backend
+    // for metrics (which has no --device).
+    expect(byName["onnxruntime webgpu"]!.fix).toMatch(/, or use --device cpu$/);
+    for (const name of ["webgpu adapter", "metrics webgpu"])
+      expect(byName[name]!.fix, name).toMatch(/, or use hsm metrics --backend native or wasm$/);
     expect(byName["onnxruntime webgpu"]!.detail).toMatch(/^no WebGPU adapter was found/);
     expect(byName["native core"]!.available).toBe(nativeKernels(kernelOptions()) !== undefined);
     expect(byName["metrics wasm"]!.available).toBe(true);

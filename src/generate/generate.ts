@@ -17,7 +17,7 @@
  * when run alone is written with an `error` field instead of an answer (and
  * tried again by the next run); a model that fails on every query stops the run.
  */
-import { truncate, type FileHandle } from "node:fs/promises";
+import { stat, truncate, type FileHandle } from "node:fs/promises";
 import { basename, dirname } from "node:path";
 
 import { readBank, type BankRow } from "../bank/bank.js";
@@ -74,6 +74,7 @@ import { checkExternalData } from "../model/external-data.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
 import {
   checkDevice,
+  DeviceError,
   forDevice,
   graphNeeds,
   loadSession,
@@ -416,8 +417,15 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   checkName(modelName);
   await refuseInputAsOutput({ name: "--out", path: o.out }, [{ name: "--bank", path: o.bank }]);
   const job = await prepareJob(o, batchSize, maxNew);
-  // A device that cannot run fails before the output's folder is made.
-  checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model));
+  // A device that cannot run fails before the output's folder is made; where the file is there already, it may
+  // answer every query, which needs no device (below).
+  let unusable: DeviceError | undefined;
+  try {
+    checkDevice(o.device ?? "cpu", graphNeeds(job.md.onnxPath, job.model));
+  } catch (err) {
+    if (!(err instanceof DeviceError) || !(await stat(o.out).catch(() => undefined))?.isFile()) throw err;
+    unusable = err;
+  }
   await makeDir(dirname(o.out));
   // One writer per generations file; what it holds is checked before the model is loaded. On read-only media
   // there is no lock to take and nobody to write: a finished file is read as it is, anything else cannot be done.
@@ -432,12 +440,13 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
       rows: job.rows,
       prompts: job.prompts,
     });
-    if (lock.readOnly) {
-      // Every query answered: nothing to decode or write, so the file is read as it is, no model loaded.
-      if (keep || done.size < job.rows.length) throw fileError(lock.readOnly.cause, o.out, "write");
+    // Every query answered: nothing to decode or write, so the file is read as it is, no model loaded.
+    if (!keep && done.size === job.rows.length) {
       o.onProgress?.(done.size, job.rows.length);
       return { written: 0, skipped: done.size, failed: 0, seconds: (performance.now() - t0) / 1000 };
     }
+    if (lock.readOnly) throw fileError(lock.readOnly.cause, o.out, "write");
+    if (unusable) throw unusable;
     if (keep) await rewriteLines(o.out, keep);
     return await decodeJob(o, job, { modelName, done, batchSize, log, t0 });
   } finally {

@@ -4,7 +4,7 @@
  * saying what to install, exit status 1, and nothing written.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
@@ -89,5 +89,30 @@ describe.skipIf(cudaInstalled)("--device cuda without onnxruntime's CUDA provide
     expect(lines[0]).toMatch(/^hsm: the CUDA execution provider could not be used \(.*ONNXRUNTIME_NODE_INSTALL=cuda12/);
     expect(r.stdout).toBe("");
     expect(existsSync(join(dir, out.split("/")[0]!))).toBe(false);
+  });
+
+  it("generate needs no device for a file that answers every query, and stops where one is missing", () => {
+    const gens = join(dir, "answered.jsonl");
+    const generate = (device: string) =>
+      spawnSync(
+        process.execPath,
+        [BIN, "generate", "--model-dir", modelDir, "--bank", bank, "--out", gens, "--device", device, "--quiet"],
+        { encoding: "utf8" },
+      );
+    expect(generate("cpu").status).toBe(0);
+    const answered = readFileSync(gens, "utf8");
+    expect(answered.trim().split("\n")).toHaveLength(1);
+    // A rerun (hsm run's, or a study's finishing job on a node without a GPU) reads the file and loads no model.
+    const rerun = generate("cuda");
+    expect(rerun.stderr).toBe("");
+    expect(rerun.status).toBe(0);
+    expect(rerun.stdout).toBe(`${gens}: 0 generated, 1 already there\n`);
+    expect(readFileSync(gens, "utf8")).toBe(answered);
+    // With a query left to answer (an empty file), the device is needed: one line, and the file left as it was.
+    writeFileSync(gens, "");
+    const stopped = generate("cuda");
+    expect(stopped.status).toBe(1);
+    expect(stopped.stderr).toMatch(/^hsm: the CUDA execution provider could not be used \(.*\n$/);
+    expect(readFileSync(gens, "utf8")).toBe("");
   });
 });

@@ -55,19 +55,31 @@ function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefin
   };
 }
 
-/** The first of SAME in which the store `was` differs from the shards' `now`, in words; undefined where none does. */
-function difference(was: Manifest, now: Manifest): string | undefined {
+/**
+ * The first field of SAME (of `extraction`, the one within it) in which manifest `now` differs from `was`: its
+ * name, in words too, and both values as JSON ("absent" where one has none); undefined where none does.
+ */
+function differingField(
+  was: Manifest,
+  now: Manifest,
+): { words: string; field: string; was: string; now: string } | undefined {
+  const show = (v: unknown) => (v === undefined ? "absent" : JSON.stringify(v));
   const [a, b] = [was.extraction, now.extraction];
   for (const key of SAME) {
     if (JSON.stringify(was[key]) === JSON.stringify(now[key])) continue;
     if (key === "extraction" && a && b) {
       const sub = (["rows_sha256", "batch_size", "commit_rows", "device"] as const).find((k) => a[k] !== b[k])!;
-      return `${sub.replace(/_/g, " ")} (extraction.${sub} ${JSON.stringify(a[sub])}, the shards' ${JSON.stringify(b[sub])})`;
+      return { words: sub.replace(/_/g, " "), field: `extraction.${sub}`, was: show(a[sub]), now: show(b[sub]) };
     }
-    const [x, y] = [was[key], now[key]].map((v) => (v === undefined ? "absent" : JSON.stringify(v)));
-    return `${key.replace(/_/g, " ")} (${key} ${x}, the shards' ${y})`;
+    return { words: key.replace(/_/g, " "), field: key, was: show(was[key]), now: show(now[key]) };
   }
   return undefined;
+}
+
+/** The first of SAME in which the store `was` differs from the shards' `now`, in words; undefined where none does. */
+function difference(was: Manifest, now: Manifest): string | undefined {
+  const d = differingField(was, now);
+  return d && `${d.words} (${d.field} ${d.was}, the shards' ${d.now})`;
 }
 
 export async function mergeShards(
@@ -93,10 +105,12 @@ export async function mergeShards(
     }
     for (const [i, r] of readers.entries()) {
       if (!r.manifest.shard) throw new StoreError(shardDirs[i]!, "is not a shard store (made without --shard)");
-      for (const key of SAME) {
-        if (JSON.stringify(r.manifest[key]) !== JSON.stringify(readers[0]!.manifest[key])) {
-          throw new StoreError(shardDirs[i]!, `${key} differs from ${shardDirs[0]}'s; these shards are not of one run`);
-        }
+      const d = differingField(readers[0]!.manifest, r.manifest);
+      if (d) {
+        throw new StoreError(
+          shardDirs[i]!,
+          `${d.field} ${d.now} differs from ${shardDirs[0]}'s ${d.was}; these shards are not of one run`,
+        );
       }
       if (storedTensors(r.manifest) !== storedTensors(readers[0]!.manifest)) {
         throw new StoreError(

@@ -103,6 +103,15 @@ describe("mergeShards", () => {
     });
   });
 
+  it("names the field and both values where shards were made differently: another device", async () => {
+    const made = (device: string) => ({ rows_sha256: "a".repeat(64), batch_size: 4, commit_rows: 10, device });
+    const [s0, s1, s2] = await shards("devices", (i) => ({ extraction: made(i === 2 ? "cpu" : "webgpu") }));
+    await expect(mergeShards(join(dir, "devices-merged"), [s0!, s1!, s2!])).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${s2}: extraction.device "cpu" differs from ${s0}'s "webgpu"; these shards are not of one run`,
+    });
+  });
+
   it("records the joined self-check as off where any shard's was off, failed where any failed", async () => {
     const off = await shards("check-off", (i) => ({ self_check: check(4, i === 1 ? "off" : "pass") }));
     expect((await mergeShards(join(dir, "check-off-merged"), off)).self_check).toMatchObject({

@@ -70,11 +70,15 @@ const DEFINITIONS: Record<ConcreteBackend, BackendDef> = {
     tfjs: "none",
     async load(o) {
       const k = nativeKernels(o);
-      if (!k) {
-        const why =
-          process.env.HSM_NATIVE === "0" ? ["HSM_NATIVE=0 is set"] : nativeLoadErrors.map((e) => `tried ${e}`);
+      if (!k && process.env.HSM_NATIVE === "0") {
+        // Built or not, the core is turned off: building it would change nothing.
         throw new BackendUnavailable(
-          `--backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n${why.map((w) => `  ${w}`).join("\n")}`,
+          "--backend native needs the native core, which HSM_NATIVE=0 turns off; unset HSM_NATIVE, or use --backend wasm",
+        );
+      }
+      if (!k) {
+        throw new BackendUnavailable(
+          `--backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n${nativeLoadErrors.map((e) => `  tried ${e}`).join("\n")}`,
         );
       }
       return k;

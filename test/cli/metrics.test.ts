@@ -241,6 +241,15 @@ describe("hsm metrics --backend, the native core absent", () => {
     );
   });
 
+  it("native, asked for by name where HSM_NATIVE=0 turns the core off, says so in one line", () => {
+    const r = hsm(["metrics", store, "--backend", "native", "--quiet"], { HSM_NATIVE: "0" });
+    expect(r.status).toBe(1);
+    // Building the core would not help: the variable is what stands in the way.
+    expect(r.stderr).toBe(
+      "hsm: --backend native needs the native core, which HSM_NATIVE=0 turns off; unset HSM_NATIVE, or use --backend wasm\n",
+    );
+  });
+
   it.skipIf(!WEBGPU_PACKAGE)(
     "auto passes over a WebGPU without an adapter in hsm's one line, with nothing from Dawn",
     () => {

@@ -19,7 +19,7 @@ import {
   defaultModelName,
   MAX_PROMPT_LEN,
 } from "../defaults.js";
-import { HsmError, UsageError } from "../errors.js";
+import { BankError, HsmError, UsageError } from "../errors.js";
 import { selectLayers } from "../store/layers.js";
 import { fileSha256 } from "../store/hash.js";
 import { acquireLock } from "../store/lock.js";
@@ -30,7 +30,7 @@ import { makeDir, readText, refuseInputAsOutput } from "../util/fs.js";
 import { collectGarbage } from "../util/memory.js";
 import { checkName } from "../util/stem.js";
 import { forEachSettled } from "../util/settle.js";
-import { lengthBreaks, leftPad, planBatches, rightPad, type BatchRule } from "../model/batching.js";
+import { lengthBreaks, leftPad, planBatches, positionLimit, rightPad, type BatchRule } from "../model/batching.js";
 import {
   DetectionError,
   detectHiddenTensors,
@@ -233,7 +233,15 @@ export async function inspectModel(
     promptPadding: promptPadding(plan.inputs),
     sameLength: !hasMask(plan.inputs),
   };
-  return { inspection, model, source, tokenizer, sha256: hashing, configRaw: md.config.raw };
+  return {
+    inspection,
+    model,
+    source,
+    tokenizer,
+    sha256: hashing,
+    configRaw: md.config.raw,
+    configPath: join(md.dir, "config.json"),
+  };
 }
 
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
@@ -306,6 +314,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   let tokens: number[][];
   try {
     tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
+    refuseBeyondContext(rows, tokens, inspected, o.bank);
   } catch (err) {
     await opening.then((opened) => opened.runner.close()).catch(() => {});
     throw err;
@@ -368,6 +377,30 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
     await writer?.close();
     await release?.();
   }
+}
+
+/**
+ * Refuses a prompt longer than the positions config.json gives the model, naming its bank line, before anything is
+ * written: a learned position table fails inside onnxruntime on it, and states read past the model's context are no
+ * state the model was made to produce.
+ */
+function refuseBeyondContext(
+  rows: readonly BankRow[],
+  tokens: number[][],
+  model: { configRaw: Record<string, unknown>; configPath: string },
+  bank: string,
+): void {
+  const limit = positionLimit(model.configRaw);
+  if (limit === undefined) return;
+  const i = tokens.findIndex((t) => t.length > limit.positions);
+  if (i < 0) return;
+  throw new BankError(
+    bank,
+    rows[i]!.line,
+    "query",
+    `the prompt of "${rows[i]!.query_id}" is ${tokens[i]!.length} tokens, beyond the model's ${limit.positions} ` +
+      `positions (${limit.key} in ${model.configPath}); shorten the query or leave it out of the main forward pass`,
+  );
 }
 
 /** The manifest fields an extraction records before its first row: the model, the layers and the row order. */

@@ -51,6 +51,26 @@ export function lengthBreaks(config: Record<string, unknown>): number[] {
   return (type === "longrope" || type === "su") && typeof original === "number" ? [original] : [];
 }
 
+/** The positions a model reads at most, and the config.json key that says so. */
+export interface PositionLimit {
+  positions: number;
+  key: string;
+}
+
+/**
+ * The longest sequence the model's config.json allows (`max_position_embeddings`, GPT-2's `n_positions` or MPT's
+ * `max_seq_len`, at the top or in `text_config`); undefined where it names none. A learned position table has that
+ * many rows, so a longer prompt fails inside onnxruntime on an out-of-range index.
+ */
+export function positionLimit(config: Record<string, unknown>): PositionLimit | undefined {
+  const text = config.text_config as Record<string, unknown> | null | undefined;
+  for (const key of ["max_position_embeddings", "n_positions", "max_seq_len"]) {
+    const value = config[key] ?? text?.[key];
+    if (typeof value === "number" && Number.isSafeInteger(value) && value > 0) return { positions: value, key };
+  }
+  return undefined;
+}
+
 export interface BatchFeeds {
   batch: number;
   length: number;

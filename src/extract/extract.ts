@@ -240,7 +240,7 @@ export async function inspectModel(
     tokenizer,
     sha256: hashing,
     configRaw: md.config.raw,
-    configPath: join(md.dir, "config.json"),
+    configPath: md.config.path,
   };
 }
 
@@ -380,7 +380,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
 }
 
 /**
- * Refuses a prompt longer than the positions config.json gives the model, naming its bank line, before anything is
+ * Refuses a prompt longer than the positions the model's configuration gives it, naming its bank line, before anything is
  * written: a learned position table fails inside onnxruntime on it, and states read past the model's context are no
  * state the model was made to produce.
  */

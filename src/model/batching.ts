@@ -58,13 +58,14 @@ export interface PositionLimit {
 }
 
 /**
- * The longest sequence the model's config.json allows (`max_position_embeddings`, GPT-2's `n_positions` or MPT's
- * `max_seq_len`, at the top or in `text_config`); undefined where it names none. A learned position table has that
- * many rows, so a longer prompt fails inside onnxruntime on an out-of-range index.
+ * The longest sequence the model's configuration allows (`max_position_embeddings`, GPT-2's `n_positions`, MPT's
+ * `max_seq_len`, at the top or in `text_config`, or an onnxruntime-genai build's `context_length`); undefined where
+ * it names none. A learned position table, or a genai build's rotary cache, has that many rows, so a longer prompt
+ * fails inside onnxruntime.
  */
 export function positionLimit(config: Record<string, unknown>): PositionLimit | undefined {
   const text = config.text_config as Record<string, unknown> | null | undefined;
-  for (const key of ["max_position_embeddings", "n_positions", "max_seq_len"]) {
+  for (const key of ["max_position_embeddings", "n_positions", "max_seq_len", "context_length"]) {
     const value = config[key] ?? text?.[key];
     if (typeof value === "number" && Number.isSafeInteger(value) && value > 0) return { positions: value, key };
   }

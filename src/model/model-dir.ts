@@ -35,6 +35,8 @@ export interface ModelConfig {
   hiddenSize: number;
   vocabSize: number;
   raw: Record<string, unknown>;
+  /** The file `raw` was read from: config.json, or genai_config.json for an onnxruntime-genai build. */
+  path: string;
 }
 
 export interface ModelDir {
@@ -144,6 +146,7 @@ function fromGenaiConfig(genai: Record<string, unknown>): { raw: Record<string, 
     vocab_size: model.vocab_size,
     bos_token_id: model.bos_token_id,
     eos_token_id: model.eos_token_id,
+    context_length: model.context_length,
   };
   for (const key of ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_size"])
     raw[key] = decoder[key];
@@ -259,6 +262,7 @@ export async function openModelDir(given: string, modelFile?: string): Promise<M
       hiddenSize: pickInt(raw, ["hidden_size", "n_embd", "n_embed", "d_model"], path),
       vocabSize: pickInt(raw, ["vocab_size"], path),
       raw,
+      path,
     },
   };
 }

@@ -524,20 +524,18 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     expect(readdirSync(m)).toEqual(before);
   });
 
-  it("a prompt longer than the model's learned position table, naming its line and the limit", async () => {
-    // GPT-2 reads its positions from a table of n_positions rows; onnxruntime's Gather fails past it.
-    const m = join(dir, "gpt2-48-positions");
-    await writeModelInStyle(m, "plain", {
-      family: "gpt2",
-      layers: 2,
-      hidden: 32,
-      heads: 4,
-      maxPositions: 48,
-      tokenizer: "llama3.1",
-      seed: 3,
-    });
-    expect(JSON.parse(readFileSync(join(m, "config.json"), "utf8")).n_positions).toBe(48);
-    const b = join(dir, "long-prompt.jsonl");
+  // GPT-2 reads its positions from a table of n_positions rows, where onnxruntime's Gather fails past it; a genai
+  // build's GroupQueryAttention refuses a sequence longer than its rotary cache of context_length rows.
+  it.each([
+    ["GPT-2's learned position table", "plain", "gpt2", "n_positions", "config.json"],
+    ["an onnxruntime-genai build's rotary cache", "genai", undefined, "context_length", "genai_config.json"],
+  ] as const)("a prompt longer than %s, naming its line and the limit", async (_, style, family, key, file) => {
+    const m = join(dir, `short-context-${style}`);
+    const size = { layers: 2, hidden: 32, heads: 4, maxPositions: 48, tokenizer: "llama3.1", seed: 3 } as const;
+    await writeModelInStyle(m, style, family ? { ...size, family } : size);
+    const config = JSON.parse(readFileSync(join(m, file), "utf8"));
+    expect((config.model ?? config)[key]).toBe(48);
+    const b = join(dir, `long-prompt-${style}.jsonl`);
     const lines = bankLines(9);
     writeFileSync(b, lines.join("\n") + "\n");
     // The first prompt past 48 tokens by the tokenizer's own count, cut to max_prompt_len = 192.
@@ -547,9 +545,9 @@ describe("hsm extract on bad input: one line, nothing written", () => {
     );
     const first = lengths.findIndex((n) => n > 48);
     expect(first).toBe(6);
-    expect(run(m, b, "long-prompt")).toBe(
+    expect(run(m, b, `long-prompt-${style}`)).toBe(
       `hsm: ${b}:${first + 1}: field "query": the prompt of "q000${first}" is ${lengths[first]} tokens, beyond the ` +
-        `model's 48 positions (n_positions in ${m}/config.json); shorten the query or leave it out of the main forward pass`,
+        `model's 48 positions (${key} in ${m}/${file}); shorten the query or leave it out of the main forward pass`,
     );
   });
 

@@ -38,7 +38,7 @@ import {
 import { checkName } from "../util/stem.js";
 import { collectGarbage } from "../util/memory.js";
 import { computeCores } from "../util/cores.js";
-import { lengthBreaks, planBatches, type BatchRule } from "../model/batching.js";
+import { lengthBreaks, planBatches, positionLimit, type BatchRule } from "../model/batching.js";
 import { DetectionError, planInputs } from "../model/detect.js";
 import { declaredBatch } from "../model/feeds.js";
 import { addKvCache, attentionShape, type AttentionShape } from "../onnx/add-cache.js";
@@ -53,7 +53,7 @@ import { checkGenerations, generationCheckWarning } from "./check.js";
 import { isPastInput, isPresentOutput } from "../onnx/kv-cache.js";
 import { prepareHead, type HeadSetup } from "./lm-head.js";
 import { takeEmbeddingOut } from "./embedding.js";
-import { decodeModelOf, openModelDir, type ModelDir } from "../model/model-dir.js";
+import { decodeModelOf, openModelDir, type ModelConfig, type ModelDir } from "../model/model-dir.js";
 import {
   DataType,
   defaultOpset,
@@ -500,6 +500,7 @@ async function decodeJob(
         rule: job.rule,
         t0: run.t0,
         detokenize: (ids) => job.tokenizer.decode(ids),
+        beyondContext: contextReason(job.md.config, job.setup.maxNewTokens),
       },
       run.done,
     );
@@ -728,6 +729,22 @@ interface Generation {
   rule: BatchRule;
   t0: number;
   detokenize: (ids: number[]) => string;
+  /** Why a prompt of this many tokens cannot be answered within the model's positions; undefined where it can. */
+  beyondContext: (promptTokens: number) => string | undefined;
+}
+
+/**
+ * Says when a prompt and its new tokens need more positions than the model's configuration gives it: the reason a
+ * query fails inside onnxruntime (a learned position table or a rotary cache without the row) that no rerun cures.
+ * The last new token is never fed back, so `n` prompt tokens and `maxNew` new ones take `n + maxNew − 1` positions.
+ */
+function contextReason(config: ModelConfig, maxNew: number): (promptTokens: number) => string | undefined {
+  const limit = positionLimit(config.raw);
+  return (n) =>
+    limit !== undefined && n + maxNew - 1 > limit.positions
+      ? `the prompt's ${n} tokens and up to ${maxNew} new ones need ${n + maxNew - 1} positions, beyond the ` +
+        `model's ${limit.positions} (${limit.key} in ${config.path})`
+      : undefined;
 }
 
 /** What one decoded batch brings per row: its tokens, its error, or nothing for a row written already. */
@@ -754,7 +771,13 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
       ...fields,
     });
   };
-  const failure = (i: number, err: unknown) => row(i, { error: (err as Error).message?.split("\n")[0] ?? String(err) });
+  // onnxruntime's message, after the reason where the query needs more positions than the model has.
+  const reason = (i: number, err: unknown) => {
+    const message = (err as Error).message?.split("\n")[0] ?? String(err);
+    const beyond = g.beyondContext(g.tokens[i]!.length);
+    return beyond === undefined ? message : `${beyond}: ${message}`;
+  };
+  const failure = (i: number, err: unknown) => row(i, { error: reason(i, err) });
   const write = async (batch: number[], results: BatchResults) => {
     const answers: string[] = [];
     const failures: { i: number; err: unknown }[] = [];
@@ -779,9 +802,10 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
     } else {
       pending.push(...failures);
       if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
+        const first = pending[0]!;
         throw new GenerationError(
           pending.map((f) => rows[f.i]!.query_id),
-          pending[0]!.err,
+          new Error(reason(first.i, first.err), { cause: first.err }),
         );
       }
     }

@@ -376,7 +376,10 @@ describe("hsm generate when a query cannot run", () => {
     const rows = byId(out);
     expect(rows.size).toBe(12);
     for (const id of ["q4", "q10"]) {
-      expect(rows.get(id)!.error).toMatch(/./);
+      // Cut to max_prompt_len, 192 tokens, and the first 23 of 24 new ones fed back: 215 positions of 128.
+      const reason = `the prompt's 192 tokens and up to 24 new ones need 215 positions, beyond the model's 128 (max_position_embeddings in ${m}/config.json): `;
+      expect(rows.get(id)!.error.slice(0, reason.length)).toBe(reason);
+      expect(rows.get(id)!.error.length).toBeGreaterThan(reason.length);
       expect(rows.get(id)).not.toHaveProperty("raw_response");
     }
     // The other answers are those of the same weights with room for every position.
@@ -429,6 +432,9 @@ describe("hsm generate when a query cannot run", () => {
     expect(err).toBeInstanceOf(GenerationError);
     expect(err.message).toMatch(
       /generation failed on 2 queries in a row \(q4, q10\), even one at a time, and none succeeded/,
+    );
+    expect(err.message).toContain(
+      `none succeeded: the prompt's 192 tokens and up to 24 new ones need 215 positions, beyond the model's 128 (max_position_embeddings in ${m}/config.json): `,
     );
     expect(readFileSync(out, "utf8")).toBe("");
   });

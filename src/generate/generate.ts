@@ -23,7 +23,8 @@ import { basename, dirname } from "node:path";
 import { readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
 import { DEFAULT_BATCH_SIZE, DEFAULT_GENERATE_CHECK_ROWS, defaultModelName, MAX_NEW_TOKENS } from "../defaults.js";
-import { FileError, HsmError, UsageError } from "../errors.js";
+import { BankError, FileError, HsmError, UsageError } from "../errors.js";
+import { JSONL_LINE_MAX_BYTES } from "../util/jsonl.js";
 import { lockUnlessReadOnly } from "../store/lock-read-only.js";
 import { headKernels, type HeadKernels } from "../kernels/default.js";
 import {
@@ -343,6 +344,34 @@ function rowStart(r: BankRow, model: string, modelSha256: string) {
   };
 }
 
+/** One generations row as hsm writes it: the query's fields, the model, the prompt, then `fields`. */
+function rowLine(
+  r: BankRow,
+  who: { model: string; modelSha256: string; modelSource: string | undefined },
+  prompt: string,
+  fields: Record<string, unknown>,
+  bank: string,
+): string {
+  const line = JSON.stringify({
+    ...rowStart(r, who.model, who.modelSha256),
+    ...(who.modelSource ? { model_source: who.modelSource } : {}),
+    prompt,
+    ...fields,
+  });
+  // A line no reader takes (hsm score, a resumed run) is never written: the query's text made it that long.
+  const bytes = Buffer.byteLength(line, "utf8");
+  if (bytes > JSONL_LINE_MAX_BYTES) {
+    throw new BankError(
+      bank,
+      r.line,
+      "query",
+      `makes the generation row of "${r.query_id}" ${bytes} bytes (it holds the prompt), over the ` +
+        `${JSONL_LINE_MAX_BYTES} bytes (1 MiB) a JSONL line may hold; shorten the query`,
+    );
+  }
+  return line;
+}
+
 /**
  * Whether `tail`, the bytes after the last newline, is what a crash leaves of one of this run's rows: the start of
  * a row for some bank query as {@link batchWriter} writes it, up to its `model_sha256` at least where it is that long.
@@ -417,6 +446,10 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   checkName(modelName);
   await refuseInputAsOutput({ name: "--out", path: o.out }, [{ name: "--bank", path: o.bank }]);
   const job = await prepareJob(o, batchSize, maxNew);
+  // Every row is checked with an empty answer before anything runs; the answer's own length is checked as it is written.
+  const who = { model: modelName, modelSha256: job.modelSha256, modelSource: job.md.source };
+  const noAnswer = { raw_response: "", generated_tokens: maxNew, finish_reason: "length" };
+  job.rows.forEach((r, i) => rowLine(r, who, job.prompts[i]!, noAnswer, o.bank));
   // A device that cannot run fails before the output's folder is made; where the file is there already, it may
   // answer every query, which needs no device (below).
   let unusable: DeviceError | undefined;
@@ -762,15 +795,8 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
   const texts = new Map<number, string>();
   let pending: { i: number; err: unknown }[] = [];
   const answered = () => done.size + written;
-  const row = (i: number, fields: Record<string, unknown>) => {
-    const r: BankRow = rows[i]!;
-    return JSON.stringify({
-      ...rowStart(r, modelName, g.modelSha256),
-      ...(g.modelSource ? { model_source: g.modelSource } : {}),
-      prompt: prompts[i],
-      ...fields,
-    });
-  };
+  const who = { model: modelName, modelSha256: g.modelSha256, modelSource: g.modelSource };
+  const row = (i: number, fields: Record<string, unknown>) => rowLine(rows[i]!, who, prompts[i]!, fields, o.bank);
   // onnxruntime's message, after the reason where the query needs more positions than the model has.
   const reason = (i: number, err: unknown) => {
     const message = (err as Error).message?.split("\n")[0] ?? String(err);
@@ -786,13 +812,16 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
       if (res === undefined) return;
       if (res instanceof Error) failures.push({ i, err: res });
       else {
+        let fields: ReturnType<typeof answerFields>;
         try {
-          const fields = answerFields(res, eos, g.detokenize);
-          answers.push(row(i, { ...fields }));
-          texts.set(i, fields.raw_response);
+          fields = answerFields(res, eos, g.detokenize);
         } catch (err) {
           failures.push({ i, err });
+          return;
         }
+        // A row too long to write stops the run (rowLine): an error row would not cure it.
+        answers.push(row(i, { ...fields }));
+        texts.set(i, fields.raw_response);
       }
     });
     let errors: string[] = [];

@@ -774,6 +774,59 @@ describe("hsm generate refuses a model name no output can record", () => {
   });
 });
 
+describe("hsm generate and a query that makes its row too long to read back", () => {
+  // Each row holds its prompt: a bank line under 1 MiB can make a row over it, which hsm score would refuse.
+  const MIB = 1024 * 1024;
+  const longBankOf = (query: string) => {
+    const b = join(dir, "long-row-bank.jsonl");
+    const rows = [
+      { query_id: "q0", fact_id: "f0", condition_family: "anchor", query: "Ok?", use_for_main_forward: true },
+      { query_id: "q1", fact_id: "f1", condition_family: "anchor", query, use_for_main_forward: true },
+    ];
+    writeFileSync(b, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    expect(
+      Math.max(
+        ...readFileSync(b, "utf8")
+          .split("\n")
+          .map((l) => Buffer.byteLength(l)),
+      ),
+    ).toBeLessThan(MIB);
+    return b;
+  };
+  const run = (b: string, out: string) =>
+    spawnSync(
+      process.execPath,
+      [BIN, "generate", "--model-dir", modelDir("withPast"), "--bank", b, "--out", out, "--batch-size", "1", "-q"],
+      { encoding: "utf8" },
+    );
+  const refusal = (b: string) =>
+    new RegExp(
+      `^hsm: ${b.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}:2: field "query": makes the generation row of "q1" (\\d+) bytes ` +
+        `\\(it holds the prompt\\), over the 1048576 bytes \\(1 MiB\\) a JSONL line may hold; shorten the query\n$`,
+    );
+
+  it("refuses it by its bank line before running, or as its answer would push it over, writing no such line", () => {
+    const query = "ab ".repeat(Math.floor((MIB - 200) / 3));
+    const first = join(dir, "long-row-1.jsonl");
+    const r1 = run(longBankOf(query), first);
+    expect(r1.status).toBe(1);
+    const m1 = r1.stderr.match(refusal(join(dir, "long-row-bank.jsonl")));
+    expect(m1, r1.stderr).not.toBeNull();
+    expect(Number(m1![1])).toBeGreaterThan(MIB);
+    expect(existsSync(first)).toBe(false);
+    // One byte short of the limit without an answer: the answer's text (24 tokens) pushes it over as it is written.
+    const fits = query.slice(0, query.length - (Number(m1![1]) - MIB) - 1);
+    const second = join(dir, "long-row-2.jsonl");
+    const r2 = run(longBankOf(fits), second);
+    expect(r2.status).toBe(1);
+    const m2 = r2.stderr.match(refusal(join(dir, "long-row-bank.jsonl")));
+    expect(m2, r2.stderr).not.toBeNull();
+    expect(Number(m2![1])).toBeGreaterThan(MIB);
+    // q0's row, in the batch before, is kept; q1's is not written.
+    expect(readRows(second).map((row) => row.query_id)).toEqual(["q0"]);
+  });
+});
+
 describe("hsm generate on a graph of opset 12", () => {
   it("writes the float64 reference's rows at batch sizes 1 and 8", async () => {
     await expectReference("opset12", await bothBatchSizes("opset12"));

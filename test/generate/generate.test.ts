@@ -332,9 +332,13 @@ describe("hsm generate on worker threads", () => {
       expect(cli(name, one, "--workers", "1").status).toBe(0);
       expect(readFileSync(two, "utf8")).toBe(readFileSync(one, "utf8"));
     }
-    // The LM head in onnxruntime's graph (no native core) picks the same tokens as the native one.
-    const head = cli("mixed", join(dir, "mixed-workers-2.jsonl"), "--workers", "2");
+    // The LM head in onnxruntime's graph (no native core) picks the same tokens as the native one. A run that
+    // answers a finished file loads no model, so the native head's line comes from a fresh file.
+    const head = cli("mixed", join(dir, "mixed-native-head.jsonl"), "--workers", "2");
     expect(head.stderr).toMatch(/the LM head \(\d+ × 1280\) runs in the native core/);
+    expect(readFileSync(join(dir, "mixed-native-head.jsonl"), "utf8")).toBe(
+      readFileSync(join(dir, "mixed-workers-2.jsonl"), "utf8"),
+    );
     const graph = join(dir, "mixed-graph-head.jsonl");
     const r = spawnSync(
       process.execPath,

@@ -26,7 +26,7 @@ import { hashFiles } from "./hash.js";
 import { lockUnlessReadOnly } from "./lock-read-only.js";
 import { checkedManifest, isNativeManifest, MANIFEST_NAME, writeManifestAtomic, type Manifest } from "./manifest.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader } from "./npy.js";
+import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, recordedShapeMismatch } from "./npy.js";
 
 /** Where a foreign manifest is kept once adopted. */
 const ORIGINAL_MANIFEST_NAME = "index.orig.json";
@@ -69,13 +69,20 @@ export async function adoptStore(dir: string, o: AdoptOptions): Promise<Manifest
     const queryIds = foreign?.queryIds ?? mainForwardRows(bank).map((r) => r.query_id);
     const joined = joinBank(queryIds, bank, where, bankName);
     const layers = await layersToAdopt(dir, foreign);
-    const { d, sizes, offsets } = await checkHeaders(dir, layers, queryIds.length, foreign?.dModel);
+    const { d, sizes, offsets } = await checkHeaders(dir, layers, queryIds.length, foreign);
 
     const outcomes = await hashFiles(
       layers.map((l, i) => ({ path: join(dir, layerFileName(l)), f16From: offsets[i]! })),
       o.concurrency ?? availableParallelism(),
     );
-    const base: ForeignManifest = foreign ?? { queryIds, checksums: new Map(), otherFiles: [], nonfinite: new Map() };
+    const base: ForeignManifest = foreign ?? {
+      queryIds,
+      checksums: new Map(),
+      otherFiles: [],
+      nonfinite: new Map(),
+      shapes: new Map(),
+      sizes: new Map(),
+    };
     const manifest = normalizedManifest(base, {
       layers,
       dModel: d!,
@@ -185,10 +192,12 @@ async function layersToAdopt(dir: string, foreign: ForeignManifest | undefined):
 }
 
 /**
- * Every header must describe float16 rows of one width (`d`, else the first file's), one per query; returns
- * that width and each file's size and data offset.
+ * Every header must describe float16 rows of one width (a foreign manifest's `d_model`, else the first file's), one
+ * per query, with the shape and size the foreign manifest records per file; returns that width and each file's
+ * size and data offset.
  */
-async function checkHeaders(dir: string, layers: number[], n: number, d: number | undefined) {
+async function checkHeaders(dir: string, layers: number[], n: number, foreign: ForeignManifest | undefined) {
+  let d = foreign?.dModel;
   const sizes = new Map<string, number>();
   const offsets: number[] = [];
   for (const layer of layers) {
@@ -202,6 +211,12 @@ async function checkHeaders(dir: string, layers: number[], n: number, d: number 
         "holds float32 ('<f4'); hsm's stores hold float16. Read it without adopting (verify and metrics with --bank), or convert it with numpy's astype(np.float16) first",
       );
     }
+    const recorded = foreign?.shapes.get(name);
+    const shape = recorded && recordedShapeMismatch(header, recorded);
+    if (shape) throw new StoreError(path, shape);
+    const size = foreign?.sizes.get(name);
+    if (size !== undefined && size !== prelude.size)
+      throw new StoreError(path, `is ${prelude.size} bytes but its manifest says ${size}; not adopted`);
     d ??= header.shape[1];
     const problem = headerMismatch(header, n, d ?? -1, prelude.size);
     if (problem)

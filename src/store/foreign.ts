@@ -39,6 +39,10 @@ export interface ForeignManifest {
   lastLayerFinalNorm?: boolean;
   /** Per-file non-finite counts, where the manifest records them. */
   nonfinite: Map<string, number>;
+  /** Per-file `[rows, d_model]`, where the manifest records them. */
+  shapes: Map<string, [number, number]>;
+  /** Per-file sizes in bytes, where the manifest records them. */
+  sizes: Map<string, number>;
 }
 
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
@@ -68,7 +72,7 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
   const m = value;
   const { queryIds, factIds, families } = readRowOrder(m, bad);
   const layers = readLayers(m, bad);
-  const { checksums, nonfinite, otherFiles } = readChecksums(m, layers, bad);
+  const { checksums, nonfinite, shapes, sizes, otherFiles } = readChecksums(m, layers, bad);
   if (m.complete !== undefined && typeof m.complete !== "boolean")
     bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
   // Null, as Python tools write None, counts as absent.
@@ -95,6 +99,8 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
     checksums,
     otherFiles,
     nonfinite,
+    shapes,
+    sizes,
     ...(typeof m.complete === "boolean" ? { complete: m.complete } : {}),
     ...(isInt(m.rows_done) ? { rowsDone: m.rows_done } : {}),
     ...((text("model") ?? text("model_name")) ? { model: text("model") ?? text("model_name") } : {}),
@@ -203,6 +209,8 @@ function readLayers(m: Record<string, unknown>, bad: Bad): number[] | undefined 
 function readChecksums(m: Record<string, unknown>, layers: number[] | undefined, bad: Bad) {
   const checksums = new Map<string, string>();
   const nonfinite = new Map<string, number>();
+  const shapes = new Map<string, [number, number]>();
+  const sizes = new Map<string, number>();
   const otherFiles: string[] = [];
   const checksumKey = CHECKSUM_KEYS.find((k) => isObject(m[k]) || Array.isArray(m[k]));
   const add = (key: string, name: unknown, entry: unknown) => {
@@ -221,7 +229,20 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
     if (earlier !== undefined && earlier !== hex.toLowerCase())
       return bad(`${key}.${name}`, `records two different sha256 for ${name} (${earlier} and ${hex.toLowerCase()})`);
     checksums.set(name, hex.toLowerCase());
-    if (isObject(entry) && isInt(entry.nonfinite)) nonfinite.set(name, entry.nonfinite);
+    if (!isObject(entry)) return;
+    if (isInt(entry.nonfinite)) nonfinite.set(name, entry.nonfinite);
+    // What an entry records beside its checksum is held to what it says (null, as Python writes None, is absent).
+    const { layer, shape, bytes } = entry;
+    if (layer !== undefined && layer !== null && layer !== layerOfFileName(name))
+      bad(`${key}.${name}.layer`, `is ${JSON.stringify(layer)} but the name says ${layerOfFileName(name)}`);
+    if (shape !== undefined && shape !== null) {
+      if (Array.isArray(shape) && shape.length === 2 && shape.every(isInt)) shapes.set(name, shape as [number, number]);
+      else bad(`${key}.${name}.shape`, `expected [rows, d_model] but found ${JSON.stringify(shape)}`);
+    }
+    if (bytes !== undefined && bytes !== null) {
+      if (isInt(bytes)) sizes.set(name, bytes);
+      else bad(`${key}.${name}.bytes`, `expected a non-negative integer but found ${JSON.stringify(bytes)}`);
+    }
   };
   if (checksumKey === undefined) {
     bad(
@@ -242,7 +263,7 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
     }
   }
 
-  return { checksums, nonfinite, otherFiles };
+  return { checksums, nonfinite, shapes, sizes, otherFiles };
 }
 
 /** Why the rows cannot be joined with the bank (their first query the bank lacks), or undefined when they can. */
@@ -309,7 +330,8 @@ export function unrecorded(f: ForeignManifest): string[] {
     notes.push("does not record the model's block count (taken as the highest stored layer + 1)");
   if (f.dModel === undefined) notes.push("does not record d_model (the .npy headers give it)");
   if (f.nonfinite.size === 0) notes.push("records no non-finite counts (counted here instead)");
-  notes.push("records no model checksum, prompt settings, byte sizes, largest magnitudes or provenance");
+  const sizes = f.sizes.size === 0 ? " byte sizes," : "";
+  notes.push(`records no model checksum, prompt settings,${sizes} largest magnitudes or provenance`);
   return notes;
 }
 

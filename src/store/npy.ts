@@ -190,6 +190,15 @@ export function headerMismatch(
 }
 
 /**
+ * Where a header's shape is not the `[rows, d_model]` a manifest records for its file, the message saying so;
+ * undefined where they agree.
+ */
+export function recordedShapeMismatch(h: NpyHeader, recorded: readonly number[]): string | undefined {
+  if (h.shape.length === recorded.length && h.shape.every((n, i) => n === recorded[i])) return undefined;
+  return `header shape is (${h.shape.join(", ")}), the manifest says (${recorded.join(", ")})`;
+}
+
+/**
  * What an hsm store's file breaks of the layout its contract fixes beyond what NumPy reads (NPY format version 1.0,
  * its data on a 64-byte boundary, as {@link buildNpyHeader} writes); undefined where nothing. Other tools' files
  * are held only to what NumPy reads.

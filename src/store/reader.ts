@@ -13,7 +13,7 @@ import { directoryBackend, type StoreBackend } from "./backend.js";
 import { foreignLayers, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName } from "./names.js";
 import { checkedManifest, isNativeManifest, MANIFEST_NAME, manifestContentSha256, type Manifest } from "./manifest.js";
-import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
+import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, recordedShapeMismatch, type NpyHeader } from "./npy.js";
 
 export interface OpenOptions {
   /** Read a store whose `complete` is false (only its first `rows_done` rows). */
@@ -251,6 +251,9 @@ async function openForeign(
     const { header, size, path } = await readHeader(backend, layer);
     // The width comes from the manifest if it records one, else from the first file; all must agree.
     d ??= header.shape[1];
+    const recorded = f.shapes.get(layerFileName(layer));
+    const shape = recorded && recordedShapeMismatch(header, recorded);
+    if (shape) throw new NpyHeaderError(path, "shape", shape);
     const problem = headerMismatch(header, n, d ?? -1, size, ["<f2", "<f4"]);
     if (problem) throw new NpyHeaderError(path, problem.field, problem.message);
     offsets.set(layer, header.dataOffset);

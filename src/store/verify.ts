@@ -50,7 +50,14 @@ import {
   type RowListTexts,
   type SelfCheck,
 } from "./manifest.js";
-import { headerMismatch, NPY_MAX_PRELUDE, npyLayoutProblem, parseNpyHeader, type NpyHeader } from "./npy.js";
+import {
+  headerMismatch,
+  NPY_MAX_PRELUDE,
+  npyLayoutProblem,
+  parseNpyHeader,
+  recordedShapeMismatch,
+  type NpyHeader,
+} from "./npy.js";
 
 export interface VerifyProblem {
   /** The store file concerned, relative to the store ("index.json", "L018.npy"). */
@@ -109,6 +116,8 @@ interface Expected {
   sha256?: string;
   nonfinite?: number;
   maxAbs?: number | null;
+  /** `[rows, d_model]`, where a foreign manifest records it per file (hsm's own records the store's). */
+  shape?: readonly [number, number];
 }
 
 /**
@@ -284,11 +293,12 @@ function checkHeaders(
     // A manifest that does not record the width leaves it to the first file; the others must agree.
     if (d === null && report.foreign && header.shape.length === 2) d = header.shape[1]!;
     const mismatch =
-      rows !== null && d !== null
+      (entry.shape && recordedShapeMismatch(header, entry.shape)) ??
+      (rows !== null && d !== null
         ? headerMismatch(header, rows, d, seen.bytes, dtypes)?.message
         : header.shape.length !== 2
           ? `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`
-          : undefined;
+          : undefined);
     if (mismatch) problem(name, "npy-header", mismatch);
     else if (plan.layout) {
       const layout = npyLayoutProblem(header);
@@ -653,6 +663,8 @@ async function planForeign(
       name,
       ...(sha256 !== undefined ? { sha256 } : {}),
       ...(f.nonfinite.has(name) ? { nonfinite: f.nonfinite.get(name)! } : {}),
+      ...(f.shapes.has(name) ? { shape: f.shapes.get(name)! } : {}),
+      ...(f.sizes.has(name) ? { bytes: f.sizes.get(name)! } : {}),
     };
   });
   return {

@@ -391,6 +391,12 @@ describe("verifying a store written by another tool", () => {
     writeFileSync(join(store, "index.json"), JSON.stringify(m));
   };
 
+  /** The manifest's checksums as per-file entries, with `extra` fields added to the files it names. */
+  const entries = (m: Record<string, unknown>, extra: Record<string, Record<string, unknown>>) => {
+    const sums = Object.entries(m.checksums as Record<string, string>);
+    m.checksums = Object.fromEntries(sums.map(([f, sha256]) => [f, { sha256, ...extra[f] }]));
+  };
+
   it.each([
     [
       "a layer file of one dimension",
@@ -447,6 +453,21 @@ describe("verifying a store written by another tool", () => {
       () => [`index.json: [manifest-field] "layers" holds layer 4, outside 0…3 for num_layers 4`],
     ],
     [
+      "a file entry whose shape is not its header's",
+      (s: string) => remanifest(s, (m) => entries(m, { "L003.npy": { shape: [native.query_ids.length, 16] } })),
+      (n: number) => [`L003.npy: [npy-header] header shape is (${n}, 8), the manifest says (${n}, 16)`],
+    ],
+    [
+      "a file entry whose size is not the file's",
+      (s: string) => remanifest(s, (m) => entries(m, { "L004.npy": { bytes: 100 } })),
+      (n: number) => [`L004.npy: [size] is ${128 + n * 16} bytes but the manifest says 100`],
+    ],
+    [
+      "a file entry whose layer is not its name's",
+      (s: string) => remanifest(s, (m) => entries(m, { "L002.npy": { layer: 3 } })),
+      () => ['index.json: [manifest-field] "checksums.L002.npy.layer" is 3 but the name says 2'],
+    ],
+    [
       "layer files beyond the block count",
       (s: string) => remanifest(s, (m) => (m.num_layers = 5)),
       () => ["index.json: [manifest-field] the folder's layer files: holds layer 5, outside 0…4 for num_layers 5"],
@@ -460,6 +481,28 @@ describe("verifying a store written by another tool", () => {
     expect(lines).toHaveLength(expected.length);
     expected.forEach((w, i) => (typeof w === "string" ? expect(lines[i]).toBe(w) : expect(lines[i]).toMatch(w)));
     expect(r.ok).toBe(false);
+  });
+
+  it("refuses, in reading and in adopting, a file whose header's shape is not the one its entry records", async () => {
+    const n = native.query_ids.length;
+    const store = foreignStore("entry-shape", { query_ids: native.query_ids, checksums: sums() });
+    remanifest(store, (m) => entries(m, { "L003.npy": { shape: [n, 16] } }));
+    const message = `header shape is (${n}, 8), the manifest says (${n}, 16)`;
+    await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toThrow(
+      `${join(store, "L003.npy")}: npy header shape: ${message}`,
+    );
+    await expect(adoptStore(store, { bank: fx.bank })).rejects.toThrow(`${join(store, "L003.npy")}: ${message}`);
+    expect(existsSync(join(store, "index.orig.json"))).toBe(false);
+    // The shapes and sizes the files have are taken, and the notes no longer say sizes are missing.
+    remanifest(store, (m) =>
+      entries(m, Object.fromEntries(LAYER_FILES.map((f) => [f, { shape: [n, 8], bytes: 128 + n * 16, layer: null }]))),
+    );
+    const r = await verifyStore(store, { bank: fx.bank });
+    expect(r.problems).toEqual([]);
+    expect(r.notes.at(-1)?.message).toBe(
+      "records no model checksum, prompt settings, largest magnitudes or provenance",
+    );
+    expect(await contents(store, fx.bank)).toEqual(await contents(fx.store));
   });
 
   it("reports rows the bank lacks and a store incomplete by its own manifest", async () => {

@@ -6,6 +6,8 @@ const pkg = JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url))
   version: string;
 };
 
+/** How every `tool_version` hsm records begins: a manifest another tool wrote, to the contract, carries its own. */
+export const TOOL_VERSION_PREFIX = "hsm/";
 /** `hsm/<version>`, recorded in every store as `tool_version`. */
-export const TOOL_VERSION = `hsm/${pkg.version}`;
+export const TOOL_VERSION = `${TOOL_VERSION_PREFIX}${pkg.version}`;
 export const VERSION = pkg.version;

@@ -33,6 +33,7 @@ import { FileError, NpyHeaderError } from "../errors.js";
 import { nativeJsonRowArrays } from "../kernels/native.js";
 import { fileError, osReason, readUtf8Sync } from "../util/fs.js";
 import { jsonSyntax } from "../util/jsonl.js";
+import { TOOL_VERSION_PREFIX } from "../version.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { selectLayers } from "./layers.js";
 import { layerFileName, layerOfFileName } from "./names.js";
@@ -516,9 +517,22 @@ function summarizeSelfCheck(c: SelfCheck): NonNullable<VerifyReport["self_check"
  * What a complete manifest says of itself: its content (labels, settings) is what was sealed at completion, and
  * its layers are the blocks its rule keeps at its block count.
  */
-function contentProblems(m: Partial<Manifest>, lists: RowListTexts | undefined, problem: ProblemSink): void {
+function contentProblems(
+  m: Partial<Manifest>,
+  lists: RowListTexts | undefined,
+  problem: ProblemSink,
+  report: VerifyReport,
+): void {
   const recorded = m.manifest_sha256;
-  if (recorded === undefined) {
+  if (recorded === undefined && !m.tool_version?.startsWith(TOOL_VERSION_PREFIX)) {
+    // The seal is hsm's addition to the contract, optional when reading: a store another tool wrote to the
+    // contract has none, and is noted rather than refused.
+    report.notes.push({
+      file: MANIFEST_NAME,
+      note: "not-recorded",
+      message: `records no manifest_sha256 (optional; written by ${JSON.stringify(m.tool_version)}, not hsm), so its labels and settings were not checked against a seal`,
+    });
+  } else if (recorded === undefined) {
     problem(
       MANIFEST_NAME,
       "manifest-checksum",
@@ -568,7 +582,7 @@ function planNative(value: unknown, lists: RowListTexts | undefined, problem: Pr
     if (finding) problem(MANIFEST_NAME, "self-check", `the batch self-check failed: ${finding}`);
   }
   // A manifest already invalid field by field is not also weighed as a whole.
-  if (m.complete === true && invalid.length === 0) contentProblems(m, lists, problem);
+  if (m.complete === true && invalid.length === 0) contentProblems(m, lists, problem, report);
   if (m.complete === false) {
     problem(
       MANIFEST_NAME,

@@ -372,6 +372,38 @@ describe("verifyStore", () => {
     for (const layer of [3, 4]) expect(await mine.readRows(layer, 0, 72)).toEqual(await theirs.readRows(layer, 0, 72));
   });
 
+  it("notes, and does not refuse, a complete manifest another tool wrote to the contract without a seal", async () => {
+    // contracts.md's index.json has no manifest_sha256: a script following it writes every field but that one.
+    const store = corrupt((s) =>
+      tamper(s, (m) => {
+        delete m.manifest_sha256;
+        m.tool_version = "my-extractor 2.1";
+      }),
+    );
+    const r = await verifyStore(store);
+    expect(lines(r)).toEqual([]);
+    expect(r.ok).toBe(true);
+    expect(r.notes).toEqual([
+      {
+        file: "index.json",
+        note: "not-recorded",
+        message:
+          'records no manifest_sha256 (optional; written by "my-extractor 2.1", not hsm), so its labels and settings were not checked against a seal',
+      },
+    ]);
+    // Every other field is still checked: a fact_ids list one entry short is reported.
+    const short = corrupt((s) =>
+      tamper(s, (m) => {
+        delete m.manifest_sha256;
+        m.tool_version = "my-extractor 2.1";
+        m.fact_ids.pop();
+      }),
+    );
+    expect(lines(await verifyStore(short))).toEqual([
+      `index.json: [manifest-field] "fact_ids" has ${72 - 1} entries but query_ids has 72: one per row is required`,
+    ]);
+  });
+
   it("takes distinct query ids in any order", async () => {
     const store = corrupt((s) => editManifest(s, (m) => m.query_ids.reverse()));
     const r = await verifyStore(store);

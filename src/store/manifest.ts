@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { InternalError, ManifestError } from "../errors.js";
 import { writeFileAtomic } from "../util/fs.js";
 import { jsonSyntax } from "../util/jsonl.js";
+import { TOOL_VERSION_PREFIX } from "../version.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 
 export const MANIFEST_NAME = "index.json";
@@ -310,6 +311,9 @@ function fileEntryProblems(
   bad: Bad,
 ): Set<number> {
   const named = new Set<number>();
+  // hsm writes its checksums in lowercase; another tool writing this format may use either case (formats.md).
+  const byHsm = isStr(m.tool_version) && m.tool_version.startsWith(TOOL_VERSION_PREFIX);
+  const [hex, digits] = byHsm ? [/^[0-9a-f]{64}$/, "64 lowercase hex digits"] : [/^[0-9a-fA-F]{64}$/, "64 hex digits"];
   for (const [name, entry] of Object.entries(files)) {
     const layer = layerOfFileName(name);
     if (layer === undefined) {
@@ -337,8 +341,7 @@ function fileEntryProblems(
         bad(`${where}.shape`, `has width ${shape[1]} but d_model is ${m.d_model}`);
     }
     if (!isInt(e.bytes) || e.bytes < 0) bad(`${where}.bytes`, "expected a non-negative integer");
-    if (!isStr(e.sha256) || (e.sha256 !== "" && !/^[0-9a-f]{64}$/.test(e.sha256)))
-      bad(`${where}.sha256`, "expected 64 lowercase hex digits");
+    if (!isStr(e.sha256) || (e.sha256 !== "" && !hex.test(e.sha256))) bad(`${where}.sha256`, `expected ${digits}`);
     else if (m.complete === true && e.sha256 === "") bad(`${where}.sha256`, "is empty although the store is complete");
     if (!isInt(e.nonfinite) || e.nonfinite < 0) bad(`${where}.nonfinite`, "expected a non-negative integer");
     if (!(e.max_abs === null || (typeof e.max_abs === "number" && e.max_abs >= 0)))

@@ -599,7 +599,7 @@ function planNative(value: unknown, lists: RowListTexts | undefined, problem: Pr
             name,
             ...(Number.isSafeInteger(e.bytes) ? { bytes: e.bytes } : {}),
             // A field the checks above reported as malformed is not compared with the file as well.
-            ...(!malformed.has(`files.${name}.sha256`) ? { sha256: e.sha256 } : {}),
+            ...(!malformed.has(`files.${name}.sha256`) ? { sha256: e.sha256.toLowerCase() } : {}),
             ...(!malformed.has(`files.${name}.nonfinite`) ? { nonfinite: e.nonfinite } : {}),
             ...(!malformed.has(`files.${name}.max_abs`) ? { maxAbs: e.max_abs } : {}),
           }))

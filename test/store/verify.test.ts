@@ -404,6 +404,26 @@ describe("verifyStore", () => {
     ]);
   });
 
+  it("takes checksums in either case from a manifest another tool wrote to the contract", async () => {
+    const upper = (m: Json) => {
+      delete m.manifest_sha256;
+      m.tool_version = "my-extractor 2.1";
+      for (const e of Object.values(m.files) as Json[]) e.sha256 = e.sha256.toUpperCase();
+    };
+    const r = await verifyStore(corrupt((s) => tamper(s, upper)));
+    expect(lines(r)).toEqual([]);
+    // Compared without regard to case, a wrong one is still reported.
+    const wrong = corrupt((s) =>
+      tamper(s, (m) => {
+        upper(m);
+        m.files["L004.npy"].sha256 = "AB" + m.files["L004.npy"].sha256.slice(2);
+      }),
+    );
+    expect(lines(await verifyStore(wrong))).toEqual([
+      expect.stringMatching(/^L004\.npy: \[sha256\] sha256 is [0-9a-f]{64}, the manifest says ab[0-9a-f]{62}: /),
+    ]);
+  });
+
   it("takes distinct query ids in any order", async () => {
     const store = corrupt((s) => editManifest(s, (m) => m.query_ids.reverse()));
     const r = await verifyStore(store);

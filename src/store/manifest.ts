@@ -142,6 +142,15 @@ export function isNativeManifest(value: unknown): boolean {
   );
 }
 
+/**
+ * Whether hsm wrote a manifest in its format (its `tool_version` is `hsm/…`), and is held to what hsm writes beyond
+ * what the contract asks of a reader: lowercase checksums, a seal, its files' layout where it extracted them.
+ */
+export function writtenByHsm(m: object): boolean {
+  const v = (m as { tool_version?: unknown }).tool_version;
+  return typeof v === "string" && v.startsWith(TOOL_VERSION_PREFIX);
+}
+
 /** The per-row lists of a manifest: one entry per row, in row order. */
 export const ROW_LISTS = ["query_ids", "fact_ids", "condition_families"] as const;
 
@@ -312,8 +321,9 @@ function fileEntryProblems(
 ): Set<number> {
   const named = new Set<number>();
   // hsm writes its checksums in lowercase; another tool writing this format may use either case (formats.md).
-  const byHsm = isStr(m.tool_version) && m.tool_version.startsWith(TOOL_VERSION_PREFIX);
-  const [hex, digits] = byHsm ? [/^[0-9a-f]{64}$/, "64 lowercase hex digits"] : [/^[0-9a-fA-F]{64}$/, "64 hex digits"];
+  const [hex, digits] = writtenByHsm(m)
+    ? [/^[0-9a-f]{64}$/, "64 lowercase hex digits"]
+    : [/^[0-9a-fA-F]{64}$/, "64 hex digits"];
   for (const [name, entry] of Object.entries(files)) {
     const layer = layerOfFileName(name);
     if (layer === undefined) {

@@ -33,7 +33,6 @@ import { FileError, NpyHeaderError } from "../errors.js";
 import { nativeJsonRowArrays } from "../kernels/native.js";
 import { fileError, osReason, readUtf8Sync } from "../util/fs.js";
 import { jsonSyntax } from "../util/jsonl.js";
-import { TOOL_VERSION_PREFIX } from "../version.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { selectLayers } from "./layers.js";
 import { layerFileName, layerOfFileName } from "./names.js";
@@ -50,6 +49,7 @@ import {
   type RowListText,
   type RowListTexts,
   type SelfCheck,
+  writtenByHsm,
 } from "./manifest.js";
 import {
   headerMismatch,
@@ -524,7 +524,7 @@ function contentProblems(
   report: VerifyReport,
 ): void {
   const recorded = m.manifest_sha256;
-  if (recorded === undefined && !m.tool_version?.startsWith(TOOL_VERSION_PREFIX)) {
+  if (recorded === undefined && !writtenByHsm(m)) {
     // The seal is hsm's addition to the contract, optional when reading: a store another tool wrote to the
     // contract has none, and is noted rather than refused.
     report.notes.push({
@@ -610,7 +610,8 @@ function planNative(value: unknown, lists: RowListTexts | undefined, problem: Pr
     d: Number.isSafeInteger(m.d_model) ? m.d_model! : null,
     dtypes: ["<f2"],
     compare: m.complete === true,
-    layout: m.model_sha256 !== "",
+    // Files hsm extracted (adopted ones have no model checksum) are held to the layout it writes.
+    layout: m.model_sha256 !== "" && writtenByHsm(m),
   };
 }
 

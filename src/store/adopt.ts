@@ -198,6 +198,7 @@ async function layersToAdopt(dir: string, foreign: ForeignManifest | undefined):
  */
 async function checkHeaders(dir: string, layers: number[], n: number, foreign: ForeignManifest | undefined) {
   let d = foreign?.dModel;
+  let widthFrom: string | undefined;
   const sizes = new Map<string, number>();
   const offsets: number[] = [];
   for (const layer of layers) {
@@ -217,10 +218,13 @@ async function checkHeaders(dir: string, layers: number[], n: number, foreign: F
     const size = foreign?.sizes.get(name);
     if (size !== undefined && size !== prelude.size)
       throw new StoreError(path, `is ${prelude.size} bytes but its manifest says ${size}; not adopted`);
-    d ??= header.shape[1];
-    const problem = headerMismatch(header, n, d ?? -1, prelude.size);
+    if (d === undefined && header.shape.length === 2) [d, widthFrom] = [header.shape[1], name];
+    const problem = headerMismatch(header, n, d ?? -1, prelude.size, undefined, widthFrom);
     if (problem)
-      throw new StoreError(path, `${problem.message}${header.shape[0] !== n ? ` (${n} rows in the row order)` : ""}`);
+      throw new StoreError(
+        path,
+        `${problem.message}${header.shape[0] !== n && widthFrom === undefined ? ` (${n} rows in the row order)` : ""}`,
+      );
     sizes.set(name, prelude.size);
     offsets.push(header.dataOffset);
   }

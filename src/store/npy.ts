@@ -158,7 +158,8 @@ export function parseNpyHeader(bytes: Uint8Array, path: string): NpyHeader {
 /**
  * What is wrong with a store file's header, given the rows, width and dtypes its manifest promises and the file's
  * size, and the header field it concerns (`descr`, `fortran_order`, `shape`; `size` where the file's length
- * disagrees with the shape); undefined where nothing is.
+ * disagrees with the shape); undefined where nothing is. `widthFrom` names the file the width was taken from,
+ * where the manifest records none.
  */
 export function headerMismatch(
   h: NpyHeader,
@@ -166,6 +167,7 @@ export function headerMismatch(
   d: number,
   fileSize: number,
   dtypes: readonly string[] = ["<f2"],
+  widthFrom?: string,
 ): { field: string; message: string } | undefined {
   if (!dtypes.includes(h.descr))
     return {
@@ -176,7 +178,11 @@ export function headerMismatch(
   if (h.shape.length === 2 && h.shape[1] === 0)
     return { field: "shape", message: `header shape is (${h.shape.join(", ")}): rows of width 0 hold no states` };
   if (h.shape.length !== 2 || h.shape[0] !== rows || h.shape[1] !== d) {
-    return { field: "shape", message: `header shape is (${h.shape.join(", ")}), the manifest says (${rows}, ${d})` };
+    const expected =
+      widthFrom === undefined
+        ? `the manifest says (${rows}, ${d})`
+        : `expected (${rows}, ${d}): one row per query of the row order, width ${d} as ${widthFrom} has`;
+    return { field: "shape", message: `header shape is (${h.shape.join(", ")}), ${expected}` };
   }
   if (h.dataOffset + h.dataBytes !== fileSize) {
     return {

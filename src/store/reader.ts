@@ -247,14 +247,15 @@ async function openForeign(
   const float32 = new Set<number>();
   const sizes = new Map<string, number>();
   let d = f.dModel;
+  let widthFrom: string | undefined;
   for (const layer of layers) {
     const { header, size, path } = await readHeader(backend, layer);
     // The width comes from the manifest if it records one, else from the first file; all must agree.
-    d ??= header.shape[1];
+    if (d === undefined && header.shape.length === 2) [d, widthFrom] = [header.shape[1], layerFileName(layer)];
     const recorded = f.shapes.get(layerFileName(layer));
     const shape = recorded && recordedShapeMismatch(header, recorded);
     if (shape) throw new NpyHeaderError(path, "shape", shape);
-    const problem = headerMismatch(header, n, d ?? -1, size, ["<f2", "<f4"]);
+    const problem = headerMismatch(header, n, d ?? -1, size, ["<f2", "<f4"], widthFrom);
     if (problem) throw new NpyHeaderError(path, problem.field, problem.message);
     offsets.set(layer, header.dataOffset);
     sizes.set(layerFileName(layer), size);

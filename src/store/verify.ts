@@ -270,6 +270,7 @@ function checkHeaders(
 ): HashPlan[] {
   const { listed, rows, dtypes } = plan;
   let d = plan.d;
+  let widthFrom: string | undefined;
   const toHash: HashPlan[] = [];
   for (const entry of listed) {
     const { name } = entry;
@@ -292,11 +293,11 @@ function checkHeaders(
     }
     const { header } = seen;
     // A manifest that does not record the width leaves it to the first file; the others must agree.
-    if (d === null && report.foreign && header.shape.length === 2) d = header.shape[1]!;
+    if (d === null && report.foreign && header.shape.length === 2) [d, widthFrom] = [header.shape[1]!, name];
     const mismatch =
       (entry.shape && recordedShapeMismatch(header, entry.shape)) ??
       (rows !== null && d !== null
-        ? headerMismatch(header, rows, d, seen.bytes, dtypes)?.message
+        ? headerMismatch(header, rows, d, seen.bytes, dtypes, widthFrom)?.message
         : header.shape.length !== 2
           ? `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`
           : undefined);

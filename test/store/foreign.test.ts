@@ -178,6 +178,26 @@ describe("reading a store written by another tool", () => {
     });
   });
 
+  it("names the file whose width the others are held to, where the manifest records none", async () => {
+    const store = foreignStore("other-width");
+    const n = native.query_ids.length;
+    // The same bytes read as half the rows of twice the width: a file of another width, its size unchanged.
+    const path = join(store, "L004.npy");
+    const b = readFileSync(path);
+    b.set(Buffer.from(`(${n / 2}, 16)`.padEnd(`(${n}, 8)`.length)), b.indexOf(`(${n}, 8)`));
+    writeFileSync(path, b);
+    writeFileSync(
+      join(store, "index.json"),
+      JSON.stringify({
+        query_ids: native.query_ids,
+        checksums: Object.fromEntries(LAYER_FILES.map((f) => [f, sha256(join(store, f))])),
+      }),
+    );
+    await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toThrow(
+      `${path}: npy header shape: header shape is (${n / 2}, 16), expected (${n}, 8): one row per query of the row order, width 8 as L002.npy has`,
+    );
+  });
+
   it("names the first row whose query the bank lacks", async () => {
     const ids = [...native.query_ids];
     ids[3] = "query_from_elsewhere";
@@ -269,7 +289,8 @@ describe("adoptStore", () => {
     const n = native.query_ids.length - 1;
     await expect(adoptStore(store, { bank })).rejects.toMatchObject({
       constructor: StoreError,
-      message: `${join(store, "L002.npy")}: header shape is (${n + 1}, 8), the manifest says (${n}, 8) (${n} rows in the row order)`,
+      // No manifest: the rows are the bank's, the width the first file's.
+      message: `${join(store, "L002.npy")}: header shape is (${n + 1}, 8), expected (${n}, 8): one row per query of the row order, width 8 as L002.npy has`,
     });
   });
 });
@@ -362,7 +383,8 @@ describe("verifying a store written by another tool", () => {
         writeFileSync(join(s, "L004.npy"), b);
       },
       (_s: string) => [
-        `L004.npy: [npy-header] header shape is (${native.query_ids.length / 2}, 16), the manifest says (${native.query_ids.length}, 8)`,
+        // The manifest records no width: the first file's is expected, and named.
+        `L004.npy: [npy-header] header shape is (${native.query_ids.length / 2}, 16), expected (${native.query_ids.length}, 8): one row per query of the row order, width 8 as L002.npy has`,
       ],
     ],
     [

@@ -261,6 +261,11 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
       if (checksumKey !== undefined && !checksums.has(name))
         bad(checksumKey, `has no checksum for layer ${l} (${name})`);
     }
+    // As in hsm's own manifest, the list and the checksummed files name the same layers.
+    for (const name of checksums.keys()) {
+      const l = layerOfFileName(name)!;
+      if (!layers.includes(l)) bad("layers", `does not list layer ${l}, which "${checksumKey}" names (${name})`);
+    }
   }
 
   return { checksums, nonfinite, shapes, sizes, otherFiles };

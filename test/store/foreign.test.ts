@@ -157,6 +157,12 @@ describe("reading a store written by another tool", () => {
       undefined,
       'index.json: "checksums" has no checksum for layer 3 (L003.npy)',
     ],
+    [
+      "a checksum for a layer its list leaves out",
+      { query_ids: ["a"], layers: [2], checksums: { "L002.npy": "0".repeat(64), "L003.npy": "0".repeat(64) } },
+      undefined,
+      'index.json: "layers" does not list layer 3, which "checksums" names (L003.npy)',
+    ],
   ])("refuses a manifest with %s", async (_what, index, bank, tail) => {
     const store = foreignStore(`refuse-${tail.length}`, index);
     await expect(StoreReader.open(store, bank ? { bank } : {})).rejects.toMatchObject({
@@ -473,6 +479,11 @@ describe("verifying a store written by another tool", () => {
       "listed layers beyond the block count",
       (s: string) => remanifest(s, (m) => Object.assign(m, { layers: [2, 3, 4, 5], num_layers: 4 })),
       () => [`index.json: [manifest-field] "layers" holds layer 4, outside 0…3 for num_layers 4`],
+    ],
+    [
+      "a checksummed layer file the layer list leaves out",
+      (s: string) => remanifest(s, (m) => (m.layers = [2, 3, 4])),
+      () => ['index.json: [manifest-field] "layers" does not list layer 5, which "checksums" names (L005.npy)'],
     ],
     [
       "a file entry whose shape is not its header's",

@@ -173,6 +173,29 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
       seen.add(id);
     }
   }
+  // Labels recorded in a form hsm cannot take are refused, not replaced by the bank's (null counts as absent).
+  for (const [key, field] of [
+    ["fact_ids", "fact_id"],
+    ["condition_families", "condition_family"],
+  ] as const) {
+    const list = m[key];
+    const expected = "expected a list of strings, one per row, but";
+    if (list !== undefined && list !== null && !Array.isArray(list))
+      bad(key, `${expected} found ${JSON.stringify(list)}`);
+    const at = Array.isArray(list) ? list.findIndex((v) => typeof v !== "string") : -1;
+    if (at >= 0) bad(key, `${expected} entry ${at} is ${JSON.stringify((list as unknown[])[at])}`);
+    if (orderKey !== undefined && Array.isArray(m[orderKey])) {
+      const rows = m[orderKey] as unknown[];
+      const at = rows.findIndex(
+        (r) => isObject(r) && r[field] !== undefined && r[field] !== null && typeof r[field] !== "string",
+      );
+      if (at >= 0)
+        bad(
+          orderKey,
+          `entry ${at} has ${field} ${JSON.stringify((rows[at] as Record<string, unknown>)[field])}, expected a string`,
+        );
+    }
+  }
   if (!factIds && Array.isArray(m.fact_ids) && m.fact_ids.every((v) => typeof v === "string"))
     factIds = m.fact_ids as string[];
   if (!families && Array.isArray(m.condition_families) && m.condition_families.every((v) => typeof v === "string")) {

@@ -158,6 +158,18 @@ describe("reading a store written by another tool", () => {
       'index.json: "checksums" has no checksum for layer 3 (L003.npy)',
     ],
     [
+      "fact ids that are not strings",
+      { query_ids: ["a", "b"], fact_ids: [602, 603], checksums: { "L002.npy": "0".repeat(64) } },
+      fx.bank,
+      'index.json: "fact_ids" expected a list of strings, one per row, but entry 0 is 602',
+    ],
+    [
+      "a row whose family is not a string",
+      { rows: [{ query_id: "a", fact_id: "f", condition_family: 1 }], checksums: { "L002.npy": "0".repeat(64) } },
+      fx.bank,
+      'index.json: "rows" entry 0 has condition_family 1, expected a string',
+    ],
+    [
       "a checksum for a layer its list leaves out",
       { query_ids: ["a"], layers: [2], checksums: { "L002.npy": "0".repeat(64), "L003.npy": "0".repeat(64) } },
       undefined,

@@ -253,9 +253,11 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
       return bad(`${key}.${name}`, `records two different sha256 for ${name} (${earlier} and ${hex.toLowerCase()})`);
     checksums.set(name, hex.toLowerCase());
     if (!isObject(entry)) return;
-    if (isInt(entry.nonfinite)) nonfinite.set(name, entry.nonfinite);
     // What an entry records beside its checksum is held to what it says (null, as Python writes None, is absent).
     const { layer, shape, bytes } = entry;
+    if (isInt(entry.nonfinite)) nonfinite.set(name, entry.nonfinite);
+    else if (entry.nonfinite !== undefined && entry.nonfinite !== null)
+      bad(`${key}.${name}.nonfinite`, `expected a non-negative integer but found ${JSON.stringify(entry.nonfinite)}`);
     if (layer !== undefined && layer !== null && layer !== layerOfFileName(name))
       bad(`${key}.${name}.layer`, `is ${JSON.stringify(layer)} but the name says ${layerOfFileName(name)}`);
     if (shape !== undefined && shape !== null) {

@@ -493,6 +493,13 @@ describe("verifying a store written by another tool", () => {
       () => [`index.json: [manifest-field] "layers" holds layer 4, outside 0…3 for num_layers 4`],
     ],
     [
+      "a file entry whose non-finite count is not a count",
+      (s: string) => remanifest(s, (m) => entries(m, { "L005.npy": { nonfinite: "1" } })),
+      () => [
+        'index.json: [manifest-field] "checksums.L005.npy.nonfinite" expected a non-negative integer but found "1"',
+      ],
+    ],
+    [
       "a checksummed layer file the layer list leaves out",
       (s: string) => remanifest(s, (m) => (m.layers = [2, 3, 4])),
       () => ['index.json: [manifest-field] "layers" does not list layer 5, which "checksums" names (L005.npy)'],

@@ -24,7 +24,14 @@ import {
 } from "./foreign.js";
 import { hashFiles } from "./hash.js";
 import { lockUnlessReadOnly } from "./lock-read-only.js";
-import { checkedManifest, isNativeManifest, MANIFEST_NAME, writeManifestAtomic, type Manifest } from "./manifest.js";
+import {
+  checkedManifest,
+  isNativeManifest,
+  MANIFEST_NAME,
+  parseManifestJson,
+  writeManifestAtomic,
+  type Manifest,
+} from "./manifest.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, recordedShapeMismatch } from "./npy.js";
 
@@ -147,7 +154,7 @@ async function readExisting(
   if (original === null) return {};
   let value: unknown;
   try {
-    value = JSON.parse(original);
+    value = parseManifestJson(original);
   } catch (err) {
     throw new ManifestError(
       where,

@@ -360,11 +360,33 @@ function fileEntryProblems(
   return named;
 }
 
+/**
+ * How deeply arrays and objects may nest in an `index.json`: hsm's own needs 4 (`files` → entry → `shape`), and
+ * Python's json module gives up near 1,000. The checks, their messages and the seal walk values recursively, so a
+ * hostile file nested deeper is refused before they run.
+ */
+const MAX_MANIFEST_DEPTH = 64;
+
+/** Parses an `index.json`'s text as `JSON.parse` does, refusing (as a SyntaxError) values nested too deeply. */
+export function parseManifestJson(text: string): unknown {
+  const value: unknown = JSON.parse(text);
+  const stack: [object, number][] = typeof value === "object" && value !== null ? [[value, 1]] : [];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (depth > MAX_MANIFEST_DEPTH)
+      throw new SyntaxError(`it nests arrays and objects more than ${MAX_MANIFEST_DEPTH} levels deep`);
+    for (const child of Array.isArray(v) ? v : Object.values(v)) {
+      if (typeof child === "object" && child !== null) stack.push([child, depth + 1]);
+    }
+  }
+  return value;
+}
+
 /** Parses manifest text; throws a {@link ManifestError} for the first problem. */
 export function parseManifest(text: string, path: string): Manifest {
   let value: unknown;
   try {
-    value = JSON.parse(text);
+    value = parseManifestJson(text);
   } catch (err) {
     throw new ManifestError(path, "", `is not valid JSON (${jsonSyntax(err)})`, { cause: err });
   }

@@ -12,7 +12,14 @@ import { jsonSyntax } from "../util/jsonl.js";
 import { directoryBackend, type StoreBackend } from "./backend.js";
 import { foreignLayers, joinBank, normalizedManifest, parseForeignManifest, type ForeignManifest } from "./foreign.js";
 import { layerFileName } from "./names.js";
-import { checkedManifest, isNativeManifest, MANIFEST_NAME, manifestContentSha256, type Manifest } from "./manifest.js";
+import {
+  checkedManifest,
+  isNativeManifest,
+  MANIFEST_NAME,
+  manifestContentSha256,
+  parseManifestJson,
+  type Manifest,
+} from "./manifest.js";
 import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, recordedShapeMismatch, type NpyHeader } from "./npy.js";
 
 export interface OpenOptions {
@@ -71,7 +78,7 @@ export class StoreReader {
       }
       let value: unknown;
       try {
-        value = JSON.parse(text);
+        value = parseManifestJson(text);
       } catch (err) {
         throw new ManifestError(where, "", `is not valid JSON (${jsonSyntax(err)})`, { cause: err });
       }

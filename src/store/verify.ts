@@ -41,6 +41,7 @@ import {
   MANIFEST_NAME,
   manifestContentSha256,
   manifestProblems,
+  parseManifestJson,
   ROW_LISTS,
   rowCount,
   selfCheckFinding,
@@ -202,7 +203,7 @@ function readManifestJson(dir: string, problem: ProblemSink): ManifestRead | nul
   const read = listsAsText(bytes);
   if (read) return read;
   try {
-    return { value: JSON.parse(bytes.toString("utf8")) };
+    return { value: parseManifestJson(bytes.toString("utf8")) };
   } catch (err) {
     problem(MANIFEST_NAME, "manifest-json", `is not valid JSON (${jsonSyntax(err)})`);
     return null;
@@ -235,7 +236,7 @@ function listsAsText(bytes: Buffer): ManifestRead | undefined {
   rest.push(bytes.subarray(at));
   let value: unknown;
   try {
-    value = JSON.parse(Buffer.concat(rest).toString("utf8"));
+    value = parseManifestJson(Buffer.concat(rest).toString("utf8"));
   } catch {
     return undefined; // the full parse words the error
   }

@@ -184,6 +184,15 @@ describe("reading a store written by another tool", () => {
     });
   });
 
+  it("refuses a row order nested deeper than any check walks, in one line", async () => {
+    // Quoting the bad entry in the error would overflow the stack.
+    const store = foreignStore("deep");
+    writeFileSync(join(store, "index.json"), `{"query_ids": [${"[".repeat(100_000)}${"]".repeat(100_000)}]}`);
+    const message = "index.json: is not valid JSON (it nests arrays and objects more than 64 levels deep)";
+    await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toThrow(`${store}/${message}`);
+    expect((await verifyStore(store)).problems.map((p) => `${p.file}: ${p.message}`)).toEqual([message]);
+  });
+
   it("asks for the bank when the manifest records no fact ids", async () => {
     const store = foreignStore("no-bank", {
       query_ids: native.query_ids,

@@ -437,6 +437,18 @@ describe("verifyStore", () => {
     ]);
   });
 
+  it("refuses, in one line, a manifest nesting values deeper than any check walks", async () => {
+    // 100,000 levels: deep enough to overflow any recursive walk (the seal's, an error message's JSON).
+    const deep = "[".repeat(100_000) + "]".repeat(100_000);
+    const store = corrupt((s) => {
+      const path = join(s, "index.json");
+      writeFileSync(path, readFileSync(path, "utf8").replace(/}\s*$/, `, "extra": ${deep}}`));
+    });
+    const message = "is not valid JSON (it nests arrays and objects more than 64 levels deep)";
+    expect(lines(await verifyStore(store))).toEqual([`index.json: [manifest-json] ${message}`]);
+    await expect(StoreReader.open(store)).rejects.toThrow(`${join(store, "index.json")}: ${message}`);
+  });
+
   it("takes distinct query ids in any order", async () => {
     const store = corrupt((s) => editManifest(s, (m) => m.query_ids.reverse()));
     const r = await verifyStore(store);

@@ -11,7 +11,7 @@ import { DEFAULT_LAYER_RULE, MAX_PROMPT_LEN } from "../defaults.js";
 import { ManifestError } from "../errors.js";
 import { selectLayers } from "./layers.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { STORE_FORMAT, type Manifest, type ManifestProblem } from "./manifest.js";
+import { quoteValue, STORE_FORMAT, type Manifest, type ManifestProblem } from "./manifest.js";
 
 /** The keys, in the order tried, that may hold the row order. */
 const ROW_ORDER_KEYS = ["query_ids", "query_order", "queries", "rows"] as const;
@@ -74,11 +74,11 @@ export function parseForeignManifest(value: unknown): { manifest?: ForeignManife
   const layers = readLayers(m, bad);
   const { checksums, nonfinite, shapes, sizes, otherFiles } = readChecksums(m, layers, bad);
   if (m.complete !== undefined && typeof m.complete !== "boolean")
-    bad("complete", `expected true or false but found ${JSON.stringify(m.complete)}`);
+    bad("complete", `expected true or false but found ${quoteValue(m.complete)}`);
   // Null, as Python tools write None, counts as absent.
   for (const key of ["rows_done", "num_layers", "d_model"]) {
     if (m[key] === undefined || m[key] === null) continue;
-    if (!isInt(m[key])) bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key])}`);
+    if (!isInt(m[key])) bad(key, `expected a non-negative integer but found ${quoteValue(m[key])}`);
     else if (key !== "rows_done" && m[key] === 0) bad(key, "is 0: a model has blocks, and its states have width");
   }
   if (queryIds && isInt(m.rows_done)) {
@@ -159,7 +159,7 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
       const at = list.findIndex((v) => typeof v !== "string" && !(isObject(v) && typeof v.query_id === "string"));
       bad(
         orderKey,
-        `expected a list of query ids or of objects with a string "query_id", but entry ${at} is ${JSON.stringify(list[at])}`,
+        `expected a list of query ids or of objects with a string "query_id", but entry ${at} is ${quoteValue(list[at])}`,
       );
     }
   }
@@ -167,7 +167,7 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
     const seen = new Set<string>();
     for (const id of queryIds) {
       if (seen.has(id)) {
-        bad(orderKey!, `lists "${id}" twice`);
+        bad(orderKey!, `lists ${quoteValue(id)} twice`);
         break;
       }
       seen.add(id);
@@ -180,10 +180,9 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
   ] as const) {
     const list = m[key];
     const expected = "expected a list of strings, one per row, but";
-    if (list !== undefined && list !== null && !Array.isArray(list))
-      bad(key, `${expected} found ${JSON.stringify(list)}`);
+    if (list !== undefined && list !== null && !Array.isArray(list)) bad(key, `${expected} found ${quoteValue(list)}`);
     const at = Array.isArray(list) ? list.findIndex((v) => typeof v !== "string") : -1;
-    if (at >= 0) bad(key, `${expected} entry ${at} is ${JSON.stringify((list as unknown[])[at])}`);
+    if (at >= 0) bad(key, `${expected} entry ${at} is ${quoteValue((list as unknown[])[at])}`);
     if (orderKey !== undefined && Array.isArray(m[orderKey])) {
       const rows = m[orderKey] as unknown[];
       const at = rows.findIndex(
@@ -192,7 +191,7 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
       if (at >= 0)
         bad(
           orderKey,
-          `entry ${at} has ${field} ${JSON.stringify((rows[at] as Record<string, unknown>)[field])}, expected a string`,
+          `entry ${at} has ${field} ${quoteValue((rows[at] as Record<string, unknown>)[field])}, expected a string`,
         );
     }
   }
@@ -237,17 +236,16 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
   const otherFiles: string[] = [];
   const checksumKey = CHECKSUM_KEYS.find((k) => isObject(m[k]) || Array.isArray(m[k]));
   const add = (key: string, name: unknown, entry: unknown) => {
-    if (typeof name !== "string") return bad(key, `holds an entry without a file name: ${JSON.stringify(entry)}`);
+    if (typeof name !== "string") return bad(key, `holds an entry without a file name: ${quoteValue(entry)}`);
     if (unsafe(name))
       return bad(
         key,
-        `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`,
+        `names ${quoteValue(name)}, which is not a plain L###.npy file inside the store; it was not opened`,
         "unsafe-name",
       );
     const hex = isObject(entry) ? entry.sha256 : entry;
     if (layerOfFileName(name) === undefined) return void otherFiles.push(name);
-    if (!isHex(hex))
-      return bad(`${key}.${name}`, `expected a sha256 of 64 hex digits but found ${JSON.stringify(hex) ?? "nothing"}`);
+    if (!isHex(hex)) return bad(`${key}.${name}`, `expected a sha256 of 64 hex digits but found ${quoteValue(hex)}`);
     const earlier = checksums.get(name);
     if (earlier !== undefined && earlier !== hex.toLowerCase())
       return bad(`${key}.${name}`, `records two different sha256 for ${name} (${earlier} and ${hex.toLowerCase()})`);
@@ -257,16 +255,16 @@ function readChecksums(m: Record<string, unknown>, layers: number[] | undefined,
     const { layer, shape, bytes } = entry;
     if (isInt(entry.nonfinite)) nonfinite.set(name, entry.nonfinite);
     else if (entry.nonfinite !== undefined && entry.nonfinite !== null)
-      bad(`${key}.${name}.nonfinite`, `expected a non-negative integer but found ${JSON.stringify(entry.nonfinite)}`);
+      bad(`${key}.${name}.nonfinite`, `expected a non-negative integer but found ${quoteValue(entry.nonfinite)}`);
     if (layer !== undefined && layer !== null && layer !== layerOfFileName(name))
-      bad(`${key}.${name}.layer`, `is ${JSON.stringify(layer)} but the name says ${layerOfFileName(name)}`);
+      bad(`${key}.${name}.layer`, `is ${quoteValue(layer)} but the name says ${layerOfFileName(name)}`);
     if (shape !== undefined && shape !== null) {
       if (Array.isArray(shape) && shape.length === 2 && shape.every(isInt)) shapes.set(name, shape as [number, number]);
-      else bad(`${key}.${name}.shape`, `expected [rows, d_model] but found ${JSON.stringify(shape)}`);
+      else bad(`${key}.${name}.shape`, `expected [rows, d_model] but found ${quoteValue(shape)}`);
     }
     if (bytes !== undefined && bytes !== null) {
       if (isInt(bytes)) sizes.set(name, bytes);
-      else bad(`${key}.${name}.bytes`, `expected a non-negative integer but found ${JSON.stringify(bytes)}`);
+      else bad(`${key}.${name}.bytes`, `expected a non-negative integer but found ${quoteValue(bytes)}`);
     }
   };
   if (checksumKey === undefined) {
@@ -306,7 +304,7 @@ export function bankMismatch(
   const missing = queryIds.map((q, i) => [q, i] as const).filter(([q]) => !known.has(q));
   if (missing.length === 0) return undefined;
   const [q, i] = missing[0]!;
-  return `row ${i} is query "${q}", which the bank ${bankName} lacks (${missing.length} of ${queryIds.length} rows are not in it); is this the bank the store was made from?`;
+  return `row ${i} is query ${quoteValue(q)}, which the bank ${bankName} lacks (${missing.length} of ${queryIds.length} rows are not in it); is this the bank the store was made from?`;
 }
 
 /**

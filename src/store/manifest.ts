@@ -242,28 +242,27 @@ export function rowCount(m: object, key: string, lists: RowListTexts | undefined
 
 /** The top-level fields' types, one by one. */
 function fieldProblems(m: Record<string, unknown>, bad: Bad, lists: RowListTexts | undefined): void {
-  if (m.format !== STORE_FORMAT) bad("format", `expected "${STORE_FORMAT}" but found ${JSON.stringify(m.format)}`);
+  if (m.format !== STORE_FORMAT) bad("format", `expected "${STORE_FORMAT}" but found ${quoteValue(m.format)}`);
   for (const key of ["model", "model_sha256", "layer_rule", "probe_position", "dtype", "created_at", "tool_version"]) {
-    if (!isStr(m[key])) bad(key, `expected a string but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+    if (!isStr(m[key])) bad(key, `expected a string but found ${quoteValue(m[key])}`);
   }
   for (const key of ["max_prompt_len", "rows_done"]) {
     if (!isInt(m[key]) || (m[key] as number) < 0)
-      bad(key, `expected a non-negative integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+      bad(key, `expected a non-negative integer but found ${quoteValue(m[key])}`);
   }
   // A model has blocks, and its states have width.
   for (const key of ["num_layers", "d_model"]) {
     if (!isInt(m[key]) || (m[key] as number) < 1)
-      bad(key, `expected a positive integer but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+      bad(key, `expected a positive integer but found ${quoteValue(m[key])}`);
   }
   if (m.manifest_sha256 !== undefined && !(isStr(m.manifest_sha256) && /^[0-9a-f]{64}$/.test(m.manifest_sha256)))
-    bad("manifest_sha256", `expected 64 lowercase hex digits but found ${JSON.stringify(m.manifest_sha256)}`);
+    bad("manifest_sha256", `expected 64 lowercase hex digits but found ${quoteValue(m.manifest_sha256)}`);
   if (m.model_source !== undefined && !isStr(m.model_source))
-    bad("model_source", `expected a string but found ${JSON.stringify(m.model_source)}`);
+    bad("model_source", `expected a string but found ${quoteValue(m.model_source)}`);
   if (m.weights !== undefined && !isStr(m.weights))
-    bad("weights", `expected a string but found ${JSON.stringify(m.weights)}`);
+    bad("weights", `expected a string but found ${quoteValue(m.weights)}`);
   for (const key of ["last_layer_final_norm", "complete"]) {
-    if (typeof m[key] !== "boolean")
-      bad(key, `expected true or false but found ${JSON.stringify(m[key]) ?? "nothing"}`);
+    if (typeof m[key] !== "boolean") bad(key, `expected true or false but found ${quoteValue(m[key])}`);
   }
   const prompt = m.prompt as Record<string, unknown> | undefined;
   if (typeof prompt !== "object" || prompt === null || !isStr(prompt.anchor) || !isStr(prompt.other)) {
@@ -294,7 +293,7 @@ function rowProblems(m: Record<string, unknown>, n: number, bad: Bad, lists: Row
       seen.add(id);
       return false;
     });
-    bad("query_ids", `lists "${twice}" twice`);
+    bad("query_ids", `lists ${quoteValue(twice)} twice`);
   }
   if (isInt(m.rows_done) && m.rows_done > n) bad("rows_done", `is ${m.rows_done} but the store has only ${n} rows`);
   if (m.complete === true && isInt(m.rows_done) && m.rows_done !== n) {
@@ -329,7 +328,7 @@ function fileEntryProblems(
     if (layer === undefined) {
       bad(
         "files",
-        `names ${JSON.stringify(name)}, which is not a plain L###.npy file inside the store; it was not opened`,
+        `names ${quoteValue(name)}, which is not a plain L###.npy file inside the store; it was not opened`,
         "unsafe-name",
       );
       continue;
@@ -341,7 +340,11 @@ function fileEntryProblems(
       bad(where, "expected an object");
       continue;
     }
-    if (e.layer !== layer) bad(`${where}.layer`, `is ${JSON.stringify(e.layer)} but the name says ${layer}`);
+    if (e.layer !== layer)
+      bad(
+        `${where}.layer`,
+        `${e.layer === undefined ? "is missing" : `is ${quoteValue(e.layer)}`} but the name says ${layer}`,
+      );
     const shape = e.shape;
     if (!Array.isArray(shape) || shape.length !== 2 || !shape.every(isInt))
       bad(`${where}.shape`, "expected [rows, d_model]");
@@ -358,6 +361,19 @@ function fileEntryProblems(
       bad(`${where}.max_abs`, "expected a non-negative number or null");
   }
   return named;
+}
+
+/** How much of a value from an `index.json` an error message quotes. */
+const QUOTED_CHARS = 80;
+
+/**
+ * A value read from an `index.json`, as an error message quotes it: its JSON, cut to {@link QUOTED_CHARS}
+ * characters, or "nothing" where there is none. A file from another machine may hold a value of megabytes.
+ */
+export function quoteValue(value: unknown): string {
+  const text = JSON.stringify(value) as string | undefined;
+  if (text === undefined) return "nothing";
+  return text.length > QUOTED_CHARS ? `${text.slice(0, QUOTED_CHARS)}…` : text;
 }
 
 /**
@@ -503,22 +519,21 @@ export function selfCheckProblem(value: unknown): string | undefined {
     return "expected an object with rows, layers and status pass, fail, warn or off";
   const c = value as Record<string, unknown>;
   const deviation = (v: unknown) => v === null || (typeof v === "number" && Number.isFinite(v) && v >= 0);
-  if (!isInt(c.rows)) return `"rows" expected a non-negative integer but found ${JSON.stringify(c.rows) ?? "nothing"}`;
+  if (!isInt(c.rows)) return `"rows" expected a non-negative integer but found ${quoteValue(c.rows)}`;
   if (!["pass", "fail", "warn", "off"].includes(c.status as string))
-    return `"status" expected pass, fail, warn or off but found ${JSON.stringify(c.status) ?? "nothing"}`;
-  if (!Array.isArray(c.layers)) return `"layers" expected a list but found ${JSON.stringify(c.layers) ?? "nothing"}`;
+    return `"status" expected pass, fail, warn or off but found ${quoteValue(c.status)}`;
+  if (!Array.isArray(c.layers)) return `"layers" expected a list but found ${quoteValue(c.layers)}`;
   const at = c.layers.findIndex((l: unknown) => {
     const e = l as Record<string, unknown> | null;
     return (
       typeof e !== "object" || e === null || !isInt(e.layer) || !deviation(e.max_abs_dev) || !deviation(e.max_rel_dev)
     );
   });
-  if (at >= 0)
-    return `"layers" entry ${at} is ${JSON.stringify(c.layers[at])}, expected {layer, max_abs_dev, max_rel_dev}`;
+  if (at >= 0) return `"layers" entry ${at} is ${quoteValue(c.layers[at])}, expected {layer, max_abs_dev, max_rel_dev}`;
   if (c.status === "fail" || c.status === "warn") {
     if (c.layers.length === 0) return `a ${c.status as string} status needs the layers it found`;
     if (!(typeof c.tolerance === "number" && Number.isFinite(c.tolerance) && c.tolerance >= 0))
-      return `"tolerance" expected a non-negative number but found ${JSON.stringify(c.tolerance) ?? "nothing"}`;
+      return `"tolerance" expected a non-negative number but found ${quoteValue(c.tolerance)}`;
   }
   return undefined;
 }

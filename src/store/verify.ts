@@ -42,6 +42,7 @@ import {
   manifestContentSha256,
   manifestProblems,
   parseManifestJson,
+  quoteValue,
   ROW_LISTS,
   rowCount,
   selfCheckFinding,
@@ -532,7 +533,7 @@ function contentProblems(
     report.notes.push({
       file: MANIFEST_NAME,
       note: "not-recorded",
-      message: `records no manifest_sha256 (optional; written by ${JSON.stringify(m.tool_version)}, not hsm), so its labels and settings were not checked against a seal`,
+      message: `records no manifest_sha256 (optional; written by ${quoteValue(m.tool_version)}, not hsm), so its labels and settings were not checked against a seal`,
     });
   } else if (recorded === undefined) {
     problem(

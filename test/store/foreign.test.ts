@@ -509,6 +509,16 @@ describe("verifying a store written by another tool", () => {
       ],
     ],
     [
+      "a megabyte where a count belongs, quoted in 80 characters",
+      (s: string) => remanifest(s, (m) => (m.rows_done = "9".repeat(1 << 20))),
+      () => [`index.json: [manifest-field] "rows_done" expected a non-negative integer but found "${"9".repeat(79)}…`],
+    ],
+    [
+      "a megabyte query id listed twice, quoted in 80 characters",
+      (s: string) => remanifest(s, (m) => (m.query_ids = ["q".repeat(1 << 20), "q".repeat(1 << 20)])),
+      () => [`index.json: [manifest-field] "query_ids" lists "${"q".repeat(79)}… twice`],
+    ],
+    [
       "a checksummed layer file the layer list leaves out",
       (s: string) => remanifest(s, (m) => (m.layers = [2, 3, 4])),
       () => ['index.json: [manifest-field] "layers" does not list layer 5, which "checksums" names (L005.npy)'],

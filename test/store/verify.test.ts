@@ -449,6 +449,17 @@ describe("verifyStore", () => {
     await expect(StoreReader.open(store)).rejects.toThrow(`${join(store, "index.json")}: ${message}`);
   });
 
+  it("quotes at most 80 characters of a megabyte value in its one line, and calls an absent one missing", async () => {
+    const store = corrupt((s) => tamper(s, (m) => (m.model = ["x".repeat(1 << 20)])));
+    expect(lines(await verifyStore(store))).toEqual([
+      `index.json: [manifest-field] "model" expected a string but found ["${"x".repeat(78)}…`,
+    ]);
+    const absent = corrupt((s) => editManifest(s, (m) => delete m.files["L003.npy"].layer));
+    expect(lines(await verifyStore(absent))).toEqual([
+      'index.json: [manifest-field] "files.L003.npy.layer" is missing but the name says 3',
+    ]);
+  });
+
   it("takes distinct query ids in any order", async () => {
     const store = corrupt((s) => editManifest(s, (m) => m.query_ids.reverse()));
     const r = await verifyStore(store);

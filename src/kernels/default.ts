@@ -26,6 +26,17 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
   return process.env.HSM_NATIVE === "0" ? undefined : loadNative(o);
 }
 
+/**
+ * What loads the native core where it is not loaded: building it, unless the environment turns it off (HSM_NATIVE=0)
+ * or names another file to load (HSM_NATIVE_PATH), where building it changes nothing.
+ */
+export function nativeCoreFix(): string {
+  if (process.env.HSM_NATIVE === "0") return "unset HSM_NATIVE";
+  if (process.env.HSM_NATIVE_PATH)
+    return "point HSM_NATIVE_PATH at a built core, or unset it to load the one npm run build:native builds";
+  return "npm run build:native";
+}
+
 let withDefaults: NativeKernels | undefined;
 
 /** The native kernels with the default options, built once per process; undefined where the addon is not loaded. */
@@ -64,9 +75,10 @@ export function storeKernels(options: { quiet?: boolean } = {}): StoreKernels {
   if (native) return native;
   if (!warned && !options.quiet) {
     warned = true;
+    const why = process.env.HSM_NATIVE === "0" ? ["HSM_NATIVE=0 is set"] : nativeLoadErrors.map((e) => `tried ${e}`);
     process.emitWarning(
-      `the native core is not loaded, so hsm runs its slower TypeScript fallback. Build it with: npm run build:native\n` +
-        nativeLoadErrors.map((e) => `  tried ${e}`).join("\n"),
+      `the native core is not loaded, so hsm runs its slower TypeScript fallback. To load it: ${nativeCoreFix()}\n` +
+        why.map((w) => `  ${w}`).join("\n"),
       { code: "HSM_NO_NATIVE" },
     );
   }

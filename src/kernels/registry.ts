@@ -18,7 +18,7 @@
  */
 import { HsmError, InternalError, UsageError } from "../errors.js";
 import { nativeLoadErrors, nativeSimd } from "./native.js";
-import { kernelOptions, nativeKernels } from "./default.js";
+import { kernelOptions, nativeCoreFix, nativeKernels } from "./default.js";
 import { tfKernels, TfUnavailable, type TfBackendName } from "./tfjs.js";
 import { typescriptKernels } from "./typescript/index.js";
 import { KERNEL_NAMES, type KernelName, type KernelOptions, type Kernels } from "./types.js";
@@ -73,7 +73,7 @@ const DEFINITIONS: Record<ConcreteBackend, BackendDef> = {
       if (!k && process.env.HSM_NATIVE === "0") {
         // Built or not, the core is turned off: building it would change nothing.
         throw new BackendUnavailable(
-          "--backend native needs the native core, which HSM_NATIVE=0 turns off; unset HSM_NATIVE, or use --backend wasm",
+          `--backend native needs the native core, which HSM_NATIVE=0 turns off; ${nativeCoreFix()}, or use --backend wasm`,
         );
       }
       if (!k) {

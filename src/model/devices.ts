@@ -9,7 +9,7 @@
 import { existsSync, readdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 
-import { kernelOptions, nativeKernels } from "../kernels/default.js";
+import { kernelOptions, nativeCoreFix, nativeKernels } from "../kernels/default.js";
 import { nativeLoadErrors, nativeSimdLevel, nativeSimdLevels } from "../kernels/native.js";
 import { CUDA_HELP, missingAdapter, probeWebgpu, VULKAN_HELP, WEBGPU_HELP } from "./session.js";
 import { child, probeAdapter, resolves, type WebgpuAdapter } from "../kernels/webgpu-adapter.js";
@@ -41,15 +41,13 @@ function nativeFinding(): DeviceFinding {
     const levels = nativeSimdLevels.join(", ");
     return { name, available: true, detail: `loaded; SIMD level ${nativeSimdLevel()} (this CPU offers ${levels})` };
   }
-  const off = process.env.HSM_NATIVE === "0";
-  const why = off ? "HSM_NATIVE=0 is set" : (nativeLoadErrors[0] ?? "not built");
-  // Building adds nothing where the environment turns the core off or names another file to load.
-  const fix = off
-    ? "unset HSM_NATIVE"
-    : process.env.HSM_NATIVE_PATH
-      ? "point HSM_NATIVE_PATH at a built core, or unset it to load the one npm run build:native builds"
-      : "npm run build:native";
-  return { name, available: false, detail: `not loaded (${why}); hsm runs its TypeScript fallback`, fix };
+  const why = process.env.HSM_NATIVE === "0" ? "HSM_NATIVE=0 is set" : (nativeLoadErrors[0] ?? "not built");
+  return {
+    name,
+    available: false,
+    detail: `not loaded (${why}); hsm runs its TypeScript fallback`,
+    fix: nativeCoreFix(),
+  };
 }
 
 /** onnxruntime-node's CUDA provider: its library beside the binding, for this platform. */

@@ -10,6 +10,7 @@ import type { FactoryFunctionMap, MathJsInstance, MathNode } from "mathjs";
 
 import { DEFAULT_LAYER_RULE } from "../defaults.js";
 import { UsageError } from "../errors.js";
+import { cutText, quoteValue } from "./manifest.js";
 
 let mathjs: MathJsInstance | undefined;
 
@@ -38,7 +39,7 @@ export function parseLayerRule(text: string): LayerRule {
     node = m.parse(text);
   } catch (err) {
     throw new UsageError(
-      `Expected a layer rule such as "${DEFAULT_LAYER_RULE}" but could not parse "${text}": ${(err as Error).message}`,
+      `Expected a layer rule such as "${DEFAULT_LAYER_RULE}" but could not parse ${quoteValue(text)}: ${(err as Error).message}`,
     );
   }
   node.traverse((n, _path, parent) => {
@@ -47,12 +48,12 @@ export function parseLayerRule(text: string): LayerRule {
       const isCallee = parent?.type === "FunctionNode" && (parent as unknown as { fn: MathNode }).fn === n;
       if (isCallee ? !FUNCTIONS.has(name) : name !== "l" && name !== "L") {
         throw new UsageError(
-          `Layer rule "${text}" uses "${name}"; it may use only l, L, numbers, + - * / ^, comparisons, and/or/not` +
+          `Layer rule ${quoteValue(text)} uses "${name}"; it may use only l, L, numbers, + - * / ^, comparisons, and/or/not` +
             ` and ${[...FUNCTIONS].join(", ")}`,
         );
       }
     } else if (!["OperatorNode", "ParenthesisNode", "ConstantNode", "FunctionNode", "SymbolNode"].includes(n.type)) {
-      throw new UsageError(`Layer rule "${text}" contains a ${n.type}, which is not allowed`);
+      throw new UsageError(`Layer rule ${quoteValue(text)} contains a ${n.type}, which is not allowed`);
     }
   });
   const code = node.compile();
@@ -64,12 +65,12 @@ export function parseLayerRule(text: string): LayerRule {
         result = code.evaluate({ l: m.fraction(l), L: m.fraction(L) });
       } catch (err) {
         throw new UsageError(
-          `Layer rule "${text}" cannot be evaluated at l = ${l}, L = ${L}: ${(err as Error).message}`,
+          `Layer rule ${quoteValue(text)} cannot be evaluated at l = ${l}, L = ${L}: ${(err as Error).message}`,
         );
       }
       if (typeof result !== "boolean") {
         throw new UsageError(
-          `Layer rule "${text}" must give true or false, but gives ${m.format(result)} at l = ${l}, L = ${L}`,
+          `Layer rule ${quoteValue(text)} must give true or false, but gives ${cutText(m.format(result))} at l = ${l}, L = ${L}`,
         );
       }
       return result;
@@ -89,7 +90,9 @@ export function selectLayers(L: number, rule: string | LayerRule = DEFAULT_LAYER
   const out = keptBlocks(L, rule);
   if (out.length === 0) {
     const text = typeof rule === "string" ? rule : rule.text;
-    throw new UsageError(`The layer rule "${text}" keeps no block of a model with ${L}; a store needs at least one`);
+    throw new UsageError(
+      `The layer rule ${quoteValue(text)} keeps no block of a model with ${L}; a store needs at least one`,
+    );
   }
   return out;
 }

@@ -366,14 +366,18 @@ function fileEntryProblems(
 /** How much of a value from an `index.json` an error message quotes. */
 const QUOTED_CHARS = 80;
 
+/** `text` as an error message shows it: cut to {@link QUOTED_CHARS} characters. */
+export function cutText(text: string): string {
+  return text.length > QUOTED_CHARS ? `${text.slice(0, QUOTED_CHARS)}…` : text;
+}
+
 /**
  * A value read from an `index.json`, as an error message quotes it: its JSON, cut to {@link QUOTED_CHARS}
  * characters, or "nothing" where there is none. A file from another machine may hold a value of megabytes.
  */
 export function quoteValue(value: unknown): string {
   const text = JSON.stringify(value) as string | undefined;
-  if (text === undefined) return "nothing";
-  return text.length > QUOTED_CHARS ? `${text.slice(0, QUOTED_CHARS)}…` : text;
+  return text === undefined ? "nothing" : cutText(text);
 }
 
 /**

@@ -564,7 +564,7 @@ function contentProblems(
     problem(
       MANIFEST_NAME,
       "manifest-field",
-      `"layers" [${m.layers.join(", ")}] are not the blocks layer_rule "${m.layer_rule}" keeps at ` +
+      `"layers" [${m.layers.join(", ")}] are not the blocks layer_rule ${quoteValue(m.layer_rule)} keeps at ` +
         `num_layers ${m.num_layers} ([${kept.join(", ")}])`,
     );
   }

@@ -460,6 +460,32 @@ describe("verifyStore", () => {
     ]);
   });
 
+  it("quotes at most 80 characters of a megabyte layer rule, and of what it gives, in its one line", async () => {
+    const unparsed = "l >= " + "1".repeat(1 << 20) + " +";
+    const number = "1".repeat(1 << 20);
+    const problems = async (rule: string) =>
+      lines(await verifyStore(corrupt((s) => editManifest(s, (m) => (m.layer_rule = rule)))));
+    const parse = await problems(unparsed);
+    expect(parse).toHaveLength(1);
+    expect(
+      parse[0]!.startsWith(
+        `index.json: [manifest-field] "layer_rule" Expected a layer rule such as "l/(L-1) >= 0.4" but could not parse "${unparsed.slice(0, 79)}…: `,
+      ),
+    ).toBe(true);
+    expect(parse[0]!.length).toBeLessThan(300);
+    // A rule that parses, padded to a megabyte, keeping other blocks than the store's.
+    const padded = await problems("l >= 0" + " ".repeat(1 << 20));
+    expect(padded).toHaveLength(1);
+    expect(padded[0]).toMatch(
+      /^index\.json: \[manifest-field\] "layers" \[[\d, ]+\] are not the blocks layer_rule "l >= 0 {73}… keeps at num_layers \d+ \(\[0, 1, [\d, ]+\]\)$/,
+    );
+    const gives = await problems(number);
+    expect(gives).toHaveLength(1);
+    expect(gives[0]).toMatch(
+      /^index\.json: \[manifest-field\] "layer_rule" Layer rule "1{79}… must give true or false, but gives 1{80}… at l = 0, L = \d+$/,
+    );
+  });
+
   it("takes distinct query ids in any order", async () => {
     const store = corrupt((s) => editManifest(s, (m) => m.query_ids.reverse()));
     const r = await verifyStore(store);

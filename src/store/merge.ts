@@ -4,6 +4,8 @@
  * verified first; shards must come from one model and layer set and cover the
  * rows exactly once.
  */
+import { isDeepStrictEqual } from "node:util";
+
 import { StoreError, UsageError } from "../errors.js";
 import { refuseInputAsOutput } from "../util/fs.js";
 import { storedTensors, type Manifest, type SelfCheck } from "./manifest.js";
@@ -57,18 +59,29 @@ function mergeSelfChecks(checks: (SelfCheck | undefined)[]): SelfCheck | undefin
 
 /**
  * The first field of SAME (of `extraction`, the one within it) in which manifest `now` differs from `was`: its
- * name, in words too, and both values as JSON ("absent" where one has none); undefined where none does.
+ * name, in words too, and both values as JSON ("absent" where one has none); undefined where none does. Values
+ * are compared as JSON values, whatever the order of their keys (a tool that rewrites a manifest with its keys
+ * sorted keeps its seal, which is computed over sorted keys).
  */
 function differingField(
   was: Manifest,
   now: Manifest,
 ): { words: string; field: string; was: string; now: string } | undefined {
   const show = (v: unknown) => (v === undefined ? "absent" : JSON.stringify(v));
-  const [a, b] = [was.extraction, now.extraction];
+  const [a, b] = [was.extraction, now.extraction] as (Record<string, unknown> | undefined)[];
   for (const key of SAME) {
-    if (JSON.stringify(was[key]) === JSON.stringify(now[key])) continue;
+    if (isDeepStrictEqual(was[key], now[key])) continue;
     if (key === "extraction" && a && b) {
-      const sub = (["rows_sha256", "batch_size", "commit_rows", "device"] as const).find((k) => a[k] !== b[k])!;
+      // The settings hsm records first, then any other key either records.
+      const keys = new Set([
+        "rows_sha256",
+        "batch_size",
+        "commit_rows",
+        "device",
+        ...Object.keys(a),
+        ...Object.keys(b),
+      ]);
+      const sub = [...keys].find((k) => !isDeepStrictEqual(a[k], b[k]))!;
       return { words: sub.replace(/_/g, " "), field: `extraction.${sub}`, was: show(a[sub]), now: show(b[sub]) };
     }
     return { words: key.replace(/_/g, " "), field: key, was: show(was[key]), now: show(now[key]) };

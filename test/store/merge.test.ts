@@ -112,6 +112,19 @@ describe("mergeShards", () => {
     });
   });
 
+  it("takes extraction settings recorded in another key order as the same, and names a setting one adds", async () => {
+    const made = { rows_sha256: "a".repeat(64), batch_size: 4, commit_rows: 10, device: "cpu" };
+    // As Python's json.dump(..., sort_keys=True) rewrites it: the seal, over sorted keys, still holds.
+    const sorted = { batch_size: 4, commit_rows: 10, device: "cpu", rows_sha256: "a".repeat(64) };
+    const order = await shards("key-order", (i) => ({ extraction: i === 2 ? sorted : made }));
+    expect((await mergeShards(join(dir, "key-order-merged"), order)).extraction).toEqual(made);
+    const [s0, s1, s2] = await shards("extra-key", (i) => ({ extraction: i === 1 ? { ...made, threads: 2 } : made }));
+    await expect(mergeShards(join(dir, "extra-key-merged"), [s0!, s1!, s2!])).rejects.toMatchObject({
+      constructor: StoreError,
+      message: `${s1}: extraction.threads 2 differs from ${s0}'s absent; these shards are not of one run`,
+    });
+  });
+
   it("records the joined self-check as off where any shard's was off, failed where any failed", async () => {
     const off = await shards("check-off", (i) => ({ self_check: check(4, i === 1 ? "off" : "pass") }));
     expect((await mergeShards(join(dir, "check-off-merged"), off)).self_check).toMatchObject({

@@ -17,7 +17,7 @@
  * when run alone is written with an `error` field instead of an answer (and
  * tried again by the next run); a model that fails on every query stops the run.
  */
-import { stat, truncate, type FileHandle } from "node:fs/promises";
+import { stat, truncate, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname } from "node:path";
 
 import { readBank, type BankRow } from "../bank/bank.js";
@@ -80,6 +80,7 @@ import {
   graphNeeds,
   loadSession,
   ModelLoadError,
+  runError,
   stageModel,
   withStagedModel,
   type ModelRunOptions,
@@ -120,14 +121,15 @@ export class GenerationsFileError extends HsmError {
   }
 }
 
-/** A model that failed on every query tried, so nothing could be generated. */
+/** A model (its graph file `file`) that failed on every query tried, so nothing could be generated. */
 export class GenerationError extends HsmError {
   constructor(
+    readonly file: string,
     readonly queryIds: string[],
     cause: unknown,
   ) {
     super(
-      `generation failed on ${queryIds.length} queries in a row (${queryIds.slice(0, 3).join(", ")}${queryIds.length > 3 ? ", …" : ""}), even one at a time, ` +
+      `${file}: generation failed on ${queryIds.length} queries in a row (${queryIds.slice(0, 3).join(", ")}${queryIds.length > 3 ? ", …" : ""}), even one at a time, ` +
         `and none succeeded: ${(cause as Error).message?.split("\n")[0] ?? String(cause)}. Answers written before them are kept; rerunning resumes there`,
       { cause },
     );
@@ -526,6 +528,7 @@ async function decodeJob(
         modelName: run.modelName,
         modelSha256: job.modelSha256,
         modelSource: job.md.source,
+        onnxPath: job.md.onnxPath,
         decoders,
         useCache,
         log,
@@ -537,6 +540,9 @@ async function decodeJob(
       },
       run.done,
     );
+  } catch (err) {
+    // onnxruntime refusing the graph's own nodes (probing the cache, checking the answers) is the model's problem.
+    throw runError(place.device, job.md.onnxPath, err) ?? err;
   } finally {
     await decoders.close().catch(() => {});
   }
@@ -755,6 +761,8 @@ interface Generation {
   modelSha256: string;
   /** `hf:ORG/NAME@COMMIT` for a model named by hub id. */
   modelSource?: string;
+  /** The graph file, named where it fails on every query tried. */
+  onnxPath: string;
   decoders: Decoders;
   useCache: boolean;
   log: (message: string, level: "info" | "warn") => void;
@@ -833,6 +841,7 @@ function batchWriter(o: GenerateOptions, g: Generation, done: Set<string>, fh: F
       if (pending.length >= Math.min(FAILURES_BEFORE_STOP, rows.length - done.size)) {
         const first = pending[0]!;
         throw new GenerationError(
+          g.onnxPath,
           pending.map((f) => rows[f.i]!.query_id),
           new Error(reason(first.i, first.err), { cause: first.err }),
         );
@@ -908,11 +917,20 @@ async function decodeInOrder(
 async function generateRows(o: GenerateOptions, g: Generation, done: Set<string>): Promise<GenerateResult> {
   const { rows, tokens, eos, decoders, log } = g;
   const decode = (batch: number[][]) => decoders.decode(batch, g.useCache);
+  const existed = await stat(o.out).then(
+    () => true,
+    () => false,
+  );
   const fh = await openOutput(o.out, "append");
   const writer = batchWriter(o, g, done, fh);
   o.onProgress?.(done.size, rows.length);
   try {
     await decodeInOrder(g, done, decode, writer.write);
+  } catch (err) {
+    // A run that stops before its first line leaves no empty file of its own behind.
+    const { written, failed } = writer.counts();
+    if (!existed && written + failed === 0) await unlink(o.out).catch(() => {});
+    throw err;
   } finally {
     await fh.close();
   }

@@ -268,17 +268,24 @@ export function deviceError(device: Device, message: string): DeviceError | unde
 }
 
 /**
- * The {@link DeviceError} of a graph that loaded on a GPU device and then failed to run there (an operator or type
- * its provider cannot run on this adapter); undefined for the CPU, where such a failure is hsm's own, and for
- * errors that are not onnxruntime's.
+ * The error of a graph that loaded and then failed to run: onnxruntime's kernel of one of the graph's own nodes
+ * refused it (a limit of the kernel, such as GroupQueryAttention's head size on the CPU, or an operator or type a
+ * GPU provider cannot run on this adapter). On a GPU device a {@link DeviceError} that points to the CPU; on the
+ * CPU a {@link ModelDirError} naming the graph file, unless the node is one hsm added (named `/hsm/…`): that
+ * failure is hsm's own. Undefined for errors that are not onnxruntime's.
  */
-export function runError(device: Device, file: string, err: unknown): DeviceError | undefined {
+export function runError(device: Device, file: string, err: unknown): HsmError | undefined {
   const message = err instanceof Error ? err.message : String(err);
-  if (device === "cpu" || err instanceof HsmError || !/^Non-zero status code returned/.test(message)) return undefined;
+  if (err instanceof HsmError || !/^Non-zero status code returned/.test(message)) return undefined;
+  const first = message.split("\n")[0]!;
+  if (device === "cpu") {
+    return / Name:'\/hsm\//.test(first)
+      ? undefined
+      : new ModelDirError(file, `onnxruntime could not run the graph (${first})`);
+  }
   const provider = device === "cuda" ? "CUDA" : "WebGPU";
   return new DeviceError(
-    `${file}: onnxruntime's ${provider} execution provider could not run the graph (${message.split("\n")[0]}); ` +
-      `use --device cpu`,
+    `${file}: onnxruntime's ${provider} execution provider could not run the graph (${first}); use --device cpu`,
   );
 }
 

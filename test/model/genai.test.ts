@@ -4,10 +4,12 @@
  * genai names agreeing, why they are
  * right-padded, and the stored states against the float64 reference at batch
  * sizes 16 and 1 with padded batches and a prompt past 192 tokens; a build
- * without its LM head (exclude_lm_head) stores the same states.
+ * without its LM head (exclude_lm_head) stores the same states; a float16 build
+ * of head size 8, which onnxruntime's CPU kernel refuses, stops extraction and
+ * generation in one line naming the graph, writing nothing.
  */
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import * as ort from "onnxruntime-node";
@@ -20,6 +22,7 @@ import { roundWeightsToFloat16, styleWeights } from "../../src/synthetic/quantiz
 import { extract, inspectModel } from "../../src/extract/extract.js";
 import { encodeModel, loadModel } from "../../src/onnx/graph.js";
 import { genaiStyle } from "../../src/model/styles/genai.js";
+import { runError } from "../../src/model/session.js";
 import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
@@ -320,5 +323,58 @@ describe("generation on an onnxruntime-genai build, killed and resumed", () => {
     expect(resumed.status).toBe(0);
     expect(resumed.stdout).toContain(`${60 - partial} generated, ${partial} already there`);
     expect(readFileSync(out).equals(readFileSync(whole))).toBe(true);
+  });
+});
+
+describe("a float16 genai build whose heads onnxruntime's CPU kernel refuses (head size 8)", () => {
+  const SMALL_HEADS: TinyModelOptions = { ...OPTS, hidden: 32 }; // 4 heads of 8
+  const d = join(dir, "genai-fp16-head8");
+  beforeAll(() => writeTinyModel(d, SMALL_HEADS, genaiFiles("fp16")));
+
+  /** onnxruntime's own first line for the graph as written, run on one prompt with an empty (float32) cache. */
+  async function ortMessage(): Promise<string> {
+    const session = await ort.InferenceSession.create(join(d, "model.onnx"));
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const name of session.inputNames) {
+      feeds[name] = name.startsWith("past_key_values")
+        ? new ort.Tensor("float32", new Float32Array(0), [1, 2, 0, 8])
+        : new ort.Tensor("int64", BigInt64Array.of(1n, 2n, 3n), [1, 3]);
+    }
+    const err = await session.run(feeds).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    await session.release();
+    expect(err).toBeInstanceOf(Error);
+    return err!.message.split("\n")[0]!;
+  }
+
+  it.each([
+    ["extract", "store"],
+    ["generate", "gens.jsonl"],
+  ])("hsm %s stops in one line naming the graph file and onnxruntime's message, writing nothing", async (cmd, out) => {
+    const message = await ortMessage();
+    expect(message).toMatch(/head_size shall be a multiple of 16/);
+    const target = join(dir, `head8-${cmd}`, out);
+    for (const workers of ["1", "2"]) {
+      const args = ["--model-dir", d, "--bank", bank, "--out", target, "--workers", workers, "--quiet"];
+      const r = spawnSync(process.execPath, [BIN, cmd, ...args], { encoding: "utf8" });
+      expect(r.stderr).toMatch(/^hsm: [^\n]*\n$/);
+      expect(r.stderr.startsWith(`hsm: ${join(d, "model.onnx")}: `)).toBe(true);
+      expect(r.stderr).toContain(message);
+      expect(r.status).toBe(1);
+      // Neither the output, nor a lock, nor an empty file: the output's folder holds nothing.
+      expect(existsSync(join(dir, `head8-${cmd}`)) ? readdirSync(join(dir, `head8-${cmd}`)) : []).toEqual([]);
+    }
+  });
+
+  it("keeps a failure in a node hsm added an error of hsm's own, and one that is not onnxruntime's", () => {
+    const at = (node: string) =>
+      new Error(`Non-zero status code returned while running MatMul node. Name:'${node}' Status Message: bad`);
+    expect(runError("cpu", "m.onnx", at("/model/layers.0/mlp/MatMul"))?.message).toBe(
+      `m.onnx: onnxruntime could not run the graph (${at("/model/layers.0/mlp/MatMul").message})`,
+    );
+    expect(runError("cpu", "m.onnx", at("/hsm/lm_head/MatMul"))).toBeUndefined();
+    expect(runError("cpu", "m.onnx", new Error("input 'input_ids' is missing in 'feeds'."))).toBeUndefined();
   });
 });

@@ -6,12 +6,18 @@
  * from Dawn or a Vulkan driver, or hang on a broken one, is tried in a child
  * process whose output is captured, under a time limit.
  */
-import { existsSync, readdirSync } from "node:fs";
-import { dirname, join } from "node:path";
-
 import { kernelOptions, nativeCoreFix, nativeKernels } from "../kernels/default.js";
 import { nativeLoadErrors, nativeSimdLevel, nativeSimdLevels } from "../kernels/native.js";
-import { CUDA_HELP, missingAdapter, probeWebgpu, VULKAN_HELP, WEBGPU_HELP } from "./session.js";
+import {
+  bindingFolder,
+  CUDA_HELP,
+  CUDA_LIBRARY,
+  cudaLibrary,
+  missingAdapter,
+  probeWebgpu,
+  VULKAN_HELP,
+  WEBGPU_HELP,
+} from "./session.js";
 import { child, probeAdapter, resolves, type WebgpuAdapter } from "../kernels/webgpu-adapter.js";
 
 /** The fix of the `webgpu` package's adapter, which only `hsm metrics` uses: its other backends are the way round. */
@@ -53,12 +59,10 @@ function nativeFinding(): DeviceFinding {
 /** onnxruntime-node's CUDA provider: its library beside the binding, for this platform. */
 function cudaFinding(): DeviceFinding {
   const name = "onnxruntime cuda";
-  const bin = join(dirname(dirname(resolves("onnxruntime-node")!)), "bin");
-  const platform = join(bin, "napi-v6", process.platform, process.arch);
-  const lib = "libonnxruntime_providers_cuda.so";
-  if (existsSync(platform) && readdirSync(platform).some((f) => f.startsWith(lib)))
-    return { name, available: true, detail: `${lib} is installed (--device cuda)` };
-  return { name, available: false, detail: `${lib} is not in ${platform}`, fix: CUDA_HELP };
+  const folder = bindingFolder();
+  if (cudaLibrary(folder) !== undefined)
+    return { name, available: true, detail: `${CUDA_LIBRARY} is installed (--device cuda)` };
+  return { name, available: false, detail: `${CUDA_LIBRARY} is not in ${folder}`, fix: CUDA_HELP };
 }
 
 function ortWebgpuFinding(): DeviceFinding {

@@ -11,6 +11,7 @@
  * loads, and failing that the weights are copied inline.
  */
 import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
 import { access, constants, link, mkdir, mkdtemp, realpath, rm, unlink, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -89,6 +90,26 @@ export interface SessionOptions {
 
 export const CUDA_HELP =
   "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node)";
+
+/** What the CUDA provider needs once its library is installed: what onnxruntime-node's CUDA 12 build loads, and a GPU. */
+export const CUDA_RUNTIME_HELP =
+  "it needs CUDA 12 and cuDNN 9 libraries the dynamic loader finds (LD_LIBRARY_PATH) and an NVIDIA GPU this process " +
+  "can see (nvidia-smi lists it; CUDA_VISIBLE_DEVICES does not hide it), or use --device cpu";
+
+/** The file name of onnxruntime-node's CUDA provider library. */
+export const CUDA_LIBRARY = "libonnxruntime_providers_cuda.so";
+
+/** The folder of onnxruntime-node's binding for this platform, where its CUDA provider's library is installed. */
+export function bindingFolder(): string {
+  const root = dirname(dirname(createRequire(import.meta.url).resolve("onnxruntime-node")));
+  return join(root, "bin", "napi-v6", process.platform, process.arch);
+}
+
+/** The path of onnxruntime-node's CUDA provider library in `folder` (its binding's); undefined where it is not there. */
+export function cudaLibrary(folder: string = bindingFolder()): string | undefined {
+  const name = existsSync(folder) ? readdirSync(folder).find((f) => f.startsWith(CUDA_LIBRARY)) : undefined;
+  return name === undefined ? undefined : join(folder, name);
+}
 
 /** What WebGPU needs on Linux, for onnxruntime's provider and the `webgpu` package alike. */
 export const VULKAN_HELP =
@@ -255,11 +276,25 @@ export function missingAdapter(message: string): string | undefined {
   return adapter ? `no WebGPU adapter was found (${adapter[1]!.trim()})` : undefined;
 }
 
-/** The error for a device whose provider failed with `message`; undefined for the CPU. */
-export function deviceError(device: Device, message: string): DeviceError | undefined {
+/**
+ * The error for a device whose provider failed with `message`; undefined for the CPU. For CUDA the advice follows
+ * the cause: without the provider's library (`library`, the path {@link cudaLibrary} found, or undefined) it says
+ * how to install it; with it, what else it needs (CUDA 12, cuDNN 9, a GPU).
+ */
+export function deviceError(
+  device: Device,
+  message: string,
+  library: string | undefined = device === "cuda" ? cudaLibrary() : undefined,
+): DeviceError | undefined {
   const first = message.split("\n")[0]!;
-  if (device === "cuda")
-    return new DeviceError(`the CUDA execution provider could not be used (${first}); ${CUDA_HELP}`);
+  if (device === "cuda") {
+    const why = `the CUDA execution provider could not be used (${first})`;
+    return new DeviceError(
+      library === undefined
+        ? `${why}; ${CUDA_HELP}`
+        : `${why}: its library ${library} is installed, so ${CUDA_RUNTIME_HELP}`,
+    );
+  }
   if (device === "webgpu") {
     const why = missingAdapter(message) ?? `the WebGPU execution provider could not be used (${first})`;
     return new DeviceError(`--device webgpu: ${why}; ${WEBGPU_HELP}`);

@@ -4,14 +4,14 @@
  * saying what to install, exit status 1, and nothing written.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { writeTinyModel } from "../../src/synthetic/llama.js";
-import { deviceError } from "../../src/model/session.js";
+import { cudaLibrary, deviceError } from "../../src/model/session.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
@@ -63,6 +63,48 @@ describe("--device webgpu without an adapter", () => {
     expect(lines[0]).toMatch(/^hsm: --device webgpu: .*(Vulkan|adapter).*--device cpu$/);
     expect(r.stdout).toBe("");
     expect(existsSync(join(dir, `${command}-out`))).toBe(false);
+  });
+});
+
+// What onnxruntime-node 1.30 throws where the CUDA provider's library, or a library it loads (libcudnn.so.9,
+// libcublasLt.so.12), cannot be loaded; and where the provider loads but finds no GPU.
+const NO_LIBRARY = "OrtSessionOptionsAppendExecutionProvider_Cuda: Failed to load shared library";
+const NO_GPU =
+  "/onnxruntime_src/onnxruntime/core/providers/cuda/cuda_call.cc:129 std::conditional_t<THRW, void, onnxruntime::common::Status> onnxruntime::CudaCall(ERRTYPE, const char*, const char*, SUCCTYPE, const char*, const char*, int) [with ERRTYPE = cudaError; bool THRW = true; SUCCTYPE = cudaError; std::conditional_t<THRW, void, common::Status> = void] CUDA failure 100: no CUDA-capable device is detected ; GPU=0 ; hostname=node ; file=/onnxruntime_src/onnxruntime/core/providers/cuda/cuda_execution_provider.cc ; line=282 ; expr=cudaSetDevice(info_.device_id); \n";
+
+describe("--device cuda's advice", () => {
+  const layout = join(dir, "binding", "napi-v6", "linux", "x64");
+
+  it("finds the provider's library in the binding's folder, and nothing where it is not there", () => {
+    expect(cudaLibrary(join(dir, "no-such-folder"))).toBeUndefined();
+    mkdirSync(layout, { recursive: true });
+    writeFileSync(join(layout, "libonnxruntime.so.1"), "");
+    expect(cudaLibrary(layout)).toBeUndefined();
+    writeFileSync(join(layout, "libonnxruntime_providers_cuda.so"), "");
+    expect(cudaLibrary(layout)).toBe(join(layout, "libonnxruntime_providers_cuda.so"));
+  });
+
+  it("says to install the provider where its library is missing", () => {
+    const err = deviceError("cuda", NO_LIBRARY, undefined)!;
+    expect(err.exitCode).toBe(1);
+    expect(err.message).toBe(
+      `the CUDA execution provider could not be used (${NO_LIBRARY}); install onnxruntime-node's CUDA provider ` +
+        "(CUDA 12 and cuDNN 9 on the machine, then: ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node)",
+    );
+  });
+
+  it.each([
+    ["a library it loads", NO_LIBRARY],
+    ["a GPU", NO_GPU],
+  ])("with the library installed and %s missing, gives onnxruntime's reason and what else it needs", (_, why) => {
+    const library = join(layout, "libonnxruntime_providers_cuda.so");
+    const err = deviceError("cuda", why, library)!;
+    expect(err.exitCode).toBe(1);
+    expect(err.message).not.toContain("\n");
+    expect(err.message).not.toContain("npm rebuild");
+    expect(err.message.startsWith(`the CUDA execution provider could not be used (${why.split("\n")[0]})`)).toBe(true);
+    expect(err.message).toContain(library);
+    for (const need of ["CUDA 12", "cuDNN 9", "GPU", "--device cpu"]) expect(err.message).toContain(need);
   });
 });
 

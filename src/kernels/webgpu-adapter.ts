@@ -31,8 +31,8 @@ const LIMITS = [
   "maxComputeWorkgroupsPerDimension",
 ];
 
-/** How long a probe in a child process may take before it counts as hung. */
-const PROBE_MS = 60_000;
+/** How long a probe in a child process may take before it counts as hung (docs/extract.md states it). */
+export const PROBE_MS = 60_000;
 
 const require = createRequire(import.meta.url);
 

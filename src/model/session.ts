@@ -147,6 +147,12 @@ const PROBE_PRELUDE =
   `const answer = (p) => p.then((a) => { process.stdout.write(a); process.exit(0); });`;
 
 /**
+ * How long a probe of an onnxruntime execution provider may take before it counts as hung: longer than other
+ * probes, as a provider's first session starts its device (docs/extract.md states it).
+ */
+export const PROVIDER_PROBE_MS = 120_000;
+
+/**
  * Runs a probe in a child process whose output is captured (providers and drivers print warnings of their own
  * straight to stderr): `body`, after {@link PROBE_PRELUDE}, answers `ok…` or `error:<onnxruntime's message>`. The
  * answer, or why the provider cannot be used: that message, or why the probe answered nothing.
@@ -155,7 +161,7 @@ function probe(body: string, models: Uint8Array[]): { ok: string } | { message: 
   const r = spawnSync(process.execPath, ["-e", PROBE_PRELUDE + body], {
     input: models.map((m) => Buffer.from(m).toString("base64")).join(" "),
     encoding: "utf8",
-    timeout: 120_000,
+    timeout: PROVIDER_PROBE_MS,
   });
   if (r.stdout?.startsWith("ok")) return { ok: r.stdout };
   if (r.stdout?.startsWith("error:")) return { message: r.stdout.slice("error:".length) };

@@ -4,7 +4,7 @@
  * driver) it says so with the fix. Either way it exits 0 and keeps Dawn's own messages off the terminal.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
@@ -12,6 +12,8 @@ import { describe, expect, it } from "vitest";
 
 import { kernelOptions } from "../../src/kernels/default.js";
 import { nativeKernels } from "../../src/kernels/native.js";
+import { PROBE_MS } from "../../src/kernels/webgpu-adapter.js";
+import { PROVIDER_PROBE_MS } from "../../src/model/session.js";
 import { gpuEnv, gpuFeatures, gpuSkipReason } from "../helpers/software-gpu.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
@@ -95,5 +97,15 @@ describe("hsm doctor", () => {
       expect(native.fix).toContain(fix);
       expect(native.fix).not.toBe("npm run build:native");
     }
+  });
+});
+
+describe("docs/extract.md on hsm doctor", () => {
+  it("states each probe's time limit as the probes set it", () => {
+    const doc = readFileSync(join(import.meta.dirname, "..", "..", "docs", "extract.md"), "utf8").replace(/\s+/g, " ");
+    const limits = /Each GPU probe runs in a child process[^.]*?[.:]([^]*?)It exits 0/.exec(doc)![1]!;
+    expect(limits).toContain(`${PROVIDER_PROBE_MS / 1000} s for onnxruntime's WebGPU provider`);
+    expect(limits).toContain(`${PROBE_MS / 1000} s for the \`webgpu\` package's adapter`);
+    expect(doc).not.toMatch(/one-minute limit/);
   });
 });

@@ -54,6 +54,7 @@ import {
   forDevice,
   graphNeeds,
   loadSession,
+  ModelLoadError,
   runError,
   stageModel,
   withStagedModel,
@@ -518,7 +519,9 @@ async function openSession(
     typeof file === "string" && script && place.workers > 1
       ? workerStates(script, place.workers, { model: file, options: place.sessionOptions, setup })
       : sessionStates(await loadSession(file, place.aloneOptions), setup),
-  );
+  ).catch((err: unknown) => {
+    throw err instanceof ModelLoadError ? err.in(inspection.onnxPath) : err;
+  });
   if (why !== undefined) log(why, "info");
   log(
     `graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`,

@@ -12,7 +12,7 @@ import type * as ort from "onnxruntime-node";
 import { f16ToF32 } from "../kernels/typescript/float16.js";
 import type { BatchRule } from "../model/batching.js";
 import { intTensor } from "../model/feeds.js";
-import { createSession, loadSession, stageModel, type SessionOptions } from "../model/session.js";
+import { createSession, loadSession, ModelLoadError, stageModel, type SessionOptions } from "../model/session.js";
 import { decodeModel, encodeModel, trimEmptyInputs } from "../onnx/graph.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
 import { readWhole } from "../util/fs.js";
@@ -98,10 +98,13 @@ function nearTie(logits: Float32Array, token: number): { gap: number; margin: nu
 async function exportedSession(onnxPath: string, options: SessionOptions): Promise<ort.InferenceSession> {
   const bytes = await readWhole(onnxPath);
   const model = decodeModel(bytes);
-  if (!trimEmptyInputs(model.graph!)) return loadSession(onnxPath, options);
+  const named = (err: unknown) => {
+    throw err instanceof ModelLoadError ? err.in(onnxPath) : err;
+  };
+  if (!trimEmptyInputs(model.graph!)) return loadSession(onnxPath, options).catch(named);
   const stage = await stageModel(onnxPath, model.graph!);
   if (stage) rewriteWeightsInPlace(model, bytes, stage.sourceName);
-  return createSession(encodeModel(model), stage, options);
+  return createSession(encodeModel(model), stage, options).catch(named);
 }
 
 /**

@@ -46,8 +46,27 @@ export type Device = (typeof DEVICES)[number];
 /** A device onnxruntime cannot use here, with what to install. */
 export class DeviceError extends HsmError {}
 
-/** A model onnxruntime refuses to load. */
-export class ModelLoadError extends HsmError {}
+/**
+ * A model onnxruntime refuses to load, for `reason` (onnxruntime's first line, without the path of a file hsm
+ * staged); with `file`, the user's graph file it names.
+ */
+export class ModelLoadError extends HsmError {
+  constructor(
+    readonly reason: string,
+    readonly file?: string,
+  ) {
+    super(
+      file === undefined
+        ? `onnxruntime could not load the model: ${reason}`
+        : `${file}: onnxruntime could not load the graph (${reason})`,
+    );
+  }
+
+  /** The same error, naming the graph file it was read from. */
+  in(file: string): ModelLoadError {
+    return new ModelLoadError(this.reason, file);
+  }
+}
 
 /** What every command that runs a model over a bank is told. */
 export interface ModelRunOptions {
@@ -456,9 +475,8 @@ export async function loadSession(model: string | Uint8Array, options: SessionOp
       : await ort.InferenceSession.create(model, ortOptions(options));
   } catch (err) {
     const message = (err as Error).message;
-    throw (
-      deviceError(device, message) ??
-      new ModelLoadError(`onnxruntime could not load the model: ${message.split("\n")[0]}`)
-    );
+    // onnxruntime names the file it was given: a staged copy of the graph, gone once the error reaches the user.
+    const reason = message.split("\n")[0]!.replace(/^Load model from .*? failed: ?/, "");
+    throw deviceError(device, message) ?? new ModelLoadError(reason);
   }
 }

@@ -240,7 +240,7 @@ export async function serveSession<Setup, Req, Res>(
     });
     reply({ ready: true });
   } catch (err) {
-    reply({ loadError: (err as Error).message });
+    reply({ loadError: err instanceof ModelLoadError ? err.reason : (err as Error).message });
     port.close();
   }
 }

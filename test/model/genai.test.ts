@@ -378,3 +378,46 @@ describe("a float16 genai build whose heads onnxruntime's CPU kernel refuses (he
     expect(runError("cpu", "m.onnx", new Error("input 'input_ids' is missing in 'feeds'."))).toBeUndefined();
   });
 });
+
+describe("a genai build onnxruntime refuses to load (num_heads a float)", () => {
+  const d = join(dir, "genai-float-heads");
+  beforeAll(async () => {
+    await writeTinyModel(d, OPTS, genaiFiles("fp32"));
+    const m = await loadModel(join(d, "model.onnx"));
+    const gqa = m.graph!.node!.find((n) => n.opType === "GroupQueryAttention")!;
+    const heads = gqa.attribute!.find((a) => a.name === "num_heads")!;
+    Object.assign(heads, { type: 1, f: OPTS.heads, i: null }); // AttributeProto.FLOAT
+    writeFileSync(join(d, "model.onnx"), encodeModel(m));
+  });
+
+  it.each([
+    ["extract", "store"],
+    ["generate", "gens.jsonl"],
+  ])("hsm %s names the graph file and onnxruntime's reason, not the copy it loaded, writing nothing", (cmd, out) => {
+    // onnxruntime's own words for the graph as written.
+    const said = /Mismatched attribute type in '\/model\/layers\.0\/attn\/GroupQueryAttention : num_heads'/;
+    const direct = spawnSync(
+      process.execPath,
+      [
+        "-e",
+        `require("onnxruntime-node").InferenceSession.create(${JSON.stringify(join(d, "model.onnx"))})` +
+          `.then(() => {}, (e) => process.stdout.write(e.message))`,
+      ],
+      { encoding: "utf8" },
+    );
+    expect(direct.stdout).toMatch(said);
+    const target = join(dir, `float-heads-${cmd}`, out);
+    for (const workers of ["1", "2"]) {
+      const args = ["--model-dir", d, "--bank", bank, "--out", target, "--workers", workers, "--quiet"];
+      const r = spawnSync(process.execPath, [BIN, cmd, ...args], { encoding: "utf8" });
+      expect(r.stderr).toMatch(/^hsm: [^\n]*\n$/);
+      expect(r.stderr.startsWith(`hsm: ${join(d, "model.onnx")}: onnxruntime could not load the graph (`)).toBe(true);
+      expect(r.stderr).toMatch(said);
+      expect(r.stderr).not.toContain("hsm-rewritten");
+      expect(r.status).toBe(1);
+      expect(existsSync(join(dir, `float-heads-${cmd}`)) ? readdirSync(join(dir, `float-heads-${cmd}`)) : []).toEqual(
+        [],
+      );
+    }
+  });
+});

@@ -466,7 +466,10 @@ function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOption
   };
 }
 
-/** A session over a model file or its bytes; what onnxruntime fails with becomes a {@link DeviceError} or {@link ModelLoadError}. */
+/**
+ * A session over a model file or its bytes; what onnxruntime fails with becomes the {@link DeviceError} of a
+ * provider that cannot run here, or else a {@link ModelLoadError}.
+ */
 export async function loadSession(model: string | Uint8Array, options: SessionOptions): Promise<ort.InferenceSession> {
   const device = options.device ?? "cpu";
   try {
@@ -477,6 +480,20 @@ export async function loadSession(model: string | Uint8Array, options: SessionOp
     const message = (err as Error).message;
     // onnxruntime names the file it was given: a staged copy of the graph, gone once the error reaches the user.
     const reason = message.split("\n")[0]!.replace(/^Load model from .*? failed: ?/, "");
-    throw deviceError(device, message) ?? new ModelLoadError(reason);
+    throw (device === "cpu" ? undefined : providerError(device)) ?? new ModelLoadError(reason);
+  }
+}
+
+/**
+ * The {@link DeviceError} of a GPU device whose provider cannot run here (see {@link checkDevice}); undefined where
+ * it runs the one-node probe, so that a graph it then refuses is the graph's problem, not the device's.
+ */
+function providerError(device: Device): DeviceError | undefined {
+  try {
+    checkDevice(device);
+    return undefined;
+  } catch (err) {
+    if (err instanceof DeviceError) return err;
+    throw err;
   }
 }

@@ -6,8 +6,9 @@
  * of them), and the float64 reference's where there is one (on the weights the graph multiplies by; a genai
  * build's GroupQueryAttention runs written out in standard operators); generation writes the CPU's file byte for
  * byte, with the with-past and the genai build, and a widened float16 build the reference's text, and the process
- * ends by itself, its lock released; a GroupQueryAttention that cannot be written out, and a float16 graph too large
- * to widen, stop in one line.
+ * ends by itself, its lock released; a GroupQueryAttention that cannot be written out, a float16 graph too large
+ * to widen, and a graph onnxruntime refuses to load (named as the graph's fault, not the provider's), stop in one
+ * line.
  * SwiftShader compiles a shader for every new tensor shape, slowly: the models are tiny, the prompts few, and the
  * extractions of a group share one process (and its compiled shaders).
  */
@@ -360,3 +361,41 @@ describe.skipIf(gpuSkipReason !== undefined)(
     }, 400_000);
   },
 );
+
+describe.skipIf(gpuSkipReason !== undefined)("a graph onnxruntime refuses to load, on WebGPU", () => {
+  it.each(["extract", "generate"])(
+    "%s names the graph file and onnxruntime's reason, not the provider or a Vulkan driver",
+    async (command) => {
+      const md = join(dir, "invalid-cast");
+      if (!existsSync(md)) {
+        await writeTinyModel(md, { ...GEOMETRY, kvHeads: 1, seed: 91 }, genaiFiles("fp32"));
+        const model = decodeModel(readFileSync(join(md, "model.onnx")));
+        const cast = model.graph!.node!.find((n) => n.opType === "Cast")!;
+        Object.assign(
+          cast.attribute!.find((a) => a.name === "to")!,
+          { type: 1, f: 7, i: null },
+        ); // FLOAT, not INT
+        writeFileSync(join(md, "model.onnx"), encodeModel(model));
+      }
+      // onnxruntime's own words for the graph, on the CPU.
+      const direct = spawnSync(
+        process.execPath,
+        [
+          "-e",
+          `require("onnxruntime-node").InferenceSession.create(${JSON.stringify(join(md, "model.onnx"))})` +
+            `.then(() => {}, (e) => process.stdout.write(e.message))`,
+        ],
+        { encoding: "utf8" },
+      );
+      const said = /Mismatched attribute type in '[^']*Cast : to'/.exec(direct.stdout)![0];
+      const out = join(dir, `invalid-cast-${command}`, command === "extract" ? "store" : "gen.jsonl");
+      const r = hsm([command, "--model-dir", md, "--bank", bank, "--out", out, "--device", "webgpu"], 300_000);
+      expect(r.status).toBe(1);
+      expect(r.stderr).toMatch(/^hsm: [^\n]*\n$/);
+      expect(r.stderr.startsWith(`hsm: ${join(md, "model.onnx")}: onnxruntime could not load the graph (`)).toBe(true);
+      expect(r.stderr).toContain(said);
+      expect(existsSync(out)).toBe(false);
+    },
+    400_000,
+  );
+});

@@ -78,7 +78,7 @@ const DEFINITIONS: Record<ConcreteBackend, BackendDef> = {
       }
       if (!k) {
         throw new BackendUnavailable(
-          `--backend native needs the native core, which is not loaded here; run npm run build:native, or use --backend wasm\n${nativeLoadErrors.map((e) => `  tried ${e}`).join("\n")}`,
+          `--backend native needs the native core, which is not loaded here; to load it: ${nativeCoreFix()}, or use --backend wasm\n${nativeLoadErrors.map((e) => `  tried ${e}`).join("\n")}`,
         );
       }
       return k;

@@ -7,11 +7,13 @@ greedy decoding: the graphs users export by hand, and their reference.
                                                OPSET (17; below 17 LayerNorm is written out)
     torch_export.py greedy FAMILY DIR SEED IDS MAX_NEW EOS
                                                prints the float64 greedy ids of each prompt in IDS (a JSON list)
+    torch_export.py states FAMILY DIR SEED IDS
+                                               prints the float64 states each block stores for each prompt in IDS
 
 Families (FAMILIES; each class says how transformers writes it): llama and
-its relatives mistral, qwen2, olmo, starcoder2, mixtral, phi3, stablelm, phi
-and gemma (Gemma 2), which override its steps; gpt2, gpt_neo, bloom, opt,
-neox, gptj, codegen, falcon, gpt_bigcode and mpt. The weights are drawn from
+its relatives mistral, qwen2, olmo, starcoder2, mixtral, phi3, stablelm, phi,
+gemma (Gemma 2), olmo2 (OLMo 2), granite and cohere, which override its steps;
+gpt2, gpt_neo, bloom, opt, neox, gptj, codegen, falcon, gpt_bigcode and mpt. The weights are drawn from
 SEED, so export and reference agree.
 """
 import json
@@ -961,10 +963,96 @@ class Mpt(nn.Module):
         return ln(x, self.lnf) @ self.wte.T
 
 
+class Olmo2(Llama):
+    """transformers 4.47's OLMo 2: norms after attention and after the MLP, none before (`h = x + norm(attn(x))`),
+    RMSNorm of the whole q and k projections (q_norm as wide as the queries, k_norm as the keys) before the heads
+    are split and rotated, the rotary embedding computed from position_ids."""
+
+    def make_layer(self, m, r, b, w, d, inter):
+        super().make_layer(m, r, b, w, d, inter)
+        m.qn, m.kn = w(self.H * self.hd), w(self.KV * self.hd)
+
+    make_rotary = Gemma2.make_rotary
+    rotary = Gemma2.rotary
+
+    def qkv(self, m, h):
+        return self.norm(h @ m.q.T, m.qn), self.norm(h @ m.k.T, m.kn), h @ m.v.T
+
+    def block(self, i, m, x, bias, position_ids):
+        x = x + self.norm(self.attention(i, m, x, bias, position_ids), m.ln1)
+        return x + self.norm(self.mlp(m, x), m.ln2)
+
+
+class Granite(Llama):
+    """transformers 4.45's Granite: Llama with scalar multipliers: the embeddings times embedding_multiplier, the
+    scores times attention_multiplier (in place of 1/√head_dim), each branch times residual_multiplier before its
+    residual Add, the logits divided by logits_scaling; the rotary embedding computed from position_ids."""
+
+    make_rotary = Gemma2.make_rotary
+    rotary = Gemma2.rotary
+
+    def embeddings(self, input_ids):
+        return self.embed[input_ids] * self.c["embedding_multiplier"]
+
+    def scores(self, i, q, k, bias):
+        return q @ k.transpose(2, 3) * self.c["attention_multiplier"] + bias
+
+    def block(self, i, m, x, bias, position_ids):
+        s = self.c["residual_multiplier"]
+        x = x + self.attention(i, m, self.norm(x, m.ln1), bias, position_ids) * s
+        return x + self.mlp(m, self.norm(x, m.ln2)) * s
+
+    def logits(self, x):
+        return super().logits(x) / self.c["logits_scaling"]
+
+
+class Cohere(Llama):
+    """transformers 4.40's Cohere (Command-R): a parallel block (`x + attn(ln(x)) + mlp(ln(x))`) on one LayerNorm
+    without bias written out (mean, variance, rsqrt), the rotary embedding computed from position_ids with its
+    frequencies repeated pairwise and rotated interleaved (each even feature with the odd one after it), the
+    logits times logit_scale, the head tied to the embeddings. transformers repeats the frequencies with
+    `repeat_interleave`, which torch 1.13 exports with the traced batch's shapes baked in; stacking each frequency
+    with itself and flattening repeats them alike, as newer exporters write `repeat_interleave`."""
+
+    TIED = True
+
+    def make_layer(self, m, r, b, w, d, inter):
+        super().make_layer(m, r, b, w, d, inter)
+        del m.ln2
+
+    def make_head(self, r, b, w, d, V, g):
+        self.norm_w = w(d)
+
+    make_rotary = Gemma2.make_rotary
+
+    def norm(self, x, w):
+        mean = x.mean(-1, keepdim=True)
+        variance = (x - mean).pow(2).mean(-1, keepdim=True)
+        return w * ((x - mean) * torch.rsqrt(variance + self.c["layer_norm_eps"]))
+
+    def rotary(self, kv_len, position_ids, dt):
+        inv = self.inv_freq[None, :, None].to(dt).expand(position_ids.shape[0], -1, 1)
+        freqs = (inv @ position_ids[:, None, :].to(dt)).transpose(1, 2)
+        emb = torch.stack((freqs, freqs), dim=-1).flatten(-2)
+        return emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+
+    def rotate(self, t, cos, sin):
+        rotated = torch.stack([-t[..., 1::2], t[..., ::2]], dim=-1).flatten(-2)
+        return t * cos + rotated * sin
+
+    def block(self, i, m, x, bias, position_ids):
+        h = self.norm(x, m.ln1)
+        return x + self.attention(i, m, h, bias, position_ids) + self.mlp(m, h)
+
+    def logits(self, x):
+        return (self.norm(x, self.norm_w) @ self.embed.T) * self.c["logit_scale"]
+
+
 FAMILIES = {"llama": Llama, "mistral": Mistral, "qwen2": Qwen2, "olmo": Olmo, "starcoder2": Starcoder2,
             "mixtral": Mixtral, "phi3": Phi3, "stablelm": StableLm, "phi": Phi, "gemma": Gemma2, "gpt2": Gpt2,
             "bloom": Bloom, "opt": Opt, "neox": Neox, "gptj": Gptj, "codegen": Codegen, "falcon": Falcon,
             "gpt_bigcode": GptBigcode, "gpt_neo": GptNeo, "mpt": Mpt}
+FAMILIES.update({"olmo2": Olmo2, "granite": Granite, "cohere": Cohere})
 
 
 def build(family, d, seed):
@@ -1012,5 +1100,27 @@ def greedy(family, d, seed, ids_path, max_new, eos):
     print(json.dumps(out))
 
 
+def states(family, d, seed, ids_path):
+    """Prints each prompt's float64 states at its last token, one per block ([prompt][block][feature]): the block's
+    output, the last one after the final norm (HuggingFace's hidden_states[1:]). For the Llama-shaped modules whose
+    final norm is `norm(x, norm_w)`."""
+    m = build(family, d, seed)
+    with open(ids_path) as f:
+        prompts = json.load(f)
+    out = []
+    with torch.inference_mode():
+        for p in prompts:
+            T = len(p)
+            x = m.embeddings(torch.tensor([p]))
+            bias = m.mask(torch.ones(1, T, dtype=torch.long), 1, T, x.dtype)
+            rows = []
+            for i, layer in enumerate(m.layers):
+                x = m.block(i, layer, x, bias, torch.arange(T)[None])
+                rows.append(x[0, -1])
+            rows[-1] = m.norm(x, m.norm_w)[0, -1]
+            out.append([r.tolist() for r in rows])
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
-    {"export": export, "greedy": greedy}[sys.argv[1]](*sys.argv[2:])
+    {"export": export, "greedy": greedy, "states": states}[sys.argv[1]](*sys.argv[2:])

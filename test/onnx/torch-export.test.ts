@@ -1,13 +1,16 @@
 /**
  * Graphs exported by hand with torch.onnx.export, without a KV cache (logits
  * only; int64 input_ids, attention_mask and, where the family takes them,
- * position_ids), one for each family make-model writes, from modules written
+ * position_ids), one for each family make-model writes and for OLMo 2, Granite
+ * and Cohere (Llama's folder with their config.json), from modules written
  * as transformers writes them (test/helpers/torch_export.py says how each
  * differs): Llama with grouped-query and multi-query attention and its
  * relatives (Mistral's and Phi-3's sliding windows, Qwen2's biases, OLMo's
  * layer norms without weights, Starcoder2, a mixture of experts, Phi-3's fused
  * projections and long-RoPE tables computed from position_ids, StableLM's and
- * Phi's partial rotary embeddings, Gemma 2's soft-capped scores), GPT-2 and
+ * Phi's partial rotary embeddings, Gemma 2's soft-capped scores, OLMo 2's
+ * post-norms and q/k norms, Granite's multipliers, Cohere's parallel block on
+ * a written-out LayerNorm and interleaved rotary), GPT-2 and
  * GPT-Neo (learned positions, causal buffers sliced at the keys' length),
  * GPT-J and CodeGen (interleaved rotary embeddings gathered from one table),
  * Falcon-7B and GPT-BigCode (one key/value head), MPT (ALiBi sliced by the
@@ -28,6 +31,7 @@ import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import { PYTHON } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
+import { TORCH_CONFIGS, writeTorchConfig } from "../helpers/torch-configs.js";
 
 const hasTorch = spawnSync(PYTHON, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
 if (process.env.HSM_REQUIRE_TORCH === "1" && !hasTorch)
@@ -54,7 +58,10 @@ const rows = QUERIES.map((query, i) => ({
   use_for_main_forward: true,
   answers: ["x"],
 }));
-/** The module, and the make-model folder whose config.json and tokenizer it takes. */
+/**
+ * The module, and the make-model folder whose config.json and tokenizer it takes (rewritten by TORCH_CONFIGS for
+ * the families make-model does not write).
+ */
 const MODELS = {
   "llama-gqa": { module: "llama", family: "llama", kvHeads: 2, seed: 7 },
   "llama-mqa": { module: "llama", family: "llama", kvHeads: 1, seed: 9 },
@@ -77,6 +84,9 @@ const MODELS = {
   codegen: { module: "codegen", family: "codegen", kvHeads: undefined, seed: 25 },
   gpt_neo: { module: "gpt_neo", family: "gpt_neo", kvHeads: undefined, seed: 26 },
   mpt: { module: "mpt", family: "mpt", kvHeads: undefined, seed: 27 },
+  olmo2: { module: "olmo2", family: "llama", kvHeads: 2, seed: 28 },
+  granite: { module: "granite", family: "llama", kvHeads: 2, seed: 29 },
+  cohere: { module: "cohere", family: "llama", kvHeads: 2, seed: 30 },
 } as const;
 
 function torch(...args: string[]): string {
@@ -104,6 +114,7 @@ describe.skipIf(!hasTorch)("a torch.onnx.export graph without a KV cache", () =>
         tokenizer: "llama3.1-1k",
       });
       rmSync(join(md, "model.onnx"));
+      if (name in TORCH_CONFIGS) writeTorchConfig(md, name as keyof typeof TORCH_CONFIGS);
       torch("export", m.module, md, String(m.seed));
       const tok = await PromptTokenizer.load(md);
       const ids = join(dir, `${name}.ids.json`);

@@ -1,0 +1,95 @@
+/**
+ * Hidden states of torch.onnx.export graphs whose blocks are not Llama's two
+ * pre-norm residuals, from the modules of test/helpers/torch_export.py: OLMo 2
+ * (norms after attention and after the MLP, before their residual Adds, and
+ * none before), Granite (each branch scaled by a `Mul` before its Add, the
+ * embeddings scaled by another) and Cohere (a parallel block on one LayerNorm
+ * written out), with Llama as the control. The store must hold the float64
+ * module's states: each block's output, the last after the final norm.
+ * Skipped where PyTorch is not installed, unless HSM_REQUIRE_TORCH=1 (as in
+ * CI), where that fails.
+ */
+import { spawnSync } from "node:child_process";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { beforeAll, describe, expect, it } from "vitest";
+
+import { buildPrompt } from "../../src/bank/prompt.js";
+import { extract } from "../../src/extract/extract.js";
+import { PromptTokenizer } from "../../src/model/tokenizer.js";
+import { StoreReader } from "../../src/store/reader.js";
+import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
+import { STORED_VS_REFERENCE } from "../tolerances.js";
+import { PYTHON } from "../helpers/numpy.js";
+import { tempDir } from "../helpers/tmp.js";
+import { TORCH_CONFIGS, writeTorchConfig } from "../helpers/torch-configs.js";
+
+const hasTorch = spawnSync(PYTHON, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
+if (process.env.HSM_REQUIRE_TORCH === "1" && !hasTorch)
+  throw new Error(
+    `HSM_REQUIRE_TORCH=1 but ${PYTHON} cannot import torch and onnx (apt-get install python3-torch python3-onnx)`,
+  );
+const script = join(import.meta.dirname, "..", "helpers", "torch_export.py");
+const dir = tempDir("hsm-torch-blocks-");
+const bank = join(dir, "bank.jsonl");
+const rows = ["What is the capital of France?", "Ok?", "Who wrote Don Quixote?"].map((query, i) => ({
+  query_id: `q${i}`,
+  fact_id: `f${i}`,
+  condition_family: "anchor",
+  query,
+  use_for_main_forward: true,
+  answers: ["x"],
+}));
+const FAMILIES = { llama: 7, olmo2: 28, granite: 29, cohere: 30 } as const;
+
+function torch(...args: string[]): string {
+  const r = spawnSync(PYTHON, [script, ...args], { encoding: "utf8", maxBuffer: 16 << 20 });
+  if (r.status !== 0) throw new Error(`torch_export.py ${args[0]} failed: ${r.stderr.slice(-2000)}`);
+  return r.stdout;
+}
+
+beforeAll(() => {
+  writeFileSync(bank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+});
+
+describe.skipIf(!hasTorch)("a torch.onnx.export graph with post-norms, multipliers or a parallel block", () => {
+  it.each(Object.keys(FAMILIES) as (keyof typeof FAMILIES)[])(
+    "%s: every block's stored state is the float64 module's, within float16 rounding",
+    async (family) => {
+      const md = join(dir, family);
+      await writeModelInStyle(md, "plain", {
+        family: "llama",
+        layers: 3,
+        hidden: 32,
+        heads: 4,
+        kvHeads: 2,
+        tokenizer: "llama3.1-1k",
+      });
+      rmSync(join(md, "model.onnx"));
+      if (family in TORCH_CONFIGS) writeTorchConfig(md, family as keyof typeof TORCH_CONFIGS);
+      torch("export", family, md, String(FAMILIES[family]));
+      const tok = await PromptTokenizer.load(md);
+      const ids = join(dir, `${family}.ids.json`);
+      writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
+      const want = JSON.parse(torch("states", family, md, String(FAMILIES[family]), ids)) as number[][][];
+
+      const store = join(dir, `${family}.store`);
+      await extract({ modelDir: md, bank, out: store, batchSize: 2, layerRule: "l >= 0" });
+      const reader = await StoreReader.open(store);
+      expect(reader.manifest.layers).toEqual([0, 1, 2]);
+      let worst = 0;
+      for (const layer of reader.manifest.layers) {
+        for (let i = 0; i < rows.length; i++) {
+          const got = await reader.readRowsF32(layer, i, 1);
+          want[i]![layer]!.forEach((w, j) => {
+            const allowed = STORED_VS_REFERENCE.relative * Math.abs(w) + STORED_VS_REFERENCE.absolute;
+            worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
+          });
+        }
+      }
+      await reader.close();
+      expect(worst).toBeLessThanOrEqual(1);
+    },
+  );
+});

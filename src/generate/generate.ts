@@ -581,7 +581,7 @@ async function prepareJob(o: GenerateOptions, batchSize: number, maxNew: number)
   const hashing = fileSha256(md.onnxPath);
   hashing.catch(() => {});
   const { tokenizer, source } = await tokenizerAndModel(md, readWhole);
-  const eos = await readEosIds(md.dir, md.config.raw, tokenizer.eosIds);
+  const eos = await readEosIds(md.dir, md.config, tokenizer.eosIds);
   const prompts = rows.map((r) => buildPrompt(r));
   const tokens = prompts.map((p) => tokenizer.encode(p));
   const model = decodeModelOf(md, source);

@@ -7,9 +7,9 @@
  * the bytes are decoded once, invalid sequences becoming U+FFFD; nothing is
  * stripped.
  */
-import { join } from "node:path";
+import { basename, join } from "node:path";
 
-import { ModelDirError } from "../model/model-dir.js";
+import { ModelDirError, type ModelConfig } from "../model/model-dir.js";
 import { readTextIfPresent } from "../util/fs.js";
 import { jsonSyntax } from "../util/jsonl.js";
 
@@ -39,18 +39,21 @@ function idsOf(value: unknown, where: string): number[] {
 /**
  * Every EOS id the model declares: `eos_token_id` of `config.json` (or of its
  * `text_config`) and of `genai_config.json`'s `model` section, an int or a list
- * in either. When neither file names one, the tokenizer's own EOS (`fallback`).
+ * in either. `config` is the folder's configuration as openModelDir read it: an
+ * onnxruntime-genai build with no config.json has genai_config.json's fields
+ * there, and a bad value names that file. When neither file names one, the
+ * tokenizer's own EOS (`fallback`).
  */
 export async function readEosIds(
   modelDir: string,
-  config: Record<string, unknown>,
+  config: Pick<ModelConfig, "raw" | "path">,
   fallback: number[] = [],
 ): Promise<Set<number>> {
-  const configPath = join(modelDir, "config.json");
-  const text = config.text_config as Record<string, unknown> | undefined;
-  const ids = [...idsOf(config.eos_token_id ?? text?.eos_token_id, configPath)];
+  const text = config.raw.text_config as Record<string, unknown> | undefined;
+  const ids = [...idsOf(config.raw.eos_token_id ?? text?.eos_token_id, config.path)];
   const genaiPath = join(modelDir, "genai_config.json");
-  const genai = await readTextIfPresent(genaiPath, { follow: true });
+  const genai =
+    basename(config.path) === "genai_config.json" ? null : await readTextIfPresent(genaiPath, { follow: true });
   if (genai !== null) {
     let parsed: { model?: { eos_token_id?: unknown } };
     try {

@@ -152,12 +152,15 @@ describe("greedy bookkeeping", () => {
 describe("EOS ids of a model folder", () => {
   const dir = tempDir("hsm-eos-");
   let n = 0;
-  function folder(config: object, genai?: object): { dir: string; config: Record<string, unknown> } {
+  function folder(
+    config: object,
+    genai?: object,
+  ): { dir: string; config: { raw: Record<string, unknown>; path: string } } {
     const d = join(dir, String(n++));
     mkdirSync(d);
     writeFileSync(join(d, "config.json"), JSON.stringify(config));
     if (genai) writeFileSync(join(d, "genai_config.json"), JSON.stringify(genai));
-    return { dir: d, config: config as Record<string, unknown> };
+    return { dir: d, config: { raw: config as Record<string, unknown>, path: join(d, "config.json") } };
   }
   const eosOf = async (config: object, genai?: object, fallback: number[] = [9]) => {
     const f = folder(config, genai);

@@ -6,7 +6,9 @@
  * sizes 16 and 1 with padded batches and a prompt past 192 tokens; a build
  * without its LM head (exclude_lm_head) stores the same states; a float16 build
  * of head size 8, which onnxruntime's CPU kernel refuses, stops extraction and
- * generation in one line naming the graph, writing nothing.
+ * generation in one line naming the graph, writing nothing; generation stops on
+ * any id of genai_config.json's `eos_token_id` list, and a bad value there is
+ * blamed on genai_config.json.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -247,6 +249,55 @@ describe("generation on an onnxruntime-genai build", () => {
       }
     },
   );
+});
+
+describe("a genai build whose genai_config.json lists eos_token_id (and there is no config.json)", () => {
+  it("stops on any listed id, as the float64 greedy reference does, and names genai_config.json for a value that is no id", async () => {
+    const d = join(dir, "genai-eos-list");
+    await writeTinyModel(d, OPTS, genaiFiles("fp32"));
+    expect(existsSync(join(d, "config.json"))).toBe(false);
+    const config = tinyConfig(OPTS);
+    const weights = tinyWeights(OPTS);
+    const tok = await PromptTokenizer.load(d);
+    const decode = referenceDecoder(readFileSync(join(d, "tokenizer.json"), "utf8"));
+    const rows = readFileSync(bank, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l))
+      .slice(0, 4);
+    const small = join(dir, "eos-bank.jsonl");
+    writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    // The third token row 0 generates with no EOS becomes the list's second id: row 0 stops on it.
+    const free = referenceGreedy(config, weights, tok.encode(buildPrompt(rows[0])), new Set(), 6);
+    const eos = [config.eos_token_id as number, free[2]!];
+    const genaiPath = join(d, "genai_config.json");
+    const genai = JSON.parse(readFileSync(genaiPath, "utf8"));
+    writeFileSync(genaiPath, JSON.stringify({ ...genai, model: { ...genai.model, eos_token_id: eos } }));
+    const out = join(dir, "gen-eos-list.jsonl");
+    await generate({ modelDir: d, bank: small, out, batchSize: 4, maxNewTokens: 6 });
+    const got = readFileSync(out, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    const want = rows.map((r) => referenceGreedy(config, weights, tok.encode(buildPrompt(r)), new Set(eos), 6));
+    expect(want[0]!.length).toBeLessThanOrEqual(3);
+    for (const [i, r] of rows.entries()) {
+      const ids = want[i]!;
+      const stopped = eos.includes(ids.at(-1)!);
+      expect(got.find((g) => g.query_id === r.query_id)).toMatchObject({
+        raw_response: decode(stopped ? ids.slice(0, -1) : ids),
+        generated_tokens: ids.length,
+        finish_reason: stopped ? "stop" : "length",
+      });
+    }
+
+    writeFileSync(genaiPath, JSON.stringify({ ...genai, model: { ...genai.model, eos_token_id: ["</s>"] } }));
+    const refused = join(dir, "gen-eos-bad.jsonl");
+    await expect(generate({ modelDir: d, bank: small, out: refused, batchSize: 4, maxNewTokens: 6 })).rejects.toThrow(
+      `${genaiPath}: "eos_token_id" must be a token id or a list of token ids`,
+    );
+    expect(existsSync(refused)).toBe(false);
+  });
 });
 
 describe("a CUDA-style genai build (float16 KV cache and logits)", () => {

@@ -7,7 +7,7 @@
  * shards cut on block boundaries merge into exactly the single-process store.
  */
 import { createHash } from "node:crypto";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 
 import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
@@ -209,7 +209,9 @@ export async function inspectModel(
   const model = decodeModelOf(md, source.bytes);
   const L = md.config.numLayers;
   const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
-  const plan = detectHiddenTensors(model.graph!, L, explicit);
+  // A genai build's count is genai_config.json's (it has no config.json).
+  const layersFrom = `${basename(md.config.path)}'s num_hidden_layers`;
+  const plan = detectHiddenTensors(model.graph!, L, explicit, undefined, layersFrom);
   if (explicit) checkGivenWidths(model, plan.tensors, md.config.hiddenSize);
   const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);
   const missing = storedLayers.filter((l) => !plan.tensors.some((t) => t.layer === l));

@@ -64,8 +64,9 @@ export function detectHiddenTensors(
   numLayers: number,
   given?: ReadonlyMap<number, string>,
   styles: readonly GraphStyle[] = STYLES,
+  layersFrom?: string,
 ): HiddenPlan {
-  const context = { numLayers, given };
+  const context = { numLayers, given, ...(layersFrom ? { layersFrom } : {}) };
   // Styles that prepare a graph (inline a merged decoder's branch) run first; the others then read the prepared graph.
   const prepared: GraphStyle[] = [];
   let style: GraphStyle | undefined;

@@ -6,7 +6,8 @@
  * sizes 16 and 1 with padded batches and a prompt past 192 tokens; a build
  * without its LM head (exclude_lm_head) stores the same states; a float16 build
  * of head size 8, which onnxruntime's CPU kernel refuses, stops extraction and
- * generation in one line naming the graph, writing nothing; generation stops on
+ * generation in one line naming the graph, writing nothing; a block count
+ * the graph disagrees with is blamed on genai_config.json; generation stops on
  * any id of genai_config.json's `eos_token_id` list, and a bad value there is
  * blamed on genai_config.json.
  */
@@ -249,6 +250,20 @@ describe("generation on an onnxruntime-genai build", () => {
       }
     },
   );
+});
+
+describe("a genai build whose genai_config.json gives another block count than the graph has", () => {
+  it("stops in one line naming genai_config.json's num_hidden_layers, not a config.json the folder lacks", async () => {
+    const d = join(dir, "genai-four-layers");
+    await writeTinyModel(d, OPTS, genaiFiles("fp32"));
+    const genaiPath = join(d, "genai_config.json");
+    const genai = JSON.parse(readFileSync(genaiPath, "utf8"));
+    genai.model.decoder.num_hidden_layers = 4;
+    writeFileSync(genaiPath, JSON.stringify(genai));
+    await expect(inspectModel(d)).rejects.toThrow(
+      /^structure: the residual stream holds 3 blocks \(6 residual sums, two per pre-norm block\) but genai_config\.json's num_hidden_layers is 4 \(graph style seen: genai\)\. /,
+    );
+  });
 });
 
 describe("a genai build whose genai_config.json lists eos_token_id (and there is no config.json)", () => {

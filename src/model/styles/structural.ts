@@ -14,7 +14,8 @@
  *   matrix product, or an `*Attention` op; an MLP: matrix products and no
  *   attention, a mixture of experts' router Softmax included; parallel:
  *   attention, and two branches added).
- * - The block count must equal config.json's `num_hidden_layers`.
+ * - The block count must equal config.json's `num_hidden_layers` (genai_config.json's in an
+ *   onnxruntime-genai build).
  * - A residual `Add` may be fused with the norm after it: com.microsoft
  *   `SkipSimplifiedLayerNormalization` / `SkipLayerNormalization`
  *   (onnxruntime-genai builds) read the stream and a sublayer's output as
@@ -524,8 +525,15 @@ function failure(graph: GraphProto, problem: string, candidates: string[]): Dete
   );
 }
 
-/** Locates the blocks by structure alone, no names consulted. */
-export function locateByStructure(graph: GraphProto, numLayers: number): Located {
+/**
+ * Locates the blocks by structure alone, no names consulted. `layersFrom` says where `numLayers` was read, for the
+ * message when the stream holds another count.
+ */
+export function locateByStructure(
+  graph: GraphProto,
+  numLayers: number,
+  layersFrom = "config.json's num_hidden_layers",
+): Located {
   let s: ResidualStream;
   try {
     s = followStream(graph);
@@ -540,7 +548,7 @@ export function locateByStructure(graph: GraphProto, numLayers: number): Located
       s.residuals[s.blockEnds[0]!]!.kind === "parallel" ? "one per parallel block" : "two per pre-norm block";
     throw failure(
       graph,
-      `the residual stream holds ${s.blockEnds.length} blocks (${s.residuals.length} ${word}s, ${perBlock}) but config.json's num_hidden_layers is ${numLayers}`,
+      `the residual stream holds ${s.blockEnds.length} blocks (${s.residuals.length} ${word}s, ${perBlock}) but ${layersFrom} is ${numLayers}`,
       candidates,
     );
   }
@@ -618,8 +626,8 @@ export const structuralStyle: GraphStyle = {
     const output = findOutput(graph);
     return findEmbedding(graph, consumers) !== undefined && output !== undefined && producer.has(output);
   },
-  locate(graph, numLayers) {
-    const located = locateByStructure(graph, numLayers);
+  locate(graph, numLayers, context) {
+    const located = locateByStructure(graph, numLayers, context.layersFrom);
     const check = crossCheckNames(graph, numLayers, located.tensors);
     return {
       ...located,

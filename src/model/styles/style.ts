@@ -46,6 +46,8 @@ export interface InputPlan {
 export interface StyleContext {
   numLayers: number;
   given?: ReadonlyMap<number, string>;
+  /** Where `numLayers` was read, as messages name it: `config.json's num_hidden_layers` where absent. */
+  layersFrom?: string;
 }
 
 export interface GraphStyle {

@@ -4,7 +4,9 @@
  * genai names agreeing, why they are
  * right-padded, and the stored states against the float64 reference at batch
  * sizes 16 and 1 with padded batches and a prompt past 192 tokens; a build
- * without its LM head (exclude_lm_head) stores the same states; a float16 build
+ * without its LM head (exclude_lm_head) stores the same states; builds with
+ * Qwen3's per-head q/k norms and Gemma 3's four-norm blocks store onnxruntime's
+ * own block states; a float16 build
  * of head size 8, which onnxruntime's CPU kernel refuses, stops extraction and
  * generation in one line naming the graph, writing nothing; a block count
  * the graph disagrees with is blamed on genai_config.json; generation stops on
@@ -23,7 +25,16 @@ import { genaiFiles, type GenaiPrecision } from "../../src/synthetic/genai.js";
 import { tinyConfig, tinyWeights, writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
 import { roundWeightsToFloat16, styleWeights } from "../../src/synthetic/quantize.js";
 import { extract, inspectModel } from "../../src/extract/extract.js";
-import { encodeModel, loadModel } from "../../src/onnx/graph.js";
+import {
+  DataType,
+  encodeModel,
+  floatTensor,
+  int64Tensor,
+  loadModel,
+  valueInfo,
+  type ModelProto,
+  type NodeProto,
+} from "../../src/onnx/graph.js";
 import { genaiStyle } from "../../src/model/styles/genai.js";
 import { runError } from "../../src/model/session.js";
 import { generate } from "../../src/generate/generate.js";
@@ -250,6 +261,156 @@ describe("generation on an onnxruntime-genai build", () => {
       }
     },
   );
+});
+
+/**
+ * The build edited as the model builder writes Qwen3 and Gemma 3: a per-head RMSNorm on q and on k before
+ * GroupQueryAttention (`attn/q_norm/SimplifiedLayerNormalization` on a reshape to heads), and with `gemma`, the
+ * embedding scaled by √d and the four-norm block (a plain norm on attention's output and on the MLP's before each
+ * residual sum, the sum after attention becoming `pre_feedforward_layernorm/SkipLayerNorm`).
+ */
+function addBuilderNorms(model: ModelProto, gemma: boolean): void {
+  const g = model.graph!;
+  const hd = OPTS.hidden! / OPTS.heads!;
+  const weight = (name: string, n: number) => {
+    g.initializer!.push(
+      floatTensor(
+        name,
+        Float32Array.from({ length: n }, (_, i) => 0.6 + 0.05 * i),
+        [n],
+      ),
+    );
+    return name;
+  };
+  const norm = (name: string, input: string, w: string): NodeProto => ({
+    name: `${name}/SimplifiedLayerNormalization`,
+    opType: "SimplifiedLayerNormalization",
+    input: [input, w],
+    output: [`${name}/SimplifiedLayerNormalization/output_0`],
+    attribute: [
+      { name: "axis", type: 2, i: -1 },
+      { name: "epsilon", type: 1, f: 1e-6 },
+    ],
+  });
+  const nodes: NodeProto[] = [];
+  for (const n of g.node!) {
+    if (n.opType === "GroupQueryAttention") {
+      const A = n.name!.replace(/\/GroupQueryAttention$/, "");
+      for (const [i, which, heads] of [
+        [0, "q", OPTS.heads!],
+        [1, "k", OPTS.kvHeads!],
+      ] as const) {
+        const N = `${A}/${which}_norm`;
+        g.initializer!.push(int64Tensor(`${N}/heads`, [0, 0, heads, hd]), int64Tensor(`${N}/flat`, [0, 0, heads * hd]));
+        const normed = norm(N, `${N}/Reshape/output_0`, weight(`${N}.weight`, hd));
+        nodes.push(
+          {
+            name: `${N}/Reshape`,
+            opType: "Reshape",
+            input: [n.input![i]!, `${N}/heads`],
+            output: [`${N}/Reshape/output_0`],
+          },
+          normed,
+          {
+            name: `${N}/Reshape_1`,
+            opType: "Reshape",
+            input: [normed.output![0]!, `${N}/flat`],
+            output: [`${N}/Reshape_1/output_0`],
+          },
+        );
+        n.input![i] = `${N}/Reshape_1/output_0`;
+      }
+    } else if (gemma && n.name === "/model/embed_tokens/Gather") {
+      const scaled = n.output![0]!;
+      n.output![0] = `${scaled}/unscaled`;
+      g.initializer!.push(floatTensor("/model/embed_tokens/scale", Float32Array.of(Math.sqrt(OPTS.hidden!)), []));
+      nodes.push(n, {
+        name: "/model/embed_tokens/Mul",
+        opType: "Mul",
+        input: [n.output![0], "/model/embed_tokens/scale"],
+        output: [scaled],
+      });
+      continue;
+    } else if (gemma && n.opType === "SkipSimplifiedLayerNormalization") {
+      const [, layer, where] = /^\/model\/layers\.(\d+)\/(\w+)\//.exec(n.name!)!;
+      const afterAttention = where === "post_attention_layernorm";
+      if (afterAttention) n.name = n.name!.replace(where, "pre_feedforward_layernorm");
+      const N = afterAttention
+        ? `/model/layers.${layer}/post_attention_layernorm`
+        : `/model/layers.${Number(layer) - 1}/post_feedforward_layernorm`;
+      const normed = norm(N, n.input![0]!, weight(`${N}.weight`, OPTS.hidden!));
+      nodes.push(normed);
+      n.input![0] = normed.output![0]!;
+    }
+    nodes.push(n);
+  }
+  g.node = nodes;
+}
+
+describe.each([
+  ["Qwen3", false],
+  ["Gemma 3", true],
+])("a genai build with %s's per-head q/k norms", (_family, gemma) => {
+  it("stores onnxruntime's own block states, right-padded at batch size 16, no q/k or sublayer norm taken for a block's", async () => {
+    const d = join(dir, `genai-qk-norm-${gemma ? "gemma" : "qwen"}`);
+    await writeTinyModel(d, OPTS, genaiFiles("fp32"));
+    const model = await loadModel(join(d, "model.onnx"));
+    addBuilderNorms(model, gemma);
+    writeFileSync(join(d, "model.onnx"), encodeModel(model));
+    const norms = model.graph!.node!.filter(
+      (n) => n.opType === "SimplifiedLayerNormalization" && /(?:[qk]_norm|post_\w+_layernorm)\//.test(n.name!),
+    );
+    expect(norms).toHaveLength(gemma ? 12 : 6);
+
+    const out = join(dir, `store-qk-norm-${gemma ? "gemma" : "qwen"}`);
+    const { manifest } = await extract({ modelDir: d, bank, out, batchSize: 16, layerRule: "l >= 0" });
+    expect(manifest).toMatchObject({
+      padding_side: "right",
+      style: { name: "structural", cross_check: "names (genai) agree on all 3 blocks" },
+    });
+    const tensors = manifest.style!.layers.map((l) => l.tensor);
+    expect(tensors).toEqual([
+      "/model/layers.1/input_layernorm/SkipSimplifiedLayerNormalization_output_3",
+      "/model/layers.2/input_layernorm/SkipSimplifiedLayerNormalization_output_3",
+      "/model/layers.3/final_norm_layernorm/SkipSimplifiedLayerNormalization_output_0",
+    ]);
+
+    // onnxruntime's own values of those tensors, each prompt run alone.
+    for (const t of tensors)
+      model.graph!.output!.push(valueInfo(t, DataType.FLOAT, ["batch_size", "sequence_length", OPTS.hidden!]));
+    // Beside model.onnx, whose weights it reads from model.onnx.data.
+    writeFileSync(join(d, "probed.onnx"), encodeModel(model));
+    const session = await ort.InferenceSession.create(join(d, "probed.onnx"));
+    const tok = await PromptTokenizer.load(d);
+    const reader = await StoreReader.open(out);
+    const rows = readFileSync(bank, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    let worst = 0;
+    for (const [i, row] of rows.entries()) {
+      const ids = tok.encode(buildPrompt(row));
+      const T = ids.length;
+      const feeds: Record<string, ort.Tensor> = {
+        input_ids: new ort.Tensor("int64", BigInt64Array.from(ids, BigInt), [1, T]),
+        attention_mask: new ort.Tensor("int64", new BigInt64Array(T).fill(1n), [1, T]),
+      };
+      for (const name of session.inputNames.filter((n) => n.startsWith("past_key_values")))
+        feeds[name] = new ort.Tensor("float32", new Float32Array(0), [1, OPTS.kvHeads!, 0, OPTS.hidden! / OPTS.heads!]);
+      const states = await session.run(feeds);
+      for (const layer of reader.manifest.layers) {
+        const got = await reader.readRowsF32(layer, i, 1);
+        const want = (states[tensors[layer]!]!.data as Float32Array).subarray((T - 1) * OPTS.hidden!, T * OPTS.hidden!);
+        const rms = Math.sqrt(want.reduce((a, v) => a + v * v, 0) / want.length);
+        want.forEach((w, j) => {
+          worst = Math.max(worst, Math.abs(got[j]! - w) / (2 * FLOAT16_RELATIVE * (Math.abs(w) + 1e-2 * rms)));
+        });
+      }
+    }
+    await reader.close();
+    await session.release();
+    expect(worst).toBeLessThanOrEqual(1);
+  });
 });
 
 describe("a genai build whose genai_config.json gives another block count than the graph has", () => {

@@ -289,8 +289,9 @@ describe("structural detection on onnxruntime-genai graphs (Skip norms, GroupQue
   });
 
   it("a block count that disagrees with genai_config.json: one line naming the style seen, the candidates and the flag", () => {
-    expect(() => detectHiddenTensors(genaiGraph(3), 4)).toThrow(
-      /^structure: the residual stream holds 3 blocks \(6 residual sums, two per pre-norm block\) but config\.json's num_hidden_layers is 4 \(graph style seen: genai\)\. Name the tensors with --hidden-tensors LAYER=TENSOR,…,final=TENSOR; candidate tensors: \/model\/embed_tokens\/Gather_output_0, [^\n]*$/,
+    const layersFrom = "genai_config.json's num_hidden_layers";
+    expect(() => detectHiddenTensors(genaiGraph(3), 4, undefined, undefined, layersFrom)).toThrow(
+      /^structure: the residual stream holds 3 blocks \(6 residual sums, two per pre-norm block\) but genai_config\.json's num_hidden_layers is 4 \(graph style seen: genai\)\. Name the tensors with --hidden-tensors LAYER=TENSOR,…,final=TENSOR; candidate tensors: \/model\/embed_tokens\/Gather_output_0, [^\n]*$/,
     );
   });
 });

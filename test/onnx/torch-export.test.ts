@@ -7,7 +7,7 @@
  * relatives (Mistral's and Phi-3's sliding windows, Qwen2's biases, OLMo's
  * layer norms without weights, Starcoder2, a mixture of experts, Phi-3's fused
  * projections and long-RoPE tables computed from position_ids, StableLM's and
- * Phi's partial rotary embeddings, Gemma 2's soft-capped scores), GPT-2 and
+ * Phi's partial rotary embeddings, Gemma 2's soft-capped scores and window), GPT-2 and
  * GPT-Neo (learned positions, causal buffers sliced at the keys' length),
  * GPT-J and CodeGen (interleaved rotary embeddings gathered from one table),
  * Falcon-7B and GPT-BigCode (one key/value head), MPT (ALiBi sliced by the
@@ -54,7 +54,7 @@ const rows = QUERIES.map((query, i) => ({
   use_for_main_forward: true,
   answers: ["x"],
 }));
-/** The module, and the make-model folder whose config.json and tokenizer it takes. */
+/** The module, and the make-model folder whose config.json (with `config`'s fields replaced) and tokenizer it takes. */
 const MODELS = {
   "llama-gqa": { module: "llama", family: "llama", kvHeads: 2, seed: 7 },
   "llama-mqa": { module: "llama", family: "llama", kvHeads: 1, seed: 9 },
@@ -73,11 +73,13 @@ const MODELS = {
   phi3: { module: "phi3", family: "phi3", kvHeads: 2, seed: 21 },
   stablelm: { module: "stablelm", family: "stablelm", kvHeads: undefined, seed: 22 },
   phi: { module: "phi", family: "phi", kvHeads: undefined, seed: 23 },
-  gemma: { module: "gemma", family: "gemma", kvHeads: 2, seed: 24 },
+  // A window shorter than every prompt: the added cache must keep it (a `tril` of the 4-D mask).
+  gemma: { module: "gemma", family: "gemma", kvHeads: 2, seed: 24, config: { sliding_window: 4 } },
   codegen: { module: "codegen", family: "codegen", kvHeads: undefined, seed: 25 },
   gpt_neo: { module: "gpt_neo", family: "gpt_neo", kvHeads: undefined, seed: 26 },
   mpt: { module: "mpt", family: "mpt", kvHeads: undefined, seed: 27 },
 } as const;
+type Name = keyof typeof MODELS;
 
 function torch(...args: string[]): string {
   const r = spawnSync(PYTHON, [script, ...args], { encoding: "utf8", maxBuffer: 16 << 20 });
@@ -85,27 +87,37 @@ function torch(...args: string[]): string {
   return r.stdout;
 }
 
+/** Writes `name`'s model folder: make-model's config.json and tokenizer, the module's torch.onnx.export graph. */
+async function exportModel(name: Name, md: string, layers: number): Promise<PromptTokenizer> {
+  const m = MODELS[name];
+  await writeModelInStyle(md, "plain", {
+    family: m.family,
+    layers,
+    hidden: 32,
+    heads: 4,
+    ...(m.kvHeads ? { kvHeads: m.kvHeads } : {}),
+    tokenizer: "llama3.1-1k",
+  });
+  rmSync(join(md, "model.onnx"));
+  if ("config" in m) {
+    const config = join(md, "config.json");
+    writeFileSync(config, JSON.stringify({ ...JSON.parse(readFileSync(config, "utf8")), ...m.config }, null, 2));
+  }
+  torch("export", m.module, md, String(m.seed));
+  return PromptTokenizer.load(md);
+}
+
 beforeAll(() => {
   writeFileSync(bank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
 });
 
 describe.skipIf(!hasTorch)("a torch.onnx.export graph without a KV cache", () => {
-  it.each(Object.keys(MODELS) as (keyof typeof MODELS)[])(
+  it.each(Object.keys(MODELS) as Name[])(
     "%s: generation adds a cache, uses it, and writes the float64 module's greedy text at batch 8 and 1",
     async (name) => {
       const m = MODELS[name];
       const md = join(dir, name);
-      await writeModelInStyle(md, "plain", {
-        family: m.family,
-        layers: 2,
-        hidden: 32,
-        heads: 4,
-        ...(m.kvHeads ? { kvHeads: m.kvHeads } : {}),
-        tokenizer: "llama3.1-1k",
-      });
-      rmSync(join(md, "model.onnx"));
-      torch("export", m.module, md, String(m.seed));
-      const tok = await PromptTokenizer.load(md);
+      const tok = await exportModel(name, md, 2);
       const ids = join(dir, `${name}.ids.json`);
       writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
       const greedy = JSON.parse(torch("greedy", m.module, md, String(m.seed), ids, String(MAX_NEW), String(EOS)));

@@ -7,12 +7,16 @@ greedy decoding: the graphs users export by hand, and their reference.
                                                OPSET (17; below 17 LayerNorm is written out)
     torch_export.py greedy FAMILY DIR SEED IDS MAX_NEW EOS
                                                prints the float64 greedy ids of each prompt in IDS (a JSON list)
+    torch_export.py states FAMILY DIR SEED IDS
+                                               prints, for each prompt in IDS, the float64 states at its last
+                                               token as HuggingFace numbers them: each block's output, the last
+                                               block's after the final norm (Llama and its relatives only)
 
 Families (FAMILIES; each class says how transformers writes it): llama and
-its relatives mistral, qwen2, olmo, starcoder2, mixtral, phi3, stablelm, phi
-and gemma (Gemma 2), which override its steps; gpt2, gpt_neo, bloom, opt,
-neox, gptj, codegen, falcon, gpt_bigcode and mpt. The weights are drawn from
-SEED, so export and reference agree.
+its relatives mistral, qwen2, olmo, starcoder2, mixtral, phi3, stablelm, phi,
+gemma (Gemma 2), qwen3 and gemma3_text (Gemma 3), which override its steps;
+gpt2, gpt_neo, bloom, opt, neox, gptj, codegen, falcon, gpt_bigcode and mpt.
+The weights are drawn from SEED, so export and reference agree.
 """
 import json
 import math
@@ -419,6 +423,86 @@ class Gemma2(Llama):
     def logits(self, x):
         cap = self.c["final_logit_softcapping"]
         return torch.tanh(super().logits(x) / cap) * cap
+
+
+class Qwen3(Llama):
+    """transformers 4.51's Qwen3: Llama without biases, head_dim from the config (its heads may be wider than
+    hidden/heads), an RMSNorm over each head's queries and keys (q_norm, k_norm: one weight of head_dim) before the
+    rotary embedding, which is computed from position_ids."""
+
+    def make_layer(self, m, r, b, w, d, inter):
+        super().make_layer(m, r, b, w, d, inter)
+        m.qn, m.kn = w(self.hd), w(self.hd)
+
+    make_rotary = Gemma2.make_rotary
+    rotary = Gemma2.rotary
+
+    def attention(self, i, m, h, bias, position_ids):
+        B, T, _ = h.shape
+        q, k, v = self.qkv(m, h)
+        q = self.norm(q.view(B, T, self.H, self.hd), m.qn).transpose(1, 2)
+        k = self.norm(k.view(B, T, self.KV, self.hd), m.kn).transpose(1, 2)
+        v = v.view(B, T, self.KV, self.hd).transpose(1, 2)
+        return self.attend(i, m, q, k, v, bias, position_ids)
+
+    def attend(self, i, m, q, k, v, bias, position_ids):
+        """Llama's attention from the heads' queries, keys and values on: rotary, repeated heads, output projection."""
+        B, _, T, _ = q.shape
+        cos, sin = self.rotary(k.shape[-2], position_ids, q.dtype)
+        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        rep, kv_len = self.H // self.KV, k.shape[-2]
+        k = k[:, :, None].expand(B, self.KV, rep, kv_len, self.hd).reshape(B, self.H, kv_len, self.hd)
+        v = v[:, :, None].expand(B, self.KV, rep, kv_len, self.hd).reshape(B, self.H, kv_len, self.hd)
+        a = torch.softmax(self.scores(i, q, k, bias), dim=-1) @ v
+        return self.out(m, a.transpose(1, 2).reshape(B, T, -1))
+
+
+class Gemma3(Qwen3):
+    """transformers 4.50's Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text): Gemma 2's block (four (1 + w)
+    RMSNorms, GELU-gated MLP, embeddings scaled by √d, queries scaled by query_pre_attn_scalar) with Qwen3's
+    per-head q_norm and k_norm (in the (1 + w) form), no soft-capping of scores or logits (both None in
+    Gemma3TextConfig), the head tied to the embeddings, and local layers (all but every sliding_window_pattern-th)
+    that attend within the sliding window and read a rotary table of base rope_local_base_freq; the global
+    layers' table has base rope_theta."""
+
+    TIED = True
+
+    def make_layer(self, m, r, b, w, d, inter):
+        Llama.make_layer(self, m, r, b, w, d, inter)
+        m.ln3, m.ln4, m.qn, m.kn = b(d), b(d), b(self.hd), b(self.hd)
+
+    def make_head(self, r, b, w, d, V, g):
+        self.norm_w = b(d)
+
+    def make_rotary(self, c):
+        exps = torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd
+        self.register_buffer("inv_freq", 1.0 / (c["rope_theta"] ** exps), persistent=False)
+        self.register_buffer("inv_freq_local", 1.0 / (c["rope_local_base_freq"] ** exps), persistent=False)
+
+    def sliding_layer(self, i):
+        return bool((i + 1) % self.c["sliding_window_pattern"])
+
+    norm = Gemma2.norm
+    embeddings = Gemma2.embeddings
+    mlp = Gemma2.mlp
+    block = Gemma2.block
+
+    def attend(self, i, m, q, k, v, bias, position_ids):
+        self.local = self.sliding_layer(i)
+        return super().attend(i, m, q, k, v, bias, position_ids)
+
+    def rotary(self, kv_len, position_ids, dt):
+        return computed_rotary(self.inv_freq_local if self.local else self.inv_freq, position_ids, dt)
+
+    def scores(self, i, q, k, bias):
+        s = (q @ k.transpose(2, 3)) * self.c["query_pre_attn_scalar"] ** -0.5
+        if self.local:
+            window = torch.tril(torch.ones_like(bias, dtype=torch.bool), diagonal=-self.c["sliding_window"])
+            bias = torch.where(window, torch.tensor(torch.finfo(bias.dtype).min, dtype=bias.dtype), bias)
+        return s + bias[:, :, :, : k.shape[-2]]
+
+    def logits(self, x):
+        return self.norm(x, self.norm_w) @ self.embed.T
 
 
 class Gpt2(nn.Module):
@@ -964,7 +1048,8 @@ class Mpt(nn.Module):
 FAMILIES = {"llama": Llama, "mistral": Mistral, "qwen2": Qwen2, "olmo": Olmo, "starcoder2": Starcoder2,
             "mixtral": Mixtral, "phi3": Phi3, "stablelm": StableLm, "phi": Phi, "gemma": Gemma2, "gpt2": Gpt2,
             "bloom": Bloom, "opt": Opt, "neox": Neox, "gptj": Gptj, "codegen": Codegen, "falcon": Falcon,
-            "gpt_bigcode": GptBigcode, "gpt_neo": GptNeo, "mpt": Mpt}
+            "gpt_bigcode": GptBigcode, "gpt_neo": GptNeo, "mpt": Mpt, "qwen3": Qwen3,
+            "gemma3_text": Gemma3}
 
 
 def build(family, d, seed):
@@ -1012,5 +1097,23 @@ def greedy(family, d, seed, ids_path, max_new, eos):
     print(json.dumps(out))
 
 
+def states(family, d, seed, ids_path):
+    m = build(family, d, seed)
+    with open(ids_path) as f:
+        prompts = json.load(f)
+    out = []
+    with torch.inference_mode():
+        for p in prompts:
+            T = len(p)
+            x = m.embeddings(torch.tensor([p]))
+            bias, pos, hs = m.mask(torch.ones(1, T, dtype=torch.long), 1, T, x.dtype), torch.arange(T)[None], []
+            for i, layer in enumerate(m.layers):
+                x = m.block(i, layer, x, bias, pos)
+                hs.append(x[0, -1])
+            hs[-1] = m.norm(x, m.norm_w)[0, -1]
+            out.append([h.tolist() for h in hs])
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
-    {"export": export, "greedy": greedy}[sys.argv[1]](*sys.argv[2:])
+    {"export": export, "greedy": greedy, "states": states}[sys.argv[1]](*sys.argv[2:])

@@ -11,10 +11,14 @@
  * GPT-Neo (learned positions, causal buffers sliced at the keys' length),
  * GPT-J and CodeGen (interleaved rotary embeddings gathered from one table),
  * Falcon-7B and GPT-BigCode (one key/value head), MPT (ALiBi sliced by the
- * keys' length), and BLOOM, OPT and GPT-NeoX (batch and heads merged into one
- * axis for bmm). Generation adds a cache, uses it, and writes the greedy text
- * of the same PyTorch module run in float64. Skipped where PyTorch is not
- * installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
+ * keys' length), BLOOM, OPT and GPT-NeoX (batch and heads merged into one
+ * axis for bmm), and Qwen3 and Gemma 3 (an RMSNorm on each head's queries and
+ * keys, heads wider than hidden/heads; Gemma 3's local and global layers with
+ * their own rotary bases). Generation adds a cache, uses it, and writes the
+ * greedy text of the same PyTorch module run in float64; for Qwen3 and Gemma 3
+ * extraction stores the module's float64 hidden states (HuggingFace's
+ * numbering) within float16 storage. Skipped where PyTorch is not installed,
+ * unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -23,11 +27,14 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
+import { extract } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
+import { StoreReader } from "../../src/store/reader.js";
 import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import { PYTHON } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
+import { STORED_VS_REFERENCE } from "../tolerances.js";
 
 const hasTorch = spawnSync(PYTHON, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
 if (process.env.HSM_REQUIRE_TORCH === "1" && !hasTorch)
@@ -54,6 +61,27 @@ const rows = QUERIES.map((query, i) => ({
   use_for_main_forward: true,
   answers: ["x"],
 }));
+/**
+ * Qwen3's and Gemma 3's config.json: make-model's qwen2 and gemma (Gemma 2) configs with these fields replaced.
+ * Both have heads of 16 features where hidden/heads is 8, as Qwen3-0.6B's 16 heads of 128 read a hidden size of
+ * 1,024. Gemma 3's window of 4 tokens is shorter than every prompt, and its pattern of 2 makes layers 0 and 2
+ * local, layer 1 global.
+ */
+const QWEN3 = { architectures: ["Qwen3ForCausalLM"], model_type: "qwen3", head_dim: 16, rms_norm_eps: 1e-6 };
+const GEMMA3 = {
+  architectures: ["Gemma3ForCausalLM"],
+  model_type: "gemma3_text",
+  head_dim: 16,
+  rms_norm_eps: 1e-6,
+  query_pre_attn_scalar: 12,
+  attn_logit_softcapping: null,
+  final_logit_softcapping: null,
+  sliding_window: 4,
+  sliding_window_pattern: 2,
+  rope_theta: 1e6,
+  rope_local_base_freq: 1e4,
+  tie_word_embeddings: true,
+};
 /** The module, and the make-model folder whose config.json (with `config`'s fields replaced) and tokenizer it takes. */
 const MODELS = {
   "llama-gqa": { module: "llama", family: "llama", kvHeads: 2, seed: 7 },
@@ -78,6 +106,8 @@ const MODELS = {
   codegen: { module: "codegen", family: "codegen", kvHeads: undefined, seed: 25 },
   gpt_neo: { module: "gpt_neo", family: "gpt_neo", kvHeads: undefined, seed: 26 },
   mpt: { module: "mpt", family: "mpt", kvHeads: undefined, seed: 27 },
+  qwen3: { module: "qwen3", family: "qwen2", kvHeads: 2, seed: 28, config: QWEN3 },
+  gemma3_text: { module: "gemma3_text", family: "gemma", kvHeads: 2, seed: 29, config: GEMMA3 },
 } as const;
 type Name = keyof typeof MODELS;
 
@@ -143,6 +173,37 @@ describe.skipIf(!hasTorch)("a torch.onnx.export graph without a KV cache", () =>
           .map((l) => JSON.parse(l));
         expect(Object.fromEntries(got.map((r) => [r.query_id, r.raw_response]))).toEqual(want);
       }
+    },
+  );
+});
+
+describe.skipIf(!hasTorch)("a torch.onnx.export graph with an RMSNorm on each head's queries and keys", () => {
+  it.each(["qwen3", "gemma3_text"] as const)(
+    "%s: extraction stores each block's float64 output, the last one's after the final norm",
+    async (name) => {
+      const m = MODELS[name];
+      const md = join(dir, `${name}-states`);
+      const tok = await exportModel(name, md, 3);
+      const ids = join(dir, `${name}.states-ids.json`);
+      writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
+      const want = JSON.parse(torch("states", m.module, md, String(m.seed), ids)) as number[][][];
+      const store = join(dir, `${name}.store`);
+      await extract({ modelDir: md, bank, out: store, batchSize: 2, layerRule: "l >= 0" });
+      const reader = await StoreReader.open(store);
+      expect(reader.manifest.layers).toEqual([0, 1, 2]);
+      for (const layer of reader.manifest.layers) {
+        for (let i = 0; i < rows.length; i++) {
+          const got = await reader.readRowsF32(layer, i, 1);
+          expect(got.length).toBe(32);
+          want[i]![layer]!.forEach((w, j) => {
+            const { relative, absolute } = STORED_VS_REFERENCE;
+            expect(Math.abs(got[j]! - w), `layer ${layer} row ${i} feature ${j}`).toBeLessThanOrEqual(
+              relative * Math.abs(w) + absolute,
+            );
+          });
+        }
+      }
+      await reader.close();
     },
   );
 });

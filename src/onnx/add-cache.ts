@@ -15,8 +15,10 @@
  * buffer to it), and `Range`s over `input_ids`' length (the query positions of
  * a causal mask, positions counted from 0). Without a cache the two agree;
  * with one the keys' length must count the past too and the query positions
- * must start where the past ends. The rewrite makes both so (see
- * {@link growKeyLengths} and {@link shiftQueryRanges}), so the added cache
+ * must start where the past ends; so must the rows of a `Trilu` over the
+ * mask's columns (a sliding window). The rewrite makes all so (see
+ * {@link growKeyLengths}, {@link shiftQueryRanges} and
+ * {@link shiftTriluDiagonals}), so the added cache
  * computes what a with-past export of the same model computes. Generation
  * still tries it on a few prompts against full recomputation (generate.ts).
  */
@@ -402,7 +404,7 @@ function growKeyLengths(graph: GraphProto, points: readonly JoinedCache[], befor
 function shiftQueryRanges(
   graph: GraphProto,
   opset: number,
-  cache: JoinedCache,
+  pastLength: () => string,
   before: Map<NodeProto, NodeProto[]>,
 ): void {
   const { producer } = graphIndex(graph);
@@ -413,30 +415,68 @@ function shiftQueryRanges(
       from.has("input_ids") && ![...from].some((t) => t === "attention_mask" || t === "position_ids" || isPastInput(t))
     );
   });
-  if (ranges.length === 0) return;
-  const name = "/hsm/cache/past_length";
-  const axis = `${name}/axis`;
-  (graph.initializer ??= []).push(int64Tensor(axis, [cache.seqAxis], []));
-  const shape = `${name}/shape`;
-  const first: NodeProto[] = [
-    { name: shape, opType: "Shape", input: [cache.past], output: [shape] },
-    { name, opType: "Gather", input: [shape, axis], output: [name], attribute: [{ name: "axis", type: INT, i: 0 }] },
-  ];
   for (const [j, r] of ranges.entries()) {
     const own = `/hsm/cache/range_${j}`;
     const length = `${own}/past_length`;
     const added: NodeProto[] = [
-      ...(j === 0 ? first : []),
       // The bounds' own type (Range takes int32, int64 or floats alike); before CastLike, torch's int64.
       opset >= 15
-        ? { name: length, opType: "CastLike", input: [name, r.input![0]!], output: [length] }
-        : { name: length, opType: "Identity", input: [name], output: [length] },
+        ? { name: length, opType: "CastLike", input: [pastLength(), r.input![0]!], output: [length] }
+        : { name: length, opType: "Identity", input: [pastLength()], output: [length] },
       { name: `${own}/start`, opType: "Add", input: [r.input![0]!, length], output: [`${own}/start`] },
       { name: `${own}/limit`, opType: "Add", input: [r.input![1]!, length], output: [`${own}/limit`] },
     ];
     before.set(r, [...(before.get(r) ?? []), ...added]);
     r.input = [`${own}/start`, `${own}/limit`, r.input![2]!];
   }
+}
+
+/**
+ * Every `Trilu` of a tensor computed from the attention mask (Gemma 2's and Gemma 3's sliding window, a `tril` of
+ * the 4-D mask `[B, 1, T, S]`) counts its diagonal the past's length further: its rows are the new tokens, whose
+ * positions start where the past ends, and its columns the mask's, which count the past, so key `j` lies
+ * `past + i − j` positions behind query row `i`. Without a cache the two counts agree. A `Trilu` of the new
+ * tokens alone (a square over `input_ids`' length) shifts its rows and columns alike and is left as it is.
+ */
+function shiftTriluDiagonals(graph: GraphProto, pastLength: () => string, before: Map<NodeProto, NodeProto[]>): void {
+  const { producer } = graphIndex(graph);
+  const trilus = (graph.node ?? []).filter(
+    (n) => n.opType === "Trilu" && !n.domain && ancestry(producer, [n.input![0]!]).inputs.has("attention_mask"),
+  );
+  for (const [j, t] of trilus.entries()) {
+    const k = `/hsm/cache/trilu_${j}/k`;
+    const [x, diagonal] = t.input!;
+    before.set(t, [
+      ...(before.get(t) ?? []),
+      diagonal
+        ? { name: k, opType: "Add", input: [diagonal, pastLength()], output: [k] }
+        : { name: k, opType: "Identity", input: [pastLength()], output: [k] },
+    ]);
+    t.input = [x!, k];
+  }
+}
+
+/**
+ * The past's length, a scalar of the cache's first past input: `pastLength()` names it, and adds the nodes that
+ * compute it (before the graph's first node, as they read only that input) on its first call.
+ */
+function pastLengthOf(graph: GraphProto, cache: JoinedCache, before: Map<NodeProto, NodeProto[]>): () => string {
+  const name = "/hsm/cache/past_length";
+  let placed = false;
+  return () => {
+    if (placed) return name;
+    placed = true;
+    const axis = `${name}/axis`;
+    const shape = `${name}/shape`;
+    (graph.initializer ??= []).push(int64Tensor(axis, [cache.seqAxis], []));
+    const first = graph.node![0]!;
+    before.set(first, [
+      { name: shape, opType: "Shape", input: [cache.past], output: [shape] },
+      { name, opType: "Gather", input: [shape, axis], output: [name], attribute: [{ name: "axis", type: INT, i: 0 }] },
+      ...(before.get(first) ?? []),
+    ]);
+    return name;
+  };
 }
 
 /**
@@ -593,7 +633,9 @@ export function addKvCache(graph: GraphProto, opset: number, numLayers: number, 
     }
   }
   growKeyLengths(graph, points, before);
-  shiftQueryRanges(graph, opset, points[0]!, before);
+  const pastLength = pastLengthOf(graph, points[0]!, before);
+  shiftQueryRanges(graph, opset, pastLength, before);
+  shiftTriluDiagonals(graph, pastLength, before);
   sliceMaskPositions(graph, before);
   graph.node = (graph.node ?? []).flatMap((n) => [...(before.get(n) ?? []), n]);
   graph.input = [...inputs, ...added];

@@ -12,9 +12,10 @@ greedy decoding: the graphs users export by hand, and their reference.
 
 Families (FAMILIES; each class says how transformers writes it): llama and
 its relatives mistral, qwen2, olmo, starcoder2, mixtral, phi3, stablelm, phi,
-gemma (Gemma 2), olmo2 (OLMo 2), granite and cohere, which override its steps;
-gpt2, gpt_neo, bloom, opt, neox, gptj, codegen, falcon, gpt_bigcode and mpt. The weights are drawn from
-SEED, so export and reference agree.
+gemma (Gemma 2), olmo2 (OLMo 2), granite, cohere, qwen3 and gemma3_text
+(Gemma 3), which override its steps; gpt2, gpt_neo, bloom, opt, neox, gptj,
+codegen, falcon, gpt_bigcode and mpt. The weights are drawn from SEED, so
+export and reference agree.
 """
 import json
 import math
@@ -421,6 +422,86 @@ class Gemma2(Llama):
     def logits(self, x):
         cap = self.c["final_logit_softcapping"]
         return torch.tanh(super().logits(x) / cap) * cap
+
+
+class Qwen3(Llama):
+    """transformers 4.51's Qwen3: Llama without biases, head_dim from the config (its heads may be wider than
+    hidden/heads), an RMSNorm over each head's queries and keys (q_norm, k_norm: one weight of head_dim) before the
+    rotary embedding, which is computed from position_ids."""
+
+    def make_layer(self, m, r, b, w, d, inter):
+        super().make_layer(m, r, b, w, d, inter)
+        m.qn, m.kn = w(self.hd), w(self.hd)
+
+    make_rotary = Gemma2.make_rotary
+    rotary = Gemma2.rotary
+
+    def attention(self, i, m, h, bias, position_ids):
+        B, T, _ = h.shape
+        q, k, v = self.qkv(m, h)
+        q = self.norm(q.view(B, T, self.H, self.hd), m.qn).transpose(1, 2)
+        k = self.norm(k.view(B, T, self.KV, self.hd), m.kn).transpose(1, 2)
+        v = v.view(B, T, self.KV, self.hd).transpose(1, 2)
+        return self.attend(i, m, q, k, v, bias, position_ids)
+
+    def attend(self, i, m, q, k, v, bias, position_ids):
+        """Llama's attention from the heads' queries, keys and values on: rotary, repeated heads, output projection."""
+        B, _, T, _ = q.shape
+        cos, sin = self.rotary(k.shape[-2], position_ids, q.dtype)
+        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        rep, kv_len = self.H // self.KV, k.shape[-2]
+        k = k[:, :, None].expand(B, self.KV, rep, kv_len, self.hd).reshape(B, self.H, kv_len, self.hd)
+        v = v[:, :, None].expand(B, self.KV, rep, kv_len, self.hd).reshape(B, self.H, kv_len, self.hd)
+        a = torch.softmax(self.scores(i, q, k, bias), dim=-1) @ v
+        return self.out(m, a.transpose(1, 2).reshape(B, T, -1))
+
+
+class Gemma3(Qwen3):
+    """transformers 4.50's Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text): Gemma 2's block (four (1 + w)
+    RMSNorms, GELU-gated MLP, embeddings scaled by √d, queries scaled by query_pre_attn_scalar) with Qwen3's
+    per-head q_norm and k_norm (in the (1 + w) form), no soft-capping of scores or logits (both None in
+    Gemma3TextConfig), the head tied to the embeddings, and local layers (all but every sliding_window_pattern-th)
+    that attend within the sliding window and read a rotary table of base rope_local_base_freq; the global
+    layers' table has base rope_theta."""
+
+    TIED = True
+
+    def make_layer(self, m, r, b, w, d, inter):
+        Llama.make_layer(self, m, r, b, w, d, inter)
+        m.ln3, m.ln4, m.qn, m.kn = b(d), b(d), b(self.hd), b(self.hd)
+
+    def make_head(self, r, b, w, d, V, g):
+        self.norm_w = b(d)
+
+    def make_rotary(self, c):
+        exps = torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd
+        self.register_buffer("inv_freq", 1.0 / (c["rope_theta"] ** exps), persistent=False)
+        self.register_buffer("inv_freq_local", 1.0 / (c["rope_local_base_freq"] ** exps), persistent=False)
+
+    def sliding_layer(self, i):
+        return bool((i + 1) % self.c["sliding_window_pattern"])
+
+    norm = Gemma2.norm
+    embeddings = Gemma2.embeddings
+    mlp = Gemma2.mlp
+    block = Gemma2.block
+
+    def attend(self, i, m, q, k, v, bias, position_ids):
+        self.local = self.sliding_layer(i)
+        return super().attend(i, m, q, k, v, bias, position_ids)
+
+    def rotary(self, kv_len, position_ids, dt):
+        return computed_rotary(self.inv_freq_local if self.local else self.inv_freq, position_ids, dt)
+
+    def scores(self, i, q, k, bias):
+        s = (q @ k.transpose(2, 3)) * self.c["query_pre_attn_scalar"] ** -0.5
+        if self.local:
+            window = torch.tril(torch.ones_like(bias, dtype=torch.bool), diagonal=-self.c["sliding_window"])
+            bias = torch.where(window, torch.tensor(torch.finfo(bias.dtype).min, dtype=bias.dtype), bias)
+        return s + bias[:, :, :, : k.shape[-2]]
+
+    def logits(self, x):
+        return self.norm(x, self.norm_w) @ self.embed.T
 
 
 class Gpt2(nn.Module):
@@ -1051,8 +1132,8 @@ class Cohere(Llama):
 FAMILIES = {"llama": Llama, "mistral": Mistral, "qwen2": Qwen2, "olmo": Olmo, "starcoder2": Starcoder2,
             "mixtral": Mixtral, "phi3": Phi3, "stablelm": StableLm, "phi": Phi, "gemma": Gemma2, "gpt2": Gpt2,
             "bloom": Bloom, "opt": Opt, "neox": Neox, "gptj": Gptj, "codegen": Codegen, "falcon": Falcon,
-            "gpt_bigcode": GptBigcode, "gpt_neo": GptNeo, "mpt": Mpt}
-FAMILIES.update({"olmo2": Olmo2, "granite": Granite, "cohere": Cohere})
+            "gpt_bigcode": GptBigcode, "gpt_neo": GptNeo, "mpt": Mpt, "olmo2": Olmo2, "granite": Granite,
+            "cohere": Cohere, "qwen3": Qwen3, "gemma3_text": Gemma3}
 
 
 def build(family, d, seed):

@@ -3,8 +3,10 @@
  * pre-norm residuals, from the modules of test/helpers/torch_export.py: OLMo 2
  * (norms after attention and after the MLP, before their residual Adds, and
  * none before), Granite (each branch scaled by a `Mul` before its Add, the
- * embeddings scaled by another) and Cohere (a parallel block on one LayerNorm
- * written out), with Llama as the control. The store must hold the float64
+ * embeddings scaled by another), Cohere (a parallel block on one LayerNorm
+ * written out), Qwen3 and Gemma 3 (an RMSNorm on each head's queries and keys,
+ * heads wider than hidden/heads; Gemma 3's four norms a block and its local and
+ * global layers), with Llama as the control. The store must hold the float64
  * module's states: each block's output, the last after the final norm.
  * Skipped where PyTorch is not installed, unless HSM_REQUIRE_TORCH=1 (as in
  * CI), where that fails.
@@ -41,7 +43,15 @@ const rows = ["What is the capital of France?", "Ok?", "Who wrote Don Quixote?"]
   use_for_main_forward: true,
   answers: ["x"],
 }));
-const FAMILIES = { llama: 7, olmo2: 28, granite: 29, cohere: 30 } as const;
+/** Each module's seed, and the make-model family whose folder (tokenizer, sizes, config.json) it starts from. */
+const FAMILIES = {
+  llama: { seed: 7, base: "llama" },
+  olmo2: { seed: 28, base: "llama" },
+  granite: { seed: 29, base: "llama" },
+  cohere: { seed: 30, base: "llama" },
+  qwen3: { seed: 31, base: "qwen2" },
+  gemma3_text: { seed: 32, base: "gemma" },
+} as const;
 
 function torch(...args: string[]): string {
   const r = spawnSync(PYTHON, [script, ...args], { encoding: "utf8", maxBuffer: 16 << 20 });
@@ -53,43 +63,47 @@ beforeAll(() => {
   writeFileSync(bank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
 });
 
-describe.skipIf(!hasTorch)("a torch.onnx.export graph with post-norms, multipliers or a parallel block", () => {
-  it.each(Object.keys(FAMILIES) as (keyof typeof FAMILIES)[])(
-    "%s: every block's stored state is the float64 module's, within float16 rounding",
-    async (family) => {
-      const md = join(dir, family);
-      await writeModelInStyle(md, "plain", {
-        family: "llama",
-        layers: 3,
-        hidden: 32,
-        heads: 4,
-        kvHeads: 2,
-        tokenizer: "llama3.1-1k",
-      });
-      rmSync(join(md, "model.onnx"));
-      if (family in TORCH_CONFIGS) writeTorchConfig(md, family as keyof typeof TORCH_CONFIGS);
-      torch("export", family, md, String(FAMILIES[family]));
-      const tok = await PromptTokenizer.load(md);
-      const ids = join(dir, `${family}.ids.json`);
-      writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
-      const want = JSON.parse(torch("states", family, md, String(FAMILIES[family]), ids)) as number[][][];
+describe.skipIf(!hasTorch)(
+  "a torch.onnx.export graph with post-norms, multipliers, a parallel block or q/k norms",
+  () => {
+    it.each(Object.keys(FAMILIES) as (keyof typeof FAMILIES)[])(
+      "%s: every block's stored state is the float64 module's, within float16 rounding",
+      async (family) => {
+        const md = join(dir, family);
+        const { seed, base } = FAMILIES[family];
+        await writeModelInStyle(md, "plain", {
+          family: base,
+          layers: 3,
+          hidden: 32,
+          heads: 4,
+          kvHeads: 2,
+          tokenizer: "llama3.1-1k",
+        });
+        rmSync(join(md, "model.onnx"));
+        if (family in TORCH_CONFIGS) writeTorchConfig(md, family as keyof typeof TORCH_CONFIGS);
+        torch("export", family, md, String(seed));
+        const tok = await PromptTokenizer.load(md);
+        const ids = join(dir, `${family}.ids.json`);
+        writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
+        const want = JSON.parse(torch("states", family, md, String(seed), ids)) as number[][][];
 
-      const store = join(dir, `${family}.store`);
-      await extract({ modelDir: md, bank, out: store, batchSize: 2, layerRule: "l >= 0" });
-      const reader = await StoreReader.open(store);
-      expect(reader.manifest.layers).toEqual([0, 1, 2]);
-      let worst = 0;
-      for (const layer of reader.manifest.layers) {
-        for (let i = 0; i < rows.length; i++) {
-          const got = await reader.readRowsF32(layer, i, 1);
-          want[i]![layer]!.forEach((w, j) => {
-            const allowed = STORED_VS_REFERENCE.relative * Math.abs(w) + STORED_VS_REFERENCE.absolute;
-            worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
-          });
+        const store = join(dir, `${family}.store`);
+        await extract({ modelDir: md, bank, out: store, batchSize: 2, layerRule: "l >= 0" });
+        const reader = await StoreReader.open(store);
+        expect(reader.manifest.layers).toEqual([0, 1, 2]);
+        let worst = 0;
+        for (const layer of reader.manifest.layers) {
+          for (let i = 0; i < rows.length; i++) {
+            const got = await reader.readRowsF32(layer, i, 1);
+            want[i]![layer]!.forEach((w, j) => {
+              const allowed = STORED_VS_REFERENCE.relative * Math.abs(w) + STORED_VS_REFERENCE.absolute;
+              worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
+            });
+          }
         }
-      }
-      await reader.close();
-      expect(worst).toBeLessThanOrEqual(1);
-    },
-  );
-});
+        await reader.close();
+        expect(worst).toBeLessThanOrEqual(1);
+      },
+    );
+  },
+);

@@ -1,23 +1,26 @@
 /**
  * Graphs exported by hand with torch.onnx.export, without a KV cache (logits
  * only; int64 input_ids, attention_mask and, where the family takes them,
- * position_ids), one for each family make-model writes and for OLMo 2, Granite
- * and Cohere (Llama's folder with their config.json), from modules written
- * as transformers writes them (test/helpers/torch_export.py says how each
+ * position_ids), one for each family make-model writes and for OLMo 2,
+ * Granite, Cohere, Qwen3 and Gemma 3 (a make-model folder with their
+ * config.json, test/helpers/torch-configs.ts), from modules written as
+ * transformers writes them (test/helpers/torch_export.py says how each
  * differs): Llama with grouped-query and multi-query attention and its
  * relatives (Mistral's and Phi-3's sliding windows, Qwen2's biases, OLMo's
  * layer norms without weights, Starcoder2, a mixture of experts, Phi-3's fused
  * projections and long-RoPE tables computed from position_ids, StableLM's and
- * Phi's partial rotary embeddings, Gemma 2's soft-capped scores, OLMo 2's
- * post-norms and q/k norms, Granite's multipliers, Cohere's parallel block on
- * a written-out LayerNorm and interleaved rotary), GPT-2 and
- * GPT-Neo (learned positions, causal buffers sliced at the keys' length),
- * GPT-J and CodeGen (interleaved rotary embeddings gathered from one table),
- * Falcon-7B and GPT-BigCode (one key/value head), MPT (ALiBi sliced by the
- * keys' length), and BLOOM, OPT and GPT-NeoX (batch and heads merged into one
- * axis for bmm). Generation adds a cache, uses it, and writes the greedy text
- * of the same PyTorch module run in float64. Skipped where PyTorch is not
- * installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
+ * Phi's partial rotary embeddings, Gemma 2's soft-capped scores and window,
+ * OLMo 2's post-norms and q/k norms, Granite's multipliers, Cohere's parallel
+ * block on a written-out LayerNorm and interleaved rotary, Qwen3's and Gemma
+ * 3's RMSNorm on each head's queries and keys with heads wider than
+ * hidden/heads, Gemma 3's local and global layers with their own rotary
+ * bases), GPT-2 and GPT-Neo (learned positions, causal buffers sliced at the
+ * keys' length), GPT-J and CodeGen (interleaved rotary embeddings gathered
+ * from one table), Falcon-7B and GPT-BigCode (one key/value head), MPT (ALiBi
+ * sliced by the keys' length), BLOOM, OPT and GPT-NeoX (batch and heads merged
+ * into one axis for bmm). Generation adds a cache, uses it, and writes the
+ * greedy text of the same PyTorch module run in float64. Skipped where PyTorch
+ * is not installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -59,8 +62,9 @@ const rows = QUERIES.map((query, i) => ({
   answers: ["x"],
 }));
 /**
- * The module, and the make-model folder whose config.json and tokenizer it takes (rewritten by TORCH_CONFIGS for
- * the families make-model does not write).
+/**
+ * The module, and the make-model folder whose config.json (rewritten by TORCH_CONFIGS for the families make-model
+ * does not write, then with `config`'s fields replaced) and tokenizer it takes.
  */
 const MODELS = {
   "llama-gqa": { module: "llama", family: "llama", kvHeads: 2, seed: 7 },
@@ -80,14 +84,18 @@ const MODELS = {
   phi3: { module: "phi3", family: "phi3", kvHeads: 2, seed: 21 },
   stablelm: { module: "stablelm", family: "stablelm", kvHeads: undefined, seed: 22 },
   phi: { module: "phi", family: "phi", kvHeads: undefined, seed: 23 },
-  gemma: { module: "gemma", family: "gemma", kvHeads: 2, seed: 24 },
+  // A window shorter than every prompt: the added cache must keep it (a `tril` of the 4-D mask).
+  gemma: { module: "gemma", family: "gemma", kvHeads: 2, seed: 24, config: { sliding_window: 4 } },
   codegen: { module: "codegen", family: "codegen", kvHeads: undefined, seed: 25 },
   gpt_neo: { module: "gpt_neo", family: "gpt_neo", kvHeads: undefined, seed: 26 },
   mpt: { module: "mpt", family: "mpt", kvHeads: undefined, seed: 27 },
   olmo2: { module: "olmo2", family: "llama", kvHeads: 2, seed: 28 },
   granite: { module: "granite", family: "llama", kvHeads: 2, seed: 29 },
   cohere: { module: "cohere", family: "llama", kvHeads: 2, seed: 30 },
+  qwen3: { module: "qwen3", family: "qwen2", kvHeads: 2, seed: 31 },
+  gemma3_text: { module: "gemma3_text", family: "gemma", kvHeads: 2, seed: 32 },
 } as const;
+type Name = keyof typeof MODELS;
 
 function torch(...args: string[]): string {
   const r = spawnSync(PYTHON, [script, ...args], { encoding: "utf8", maxBuffer: 16 << 20 });
@@ -95,28 +103,38 @@ function torch(...args: string[]): string {
   return r.stdout;
 }
 
+/** Writes `name`'s model folder: make-model's config.json and tokenizer, the module's torch.onnx.export graph. */
+async function exportModel(name: Name, md: string, layers: number): Promise<PromptTokenizer> {
+  const m = MODELS[name];
+  await writeModelInStyle(md, "plain", {
+    family: m.family,
+    layers,
+    hidden: 32,
+    heads: 4,
+    ...(m.kvHeads ? { kvHeads: m.kvHeads } : {}),
+    tokenizer: "llama3.1-1k",
+  });
+  rmSync(join(md, "model.onnx"));
+  if (name in TORCH_CONFIGS) writeTorchConfig(md, name as keyof typeof TORCH_CONFIGS);
+  if ("config" in m) {
+    const config = join(md, "config.json");
+    writeFileSync(config, JSON.stringify({ ...JSON.parse(readFileSync(config, "utf8")), ...m.config }, null, 2));
+  }
+  torch("export", m.module, md, String(m.seed));
+  return PromptTokenizer.load(md);
+}
+
 beforeAll(() => {
   writeFileSync(bank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
 });
 
 describe.skipIf(!hasTorch)("a torch.onnx.export graph without a KV cache", () => {
-  it.each(Object.keys(MODELS) as (keyof typeof MODELS)[])(
+  it.each(Object.keys(MODELS) as Name[])(
     "%s: generation adds a cache, uses it, and writes the float64 module's greedy text at batch 8 and 1",
     async (name) => {
       const m = MODELS[name];
       const md = join(dir, name);
-      await writeModelInStyle(md, "plain", {
-        family: m.family,
-        layers: 2,
-        hidden: 32,
-        heads: 4,
-        ...(m.kvHeads ? { kvHeads: m.kvHeads } : {}),
-        tokenizer: "llama3.1-1k",
-      });
-      rmSync(join(md, "model.onnx"));
-      if (name in TORCH_CONFIGS) writeTorchConfig(md, name as keyof typeof TORCH_CONFIGS);
-      torch("export", m.module, md, String(m.seed));
-      const tok = await PromptTokenizer.load(md);
+      const tok = await exportModel(name, md, 2);
       const ids = join(dir, `${name}.ids.json`);
       writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
       const greedy = JSON.parse(torch("greedy", m.module, md, String(m.seed), ids, String(MAX_NEW), String(EOS)));

@@ -11,8 +11,7 @@
  * Skipped where PyTorch is not installed, unless HSM_REQUIRE_TORCH=1 (as in
  * CI), where that fails.
  */
-import { spawnSync } from "node:child_process";
-import { rmSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -21,28 +20,13 @@ import { buildPrompt } from "../../src/bank/prompt.js";
 import { extract } from "../../src/extract/extract.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
-import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import { STORED_VS_REFERENCE } from "../tolerances.js";
-import { PYTHON } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
-import { TORCH_CONFIGS, writeTorchConfig } from "../helpers/torch-configs.js";
+import { anchorRows, exportTorchModel, hasTorch, torchExport } from "../helpers/torch-export.js";
 
-const hasTorch = spawnSync(PYTHON, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
-if (process.env.HSM_REQUIRE_TORCH === "1" && !hasTorch)
-  throw new Error(
-    `HSM_REQUIRE_TORCH=1 but ${PYTHON} cannot import torch and onnx (apt-get install python3-torch python3-onnx)`,
-  );
-const script = join(import.meta.dirname, "..", "helpers", "torch_export.py");
 const dir = tempDir("hsm-torch-blocks-");
 const bank = join(dir, "bank.jsonl");
-const rows = ["What is the capital of France?", "Ok?", "Who wrote Don Quixote?"].map((query, i) => ({
-  query_id: `q${i}`,
-  fact_id: `f${i}`,
-  condition_family: "anchor",
-  query,
-  use_for_main_forward: true,
-  answers: ["x"],
-}));
+const rows = anchorRows(["What is the capital of France?", "Ok?", "Who wrote Don Quixote?"]);
 /** Each module's seed, and the make-model family whose folder (tokenizer, sizes, config.json) it starts from. */
 const FAMILIES = {
   llama: { seed: 7, base: "llama" },
@@ -52,12 +36,6 @@ const FAMILIES = {
   qwen3: { seed: 31, base: "qwen2" },
   gemma3_text: { seed: 32, base: "gemma" },
 } as const;
-
-function torch(...args: string[]): string {
-  const r = spawnSync(PYTHON, [script, ...args], { encoding: "utf8", maxBuffer: 16 << 20 });
-  if (r.status !== 0) throw new Error(`torch_export.py ${args[0]} failed: ${r.stderr.slice(-2000)}`);
-  return r.stdout;
-}
 
 beforeAll(() => {
   writeFileSync(bank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
@@ -71,21 +49,11 @@ describe.skipIf(!hasTorch)(
       async (family) => {
         const md = join(dir, family);
         const { seed, base } = FAMILIES[family];
-        await writeModelInStyle(md, "plain", {
-          family: base,
-          layers: 3,
-          hidden: 32,
-          heads: 4,
-          kvHeads: 2,
-          tokenizer: "llama3.1-1k",
-        });
-        rmSync(join(md, "model.onnx"));
-        if (family in TORCH_CONFIGS) writeTorchConfig(md, family as keyof typeof TORCH_CONFIGS);
-        torch("export", family, md, String(seed));
+        await exportTorchModel(md, { module: family, family: base, kvHeads: 2, seed }, 3);
         const tok = await PromptTokenizer.load(md);
         const ids = join(dir, `${family}.ids.json`);
         writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
-        const want = JSON.parse(torch("states", family, md, String(seed), ids)) as number[][][];
+        const want = JSON.parse(torchExport("states", family, md, String(seed), ids)) as number[][][];
 
         const store = join(dir, `${family}.store`);
         await extract({ modelDir: md, bank, out: store, batchSize: 2, layerRule: "l >= 0" });

@@ -10,8 +10,7 @@
  * input). The opset-14 store must hold the same states. Skipped where PyTorch
  * is not installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
  */
-import { spawnSync } from "node:child_process";
-import { cpSync, rmSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import * as ort from "onnxruntime-node";
@@ -22,26 +21,12 @@ import { extract } from "../../src/extract/extract.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { DataType, encodeModel, loadModel, valueInfo } from "../../src/onnx/graph.js";
 import { StoreReader } from "../../src/store/reader.js";
-import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
-import { PYTHON } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
+import { anchorRows, exportTorchModel, hasTorch } from "../helpers/torch-export.js";
 
-const hasTorch = spawnSync(PYTHON, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
-if (process.env.HSM_REQUIRE_TORCH === "1" && !hasTorch)
-  throw new Error(
-    `HSM_REQUIRE_TORCH=1 but ${PYTHON} cannot import torch and onnx (apt-get install python3-torch python3-onnx)`,
-  );
-const script = join(import.meta.dirname, "..", "helpers", "torch_export.py");
 const dir = tempDir("hsm-torch-opsets-");
 const bank = join(dir, "bank.jsonl");
-const rows = ["What is the capital of France?", "Ok?", "Who wrote Don Quixote?"].map((query, i) => ({
-  query_id: `q${i}`,
-  fact_id: `f${i}`,
-  condition_family: "anchor",
-  query,
-  use_for_main_forward: true,
-  answers: ["x"],
-}));
+const rows = anchorRows(["What is the capital of France?", "Ok?", "Who wrote Don Quixote?"]);
 /**
  * The families, with the index (in node order, at opset 17) of the `LayerNormalization` that opens block 1:
  * two norms per pre-norm block, one per parallel block on one norm (Falcon, Phi), two reading the same stream in
@@ -56,11 +41,6 @@ const FAMILIES = {
   phi: { seed: 23, kvHeads: undefined, opensBlock1: 1 },
   gpt_neo: { seed: 26, kvHeads: undefined, opensBlock1: 2 },
 } as const;
-
-function exportAt(family: string, md: string, seed: number, opset: number): void {
-  const r = spawnSync(PYTHON, [script, "export", family, md, String(seed), String(opset)], { encoding: "utf8" });
-  if (r.status !== 0) throw new Error(`torch_export.py export failed: ${r.stderr.slice(-2000)}`);
-}
 
 /** onnxruntime's float32 values of `tensors` at each prompt's last token, the graph run at batch 1. */
 async function lastTokenStates(md: string, tensors: string[], prompts: number[][]): Promise<Float32Array[][]> {
@@ -119,18 +99,9 @@ describe.skipIf(!hasTorch)("a torch.onnx.export graph of a LayerNorm family, at 
       const f = FAMILIES[family];
       const md17 = join(dir, `${family}-17`);
       const md14 = join(dir, `${family}-14`);
-      await writeModelInStyle(md17, "plain", {
-        family,
-        layers: 2,
-        hidden: 32,
-        heads: 4,
-        ...(f.kvHeads ? { kvHeads: f.kvHeads } : {}),
-        tokenizer: "llama3.1-1k",
-      });
-      rmSync(join(md17, "model.onnx"));
-      cpSync(md17, md14, { recursive: true });
-      exportAt(family, md17, f.seed, 17);
-      exportAt(family, md14, f.seed, 14);
+      const module = { module: family, family, kvHeads: f.kvHeads, seed: f.seed };
+      await exportTorchModel(md17, module, 2, 17);
+      await exportTorchModel(md14, module, 2, 14);
 
       const graph = (await loadModel(join(md17, "model.onnx"))).graph!;
       const norms = graph.node!.filter((n) => n.opType === "LayerNormalization");

@@ -22,8 +22,7 @@
  * greedy text of the same PyTorch module run in float64. Skipped where PyTorch
  * is not installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
  */
-import { spawnSync } from "node:child_process";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -31,17 +30,9 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { buildPrompt } from "../../src/bank/prompt.js";
 import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
-import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
-import { PYTHON } from "../helpers/numpy.js";
 import { tempDir } from "../helpers/tmp.js";
-import { TORCH_CONFIGS, writeTorchConfig } from "../helpers/torch-configs.js";
+import { anchorRows, exportTorchModel, hasTorch, torchExport, type TorchModule } from "../helpers/torch-export.js";
 
-const hasTorch = spawnSync(PYTHON, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
-if (process.env.HSM_REQUIRE_TORCH === "1" && !hasTorch)
-  throw new Error(
-    `HSM_REQUIRE_TORCH=1 but ${PYTHON} cannot import torch and onnx (apt-get install python3-torch python3-onnx)`,
-  );
-const script = join(import.meta.dirname, "..", "helpers", "torch_export.py");
 const dir = tempDir("hsm-torch-export-");
 const bank = join(dir, "bank.jsonl");
 const MAX_NEW = 8;
@@ -53,18 +44,11 @@ const QUERIES = [
   "Who wrote Don Quixote?",
   "¿Cuál es la capital de Perú?",
 ];
-const rows = QUERIES.map((query, i) => ({
-  query_id: `q${i}`,
-  fact_id: `f${i}`,
-  condition_family: "anchor",
-  query,
-  use_for_main_forward: true,
-  answers: ["x"],
-}));
+const rows = anchorRows(QUERIES);
 /**
 /**
- * The module, and the make-model folder whose config.json (rewritten by TORCH_CONFIGS for the families make-model
- * does not write, then with `config`'s fields replaced) and tokenizer it takes.
+ * The module, and the make-model folder whose config.json (test/helpers/torch-export.ts rewrites it for the
+ * families make-model does not write, then puts `config`'s fields over it) and tokenizer it takes.
  */
 const MODELS = {
   "llama-gqa": { module: "llama", family: "llama", kvHeads: 2, seed: 7 },
@@ -94,35 +78,8 @@ const MODELS = {
   cohere: { module: "cohere", family: "llama", kvHeads: 2, seed: 30 },
   qwen3: { module: "qwen3", family: "qwen2", kvHeads: 2, seed: 31 },
   gemma3_text: { module: "gemma3_text", family: "gemma", kvHeads: 2, seed: 32 },
-} as const;
+} as const satisfies Record<string, TorchModule>;
 type Name = keyof typeof MODELS;
-
-function torch(...args: string[]): string {
-  const r = spawnSync(PYTHON, [script, ...args], { encoding: "utf8", maxBuffer: 16 << 20 });
-  if (r.status !== 0) throw new Error(`torch_export.py ${args[0]} failed: ${r.stderr.slice(-2000)}`);
-  return r.stdout;
-}
-
-/** Writes `name`'s model folder: make-model's config.json and tokenizer, the module's torch.onnx.export graph. */
-async function exportModel(name: Name, md: string, layers: number): Promise<PromptTokenizer> {
-  const m = MODELS[name];
-  await writeModelInStyle(md, "plain", {
-    family: m.family,
-    layers,
-    hidden: 32,
-    heads: 4,
-    ...(m.kvHeads ? { kvHeads: m.kvHeads } : {}),
-    tokenizer: "llama3.1-1k",
-  });
-  rmSync(join(md, "model.onnx"));
-  if (name in TORCH_CONFIGS) writeTorchConfig(md, name as keyof typeof TORCH_CONFIGS);
-  if ("config" in m) {
-    const config = join(md, "config.json");
-    writeFileSync(config, JSON.stringify({ ...JSON.parse(readFileSync(config, "utf8")), ...m.config }, null, 2));
-  }
-  torch("export", m.module, md, String(m.seed));
-  return PromptTokenizer.load(md);
-}
 
 beforeAll(() => {
   writeFileSync(bank, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
@@ -134,10 +91,11 @@ describe.skipIf(!hasTorch)("a torch.onnx.export graph without a KV cache", () =>
     async (name) => {
       const m = MODELS[name];
       const md = join(dir, name);
-      const tok = await exportModel(name, md, 2);
+      await exportTorchModel(md, m, 2);
+      const tok = await PromptTokenizer.load(md);
       const ids = join(dir, `${name}.ids.json`);
       writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
-      const greedy = JSON.parse(torch("greedy", m.module, md, String(m.seed), ids, String(MAX_NEW), String(EOS)));
+      const greedy = JSON.parse(torchExport("greedy", m.module, md, String(m.seed), ids, String(MAX_NEW), String(EOS)));
       const want = Object.fromEntries(
         (greedy as number[][]).map((g, i) => [`q${i}`, tok.decode(g.filter((t) => t !== EOS))]),
       );

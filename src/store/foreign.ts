@@ -9,9 +9,10 @@ import type { BankRow } from "../bank/bank.js";
 import { ANCHOR_TEMPLATE, PERTURBED_TEMPLATE } from "../bank/prompt.js";
 import { DEFAULT_LAYER_RULE, MAX_PROMPT_LEN } from "../defaults.js";
 import { ManifestError } from "../errors.js";
+import { quoteValue } from "../util/jsonl.js";
 import { selectLayers } from "./layers.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { quoteValue, STORE_FORMAT, type Manifest, type ManifestProblem } from "./manifest.js";
+import { STORE_FORMAT, type Manifest, type ManifestProblem } from "./manifest.js";
 
 /** The keys, in the order tried, that may hold the row order. */
 const ROW_ORDER_KEYS = ["query_ids", "query_order", "queries", "rows"] as const;

@@ -10,7 +10,7 @@ import type { FactoryFunctionMap, MathJsInstance, MathNode } from "mathjs";
 
 import { DEFAULT_LAYER_RULE } from "../defaults.js";
 import { UsageError } from "../errors.js";
-import { cutText, quoteValue } from "./manifest.js";
+import { cutText, quoteValue } from "../util/jsonl.js";
 
 let mathjs: MathJsInstance | undefined;
 

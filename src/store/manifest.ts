@@ -8,7 +8,7 @@ import { join } from "node:path";
 
 import { InternalError, ManifestError } from "../errors.js";
 import { writeFileAtomic } from "../util/fs.js";
-import { jsonSyntax } from "../util/jsonl.js";
+import { jsonSyntax, quoteValue } from "../util/jsonl.js";
 import { TOOL_VERSION_PREFIX } from "../version.js";
 import { layerFileName, layerOfFileName } from "./names.js";
 
@@ -361,23 +361,6 @@ function fileEntryProblems(
       bad(`${where}.max_abs`, "expected a non-negative number or null");
   }
   return named;
-}
-
-/** How much of a value from an `index.json` an error message quotes. */
-const QUOTED_CHARS = 80;
-
-/** `text` as an error message shows it: cut to {@link QUOTED_CHARS} characters. */
-export function cutText(text: string): string {
-  return text.length > QUOTED_CHARS ? `${text.slice(0, QUOTED_CHARS)}…` : text;
-}
-
-/**
- * A value read from an `index.json`, as an error message quotes it: its JSON, cut to {@link QUOTED_CHARS}
- * characters, or "nothing" where there is none. A file from another machine may hold a value of megabytes.
- */
-export function quoteValue(value: unknown): string {
-  const text = JSON.stringify(value) as string | undefined;
-  return text === undefined ? "nothing" : cutText(text);
 }
 
 /**

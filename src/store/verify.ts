@@ -32,7 +32,7 @@ import type { BankRow } from "../bank/bank.js";
 import { FileError, NpyHeaderError } from "../errors.js";
 import { nativeJsonRowArrays } from "../kernels/native.js";
 import { fileError, osReason, readUtf8Sync } from "../util/fs.js";
-import { jsonSyntax } from "../util/jsonl.js";
+import { jsonSyntax, quoteValue } from "../util/jsonl.js";
 import { hashFiles, type HashJob, type HashOutcome } from "./hash.js";
 import { selectLayers } from "./layers.js";
 import { layerFileName, layerOfFileName } from "./names.js";
@@ -42,7 +42,6 @@ import {
   manifestContentSha256,
   manifestProblems,
   parseManifestJson,
-  quoteValue,
   ROW_LISTS,
   rowCount,
   selfCheckFinding,

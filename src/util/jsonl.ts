@@ -251,3 +251,20 @@ export async function jsonlScanned(
 export function jsonSyntax(err: unknown): string {
   return String((err as Error).message).replace(/\r?\n/g, "\\n");
 }
+
+/** How much of a value read from a file an error message quotes. */
+const QUOTED_CHARS = 80;
+
+/** `text` as an error message shows it: cut to {@link QUOTED_CHARS} characters. */
+export function cutText(text: string): string {
+  return text.length > QUOTED_CHARS ? `${text.slice(0, QUOTED_CHARS)}…` : text;
+}
+
+/**
+ * A value read from a file (an `index.json`, say), as an error message quotes it: its JSON, cut to {@link QUOTED_CHARS}
+ * characters, or "nothing" where there is none. A file from another machine may hold a value of megabytes.
+ */
+export function quoteValue(value: unknown): string {
+  const text = JSON.stringify(value) as string | undefined;
+  return text === undefined ? "nothing" : cutText(text);
+}

@@ -184,6 +184,8 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
     if (list !== undefined && list !== null && !Array.isArray(list)) bad(key, `${expected} found ${quoteValue(list)}`);
     const at = Array.isArray(list) ? list.findIndex((v) => typeof v !== "string") : -1;
     if (at >= 0) bad(key, `${expected} entry ${at} is ${quoteValue((list as unknown[])[at])}`);
+    else if (Array.isArray(list) && key === "fact_ids") factIds ??= list as string[];
+    else if (Array.isArray(list)) families ??= list as string[];
     if (orderKey !== undefined && Array.isArray(m[orderKey])) {
       const rows = m[orderKey] as unknown[];
       const at = rows.findIndex(
@@ -195,11 +197,6 @@ function readRowOrder(m: Record<string, unknown>, bad: Bad): RowOrder {
           `entry ${at} has ${field} ${quoteValue((rows[at] as Record<string, unknown>)[field])}, expected a string`,
         );
     }
-  }
-  if (!factIds && Array.isArray(m.fact_ids) && m.fact_ids.every((v) => typeof v === "string"))
-    factIds = m.fact_ids as string[];
-  if (!families && Array.isArray(m.condition_families) && m.condition_families.every((v) => typeof v === "string")) {
-    families = m.condition_families as string[];
   }
   for (const [key, list] of [
     ["fact_ids", factIds],

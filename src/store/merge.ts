@@ -11,7 +11,7 @@ import { refuseInputAsOutput } from "../util/fs.js";
 import { storedTensors, type Manifest, type SelfCheck } from "./manifest.js";
 import { STREAM_BLOCK_ROWS, StoreReader } from "./reader.js";
 import { verifyStore } from "./verify.js";
-import { StoreWriter } from "./writer.js";
+import { EXTRACTION_SETTINGS, StoreWriter } from "./writer.js";
 
 const SAME = [
   "model",
@@ -73,14 +73,7 @@ function differingField(
     if (isDeepStrictEqual(was[key], now[key])) continue;
     if (key === "extraction" && a && b) {
       // The settings hsm records first, then any other key either records.
-      const keys = new Set([
-        "rows_sha256",
-        "batch_size",
-        "commit_rows",
-        "device",
-        ...Object.keys(a),
-        ...Object.keys(b),
-      ]);
+      const keys = new Set<string>([...EXTRACTION_SETTINGS, ...Object.keys(a), ...Object.keys(b)]);
       const sub = [...keys].find((k) => !isDeepStrictEqual(a[k], b[k]))!;
       return { words: sub.replace(/_/g, " "), field: `extraction.${sub}`, was: show(a[sub]), now: show(b[sub]) };
     }

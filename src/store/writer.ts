@@ -351,6 +351,9 @@ export class StoreWriter {
   }
 }
 
+/** The `extraction` settings hsm records, in the order a difference between two stores is named. */
+export const EXTRACTION_SETTINGS = ["rows_sha256", "batch_size", "commit_rows", "device"] as const;
+
 /**
  * Refuses to continue a store made from other rows (`rows_sha256`), or, where rows are kept and more are to be
  * written, batched another way: batch size, commit block and device decide which rows share a batch and how the
@@ -361,7 +364,7 @@ function madeFromSame(dir: string, manifest: Manifest, init: StoreInit): void {
   const now = init.extraction;
   if (!was || !now) return;
   const writing = !manifest.complete && manifest.rows_done > 0;
-  for (const key of ["rows_sha256", "batch_size", "commit_rows", "device"] as const) {
+  for (const key of EXTRACTION_SETTINGS) {
     if (key !== "rows_sha256" && !writing) continue;
     if (was[key] === now[key]) continue;
     const what =

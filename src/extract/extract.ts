@@ -42,7 +42,7 @@ import {
 import { declaredBatch } from "../model/feeds.js";
 import type { InputPlan } from "../model/styles/style.js";
 import { checkExternalData } from "../model/external-data.js";
-import { decodeModelOf, openModelDir } from "../model/model-dir.js";
+import { decodeModelOf, openModelDir, type ModelConfig } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
 import { OpsetError, valueShape, type ModelProto } from "../onnx/graph.js";
 import { rewriteForExtraction, type RewriteResult } from "../onnx/rewrite.js";
@@ -236,15 +236,7 @@ export async function inspectModel(
     promptPadding: promptPadding(plan.inputs),
     sameLength: !hasMask(plan.inputs),
   };
-  return {
-    inspection,
-    model,
-    source,
-    tokenizer,
-    sha256: hashing,
-    configRaw: md.config.raw,
-    configPath: md.config.path,
-  };
+  return { inspection, model, source, tokenizer, sha256: hashing, config: md.config };
 }
 
 export async function extract(o: ExtractOptions): Promise<ExtractResult> {
@@ -317,7 +309,7 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
   let tokens: number[][];
   try {
     tokens = rows.map((r) => tokenizer.encode(buildPrompt(r)));
-    refuseBeyondContext(rows, tokens, inspected, o.bank);
+    refuseBeyondContext(rows, tokens, inspected.config, o.bank);
   } catch (err) {
     await opening.then((opened) => opened.runner.close()).catch(() => {});
     throw err;
@@ -390,10 +382,10 @@ export async function extract(o: ExtractOptions): Promise<ExtractResult> {
 function refuseBeyondContext(
   rows: readonly BankRow[],
   tokens: number[][],
-  model: { configRaw: Record<string, unknown>; configPath: string },
+  config: Pick<ModelConfig, "raw" | "path">,
   bank: string,
 ): void {
-  const limit = positionLimit(model.configRaw);
+  const limit = positionLimit(config.raw);
   if (limit === undefined) return;
   const i = tokens.findIndex((t) => t.length > limit.positions);
   if (i < 0) return;
@@ -402,7 +394,7 @@ function refuseBeyondContext(
     rows[i]!.line,
     "query",
     `the prompt of "${rows[i]!.query_id}" is ${tokens[i]!.length} tokens, beyond the model's ${limit.positions} ` +
-      `positions (${limit.key} in ${model.configPath}); shorten the query or leave it out of the main forward pass`,
+      `positions (${limit.key} in ${config.path}); shorten the query or leave it out of the main forward pass`,
   );
 }
 
@@ -533,7 +525,7 @@ async function openSession(
   if (line) log(line, "info");
   const rule: BatchRule = {
     size: perRun,
-    breaks: lengthBreaks(inspected.configRaw),
+    breaks: lengthBreaks(inspected.config.raw),
     sameLength: inspection.sameLength,
   };
   return { runner, pad, rule };

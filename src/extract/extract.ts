@@ -7,7 +7,7 @@
  * shards cut on block boundaries merge into exactly the single-process store.
  */
 import { createHash } from "node:crypto";
-import { basename, dirname, join } from "node:path";
+import { basename, join } from "node:path";
 
 import { mainForwardRows, readBank, type BankRow } from "../bank/bank.js";
 import { buildPrompt } from "../bank/prompt.js";
@@ -41,7 +41,6 @@ import {
 } from "../model/detect.js";
 import { declaredBatch } from "../model/feeds.js";
 import type { InputPlan } from "../model/styles/style.js";
-import { checkExternalData } from "../model/external-data.js";
 import { decodeModelOf, openModelDir, type ModelConfig } from "../model/model-dir.js";
 import { graphFormat, type GraphFormat } from "../model/model-report.js";
 import { OpsetError, valueShape, type ModelProto } from "../onnx/graph.js";
@@ -461,7 +460,6 @@ async function openSession(
   if (device === "webgpu") await inspected.source.fill();
   const widened = forDevice(device, inspection.onnxPath, inspected.model);
   if (widened !== undefined) log(widened, "info");
-  await checkExternalData(inspected.model.graph!, dirname(inspection.onnxPath));
   const stage = await stageModel(inspection.onnxPath, inspected.model.graph!);
   // A model that cannot be staged carries its weights inline.
   if (stage === undefined) await inspected.source.fill();

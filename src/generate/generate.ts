@@ -71,7 +71,6 @@ import {
   type ValueInfoProto,
 } from "../onnx/graph.js";
 import { graphFormat } from "../model/model-report.js";
-import { checkExternalData } from "../model/external-data.js";
 import { rewriteWeightsInPlace } from "../onnx/rewrite.js";
 import {
   checkDevice,
@@ -680,8 +679,6 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
     md.onnxPath,
     sessionOptions.threads ?? computeCores(),
   );
-  // A missing or cut weight file is named here, not in onnxruntime's words about the staging folder.
-  await checkExternalData(m.graph!, dirname(md.onnxPath));
   const stage = await stageModel(md.onnxPath, m.graph!);
   // Weights stay where they are, read by offset from the original file (see extraction).
   // `job.source` holds the bytes `m` was decoded from: every call below decodes it first.

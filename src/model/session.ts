@@ -36,7 +36,7 @@ import {
 import { decomposeGroupQueryAttention, groupQueryAttentionGap } from "../onnx/gqa.js";
 import { widenFloat16 } from "../onnx/widen.js";
 import { readInputSync } from "../util/fs.js";
-import { externalDataFiles, externalFile } from "./external-data.js";
+import { checkExternalData, externalDataFiles, externalFile } from "./external-data.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
 ort.env.logLevel = "fatal";
@@ -365,10 +365,13 @@ export interface Stage {
  * the links that name them: a Hugging Face cache's `snapshots/<rev>/model.onnx_data` is a symbolic link into
  * `../../blobs/`, which onnxruntime would refuse as external data leaving the model's folder. The private folder is
  * tried in the temporary directory, then beside the graph's own file (a cache's `blobs/`, on the same file system),
- * and only where no file is a link is the rewritten model put in the model folder itself.
+ * and only where no file is a link is the rewritten model put in the model folder itself. A weight file missing or
+ * shorter than its initializers say is refused first ({@link checkExternalData}).
  */
 export async function stageModel(onnxPath: string, graph: GraphProto): Promise<Stage | undefined> {
   const modelDir = dirname(onnxPath);
+  // A missing or cut weight file is named here, not in onnxruntime's words about the staging folder.
+  await checkExternalData(graph, modelDir);
   const names = externalDataFiles(graph, modelDir);
   const real = await realpath(onnxPath);
   const realData = await Promise.all(

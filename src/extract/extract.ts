@@ -53,7 +53,6 @@ import {
   forDevice,
   graphNeeds,
   loadSession,
-  ModelLoadError,
   runError,
   stageModel,
   withStagedModel,
@@ -507,13 +506,11 @@ async function openSession(
   const script = extractionWorkerScript();
   // Worker threads load the staged file; where there is none (weights inlined, or running from the TypeScript
   // sources), one session on the main thread takes every core.
-  const runner = await withStagedModel(rewritten.bytes, stage, device, async (file) =>
+  const runner = await withStagedModel(inspection.onnxPath, rewritten.bytes, stage, device, async (file) =>
     typeof file === "string" && script && place.workers > 1
       ? workerStates(script, place.workers, { model: file, options: place.sessionOptions, setup })
       : sessionStates(await loadSession(file, place.aloneOptions), setup),
-  ).catch((err: unknown) => {
-    throw err instanceof ModelLoadError ? err.in(inspection.onnxPath) : err;
-  });
+  );
   if (why !== undefined) log(why, "info");
   log(
     `graph rewritten: ${rewritten.keptNodes} nodes kept, ${rewritten.removedNodes} removed (LM head and unused outputs)`,

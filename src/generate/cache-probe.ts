@@ -98,13 +98,13 @@ function nearTie(logits: Float32Array, token: number): { gap: number; margin: nu
 async function exportedSession(onnxPath: string, options: SessionOptions): Promise<ort.InferenceSession> {
   const bytes = await readWhole(onnxPath);
   const model = decodeModel(bytes);
-  const named = (err: unknown) => {
-    throw err instanceof ModelLoadError ? err.in(onnxPath) : err;
-  };
-  if (!trimEmptyInputs(model.graph!)) return loadSession(onnxPath, options).catch(named);
+  if (!trimEmptyInputs(model.graph!))
+    return loadSession(onnxPath, options).catch((err: unknown) => {
+      throw err instanceof ModelLoadError ? new ModelLoadError(err.reason, onnxPath) : err;
+    });
   const stage = await stageModel(onnxPath, model.graph!);
   if (stage) rewriteWeightsInPlace(model, bytes, stage.sourceName);
-  return createSession(encodeModel(model), stage, options).catch(named);
+  return createSession(onnxPath, encodeModel(model), stage, options);
 }
 
 /**

@@ -712,12 +712,10 @@ async function openGraph(place: DecoderPlace, m: ModelProto, added: boolean): Pr
   job.source.bytes = undefined;
   if (stage) collectGarbage();
   const script = decodingWorkerScript();
-  const decoders = await withStagedModel(bytes, stage, device, async (file) => {
+  const decoders = await withStagedModel(md.onnxPath, bytes, stage, device, async (file) => {
     if (typeof file !== "string" || !script || workers === 1)
       return sessionDecoders(await loadSession(file, { ...place.aloneOptions, deviceOutputs: presents }), setup);
     return workerDecoders(script, workers, { model: file, options, setup });
-  }).catch((err: unknown) => {
-    throw err instanceof ModelLoadError ? err.in(md.onnxPath) : err;
   });
   return { decoders, cached: cached && past.length > 0, added, head: headSetup, widened };
 }

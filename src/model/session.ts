@@ -61,11 +61,6 @@ export class ModelLoadError extends HsmError {
         : `${file}: onnxruntime could not load the graph (${reason})`,
     );
   }
-
-  /** The same error, naming the graph file it was read from. */
-  in(file: string): ModelLoadError {
-    return new ModelLoadError(this.reason, file);
-  }
 }
 
 /** What every command that runs a model over a bank is told. */
@@ -425,20 +420,23 @@ export async function stageModel(onnxPath: string, graph: GraphProto): Promise<S
 
 /** Opens a session over model bytes, staged as {@link stageModel} decided (inline when `stage` is undefined). */
 export async function createSession(
+  graphFile: string,
   bytes: Uint8Array,
   stage: Stage | undefined,
   options: SessionOptions = {},
 ): Promise<ort.InferenceSession> {
-  return withStagedModel(bytes, stage, options.device ?? "cpu", (model) => loadSession(model, options));
+  return withStagedModel(graphFile, bytes, stage, options.device ?? "cpu", (model) => loadSession(model, options));
 }
 
 /**
  * Runs `load` on the model as {@link stageModel} decided — the staged file's
  * path, or the bytes themselves when `stage` is undefined — and removes the
  * stage afterwards, whatever happened. A device onnxruntime cannot use here
- * fails first, before anything is written.
+ * fails first, before anything is written. A model onnxruntime refuses is
+ * named by `graphFile`, the user's graph the bytes were rewritten from.
  */
 export async function withStagedModel<T>(
+  graphFile: string,
   bytes: Uint8Array,
   stage: Stage | undefined,
   device: Device,
@@ -449,6 +447,8 @@ export async function withStagedModel<T>(
     if (!stage) return await load(bytes);
     await writeFile(join(stage.dir, stage.modelFile), bytes);
     return await load(join(stage.dir, stage.modelFile));
+  } catch (err) {
+    throw err instanceof ModelLoadError ? new ModelLoadError(err.reason, graphFile) : err;
   } finally {
     await stage?.cleanup();
   }

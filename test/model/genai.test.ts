@@ -50,6 +50,21 @@ const dir = tempDir("hsm-genai-");
 const BIN = join(import.meta.dirname, "..", "..", "bin", "hsm.js");
 const OPTS: TinyModelOptions = { layers: 3, hidden: 64, heads: 4, kvHeads: 2, seed: 21, tokenizer: "llama3.1-1k" };
 const bank = join(dir, "bank.jsonl");
+
+/** The rows of the bank the model tests share. */
+const bankRows = () =>
+  readFileSync(bank, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
+
+/** The first `n` rows of the shared bank, written as a bank of their own, `name`. */
+function smallBank(n: number, name: string): { rows: ReturnType<typeof bankRows>; file: string } {
+  const rows = bankRows().slice(0, n);
+  const file = join(dir, name);
+  writeFileSync(file, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+  return { rows, file };
+}
 const QUERIES = [
   "What is the capital of France?",
   "Ok?",
@@ -202,10 +217,7 @@ async function worstAgainstReference(
   float16: boolean,
 ): Promise<number> {
   const tok = await PromptTokenizer.load(modelDir);
-  const rows = readFileSync(bank, "utf8")
-    .trim()
-    .split("\n")
-    .map((l) => JSON.parse(l));
+  const rows = bankRows();
   const reader = await StoreReader.open(store);
   let worst = 0;
   for (const [i, row] of rows.entries()) {
@@ -237,13 +249,7 @@ describe("generation on an onnxruntime-genai build", () => {
         precision === "int4" ? styleWeights("q4", base) : precision === "fp16" ? roundWeightsToFloat16(base) : base;
       const tok = await PromptTokenizer.load(d);
       const decode = referenceDecoder(readFileSync(join(d, "tokenizer.json"), "utf8"));
-      const rows = readFileSync(bank, "utf8")
-        .trim()
-        .split("\n")
-        .map((l) => JSON.parse(l))
-        .slice(0, 10);
-      const small = join(dir, "gen-bank.jsonl");
-      writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+      const { rows, file: small } = smallBank(10, "gen-bank.jsonl");
       const eos = new Set([config.eos_token_id ?? []].flat());
       const want = rows.map((r) => decode(referenceGreedy(config, weights, tok.encode(buildPrompt(r)), eos, 6)));
       expect(new Set(want).size).toBeGreaterThan(3); // rows answer differently: a row read at another row's position would show
@@ -383,10 +389,7 @@ describe.each([
     const session = await ort.InferenceSession.create(join(d, "probed.onnx"));
     const tok = await PromptTokenizer.load(d);
     const reader = await StoreReader.open(out);
-    const rows = readFileSync(bank, "utf8")
-      .trim()
-      .split("\n")
-      .map((l) => JSON.parse(l));
+    const rows = bankRows();
     let worst = 0;
     for (const [i, row] of rows.entries()) {
       const ids = tok.encode(buildPrompt(row));
@@ -436,13 +439,7 @@ describe("a genai build whose genai_config.json lists eos_token_id (and there is
     const weights = tinyWeights(OPTS);
     const tok = await PromptTokenizer.load(d);
     const decode = referenceDecoder(readFileSync(join(d, "tokenizer.json"), "utf8"));
-    const rows = readFileSync(bank, "utf8")
-      .trim()
-      .split("\n")
-      .map((l) => JSON.parse(l))
-      .slice(0, 4);
-    const small = join(dir, "eos-bank.jsonl");
-    writeFileSync(small, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    const { rows, file: small } = smallBank(4, "eos-bank.jsonl");
     // The third token row 0 generates with no EOS becomes the list's second id: row 0 stops on it.
     const free = referenceGreedy(config, weights, tok.encode(buildPrompt(rows[0])), new Set(), 6);
     const eos = [config.eos_token_id as number, free[2]!];

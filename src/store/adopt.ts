@@ -226,7 +226,12 @@ async function checkHeaders(dir: string, layers: number[], n: number, foreign: F
     if (size !== undefined && size !== prelude.size)
       throw new StoreError(path, `is ${prelude.size} bytes but its manifest says ${size}; not adopted`);
     if (d === undefined && header.shape.length === 2) [d, widthFrom] = [header.shape[1], name];
-    const problem = headerMismatch(header, n, d ?? -1, prelude.size, undefined, widthFrom);
+    if (d === undefined)
+      throw new StoreError(
+        path,
+        `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`,
+      );
+    const problem = headerMismatch(header, n, d, prelude.size, undefined, widthFrom);
     if (problem)
       throw new StoreError(
         path,

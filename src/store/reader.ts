@@ -262,7 +262,11 @@ async function openForeign(
     const recorded = f.shapes.get(layerFileName(layer));
     const shape = recorded && recordedShapeMismatch(header, recorded);
     if (shape) throw new NpyHeaderError(path, "shape", shape);
-    const problem = headerMismatch(header, n, d ?? -1, size, ["<f2", "<f4"], widthFrom);
+    if (d === undefined) {
+      const problem = `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`;
+      throw new NpyHeaderError(path, "shape", problem);
+    }
+    const problem = headerMismatch(header, n, d, size, ["<f2", "<f4"], widthFrom);
     if (problem) throw new NpyHeaderError(path, problem.field, problem.message);
     offsets.set(layer, header.dataOffset);
     sizes.set(layerFileName(layer), size);

@@ -576,6 +576,33 @@ describe("verifying a store written by another tool", () => {
     expect(await contents(store, fx.bank)).toEqual(await contents(fx.store));
   });
 
+  it("refuses, in reading and in adopting, a first layer file of three dimensions where no width is recorded", async () => {
+    const n = native.query_ids.length;
+    // No manifest records d_model, and the first file has no width to take: two dimensions are expected, as verify says.
+    const message = `header shape is (${n}, 4, 2), expected two dimensions (rows, d_model)`;
+    const reshape = async (s: string) => {
+      const file = readFileSync(join(s, "L002.npy"));
+      const bits = new Uint16Array(file.buffer.slice(file.byteOffset + 128, file.byteOffset + file.length));
+      await writeNpyFile(join(s, "L002.npy"), [n, 4, 2], bits);
+    };
+    const store = foreignStore("three-dimensions", { query_ids: native.query_ids, checksums: sums() });
+    await reshape(store);
+    remanifest(store, () => {});
+    expect((await verifyStore(store, { bank: fx.bank })).problems.map((p) => p.message)).toEqual([message]);
+    await expect(StoreReader.open(store, { bank: fx.bank })).rejects.toMatchObject({
+      message: `${join(store, "L002.npy")}: npy header shape: ${message}`,
+    });
+    await expect(adoptStore(store, { bank: fx.bank })).rejects.toMatchObject({
+      message: `${join(store, "L002.npy")}: ${message}`,
+    });
+    const bare = foreignStore("three-dimensions-bare");
+    await reshape(bare);
+    await expect(adoptStore(bare, { bank: fx.bank })).rejects.toMatchObject({
+      message: `${join(bare, "L002.npy")}: ${message}`,
+    });
+    expect(existsSync(join(bare, "index.json"))).toBe(false);
+  });
+
   it("reports rows the bank lacks and a store incomplete by its own manifest", async () => {
     const ids = [...native.query_ids];
     ids[0] = "query_elsewhere";

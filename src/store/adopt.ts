@@ -33,7 +33,7 @@ import {
   type Manifest,
 } from "./manifest.js";
 import { layerFileName, layerOfFileName } from "./names.js";
-import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, recordedShapeMismatch } from "./npy.js";
+import { LayerWidth, NPY_MAX_PRELUDE, parseNpyHeader, recordedShapeMismatch } from "./npy.js";
 
 /** Where a foreign manifest is kept once adopted. */
 const ORIGINAL_MANIFEST_NAME = "index.orig.json";
@@ -204,8 +204,7 @@ async function layersToAdopt(dir: string, foreign: ForeignManifest | undefined):
  * size and data offset.
  */
 async function checkHeaders(dir: string, layers: number[], n: number, foreign: ForeignManifest | undefined) {
-  let d = foreign?.dModel;
-  let widthFrom: string | undefined;
+  const width = new LayerWidth(foreign?.dModel);
   const sizes = new Map<string, number>();
   const offsets: number[] = [];
   for (const layer of layers) {
@@ -219,28 +218,21 @@ async function checkHeaders(dir: string, layers: number[], n: number, foreign: F
         "holds float32 ('<f4'); hsm's stores hold float16. Read it without adopting (verify and metrics with --bank), or convert it with numpy's astype(np.float16) first",
       );
     }
+    // The recorded shape is checked here, not by width.mismatch, to be refused before the recorded size.
     const recorded = foreign?.shapes.get(name);
     const shape = recorded && recordedShapeMismatch(header, recorded);
     if (shape) throw new StoreError(path, shape);
     const size = foreign?.sizes.get(name);
     if (size !== undefined && size !== prelude.size)
       throw new StoreError(path, `is ${prelude.size} bytes but its manifest says ${size}; not adopted`);
-    if (d === undefined && header.shape.length === 2) [d, widthFrom] = [header.shape[1], name];
-    if (d === undefined)
-      throw new StoreError(
-        path,
-        `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`,
-      );
-    const problem = headerMismatch(header, n, d, prelude.size, undefined, widthFrom);
-    if (problem)
-      throw new StoreError(
-        path,
-        `${problem.message}${header.shape[0] !== n && widthFrom === undefined ? ` (${n} rows in the row order)` : ""}`,
-      );
+    const problem = width.mismatch(header, name, n, prelude.size, ["<f2"]);
+    // Where the width is the manifest's, its message names only the manifest; the rows are the row order's.
+    const rowsFrom = header.shape[0] !== n && foreign?.dModel !== undefined ? ` (${n} rows in the row order)` : "";
+    if (problem) throw new StoreError(path, `${problem.message}${rowsFrom}`);
     sizes.set(name, prelude.size);
     offsets.push(header.dataOffset);
   }
-  return { d, sizes, offsets };
+  return { d: width.d, sizes, offsets };
 }
 
 /** The first bytes of a layer file (enough for any header) and its size; only regular files are opened. */

@@ -196,6 +196,47 @@ export function headerMismatch(
 }
 
 /**
+ * The width every layer file of one store must have, each file's header checked against it in turn: the manifest's
+ * `d_model` where it records one; else, where `learn` (a store from another tool), the first two-dimensional
+ * header's, named in the messages. Reading, verifying and adopting check a foreign store's headers through this, so
+ * all three say the same about each file.
+ */
+export class LayerWidth {
+  /** The file the width was taken from; undefined while it is the manifest's, or none yet. */
+  private from: string | undefined;
+
+  constructor(
+    public d: number | undefined,
+    private readonly learn = true,
+  ) {}
+
+  /**
+   * What is wrong with file `name`'s header, as {@link headerMismatch} says, after a shape other than the one the
+   * manifest records for the file (`recorded`); where the width or the row count (`rows` null) is not known, only
+   * a header of other than two dimensions is wrong.
+   */
+  mismatch(
+    h: NpyHeader,
+    name: string,
+    rows: number | null,
+    fileSize: number,
+    dtypes: readonly string[],
+    recorded?: readonly number[],
+  ): { field: string; message: string } | undefined {
+    // Taken before anything is refused: verify goes on to the next file, which must agree with this one.
+    if (this.d === undefined && this.learn && h.shape.length === 2) [this.d, this.from] = [h.shape[1], name];
+    const shape = recorded && recordedShapeMismatch(h, recorded);
+    if (shape) return { field: "shape", message: shape };
+    if (rows !== null && this.d !== undefined) return headerMismatch(h, rows, this.d, fileSize, dtypes, this.from);
+    if (h.shape.length === 2) return undefined;
+    return {
+      field: "shape",
+      message: `header shape is (${h.shape.join(", ")}), expected two dimensions (rows, d_model)`,
+    };
+  }
+}
+
+/**
  * Where a header's shape is not the `[rows, d_model]` a manifest records for its file, the message saying so;
  * undefined where they agree.
  */

@@ -20,7 +20,7 @@ import {
   parseManifestJson,
   type Manifest,
 } from "./manifest.js";
-import { headerMismatch, NPY_MAX_PRELUDE, parseNpyHeader, recordedShapeMismatch, type NpyHeader } from "./npy.js";
+import { headerMismatch, LayerWidth, NPY_MAX_PRELUDE, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface OpenOptions {
   /** Read a store whose `complete` is false (only its first `rows_done` rows). */
@@ -253,23 +253,14 @@ async function openForeign(
   const offsets = new Map<number, number>();
   const float32 = new Set<number>();
   const sizes = new Map<string, number>();
-  let d = f.dModel;
-  let widthFrom: string | undefined;
+  const width = new LayerWidth(f.dModel);
   for (const layer of layers) {
     const { header, size, path } = await readHeader(backend, layer);
-    // The width comes from the manifest if it records one, else from the first file; all must agree.
-    if (d === undefined && header.shape.length === 2) [d, widthFrom] = [header.shape[1], layerFileName(layer)];
-    const recorded = f.shapes.get(layerFileName(layer));
-    const shape = recorded && recordedShapeMismatch(header, recorded);
-    if (shape) throw new NpyHeaderError(path, "shape", shape);
-    if (d === undefined) {
-      const problem = `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`;
-      throw new NpyHeaderError(path, "shape", problem);
-    }
-    const problem = headerMismatch(header, n, d, size, ["<f2", "<f4"], widthFrom);
+    const name = layerFileName(layer);
+    const problem = width.mismatch(header, name, n, size, ["<f2", "<f4"], f.shapes.get(name));
     if (problem) throw new NpyHeaderError(path, problem.field, problem.message);
     offsets.set(layer, header.dataOffset);
-    sizes.set(layerFileName(layer), size);
+    sizes.set(name, size);
     if (header.descr === "<f4") float32.add(layer);
   }
   let factIds = f.factIds;
@@ -290,7 +281,7 @@ async function openForeign(
   // A store folder is named for its model (outputs/hidden/<model>/).
   const manifest = normalizedManifest(f, {
     layers,
-    dModel: d!,
+    dModel: width.d!,
     sizes,
     factIds,
     families,

@@ -52,14 +52,7 @@ import {
   type SelfCheck,
   writtenByHsm,
 } from "./manifest.js";
-import {
-  headerMismatch,
-  NPY_MAX_PRELUDE,
-  npyLayoutProblem,
-  parseNpyHeader,
-  recordedShapeMismatch,
-  type NpyHeader,
-} from "./npy.js";
+import { LayerWidth, NPY_MAX_PRELUDE, npyLayoutProblem, parseNpyHeader, type NpyHeader } from "./npy.js";
 
 export interface VerifyProblem {
   /** The store file concerned, relative to the store ("index.json", "L018.npy"). */
@@ -270,8 +263,8 @@ function checkHeaders(
   problem: ProblemSink,
 ): HashPlan[] {
   const { listed, rows, dtypes } = plan;
-  let d = plan.d;
-  let widthFrom: string | undefined;
+  // A foreign manifest that does not record the width leaves it to the first file; the others must agree.
+  const width = new LayerWidth(plan.d ?? undefined, report.foreign);
   const toHash: HashPlan[] = [];
   for (const entry of listed) {
     const { name } = entry;
@@ -293,15 +286,7 @@ function checkHeaders(
       continue;
     }
     const { header } = seen;
-    // A manifest that does not record the width leaves it to the first file; the others must agree.
-    if (d === null && report.foreign && header.shape.length === 2) [d, widthFrom] = [header.shape[1]!, name];
-    const mismatch =
-      (entry.shape && recordedShapeMismatch(header, entry.shape)) ??
-      (rows !== null && d !== null
-        ? headerMismatch(header, rows, d, seen.bytes, dtypes, widthFrom)?.message
-        : header.shape.length !== 2
-          ? `header shape is (${header.shape.join(", ")}), expected two dimensions (rows, d_model)`
-          : undefined);
+    const mismatch = width.mismatch(header, name, rows, seen.bytes, dtypes, entry.shape)?.message;
     if (mismatch) problem(name, "npy-header", mismatch);
     else if (plan.layout) {
       const layout = npyLayoutProblem(header);

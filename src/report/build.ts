@@ -18,7 +18,7 @@ import { LABELS } from "../score/labels.js";
 import { verifyStore } from "../store/verify.js";
 import { wilsonInterval } from "../study/stats.js";
 import { lineChart, type ChartSeries } from "../util/chart.js";
-import { makeDir, samePath, writeFileAtomic } from "../util/fs.js";
+import { isSameFile, makeDir, writeFileAtomic } from "../util/fs.js";
 import { jsonLines } from "../util/jsonl.js";
 import { TOOL_VERSION } from "../version.js";
 import { compareLoaded, loadModel, type Comparison, type LoadedModel, type LoadOptions } from "./compare.js";
@@ -278,11 +278,11 @@ async function provenance(m: OutputsModel, o: ReportOptions, registry: MetricReg
 /**
  * Refuses an `out` that is one of the files the report reads (a study record,
  * a model's scored rows, generations or metric results, anything in a store):
- * the same file as one ({@link samePath}), or a path inside a store by real path.
+ * the same file as one ({@link isSameFile}), or a path inside a store by real path.
  */
 async function refuseInputAsOut(out: string, outputs: string, models: OutputsModel[], registry: MetricRegistry) {
   const realOf = (path: string) => realpath(path).catch(() => undefined);
-  const real = await realOf(out);
+  const [real, st] = await Promise.all([realOf(out), stat(out).catch(() => undefined)]);
   if (real === undefined) return; // every input exists, so a new file is none of them
   const refuse = (what: string) => {
     throw new UsageError(`--out ${out}: is ${what}, which the report reads; choose another file`);
@@ -294,7 +294,7 @@ async function refuseInputAsOut(out: string, outputs: string, models: OutputsMod
       inputs.push([join(m.paths.metrics, `${metric.name}.json`), `${m.name}'s ${metric.name}.json`]);
   }
   // The same file by device and inode, so a hard link of one counts too.
-  for (const [path, what] of inputs) if (await samePath(out, path)) refuse(`${what} (${path})`);
+  for (const [path, what] of inputs) if (st && (await isSameFile(st, path))) refuse(`${what} (${path})`);
   for (const m of models) {
     const store = await realOf(m.paths.store);
     if (store !== undefined && (real === store || real.startsWith(store + sep)))

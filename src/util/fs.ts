@@ -603,16 +603,16 @@ export interface NamedPath {
 }
 
 /**
- * Whether `a` and `b` are one file or folder: the same device and inode, so a symbolic link to it and a hard
- * link of it count. A path that does not exist is no other.
+ * Whether `path` is the file or folder `a` (as stat found it, once for every path it is compared with): the same
+ * device and inode, so a symbolic link to it and a hard link of it count. A path that does not exist is not it.
  */
-export async function samePath(a: string, b: string): Promise<boolean> {
-  const [x, y] = await Promise.all([stat(a).catch(() => undefined), stat(b).catch(() => undefined)]);
-  return x !== undefined && y !== undefined && x.dev === y.dev && x.ino === y.ino;
+export async function isSameFile(a: Stats, path: string): Promise<boolean> {
+  const b = await stat(path).catch(() => undefined);
+  return b !== undefined && a.dev === b.dev && a.ino === b.ino;
 }
 
 /**
- * Refuses (a usage error, exit 2) an output that is one of the command's inputs, compared by {@link samePath}:
+ * Refuses (a usage error, exit 2) an output that is one of the command's inputs, compared by {@link isSameFile}:
  * writing it would replace what the command reads. An output that does not exist yet is none of them.
  * @example await refuseInputAsOutput({ name: "--out", path: "a.jsonl" }, [{ name: "--bank", path: "a.jsonl" }])
  * // --out a.jsonl: is also --bank (a.jsonl), which this command reads; choose another file for --out
@@ -622,7 +622,7 @@ export async function refuseInputAsOutput(output: NamedPath, inputs: readonly Na
   if (st === undefined) return;
   const kind = st.isDirectory() ? "folder" : "file";
   for (const input of inputs) {
-    if (!(await samePath(output.path, input.path))) continue;
+    if (!(await isSameFile(st, input.path))) continue;
     throw new UsageError(
       `${output.name} ${output.path}: is also ${input.name} (${input.path}), which this command reads; ` +
         `choose another ${kind} for ${output.name}`,

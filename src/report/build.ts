@@ -7,7 +7,7 @@
  * when a fact of the chunk is opened. The page itself only looks things up.
  */
 import { realpath, stat } from "node:fs/promises";
-import { dirname, join, resolve, sep } from "node:path";
+import { basename, dirname, join, resolve, sep } from "node:path";
 import { deflateRawSync } from "node:zlib";
 
 import { ANCHOR_FAMILY } from "../bank/prompt.js";
@@ -275,15 +275,24 @@ async function provenance(m: OutputsModel, o: ReportOptions, registry: MetricReg
   };
 }
 
+/** `path`'s real path; where it does not exist yet, its nearest existing folder's with the rest of `path` after it. */
+async function realPathToBe(path: string): Promise<string> {
+  try {
+    return await realpath(path);
+  } catch {
+    const parent = dirname(path);
+    return parent === path ? path : join(await realPathToBe(parent), basename(path));
+  }
+}
+
 /**
  * Refuses an `out` that is one of the files the report reads (a study record,
  * a model's scored rows, generations or metric results, anything in a store):
- * the same file as one ({@link isSameFile}), or a path inside a store by real path.
+ * the same file as one ({@link isSameFile}), or a path inside a store by real path, a new one too.
  */
 async function refuseInputAsOut(out: string, outputs: string, models: OutputsModel[], registry: MetricRegistry) {
   const realOf = (path: string) => realpath(path).catch(() => undefined);
-  const [real, st] = await Promise.all([realOf(out), stat(out).catch(() => undefined)]);
-  if (real === undefined) return; // every input exists, so a new file is none of them
+  const [real, st] = await Promise.all([realPathToBe(resolve(out)), stat(out).catch(() => undefined)]);
   const refuse = (what: string) => {
     throw new UsageError(`--out ${out}: is ${what}, which the report reads; choose another file`);
   };
@@ -293,7 +302,7 @@ async function refuseInputAsOut(out: string, outputs: string, models: OutputsMod
     for (const metric of registry)
       inputs.push([join(m.paths.metrics, `${metric.name}.json`), `${m.name}'s ${metric.name}.json`]);
   }
-  // The same file by device and inode, so a hard link of one counts too.
+  // The same file by device and inode, so a hard link of one counts too; every input exists, so a new file is none.
   for (const [path, what] of inputs) if (st && (await isSameFile(st, path))) refuse(`${what} (${path})`);
   for (const m of models) {
     const store = await realOf(m.paths.store);

@@ -1,6 +1,6 @@
 /** hsm study --shards, hsm compare and hsm report as a user runs them (the built CLI), on synthetic models. */
 import { spawnSync } from "node:child_process";
-import { cpSync, existsSync, linkSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, linkSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -99,6 +99,12 @@ describe("the study, compare and report commands", () => {
       status: 2,
       stderr: reads(index, `in six's store (${join(outputs, "hidden", "six")})`),
     });
+    // A new file inside a store, or in a new folder there, is inside it too; nothing is made.
+    const store = join(outputs, "hidden", "ten");
+    const files = readdirSync(store);
+    for (const inside of [join(store, "report.html"), join(store, "new", "r.html")])
+      expect(report(inside)).toMatchObject({ status: 2, stderr: reads(inside, `in ten's store (${store})`) });
+    expect(readdirSync(store)).toEqual(files);
     expect([readFileSync(scored), readFileSync(kts)]).toEqual(before);
   });
 

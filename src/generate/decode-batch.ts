@@ -102,7 +102,8 @@ export async function decodeBatch(
   newTokens = setup.maxNewTokens,
 ): Promise<number[][]> {
   const fill = setup.fixedBatch === undefined ? 0 : setup.fixedBatch - prompts.length;
-  // The rows filling out a fixed batch copy the last prompt; their tokens are dropped.
+  // The rows filling out a fixed batch copy the last prompt; their tokens are dropped. (Extraction fills its
+  // padded batches instead, with fillBatch: every step here pads again, so the copies must be prompts.)
   if (fill > 0) {
     const filled = [...prompts, ...Array.from({ length: fill }, () => prompts.at(-1)!)];
     return (await decodeBatch(session, setup, filled, cached, newTokens)).slice(0, prompts.length);

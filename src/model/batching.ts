@@ -110,6 +110,9 @@ export const rightPad = (sequences: readonly number[][], padId: number): BatchFe
 /**
  * `f` grown to `rows` rows by copies of its last row, for a graph whose inputs fix the batch: each row's states
  * are those of the row alone, so the copies change nothing and their outputs are dropped.
+ * Decoding (decodeBatch) fills its prompts out the same way, but before padding: it pads again at every step and
+ * keeps each row's tokens, so it needs the copies as prompts. Extraction's runner (its session or worker threads)
+ * takes padded batches from three callers (the first run, the blocks, the self-check), so it fills them here, once.
  */
 export function fillBatch(f: BatchFeeds, rows: number): BatchFeeds {
   if (f.batch >= rows) return f;

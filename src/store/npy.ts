@@ -223,11 +223,13 @@ export class LayerWidth {
     dtypes: readonly string[],
     recorded?: readonly number[],
   ): { field: string; message: string } | undefined {
-    // Taken before anything is refused: verify goes on to the next file, which must agree with this one.
-    if (this.d === undefined && this.learn && h.shape.length === 2) [this.d, this.from] = [h.shape[1], name];
+    // Taken before anything is refused: verify goes on to the next file, which must agree with this one. A width
+    // of 0 is refused (by headerMismatch) and taken from no file, so the next file's is not refused for it.
+    const d = this.d ?? (this.learn && h.shape.length === 2 ? h.shape[1] : undefined);
+    if (this.d === undefined && d) [this.d, this.from] = [d, name];
     const shape = recorded && recordedShapeMismatch(h, recorded);
     if (shape) return { field: "shape", message: shape };
-    if (rows !== null && this.d !== undefined) return headerMismatch(h, rows, this.d, fileSize, dtypes, this.from);
+    if (rows !== null && d !== undefined) return headerMismatch(h, rows, d, fileSize, dtypes, this.from);
     if (h.shape.length === 2) return undefined;
     return {
       field: "shape",

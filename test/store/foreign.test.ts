@@ -458,6 +458,14 @@ describe("verifying a store written by another tool", () => {
       (n: number) => [`L002.npy: [npy-header] header shape is (${8 * n}), expected two dimensions (rows, d_model)`],
     ],
     [
+      "a first layer file of width 0, the others held to the next file's width",
+      async (s: string) => {
+        await writeNpyFile(join(s, "L002.npy"), [native.query_ids.length, 0], new Uint16Array(0));
+        remanifest(s, () => {});
+      },
+      (n: number) => [`L002.npy: [npy-header] header shape is (${n}, 0): rows of width 0 hold no states`],
+    ],
+    [
       "a checksummed file that is gone",
       (s: string) => remanifest(s, () => rmSync(join(s, "L004.npy"))),
       () => ["L004.npy: [file-missing] is listed in the manifest but missing"],

@@ -6,7 +6,7 @@
  * per-fact drill-down, packed in chunks of facts that the page inflates only
  * when a fact of the chunk is opened. The page itself only looks things up.
  */
-import { realpath, stat } from "node:fs/promises";
+import { readdir, realpath, stat } from "node:fs/promises";
 import { basename, dirname, join, resolve, sep } from "node:path";
 import { deflateRawSync } from "node:zlib";
 
@@ -308,6 +308,12 @@ async function refuseInputAsOut(out: string, outputs: string, models: OutputsMod
     const store = await realOf(m.paths.store);
     if (store !== undefined && (real === store || real.startsWith(store + sep)))
       refuse(`in ${m.name}'s store (${m.paths.store})`);
+    if (st === undefined) continue;
+    // A hard link of a store's file is elsewhere by path.
+    for (const name of await readdir(m.paths.store).catch(() => [])) {
+      const path = join(m.paths.store, name);
+      if (await isSameFile(st, path)) refuse(`a file of ${m.name}'s store (${path})`);
+    }
   }
 }
 

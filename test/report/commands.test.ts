@@ -105,6 +105,17 @@ describe("the study, compare and report commands", () => {
     for (const inside of [join(store, "report.html"), join(store, "new", "r.html")])
       expect(report(inside)).toMatchObject({ status: 2, stderr: reads(inside, `in ten's store (${store})`) });
     expect(readdirSync(store)).toEqual(files);
+    // A hard link of a store's file is that file, though its path is elsewhere.
+    const layer = join(
+      store,
+      files.find((f) => f.endsWith(".npy"))!,
+    );
+    const hardLayer = join(dir, "layer-hard-link.npy");
+    linkSync(layer, hardLayer);
+    expect(report(hardLayer)).toMatchObject({
+      status: 2,
+      stderr: reads(hardLayer, `a file of ten's store (${layer})`),
+    });
     expect([readFileSync(scored), readFileSync(kts)]).toEqual(before);
   });
 

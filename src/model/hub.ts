@@ -6,14 +6,15 @@
  * `@huggingface/hub`; the files themselves are fetched here, because a download must resume
  * (`blobs/<etag>.incomplete`, a Range request), be checked against its hash and show its progress.
  */
-import { createHash, randomUUID, type Hash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { link, lstat, open, readdir, rename, stat, symlink, unlink } from "node:fs/promises";
-import { homedir, hostname } from "node:os";
-import { dirname, join, relative } from "node:path";
+import { lstat, readdir, rename, stat, symlink, unlink } from "node:fs/promises";
+import { homedir } from "node:os";
+import { basename, dirname, join, relative } from "node:path";
 
 import { HsmError } from "../errors.js";
-import { openInput, openOutput, processRunning, readTextIfPresent, makeDir, writeFileAtomic } from "../util/fs.js";
+import { acquireLock } from "../store/lock.js";
+import { openInput, openOutput, readTextIfPresent, makeDir, writeFileAtomic } from "../util/fs.js";
 import { createProgress } from "../util/progress.js";
 
 /** The hub the API calls go to when `HF_ENDPOINT` is not set. */
@@ -266,72 +267,17 @@ async function fetchFile(
   const blob = join(storage, "blobs", f.etag);
   if (!(await exists(blob))) {
     await makeDir(dirname(blob));
-    await withLock(`${blob}.lock`, `${blob}.incomplete`, async () => {
+    // Runs sharing the cache (a study's shards, on this machine or others) take turns per blob, never two writing it.
+    const release = await acquireLock(dirname(blob), `${basename(blob)}.lock`, { wait: true });
+    try {
       if (!(await exists(blob))) await download(f, url, blob, token);
-    });
+    } finally {
+      await release();
+    }
   }
   await makeDir(dirname(pointer));
   await unlink(pointer).catch(() => {});
   await symlink(relative(dirname(pointer), blob), pointer);
-}
-
-/** A lock whose download has written nothing for this long is taken to be abandoned (a run on another machine). */
-const STALE_LOCK_MS = 60_000;
-
-/**
- * Runs `work` holding the lock file `lock` (created exclusively, naming its host and process), so that two runs
- * sharing a cache (the shards of one study, on one machine or several) never write one blob at once. A lock is
- * taken over when its process on this host is gone, or when neither it nor `watched` (the download it guards) has
- * changed for {@link STALE_LOCK_MS}.
- */
-async function withLock(lock: string, watched: string, work: () => Promise<void>): Promise<void> {
-  const me = `${hostname()}:${process.pid}`;
-  for (;;) {
-    try {
-      await createExclusive(lock, me);
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-      const owner = (await readTextIfPresent(lock).catch(() => null)) ?? "";
-      const [host, pid] = [owner.slice(0, owner.lastIndexOf(":")), Number(owner.slice(owner.lastIndexOf(":") + 1))];
-      const changed = Math.max(
-        ...(await Promise.all([lock, watched].map(async (p) => (await stat(p).catch(() => undefined))?.mtimeMs ?? 0))),
-      );
-      const gone = host === hostname() && Number.isSafeInteger(pid) && pid > 0 && !processRunning(pid);
-      if (gone || Date.now() - changed > STALE_LOCK_MS) await takeOver(lock, owner);
-      else await new Promise((r) => setTimeout(r, 200));
-    }
-  }
-  try {
-    await work();
-  } finally {
-    await unlink(lock).catch(() => {});
-  }
-}
-
-/**
- * Removes `lock` as `owner` left it. Two runs may find the same abandoned lock, and the first may have taken it
- * before the second acts: the lock is moved aside first (one rename wins), and put back where it names another
- * owner by then.
- */
-async function takeOver(lock: string, owner: string): Promise<void> {
-  const aside = `${lock}.${randomUUID()}`;
-  try {
-    await rename(lock, aside);
-  } catch {
-    return; // moved or removed by another run already
-  }
-  if ((await readTextIfPresent(aside).catch(() => null)) !== owner) await link(aside, lock).catch(() => {});
-  await unlink(aside).catch(() => {});
-}
-
-async function createExclusive(path: string, text: string): Promise<void> {
-  const fh = await open(path, "wx");
-  try {
-    await fh.writeFile(text);
-  } finally {
-    await fh.close();
-  }
 }
 
 /**

@@ -23,6 +23,10 @@
  * by a node that went away (a job killed, a node lost). A holder stopped by a
  * signal the CLI catches (Ctrl-C, SIGTERM) removes its lock first
  * (src/util/stop.ts).
+ *
+ * The hub cache's downloads take the same lock per blob (src/model/hub.ts), a
+ * run waiting while another holds it rather than failing: runs sharing a cache
+ * take turns.
  */
 import { createHash } from "node:crypto";
 import { unlinkSync } from "node:fs";
@@ -48,6 +52,8 @@ const CLAIM_DEPTH = 3;
 /** Looks at the lock before giving up while other processes take over a stale one. */
 const ATTEMPTS = 100;
 const RETRY_MS = 20;
+/** How often a process waiting for a held lock looks at it again. */
+const WAIT_MS = 200;
 /** A lock file is one line of JSON; anything longer is not one of ours. */
 const LOCK_MAX_BYTES = 4096;
 
@@ -136,8 +142,15 @@ async function removeLeftClaims(path: string): Promise<void> {
   await Promise.all(claims.map((n) => unlink(join(dirname(path), n)).catch(() => {})));
 }
 
-/** Takes the lock `name` in `dir` (a store's, by default); the returned function releases it (also done at process exit). */
-export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => Promise<void>> {
+/**
+ * Takes the lock `name` in `dir` (a store's, by default); the returned function releases it (also done at process
+ * exit). A lock held by another process is refused, or with `wait` waited for, however long it is held.
+ */
+export async function acquireLock(
+  dir: string,
+  name = LOCK_NAME,
+  options: { wait?: boolean } = {},
+): Promise<() => Promise<void>> {
   const path = join(dir, name);
   const mine: LockInfo = { pid: process.pid, host: hostname(), started: new Date().toISOString() };
   const text = JSON.stringify(mine) + "\n";
@@ -148,6 +161,11 @@ export async function acquireLock(dir: string, name = LOCK_NAME): Promise<() => 
     }
     const other = await look(path, LOCK_STALE_MS);
     if (!other) continue; // released meanwhile
+    if (other.held && options.wait) {
+      attempt--; // a lock held is no race lost: its holder's turn lasts as long as it holds it
+      await new Promise((r) => setTimeout(r, WAIT_MS));
+      continue;
+    }
     if (other.held) {
       const who = other.info
         ? `pid ${other.info.pid} on ${other.info.host}, since ${other.info.started}`

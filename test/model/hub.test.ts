@@ -20,6 +20,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { homedir, hostname } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 
@@ -31,6 +32,7 @@ import { openModelDir } from "../../src/model/model-dir.js";
 import { scoreFile } from "../../src/score/score-file.js";
 import { parseStudy } from "../../src/study/study-file.js";
 import { writeTinyModel } from "../../src/synthetic/llama.js";
+import { runChild } from "../helpers/child.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const dir = tempDir("hsm-hub-");
@@ -60,6 +62,10 @@ interface Hub {
   token?: string;
   /** With `token`: only the files need it, as with a gated model, whose API answers anyone. */
   gated?: boolean;
+  /** Paths whose next download sends its first KiB, then the rest once the promise settles (a stalled link). */
+  stall: Map<string, Promise<void>>;
+  /** Downloads of each path under way now, and the most there were at once. */
+  open: Map<string, { now: number; most: number }>;
 }
 let hub: Hub;
 
@@ -92,6 +98,16 @@ function sendContent(req: IncomingMessage, res: ServerResponse, path: string, by
   if (m) headers["Content-Range"] = `bytes ${start}-${bytes.length - 1}/${bytes.length}`;
   res.writeHead(m ? 206 : 200, headers);
   hub.sent.set(etag, (hub.sent.get(etag) ?? 0) + body.length);
+  const open = hub.open.get(path) ?? { now: 0, most: 0 };
+  hub.open.set(path, { now: open.now + 1, most: Math.max(open.most, open.now + 1) });
+  res.on("close", () => hub.open.get(path)!.now--);
+  const stall = hub.stall.get(path);
+  if (stall) {
+    hub.stall.delete(path);
+    res.write(body.subarray(0, 1024));
+    void stall.then(() => res.end(body.subarray(1024)));
+    return;
+  }
   const cut = hub.cut.get(path);
   if (cut !== undefined) {
     hub.cut.delete(path);
@@ -198,6 +214,8 @@ beforeAll(async () => {
     sent: new Map(),
     cut: new Map(),
     corrupt: new Set(),
+    stall: new Map(),
+    open: new Map(),
   };
   afterAll(() => {
     server.close();
@@ -448,6 +466,50 @@ describe("a model named by hub id", () => {
         expect(hub.sent.get(sha256(f.bytes))).toBe(f.bytes.length);
     expect(readdirSync(join(storage(shared), "blobs")).filter((n) => !/^[0-9a-f]+$/.test(n))).toEqual([]);
   });
+
+  // A run in a process of its own (`host` set: one that takes this machine for that host), fetching the model into
+  // `cache`; it prints "fetched" or its error.
+  const runAlone = (cache: string, host?: string) => {
+    const child = join(dir, "hub-child.mjs");
+    const module = pathToFileURL(join(import.meta.dirname, "..", "..", "dist", "model", "hub.js")).href;
+    writeFileSync(
+      child,
+      `import { fetchHubModel } from ${JSON.stringify(module)};\n` +
+        `await fetchHubModel(${JSON.stringify(id)}).then(() => console.log("fetched"), (e) => console.log(e.message));\n`,
+    );
+    const fake = `import os from "node:os"; import { syncBuiltinESMExports } from "node:module"; os.hostname = () => ${JSON.stringify(host)}; syncBuiltinESMExports();`;
+    const env = { ...process.env, HF_HUB_CACHE: cache, HF_HOME: join(dir, "home"), HF_ENDPOINT: hub.url };
+    return runChild(process.execPath, [...(host ? ["--import", `data:text/javascript,${fake}`] : []), child], { env });
+  };
+
+  // A download stalled for two minutes (its lock and its partial file untouched as long) by a run that still runs,
+  // on this machine or another: a second run waits for it rather than writing the same file beside it.
+  for (const hosts of [[], ["node-a", "node-b"]] as const)
+    it(`never lets two runs write one file, when a download stalls (${hosts.length ? "two hosts" : "one host"})`, async () => {
+      const shared = join(dir, `stall-${hosts.length}`);
+      const path = "onnx/model.onnx_data";
+      const data = files.get(path)!.bytes;
+      const blob = join(storage(shared), "blobs", sha256(data));
+      let resume = () => {};
+      hub.stall.set(path, new Promise<void>((r) => (resume = r)));
+      hub.open.delete(path);
+      const until = async (done: () => boolean, ms: number) => {
+        for (const t = Date.now(); !done() && Date.now() - t < ms;) await new Promise((r) => setTimeout(r, 50));
+      };
+      const first = runAlone(shared, hosts[0]);
+      await until(() => (existsSync(`${blob}.incomplete`) ? statSync(`${blob}.incomplete`).size > 0 : false), 30_000);
+      const ago = new Date(Date.now() - 120_000);
+      for (const p of [`${blob}.lock`, `${blob}.incomplete`]) utimesSync(p, ago, ago);
+      const second = runAlone(shared, hosts[1]);
+      // Time for the second run to reach the file: a run that would write it asks the hub for it.
+      await until(() => hub.open.get(path)!.most > 1, 3000);
+      resume();
+      const outs = await Promise.all([first, second]);
+      expect(outs.map((o) => o.stdout + o.stderr)).toEqual(["fetched\n", "fetched\n"]);
+      expect(hub.open.get(path)!.most).toBe(1);
+      expect(sha256(readFileSync(blob))).toBe(sha256(data));
+      expect(readdirSync(join(storage(shared), "blobs")).filter((n) => !/^[0-9a-f]+$/.test(n))).toEqual([]);
+    });
 
   it("sends HF_TOKEN, and says what is missing without it", async () => {
     const fresh = join(dir, "token");

@@ -276,8 +276,25 @@ async function fetchFile(
     }
   }
   await makeDir(dirname(pointer));
-  await unlink(pointer).catch(() => {});
-  await symlink(relative(dirname(pointer), blob), pointer);
+  await linkPointer(pointer, relative(dirname(pointer), blob));
+}
+
+/**
+ * Links `pointer` to `target`. Runs sharing the cache may make one link at once: a run finding a link there that
+ * resolves (made by another since it looked) is done; one that resolves nowhere (its blob removed) is replaced.
+ */
+async function linkPointer(pointer: string, target: string): Promise<void> {
+  for (;;) {
+    try {
+      return await symlink(target, pointer);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    }
+    if (await stat(pointer).catch(() => undefined)) return;
+    await unlink(pointer).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== "ENOENT") throw err;
+    });
+  }
 }
 
 /**

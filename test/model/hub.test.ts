@@ -12,6 +12,7 @@ import {
   readdirSync,
   readFileSync,
   readlinkSync,
+  rmSync,
   statSync,
   utimesSync,
   writeFileSync,
@@ -510,6 +511,20 @@ describe("a model named by hub id", () => {
       expect(sha256(readFileSync(blob))).toBe(sha256(data));
       expect(readdirSync(join(storage(shared), "blobs")).filter((n) => !/^[0-9a-f]+$/.test(n))).toEqual([]);
     });
+
+  it("lets runs that find every file in the cache link them into a new snapshot at once", async () => {
+    // As for a new commit that changed no file a run reads: the blobs are there, the snapshot's links are not.
+    const warm = join(dir, "warm");
+    useCache(warm);
+    await fetchHubModel(id);
+    rmSync(join(storage(warm), "snapshots"), { recursive: true });
+    hub.requests = [];
+    const runs = await Promise.all(Array.from({ length: 4 }, () => fetchHubModel(id)));
+    expect(runs.map((r) => r.dir)).toEqual(Array(4).fill(join(storage(warm), "snapshots", COMMIT)));
+    expect(downloads()).toEqual([]);
+    for (const path of ["config.json", "tokenizer.json", "onnx/model.onnx", "onnx/model.onnx_data"])
+      expect(readFileSync(join(runs[0]!.dir, path))).toEqual(files.get(path)!.bytes);
+  });
 
   it("sends HF_TOKEN, and says what is missing without it", async () => {
     const fresh = join(dir, "token");

@@ -23,6 +23,7 @@
  * - Every operating-system error becomes an error that names the path and says
  *   why ({@link fileError}).
  */
+import { randomInt } from "node:crypto";
 import { closeSync, constants, fstatSync, openSync, read, readlinkSync, readSync, rmSync, type Stats } from "node:fs";
 import { copyFile, link, mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from "node:fs/promises";
 import { hostname } from "node:os";
@@ -408,7 +409,11 @@ export async function syncDir(dir: string): Promise<void> {
   }
 }
 
-let tempCounter = 0;
+/**
+ * Numbers this process's temporary files, from a random start: processes on other hosts (containers, each with a PID
+ * namespace of its own, often run hsm as pid 1) may share the pid and write in the same folder at once.
+ */
+let tempCounter = randomInt(2 ** 47);
 
 /** The characters of `text` as a regular expression matches them literally. */
 const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");

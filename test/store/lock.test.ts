@@ -129,3 +129,58 @@ for (const [i, t] of trials.entries()) {
     }
   });
 });
+
+describe("acquireLock between hosts whose processes share a pid", () => {
+  // Containers sharing a folder each run hsm under the same pid (often 1, in a PID namespace of its own): two such
+  // processes, their hosts told apart by name, take one lock at the same moment, trial after trial, each logging
+  // when it holds the lock and when it lets go.
+  it("gives one the lock and tells the other who holds it", async () => {
+    const race = join(dir, "same-pid");
+    mkdirSync(race, { recursive: true });
+    const child = join(dir, "same-pid-child.mjs");
+    writeFileSync(
+      child,
+      `import { appendFileSync } from "node:fs";
+import { acquireLock } from ${JSON.stringify(pathToFileURL(join(import.meta.dirname, "..", "..", "dist", "store", "lock.js")).href)};
+const start = Number(process.argv[2]);
+for (let i = 0; i < 20; i++) {
+  const at = start + i * 200;
+  await new Promise((r) => setTimeout(r, Math.max(0, at - 30 - Date.now())));
+  while (Date.now() < at) {} // both at once
+  const log = ${JSON.stringify(race)} + "/" + i + ".log";
+  try {
+    const release = await acquireLock(${JSON.stringify(race)}, i + ".lock");
+    appendFileSync(log, "in\\n");
+    await new Promise((r) => setTimeout(r, 50));
+    appendFileSync(log, "out\\n");
+    await release();
+  } catch (err) {
+    appendFileSync(log, err.message.split(" (")[0] + "\\n");
+  }
+}
+`,
+    );
+    const start = String(Date.now() + 1500);
+    const as = (host: string) =>
+      `data:text/javascript,import os from "node:os"; import { syncBuiltinESMExports } from "node:module"; ` +
+      `os.hostname = () => "${host}"; syncBuiltinESMExports(); Object.defineProperty(process, "pid", { value: 4242 });`;
+    const children = await Promise.all(
+      ["node-a", "node-b"].map((host) => runChild(process.execPath, ["--import", as(host), child, start])),
+    );
+    for (const c of children) expect(c.stderr).toBe("");
+    for (let i = 0; i < 20; i++) {
+      const log = readFileSync(join(race, `${i}.log`), "utf8")
+        .trim()
+        .split("\n");
+      let holders = 0;
+      let most = 0;
+      for (const line of log) {
+        holders += line === "in" ? 1 : line === "out" ? -1 : 0;
+        most = Math.max(most, holders);
+      }
+      expect(most, log.join(", ")).toBe(1);
+      for (const line of log.filter((l) => l !== "in" && l !== "out"))
+        expect(line).toBe(`${race}: is being written by another hsm process`);
+    }
+  });
+});

@@ -268,7 +268,13 @@ async function fetchFile(
   if (!(await exists(blob))) {
     await makeDir(dirname(blob));
     // Runs sharing the cache (a study's shards, on this machine or others) take turns per blob, never two writing it.
-    const release = await acquireLock(dirname(blob), `${basename(blob)}.lock`, { wait: true });
+    const lock = `${blob}.lock`;
+    const release = await acquireLock(dirname(lock), basename(lock), {
+      wait: (who) =>
+        process.stderr.write(
+          `${f.path}: waiting for another run to download it (${who}); if it is gone, delete ${lock}\n`,
+        ),
+    });
     try {
       if (!(await exists(blob))) await download(f, url, blob, token);
     } finally {

@@ -144,16 +144,18 @@ async function removeLeftClaims(path: string): Promise<void> {
 
 /**
  * Takes the lock `name` in `dir` (a store's, by default); the returned function releases it (also done at process
- * exit). A lock held by another process is refused, or with `wait` waited for, however long it is held.
+ * exit). A lock held by another process is refused; with `wait`, it is waited for however long it is held, `wait`
+ * told once who holds it.
  */
 export async function acquireLock(
   dir: string,
   name = LOCK_NAME,
-  options: { wait?: boolean } = {},
+  options: { wait?: (holder: string) => void } = {},
 ): Promise<() => Promise<void>> {
   const path = join(dir, name);
   const mine: LockInfo = { pid: process.pid, host: hostname(), started: new Date().toISOString() };
   const text = JSON.stringify(mine) + "\n";
+  let told = false;
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     if (await writeFileExclusive(path, text)) {
       await removeLeftClaims(path);
@@ -161,19 +163,20 @@ export async function acquireLock(
     }
     const other = await look(path, LOCK_STALE_MS);
     if (!other) continue; // released meanwhile
-    if (other.held && options.wait) {
-      attempt--; // a lock held is no race lost: its holder's turn lasts as long as it holds it
-      await new Promise((r) => setTimeout(r, WAIT_MS));
-      continue;
-    }
     if (other.held) {
       const who = other.info
         ? `pid ${other.info.pid} on ${other.info.host}, since ${other.info.started}`
         : `its lock, ${Math.round(other.ageMs / 1000)} s old, names no process yet`;
-      throw new StoreError(
-        dir,
-        `is being written by another hsm process (${who}); wait for it to finish, or stop it. If it is gone, delete ${path}`,
-      );
+      if (!options.wait)
+        throw new StoreError(
+          dir,
+          `is being written by another hsm process (${who}); wait for it to finish, or stop it. If it is gone, delete ${path}`,
+        );
+      if (!told) options.wait(who);
+      told = true;
+      attempt--; // a lock held is no race lost: its holder's turn lasts as long as it holds it
+      await new Promise((r) => setTimeout(r, WAIT_MS));
+      continue;
     }
     if (!(await removeIfStill(path, other, text, 0))) await new Promise((r) => setTimeout(r, RETRY_MS));
   }

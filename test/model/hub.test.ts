@@ -185,6 +185,7 @@ function useCache(cache: string, more: Record<string, string> = {}) {
   Object.assign(process.env, { HF_HUB_CACHE: cache, HF_HOME: join(dir, "home"), HF_ENDPOINT: hub.url, ...more });
 }
 
+const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 const downloads = () => hub.requests.filter((r) => !r.path.startsWith("/api/"));
 const storage = (cache: string) => join(cache, `models--${REPO.replace("/", "--")}`);
 
@@ -506,7 +507,16 @@ describe("a model named by hub id", () => {
       await until(() => hub.open.get(path)!.most > 1, 3000);
       resume();
       const outs = await Promise.all([first, second]);
-      expect(outs.map((o) => o.stdout + o.stderr)).toEqual(["fetched\n", "fetched\n"]);
+      expect(outs.map((o) => o.stdout)).toEqual(["fetched\n", "fetched\n"]);
+      expect(outs[0]!.stderr).toBe("");
+      // The run waiting says for whom, and what to do were that run gone.
+      const holder = `pid \\d+ on ${hosts[0] ?? hostname()}, since [\\d:.TZ-]+`;
+      expect(outs[1]!.stderr).toMatch(
+        new RegExp(
+          `^${literal(path)}: waiting for another run to download it \\(${holder}\\); ` +
+            `if it is gone, delete ${literal(blob)}\\.lock\n$`,
+        ),
+      );
       expect(hub.open.get(path)!.most).toBe(1);
       expect(sha256(readFileSync(blob))).toBe(sha256(data));
       expect(readdirSync(join(storage(shared), "blobs")).filter((n) => !/^[0-9a-f]+$/.test(n))).toEqual([]);

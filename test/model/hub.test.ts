@@ -456,11 +456,13 @@ describe("a model named by hub id", () => {
     useCache(shared);
     const data = sha256(files.get("onnx/model.onnx_data")!.bytes);
     mkdirSync(join(storage(shared), "blobs"), { recursive: true });
-    writeFileSync(join(storage(shared), "blobs", `${data}.lock`), `${hostname()}:2147483646`);
-    // Another machine's lock, untouched for two minutes: its run is gone.
+    const lockOf = (host: string, pid: number) => JSON.stringify({ pid, host, started: "2026-01-01T00:00:00.000Z" });
+    // This machine's lock, naming a process that does not run.
+    writeFileSync(join(storage(shared), "blobs", `${data}.lock`), lockOf(hostname(), 2147483646));
+    // Another machine's lock, untouched for eleven minutes (its holder touches it every minute): its run is gone.
     const other = join(storage(shared), "blobs", `${sha256(files.get("tokenizer.json")!.bytes)}.lock`);
-    writeFileSync(other, "another-host:1");
-    utimesSync(other, new Date(Date.now() - 120_000), new Date(Date.now() - 120_000));
+    writeFileSync(other, lockOf("another-host", 1));
+    utimesSync(other, new Date(Date.now() - 660_000), new Date(Date.now() - 660_000));
     const [a, b] = await Promise.all([fetchHubModel(id), fetchHubModel(id)]);
     expect(b).toEqual(a);
     for (const [path, f] of files)

@@ -115,7 +115,7 @@ function checkGivenWidths(model: ModelProto, tensors: HiddenTensor[], dModel: nu
 }
 
 /** A bank with no row to run. */
-export class EmptyBankError extends HsmError {
+class EmptyBankError extends HsmError {
   constructor(
     readonly path: string,
     problem: string,
@@ -431,7 +431,7 @@ function storeInit(
  * sha256 of what the rows bring to a store: one line per row, in order, `[query_id, fact_id, condition_family,
  * prompt]` as JSON. The whole run's rows, so that every shard of a run records the same digest.
  */
-export function rowsSha256(rows: readonly BankRow[]): string {
+function rowsSha256(rows: readonly BankRow[]): string {
   const hash = createHash("sha256");
   for (const r of rows) hash.update(`${JSON.stringify([r.query_id, r.fact_id, r.condition_family, buildPrompt(r)])}\n`);
   return hash.digest("hex");

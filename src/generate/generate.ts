@@ -110,7 +110,7 @@ export interface GenerateResult {
 }
 
 /** A generations file this run cannot continue. */
-export class GenerationsFileError extends HsmError {
+class GenerationsFileError extends HsmError {
   constructor(
     readonly path: string,
     readonly line: number | undefined,

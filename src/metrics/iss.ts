@@ -169,7 +169,7 @@ export async function issQueryScores(data: LayerData): Promise<IssQueryScores> {
   return { rows, above, ownCos, otherCos, excluded, skipped };
 }
 
-export async function issRows(data: LayerData, s: MetricSettings): Promise<IssRow[]> {
+async function issRows(data: LayerData, s: MetricSettings): Promise<IssRow[]> {
   const { layer, kernels: k } = data;
   const { rows, above, ownCos, otherCos, excluded, skipped } = await issQueryScores(data);
   const { fact, family: familyOf, slot } = issLayout(data);

@@ -217,7 +217,7 @@ export async function ktsScores(data: LayerData, s: MetricSettings): Promise<Kts
   return { layout: lay, excluded, score, notConverged: probes.filter((p) => !p.converged).length };
 }
 
-export async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
+async function ktsRows(data: LayerData, s: MetricSettings): Promise<KtsRow[]> {
   return (await ktsStart(data, s))();
 }
 

@@ -15,7 +15,7 @@ import type { Metric, MetricRow } from "./metric.js";
 import { METRICS, type MetricRegistry } from "./registry.js";
 import { formatTable } from "./table.js";
 
-export function toCsv(rows: object[]): string {
+function toCsv(rows: object[]): string {
   if (rows.length === 0) return "";
   const keys = Object.keys(rows[0]!);
   const cell = (v: unknown) => {
@@ -31,7 +31,7 @@ export function toCsv(rows: object[]): string {
 }
 
 /** A line plot of `value` against layer, one line per family, with its interval as a band. */
-export function svgPlot(
+function svgPlot(
   title: string,
   rows: { layer: number; family: string; value: number | null; low: number | null; high: number | null }[],
 ): string {

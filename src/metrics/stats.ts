@@ -88,7 +88,7 @@ export class SortedScores implements SortedArrays {
 }
 
 /** Row indices sorted by score, ascending (ties in index order). */
-export function scoreOrder(scores: Float64Array): Int32Array {
+function scoreOrder(scores: Float64Array): Int32Array {
   return Int32Array.from(scores.keys()).sort((a, b) => scores[a]! - scores[b]! || a - b);
 }
 

@@ -37,7 +37,7 @@ export interface HiddenPlan {
 }
 
 /** The style as recorded: the preparing styles, then the one that located the tensors (`optimum-merged+structural`). */
-export function styleName(plan: Pick<HiddenPlan, "prepared" | "strategy">): string {
+function styleName(plan: Pick<HiddenPlan, "prepared" | "strategy">): string {
   return [...plan.prepared, plan.strategy].join("+");
 }
 

@@ -17,7 +17,7 @@ import { decodeModel, trimEmptyInputs, type ModelProto } from "../onnx/graph.js"
 import { jsonSyntax } from "../util/jsonl.js";
 import { fetchHubModel, isHubId } from "./hub.js";
 
-export const MODEL_FILES = ["model.onnx", "config.json", "tokenizer.json", "tokenizer_config.json"] as const;
+const MODEL_FILES = ["model.onnx", "config.json", "tokenizer.json", "tokenizer_config.json"] as const;
 
 /** A model folder that cannot be used, with the file at fault. */
 export class ModelDirError extends HsmError {

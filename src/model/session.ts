@@ -106,7 +106,7 @@ export const CUDA_HELP =
   "install onnxruntime-node's CUDA provider (CUDA 12 and cuDNN 9 on the machine, then: ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node)";
 
 /** What the CUDA provider needs once its library is installed: what onnxruntime-node's CUDA 12 build loads, and a GPU. */
-export const CUDA_RUNTIME_HELP =
+const CUDA_RUNTIME_HELP =
   "it needs CUDA 12 and cuDNN 9 libraries the dynamic loader finds (LD_LIBRARY_PATH) and an NVIDIA GPU this process " +
   "can see (nvidia-smi lists it; CUDA_VISIBLE_DEVICES does not hide it), or use --device cpu";
 

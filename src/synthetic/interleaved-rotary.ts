@@ -98,7 +98,7 @@ export interface CodegenWeights extends RotaryWeights {
 }
 
 /** CodeGen's fused projection is laid out for this many model-parallel shards (hard-coded in transformers). */
-export const CODEGEN_MP_NUM = 4;
+const CODEGEN_MP_NUM = 4;
 
 /** Half of each head rotated (an even count), as CodeGen-350M does; GPT-J-6B rotates a quarter. */
 function defaultRotaryDim(headDim: number): number {

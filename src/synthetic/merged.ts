@@ -38,7 +38,7 @@ function renameInputs(graph: GraphProto, from: string, to: string): void {
 }
 
 /** The merged graph of the model: with-past and no-past decoders as the branches of one If. */
-export function buildMergedOnnx(c: LlamaConfig, w: LlamaWeights, positionIds = true): Uint8Array {
+function buildMergedOnnx(c: LlamaConfig, w: LlamaWeights, positionIds = true): Uint8Array {
   return mergeDecoders(
     buildLlamaOnnx(c, w, true, { positionIds }),
     buildLlamaOnnx(c, w, false, { positionIds, present: true }),

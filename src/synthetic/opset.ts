@@ -82,7 +82,7 @@ function subgraphInputs(n: NodeProto): string[] {
 }
 
 /** `model` moved to default-domain `opset` in place (see the file's comment); it must be of opset 13 or later. */
-export function moveToOpset(model: ModelProto, opset: OlderOpset): void {
+function moveToOpset(model: ModelProto, opset: OlderOpset): void {
   if (defaultOpset(model) < 13) throw new InternalError(`the model is of opset ${defaultOpset(model)} already`);
   moveGraph(model.graph!, opset);
   for (const o of model.opsetImport ?? []) if (!o.domain || o.domain === "ai.onnx") o.version = opset;

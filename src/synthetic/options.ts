@@ -7,7 +7,7 @@ import { TOKENIZERS, type TinyModelOptions, type TokenizerName } from "./llama.j
  * The most float32 weight bytes a tiny model may hold: half of what one protobuf message, and so one model.onnx,
  * holds (2 GiB), which leaves the graph's own nodes and names room (7 % more at d_model 64).
  */
-export const MAX_TINY_MODEL_BYTES = 2 ** 30;
+const MAX_TINY_MODEL_BYTES = 2 ** 30;
 
 const mib = (bytes: number) => `${Math.ceil(bytes / 2 ** 20).toLocaleString("en-US")} MiB`;
 

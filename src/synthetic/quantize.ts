@@ -215,7 +215,7 @@ export function linearWriter(format: LinearFormat): LinearWriter {
 }
 
 /** The weights a graph written with `format` multiplies by, in HuggingFace orientation (the LM head stays float32). */
-export function dequantizedWeights(w: LlamaWeights, format: LinearFormat): LlamaWeights {
+function dequantizedWeights(w: LlamaWeights, format: LinearFormat): LlamaWeights {
   const dq = (m: Float32Array, out: number, inp: number): Float32Array => {
     if (format === "float32") return m;
     if (format === "int8") return quantizeQ8(m, out, inp).dequantized;
@@ -321,7 +321,7 @@ function subgraphToFloat16(graph: GraphProto): void {
 }
 
 /** The ONNX bytes of the tiny model in a quantized or float16 style. */
-export function buildQuantizedOnnx(
+function buildQuantizedOnnx(
   c: LlamaConfig,
   w: LlamaWeights,
   withPast: boolean,

@@ -44,7 +44,7 @@ function rope(v: Float64Array, pos: number, hd: number, theta: number): Float64A
 export type Projection = (w: Float32Array, xs: Float64Array[], out: number) => Float64Array[];
 
 /** Each position on its own, in float64. */
-export const float64Projection: Projection = (w, xs, out) => xs.map((x) => linear(w, x, out));
+const float64Projection: Projection = (w, xs, out) => xs.map((x) => linear(w, x, out));
 
 /** Per block, the residual stream at the last position (the last block after the final norm); `project` computes every projection. */
 export function referenceHidden(

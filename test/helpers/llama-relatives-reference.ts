@@ -170,7 +170,7 @@ export function referenceMistral(c: MistralConfig, w: MistralWeights, ids: numbe
  * MixtralSparseMoeBlock: p = softmax(router x); the top num_experts_per_tok
  * experts by p, their p divided by the sum of those chosen; Σ p_e · expert_e(x).
  */
-export function mixtralMoe(c: MixtralConfig, lw: MixtralWeights["layers"][number], x: Float64Array): Float64Array {
+function mixtralMoe(c: MixtralConfig, lw: MixtralWeights["layers"][number], x: Float64Array): Float64Array {
   const logits = linear(lw.router, x, c.num_local_experts);
   const m = Math.max(...logits);
   const e = logits.map((l) => Math.exp(l - m));

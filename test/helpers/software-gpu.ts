@@ -12,7 +12,7 @@ import { createRequire } from "node:module";
 const SWIFTSHADER_DIR = "/usr/lib/chromium";
 const SWIFTSHADER_ICD = `${SWIFTSHADER_DIR}/vk_swiftshader_icd.json`;
 
-export const gpuRequired = process.env.HSM_REQUIRE_GPU === "1";
+const gpuRequired = process.env.HSM_REQUIRE_GPU === "1";
 
 /**
  * The environment for a child process that should see a WebGPU adapter: the caller's own where it already names a

@@ -23,16 +23,6 @@ function foundryText(rows: ScoredRow[], bank: Map<string, BankRow>, messages = f
   return rows.map((r) => `${JSON.stringify(foundryLine(r, bank.get(r.query_id)!, messages))}\n`).join("");
 }
 
-/** Writes every row as one Foundry line to `path`. */
-export async function writeFoundry(
-  path: string,
-  rows: ScoredRow[],
-  bank: Map<string, BankRow>,
-  messages = false,
-): Promise<void> {
-  await writeExportFile(path, foundryText(rows, bank, messages));
-}
-
 export const FOUNDRY: ExportFormat = {
   name: "foundry",
   title: "Microsoft Foundry",

@@ -50,7 +50,7 @@ export function f32BitsToF16Bits(f: number): number {
 }
 
 /** Converts the bits of one float16 to the bits of the float32 it denotes exactly. */
-export function f16BitsToF32Bits(h: number): number {
+function f16BitsToF32Bits(h: number): number {
   const hExp = h & 0x7c00;
   const sign = (h & 0x8000) << 16;
   if (hExp === 0x0000) {

@@ -8,7 +8,7 @@ import type { F16Stats, Sha256Stream } from "../types.js";
 import { f16Stats } from "./float16.js";
 
 /** Counts non-finite float32 values and finds the largest finite magnitude. */
-export function f32Stats(src: Float32Array): F16Stats {
+function f32Stats(src: Float32Array): F16Stats {
   let nonfinite = 0;
   let maxAbs = 0;
   for (let i = 0; i < src.length; i++) {

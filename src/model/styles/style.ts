@@ -79,7 +79,7 @@ export class DetectionError extends HsmError {}
  * left-padded row gets its padding's positions and attends to the padding);
  * left otherwise, the mask hiding the padding.
  */
-export function paddingSideOf(graph: GraphProto): InputPlan["paddingSide"] {
+function paddingSideOf(graph: GraphProto): InputPlan["paddingSide"] {
   return (graph.node ?? []).some((n) => n.opType === "GroupQueryAttention") ? "right" : "left";
 }
 

@@ -27,7 +27,7 @@ inline float FromBits(uint32_t u) {
   return f;
 }
 
-// The scalar reference; src/store/float16.ts is its twin.
+// The scalar reference; f32BitsToF16Bits in src/kernels/typescript/float16.ts is its twin.
 inline uint16_t F32BitsToF16Bits(uint32_t f) {
   const uint16_t sign = static_cast<uint16_t>((f >> 16) & 0x8000u);
   const uint32_t f_exp = f & 0x7f800000u;

@@ -1,6 +1,6 @@
 /**
  * The walk-throughs of docs/contributing.md, run as written. A walk's new file
- * is a ```ts block whose first line names it (`// src/model/styles/x.ts`); a
+ * is a ```ts block whose first line names it (`// src/metrics/norm.ts`); a
  * test loads that block as the module it would be at that path — its relative
  * imports pointed at the real sources — and puts it through the registry the
  * walk extends. A walk that stops working fails its test; a test cannot drift

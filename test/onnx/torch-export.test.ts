@@ -3,7 +3,7 @@
  * only; int64 input_ids, attention_mask and, where the family takes them,
  * position_ids), one for each family make-model writes and for OLMo 2,
  * Granite, Cohere, Qwen3 and Gemma 3 (a make-model folder with their
- * config.json, test/helpers/torch-configs.ts), from modules written as
+ * config.json, test/helpers/torch-export.ts), from modules written as
  * transformers writes them (test/helpers/torch_export.py says how each
  * differs): Llama with grouped-query and multi-query attention and its
  * relatives (Mistral's and Phi-3's sliding windows, Qwen2's biases, OLMo's

@@ -14,14 +14,15 @@ import { describe, expect, it } from "vitest";
 const SRC = join(import.meta.dirname, "..", "..", "src");
 
 /**
- * The folders of src/, lowest first: data flows bank → model → extract/generate
- * → store → metrics → results, and the orchestration (study files, report,
- * pipeline, CLI) sits on top. The top-level files (errors.ts, defaults.ts,
+ * The folders of src/, lowest first: the toolkits (files, kernels, ONNX), then
+ * bank → store → scoring → model → synthetic models → metrics → extract and
+ * generate → export, and the orchestration (study files, report, pipeline, CLI)
+ * on top. The top-level files (errors.ts, defaults.ts,
  * version.ts) are below every folder; index.ts, the public API, is above all
  * but cli/.
  */
 const ORDER = [
-  "util", // files, JSONL, progress, random numbers, charts
+  "util", // files, JSONL, progress, random numbers, charts, waiting on many calls
   "kernels", // the numeric kernels: TypeScript twins, the native core, TensorFlow.js
   "onnx", // the ONNX graph toolkit: reading, surgery, KV-cache plumbing
   "bank", // the question bank and the benchmark's prompts

@@ -226,7 +226,7 @@ function checkModels(c: Checker, value: unknown, base: string): StudyModel[] {
 }
 
 /** A JSON string at a sticky regex's position: no raw control character, only JSON's escapes. */
-// eslint-disable-next-line no-control-regex
+// eslint-disable-next-line no-control-regex -- JSON forbids raw control characters in a string
 const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/.source;
 const JSON_STRING = new RegExp(STRING, "y");
 /** A JSON string, number or literal. */

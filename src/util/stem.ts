@@ -12,7 +12,7 @@ import { UsageError } from "../errors.js";
 /** The characters a stem keeps; every run of others becomes one `_`. */
 const UNSAFE_RUN = /[^A-Za-z0-9._+-]+/g;
 /** Characters no name may hold (C0 and C1 controls): they would garble the tables and logs that print it. */
-// eslint-disable-next-line no-control-regex
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 /** The most characters of the name a stem keeps before its hash. */
 export const STEM_MAX_LENGTH = 64;

@@ -121,14 +121,45 @@ export type MetricRegistry = readonly Metric<MetricRow>[];
 const METRIC_NAME = /^[a-z][a-z0-9_-]*$/;
 
 /**
+ * The ids `hsm report`'s page gives its own elements: its sections, the fact
+ * explorer's and the comparison's controls, the page's data (`hsm-data`,
+ * `chunk-N`). A metric's section is `#<name>`, so a metric named like one of
+ * them would break the page. test/report/page-ids.test.ts checks the list
+ * against a written page.
+ */
+const REPORT_IDS = new Set([
+  "accuracy",
+  "compare",
+  "facts",
+  "provenance",
+  "fact",
+  "fact-list",
+  "fact-search",
+  "hsm-data",
+  "model-a",
+  "model-b",
+  "cmp-depth",
+  "cmp-families",
+  "cmp-note",
+]);
+
+/** Whether the report page uses `id` for an element of its own. */
+export function isReportId(id: string): boolean {
+  return REPORT_IDS.has(id) || /^chunk-\d+$/.test(id);
+}
+
+/**
  * The registry with `metric` added after the metrics already there; `registry`
- * itself is left as it was. Names are lower-case (`a-z`, digits, `_`, `-`) and
- * unique.
+ * itself is left as it was. Names are lower-case (`a-z`, digits, `_`, `-`),
+ * unique, and none of the report page's own ids ({@link isReportId}).
  */
 export function registerMetric<Row extends MetricRow>(registry: MetricRegistry, metric: Metric<Row>): MetricRegistry {
   if (!METRIC_NAME.test(metric.name)) {
     const rule = "a-z, 0-9, _ and - (starting with a letter)";
     throw new MetricsError(`Expected a metric name of ${rule} but received "${metric.name}"`);
+  }
+  if (isReportId(metric.name)) {
+    throw new MetricsError(`A metric cannot be named "${metric.name}": hsm report's page uses that id for its own`);
   }
   if (registry.some((m) => m.name === metric.name)) {
     throw new MetricsError(`A metric named "${metric.name}" is already registered`);

@@ -12,10 +12,6 @@ export const HAND_COMPUTED_DIGITS = 6;
  * float64 TypeScript loops: float32 accumulation over d ≤ 1024 terms of unit vectors.
  */
 export const COSINE_F32 = 1e-5;
-/** KTS AUROC from probes fitted with float32 products vs float64: the optimum moves by ~1e-6, AUROC by at most this. */
-export const AUROC_BACKENDS = 1e-3;
-/** Probe weights against scikit-learn's lbfgs optimum at the stopping rule max|∇| ≤ 1e-5·C·n. */
-export const PROBE_VS_SKLEARN = 1e-3;
 /** float16 storage of a float32 value: half an ulp of float16 relative, 2^-11. */
 export const FLOAT16_RELATIVE = 2 ** -11;
 /** Logits of the tiny generated models from onnxruntime (float32) against the float64 reference: float32 rounding over d ≤ 64 products. */
@@ -43,7 +39,10 @@ export const SAME_DRAWS_FLOAT64 = 1e-12;
 export const BINOMIAL_TAIL_RELATIVE = 1e-11;
 /** Ratios of small integer counts (hand-counted AUROCs, percentiles of a few values) computed in float64. */
 export const COUNTED_DIGITS = 12;
-/** The probe against scikit-learn in toBeCloseTo digits (|Δ| < 5e-4): weights of order one, see PROBE_VS_SKLEARN. */
+/**
+ * The probe's weights against scikit-learn's lbfgs optimum, both stopped at max|∇| ≤ 1e-5·C·n, in toBeCloseTo
+ * digits (|Δ| < 5e-4): weights of order one.
+ */
 export const PROBE_VS_SKLEARN_DIGITS = 3;
 /** One fold trained beside others vs alone: the same problem, stopped at the same rule by different iterates. */
 export const PROBE_FOLDS_TOGETHER_DIGITS = 4;

@@ -1,9 +1,10 @@
 /**
- * Every value a file of src/ or test/helpers/ exports (a function, class,
- * constant or enum) is named by some other file of src/, test/ or scripts/,
- * outside comments: an export nothing imports is either dead code or a helper
- * that should not be public, and a successor cannot tell which. Types are left
- * out, since exported signatures name them.
+ * Every value a file of src/ or test/helpers/, or test/tolerances.ts, exports
+ * (a function, class, constant or enum) is named by some other file of src/,
+ * test/ or scripts/, outside comments: an export nothing imports is either
+ * dead code or a helper that should not be public (or a tolerance no test
+ * holds to), and a successor cannot tell which. Types are left out, since
+ * exported signatures name them.
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
@@ -47,10 +48,11 @@ describe("exports", () => {
     expect(valueExports(text)).toEqual(["a", "b", "C"]);
   });
 
-  it("every value exported by src/ and test/helpers/ is used by another file", () => {
+  it("every value exported by src/, test/helpers/ and the tolerances is used by another file", () => {
     const exporters = [
       ...filesUnder(join(ROOT, "src"), /\.ts$/),
       ...filesUnder(join(ROOT, "test", "helpers"), /\.ts$/),
+      join(ROOT, "test", "tolerances.ts"),
     ];
     const users = [
       ...filesUnder(join(ROOT, "src"), /\.ts$/),

@@ -12,41 +12,52 @@ import { dirname, join, relative, resolve } from "node:path";
 
 import { defineConfig } from "vitest/config";
 
-const root = import.meta.dirname;
 const HEAVY = /^(node:)?child_process$|^onnxruntime-node$|^playwright-core$|^hsm$|\/dist\//;
 const IMPORT = /^\s*(import|export)\s+(?!type\b)[^;]*?from\s+["']([^"']+)["']|^\s*import\s+["']([^"']+)["']/gm;
 
-const verdicts = new Map<string, boolean>();
-
-/** Whether `file` or anything it imports statically, however deep, is heavy. */
-function heavy(file: string): boolean {
-  const known = verdicts.get(file);
-  if (known !== undefined) return known;
-  verdicts.set(file, false); // an import cycle adds nothing new
-  let found = false;
+/** A file's static imports: whether one is heavy itself, and the files of the tree it imports. */
+function importsOf(file: string): { heavy: boolean; files: string[] } {
+  let heavy = false;
+  const files: string[] = [];
   for (const m of readFileSync(file, "utf8").matchAll(IMPORT)) {
     const spec = m[2] ?? m[3]!;
-    if (HEAVY.test(spec)) found = true;
+    if (HEAVY.test(spec)) heavy = true;
     else if (spec.startsWith(".")) {
       const target = resolve(dirname(file), spec).replace(/\.js$/, ".ts");
-      found = existsSync(target) && heavy(target);
+      if (existsSync(target)) files.push(target);
     }
-    if (found) break;
   }
-  verdicts.set(file, found);
-  return found;
+  return { heavy, files };
 }
 
-const unit = readdirSync(join(root, "test"), { recursive: true, encoding: "utf8" })
-  .filter((f) => f.endsWith(".test.ts"))
-  .map((f) => join(root, "test", f))
-  .filter((f) => !heavy(f))
-  .map((f) => relative(root, f))
-  .sort();
+/**
+ * The test files under `root`/test/ that, through their static imports, however deep, load nothing heavy, relative
+ * to `root`. Each test file's imports are followed on their own, so that an import cycle cannot hide what lies
+ * beyond it.
+ */
+export function unitTestFiles(root: string): string[] {
+  const parsed = new Map<string, { heavy: boolean; files: string[] }>();
+  const heavy = (file: string): boolean => {
+    const reached = new Set([file]);
+    for (const f of reached) {
+      let imports = parsed.get(f);
+      if (imports === undefined) parsed.set(f, (imports = importsOf(f)));
+      if (imports.heavy) return true;
+      for (const next of imports.files) reached.add(next);
+    }
+    return false;
+  };
+  return readdirSync(join(root, "test"), { recursive: true, encoding: "utf8" })
+    .filter((f) => f.endsWith(".test.ts"))
+    .map((f) => join(root, "test", f))
+    .filter((f) => !heavy(f))
+    .map((f) => relative(root, f))
+    .sort();
+}
 
 export default defineConfig({
   test: {
-    include: unit,
+    include: unitTestFiles(import.meta.dirname),
     pool: "forks",
     // These files only compute; one fork per core, where vitest would leave one core to itself.
     poolOptions: { forks: { maxForks: Math.max(availableParallelism(), 1) } },

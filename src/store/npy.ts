@@ -13,7 +13,7 @@ const NPY_ALIGN = 64;
  * Headers longer than this are refused before they are parsed: NumPy's own limit (`max_header_size`), past which
  * `numpy.load` refuses a file unless told to trust it whole.
  */
-export const NPY_MAX_HEADER = 10000;
+const NPY_MAX_HEADER = 10000;
 /** Bytes before the header text: magic, version, and the header length in 2 bytes (1.0) or 4 (2.0, 3.0). */
 const NPY_PREAMBLE_1 = 10;
 const NPY_PREAMBLE_2 = 12;

@@ -306,6 +306,47 @@ describe("hsm", () => {
     expect(r.stderr).toBe("");
   });
 
+  describe("a reader that closes a pipe early", () => {
+    const model = join(dir, "pipe-model");
+    const fx = join(dir, "fx");
+    // `run` reports each step on stdout, `metrics` each layer on stderr.
+    const commands = {
+      run: (out: string) => ["run", "--model-dir", model, "--bank", join(fx, "bank.jsonl"), "--outputs", out],
+      metrics: (out: string) => ["metrics", join(fx, "store"), "--scored", join(fx, "scored.jsonl"), "--out", out],
+    };
+    const line = (args: string[]) => [process.execPath, BIN, ...args].map((a) => `"${a}"`).join(" ");
+    // The files of an output folder, the Every Eval Ever record's timestamp left out.
+    const filesOf = (out: string) =>
+      readdirSync(out, { recursive: true, encoding: "utf8" })
+        .map((p) => p.replace(/_\d+(_samples)?\.json/, "_T$1.json"))
+        .sort();
+    const alone: Record<string, string[]> = {};
+    beforeAll(async () => {
+      expect(hsm(["make-model", model, "--layers", "2", "--hidden", "16"]).status).toBe(0);
+      for (const [name, args] of Object.entries(commands)) {
+        const out = join(dir, `pipe-alone-${name}`);
+        expect((await hsmAsync(args(out))).status).toBe(0);
+        alone[name] = filesOf(out);
+      }
+    }, 60_000);
+
+    it.each([
+      ["run", "stdout", "| head -c 1 > /dev/null"],
+      ["run", "stdout and stderr", "2>&1 | head -c 1 > /dev/null"],
+      ["metrics", "stderr", "2>&1 > /dev/null | head -c 1 > /dev/null"],
+      ["metrics", "stdout and stderr", "2>&1 | head -c 1 > /dev/null"],
+    ] as const)(
+      "%s: on %s stops nothing, and the exit status is the command's",
+      async (name, which, pipe) => {
+        const out = join(dir, `pipe-${name}-${which.replace(/ /g, "-")}`);
+        const r = await runChild("/bin/sh", ["-c", `${line(commands[name](out))} ${pipe}; echo "status $?" >&2`]);
+        expect(r.stderr).toBe("status 0\n");
+        expect(filesOf(out)).toEqual(alone[name]);
+      },
+      60_000,
+    );
+  });
+
   it("study --shards: every printed command, the last included, reads back through a shell word for word", () => {
     const folder = join(dir, "a study's folder");
     mkdirSync(folder, { recursive: true });

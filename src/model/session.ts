@@ -349,9 +349,13 @@ export interface Stage {
   dir: string;
   /** The original model file as the rewritten graph names it in external-data locations. */
   sourceName: string;
-  modelFile: string;
+  /** The rewritten graph's file in `dir`; undefined where it is loaded from memory, its weights read from `dir`. */
+  modelFile: string | undefined;
   cleanup(): Promise<void>;
 }
+
+/** A model for onnxruntime: a file, bytes with every weight inline, or bytes whose external data lies in `folder`. */
+export type ModelSource = string | Uint8Array | { bytes: Uint8Array; folder: string };
 
 /**
  * Prepares a folder to load a rewritten model of `graph`, read from `onnxPath`, from; undefined when weights must be
@@ -360,8 +364,9 @@ export interface Stage {
  * the links that name them: a Hugging Face cache's `snapshots/<rev>/model.onnx_data` is a symbolic link into
  * `../../blobs/`, which onnxruntime would refuse as external data leaving the model's folder. The private folder is
  * tried in the temporary directory, then beside the graph's own file (a cache's `blobs/`, on the same file system),
- * and only where no file is a link is the rewritten model put in the model folder itself. A weight file missing or
- * shorter than its initializers say is refused first ({@link checkExternalData}).
+ * and only where no file is a link is the rewritten model put in the model folder itself, or, where that folder is
+ * read-only (a shared model folder on a file system of its own), loaded from memory with its weights read from
+ * there. A weight file missing or shorter than its initializers say is refused first ({@link checkExternalData}).
  */
 export async function stageModel(onnxPath: string, graph: GraphProto): Promise<Stage | undefined> {
   const modelDir = dirname(onnxPath);
@@ -408,6 +413,9 @@ export async function stageModel(onnxPath: string, graph: GraphProto): Promise<S
       cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}),
     };
   } catch {
+    if (names.length > 0 && !linked) {
+      return { dir: modelDir, sourceName: basename(onnxPath), modelFile: undefined, cleanup: async () => {} };
+    }
     if (names.length > 0) {
       throw new ModelDirError(
         modelDir,
@@ -440,11 +448,12 @@ export async function withStagedModel<T>(
   bytes: Uint8Array,
   stage: Stage | undefined,
   device: Device,
-  load: (model: string | Uint8Array) => Promise<T>,
+  load: (model: ModelSource) => Promise<T>,
 ): Promise<T> {
   try {
     checkDevice(device);
     if (!stage) return await load(bytes);
+    if (stage.modelFile === undefined) return await load({ bytes, folder: stage.dir });
     await writeFile(join(stage.dir, stage.modelFile), bytes);
     return await load(join(stage.dir, stage.modelFile));
   } catch (err) {
@@ -454,15 +463,19 @@ export async function withStagedModel<T>(
   }
 }
 
-/** onnxruntime's options for {@link SessionOptions}. */
-function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOptions {
+/** onnxruntime's options for {@link SessionOptions}; `weights`, the folder of the external data of a model in memory. */
+function ortOptions(options: SessionOptions, weights?: string): ort.InferenceSession.SessionOptions {
+  const session = {
+    ...(options.spin === false ? { intra_op: { allow_spinning: "0" } } : {}),
+    ...(weights !== undefined ? { model_external_initializers_file_folder_path: weights } : {}),
+  };
   return {
     executionProviders: [options.device ?? "cpu"],
     graphOptimizationLevel: "all",
     logSeverityLevel: 4,
     intraOpNumThreads: options.threads ?? computeCores(),
     interOpNumThreads: 1,
-    ...(options.spin === false ? { extra: { session: { intra_op: { allow_spinning: "0" } } } } : {}),
+    ...(Object.keys(session).length > 0 ? { extra: { session } } : {}),
     ...(options.device === "webgpu" && options.deviceOutputs?.length
       ? { preferredOutputLocation: Object.fromEntries(options.deviceOutputs.map((n) => [n, "gpu-buffer" as const])) }
       : {}),
@@ -473,12 +486,12 @@ function ortOptions(options: SessionOptions): ort.InferenceSession.SessionOption
  * A session over a model file or its bytes; what onnxruntime fails with becomes the {@link DeviceError} of a
  * provider that cannot run here, or else a {@link ModelLoadError}.
  */
-export async function loadSession(model: string | Uint8Array, options: SessionOptions): Promise<ort.InferenceSession> {
+export async function loadSession(model: ModelSource, options: SessionOptions): Promise<ort.InferenceSession> {
   const device = options.device ?? "cpu";
   try {
-    return typeof model === "string"
-      ? await ort.InferenceSession.create(model, ortOptions(options))
-      : await ort.InferenceSession.create(model, ortOptions(options));
+    if (typeof model === "string") return await ort.InferenceSession.create(model, ortOptions(options));
+    if (model instanceof Uint8Array) return await ort.InferenceSession.create(model, ortOptions(options));
+    return await ort.InferenceSession.create(model.bytes, ortOptions(options, model.folder));
   } catch (err) {
     const message = (err as Error).message;
     // onnxruntime names the file it was given: a staged copy of the graph, gone once the error reaches the user.

@@ -5,13 +5,14 @@
  * read-only file system (EROFS).
  */
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { FileError } from "../../src/errors.js";
+import { extract } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { runPipeline, type RunOptions } from "../../src/pipeline/run.js";
 import { adoptStore } from "../../src/store/adopt.js";
@@ -26,11 +27,14 @@ const modelDir = join(dir, "model");
 const source = join(dir, "source");
 const ro = join(dir, "ro");
 
+beforeAll(() => {
+  const rows = readFileSync(DEMO_BANK, "utf8").trimEnd().split("\n");
+  const facts = [...new Set(rows.map((r) => (JSON.parse(r) as { fact_id: string }).fact_id))].slice(0, 4);
+  writeFileSync(BANK, rows.filter((r) => facts.includes(JSON.parse(r).fact_id)).join("\n") + "\n");
+});
+
 describe.skipIf(process.getuid?.() !== 0)("outputs on read-only media (needs root to mount)", () => {
   beforeAll(async () => {
-    const rows = readFileSync(DEMO_BANK, "utf8").trimEnd().split("\n");
-    const facts = [...new Set(rows.map((r) => (JSON.parse(r) as { fact_id: string }).fact_id))].slice(0, 4);
-    writeFileSync(BANK, rows.filter((r) => facts.includes(JSON.parse(r).fact_id)).join("\n") + "\n");
     await writeTinyModel(modelDir, { layers: 2, hidden: 32, heads: 2, kvHeads: 1, seed: 1 });
     await runPipeline(options(join(source, "outputs")));
     mkdirSync(ro);
@@ -75,3 +79,49 @@ describe.skipIf(process.getuid?.() !== 0)("outputs on read-only media (needs roo
     );
   });
 });
+
+describe.skipIf(process.getuid?.() !== 0)(
+  "a read-only model folder with external weights (needs root to mount)",
+  () => {
+    // A file system of its own, as a cluster's shared model folder is: the weights cannot be hard-linked next to a
+    // rewritten graph in the temporary directory, nor the graph written beside them.
+    const shared = join(dir, "shared");
+    const writable = join(dir, "writable-model");
+    beforeAll(async () => {
+      mkdirSync(shared);
+      execFileSync("mount", ["-t", "tmpfs", "-o", "size=64m", "tmpfs", shared]);
+      await writeTinyModel(join(shared, "model"), {
+        layers: 2,
+        hidden: 32,
+        heads: 2,
+        kvHeads: 1,
+        seed: 3,
+        externalData: true,
+      });
+      execFileSync("mount", ["-o", "remount,ro", shared]);
+      cpSync(join(shared, "model"), writable, { recursive: true });
+    });
+    afterAll(() => {
+      execFileSync("umount", ["--lazy", shared]);
+    });
+
+    it("extract and generate read it where it is, with the results of a writable copy", async () => {
+      expect(readdirSync(join(shared, "model"))).toContain("model.onnx_data");
+      const run = async (modelDir: string, name: string) => {
+        await extract({ modelDir, bank: BANK, out: join(dir, `${name}-store`), model: "m", batchSize: 8, threads: 1 });
+        await generate({ modelDir, bank: BANK, out: join(dir, `${name}.jsonl`), model: "m", batchSize: 8, threads: 1 });
+        const store = join(dir, `${name}-store`);
+        const npy = readdirSync(store).filter((f) => f.endsWith(".npy"));
+        const answers = readFileSync(join(dir, `${name}.jsonl`), "utf8")
+          .trimEnd()
+          .split("\n")
+          .map((l) => (JSON.parse(l) as { raw_response: string }).raw_response);
+        return { npy, states: npy.map((f) => readFileSync(join(store, f))), answers };
+      };
+      const there = await run(join(shared, "model"), "read-only");
+      const copy = await run(writable, "writable");
+      expect(there.npy.length).toBeGreaterThan(0);
+      expect(there).toEqual(copy);
+    });
+  },
+);

@@ -5,7 +5,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -54,9 +54,15 @@ function finish(status, why) {
     console.log("hsm: native core built (native/build/Release/hsm_native.node)");
     process.exit(0);
   }
+  // Installed as a package, hsm has no `npm run` script at hand in the user's project: name the script itself.
+  const script = join(root, "scripts", "build-native.mjs");
+  const again =
+    basename(dirname(root)) === "node_modules"
+      ? `node ${/^[\w./@+-]+$/.test(script) ? script : `'${script.replace(/'/g, `'\\''`)}'`} --strict`
+      : "npm run build:native";
   const message =
     `hsm: the native core did not build (${why}); hsm will use its TypeScript fallback, which is slower. ` +
-    "Install a C++ compiler, Python 3 and make, then run: npm run build:native";
+    `Install a C++ compiler, Python 3 and make, then run: ${again}`;
   console.warn(message);
   process.exit(strict ? 1 : 0);
 }

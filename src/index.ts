@@ -50,13 +50,13 @@ export { BENCH_FIXTURE, FIXTURE_PRESETS, type FixturePreset } from "./synthetic/
 export {
   formatStudySummary,
   modelPaths,
-  shellWord,
   studyShardCommands,
   type ModelPaths,
   type ModelSummary,
   type ShardCommands,
 } from "./study/layout.js";
 export { pathStem } from "./util/stem.js";
+export { shellWord } from "./util/shell.js";
 export { formatComparison } from "./report/format.js";
 export { matchDepth, type LayerPair } from "./report/depth.js";
 

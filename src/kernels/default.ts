@@ -7,6 +7,10 @@
  * src/kernels/registry.ts.
  */
 import { availableParallelism } from "node:os";
+import { basename, dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { shellWord } from "../util/shell.js";
 
 import { nativeKernels as loadNative, nativeLoadErrors, type NativeKernels } from "./native.js";
 import { f16Stats, f16ToF32, f32ToF16 } from "./typescript/float16.js";
@@ -27,14 +31,24 @@ export function nativeKernels(o: KernelOptions): NativeKernels | undefined {
 }
 
 /**
+ * The command that builds the native core: `npm run build:native` in hsm's own checkout; where hsm is installed as
+ * a package (in a node_modules folder), which has no such script at hand, its build script by path.
+ */
+function buildCommand(): string {
+  const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+  if (basename(dirname(root)) !== "node_modules") return "npm run build:native";
+  return `node ${shellWord(join(root, "scripts", "build-native.mjs"))} --strict`;
+}
+
+/**
  * What loads the native core where it is not loaded: building it, unless the environment turns it off (HSM_NATIVE=0)
  * or names another file to load (HSM_NATIVE_PATH), where building it changes nothing.
  */
 export function nativeCoreFix(): string {
   if (process.env.HSM_NATIVE === "0") return "unset HSM_NATIVE";
   if (process.env.HSM_NATIVE_PATH)
-    return "point HSM_NATIVE_PATH at a built core, or unset it to load the one npm run build:native builds";
-  return "npm run build:native";
+    return `point HSM_NATIVE_PATH at a built core, or unset it to load the one ${buildCommand()} builds`;
+  return buildCommand();
 }
 
 let withDefaults: NativeKernels | undefined;

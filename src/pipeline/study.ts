@@ -16,15 +16,9 @@ import { runPipeline } from "./run.js";
 import { acquireLock } from "../store/lock.js";
 import { verifyStore } from "../store/verify.js";
 import { jsonLines } from "../util/jsonl.js";
+import { shellWord } from "../util/shell.js";
 import { TOOL_VERSION } from "../version.js";
-import {
-  modelPaths,
-  shellWord,
-  STUDY_RECORD,
-  type ModelPaths,
-  type ModelSummary,
-  type StudySummary,
-} from "../study/layout.js";
+import { modelPaths, STUDY_RECORD, type ModelPaths, type ModelSummary, type StudySummary } from "../study/layout.js";
 import { wilsonInterval } from "../study/stats.js";
 import { checkStudy } from "../study/check.js";
 import { readStudyFile, type Study, type StudyModel } from "../study/study-file.js";

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { DEFAULT_COMMIT_ROWS } from "../defaults.js";
 import { UsageError } from "../errors.js";
 import { shardRange } from "../extract/shard.js";
+import { shellWord } from "../util/shell.js";
 import { pathStem } from "../util/stem.js";
 import type { Study } from "./study-file.js";
 
@@ -94,11 +95,6 @@ export function formatStudySummary(s: StudySummary): string {
       ...failed.map((m) => `  ${m.name}: ${m.message}`),
     );
   return out.join("\n");
-}
-
-/** A word for a POSIX shell: quoted only when it must be. */
-export function shellWord(word: string): string {
-  return /^[A-Za-z0-9_./:=+,@%-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
 }
 
 /** The commands that extract one model of a study on a cluster: one per shard, then the merge. */

@@ -17,6 +17,8 @@ const project = join(dir, "a project");
 const installed = join(project, "node_modules", "hsm");
 /** A stand-in for node-gyp that writes the folder it was run in to `gyp-cwd`, then exits with GYP_STATUS. */
 const fakeGyp = join(dir, "fake-node-gyp.cjs");
+/** The files `npm pack` ships, by path in the package. */
+let shipped: Set<string>;
 
 /** The environment of a user's shell: no native-core settings, npm's node-gyp replaced by the stand-in. */
 function env(gypStatus: number): NodeJS.ProcessEnv {
@@ -28,7 +30,8 @@ beforeAll(() => {
   const [pack] = JSON.parse(
     execFileSync("npm", ["pack", "--dry-run", "--json", "--ignore-scripts"], { cwd: ROOT, encoding: "utf8" }),
   ) as [{ files: { path: string }[] }];
-  for (const { path } of pack.files) cpSync(join(ROOT, path), join(installed, path));
+  shipped = new Set(pack.files.map((f) => f.path));
+  for (const path of shipped) cpSync(join(ROOT, path), join(installed, path));
   for (const name of readdirSync(join(ROOT, "node_modules"))) {
     if (name !== "hsm") symlinkSync(join(ROOT, "node_modules", name), join(project, "node_modules", name));
   }
@@ -63,4 +66,18 @@ describe("an installed hsm without its native core", () => {
     expect(built.status).toBe(0);
     expect(readFileSync(join(dir, "gyp-cwd"), "utf8")).toBe(join(installed, "native"));
   }, 60_000);
+});
+
+describe("the package", () => {
+  it("ships every page of docs/ that the README and hsm's messages send the user to", () => {
+    const sources = readdirSync(join(ROOT, "src"), { recursive: true, encoding: "utf8" })
+      .filter((p) => p.endsWith(".ts"))
+      .map((p) => join(ROOT, "src", p));
+    const cited = new Set<string>();
+    for (const file of [join(ROOT, "README.md"), ...sources]) {
+      for (const [page] of readFileSync(file, "utf8").matchAll(/docs\/[\w-]+\.md/g)) cited.add(page);
+    }
+    expect(cited.size).toBeGreaterThan(5);
+    expect([...cited].filter((page) => !shipped.has(page))).toEqual([]);
+  });
 });

@@ -1,6 +1,7 @@
 /**
  * Progress on stderr: a redrawn line with rate and ETA on a terminal, a plain
- * line every few seconds otherwise (logs, CI), nothing with `quiet`.
+ * line every few seconds otherwise (logs, CI, and a terminal that declares
+ * itself unable to move its cursor, TERM=dumb), nothing with `quiet`.
  */
 export interface Progress {
   /** Reports `done` units; `total` may be learnt late and change. */
@@ -21,7 +22,8 @@ export function createProgress(
 ): Progress {
   const stream = options.stream ?? process.stderr;
   if (options.quiet) return { update() {}, end() {} };
-  const tty = Boolean(stream.isTTY);
+  // A dumb terminal (Emacs's shell, some CI consoles) would print the redraw's escape sequence as text.
+  const tty = Boolean(stream.isTTY) && process.env.TERM !== "dumb";
   const unit = options.unit ?? "rows";
   const start = performance.now();
   // The first periodic line comes one interval after the start, not at once.

@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 
 import { createProgress } from "../../src/util/progress.js";
 
@@ -28,6 +28,18 @@ describe("progress", () => {
     const tty = sink(true);
     createProgress("x", 1, { stream: tty.stream }).end(null);
     expect(tty.lines).toEqual(["\r\x1b[K"]);
+  });
+
+  it("writes plain lines, no escape sequence, to a terminal with TERM=dumb", () => {
+    vi.stubEnv("TERM", "dumb");
+    try {
+      const { stream, lines } = sink(true);
+      createProgress("x", 1, { stream }).end(null);
+      createProgress("y", 1, { stream }).end("done");
+      expect(lines).toEqual(["done\n"]);
+    } finally {
+      vi.unstubAllEnvs();
+    }
   });
 
   it("prints nothing at all when quiet", () => {

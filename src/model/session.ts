@@ -11,7 +11,7 @@
  * loads, and failing that the weights are copied inline.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, rmSync } from "node:fs";
 import { access, constants, link, mkdir, mkdtemp, realpath, rm, unlink, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -36,6 +36,7 @@ import {
 import { decomposeGroupQueryAttention, groupQueryAttentionGap } from "../onnx/gqa.js";
 import { widenFloat16 } from "../onnx/widen.js";
 import { readInputSync } from "../util/fs.js";
+import { onStopSignal } from "../util/stop.js";
 import { checkExternalData, externalDataFiles, externalFile } from "./external-data.js";
 
 // Failures reach the user as errors from here, with what to do; onnxruntime's own log lines would only repeat them.
@@ -384,6 +385,8 @@ export async function stageModel(onnxPath: string, graph: GraphProto): Promise<S
   for (const parent of [...new Set([tmpdir(), dirname(real)])]) {
     const temp = await mkdtemp(join(parent, ".hsm-model-")).catch(() => undefined);
     if (temp === undefined) continue;
+    // A job stopped while its session loads (Ctrl-C, a scheduler's SIGTERM) leaves no links to the weights behind.
+    const forget = onStopSignal(() => rmSync(temp, { recursive: true, force: true }));
     try {
       await link(real, join(temp, "hsm-source-model.onnx"));
       for (const [k, name] of names.entries()) {
@@ -394,9 +397,13 @@ export async function stageModel(onnxPath: string, graph: GraphProto): Promise<S
         dir: temp,
         sourceName: "hsm-source-model.onnx",
         modelFile: "hsm-rewritten.onnx",
-        cleanup: () => rm(temp, { recursive: true, force: true }),
+        cleanup: async () => {
+          forget();
+          await rm(temp, { recursive: true, force: true });
+        },
       };
     } catch {
+      forget();
       await rm(temp, { recursive: true, force: true });
     }
   }
@@ -406,11 +413,15 @@ export async function stageModel(onnxPath: string, graph: GraphProto): Promise<S
     if (linked) throw new Error("the model's files are links");
     await access(modelDir, constants.W_OK);
     const modelFile = `.hsm-rewritten-${process.pid}.onnx`;
+    const forget = onStopSignal(() => rmSync(join(modelDir, modelFile), { force: true }));
     return {
       dir: modelDir,
       sourceName: basename(onnxPath),
       modelFile,
-      cleanup: () => unlink(join(modelDir, modelFile)).catch(() => {}),
+      cleanup: async () => {
+        forget();
+        await unlink(join(modelDir, modelFile)).catch(() => {});
+      },
     };
   } catch {
     if (names.length > 0 && !linked) {

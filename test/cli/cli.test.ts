@@ -347,6 +347,21 @@ describe("hsm", () => {
     );
   });
 
+  it.skipIf(!existsSync("/dev/full"))(
+    "metrics: standard output on a full disk is named in one line, the files are written, and the status is 1",
+    async () => {
+      const out = join(dir, "stdout-full");
+      const args = [BIN, "metrics", join(dir, "fx", "store"), "--scored", join(dir, "fx", "scored.jsonl")];
+      const r = await runChild("/bin/sh", [
+        "-c",
+        `"${process.execPath}" "${args.join('" "')}" --out "${out}" -q > /dev/full`,
+      ]);
+      expect(r.stderr).toBe("hsm: standard output: cannot be written: no space left on device (ENOSPC)\n");
+      expect(r.status).toBe(EXIT.data);
+      expect(readdirSync(out).sort()).toEqual(["iss.csv", "iss.json", "iss.svg", "kts.csv", "kts.json", "kts.svg"]);
+    },
+  );
+
   it("study --shards: every printed command, the last included, reads back through a shell word for word", () => {
     const folder = join(dir, "a study's folder");
     mkdirSync(folder, { recursive: true });

@@ -1,9 +1,10 @@
 /**
  * hsm installed as users install it: the files `npm pack` ships, in the node_modules/hsm of a project (whose path
- * has a space), run from that project. What it tells the user to run must work there.
+ * has a space), beside its dependencies but not its development dependencies, run from that project. What it tells
+ * the user to run must work there.
  */
 import { execFileSync } from "node:child_process";
-import { cpSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
@@ -32,8 +33,20 @@ beforeAll(() => {
   ) as [{ files: { path: string }[] }];
   shipped = new Set(pack.files.map((f) => f.path));
   for (const path of shipped) cpSync(join(ROOT, path), join(installed, path));
+  const { devDependencies } = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
+    devDependencies: Record<string, string>;
+  };
+  const link = (name: string) => symlinkSync(join(ROOT, "node_modules", name), join(project, "node_modules", name));
   for (const name of readdirSync(join(ROOT, "node_modules"))) {
-    if (name !== "hsm") symlinkSync(join(ROOT, "node_modules", name), join(project, "node_modules", name));
+    if (name === "hsm" || name in devDependencies) continue;
+    if (!name.startsWith("@")) {
+      link(name);
+      continue;
+    }
+    mkdirSync(join(project, "node_modules", name));
+    for (const sub of readdirSync(join(ROOT, "node_modules", name))) {
+      if (!(`${name}/${sub}` in devDependencies)) link(`${name}/${sub}`);
+    }
   }
   writeFileSync(
     fakeGyp,
@@ -80,4 +93,34 @@ describe("the package", () => {
     expect(cited.size).toBeGreaterThan(5);
     expect([...cited].filter((page) => !shipped.has(page))).toEqual([]);
   });
+});
+
+describe("an installed hsm without its development dependencies", () => {
+  it("make-model --tokenizer qwen3 finds the tokenizer package hsm ships with", async () => {
+    const made = await runChild(
+      process.execPath,
+      [
+        join(installed, "bin", "hsm.js"),
+        "make-model",
+        "qwen",
+        "--tokenizer",
+        "qwen3",
+        "--layers",
+        "1",
+        "--hidden",
+        "8",
+        "--heads",
+        "1",
+      ],
+      { cwd: project, env: env(0) },
+    );
+    expect(made.stderr).toBe("");
+    expect(made.status).toBe(0);
+    expect(readdirSync(join(project, "qwen")).sort()).toEqual([
+      "config.json",
+      "model.onnx",
+      "tokenizer.json",
+      "tokenizer_config.json",
+    ]);
+  }, 60_000);
 });

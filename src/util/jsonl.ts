@@ -2,7 +2,7 @@
  * Streams a JSONL file as parsed objects with their 1-based line numbers,
  * skipping blank lines. A line that is not a JSON object becomes the error
  * `fail(line, problem, cause)` makes, so every reader names file and line alike;
- * a file that is missing or unreadable becomes a {@link FileError} naming it.
+ * a file that is missing or unreadable becomes a `FileError` (src/errors.ts) naming it.
  * The file is opened by the rule of fs.ts (a regular file; a link the user
  * gave is followed), its text is strict UTF-8 (a byte-order mark or an invalid
  * byte is named with its line and offset), and no line may exceed

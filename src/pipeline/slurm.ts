@@ -13,7 +13,9 @@
  * queued or running from squeue. Submitting again submits only what is
  * neither, so a cancelled or failed array task is resubmitted (and resumes
  * from its last committed rows), and a pending downstream job whose inputs
- * were resubmitted is replaced by one that waits for the new ones.
+ * were resubmitted is replaced by one that waits for the new ones. A pending
+ * job that can never start (a job it waits for failed) is cancelled, whether
+ * or not a model of the study still needs it.
  */
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -51,7 +53,11 @@ export interface SlurmOptions {
   log?: (line: string) => void;
 }
 
-type Step = "generate" | "extract" | "finish" | "report";
+const STEPS = ["generate", "extract", "finish", "report"] as const;
+type Step = (typeof STEPS)[number];
+
+/** squeue's reason for a pending job that waits (afterok) for a job that failed: it never starts. */
+const NEVER = "DependencyNeverSatisfied";
 
 /** A job of the study that squeue lists: one line per array task. */
 interface QueuedJob {
@@ -340,16 +346,19 @@ export async function submitStudy(file: string | Study, o: SlurmOptions): Promis
     say(`submitted ${name}${shards ? ` shards ${shards.join(",")}` : ""}: job ${id}`);
     return job;
   };
+  const cancel = async (j: QueuedJob, model: string | undefined, step: Step, why: string) => {
+    await run("scancel", [j.id]);
+    plan.cancelled.push({ id: j.id, name: j.name, model, step, log: "", state: j.state });
+    say(`cancelled ${j.name}: job ${j.id} (${why})`);
+  };
   /** Keeps a queued downstream job unless its inputs changed; a pending one then gives way. */
   const downstream = async (q: QueuedJob[], changed: boolean, model: string | undefined, step: Step) => {
     const kept: StudyJob[] = [];
     for (const j of q) {
-      const neverRuns = j.reason === "DependencyNeverSatisfied";
-      if ((changed || neverRuns) && j.state === "PENDING") {
-        await run("scancel", [j.id]);
-        plan.cancelled.push({ id: j.id, name: j.name, model, step, log: "", state: j.state });
-        say(`cancelled ${j.name}: job ${j.id} (its inputs were resubmitted)`);
-      } else kept.push(keep(j, model, step));
+      const neverRuns = j.reason === NEVER;
+      if ((changed || neverRuns) && j.state === "PENDING")
+        await cancel(j, model, step, changed ? "its inputs were resubmitted" : "a job it waits for failed");
+      else kept.push(keep(j, model, step));
     }
     return kept;
   };
@@ -398,6 +407,15 @@ export async function submitStudy(file: string | Study, o: SlurmOptions): Promis
     }
     anyChanged ||= changed;
   }
+  // A job no model claimed (its model left the study, or is finished) that waits for a failed job never runs, and a
+  // report waiting for it neither: cancelled, with the report submitted anew to wait only for the jobs kept.
+  const claimed = new Set([...plan.kept, ...plan.cancelled].map((j) => j.id));
+  for (const j of jobs)
+    if (j.name !== `${prefix}report` && !claimed.has(j.id) && j.state === "PENDING" && j.reason === NEVER) {
+      const step = STEPS.find((s) => j.name.endsWith(`-${s}`)) ?? "finish";
+      await cancel(j, undefined, step, "a job it waits for failed, and no model of the study needs it");
+      anyChanged = true;
+    }
   if (!reportDone) {
     const script = join(root, "report.sbatch");
     await writeFileAtomic(script, reportScript(study, hsm) + "\n");
@@ -455,7 +473,7 @@ export async function waitStudy(plan: SlurmPlan, o: WaitOptions = {}): Promise<v
   const jobFor = (q: QueuedJob): StudyJob | undefined => {
     const j = known.get(q.id.split("_")[0]!);
     if (j) return j;
-    const step = (["generate", "extract", "finish", "report"] as const).find((s) => q.name.endsWith(`-${s}`));
+    const step = STEPS.find((s) => q.name.endsWith(`-${s}`));
     if (!step) return undefined;
     const log = logPattern(study, q.name, q.task !== undefined);
     const model = study.models.find((m) => q.name === `${modelJobPrefix(prefix, m.name)}${step}`)?.name;
@@ -489,7 +507,7 @@ export async function waitStudy(plan: SlurmPlan, o: WaitOptions = {}): Promise<v
       "report",
       reportDone ? "done" : (jobs.find((q) => q.name === `${prefix}report`)?.state.toLowerCase() ?? "not queued"),
     );
-    const stuck = jobs.find((q) => q.reason === "DependencyNeverSatisfied");
+    const stuck = jobs.find((q) => q.reason === NEVER);
     if (jobs.length === 0 || stuck) {
       if (jobs.length === 0 && reportDone && models.every((m) => m.done)) break;
       // Name the job that failed: the first seen that ended in a state other than COMPLETED.

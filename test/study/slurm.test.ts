@@ -164,4 +164,43 @@ describe.skipIf(!slurm)("hsm study --slurm on a local SLURM cluster", () => {
       execFileSync("scancel", ["--quiet", "--user", "root"], { env: slurm!.env });
     }
   });
+
+  it("cancels a job that can never start once its model leaves the study, and the report that waits for it", async () => {
+    const file = (models: string[]) =>
+      writeFileSync(
+        join(dir, "gone.yaml"),
+        `bank: bank.jsonl\noutputs: gone\nrun: { batch_size: 4, threads: 1, commit_rows: 4 }\nmodels:\n` +
+          models.map((m, i) => `  - { name: ${m}, model_dir: models/${"ab"[i]} }\n`).join(""),
+      );
+    // Not before an hour from now: nothing runs, so what squeue lists is only what was submitted.
+    const submit = () => hsm(["study", "gone.yaml", "--slurm", "--sbatch-arg=--begin=now+3600"]);
+    const reason = (id: string) =>
+      execFileSync("squeue", ["--noheader", "--jobs", id, "--format=%r"], { env: slurm!.env, encoding: "utf8" }).trim();
+    try {
+      file(MODELS);
+      const first = await submit();
+      expect(first.stderr).toBe("");
+      const id = (step: string, model = "tiny-b") =>
+        new RegExp(`submitted (\\S+-${model}-[0-9a-f]{8}-${step}): job (\\d+)`).exec(first.stdout)!.slice(1);
+      const [finish, finishId] = id("finish");
+      // tiny-b's generation fails (cancelled here): its finishing job can never start.
+      execFileSync("scancel", [id("generate")[1]!], { env: slurm!.env });
+      for (let t0 = Date.now(); reason(finishId!) !== "DependencyNeverSatisfied" && Date.now() - t0 < 30_000;)
+        await new Promise((r) => setTimeout(r, 200));
+      expect(reason(finishId!)).toBe("DependencyNeverSatisfied");
+
+      // The user takes tiny-b out of the study; the report must no longer wait for its finishing job.
+      file(MODELS.slice(0, 1));
+      const again = await submit();
+      expect(again.stderr).toBe("");
+      expect(again.stdout).toContain(`cancelled ${finish}: job ${finishId} (a job it waits for failed`);
+      const report = /submitted (hsm-[0-9a-f]{8}-report): job (\d+)/.exec(again.stdout);
+      expect(report).not.toBeNull();
+      const show = execFileSync("scontrol", ["show", "job", "-o", report![2]!], { env: slurm!.env, encoding: "utf8" });
+      expect(/Dependency=(\S+)/.exec(show)![1]).toBe(`afterok:${id("finish", "tiny-a")[1]}(unfulfilled)`);
+      expect(squeue().filter((l) => l.startsWith(`${finish}|`))).toEqual([]);
+    } finally {
+      execFileSync("scancel", ["--quiet", "--user", "root"], { env: slurm!.env });
+    }
+  });
 });

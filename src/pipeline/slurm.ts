@@ -230,7 +230,8 @@ const HEADER = (what: string) => [
   "set -euo pipefail",
   // eslint-disable-next-line no-template-curly-in-string -- a shell line, expanded by bash
   'echo "hsm-job: start $(date +%s.%N) job ${SLURM_JOB_ID:-} task ${SLURM_ARRAY_TASK_ID:-} on $(hostname)"',
-  "trap 'echo \"hsm-job: end $(date +%s.%N) status $?\"' EXIT",
+  // $? read first: the command substitution of date would leave 0 in it.
+  "trap 'status=$?; echo \"hsm-job: end $(date +%s.%N) status $status\"' EXIT",
 ];
 
 /** The job scripts of one model: generation, the extraction array's task, the finishing job. */

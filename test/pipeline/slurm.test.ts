@@ -1,9 +1,36 @@
-/** SLURM job names (src/pipeline/slurm.ts): one model's jobs never share a name with another model's. */
+/**
+ * SLURM jobs (src/pipeline/slurm.ts) without a cluster: job names, where one model's jobs never share a name with
+ * another model's, and the job scripts, submitted to stand-in squeue and sbatch commands and run here with bash.
+ */
+import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { describe, expect, it } from "vitest";
 
-import { modelJobPrefix } from "../../src/pipeline/slurm.js";
+import { modelJobPrefix, submitStudy } from "../../src/pipeline/slurm.js";
+import { parseStudy } from "../../src/study/study-file.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const BANK = fileURLToPath(new URL("../../data/demo-bank.jsonl", import.meta.url));
+const dir = tempDir("hsm-slurm-jobs-");
+
+/** Runs `body` with stand-ins for squeue (an empty queue) and sbatch (job 7) first on PATH. */
+async function withStandIns<T>(body: () => Promise<T>): Promise<T> {
+  const bin = join(dir, "bin");
+  mkdirSync(bin, { recursive: true });
+  writeFileSync(join(bin, "squeue"), "#!/bin/sh\n", { mode: 0o755 });
+  writeFileSync(join(bin, "sbatch"), "#!/bin/sh\necho 7\n", { mode: 0o755 });
+  const path = process.env.PATH;
+  process.env.PATH = `${bin}:${path}`;
+  try {
+    return await body();
+  } finally {
+    process.env.PATH = path;
+  }
+}
 
 const PREFIX = "hsm-773b8e13-";
 const hex8 = (text: string) => createHash("sha256").update(text).digest("hex").slice(0, 8);
@@ -27,5 +54,20 @@ describe("modelJobPrefix", () => {
       for (const name of [a!, b!])
         expect(modelJobPrefix(PREFIX, name)).toMatch(/^hsm-773b8e13-[A-Za-z0-9._-]{1,48}-[0-9a-f]{8}-$/);
     }
+  });
+});
+
+describe("the job scripts", () => {
+  it("log the exit status of a command that failed", async () => {
+    const outputs = join(dir, "failing");
+    const study = parseStudy(
+      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(dir, "study.yaml"),
+    );
+    // The command that stands for hsm exits with status 3.
+    await withStandIns(() => submitStudy(study, { hsm: ["/bin/sh", "-c", "exit 3", "hsm"] }));
+    const job = spawnSync("bash", [join(outputs, "slurm", "m", "generate.sbatch")], { encoding: "utf8" });
+    expect(job.status).toBe(3);
+    expect(job.stdout.trim().split("\n").at(-1)).toMatch(/^hsm-job: end [0-9]+\.[0-9]+ status 3$/);
   });
 });

@@ -79,7 +79,7 @@ export interface StudyJob {
   step: Step;
   /** The shards an extraction array runs. */
   shards?: number[];
-  /** The log file, `%A_%a` left for the array job and task ids. */
+  /** The log file as sbatch's `--output` reads it: `%A_%a` (or `%j`) left for the job ids, a `%` of the path doubled. */
   log: string;
   state: "submitted" | string;
 }
@@ -157,9 +157,12 @@ export function studyJobPrefix(study: Study): string {
   return `hsm-${createHash("sha256").update(study.outputs).digest("hex").slice(0, 8)}-`;
 }
 
-/** The log of job `name`: `%j` the job id, or `%A_%a` the array job's and the task's. */
+/**
+ * The log of job `name` as sbatch's `--output` reads it: `%j` the job id, or `%A_%a` the array job's and the task's,
+ * and a `%` of the output root's path doubled (sbatch would read `%a` in `runs/100%a` as the task id).
+ */
 function logPattern(study: Study, name: string, array: boolean): string {
-  return join(study.outputs, SLURM_FOLDER, "logs", `${name}-${array ? "%A_%a" : "%j"}.log`);
+  return join(study.outputs.replaceAll("%", "%%"), SLURM_FOLDER, "logs", `${name}-${array ? "%A_%a" : "%j"}.log`);
 }
 
 function shardDir(study: Study, model: StudyModel, shard: number | string, n: number): string {
@@ -442,10 +445,8 @@ async function jobOutcome(id: string): Promise<{ state: string; exit: string } |
 
 function logOf(job: StudyJob, id: string): string {
   const [arrayId, task] = id.split("_");
-  return job.log
-    .replace("%A", arrayId!)
-    .replace("%a", task ?? "")
-    .replace("%j", id);
+  const value: Record<string, string> = { "%": "%", A: arrayId!, a: task ?? "", j: id };
+  return job.log.replace(/%([%Aaj])/g, (_, c: string) => value[c]!);
 }
 
 export interface WaitOptions {

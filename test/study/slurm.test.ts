@@ -8,7 +8,7 @@
  * Skipped where the cluster cannot start, unless HSM_REQUIRE_SLURM=1.
  */
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -160,6 +160,27 @@ describe.skipIf(!slurm)("hsm study --slurm on a local SLURM cluster", () => {
       expect(again.stderr).toBe("");
       expect(again.stdout).toMatch(new RegExp(`submitted ${second} shards 1: job \\d+`));
       expect(again.stdout).not.toContain(`submitted ${arrays[0]![1]}`);
+    } finally {
+      execFileSync("scancel", ["--quiet", "--user", "root"], { env: slurm!.env });
+    }
+  });
+
+  it("writes the logs under an output root whose path holds a %", async () => {
+    writeFileSync(
+      join(dir, "percent.yaml"),
+      "bank: bank.jsonl\noutputs: runs/100%a\nrun: { threads: 1 }\nmodels:\n  - { name: tiny-a, model_dir: models/a }\n",
+    );
+    try {
+      const submitted = await hsm(["study", "percent.yaml", "--slurm"]);
+      expect(submitted.stderr).toBe("");
+      const [, name, id] = /submitted (\S+-generate): job (\d+)/.exec(submitted.stdout)!;
+      // Until the generation job has started (its log then exists) or ended (a job whose log cannot be opened fails).
+      const log = join(dir, "runs", "100%a", "slurm", "logs", `${name}-${id}.log`);
+      const state = () => execFileSync("scontrol", ["show", "job", "-o", id!], { env: slurm!.env, encoding: "utf8" });
+      const ended = () => !/JobState=(PENDING|CONFIGURING|RUNNING) /.test(state());
+      for (let t0 = Date.now(); !existsSync(log) && !ended() && Date.now() - t0 < 30_000;)
+        await new Promise((r) => setTimeout(r, 200));
+      expect(existsSync(log), /JobState=\S+ Reason=\S+/.exec(state())?.[0]).toBe(true);
     } finally {
       execFileSync("scancel", ["--quiet", "--user", "root"], { env: slurm!.env });
     }

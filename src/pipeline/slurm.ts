@@ -27,6 +27,7 @@ import { mainForwardRows, readBank } from "../bank/bank.js";
 import { HsmError, UsageError } from "../errors.js";
 import { DEFAULT_COMMIT_ROWS } from "../defaults.js";
 import { METRICS } from "../metrics/registry.js";
+import { acquireLock } from "../store/lock.js";
 import { verifyStore } from "../store/verify.js";
 import { checkStudy } from "../study/check.js";
 import { checkShardsFilled, modelPaths, SHARDS_FOLDER } from "../study/layout.js";
@@ -40,6 +41,8 @@ const run = promisify(execFile);
 
 /** The folder under the output root holding the job scripts and logs. */
 export const SLURM_FOLDER = "slurm";
+/** The lock in SLURM_FOLDER that one submission of the study holds. */
+const SUBMIT_LOCK = ".hsm-submit.lock";
 
 export interface SlurmOptions {
   /** Extraction shards per model (array tasks); default 1. */
@@ -304,10 +307,21 @@ export async function submitStudy(file: string | Study, o: SlurmOptions): Promis
   // What stops a local study stops it here too, before any job is submitted.
   const bank = await checkStudy(study);
   checkShardsFilled(study, n, mainForwardRows(bank).length);
+  const root = join(study.outputs, SLURM_FOLDER);
+  await makeDir(join(root, "logs"));
+  // One submission of a study at a time: two at once would both find nothing queued and submit every job twice.
+  const release = await acquireLock(root, SUBMIT_LOCK);
+  try {
+    return await submitJobs(study, n, o);
+  } finally {
+    await release();
+  }
+}
+
+/** Submits what of `study` is neither finished nor queued, its submission lock held. */
+async function submitJobs(study: Study, n: number, o: SlurmOptions): Promise<SlurmPlan> {
   const prefix = studyJobPrefix(study);
   const root = join(study.outputs, SLURM_FOLDER);
-  const logs = join(root, "logs");
-  await makeDir(logs);
   const hsm = o.hsm.map(shellWord).join(" ");
   const { models, reportDone } = await studyProgress(study, n);
   const jobs = await queued(prefix);

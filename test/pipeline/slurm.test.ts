@@ -4,7 +4,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -17,12 +17,10 @@ import { tempDir } from "../helpers/tmp.js";
 const BANK = fileURLToPath(new URL("../../data/demo-bank.jsonl", import.meta.url));
 const dir = tempDir("hsm-slurm-jobs-");
 
-/** Runs `body` with stand-ins for squeue (an empty queue) and sbatch (job 7) first on PATH. */
-async function withStandIns<T>(body: () => Promise<T>): Promise<T> {
-  const bin = join(dir, "bin");
-  mkdirSync(bin, { recursive: true });
-  writeFileSync(join(bin, "squeue"), "#!/bin/sh\n", { mode: 0o755 });
-  writeFileSync(join(bin, "sbatch"), "#!/bin/sh\necho 7\n", { mode: 0o755 });
+/** Runs `body` with stand-in commands (name → shell script) first on PATH. */
+async function withStandIns<T>(scripts: Record<string, string>, body: () => Promise<T>): Promise<T> {
+  const bin = mkdtempSync(join(dir, "bin-"));
+  for (const [name, text] of Object.entries(scripts)) writeFileSync(join(bin, name), text, { mode: 0o755 });
   const path = process.env.PATH;
   process.env.PATH = `${bin}:${path}`;
   try {
@@ -65,9 +63,48 @@ describe("the job scripts", () => {
       join(dir, "study.yaml"),
     );
     // The command that stands for hsm exits with status 3.
-    await withStandIns(() => submitStudy(study, { hsm: ["/bin/sh", "-c", "exit 3", "hsm"] }));
+    // An empty queue, and every job submitted as job 7.
+    const standIns = { squeue: "#!/bin/sh\n", sbatch: "#!/bin/sh\necho 7\n" };
+    await withStandIns(standIns, () => submitStudy(study, { hsm: ["/bin/sh", "-c", "exit 3", "hsm"] }));
     const job = spawnSync("bash", [join(outputs, "slurm", "m", "generate.sbatch")], { encoding: "utf8" });
     expect(job.status).toBe(3);
     expect(job.stdout.trim().split("\n").at(-1)).toMatch(/^hsm-job: end [0-9]+\.[0-9]+ status 3$/);
+  });
+});
+
+describe("submitStudy", () => {
+  it("submits each job once when the same study is submitted twice at once", async () => {
+    const outputs = join(dir, "twice");
+    const queue = join(dir, "twice.queue");
+    writeFileSync(queue, "");
+    const study = parseStudy(
+      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(dir, "study.yaml"),
+    );
+    // sbatch queues the job it is given under the next id; squeue lists the queue as hsm asks for it.
+    const standIns = {
+      squeue: `#!/bin/sh\ncat ${queue}\n`,
+      sbatch: [
+        "#!/bin/sh",
+        `id=$(($(wc -l < ${queue}) + 1))`,
+        'while [ $# -gt 0 ]; do [ "$1" = --job-name ] && name=$2; shift; done',
+        `echo "$id|$name|PENDING|N/A|None" >> ${queue}`,
+        "echo $id",
+        "",
+      ].join("\n"),
+    };
+    const both = await withStandIns(standIns, () =>
+      Promise.allSettled([submitStudy(study, { hsm: ["hsm"] }), submitStudy(study, { hsm: ["hsm"] })]),
+    );
+    const names = readFileSync(queue, "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => line.split("|")[1]);
+    expect(names.length).toBe(4); // generation, extraction, finishing, report
+    expect(new Set(names).size).toBe(names.length);
+    // The second is refused while the first submits, and says why.
+    expect(both.map((r) => r.status).sort()).toEqual(["fulfilled", "rejected"]);
+    const refused = both.find((r) => r.status === "rejected") as PromiseRejectedResult;
+    expect(String(refused.reason)).toContain("another hsm process");
   });
 });

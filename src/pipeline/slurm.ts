@@ -291,7 +291,9 @@ async function sbatch(args: string[]): Promise<string> {
     return stdout.trim().split(";")[0]!;
   } catch (err) {
     const e = err as { stderr?: string; message: string };
-    throw new HsmError(`sbatch ${args.join(" ")} failed: ${(e.stderr || e.message).trim().split("\n")[0]}`);
+    // Quoted as a shell would need them, so that an argument with a space reads as the one argument it is.
+    const command = ["sbatch", ...args].map(shellWord).join(" ");
+    throw new HsmError(`${command} failed: ${(e.stderr || e.message).trim().split("\n")[0]}`);
   }
 }
 

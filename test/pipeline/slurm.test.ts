@@ -108,3 +108,29 @@ describe("submitStudy", () => {
     expect(String(refused.reason)).toContain("another hsm process");
   });
 });
+
+describe("a submission sbatch refuses", () => {
+  it("names sbatch's arguments as a shell would read them, one with a space as one", async () => {
+    const outputs = join(dir, "refused");
+    const given = join(dir, "refused.args");
+    const study = parseStudy(
+      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(dir, "study.yaml"),
+    );
+    // sbatch keeps the arguments it was given, a line each, and refuses them.
+    const standIns = {
+      squeue: "#!/bin/sh\n",
+      sbatch: `#!/bin/sh\nprintf '%s\\n' "$@" > ${given}\necho "sbatch: unrecognized option '--time 10'" >&2\nexit 1\n`,
+    };
+    const error = await withStandIns(standIns, () =>
+      submitStudy(study, { hsm: ["hsm"], sbatchArgs: ["--time 10", "--comment=it's"] }).catch((e: Error) => e),
+    );
+    const [, command, why] = /^(sbatch .*) failed: (.*)$/.exec((error as Error).message)!;
+    expect(why).toBe("sbatch: unrecognized option '--time 10'");
+    // The words a shell reads from the named command are the arguments sbatch was given (less --parsable, which
+    // hsm adds to read the job id).
+    const words = spawnSync("sh", ["-c", `printf '%s\\n' ${command!.slice("sbatch ".length)}`], { encoding: "utf8" });
+    expect(words.stdout).toBe(readFileSync(given, "utf8").replace(/^--parsable\n/, ""));
+    expect(words.stdout).toContain("\n--time 10\n--comment=it's\n");
+  });
+});

@@ -102,6 +102,8 @@ export interface SlurmPlan {
   study: Study;
   /** `hsm-<hash>-`: every job of this study's output root is named with it. */
   prefix: string;
+  /** The folder of the jobs' logs. */
+  logs: string;
   models: ModelProgress[];
   reportDone: boolean;
   /** Jobs submitted by this call. */
@@ -327,7 +329,8 @@ async function submitJobs(study: Study, n: number, o: SlurmOptions): Promise<Slu
   const hsm = o.hsm.map(shellWord).join(" ");
   const { models, reportDone } = await studyProgress(study, n);
   const jobs = await queued(prefix);
-  const plan: SlurmPlan = { study, prefix, models, reportDone, submitted: [], kept: [], cancelled: [] };
+  const logs = join(root, "logs");
+  const plan: SlurmPlan = { study, prefix, logs, models, reportDone, submitted: [], kept: [], cancelled: [] };
   const say = o.log ?? (() => {});
   const common = [
     ...(o.partition ? ["--partition", o.partition] : []),

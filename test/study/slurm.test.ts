@@ -9,7 +9,7 @@
  */
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -203,7 +203,12 @@ describe.skipIf(!slurm)("hsm study --slurm on a local SLURM cluster", () => {
       expect(first.stderr).toBe("");
       const id = (step: string, model = "tiny-b") =>
         new RegExp(`submitted (\\S+-${model}-[0-9a-f]{8}-${step}): job (\\d+)`).exec(first.stdout)!.slice(1);
+      // It says how to follow the jobs, and the folder their logs go to.
+      const follow = /^follow them: squeue --me, or (.*); logs in (.*)$/m.exec(first.stdout);
+      expect(follow?.[1]).toBe("hsm study gone.yaml --slurm --sbatch-arg=--begin=now+3600 --wait");
       const [finish, finishId] = id("finish");
+      const job = execFileSync("scontrol", ["show", "job", "-o", finishId!], { env: slurm!.env, encoding: "utf8" });
+      expect(dirname(/StdOut=(\S+)/.exec(job)![1]!)).toBe(follow![2]);
       // tiny-b's generation fails (cancelled here): its finishing job can never start.
       execFileSync("scancel", [id("generate")[1]!], { env: slurm!.env });
       for (let t0 = Date.now(); reason(finishId!) !== "DependencyNeverSatisfied" && Date.now() - t0 < 30_000;)

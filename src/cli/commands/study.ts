@@ -49,9 +49,19 @@ async function slurm(file: string, opts: StudyFlags): Promise<void> {
     log: out,
   });
   const { submitted, kept } = plan;
-  if (submitted.length === 0 && kept.length === 0) out("every step of this study is finished; nothing submitted");
+  const finished = submitted.length === 0 && kept.length === 0;
+  if (finished) out("every step of this study is finished; nothing submitted");
   else if (submitted.length === 0) out(`nothing to submit: ${kept.length} jobs of this study are queued or running`);
-  if (!opts.wait) return;
+  if (!opts.wait) {
+    if (finished) return;
+    const again = [
+      ...["hsm", "study", file, "--slurm", ...(opts.shards ? ["--shards", String(opts.shards)] : [])],
+      ...(opts.partition ? ["--partition", opts.partition] : []),
+      ...opts.sbatchArg.map((arg) => `--sbatch-arg=${arg}`),
+    ];
+    out(`follow them: squeue --me, or ${[...again, "--wait"].map(shellWord).join(" ")}; logs in ${plan.logs}`);
+    return;
+  }
   await waitStudy(plan, {
     shards: opts.shards,
     interval: Number(process.env.HSM_SLURM_POLL_SECONDS ?? 5),

@@ -240,6 +240,8 @@ const HEADER = (what: string) => [
   'echo "hsm-job: start $(date +%s.%N) job ${SLURM_JOB_ID:-} task ${SLURM_ARRAY_TASK_ID:-} on $(hostname)"',
   // $? read first: the command substitution of date would leave 0 in it.
   "trap 'status=$?; echo \"hsm-job: end $(date +%s.%N) status $status\"' EXIT",
+  // A job cancelled, requeued or out of time is sent SIGTERM, after which bash would find 0 in $?: exit 128 + 15.
+  "trap 'exit 143' TERM",
 ];
 
 /** The job scripts of one model: generation, the extraction array's task, the finishing job. */

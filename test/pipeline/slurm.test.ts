@@ -2,7 +2,7 @@
  * SLURM jobs (src/pipeline/slurm.ts) without a cluster: job names, where one model's jobs never share a name with
  * another model's, and the job scripts, submitted to stand-in squeue and sbatch commands and run here with bash.
  */
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -69,6 +69,28 @@ describe("the job scripts", () => {
     const job = spawnSync("bash", [join(outputs, "slurm", "m", "generate.sbatch")], { encoding: "utf8" });
     expect(job.status).toBe(3);
     expect(job.stdout.trim().split("\n").at(-1)).toMatch(/^hsm-job: end [0-9]+\.[0-9]+ status 3$/);
+  });
+
+  it("log status 143 for a job stopped by SIGTERM, as scancel and a requeue stop it", async () => {
+    const outputs = join(dir, "stopped");
+    const study = parseStudy(
+      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(dir, "study.yaml"),
+    );
+    // The command that stands for hsm waits until it is stopped.
+    const standIns = { squeue: "#!/bin/sh\n", sbatch: "#!/bin/sh\necho 7\n" };
+    await withStandIns(standIns, () => submitStudy(study, { hsm: ["/bin/sh", "-c", "sleep 30", "hsm"] }));
+    // In a process group of its own, stopped as SLURM stops a job: SIGTERM to each of its processes.
+    const job = spawn("bash", [join(outputs, "slurm", "m", "generate.sbatch")], { detached: true });
+    let stdout = "";
+    job.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+    for (let t0 = Date.now(); !stdout.includes("hsm-job: start") && Date.now() - t0 < 10_000;)
+      await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 200)); // the stand-in started
+    process.kill(-job.pid!, "SIGTERM");
+    const status = await new Promise((resolve) => job.on("close", resolve));
+    expect(status).toBe(128 + 15);
+    expect(stdout.trim().split("\n").at(-1)).toMatch(/^hsm-job: end [0-9]+\.[0-9]+ status 143$/);
   });
 });
 

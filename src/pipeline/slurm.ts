@@ -19,7 +19,7 @@
  */
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { stat } from "node:fs/promises";
+import { readdir, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 
@@ -172,6 +172,27 @@ function logPattern(study: Study, name: string, array: boolean): string {
 
 function shardDir(study: Study, model: StudyModel, shard: number | string, n: number): string {
   return join(study.outputs, SHARDS_FOLDER, pathStem(model.name), `${shard}-of-${n}`);
+}
+
+/**
+ * How the last run of job `name` (or of its array task `task`) went wrong, from the newest of its logs in `logs`:
+ * the exit status its script logged at its end, or that it logged no end (killed outright). Undefined where it has no
+ * log or ended with status 0.
+ */
+async function lastRunTrouble(logs: string, name: string, task?: number): Promise<string | undefined> {
+  const id = task === undefined ? /^-([0-9]+)\.log$/ : new RegExp(`^-([0-9]+_${task})\\.log$`);
+  const found = (await readdir(logs).catch(() => [] as string[])).flatMap((file) => {
+    const m = file.startsWith(name) ? id.exec(file.slice(name.length)) : null;
+    return m ? [{ file: join(logs, file), job: m[1]! }] : [];
+  });
+  const times = await Promise.all(found.map((f) => mtime(f.file)));
+  const newest = found[times.indexOf(Math.max(...times))];
+  if (!newest) return undefined;
+  const last = (await readText(newest.file).catch(() => "")).trimEnd().split("\n").at(-1)!;
+  const status = /^hsm-job: end \S+ status ([0-9]+)$/.exec(last)?.[1];
+  if (status === "0") return undefined;
+  const how = status === undefined ? "logged no end (killed outright?)" : `ended with status ${status}`;
+  return `its last run, job ${newest.job}, ${how}; log: ${newest.file}`;
 }
 
 /** Reads what is finished under the study's output root. */
@@ -369,6 +390,11 @@ async function submitJobs(study: Study, n: number, o: SlurmOptions): Promise<Slu
     const job: StudyJob = { id, name, model, step, log, state: "submitted", ...(shards ? { shards } : {}) };
     plan.submitted.push(job);
     say(`submitted ${name}${shards ? ` shards ${shards.join(",")}` : ""}: job ${id}`);
+    // Why it runs again, where an earlier run failed or was stopped: the user may have a folder to fix first.
+    for (const task of shards ?? [undefined]) {
+      const trouble = await lastRunTrouble(logs, name, task);
+      if (trouble) say(`  ${task === undefined ? "" : `shard ${task}: `}${trouble}`);
+    }
     return job;
   };
   const cancel = async (j: QueuedJob, model: string | undefined, step: Step, why: string) => {

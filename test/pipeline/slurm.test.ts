@@ -4,13 +4,13 @@
  */
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { describe, expect, it } from "vitest";
 
-import { modelJobPrefix, submitStudy } from "../../src/pipeline/slurm.js";
+import { modelJobPrefix, studyJobPrefix, submitStudy } from "../../src/pipeline/slurm.js";
 import { parseStudy } from "../../src/study/study-file.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -128,6 +128,36 @@ describe("submitStudy", () => {
     expect(both.map((r) => r.status).sort()).toEqual(["fulfilled", "rejected"]);
     const refused = both.find((r) => r.status === "rejected") as PromiseRejectedResult;
     expect(String(refused.reason)).toContain("another hsm process");
+  });
+});
+
+describe("a job submitted again", () => {
+  it("says how its last run ended where it failed, and names its log", async () => {
+    const outputs = join(dir, "again");
+    const study = parseStudy(
+      `bank: ${BANK}\noutputs: ${outputs}\nrun: {commit_rows: 4}\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(dir, "study.yaml"),
+    );
+    const name = (step: string) => `${modelJobPrefix(studyJobPrefix(study), "m")}${step}`;
+    const logs = join(outputs, "slurm", "logs");
+    mkdirSync(logs, { recursive: true });
+    const log = (file: string, lines: string[], seconds: number) => {
+      writeFileSync(join(logs, file), lines.map((l) => `${l}\n`).join(""));
+      utimesSync(join(logs, file), seconds, seconds);
+    };
+    const start = "hsm-job: start 1.5 job 4 task  on node1";
+    // The generation ran twice, the second time failing; shard 0 ended well, shard 1 was killed outright.
+    log(`${name("generate")}-2.log`, [start, "hsm-job: end 2.5 status 0"], 1_000);
+    log(`${name("generate")}-4.log`, [start, "hsm: m: no such folder", "hsm-job: end 3.5 status 1"], 2_000);
+    log(`${name("extract")}-5_0.log`, [start, "hsm-job: end 4.5 status 0"], 2_000);
+    log(`${name("extract")}-5_1.log`, [start], 2_000);
+    const lines: string[] = [];
+    const standIns = { squeue: "#!/bin/sh\n", sbatch: "#!/bin/sh\necho 7\n" };
+    await withStandIns(standIns, () => submitStudy(study, { shards: 2, hsm: ["hsm"], log: (l) => lines.push(l) }));
+    expect(lines.filter((l) => l.startsWith("  "))).toEqual([
+      `  its last run, job 4, ended with status 1; log: ${join(logs, `${name("generate")}-4.log`)}`,
+      `  shard 1: its last run, job 5_1, logged no end (killed outright?); log: ${join(logs, `${name("extract")}-5_1.log`)}`,
+    ]);
   });
 });
 

@@ -476,6 +476,19 @@ async function submitJobs(study: Study, n: number, o: SlurmOptions): Promise<Slu
   return plan;
 }
 
+/** Why a pending job waits when all is well: its turn, free resources, its inputs. */
+const WAITING = new Set(["None", "Priority", "Resources", "Dependency"]);
+
+/**
+ * A queued job's state as `waitStudy` shows it: `running`, `pending`, and why it pends where that is not its turn or
+ * its inputs (`pending (ReqNodeNotAvail, UnavailableNodes:node3)`: a node drained, say), which may need the user.
+ */
+function shownState(job: QueuedJob | undefined): string {
+  if (!job) return "not queued";
+  const state = job.state.toLowerCase();
+  return job.state === "PENDING" && !WAITING.has(job.reason) ? `${state} (${job.reason})` : state;
+}
+
 /** What `waitStudy` says about a job that ended without finishing its step. */
 async function jobOutcome(id: string): Promise<{ state: string; exit: string } | undefined> {
   try {
@@ -546,16 +559,12 @@ export async function waitStudy(plan: SlurmPlan, o: WaitOptions = {}): Promise<v
         jobs.find(
           (q) => q.name.endsWith(`-${s}`) && jobFor(q)?.model === m.model && (task === undefined || q.task === task),
         );
-      const state = (done: boolean, s: Step, task?: number) =>
-        done ? "done" : (step(s, task)?.state.toLowerCase() ?? "not queued");
+      const state = (done: boolean, s: Step, task?: number) => (done ? "done" : shownState(step(s, task)));
       tell(`${m.model} generate`, state(m.generated, "generate"));
       m.shards.forEach((d, k) => tell(`${m.model} extract ${k}/${n}`, state(d, "extract", k)));
       tell(`${m.model} finish`, state(m.done, "finish"));
     }
-    tell(
-      "report",
-      reportDone ? "done" : (jobs.find((q) => q.name === `${prefix}report`)?.state.toLowerCase() ?? "not queued"),
-    );
+    tell("report", reportDone ? "done" : shownState(jobs.find((q) => q.name === `${prefix}report`)));
     const stuck = jobs.find((q) => q.reason === NEVER);
     if (jobs.length === 0 || stuck) {
       if (jobs.length === 0 && reportDone && models.every((m) => m.done)) break;

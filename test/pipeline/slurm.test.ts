@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 
 import { describe, expect, it } from "vitest";
 
-import { modelJobPrefix, studyJobPrefix, submitStudy } from "../../src/pipeline/slurm.js";
+import { modelJobPrefix, studyJobPrefix, submitStudy, waitStudy } from "../../src/pipeline/slurm.js";
 import { parseStudy } from "../../src/study/study-file.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -158,6 +158,35 @@ describe("a job submitted again", () => {
       `  its last run, job 4, ended with status 1; log: ${join(logs, `${name("generate")}-4.log`)}`,
       `  shard 1: its last run, job 5_1, logged no end (killed outright?); log: ${join(logs, `${name("extract")}-5_1.log`)}`,
     ]);
+  });
+});
+
+describe("waitStudy", () => {
+  it("says why a job pends where a node is drained, not only that it pends", async () => {
+    const outputs = join(dir, "drained");
+    const queue = join(dir, "drained.queue");
+    writeFileSync(queue, "");
+    const study = parseStudy(
+      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(dir, "study.yaml"),
+    );
+    // squeue lists the queue once, then an empty one: the wait then ends, the study unfinished.
+    // sbatch gives ids 1, 2, …
+    const ids = join(dir, "drained.ids");
+    const standIns = {
+      squeue: `#!/bin/sh\ncat ${queue}\n: > ${queue}\n`,
+      sbatch: `#!/bin/sh\necho >> ${ids}\nwc -l < ${ids}\n`,
+    };
+    const lines: string[] = [];
+    const error = await withStandIns(standIns, async () => {
+      const plan = await submitStudy(study, { hsm: ["hsm"] });
+      // As squeue lists a job whose only node is drained.
+      const generate = plan.submitted.find((j) => j.step === "generate")!;
+      writeFileSync(queue, `${generate.id}|${generate.name}|PENDING|N/A|ReqNodeNotAvail, UnavailableNodes:node3\n`);
+      return waitStudy(plan, { interval: 0.01, onProgress: (l) => lines.push(l) }).catch((e: Error) => e);
+    });
+    expect(lines).toContain("m generate: pending (ReqNodeNotAvail, UnavailableNodes:node3)");
+    expect(String(error)).toContain("the study is not finished");
   });
 });
 

@@ -84,6 +84,11 @@ export async function startSlurm(): Promise<SlurmCluster | string> {
   const env = { ...process.env, SLURM_CONF: conf };
   const stop = () => {
     spawnSync("scancel", ["--full", "--quiet", "--user", "root"], { env, stdio: "ignore", timeout: 5000 });
+    // A running job's slurmstepd ends once slurmd has its step's end: stopped before that, both are left running.
+    for (const t0 = Date.now(); Date.now() - t0 < 10_000; spawnSync("sleep", ["0.1"])) {
+      const r = spawnSync("squeue", ["--noheader", "--format=%i"], { env, encoding: "utf8", timeout: 5000 });
+      if (r.status !== 0 || r.stdout.trim() === "") break;
+    }
     const running = [...pids].reverse().flatMap((file) => pidIn(file) ?? []);
     for (const pid of running) signal(pid, "SIGTERM");
     // The daemons write their state as they stop: wait for them before removing it.

@@ -230,3 +230,28 @@ describe.skipIf(!slurm)("hsm study --slurm on a local SLURM cluster", () => {
     }
   });
 });
+
+describe.skipIf(!slurm)("the test cluster", () => {
+  it("leaves no process behind when it stops with a job running", async () => {
+    const other = (await startSlurm()) as SlurmCluster;
+    const conf = `SLURM_CONF=${join(other.dir, "slurm.conf")}\0`;
+    try {
+      execFileSync("sbatch", ["--wrap", "sleep 60", "--output", "/dev/null"], { env: other.env });
+      const states = () => execFileSync("squeue", ["--noheader", "--format=%T"], { env: other.env, encoding: "utf8" });
+      for (let t0 = Date.now(); !states().includes("RUNNING") && Date.now() - t0 < 10_000;)
+        await new Promise((r) => setTimeout(r, 100));
+      expect(states()).toContain("RUNNING");
+    } finally {
+      other.stop();
+    }
+    // Every process the cluster started carries its SLURM_CONF: its daemons and each job's slurmstepd.
+    const left = readdirSync("/proc").filter((pid) => {
+      try {
+        return /^[0-9]+$/.test(pid) && readFileSync(`/proc/${pid}/environ`, "latin1").includes(conf);
+      } catch {
+        return false; // ended meanwhile
+      }
+    });
+    expect(left.map((pid) => readFileSync(`/proc/${pid}/comm`, "utf8").trim())).toEqual([]);
+  });
+});

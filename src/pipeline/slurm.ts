@@ -40,7 +40,7 @@ import { pathStem } from "../util/stem.js";
 const run = promisify(execFile);
 
 /** The folder under the output root holding the job scripts and logs. */
-export const SLURM_FOLDER = "slurm";
+const SLURM_FOLDER = "slurm";
 /** The lock in SLURM_FOLDER that one submission of the study holds. */
 const SUBMIT_LOCK = ".hsm-submit.lock";
 
@@ -196,10 +196,7 @@ async function lastRunTrouble(logs: string, name: string, task?: number): Promis
 }
 
 /** Reads what is finished under the study's output root. */
-export async function studyProgress(
-  study: Study,
-  shards: number,
-): Promise<{ models: ModelProgress[]; reportDone: boolean }> {
+async function studyProgress(study: Study, shards: number): Promise<{ models: ModelProgress[]; reportDone: boolean }> {
   const queryIds = new Set((await readBank(study.bank)).map((r) => r.query_id));
   const models: ModelProgress[] = [];
   const inputs: string[] = [];

@@ -48,7 +48,10 @@ export interface SlurmOptions {
   /** Extraction shards per model (array tasks); default 1. */
   shards?: number;
   partition?: string;
-  /** Further sbatch arguments, passed to every submission as given (e.g. `--time=4:00:00`). */
+  /**
+   * Further sbatch arguments, passed to every submission as given (e.g. `--time=4:00:00`); one setting an option hsm
+   * passes itself (`--job-name`, `--output`, `--dependency`, …) is refused.
+   */
   sbatchArgs?: string[];
   /** The command that runs hsm on the nodes: absolute paths of node and of hsm's CLI script. */
   hsm: string[];
@@ -319,6 +322,43 @@ async function sbatch(args: string[]): Promise<string> {
   }
 }
 
+/** The options hsm passes to sbatch for its own bookkeeping, and what an `--sbatch-arg` setting one would break. */
+const OWN_OPTIONS = [
+  { long: "job-name", short: "J", why: "hsm finds the study's jobs by their names" },
+  { long: "output", short: "o", why: "hsm reads each job's log in slurm/logs" },
+  { long: "error", short: "e", why: "hsm reads each job's errors in its log in slurm/logs" },
+  { long: "open-mode", why: "each job's log is appended to across requeues, for hsm to read how each run ended" },
+  { long: "dependency", short: "d", why: "hsm makes each job wait for the jobs it needs" },
+  { long: "array", short: "a", why: "hsm runs an array task for each unfinished shard" },
+  { long: "parsable", why: "hsm passes it to read each job's id" },
+];
+
+/** sbatch's short options without a value: in one word (`-HJx`), the letters after them are options too. */
+const SHORT_FLAGS = "hHkOQsvVW";
+
+/**
+ * Refuses an sbatch argument that sets an option of {@link OWN_OPTIONS}, as sbatch reads it: `--name[=value]` and
+ * any abbreviation of the name (`--job=x`, as getopt takes it), `-X[value]`, also after value-less short options.
+ */
+function checkSbatchArgs(args: string[]): void {
+  for (const arg of args) {
+    let own: (typeof OWN_OPTIONS)[number][] = [];
+    if (arg.startsWith("--")) {
+      const name = arg.slice(2).split("=")[0]!;
+      if (name !== "") own = OWN_OPTIONS.filter((o) => o.long.startsWith(name));
+    } else if (/^-[^-]/.test(arg))
+      for (const letter of arg.slice(1)) {
+        own = OWN_OPTIONS.filter((o) => o.short === letter);
+        if (own.length || !SHORT_FLAGS.includes(letter)) break;
+      }
+    if (own.length)
+      throw new UsageError(
+        `--sbatch-arg ${shellWord(arg)} sets ${own.map((o) => `--${o.long}`).join(" or ")}, which hsm sets itself: ` +
+          `${own.map((o) => o.why).join("; ")}; leave it out`,
+      );
+  }
+}
+
 /**
  * Submits what of a study is neither finished nor queued: see the module's
  * description. Writes the job scripts under `<outputs>/slurm/`, the logs
@@ -328,6 +368,7 @@ export async function submitStudy(file: string | Study, o: SlurmOptions): Promis
   const study = typeof file === "string" ? await readStudyFile(file) : file;
   const n = o.shards ?? 1;
   if (!Number.isInteger(n) || n < 1) throw new UsageError(`Expected a positive integer for --shards but received ${n}`);
+  checkSbatchArgs(o.sbatchArgs ?? []);
   // What stops a local study stops it here too, before any job is submitted.
   const bank = await checkStudy(study);
   checkShardsFilled(study, n, mainForwardRows(bank).length);

@@ -215,3 +215,59 @@ describe("a submission sbatch refuses", () => {
     expect(words.stdout).toContain("\n--time 10\n--comment=it's\n");
   });
 });
+
+describe("an --sbatch-arg that sets what hsm sets itself", () => {
+  const study = () =>
+    parseStudy(
+      `bank: ${BANK}\noutputs: ${join(dir, "own")}\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(dir, "s.yaml"),
+    );
+  // sbatch records that it was called; squeue lists nothing.
+  const calls = join(dir, "own.calls");
+  const standIns = { squeue: "#!/bin/sh\n", sbatch: `#!/bin/sh\necho called >> ${calls}\necho 7\n` };
+
+  it("is refused before any job is submitted, naming the argument and the option it sets", async () => {
+    // Each spelling sbatch reads as an option hsm passes for its bookkeeping (getopt: `--job` abbreviates --job-name,
+    // `-HJx` is --hold then -J x), with the option it sets.
+    const cases = [
+      ["--job-name=x", "--job-name"],
+      ["--job-name", "--job-name"],
+      ["--job=x", "--job-name"],
+      ["-J", "--job-name"],
+      ["-Jx", "--job-name"],
+      ["-J x", "--job-name"],
+      ["-HJx", "--job-name"],
+      ["--output=/tmp/a.log", "--output"],
+      ["-o/tmp/a.log", "--output"],
+      ["--error", "--error"],
+      ["-e", "--error"],
+      ["--dependency=afterany:3", "--dependency"],
+      ["--dep=afterany:3", "--dependency"],
+      ["-d", "--dependency"],
+      ["--array=0-3", "--array"],
+      ["-a0-3", "--array"],
+      ["--parsable", "--parsable"],
+      ["--open-mode=truncate", "--open-mode"],
+    ];
+    for (const [arg, option] of cases) {
+      writeFileSync(calls, "");
+      const error = await withStandIns(standIns, () =>
+        submitStudy(study(), { hsm: ["hsm"], sbatchArgs: ["--time=10", arg!] }).catch((e: Error) => e),
+      );
+      expect(error, arg).toBeInstanceOf(Error);
+      const message = (error as Error).message;
+      expect(message.split("\n"), arg).toHaveLength(1);
+      expect(message, arg).toContain(arg);
+      expect(message, arg).toContain(`sets ${option}`);
+      expect((error as { exitCode?: number }).exitCode, arg).toBe(2);
+      expect(readFileSync(calls, "utf8"), arg).toBe("");
+    }
+  });
+
+  it("leaves other options alone, also where their values look like hsm's", async () => {
+    const args = ["--time=10", "-t10", "--gres=gpu:1", "--comment=-Jx", "-vt10", "--partition=p", "--mem", "4G"];
+    writeFileSync(calls, "");
+    await withStandIns(standIns, () => submitStudy(study(), { hsm: ["hsm"], sbatchArgs: args }));
+    expect(readFileSync(calls, "utf8").trim().split("\n")).toHaveLength(4);
+  });
+});

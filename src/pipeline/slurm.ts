@@ -322,6 +322,42 @@ async function sbatch(args: string[]): Promise<string> {
   }
 }
 
+/**
+ * Refuses shard count `n` for model `m` while an extraction submitted with another count is unfinished (its store not
+ * merged), which another count would start again from its first row: shard folders `<k>-of-<count>` under
+ * `shards/<stem>/`, and, where `queuedExtract` (its extraction job's name) is given, its queued tasks, their count read
+ * from the script they run (`--shard auto/<count>`; hsm rewrites it only where the count is not refused).
+ */
+async function checkShardCount(
+  study: Study,
+  m: StudyModel,
+  n: number,
+  queuedExtract: string | undefined,
+): Promise<void> {
+  const shards = join(study.outputs, SHARDS_FOLDER, pathStem(m.name));
+  const counts = new Set<number>();
+  for (const entry of await readdir(shards).catch(() => [] as string[])) {
+    const count = /^[0-9]+-of-([0-9]+)$/.exec(entry)?.[1];
+    if (count !== undefined) counts.add(Number(count));
+  }
+  const folders = counts.size > 0;
+  const script = join(study.outputs, SLURM_FOLDER, pathStem(m.name), "extract.sbatch");
+  const scriptCount = queuedExtract && / --shard auto\/([0-9]+) /.exec(await readText(script).catch(() => ""))?.[1];
+  if (scriptCount) counts.add(Number(scriptCount));
+  counts.delete(n);
+  if (counts.size === 0) return;
+  const earlier = [...counts].sort((a, b) => a - b);
+  const startOver = [
+    ...(queuedExtract ? [`cancel its extraction (scancel --name=${queuedExtract})`] : []),
+    ...(folders ? [`remove ${shards}`] : []),
+  ];
+  throw new UsageError(
+    `${m.name}: its extraction was submitted with ${earlier.map((c) => `--shards ${c}`).join(" and ")} and is not ` +
+      `finished; submit with ${earlier.length === 1 ? `--shards ${earlier[0]}` : "one of them"} to go on, or, to ` +
+      `start over with --shards ${n}, ${startOver.join(" and ")}`,
+  );
+}
+
 /** The options hsm passes to sbatch for its own bookkeeping, and what an `--sbatch-arg` setting one would break. */
 const OWN_OPTIONS = [
   { long: "job-name", short: "J", why: "hsm finds the study's jobs by their names" },
@@ -390,6 +426,12 @@ async function submitJobs(study: Study, n: number, o: SlurmOptions): Promise<Slu
   const hsm = o.hsm.map(shellWord).join(" ");
   const { models, reportDone } = await studyProgress(study, n);
   const jobs = await queued(prefix);
+  // Every model's count checked before any job is submitted.
+  for (const m of study.models) {
+    if (models.find((p) => p.model === m.name)?.stored !== false) continue;
+    const extract = `${modelJobPrefix(prefix, m.name)}extract`;
+    await checkShardCount(study, m, n, jobs.some((j) => j.name === extract) ? extract : undefined);
+  }
   const logs = join(root, "logs");
   const plan: SlurmPlan = { study, prefix, logs, models, reportDone, submitted: [], kept: [], cancelled: [] };
   const say = o.log ?? (() => {});

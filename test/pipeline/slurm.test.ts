@@ -4,7 +4,7 @@
  */
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdirSync, mkdtempSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -269,5 +269,93 @@ describe("an --sbatch-arg that sets what hsm sets itself", () => {
     writeFileSync(calls, "");
     await withStandIns(standIns, () => submitStudy(study(), { hsm: ["hsm"], sbatchArgs: args }));
     expect(readFileSync(calls, "utf8").trim().split("\n")).toHaveLength(4);
+  });
+});
+
+describe("a study submitted again with another --shards", () => {
+  const setUp = (name: string) => {
+    const outputs = join(dir, name);
+    const queue = join(dir, `${name}.queue`);
+    writeFileSync(queue, "");
+    const study = parseStudy(
+      `bank: ${BANK}\noutputs: ${outputs}\nrun: {commit_rows: 4}\nmodels:\n  - {name: m, model_dir: m}\n`,
+      join(dir, "study.yaml"),
+    );
+    // sbatch queues the job it is given (a line per array task) under the next id; squeue lists the queue.
+    const standIns = {
+      squeue: `#!/bin/sh\ncat ${queue}\n`,
+      sbatch: [
+        "#!/bin/sh",
+        `id=$(($(wc -l < ${queue}) + 1))`,
+        'tasks=""',
+        "while [ $# -gt 0 ]; do",
+        // eslint-disable-next-line no-template-curly-in-string -- a shell line, expanded by sh
+        '  case "$1" in --job-name) name=$2 ;; --array=*) tasks=$(echo "${1#--array=}" | tr , " ") ;; esac',
+        "  shift",
+        "done",
+        'if [ -z "$tasks" ]; then',
+        `  echo "$id|$name|PENDING|N/A|None" >> ${queue}`,
+        "else",
+        `  for t in $tasks; do echo "\${id}_$t|$name|PENDING|$t|None" >> ${queue}; done`,
+        "fi",
+        "echo $id",
+        "",
+      ].join("\n"),
+    };
+    const submitted = () =>
+      readFileSync(queue, "utf8")
+        .trim()
+        .split("\n")
+        .filter(Boolean)
+        .map((line) => line.split("|")[0]!);
+    return { outputs, queue, study, standIns, submitted };
+  };
+
+  it("is refused while shards of the earlier count are unfinished, naming that count", async () => {
+    const { outputs, queue, study, standIns, submitted } = setUp("recount");
+    // An earlier submission with --shards 4 ran shard 0 to its end and shard 1 part of the way; its jobs are gone.
+    const shards = join(outputs, "shards", "m");
+    mkdirSync(join(shards, "0-of-4"), { recursive: true });
+    writeFileSync(join(shards, "0-of-4", "index.json"), JSON.stringify({ complete: true }));
+    mkdirSync(join(shards, "1-of-4"), { recursive: true });
+    for (const shards of [2, undefined]) {
+      const error = await withStandIns(standIns, () =>
+        submitStudy(study, { shards, hsm: ["hsm"] }).catch((e: Error) => e),
+      );
+      expect(error).toBeInstanceOf(Error);
+      const message = (error as Error).message;
+      expect(message.split("\n")).toHaveLength(1);
+      expect(message).toContain("--shards 4");
+      expect(message).toContain(shards === undefined ? "--shards 1" : "--shards 2");
+      expect(message).toContain(join(outputs, "shards", "m"));
+      expect((error as { exitCode?: number }).exitCode).toBe(2);
+      expect(submitted()).toEqual([]);
+    }
+    // The earlier count goes on with the shards it left: 1, 2 and 3.
+    await withStandIns(standIns, () => submitStudy(study, { shards: 4, hsm: ["hsm"] }));
+    expect(readFileSync(queue, "utf8")).toMatch(/^2_1\|[^|]*-extract\|/m);
+    expect(submitted().filter((id) => id.startsWith("2_"))).toEqual(["2_1", "2_2", "2_3"]);
+  });
+
+  it("is refused while the earlier count's extraction tasks are queued, before any of them has started", async () => {
+    const { study, standIns, submitted } = setUp("requeued");
+    await withStandIns(standIns, () => submitStudy(study, { shards: 3, hsm: ["hsm"] }));
+    const before = submitted();
+    expect(before).toContain("2_2");
+    const error = await withStandIns(standIns, () => submitStudy(study, { hsm: ["hsm"] }).catch((e: Error) => e));
+    expect(error).toBeInstanceOf(Error);
+    expect((error as Error).message).toContain("--shards 3");
+    expect((error as Error).message).toContain("scancel");
+    expect(submitted()).toEqual(before);
+  });
+
+  it("starts over with a new count once the earlier shards are removed and none is queued", async () => {
+    const { outputs, study, standIns, submitted } = setUp("restart");
+    mkdirSync(join(outputs, "shards", "m", "0-of-4"), { recursive: true });
+    await withStandIns(standIns, () => submitStudy(study, { hsm: ["hsm"] }).catch(() => undefined));
+    expect(submitted()).toEqual([]);
+    rmSync(join(outputs, "shards", "m"), { recursive: true });
+    await withStandIns(standIns, () => submitStudy(study, { shards: 2, hsm: ["hsm"] }));
+    expect(submitted().filter((id) => id.startsWith("2_"))).toEqual(["2_0", "2_1"]);
   });
 });

@@ -13,6 +13,7 @@ import { isAbsolute, join, normalize, relative, sep } from "node:path";
 import { HsmError } from "../errors.js";
 import { MAX_BLOCKS } from "../store/layers.js";
 import { readText } from "../util/fs.js";
+import { CONFIG_KEYS } from "../onnx/config-keys.js";
 import { decodeModel, trimEmptyInputs, type ModelProto } from "../onnx/graph.js";
 import { jsonSyntax } from "../util/jsonl.js";
 import { fetchHubModel, isHubId } from "./hub.js";
@@ -47,7 +48,7 @@ export interface ModelDir {
   source?: string;
 }
 
-function pickInt(raw: Record<string, unknown>, keys: string[], path: string): number {
+function pickInt(raw: Record<string, unknown>, keys: readonly string[], path: string): number {
   for (const k of keys) {
     const v = raw[k];
     if (typeof v === "number" && Number.isSafeInteger(v) && v > 0) return v;
@@ -258,8 +259,8 @@ export async function openModelDir(given: string, modelFile?: string): Promise<M
     dir,
     onnxPath: await pickOnnx(dir, modelFile, preferred),
     config: {
-      numLayers: blockCount(pickInt(raw, ["num_hidden_layers", "n_layer", "n_layers", "num_layers"], path), path),
-      hiddenSize: pickInt(raw, ["hidden_size", "n_embd", "n_embed", "d_model"], path),
+      numLayers: blockCount(pickInt(raw, CONFIG_KEYS.layers, path), path),
+      hiddenSize: pickInt(raw, CONFIG_KEYS.hidden, path),
       vocabSize: pickInt(raw, ["vocab_size"], path),
       raw,
       path,

@@ -34,6 +34,7 @@ import {
   type NodeProto,
 } from "./graph.js";
 import { isPastInput, isPresentOutput, pastInputName, presentOutputName } from "./kv-cache.js";
+import { CONFIG_KEYS } from "./config-keys.js";
 
 /**
  * Operators between the scores' product and the Softmax: scale, bias, casts, clamps (OPT's Max), Gemma2's soft-capping
@@ -76,14 +77,14 @@ export interface AttentionShape {
 export function attentionShape(config: Record<string, unknown>): AttentionShape | undefined {
   const int = (v: unknown) => (typeof v === "number" && Number.isSafeInteger(v) && v > 0 ? v : undefined);
   const text = (config.text_config ?? {}) as Record<string, unknown>;
-  const pick = (...keys: string[]) => keys.map((k) => int(config[k]) ?? int(text[k])).find((v) => v !== undefined);
-  const heads = pick("num_attention_heads", "n_head", "num_heads", "n_heads");
-  const hidden = pick("hidden_size", "n_embd", "d_model");
+  const pick = (...keys: readonly string[]) =>
+    keys.map((k) => int(config[k]) ?? int(text[k])).find((v) => v !== undefined);
+  const heads = pick(...CONFIG_KEYS.heads);
+  const hidden = pick(...CONFIG_KEYS.hidden);
   const headDim = pick("head_dim") ?? (heads && hidden && hidden % heads === 0 ? hidden / heads : undefined);
   const multiQuery = (config.multi_query ?? text.multi_query) === true;
   const newArchitecture = (config.new_decoder_architecture ?? text.new_decoder_architecture) === true;
-  const kvHeads =
-    multiQuery && !newArchitecture ? 1 : (pick("num_key_value_heads", "n_head_kv", "num_kv_heads") ?? heads);
+  const kvHeads = multiQuery && !newArchitecture ? 1 : (pick(...CONFIG_KEYS.kvHeads) ?? heads);
   return heads && kvHeads && headDim ? { heads, kvHeads, headDim } : undefined;
 }
 

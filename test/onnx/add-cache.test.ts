@@ -161,6 +161,17 @@ describe("addKvCache", () => {
     expect(attentionShape({ ...bigcode, multi_query: false })).toMatchObject({ kvHeads: 4 });
   });
 
+  it("reads the sizes under every name the model folder reads them (BLOOM 7B1's n_embed)", () => {
+    // bigscience/bloom-7b1's config.json: 4,096 wide in 32 heads of 128, no head_dim.
+    const bloom = { model_type: "bloom", n_embed: 4096, n_layer: 30, num_attention_heads: 32 };
+    expect(attentionShape(bloom)).toEqual({ heads: 32, kvHeads: 32, headDim: 128 });
+    expect(attentionShape({ model_type: "mpt", d_model: 64, n_heads: 8 })).toEqual({
+      heads: 8,
+      kvHeads: 8,
+      headDim: 8,
+    });
+  });
+
   it("takes a mixture of experts' router Softmax for no attention (Mixtral)", () => {
     const c = mixtralConfig({ ...BASE, positionIds: false });
     const model = decodeModel(buildMixtralOnnx(c, mixtralWeights(c, 44), false, { positionIds: false }));

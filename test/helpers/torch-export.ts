@@ -21,7 +21,12 @@ const script = join(import.meta.dirname, "torch_export.py");
 
 /** Runs `torch_export.py ARGS…` and returns what it printed; its error's end where it fails. */
 export function torchExport(...args: string[]): string {
-  const r = spawnSync(PYTHON, [script, ...args], { encoding: "utf8", maxBuffer: 16 << 20 });
+  return torchExportWith(script, ...args);
+}
+
+/** Runs `SCRIPT ARGS…`, a copy of torch_export.py with more modules (a walk's), as {@link torchExport} runs it. */
+export function torchExportWith(file: string, ...args: string[]): string {
+  const r = spawnSync(PYTHON, [file, ...args], { encoding: "utf8", maxBuffer: 16 << 20 });
   if (r.status !== 0) throw new Error(`torch_export.py ${args[0]} failed: ${r.stderr.slice(-2000)}`);
   return r.stdout;
 }
@@ -43,8 +48,10 @@ export interface TorchModule {
   family: NonNullable<TinyModelOptions["family"]>;
   kvHeads?: number | undefined;
   seed: number;
-  /** Fields put over the folder's config.json, after TORCH_CONFIGS' for the module. */
+  /** Fields put over the folder's config.json, after TORCH_CONFIGS' for the module; one set to undefined is dropped. */
   config?: Record<string, unknown>;
+  /** The torch_export.py that holds the module: a walk's copy (test/helpers/walks.ts); this folder's by default. */
+  script?: string;
 }
 
 /**
@@ -66,7 +73,8 @@ export async function exportTorchModel(md: string, m: TorchModule, layers: numbe
     const config = join(md, "config.json");
     writeFileSync(config, JSON.stringify({ ...JSON.parse(readFileSync(config, "utf8")), ...m.config }, null, 2));
   }
-  torchExport("export", m.module, md, String(m.seed), ...(opset === undefined ? [] : [String(opset)]));
+  const args = ["export", m.module, md, String(m.seed), ...(opset === undefined ? [] : [String(opset)])];
+  torchExportWith(m.script ?? script, ...args);
 }
 
 /**

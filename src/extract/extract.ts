@@ -208,7 +208,7 @@ export async function inspectModel(
   const L = md.config.numLayers;
   const explicit = options.hiddenTensors ? parseHiddenTensorMap(options.hiddenTensors, L) : undefined;
   // A genai build's count is genai_config.json's (it has no config.json).
-  const layersFrom = `${basename(md.config.path)}'s num_hidden_layers`;
+  const layersFrom = `${basename(md.config.path)}'s ${md.config.layersField}`;
   const plan = detectHiddenTensors(model.graph!, L, explicit, undefined, layersFrom);
   if (explicit) checkGivenWidths(model, plan.tensors, md.config.hiddenSize);
   const storedLayers = selectLayers(L, options.layerRule ?? DEFAULT_LAYER_RULE);

@@ -33,6 +33,8 @@ export class ModelDirError extends HsmError {
 /** The config fields the runner reads, under the names architectures use. */
 export interface ModelConfig {
   numLayers: number;
+  /** The field `numLayers` was read from: `num_hidden_layers`, GPT-2's `n_layer`, `text_config.num_hidden_layers`, … */
+  layersField: string;
   hiddenSize: number;
   vocabSize: number;
   raw: Record<string, unknown>;
@@ -49,13 +51,25 @@ export interface ModelDir {
 }
 
 function pickInt(raw: Record<string, unknown>, keys: readonly string[], path: string): number {
+  return pickField(raw, keys, path).value;
+}
+
+/** The first of `keys` that `raw` holds as a positive integer (under `text_config` if not at the top), and its name. */
+function pickField(
+  raw: Record<string, unknown>,
+  keys: readonly string[],
+  path: string,
+): { value: number; field: string } {
   for (const k of keys) {
     const v = raw[k];
-    if (typeof v === "number" && Number.isSafeInteger(v) && v > 0) return v;
+    if (typeof v === "number" && Number.isSafeInteger(v) && v > 0) return { value: v, field: k };
   }
   // Multimodal configs nest the language model's settings.
   const text = raw.text_config;
-  if (text && typeof text === "object") return pickInt(text as Record<string, unknown>, keys, path);
+  if (text && typeof text === "object") {
+    const { value, field } = pickField(text as Record<string, unknown>, keys, path);
+    return { value, field: `text_config.${field}` };
+  }
   throw new ModelDirError(path, `has none of ${keys.map((k) => `"${k}"`).join(", ")} as a positive integer`);
 }
 
@@ -255,11 +269,13 @@ export async function openModelDir(given: string, modelFile?: string): Promise<M
     }
     raw = await readJson(path);
   }
+  const layers = pickField(raw, CONFIG_KEYS.layers, path);
   return {
     dir,
     onnxPath: await pickOnnx(dir, modelFile, preferred),
     config: {
-      numLayers: blockCount(pickInt(raw, CONFIG_KEYS.layers, path), path),
+      numLayers: blockCount(layers.value, path),
+      layersField: layers.field,
       hiddenSize: pickInt(raw, CONFIG_KEYS.hidden, path),
       vocabSize: pickInt(raw, ["vocab_size"], path),
       raw,

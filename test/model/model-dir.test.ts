@@ -10,10 +10,11 @@ import { basename, dirname, join } from "node:path";
 
 import { beforeAll, describe, expect, it } from "vitest";
 
-import { extract } from "../../src/extract/extract.js";
+import { extract, inspectModel } from "../../src/extract/extract.js";
 import { generate } from "../../src/generate/generate.js";
 import { openModelDir } from "../../src/model/model-dir.js";
 import { encodeModel, loadModel, pointToExternalData } from "../../src/onnx/graph.js";
+import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import { writeTinyModel, type TinyModelOptions } from "../../src/synthetic/llama.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -198,5 +199,30 @@ describe("a folder with several graphs", () => {
       );
     }
     expect((await openModelDir(folder, "./model.onnx")).onnxPath).toBe(join(folder, "model.onnx"));
+  });
+});
+
+describe("a block count that disagrees with the graph", () => {
+  it("names the field config.json gives it under (GPT-2's n_layer), not one the file lacks", async () => {
+    const md = join(dir, "gpt2-three");
+    await writeModelInStyle(md, "plain", { family: "gpt2", layers: 2, hidden: 32, heads: 4, tokenizer: "llama3.1-1k" });
+    const config = JSON.parse(readFileSync(join(md, "config.json"), "utf8"));
+    expect(config).not.toHaveProperty("num_hidden_layers");
+    writeFileSync(join(md, "config.json"), JSON.stringify({ ...config, n_layer: 3 }));
+    expect((await openModelDir(md)).config).toMatchObject({ numLayers: 3, layersField: "n_layer" });
+    await expect(inspectModel(md)).rejects.toThrow(
+      /^structure: the residual stream holds 2 blocks \(4 residual Adds, two per pre-norm block\) but config\.json's n_layer is 3 /,
+    );
+    const nested = join(dir, "gpt2-nested");
+    await writeModelInStyle(nested, "plain", {
+      family: "gpt2",
+      layers: 2,
+      hidden: 32,
+      heads: 4,
+      tokenizer: "llama3.1-1k",
+    });
+    const { n_layer: _n, ...rest } = config;
+    writeFileSync(join(nested, "config.json"), JSON.stringify({ ...rest, text_config: { n_layer: 3 } }));
+    await expect(inspectModel(nested)).rejects.toThrow(/ but config\.json's text_config\.n_layer is 3 /);
   });
 });

@@ -5,10 +5,12 @@
  * dependency is named there, so that users do not install what only the tests
  * read. package-lock.json's root entry lists the same, as `npm ci` requires.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
+
+import { filesUnder } from "../helpers/files.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 
@@ -25,14 +27,6 @@ const lock = JSON.parse(readFileSync(join(ROOT, "package-lock.json"), "utf8")) a
 
 /** Development dependencies whose names src/ quotes for another reason: `typescript` is a kernel backend's name. */
 const OTHER_MEANING = new Set(["typescript"]);
-
-function filesUnder(dir: string, ending: RegExp): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
-    const path = join(dir, e.name);
-    if (e.isDirectory()) return filesUnder(path, ending);
-    return ending.test(e.name) ? [path] : [];
-  });
-}
 
 const shipped = [...filesUnder(join(ROOT, "src"), /\.ts$/), ...filesUnder(join(ROOT, "bin"), /\.js$/)].map((f) =>
   readFileSync(f, "utf8"),

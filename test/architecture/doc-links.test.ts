@@ -6,20 +6,14 @@
  * (`src/store/npy.ts`) must be there, so that a comment does not send a reader
  * to a file that moved.
  */
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
-const ROOT = join(import.meta.dirname, "..", "..");
+import { filesUnder } from "../helpers/files.js";
 
-function filesUnder(dir: string, ending: RegExp): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
-    const path = join(dir, e.name);
-    if (e.isDirectory()) return filesUnder(path, ending);
-    return ending.test(e.name) ? [path] : [];
-  });
-}
+const ROOT = join(import.meta.dirname, "..", "..");
 
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
 function anchorOf(heading: string): string {

@@ -6,20 +6,14 @@
  * holds to), and a successor cannot tell which. Types are left out, since
  * exported signatures name them.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 
 import { describe, expect, it } from "vitest";
 
-const ROOT = join(import.meta.dirname, "..", "..");
+import { filesUnder } from "../helpers/files.js";
 
-function filesUnder(dir: string, ending: RegExp): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
-    const path = join(dir, e.name);
-    if (e.isDirectory()) return filesUnder(path, ending);
-    return ending.test(e.name) ? [path] : [];
-  });
-}
+const ROOT = join(import.meta.dirname, "..", "..");
 
 const withoutComments = (text: string): string =>
   text.replace(/\/\*[\s\S]*?\*\//g, "").replace(/(^|[^:"'`])\/\/.*$/gm, "$1");

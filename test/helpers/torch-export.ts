@@ -7,8 +7,14 @@ import { spawnSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
+import { expect } from "vitest";
+
+import { generate } from "../../src/generate/generate.js";
+import type { PromptTokenizer } from "../../src/model/tokenizer.js";
+import type { StoreReader } from "../../src/store/reader.js";
 import { writeModelInStyle } from "../../src/synthetic/export-styles.js";
 import type { TinyModelOptions } from "../../src/synthetic/llama.js";
+import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { PYTHON } from "./numpy.js";
 
 export const hasTorch = spawnSync(PYTHON, ["-c", "import torch, onnx"], { stdio: "ignore" }).status === 0;
@@ -41,6 +47,60 @@ export const anchorRows = (queries: readonly string[]) =>
     use_for_main_forward: true,
     answers: ["x"],
   }));
+
+/**
+ * How far a store's rows lie from the module's states `want[row][layer]` (torch_export.py's `states`), over every
+ * stored layer, in units of the float16 storage bound: at most 1 where every value agrees.
+ */
+export async function worstAgainstStates(reader: StoreReader, want: number[][][]): Promise<number> {
+  let worst = 0;
+  for (const layer of reader.manifest.layers) {
+    for (let i = 0; i < want.length; i++) {
+      const got = await reader.readRowsF32(layer, i, 1);
+      want[i]![layer]!.forEach((w, j) => {
+        const allowed = STORED_VS_REFERENCE.relative * Math.abs(w) + STORED_VS_REFERENCE.absolute;
+        worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
+      });
+    }
+  }
+  return worst;
+}
+
+/**
+ * Generates `bank` from the no-cache graph in `md` at batch 8 and 1 (into `out`-b8.jsonl, `out`-b1.jsonl), and
+ * expects a cache added and every row's text to be the module's greedy ids (torch_export.py's `greedy`), decoded by
+ * `tok` without `eos`.
+ */
+export async function expectModuleGreedy(
+  md: string,
+  bank: string,
+  out: string,
+  tok: PromptTokenizer,
+  greedy: number[][],
+  eos: number,
+  maxNewTokens: number,
+): Promise<void> {
+  const want = Object.fromEntries(greedy.map((g, i) => [`q${i}`, tok.decode(g.filter((t) => t !== eos))]));
+  for (const batchSize of [8, 1]) {
+    const file = `${out}-b${batchSize}.jsonl`;
+    const messages: string[] = [];
+    await generate({
+      modelDir: md,
+      bank,
+      out: file,
+      batchSize,
+      maxNewTokens,
+      selfCheck: 0,
+      log: (m) => messages.push(m),
+    });
+    expect(messages).toContain("the model has no KV cache: decoding with one added to the graph");
+    const got = readFileSync(file, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { query_id: string; raw_response: string });
+    expect(Object.fromEntries(got.map((r) => [r.query_id, r.raw_response]))).toEqual(want);
+  }
+}
 
 /** A module of torch_export.py and the make-model family whose folder (tokenizer, sizes, config.json) it takes. */
 export interface TorchModule {

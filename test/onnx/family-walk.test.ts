@@ -16,12 +16,18 @@ import { beforeAll, describe, expect, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
 import { extract } from "../../src/extract/extract.js";
-import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
-import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { tempDir } from "../helpers/tmp.js";
-import { anchorRows, exportTorchModel, hasTorch, torchExportWith, type TorchModule } from "../helpers/torch-export.js";
+import {
+  anchorRows,
+  expectModuleGreedy,
+  exportTorchModel,
+  hasTorch,
+  torchExportWith,
+  worstAgainstStates,
+  type TorchModule,
+} from "../helpers/torch-export.js";
 import { walkScript } from "../helpers/walks.js";
 
 const dir = tempDir("hsm-family-walk-");
@@ -84,16 +90,7 @@ describe.skipIf(!hasTorch)("the model family of docs/contributing.md", () => {
       expect.stringMatching(/^structure: residual Add 4 of 6, the end of block 1\b/),
       expect.stringMatching(/^structure: final norm output between the last residual and the LM head\b/),
     ]);
-    let worst = 0;
-    for (const layer of reader.manifest.layers) {
-      for (let i = 0; i < rows.length; i++) {
-        const got = await reader.readRowsF32(layer, i, 1);
-        want[i]![layer]!.forEach((w, j) => {
-          const allowed = STORED_VS_REFERENCE.relative * Math.abs(w) + STORED_VS_REFERENCE.absolute;
-          worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
-        });
-      }
-    }
+    const worst = await worstAgainstStates(reader, want);
     await reader.close();
     expect(worst).toBeLessThanOrEqual(1);
   });
@@ -102,28 +99,7 @@ describe.skipIf(!hasTorch)("the model family of docs/contributing.md", () => {
     const tok = await PromptTokenizer.load(md);
     const greedy = JSON.parse(
       torchExportWith(script, "greedy", "sandwich", md, "33", ids, String(MAX_NEW), String(EOS)),
-    );
-    const want = Object.fromEntries(
-      (greedy as number[][]).map((g, i) => [`q${i}`, tok.decode(g.filter((t) => t !== EOS))]),
-    );
-    for (const batchSize of [8, 1]) {
-      const out = join(dir, `sandwich-b${batchSize}.jsonl`);
-      const messages: string[] = [];
-      await generate({
-        modelDir: md,
-        bank,
-        out,
-        batchSize,
-        maxNewTokens: MAX_NEW,
-        selfCheck: 0,
-        log: (m) => messages.push(m),
-      });
-      expect(messages).toContain("the model has no KV cache: decoding with one added to the graph");
-      const got = readFileSync(out, "utf8")
-        .trim()
-        .split("\n")
-        .map((l) => JSON.parse(l));
-      expect(Object.fromEntries(got.map((r) => [r.query_id, r.raw_response]))).toEqual(want);
-    }
+    ) as number[][];
+    await expectModuleGreedy(md, bank, join(dir, "sandwich"), tok, greedy, EOS, MAX_NEW);
   });
 });

@@ -20,9 +20,8 @@ import { buildPrompt } from "../../src/bank/prompt.js";
 import { extract } from "../../src/extract/extract.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { StoreReader } from "../../src/store/reader.js";
-import { STORED_VS_REFERENCE } from "../tolerances.js";
 import { tempDir } from "../helpers/tmp.js";
-import { anchorRows, exportTorchModel, hasTorch, torchExport } from "../helpers/torch-export.js";
+import { anchorRows, exportTorchModel, hasTorch, torchExport, worstAgainstStates } from "../helpers/torch-export.js";
 
 const dir = tempDir("hsm-torch-blocks-");
 const bank = join(dir, "bank.jsonl");
@@ -59,16 +58,7 @@ describe.skipIf(!hasTorch)(
         await extract({ modelDir: md, bank, out: store, batchSize: 2, layerRule: "l >= 0" });
         const reader = await StoreReader.open(store);
         expect(reader.manifest.layers).toEqual([0, 1, 2]);
-        let worst = 0;
-        for (const layer of reader.manifest.layers) {
-          for (let i = 0; i < rows.length; i++) {
-            const got = await reader.readRowsF32(layer, i, 1);
-            want[i]![layer]!.forEach((w, j) => {
-              const allowed = STORED_VS_REFERENCE.relative * Math.abs(w) + STORED_VS_REFERENCE.absolute;
-              worst = Math.max(worst, Math.abs(got[j]! - w) / allowed);
-            });
-          }
-        }
+        const worst = await worstAgainstStates(reader, want);
         await reader.close();
         expect(worst).toBeLessThanOrEqual(1);
       },

@@ -22,16 +22,22 @@
  * greedy text of the same PyTorch module run in float64. Skipped where PyTorch
  * is not installed, unless HSM_REQUIRE_TORCH=1 (as in CI), where that fails.
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, it } from "vitest";
 
 import { buildPrompt } from "../../src/bank/prompt.js";
-import { generate } from "../../src/generate/generate.js";
 import { PromptTokenizer } from "../../src/model/tokenizer.js";
 import { tempDir } from "../helpers/tmp.js";
-import { anchorRows, exportTorchModel, hasTorch, torchExport, type TorchModule } from "../helpers/torch-export.js";
+import {
+  anchorRows,
+  expectModuleGreedy,
+  exportTorchModel,
+  hasTorch,
+  torchExport,
+  type TorchModule,
+} from "../helpers/torch-export.js";
 
 const dir = tempDir("hsm-torch-export-");
 const bank = join(dir, "bank.jsonl");
@@ -95,29 +101,10 @@ describe.skipIf(!hasTorch)("a torch.onnx.export graph without a KV cache", () =>
       const tok = await PromptTokenizer.load(md);
       const ids = join(dir, `${name}.ids.json`);
       writeFileSync(ids, JSON.stringify(rows.map((r) => tok.encode(buildPrompt(r)))));
-      const greedy = JSON.parse(torchExport("greedy", m.module, md, String(m.seed), ids, String(MAX_NEW), String(EOS)));
-      const want = Object.fromEntries(
-        (greedy as number[][]).map((g, i) => [`q${i}`, tok.decode(g.filter((t) => t !== EOS))]),
-      );
-      for (const batchSize of [8, 1]) {
-        const out = join(dir, `${name}-b${batchSize}.jsonl`);
-        const messages: string[] = [];
-        await generate({
-          modelDir: md,
-          bank,
-          out,
-          batchSize,
-          maxNewTokens: MAX_NEW,
-          selfCheck: 0,
-          log: (msg) => messages.push(msg),
-        });
-        expect(messages).toContain("the model has no KV cache: decoding with one added to the graph");
-        const got = readFileSync(out, "utf8")
-          .trim()
-          .split("\n")
-          .map((l) => JSON.parse(l));
-        expect(Object.fromEntries(got.map((r) => [r.query_id, r.raw_response]))).toEqual(want);
-      }
+      const greedy = JSON.parse(
+        torchExport("greedy", m.module, md, String(m.seed), ids, String(MAX_NEW), String(EOS)),
+      ) as number[][];
+      await expectModuleGreedy(md, bank, join(dir, name), tok, greedy, EOS, MAX_NEW);
     },
   );
 });

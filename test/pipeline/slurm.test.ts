@@ -17,6 +17,13 @@ import { tempDir } from "../helpers/tmp.js";
 const BANK = fileURLToPath(new URL("../../data/demo-bank.jsonl", import.meta.url));
 const dir = tempDir("hsm-slurm-jobs-");
 
+/** A study of one model `m` over the demo bank, writing to `outputs`, committing every `commitRows` rows if given. */
+const oneModelStudy = (outputs: string, commitRows?: number) =>
+  parseStudy(
+    `bank: ${BANK}\noutputs: ${outputs}\n${commitRows ? `run: {commit_rows: ${commitRows}}\n` : ""}models:\n  - {name: m, model_dir: m}\n`,
+    join(dir, "study.yaml"),
+  );
+
 /** Runs `body` with stand-in commands (name → shell script) first on PATH. */
 async function withStandIns<T>(scripts: Record<string, string>, body: () => Promise<T>): Promise<T> {
   const bin = mkdtempSync(join(dir, "bin-"));
@@ -58,10 +65,7 @@ describe("modelJobPrefix", () => {
 describe("the job scripts", () => {
   it("log the exit status of a command that failed", async () => {
     const outputs = join(dir, "failing");
-    const study = parseStudy(
-      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
-      join(dir, "study.yaml"),
-    );
+    const study = oneModelStudy(outputs);
     // The command that stands for hsm exits with status 3.
     // An empty queue, and every job submitted as job 7.
     const standIns = { squeue: "#!/bin/sh\n", sbatch: "#!/bin/sh\necho 7\n" };
@@ -73,10 +77,7 @@ describe("the job scripts", () => {
 
   it("log status 143 for a job stopped by SIGTERM, as scancel and a requeue stop it", async () => {
     const outputs = join(dir, "stopped");
-    const study = parseStudy(
-      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
-      join(dir, "study.yaml"),
-    );
+    const study = oneModelStudy(outputs);
     // The command that stands for hsm waits until it is stopped.
     const standIns = { squeue: "#!/bin/sh\n", sbatch: "#!/bin/sh\necho 7\n" };
     await withStandIns(standIns, () => submitStudy(study, { hsm: ["/bin/sh", "-c", "sleep 30", "hsm"] }));
@@ -99,10 +100,7 @@ describe("submitStudy", () => {
     const outputs = join(dir, "twice");
     const queue = join(dir, "twice.queue");
     writeFileSync(queue, "");
-    const study = parseStudy(
-      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
-      join(dir, "study.yaml"),
-    );
+    const study = oneModelStudy(outputs);
     // sbatch queues the job it is given under the next id; squeue lists the queue as hsm asks for it.
     const standIns = {
       squeue: `#!/bin/sh\ncat ${queue}\n`,
@@ -134,10 +132,7 @@ describe("submitStudy", () => {
 describe("a job submitted again", () => {
   it("says how its last run ended where it failed, and names its log", async () => {
     const outputs = join(dir, "again");
-    const study = parseStudy(
-      `bank: ${BANK}\noutputs: ${outputs}\nrun: {commit_rows: 4}\nmodels:\n  - {name: m, model_dir: m}\n`,
-      join(dir, "study.yaml"),
-    );
+    const study = oneModelStudy(outputs, 4);
     const name = (step: string) => `${modelJobPrefix(studyJobPrefix(study), "m")}${step}`;
     const logs = join(outputs, "slurm", "logs");
     mkdirSync(logs, { recursive: true });
@@ -166,10 +161,7 @@ describe("waitStudy", () => {
     const outputs = join(dir, "drained");
     const queue = join(dir, "drained.queue");
     writeFileSync(queue, "");
-    const study = parseStudy(
-      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
-      join(dir, "study.yaml"),
-    );
+    const study = oneModelStudy(outputs);
     // squeue lists the queue once, then an empty one: the wait then ends, the study unfinished.
     // sbatch gives ids 1, 2, …
     const ids = join(dir, "drained.ids");
@@ -194,10 +186,7 @@ describe("a submission sbatch refuses", () => {
   it("names sbatch's arguments as a shell would read them, one with a space as one", async () => {
     const outputs = join(dir, "refused");
     const given = join(dir, "refused.args");
-    const study = parseStudy(
-      `bank: ${BANK}\noutputs: ${outputs}\nmodels:\n  - {name: m, model_dir: m}\n`,
-      join(dir, "study.yaml"),
-    );
+    const study = oneModelStudy(outputs);
     // sbatch keeps the arguments it was given, a line each, and refuses them.
     const standIns = {
       squeue: "#!/bin/sh\n",
@@ -217,11 +206,7 @@ describe("a submission sbatch refuses", () => {
 });
 
 describe("an --sbatch-arg that sets what hsm sets itself", () => {
-  const study = () =>
-    parseStudy(
-      `bank: ${BANK}\noutputs: ${join(dir, "own")}\nmodels:\n  - {name: m, model_dir: m}\n`,
-      join(dir, "s.yaml"),
-    );
+  const study = () => oneModelStudy(join(dir, "own"));
   // sbatch records that it was called; squeue lists nothing.
   const calls = join(dir, "own.calls");
   const standIns = { squeue: "#!/bin/sh\n", sbatch: `#!/bin/sh\necho called >> ${calls}\necho 7\n` };
@@ -277,10 +262,7 @@ describe("a study submitted again with another --shards", () => {
     const outputs = join(dir, name);
     const queue = join(dir, `${name}.queue`);
     writeFileSync(queue, "");
-    const study = parseStudy(
-      `bank: ${BANK}\noutputs: ${outputs}\nrun: {commit_rows: 4}\nmodels:\n  - {name: m, model_dir: m}\n`,
-      join(dir, "study.yaml"),
-    );
+    const study = oneModelStudy(outputs, 4);
     // sbatch queues the job it is given (a line per array task) under the next id; squeue lists the queue.
     const standIns = {
       squeue: `#!/bin/sh\ncat ${queue}\n`,

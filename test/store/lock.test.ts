@@ -24,6 +24,17 @@ function foreignLock(name: string, minutesAgo: number): string {
   return path;
 }
 
+/** The most processes a race's log ("in" when one takes the lock, "out" when it lets go) shows holding it at once. */
+function mostHolders(log: readonly string[]): number {
+  let holders = 0;
+  let most = 0;
+  for (const line of log) {
+    holders += line === "in" ? 1 : line === "out" ? -1 : 0;
+    most = Math.max(most, holders);
+  }
+  return most;
+}
+
 describe("acquireLock across hosts", () => {
   it("refuses a lock another host touched within ten minutes", async () => {
     foreignLock("fresh.lock", 9);
@@ -117,12 +128,7 @@ for (const [i, t] of trials.entries()) {
       const log = readFileSync(join(race, t, "log"), "utf8")
         .trim()
         .split("\n");
-      let holders = 0;
-      let most = 0;
-      for (const line of log) {
-        holders += line === "in" ? 1 : line === "out" ? -1 : 0;
-        most = Math.max(most, holders);
-      }
+      const most = mostHolders(log);
       expect(most, `${t}: ${log.join(", ")}`).toBe(1);
       for (const line of log.filter((l) => l.startsWith("refused")))
         expect(line, t).toBe(`refused: ${join(race, t)}: is being written by another hsm process`);
@@ -172,12 +178,7 @@ for (let i = 0; i < 20; i++) {
       const log = readFileSync(join(race, `${i}.log`), "utf8")
         .trim()
         .split("\n");
-      let holders = 0;
-      let most = 0;
-      for (const line of log) {
-        holders += line === "in" ? 1 : line === "out" ? -1 : 0;
-        most = Math.max(most, holders);
-      }
+      const most = mostHolders(log);
       expect(most, log.join(", ")).toBe(1);
       for (const line of log.filter((l) => l !== "in" && l !== "out"))
         expect(line).toBe(`${race}: is being written by another hsm process`);

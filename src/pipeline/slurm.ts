@@ -178,13 +178,18 @@ function shardDir(study: Study, model: StudyModel, shard: number | string, n: nu
 }
 
 /**
- * How the last run of job `name` (or of its array task `task`) went wrong, from the newest of its logs in `logs`:
- * the exit status its script logged at its end, or that it logged no end (killed outright). Undefined where it has no
- * log or ended with status 0.
+ * How the last run of job `name` (or of its array task `task`) went wrong, from the newest of its logs among `files`
+ * (the names in the folder `logs`): the exit status its script logged at its end, or that it logged no end (killed
+ * outright). Undefined where it has no log or ended with status 0.
  */
-async function lastRunTrouble(logs: string, name: string, task?: number): Promise<string | undefined> {
+async function lastRunTrouble(
+  logs: string,
+  files: readonly string[],
+  name: string,
+  task?: number,
+): Promise<string | undefined> {
   const id = task === undefined ? /^-([0-9]+)\.log$/ : new RegExp(`^-([0-9]+_${task})\\.log$`);
-  const found = (await readdir(logs).catch(() => [] as string[])).flatMap((file) => {
+  const found = files.flatMap((file) => {
     const m = file.startsWith(name) ? id.exec(file.slice(name.length)) : null;
     return m ? [{ file: join(logs, file), job: m[1]! }] : [];
   });
@@ -433,6 +438,8 @@ async function submitJobs(study: Study, n: number, o: SlurmOptions): Promise<Slu
     await checkShardCount(study, m, n, jobs.some((j) => j.name === extract) ? extract : undefined);
   }
   const logs = join(root, "logs");
+  // The logs of earlier runs, listed once: each job submitted again looks for its own among them.
+  const logFiles = await readdir(logs).catch(() => [] as string[]);
   const plan: SlurmPlan = { study, prefix, logs, models, reportDone, submitted: [], kept: [], cancelled: [] };
   const say = o.log ?? (() => {});
   const common = [
@@ -472,7 +479,7 @@ async function submitJobs(study: Study, n: number, o: SlurmOptions): Promise<Slu
     say(`submitted ${name}${shards ? ` shards ${shards.join(",")}` : ""}: job ${id}`);
     // Why it runs again, where an earlier run failed or was stopped: the user may have a folder to fix first.
     for (const task of shards ?? [undefined]) {
-      const trouble = await lastRunTrouble(logs, name, task);
+      const trouble = await lastRunTrouble(logs, logFiles, name, task);
       if (trouble) say(`  ${task === undefined ? "" : `shard ${task}: `}${trouble}`);
     }
     return job;
